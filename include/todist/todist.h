@@ -1,0 +1,9 @@
+/* todist/todist.h: the umbrella header. Include this; link -ltodist
+ * (pkg-config --cflags --libs todist). */
+#ifndef TODIST_TODIST_H
+#define TODIST_TODIST_H
+
+#include <todist/status.h>
+#include <todist/world.h>
+
+#endif /* TODIST_TODIST_H */

@@ -1,0 +1,71 @@
+# lib.sh: TAP helpers for shell tests. Source it, call plan N, then the
+# checks; tmp dirs and background pids registered here are cleaned on exit.
+_tap_n=0
+_tap_failed=0
+_tap_plan=-1
+TD_TMP=$(mktemp -d "${TMPDIR:-/tmp}/todist-test.XXXXXX")
+_td_pids=""
+
+_td_cleanup() {
+    for p in $_td_pids; do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$TD_TMP"
+}
+trap _td_cleanup EXIT
+trap 'exit 130' INT TERM
+
+td_track_pid() { _td_pids="$_td_pids $1"; }
+
+plan() { _tap_plan=$1; echo "1..$1"; }
+skip_all() { echo "1..0 # SKIP $*"; exit 0; }
+diag() { printf '%s\n' "$@" | sed 's/^/# /'; }
+
+_tap_result() { # pass desc
+    _tap_n=$((_tap_n + 1))
+    if [ "$1" = 1 ]; then
+        echo "ok $_tap_n - $2"
+    else
+        _tap_failed=$((_tap_failed + 1))
+        echo "not ok $_tap_n - $2"
+    fi
+}
+
+ok() { # cond-status desc: ok "$(cmd; echo $?)" ... or ok_cmd
+    if [ "$1" = 0 ]; then _tap_result 1 "$2"; else _tap_result 0 "$2"; fi
+}
+
+is() { # got want desc
+    if [ "$1" = "$2" ]; then
+        _tap_result 1 "$3"
+    else
+        _tap_result 0 "$3"
+        diag "     got: '$1'" "expected: '$2'"
+    fi
+}
+
+like() { # got regex desc
+    if printf '%s' "$1" | grep -Eq -- "$2"; then
+        _tap_result 1 "$3"
+    else
+        _tap_result 0 "$3"
+        diag "     got: '$1'" "expected to match: '$2'"
+    fi
+}
+
+skip() { # n reason
+    i=0
+    while [ $i -lt "$1" ]; do
+        _tap_n=$((_tap_n + 1)); echo "ok $_tap_n # SKIP $2"; i=$((i + 1))
+    done
+}
+
+done_testing() {
+    if [ "$_tap_plan" -ge 0 ] && [ "$_tap_n" -ne "$_tap_plan" ]; then
+        diag "planned $_tap_plan tests but ran $_tap_n"
+        exit 1
+    fi
+    [ "$_tap_failed" -eq 0 ]
+    exit $?
+}
+
+# Monotonic seconds with decimals.
+td_now() { awk '{print $1}' /proc/uptime; }

@@ -1,0 +1,12 @@
+# tests: every test prints TAP (tests/tap.h for C, tests/lib.sh for shell).
+TD_TEST_CFLAGS = $(AM_CFLAGS)
+
+check_PROGRAMS += tests/test_hostlist tests/test_world
+tests_test_hostlist_LDADD = $(TD_TEST_LDADD)
+tests_test_world_LDADD = $(TD_TEST_LDADD)
+
+TESTS += tests/test_hostlist tests/test_world \
+	tests/test_info.sh tests/test_launcher.sh tests/test_install.sh
+
+EXTRA_DIST += tests/tap.h tests/lib.sh tests/test_info.sh \
+	tests/test_launcher.sh tests/test_install.sh

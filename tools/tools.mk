@@ -1,0 +1,7 @@
+# tools: the launcher and the inspection commands.
+bin_PROGRAMS += tools/todist-run tools/todist-info
+tools_todist_run_SOURCES = tools/todist-run.c
+tools_todist_run_LDADD = $(TD_LDADD)
+tools_todist_info_SOURCES = tools/todist-info.c
+tools_todist_info_LDADD = $(TD_LDADD)
+dist_man_MANS += man/todist-run.1 man/todist-info.1
