@@ -1,0 +1,1 @@
+# tests of the placement module and todist-topo.
