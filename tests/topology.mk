@@ -15,3 +15,7 @@ td_topo_fixtures = tests/data/topology/README.md \
 	tests/data/topology/2s2n-nogpu.xml \
 	tests/data/topology/g4dnmetal-cgroup.xml
 EXTRA_DIST += tests/test_topo.sh $(td_topo_fixtures)
+check_PROGRAMS += tests/test_topology
+tests_test_topology_CFLAGS = $(AM_CFLAGS) $(HWLOC_CFLAGS)
+tests_test_topology_LDADD = $(TD_TEST_LDADD) $(HWLOC_LIBS)
+TESTS += tests/test_topology

@@ -688,7 +688,9 @@ td_placement_plan(const td_topology_t *topo, const td_placement_opts_t *opts,
             status = td_error(TD_ERR_NO_MEMORY, "placement: out of memory");
             goto err_allowed;
         }
-        if (hwloc_bitmap_list_sscanf(given, opts->allowed_cpus) != 0 ||
+        /* hwloc's parser stops quietly at junk: check the characters. */
+        if (opts->allowed_cpus[strspn(opts->allowed_cpus, "0123456789,-")] != '\0' ||
+            hwloc_bitmap_list_sscanf(given, opts->allowed_cpus) != 0 ||
             hwloc_bitmap_isfull(given) || hwloc_bitmap_last(given) < 0) {
             hwloc_bitmap_free(given);
             status = td_error(TD_ERR_INVALID, "placement: allowed CPU list "
