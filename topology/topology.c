@@ -887,12 +887,44 @@ out:
 }
 
 td_status_t
-td_placement_apply_env(const td_world_t *world, td_place_report_t *report_p)
+td_placement_for_rank(const td_topology_t *topo, const td_world_t *world,
+                      td_rank_place_t *place_p)
 {
-    const char *bind = getenv("TODIST_BIND");
     const char *share = getenv("TODIST_SHARE_GPUS");
     td_placement_opts_t opts;
     td_placement_t plan;
+    td_status_t status;
+
+    if (share != NULL && share[0] != '\0' && strcmp(share, "0") != 0 &&
+        strcmp(share, "1") != 0) {
+        return td_error(TD_ERR_INVALID, "placement: TODIST_SHARE_GPUS=%s is "
+                        "not 0 or 1", share);
+    }
+    if (world->local_rank < 0 || world->local_rank >= world->local_world_size) {
+        return td_error(TD_ERR_RANGE, "placement: local rank %d is not below "
+                        "the local world size %d", world->local_rank,
+                        world->local_world_size);
+    }
+    memset(&opts, 0, sizeof(opts));
+    opts.local_ranks = world->local_world_size;
+    opts.policy = TD_PLACEMENT_CLOSEST;
+    opts.share_gpus = share != NULL && strcmp(share, "1") == 0;
+    opts.cuda_visible_devices = getenv("CUDA_VISIBLE_DEVICES");
+
+    status = td_placement_plan(topo, &opts, &plan);
+    if (status != TD_OK) {
+        return status;
+    }
+    *place_p = plan.ranks[world->local_rank];
+    td_placement_free(&plan);
+    return TD_OK;
+}
+
+td_status_t
+td_placement_apply_env(const td_world_t *world, td_place_report_t *report_p)
+{
+    const char *bind = getenv("TODIST_BIND");
+    td_rank_place_t place;
     td_topology_t *topo;
     td_status_t status;
 
@@ -908,34 +940,14 @@ td_placement_apply_env(const td_world_t *world, td_place_report_t *report_p)
         return td_error(TD_ERR_INVALID, "placement: TODIST_BIND=%s is not "
                         "closest or none", bind);
     }
-    if (share != NULL && share[0] != '\0' && strcmp(share, "0") != 0 &&
-        strcmp(share, "1") != 0) {
-        return td_error(TD_ERR_INVALID, "placement: TODIST_SHARE_GPUS=%s is "
-                        "not 0 or 1", share);
-    }
-    memset(&opts, 0, sizeof(opts));
-    opts.local_ranks = world->local_world_size;
-    opts.policy = TD_PLACEMENT_CLOSEST;
-    opts.share_gpus = share != NULL && strcmp(share, "1") == 0;
-    opts.cuda_visible_devices = getenv("CUDA_VISIBLE_DEVICES");
-
     status = td_topology_load(NULL, &topo);
     if (status != TD_OK) {
         return status;
     }
-    status = td_placement_plan(topo, &opts, &plan);
-    if (status != TD_OK) {
-        goto out_topo;
+    status = td_placement_for_rank(topo, world, &place);
+    if (status == TD_OK) {
+        status = td_placement_apply(topo, &place, report_p);
     }
-    if (world->local_rank < 0 || world->local_rank >= plan.n) {
-        status = td_error(TD_ERR_RANGE, "placement: local rank %d is not "
-                          "below %d", world->local_rank, plan.n);
-        goto out_plan;
-    }
-    status = td_placement_apply(topo, &plan.ranks[world->local_rank], report_p);
-out_plan:
-    td_placement_free(&plan);
-out_topo:
     td_topology_destroy(topo);
     return status;
 }

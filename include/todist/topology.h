@@ -153,6 +153,13 @@ td_status_t td_placement_apply(const td_topology_t *topo,
                                const td_rank_place_t *place,
                                td_place_report_t *report_p);
 
+/* WORLD's local rank's placement (policy closest) among WORLD's local
+ * ranks, with CUDA_VISIBLE_DEVICES and TODIST_SHARE_GPUS=1 from this
+ * process's environment: what td_placement_apply_env() would apply. */
+td_status_t td_placement_for_rank(const td_topology_t *topo,
+                                  const td_world_t *world,
+                                  td_rank_place_t *place_p);
+
 /* td_init's entry point. TODIST_BIND=closest: load this node's topology
  * (HWLOC_XMLFILE honoured), plan WORLD's local ranks (CUDA_VISIBLE_DEVICES
  * and TODIST_SHARE_GPUS=1 honoured) and apply the plan of WORLD's local
