@@ -102,9 +102,10 @@ child_apply(int fd, int local_rank, int local_size)
     } else {
         my_cpus(got, sizeof(got));
         cvd = getenv("CUDA_VISIBLE_DEVICES");
-        n = snprintf(out, sizeof(out), "%s|%s|%s|%s|%d|%s", got, rep.place.cpus,
-                     cvd ? cvd : "-", rep.note, rep.applied, rep.cpus_bound ?
-                     "bound" : "unbound");
+        n = snprintf(out, sizeof(out), "%s|%s|%s|%s|%d|%s|%s", got,
+                     rep.place.cpus, cvd ? cvd : "-", rep.note, rep.applied,
+                     rep.cpus_bound ? "bound" : "unbound",
+                     rep.mem_bound ? "membound" : "memunbound");
     }
     return write(fd, out, n) == n ? 0 : 1;
 }
@@ -239,6 +240,7 @@ main(void)
         out = in_child(1, 2, "closest", NULL);
         ok(strncmp(out, want, strlen(want)) == 0 && strstr(out, "|bound") != NULL,
            "TODIST_BIND=closest binds local rank 1 to its CPUs");
+        diag("child: %s", out);
         if (strncmp(out, want, strlen(want)) != 0) {
             diag("got '%s', want prefix '%s'", out, want);
         }

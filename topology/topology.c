@@ -854,10 +854,13 @@ td_placement_apply(const td_topology_t *topo, const td_rank_place_t *place,
         hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(topo->topo,
                                                               place->numa);
 
-        /* Containers often forbid set_mempolicy: report, do not fail. */
+        /* Linux has no process-wide memory policy: without PROCESS/THREAD
+         * hwloc sets the calling thread's, which threads created later
+         * inherit (td_init runs before the program starts its own).
+         * Containers often forbid set_mempolicy: report, do not fail. */
         if (node == NULL ||
             hwloc_set_membind(topo->topo, node->nodeset, HWLOC_MEMBIND_BIND,
-                              HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET) != 0) {
+                              HWLOC_MEMBIND_BYNODESET) != 0) {
             snprintf(rep.note, sizeof(rep.note), "memory not bound to NUMA "
                      "node %d: %s", place->numa,
                      node == NULL ? "no such node" : strerror(errno));
