@@ -150,7 +150,7 @@ main(void)
     char allowed[TD_CPULIST_MAX], want[TD_CPULIST_MAX + 64];
     td_status_t st;
 
-    plan(49);
+    plan(54);
     unsetenv("HWLOC_XMLFILE");
 
     /* loading */
@@ -201,6 +201,32 @@ main(void)
     like(plan_of(t, 2, NULL, false, "0-40x"), "allowed CPU list '0-40x' is not a list",
          "a malformed allowed list is an error");
     like(plan_of(t, 0, NULL, false, NULL), "0 local ranks; need at least 1", "0 ranks");
+
+    /* one rank's placement from the environment */
+    {
+        td_world_t w;
+        td_rank_place_t rp;
+
+        memset(&w, 0, sizeof(w));
+        w.local_rank = 5;
+        w.local_world_size = 8;
+        unsetenv("CUDA_VISIBLE_DEVICES");
+        unsetenv("TODIST_SHARE_GPUS");
+        is_int(td_placement_for_rank(t, &w, &rp), TD_OK, "for_rank: rank 5 of 8");
+        is_str(rp.cpus, "10-11,26-27", "... the same as the plan's entry 5");
+        setenv("CUDA_VISIBLE_DEVICES", "6", 1);
+        is_int(td_placement_for_rank(t, &w, &rp), TD_OK,
+               "for_rank: one GPU per task (Slurm --gpu-bind)");
+        ok(strcmp(rp.gpu, "0000:b2:00.0") == 0 && strcmp(rp.cpus, "12-15,28-31") == 0 &&
+           rp.local_rank == 5 && rp.cuda_ordinal == 0,
+           "... its own GPU, the GPU's whole locality, CUDA device 0 (%s %s)",
+           rp.gpu, rp.cpus);
+        setenv("TODIST_SHARE_GPUS", "yes", 1);
+        like(td_placement_for_rank(t, &w, &rp) == TD_OK ? "" : td_last_error(),
+             "TODIST_SHARE_GPUS=yes is not 0 or 1", "TODIST_SHARE_GPUS checked");
+        unsetenv("TODIST_SHARE_GPUS");
+        unsetenv("CUDA_VISIBLE_DEVICES");
+    }
 
     /* variables */
     plan_of(t, 1, NULL, false, NULL);

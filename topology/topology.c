@@ -889,6 +889,18 @@ out:
     return TD_OK;
 }
 
+/* Entries in a CUDA_VISIBLE_DEVICES list. */
+static int
+visible_count(const char *cvd)
+{
+    int n = 1;
+
+    for (; *cvd; cvd++) {
+        n += *cvd == ',';
+    }
+    return n;
+}
+
 td_status_t
 td_placement_for_rank(const td_topology_t *topo, const td_world_t *world,
                       td_rank_place_t *place_p)
@@ -914,11 +926,20 @@ td_placement_for_rank(const td_topology_t *topo, const td_world_t *world,
     opts.share_gpus = share != NULL && strcmp(share, "1") == 0;
     opts.cuda_visible_devices = getenv("CUDA_VISIBLE_DEVICES");
 
+    /* Fewer visible GPUs than local ranks: the launcher (Slurm's
+     * --gpu-bind, say) already gave each task its own GPU, and the other
+     * ranks see others. Plan this rank alone on what it sees. */
+    if (opts.cuda_visible_devices != NULL && !opts.share_gpus &&
+        opts.cuda_visible_devices[0] != '\0' &&
+        visible_count(opts.cuda_visible_devices) < opts.local_ranks) {
+        opts.local_ranks = 1;
+    }
     status = td_placement_plan(topo, &opts, &plan);
     if (status != TD_OK) {
         return status;
     }
-    *place_p = plan.ranks[world->local_rank];
+    *place_p = plan.ranks[opts.local_ranks == 1 ? 0 : world->local_rank];
+    place_p->local_rank = world->local_rank;
     td_placement_free(&plan);
     return TD_OK;
 }

@@ -155,7 +155,11 @@ td_status_t td_placement_apply(const td_topology_t *topo,
 
 /* WORLD's local rank's placement (policy closest) among WORLD's local
  * ranks, with CUDA_VISIBLE_DEVICES and TODIST_SHARE_GPUS=1 from this
- * process's environment: what td_placement_apply_env() would apply. */
+ * process's environment: what td_placement_apply_env() would apply. When
+ * CUDA_VISIBLE_DEVICES lists fewer GPUs than there are local ranks (and
+ * sharing is off), the launcher bound a GPU per task (Slurm's --gpu-bind):
+ * the rank is then planned alone on its visible GPU, with that GPU's whole
+ * locality within the allowed set. */
 td_status_t td_placement_for_rank(const td_topology_t *topo,
                                   const td_world_t *world,
                                   td_rank_place_t *place_p);
