@@ -199,6 +199,15 @@ td_topology_load(const char *path, td_topology_t **topo_p)
                           "INCLUDE_DISALLOWED: %s", strerror(errno));
         goto err_destroy;
     }
+    /* GPUs are found as PCI devices, which Linux's sysfs gives hwloc's
+     * linux backend: the libpciaccess, OpenCL and GL backends add nothing
+     * but start-up time (and leak on this system). */
+    hwloc_topology_set_components(t->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                  "pci");
+    hwloc_topology_set_components(t->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                  "opencl");
+    hwloc_topology_set_components(t->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                  "gl");
     if (path != NULL) {
         if (hwloc_topology_set_xml(t->topo, path) != 0) {
             status = td_error(TD_ERR_INVALID, "topology: '%s' cannot be used "
