@@ -150,7 +150,7 @@ main(void)
     char allowed[TD_CPULIST_MAX], want[TD_CPULIST_MAX + 64];
     td_status_t st;
 
-    plan(54);
+    plan(57);
     unsetenv("HWLOC_XMLFILE");
 
     /* loading */
@@ -201,6 +201,10 @@ main(void)
     like(plan_of(t, 2, NULL, false, "0-40x"), "allowed CPU list '0-40x' is not a list",
          "a malformed allowed list is an error");
     like(plan_of(t, 0, NULL, false, NULL), "0 local ranks; need at least 1", "0 ranks");
+    like(plan_of(t, 4097, NULL, true, NULL), "4097 local ranks is more than 4096",
+         "more than 4096 ranks");
+    is_str(plan_of(t, 4096, NULL, true, NULL), "", "4096 ranks sharing 8 GPUs");
+    is_str(pl.ranks[4095].cpus, "15,31", "... the last shares GPU 7's last core");
 
     /* one rank's placement from the environment */
     {

@@ -163,9 +163,9 @@ main(int argc, char **argv)
 
             errno = 0;
             n = strtol(v, &end, 10);
-            if (end == v || *end != '\0' || errno != 0 || n < 1 || n > 65536) {
+            if (end == v || *end != '\0' || errno != 0 || n < 1 || n > 4096) {
                 fprintf(stderr, "todist-topo: --local-ranks %s: need a number "
-                        "from 1 to 65536\n", v);
+                        "from 1 to 4096\n", v);
                 return 1;
             }
             opts.local_ranks = (int)n;

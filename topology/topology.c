@@ -682,9 +682,9 @@ td_placement_plan(const td_topology_t *topo, const td_placement_opts_t *opts,
         return td_error(TD_ERR_INVALID, "placement: %d local ranks; need at "
                         "least 1", N);
     }
-    if (N > 65536) {
+    if (N > 4096) {
         return td_error(TD_ERR_RANGE, "placement: %d local ranks is more "
-                        "than 65536", N);
+                        "than 4096", N);
     }
     allowed = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo->topo));
     if (allowed == NULL) {

@@ -67,7 +67,7 @@ typedef struct {
 } td_gpu_info_t;
 
 typedef struct {
-    int                   local_ranks;   /* N >= 1 */
+    int                   local_ranks;   /* 1 <= N <= 4096 */
     td_placement_policy_t policy;
     bool                  share_gpus;    /* N > GPUs: share round-robin */
     /* CUDA_VISIBLE_DEVICES as the ranks will see it; NULL: unrestricted,
