@@ -147,7 +147,7 @@ main(void)
     td_gpu_info_t gi;
     td_place_var_t vars[TD_PLACE_VARS_MAX];
     td_place_report_t rep;
-    char allowed[TD_CPULIST_MAX], want[TD_CPULIST_MAX + 64];
+    char allowed[TD_CPULIST_MAX], want[2 * TD_CPULIST_MAX + 64];
     td_status_t st;
 
     plan(57);
