@@ -5,5 +5,6 @@
 
 #include <todist/status.h>
 #include <todist/world.h>
+#include <todist/topology.h>
 
 #endif /* TODIST_TODIST_H */
