@@ -5,5 +5,7 @@
 
 #include <todist/status.h>
 #include <todist/world.h>
+#include <todist/tensor.h>
+#include <todist/autograd.h>
 
 #endif /* TODIST_TODIST_H */
