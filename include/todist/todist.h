@@ -7,5 +7,6 @@
 #include <todist/world.h>
 #include <todist/tensor.h>
 #include <todist/autograd.h>
+#include <todist/ops.h>
 
 #endif /* TODIST_TODIST_H */
