@@ -16,7 +16,9 @@
 
 #include <todist/todist.h>
 
-extern void openblas_set_num_threads(int num_threads);
+/* OpenBLAS's own thread control; weak, so a build against another CBLAS
+ * still links (threads are then that library's business) */
+extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
 
 static double
 now_ms(void)
@@ -138,7 +140,9 @@ main(int argc, char **argv)
     steps -= steps % block;
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
     setenv("OMP_NUM_THREADS", "1", 0);
-    openblas_set_num_threads(1);
+    if (openblas_set_num_threads != NULL) {
+        openblas_set_num_threads(1);
+    }
     t = calloc((size_t)steps, sizeof(double));
     tt = calloc((size_t)steps, sizeof(double));
     check(td_mlp_create(sizes, 3, TD_FLOAT32, 0, &mlp), "model");
