@@ -65,6 +65,7 @@ struct td_node {
     td_node_hook_t      *pre_hooks;
     atomic_int           released;  /* saved tensors dropped */
     pthread_mutex_t      lock;
+    struct td_node      *pending;   /* deferred-destruction list link */
 };
 
 /* ---- the per-device kernel table --------------------------------------

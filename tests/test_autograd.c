@@ -122,7 +122,7 @@ main(void)
     td_tensor_t *x, *y, *z, *s, *s2, *g[2];
     td_status_t st;
 
-    plan(36);
+    plan(39);
 
     /* accumulation into .grad and summing of partial gradients */
     x = vec(xv, 3, 1);
@@ -344,6 +344,32 @@ main(void)
         td_tensor_release(sc);
         td_tensor_release(c);
         td_tensor_release(a);
+    }
+    /* a 50000-op chain (an unrolled loop): backward, grad() and freeing the
+     * graph must not recurse once per op */
+    {
+        const int N = 50000;
+        td_tensor_t *x0 = vec((double[]){1.0}, 1, 1), *c = vec((double[]){1.00002}, 1, 0);
+        td_tensor_t *cur = td_tensor_retain(x0), *nx, *gx = NULL;
+        int okc = 1;
+        for (int i = 0; i < N && okc; i++) {
+            okc = td_mul(cur, c, &nx) == TD_OK;
+            td_tensor_release(cur);
+            cur = nx;
+        }
+        if (okc && td_grad(&cur, NULL, 1, &x0, 1, 1, 0, 0, &gx) != TD_OK) {
+            diag("grad: %s", td_last_error());
+        }
+        ok(okc && gx != NULL &&
+           fabs(at(gx, 0) - pow(1.00002, N)) < 1e-9 * pow(1.00002, N),
+           "grad() through a %d-op chain: c^N = %.6f", N, at(gx, 0));
+        td_tensor_release(gx);
+        is_int(td_backward(&cur, NULL, 1, 0, 0), TD_OK, "backward through the "
+               "chain");
+        td_tensor_release(cur);   /* frees 50000 nodes without recursion */
+        ok(td_tensor_grad(x0) != NULL, "leaf reached; graph freed");
+        td_tensor_release(x0);
+        td_tensor_release(c);
     }
     (void)g;
     td_tensor_release(x);
