@@ -449,14 +449,16 @@ td_leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g, int create_graph)
                 old = NULL;
             }
         }
-    } else if (create_graph || td_tensor_requires_grad(leaf->grad)) {
+    } else if (create_graph || td_tensor_requires_grad(leaf->grad) ||
+               !td_tensor_is_contiguous(leaf->grad)) {
         status = td_add(leaf->grad, g, &sum);
         if (status == TD_OK) {
             old = leaf->grad;
             leaf->grad = sum;
         }
     } else {
-        /* in place: the .grad buffer is ours and contiguous */
+        /* in place into the contiguous .grad buffer (a flat-buffer slice
+         * stays where DDP and the optimizer expect it) */
         td_kernels_get(leaf->device)->binary(
             TD_BIN_ADD, leaf->dtype, td_tensor_data(leaf->grad),
             (td_operand_t){td_tensor_data(leaf->grad), leaf->grad->strides},

@@ -122,7 +122,7 @@ main(void)
     td_tensor_t *x, *y, *z, *s, *s2, *g[2];
     td_status_t st;
 
-    plan(39);
+    plan(43);
 
     /* accumulation into .grad and summing of partial gradients */
     x = vec(xv, 3, 1);
@@ -178,6 +178,21 @@ main(void)
         like(td_last_error(), "mul.*float64.*float32", "dtypes named");
         td_tensor_release(a2);
         td_tensor_release(f32);
+    }
+    {
+        td_tensor_t *logits, *tgt, *r = NULL, *m2;
+        td_tensor_zeros((int64_t[]){2, 5}, 2, TD_FLOAT64, &logits);
+        td_tensor_from_data((int64_t[]){1, 7}, (int64_t[]){2}, 1, TD_INT64, &tgt);
+        is_int(td_cross_entropy(logits, tgt, TD_REDUCTION_MEAN, &r),
+               TD_ERR_RANGE, "cross_entropy with target 7 of 5 classes fails");
+        like(td_last_error(), "index\\[1\\]=7 is outside \\[0, 5\\)",
+             "the bad target is named");
+        td_tensor_zeros((int64_t[]){3, 4}, 2, TD_FLOAT64, &m2);
+        is_int(td_matmul(logits, m2, &r), TD_ERR_SHAPE, "matmul [2, 5] @ [3, 4]");
+        like(td_last_error(), "matmul.*\\[2, 5\\].*\\[3, 4\\]", "names both shapes");
+        td_tensor_release(m2);
+        td_tensor_release(logits);
+        td_tensor_release(tgt);
     }
 
     /* saved tensor modified in place */
