@@ -6,5 +6,12 @@
 #include <todist/status.h>
 #include <todist/world.h>
 #include <todist/topology.h>
+#include <todist/tensor.h>
+#include <todist/autograd.h>
+#include <todist/ops.h>
+#include <todist/optim.h>
+#include <todist/nn.h>
+#include <todist/data.h>
+#include <todist/safetensors.h>
 
 #endif /* TODIST_TODIST_H */
