@@ -34,7 +34,10 @@ rc=$?
 t1=$(td_now)
 is "$rc" 7 "exit status of the failing rank"
 like "$(cat $T/err)" 'rank 1 \(pid [0-9]+\) exited with code 7' "names the failing rank and its code"
-ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 5)}'; echo $?)" "others stopped within 5 s"
+# Teardown takes ~0.1 s here (at most the 3 s grace period by design);
+# without it the others would sleep 60 s and hit the 30 s timeout. The bound
+# is loose so a loaded machine cannot fail the test.
+ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 20)}'; echo $?)" "others stopped, not left running"
 
 run -n 2 sh -c 'if [ $TODIST_RANK = 0 ]; then kill -9 $$; fi; sleep 60' 2>$T/err
 is "$?" 137 "killed rank gives 128+9"
@@ -45,7 +48,7 @@ run -n 2 --grace-period 1 sh -c 'trap "" TERM; if [ $TODIST_RANK = 1 ]; then exi
 rc=$?
 t1=$(td_now)
 is "$rc" 3 "a rank ignoring SIGTERM does not change the status"
-ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 5)}'; echo $?)" "SIGKILL after the grace period"
+ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 20)}'; echo $?)" "SIGKILL after the grace period (else the 30 s timeout)"
 
 # --- signals are forwarded
 todist-run -n 2 sh -c 'trap "echo got > '"$T"'/sig.$TODIST_RANK; exit 0" TERM; echo up > '"$T"'/up.$TODIST_RANK; while :; do sleep 0.1; done' &
