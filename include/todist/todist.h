@@ -5,5 +5,6 @@
 
 #include <todist/status.h>
 #include <todist/world.h>
+#include <todist/slurm_env.h>
 
 #endif /* TODIST_TODIST_H */
