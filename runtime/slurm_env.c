@@ -170,7 +170,9 @@ td_slurm_opts_user(const char *optarg, td_slurm_opts_t *opts)
     td_status_t status = TD_OK;
 
     o.enabled = true;
-    if (optarg == NULL || optarg[0] == '\0') {
+    /* sbatch forwards a bare --todist to the batch script's srun steps as
+     * the string "(null)" (SLURM_SPANK__SLURM_SPANK_OPTION_todist_todist). */
+    if (optarg == NULL || optarg[0] == '\0' || !strcmp(optarg, "(null)")) {
         *opts = o;      /* a bare --todist arrives as "" */
         return TD_OK;
     }

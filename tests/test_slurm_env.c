@@ -92,7 +92,7 @@ main(void)
     char tok1[TD_JOB_TOKEN_HEX + 1], tok2[TD_JOB_TOKEN_HEX + 1];
     unsigned expect_port;
 
-    plan(84);
+    plan(85);
     td_slurm_opts_init(&def);
 
     /* ---- user options ---------------------------------------------- */
@@ -102,6 +102,9 @@ main(void)
        o.bind == TD_BIND_CLOSEST, "bare --todist: enabled with defaults");
     o = def;
     is_int(td_slurm_opts_user(NULL, &o), TD_OK, "NULL optarg accepted");
+    o = def;
+    ok(td_slurm_opts_user("(null)", &o) == TD_OK && o.enabled && !o.verbose,
+       "sbatch's forwarded bare option \"(null)\" means the defaults");
     o = def;
     is_int(td_slurm_opts_user("verbose,port=31000,bind=none,torchrun=no", &o),
            TD_OK, "full option list accepted");
