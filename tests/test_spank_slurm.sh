@@ -133,7 +133,7 @@ nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
 wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
 # ---- the tests ----------------------------------------------------------
-plan 41
+plan 43
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -277,6 +277,17 @@ plugstack default=on torchrun=no
 run_srun def -n2 -N1 sh -c "$probe"
 sorted "$D/out/def"
 is "$(col "$D/out/def" rank)|$(field "$D/out/def" RANK | tr -d '\n')" "0 1|" "default=on wires every step (site torchrun=no)"
+# Failures surface from task_init: an srun whose host lacks the plugin
+# makes no token, so every task fails with the plugin's message and srun
+# exits non-zero (a user_init failure would not reach srun's status).
+: > "$D/plugstack-empty.conf"
+sed "s|^PlugStackConfig=.*|PlugStackConfig=$D/plugstack-empty.conf|" "$D/slurm.conf" \
+    > "$D/slurm-noplugin.conf"
+SLURM_CONF=$D/slurm-noplugin.conf timeout 60 srun -N1 -n2 true >"$D/out/notoken" 2>&1
+rc=$?
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "no token from srun: the step fails (status $rc)"
+like "$(cat "$D/out/notoken")" "todist: job [0-9]+ step [0-9]+: TODIST_JOB_TOKEN is not set" \
+    "the task reports the missing token"
 plugstack colour=blue
 timeout 60 srun -n1 true >"$D/out/badconf" 2>&1
 rc=$?
