@@ -17,9 +17,12 @@ ok "$(nm -D --defined-only "$so" | grep -q ' td_'; [ $? = 1 ]; echo $?)" "no td_
 needed=$(readelf -d "$so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')
 ok "$(echo "$needed" | grep -Eq 'libslurm|libtodist'; [ $? = 1 ]; echo $?)" \
     "links no libslurm, no libtodist (NEEDED: $needed)"
-undef=$(nm -D --undefined-only "$so" | awk '{print $2}' | grep -Ev '^(spank_|slurm_)' |
-        grep -Ev '@GLIBC|^_(_gmon_start__|ITM_|_cxa_finalize)' | tr '\n' ' ')
-is "$undef" "" "undefined symbols are libc's or the host's spank_*/slurm_*"
+# Everything todist-specific is compiled in: no undefined td_* (libtodist),
+# UCX, hwloc or BLAS symbol; from the host only spank_* and slurm_error.
+undef=$(nm -D --undefined-only "$so" | awk '{print $2}' |
+        grep -E '^(td_|uc[pts]_|hwloc_|cblas_|slurm_|spank_)' |
+        grep -Ev '^(spank_[a-z_]+|slurm_error)$' | tr '\n' ' ')
+is "$undef" "" "no undefined todist, UCX, hwloc or Slurm-library symbol"
 is "$(nm -D "$so" | awk '$2 == "R" && $3 == "plugin_type"' | wc -l)" 1 "plugin_type is data"
 # Slurm's loader checks plugin_type == "spank"; read it from the file.
 ok "$(strings "$so" 2>/dev/null | grep -qx spank; echo $?)" "plugin_type string is 'spank'"

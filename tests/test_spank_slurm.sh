@@ -17,32 +17,51 @@ done
 PATH=$PATH:/usr/sbin
 unshare --mount true 2>/dev/null || skip_all "cannot make mount namespaces"
 
+# A sanitizer build's plugin needs the ASan runtime loaded first, which
+# Slurm's programs lack. TD_SPANK_ASAN=1 preloads it into srun and the
+# daemons (the plugin then runs under ASan for real), but ASan in the
+# multi-threaded, forking slurmstepd can deadlock, so it is opt-in.
+if readelf -d "$plugin" 2>/dev/null | grep -q 'libasan'; then
+    [ "${TD_SPANK_ASAN:-0}" = 1 ] ||
+        skip_all "sanitizer build: todist.so needs ASan preloaded into Slurm (set TD_SPANK_ASAN=1)"
+    LD_PRELOAD="$(${TD_CC:-cc} -print-file-name=libasan.so) $(${TD_CC:-cc} -print-file-name=libubsan.so)"
+    ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
+    export LD_PRELOAD ASAN_OPTIONS
+fi
+
 D=$TD_TMP/cluster
 mkdir -p "$D/munge" "$D/state" "$D/spool" "$D/tmpfs" "$D/out"
 chmod 0700 "$D/munge"
 
 # ---- cleanup: kill what the pid files name, never by process name --------
+# The daemons carry TD_SPANK_CLUSTER=$D in their environment, which their
+# slurmstepd children inherit: a step left hanging is found by it.
 _pidfiles="$D/munged.pid $D/slurmctld.pid $D/slurmd-n1.pid $D/slurmd-n2.pid \
 $D/slurmd-n3.pid $D/slurmd-n4.pid"
-stop_daemons() {
+pids_of_cluster() {
     for f in $_pidfiles; do
-        [ -s "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null
+        p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && echo "$p"
     done
-    # Wait (bounded) so nothing holds the temp dir when lib.sh removes it.
-    t=0
-    while [ $t -lt 100 ]; do
-        alive=0
-        for f in $_pidfiles; do
-            [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && alive=1
-        done
-        [ $alive = 0 ] && break
-        sleep 0.1; t=$((t + 1))
-    done
-    for f in $_pidfiles; do
-        [ -s "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
+    for e in /proc/[0-9]*/environ; do
+        tr '\0' '\n' < "$e" 2>/dev/null | grep -qx "TD_SPANK_CLUSTER=$D" &&
+            p=${e#/proc/} && echo "${p%/environ}"
     done
 }
-trap 'stop_daemons; _td_cleanup' EXIT
+any_alive() {
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done
+    return 1
+}
+stop_daemons() {
+    pids=$(pids_of_cluster | sort -u)
+    [ -n "$pids" ] && kill -TERM $pids 2>/dev/null
+    t=0     # wait (bounded) so nothing holds the temp dir when it goes
+    while [ $t -lt 100 ] && any_alive $pids; do
+        sleep 0.1; t=$((t + 1))
+    done
+    pids=$(pids_of_cluster | sort -u)
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+}
+trap "stop_daemons; [ -n \"\$TD_KEEP\" ] || _td_cleanup" EXIT
 
 # Poll CMD until it succeeds or SECONDS pass.
 wait_for() { # seconds cmd...
@@ -70,7 +89,7 @@ done
 mungekey --create --keyfile="$D/munge/munge.key" --bits=1024 2>"$D/mungekey.log" ||
     die_setup "mungekey"
 chmod 0400 "$D/munge/munge.key"
-munged --force --socket="$D/munge/munge.sock" --key-file="$D/munge/munge.key" \
+TD_SPANK_CLUSTER=$D munged --force --socket="$D/munge/munge.sock" --key-file="$D/munge/munge.key" \
     --pid-file="$D/munged.pid" --log-file="$D/munged.log" \
     --seed-file="$D/munge/seed" >"$D/munged.out" 2>&1 || die_setup "munged"
 wait_for 10 sh -c "munge -S '$D/munge/munge.sock' -n | unmunge -S '$D/munge/munge.sock'" ||
@@ -124,9 +143,9 @@ export SLURM_CONF=$D/slurm.conf
 for n in 1 2 3 4; do mkdir -p "$D/tmpfs/n$n" "$D/spool/n$n"; done
 
 # ---- daemons -----------------------------------------------------------
-slurmctld -i >"$D/slurmctld.out" 2>&1 || die_setup "slurmctld"
+TD_SPANK_CLUSTER=$D slurmctld -i >"$D/slurmctld.out" 2>&1 || die_setup "slurmctld"
 for n in 1 2 3 4; do
-    unshare --mount sh -c "mount --bind '$D/hosts' /etc/hosts && exec slurmd -N n$n" \
+    TD_SPANK_CLUSTER=$D unshare --mount sh -c "mount --bind '$D/hosts' /etc/hosts && exec slurmd -N n$n" \
         >"$D/slurmd-n$n.out" 2>&1 || die_setup "slurmd n$n"
 done
 nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
