@@ -10,7 +10,7 @@
 plugin=$top_builddir/spank/.libs/todist.so
 [ -f "$plugin" ] || skip_all "SPANK plugin not built (no slurm/spank.h)"
 [ "$(id -u)" = 0 ] || skip_all "needs root to run slurmd and munged"
-for b in munged mungekey slurmctld slurmd srun sbatch sinfo scontrol unshare; do
+for b in munged mungekey slurmctld slurmd srun sbatch salloc squeue sinfo scontrol unshare; do
     command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] ||
         skip_all "$b not installed (scripts/install-deps.sh installs Slurm)"
 done
@@ -152,7 +152,7 @@ nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
 wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
 # ---- the tests ----------------------------------------------------------
-plan 43
+plan 45
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -187,6 +187,9 @@ tok=$(field "$D/out/one" token | sort -u)
 ok "$([ "$(echo "$tok" | wc -l)" = 1 ] && echo "$tok" | grep -Eqx '[0-9a-f]{64}'; echo $?)" \
     "one 64-hex-digit token in all tasks"
 is "$(col "$D/out/one" omp)" "1 1 1 1" "OMP_NUM_THREADS = the task's CPUs (4 CPUs / 4 tasks)"
+
+run_srun cpt -N1 -n2 -c2 -w n1 --todist sh -c "$probe"
+is "$(col "$D/out/cpt" omp)" "2 2" "OMP_NUM_THREADS = --cpus-per-task (2)"
 
 # 2. a second step gets another token and another port
 run_srun one2 -N1 -n4 -w n1 --todist sh -c "$probe"
@@ -290,6 +293,12 @@ sorted "$D/out/inner"
 is "$(col "$D/out/inner" rank)|$(field "$D/out/inner" nnodes | sort -u)" "0 1 2 3|2" \
     "inner srun step wired: 4 ranks on 2 nodes"
 is "$(consistent "$D/out/inner")" ok "inner step's mapping matches placement"
+
+# salloc --todist: the srun steps inside the allocation are wired
+timeout 120 salloc -N2 -n2 --todist srun sh -c "$probe" >"$D/out/salloc" 2>"$D/out/salloc.err"
+sorted "$D/out/salloc"
+is "$(col "$D/out/salloc" rank)|$(col "$D/out/salloc" node_rank)" "0 1|0 1" \
+    "salloc --todist: its srun step is wired"
 
 # 9. site default=on: no --todist needed; bad plugstack argument reported
 plugstack default=on torchrun=no
