@@ -4,7 +4,7 @@
 # man page, and modulefiles for Lmod (Lua) and Environment Modules (Tcl)
 # that point at the prefix and are valid for their interpreters.
 . "$top_srcdir/tests/lib.sh"
-plan 11
+plan 13
 D=$TD_TMP/dest
 ${TD_MAKE:-make} -C "$top_builddir" install DESTDIR="$D" >"$TD_TMP/install.log" 2>&1
 rc=$?
@@ -17,8 +17,8 @@ case $plugdir in '${libdir}'*) plugdir=$(mk libdir | sed "s|\${exec_prefix}|$pre
 datadir=$prefix/share
 
 ok "$(find "$D" -name 'todist.spank.8*' | grep -q .; echo $?)" "todist.spank(8) installed"
-lua=$D$datadir/lmod/modulefiles/todist/todist.lua
-tcl=$D$datadir/modulefiles/todist/todist.tcl
+lua=$D$datadir/lmod/modulefiles/todist/$(mk PACKAGE_VERSION).lua
+tcl=$D$datadir/modulefiles/todist/$(mk PACKAGE_VERSION)
 ok "$([ -f "$lua" ] && [ -f "$tcl" ]; echo $?)" "Lmod and Tcl modulefiles installed"
 like "$(grep -c 'prepend_path("\(PATH\|LD_LIBRARY_PATH\|PKG_CONFIG_PATH\|MANPATH\|CPATH\)"' "$lua")" '^5$' \
     "Lua modulefile sets PATH, LD_LIBRARY_PATH, PKG_CONFIG_PATH, MANPATH, CPATH"
@@ -39,6 +39,21 @@ if command -v tclsh >/dev/null 2>&1; then
 else
     skip 2 "tclsh not installed"
 fi
+
+# Real module loads with Lmod (which reads both Lua and Tcl modulefiles):
+# `module load todist` from each tree sets the five paths to the prefix.
+lmod=/usr/share/lmod/lmod/libexec/lmod
+libdir=$(mk libdir | sed "s|\${exec_prefix}|$prefix|")
+want="$prefix/include|$libdir|$prefix/share/man|$libdir/pkgconfig|$prefix/bin"
+for tree in lmod/modulefiles modulefiles; do
+    if [ -x "$lmod" ]; then
+        got=$(env -i HOME="$TD_TMP" PATH=/usr/bin:/bin MODULEPATH="$D$datadir/$tree" sh -c \
+            "eval \"\$($lmod sh load todist)\" && echo \"\$CPATH|\$LD_LIBRARY_PATH|\$MANPATH|\$PKG_CONFIG_PATH|\${PATH%%:*}\"" 2>&1)
+        is "$got" "$want" "Lmod: module load todist from share/$tree"
+    else
+        skip 1 "Lmod not installed"
+    fi
+done
 
 if [ -f "$top_builddir/spank/.libs/todist.so" ]; then
     ok "$([ -f "$D$plugdir/todist.so" ]; echo $?)" "todist.so in Slurm's plugin dir ($plugdir)"
