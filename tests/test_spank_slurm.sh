@@ -43,7 +43,7 @@ pids_of_cluster() {
         p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && echo "$p"
     done
     for e in /proc/[0-9]*/environ; do
-        tr '\0' '\n' < "$e" 2>/dev/null | grep -qx "TD_SPANK_CLUSTER=$D" &&
+        { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "TD_SPANK_CLUSTER=$D" &&
             p=${e#/proc/} && echo "${p%/environ}"
     done
 }
@@ -152,7 +152,7 @@ nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
 wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
 # ---- the tests ----------------------------------------------------------
-plan 45
+plan 47
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -284,6 +284,9 @@ cat > "$D/job.sh" <<JOB
 #!/bin/sh
 echo "batch token=\${TODIST_JOB_TOKEN-} rank=\${TODIST_RANK-} RANK=\${RANK-}" > "$D/out/batch"
 srun -N2 -n4 sh -c '$probe' > "$D/out/inner"
+srun -N1 -n2 --exact sh -c '$probe; sleep 1' > "$D/out/conc-a" &
+srun -N1 -n2 --exact sh -c '$probe; sleep 1' > "$D/out/conc-b" &
+wait
 JOB
 jid=$(sbatch --parsable -N2 -n4 --todist -o "$D/out/sbatch.log" "$D/job.sh")
 job_done() { ! squeue -h -j "$jid" 2>/dev/null | grep -q .; }
@@ -293,6 +296,11 @@ sorted "$D/out/inner"
 is "$(col "$D/out/inner" rank)|$(field "$D/out/inner" nnodes | sort -u)" "0 1 2 3|2" \
     "inner srun step wired: 4 ranks on 2 nodes"
 is "$(consistent "$D/out/inner")" ok "inner step's mapping matches placement"
+pa=$(field "$D/out/conc-a" master_port | sort -u); pb=$(field "$D/out/conc-b" master_port | sort -u)
+ok "$([ -n "$pa" ] && [ -n "$pb" ] && [ "$pa" != "$pb" ]; echo $?)" \
+    "two concurrent steps of one job: different ports ($pa, $pb)"
+ta=$(field "$D/out/conc-a" token | sort -u); tb=$(field "$D/out/conc-b" token | sort -u)
+ok "$([ -n "$ta" ] && [ "$ta" != "$tb" ]; echo $?)" "and different tokens"
 
 # salloc --todist: the srun steps inside the allocation are wired
 timeout 120 salloc -N2 -n2 --todist srun sh -c "$probe" >"$D/out/salloc" 2>"$D/out/salloc.err"
