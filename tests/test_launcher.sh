@@ -60,7 +60,8 @@ is "$(cat $T/sig.0 $T/sig.1 2>/dev/null | tr '\n' ' ')" "got got " "SIGTERM reac
 # --- restarts
 run -n 2 --max-restarts 2 sh -c 'echo $TODIST_RESTART_COUNT >> '"$T"'/rs.$TODIST_RANK; [ $TODIST_RESTART_COUNT -ge 2 ] || exit 3' 2>$T/err
 is "$?" 0 "succeeds on the third incarnation"
-is "$(cat $T/rs.0 | tr '\n' ' ')" "0 1 2 " "TODIST_RESTART_COUNT counts restarts"
+# a rank writes before it fails; the other may be stopped before writing
+is "$(cat $T/rs.* | sort -u | tr '\n' ' ')" "0 1 2 " "TODIST_RESTART_COUNT counts restarts"
 run -n 1 --max-restarts 1 sh -c 'exit 4' 2>/dev/null
 is "$?" 4 "restarts exhausted: the rank's status"
 
