@@ -65,7 +65,11 @@ if [ -f "$top_builddir/spank/.libs/todist.so" ]; then
         sed "s|$plugdir|$D$plugdir|" "$conf" > "$TD_TMP/plugstack.conf"
         printf 'ClusterName=x\nSlurmctldHost=localhost\nPlugStackConfig=%s\nNodeName=x CPUs=1\nPartitionName=p Nodes=x\n' \
             "$TD_TMP/plugstack.conf" > "$TD_TMP/slurm.conf"
-        like "$(SLURM_CONF=$TD_TMP/slurm.conf srun --help 2>&1 | grep -e '--todist')" "--todist=\\[OPTIONS\\] +Wire every task" \
+        # A sanitizer build's plugin needs the ASan runtime first in srun.
+        pre=
+        readelf -d "$D$plugdir/todist.so" 2>/dev/null | grep -q libasan &&
+            pre="$(${TD_CC:-cc} -print-file-name=libasan.so) $(${TD_CC:-cc} -print-file-name=libubsan.so)"
+        like "$(LD_PRELOAD=$pre ASAN_OPTIONS=detect_leaks=0 SLURM_CONF=$TD_TMP/slurm.conf srun --help 2>&1 | grep -e '--todist')" "--todist=\\[OPTIONS\\] +Wire every task" \
             "srun --help lists --todist from the installed plugin"
     else
         skip 1 "srun not installed"

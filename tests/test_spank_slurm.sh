@@ -34,8 +34,8 @@ mkdir -p "$D/munge" "$D/state" "$D/spool" "$D/tmpfs" "$D/out"
 chmod 0700 "$D/munge"
 
 # ---- cleanup: kill what the pid files name, never by process name --------
-# The daemons carry TD_SPANK_CLUSTER=$D in their environment, which their
-# slurmstepd children inherit: a step left hanging is found by it.
+# Everything this cluster started (daemons, slurmstepd, tasks) inherits
+# SLURM_CONF=$D/slurm.conf: a step left hanging is found by it.
 _pidfiles="$D/munged.pid $D/slurmctld.pid $D/slurmd-n1.pid $D/slurmd-n2.pid \
 $D/slurmd-n3.pid $D/slurmd-n4.pid"
 pids_of_cluster() {
@@ -43,8 +43,10 @@ pids_of_cluster() {
         p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && echo "$p"
     done
     for e in /proc/[0-9]*/environ; do
-        { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "TD_SPANK_CLUSTER=$D" &&
-            p=${e#/proc/} && echo "${p%/environ}"
+        p=${e#/proc/}; p=${p%/environ}
+        [ "$p" != $$ ] &&
+            { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "SLURM_CONF=$D/slurm.conf" &&
+            echo "$p"
     done
 }
 any_alive() {
@@ -89,7 +91,7 @@ done
 mungekey --create --keyfile="$D/munge/munge.key" --bits=1024 2>"$D/mungekey.log" ||
     die_setup "mungekey"
 chmod 0400 "$D/munge/munge.key"
-TD_SPANK_CLUSTER=$D munged --force --socket="$D/munge/munge.sock" --key-file="$D/munge/munge.key" \
+munged --force --socket="$D/munge/munge.sock" --key-file="$D/munge/munge.key" \
     --pid-file="$D/munged.pid" --log-file="$D/munged.log" \
     --seed-file="$D/munge/seed" >"$D/munged.out" 2>&1 || die_setup "munged"
 wait_for 10 sh -c "munge -S '$D/munge/munge.sock' -n | unmunge -S '$D/munge/munge.sock'" ||
@@ -143,9 +145,9 @@ export SLURM_CONF=$D/slurm.conf
 for n in 1 2 3 4; do mkdir -p "$D/tmpfs/n$n" "$D/spool/n$n"; done
 
 # ---- daemons -----------------------------------------------------------
-TD_SPANK_CLUSTER=$D slurmctld -i >"$D/slurmctld.out" 2>&1 || die_setup "slurmctld"
+slurmctld -i >"$D/slurmctld.out" 2>&1 || die_setup "slurmctld"
 for n in 1 2 3 4; do
-    TD_SPANK_CLUSTER=$D unshare --mount sh -c "mount --bind '$D/hosts' /etc/hosts && exec slurmd -N n$n" \
+    unshare --mount sh -c "mount --bind '$D/hosts' /etc/hosts && exec slurmd -N n$n" \
         >"$D/slurmd-n$n.out" 2>&1 || die_setup "slurmd n$n"
 done
 nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
