@@ -13,5 +13,6 @@
 #include <todist/nn.h>
 #include <todist/data.h>
 #include <todist/safetensors.h>
+#include <todist/slurm_env.h>
 
 #endif /* TODIST_TODIST_H */

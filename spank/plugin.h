@@ -1,0 +1,30 @@
+/* plugin.h: state shared by the parts of the SPANK plugin (todist.so).
+ *
+ * todist.c is the entry point Slurm sees: it registers --todist, parses the
+ * plugstack.conf arguments and dispatches on spank_context(); srun.c is the
+ * srun side (local context), stepd.c the slurmstepd side (remote context).
+ * Slurm calls a plugin from one thread per process, so nothing here needs
+ * locking. Every message starts with "todist:". */
+#ifndef TODIST_SPANK_PLUGIN_H
+#define TODIST_SPANK_PLUGIN_H
+
+#include <stdbool.h>
+
+#include <slurm/spank.h>
+
+#include "todist/slurm_env.h"
+
+typedef struct {
+    td_slurm_opts_t opts;      /* site defaults, then the user's options */
+    bool            site_ok;   /* plugstack.conf arguments parsed */
+} plugin_state_t;
+
+extern plugin_state_t todist_state;
+
+/* srun side: make the job token every task of the step shares. */
+int todist_srun_user_init(spank_t sp);
+
+/* slurmstepd side, in the task just before exec: export the mapping. */
+int todist_stepd_task_init(spank_t sp);
+
+#endif /* TODIST_SPANK_PLUGIN_H */

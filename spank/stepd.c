@@ -1,0 +1,84 @@
+/* stepd.c: the plugin's slurmstepd side (remote context). task_init runs
+ * in each task after fork, just before exec, the only point that sees the
+ * task's own SLURM_PROCID and Slurm's per-task CUDA_VISIBLE_DEVICES; it
+ * maps them with td_slurm_env_map(). Failures are reported here, not in
+ * user_init, because only a failing task reaches srun's exit status. */
+#include "config.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <slurm/slurm.h>
+
+#include "spank/plugin.h"
+
+static const char *
+envp_lookup(const char *name, void *arg)
+{
+    char **envp = arg;
+    size_t len = strlen(name);
+
+    for (; envp != NULL && *envp != NULL; envp++) {
+        if (strncmp(*envp, name, len) == 0 && (*envp)[len] == '=') {
+            return *envp + len + 1;
+        }
+    }
+    return NULL;
+}
+
+static int
+spank_set(const char *name, const char *value, void *arg)
+{
+    return spank_setenv((spank_t)arg, name, value, 1) == ESPANK_SUCCESS ? 0 : -1;
+}
+
+/* Report on the task's stderr (srun shows it) and in slurmd's log. */
+static int
+task_fail(uint32_t job, uint32_t step, const char *what)
+{
+    fprintf(stderr, "todist: job %u step %u: %s\n", job, step, what);
+    fflush(stderr);
+    slurm_error("todist: job %u step %u: %s", job, step, what);
+    return -1;
+}
+
+int
+todist_stepd_task_init(spank_t sp)
+{
+    uint32_t job = 0, step = 0;
+    char **envp = NULL;
+    td_slurm_task_t task;
+    const td_world_t *w = &task.world;
+
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS) {
+        return task_fail(job, step, "cannot read the job and step ids");
+    }
+    /* The batch script and the extern step are not a world of tasks; the
+     * sbatch script's inner srun steps are. */
+    if (step == SLURM_BATCH_SCRIPT || step == SLURM_EXTERN_CONT) {
+        return 0;
+    }
+    if (spank_get_item(sp, S_JOB_ENV, &envp) != ESPANK_SUCCESS ||
+        envp == NULL) {
+        return task_fail(job, step, "cannot read the task's environment");
+    }
+    /* Every lookup happens before the first spank_setenv(), which may
+     * reallocate ENVP. */
+    if (td_slurm_env_map(envp_lookup, envp, &todist_state.opts, spank_set, sp,
+                         &task) != TD_OK) {
+        return task_fail(job, step, td_last_error());
+    }
+    if (todist_state.opts.verbose) {
+        fprintf(stderr, "todist: job %u step %u: rank %d/%d local %d/%d "
+                "node %d/%d master %s:%u gpu %s%s omp %d\n", job, step,
+                w->rank, w->world_size, w->local_rank, w->local_world_size,
+                w->node_rank, w->nnodes, w->master_addr, w->master_port,
+                task.gpu[0] ? task.gpu : "-",
+                task.gpu_chosen ? " (chosen)" : "",
+                task.omp_threads);
+        fflush(stderr);
+    }
+    return 0;
+}

@@ -1,0 +1,10 @@
+# tests of the SPANK plugin: the pure mapping (no Slurm needed), the
+# plugin's symbols and links, the site installation, and a real Slurm
+# cluster started by the test itself (skips when not root or no Slurm).
+check_PROGRAMS += tests/test_slurm_env
+tests_test_slurm_env_LDADD = $(TD_TEST_LDADD)
+
+TESTS += tests/test_slurm_env tests/test_spank_plugin.sh \
+	tests/test_spank_install.sh tests/test_spank_slurm.sh
+EXTRA_DIST += tests/test_spank_plugin.sh tests/test_spank_install.sh \
+	tests/test_spank_slurm.sh

@@ -1,0 +1,290 @@
+/* The pure half of `srun --todist`: option parsing (user and site), job
+ * tokens, and the mapping from a task's Slurm environment to todist's and
+ * torchrun's variables, including GPU choice and OMP_NUM_THREADS. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <todist/slurm_env.h>
+#include "tests/tap.h"
+
+#define ENV(...) ((char *const[]){ __VA_ARGS__, NULL })
+
+/* What the mapping set, as an envp-like list of "NAME=value". */
+typedef struct {
+    char vars[64][320];
+    int  n;
+    int  fail_on;      /* set() fails on this call number (1-based); 0: never */
+} out_t;
+
+static out_t out;
+static td_slurm_task_t task;
+
+static const char *
+envp_lookup(const char *name, void *arg)
+{
+    char *const *envp = arg;
+    size_t len = strlen(name);
+
+    for (; *envp != NULL; envp++) {
+        if (strncmp(*envp, name, len) == 0 && (*envp)[len] == '=') {
+            return *envp + len + 1;
+        }
+    }
+    return NULL;
+}
+
+static int
+record_set(const char *name, const char *value, void *arg)
+{
+    out_t *o = arg;
+
+    if (o->fail_on != 0 && o->n + 1 == o->fail_on) {
+        return -1;
+    }
+    snprintf(o->vars[o->n++], sizeof(o->vars[0]), "%s=%s", name, value);
+    return 0;
+}
+
+/* Value the mapping set for NAME, or NULL. */
+static const char *
+got(const char *name)
+{
+    size_t len = strlen(name);
+
+    for (int i = 0; i < out.n; i++) {
+        if (strncmp(out.vars[i], name, len) == 0 && out.vars[i][len] == '=') {
+            return out.vars[i] + len + 1;
+        }
+    }
+    return NULL;
+}
+
+/* Map ENVP with OPTS; "" on success or the error message. */
+static const char *
+map(char *const *envp, const td_slurm_opts_t *opts)
+{
+    memset(&out, 0, sizeof(out));
+    memset(&task, 0xff, sizeof(task));
+    if (td_slurm_env_map(envp_lookup, (void *)envp, opts, record_set, &out,
+                         &task) != TD_OK) {
+        return td_last_error();
+    }
+    return "";
+}
+
+#define TOKEN "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+/* A task of `srun -N3 -n7` (3,2,2 tasks per node) on gpu[1-3], job 4242
+ * step 3: global task 5 is the second task of the third node. */
+#define UNEVEN_TASK5 \
+    "SLURM_PROCID=5", "SLURM_LOCALID=1", "SLURM_NODEID=2", \
+    "SLURM_NTASKS=99", "SLURM_STEP_NUM_TASKS=7", "SLURM_STEP_NUM_NODES=3", \
+    "SLURM_STEP_TASKS_PER_NODE=3,2(x2)", "SLURM_STEP_NODELIST=gpu[1-3]", \
+    "SLURM_JOB_ID=4242", "SLURM_STEP_ID=3", "TODIST_JOB_TOKEN=" TOKEN
+
+int
+main(void)
+{
+    td_slurm_opts_t def, o;
+    char tok1[TD_JOB_TOKEN_HEX + 1], tok2[TD_JOB_TOKEN_HEX + 1];
+    unsigned expect_port;
+
+    plan(85);
+    td_slurm_opts_init(&def);
+
+    /* ---- user options ---------------------------------------------- */
+    o = def;
+    is_int(td_slurm_opts_user("", &o), TD_OK, "bare --todist (\"\") accepted");
+    ok(o.enabled && !o.verbose && o.port == 0 && o.torchrun &&
+       o.bind == TD_BIND_CLOSEST, "bare --todist: enabled with defaults");
+    o = def;
+    is_int(td_slurm_opts_user(NULL, &o), TD_OK, "NULL optarg accepted");
+    o = def;
+    ok(td_slurm_opts_user("(null)", &o) == TD_OK && o.enabled && !o.verbose,
+       "sbatch's forwarded bare option \"(null)\" means the defaults");
+    o = def;
+    is_int(td_slurm_opts_user("verbose,port=31000,bind=none,torchrun=no", &o),
+           TD_OK, "full option list accepted");
+    ok(o.enabled && o.verbose && o.port == 31000 && o.bind == TD_BIND_NONE &&
+       !o.torchrun, "every option applied");
+    o = def;
+    is_int(td_slurm_opts_user("bogus", &o), TD_ERR_INVALID, "unknown option");
+    like(td_last_error(), "--todist: .*'bogus'", "message names it");
+    ok(!o.enabled, "options unchanged on error");
+    o = def;
+    is_int(td_slurm_opts_user("verbose,port=70000", &o), TD_ERR_INVALID,
+           "port out of range");
+    like(td_last_error(), "'port=70000'", "message names the bad port");
+    is_int(td_slurm_opts_user("port=12x", &o), TD_ERR_INVALID, "port not a number");
+    is_int(td_slurm_opts_user("port=", &o), TD_ERR_INVALID, "empty port");
+    is_int(td_slurm_opts_user("port", &o), TD_ERR_INVALID, "port without value");
+    is_int(td_slurm_opts_user("bind=far", &o), TD_ERR_INVALID, "bad bind");
+    like(td_last_error(), "'bind=far'", "message names bind=far");
+    is_int(td_slurm_opts_user("torchrun=maybe", &o), TD_ERR_INVALID,
+           "bad torchrun");
+    is_int(td_slurm_opts_user("verbose,,port=1", &o), TD_ERR_INVALID,
+           "empty item rejected");
+    is_int(td_slurm_opts_user("verbose=1", &o), TD_ERR_INVALID,
+           "verbose takes no value");
+    is_int(td_slurm_opts_user("verbose,", &o), TD_ERR_INVALID,
+           "trailing comma rejected");
+
+    /* ---- site arguments ------------------------------------------------ */
+    o = def;
+    is_int(td_slurm_opts_site(4, ENV("default=on", "port_range=30000-30099",
+                                     "bind=none", "torchrun=no"), &o),
+           TD_OK, "site arguments accepted");
+    ok(o.enabled && o.port_lo == 30000 && o.port_hi == 30099 &&
+       o.bind == TD_BIND_NONE && !o.torchrun, "site arguments applied");
+    is_int(td_slurm_opts_user("torchrun=yes", &o), TD_OK,
+           "user option over site defaults");
+    ok(o.torchrun && o.bind == TD_BIND_NONE && o.port_lo == 30000,
+       "user overrides only what it names");
+    o = def;
+    is_int(td_slurm_opts_site(1, ENV("colour=blue"), &o), TD_ERR_INVALID,
+           "unknown site argument");
+    like(td_last_error(), "plugstack.conf: .*'colour=blue'", "message names it");
+    is_int(td_slurm_opts_site(1, ENV("default"), &o), TD_ERR_INVALID,
+           "argument without value");
+    is_int(td_slurm_opts_site(1, ENV("port_range=300-200"), &o), TD_ERR_INVALID,
+           "reversed port range");
+    like(td_last_error(), "port_range=300-200", "message names the range");
+    is_int(td_slurm_opts_site(1, ENV("port_range=1-99999"), &o), TD_ERR_INVALID,
+           "port range above 65535");
+    is_int(td_slurm_opts_site(2, ENV("default=on", "bind=x"), &o),
+           TD_ERR_INVALID, "second argument bad");
+    ok(!o.enabled, "site options unchanged on error");
+    is_int(td_slurm_opts_site(0, ENV("unused"), &o), TD_OK, "no arguments");
+
+    /* ---- tokens ------------------------------------------------------ */
+    is_int(td_job_token_make(tok1, sizeof(tok1)), TD_OK, "token made");
+    is_int(td_job_token_make(tok2, sizeof(tok2)), TD_OK, "second token made");
+    ok(td_job_token_valid(tok1) && strlen(tok1) == 64, "token is 64 hex digits");
+    ok(strcmp(tok1, tok2) != 0, "two tokens differ");
+    is_int(td_job_token_make(tok1, 64), TD_ERR_RANGE, "small buffer refused");
+    ok(!td_job_token_valid("abc") && !td_job_token_valid(TOKEN "0") &&
+       !td_job_token_valid(NULL), "short, long, NULL tokens invalid");
+
+    /* ---- mapping: one node, srun -n4 ------------------------------------ */
+    o = def;
+    o.enabled = true;
+    is_str(map(ENV("SLURM_PROCID=2", "SLURM_LOCALID=2", "SLURM_NODEID=0",
+                   "SLURM_NTASKS=4", "SLURM_STEP_NUM_NODES=1",
+                   "SLURM_STEP_TASKS_PER_NODE=4", "SLURM_STEP_NODELIST=vm",
+                   "SLURM_JOB_ID=17", "SLURM_STEP_ID=0",
+                   "SLURM_CPUS_ON_NODE=8", "TODIST_JOB_TOKEN=" TOKEN,
+                   /* inherited from an outer launcher: must not win */
+                   "TODIST_RANK=0", "TODIST_WORLD_SIZE=1", "RANK=0",
+                   "WORLD_SIZE=1", "TODIST_MASTER_ADDR=elsewhere",
+                   "TODIST_MASTER_PORT=1"), &o), "",
+           "one-node task maps");
+    is_str(got("TODIST_RANK"), "2", "TODIST_RANK");
+    is_str(got("TODIST_WORLD_SIZE"), "4", "TODIST_WORLD_SIZE");
+    is_str(got("TODIST_LOCAL_RANK"), "2", "TODIST_LOCAL_RANK");
+    is_str(got("TODIST_LOCAL_WORLD_SIZE"), "4", "TODIST_LOCAL_WORLD_SIZE");
+    is_str(got("TODIST_NODE_RANK"), "0", "TODIST_NODE_RANK");
+    is_str(got("TODIST_NNODES"), "1", "TODIST_NNODES");
+    is_str(got("TODIST_MASTER_ADDR"), "vm", "master is the first node");
+    expect_port = TD_PORT_RANGE_LO + (17u * 101 + 0) %
+                  (TD_PORT_RANGE_HI - TD_PORT_RANGE_LO + 1);
+    is_int(atoi(got("TODIST_MASTER_PORT") ? got("TODIST_MASTER_PORT") : "0"),
+           expect_port, "port derived from job and step ids");
+    is_str(got("TODIST_BIND"), "closest", "TODIST_BIND default");
+    is_str(got("RANK"), "2", "torchrun RANK");
+    is_str(got("MASTER_ADDR"), "vm", "torchrun MASTER_ADDR");
+    is_str(got("OMP_NUM_THREADS"), "2", "OMP_NUM_THREADS = 8 cpus / 4 tasks");
+    ok(got("TODIST_GPU") == NULL && got("CUDA_VISIBLE_DEVICES") == NULL,
+       "no GPU: nothing GPU-related set");
+    ok(got("TODIST_JOB_TOKEN") == NULL, "token left as srun set it");
+
+    /* ---- mapping: uneven -N3 -n7, torchrun names, fixed port --------- */
+    o = def;
+    o.port = 31234;
+    is_str(map(ENV(UNEVEN_TASK5, "SLURM_CPUS_PER_TASK=3"), &o), "",
+           "uneven task maps");
+    ok(task.world.rank == 5 && task.world.world_size == 7 &&
+       task.world.local_rank == 1 && task.world.local_world_size == 2 &&
+       task.world.node_rank == 2 && task.world.nnodes == 3,
+       "rank 5 of 7: local 1 of 2 on node 2 of 3");
+    is_str(got("TODIST_WORLD_SIZE"), "7", "step's task count, not the job's");
+    is_str(got("TODIST_MASTER_ADDR"), "gpu1", "master is gpu1");
+    is_str(got("TODIST_MASTER_PORT"), "31234", "port=N honoured");
+    is_str(got("GROUP_RANK"), "2", "torchrun GROUP_RANK is the node rank");
+    is_str(got("LOCAL_WORLD_SIZE"), "2", "torchrun LOCAL_WORLD_SIZE");
+    is_str(got("OMP_NUM_THREADS"), "3", "OMP_NUM_THREADS = SLURM_CPUS_PER_TASK");
+
+    /* torchrun=no, OMP_NUM_THREADS kept, port range honoured */
+    o = def;
+    o.torchrun = false;
+    o.port_lo = 40000;
+    o.port_hi = 40009;
+    is_str(map(ENV(UNEVEN_TASK5, "OMP_NUM_THREADS=5"), &o), "",
+           "torchrun=no maps");
+    ok(got("RANK") == NULL && got("WORLD_SIZE") == NULL &&
+       got("MASTER_ADDR") == NULL && got("GROUP_RANK") == NULL,
+       "torchrun=no: no torchrun names");
+    ok(got("OMP_NUM_THREADS") == NULL, "OMP_NUM_THREADS set by the user kept");
+    is_int(atoi(got("TODIST_MASTER_PORT")), 40000 + (4242 * 101 + 3) % 10,
+           "derived port within the site's range");
+
+    /* ---- GPUs ------------------------------------------------------------- */
+    o = def;
+    is_str(map(ENV(UNEVEN_TASK5, "CUDA_VISIBLE_DEVICES=0,1,2,3",
+                   "GPU_DEVICE_ORDINAL=0,1,2,3"), &o), "", "4 GPUs visible");
+    is_str(got("CUDA_VISIBLE_DEVICES"), "1", "local rank 1 takes the 2nd GPU");
+    is_str(got("GPU_DEVICE_ORDINAL"), "1", "GPU_DEVICE_ORDINAL follows");
+    is_str(got("TODIST_GPU"), "1", "TODIST_GPU records it");
+    is_str(map(ENV("SLURM_PROCID=3", "SLURM_LOCALID=3", "SLURM_NODEID=0",
+                   "SLURM_NTASKS=4", "SLURM_STEP_NUM_NODES=1",
+                   "SLURM_STEP_TASKS_PER_NODE=4", "SLURM_STEP_NODELIST=vm",
+                   "SLURM_JOB_ID=1", "SLURM_STEP_ID=0",
+                   "CUDA_VISIBLE_DEVICES=4,6", "TODIST_JOB_TOKEN=" TOKEN), &o),
+           "", "2 GPUs for 4 tasks");
+    is_str(got("CUDA_VISIBLE_DEVICES"), "6", "local rank 3 wraps to GPU 6");
+    is_str(map(ENV(UNEVEN_TASK5, "CUDA_VISIBLE_DEVICES=2"), &o), "",
+           "one GPU bound by Slurm");
+    ok(got("CUDA_VISIBLE_DEVICES") == NULL && got("TODIST_GPU") != NULL &&
+       strcmp(got("TODIST_GPU"), "2") == 0 && !task.gpu_chosen,
+       "Slurm's single-GPU binding kept, recorded in TODIST_GPU");
+    o.bind = TD_BIND_NONE;
+    is_str(map(ENV(UNEVEN_TASK5, "CUDA_VISIBLE_DEVICES=0,1,2,3"), &o), "",
+           "bind=none maps");
+    ok(got("CUDA_VISIBLE_DEVICES") == NULL && got("TODIST_GPU") == NULL,
+       "bind=none leaves the GPUs alone");
+    is_str(got("TODIST_BIND"), "none", "TODIST_BIND=none exported");
+    o = def;
+    like(map(ENV(UNEVEN_TASK5, "CUDA_VISIBLE_DEVICES=0,,1"), &o),
+         "CUDA_VISIBLE_DEVICES='0,,1'", "empty GPU entry rejected");
+
+    /* ---- errors: nothing set ------------------------------------------ */
+    like(map(ENV("SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+                 "SLURM_NTASKS=1", "SLURM_STEP_NUM_NODES=1",
+                 "SLURM_STEP_TASKS_PER_NODE=1", "SLURM_STEP_NODELIST=vm"), &o),
+         "TODIST_JOB_TOKEN is not set", "missing token is an error");
+    is_int(out.n, 0, "nothing set on error");
+    like(map(ENV("SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+                 "SLURM_NTASKS=1", "SLURM_STEP_NUM_NODES=1",
+                 "SLURM_STEP_TASKS_PER_NODE=1", "SLURM_STEP_NODELIST=vm",
+                 "TODIST_JOB_TOKEN=xyz"), &o),
+         "TODIST_JOB_TOKEN is not 64 hex", "malformed token is an error");
+    like(map(ENV("SLURM_PROCID=9", "SLURM_LOCALID=0", "SLURM_NODEID=0",
+                 "SLURM_NTASKS=4", "SLURM_STEP_NUM_NODES=1",
+                 "SLURM_STEP_TASKS_PER_NODE=4", "SLURM_STEP_NODELIST=vm",
+                 "TODIST_JOB_TOKEN=" TOKEN), &o),
+         "SLURM_PROCID=9", "rank out of range named");
+    like(map(ENV("HOME=/"), &o), "SLURM_PROCID is not set",
+         "not a Slurm task");
+    like(map(ENV(UNEVEN_TASK5, "SLURM_CPUS_PER_TASK=lots"), &o),
+         "SLURM_CPUS_PER_TASK='lots'", "bad SLURM_CPUS_PER_TASK named");
+    out.fail_on = 3;
+    memset(&task, 0, sizeof(task));
+    ok(td_slurm_env_map(envp_lookup, (void *)ENV(UNEVEN_TASK5), &o, record_set,
+                        &out, &task) == TD_ERR_IO &&
+       strstr(td_last_error(), "TODIST_LOCAL_RANK") != NULL,
+       "a failing set is reported with the variable");
+
+    return exit_status();
+}
