@@ -5,5 +5,7 @@
 
 #include <todist/status.h>
 #include <todist/world.h>
+#include <todist/store.h>
+
 
 #endif /* TODIST_TODIST_H */
