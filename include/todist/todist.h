@@ -6,6 +6,7 @@
 #include <todist/status.h>
 #include <todist/world.h>
 #include <todist/store.h>
+#include <todist/init.h>
 
 
 #endif /* TODIST_TODIST_H */
