@@ -325,8 +325,17 @@ scenario_bodies(void)
     uint8_t *bufs[TD_TRANSPORT_BODIES_MAX];
 
     if (rank != 0) {
+        /* rank 0 sends one message to handler 5, which nobody registered */
+        double d = now_s() + 30;
+        while (td_transport_dropped(tp) < 1 && now_s() < d) {
+            usleep(1000);
+        }
+        CHECK(td_transport_dropped(tp) == 1, "dropped %zu messages, want 1",
+              td_transport_dropped(tp));
         return;
     }
+    CHECK(td_transport_send(tp, 1, 5, "x", 1, NULL, 0, NULL, NULL) == TD_OK,
+          "send to an unregistered handler: %s", td_last_error());
     for (int round = 0; round < 2; round++) {
         /* round 0: small bodies (eager); round 1: with large ones */
         for (size_t i = 0; i < TD_TRANSPORT_BODIES_MAX; i++) {
@@ -352,10 +361,31 @@ scenario_bodies(void)
           TD_ERR_INVALID, "65 bodies accepted");
     CHECK(td_transport_send(tp, world, 0, NULL, 0, NULL, 0, NULL, NULL) ==
           TD_ERR_INVALID, "rank %d accepted", world);
+    static uint8_t bighdr[TD_TRANSPORT_HEADER_MAX + 1];
+    CHECK(td_transport_send(tp, 1, 0, bighdr, sizeof(bighdr), NULL, 0, NULL,
+                            NULL) == TD_ERR_INVALID, "oversized header accepted");
+    td_iov_t dev = { bighdr, 16, TD_MEM_CUDA };
+    if (!(td_transport_mem_types(tp) & (1u << TD_MEM_CUDA))) {
+        CHECK(td_transport_send(tp, 1, 0, NULL, 0, &dev, 1, NULL, NULL) ==
+              TD_ERR_UNSUPPORTED, "a device body without CUDA support "
+              "was accepted");
+    }
+    /* a message to oneself takes the same path (loopback endpoint) */
+    size_t self_sz[2] = { 100, 300000 };
+    uint8_t *self_b[2] = { malloc(100), malloc(300000) };
+    fill(self_b[0], 100, 9000);
+    fill(self_b[1], 300000, 9001);
+    size_t before = replies;
+    CHECK(request(0, 9000, self_sz, 2, self_b) == TD_OK, "send to self: %s",
+          td_last_error());
+    CHECK(WAIT_FOR(replies > before, 60), "echo from self did not arrive");
+    free(self_b[0]);
+    free(self_b[1]);
     CHECK(bad_content == 0, "content errors: %d", bad_content);
     if (failures == 0) {
         printf("rank 0: ok 64 bodies per message (eager and rendezvous), "
-               "named and transport-allocated, contents equal\n");
+               "named and transport-allocated, contents equal; limits "
+               "refused; loopback to self\n");
     }
 }
 

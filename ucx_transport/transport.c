@@ -513,7 +513,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
 
 drop:
     /* Not ours or malformed: count it and let the data go. */
-    tp->dropped++;
+    __atomic_add_fetch(&tp->dropped, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&tp->n_received, 1, __ATOMIC_RELAXED);
     if (rndv) {
         ucp_am_data_release(tp->worker, data);
@@ -718,8 +718,8 @@ choose_mode(const td_transport_params_t *params, td_progress_mode_t *mode_p)
         /* Busy polling only pays when each local rank has a core for its
          * progress thread and one for its own work. */
         int local = params->local_world_size > 0 ? params->local_world_size : 1;
-        mode = 2 * local <= online_cpus() ? TD_PROGRESS_BUSY
-                                          : TD_PROGRESS_BLOCKING;
+        mode = params->world_size > 1 && 2 * local <= online_cpus()
+               ? TD_PROGRESS_BUSY : TD_PROGRESS_BLOCKING;
     }
     *mode_p = mode;
     return TD_OK;
@@ -1091,6 +1091,12 @@ td_transport_counts(td_transport_t *tp, uint64_t *sent_p,
 {
     *sent_p = __atomic_load_n(&tp->n_sent, __ATOMIC_RELAXED);
     *received_p = __atomic_load_n(&tp->n_received, __ATOMIC_RELAXED);
+}
+
+size_t
+td_transport_dropped(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->dropped, __ATOMIC_RELAXED);
 }
 
 bool
