@@ -398,7 +398,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     src = get_u32(h + 4);
     ulen = get_u32(h + 8);
     nb = get_u32(h + 12);
-    if (id >= TD_TRANSPORT_HANDLERS_MAX || tp->handlers[id].fn == NULL ||
+    if (id >= TD_TRANSPORT_HANDLERS_MAX ||
         src >= (uint32_t)tp->params.world_size ||
         ulen > TD_TRANSPORT_HEADER_MAX || nb > TD_TRANSPORT_BODIES_MAX ||
         header_length != WIRE_FIXED + (size_t)nb * WIRE_BODY + ulen) {
@@ -414,6 +414,12 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         total += blen[i];
     }
     if (total != length) {
+        goto drop;
+    }
+    if (tp->handlers[id].fn == NULL) {
+        /* Well formed but nobody listens: a peer's todist sent it and
+         * counted it, so count it too, or the join would never settle. */
+        BUMP(tp->n_received);
         goto drop;
     }
 
@@ -527,9 +533,10 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     return UCS_OK;
 
 drop:
-    /* Not ours or malformed: count it and let the data go. */
+    /* Malformed or unheard: count the drop and let the data go. (A
+     * malformed message is not counted as received: no todist sender
+     * counted it as sent.) */
     BUMP(tp->dropped);
-    BUMP(tp->n_received);
     if (rndv) {
         ucp_am_data_release(tp->worker, data);
     }
