@@ -235,6 +235,9 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
         return;
     }
     __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED);
+    if (p->ep == NULL) {
+        return;   /* already being closed at shutdown: do not close twice */
+    }
     p->ep = NULL;
     /* A failed endpoint must be closed; force mode completes at once or
      * soon, without talking to the dead peer. */
