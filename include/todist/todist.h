@@ -14,5 +14,8 @@
 #include <todist/data.h>
 #include <todist/safetensors.h>
 #include <todist/slurm_env.h>
+#include <todist/store.h>
+#include <todist/init.h>
+
 
 #endif /* TODIST_TODIST_H */

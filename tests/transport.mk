@@ -1,0 +1,10 @@
+# tests of the store, the transport and td_init / td_finalize.
+check_PROGRAMS += tests/test_store
+tests_test_store_LDADD = $(TD_TEST_LDADD) $(CRYPTO_LIBS)
+tests_test_store_CFLAGS = $(AM_CFLAGS) $(CRYPTO_CFLAGS)
+TESTS += tests/test_store
+check_PROGRAMS += tests/transport_peer
+tests_transport_peer_LDADD = $(TD_TEST_LDADD) $(UCX_LIBS)
+tests_transport_peer_CFLAGS = $(AM_CFLAGS) $(UCX_CFLAGS)
+TESTS += tests/test_transport.sh
+EXTRA_DIST += tests/test_transport.sh
