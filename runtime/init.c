@@ -24,6 +24,7 @@
 
 #include "todist/init.h"
 #include "todist/store.h"
+#include "todist/topology.h"
 #include "runtime/runtime.h"
 
 #define JOIN_POLL_S 0.001
@@ -357,6 +358,17 @@ td_init(const td_init_params_t *params)
         return status;
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
+
+    /* Placement first (TODIST_BIND=closest, set by srun --todist bind=closest
+     * or the user): UCX reads UCX_NET_DEVICES when the transport starts, and
+     * memory binding should precede the big allocations. */
+    {
+        td_place_report_t report;
+        status = td_placement_apply_env(&rt.world, &report);
+        if (status != TD_OK) {
+            return status;
+        }
+    }
     rt.addrs = calloc(rt.world.world_size, sizeof(*rt.addrs));
     if (rt.addrs == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "init: out of memory for %d ranks",
