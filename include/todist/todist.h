@@ -5,5 +5,8 @@
 
 #include <todist/status.h>
 #include <todist/world.h>
+#include <todist/tensor.h>
+#include <todist/autograd.h>
+#include <todist/store.h>
 
 #endif /* TODIST_TODIST_H */

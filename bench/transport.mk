@@ -1,0 +1,1 @@
+# benchmarks of the transport (programs, not tests).

@@ -1,0 +1,64 @@
+/* runtime/runtime.h: what the runtime's upper layers (rpc, rref, dist
+ * autograd, collectives) get from td_init (internal, not installed).
+ *
+ * A layer registers a module BEFORE td_init:
+ *   - setup() runs after the transport exists and BEFORE this worker's
+ *     address is published: register transport handlers there
+ *     (td_transport_set_handler), so no peer can reach an unregistered id;
+ *   - outstanding() is asked by td_finalize's graceful join: return how many
+ *     operations this layer still has in flight (0 = idle); the join only
+ *     completes when every module on every rank says 0;
+ *   - peer_failed() hears of a dead peer (progress thread);
+ *   - shutdown() runs after the join, before the transport is destroyed
+ *     (fail what is left, free the layer's state), in reverse registration
+ *     order.
+ * After td_init, td_runtime_transport(), td_runtime_store() and td_world()
+ * give the handles; a peer's address is fetched lazily from the store by
+ * the transport on the first send to it (td_runtime_peer_address for other
+ * uses).
+ *
+ * Thread safety: td_runtime_register must be called before td_init (not
+ * thread-safe); the getters are thread-safe. */
+#ifndef TD_RUNTIME_RUNTIME_H
+#define TD_RUNTIME_RUNTIME_H
+
+#include <stddef.h>
+
+#include <todist/status.h>
+#include <todist/init.h>
+#include <todist/store.h>
+#include "ucx_transport/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TD_RUNTIME_MODULES_MAX 16
+
+typedef struct {
+    const char  *name;                                  /* "rpc" */
+    td_status_t (*setup)(void *arg, td_transport_t *tp, const td_world_t *w);
+    size_t      (*outstanding)(void *arg);              /* may be NULL */
+    void        (*peer_failed)(void *arg, int rank, td_status_t why);
+    void        (*shutdown)(void *arg);                 /* may be NULL */
+    void        *arg;
+} td_runtime_module_t;
+
+/* Register MODULE (copied) for the next td_init. Registering the same name
+ * again replaces it. TD_ERR_STATE after td_init. */
+td_status_t td_runtime_register(const td_runtime_module_t *module);
+
+/* Remove a module by name (e.g. in tests). TD_ERR_NOT_FOUND if absent. */
+td_status_t td_runtime_unregister(const char *name);
+
+/* Handles valid between td_init and td_finalize (NULL otherwise). */
+td_transport_t *td_runtime_transport(void);
+td_store_t     *td_runtime_store(void);
+
+/* Rank RANK's worker address from the store (cached), malloc'ed copy. */
+td_status_t td_runtime_peer_address(int rank, void **addr_p, size_t *len_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TD_RUNTIME_RUNTIME_H */

@@ -1,0 +1,5 @@
+# tests of the store, the transport and td_init / td_finalize.
+check_PROGRAMS += tests/test_store
+tests_test_store_LDADD = $(TD_TEST_LDADD) $(CRYPTO_LIBS)
+tests_test_store_CFLAGS = $(AM_CFLAGS) $(CRYPTO_CFLAGS)
+TESTS += tests/test_store

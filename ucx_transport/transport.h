@@ -1,0 +1,185 @@
+/* ucx_transport/transport.h: messages between ranks over UCX active messages
+ * (internal interface used by the runtime, not installed).
+ *
+ * A message is a header (at most TD_TRANSPORT_HEADER_MAX bytes, copied at
+ * send time) plus zero or more bodies, each a buffer with an explicit memory
+ * type. All of a message travels as ONE UCP active message
+ * (UCP_AM_SEND_FLAG_REPLY): small bodies eagerly, large ones by rendezvous
+ * (ucp_am_recv_data_nbx) straight into the buffers the receiver names, so a
+ * tensor body lands where it belongs without a copy.
+ *
+ * One progress thread owns the UCX worker. Every callback (receive, body
+ * completion, send completion, peer failure) runs on that thread: keep them
+ * short and never block in them; they may call td_transport_send(). Other
+ * threads post sends through a queue and wake the thread with
+ * ucp_worker_signal().
+ *
+ * Progress modes: BUSY polls the worker (lowest latency, one core always
+ * busy); BLOCKING sleeps on the worker's event fd (no idle CPU burn, a
+ * wake-up costs a few microseconds); AUTO picks BUSY only when every local
+ * rank can have two cores of its own (see bench/RESULTS.md for figures).
+ *
+ * Endpoints are made lazily: the first send to a rank asks the address
+ * resolver (td_transport_params_t.resolve) for that rank's worker address.
+ * Every endpoint uses UCP_ERR_HANDLING_MODE_PEER; a dead peer fails its
+ * pending operations with TD_ERR_PEER naming the rank and calls peer_failed.
+ *
+ * UCX configuration: the transport defaults UCX_MM_ERROR_HANDLING=y (keeps
+ * shared memory in use with PEER error handling) and a keepalive that
+ * notices a dead peer within about a second; any UCX_* variable the user set
+ * wins.
+ *
+ * Thread safety: td_transport_send(), td_transport_address(),
+ * td_transport_peer_alive() and td_transport_flush() are thread-safe.
+ * td_transport_set_handler() must be called before the worker address is
+ * given to peers. td_transport_create()/td_transport_destroy() are not
+ * thread-safe and must not be called from a callback. */
+#ifndef TD_UCX_TRANSPORT_H
+#define TD_UCX_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#include <todist/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TD_TRANSPORT_HEADER_MAX   4096  /* bytes of user header per message */
+#define TD_TRANSPORT_BODIES_MAX   64    /* bodies per message */
+#define TD_TRANSPORT_HANDLERS_MAX 16    /* message handler ids 0..15 */
+
+typedef struct td_transport td_transport_t;
+
+/* Where a buffer lives. */
+typedef enum {
+    TD_MEM_HOST = 0,
+    TD_MEM_CUDA = 1   /* device memory; staged through pinned host buffers
+                       * when UCX has no CUDA transport (not yet: returns
+                       * TD_ERR_UNSUPPORTED until the CUDA path lands) */
+} td_mem_type_t;
+
+/* One body buffer. */
+typedef struct {
+    void          *buf;
+    size_t         len;
+    td_mem_type_t  mem;
+} td_iov_t;
+
+typedef enum {
+    TD_PROGRESS_AUTO     = 0,
+    TD_PROGRESS_BUSY     = 1,
+    TD_PROGRESS_BLOCKING = 2
+} td_progress_mode_t;
+
+/* An incoming message, as seen by the receive handler (progress thread).
+ * header and body_len are valid during the handler only. */
+typedef struct td_transport_rx td_transport_rx_t;
+
+/* Called once every body of RX has arrived (or failed: STATUS < 0, e.g.
+ * TD_ERR_PEER when the sender died). BODIES[i] are the buffers the bodies
+ * landed in: the ones the handler named, or for bodies the handler left
+ * unnamed, host buffers the transport malloc'ed and hands over (the callee
+ * owns them and free()s them, also on failure). Progress thread. */
+typedef void (*td_transport_done_fn)(void *arg, td_status_t status, int src,
+                                     td_iov_t *bodies, size_t n_bodies);
+
+struct td_transport_rx {
+    /* --- filled by the transport --- */
+    int                 src;         /* sender's rank */
+    uint16_t            handler_id;
+    const void         *header;
+    size_t              header_len;
+    size_t              n_bodies;
+    const size_t       *body_len;    /* n_bodies entries */
+    const td_mem_type_t *body_mem;   /* the sender's memory types */
+    /* --- may be set by the handler --- */
+    td_iov_t           *dest;        /* n_bodies entries, buf == NULL preset:
+                                      * set dest[i].buf (len body_len[i] or
+                                      * more) and dest[i].mem to receive body
+                                      * i there; leave NULL to get a malloc'ed
+                                      * host buffer */
+    td_transport_done_fn done;       /* NULL: bodies are dropped (freed) */
+    void               *done_arg;
+};
+
+/* Receive handler for one handler id. Runs on the progress thread; may copy
+ * the header out, name destinations and set done. */
+typedef void (*td_transport_recv_fn)(void *arg, td_transport_rx_t *rx);
+
+/* Send completion: TD_OK once the bodies may be reused, or an error
+ * (TD_ERR_PEER naming the rank, TD_ERR_CANCELED at shutdown). Called exactly
+ * once per accepted send, on the progress thread. */
+typedef void (*td_transport_send_fn)(void *arg, td_status_t status);
+
+/* Fetches rank RANK's worker address (the blob td_transport_address() gave
+ * on that rank) into a malloc'ed buffer. May block briefly (store lookup);
+ * called on the progress thread or the sending thread. */
+typedef td_status_t (*td_transport_resolve_fn)(void *arg, int rank,
+                                               void **addr_p, size_t *len_p);
+
+/* A peer died or became unreachable. Progress thread. */
+typedef void (*td_transport_peer_fn)(void *arg, int rank, td_status_t why);
+
+typedef struct {
+    int                     rank;
+    int                     world_size;
+    int                     local_world_size;  /* for TD_PROGRESS_AUTO */
+    td_progress_mode_t      progress;          /* env TODIST_PROGRESS
+                                                * (auto|busy|blocking) wins */
+    td_transport_resolve_fn resolve;
+    void                   *resolve_arg;
+    td_transport_peer_fn    peer_failed;       /* may be NULL */
+    void                   *peer_failed_arg;
+} td_transport_params_t;
+
+/* Create the UCX context and worker and start the progress thread. */
+td_status_t td_transport_create(const td_transport_params_t *params,
+                                td_transport_t **tp_p);
+
+/* Flush and close every endpoint (bounded by TIMEOUT seconds), fail what is
+ * still pending with TD_ERR_CANCELED, stop the progress thread, destroy the
+ * worker and context. NULL is a no-op. */
+void td_transport_destroy(td_transport_t *tp, double timeout);
+
+/* Register the receive handler for ID (< TD_TRANSPORT_HANDLERS_MAX). Call
+ * before this worker's address is published; messages for an id without a
+ * handler are dropped with a warning counted in the stats. */
+td_status_t td_transport_set_handler(td_transport_t *tp, uint16_t id,
+                                     td_transport_recv_fn fn, void *arg);
+
+/* This worker's address blob (owned by the transport, valid until destroy). */
+td_status_t td_transport_address(td_transport_t *tp, const void **addr_p,
+                                 size_t *len_p);
+
+/* Send HEADER (copied) and BODIES (must stay valid until CB) to rank DST's
+ * handler ID. On TD_OK, CB (may be NULL) is called exactly once later; on an
+ * error return it is not called. A message to oneself is delivered through
+ * the same path (loopback endpoint). */
+td_status_t td_transport_send(td_transport_t *tp, int dst, uint16_t id,
+                              const void *header, size_t header_len,
+                              const td_iov_t *bodies, size_t n_bodies,
+                              td_transport_send_fn cb, void *arg);
+
+/* Wait until every send posted before this call has completed (or failed),
+ * at most TIMEOUT seconds. Not from the progress thread. */
+td_status_t td_transport_flush(td_transport_t *tp, double timeout);
+
+/* false once DST was reported dead. */
+bool td_transport_peer_alive(td_transport_t *tp, int dst);
+
+/* The progress mode in use (AUTO resolved). */
+td_progress_mode_t td_transport_progress_mode(td_transport_t *tp);
+
+/* true when called on the progress thread. */
+bool td_transport_on_progress_thread(td_transport_t *tp);
+
+/* Memory types UCX can move directly (bit (1 << td_mem_type_t)). */
+unsigned td_transport_mem_types(td_transport_t *tp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TD_UCX_TRANSPORT_H */
