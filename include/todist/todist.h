@@ -9,5 +9,7 @@
 #include <todist/autograd.h>
 #include <todist/store.h>
 #include <todist/ops.h>
+#include <todist/dist_autograd.h>
+#include <todist/dist_optim.h>
 
 #endif /* TODIST_TODIST_H */

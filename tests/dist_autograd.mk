@@ -1,0 +1,5 @@
+# tests of distributed autograd and the distributed optimizer.
+check_PROGRAMS += tests/test_dist_autograd tests/test_dist_optim
+tests_test_dist_autograd_LDADD = $(TD_TEST_LDADD)
+tests_test_dist_optim_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_dist_autograd tests/test_dist_optim
