@@ -24,7 +24,6 @@ typedef struct {
     int64_t    msg_id;
     td_node_t *node;
     int        dst;
-    int        used;          /* consumed by a backward without retain (D7) */
 } send_entry_t;
 
 typedef struct {
@@ -728,7 +727,7 @@ td_dist_on_send(td_dist_engine_t *e, int64_t ctx_id, int dst,
         status = td_error(TD_ERR_NO_MEMORY, "dist_autograd: out of memory");
         goto out;
     }
-    c->sends[c->n_send++] = (send_entry_t){msg_id, node, dst, 0};
+    c->sends[c->n_send++] = (send_entry_t){msg_id, node, dst};
     node = NULL;
     pthread_mutex_unlock(&c->lock);
     *msg_id_p = msg_id;
@@ -876,12 +875,8 @@ pass_finish(pass_t *p)
     td_dist_engine_t *e = p->engine;
     pass_t **pp;
 
-    if (p->reply != NULL) {
-        p->reply(p->reply_arg, p->status, p->msg);
-    }
-    pthread_mutex_lock(&p->lock);
-    pthread_cond_broadcast(&p->cond);
-    pthread_mutex_unlock(&p->lock);
+    /* leave the list first: whoever the reply or the wake-up lets go on
+     * must find this worker idle */
     pthread_mutex_lock(&e->lock);
     for (pp = &e->passes; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == p) {
@@ -891,6 +886,12 @@ pass_finish(pass_t *p)
         }
     }
     pthread_mutex_unlock(&e->lock);
+    if (p->reply != NULL) {
+        p->reply(p->reply_arg, p->status, p->msg);
+    }
+    pthread_mutex_lock(&p->lock);
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
     pass_unref(p);                     /* the engine list's reference */
 }
 
@@ -1222,14 +1223,9 @@ td_dist_on_propagate(td_dist_engine_t *e, int src, int64_t ctx_id,
         msg = format("Error on rank %d: dist_autograd: rank %d sent %d "
                      "gradients for message %lld of %d tensors", e->rank, src,
                      n, (long long)msg_id, td_node_n_inputs(c->sends[i].node));
-    } else if (c->sends[i].used) {
-        status = TD_ERR_STATE;
-        msg = format("Error on rank %d: dist_autograd: message %lld of "
-                     "context %lld was already used by a backward without "
-                     "retain_graph", e->rank, (long long)msg_id,
-                     (long long)ctx_id);
     } else {
-        c->sends[i].used = !retain_graph;                  /* D7 */
+        /* no "used" check here: one backward may bring a send node
+         * several gradient messages (one per pass reaching its recv) */
         node = td_node_retain(c->sends[i].node);
     }
     pthread_mutex_unlock(&c->lock);

@@ -45,8 +45,11 @@
  *     engine's sink, summed under the context's lock; .grad is untouched.
  *  7. Local passes run with retain_graph internally (a node reached by two
  *     propagate messages runs twice, each time with its share of the
- *     gradient); a backward without retain_graph marks the context's graph
- *     as used, and a later backward or propagate in it is TD_ERR_STATE.
+ *     gradient, and a send node may receive several propagate messages in
+ *     one backward); a backward without retain_graph marks the context's
+ *     graph as used on the worker that started it, and a later backward
+ *     there is TD_ERR_STATE. Saved tensors are freed with the graph (when
+ *     the context ends and the user drops the tensors), not after a pass.
  *  8. The first error of a pass wins; a local error is tagged "Error on
  *     rank <this rank>: ", a remote one keeps the tag of the rank it came
  *     from; a dead peer fails every pass waiting on it at once.

@@ -3,3 +3,4 @@ check_PROGRAMS += tests/test_dist_autograd tests/test_dist_optim
 tests_test_dist_autograd_LDADD = $(TD_TEST_LDADD)
 tests_test_dist_optim_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/test_dist_autograd tests/test_dist_optim
+EXTRA_DIST += tests/dist_optim_ref.h tests/gen_dist_optim_ref.py
