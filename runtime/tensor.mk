@@ -1,2 +1,5 @@
 # tensors, local autograd, ops, optimizers, nn, data, checkpoints.
-todistinclude_HEADERS += include/todist/tensor.h include/todist/autograd.h
+libtodist_core_la_SOURCES += runtime/tensor.c runtime/tensor_impl.h \
+	runtime/autograd.c runtime/ops.c kernels/cpu/cpu_kernels.c
+todistinclude_HEADERS += include/todist/tensor.h include/todist/autograd.h \
+	include/todist/ops.h

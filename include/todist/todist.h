@@ -8,5 +8,6 @@
 #include <todist/tensor.h>
 #include <todist/autograd.h>
 #include <todist/store.h>
+#include <todist/ops.h>
 
 #endif /* TODIST_TODIST_H */
