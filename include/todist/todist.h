@@ -9,5 +9,7 @@
 #include <todist/autograd.h>
 #include <todist/store.h>
 #include <todist/ops.h>
+#include <todist/rpc.h>
+#include <todist/rref.h>
 
 #endif /* TODIST_TODIST_H */
