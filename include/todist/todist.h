@@ -11,5 +11,6 @@
 #include <todist/ops.h>
 #include <todist/rpc.h>
 #include <todist/rref.h>
+#include <todist/init.h>
 
 #endif /* TODIST_TODIST_H */
