@@ -1,1 +1,589 @@
-/* placeholder */
+/* init.c: td_init / td_finalize and the runtime's shared handles (see
+ * todist/init.h and runtime/runtime.h).
+ *
+ * Store keys used (all under "td/"):
+ *   td/addr/<r>           rank r's UCX worker address
+ *   td/init/...           the start-up barrier
+ *   td/barrier/<g>/...    td_barrier generation g
+ *   td/fin/in/<r>         rank r entered td_finalize
+ *   td/fin/<k>/...        round k of the join: sums of sent and received
+ *                         messages and of outstanding operations
+ *   td/fin/exit           ranks done with the store (rank 0 waits for all)
+ * The join is the four-counter termination check: it ends after two
+ * consecutive rounds in which every rank was idle and the job-wide sums of
+ * sent and received messages were equal and unchanged, so no message (and
+ * thus no work) can still be on its way. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "todist/init.h"
+#include "todist/store.h"
+#include "runtime/runtime.h"
+
+#define JOIN_POLL_S 0.001
+
+typedef struct {
+    void  *addr;
+    size_t len;
+} addr_t;
+
+static struct {
+    int                 initialized;
+    td_world_t          world;
+    td_init_params_t    params;
+    td_store_server_t  *server;
+    td_store_t         *store;         /* the application thread's */
+    td_store_t         *resolver;      /* the progress thread's lookups */
+    td_transport_t     *tp;
+    pthread_mutex_t     addr_lock;
+    addr_t             *addrs;
+    unsigned            barrier_gen;
+} rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER };
+
+static td_runtime_module_t modules[TD_RUNTIME_MODULES_MAX];
+static size_t n_modules;
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void
+sleep_s(double s)
+{
+    struct timespec ts = { (time_t)s, (long)((s - (time_t)s) * 1e9) };
+
+    nanosleep(&ts, NULL);
+}
+
+/* ---- modules ------------------------------------------------------------ */
+
+td_status_t
+td_runtime_register(const td_runtime_module_t *m)
+{
+    if (rt.initialized) {
+        return td_error(TD_ERR_STATE, "runtime: module '%s' registered after "
+                        "td_init", m && m->name ? m->name : "?");
+    }
+    if (m == NULL || m->name == NULL) {
+        return td_error(TD_ERR_INVALID, "runtime: a module needs a name");
+    }
+    for (size_t i = 0; i < n_modules; i++) {
+        if (strcmp(modules[i].name, m->name) == 0) {
+            modules[i] = *m;
+            return TD_OK;
+        }
+    }
+    if (n_modules == TD_RUNTIME_MODULES_MAX) {
+        return td_error(TD_ERR_RANGE, "runtime: more than %d modules "
+                        "(registering '%s')", TD_RUNTIME_MODULES_MAX,
+                        m->name);
+    }
+    modules[n_modules++] = *m;
+    return TD_OK;
+}
+
+td_status_t
+td_runtime_unregister(const char *name)
+{
+    if (rt.initialized) {
+        return td_error(TD_ERR_STATE, "runtime: module '%s' unregistered "
+                        "while running", name);
+    }
+    for (size_t i = 0; i < n_modules; i++) {
+        if (strcmp(modules[i].name, name) == 0) {
+            memmove(&modules[i], &modules[i + 1],
+                    (n_modules - i - 1) * sizeof(modules[0]));
+            n_modules--;
+            return TD_OK;
+        }
+    }
+    return td_error(TD_ERR_NOT_FOUND, "runtime: no module '%s'", name);
+}
+
+td_transport_t *
+td_runtime_transport(void)
+{
+    return rt.initialized ? rt.tp : NULL;
+}
+
+td_store_t *
+td_runtime_store(void)
+{
+    return rt.initialized ? rt.store : NULL;
+}
+
+const td_world_t *
+td_world(void)
+{
+    return rt.initialized ? &rt.world : NULL;
+}
+
+bool
+td_initialized(void)
+{
+    return rt.initialized != 0;
+}
+
+/* ---- addresses ------------------------------------------------------------ */
+
+static td_status_t
+fetch_address(int rank, void **addr_p, size_t *len_p)
+{
+    char key[64];
+    void *v = NULL, *copy;
+    size_t len = 0;
+    td_status_t status = TD_OK;
+
+    pthread_mutex_lock(&rt.addr_lock);
+    if (rt.addrs[rank].addr == NULL) {
+        snprintf(key, sizeof(key), "td/addr/%d", rank);
+        status = td_store_get(rt.resolver, key, rt.params.init_timeout, &v,
+                              &len);
+        if (status == TD_OK) {
+            rt.addrs[rank].addr = v;
+            rt.addrs[rank].len = len;
+        } else if (status == TD_ERR_TIMEOUT) {
+            status = td_error(TD_ERR_TIMEOUT, "runtime: rank %d never "
+                              "published its address (%.3g s)", rank,
+                              rt.params.init_timeout);
+        }
+    }
+    if (status == TD_OK) {
+        len = rt.addrs[rank].len;
+        copy = malloc(len ? len : 1);
+        if (copy == NULL) {
+            status = td_error(TD_ERR_NO_MEMORY, "runtime: out of memory");
+        } else {
+            memcpy(copy, rt.addrs[rank].addr, len);
+            *addr_p = copy;
+            *len_p = len;
+        }
+    }
+    pthread_mutex_unlock(&rt.addr_lock);
+    return status;
+}
+
+static td_status_t
+resolve_cb(void *arg, int rank, void **addr_p, size_t *len_p)
+{
+    return fetch_address(rank, addr_p, len_p);
+}
+
+td_status_t
+td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
+{
+    if (!rt.initialized) {
+        return td_error(TD_ERR_STATE, "runtime: not initialised");
+    }
+    if (rank < 0 || rank >= rt.world.world_size) {
+        return td_error(TD_ERR_INVALID, "runtime: rank %d is not in the "
+                        "world of %d", rank, rt.world.world_size);
+    }
+    return fetch_address(rank, addr_p, len_p);
+}
+
+static void
+peer_failed_cb(void *arg, int rank, td_status_t why)
+{
+    for (size_t i = 0; i < n_modules; i++) {
+        if (modules[i].peer_failed != NULL) {
+            modules[i].peer_failed(modules[i].arg, rank, why);
+        }
+    }
+}
+
+/* ---- naming the ranks that did not arrive ---------------------------------- */
+
+/* Write into BUF the ranks for which "PREFIX/<r>" is not in the store. */
+static void
+missing_ranks(const char *prefix, char *buf, size_t len)
+{
+    size_t off = 0;
+    int shown = 0, missing = 0;
+
+    buf[0] = '\0';
+    for (int r = 0; r < rt.world.world_size; r++) {
+        char key[128];
+        void *v = NULL;
+        size_t vl;
+        snprintf(key, sizeof(key), "%s/%d", prefix, r);
+        if (td_store_get(rt.store, key, 0, &v, &vl) == TD_OK) {
+            free(v);
+            continue;
+        }
+        missing++;
+        if (shown < 16 && off < len) {
+            off += snprintf(buf + off, len - off, "%s%d", shown ? ", " : "",
+                            r);
+            shown++;
+        }
+    }
+    if (missing > shown && off < len) {
+        snprintf(buf + off, len - off, " and %d more", missing - shown);
+    }
+}
+
+/* Barrier NAME where each rank first sets "NAME/in/<rank>", so a timeout
+ * can say who is missing. */
+static td_status_t
+named_barrier(const char *name, double timeout, const char *what)
+{
+    char key[128], missing[256];
+    td_status_t status;
+
+    snprintf(key, sizeof(key), "%s/in/%d", name, rt.world.rank);
+    status = td_store_set(rt.store, key, "1", 1);
+    if (status != TD_OK) {
+        return status;
+    }
+    status = td_store_barrier(rt.store, name, rt.world.world_size, timeout);
+    if (status == TD_ERR_TIMEOUT) {
+        snprintf(key, sizeof(key), "%s/in", name);
+        missing_ranks(key, missing, sizeof(missing));
+        status = td_error(TD_ERR_TIMEOUT, "%s: rank%s %s did not arrive "
+                          "within %.3g s", what, strchr(missing, ',') ||
+                          strstr(missing, "more") ? "s" : "", missing,
+                          timeout);
+    }
+    return status;
+}
+
+td_status_t
+td_barrier(double timeout)
+{
+    char name[64];
+
+    if (!rt.initialized) {
+        return td_error(TD_ERR_STATE, "barrier: td_init has not been called");
+    }
+    snprintf(name, sizeof(name), "td/barrier/%u", rt.barrier_gen++);
+    return named_barrier(name, timeout < 0 ? rt.params.init_timeout : timeout,
+                         "barrier");
+}
+
+/* ---- init ------------------------------------------------------------------- */
+
+td_init_params_t
+td_init_params_default(void)
+{
+    td_init_params_t p;
+
+    memset(&p, 0, sizeof(p));
+    p.size = sizeof(p);
+    p.connect_timeout = 60;
+    p.init_timeout = 120;
+    p.finalize_timeout = 300;
+    p.progress = TD_INIT_PROGRESS_AUTO;
+    p.world = NULL;
+    return p;
+}
+
+static td_status_t
+env_seconds(const char *name, double *v)
+{
+    const char *s = getenv(name);
+    char *end;
+    double d;
+
+    if (s == NULL || s[0] == '\0') {
+        return TD_OK;
+    }
+    d = strtod(s, &end);
+    if (*end != '\0' || !(d > 0)) {
+        return td_error(TD_ERR_INVALID, "init: %s=%s is not a positive number "
+                        "of seconds", name, s);
+    }
+    *v = d;
+    return TD_OK;
+}
+
+static void
+shutdown_modules(size_t n)
+{
+    while (n-- > 0) {
+        if (modules[n].shutdown != NULL) {
+            modules[n].shutdown(modules[n].arg);
+        }
+    }
+}
+
+td_status_t
+td_init(const td_init_params_t *params)
+{
+    td_transport_params_t tpp;
+    const char *token = getenv("TODIST_JOB_TOKEN");
+    const char *host;
+    const void *addr;
+    size_t addr_len, n_setup = 0;
+    char key[64];
+    td_status_t status;
+
+    if (rt.initialized) {
+        return td_error(TD_ERR_STATE, "init: td_init called twice");
+    }
+    rt.params = td_init_params_default();
+    if (params != NULL) {
+        size_t n = params->size < sizeof(rt.params) ? params->size
+                                                     : sizeof(rt.params);
+        if (n < sizeof(size_t)) {
+            return td_error(TD_ERR_INVALID, "init: params.size is %zu; start "
+                            "from td_init_params_default()", params->size);
+        }
+        memcpy(&rt.params, params, n);
+        rt.params.size = sizeof(rt.params);
+    }
+    if ((status = env_seconds("TODIST_CONNECT_TIMEOUT",
+                              &rt.params.connect_timeout)) != TD_OK ||
+        (status = env_seconds("TODIST_INIT_TIMEOUT",
+                              &rt.params.init_timeout)) != TD_OK ||
+        (status = env_seconds("TODIST_FINALIZE_TIMEOUT",
+                              &rt.params.finalize_timeout)) != TD_OK) {
+        return status;
+    }
+    if (rt.params.world != NULL) {
+        rt.world = *rt.params.world;
+    } else if ((status = td_world_from_env(&rt.world)) != TD_OK) {
+        return status;
+    }
+    rt.params.world = NULL;   /* not kept: the caller's may go away */
+    rt.addrs = calloc(rt.world.world_size, sizeof(*rt.addrs));
+    if (rt.addrs == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "init: out of memory for %d ranks",
+                        rt.world.world_size);
+    }
+    rt.barrier_gen = 0;
+
+    /* The store: rank 0 serves (a world of one serves itself on loopback). */
+    host = rt.world.master_addr[0] ? rt.world.master_addr : "127.0.0.1";
+    if (rt.world.rank == 0) {
+        status = td_store_server_start(rt.world.world_size > 1 ? NULL
+                                                               : "127.0.0.1",
+                                       rt.world.master_port, token,
+                                       &rt.server);
+        if (status != TD_OK) {
+            goto err_addrs;
+        }
+    }
+    uint16_t port = rt.server != NULL ? td_store_server_port(rt.server)
+                                      : rt.world.master_port;
+    if (rt.world.rank == 0 && rt.world.world_size == 1) {
+        host = "127.0.0.1";
+    }
+    status = td_store_connect(host, port, token, rt.params.connect_timeout,
+                              &rt.store);
+    if (status != TD_OK) {
+        goto err_server;
+    }
+    status = td_store_connect(host, port, token, rt.params.connect_timeout,
+                              &rt.resolver);
+    if (status != TD_OK) {
+        goto err_store;
+    }
+
+    memset(&tpp, 0, sizeof(tpp));
+    tpp.rank = rt.world.rank;
+    tpp.world_size = rt.world.world_size;
+    tpp.local_world_size = rt.world.local_world_size;
+    tpp.progress = (td_progress_mode_t)rt.params.progress;
+    tpp.resolve = resolve_cb;
+    tpp.peer_failed = peer_failed_cb;
+    status = td_transport_create(&tpp, &rt.tp);
+    if (status != TD_OK) {
+        goto err_resolver;
+    }
+
+    /* Upper layers register their handlers before anyone can reach us. */
+    for (; n_setup < n_modules; n_setup++) {
+        if (modules[n_setup].setup != NULL) {
+            status = modules[n_setup].setup(modules[n_setup].arg, rt.tp,
+                                            &rt.world);
+            if (status != TD_OK) {
+                goto err_modules;
+            }
+        }
+    }
+    td_transport_address(rt.tp, &addr, &addr_len);
+    snprintf(key, sizeof(key), "td/addr/%d", rt.world.rank);
+    status = td_store_set(rt.store, key, addr, addr_len);
+    if (status != TD_OK) {
+        goto err_modules;
+    }
+    rt.initialized = 1;
+    status = named_barrier("td/init", rt.params.init_timeout, "init");
+    if (status != TD_OK) {
+        rt.initialized = 0;
+        goto err_modules;
+    }
+    return TD_OK;
+
+err_modules:
+    shutdown_modules(n_setup);
+    td_transport_destroy(rt.tp, 0.5);
+    rt.tp = NULL;
+err_resolver:
+    td_store_close(rt.resolver);
+    rt.resolver = NULL;
+err_store:
+    td_store_close(rt.store);
+    rt.store = NULL;
+err_server:
+    td_store_server_stop(rt.server);
+    rt.server = NULL;
+err_addrs:
+    free(rt.addrs);
+    rt.addrs = NULL;
+    return status;
+}
+
+/* ---- finalize --------------------------------------------------------------- */
+
+static size_t
+local_outstanding(void)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < n_modules; i++) {
+        if (modules[i].outstanding != NULL) {
+            n += modules[i].outstanding(modules[i].arg);
+        }
+    }
+    return n;
+}
+
+static td_status_t
+sum_get(const char *key, int64_t *v)
+{
+    return td_store_add(rt.store, key, 0, v);
+}
+
+/* The graceful join: see the comment at the top. */
+static td_status_t
+join(double deadline)
+{
+    int64_t prev_sent = -1, prev_recv = -1;
+    char key[96], missing[256];
+    td_status_t status;
+
+    snprintf(key, sizeof(key), "td/fin/in/%d", rt.world.rank);
+    status = td_store_set(rt.store, key, "1", 1);
+    if (status != TD_OK) {
+        return status;
+    }
+    for (int k = 0;; k++) {
+        int64_t sent, recv, busy, n;
+        uint64_t msent, mrecv;
+
+        /* Local work ends by itself (or times out in its own layer). */
+        while (local_outstanding() > 0) {
+            if (now_s() > deadline) {
+                return td_error(TD_ERR_TIMEOUT, "finalize: rank %d still has "
+                                "%zu operations outstanding",
+                                rt.world.rank, local_outstanding());
+            }
+            sleep_s(JOIN_POLL_S);
+        }
+        td_transport_counts(rt.tp, &msent, &mrecv);
+        snprintf(key, sizeof(key), "td/fin/%d/sent", k);
+        if ((status = td_store_add(rt.store, key, (int64_t)msent, NULL)))
+            return status;
+        snprintf(key, sizeof(key), "td/fin/%d/recv", k);
+        if ((status = td_store_add(rt.store, key, (int64_t)mrecv, NULL)))
+            return status;
+        snprintf(key, sizeof(key), "td/fin/%d/busy", k);
+        if ((status = td_store_add(rt.store, key,
+                                   local_outstanding() > 0, NULL)))
+            return status;
+        snprintf(key, sizeof(key), "td/fin/%d", k);
+        double left = deadline - now_s();
+        status = td_store_barrier(rt.store, key, rt.world.world_size,
+                                  left > 0 ? left : 0.001);
+        if (status == TD_ERR_TIMEOUT) {
+            missing_ranks("td/fin/in", missing, sizeof(missing));
+            if (missing[0] != '\0') {
+                return td_error(TD_ERR_TIMEOUT, "finalize: rank%s %s did not "
+                                "arrive within %.3g s",
+                                strchr(missing, ',') ? "s" : "", missing,
+                                rt.params.finalize_timeout);
+            }
+            return td_error(TD_ERR_TIMEOUT, "finalize: the join did not "
+                            "settle within %.3g s (round %d)",
+                            rt.params.finalize_timeout, k);
+        }
+        if (status != TD_OK) {
+            return status;
+        }
+        snprintf(key, sizeof(key), "td/fin/%d/sent", k);
+        if ((status = sum_get(key, &sent)) != TD_OK) return status;
+        snprintf(key, sizeof(key), "td/fin/%d/recv", k);
+        if ((status = sum_get(key, &recv)) != TD_OK) return status;
+        snprintf(key, sizeof(key), "td/fin/%d/busy", k);
+        if ((status = sum_get(key, &busy)) != TD_OK) return status;
+        (void)n;
+        if (busy == 0 && sent == recv && sent == prev_sent &&
+            recv == prev_recv) {
+            return TD_OK;
+        }
+        prev_sent = sent;
+        prev_recv = recv;
+        if (sent != recv) {
+            sleep_s(JOIN_POLL_S);   /* messages on their way: let them land */
+        }
+    }
+}
+
+td_status_t
+td_finalize(void)
+{
+    double deadline;
+    td_status_t status, st2;
+    int64_t n;
+
+    if (!rt.initialized) {
+        return td_error(TD_ERR_STATE, "finalize: td_init has not been called");
+    }
+    deadline = now_s() + rt.params.finalize_timeout;
+    status = join(deadline);
+
+    shutdown_modules(n_modules);
+    td_transport_destroy(rt.tp, 2.0);
+    rt.tp = NULL;
+    rt.initialized = 0;
+
+    /* Rank 0's store outlives everyone's last use of it. */
+    if (rt.world.rank != 0) {
+        st2 = td_store_add(rt.store, "td/fin/exit", 1, &n);
+        if (st2 == TD_OK && n == rt.world.world_size - 1) {
+            td_store_set(rt.store, "td/fin/exit/done", "1", 1);
+        }
+    } else if (rt.world.world_size > 1) {
+        const char *keys[1] = { "td/fin/exit/done" };
+        double left = deadline - now_s();
+        /* After a failed join, do not keep the others' store for long. */
+        if (status != TD_OK || left < 1) {
+            left = 1;
+        }
+        td_store_wait(rt.store, keys, 1, left);
+    }
+    td_store_close(rt.resolver);
+    td_store_close(rt.store);
+    td_store_server_stop(rt.server);
+    rt.resolver = rt.store = NULL;
+    rt.server = NULL;
+    for (int r = 0; r < rt.world.world_size; r++) {
+        free(rt.addrs[r].addr);
+    }
+    free(rt.addrs);
+    rt.addrs = NULL;
+    return status;
+}

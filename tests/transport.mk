@@ -3,3 +3,7 @@ check_PROGRAMS += tests/test_store
 tests_test_store_LDADD = $(TD_TEST_LDADD) $(CRYPTO_LIBS)
 tests_test_store_CFLAGS = $(AM_CFLAGS) $(CRYPTO_CFLAGS)
 TESTS += tests/test_store
+check_PROGRAMS += tests/transport_peer
+tests_transport_peer_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_transport.sh
+EXTRA_DIST += tests/test_transport.sh

@@ -167,6 +167,11 @@ td_status_t td_transport_send(td_transport_t *tp, int dst, uint16_t id,
  * at most TIMEOUT seconds. Not from the progress thread. */
 td_status_t td_transport_flush(td_transport_t *tp, double timeout);
 
+/* Messages this worker has sent (completed successfully) and received
+ * (delivered to a handler) so far; the graceful join compares the sums. */
+void td_transport_counts(td_transport_t *tp, uint64_t *sent_p,
+                         uint64_t *received_p);
+
 /* false once DST was reported dead. */
 bool td_transport_peer_alive(td_transport_t *tp, int dst);
 

@@ -9,6 +9,9 @@
 #include <todist/autograd.h>
 #include <todist/store.h>
 #include <todist/ops.h>
+#include <todist/rpc.h>
+#include <todist/rref.h>
+#include <todist/init.h>
 #include <todist/dist_autograd.h>
 #include <todist/dist_optim.h>
 

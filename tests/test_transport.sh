@@ -1,0 +1,83 @@
+#!/bin/sh
+# The UCX transport and td_init/td_finalize, multi-process through
+# todist-run: echoes of 0 B .. 256 MiB with content checks (also around a
+# known eager/rendezvous threshold and over TCP), 64 bodies per message,
+# 1000 messages in flight, a peer killed mid-transfer, the graceful join
+# with 1, 2, 4 and 16 ranks, ranks that never arrive, and a valgrind-clean
+# run. Every run is bounded by timeout; lib.sh kills what is left.
+. "$top_srcdir/tests/lib.sh"
+plan 27
+T=$TD_TMP
+PEER="$top_builddir/tests/transport_peer"
+run() { timeout -k 5 "$@"; }
+
+out=$(run 240 todist-run -n 2 "$PEER" pingpong 256 2>&1)
+is "$?" 0 "echo 0 B .. 256 MiB between two ranks"
+like "$out" 'rank 0: ok echoed 27 sizes up to 256 MiB, contents equal' \
+     "every size came back intact"
+
+# A user's UCX_* setting wins: a known threshold puts 4095/4096/4097 B on
+# both sides of the eager/rendezvous switch.
+out=$(UCX_RNDV_THRESH=4096 run 120 todist-run -n 2 "$PEER" pingpong 1 2>&1)
+is "$?" 0 "echo around UCX_RNDV_THRESH=4096"
+out=$(UCX_TLS=tcp,self run 120 todist-run -n 2 "$PEER" pingpong 4 2>&1)
+is "$?" 0 "echo over TCP only (UCX_TLS=tcp,self)"
+
+out=$(run 120 todist-run -n 2 "$PEER" bodies 2>&1)
+is "$?" 0 "64 bodies per message"
+like "$out" 'ok 64 bodies' "named and transport-allocated bodies intact"
+
+out=$(run 120 todist-run -n 3 "$PEER" inflight 1000 2>&1)
+is "$?" 0 "1000 messages in flight to two ranks"
+like "$out" 'ok 1000 messages in flight' "all echoed intact"
+
+# rank 1 kills itself with SIGKILL once a 256 MiB rendezvous has begun
+out=$(TD_DEATH_FILE=$T/death run 60 todist-run -n 2 --grace-period 20 \
+      "$PEER" kill 2>&1)
+is "$?" 137 "the killed rank's status is reported"
+like "$out" "rank 0: ok send failed with '[^']*rank 1[^']*' 0?\.[0-9]+ s after rank 1 died" \
+     "the pending send fails naming rank 1 within 2 s"
+like "$out" 'rank 0: passed' "peer_failed called, new sends refused"
+
+for n in 1 2 4 16; do
+    out=$(run 240 todist-run -n $n "$PEER" join 2>&1)
+    rc=$?
+    is "$rc" 0 "td_init + graceful join + td_finalize with $n rank(s)"
+    is "$(printf '%s\n' "$out" | grep -c 'passed$')" "$n" \
+       "$n rank(s): every message of the late worker arrived before the join ended"
+    [ "$rc" = 0 ] || diag "$out"
+done
+
+out=$(run 120 todist-run -n 4 "$PEER" barrier 2>&1)
+is "$?" 0 "three td_barrier calls with 4 ranks"
+
+out=$(TODIST_INIT_TIMEOUT=2 run 60 todist-run -n 3 "$PEER" noinit 2>&1)
+like "$out" 'td_init: timed out: init: rank 2 did not arrive within 2 s' \
+     "a rank that never arrives: td_init times out naming it"
+out=$(TODIST_FINALIZE_TIMEOUT=2 run 60 todist-run -n 3 "$PEER" nofinalize 2>&1)
+like "$out" 'td_finalize: timed out: finalize: rank 1 did not arrive within 2 s' \
+     "a rank that skips td_finalize: the join times out naming it"
+
+out=$(TODIST_PROGRESS=busy run 60 todist-run -n 2 "$PEER" pingpong 1 2>&1)
+is "$?" 0 "busy-polling progress mode works"
+out=$(TODIST_PROGRESS=sometimes run 60 todist-run -n 1 "$PEER" barrier 2>&1)
+like "$out" 'TODIST_PROGRESS=sometimes is not auto, busy or blocking' \
+     "a bad TODIST_PROGRESS is named"
+
+# No token: the store runs open and says so once.
+env -u TODIST_JOB_TOKEN -u TODIST_RANK -u RANK -u SLURM_PROCID \
+    timeout -k 5 60 "$PEER" barrier >$T/out 2>$T/err
+is "$?" 0 "a world of one without a token"
+is "$(grep -c 'TODIST_JOB_TOKEN is not set' $T/err)" 1 "the open store is announced once"
+
+if command -v valgrind >/dev/null 2>&1; then
+    out=$(run 300 todist-run -n 2 valgrind -q --error-exitcode=9 \
+          --leak-check=full --errors-for-leak-kinds=definite \
+          "$PEER" bodies 2>&1)
+    rc=$?
+    is "$rc" 0 "valgrind: no errors and no leaks through init, traffic and shutdown"
+    [ "$rc" = 0 ] || diag "$out"
+else
+    skip 1 "valgrind not installed"
+fi
+done_testing
