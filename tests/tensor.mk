@@ -1,6 +1,7 @@
 # tests of tensors, ops, autograd, optimizers, nn, data and checkpoints.
-TD_TENSOR_TESTS = tests/test_gradcheck
+TD_TENSOR_TESTS = tests/test_gradcheck tests/test_autograd
 check_PROGRAMS += $(TD_TENSOR_TESTS)
 TESTS += $(TD_TENSOR_TESTS)
 tests_test_gradcheck_LDADD = $(TD_TEST_LDADD)
+tests_test_autograd_LDADD = $(TD_TEST_LDADD)
 EXTRA_DIST += tests/gradcheck.h
