@@ -8,5 +8,9 @@
 #include <todist/tensor.h>
 #include <todist/autograd.h>
 #include <todist/ops.h>
+#include <todist/optim.h>
+#include <todist/nn.h>
+#include <todist/data.h>
+#include <todist/safetensors.h>
 
 #endif /* TODIST_TODIST_H */
