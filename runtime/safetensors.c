@@ -343,9 +343,26 @@ parse_entry(parser_t *ps, entry_t *e)
     return expect(ps, '}');
 }
 
-td_status_t
-td_safetensors_load(const char *path, const char *const *names,
-                    td_tensor_t *const *dst, int n)
+typedef struct {
+    FILE    *f;
+    uint64_t hlen;
+    long     fsize;
+    entry_t *ents;
+    int      nents;
+} st_file_t;
+
+static void
+st_close(st_file_t *sf)
+{
+    free(sf->ents);
+    if (sf->f != NULL) {
+        fclose(sf->f);
+    }
+}
+
+/* Open PATH and parse its header into SF (closed again on failure). */
+static td_status_t
+st_open(const char *path, st_file_t *sf)
 {
     FILE *f;
     uint64_t hlen;
@@ -355,6 +372,8 @@ td_safetensors_load(const char *path, const char *const *names,
     int nents = 0, cap = 0;
     td_status_t status = TD_OK;
     parser_t ps;
+
+    memset(sf, 0, sizeof(*sf));
 
     f = fopen(path, "rb");
     if (f == NULL) {
@@ -436,26 +455,162 @@ td_safetensors_load(const char *path, const char *const *names,
         status = bad(&ps, "bytes after the header object");
         goto out;
     }
-    for (int i = 0; i < n; i++) {
-        entry_t *e = NULL;
-        const char *want = st_dtype(dst[i]->dtype);
-        uint64_t bytes = 1;
-
-        for (int k = 0; k < nents; k++) {
-            if (strcmp(ents[k].name, names[i]) == 0) {
-                e = &ents[k];
-            }
+    /* every entry's bytes must lie inside the data section */
+    for (int k = 0; k < nents; k++) {
+        if (ents[k].stop > (uint64_t)fsize - 8 - hlen) {
+            status = td_error(TD_ERR_PROTOCOL, "safetensors: %s: '%s' data "
+                              "ends at %llu, past the %llu data bytes", path,
+                              ents[k].name, (unsigned long long)ents[k].stop,
+                              (unsigned long long)((uint64_t)fsize - 8 - hlen));
+            goto out;
         }
+    }
+    sf->f = f;
+    sf->hlen = hlen;
+    sf->fsize = fsize;
+    sf->ents = ents;
+    sf->nents = nents;
+    free(hdr);
+    return TD_OK;
+out:
+    free(ents);
+    free(hdr);
+    fclose(f);
+    return status;
+}
+
+static td_dtype_t
+td_from_st(const char *s)
+{
+    for (int d = 0; d < TD_NUM_DTYPES; d++) {
+        if (strcmp(st_dtype((td_dtype_t)d), s) == 0) {
+            return (td_dtype_t)d;
+        }
+    }
+    return TD_NUM_DTYPES;
+}
+
+/* Read entry E's bytes into DST (same dtype and shape checked by caller). */
+static td_status_t
+st_read(st_file_t *sf, const char *path, const entry_t *e, td_tensor_t *dst)
+{
+    uint64_t bytes = (uint64_t)td_tensor_nbytes(dst);
+    td_tensor_t *tmp;
+    td_status_t status;
+
+    if (e->stop - e->begin != bytes) {
+        return td_error(TD_ERR_PROTOCOL, "safetensors: %s: '%s' data [%llu, "
+                        "%llu) does not hold the %llu bytes of its shape",
+                        path, e->name, (unsigned long long)e->begin,
+                        (unsigned long long)e->stop, (unsigned long long)bytes);
+    }
+    status = td_tensor_empty(dst->shape, dst->ndim, dst->dtype, TD_CPU, &tmp);
+    if (status != TD_OK) {
+        return status;
+    }
+    if (fseek(sf->f, (long)(8 + sf->hlen + e->begin), SEEK_SET) != 0 ||
+        (bytes > 0 && fread(td_tensor_data(tmp), 1, bytes, sf->f) != bytes)) {
+        td_tensor_release(tmp);
+        return td_error(TD_ERR_IO, "safetensors: reading '%s' from %s",
+                        e->name, path);
+    }
+    status = td_tensor_copy_(dst, tmp);
+    td_tensor_release(tmp);
+    return status;
+}
+
+static const entry_t *
+st_find(const st_file_t *sf, const char *name)
+{
+    for (int k = 0; k < sf->nents; k++) {
+        if (strcmp(sf->ents[k].name, name) == 0) {
+            return &sf->ents[k];
+        }
+    }
+    return NULL;
+}
+
+td_status_t
+td_safetensors_get(const char *path, const char *name, td_tensor_t **out)
+{
+    st_file_t sf;
+    const entry_t *e;
+    td_tensor_t *t;
+    td_dtype_t dt;
+    td_status_t status = st_open(path, &sf);
+
+    if (status != TD_OK) {
+        return status;
+    }
+    e = st_find(&sf, name);
+    if (e == NULL) {
+        status = td_error(TD_ERR_NOT_FOUND, "safetensors: %s has no tensor "
+                          "'%s'", path, name);
+        goto out;
+    }
+    dt = td_from_st(e->dtype);
+    if (dt == TD_NUM_DTYPES) {
+        status = td_error(TD_ERR_DTYPE, "safetensors: %s: '%s' has dtype %s, "
+                          "not one of F32 F64 I64 I32 U8", path, name, e->dtype);
+        goto out;
+    }
+    {
+        /* check the shape against the stored bytes before allocating */
+        uint64_t want = td_dtype_size(dt);
+        for (int d = 0; d < e->ndim; d++) {
+            if (e->shape[d] != 0 && want > (e->stop - e->begin) / (uint64_t)e->shape[d]) {
+                want = UINT64_MAX;
+                break;
+            }
+            want *= (uint64_t)e->shape[d];
+        }
+        if (want != e->stop - e->begin) {
+            status = td_error(TD_ERR_PROTOCOL, "safetensors: %s: '%s' shape %s "
+                              "does not match its %llu data bytes", path, name,
+                              td_shape_str(e->shape, e->ndim, (char[96]){0}, 96),
+                              (unsigned long long)(e->stop - e->begin));
+            goto out;
+        }
+    }
+    status = td_tensor_empty(e->shape, e->ndim, dt, TD_CPU, &t);
+    if (status != TD_OK) {
+        goto out;
+    }
+    status = st_read(&sf, path, e, t);
+    if (status != TD_OK) {
+        td_tensor_release(t);
+        goto out;
+    }
+    *out = t;
+out:
+    st_close(&sf);
+    return status;
+}
+
+td_status_t
+td_safetensors_load(const char *path, const char *const *names,
+                    td_tensor_t *const *dst, int n)
+{
+    st_file_t sf;
+    td_status_t status = st_open(path, &sf);
+
+    if (status != TD_OK) {
+        return status;
+    }
+    for (int i = 0; i < n; i++) {
+        const entry_t *e = st_find(&sf, names[i]);
+        const char *want = st_dtype(dst[i]->dtype);
+
         if (e == NULL) {
             status = td_error(TD_ERR_NOT_FOUND, "safetensors: %s has no tensor "
                               "'%s'", path, names[i]);
-            goto out;
+            break;
         }
         if (want == NULL || strcmp(e->dtype, want) != 0) {
             status = td_error(TD_ERR_DTYPE, "safetensors: %s: '%s' is %s, "
                               "expected %s", path, names[i], e->dtype,
                               want ? want : "?");
-            goto out;
+            break;
         }
         if (e->ndim != dst[i]->ndim ||
             memcmp(e->shape, dst[i]->shape, (size_t)e->ndim * sizeof(int64_t))) {
@@ -463,43 +618,13 @@ td_safetensors_load(const char *path, const char *const *names,
                               "%s, expected %s", path, names[i],
                               td_shape_str(e->shape, e->ndim, (char[96]){0}, 96),
                               TD_SHAPE_STR(dst[i]));
-            goto out;
+            break;
         }
-        bytes = (uint64_t)td_tensor_nbytes(dst[i]);
-        if (e->stop - e->begin != bytes ||
-            e->stop > (uint64_t)fsize - 8 - hlen) {
-            status = td_error(TD_ERR_PROTOCOL, "safetensors: %s: '%s' data "
-                              "[%llu, %llu) does not hold %llu bytes inside "
-                              "the file", path, names[i],
-                              (unsigned long long)e->begin,
-                              (unsigned long long)e->stop,
-                              (unsigned long long)bytes);
-            goto out;
-        }
-        {
-            td_tensor_t *tmp;
-            status = td_tensor_empty(dst[i]->shape, dst[i]->ndim,
-                                     dst[i]->dtype, TD_CPU, &tmp);
-            if (status != TD_OK) {
-                goto out;
-            }
-            if (fseek(f, (long)(8 + hlen + e->begin), SEEK_SET) != 0 ||
-                (bytes > 0 && fread(td_tensor_data(tmp), 1, bytes, f) != bytes)) {
-                td_tensor_release(tmp);
-                status = td_error(TD_ERR_IO, "safetensors: reading '%s' from "
-                                  "%s", names[i], path);
-                goto out;
-            }
-            status = td_tensor_copy_(dst[i], tmp);
-            td_tensor_release(tmp);
-            if (status != TD_OK) {
-                goto out;
-            }
+        status = st_read(&sf, path, e, dst[i]);
+        if (status != TD_OK) {
+            break;
         }
     }
-out:
-    free(ents);
-    free(hdr);
-    fclose(f);
+    st_close(&sf);
     return status;
 }

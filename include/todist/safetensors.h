@@ -23,6 +23,10 @@ td_status_t td_safetensors_save(const char *path, const char *const *names,
 td_status_t td_safetensors_load(const char *path, const char *const *names,
                                 td_tensor_t *const *dst, int n);
 
+/* A new cpu tensor with the stored tensor NAME (its dtype and shape). */
+td_status_t td_safetensors_get(const char *path, const char *name,
+                               td_tensor_t **out);
+
 #ifdef __cplusplus
 }
 #endif
