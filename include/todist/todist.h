@@ -9,6 +9,10 @@
 #include <todist/autograd.h>
 #include <todist/store.h>
 #include <todist/ops.h>
+#include <todist/optim.h>
+#include <todist/nn.h>
+#include <todist/data.h>
+#include <todist/safetensors.h>
 #include <todist/rpc.h>
 #include <todist/rref.h>
 #include <todist/init.h>
