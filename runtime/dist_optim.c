@@ -1,5 +1,5 @@
 /* runtime/dist_optim.c: the per-owner part of the distributed optimizer:
- * SGD and Adam (PyTorch 1.13 rules) over the gradients of a distributed
+ * SGD, Adam and AdamW (PyTorch 1.13 rules, per-parameter state) over the gradients of a distributed
  * autograd context. State is kept in float64 per parameter element. */
 #include "config.h"
 
@@ -10,6 +10,7 @@
 
 #include <todist/dist_autograd.h>
 #include <todist/dist_optim.h>
+#include <todist/optim.h>
 
 typedef struct {
     td_tensor_t *param;
@@ -19,41 +20,32 @@ typedef struct {
     int64_t      step;       /* updates this parameter received */
 } slot_t;
 
+typedef enum {
+    KIND_SGD,
+    KIND_ADAM,
+    KIND_ADAMW
+} kind_t;
+
+/* The options of either kind, in one place. */
+typedef struct {
+    kind_t kind;
+    double lr, weight_decay;
+    double momentum, dampening;
+    int    nesterov;
+    double beta1, beta2, eps;
+    int    amsgrad;
+} hparams_t;
+
 struct td_dist_optim {
-    td_optim_params_t hp;
+    hparams_t         hp;
     slot_t           *slots;
     int               n;
     int64_t           steps;
     pthread_mutex_t   lock;  /* serializes steps */
 };
 
-td_optim_params_t
-td_optim_sgd(double lr)
-{
-    td_optim_params_t p;
-
-    memset(&p, 0, sizeof(p));
-    p.kind = TD_OPTIM_SGD;
-    p.lr = lr;
-    return p;
-}
-
-td_optim_params_t
-td_optim_adam(double lr)
-{
-    td_optim_params_t p;
-
-    memset(&p, 0, sizeof(p));
-    p.kind = TD_OPTIM_ADAM;
-    p.lr = lr;
-    p.beta1 = 0.9;
-    p.beta2 = 0.999;
-    p.eps = 1e-8;
-    return p;
-}
-
 static td_status_t
-check_params(const td_optim_params_t *hp)
+check_params(const hparams_t *hp)
 {
     if (!(hp->lr >= 0)) {
         return td_error(TD_ERR_INVALID, "dist_optim: lr=%g is negative",
@@ -63,7 +55,7 @@ check_params(const td_optim_params_t *hp)
         return td_error(TD_ERR_INVALID, "dist_optim: weight_decay=%g is "
                         "negative", hp->weight_decay);
     }
-    if (hp->kind == TD_OPTIM_SGD) {
+    if (hp->kind == KIND_SGD) {
         if (!(hp->momentum >= 0)) {
             return td_error(TD_ERR_INVALID, "dist_optim: momentum=%g is "
                             "negative", hp->momentum);
@@ -74,10 +66,6 @@ check_params(const td_optim_params_t *hp)
                             "dampening=%g)", hp->momentum, hp->dampening);
         }
         return TD_OK;
-    }
-    if (hp->kind != TD_OPTIM_ADAM) {
-        return td_error(TD_ERR_INVALID, "dist_optim: unknown kind %d",
-                        (int)hp->kind);
     }
     if (!(hp->beta1 >= 0 && hp->beta1 < 1) ||
         !(hp->beta2 >= 0 && hp->beta2 < 1)) {
@@ -91,14 +79,14 @@ check_params(const td_optim_params_t *hp)
     return TD_OK;
 }
 
-td_status_t
-td_dist_optim_create(const td_optim_params_t *hp, td_tensor_t *const *ts,
-                     int n, td_dist_optim_t **optim_p)
+static td_status_t
+optim_create(const hparams_t *hp, td_tensor_t *const *ts, int n,
+             td_dist_optim_t **optim_p)
 {
     td_dist_optim_t *o;
     td_status_t status;
 
-    if (hp == NULL || n <= 0 || ts == NULL) {
+    if (n <= 0 || ts == NULL) {
         return td_error(TD_ERR_INVALID, "dist_optim: %d parameters", n);
     }
     status = check_params(hp);
@@ -134,6 +122,60 @@ td_dist_optim_create(const td_optim_params_t *hp, td_tensor_t *const *ts,
     }
     *optim_p = o;
     return TD_OK;
+}
+
+td_status_t
+td_dist_optim_sgd(td_tensor_t *const *params, int n, const td_sgd_opts_t *opts,
+                  td_dist_optim_t **optim_p)
+{
+    hparams_t hp;
+
+    if (opts == NULL) {
+        return td_error(TD_ERR_INVALID, "dist_optim: SGD without options");
+    }
+    memset(&hp, 0, sizeof(hp));
+    hp.kind = KIND_SGD;
+    hp.lr = opts->lr;
+    hp.weight_decay = opts->weight_decay;
+    hp.momentum = opts->momentum;
+    hp.dampening = opts->dampening;
+    hp.nesterov = opts->nesterov;
+    return optim_create(&hp, params, n, optim_p);
+}
+
+static td_status_t
+adam_create(kind_t kind, td_tensor_t *const *params, int n,
+            const td_adam_opts_t *opts, td_dist_optim_t **optim_p)
+{
+    hparams_t hp;
+
+    if (opts == NULL) {
+        return td_error(TD_ERR_INVALID, "dist_optim: Adam without options "
+                        "(start from td_adam_defaults())");
+    }
+    memset(&hp, 0, sizeof(hp));
+    hp.kind = kind;
+    hp.lr = opts->lr;
+    hp.weight_decay = opts->weight_decay;
+    hp.beta1 = opts->beta1;
+    hp.beta2 = opts->beta2;
+    hp.eps = opts->eps;
+    hp.amsgrad = opts->amsgrad;
+    return optim_create(&hp, params, n, optim_p);
+}
+
+td_status_t
+td_dist_optim_adam(td_tensor_t *const *params, int n,
+                   const td_adam_opts_t *opts, td_dist_optim_t **optim_p)
+{
+    return adam_create(KIND_ADAM, params, n, opts, optim_p);
+}
+
+td_status_t
+td_dist_optim_adamw(td_tensor_t *const *params, int n,
+                    const td_adam_opts_t *opts, td_dist_optim_t **optim_p)
+{
+    return adam_create(KIND_ADAMW, params, n, opts, optim_p);
 }
 
 void
@@ -180,7 +222,7 @@ store(void *data, td_dtype_t dt, int64_t i, double v)
  *   d = g + wd p;  buf = d (first) | momentum buf + (1 - dampening) d;
  *   d = d + momentum buf (nesterov) | buf;  p -= lr d */
 static void
-sgd_update(const td_optim_params_t *hp, slot_t *s, void *p, const void *g,
+sgd_update(const hparams_t *hp, slot_t *s, void *p, const void *g,
            td_dtype_t dt, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -195,12 +237,12 @@ sgd_update(const td_optim_params_t *hp, slot_t *s, void *p, const void *g,
     }
 }
 
-/* torch.optim.Adam, one parameter (t = step after increment):
- *   g += wd p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+/* torch.optim.Adam / AdamW, one parameter (t = step after increment):
+ *   Adam: g += wd p;  AdamW: p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
  *   denom = sqrt(v or max v) / sqrt(1 - b2^t) + eps;
  *   p -= lr / (1 - b1^t) * m / denom */
 static void
-adam_update(const td_optim_params_t *hp, slot_t *s, void *p, const void *g,
+adam_update(const hparams_t *hp, slot_t *s, void *p, const void *g,
             td_dtype_t dt, int64_t n)
 {
     double t = (double)s->step;
@@ -208,8 +250,13 @@ adam_update(const td_optim_params_t *hp, slot_t *s, void *p, const void *g,
     double step_size = hp->lr / bc1;
 
     for (int64_t i = 0; i < n; i++) {
-        double pv = load(p, dt, i), gv = load(g, dt, i) + hp->weight_decay * pv;
-        double v, denom;
+        double pv = load(p, dt, i), gv = load(g, dt, i), v, denom;
+
+        if (hp->kind == KIND_ADAMW) {
+            pv *= 1 - hp->lr * hp->weight_decay;
+        } else {
+            gv += hp->weight_decay * pv;
+        }
 
         s->buf[i] = hp->beta1 * s->buf[i] + (1 - hp->beta1) * gv;
         s->sq[i] = hp->beta2 * s->sq[i] + (1 - hp->beta2) * gv * gv;
@@ -224,15 +271,15 @@ adam_update(const td_optim_params_t *hp, slot_t *s, void *p, const void *g,
 }
 
 static td_status_t
-slot_state(const td_optim_params_t *hp, slot_t *s, int64_t n)
+slot_state(const hparams_t *hp, slot_t *s, int64_t n)
 {
-    int need_buf = hp->kind == TD_OPTIM_ADAM || hp->momentum != 0;
+    int need_buf = hp->kind != KIND_SGD || hp->momentum != 0;
 
     if (need_buf && s->buf == NULL &&
         (s->buf = calloc((size_t)n, sizeof(double))) == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "dist_optim: out of memory");
     }
-    if (hp->kind == TD_OPTIM_ADAM && s->sq == NULL &&
+    if (hp->kind != KIND_SGD && s->sq == NULL &&
         (s->sq = calloc((size_t)n, sizeof(double))) == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "dist_optim: out of memory");
     }
@@ -289,7 +336,7 @@ td_dist_optim_step(td_dist_optim_t *o, int64_t ctx_id)
         if (status != TD_OK) {
             break;
         }
-        if (o->hp.kind == TD_OPTIM_SGD) {
+        if (o->hp.kind == KIND_SGD) {
             /* step 0: the momentum buffer starts as the first d */
             sgd_update(&o->hp, s, td_tensor_data(s->param),
                        td_tensor_data(grads[i]), td_tensor_dtype(s->param), n);

@@ -18,6 +18,7 @@ CONFIGS = [
     ("adam", dict(lr=0.01)),
     ("adam", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1,
                   amsgrad=True)),
+    ("adamw", dict(lr=0.01, weight_decay=0.05)),
 ]
 STEPS = 4
 
@@ -47,8 +48,9 @@ def main():
         a, b = init()
         a.requires_grad_(True)
         b.requires_grad_(True)
-        opt = (torch.optim.SGD if kind == "sgd" else torch.optim.Adam)([a, b],
-                                                                       **kw)
+        cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam,
+               "adamw": torch.optim.AdamW}[kind]
+        opt = cls([a, b], **kw)
         ra, rb = [], []
         for k in range(STEPS):
             a.grad = grad_a(k)

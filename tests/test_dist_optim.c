@@ -53,42 +53,51 @@ maxdiff(td_tensor_t *t, const double *want, int64_t n)
     return m;
 }
 
-static td_optim_params_t
-config(int c)
+/* the configurations of tests/gen_dist_optim_ref.py */
+static td_status_t
+create(int c, td_tensor_t *const *params, int n, td_dist_optim_t **o)
 {
-    td_optim_params_t p;
+    td_sgd_opts_t s = {0};
+    td_adam_opts_t a = td_adam_defaults();
 
     switch (c) {
     case 0:
-        return td_optim_sgd(0.1);
+        s.lr = 0.1;
+        return td_dist_optim_sgd(params, n, &s, o);
     case 1:
-        p = td_optim_sgd(0.05);
-        p.momentum = 0.9;
-        p.dampening = 0.1;
-        p.weight_decay = 0.01;
-        return p;
+        s.lr = 0.05;
+        s.momentum = 0.9;
+        s.dampening = 0.1;
+        s.weight_decay = 0.01;
+        return td_dist_optim_sgd(params, n, &s, o);
     case 2:
-        p = td_optim_sgd(0.05);
-        p.momentum = 0.9;
-        p.nesterov = 1;
-        p.weight_decay = 0.01;
-        return p;
+        s.lr = 0.05;
+        s.momentum = 0.9;
+        s.nesterov = 1;
+        s.weight_decay = 0.01;
+        return td_dist_optim_sgd(params, n, &s, o);
     case 3:
-        return td_optim_adam(0.01);
+        a.lr = 0.01;
+        return td_dist_optim_adam(params, n, &a, o);
+    case 4:
+        a.lr = 0.01;
+        a.beta1 = 0.8;
+        a.beta2 = 0.99;
+        a.eps = 1e-6;
+        a.weight_decay = 0.1;
+        a.amsgrad = 1;
+        return td_dist_optim_adam(params, n, &a, o);
     default:
-        p = td_optim_adam(0.01);
-        p.beta1 = 0.8;
-        p.beta2 = 0.99;
-        p.eps = 1e-6;
-        p.weight_decay = 0.1;
-        p.amsgrad = 1;
-        return p;
+        a = td_adamw_defaults();
+        a.lr = 0.01;
+        a.weight_decay = 0.05;
+        return td_dist_optim_adamw(params, n, &a, o);
     }
 }
 
 static const char *names[REF_CONFIGS] = {
     "SGD", "SGD momentum+dampening+weight_decay", "SGD nesterov",
-    "Adam", "Adam amsgrad+weight_decay+betas"};
+    "Adam", "Adam amsgrad+weight_decay+betas", "AdamW"};
 
 static void
 test_against_torch(int c)
@@ -96,7 +105,6 @@ test_against_torch(int c)
     double a0[6], b0[3] = {0.5, -0.25, 0.125};
     td_tensor_t *a, *b;
     td_dist_optim_t *o = NULL;
-    td_optim_params_t hp = config(c);
     double worst_a = 0, worst_b = 0;
     int bad = 0;
 
@@ -105,7 +113,7 @@ test_against_torch(int c)
     }
     a = vec(a0, 6, 1);
     b = vec(b0, 3, 1);
-    is_int(td_dist_optim_create(&hp, (td_tensor_t *[]){a, b}, 2, &o), TD_OK,
+    is_int(create(c, (td_tensor_t *[]){a, b}, 2, &o), TD_OK,
            "%s: create", names[c]);
     for (int k = 0; k < REF_STEPS; k++) {
         double ga[6], gb[3];
@@ -177,12 +185,12 @@ static void
 test_concurrent(void)
 {
     double zeros[1000] = {0};
-    td_optim_params_t hp = td_optim_sgd(0.5);
+    td_sgd_opts_t hp = {.lr = 0.5};
     pthread_t th[8];
     int good[8], all = 1, exact = 1;
 
     shared_p = vec(zeros, 1000, 1);
-    td_dist_optim_create(&hp, &shared_p, 1, &shared);
+    td_dist_optim_sgd(&shared_p, 1, &hp, &shared);
     for (int k = 0; k < 8; k++) {
         pthread_create(&th[k], NULL, stepper, &good[k]);
     }
@@ -207,32 +215,32 @@ test_rejects(void)
 {
     double v[2] = {1, 2};
     td_tensor_t *p = vec(v, 2, 1), *q = NULL, *ip = NULL;
-    td_optim_params_t hp = td_optim_sgd(-1);
+    td_sgd_opts_t hp = {.lr = -1};
+    td_adam_opts_t ha = td_adam_defaults();
     td_dist_optim_t *o = NULL;
     int64_t two = 2;
 
-    is_int(td_dist_optim_create(&hp, &p, 1, &o), TD_ERR_INVALID,
+    is_int(td_dist_optim_sgd(&p, 1, &hp, &o), TD_ERR_INVALID,
            "negative lr rejected");
     like(td_last_error(), "lr=-1", "... naming it");
-    hp = td_optim_sgd(0.1);
+    hp.lr = 0.1;
     hp.nesterov = 1;
-    is_int(td_dist_optim_create(&hp, &p, 1, &o), TD_ERR_INVALID,
+    is_int(td_dist_optim_sgd(&p, 1, &hp, &o), TD_ERR_INVALID,
            "nesterov without momentum rejected");
-    hp = td_optim_adam(0.1);
-    hp.beta2 = 1.0;
-    is_int(td_dist_optim_create(&hp, &p, 1, &o), TD_ERR_INVALID,
+    ha.beta2 = 1.0;
+    is_int(td_dist_optim_adam(&p, 1, &ha, &o), TD_ERR_INVALID,
            "beta2 = 1 rejected");
-    hp = td_optim_sgd(0.1);
+    hp.nesterov = 0;
     td_mul_scalar(p, 2.0, &q);
-    is_int(td_dist_optim_create(&hp, &q, 1, &o), TD_ERR_INVALID,
+    is_int(td_dist_optim_sgd(&q, 1, &hp, &o), TD_ERR_INVALID,
            "a non-leaf parameter rejected");
     td_tensor_zeros(&two, 1, TD_INT64, &ip);
-    is_int(td_dist_optim_create(&hp, &ip, 1, &o), TD_ERR_DTYPE,
+    is_int(td_dist_optim_sgd(&ip, 1, &hp, &o), TD_ERR_DTYPE,
            "an int64 parameter rejected");
     ok(o == NULL, "no optimizer on failure");
     {
         int64_t ctx;
-        is_int(td_dist_optim_create(&hp, &p, 1, &o), TD_OK, "valid create");
+        is_int(td_dist_optim_sgd(&p, 1, &hp, &o), TD_OK, "valid create");
         td_dist_autograd_begin(&ctx);
         is_int(td_dist_optim_step(o, ctx), TD_OK,
                "step with no gradients at all is a no-op");
@@ -249,7 +257,7 @@ test_rejects(void)
 int
 main(void)
 {
-    plan(5 * 4 + 3 + 15);
+    plan(REF_CONFIGS * 4 + 3 + 16);
     for (int c = 0; c < REF_CONFIGS; c++) {
         test_against_torch(c);
     }

@@ -5,9 +5,9 @@
  * the gradients that distributed autograd accumulated in the context on
  * that owner. td_dist_optim_t is that per-owner optimizer: it holds local
  * parameters (leaf tensors, float32 or float64, contiguous) and
- * td_dist_optim_step() applies the context's gradients to them with SGD or
- * Adam, exactly by PyTorch 1.13's rules (torch.optim.SGD / Adam, including
- * momentum, dampening, nesterov, weight decay and amsgrad). Parameters no
+ * td_dist_optim_step() applies the context's gradients to them with SGD,
+ * Adam or AdamW, exactly by PyTorch 1.13's rules (torch.optim.SGD / Adam /
+ * AdamW, including momentum, dampening, nesterov, weight decay, amsgrad). Parameters no
  * gradient reached in the context are left alone, as PyTorch skips
  * parameters whose gradient is None. .grad is never read or written.
  *
@@ -19,41 +19,32 @@
 
 #include <stdint.h>
 #include <todist/tensor.h>
+#include <todist/optim.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum {
-    TD_OPTIM_SGD  = 0,
-    TD_OPTIM_ADAM = 1
-} td_optim_kind_t;
-
-typedef struct {
-    td_optim_kind_t kind;
-    double lr;
-    double weight_decay;
-    /* SGD */
-    double momentum;
-    double dampening;
-    int    nesterov;
-    /* Adam */
-    double beta1, beta2, eps;
-    int    amsgrad;
-} td_optim_params_t;
-
-/* PyTorch's defaults: SGD(lr) and Adam(lr, betas=(0.9, 0.999), eps=1e-8). */
-td_optim_params_t td_optim_sgd(double lr);
-td_optim_params_t td_optim_adam(double lr);
-
 typedef struct td_dist_optim td_dist_optim_t;
 
-/* An optimizer over PARAMS[N] (retained). Rejects bad hyper-parameters
- * (negative lr, momentum, betas outside [0,1), nesterov without momentum
- * or with dampening) and non-leaf, non-float or non-contiguous params. */
-td_status_t td_dist_optim_create(const td_optim_params_t *params,
-                                 td_tensor_t *const *tensors, int n,
-                                 td_dist_optim_t **optim_p);
+/* An optimizer over PARAMS[N] (retained) with the options of todist/optim.h
+ * (PyTorch's meaning and defaults: td_adam_defaults(), td_adamw_defaults()).
+ * Unlike td_optim_t, state is per parameter, as in PyTorch: a parameter
+ * skipped at some steps (no gradient in that context) keeps its own Adam
+ * step count and starts its momentum buffer when it first gets a gradient.
+ * Rejects bad options (negative lr or weight decay, betas outside [0, 1),
+ * nesterov without momentum or with dampening) and parameters that are not
+ * contiguous float32/float64 cpu leaves. */
+td_status_t td_dist_optim_sgd(td_tensor_t *const *params, int n,
+                              const td_sgd_opts_t *opts,
+                              td_dist_optim_t **optim_p);
+td_status_t td_dist_optim_adam(td_tensor_t *const *params, int n,
+                               const td_adam_opts_t *opts,
+                               td_dist_optim_t **optim_p);
+/* Adam with decoupled weight decay (torch.optim.AdamW). */
+td_status_t td_dist_optim_adamw(td_tensor_t *const *params, int n,
+                                const td_adam_opts_t *opts,
+                                td_dist_optim_t **optim_p);
 void        td_dist_optim_destroy(td_dist_optim_t *optim);
 
 /* Apply the gradients of CTX_ID on this worker to the parameters. */
