@@ -1,0 +1,5 @@
+# tests of rpc, rref and mapreduce.
+check_PROGRAMS += tests/rpc_peer
+tests_rpc_peer_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_rpc.sh
+EXTRA_DIST += tests/test_rpc.sh
