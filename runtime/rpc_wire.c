@@ -349,9 +349,9 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
 {
     td_rpc_wire_msg_t msg;
     rbuf_t r;
-    uint8_t magic, version, type, flags;
-    uint16_t n_tensors, reserved;
-    uint32_t args_len, sender;
+    uint8_t magic = 0, version = 0, type = 0, flags = 0;
+    uint16_t n_tensors = 0, reserved = 0;
+    uint32_t args_len = 0, sender = 0;
 
     if (hdr == NULL || len < TD_RPC_WIRE_HDR_SIZE) {
         return PROTO("rpc: message from rank %d has %zu header bytes, fewer "
@@ -535,8 +535,8 @@ walk_args(const uint8_t *args, size_t len, td_tensor_t *const *tensors,
     }
     for (uint32_t i = 0; i < count; i++) {
         uint8_t kind;
-        uint32_t u32;
-        uint64_t u64, fork;
+        uint32_t u32 = 0;
+        uint64_t u64 = 0, fork = 0;
 
         if (!get_u8(&r, &kind)) {
             return PROTO("rpc: message from rank %d ends before argument "
