@@ -565,6 +565,22 @@ td_dist_engine_leave(const td_dist_scope_t *saved)
     tl_ctx = saved->ctx_id;
 }
 
+int64_t
+td_dist_set_current(int64_t ctx_id)
+{
+    int64_t prev = tl_ctx;
+
+    tl_ctx = ctx_id;
+    return prev;
+}
+
+/* Every program that uses distributed autograd gets it over RPC. */
+__attribute__((constructor)) static void
+dist_autograd_ctor(void)
+{
+    td_dist_rpc_install();
+}
+
 void
 td_dist_on_release(td_dist_engine_t *e, int src, int64_t ctx_id)
 {

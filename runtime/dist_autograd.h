@@ -62,7 +62,7 @@
  *     acknowledgement after the context ended is harmless.
  *
  * Threads: all functions are thread-safe; the wire's callbacks may be
- * called from any thread, but never from inside the call that posted. */
+ * called from any thread. */
 #ifndef TD_RUNTIME_DIST_AUTOGRAD_H
 #define TD_RUNTIME_DIST_AUTOGRAD_H
 
@@ -86,8 +86,8 @@ typedef void (*td_dist_reply_fn)(void *arg, td_status_t status,
 typedef struct {
     /* Ship GRADS[N] (NULL entries are zeros; retain what you keep) for
      * message MSG_ID of context CTX_ID to rank DST; call DONE exactly once
-     * (never from inside this call) with the remote reply or the failure.
-     * A nonzero return means DONE will not be called. */
+     * (on any thread, possibly before this returns) with the remote reply
+     * or the failure. A nonzero return means DONE will not be called. */
     td_status_t (*propagate)(void *arg, int dst, int64_t ctx_id,
                              int64_t msg_id, td_tensor_t *const *grads, int n,
                              int retain_graph, td_dist_reply_fn done,
@@ -123,6 +123,14 @@ typedef struct {
 td_status_t td_dist_engine_enter(td_dist_engine_t *engine, int64_t ctx_id,
                                  td_dist_scope_t *saved);
 void        td_dist_engine_leave(const td_dist_scope_t *saved);
+/* Set the calling thread's current context (TD_DIST_NO_CONTEXT clears);
+ * returns the previous one. RPC calls this around handlers. */
+int64_t     td_dist_set_current(int64_t ctx_id);
+
+/* Plug the engine into RPC (hooks, internal functions, the runtime module
+ * that makes this worker's engine at td_init). Runs from a constructor;
+ * idempotent. runtime/dist_autograd_rpc.c. */
+void        td_dist_rpc_install(void);
 
 /* Sender side: record a send node for TS[N] going to DST in CTX_ID.
  * *MSG_ID_P gets the autograd message id, or 0 when nothing was recorded
