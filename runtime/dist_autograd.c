@@ -444,6 +444,18 @@ engine_current(td_dist_engine_t **e_p)
     return status;
 }
 
+td_dist_engine_t *
+td_dist_engine_default(void)
+{
+    td_dist_engine_t *e = NULL;
+    td_dist_engine_t *saved = tl_engine;
+
+    tl_engine = NULL;
+    engine_current(&e);
+    tl_engine = saved;
+    return e;
+}
+
 size_t
 td_dist_engine_n_contexts(td_dist_engine_t *e)
 {

@@ -107,6 +107,8 @@ int         td_dist_engine_rank(const td_dist_engine_t *engine);
 /* The engine the public API uses when the thread has none bound (NULL:
  * a local-only engine for rank td_world()'s rank, or 0, made on demand). */
 void        td_dist_engine_set_default(td_dist_engine_t *engine);
+/* The engine the public API uses on a thread with none bound. */
+td_dist_engine_t *td_dist_engine_default(void);
 /* Bind the calling thread to ENGINE (NULL: back to the default). Tests run
  * several engines in one process this way; RPC handler threads do not need
  * it. */
