@@ -6,3 +6,5 @@ EXTRA_DIST += tests/test_rpc.sh
 check_PROGRAMS += tests/test_rpc_wire
 tests_test_rpc_wire_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/test_rpc_wire
+TESTS += tests/test_rpc_fuzz.sh
+EXTRA_DIST += tests/test_rpc_fuzz.sh
