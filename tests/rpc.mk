@@ -8,3 +8,6 @@ tests_test_rpc_wire_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/test_rpc_wire
 TESTS += tests/test_rpc_fuzz.sh
 EXTRA_DIST += tests/test_rpc_fuzz.sh
+check_PROGRAMS += tests/test_mapreduce
+tests_test_mapreduce_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_mapreduce

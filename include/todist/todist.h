@@ -11,6 +11,7 @@
 #include <todist/ops.h>
 #include <todist/rpc.h>
 #include <todist/rref.h>
+#include <todist/mapreduce.h>
 #include <todist/init.h>
 
 #endif /* TODIST_TODIST_H */
