@@ -1,0 +1,6 @@
+# examples/fashion_mnist: single-process MLP training on Fashion-MNIST.
+# Built by `make check` (its test runs it) or `make examples/fashion_mnist`.
+check_PROGRAMS += examples/fashion_mnist
+examples_fashion_mnist_LDADD = $(TD_LDADD) $(BLAS_LIBS)
+TESTS += tests/test_fashion_mnist.sh
+EXTRA_DIST += tests/test_fashion_mnist.sh

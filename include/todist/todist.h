@@ -13,5 +13,9 @@
 #include <todist/rref.h>
 #include <todist/mapreduce.h>
 #include <todist/init.h>
+#include <todist/optim.h>
+#include <todist/nn.h>
+#include <todist/data.h>
+#include <todist/safetensors.h>
 
 #endif /* TODIST_TODIST_H */

@@ -1,0 +1,119 @@
+/* bench/mlp_step: forward + backward + SGD step of the 784-256-10 MLP at
+ * batch 256 on one thread, median of many steps, side by side with the
+ * same step in PyTorch (bench/mlp_step_torch.py) when /usr/bin/python3 has
+ * torch. Last line: `mlp_step: todist X ms, torch Y ms, ratio X/Y`.
+ * Usage: mlp_step [STEPS] (default 200). Pin BLAS threads on both sides:
+ * OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 (set here if unset). */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <todist/todist.h>
+
+extern void openblas_set_num_threads(int num_threads);
+
+static double
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static void
+check(td_status_t st, const char *what)
+{
+    if (st != TD_OK) {
+        fprintf(stderr, "mlp_step: %s: %s\n", what, td_last_error());
+        exit(1);
+    }
+}
+
+int
+main(int argc, char **argv)
+{
+    int steps = argc > 1 ? atoi(argv[1]) : 200;
+    int64_t sizes[3] = {784, 256, 10}, xs[2] = {256, 784}, ys[1] = {256};
+    td_tensor_t *x, *y, *logits, *loss;
+    td_sgd_opts_t so = {0.01, 0, 0, 0, 0};
+    td_mlp_t *mlp;
+    td_optim_t *opt;
+    double *t, med, tmed = 0, tmin = 0, tmax = 0;
+    char line[256], cmd[4096];
+    const char *srcdir = getenv("TD_BENCH_SRCDIR");
+    FILE *p;
+    int have_torch = 0;
+
+    if (steps < 10) {
+        steps = 10;
+    }
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    setenv("OMP_NUM_THREADS", "1", 0);
+    openblas_set_num_threads(1);
+    t = calloc((size_t)steps, sizeof(double));
+    check(td_mlp_create(sizes, 3, TD_FLOAT32, 0, &mlp), "model");
+    check(td_optim_sgd(td_mlp_params(mlp), 4, &so, &opt), "sgd");
+    check(td_tensor_empty(xs, 2, TD_FLOAT32, TD_CPU, &x), "x");
+    check(td_tensor_normal_(x, 0, 1, 42), "x");
+    check(td_tensor_empty(ys, 1, TD_INT64, TD_CPU, &y), "y");
+    for (int i = 0; i < 256; i++) {
+        ((int64_t *)td_tensor_data(y))[i] = (i * 7) % 10;
+    }
+    for (int i = -20; i < steps; i++) {
+        double t0 = now_ms();
+        check(td_optim_zero_grad(opt), "zero_grad");
+        check(td_mlp_forward(mlp, x, &logits), "forward");
+        check(td_cross_entropy(logits, y, TD_REDUCTION_MEAN, &loss), "loss");
+        check(td_backward(&loss, NULL, 1, 0, 0), "backward");
+        check(td_optim_step(opt), "step");
+        td_tensor_release(logits);
+        td_tensor_release(loss);
+        if (i >= 0) {
+            t[i] = now_ms() - t0;
+        }
+    }
+    qsort(t, (size_t)steps, sizeof(double), cmp_double);
+    med = t[steps / 2];
+    printf("todist %.4f ms median (min %.4f, max %.4f) over %d steps\n", med,
+           t[0], t[steps - 1], steps);
+
+    snprintf(cmd, sizeof(cmd), "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "
+             "/usr/bin/python3 %s/bench/mlp_step_torch.py %d 2>/dev/null",
+             srcdir ? srcdir : ".", steps);
+    p = popen(cmd, "r");
+    while (p != NULL && fgets(line, sizeof(line), p) != NULL) {
+        if (sscanf(line, "torch %lf %lf %lf", &tmed, &tmin, &tmax) == 3) {
+            have_torch = 1;
+        }
+    }
+    if (p != NULL) {
+        pclose(p);
+    }
+    if (have_torch) {
+        printf("torch %.4f ms median (min %.4f, max %.4f) over %d steps\n",
+               tmed, tmin, tmax, steps);
+        printf("mlp_step: todist %.3f ms, torch %.3f ms, ratio %.2f\n", med,
+               tmed, med / tmed);
+    } else {
+        printf("mlp_step: todist %.3f ms, torch n/a ms (no torch), ratio n/a\n",
+               med);
+    }
+    td_tensor_release(x);
+    td_tensor_release(y);
+    td_optim_free(opt);
+    td_mlp_free(mlp);
+    free(t);
+    return 0;
+}

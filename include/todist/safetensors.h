@@ -1,0 +1,33 @@
+/* todist/safetensors.h: checkpoints in the safetensors format
+ * (https://github.com/huggingface/safetensors): an 8-byte little-endian
+ * header length, a JSON header {name: {dtype, shape, data_offsets}}, then
+ * the raw little-endian data. Files written here load with the Python
+ * `safetensors` package, and its files load here.
+ * The reader checks every length, offset and shape against the file size
+ * and rejects malformed headers. Thread-safe. */
+#ifndef TODIST_SAFETENSORS_H
+#define TODIST_SAFETENSORS_H
+
+#include <todist/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Write TENSORS[n] under NAMES[n] (names unique, printable, no quotes). */
+td_status_t td_safetensors_save(const char *path, const char *const *names,
+                                td_tensor_t *const *tensors, int n);
+/* Copy the stored tensors NAMES[n] into DST[n] in place; the dtype and
+ * shape of each must match DST's (else TD_ERR_DTYPE / TD_ERR_SHAPE naming
+ * the tensor), a missing name is TD_ERR_NOT_FOUND. */
+td_status_t td_safetensors_load(const char *path, const char *const *names,
+                                td_tensor_t *const *dst, int n);
+
+/* A new cpu tensor with the stored tensor NAME (its dtype and shape). */
+td_status_t td_safetensors_get(const char *path, const char *name,
+                               td_tensor_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TODIST_SAFETENSORS_H */
