@@ -285,11 +285,23 @@ td_rpc_set_typed_handler(int type, td_rpc_typed_fn fn, void *arg)
     return TD_OK;
 }
 
+/* The world size, also before td_init (from the environment). */
+static int
+world_size_now(void)
+{
+    const td_world_t *w = td_world();
+    td_world_t env;
+
+    if (w != NULL) {
+        return w->world_size;
+    }
+    return td_world_from_env(&env) == TD_OK ? env.world_size : 1;
+}
+
 td_status_t
 td_rpc_worker_rank(const char *name, int *rank_p)
 {
-    const td_world_t *w = td_world();
-    int size = w != NULL ? w->world_size : rpc.world_size;
+    int size = world_size_now();
 
     for (int r = 0; name != NULL && r < size; r++) {
         char buf[TD_WORKER_NAME_MAX];
@@ -307,8 +319,7 @@ td_rpc_worker_rank(const char *name, int *rank_p)
 td_status_t
 td_rpc_worker_name(int rank, char *buf, size_t len)
 {
-    const td_world_t *w = td_world();
-    int size = w != NULL ? w->world_size : rpc.world_size;
+    int size = world_size_now();
 
     if (rank < 0 || rank >= size) {
         return td_error(TD_ERR_RANGE, "rpc: rank %d is not below the world "

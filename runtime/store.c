@@ -45,6 +45,8 @@
 #define FRAME_MAX            (2u * TD_STORE_VALUE_MAX + TD_STORE_KEY_MAX + 64u)
 #define NBUCKETS             4096
 #define OP_TIMEOUT           300.0   /* s for a reply to an ordinary op */
+#define HANDSHAKE_TIMEOUT    10.0    /* s a stranger may stay unadmitted
+                                      * (env TODIST_STORE_HANDSHAKE_TIMEOUT) */
 
 enum {
     MSG_HELLO = 0x01, MSG_AUTH = 0x02, MSG_AUTH_OK = 0x03,
@@ -263,6 +265,7 @@ typedef struct {
     size_t   wait_len;
     double   wait_deadline;   /* < 0: forever */
     bool     closing;         /* close once the output is flushed */
+    double   born;            /* for the handshake deadline */
 } conn_t;
 
 struct td_store_server {
@@ -275,6 +278,7 @@ struct td_store_server {
     size_t      nconns, capconns;
     entry_t    *buckets[NBUCKETS];
     int64_t     nkeys;
+    double      handshake_timeout;
 };
 
 static uint64_t
@@ -717,6 +721,7 @@ server_accept(td_store_server_t *s)
         return;
     }
     c->fd = fd;
+    c->born = now_s();
     set_nodelay(fd);
     if (RAND_bytes(c->nonce, NONCE_LEN) != 1) {
         conn_free(c);
@@ -764,6 +769,10 @@ server_main(void *arg)
                 (next < 0 || c->wait_deadline < next)) {
                 next = c->wait_deadline;
             }
+            if (!c->admitted &&
+                (next < 0 || c->born + s->handshake_timeout < next)) {
+                next = c->born + s->handshake_timeout;
+            }
         }
         if (next >= 0) {
             timeout_ms = next <= now ? 0 : (int)((next - now) * 1000) + 1;
@@ -788,6 +797,12 @@ server_main(void *arg)
             }
             if (!drop && (c->out.len || c->closing)) {
                 drop = conn_write(c) != 0;
+            }
+            /* A connection that does not authenticate in time is dropped,
+             * so strangers cannot hold sockets open for free. */
+            if (!drop && !c->admitted &&
+                now_s() > c->born + s->handshake_timeout) {
+                drop = 1;
             }
             if (drop) {
                 conn_free(c);
@@ -831,6 +846,11 @@ td_store_server_start(const char *addr, uint16_t port, const char *token,
         return td_error(TD_ERR_NO_MEMORY, "store: out of memory");
     }
     s->lfd = s->wake[0] = s->wake[1] = -1;
+    s->handshake_timeout = HANDSHAKE_TIMEOUT;
+    const char *ht = getenv("TODIST_STORE_HANDSHAKE_TIMEOUT");
+    if (ht != NULL && atof(ht) > 0) {
+        s->handshake_timeout = atof(ht);
+    }
     if (token != NULL && token[0] != '\0') {
         s->token = strdup(token);
         if (s->token == NULL) {

@@ -277,6 +277,46 @@ fn_leaks(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
     return td_rpc_list_add_int(result, (int64_t)td_rref_leaks());
 }
 
+/* colsum(x, k): k * x.sum(dim 0) */
+static td_status_t
+fn_colsum(void *arg, const td_rpc_call_info_t *info,
+          const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    td_tensor_t *x, *s, *m;
+    int64_t k;
+    int dims[1] = { 0 };
+    td_status_t st;
+
+    (void)arg; (void)info;
+    if ((st = td_rpc_list_tensor(args, 0, &x)) != TD_OK ||
+        (st = td_rpc_list_int(args, 1, &k)) != TD_OK ||
+        (st = td_sum_dims(x, dims, 1, 0, &s)) != TD_OK) {
+        return st;
+    }
+    st = td_mul_scalar(s, (double)k, &m);
+    td_tensor_release(s);
+    if (st == TD_OK) {
+        st = td_rpc_list_add_tensor(result, m);
+        td_tensor_release(m);
+    }
+    return st;
+}
+
+/* whoami(x...): this rank and the first tensor's ndim */
+static td_status_t
+fn_whoami(void *arg, const td_rpc_call_info_t *info,
+          const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    td_tensor_t *x;
+
+    (void)arg; (void)info;
+    if (td_rpc_list_tensor(args, 0, &x) == TD_OK && td_tensor_ndim(x) != 1) {
+        return td_error(TD_ERR_SHAPE, "whoami: expected a 1-d row, got %d "
+                        "dims", td_tensor_ndim(x));
+    }
+    return td_rpc_list_add_int(result, rank);
+}
+
 /* ---- modes ----------------------------------------------------------------- */
 
 static td_tensor_t *
@@ -721,6 +761,127 @@ cb_count(void *arg, td_future_t *f)
 static int n_posted;
 
 static void
+mode_mapreduce(void)
+{
+    td_rpc_list_t *args, *res = NULL;
+    td_tensor_t *x = arange(20, TD_FLOAT64, 1.0), *x2, *t;
+    int64_t shp[2] = { 10, 2 };
+    td_partitioner_t batch = td_partitioner_batch(), ex;
+    td_reducer_t mean = td_reducer_mean();
+    td_status_t st;
+
+    td_tensor_view(x, shp, 2, &x2);
+    td_rpc_list_create(&args);
+    td_rpc_list_add_tensor(args, x2);
+    td_rpc_list_add_int(args, 3);
+    /* chunks of rows 0-2, 3-5, 6-9 on ranks 0, 1, 2; colsum * 3 each */
+    st = td_remote_sync_call("colsum", args, &batch, &mean,
+                             TD_RPC_DEFAULT_TIMEOUT, &res);
+    /* column 0 holds 0,2,..,18: chunk sums 6, 24, 60 -> *3 -> mean 90;
+     * column 1: 9, 27, 64 -> *3 -> mean 100 */
+    int good = st == TD_OK && td_rpc_list_tensor(res, 0, &t) == TD_OK &&
+               td_tensor_get(t, (int64_t[]){ 0 }) == 90.0 &&
+               td_tensor_get(t, (int64_t[]){ 1 }) == 100.0;
+    check(good, "mr_batch_mean", "%d %s", st, td_last_error());
+    td_rpc_list_free(res);
+    res = NULL;
+
+    static const td_parallel_t psum =
+        TD_PARALLELIZE("colsum", TD_PARTITIONER_BATCH, TD_REDUCER_SUM);
+    st = td_parallel_call(&psum, args, &res);
+    good = st == TD_OK && td_rpc_list_tensor(res, 0, &t) == TD_OK &&
+           td_tensor_get(t, (int64_t[]){ 0 }) == 270.0;
+    check(good, "mr_parallelize_sum", "%d %s", st, td_last_error());
+    td_rpc_list_free(res);
+    res = NULL;
+
+    /* exclusive, no keepdim: 1-d rows, round-robin 0,1,2,0,..; results
+     * concatenated in part order */
+    td_partitioner_dim(0, 1, 0, NULL, 0, &ex);
+    st = td_remote_sync_call("whoami", args, &ex, NULL,
+                             TD_RPC_DEFAULT_TIMEOUT, &res);
+    good = st == TD_OK && td_rpc_list_len(res) == 10;
+    for (size_t i = 0; good && i < 10; i++) {
+        int64_t r;
+        good = td_rpc_list_int(res, i, &r) == TD_OK && r == (int64_t)(i % 3);
+    }
+    check(good, "mr_exclusive_round_robin", "%d %s len %zu", st,
+          td_last_error(), td_rpc_list_len(res));
+    td_rpc_list_free(res);
+    res = NULL;
+
+    /* a fixed worker by name; no tensors -> one call on the caller */
+    td_partitioner_t w2;
+    td_partitioner_worker("worker2", &w2);
+    td_rpc_list_t *noten;
+    td_rpc_list_create(&noten);
+    td_rpc_list_add_int(noten, 5);
+    st = td_remote_sync_call("echo", noten, &w2, NULL,
+                             TD_RPC_DEFAULT_TIMEOUT, &res);
+    check(st == TD_OK && td_rpc_list_len(res) == 1, "mr_fixed_worker",
+          "%d %s", st, td_last_error());
+    td_rpc_list_free(res);
+    res = NULL;
+    st = td_remote_sync_call("leaks", noten, &batch, NULL,
+                             TD_RPC_DEFAULT_TIMEOUT, &res);
+    check(st == TD_OK && td_rpc_list_len(res) == 1, "mr_no_tensors_self",
+          "%d %s", st, td_last_error());
+    td_rpc_list_free(res);
+    res = NULL;
+    td_rpc_list_free(noten);
+
+    /* errors: mismatched batch sizes; a failing part */
+    td_tensor_t *y = arange(7, TD_FLOAT64, 1.0);
+    td_rpc_list_add_tensor(args, y);
+    st = td_remote_sync_call("colsum", args, &batch, &mean,
+                             TD_RPC_DEFAULT_TIMEOUT, &res);
+    check(st == TD_ERR_SHAPE && strstr(td_last_error(), "mismatch"),
+          "mr_batch_mismatch", "%d %s", st, td_last_error());
+    td_tensor_release(y);
+    td_rpc_list_free(args);
+    td_rpc_list_create(&args);
+    td_rpc_list_add_tensor(args, x2);
+    st = td_remote_sync_call("whoami", args, &batch, NULL,
+                             TD_RPC_DEFAULT_TIMEOUT, &res);
+    check(st == TD_ERR_REMOTE && strstr(td_last_error(), "Error on rank") &&
+          strstr(td_last_error(), "expected a 1-d row"),
+          "mr_remote_error", "%d %s", st, td_last_error());
+    td_rpc_list_free(args);
+    td_tensor_release(x);
+    td_tensor_release(x2);
+}
+
+/* Run on every rank: barriers of all and of a subset. */
+static void
+mode_barrier(void)
+{
+    int sub[2] = { 2, 0 };
+    td_status_t st;
+
+    st = td_barrier_ranks(NULL, 0, 30);
+    if (rank == 0) {
+        check(st == TD_OK, "barrier_all", "%d %s", st, td_last_error());
+    }
+    for (int i = 0; i < 20 && (rank == 0 || rank == 2); i++) {
+        st = td_barrier_ranks(sub, 2, 30);
+        if (st != TD_OK) {
+            break;
+        }
+    }
+    if (rank == 0) {
+        check(st == TD_OK, "barrier_subset_20_rounds", "%d %s", st,
+              td_last_error());
+        st = td_barrier_ranks(sub, 2, 0.5);   /* rank 2 does not come */
+        check(st == TD_ERR_TIMEOUT && strstr(td_last_error(), "rank(s) 2 "),
+              "barrier_subset_timeout", "%d '%s'", st, td_last_error());
+        int notme[1] = { 1 };
+        st = td_barrier_ranks(notme, 1, 1);
+        check(st == TD_ERR_INVALID, "barrier_not_member", "%d", st);
+    }
+    td_barrier_ranks(NULL, 0, 30);
+}
+
+static void
 mode_inflight(void)
 {
     /* rank 0 starts slow calls to every rank, then finalizes at once: the
@@ -795,6 +956,8 @@ main(int argc, char **argv)
     td_rpc_register("obj_sum", fn_obj_sum, NULL);
     td_rpc_register("via_rref", fn_via_rref, NULL);
     td_rpc_register("leaks", fn_leaks, NULL);
+    td_rpc_register("colsum", fn_colsum, NULL);
+    td_rpc_register("whoami", fn_whoami, NULL);
     st = td_rpc_register("echo", fn_echo, NULL);
     if (st != TD_ERR_EXISTS) {
         fprintf(stderr, "double registration not refused\n");
@@ -809,6 +972,9 @@ main(int argc, char **argv)
     rank = td_world()->rank;
     size = td_world()->world_size;
 
+    if (strcmp(mode, "barrier") == 0) {
+        mode_barrier();
+    }
     if (rank == 0) {
         if (strcmp(mode, "basic") == 0) {
             mode_basic();
@@ -820,6 +986,8 @@ main(int argc, char **argv)
             mode_inflight();
         } else if (strcmp(mode, "kill") == 0) {
             mode_kill();
+        } else if (strcmp(mode, "mapreduce") == 0) {
+            mode_mapreduce();
         } else if (strcmp(mode, "self") == 0) {
             td_rpc_list_t *a, *r = NULL;
             int64_t v = 0;

@@ -5,7 +5,7 @@
 # remote errors with the rank, per-call / default / zero timeouts, futures
 # with callbacks and collect-all, the remote-object life cycle with a fork
 # to a third worker and the leak report, shutdown with calls in flight, a
-# peer killed mid-call. Rank 0 prints PASS/FAIL per check; each is a TAP
+# peer killed mid-call; map-reduce calls and barriers of subsets. Rank 0 prints PASS/FAIL per check; each is a TAP
 # line here. Every run is bounded by timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/rpc_peer"
@@ -20,9 +20,14 @@ then_runs then_when_done user_future user_future_fail"
 rref="remote to_here method_on_owner fork_to_third fork_keeps_alive
 owner_frees remote_error remote_self"
 kill="peer_killed peer_killed_all_pending call_to_dead_peer"
+mapreduce="mr_batch_mean mr_parallelize_sum mr_exclusive_round_robin
+mr_fixed_worker mr_no_tensors_self mr_batch_mismatch mr_remote_error"
+barrier="barrier_all barrier_subset_20_rounds barrier_subset_timeout
+barrier_not_member"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$futures") + $(count "$rref") + \
-         $(count "$kill") + 13 ))
+         $(count "$kill") + $(count "$mapreduce") + $(count "$barrier") + \
+         15 ))
 
 # Each expected check must PASS; a missing line fails too.
 expect() { # output names...
@@ -71,6 +76,16 @@ expect "$out" $kill
 is "$rc" 137 "the killed rank's status is reported"
 unlike_rank0=$(printf '%s\n' "$out" | grep -c '^FAIL')
 is "$unlike_rank0" 0 "no failed check anywhere"
+
+# TorchOpt's map-reduce calls over 3 workers, and barriers.
+out=$(run 120 todist-run -n 3 "$PEER" mapreduce 2>&1); rc=$?
+expect "$out" $mapreduce
+is "$rc" 0 "mapreduce: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+out=$(run 120 todist-run -n 3 "$PEER" barrier 2>&1); rc=$?
+expect "$out" $barrier
+is "$rc" 0 "barrier: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
 
 # A world of one: calls to self only.
 out=$(run 60 todist-run -n 1 "$PEER" self 2>&1); rc=$?

@@ -287,7 +287,8 @@ main(void)
     int del;
     pthread_t th[NCLIENTS];
 
-    plan(59);
+    plan(60);
+    setenv("TODIST_STORE_HANDSHAKE_TIMEOUT", "0.5", 1);
 
     is_int(td_store_server_start("127.0.0.1", 0, TOKEN, &srv), TD_OK,
            "server starts on a free port");
@@ -428,6 +429,11 @@ main(void)
     ok(closed_by_server(fd), "pre-auth frame claiming 2 GiB: closed, no allocation");
     close(fd);
     ok(still_serves("after/garbage"), "server still serves after garbage");
+    fd = raw_connect(port);
+    uint8_t greeting[41];
+    ok(read_n(fd, greeting, sizeof(greeting)) == 0 && closed_by_server(fd),
+       "a silent stranger is dropped after the handshake timeout");
+    close(fd);
 
     fd = raw_admitted();
     ok(fd >= 0, "raw client authenticates by hand");

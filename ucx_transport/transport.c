@@ -52,9 +52,9 @@ typedef struct send_op {
     td_status_t          status;     /* for deferred completion */
     size_t               n_bodies;
     size_t               wire_len;
-    ucp_dt_iov_t         iov[TD_TRANSPORT_BODIES_MAX];
     td_mem_type_t        mem;
-    uint8_t              wire[];     /* our header + the user header */
+    uint8_t             *wire;       /* our header + the user header */
+    ucp_dt_iov_t         iov[];      /* n_bodies, then the wire bytes */
 } send_op_t;
 
 typedef struct {
@@ -62,17 +62,35 @@ typedef struct {
     int      failed;
 } peer_t;
 
-/* An incoming message whose bodies are still arriving. */
+/* An incoming message whose bodies are still arriving (sized by the
+ * number of bodies: small messages cost a small allocation). */
 typedef struct {
     td_transport_t      *tp;
     int                  src;
     size_t               n_bodies;
-    td_iov_t             dest[TD_TRANSPORT_BODIES_MAX];
-    int                  owned[TD_TRANSPORT_BODIES_MAX];
-    ucp_dt_iov_t         iov[TD_TRANSPORT_BODIES_MAX];
     td_transport_done_fn done;
     void                *done_arg;
+    td_iov_t            *dest;       /* n_bodies each, after the struct */
+    ucp_dt_iov_t        *iov;
+    uint8_t             *owned;
 } recv_op_t;
+
+static recv_op_t *
+recv_op_new(size_t nb)
+{
+    size_t sz = sizeof(recv_op_t) + nb * (sizeof(td_iov_t) +
+                                          sizeof(ucp_dt_iov_t) + 1);
+    recv_op_t *r = malloc(sz);
+
+    if (r == NULL) {
+        return NULL;
+    }
+    memset(r, 0, sz);
+    r->dest = (td_iov_t *)(r + 1);
+    r->iov = (ucp_dt_iov_t *)(r->dest + nb);
+    r->owned = (uint8_t *)(r->iov + nb);
+    return r;
+}
 
 typedef struct {
     td_transport_recv_fn fn;
@@ -99,7 +117,8 @@ struct td_transport {
     pthread_cond_t        cond;
     send_op_t            *q_head, *q_tail;
     int                   q_nonempty;     /* atomic hint for busy polling */
-    size_t                inflight;       /* accepted, not yet completed */
+    size_t                inflight;       /* atomic: accepted, not completed */
+    send_op_t            *local_head, *local_tail; /* posted by callbacks */
     /* progress thread only */
     send_op_t            *done_head;      /* completions to report */
     size_t                dropped;
@@ -151,11 +170,11 @@ op_finish(td_transport_t *tp, send_op_t *op, td_status_t status)
         op->cb(op->arg, status);
     }
     free(op);
-    pthread_mutex_lock(&tp->lock);
-    if (--tp->inflight == 0) {
+    if (__atomic_sub_fetch(&tp->inflight, 1, __ATOMIC_ACQ_REL) == 0) {
+        pthread_mutex_lock(&tp->lock);
         pthread_cond_broadcast(&tp->cond);
+        pthread_mutex_unlock(&tp->lock);
     }
-    pthread_mutex_unlock(&tp->lock);
 }
 
 /* Report completions after ucp_worker_progress returns, never inside a
@@ -210,7 +229,7 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (p->failed) {
         return;
     }
-    p->failed = 1;
+    __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED);
     p->ep = NULL;
     /* A failed endpoint must be closed; force mode completes at once or
      * soon, without talking to the dead peer. */
@@ -317,9 +336,13 @@ op_start(td_transport_t *tp, send_op_t *op)
 
 /* ---- receiving ---------------------------------------------------------- */
 
+/* A message counts as received once all of it has landed (or failed), so
+ * the join's sums of sent and received messages match only when nothing
+ * is still moving. */
 static void
 recv_finish(recv_op_t *r, td_status_t status)
 {
+    __atomic_add_fetch(&r->tp->n_received, 1, __ATOMIC_RELAXED);
     if (status != TD_OK) {
         td_error(status, "transport: message from rank %d failed: %s",
                  r->src, status == TD_ERR_PEER ? "the sender died"
@@ -386,7 +409,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         goto drop;
     }
 
-    r = calloc(1, sizeof(*r));
+    r = recv_op_new(nb);
     if (r == NULL) {
         goto drop;
     }
@@ -406,7 +429,6 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     rx.body_len = blen;
     rx.body_mem = bmem;
     rx.dest = r->dest;
-    __atomic_add_fetch(&tp->n_received, 1, __ATOMIC_RELAXED);
     tp->handlers[id].fn(tp->handlers[id].arg, &rx);
     r->done = rx.done;
     r->done_arg = rx.done_arg;
@@ -491,7 +513,8 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
 
 drop:
     /* Not ours or malformed: count it and let the data go. */
-    tp->dropped++;
+    __atomic_add_fetch(&tp->dropped, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&tp->n_received, 1, __ATOMIC_RELAXED);
     if (rndv) {
         ucp_am_data_release(tp->worker, data);
     }
@@ -516,8 +539,18 @@ drain_queue(td_transport_t *tp)
     send_op_t *list;
     int n = 0;
 
+    /* Sends posted by callbacks on this thread first: no lock needed. */
+    while (tp->local_head != NULL) {
+        send_op_t *op = tp->local_head;
+        tp->local_head = op->next;
+        if (tp->local_head == NULL) {
+            tp->local_tail = NULL;
+        }
+        op_start(tp, op);
+        n++;
+    }
     if (!__atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE)) {
-        return 0;
+        return n;
     }
     pthread_mutex_lock(&tp->lock);
     list = tp->q_head;
@@ -597,14 +630,20 @@ progress_main(void *arg)
     while (!tp->stop) {
         unsigned n;
 
-        n = drain_queue(tp);
-        n += ucp_worker_progress(tp->worker);
-        report_completions(tp);
-        if (n > 0) {
-            idle_since = now_s();
-            continue;
+        /* The hot loop of busy polling: only cheap checks besides UCX. */
+        n = ucp_worker_progress(tp->worker);
+        if (tp->done_head != NULL) {
+            report_completions(tp);
+        }
+        if (tp->local_head != NULL ||
+            __atomic_load_n(&tp->q_nonempty, __ATOMIC_RELAXED)) {
+            n += drain_queue(tp);
         }
         if (tp->mode == TD_PROGRESS_BUSY) {
+            continue;
+        }
+        if (n > 0) {
+            idle_since = now_s();
             continue;
         }
         /* Blocking: spin a little after activity (a reply usually comes
@@ -628,6 +667,11 @@ progress_main(void *arg)
     send_op_t *list = tp->q_head;
     tp->q_head = tp->q_tail = NULL;
     pthread_mutex_unlock(&tp->lock);
+    if (tp->local_tail != NULL) {
+        tp->local_tail->next = list;
+        list = tp->local_head;
+        tp->local_head = tp->local_tail = NULL;
+    }
     while (list != NULL) {
         send_op_t *op = list;
         list = op->next;
@@ -674,8 +718,8 @@ choose_mode(const td_transport_params_t *params, td_progress_mode_t *mode_p)
         /* Busy polling only pays when each local rank has a core for its
          * progress thread and one for its own work. */
         int local = params->local_world_size > 0 ? params->local_world_size : 1;
-        mode = 2 * local <= online_cpus() ? TD_PROGRESS_BUSY
-                                          : TD_PROGRESS_BLOCKING;
+        mode = params->world_size > 1 && 2 * local <= online_cpus()
+               ? TD_PROGRESS_BUSY : TD_PROGRESS_BLOCKING;
     }
     *mode_p = mode;
     return TD_OK;
@@ -940,10 +984,11 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
         return td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
     }
     wire_len = WIRE_FIXED + n_bodies * WIRE_BODY + header_len;
-    op = malloc(sizeof(*op) + wire_len);
+    op = malloc(sizeof(*op) + n_bodies * sizeof(ucp_dt_iov_t) + wire_len);
     if (op == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "transport: out of memory");
     }
+    op->wire = (uint8_t *)(op->iov + n_bodies);
     op->next = NULL;
     op->tp = tp;
     op->dst = dst;
@@ -972,13 +1017,29 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
         memcpy(w + WIRE_FIXED + n_bodies * WIRE_BODY, header, header_len);
     }
 
-    pthread_mutex_lock(&tp->lock);
     if (tp->stop) {
-        pthread_mutex_unlock(&tp->lock);
         free(op);
         return td_error(TD_ERR_STATE, "transport: shutting down");
     }
-    tp->inflight++;
+    __atomic_add_fetch(&tp->inflight, 1, __ATOMIC_ACQ_REL);
+    if (td_transport_on_progress_thread(tp)) {
+        /* From a callback: started right after the current progress call,
+         * without a lock or a wake-up. */
+        if (tp->local_tail != NULL) {
+            tp->local_tail->next = op;
+        } else {
+            tp->local_head = op;
+        }
+        tp->local_tail = op;
+        return TD_OK;
+    }
+    pthread_mutex_lock(&tp->lock);
+    if (tp->stop) {   /* checked again: the thread drains under this lock */
+        pthread_mutex_unlock(&tp->lock);
+        free(op);
+        __atomic_sub_fetch(&tp->inflight, 1, __ATOMIC_ACQ_REL);
+        return td_error(TD_ERR_STATE, "transport: shutting down");
+    }
     if (tp->q_tail != NULL) {
         tp->q_tail->next = op;
     } else {
@@ -987,9 +1048,9 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
     tp->q_tail = op;
     __atomic_store_n(&tp->q_nonempty, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&tp->lock);
-    /* The progress thread notices the queue itself when it polls or runs
-     * this very call; only a sleeping thread needs the wake-up. */
-    if (tp->mode != TD_PROGRESS_BUSY && !td_transport_on_progress_thread(tp)) {
+    /* A busy-polling thread notices the queue by itself; only a sleeping
+     * one needs the wake-up. */
+    if (tp->mode != TD_PROGRESS_BUSY) {
         ucp_worker_signal(tp->worker);
     }
     return TD_OK;
@@ -1006,7 +1067,7 @@ td_transport_flush(td_transport_t *tp, double timeout)
                         "thread would deadlock");
     }
     pthread_mutex_lock(&tp->lock);
-    while (tp->inflight > 0) {
+    while (__atomic_load_n(&tp->inflight, __ATOMIC_ACQUIRE) > 0) {
         struct timespec ts;
         double left = deadline - now_s();
         if (left <= 0) {
@@ -1030,6 +1091,12 @@ td_transport_counts(td_transport_t *tp, uint64_t *sent_p,
 {
     *sent_p = __atomic_load_n(&tp->n_sent, __ATOMIC_RELAXED);
     *received_p = __atomic_load_n(&tp->n_received, __ATOMIC_RELAXED);
+}
+
+size_t
+td_transport_dropped(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->dropped, __ATOMIC_RELAXED);
 }
 
 bool

@@ -16,8 +16,9 @@
  *
  * Progress modes: BUSY polls the worker (lowest latency, one core always
  * busy); BLOCKING sleeps on the worker's event fd (no idle CPU burn, a
- * wake-up costs a few microseconds); AUTO picks BUSY only when every local
- * rank can have two cores of its own (see bench/RESULTS.md for figures).
+ * wake-up costs a few microseconds); AUTO picks BUSY only when there are
+ * peers and every local rank can have two cores of its own (see
+ * bench/RESULTS.md for figures).
  *
  * Endpoints are made lazily: the first send to a rank asks the address
  * resolver (td_transport_params_t.resolve) for that rank's worker address.
@@ -115,8 +116,8 @@ typedef void (*td_transport_recv_fn)(void *arg, td_transport_rx_t *rx);
 typedef void (*td_transport_send_fn)(void *arg, td_status_t status);
 
 /* Fetches rank RANK's worker address (the blob td_transport_address() gave
- * on that rank) into a malloc'ed buffer. May block briefly (store lookup);
- * called on the progress thread or the sending thread. */
+ * on that rank) into a malloc'ed buffer. Called on the progress thread at
+ * the first send to RANK; may block briefly (one store lookup). */
 typedef td_status_t (*td_transport_resolve_fn)(void *arg, int rank,
                                                void **addr_p, size_t *len_p);
 
@@ -146,7 +147,8 @@ void td_transport_destroy(td_transport_t *tp, double timeout);
 
 /* Register the receive handler for ID (< TD_TRANSPORT_HANDLERS_MAX). Call
  * before this worker's address is published; messages for an id without a
- * handler are dropped with a warning counted in the stats. */
+ * handler (or malformed ones) are dropped and counted
+ * (td_transport_dropped). */
 td_status_t td_transport_set_handler(td_transport_t *tp, uint16_t id,
                                      td_transport_recv_fn fn, void *arg);
 
@@ -171,6 +173,9 @@ td_status_t td_transport_flush(td_transport_t *tp, double timeout);
  * (delivered to a handler) so far; the graceful join compares the sums. */
 void td_transport_counts(td_transport_t *tp, uint64_t *sent_p,
                          uint64_t *received_p);
+
+/* Messages dropped because they were malformed or had no handler. */
+size_t td_transport_dropped(td_transport_t *tp);
 
 /* false once DST was reported dead. */
 bool td_transport_peer_alive(td_transport_t *tp, int dst);

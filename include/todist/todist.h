@@ -9,13 +9,14 @@
 #include <todist/autograd.h>
 #include <todist/store.h>
 #include <todist/ops.h>
+#include <todist/rpc.h>
+#include <todist/rref.h>
+#include <todist/mapreduce.h>
+#include <todist/init.h>
 #include <todist/optim.h>
 #include <todist/nn.h>
 #include <todist/data.h>
 #include <todist/safetensors.h>
-#include <todist/rpc.h>
-#include <todist/rref.h>
-#include <todist/init.h>
 #include <todist/dist_autograd.h>
 #include <todist/dist_optim.h>
 

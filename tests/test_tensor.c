@@ -1,0 +1,202 @@
+/* test_tensor: storage, views, copies, joins, seeded random fill and the
+ * accessors the RPC layer relies on; errors for bad shapes. */
+#include "config.h"
+
+#include "tests/tap.h"
+#include <todist/todist.h>
+
+static td_tensor_t *
+arange(int64_t n, td_dtype_t dt)
+{
+    td_tensor_t *t;
+
+    td_tensor_empty(&n, 1, dt, TD_CPU, &t);
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == TD_FLOAT32) {
+            ((float *)td_tensor_data(t))[i] = (float)i;
+        } else {
+            ((double *)td_tensor_data(t))[i] = (double)i;
+        }
+    }
+    return t;
+}
+
+static double
+get2(td_tensor_t *t, int64_t i, int64_t j)
+{
+    int64_t ix[2] = {i, j};
+
+    return td_tensor_get(t, ix);
+}
+
+int
+main(void)
+{
+    td_tensor_t *a, *v, *w, *c, *parts[4];
+    td_device_t dev;
+    int n;
+
+    plan(47);
+
+    a = arange(12, TD_FLOAT64);
+    is_int(td_tensor_ndim(a), 1, "arange: 1-d");
+    is_int(td_tensor_nbytes(a), 96, "nbytes = 12 * 8");
+    is_int(td_tensor_reshape(a, (int64_t[]){3, -1}, 2, &v), TD_OK,
+           "reshape to [3, -1]");
+    is_int(td_tensor_size(v, 1), 4, "-1 inferred as 4");
+    ok(td_tensor_data(v) == td_tensor_data(a), "reshape of a contiguous "
+       "tensor is a view");
+    is_int(td_tensor_transpose(v, 0, 1, &w), TD_OK, "transpose");
+    ok(!td_tensor_is_contiguous(w) && td_tensor_strides(w)[0] == 1 &&
+       td_tensor_strides(w)[1] == 4, "transpose swaps strides, not data");
+    is_double(get2(w, 3, 2), 11, 0, "w[3][2] = a[2*4+3]");
+    is_int(td_tensor_view(w, (int64_t[]){12}, 1, &c), TD_ERR_SHAPE,
+           "view of a non-contiguous tensor fails");
+    like(td_last_error(), "not contiguous", "and says why");
+    is_int(td_tensor_contiguous(w, &c), TD_OK, "contiguous copy");
+    ok(td_tensor_is_contiguous(c) && td_tensor_data(c) != td_tensor_data(a),
+       "new storage");
+    is_double(((double *)td_tensor_data(c))[1], 4, 0, "row-major order of "
+              "the transpose");
+    td_tensor_release(c);
+
+    /* narrow, select, expand, squeeze/unsqueeze, permute */
+    is_int(td_tensor_narrow(v, 1, 1, 2, &c), TD_OK, "narrow");
+    is_double(get2(c, 2, 1), 10, 0, "narrow [:, 1:3][2][1] = 10");
+    is_int(td_tensor_offset(c), 1, "narrow moves the offset");
+    td_tensor_release(c);
+    is_int(td_tensor_narrow(v, 1, 3, 2, &c), TD_ERR_RANGE, "narrow past "
+           "the end fails");
+    is_int(td_tensor_select(v, 0, -1, &c), TD_OK, "select negative index");
+    is_double(td_tensor_get(c, (int64_t[]){0}), 8, 0, "select(0, -1) "
+              "starts at 8");
+    td_tensor_release(c);
+    {
+        td_tensor_t *col, *e;
+        td_tensor_narrow(v, 1, 0, 1, &col);               /* [3, 1] */
+        is_int(td_tensor_expand(col, (int64_t[]){2, 3, 5}, 3, &e), TD_OK,
+               "expand [3, 1] to [2, 3, 5]");
+        ok(td_tensor_strides(e)[0] == 0 && td_tensor_strides(e)[2] == 0,
+           "expanded dims have stride 0");
+        is_double(td_tensor_get(e, (int64_t[]){1, 2, 4}), 8, 0,
+                  "expanded value");
+        td_tensor_release(e);
+        is_int(td_tensor_expand(v, (int64_t[]){3, 5}, 2, &e), TD_ERR_SHAPE,
+               "expand of a non-1 dim fails");
+        td_tensor_release(col);
+    }
+    {
+        td_tensor_t *u, *s, *p;
+        td_tensor_unsqueeze(v, 1, &u);
+        ok(td_tensor_ndim(u) == 3 && td_tensor_size(u, 1) == 1, "unsqueeze");
+        is_int(td_tensor_squeeze(u, 1, &s), TD_OK, "squeeze it back");
+        is_int(td_tensor_squeeze(u, 0, &p), TD_ERR_SHAPE, "squeeze of a "
+               "size-3 dim fails");
+        td_tensor_release(s);
+        td_tensor_release(u);
+        td_tensor_reshape(a, (int64_t[]){2, 3, 2}, 3, &u);
+        is_int(td_tensor_permute(u, (int[]){2, 0, 1}, &p), TD_OK, "permute");
+        is_double(td_tensor_get(p, (int64_t[]){1, 1, 2}), 11, 0,
+                  "permute(2,0,1)[1][1][2] = u[1][2][1]");
+        td_tensor_release(p);
+        is_int(td_tensor_permute(u, (int[]){0, 0, 1}, &p), TD_ERR_RANGE,
+               "a repeated dim is not a permutation");
+        td_tensor_release(u);
+    }
+
+    /* version counter shared by views, bumped by writes */
+    {
+        uint64_t v0 = td_tensor_version(a);
+        td_tensor_fill_(w, 1.0);
+        ok(td_tensor_version(a) == v0 + 1, "writing a view bumps the base's "
+           "version");
+        is_double(((double *)td_tensor_data(a))[5], 1.0, 0, "and writes the "
+                  "shared storage");
+    }
+
+    /* copy_ with broadcast and dtype conversion */
+    {
+        td_tensor_t *f, *row = arange(4, TD_FLOAT32);
+        td_tensor_zeros((int64_t[]){3, 4}, 2, TD_FLOAT64, &f);
+        is_int(td_tensor_copy_(f, row), TD_OK, "copy_ broadcasts float32 [4] "
+               "into float64 [3, 4]");
+        is_double(get2(f, 2, 3), 3, 0, "converted and broadcast");
+        td_tensor_release(f);
+        td_tensor_release(row);
+    }
+
+    /* cat / stack / split / chunk */
+    {
+        td_tensor_t *x = arange(6, TD_FLOAT64), *m, *s, *st[2];
+        td_tensor_reshape(x, (int64_t[]){2, 3}, 2, &m);
+        is_int(td_tensor_cat((td_tensor_t *[]){m, m}, 2, 1, &s), TD_OK,
+               "cat along dim 1");
+        ok(td_tensor_size(s, 1) == 6 && get2(s, 1, 4) == 4, "cat values");
+        td_tensor_release(s);
+        td_tensor_stack((td_tensor_t *[]){m, m}, 2, 0, &s);
+        ok(td_tensor_ndim(s) == 3 && td_tensor_size(s, 0) == 2, "stack adds "
+           "a dim");
+        td_tensor_release(s);
+        is_int(td_tensor_cat((td_tensor_t *[]){m, x}, 2, 0, &s), TD_ERR_SHAPE,
+               "cat of mismatched tensors fails");
+        is_int(td_tensor_split(x, 4, 0, parts, 4, &n), TD_OK, "split 6 by 4");
+        ok(n == 2 && td_tensor_numel(parts[1]) == 2, "pieces 4 and 2");
+        for (int i = 0; i < n; i++) {
+            td_tensor_release(parts[i]);
+        }
+        td_tensor_chunk(x, 4, 0, parts, &n);
+        is_int(n, 3, "chunk(6, 4) gives 3 pieces of 2, as torch");
+        for (int i = 0; i < n; i++) {
+            td_tensor_release(parts[i]);
+        }
+        (void)st;
+        td_tensor_release(m);
+        td_tensor_release(x);
+    }
+
+    /* seeded random fill: reproducible, and the moments are right */
+    {
+        td_tensor_t *r1, *r2;
+        double m = 0, s2 = 0;
+        int64_t nn = 100000;
+        td_tensor_empty(&nn, 1, TD_FLOAT64, TD_CPU, &r1);
+        td_tensor_empty(&nn, 1, TD_FLOAT64, TD_CPU, &r2);
+        td_tensor_normal_(r1, 0, 1, 5);
+        td_tensor_normal_(r2, 0, 1, 5);
+        ok(memcmp(td_tensor_data(r1), td_tensor_data(r2), 800000) == 0,
+           "same seed, same numbers");
+        for (int64_t i = 0; i < nn; i++) {
+            double x = ((double *)td_tensor_data(r1))[i];
+            m += x;
+            s2 += x * x;
+        }
+        m /= (double)nn;
+        ok(fabs(m) < 0.02 && fabs(s2 / (double)nn - 1) < 0.02,
+           "normal: mean %.4f, variance %.4f", m, s2 / (double)nn);
+        /* pinned values: the generator must not drift across machines or
+         * releases (checkpoints and tests depend on it) */
+        {
+            int64_t three = 3;
+            td_tensor_t *u;
+            td_tensor_empty(&three, 1, TD_FLOAT64, TD_CPU, &u);
+            td_tensor_uniform_(u, 0, 1, 5);
+            ok(((double *)td_tensor_data(u))[0] == 0.97984136791014453 &&
+               ((double *)td_tensor_data(u))[2] == 0.44255752779986068,
+               "uniform(seed 5) gives the pinned numbers");
+            td_tensor_normal_(u, 0, 1, 5);
+            is_double(((double *)td_tensor_data(u))[1], 0.28737741605253658,
+                      1e-15, "normal(seed 5)[1] is the pinned number");
+            td_tensor_release(u);
+        }
+        td_tensor_release(r1);
+        td_tensor_release(r2);
+    }
+
+    is_int(td_device_parse("cuda:3", &dev), TD_OK, "device cuda:3 parses");
+    ok(dev.type == TD_DEVICE_CUDA && dev.index == 3, "as type cuda index 3");
+    is_int(td_device_parse("tpu", &dev), TD_ERR_INVALID, "unknown device");
+    td_tensor_release(w);
+    td_tensor_release(v);
+    td_tensor_release(a);
+    return exit_status();
+}
