@@ -1,3 +1,7 @@
 # examples of distributed autograd: my_add (PyTorch's design-note example).
 check_PROGRAMS += examples/my_add
 examples_my_add_LDADD = $(TD_LDADD)
+# fashion_mnist_dp: TorchOpt's data-parallel recipe over RPC (run on 4
+# workers by scripts/demo.sh and its test).
+check_PROGRAMS += examples/fashion_mnist_dp
+examples_fashion_mnist_dp_LDADD = $(TD_LDADD) $(BLAS_LIBS)
