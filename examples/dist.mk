@@ -5,3 +5,5 @@ examples_my_add_LDADD = $(TD_LDADD)
 # workers by scripts/demo.sh and its test).
 check_PROGRAMS += examples/fashion_mnist_dp
 examples_fashion_mnist_dp_LDADD = $(TD_LDADD) $(BLAS_LIBS)
+TESTS += tests/test_fashion_mnist_dp.sh
+EXTRA_DIST += tests/test_fashion_mnist_dp.sh
