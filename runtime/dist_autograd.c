@@ -679,11 +679,15 @@ recv_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
     int n = td_node_n_inputs(node), any = 0;
 
     (void)gout;
-    if (p == NULL || p->engine != s->engine) {
-        return td_error(TD_ERR_STATE, "RecvRpcBackward: gradients of context "
-                        "%lld from rank %d reached outside a distributed "
-                        "backward (use td_dist_backward)",
-                        (long long)s->ctx_id, s->src);
+    if (p == NULL) {
+        /* D11: a local backward or grad (a MAML inner loop on a worker
+         * differentiating the parameters it received) stops here */
+        return TD_OK;
+    }
+    if (p->engine != s->engine) {
+        return td_error(TD_ERR_STATE, "RecvRpcBackward: node of rank %d "
+                        "reached by a backward on rank %d",
+                        s->engine->rank, p->engine->rank);
     }
     if (p->ctx->id != s->ctx_id) {
         return td_error(TD_ERR_STATE, "RecvRpcBackward: node of context %lld "

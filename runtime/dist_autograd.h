@@ -60,6 +60,10 @@
  *     came from); a release for an unknown context is ignored, so the
  *     flood terminates. A pass holds its own reference, so a late
  *     acknowledgement after the context ended is harmless.
+ * 11. A recv node reached by a local pass (td_backward / td_grad, not a
+ *     distributed backward) does nothing: gradients cross workers only in
+ *     td_dist_backward. With td_grad on received tensors (an inner loop on
+ *     a worker) the gradient is captured at the recv node's edge as usual.
  *
  * Threads: all functions are thread-safe; the wire's callbacks may be
  * called from any thread. */

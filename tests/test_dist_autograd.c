@@ -24,6 +24,7 @@
 #include "tests/tap.h"
 #include "runtime/dist_autograd.h"
 #include <todist/ops.h>
+#include <todist/optim.h>
 
 #define NW 4
 
@@ -232,6 +233,35 @@ f_chain(td_tensor_t *const *a, int n, td_tensor_t **out)
     }
     td_tensor_release(y);
     td_tensor_release(z);
+    return s;
+}
+
+/* A MAML-like inner step on the callee: q = p - 0.1 d sum(p^2)/dp
+ * = 0.8 p (differentiable: create_graph), return sum(q * q). */
+static td_status_t
+f_inner(td_tensor_t *const *a, int n, td_tensor_t **out)
+{
+    td_tensor_t *pp = NULL, *l = NULL, *q = NULL, *qq = NULL;
+    td_status_t s;
+
+    (void)n;
+    s = td_mul(a[0], a[0], &pp);
+    if (s == TD_OK) {
+        s = td_sum(pp, &l);
+    }
+    if (s == TD_OK) {
+        s = td_meta_sgd_step(l, a, 1, 0.1, &q);
+    }
+    if (s == TD_OK) {
+        s = td_mul(q, q, &qq);
+    }
+    if (s == TD_OK) {
+        s = td_sum(qq, out);
+    }
+    td_tensor_release(pp);
+    td_tensor_release(l);
+    td_tensor_release(q);
+    td_tensor_release(qq);
     return s;
 }
 
@@ -633,6 +663,31 @@ test_multi_hop(void)
 }
 
 static void
+test_inner_grad(void)
+{
+    td_tensor_t *p = rnd(2, 3, 61, 1), *r = NULL, *g, *want = NULL;
+    td_status_t s;
+    int64_t ctx;
+
+    self_rank = 0;
+    td_dist_autograd_begin(&ctx);
+    s = call(1, f_inner, &p, 1, &r);
+    is_int(s, TD_OK, "a local grad (MetaSGD step) on received tensors on "
+           "the callee");
+    is_int(td_dist_backward(ctx, &r, 1, 0), TD_OK,
+           "... and a distributed backward through it");
+    g = ctx_grad(ctx, p);
+    td_mul_scalar(p, 1.28, &want);      /* d sum((0.8 p)^2) / dp */
+    ok(maxdiff(g, want) <= 1e-12, "second-order gradient across workers "
+       "(%.3g)", maxdiff(g, want));
+    td_dist_autograd_end(ctx);
+    td_tensor_release(g);
+    td_tensor_release(want);
+    td_tensor_release(r);
+    td_tensor_release(p);
+}
+
+static void
 test_unused_and_retain(void)
 {
     td_tensor_t *t1 = rnd(2, 3, 41, 1), *t2 = rnd(2, 3, 42, 1);
@@ -906,7 +961,7 @@ main(void)
 {
     td_dist_wire_t wire = {wire_propagate, wire_release, NULL};
 
-    plan(101);
+    plan(104);
     for (int r = 0; r < NW; r++) {
         wire_rank[r] = r;
         wire.arg = &wire_rank[r];
@@ -923,6 +978,7 @@ main(void)
     test_my_add(1, "one hop");
     test_my_add(0, "call to self");
     test_multi_hop();
+    test_inner_grad();
     test_unused_and_retain();
     test_errors();
     /* worker 2 died in test_errors: bring it back as a fresh engine */
