@@ -7,3 +7,6 @@ check_PROGRAMS += examples/fashion_mnist_dp
 examples_fashion_mnist_dp_LDADD = $(TD_LDADD) $(BLAS_LIBS)
 TESTS += tests/test_fashion_mnist_dp.sh
 EXTRA_DIST += tests/test_fashion_mnist_dp.sh
+# maml_sine: MAML on sinusoids, inner loops on the workers.
+check_PROGRAMS += examples/maml_sine
+examples_maml_sine_LDADD = $(TD_LDADD) -lm
