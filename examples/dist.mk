@@ -10,3 +10,5 @@ EXTRA_DIST += tests/test_fashion_mnist_dp.sh
 # maml_sine: MAML on sinusoids, inner loops on the workers.
 check_PROGRAMS += examples/maml_sine
 examples_maml_sine_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_maml_sine.sh
+EXTRA_DIST += tests/test_maml_sine.sh
