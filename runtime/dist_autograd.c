@@ -731,10 +731,11 @@ td_dist_on_send(td_dist_engine_t *e, int64_t ctx_id, int dst,
         *msg_id_p = 0;
         return TD_OK;
     }
-    c = ctx_find(e, ctx_id);
-    if (c == NULL) {
-        return td_error(TD_ERR_NOT_FOUND, "dist_autograd: context %lld is not "
-                        "known on rank %d", (long long)ctx_id, e->rank);
+    /* a worker may send first in a context it has not seen yet (an
+     * owner answering to_here): it joins here */
+    status = ctx_get_or_create(e, ctx_id, &c);
+    if (status != TD_OK) {
+        return status;
     }
     edges = calloc((size_t)n, sizeof(*edges));
     if (edges == NULL) {

@@ -686,6 +686,12 @@ td_rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
     if (status != TD_OK) {
         return status;
     }
+    if (type == TD_RPC_MSG_RREF_FETCH && have_hooks) {
+        /* to_here carries the caller's context (no tensors of its own), so
+         * the owner's reply, the value, is recorded like a call's result
+         * (distributed autograd) */
+        meta.autograd_context_id = hooks.current_context(hooks.arg);
+    }
 
     if (fut_p != NULL) {
         status = td_future_create(&fut);

@@ -478,6 +478,57 @@ check_multi_hop(void)
     td_tensor_release(w);
 }
 
+/* a remote object's value: created on rank 1 from tensors that require
+ * grad, fetched with to_here inside the context, used in the loss */
+static void
+check_rref_value(void)
+{
+    td_tensor_t *a = rnd(2, 3, 51, 1), *b = rnd(2, 3, 52, 1), *v = NULL;
+    td_tensor_t *loss = NULL, *ga, *gb, *lg[2] = {0}, *lv = NULL, *ll;
+    td_rpc_list_t *args = NULL, *val = NULL;
+    td_rref_t *rref = NULL;
+    td_status_t s;
+    int64_t ctx;
+
+    td_dist_autograd_begin(&ctx);
+    td_rpc_list_create(&args);
+    td_rpc_list_add_tensor(args, a);
+    td_rpc_list_add_tensor(args, b);
+    s = td_remote(1, "tanh_mul", args, TD_RPC_DEFAULT_TIMEOUT, &rref);
+    if (s == TD_OK) {
+        s = td_rref_to_here(rref, TD_RPC_DEFAULT_TIMEOUT, &val);
+    }
+    if (s == TD_OK) {
+        s = td_rpc_list_tensor(val, 0, &v);
+    }
+    if (s == TD_OK) {
+        loss = sum_of(mul_of(v, v));
+        s = td_dist_backward(ctx, &loss, 1, 0);
+    }
+    ga = grad_of(ctx, a);
+    gb = grad_of(ctx, b);
+    tanh_mul(a, b, &lv);
+    ll = sum_of(mul_of(lv, lv));
+    td_grad(&ll, NULL, 1, (td_tensor_t *[]){a, b}, 2, 0, 0, 0, lg);
+    check(s == TD_OK && maxdiff(ga, lg[0]) <= 1e-6 &&
+          maxdiff(gb, lg[1]) <= 1e-6, "rref_to_here_value_recorded",
+          "status %d '%s' diffs %g %g", s, td_last_error(),
+          maxdiff(ga, lg[0]), maxdiff(gb, lg[1]));
+    td_dist_autograd_end(ctx);
+    td_rref_release(rref);
+    td_rpc_list_free(args);
+    td_rpc_list_free(val);
+    td_tensor_release(loss);
+    td_tensor_release(ga);
+    td_tensor_release(gb);
+    td_tensor_release(lg[0]);
+    td_tensor_release(lg[1]);
+    td_tensor_release(lv);
+    td_tensor_release(ll);
+    td_tensor_release(a);
+    td_tensor_release(b);
+}
+
 static void
 check_unused_and_retain(void)
 {
@@ -608,6 +659,7 @@ mode_basic(void)
     check_my_add(0, "my_add_call_to_self");
     check_recording();
     check_multi_hop();
+    check_rref_value();
     check_unused_and_retain();
     check_errors();
     check(all_released(&left), "cleanup_every_worker",

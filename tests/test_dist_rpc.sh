@@ -11,7 +11,7 @@ PEER="$top_builddir/tests/dist_peer"
 run() { timeout -k 5 "$@"; }
 
 basic="my_add_one_hop my_add_call_to_self no_grad_no_recording
-send_recv_recorded two_hops_two_roots unused_send_no_hang_unused_input
+send_recv_recorded two_hops_two_roots rref_to_here_value_recorded unused_send_no_hang_unused_input
 retain_graph_accumulates remote_error_names_rank
 remote_error_two_hops_names_origin cleanup_every_worker
 eight_threads_own_contexts"
