@@ -280,6 +280,12 @@ ctx_get_or_create(td_dist_engine_t *e, int64_t id, ctx_t **c_p)
         *c_p = c;
         return TD_OK;
     }
+    if ((id >> 48) == e->rank) {
+        /* D9: only begin creates this worker's own contexts; a late
+         * message for one that ended must not resurrect it */
+        return td_error(TD_ERR_NOT_FOUND, "dist_autograd: context %lld of "
+                        "rank %d has ended", (long long)id, e->rank);
+    }
     fresh = ctx_new(id);
     if (fresh == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "dist_autograd: out of memory");

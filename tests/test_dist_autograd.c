@@ -470,6 +470,16 @@ test_unknown_messages(void)
            TD_ERR_NOT_FOUND, "gradients for an unknown message: error");
     like(reply_msg, "has no message 12345", "... naming the message");
     td_dist_autograd_end(ctx);
+    {
+        uint8_t rg = 1;
+        td_tensor_t *x = rnd(1, 1, 4, 0);
+        is_int(td_dist_on_recv(E[0], ctx, 1, 99, &x, &rg, 1),
+               TD_ERR_NOT_FOUND, "a late message for an ended context: "
+               "error, not resurrected");
+        like(td_last_error(), "has ended", "... saying so");
+        is_int(td_dist_engine_n_contexts(E[0]), 0, "... and nothing kept");
+        td_tensor_release(x);
+    }
     td_tensor_release(g);
 }
 
@@ -961,7 +971,7 @@ main(void)
 {
     td_dist_wire_t wire = {wire_propagate, wire_release, NULL};
 
-    plan(104);
+    plan(107);
     for (int r = 0; r < NW; r++) {
         wire_rank[r] = r;
         wire.arg = &wire_rank[r];
