@@ -668,10 +668,65 @@ send_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
     return TD_OK;
 }
 
+/* What a send node sent, to check the gradients that come back. */
+typedef struct {
+    int        n;
+    td_dtype_t dtype[TD_DIST_GRADS_MAX];
+    int        ndim[TD_DIST_GRADS_MAX];
+    int64_t   *shape;          /* n * TD_MAX_DIMS */
+} send_state_t;
+
+static void
+send_state_free(void *p)
+{
+    send_state_t *st = p;
+
+    if (st != NULL) {
+        free(st->shape);
+        free(st);
+    }
+}
+
 static const td_node_ops_t send_ops = {
     .name = "SendRpcBackward",
     .backward = send_backward,
+    .destroy = send_state_free,
 };
+
+/* Under the context lock: GRADS[N] must match what NODE sent. */
+static td_status_t
+check_grads(td_dist_engine_t *e, int src, td_node_t *node,
+            td_tensor_t *const *grads, int n, char **msg_p)
+{
+    const send_state_t *st = td_node_state(node);
+
+    for (int i = 0; i < n && st != NULL; i++) {
+        const int64_t *want = &st->shape[(size_t)i * TD_MAX_DIMS];
+        int bad;
+
+        if (grads[i] == NULL) {
+            continue;
+        }
+        bad = td_tensor_dtype(grads[i]) != st->dtype[i] ||
+              td_tensor_ndim(grads[i]) != st->ndim[i];
+        for (int d = 0; !bad && d < st->ndim[i]; d++) {
+            bad = td_tensor_shape(grads[i])[d] != want[d];
+        }
+        if (bad) {
+            *msg_p = format("Error on rank %d: dist_autograd: rank %d sent "
+                            "gradient %d as %s with %d dims (first %lld) for "
+                            "a %s tensor with %d dims (first %lld)", e->rank,
+                            src, i, td_dtype_name(td_tensor_dtype(grads[i])),
+                            td_tensor_ndim(grads[i]),
+                            (long long)(td_tensor_ndim(grads[i]) > 0 ?
+                                        td_tensor_shape(grads[i])[0] : 0),
+                            td_dtype_name(st->dtype[i]), st->ndim[i],
+                            (long long)(st->ndim[i] > 0 ? want[0] : 0));
+            return TD_ERR_PROTOCOL;
+        }
+    }
+    return TD_OK;
+}
 
 static td_status_t pass_post(pass_t *p, int dst, int64_t msg_id,
                              td_tensor_t *const *grads, int n);
@@ -721,12 +776,13 @@ td_dist_on_send(td_dist_engine_t *e, int64_t ctx_id, int dst,
 {
     td_edge_t *edges = NULL;
     td_node_t *node = NULL;
+    send_state_t *st = NULL;
     td_status_t status;
     int64_t msg_id;
     ctx_t *c;
     int any = 0;
 
-    if (n < 0 || (n > 0 && ts == NULL)) {
+    if (n < 0 || n > TD_DIST_GRADS_MAX || (n > 0 && ts == NULL)) {
         return td_error(TD_ERR_INVALID, "dist_autograd: send of %d tensors "
                         "without a tensor array", n);
     }
@@ -753,8 +809,25 @@ td_dist_on_send(td_dist_engine_t *e, int64_t ctx_id, int dst,
             edges[i] = td_tensor_gradient_edge(ts[i]);
         }
     }
-    status = td_node_create(&send_ops, NULL, n, edges, n, &node);
+    st = calloc(1, sizeof(*st));
+    if (st == NULL || (st->shape = calloc((size_t)n * TD_MAX_DIMS,
+                                          sizeof(int64_t))) == NULL) {
+        send_state_free(st);
+        status = td_error(TD_ERR_NO_MEMORY, "dist_autograd: out of memory");
+        goto out;
+    }
+    st->n = n;
+    for (int i = 0; i < n; i++) {
+        if (ts[i] != NULL) {
+            st->dtype[i] = td_tensor_dtype(ts[i]);
+            st->ndim[i] = td_tensor_ndim(ts[i]);
+            memcpy(&st->shape[(size_t)i * TD_MAX_DIMS], td_tensor_shape(ts[i]),
+                   (size_t)st->ndim[i] * sizeof(int64_t));
+        }
+    }
+    status = td_node_create(&send_ops, st, n, edges, n, &node);
     if (status != TD_OK) {
+        send_state_free(st);
         goto out;
     }
     msg_id = ((int64_t)e->rank << 48) |
@@ -1262,7 +1335,8 @@ td_dist_on_propagate(td_dist_engine_t *e, int src, int64_t ctx_id,
         msg = format("Error on rank %d: dist_autograd: rank %d sent %d "
                      "gradients for message %lld of %d tensors", e->rank, src,
                      n, (long long)msg_id, td_node_n_inputs(c->sends[i].node));
-    } else {
+    } else if ((status = check_grads(e, src, c->sends[i].node, grads, n,
+                                     &msg)) == TD_OK) {
         /* no "used" check here: one backward may bring a send node
          * several gradient messages (one per pass reaching its recv) */
         node = td_node_retain(c->sends[i].node);

@@ -469,6 +469,33 @@ test_unknown_messages(void)
                                 NULL),
            TD_ERR_NOT_FOUND, "gradients for an unknown message: error");
     like(reply_msg, "has no message 12345", "... naming the message");
+    {
+        td_tensor_t *t = rnd(3, 3, 8, 1), *g33 = rnd(3, 3, 9, 0), *g32 = NULL;
+        td_tensor_t *gs[2] = {NULL, NULL};
+        int64_t mid = 0;
+
+        td_dist_on_send(E[0], ctx, 1, &t, 1, &mid);
+        is_int(td_dist_on_propagate(E[0], 1, ctx, mid, &g, 1, 0, catch_reply,
+                                    NULL),
+               TD_ERR_PROTOCOL, "a gradient of the wrong shape: rejected");
+        like(reply_msg, "sent gradient 0 as float64 with 2 dims \\(first 2\\)"
+             " for a float64 tensor with 2 dims \\(first 3\\)",
+             "... naming both shapes");
+        td_tensor_to_dtype(g33, TD_FLOAT32, &g32);
+        is_int(td_dist_on_propagate(E[0], 1, ctx, mid, &g32, 1, 0, catch_reply,
+                                    NULL),
+               TD_ERR_PROTOCOL, "a gradient of the wrong dtype: rejected");
+        is_int(td_dist_on_propagate(E[0], 1, ctx, mid, gs, 2, 0, catch_reply,
+                                    NULL),
+               TD_ERR_PROTOCOL, "the wrong number of gradients: rejected");
+        is_int(td_dist_on_propagate(E[0], 1, ctx, mid, &g33, 1, 0, catch_reply,
+                                    NULL),
+               TD_OK, "the right gradient is accepted");
+        is_int(reply_status, TD_OK, "... and acknowledged");
+        td_tensor_release(t);
+        td_tensor_release(g33);
+        td_tensor_release(g32);
+    }
     td_dist_autograd_end(ctx);
     {
         uint8_t rg = 1;
@@ -971,7 +998,7 @@ main(void)
 {
     td_dist_wire_t wire = {wire_propagate, wire_release, NULL};
 
-    plan(107);
+    plan(113);
     for (int r = 0; r < NW; r++) {
         wire_rank[r] = r;
         wire.arg = &wire_rank[r];
