@@ -70,6 +70,28 @@ kill_rank(int r)
     }
 }
 
+/* Messages to a silent rank wait here until the test lets their RPC
+ * futures time out (flush_parked), as a real RPC timeout would. */
+static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
+static delivery_t *parked[64];
+static int n_parked;
+
+static void
+flush_parked(void)
+{
+    pthread_mutex_lock(&parked_lock);
+    for (int i = 0; i < n_parked; i++) {
+        delivery_t *d = parked[i];
+        d->done(d->done_arg, TD_ERR_TIMEOUT, "rpc: call timed out");
+        for (int k = 0; k < d->n; k++) {
+            td_tensor_release(d->grads[k]);
+        }
+        free(d);
+    }
+    n_parked = 0;
+    pthread_mutex_unlock(&parked_lock);
+}
+
 static void *
 deliver(void *arg)
 {
@@ -82,7 +104,17 @@ deliver(void *arg)
         /* the RPC future of a message to a dead peer fails, after
          * peer_failed already did */
         d->done(d->done_arg, TD_ERR_PEER, "rpc: peer died");
-    } else if (!atomic_load(&silent[d->dst])) {
+    } else if (atomic_load(&silent[d->dst])) {
+        pthread_mutex_lock(&parked_lock);
+        if (n_parked < 64) {
+            parked[n_parked++] = d;
+            d = NULL;
+        }
+        pthread_mutex_unlock(&parked_lock);
+        if (d == NULL) {
+            return NULL;
+        }
+    } else {
         td_dist_on_propagate(E[d->dst], d->src, d->ctx, d->msg, d->grads,
                              d->n, d->retain, d->done, d->done_arg);
     }
@@ -357,13 +389,42 @@ ctx_grad(int64_t ctx, td_tensor_t *leaf)
     return g;
 }
 
+/* Intermediate tensors of the helpers below and of the tests' graphs are
+ * kept here and released at exit, so the sanitizer run reports only the
+ * library's leaks. */
+static pthread_mutex_t junk_lock = PTHREAD_MUTEX_INITIALIZER;
+static td_tensor_t **junk;
+static size_t n_junk, cap_junk;
+
+static td_tensor_t *
+keep(td_tensor_t *t)
+{
+    pthread_mutex_lock(&junk_lock);
+    if (n_junk == cap_junk) {
+        cap_junk = cap_junk ? 2 * cap_junk : 256;
+        junk = realloc(junk, cap_junk * sizeof(*junk));
+    }
+    junk[n_junk++] = t;
+    pthread_mutex_unlock(&junk_lock);
+    return t;
+}
+
+static void
+junk_free(void)
+{
+    for (size_t i = 0; i < n_junk; i++) {
+        td_tensor_release(junk[i]);
+    }
+    free(junk);
+}
+
 static td_tensor_t *
 sum_of(td_tensor_t *a)
 {
     td_tensor_t *s = NULL;
 
     td_sum(a, &s);
-    return s;
+    return keep(s);
 }
 
 static td_tensor_t *
@@ -372,7 +433,7 @@ mul_of(td_tensor_t *a, td_tensor_t *b)
     td_tensor_t *s = NULL;
 
     td_mul(a, b, &s);
-    return s;
+    return keep(s);
 }
 
 /* ---- tests --------------------------------------------------------------- */
@@ -421,7 +482,8 @@ test_contexts(void)
            "a NULL root is rejected");
     {
         td_tensor_t *s = NULL;
-        td_tensor_scalar(1.0, TD_FLOAT64, &s);
+        int64_t one = 1;
+        td_tensor_full(&one, 1, TD_FLOAT64, 1.0, &s);
         is_int(td_dist_backward(id, &s, 1, 0), TD_ERR_NOT_FOUND,
                "backward in an ended context is an error");
         like(td_last_error(), "context [0-9]+ is not known on rank 0",
@@ -607,7 +669,7 @@ test_my_add(int dst, const char *what)
     g1 = ctx_grad(ctx, t1);
     g2 = ctx_grad(ctx, t2);
     td_add(t1, t2, &l3);
-    lloss = sum_of(mul_of(l3, t4));
+    lloss = sum_of(mul_of(keep(l3), t4));
     td_grad(&lloss, NULL, 1, args, 2, 0, 0, 0, lg);
     ok(maxdiff(g1, lg[0]) <= 1e-6 && maxdiff(g2, lg[1]) <= 1e-6,
        "%s: gradients equal the local computation", what);
@@ -666,7 +728,7 @@ test_multi_hop(void)
     {
         td_tensor_t *t = NULL;
         td_tanh(r, &t);
-        roots[1] = sum_of(t);
+        roots[1] = sum_of(keep(t));
     }
     is_int(td_dist_backward(ctx, roots, 2, 0), TD_OK,
            "two hops, two roots: backward");
@@ -674,10 +736,10 @@ test_multi_hop(void)
         g[i] = ctx_grad(ctx, ins[i]);
     }
     {
-        td_tensor_t *lr = chain_local(a, b), *t = NULL;
+        td_tensor_t *lr = keep(chain_local(a, b)), *t = NULL;
         lroots[0] = sum_of(mul_of(lr, w));
         td_tanh(lr, &t);
-        lroots[1] = sum_of(t);
+        lroots[1] = sum_of(keep(t));
         td_grad(lroots, NULL, 2, ins, 3, 0, 0, 0, lg);
     }
     ok(maxdiff(g[0], lg[0]) <= 1e-6, "two hops: grad a equals local "
@@ -829,6 +891,14 @@ test_errors(void)
            "a silent worker: the backward times out");
     like(td_last_error(), "waiting for rank\\(s\\) 3", "... naming it");
     td_dist_autograd_end(ctx);
+    /* the late answer (its RPC timing out) after the backward gave up and
+     * the context ended: harmless */
+    while (n_parked == 0) {
+        usleep(1000);   /* the delivery thread parks it (no timing: waits) */
+    }
+    flush_parked();
+    is_int(td_dist_engine_outstanding(E[0]), 0,
+           "a late answer after the timeout is dropped");
     td_dist_engine_set_timeout(E[0], 0);
     atomic_store(&silent[3], 0);
     td_tensor_release(r);
@@ -857,7 +927,7 @@ thread_body(void *arg)
         }
         call(1 + (k + it) % 3, f_add, args, 2, &r);
         td_mul_scalar(r, (double)(k + 1), &loss);
-        loss = sum_of(loss);
+        loss = sum_of(keep(loss));
         good &= td_dist_backward(ctx, &loss, 1, 0) == TD_OK;
         good &= td_dist_get_gradient(ctx, t2, &g) == TD_OK &&
                 fabs(td_tensor_get(g, (int64_t[]){2, 1}) - (k + 1)) < 1e-12;
@@ -918,7 +988,7 @@ test_many_contexts(void)
 
         td_dist_autograd_begin(&ctx);
         call(1 + i % 3, f_add, args, 2, &r);
-        loss = sum_of(r);
+        td_sum(r, &loss);
         bad += td_dist_backward(ctx, &loss, 1, 0) != TD_OK;
         td_dist_autograd_end(ctx);
         td_tensor_release(loss);
@@ -936,8 +1006,15 @@ test_many_contexts(void)
         }
         is_int(n, 0, "10,000 contexts: none left on any worker");
     }
+#if defined(__SANITIZE_ADDRESS__)
+    /* ASan's quarantine holds freed memory: RSS says nothing there (the
+     * leak checker covers this run instead) */
+    (void)rss_warm;
+    skip(1, "RSS under AddressSanitizer");
+#else
     ok(rss_kb() - rss_warm < 4096, "10,000 contexts: memory flat (%ld kB "
        "after 2,000, %ld kB after 10,000)", rss_warm, rss_kb());
+#endif
 }
 
 static void
@@ -998,7 +1075,7 @@ main(void)
 {
     td_dist_wire_t wire = {wire_propagate, wire_release, NULL};
 
-    plan(113);
+    plan(114);
     for (int r = 0; r < NW; r++) {
         wire_rank[r] = r;
         wire.arg = &wire_rank[r];
@@ -1027,5 +1104,9 @@ main(void)
     test_threads();
     test_many_contexts();
     test_codec();
+    junk_free();
+    for (int r = 0; r < NW; r++) {
+        td_dist_engine_destroy(E[r]);
+    }
     return exit_status();
 }
