@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "todist/rpc.h"
@@ -115,6 +116,8 @@ static struct {
     .tlock = PTHREAD_MUTEX_INITIALIZER,
     .tcond = PTHREAD_COND_INITIALIZER,
 };
+
+static double rpc_spin_us = -1;    /* env TODIST_RPC_SPIN_US */
 
 static double
 now_s(void)
@@ -337,6 +340,21 @@ pool_main(void *arg)
 
     pthread_mutex_lock(&p->lock);
     for (;;) {
+        if (p->head == NULL && !p->stop && rpc_spin_us > 0) {
+            /* Poll a little before sleeping: a futex wake-up costs more
+             * than a short call's whole round trip. Idle while polling. */
+            double until = now_s() + rpc_spin_us * 1e-6;
+
+            p->n_idle++;
+            pthread_mutex_unlock(&p->lock);
+            while (__atomic_load_n(&p->head, __ATOMIC_ACQUIRE) == NULL &&
+                   !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) &&
+                   now_s() < until) {
+                sched_yield();
+            }
+            pthread_mutex_lock(&p->lock);
+            p->n_idle--;
+        }
         while (p->head == NULL && !p->stop) {
             p->n_idle++;
             pthread_cond_wait(&p->cond, &p->lock);
@@ -1128,6 +1146,8 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
             n = RPC_POOL_MAX;
         }
     }
+    s = getenv("TODIST_RPC_SPIN_US");
+    rpc_spin_us = (s != NULL && *s != '\0') ? atof(s) : 0;
     rpc.tp = tp;
     rpc.rank = w->rank;
     rpc.world_size = w->world_size;
