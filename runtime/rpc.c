@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -788,6 +789,90 @@ td_rpc_run_local(uint64_t function_id, int caller, const td_rpc_list_t *args,
     return e->fn(e->arg, &info, args, result);
 }
 
+/* ---- receive buffers ------------------------------------------------------ *
+ * Large tensor bodies land in buffers from a small cache instead of fresh
+ * allocations: a fresh 64 MiB buffer is a new mmap each time, so UCX
+ * registers (and on munmap deregisters) it for every message, and every
+ * page faults on first touch. Reused buffers keep UCX's registration cache
+ * warm. Power-of-two classes from 64 KiB; at most BUF_KEEP per class. */
+
+#define BUF_MIN_SHIFT 16
+#define BUF_CLASSES   20           /* 64 KiB .. 32 GiB */
+#define BUF_KEEP      4
+
+static pthread_mutex_t buf_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *buf_free[BUF_CLASSES][BUF_KEEP];
+static int   buf_n[BUF_CLASSES];
+
+static int
+buf_class(size_t n)
+{
+    int c = 0;
+
+    while (c < BUF_CLASSES && ((size_t)1 << (BUF_MIN_SHIFT + c)) < n) {
+        c++;
+    }
+    return c;
+}
+
+static void
+buf_release(void *data, void *arg)
+{
+    int c = (int)(intptr_t)arg;
+
+    pthread_mutex_lock(&buf_lock);
+    if (buf_n[c] < BUF_KEEP) {
+        buf_free[c][buf_n[c]++] = data;
+        data = NULL;
+    }
+    pthread_mutex_unlock(&buf_lock);
+    free(data);
+}
+
+/* A tensor for a received body of NBYTES (cached buffer when large). */
+static td_status_t
+rx_tensor(const td_rpc_wire_tensor_t *t, td_tensor_t **out)
+{
+    int c;
+    void *data = NULL;
+    td_status_t status;
+
+    if (t->nbytes < ((size_t)1 << BUF_MIN_SHIFT) ||
+        (c = buf_class(t->nbytes)) >= BUF_CLASSES) {
+        return td_tensor_empty(t->shape, t->ndim, t->dtype, TD_CPU, out);
+    }
+    pthread_mutex_lock(&buf_lock);
+    if (buf_n[c] > 0) {
+        data = buf_free[c][--buf_n[c]];
+    }
+    pthread_mutex_unlock(&buf_lock);
+    if (data == NULL) {
+        data = aligned_alloc(64, (size_t)1 << (BUF_MIN_SHIFT + c));
+        if (data == NULL) {
+            return td_error(TD_ERR_NO_MEMORY, "rpc: cannot allocate %zu "
+                            "bytes for a received tensor", t->nbytes);
+        }
+    }
+    status = td_tensor_from_blob(data, t->shape, t->ndim, t->dtype, TD_CPU,
+                                 buf_release, (void *)(intptr_t)c, out);
+    if (status != TD_OK) {
+        buf_release(data, (void *)(intptr_t)c);
+    }
+    return status;
+}
+
+static void
+buf_cache_clear(void)
+{
+    pthread_mutex_lock(&buf_lock);
+    for (int c = 0; c < BUF_CLASSES; c++) {
+        while (buf_n[c] > 0) {
+            free(buf_free[c][--buf_n[c]]);
+        }
+    }
+    pthread_mutex_unlock(&buf_lock);
+}
+
 /* A received message, from the transport's receive handler to the pool. */
 typedef struct {
     td_rpc_wire_msg_t msg;
@@ -1102,8 +1187,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     for (int k = 0; k < r->msg.n_tensors; k++) {
         const td_rpc_wire_tensor_t *t = &r->msg.tensors[k];
 
-        status = td_tensor_empty(t->shape, t->ndim, t->dtype, TD_CPU,
-                                 &r->tensors[k]);
+        status = rx_tensor(t, &r->tensors[k]);
         if (status != TD_OK) {
             log_drop(rx->src, td_last_error());
             rx_free(r);
@@ -1233,6 +1317,7 @@ module_shutdown(void *arg)
     }
     td_rref_shutdown();
     pool_stop(&rpc.pool);
+    buf_cache_clear();
     rpc.tp = NULL;
 }
 
