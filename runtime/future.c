@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 #include <errno.h>
 
@@ -231,6 +232,21 @@ td_future_error(const td_future_t *f)
     return td_future_done(f) && f->error != NULL ? f->error : "";
 }
 
+/* Microseconds a waiter polls (yielding) before it sleeps: env
+ * TODIST_RPC_SPIN_US, default 0 (sleep at once: cores are shared). */
+static double
+spin_us(void)
+{
+    static double v = -1;
+
+    if (v < 0) {
+        const char *s = getenv("TODIST_RPC_SPIN_US");
+
+        v = (s != NULL && *s != '\0' && atof(s) > 0) ? atof(s) : 0;
+    }
+    return v;
+}
+
 /* Status of a done future, with its text as this thread's last error. */
 static td_status_t
 done_status(const td_future_t *f)
@@ -257,6 +273,19 @@ td_future_wait(td_future_t *f, double timeout)
             return done_status(f);
         }
         __asm__ __volatile__("" ::: "memory");
+    }
+    if (spin_us() > 0) {
+        struct timespec t0, t1;
+
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do {
+            if (atomic_load_explicit(&f->done, memory_order_acquire)) {
+                return done_status(f);
+            }
+            sched_yield();
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+        } while ((t1.tv_sec - t0.tv_sec) * 1e6 +
+                 (t1.tv_nsec - t0.tv_nsec) * 1e-3 < spin_us());
     }
     if (timeout >= 0) {
         clock_gettime(CLOCK_REALTIME, &deadline);

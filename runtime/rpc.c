@@ -14,9 +14,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "todist/rpc.h"
@@ -115,6 +117,8 @@ static struct {
     .tlock = PTHREAD_MUTEX_INITIALIZER,
     .tcond = PTHREAD_COND_INITIALIZER,
 };
+
+static double rpc_spin_us = -1;    /* env TODIST_RPC_SPIN_US */
 
 static double
 now_s(void)
@@ -337,6 +341,21 @@ pool_main(void *arg)
 
     pthread_mutex_lock(&p->lock);
     for (;;) {
+        if (p->head == NULL && !p->stop && rpc_spin_us > 0) {
+            /* Poll a little before sleeping: a futex wake-up costs more
+             * than a short call's whole round trip. Idle while polling. */
+            double until = now_s() + rpc_spin_us * 1e-6;
+
+            p->n_idle++;
+            pthread_mutex_unlock(&p->lock);
+            while (__atomic_load_n(&p->head, __ATOMIC_ACQUIRE) == NULL &&
+                   !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) &&
+                   now_s() < until) {
+                sched_yield();
+            }
+            pthread_mutex_lock(&p->lock);
+            p->n_idle--;
+        }
         while (p->head == NULL && !p->stop) {
             p->n_idle++;
             pthread_cond_wait(&p->cond, &p->lock);
@@ -776,6 +795,90 @@ td_rpc_run_local(uint64_t function_id, int caller, const td_rpc_list_t *args,
     return e->fn(e->arg, &info, args, result);
 }
 
+/* ---- receive buffers ------------------------------------------------------ *
+ * Large tensor bodies land in buffers from a small cache instead of fresh
+ * allocations: a fresh 64 MiB buffer is a new mmap each time, so UCX
+ * registers (and on munmap deregisters) it for every message, and every
+ * page faults on first touch. Reused buffers keep UCX's registration cache
+ * warm. Power-of-two classes from 64 KiB; at most BUF_KEEP per class. */
+
+#define BUF_MIN_SHIFT 16
+#define BUF_CLASSES   20           /* 64 KiB .. 32 GiB */
+#define BUF_KEEP      4
+
+static pthread_mutex_t buf_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *buf_free[BUF_CLASSES][BUF_KEEP];
+static int   buf_n[BUF_CLASSES];
+
+static int
+buf_class(size_t n)
+{
+    int c = 0;
+
+    while (c < BUF_CLASSES && ((size_t)1 << (BUF_MIN_SHIFT + c)) < n) {
+        c++;
+    }
+    return c;
+}
+
+static void
+buf_release(void *data, void *arg)
+{
+    int c = (int)(intptr_t)arg;
+
+    pthread_mutex_lock(&buf_lock);
+    if (buf_n[c] < BUF_KEEP) {
+        buf_free[c][buf_n[c]++] = data;
+        data = NULL;
+    }
+    pthread_mutex_unlock(&buf_lock);
+    free(data);
+}
+
+/* A tensor for a received body of NBYTES (cached buffer when large). */
+static td_status_t
+rx_tensor(const td_rpc_wire_tensor_t *t, td_tensor_t **out)
+{
+    int c;
+    void *data = NULL;
+    td_status_t status;
+
+    if (t->nbytes < ((size_t)1 << BUF_MIN_SHIFT) ||
+        (c = buf_class(t->nbytes)) >= BUF_CLASSES) {
+        return td_tensor_empty(t->shape, t->ndim, t->dtype, TD_CPU, out);
+    }
+    pthread_mutex_lock(&buf_lock);
+    if (buf_n[c] > 0) {
+        data = buf_free[c][--buf_n[c]];
+    }
+    pthread_mutex_unlock(&buf_lock);
+    if (data == NULL) {
+        data = aligned_alloc(64, (size_t)1 << (BUF_MIN_SHIFT + c));
+        if (data == NULL) {
+            return td_error(TD_ERR_NO_MEMORY, "rpc: cannot allocate %zu "
+                            "bytes for a received tensor", t->nbytes);
+        }
+    }
+    status = td_tensor_from_blob(data, t->shape, t->ndim, t->dtype, TD_CPU,
+                                 buf_release, (void *)(intptr_t)c, out);
+    if (status != TD_OK) {
+        buf_release(data, (void *)(intptr_t)c);
+    }
+    return status;
+}
+
+static void
+buf_cache_clear(void)
+{
+    pthread_mutex_lock(&buf_lock);
+    for (int c = 0; c < BUF_CLASSES; c++) {
+        while (buf_n[c] > 0) {
+            free(buf_free[c][--buf_n[c]]);
+        }
+    }
+    pthread_mutex_unlock(&buf_lock);
+}
+
 /* A received message, from the transport's receive handler to the pool. */
 typedef struct {
     td_rpc_wire_msg_t msg;
@@ -1090,8 +1193,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     for (int k = 0; k < r->msg.n_tensors; k++) {
         const td_rpc_wire_tensor_t *t = &r->msg.tensors[k];
 
-        status = td_tensor_empty(t->shape, t->ndim, t->dtype, TD_CPU,
-                                 &r->tensors[k]);
+        status = rx_tensor(t, &r->tensors[k]);
         if (status != TD_OK) {
             log_drop(rx->src, td_last_error());
             rx_free(r);
@@ -1134,6 +1236,8 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
             n = RPC_POOL_MAX;
         }
     }
+    s = getenv("TODIST_RPC_SPIN_US");
+    rpc_spin_us = (s != NULL && *s != '\0') ? atof(s) : 0;
     rpc.tp = tp;
     rpc.rank = w->rank;
     rpc.world_size = w->world_size;
@@ -1219,6 +1323,7 @@ module_shutdown(void *arg)
     }
     td_rref_shutdown();
     pool_stop(&rpc.pool);
+    buf_cache_clear();
     rpc.tp = NULL;
 }
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "todist/todist.h"
+#include "runtime/rpc_internal.h"
 
 static int rank, size;
 static int n_fail;
@@ -315,6 +316,172 @@ fn_whoami(void *arg, const td_rpc_call_info_t *info,
                         "dims", td_tensor_ndim(x));
     }
     return td_rpc_list_add_int(result, rank);
+}
+
+/* ---- distributed autograd hook points (what issue 6 builds on) ---------- */
+
+static _Thread_local uint64_t cur_ctx;
+static atomic_int n_sends, n_recvs;
+static atomic_ullong last_recv_ctx, last_recv_msg;
+static atomic_int last_recv_src = -1;
+
+static uint64_t
+h_current(void *arg)
+{
+    (void)arg;
+    return cur_ctx;
+}
+
+static uint64_t
+h_set(void *arg, uint64_t ctx)
+{
+    uint64_t prev = cur_ctx;
+
+    (void)arg;
+    cur_ctx = ctx;
+    return prev;
+}
+
+static td_status_t
+h_send(void *arg, uint64_t ctx, int dst, const td_rpc_list_t *list,
+       uint64_t *msg_id_p)
+{
+    (void)arg; (void)dst; (void)list;
+    if ((ctx >> 48) > 64) {
+        return td_error(TD_ERR_INVALID, "hook: bad context %llx",
+                        (unsigned long long)ctx);
+    }
+    *msg_id_p = 1000 + (uint64_t)atomic_fetch_add(&n_sends, 1);
+    return TD_OK;
+}
+
+/* Replace every tensor that requires grad by a clone that does not, marked
+ * by adding 1000 to its first element, so the caller sees the swap. */
+static td_status_t
+h_recv(void *arg, uint64_t ctx, uint64_t msg_id, int src, td_rpc_list_t *list)
+{
+    (void)arg;
+    atomic_fetch_add(&n_recvs, 1);
+    atomic_store(&last_recv_ctx, ctx);
+    atomic_store(&last_recv_msg, msg_id);
+    atomic_store(&last_recv_src, src);
+    for (size_t i = 0; i < td_rpc_list_len(list); i++) {
+        td_tensor_t *t, *c;
+
+        if (td_rpc_list_tensor(list, i, &t) != TD_OK ||
+            !td_tensor_requires_grad(t)) {
+            continue;
+        }
+        td_tensor_detach(t, &c);
+        td_tensor_t *cl;
+        td_tensor_clone(c, &cl);
+        td_tensor_release(c);
+        ((double *)td_tensor_data(cl))[0] += 1000;
+        td_rpc_list_set_tensor(list, i, cl);
+        td_tensor_release(cl);
+    }
+    return TD_OK;
+}
+
+/* ctx_echo(x): the handler's current context, the receive hook's view,
+ * and X back with requires_grad (so the reply is recorded too). */
+static td_status_t
+fn_ctx_echo(void *arg, const td_rpc_call_info_t *info,
+            const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    td_tensor_t *x, *y;
+
+    (void)arg; (void)info;
+    td_rpc_list_add_int(result, (int64_t)cur_ctx);
+    td_rpc_list_add_int(result, (int64_t)atomic_load(&last_recv_msg));
+    td_rpc_list_add_int(result, atomic_load(&n_recvs));
+    if (td_rpc_list_len(args) > 0 && td_rpc_list_tensor(args, 0, &x) == TD_OK) {
+        td_tensor_clone(x, &y);
+        td_tensor_set_requires_grad(y, 1);
+        td_rpc_list_add_tensor(result, y);
+        td_tensor_release(y);
+    }
+    return TD_OK;
+}
+
+static void
+mode_hooks(void)
+{
+    td_rpc_list_t *args, *res = NULL;
+    td_tensor_t *x, *back;
+    int64_t ctx_seen = 0, msg_seen = 0, recvs = 0, one = 1;
+    double v = 2.0;
+    td_status_t st;
+
+    td_tensor_from_data(&v, &one, 1, TD_FLOAT64, &x);
+    td_tensor_set_requires_grad(x, 1);
+    td_rpc_list_create(&args);
+    td_rpc_list_add_tensor(args, x);
+
+    /* outside a context: no hooks */
+    st = td_rpc_sync(1, "ctx_echo", args, TD_RPC_DEFAULT_TIMEOUT, &res);
+    td_rpc_list_int(res, 0, &ctx_seen);
+    td_rpc_list_int(res, 2, &recvs);
+    check(st == TD_OK && ctx_seen == 0 && recvs == 0 &&
+          atomic_load(&n_sends) == 0, "hooks_no_context",
+          "%d ctx %lld recvs %lld sends %d", st, (long long)ctx_seen,
+          (long long)recvs, atomic_load(&n_sends));
+    td_rpc_list_free(res);
+    res = NULL;
+
+    /* inside a context, a tensor requiring grad: send hook here, receive
+     * hook there with our message id, the handler runs in the context, the
+     * reply (requires grad too) is recorded both ways; each receive hook
+     * adds 1000 to the swapped tensor: 2 -> 1002 there -> 2002 here */
+    uint64_t ctx = (0ull << 48) | 5;
+    cur_ctx = ctx;
+    st = td_rpc_sync(1, "ctx_echo", args, TD_RPC_DEFAULT_TIMEOUT, &res);
+    cur_ctx = 0;
+    td_rpc_list_int(res, 0, &ctx_seen);
+    td_rpc_list_int(res, 1, &msg_seen);
+    td_rpc_list_int(res, 2, &recvs);
+    check(st == TD_OK && (uint64_t)ctx_seen == ctx && msg_seen == 1000 &&
+          recvs == 1, "hooks_call_recorded",
+          "%d ctx %llx msg %lld recvs %lld", st, (unsigned long long)ctx_seen,
+          (long long)msg_seen, (long long)recvs);
+    back = NULL;
+    td_rpc_list_tensor(res, 3, &back);
+    check(back != NULL && atomic_load(&n_recvs) == 1 &&
+          atomic_load(&last_recv_ctx) == ctx &&
+          atomic_load(&last_recv_src) == 1 &&
+          ((double *)td_tensor_data(back))[0] == 2002.0 &&
+          !td_tensor_requires_grad(back), "hooks_reply_recorded_and_swapped",
+          "recvs %d src %d value %g", atomic_load(&n_recvs),
+          atomic_load(&last_recv_src),
+          back ? ((double *)td_tensor_data(back))[0] : -1.0);
+    td_rpc_list_free(res);
+    res = NULL;
+
+    /* inside a context but nothing requires grad: not recorded */
+    td_tensor_t *plain;
+    td_tensor_detach(x, &plain);
+    td_rpc_list_t *a2;
+    td_rpc_list_create(&a2);
+    td_rpc_list_add_tensor(a2, plain);
+    int sends_before = atomic_load(&n_sends);
+    cur_ctx = ctx;
+    st = td_rpc_sync(1, "noop", a2, TD_RPC_DEFAULT_TIMEOUT, &res);
+    cur_ctx = 0;
+    check(st == TD_OK && atomic_load(&n_sends) == sends_before,
+          "hooks_nothing_requires_grad", "%d sends %d -> %d", st,
+          sends_before, atomic_load(&n_sends));
+    td_rpc_list_free(res);
+    td_rpc_list_free(a2);
+    td_tensor_release(plain);
+
+    /* a failing send hook fails the call cleanly */
+    cur_ctx = (100ull << 48) | 1;
+    st = td_rpc_sync(1, "ctx_echo", args, TD_RPC_DEFAULT_TIMEOUT, &res);
+    cur_ctx = 0;
+    check(st == TD_ERR_INVALID && strstr(td_last_error(), "bad context"),
+          "hooks_send_error", "%d %s", st, td_last_error());
+    td_rpc_list_free(args);
+    td_tensor_release(x);
 }
 
 /* ---- modes ----------------------------------------------------------------- */
@@ -958,6 +1125,12 @@ main(int argc, char **argv)
     td_rpc_register("leaks", fn_leaks, NULL);
     td_rpc_register("colsum", fn_colsum, NULL);
     td_rpc_register("whoami", fn_whoami, NULL);
+    td_rpc_register("ctx_echo", fn_ctx_echo, NULL);
+    if (strcmp(mode, "hooks") == 0) {
+        td_rpc_autograd_hooks_t h = { h_current, h_set, h_send, h_recv, NULL };
+
+        td_rpc_set_autograd_hooks(&h);
+    }
     st = td_rpc_register("echo", fn_echo, NULL);
     if (st != TD_ERR_EXISTS) {
         fprintf(stderr, "double registration not refused\n");
@@ -986,6 +1159,8 @@ main(int argc, char **argv)
             mode_inflight();
         } else if (strcmp(mode, "kill") == 0) {
             mode_kill();
+        } else if (strcmp(mode, "hooks") == 0) {
+            mode_hooks();
         } else if (strcmp(mode, "mapreduce") == 0) {
             mode_mapreduce();
         } else if (strcmp(mode, "self") == 0) {

@@ -22,12 +22,14 @@ owner_frees remote_error remote_self"
 kill="peer_killed peer_killed_all_pending call_to_dead_peer"
 mapreduce="mr_batch_mean mr_parallelize_sum mr_exclusive_round_robin
 mr_fixed_worker mr_no_tensors_self mr_batch_mismatch mr_remote_error"
+hooks="hooks_no_context hooks_call_recorded hooks_reply_recorded_and_swapped
+hooks_nothing_requires_grad hooks_send_error"
 barrier="barrier_all barrier_subset_20_rounds barrier_subset_timeout
 barrier_not_member"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$futures") + $(count "$rref") + \
          $(count "$kill") + $(count "$mapreduce") + $(count "$barrier") + \
-         15 ))
+         $(count "$hooks") + 16 ))
 
 # Each expected check must PASS; a missing line fails too.
 expect() { # output names...
@@ -85,6 +87,13 @@ is "$rc" 0 "mapreduce: every rank exits 0"
 out=$(run 120 todist-run -n 3 "$PEER" barrier 2>&1); rc=$?
 expect "$out" $barrier
 is "$rc" 0 "barrier: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+
+# The hook points distributed autograd uses (ids in the header, send and
+# receive hooks, the context current in the handler).
+out=$(run 60 todist-run -n 2 "$PEER" hooks 2>&1); rc=$?
+expect "$out" $hooks
+is "$rc" 0 "hooks: every rank exits 0"
 [ "$rc" = 0 ] || diag "$out"
 
 # A world of one: calls to self only.
