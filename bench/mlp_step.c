@@ -2,25 +2,14 @@
  * batch 256 on one thread, median of many steps, side by side with the
  * same step in PyTorch (bench/mlp_step_torch.py) when /usr/bin/python3 has
  * torch. Last line: `mlp_step: todist X ms, torch Y ms, ratio X/Y`.
-<<<<<<< HEAD
- * Usage: mlp_step [STEPS] (default 200). Pin BLAS threads on both sides:
-=======
  * Usage: mlp_step [STEPS] (default 400); the two sides run interleaved in
  * blocks of 20 steps so both see the same machine load. Pin BLAS threads on both sides:
->>>>>>> tensor
  * OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 (set here if unset). */
 #include "config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-<<<<<<< HEAD
-#include <time.h>
-
-#include <todist/todist.h>
-
-extern void openblas_set_num_threads(int num_threads);
-=======
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,7 +19,6 @@ extern void openblas_set_num_threads(int num_threads);
 /* OpenBLAS's own thread control; weak, so a build against another CBLAS
  * still links (threads are then that library's business) */
 extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
->>>>>>> tensor
 
 static double
 now_ms(void)
@@ -58,12 +46,6 @@ check(td_status_t st, const char *what)
     }
 }
 
-<<<<<<< HEAD
-int
-main(int argc, char **argv)
-{
-    int steps = argc > 1 ? atoi(argv[1]) : 200;
-=======
 /* The torch side as a child speaking bench/mlp_step_torch.py's protocol. */
 typedef struct {
     pid_t pid;
@@ -143,27 +125,11 @@ int
 main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 400, block = 20;
->>>>>>> tensor
     int64_t sizes[3] = {784, 256, 10}, xs[2] = {256, 784}, ys[1] = {256};
     td_tensor_t *x, *y, *logits, *loss;
     td_sgd_opts_t so = {0.01, 0, 0, 0, 0};
     td_mlp_t *mlp;
     td_optim_t *opt;
-<<<<<<< HEAD
-    double *t, med, tmed = 0, tmin = 0, tmax = 0;
-    char line[256], cmd[4096];
-    const char *srcdir = getenv("TD_BENCH_SRCDIR");
-    FILE *p;
-    int have_torch = 0;
-
-    if (steps < 10) {
-        steps = 10;
-    }
-    setenv("OPENBLAS_NUM_THREADS", "1", 0);
-    setenv("OMP_NUM_THREADS", "1", 0);
-    openblas_set_num_threads(1);
-    t = calloc((size_t)steps, sizeof(double));
-=======
     double *t, *tt, med, lo, hi, tmed, tlo, thi;
     torch_child_t tc;
     int have_torch, done = 0;
@@ -179,7 +145,6 @@ main(int argc, char **argv)
     }
     t = calloc((size_t)steps, sizeof(double));
     tt = calloc((size_t)steps, sizeof(double));
->>>>>>> tensor
     check(td_mlp_create(sizes, 3, TD_FLOAT32, 0, &mlp), "model");
     check(td_optim_sgd(td_mlp_params(mlp), 4, &so, &opt), "sgd");
     check(td_tensor_empty(xs, 2, TD_FLOAT32, TD_CPU, &x), "x");
@@ -188,12 +153,9 @@ main(int argc, char **argv)
     for (int i = 0; i < 256; i++) {
         ((int64_t *)td_tensor_data(y))[i] = (i * 7) % 10;
     }
-<<<<<<< HEAD
-=======
     have_torch = torch_start(&tc, getenv("TD_BENCH_SRCDIR"));
     /* interleave blocks of todist and torch steps so both see the same
      * load on a shared machine; 20 warm-up steps first */
->>>>>>> tensor
     for (int i = -20; i < steps; i++) {
         double t0 = now_ms();
         check(td_optim_zero_grad(opt), "zero_grad");
@@ -205,35 +167,6 @@ main(int argc, char **argv)
         td_tensor_release(loss);
         if (i >= 0) {
             t[i] = now_ms() - t0;
-<<<<<<< HEAD
-        }
-    }
-    qsort(t, (size_t)steps, sizeof(double), cmp_double);
-    med = t[steps / 2];
-    printf("todist %.4f ms median (min %.4f, max %.4f) over %d steps\n", med,
-           t[0], t[steps - 1], steps);
-
-    snprintf(cmd, sizeof(cmd), "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "
-             "/usr/bin/python3 %s/bench/mlp_step_torch.py %d 2>/dev/null",
-             srcdir ? srcdir : ".", steps);
-    p = popen(cmd, "r");
-    while (p != NULL && fgets(line, sizeof(line), p) != NULL) {
-        if (sscanf(line, "torch %lf %lf %lf", &tmed, &tmin, &tmax) == 3) {
-            have_torch = 1;
-        }
-    }
-    if (p != NULL) {
-        pclose(p);
-    }
-    if (have_torch) {
-        printf("torch %.4f ms median (min %.4f, max %.4f) over %d steps\n",
-               tmed, tmin, tmax, steps);
-        printf("mlp_step: todist %.3f ms, torch %.3f ms, ratio %.2f\n", med,
-               tmed, med / tmed);
-    } else {
-        printf("mlp_step: todist %.3f ms, torch n/a ms (no torch), ratio n/a\n",
-               med);
-=======
             if ((i + 1) % block == 0 && have_torch) {
                 have_torch = torch_steps(&tc, block, tt + done);
                 done += block;
@@ -256,16 +189,12 @@ main(int argc, char **argv)
     } else {
         printf("mlp_step: todist %.3f ms, torch n/a ms (torch not "
                "installed), ratio n/a\n", med);
->>>>>>> tensor
     }
     td_tensor_release(x);
     td_tensor_release(y);
     td_optim_free(opt);
     td_mlp_free(mlp);
     free(t);
-<<<<<<< HEAD
-=======
     free(tt);
->>>>>>> tensor
     return 0;
 }

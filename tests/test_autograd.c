@@ -122,11 +122,7 @@ main(void)
     td_tensor_t *x, *y, *z, *s, *s2, *g[2];
     td_status_t st;
 
-<<<<<<< HEAD
-    plan(36);
-=======
     plan(43);
->>>>>>> tensor
 
     /* accumulation into .grad and summing of partial gradients */
     x = vec(xv, 3, 1);
@@ -183,8 +179,6 @@ main(void)
         td_tensor_release(a2);
         td_tensor_release(f32);
     }
-<<<<<<< HEAD
-=======
     {
         td_tensor_t *logits, *tgt, *r = NULL, *m2;
         td_tensor_zeros((int64_t[]){2, 5}, 2, TD_FLOAT64, &logits);
@@ -200,7 +194,6 @@ main(void)
         td_tensor_release(logits);
         td_tensor_release(tgt);
     }
->>>>>>> tensor
 
     /* saved tensor modified in place */
     {
@@ -367,8 +360,6 @@ main(void)
         td_tensor_release(c);
         td_tensor_release(a);
     }
-<<<<<<< HEAD
-=======
     /* a 50000-op chain (an unrolled loop): backward, grad() and freeing the
      * graph must not recurse once per op */
     {
@@ -395,7 +386,6 @@ main(void)
         td_tensor_release(x0);
         td_tensor_release(c);
     }
->>>>>>> tensor
     (void)g;
     td_tensor_release(x);
     td_tensor_release(y);
