@@ -1,13 +1,17 @@
 """The PyTorch side of bench/mlp_step: the same 784-256-10 MLP step (forward,
-cross-entropy, backward, SGD) at batch 256 on one thread. Prints the median
-and min/max in ms on one line: `torch MEDIAN MIN MAX`."""
+cross-entropy, backward, SGD) at batch 256 on one thread.
+
+Protocol (so both sides see the same machine noise, runs are interleaved):
+prints "ready"; then for each line "N" on stdin runs N timed steps and
+prints their times in ms on one line; exits at end of input. With an
+argument STEPS instead, runs STEPS steps once and prints
+`torch MEDIAN MIN MAX`."""
 import sys
 import time
 
 import torch
 
 torch.set_num_threads(1)
-steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(),
                             torch.nn.Linear(256, 10))
@@ -23,12 +27,22 @@ def step():
     opt.step()
 
 
+def timed(n):
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
 for _ in range(20):
     step()
-times = []
-for _ in range(steps):
-    t0 = time.perf_counter()
-    step()
-    times.append((time.perf_counter() - t0) * 1e3)
-times.sort()
-print("torch %.4f %.4f %.4f" % (times[len(times) // 2], times[0], times[-1]))
+if len(sys.argv) > 1:
+    times = sorted(timed(int(sys.argv[1])))
+    print("torch %.4f %.4f %.4f" % (times[len(times) // 2], times[0],
+                                    times[-1]))
+    sys.exit(0)
+print("ready", flush=True)
+for line in sys.stdin:
+    print(" ".join("%.5f" % t for t in timed(int(line))), flush=True)

@@ -13,8 +13,9 @@
 
 #include <todist/todist.h>
 
-/* OpenBLAS's own thread control (libopenblas0-pthread) */
-extern void openblas_set_num_threads(int num_threads);
+/* OpenBLAS's own thread control; weak, so a build against another CBLAS
+ * still links (threads are then that library's business) */
+extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
 
 #define FMNIST_MEAN 0.2860
 #define FMNIST_STD 0.3530
@@ -153,7 +154,9 @@ main(int argc, char **argv)
     if (lr < 0) {
         lr = use_adam ? 1e-3 : 0.01;
     }
-    openblas_set_num_threads(threads);
+    if (openblas_set_num_threads != NULL) {
+        openblas_set_num_threads(threads);
+    }
 
     if (td_fashion_mnist_load(data, 1, &tr_x, &tr_y) != TD_OK) {
         return die("training set");

@@ -76,14 +76,19 @@ td_node_retain(td_node_t *node)
     return node;
 }
 
-void
-td_node_release(td_node_t *node)
+/* Destroying a node releases its next edges and its saved tensors, which
+ * release their own grad_fn nodes, and so on down the graph. Done
+ * recursively, a long chain (an unrolled loop of 100k ops) would overflow
+ * the stack; so nodes whose count reaches zero while another is being
+ * destroyed on this thread are queued and destroyed by the outermost call. */
+static _Thread_local td_node_t *release_pending;
+static _Thread_local int release_active;
+
+static void
+node_destroy(td_node_t *node)
 {
     td_node_hook_t *h, *hn;
 
-    if (node == NULL || atomic_fetch_sub(&node->refcount, 1) != 1) {
-        return;
-    }
     if (node->ops->release_saved != NULL && !atomic_load(&node->released)) {
         node->ops->release_saved(node);
     }
@@ -100,6 +105,26 @@ td_node_release(td_node_t *node)
     free(node->next);
     pthread_mutex_destroy(&node->lock);
     free(node);
+}
+
+void
+td_node_release(td_node_t *node)
+{
+    if (node == NULL || atomic_fetch_sub(&node->refcount, 1) != 1) {
+        return;
+    }
+    node->pending = release_pending;
+    release_pending = node;
+    if (release_active) {
+        return;
+    }
+    release_active = 1;
+    while (release_pending != NULL) {
+        td_node_t *n = release_pending;
+        release_pending = n->pending;
+        node_destroy(n);
+    }
+    release_active = 0;
 }
 
 void *td_node_state(const td_node_t *node) { return node->state; }
@@ -424,14 +449,16 @@ td_leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g, int create_graph)
                 old = NULL;
             }
         }
-    } else if (create_graph || td_tensor_requires_grad(leaf->grad)) {
+    } else if (create_graph || td_tensor_requires_grad(leaf->grad) ||
+               !td_tensor_is_contiguous(leaf->grad)) {
         status = td_add(leaf->grad, g, &sum);
         if (status == TD_OK) {
             old = leaf->grad;
             leaf->grad = sum;
         }
     } else {
-        /* in place: the .grad buffer is ours and contiguous */
+        /* in place into the contiguous .grad buffer (a flat-buffer slice
+         * stays where DDP and the optimizer expect it) */
         td_kernels_get(leaf->device)->binary(
             TD_BIN_ADD, leaf->dtype, td_tensor_data(leaf->grad),
             (td_operand_t){td_tensor_data(leaf->grad), leaf->grad->strides},
@@ -642,25 +669,65 @@ is_capture(task_t *task, td_node_t *node)
     return 0;
 }
 
-/* I9: a node is needed if it is an input's node or leads to one. */
-static int
-mark_needed(task_t *task, entry_t *e)
+/* I9: a node is needed if it is an input's node or leads to one. A
+ * post-order walk with an explicit stack (deep graphs). */
+static td_status_t
+mark_needed(task_t *task, entry_t *root)
 {
-    int needed;
+    typedef struct { entry_t *e; int next; } frame_t;
+    frame_t *st;
+    size_t n = 0, cap = 64;
 
-    if (e->needed >= 0) {
-        return e->needed;
+    if (root->needed >= 0) {
+        return TD_OK;
     }
-    e->needed = 0;   /* graphs are acyclic; this only stops re-entry */
-    needed = is_capture(task, e->node);
-    for (int i = 0; i < e->node->n_next; i++) {
-        td_node_t *next = e->node->next[i].node;
-        if (next != NULL && mark_needed(task, task_find(task, next))) {
-            needed = 1;
+    st = malloc(cap * sizeof(*st));
+    if (st == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "autograd: out of memory");
+    }
+    root->needed = is_capture(task, root->node) ? 1 : 2;   /* 2: visiting */
+    st[n++] = (frame_t){root, 0};
+    while (n > 0) {
+        frame_t *f = &st[n - 1];
+        td_node_t *node = f->e->node;
+        if (f->next < node->n_next) {
+            td_node_t *nx = node->next[f->next++].node;
+            entry_t *ce;
+            if (nx == NULL) {
+                continue;
+            }
+            ce = task_find(task, nx);
+            if (ce->needed < 0) {
+                if (n == cap) {
+                    frame_t *ns = realloc(st, cap * 2 * sizeof(*st));
+                    if (ns == NULL) {
+                        free(st);
+                        return td_error(TD_ERR_NO_MEMORY, "autograd: out of "
+                                        "memory");
+                    }
+                    st = ns;
+                    cap *= 2;
+                    f = &st[n - 1];
+                }
+                ce->needed = is_capture(task, nx) ? 1 : 2;
+                st[n++] = (frame_t){ce, 0};
+            }
+            continue;
         }
+        /* all children done: needed if captured or any child is needed */
+        if (f->e->needed == 2) {
+            f->e->needed = 0;
+        }
+        for (int i = 0; i < node->n_next && f->e->needed == 0; i++) {
+            td_node_t *nx = node->next[i].node;
+            if (nx != NULL && task_find(task, nx)->needed == 1) {
+                f->e->needed = 1;
+            }
+        }
+        n--;
     }
-    e->needed = needed;
-    return needed;
+    free(st);
+    return TD_OK;
 }
 
 /* I3: sum G into slot NR of E's buffer (takes over G). */
@@ -912,8 +979,11 @@ autograd_run(const td_backward_opts_t *o)
         goto out;
     }
     if (o->n_inputs > 0) {
-        for (int r = 0; r < n_roots; r++) {
-            mark_needed(&task, task_find(&task, roots[r]));
+        for (int r = 0; r < n_roots && status == TD_OK; r++) {
+            status = mark_needed(&task, task_find(&task, roots[r]));
+        }
+        if (status != TD_OK) {
+            goto out;
         }
     }
     /* seed the root gradients */

@@ -283,6 +283,22 @@ static td_status_t gelu_grad(td_tensor_t *a, td_tensor_t **o)
 static td_status_t constant(td_unary_op_t op, td_tensor_t *a, td_tensor_t **o)
 { return unary(-1, op, "backward", a, 0, o); }
 
+/* g * (x > 0) in one pass, recording nothing (g and x have one shape) */
+static td_status_t
+relu_mask(td_tensor_t *g, td_tensor_t *x, td_tensor_t **out)
+{
+    td_status_t status = td_tensor_empty(x->shape, x->ndim, x->dtype,
+                                         x->device, out);
+
+    if (status == TD_OK) {
+        td_kernels_get(x->device)->binary(
+            TD_BIN_RELU_MASK, x->dtype, td_tensor_data(*out),
+            (td_operand_t){td_tensor_data(g), g->strides},
+            (td_operand_t){td_tensor_data(x), x->strides}, x->shape, x->ndim);
+    }
+    return status;
+}
+
 /* ---- reductions ---------------------------------------------------------- */
 
 /* Sum over the dims set in MASK of contiguous A, keeping them as size 1. */
@@ -1558,6 +1574,11 @@ op_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
         T(td_mul(g, t4, &gout[0]));
         break;
     case K_RELU:
+        if (!td_grad_enabled()) {
+            /* first order only: one fused pass g * (x > 0) */
+            T(relu_mask(g, a, &gout[0]));
+            break;
+        }
         T(constant(TD_UN_STEP, a, &t1));
         T(td_mul(g, t1, &gout[0]));
         break;

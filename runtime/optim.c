@@ -152,6 +152,10 @@ td_optim_adamw(td_tensor_t *const *params, int n, const td_adam_opts_t *opts,
         double *mb = o->buf[0] ? o->buf[0] + off : NULL;                    \
         const T lr = (T)s->lr, wd = (T)s->weight_decay, mom = (T)s->momentum;\
         const T damp = (T)(1 - s->dampening);                               \
+        if (mb == NULL && wd == 0) {                                        \
+            for (int64_t i = 0; i < n; i++) p[i] = p[i] - lr * g[i];        \
+            break;                                                          \
+        }                                                                   \
         for (int64_t i = 0; i < n; i++) {                                   \
             T d = g[i];                                                     \
             if (wd != 0) d = d + wd * p[i];                                 \

@@ -65,13 +65,15 @@ struct td_node {
     td_node_hook_t      *pre_hooks;
     atomic_int           released;  /* saved tensors dropped */
     pthread_mutex_t      lock;
+    struct td_node      *pending;   /* deferred-destruction list link */
 };
 
 /* ---- the per-device kernel table --------------------------------------
  * One entry per device type; ops call a kernel once per tensor, never per
  * element. A CUDA module fills its slot with td_kernels_register(). */
 typedef enum {
-    TD_BIN_ADD, TD_BIN_SUB, TD_BIN_MUL, TD_BIN_DIV
+    TD_BIN_ADD, TD_BIN_SUB, TD_BIN_MUL, TD_BIN_DIV,
+    TD_BIN_RELU_MASK    /* a * (b > 0): relu's backward, fused */
 } td_binary_op_t;
 
 typedef enum {

@@ -122,7 +122,7 @@ main(void)
     td_tensor_t *x, *y, *z, *s, *s2, *g[2];
     td_status_t st;
 
-    plan(36);
+    plan(43);
 
     /* accumulation into .grad and summing of partial gradients */
     x = vec(xv, 3, 1);
@@ -178,6 +178,21 @@ main(void)
         like(td_last_error(), "mul.*float64.*float32", "dtypes named");
         td_tensor_release(a2);
         td_tensor_release(f32);
+    }
+    {
+        td_tensor_t *logits, *tgt, *r = NULL, *m2;
+        td_tensor_zeros((int64_t[]){2, 5}, 2, TD_FLOAT64, &logits);
+        td_tensor_from_data((int64_t[]){1, 7}, (int64_t[]){2}, 1, TD_INT64, &tgt);
+        is_int(td_cross_entropy(logits, tgt, TD_REDUCTION_MEAN, &r),
+               TD_ERR_RANGE, "cross_entropy with target 7 of 5 classes fails");
+        like(td_last_error(), "index\\[1\\]=7 is outside \\[0, 5\\)",
+             "the bad target is named");
+        td_tensor_zeros((int64_t[]){3, 4}, 2, TD_FLOAT64, &m2);
+        is_int(td_matmul(logits, m2, &r), TD_ERR_SHAPE, "matmul [2, 5] @ [3, 4]");
+        like(td_last_error(), "matmul.*\\[2, 5\\].*\\[3, 4\\]", "names both shapes");
+        td_tensor_release(m2);
+        td_tensor_release(logits);
+        td_tensor_release(tgt);
     }
 
     /* saved tensor modified in place */
@@ -344,6 +359,32 @@ main(void)
         td_tensor_release(sc);
         td_tensor_release(c);
         td_tensor_release(a);
+    }
+    /* a 50000-op chain (an unrolled loop): backward, grad() and freeing the
+     * graph must not recurse once per op */
+    {
+        const int N = 50000;
+        td_tensor_t *x0 = vec((double[]){1.0}, 1, 1), *c = vec((double[]){1.00002}, 1, 0);
+        td_tensor_t *cur = td_tensor_retain(x0), *nx, *gx = NULL;
+        int okc = 1;
+        for (int i = 0; i < N && okc; i++) {
+            okc = td_mul(cur, c, &nx) == TD_OK;
+            td_tensor_release(cur);
+            cur = nx;
+        }
+        if (okc && td_grad(&cur, NULL, 1, &x0, 1, 1, 0, 0, &gx) != TD_OK) {
+            diag("grad: %s", td_last_error());
+        }
+        ok(okc && gx != NULL &&
+           fabs(at(gx, 0) - pow(1.00002, N)) < 1e-9 * pow(1.00002, N),
+           "grad() through a %d-op chain: c^N = %.6f", N, at(gx, 0));
+        td_tensor_release(gx);
+        is_int(td_backward(&cur, NULL, 1, 0, 0), TD_OK, "backward through the "
+               "chain");
+        td_tensor_release(cur);   /* frees 50000 nodes without recursion */
+        ok(td_tensor_grad(x0) != NULL, "leaf reached; graph freed");
+        td_tensor_release(x0);
+        td_tensor_release(c);
     }
     (void)g;
     td_tensor_release(x);

@@ -4,14 +4,14 @@
 # and reach test accuracy >= 0.84; a bounded Adam run (100 batches) must
 # beat chance by far; a missing data directory fails naming the file.
 . "$top_srcdir/tests/lib.sh"
-plan 6
+plan 8
 ex="$top_builddir/examples/fashion_mnist"
 data=/usr/share/datasets/fashion-mnist
 # exit status 0 when awk finds "X OP" true
 cmp_ok() { awk -v x="$1" "BEGIN { exit !(x $2) }"; echo $?; }
 field() { printf '%s\n' "$1" | sed -n "s/.*$2=\([0-9.]*\).*/\1/p"; }
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 6 "dataset-fashion-mnist is not installed"
+    skip 8 "dataset-fashion-mnist is not installed"
     done_testing
 fi
 out=$(timeout 300 "$ex" 2>&1)
@@ -22,6 +22,10 @@ ok "$(cmp_ok "$acc" '>= 0.84')" "sgd: one epoch reaches test accuracy $acc >= 0.
 out=$(timeout 300 "$ex" --max-batches 100 --optimizer adam --seed 3 2>&1)
 acc=$(field "$out" test_accuracy)
 ok "$(cmp_ok "$acc" '> 0.65')" "adam: test accuracy $acc > 0.65 after 100 batches"
+ck="$TD_TMP/mlp.safetensors"
+timeout 300 "$ex" --max-batches 5 --save "$ck" >/dev/null 2>&1
+ok "$([ -s "$ck" ]; echo $?)" "--save writes a checkpoint"
+like "$(head -c 400 "$ck" | tr -d '\000')" '"fc1.weight":\{"dtype":"F32","shape":\[256,784\]' "in safetensors layout with the layer names"
 out=$("$ex" --data "$TD_TMP/nowhere" 2>&1); rc=$?
 ok "$([ $rc -ne 0 ]; echo $?)" "missing data directory fails (rc=$rc)"
 like "$out" 'nowhere/train-images-idx3-ubyte.gz' "and names the file"
