@@ -2,11 +2,12 @@
 # The UCX transport and td_init/td_finalize, multi-process through
 # todist-run: echoes of 0 B .. 256 MiB with content checks (also around a
 # known eager/rendezvous threshold and over TCP), 64 bodies per message,
-# 1000 messages in flight, a peer killed mid-transfer, the graceful join
+# 1000 messages in flight, malformed active messages, a peer killed
+# mid-transfer, the graceful join
 # with 1, 2, 4 and 16 ranks, ranks that never arrive, and a valgrind-clean
 # run. Every run is bounded by timeout; lib.sh kills what is left.
 . "$top_srcdir/tests/lib.sh"
-plan 27
+plan 29
 T=$TD_TMP
 PEER="$top_builddir/tests/transport_peer"
 run() { timeout -k 5 "$@"; }
@@ -27,6 +28,12 @@ out=$(run 120 todist-run -n 2 "$PEER" bodies 2>&1)
 is "$?" 0 "64 bodies per message"
 like "$out" 'ok 64 bodies' "named and transport-allocated bodies intact"
 
+# hand-made active messages with todist's AM id from a raw UCX worker
+out=$(run 120 todist-run -n 2 "$PEER" malformed 2>&1)
+is "$?" 0 "malformed active messages are dropped and counted"
+like "$out" 'ok 7 malformed active messages sent, rank 1 still serves' \
+     "the receiver keeps serving after garbage"
+
 out=$(run 120 todist-run -n 3 "$PEER" inflight 1000 2>&1)
 is "$?" 0 "1000 messages in flight to two ranks"
 like "$out" 'ok 1000 messages in flight' "all echoed intact"
@@ -35,7 +42,7 @@ like "$out" 'ok 1000 messages in flight' "all echoed intact"
 out=$(TD_DEATH_FILE=$T/death run 60 todist-run -n 2 --grace-period 20 \
       "$PEER" kill 2>&1)
 is "$?" 137 "the killed rank's status is reported"
-like "$out" "rank 0: ok send failed with '[^']*rank 1[^']*' 0?\.[0-9]+ s after rank 1 died" \
+like "$out" "rank 0: ok send failed with '[^']*rank 1[^']*' [01]\.[0-9]+ s after rank 1 died" \
      "the pending send fails naming rank 1 within 2 s"
 like "$out" 'rank 0: passed' "peer_failed called, new sends refused"
 

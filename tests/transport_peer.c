@@ -12,7 +12,9 @@
  *                     transfer; rank 0's send fails naming rank 1
  *   join              the graceful join: rank 0 works late, the others wait
  *   noinit            rank WORLD-1 never calls td_init
- *   nofinalize        rank 1 never calls td_finalize */
+ *   nofinalize        rank 1 never calls td_finalize
+ *   malformed         rank 0 sends hand-made bad active messages to rank 1
+ *                     from its own UCX worker: all dropped, rank 1 serves on */
 #include "config.h"
 
 #include <pthread.h>
@@ -22,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <ucp/api/ucp.h>
 
 #include "todist/todist.h"
 #include "runtime/runtime.h"
@@ -468,6 +472,112 @@ scenario_kill(void)
     free(buf);
 }
 
+/* Raw UCX from a second worker: active messages with todist's AM id but
+ * malformed headers. The receiver must drop each one and keep serving. */
+static void
+put32(uint8_t *p, uint32_t v)
+{
+    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+
+#define N_BAD 7
+
+static void
+scenario_malformed(void)
+{
+    if (rank == 1) {
+        double d = now_s() + 30;
+        while (td_transport_dropped(tp) < N_BAD && now_s() < d) {
+            usleep(1000);
+        }
+        CHECK(td_transport_dropped(tp) == N_BAD, "dropped %zu, want %d",
+              td_transport_dropped(tp), N_BAD);
+        return;
+    }
+    ucp_params_t up = { .field_mask = UCP_PARAM_FIELD_FEATURES,
+                        .features = UCP_FEATURE_AM };
+    ucp_worker_params_t wp = { 0 };
+    ucp_context_h ctx;
+    ucp_worker_h w;
+    ucp_ep_h ep;
+    void *addr;
+    size_t alen;
+    ucp_config_t *cfg;
+
+    ucp_config_read(NULL, NULL, &cfg);
+    CHECK(ucp_init(&up, cfg, &ctx) == UCS_OK, "ucp_init");
+    ucp_config_release(cfg);
+    CHECK(ucp_worker_create(ctx, &wp, &w) == UCS_OK, "worker");
+    CHECK(td_runtime_peer_address(1, &addr, &alen) == TD_OK,
+          "address of rank 1: %s", td_last_error());
+    ucp_ep_params_t ep_params = { .field_mask =
+                                      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+                                  .address = addr };
+    CHECK(ucp_ep_create(w, &ep_params, &ep) == UCS_OK, "ep");
+    free(addr);
+
+    /* a valid frame: version 1, handler 0, src 0, 8-byte user header,
+     * one body of 4 bytes; each case below breaks one thing */
+    uint8_t good[16 + 16 + 8], hdr[N_BAD][sizeof(good)];
+    size_t hlen[N_BAD], dlen[N_BAD];
+    uint8_t data[64] = { 0 };
+    memset(good, 0, sizeof(good));
+    good[0] = 1;
+    put32(good + 8, 8);
+    put32(good + 12, 1);
+    put32(good + 16 + 4, 4);
+    for (int i = 0; i < N_BAD; i++) {
+        memcpy(hdr[i], good, sizeof(good));
+        hlen[i] = sizeof(good);
+        dlen[i] = 4;
+    }
+    hlen[0] = 4;                         /* header shorter than the fixed part */
+    hdr[1][0] = 2;                       /* unknown version */
+    put32(hdr[2] + 12, 1000);            /* too many bodies */
+    dlen[3] = 5;                         /* bodies do not add up to the data */
+    put32(hdr[4] + 4, 99);               /* sender rank outside the world */
+    put32(hdr[5] + 8, 1u << 30);         /* user header longer than the frame */
+    hdr[6][16 + 8] = 7;                  /* unknown memory type of a body */
+    for (int i = 0; i < N_BAD; i++) {
+        ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                    .flags = UCP_AM_SEND_FLAG_EAGER };
+        void *req = ucp_am_send_nbx(ep, 0x7d, hdr[i], hlen[i], data, dlen[i],
+                                    &prm);
+        while (UCS_PTR_IS_PTR(req) &&
+               ucp_request_check_status(req) == UCS_INPROGRESS) {
+            ucp_worker_progress(w);
+        }
+        if (UCS_PTR_IS_PTR(req)) {
+            ucp_request_free(req);
+        }
+    }
+    ucp_request_param_t cp = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_EP_CLOSE_FLAG_FORCE };
+    void *req = ucp_ep_close_nbx(ep, &cp);
+    while (UCS_PTR_IS_PTR(req) &&
+           ucp_request_check_status(req) == UCS_INPROGRESS) {
+        ucp_worker_progress(w);
+    }
+    if (UCS_PTR_IS_PTR(req)) {
+        ucp_request_free(req);
+    }
+    ucp_worker_destroy(w);
+    ucp_cleanup(ctx);
+
+    /* rank 1 still serves */
+    size_t sz = 1000;
+    uint8_t *b = malloc(sz);
+    fill(b, sz, 42);
+    size_t before = replies;
+    CHECK(request(1, 42, &sz, 1, &b) == TD_OK, "send after garbage");
+    CHECK(WAIT_FOR(replies > before, 30), "no echo after the garbage");
+    free(b);
+    if (failures == 0) {
+        printf("rank 0: ok %d malformed active messages sent, rank 1 still "
+               "serves\n", N_BAD);
+    }
+}
+
 /* The graceful join: rank 0 starts its work late; the others must still
  * receive all of it before their td_finalize returns. */
 static uint8_t **join_bufs;     /* freed after td_finalize */
@@ -538,6 +648,8 @@ main(int argc, char **argv)
         _exit(failures ? 1 : 0);   /* the job is broken: no finalize */
     } else if (strcmp(scenario, "join") == 0) {
         scenario_join();
+    } else if (strcmp(scenario, "malformed") == 0) {
+        scenario_malformed();
     } else if (strcmp(scenario, "nofinalize") == 0) {
         if (rank == 1) {
             sleep(5);

@@ -13,6 +13,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -67,6 +68,7 @@ typedef struct {
 typedef struct {
     td_transport_t      *tp;
     int                  src;
+    int                  heap;       /* malloc'ed (rendezvous) or on stack */
     size_t               n_bodies;
     td_transport_done_fn done;
     void                *done_arg;
@@ -75,17 +77,17 @@ typedef struct {
     uint8_t             *owned;
 } recv_op_t;
 
-static recv_op_t *
-recv_op_new(size_t nb)
-{
-    size_t sz = sizeof(recv_op_t) + nb * (sizeof(td_iov_t) +
-                                          sizeof(ucp_dt_iov_t) + 1);
-    recv_op_t *r = malloc(sz);
+#define RECV_OP_SIZE(nb) (sizeof(recv_op_t) + (nb) * (sizeof(td_iov_t) + \
+                          sizeof(ucp_dt_iov_t) + 1))
 
-    if (r == NULL) {
-        return NULL;
-    }
-    memset(r, 0, sz);
+/* Lay out a receive of NB bodies in MEM (RECV_OP_SIZE(nb) bytes). */
+static recv_op_t *
+recv_op_init(void *mem, size_t nb, int heap)
+{
+    recv_op_t *r = mem;
+
+    memset(r, 0, RECV_OP_SIZE(nb));
+    r->heap = heap;
     r->dest = (td_iov_t *)(r + 1);
     r->iov = (ucp_dt_iov_t *)(r->dest + nb);
     r->owned = (uint8_t *)(r->iov + nb);
@@ -114,15 +116,19 @@ struct td_transport {
     double                close_timeout;
     /* posted sends, from any thread */
     pthread_mutex_t       lock;
-    pthread_cond_t        cond;
     send_op_t            *q_head, *q_tail;
     int                   q_nonempty;     /* atomic hint for busy polling */
-    size_t                inflight;       /* atomic: accepted, not completed */
+    /* Sends accepted and completed. Each counter has one writer (posting
+     * threads under the lock; the progress thread alone), so the hot path
+     * needs no locked instructions; others read them relaxed. */
+    uint64_t              posted_remote;  /* under lock */
+    uint64_t              posted_local;   /* progress thread */
+    uint64_t              completed;      /* progress thread */
     send_op_t            *local_head, *local_tail; /* posted by callbacks */
     /* progress thread only */
     send_op_t            *done_head;      /* completions to report */
-    size_t                dropped;
-    uint64_t              n_sent, n_received;   /* atomic */
+    size_t                dropped;        /* progress thread writes */
+    uint64_t              n_sent, n_received;   /* progress thread writes */
 };
 
 static double
@@ -155,6 +161,9 @@ ucs_mem(td_mem_type_t m)
 
 /* ---- completion of sends ---------------------------------------------- */
 
+/* X += 1 for a counter only the calling thread writes. */
+#define BUMP(x) __atomic_store_n(&(x), (x) + 1, __ATOMIC_RELEASE)
+
 static void
 op_finish(td_transport_t *tp, send_op_t *op, td_status_t status)
 {
@@ -164,17 +173,13 @@ op_finish(td_transport_t *tp, send_op_t *op, td_status_t status)
                                        : td_strerror(status));
     }
     if (status == TD_OK) {
-        __atomic_add_fetch(&tp->n_sent, 1, __ATOMIC_RELAXED);
+        BUMP(tp->n_sent);
     }
     if (op->cb != NULL) {
         op->cb(op->arg, status);
     }
     free(op);
-    if (__atomic_sub_fetch(&tp->inflight, 1, __ATOMIC_ACQ_REL) == 0) {
-        pthread_mutex_lock(&tp->lock);
-        pthread_cond_broadcast(&tp->cond);
-        pthread_mutex_unlock(&tp->lock);
-    }
+    BUMP(tp->completed);
 }
 
 /* Report completions after ucp_worker_progress returns, never inside a
@@ -230,6 +235,9 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
         return;
     }
     __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED);
+    if (p->ep == NULL) {
+        return;   /* already being closed at shutdown: do not close twice */
+    }
     p->ep = NULL;
     /* A failed endpoint must be closed; force mode completes at once or
      * soon, without talking to the dead peer. */
@@ -342,7 +350,7 @@ op_start(td_transport_t *tp, send_op_t *op)
 static void
 recv_finish(recv_op_t *r, td_status_t status)
 {
-    __atomic_add_fetch(&r->tp->n_received, 1, __ATOMIC_RELAXED);
+    BUMP(r->tp->n_received);
     if (status != TD_OK) {
         td_error(status, "transport: message from rank %d failed: %s",
                  r->src, status == TD_ERR_PEER ? "the sender died"
@@ -357,7 +365,9 @@ recv_finish(recv_op_t *r, td_status_t status)
             }
         }
     }
-    free(r);
+    if (r->heap) {
+        free(r);
+    }
 }
 
 static void
@@ -381,6 +391,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     td_transport_rx_t rx;
     recv_op_t *r;
+    _Alignas(16) uint8_t stack_op[RECV_OP_SIZE(TD_TRANSPORT_BODIES_MAX)];
 
     /* Decode and check everything before trusting any of it. */
     if (header_length < WIRE_FIXED || h[0] != WIRE_VERSION) {
@@ -390,7 +401,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     src = get_u32(h + 4);
     ulen = get_u32(h + 8);
     nb = get_u32(h + 12);
-    if (id >= TD_TRANSPORT_HANDLERS_MAX || tp->handlers[id].fn == NULL ||
+    if (id >= TD_TRANSPORT_HANDLERS_MAX ||
         src >= (uint32_t)tp->params.world_size ||
         ulen > TD_TRANSPORT_HEADER_MAX || nb > TD_TRANSPORT_BODIES_MAX ||
         header_length != WIRE_FIXED + (size_t)nb * WIRE_BODY + ulen) {
@@ -408,10 +419,23 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     if (total != length) {
         goto drop;
     }
-
-    r = recv_op_new(nb);
-    if (r == NULL) {
+    if (tp->handlers[id].fn == NULL) {
+        /* Well formed but nobody listens: a peer's todist sent it and
+         * counted it, so count it too, or the join would never settle. */
+        BUMP(tp->n_received);
         goto drop;
+    }
+
+    /* An eager message completes inside this call: keep its state on the
+     * stack; only a rendezvous outlives it. */
+    if (rndv) {
+        void *mem = malloc(RECV_OP_SIZE(nb));
+        if (mem == NULL) {
+            goto drop;
+        }
+        r = recv_op_init(mem, nb, 1);
+    } else {
+        r = recv_op_init(stack_op, nb, 0);
     }
     r->tp = tp;
     r->src = (int)src;
@@ -512,9 +536,10 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     return UCS_OK;
 
 drop:
-    /* Not ours or malformed: count it and let the data go. */
-    __atomic_add_fetch(&tp->dropped, 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&tp->n_received, 1, __ATOMIC_RELAXED);
+    /* Malformed or unheard: count the drop and let the data go. (A
+     * malformed message is not counted as received: no todist sender
+     * counted it as sent.) */
+    BUMP(tp->dropped);
     if (rndv) {
         ucp_am_data_release(tp->worker, data);
     }
@@ -834,7 +859,6 @@ teardown(td_transport_t *tp)
         ucp_cleanup(tp->ctx);
     }
     pthread_mutex_destroy(&tp->lock);
-    pthread_cond_destroy(&tp->cond);
     free(tp->peers);
     free(ep_args);
     ep_args = NULL;
@@ -866,7 +890,6 @@ td_transport_create(const td_transport_params_t *params,
     tp->efd = -1;
     tp->close_timeout = 2.0;
     pthread_mutex_init(&tp->lock, NULL);
-    pthread_cond_init(&tp->cond, NULL);
     tp->peers = calloc(params->world_size, sizeof(*tp->peers));
     ep_args = calloc(2 * (size_t)params->world_size, sizeof(*ep_args));
     if (tp->peers == NULL || ep_args == NULL) {
@@ -1021,10 +1044,11 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
         free(op);
         return td_error(TD_ERR_STATE, "transport: shutting down");
     }
-    __atomic_add_fetch(&tp->inflight, 1, __ATOMIC_ACQ_REL);
     if (td_transport_on_progress_thread(tp)) {
-        /* From a callback: started right after the current progress call,
-         * without a lock or a wake-up. */
+        BUMP(tp->posted_local);
+        /* From a callback: started right after the current progress call
+         * (never inside a UCX callback: a new endpoint may need a store
+         * lookup), without a lock or a wake-up. */
         if (tp->local_tail != NULL) {
             tp->local_tail->next = op;
         } else {
@@ -1037,9 +1061,9 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
     if (tp->stop) {   /* checked again: the thread drains under this lock */
         pthread_mutex_unlock(&tp->lock);
         free(op);
-        __atomic_sub_fetch(&tp->inflight, 1, __ATOMIC_ACQ_REL);
         return td_error(TD_ERR_STATE, "transport: shutting down");
     }
+    BUMP(tp->posted_remote);
     if (tp->q_tail != NULL) {
         tp->q_tail->next = op;
     } else {
@@ -1060,37 +1084,38 @@ td_status_t
 td_transport_flush(td_transport_t *tp, double timeout)
 {
     double deadline = now_s() + timeout;
-    td_status_t status = TD_OK;
+    uint64_t target;
 
     if (td_transport_on_progress_thread(tp)) {
         return td_error(TD_ERR_STATE, "transport: flush from the progress "
                         "thread would deadlock");
     }
     pthread_mutex_lock(&tp->lock);
-    while (__atomic_load_n(&tp->inflight, __ATOMIC_ACQUIRE) > 0) {
-        struct timespec ts;
-        double left = deadline - now_s();
-        if (left <= 0) {
-            status = td_error(TD_ERR_TIMEOUT, "transport: %zu sends still in "
-                              "flight after %.3g s", tp->inflight, timeout);
-            break;
-        }
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double t = ts.tv_sec + ts.tv_nsec * 1e-9 + (left < 0.1 ? left : 0.1);
-        ts.tv_sec = (time_t)t;
-        ts.tv_nsec = (long)((t - ts.tv_sec) * 1e9);
-        pthread_cond_timedwait(&tp->cond, &tp->lock, &ts);
-    }
+    target = __atomic_load_n(&tp->posted_remote, __ATOMIC_ACQUIRE) +
+             __atomic_load_n(&tp->posted_local, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&tp->lock);
-    return status;
+    /* Not a hot path: poll the completion count. */
+    for (;;) {
+        uint64_t done = __atomic_load_n(&tp->completed, __ATOMIC_ACQUIRE);
+        if (done >= target) {
+            return TD_OK;
+        }
+        if (now_s() > deadline) {
+            return td_error(TD_ERR_TIMEOUT, "transport: %" PRIu64 " sends "
+                            "still in flight after %.3g s", target - done,
+                            timeout);
+        }
+        struct timespec ts = { 0, 200000 };
+        nanosleep(&ts, NULL);
+    }
 }
 
 void
 td_transport_counts(td_transport_t *tp, uint64_t *sent_p,
                     uint64_t *received_p)
 {
-    *sent_p = __atomic_load_n(&tp->n_sent, __ATOMIC_RELAXED);
-    *received_p = __atomic_load_n(&tp->n_received, __ATOMIC_RELAXED);
+    *sent_p = __atomic_load_n(&tp->n_sent, __ATOMIC_ACQUIRE);
+    *received_p = __atomic_load_n(&tp->n_received, __ATOMIC_ACQUIRE);
 }
 
 size_t
