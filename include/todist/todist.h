@@ -8,7 +8,12 @@
 #include <todist/topology.h>
 #include <todist/tensor.h>
 #include <todist/autograd.h>
+#include <todist/store.h>
 #include <todist/ops.h>
+#include <todist/rpc.h>
+#include <todist/rref.h>
+#include <todist/mapreduce.h>
+#include <todist/init.h>
 #include <todist/optim.h>
 #include <todist/nn.h>
 #include <todist/data.h>
@@ -17,5 +22,7 @@
 #include <todist/store.h>
 #include <todist/init.h>
 
+#include <todist/dist_autograd.h>
+#include <todist/dist_optim.h>
 
 #endif /* TODIST_TODIST_H */

@@ -1,0 +1,14 @@
+# examples of distributed autograd: my_add (PyTorch's design-note example).
+check_PROGRAMS += examples/my_add
+examples_my_add_LDADD = $(TD_LDADD)
+# fashion_mnist_dp: TorchOpt's data-parallel recipe over RPC (run on 4
+# workers by scripts/demo.sh and its test).
+check_PROGRAMS += examples/fashion_mnist_dp
+examples_fashion_mnist_dp_LDADD = $(TD_LDADD) $(BLAS_LIBS)
+TESTS += tests/test_fashion_mnist_dp.sh
+EXTRA_DIST += tests/test_fashion_mnist_dp.sh
+# maml_sine: MAML on sinusoids, inner loops on the workers.
+check_PROGRAMS += examples/maml_sine
+examples_maml_sine_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_maml_sine.sh
+EXTRA_DIST += tests/test_maml_sine.sh

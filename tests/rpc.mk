@@ -1,0 +1,13 @@
+# tests of rpc, rref and mapreduce.
+check_PROGRAMS += tests/rpc_peer
+tests_rpc_peer_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_rpc.sh
+EXTRA_DIST += tests/test_rpc.sh
+check_PROGRAMS += tests/test_rpc_wire
+tests_test_rpc_wire_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_rpc_wire
+TESTS += tests/test_rpc_fuzz.sh
+EXTRA_DIST += tests/test_rpc_fuzz.sh
+check_PROGRAMS += tests/test_mapreduce
+tests_test_mapreduce_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_mapreduce
