@@ -19,8 +19,6 @@
 #include <todist/data.h>
 #include <todist/safetensors.h>
 #include <todist/slurm_env.h>
-#include <todist/store.h>
-#include <todist/init.h>
 
 #include <todist/dist_autograd.h>
 #include <todist/dist_optim.h>
