@@ -803,6 +803,8 @@ mode_futures(void)
     td_future_release(u);
 }
 
+static td_rref_t *leaked;
+
 static void
 mode_rref(void)
 {
@@ -911,7 +913,9 @@ mode_rref(void)
     td_rpc_list_free(args);
     td_rref_to_here(r, TD_RPC_DEFAULT_TIMEOUT, &v);
     td_rpc_list_free(v);
-    /* r is never released */
+    /* r is not released before td_finalize: reported as a leak there, then
+     * released after (a handle stays valid; its release is local then) */
+    leaked = r;
 }
 
 static atomic_int n_completed;
@@ -1199,6 +1203,7 @@ main(int argc, char **argv)
     } else if (rank == 0) {
         printf("PASS after_shutdown\n");
     }
+    td_rref_release(leaked);
     if (rank == 0) {
         printf("rank 0: leaks %zu\n", td_rref_leaks());
         printf("rank 0: %s\n", n_fail ? "failed" : "passed");

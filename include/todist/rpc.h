@@ -125,9 +125,10 @@ const char          *td_future_error(const td_future_t *fut);
  * Waits like td_future_wait(fut, -1). */
 td_status_t td_future_take(td_future_t *fut, td_rpc_list_t **value_p);
 
-/* Run CB(ARG, FUT) once FUT is done: on a worker-pool thread, or at once
- * on the calling thread if FUT is already done. Callbacks run in the order
- * they were added. */
+/* Run CB(ARG, FUT) once FUT is done: for futures RPC completes, on a
+ * handler-pool thread (never the progress thread); for td_future_complete /
+ * td_future_fail, on the completing thread; at once on the calling thread
+ * if FUT is already done. Callbacks run in the order they were added. */
 typedef void (*td_future_cb)(void *arg, td_future_t *fut);
 td_status_t td_future_then(td_future_t *fut, td_future_cb cb, void *arg);
 
