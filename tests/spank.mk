@@ -8,3 +8,6 @@ TESTS += tests/test_slurm_env tests/test_spank_plugin.sh \
 	tests/test_spank_install.sh tests/test_spank_slurm.sh
 EXTRA_DIST += tests/test_spank_plugin.sh tests/test_spank_install.sh \
 	tests/test_spank_slurm.sh
+# A job wired by srun --todist makes remote calls between all its ranks.
+check_PROGRAMS += tests/rpc_allpairs
+tests_rpc_allpairs_LDADD = $(TD_LDADD)

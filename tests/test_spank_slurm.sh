@@ -154,7 +154,7 @@ nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
 wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
 # ---- the tests ----------------------------------------------------------
-plan 47
+plan 50
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -309,6 +309,14 @@ timeout 120 salloc -N2 -n2 --todist srun sh -c "$probe" >"$D/out/salloc" 2>"$D/o
 sorted "$D/out/salloc"
 is "$(col "$D/out/salloc" rank)|$(col "$D/out/salloc" node_rank)" "0 1|0 1" \
     "salloc --todist: its srun step is wired"
+
+# 10. a distributed program under srun --todist: remote calls between
+# every pair of ranks, over UCX, with the store on the step's first node.
+run_srun rpc -N2 -n4 --todist "$top_builddir/tests/rpc_allpairs"
+sorted "$D/out/rpc"
+is "$rc" 0 "srun -N2 -n4 --todist rpc_allpairs succeeds"
+is "$(col "$D/out/rpc" calls_ok)" "4 4 4 4" "every rank called all 4 ranks and got their answers"
+is "$(field "$D/out/rpc" node | sort -u | tr '\n' ' ')" "n1 n2 " "the ranks ran on two slurmd nodes"
 
 # 9. site default=on: no --todist needed; bad plugstack argument reported
 plugstack default=on torchrun=no
