@@ -21,6 +21,7 @@
 #include <todist/rpc.h>
 #include <todist/rref.h>
 
+#include "runtime/dist_autograd.h"
 #include "runtime/runtime.h"
 #include "runtime/rref_internal.h"
 
@@ -179,8 +180,7 @@ create_handler(void *arg, const td_rpc_call_info_t *info,
     pthread_mutex_unlock(&tab.lock);
     status = td_rpc_list_add_int(result, o->id);
     if (status != TD_OK) {
-        owned_put(owned_get(o->id, 1));
-        owned_put(o);
+        owned_put(owned_get(o->id, 1));      /* the table's, the last */
     }
     return status;
 }
@@ -272,12 +272,19 @@ module_peer_failed(void *arg, int rank, td_status_t why)
 }
 
 /* Registered before td_init publishes the address, as every program that
- * links the distributed optimizer may be an owner. */
-__attribute__((constructor)) static void
-dist_optim_remote_ctor(void)
+ * links the distributed optimizer may be an owner; distributed autograd's
+ * constructor calls this too, so an owner that never names the optimizer
+ * (a static link) still answers. */
+void
+td_dist_optim_remote_install(void)
 {
+    static int done;
     td_runtime_module_t m;
 
+    if (done) {
+        return;
+    }
+    done = 1;
     memset(&m, 0, sizeof(m));
     m.name = "dist_optim";
     m.setup = module_setup;
@@ -288,6 +295,12 @@ dist_optim_remote_ctor(void)
     td_rpc_register(DESTROY_FN, destroy_handler, NULL);
     td_runtime_register(&m);
     td_error_clear();
+}
+
+__attribute__((constructor)) static void
+dist_optim_remote_ctor(void)
+{
+    td_dist_optim_remote_install();
 }
 
 /* ---- the caller's side --------------------------------------------------- */
