@@ -444,6 +444,67 @@ check_errors(void)
     td_rref_release(rr[1]);
 }
 
+/* The internal functions' decoders reject malformed calls with an error
+ * (never a crash): wrong kinds, a count that does not match, unknown ids. */
+static int
+rejected(const char *fn, td_rpc_list_t *args, const char *want)
+{
+    td_rpc_list_t *res = NULL;
+    td_status_t s = td_rpc_sync(1, fn, args, TD_RPC_DEFAULT_TIMEOUT, &res);
+    int ok = s == TD_ERR_REMOTE && strstr(td_last_error(), want) != NULL;
+
+    if (!ok) {
+        printf("# %s: status %d '%s' (want '%s')\n", fn, s, td_last_error(),
+               want);
+    }
+    td_rpc_list_free(res);
+    td_rpc_list_free(args);
+    return ok;
+}
+
+static td_rpc_list_t *
+ints(int n, ...)
+{
+    td_rpc_list_t *l = NULL;
+    va_list ap;
+
+    td_rpc_list_create(&l);
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) {
+        td_rpc_list_add_int(l, va_arg(ap, int64_t));
+    }
+    va_end(ap);
+    return l;
+}
+
+static void
+check_malformed(void)
+{
+    td_rpc_list_t *c = NULL;
+    int ok = 1;
+
+    ok &= rejected("todist.dist_optim.create", ints(1, (int64_t)3),
+                   "malformed create");
+    /* a well-formed head naming 2 parameters but carrying none */
+    td_rpc_list_create(&c);
+    td_rpc_list_add_string(c, "sgd");
+    for (int i = 0; i < 7; i++) {
+        td_rpc_list_add_double(c, 0.1);
+    }
+    td_rpc_list_add_int(c, 0);
+    td_rpc_list_add_int(c, 0);
+    td_rpc_list_add_int(c, 2);
+    ok &= rejected("todist.dist_optim.create", c, "n=2 parameters in 11");
+    ok &= rejected("todist.dist_optim.step", ints(1, (int64_t)1),
+                   "malformed step");
+    ok &= rejected("todist.dist_optim.step", ints(2, (int64_t)999999,
+                   (int64_t)1), "no optimizer 999999");
+    ok &= rejected("todist.dist_optim.destroy", NULL, "malformed destroy");
+    ok &= rejected("todist.dist_optim.destroy", ints(1, (int64_t)999999),
+                   "no optimizer 999999");
+    check(ok && held(1) == 0, "malformed_calls_rejected", "see above");
+}
+
 /* ---- an owner dies ------------------------------------------------------------ */
 
 static void
@@ -513,6 +574,7 @@ main(int argc, char **argv)
         check_matches_local(OPT_ADAMW);
         check_concurrent();
         check_errors();
+        check_malformed();
     }
     if (strcmp(mode, "kill") == 0 && rank == 1) {
         td_finalize();

@@ -6,7 +6,8 @@
 # parameters must equal the same SGD / Adam / AdamW steps done locally (1e-6,
 # float64); two concurrent steps from two threads equal two sequential ones;
 # owners' optimizers are released on destroy and on failed construction;
-# an owner that died gives an error naming it. Bounded by timeout.
+# the internal functions reject malformed calls; an owner that died gives
+# an error naming it. Bounded by timeout.
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/dist_optim_peer"
 run() { timeout -k 5 "$@"; }
@@ -14,7 +15,8 @@ run() { timeout -k 5 "$@"; }
 basic="grouped_by_owner sgd_matches_local adam_matches_local
 adamw_matches_local parameters_moved destroy_releases_owners
 concurrent_steps_serialized bad_options_error_names_rank
-bad_options_nothing_left not_a_tensor_error_names_rank"
+bad_options_nothing_left not_a_tensor_error_names_rank
+malformed_calls_rejected"
 kill="dead_owner_error_names_rank"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$kill") + 1 ))
