@@ -597,6 +597,7 @@ __attribute__((constructor)) static void
 dist_autograd_ctor(void)
 {
     td_dist_rpc_install();
+    td_dist_optim_remote_install();     /* any worker may own parameters */
 }
 
 void

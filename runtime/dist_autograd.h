@@ -137,6 +137,9 @@ int64_t     td_dist_set_current(int64_t ctx_id);
  * that makes this worker's engine at td_init). Runs from a constructor;
  * idempotent. runtime/dist_autograd_rpc.c. */
 void        td_dist_rpc_install(void);
+/* The distributed optimizer's internal functions and module (idempotent).
+ * runtime/dist_optim_remote.c. */
+void        td_dist_optim_remote_install(void);
 
 /* Sender side: record a send node for TS[N] going to DST in CTX_ID.
  * *MSG_ID_P gets the autograd message id, or 0 when nothing was recorded

@@ -384,6 +384,20 @@ owner_value(uint64_t id, td_rpc_list_t **out)
     return status;
 }
 
+td_status_t
+td_rref_local_value(td_rref_t *h, td_rpc_list_t **value_p)
+{
+    if (h == NULL || value_p == NULL) {
+        return td_error(TD_ERR_INVALID, "rref: local_value: argument is NULL");
+    }
+    if (!td_rref_is_owner(h)) {
+        return td_error(TD_ERR_INVALID, "rref: object %016llx is owned by "
+                        "rank %d, not by this worker (rank %d)",
+                        (unsigned long long)h->rref_id, h->owner, rr.rank);
+    }
+    return owner_value(h->rref_id, value_p);
+}
+
 static td_status_t
 append(td_rpc_list_t *dst, const td_rpc_list_t *src, size_t from)
 {

@@ -16,6 +16,10 @@ td_status_t td_rref_wire_out(void *arg, td_rref_t *rref, int dst,
 td_status_t td_rref_wire_in(void *arg, int src, int32_t owner,
                             uint64_t rref_id, uint64_t fork_id,
                             td_rref_t **rref_p);
+/* On the owner: a copy of the object's value list (sharing its tensors, so
+ * the caller sees the very objects the owner holds); TD_ERR_INVALID when
+ * this worker does not own RREF. Waits until the object is created. */
+td_status_t td_rref_local_value(td_rref_t *rref, td_rpc_list_t **value_p);
 /* Whether a message of TYPE expects a reply. */
 int    td_rref_msg_wants_reply(int type);
 /* Life cycle, called by RPC's runtime module. */

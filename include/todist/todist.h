@@ -22,5 +22,6 @@
 
 #include <todist/dist_autograd.h>
 #include <todist/dist_optim.h>
+#include <todist/dist_optim_remote.h>
 
 #endif /* TODIST_TODIST_H */
