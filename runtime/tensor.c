@@ -221,6 +221,7 @@ static td_status_t
 check_shape(const int64_t *shape, int ndim, td_dtype_t dtype, int64_t *numel_p)
 {
     int64_t numel = 1;
+    int64_t bound = 1;   /* product of max(shape, 1): strides stay below it */
 
     if (ndim < 0 || ndim > TD_MAX_DIMS) {
         return td_error(TD_ERR_SHAPE, "tensor: ndim=%d is outside 0..%d",
@@ -230,11 +231,14 @@ check_shape(const int64_t *shape, int ndim, td_dtype_t dtype, int64_t *numel_p)
         return td_error(TD_ERR_DTYPE, "tensor: dtype=%d is unknown", dtype);
     }
     for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0 || (shape[d] > 0 && numel > INT64_MAX / 16 / shape[d])) {
+        /* A zero dimension makes numel 0, but the other dimensions still
+         * enter the strides: bound them all (found by the wire fuzzer). */
+        if (shape[d] < 0 || (shape[d] > 0 && bound > INT64_MAX / 16 / shape[d])) {
             return td_error(TD_ERR_SHAPE, "tensor: shape[%d]=%lld is invalid",
                             d, (long long)shape[d]);
         }
         numel *= shape[d];
+        bound *= shape[d] > 0 ? shape[d] : 1;
     }
     *numel_p = numel;
     return TD_OK;

@@ -36,7 +36,7 @@ main(void)
     td_device_t dev;
     int n;
 
-    plan(47);
+    plan(48);
 
     a = arange(12, TD_FLOAT64);
     is_int(td_tensor_ndim(a), 1, "arange: 1-d");
@@ -198,5 +198,13 @@ main(void)
     td_tensor_release(w);
     td_tensor_release(v);
     td_tensor_release(a);
+    {
+        /* A zero dimension must not let the others overflow the strides. */
+        td_tensor_t *z = NULL;
+        is_int(td_tensor_empty((int64_t[]){0, (int64_t)1 << 40, (int64_t)1 << 40},
+                               3, TD_FLOAT32, TD_CPU, &z), TD_ERR_SHAPE,
+               "shape [0, 2^40, 2^40] is rejected, not overflowed");
+        td_tensor_release(z);
+    }
     return exit_status();
 }
