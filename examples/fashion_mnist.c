@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include <todist/todist.h>
+#include "examples/fmnist_options.h"
 
 /* OpenBLAS's own thread control; weak, so a build against another CBLAS
  * still links (threads are then that library's business) */
@@ -92,67 +93,26 @@ evaluate(td_mlp_t *m, td_tensor_t *images, td_tensor_t *labels, double *acc)
 int
 main(int argc, char **argv)
 {
-    int epochs = 1, threads = 1, use_adam = 0;
-    int64_t batch = 64, hidden = 256, max_batches = -1;
-    double lr = -1;
-    uint64_t seed = 1;
-    const char *data = TD_FASHION_MNIST_DIR, *save = NULL;
+    int epochs, threads, use_adam;
+    int64_t batch, hidden, max_batches;
+    double lr;
+    uint64_t seed;
+    const char *data, *save;
     td_tensor_t *tr_x, *tr_y, *te_x, *te_y;
     td_batcher_t *batcher;
     td_mlp_t *mlp;
     td_optim_t *opt;
     td_status_t status;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
+    {
+        fmnist_opts_t o;
+        int exit_rc = fmnist_parse_options("fashion_mnist", argc, argv, usage, &o);
+        if (exit_rc >= 0) {
+            return exit_rc;
         }
-        if (v == NULL) {
-            usage(stderr);
-            return 2;
-        }
-        i++;
-        if (strcmp(a, "--epochs") == 0) {
-            epochs = atoi(v);
-        } else if (strcmp(a, "--batch-size") == 0) {
-            batch = atoll(v);
-        } else if (strcmp(a, "--lr") == 0) {
-            lr = atof(v);
-        } else if (strcmp(a, "--optimizer") == 0) {
-            if (strcmp(v, "adam") == 0) {
-                use_adam = 1;
-            } else if (strcmp(v, "sgd") != 0) {
-                fprintf(stderr, "fashion_mnist: --optimizer %s: use sgd or "
-                        "adam\n", v);
-                return 2;
-            }
-        } else if (strcmp(a, "--threads") == 0) {
-            threads = atoi(v);
-        } else if (strcmp(a, "--seed") == 0) {
-            seed = strtoull(v, NULL, 10);
-        } else if (strcmp(a, "--data") == 0) {
-            data = v;
-        } else if (strcmp(a, "--save") == 0) {
-            save = v;
-        } else if (strcmp(a, "--hidden") == 0) {
-            hidden = atoll(v);
-        } else if (strcmp(a, "--max-batches") == 0) {
-            max_batches = atoll(v);
-        } else {
-            fprintf(stderr, "fashion_mnist: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (epochs < 1 || batch < 1 || threads < 1 || hidden < 1) {
-        fprintf(stderr, "fashion_mnist: --epochs, --batch-size, --threads and "
-                "--hidden must be positive\n");
-        return 2;
-    }
-    if (lr < 0) {
-        lr = use_adam ? 1e-3 : 0.01;
+        epochs = o.epochs; threads = o.threads; use_adam = o.use_adam;
+        batch = o.batch; hidden = o.hidden; max_batches = o.max_batches;
+        lr = o.lr; seed = o.seed; data = o.data; save = o.save;
     }
     if (openblas_set_num_threads != NULL) {
         openblas_set_num_threads(threads);

@@ -3,4 +3,4 @@
 check_PROGRAMS += examples/fashion_mnist
 examples_fashion_mnist_LDADD = $(TD_LDADD) $(BLAS_LIBS)
 TESTS += tests/test_fashion_mnist.sh
-EXTRA_DIST += tests/test_fashion_mnist.sh
+EXTRA_DIST += tests/test_fashion_mnist.sh examples/fmnist_options.h
