@@ -1,11 +1,14 @@
 /* rpc_latency: round trip of a no-op td_rpc_sync with an 8-byte argument,
- * and td_rpc_async throughput with 8 calls in flight. Run with
+ * and td_rpc_async throughput with 8 calls in flight, each for a no-op
+ * registered TD_RPC_INLINE (run by the receiving thread) and for one run
+ * by the handler pool (the default, like torch's). Run with
  *   todist-run -n 2 bench/rpc_latency [CALLS]
  * (bench/rpc.sh runs it next to bench/rpc_torch.py and prints the ratio).
  * Rank 0 calls rank 1. Lines:
- *   rpc_sync_8B median_us=.. min_us=.. max_us=..   (per call; min / max are
- *       the spread of the per-repetition medians)
+ *   rpc_sync_8B median_us=.. min_us=.. max_us=..   (inline; per call; min /
+ *       max are the spread of the per-repetition medians)
  *   rpc_async_8inflight calls_per_s=.. min=.. max=..
+ *   rpc_sync_8B_pool ..., rpc_async_8inflight_pool ...  (pool handler)
  */
 #include "config.h"
 
@@ -50,13 +53,81 @@ fn_noop(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
     return TD_OK;
 }
 
+/* The two figures for function FN, lines suffixed SUFFIX. */
+static int
+measure(const char *fn, const char *suffix, long calls)
+{
+    td_rpc_list_t *args, *res;
+    double *lat = malloc(sizeof(double) * (size_t)calls);
+    double meds[REPS], rates[REPS];
+    td_status_t st;
+
+    td_rpc_list_create(&args);
+    td_rpc_list_add_int(args, 42);            /* the 8-byte argument */
+    for (long i = 0; i < calls / 4; i++) {    /* warm up */
+        td_rpc_sync(1, fn, args, TD_RPC_DEFAULT_TIMEOUT, &res);
+        td_rpc_list_free(res);
+    }
+    for (int r = 0; r < REPS; r++) {
+        for (long i = 0; i < calls; i++) {
+            double t0 = now_s();
+
+            st = td_rpc_sync(1, fn, args, TD_RPC_DEFAULT_TIMEOUT, &res);
+            lat[i] = (now_s() - t0) * 1e6;
+            td_rpc_list_free(res);
+            if (st != TD_OK) {
+                fprintf(stderr, "rpc_sync: %s\n", td_last_error());
+                return 1;
+            }
+        }
+        meds[r] = median(lat, calls);
+    }
+    double med = median(meds, REPS);
+    printf("rpc_sync_8B%s median_us=%.2f min_us=%.2f max_us=%.2f\n", suffix,
+           med, meds[0], meds[REPS - 1]);
+    fflush(stdout);
+
+    /* 8 calls in flight: a ring of futures, oldest waited first. */
+    long n_async = calls * 5;
+    for (int r = 0; r < REPS; r++) {
+        td_future_t *ring[8];
+        double t0 = now_s();
+
+        for (int k = 0; k < 8; k++) {
+            td_rpc_async(1, fn, args, TD_RPC_DEFAULT_TIMEOUT, &ring[k]);
+        }
+        for (long i = 8; i < n_async + 8; i++) {
+            td_future_t **f = &ring[i % 8];
+
+            if (td_future_wait(*f, -1) != TD_OK) {
+                fprintf(stderr, "rpc_async: %s\n", td_last_error());
+                return 1;
+            }
+            td_future_release(*f);
+            if (i < n_async) {
+                td_rpc_async(1, fn, args, TD_RPC_DEFAULT_TIMEOUT, f);
+            }
+        }
+        rates[r] = (double)n_async / (now_s() - t0);
+    }
+    double rm = median(rates, REPS);
+    printf("rpc_async_8inflight%s calls_per_s=%.0f min=%.0f max=%.0f\n",
+           suffix, rm, rates[0], rates[REPS - 1]);
+    fflush(stdout);
+    td_rpc_list_free(args);
+    free(lat);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
     long calls = argc > 1 ? atol(argv[1]) : 20000;
+    int rc = 0;
     td_status_t st;
 
-    td_rpc_register("noop", fn_noop, NULL);
+    td_rpc_register_flags("noop", fn_noop, NULL, TD_RPC_INLINE);
+    td_rpc_register("noop_pool", fn_noop, NULL);
     st = td_init(NULL);
     if (st != TD_OK) {
         fprintf(stderr, "td_init: %s\n", td_last_error());
@@ -68,72 +139,15 @@ main(int argc, char **argv)
         return 1;
     }
     if (td_world()->rank == 0) {
-        td_rpc_list_t *args, *res;
-        double *lat = malloc(sizeof(double) * (size_t)calls);
-        double meds[REPS], rates[REPS];
-
-        td_rpc_list_create(&args);
-        td_rpc_list_add_int(args, 42);            /* the 8-byte argument */
-        for (long i = 0; i < calls / 4; i++) {    /* warm up */
-            td_rpc_sync(1, "noop", args, TD_RPC_DEFAULT_TIMEOUT, &res);
-            td_rpc_list_free(res);
+        rc = measure("noop", "", calls);
+        if (rc == 0) {
+            rc = measure("noop_pool", "_pool", calls / 4);
         }
-        for (int r = 0; r < REPS; r++) {
-            for (long i = 0; i < calls; i++) {
-                double t0 = now_s();
-
-                st = td_rpc_sync(1, "noop", args, TD_RPC_DEFAULT_TIMEOUT,
-                                 &res);
-                lat[i] = (now_s() - t0) * 1e6;
-                td_rpc_list_free(res);
-                if (st != TD_OK) {
-                    fprintf(stderr, "rpc_sync: %s\n", td_last_error());
-                    return 1;
-                }
-            }
-            meds[r] = median(lat, calls);
-        }
-        double all[REPS];
-        memcpy(all, meds, sizeof(all));
-        double med = median(all, REPS);
-        printf("rpc_sync_8B median_us=%.2f min_us=%.2f max_us=%.2f\n", med,
-               all[0], all[REPS - 1]);
-        fflush(stdout);
-
-        /* 8 calls in flight: a ring of futures, oldest waited first. */
-        long n_async = calls * 5;
-        for (int r = 0; r < REPS; r++) {
-            td_future_t *ring[8];
-            double t0 = now_s();
-
-            for (int k = 0; k < 8; k++) {
-                td_rpc_async(1, "noop", args, TD_RPC_DEFAULT_TIMEOUT,
-                             &ring[k]);
-            }
-            for (long i = 8; i < n_async + 8; i++) {
-                td_future_t **f = &ring[i % 8];
-
-                if (td_future_wait(*f, -1) != TD_OK) {
-                    fprintf(stderr, "rpc_async: %s\n", td_last_error());
-                    return 1;
-                }
-                td_future_release(*f);
-                if (i < n_async) {
-                    td_rpc_async(1, "noop", args, TD_RPC_DEFAULT_TIMEOUT, f);
-                }
-            }
-            rates[r] = (double)n_async / (now_s() - t0);
-        }
-        double rm = median(rates, REPS);
-        printf("rpc_async_8inflight calls_per_s=%.0f min=%.0f max=%.0f\n", rm,
-               rates[0], rates[REPS - 1]);
-        td_rpc_list_free(args);
-        free(lat);
     }
     st = td_finalize();
     if (st != TD_OK) {
         fprintf(stderr, "td_finalize: %s\n", td_last_error());
         return 1;
     }
-    return 0;
+    return rc;
 }

@@ -232,8 +232,9 @@ td_future_error(const td_future_t *f)
     return td_future_done(f) && f->error != NULL ? f->error : "";
 }
 
-/* Microseconds a waiter polls (yielding) before it sleeps: env
- * TODIST_RPC_SPIN_US, default 0 (sleep at once: cores are shared). */
+/* Microseconds a waiter polls (yielding) after driving progress and before
+ * it sleeps: env TODIST_RPC_SPIN_US, default 0 (sleep at once: cores are
+ * shared). */
 static double
 spin_us(void)
 {
@@ -261,18 +262,32 @@ td_status_t
 td_future_wait(td_future_t *f, double timeout)
 {
     struct timespec deadline;
+    td_status_t st;
     int rc = 0;
 
     if (f == NULL) {
         return td_error(TD_ERR_INVALID, "rpc: future is NULL");
     }
-    /* Spin briefly first: a local round trip is a few microseconds, much
-     * less than a sleep and wake-up through the condition variable. */
-    for (int i = 0; i < 2000; i++) {
-        if (atomic_load_explicit(&f->done, memory_order_acquire)) {
-            return done_status(f);
+    if (atomic_load_explicit(&f->done, memory_order_acquire)) {
+        return done_status(f);
+    }
+    if (timeout >= 0) {
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += (time_t)timeout;
+        deadline.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
         }
-        __asm__ __volatile__("" ::: "memory");
+    }
+    /* Drive the transport on this thread first: the reply completes the
+     * future right here, with no wake-up. */
+    st = td_rpc_drive(f, timeout);
+    if (atomic_load_explicit(&f->done, memory_order_acquire)) {
+        return done_status(f);
+    }
+    if (st != TD_OK && st != TD_ERR_TIMEOUT) {
+        return st;                   /* this thread must not wait */
     }
     if (spin_us() > 0) {
         struct timespec t0, t1;
@@ -286,15 +301,6 @@ td_future_wait(td_future_t *f, double timeout)
             clock_gettime(CLOCK_MONOTONIC, &t1);
         } while ((t1.tv_sec - t0.tv_sec) * 1e6 +
                  (t1.tv_nsec - t0.tv_nsec) * 1e-3 < spin_us());
-    }
-    if (timeout >= 0) {
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_sec += (time_t)timeout;
-        deadline.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
-        }
     }
     pthread_mutex_lock(&f->lock);
     while (!atomic_load(&f->done) && rc != ETIMEDOUT) {

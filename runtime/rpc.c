@@ -46,12 +46,14 @@ typedef struct {
     uint64_t  id;
     td_rpc_fn fn;
     void     *arg;
+    unsigned  flags;     /* TD_RPC_INLINE */
 } fn_entry_t;
 
 static fn_entry_t fns[RPC_FN_TABLE];
 static size_t     n_fns;
 static int        cfg_threads = 0;          /* 0: env or 4 */
 static double     cfg_timeout = -1;         /* < 0: env or 60 */
+static double     env_timeout = -1;         /* the env's, from td_init on */
 static td_rpc_autograd_hooks_t hooks;
 static int        have_hooks;
 
@@ -73,6 +75,17 @@ typedef struct pending {
     struct pending *next;
 } pending_t;
 
+/* A bounded copy (snprintf's formatting machinery costs more than a short
+ * call's whole encoding). */
+static void
+copy_name(char *dst, size_t len, const char *src)
+{
+    size_t n = strnlen(src, len - 1);
+
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 /* ---- the pool ------------------------------------------------------------ */
 
 typedef struct job {
@@ -87,9 +100,13 @@ typedef struct {
     job_t          *head, **tail;
     int             n_threads;
     int             n_idle;
+    int             n_jobs;         /* queued or running (atomic) */
     int             stop;
     pthread_t       threads[RPC_POOL_MAX];
 } pool_t;
+
+struct rx;
+static void run_inline(struct rx *r, const char *name);
 
 /* ---- state --------------------------------------------------------------- */
 
@@ -169,9 +186,21 @@ static void rpc_register_module(void);
 td_status_t
 td_rpc_register(const char *name, td_rpc_fn fn, void *arg)
 {
+    return td_rpc_register_flags(name, fn, arg, 0);
+}
+
+td_status_t
+td_rpc_register_flags(const char *name, td_rpc_fn fn, void *arg,
+                      unsigned flags)
+{
     size_t len;
     uint64_t id;
 
+    if ((flags & ~(unsigned)TD_RPC_INLINE) != 0) {
+        return td_error(TD_ERR_INVALID, "rpc: register '%s': unknown flags "
+                        "0x%x", name != NULL ? name : "(null)",
+                        flags & ~(unsigned)TD_RPC_INLINE);
+    }
     if (name == NULL || fn == NULL) {
         return td_error(TD_ERR_INVALID, "rpc: register: %s is NULL",
                         name == NULL ? "name" : "function");
@@ -208,6 +237,7 @@ td_rpc_register(const char *name, td_rpc_fn fn, void *arg)
             fns[i].id = id;
             fns[i].fn = fn;
             fns[i].arg = arg;
+            fns[i].flags = flags;
             break;
         }
     }
@@ -245,6 +275,9 @@ td_rpc_default_timeout(void)
 
     if (cfg_timeout >= 0) {
         return cfg_timeout;
+    }
+    if (env_timeout >= 0) {
+        return env_timeout;         /* read once at td_init: not per call */
     }
     s = getenv("TODIST_RPC_TIMEOUT");
     if (s != NULL && *s != '\0') {
@@ -339,6 +372,7 @@ pool_main(void *arg)
 {
     pool_t *p = arg;
 
+    pthread_setname_np(pthread_self(), "td-rpc-pool");
     pthread_mutex_lock(&p->lock);
     for (;;) {
         if (p->head == NULL && !p->stop && rpc_spin_us > 0) {
@@ -372,6 +406,7 @@ pool_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         j->fn(j->arg);
         free(j);
+        __atomic_fetch_sub(&p->n_jobs, 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&p->lock);
     }
     pthread_mutex_unlock(&p->lock);
@@ -413,6 +448,7 @@ td_rpc_pool_post(void (*fn)(void *arg), void *arg)
     j->fn = fn;
     j->arg = arg;
     j->next = NULL;
+    __atomic_fetch_add(&p->n_jobs, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&p->lock);
     *p->tail = j;
     p->tail = &j->next;
@@ -437,6 +473,7 @@ pool_start(pool_t *p, int n)
     p->tail = &p->head;
     p->stop = 0;
     p->n_idle = 0;
+    p->n_jobs = 0;
     p->n_threads = 0;
     pthread_mutex_lock(&p->lock);
     for (int i = 0; i < n && status == TD_OK; i++) {
@@ -552,6 +589,7 @@ static void *
 timer_main(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "td-rpc-timer");
     pthread_mutex_lock(&rpc.tlock);
     while (!rpc.timer_stop) {
         struct timespec ts;
@@ -587,6 +625,42 @@ timer_main(void *arg)
     return NULL;
 }
 
+/* ---- one-slot caches ------------------------------------------------------ *
+ * A send's state (2 KB) and a received message's (6 KB) are "large" to
+ * malloc, which then consolidates its fast bins on every call: a single
+ * atomic slot per kind gives the last freed block to the next message
+ * (exchange to take it, compare-and-swap to put it back: no ABA, the
+ * taker owns what it took). */
+
+static void *_Atomic send_slot;
+static void *_Atomic rx_slot;
+
+static void *
+slot_get(void *_Atomic *slot, size_t size)
+{
+    void *p = atomic_exchange_explicit(slot, NULL, memory_order_acquire);
+
+    return p != NULL ? p : malloc(size);
+}
+
+static void
+slot_put(void *_Atomic *slot, void *p)
+{
+    void *expected = NULL;
+
+    if (!atomic_compare_exchange_strong_explicit(slot, &expected, p,
+                                                 memory_order_release,
+                                                 memory_order_relaxed)) {
+        free(p);
+    }
+}
+
+static void
+slot_clear(void *_Atomic *slot)
+{
+    free(atomic_exchange(slot, NULL));
+}
+
 /* ---- sending ------------------------------------------------------------- */
 
 typedef struct {
@@ -615,7 +689,7 @@ send_done(void *arg, td_status_t status)
         }
     }
     td_rpc_wire_out_free(&s->out);
-    free(s);
+    slot_put(&send_slot, s);
     atomic_fetch_sub(&rpc.busy, 1);
 }
 
@@ -627,14 +701,14 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
     send_t *s;
     td_status_t status;
 
-    s = calloc(1, sizeof(*s));
+    s = slot_get(&send_slot, sizeof(*s));   /* encode sets what it uses */
     if (s == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a send");
     }
     status = td_rpc_wire_encode(meta, args, dst, TD_TRANSPORT_HEADER_MAX,
                                 td_rref_wire_out, NULL, &s->out);
     if (status != TD_OK) {
-        free(s);
+        slot_put(&send_slot, s);
         return status;
     }
     s->id = pending_id;
@@ -646,7 +720,7 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
     if (status != TD_OK) {
         atomic_fetch_sub(&rpc.busy, 1);
         td_rpc_wire_out_free(&s->out);
-        free(s);
+        slot_put(&send_slot, s);
     }
     return status;
 }
@@ -724,7 +798,7 @@ td_rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
         }
         pc->id = meta.message_id;
         pc->dst = dst;
-        snprintf(pc->name, sizeof(pc->name), "%s", name ? name : "?");
+        copy_name(pc->name, sizeof(pc->name), name != NULL ? name : "?");
         pc->deadline = timeout > 0 ? now_s() + timeout : 0;
         pc->fut = td_future_retain(fut);
         pending_insert(pc);       /* before sending: the reply may be fast */
@@ -880,9 +954,12 @@ buf_cache_clear(void)
 }
 
 /* A received message, from the transport's receive handler to the pool. */
-typedef struct {
+#define RX_HDR_SMALL 256
+
+typedef struct rx {
     td_rpc_wire_msg_t msg;
     uint8_t          *hdr_copy;      /* inline args point in here */
+    uint8_t           hdr_small[RX_HDR_SMALL];  /* hdr_copy of small ones */
     uint8_t          *args_buf;      /* args body */
     td_tensor_t      *tensors[TD_RPC_MAX_TENSORS];
     int               src;
@@ -894,9 +971,11 @@ rx_free(rx_t *r)
     for (int k = 0; k < r->msg.n_tensors; k++) {
         td_tensor_release(r->tensors[k]);
     }
-    free(r->hdr_copy);
+    if (r->hdr_copy != r->hdr_small) {
+        free(r->hdr_copy);
+    }
     free(r->args_buf);
-    free(r);
+    slot_put(&rx_slot, r);
 }
 
 static void
@@ -1036,9 +1115,11 @@ reply:
     if (want_reply) {
         char msg[1024];
 
-        snprintf(msg, sizeof(msg), "%s", status != TD_OK ?
-                 (td_last_error()[0] ? td_last_error() : td_strerror(status))
-                 : "");
+        msg[0] = '\0';
+        if (status != TD_OK) {
+            snprintf(msg, sizeof(msg), "%s", td_last_error()[0] ?
+                     td_last_error() : td_strerror(status));
+        }
         send_reply(r, status, msg, kind, result, ctx);
     } else if (status != TD_OK) {
         log_drop(r->src, td_last_error());
@@ -1047,6 +1128,81 @@ reply:
     td_rpc_list_free(result);
     rx_free(r);
     atomic_fetch_sub(&rpc.busy, 1);
+}
+
+/* The TD_RPC_INLINE handler running on this thread (NULL: none). */
+static __thread const char *tl_inline;
+
+/* A call to a TD_RPC_INLINE function, on the receiving thread. That may be
+ * a thread driving progress inside its own dist-autograd context: the
+ * handler must not see that context. */
+static void
+run_inline(rx_t *r, const char *name)
+{
+    const char *outer = tl_inline;
+    uint64_t prev = 0;
+
+    if (have_hooks) {
+        prev = hooks.set_context(hooks.arg, 0);
+    }
+    tl_inline = name;
+    run_call(r);
+    tl_inline = outer;
+    if (have_hooks) {
+        hooks.set_context(hooks.arg, prev);
+    }
+}
+
+/* ---- waiting: the waiter drives progress ---------------------------------- */
+
+static atomic_int in_drive;        /* threads inside td_rpc_drive */
+
+static int
+drive_done(void *arg)
+{
+    return td_future_done(arg) ||
+           atomic_load_explicit(&rpc.state, memory_order_relaxed) !=
+           RPC_RUNNING;
+}
+
+td_status_t
+td_rpc_drive(td_future_t *f, double timeout)
+{
+    td_status_t st = TD_ERR_TIMEOUT;
+    double max = timeout;
+
+    if (tl_inline != NULL) {
+        return td_error(TD_ERR_STATE, "rpc: handler '%s' is registered "
+                        "TD_RPC_INLINE and must not wait on a future (it "
+                        "would stall the receiving thread); register it "
+                        "without TD_RPC_INLINE", tl_inline);
+    }
+    atomic_fetch_add(&in_drive, 1);
+    /* Checked after counting ourselves in: shutdown stores the state, then
+     * waits for the count to reach zero (both sequentially consistent). */
+    if (atomic_load(&rpc.state) != RPC_RUNNING || rpc.tp == NULL) {
+        goto out;
+    }
+    if (td_transport_on_progress_thread(rpc.tp)) {
+        st = td_error(TD_ERR_STATE, "rpc: a wait on a future inside a "
+                      "transport callback would deadlock");
+        goto out;
+    }
+    if (td_transport_progress_mode(rpc.tp) != TD_PROGRESS_BUSY) {
+        /* Cores may be shared: spin briefly, then sleep. */
+        double spin = rpc_spin_us > 0 ? rpc_spin_us * 1e-6 : 50e-6;
+
+        if (max < 0 || max > spin) {
+            max = spin;
+        }
+    }
+    st = td_transport_drive(rpc.tp, drive_done, f, max);
+    if (st != TD_OK || !td_future_done(f)) {
+        st = TD_ERR_TIMEOUT;
+    }
+out:
+    atomic_fetch_sub(&in_drive, 1);
+    return st;
 }
 
 /* A reply or error for one of our calls. FROM_PROGRESS: on that thread. */
@@ -1146,6 +1302,14 @@ rx_done(void *arg, td_status_t status, int src, td_iov_t *bodies,
         atomic_fetch_sub(&rpc.busy, 1);
         return;
     }
+    if (type == TD_RPC_MSG_CALL && r->msg.meta.autograd_context_id == 0) {
+        const fn_entry_t *e = fn_find(r->msg.meta.function_id);
+
+        if (e != NULL && (e->flags & TD_RPC_INLINE)) {
+            run_inline(r, e->name);     /* no pool hop either */
+            return;
+        }
+    }
     if (td_rpc_pool_post(type == TD_RPC_MSG_REPLY || type == TD_RPC_MSG_ERROR
                          ? run_reply : run_call, r) != TD_OK) {
         log_drop(src, td_last_error());
@@ -1163,27 +1327,35 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     td_status_t status;
 
     (void)arg;
-    r = calloc(1, sizeof(*r));
+    /* Not calloc: R is 6 KB of descriptors, mostly unused; the parse sets
+     * what the message uses, the rest is set here. */
+    r = slot_get(&rx_slot, sizeof(*r));
     if (r == NULL) {
         log_drop(rx->src, "out of memory");
         return;
     }
+    r->hdr_copy = NULL;
+    r->args_buf = NULL;
     r->src = rx->src;
     status = td_rpc_wire_parse(rx->header, rx->header_len, rx->src, &r->msg);
+    for (int k = 0; status == TD_OK && k < r->msg.n_tensors; k++) {
+        r->tensors[k] = NULL;       /* rx_free releases the first n_tensors */
+    }
     if (status == TD_OK) {
         status = td_rpc_wire_check_bodies(&r->msg, rx->src, rx->body_len,
                                           rx->n_bodies);
     }
     if (status != TD_OK) {
         log_drop(rx->src, td_last_error());
-        free(r);
+        slot_put(&rx_slot, r);
         return;                         /* bodies are dropped (done NULL) */
     }
     if (r->msg.args_body < 0 && r->msg.args_len > 0) {
-        r->hdr_copy = malloc(rx->header_len);
+        r->hdr_copy = rx->header_len <= RX_HDR_SMALL ? r->hdr_small
+                                                     : malloc(rx->header_len);
         if (r->hdr_copy == NULL) {
             log_drop(rx->src, "out of memory");
-            free(r);
+            slot_put(&rx_slot, r);
             return;
         }
         memcpy(r->hdr_copy, rx->header, rx->header_len);
@@ -1238,6 +1410,8 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     }
     s = getenv("TODIST_RPC_SPIN_US");
     rpc_spin_us = (s != NULL && *s != '\0') ? atof(s) : 0;
+    env_timeout = -1;
+    env_timeout = td_rpc_default_timeout();
     rpc.tp = tp;
     rpc.rank = w->rank;
     rpc.world_size = w->world_size;
@@ -1253,6 +1427,7 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
         pool_stop(&rpc.pool);
         return status;
     }
+    td_transport_yield_when(tp, &rpc.pool.n_jobs);
     rpc.timer_stop = 0;
     if (pthread_create(&rpc.timer, NULL, timer_main, NULL) != 0) {
         pool_stop(&rpc.pool);
@@ -1305,6 +1480,11 @@ module_shutdown(void *arg)
 
     (void)arg;
     atomic_store(&rpc.state, RPC_STOPPED);
+    /* Waiters driving progress see the state and leave; after this no
+     * thread enters the transport through td_rpc_drive. */
+    while (atomic_load(&in_drive) > 0) {
+        sched_yield();
+    }
     if (rpc.timer_started) {
         pthread_mutex_lock(&rpc.tlock);
         rpc.timer_stop = 1;
@@ -1322,8 +1502,11 @@ module_shutdown(void *arg)
         pc = next;
     }
     td_rref_shutdown();
+    td_transport_yield_when(rpc.tp, NULL);
     pool_stop(&rpc.pool);
     buf_cache_clear();
+    slot_clear(&send_slot);
+    slot_clear(&rx_slot);
     rpc.tp = NULL;
 }
 

@@ -109,6 +109,14 @@ td_status_t td_future_complete_async(td_future_t *fut, td_rpc_list_t *value);
 td_status_t td_future_fail_async(td_future_t *fut, td_status_t status,
                                  const char *msg);
 
+/* Called by td_future_wait before it sleeps: drive the transport on this
+ * thread while waiting on FUT, for at most TIMEOUT seconds (< 0: none; less
+ * in blocking progress mode). TD_OK when FUT is done; TD_ERR_TIMEOUT (no
+ * error text) when the caller should go on waiting by sleeping; another
+ * error (with text) when this thread must not wait at all (an inline
+ * handler, a transport callback). */
+td_status_t td_rpc_drive(td_future_t *fut, double timeout);
+
 /* Hand FN(ARG) to the handler pool (or run it inline when no pool runs). */
 td_status_t td_rpc_pool_post(void (*fn)(void *arg), void *arg);
 

@@ -147,6 +147,19 @@ args_size(const td_rpc_list_t *args)
     return n;
 }
 
+/* Empty OUT. Its arrays (2 KB) are left as they are: only the first
+ * n_bodies / n_tensors entries mean anything, and zeroing them all would
+ * cost more than a small call's whole encoding. */
+static void
+out_reset(td_rpc_wire_out_t *out)
+{
+    out->header = NULL;
+    out->header_len = 0;
+    out->n_bodies = 0;
+    out->n_tensors = 0;
+    out->args_body = NULL;
+}
+
 void
 td_rpc_wire_out_free(td_rpc_wire_out_t *out)
 {
@@ -158,7 +171,7 @@ td_rpc_wire_out_free(td_rpc_wire_out_t *out)
     }
     free(out->header);
     free(out->args_body);
-    memset(out, 0, sizeof(*out));
+    out_reset(out);
 }
 
 td_status_t
@@ -167,14 +180,14 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
                    td_rpc_wire_rref_out_fn rref_out, void *rref_arg,
                    td_rpc_wire_out_t *out_p)
 {
-    td_rpc_wire_out_t out;
+    td_rpc_wire_out_t *out = out_p;
     size_t n_items = td_rpc_list_len(args);
     size_t desc_len = 0, alen, hlen;
     td_status_t status = TD_OK;
     wbuf_t w;
     int inline_args;
 
-    memset(&out, 0, sizeof(out));
+    out_reset(out);
     if (n_items > TD_RPC_MAX_ITEMS) {
         return td_error(TD_ERR_RANGE, "rpc: %zu list items to rank %d, at "
                         "most %d", n_items, dst, TD_RPC_MAX_ITEMS);
@@ -197,7 +210,7 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
         if (v->kind != TD_VALUE_TENSOR) {
             continue;
         }
-        if (out.n_tensors == TD_RPC_MAX_TENSORS) {
+        if (out->n_tensors == TD_RPC_MAX_TENSORS) {
             status = td_error(TD_ERR_RANGE, "rpc: more than %d tensors in "
                               "one message to rank %d", TD_RPC_MAX_TENSORS,
                               dst);
@@ -213,7 +226,7 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
         if (status != TD_OK) {
             goto err;
         }
-        out.tensors[out.n_tensors++] = c;
+        out->tensors[out->n_tensors++] = c;
         desc_len += 8 + 8 * (size_t)td_tensor_ndim(c);
     }
 
@@ -228,21 +241,21 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
                           header_max);
         goto err;
     }
-    out.header = malloc(hlen);
-    if (out.header == NULL) {
+    out->header = malloc(hlen);
+    if (out->header == NULL) {
         status = td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a %zu "
                           "byte header", hlen);
         goto err;
     }
-    out.header_len = hlen;
+    out->header_len = hlen;
 
-    w.p = out.header;
-    w.end = out.header + hlen;
+    w.p = out->header;
+    w.end = out->header + hlen;
     put_u8(&w, TD_RPC_WIRE_MAGIC);
     put_u8(&w, TD_RPC_WIRE_VERSION);
     put_u8(&w, meta->type);
     put_u8(&w, inline_args ? 0 : TD_RPC_WIRE_ARGS_IN_BODY);
-    put_u16(&w, (uint16_t)out.n_tensors);
+    put_u16(&w, (uint16_t)out->n_tensors);
     put_u16(&w, 0);
     put_u32(&w, (uint32_t)alen);
     put_u32(&w, (uint32_t)meta->sender);
@@ -251,8 +264,8 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
     put_u64(&w, meta->autograd_context_id);
     put_u64(&w, meta->autograd_message_id);
 
-    for (int k = 0; k < out.n_tensors; k++) {
-        td_tensor_t *t = out.tensors[k];
+    for (int k = 0; k < out->n_tensors; k++) {
+        td_tensor_t *t = out->tensors[k];
         int nd = td_tensor_ndim(t);
 
         put_u8(&w, (uint8_t)td_tensor_dtype(t));
@@ -264,22 +277,22 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
             put_u64(&w, (uint64_t)td_tensor_shape(t)[d]);
         }
         if (td_tensor_nbytes(t) > 0) {
-            out.bodies[out.n_bodies].buf = td_tensor_data(t);
-            out.bodies[out.n_bodies].len = td_tensor_nbytes(t);
-            out.bodies[out.n_bodies].mem = TD_MEM_HOST;
-            out.n_bodies++;
+            out->bodies[out->n_bodies].buf = td_tensor_data(t);
+            out->bodies[out->n_bodies].len = td_tensor_nbytes(t);
+            out->bodies[out->n_bodies].mem = TD_MEM_HOST;
+            out->n_bodies++;
         }
     }
 
     if (!inline_args) {
-        out.args_body = malloc(alen);
-        if (out.args_body == NULL) {
+        out->args_body = malloc(alen);
+        if (out->args_body == NULL) {
             status = td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for "
                               "%zu bytes of arguments", alen);
             goto err;
         }
-        w.p = out.args_body;
-        w.end = out.args_body + alen;
+        w.p = out->args_body;
+        w.end = out->args_body + alen;
     }
     put_u32(&w, (uint32_t)n_items);
     for (size_t i = 0, tix = 0; i < n_items; i++) {
@@ -326,16 +339,15 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
         }
     }
     if (!inline_args) {
-        out.bodies[out.n_bodies].buf = out.args_body;
-        out.bodies[out.n_bodies].len = alen;
-        out.bodies[out.n_bodies].mem = TD_MEM_HOST;
-        out.n_bodies++;
+        out->bodies[out->n_bodies].buf = out->args_body;
+        out->bodies[out->n_bodies].len = alen;
+        out->bodies[out->n_bodies].mem = TD_MEM_HOST;
+        out->n_bodies++;
     }
-    *out_p = out;
     return TD_OK;
 
 err:
-    td_rpc_wire_out_free(&out);
+    td_rpc_wire_out_free(out);
     return status;
 }
 
@@ -347,7 +359,7 @@ td_status_t
 td_rpc_wire_parse(const void *hdr, size_t len, int src,
                   td_rpc_wire_msg_t *msg_p)
 {
-    td_rpc_wire_msg_t msg;
+    td_rpc_wire_msg_t *m = msg_p;
     rbuf_t r;
     uint8_t magic = 0, version = 0, type = 0, flags = 0;
     uint16_t n_tensors = 0, reserved = 0;
@@ -357,7 +369,14 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
         return PROTO("rpc: message from rank %d has %zu header bytes, fewer "
                      "than %d", src, len, TD_RPC_WIRE_HDR_SIZE);
     }
-    memset(&msg, 0, sizeof(msg));
+    /* Straight into *MSG_P, fixed fields only: the descriptor array is
+     * 6 KB, of which a call uses a few entries. */
+    memset(&m->meta, 0, sizeof(m->meta));
+    m->n_tensors = 0;
+    m->n_bodies = 0;
+    m->args = NULL;
+    m->args_len = 0;
+    m->args_body = -1;
     r.p = hdr;
     r.end = r.p + len;
     get_u8(&r, &magic);
@@ -368,10 +387,10 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
     get_u16(&r, &reserved);
     get_u32(&r, &args_len);
     get_u32(&r, &sender);
-    get_u64(&r, &msg.meta.message_id);
-    get_u64(&r, &msg.meta.function_id);
-    get_u64(&r, &msg.meta.autograd_context_id);
-    get_u64(&r, &msg.meta.autograd_message_id);
+    get_u64(&r, &m->meta.message_id);
+    get_u64(&r, &m->meta.function_id);
+    get_u64(&r, &m->meta.autograd_context_id);
+    get_u64(&r, &m->meta.autograd_message_id);
 
     if (magic != TD_RPC_WIRE_MAGIC) {
         return PROTO("rpc: message from rank %d has magic 0x%02x, not 0x%02x",
@@ -397,13 +416,13 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
         return PROTO("rpc: message from rank %d claims %u tensors, at most "
                      "%d", src, n_tensors, TD_RPC_MAX_TENSORS);
     }
-    msg.meta.type = type;
-    msg.meta.flags = flags;
-    msg.meta.sender = (int32_t)sender;
-    msg.n_tensors = n_tensors;
+    m->meta.type = type;
+    m->meta.flags = flags;
+    m->meta.sender = (int32_t)sender;
+    m->n_tensors = n_tensors;
 
     for (int k = 0; k < n_tensors; k++) {
-        td_rpc_wire_tensor_t *t = &msg.tensors[k];
+        td_rpc_wire_tensor_t *t = &m->tensors[k];
         uint8_t dtype, ndim, rg, pad8;
         uint32_t pad32;
         size_t elems = 1, esize;
@@ -452,7 +471,7 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
                          src, k);
         }
         t->nbytes = elems * esize;
-        t->body = t->nbytes > 0 ? msg.n_bodies++ : -1;
+        t->body = t->nbytes > 0 ? m->n_bodies++ : -1;
     }
 
     if (flags & TD_RPC_WIRE_ARGS_IN_BODY) {
@@ -460,9 +479,9 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
             return PROTO("rpc: message from rank %d has %zu stray header "
                          "bytes", src, r_left(&r));
         }
-        msg.args = NULL;
-        msg.args_len = args_len;
-        msg.args_body = msg.n_bodies++;
+        m->args = NULL;
+        m->args_len = args_len;
+        m->args_body = m->n_bodies++;
     } else {
         td_status_t status;
 
@@ -471,16 +490,15 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
                          "bytes, header holds %zu", src, args_len,
                          r_left(&r));
         }
-        msg.args = r.p;
-        msg.args_len = args_len;
-        msg.args_body = -1;
-        status = td_rpc_wire_check_args(msg.args, msg.args_len,
-                                        msg.n_tensors, src);
+        m->args = r.p;
+        m->args_len = args_len;
+        m->args_body = -1;
+        status = td_rpc_wire_check_args(m->args, m->args_len,
+                                        m->n_tensors, src);
         if (status != TD_OK) {
             return status;
         }
     }
-    *msg_p = msg;
     return TD_OK;
 }
 

@@ -745,6 +745,7 @@ server_main(void *arg)
     struct pollfd *pfd = NULL;
     size_t cap = 0;
 
+    pthread_setname_np(pthread_self(), "td-store");
     for (;;) {
         size_t n = s->nconns + 2, i;
         double now = now_s(), next = -1;

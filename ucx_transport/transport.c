@@ -9,7 +9,15 @@
  *   user header
  * and its data are the bodies back to back (contiguous for one body, an IOV
  * for several), so one rendezvous moves all of them into the receiver's
- * buffers. Everything UCX is touched by the progress thread only. */
+ * buffers.
+ *
+ * Progress token: one thread at a time may call into the UCX worker (it is
+ * created SERIALIZED): the holder of tp->token. The progress thread takes
+ * it for each round of progress; a thread waiting for a reply may take it
+ * instead and drive progress itself (td_transport_drive), which saves the
+ * two thread hand-offs of a round trip; a sending thread that finds it
+ * free sends directly. While a driver is active the progress thread naps,
+ * so the two never compete for a core. Callbacks run on the holder. */
 #include "config.h"
 
 #include <errno.h>
@@ -22,6 +30,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 #include <ucp/api/ucp.h>
 
@@ -113,23 +123,94 @@ struct td_transport {
     pthread_t             thread;
     int                   thread_started;
     volatile int          stop;
+    int                   token;          /* 1: a thread is in the worker */
+    int                   n_drivers;      /* threads in td_transport_drive */
+    const int            *yield_ctr;      /* > 0: busy loop yields the core */
+    pthread_mutex_t       drv_lock;       /* the progress thread's nap */
+    pthread_cond_t        drv_cond;
     double                close_timeout;
     /* posted sends, from any thread */
     pthread_mutex_t       lock;
     send_op_t            *q_head, *q_tail;
     int                   q_nonempty;     /* atomic hint for busy polling */
     /* Sends accepted and completed. Each counter has one writer (posting
-     * threads under the lock; the progress thread alone), so the hot path
+     * threads under the lock; the token holder alone), so the hot path
      * needs no locked instructions; others read them relaxed. */
     uint64_t              posted_remote;  /* under lock */
-    uint64_t              posted_local;   /* progress thread */
-    uint64_t              completed;      /* progress thread */
+    uint64_t              posted_local;   /* token holder */
+    uint64_t              completed;      /* token holder */
     send_op_t            *local_head, *local_tail; /* posted by callbacks */
-    /* progress thread only */
+    /* token holder only */
     send_op_t            *done_head;      /* completions to report */
-    size_t                dropped;        /* progress thread writes */
-    uint64_t              n_sent, n_received;   /* progress thread writes */
+    size_t                dropped;        /* token holder writes */
+    uint64_t              n_sent, n_received;   /* token holder writes */
 };
+
+/* The transport whose token this thread holds (NULL: none). */
+static __thread td_transport_t *tl_holder;
+
+/* The token is a futex word (as in Drepper's "Futexes Are Tricky"): 0
+ * free, 1 held, 2 held and a thread may sleep on it. A thread that cannot
+ * get it sleeps instead of spinning, so the holder, maybe preempted on the
+ * same core, can finish; the uncontended path is one atomic each way. */
+static int
+token_take(td_transport_t *tp)
+{
+    int expected = 0;
+
+    if (__atomic_load_n(&tp->token, __ATOMIC_RELAXED) != 0 ||
+        !__atomic_compare_exchange_n(&tp->token, &expected, 1, 0,
+                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        return 0;
+    }
+    tl_holder = tp;
+    return 1;
+}
+
+/* Sleep on the token for at most USEC microseconds (0: no limit) unless it
+ * changed from 2; then try once more. 1 when taken. */
+static int
+token_wait(td_transport_t *tp, long usec)
+{
+    struct timespec ts = { usec / 1000000, (usec % 1000000) * 1000L };
+    int c = __atomic_load_n(&tp->token, __ATOMIC_RELAXED);
+
+    if (c == 0 && token_take(tp)) {
+        return 1;
+    }
+    /* Announce a sleeper: the holder's drop then wakes one. */
+    if (c == 2 || __atomic_exchange_n(&tp->token, 2, __ATOMIC_ACQUIRE) != 0) {
+        syscall(SYS_futex, &tp->token, FUTEX_WAIT_PRIVATE, 2,
+                usec > 0 ? &ts : NULL, NULL, 0);
+        /* Take it as contended: other sleepers may remain. */
+        if (__atomic_exchange_n(&tp->token, 2, __ATOMIC_ACQUIRE) != 0) {
+            return 0;
+        }
+    }
+    tl_holder = tp;
+    return 1;
+}
+
+static void
+token_drop(td_transport_t *tp)
+{
+    tl_holder = NULL;
+    if (__atomic_exchange_n(&tp->token, 0, __ATOMIC_RELEASE) == 2) {
+        syscall(SYS_futex, &tp->token, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
+}
+
+static inline void
+cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
 
 static double
 now_s(void)
@@ -300,7 +381,7 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     return TD_OK;
 }
 
-/* Start one queued send (progress thread). */
+/* Start one queued send (token holder, outside UCX callbacks). */
 static void
 op_start(td_transport_t *tp, send_op_t *op)
 {
@@ -646,47 +727,130 @@ close_endpoints(td_transport_t *tp)
     free(reqs);
 }
 
+/* One round by the token holder: progress, report completions, start
+ * what was posted. Returns the number of events. */
+static unsigned
+progress_once(td_transport_t *tp)
+{
+    unsigned n = ucp_worker_progress(tp->worker);
+
+    if (tp->done_head != NULL) {
+        report_completions(tp);
+    }
+    if (tp->local_head != NULL ||
+        __atomic_load_n(&tp->q_nonempty, __ATOMIC_RELAXED)) {
+        n += drain_queue(tp);
+    }
+    return n;
+}
+
+/* Before a token holder leaves in blocking mode: arm the worker so that the
+ * progress thread, asleep on the event fd, wakes for the next event; when
+ * events are pending, handle them first, and when they keep coming, wake it
+ * outright. */
+static void
+leave_armed(td_transport_t *tp)
+{
+    for (int i = 0; i < 4; i++) {
+        if (ucp_worker_arm(tp->worker) == UCS_OK) {
+            if (__atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) ||
+                tp->local_head != NULL || tp->done_head != NULL) {
+                break;
+            }
+            return;
+        }
+        progress_once(tp);
+    }
+    ucp_worker_signal(tp->worker);
+}
+
+/* While threads drive progress themselves, the progress thread sleeps in
+ * short naps: a driver leaving with its reply wakes nobody (the next call
+ * usually follows at once); one giving up on a long wait signals. */
+#define NAP_US 100
+
+/* A driver waiting longer than this yields its core now and then. */
+#define YIELD_AFTER_S 5e-6
+
+static void
+nap(td_transport_t *tp)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += NAP_US * 1000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&tp->drv_lock);
+    if (__atomic_load_n(&tp->n_drivers, __ATOMIC_ACQUIRE) > 0 && !tp->stop) {
+        pthread_cond_timedwait(&tp->drv_cond, &tp->drv_lock, &ts);
+    }
+    pthread_mutex_unlock(&tp->drv_lock);
+}
+
 static void *
 progress_main(void *arg)
 {
     td_transport_t *tp = arg;
     double idle_since = now_s();
+    unsigned busy_spins = 0;
 
+    pthread_setname_np(pthread_self(), "td-progress");
     while (!tp->stop) {
         unsigned n;
 
+        if (__atomic_load_n(&tp->n_drivers, __ATOMIC_RELAXED) > 0) {
+            nap(tp);
+            idle_since = now_s();
+            continue;
+        }
+        if (!token_take(tp)) {
+            /* A direct sender has it for a few hundred ns (a driver would
+             * have been seen above). Never sleep on the token here: every
+             * sender's release would then cost a wake-up. */
+            if ((++busy_spins & 63) == 0) {
+                sched_yield();      /* the holder may want this core */
+            } else {
+                cpu_relax();
+            }
+            continue;
+        }
         /* The hot loop of busy polling: only cheap checks besides UCX. */
-        n = ucp_worker_progress(tp->worker);
-        if (tp->done_head != NULL) {
-            report_completions(tp);
-        }
-        if (tp->local_head != NULL ||
-            __atomic_load_n(&tp->q_nonempty, __ATOMIC_RELAXED)) {
-            n += drain_queue(tp);
-        }
+        n = progress_once(tp);
         if (tp->mode == TD_PROGRESS_BUSY) {
+            token_drop(tp);
+            if (tp->yield_ctr != NULL &&
+                __atomic_load_n(tp->yield_ctr, __ATOMIC_RELAXED) > 0) {
+                /* Work handed to other threads of this process: let them
+                 * have this core when they share it with the polling. */
+                sched_yield();
+            }
             continue;
         }
         if (n > 0) {
             idle_since = now_s();
+            token_drop(tp);
             continue;
         }
         /* Blocking: spin a little after activity (a reply usually comes
          * within microseconds), then sleep on the event fd. */
-        if (now_s() - idle_since < 20e-6) {
+        if (now_s() - idle_since < 20e-6 ||
+            ucp_worker_arm(tp->worker) == UCS_ERR_BUSY ||
+            __atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) || tp->stop) {
+            token_drop(tp);
             continue;
         }
-        if (ucp_worker_arm(tp->worker) == UCS_ERR_BUSY) {
-            continue;
-        }
-        if (__atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) || tp->stop) {
-            continue;
-        }
+        token_drop(tp);
         struct pollfd pfd = { .fd = tp->efd, .events = POLLIN };
         poll(&pfd, 1, BLOCK_POLL_MS);
         idle_since = now_s();
     }
 
+    /* Drivers see stop and leave; direct senders are brief. */
+    while (!token_take(tp) && !token_wait(tp, 1000)) {
+    }
     /* Shutdown: fail what is still queued, then close the endpoints. */
     pthread_mutex_lock(&tp->lock);
     send_op_t *list = tp->q_head;
@@ -804,7 +968,7 @@ make_worker(td_transport_t *tp)
 
     memset(&wp, 0, sizeof(wp));
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    /* Only the progress thread calls into the worker; ucp_worker_signal is
+    /* Only the token holder calls into the worker; ucp_worker_signal is
      * safe from any thread in every mode. */
     wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
     s = ucp_worker_create(tp->ctx, &wp, &tp->worker);
@@ -859,6 +1023,8 @@ teardown(td_transport_t *tp)
         ucp_cleanup(tp->ctx);
     }
     pthread_mutex_destroy(&tp->lock);
+    pthread_cond_destroy(&tp->drv_cond);
+    pthread_mutex_destroy(&tp->drv_lock);
     free(tp->peers);
     free(ep_args);
     ep_args = NULL;
@@ -890,6 +1056,15 @@ td_transport_create(const td_transport_params_t *params,
     tp->efd = -1;
     tp->close_timeout = 2.0;
     pthread_mutex_init(&tp->lock, NULL);
+    pthread_mutex_init(&tp->drv_lock, NULL);
+    {
+        pthread_condattr_t ca;
+
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&tp->drv_cond, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     tp->peers = calloc(params->world_size, sizeof(*tp->peers));
     ep_args = calloc(2 * (size_t)params->world_size, sizeof(*ep_args));
     if (tp->peers == NULL || ep_args == NULL) {
@@ -940,6 +1115,9 @@ td_transport_destroy(td_transport_t *tp, double timeout)
         }
         __atomic_store_n(&tp->stop, 1, __ATOMIC_RELEASE);
         ucp_worker_signal(tp->worker);
+        pthread_mutex_lock(&tp->drv_lock);
+        pthread_cond_signal(&tp->drv_cond);
+        pthread_mutex_unlock(&tp->drv_lock);
         pthread_join(tp->thread, NULL);
     }
     teardown(tp);
@@ -1044,17 +1222,39 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
         free(op);
         return td_error(TD_ERR_STATE, "transport: shutting down");
     }
-    if (td_transport_on_progress_thread(tp)) {
+    if (tl_holder == tp) {
         BUMP(tp->posted_local);
-        /* From a callback: started right after the current progress call
-         * (never inside a UCX callback: a new endpoint may need a store
-         * lookup), without a lock or a wake-up. */
+        /* From a callback or a handler run by the holder: started right
+         * after the current progress call (never inside a UCX callback: a
+         * new endpoint may need a store lookup), without a lock. */
         if (tp->local_tail != NULL) {
             tp->local_tail->next = op;
         } else {
             tp->local_head = op;
         }
         tp->local_tail = op;
+        return TD_OK;
+    }
+    if (token_take(tp)) {
+        /* Nobody in the worker: send from this thread, after whatever was
+         * queued before (order per sender is kept), and report what
+         * completed at once. */
+        if (tp->stop) {
+            token_drop(tp);
+            free(op);
+            return td_error(TD_ERR_STATE, "transport: shutting down");
+        }
+        BUMP(tp->posted_local);
+        drain_queue(tp);
+        op_start(tp, op);
+        while (tp->done_head != NULL || tp->local_head != NULL) {
+            report_completions(tp);
+            drain_queue(tp);
+        }
+        if (tp->mode != TD_PROGRESS_BUSY) {
+            leave_armed(tp);
+        }
+        token_drop(tp);
         return TD_OK;
     }
     pthread_mutex_lock(&tp->lock);
@@ -1080,15 +1280,93 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
     return TD_OK;
 }
 
+void
+td_transport_yield_when(td_transport_t *tp, const int *counter)
+{
+    __atomic_store_n(&tp->yield_ctr, counter, __ATOMIC_RELEASE);
+}
+
+td_status_t
+td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
+                   double max_s)
+{
+    double t0 = now_s();
+    unsigned rounds = 0;
+    int got = 0, ok;
+
+    if (tl_holder == tp) {
+        return td_error(TD_ERR_STATE, "transport: drive from the thread "
+                        "already in the worker would recurse");
+    }
+    if (!tp->thread_started || __atomic_load_n(&tp->stop, __ATOMIC_ACQUIRE)) {
+        return td_error(TD_ERR_STATE, "transport: shutting down");
+    }
+    __atomic_fetch_add(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+    /* The progress thread gives the token up after its current round;
+     * another driver keeps it for its whole wait: then do not queue up. */
+    for (unsigned i = 0; !(got = token_take(tp)); i++) {
+        if (done(arg) || tp->stop ||
+            (max_s >= 0 && now_s() - t0 > max_s)) {
+            break;
+        }
+        if (i < 64) {
+            cpu_relax();
+        } else if (token_wait(tp, 20)) {
+            /* Slept until the holder (maybe preempted on this core) let
+             * go; re-check DONE every 20 us meanwhile. */
+            got = 1;
+            break;
+        }
+    }
+    if (!got) {
+        __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+        if (done(arg)) {
+            return TD_OK;
+        }
+        return TD_ERR_STATE;        /* another thread drives progress */
+    }
+    while (!(ok = done(arg))) {
+        progress_once(tp);
+        if (__atomic_load_n(&tp->stop, __ATOMIC_RELAXED)) {
+            break;
+        }
+        if ((++rounds & 31) == 0) {
+            double waited = now_s() - t0;
+
+            if (max_s >= 0 && waited > max_s) {
+                break;
+            }
+            if (waited > YIELD_AFTER_S) {
+                /* Not a quick reply: the handler may need this core (a
+                 * pool thread of a local peer, say). */
+                sched_yield();
+            }
+        }
+    }
+    if (tp->mode != TD_PROGRESS_BUSY) {
+        leave_armed(tp);
+    }
+    token_drop(tp);
+    __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+    if (!ok) {
+        /* Going to sleep: the progress thread takes over now. */
+        pthread_mutex_lock(&tp->drv_lock);
+        pthread_cond_signal(&tp->drv_cond);
+        pthread_mutex_unlock(&tp->drv_lock);
+        return TD_ERR_TIMEOUT;
+    }
+    return TD_OK;
+}
+
 td_status_t
 td_transport_flush(td_transport_t *tp, double timeout)
 {
     double deadline = now_s() + timeout;
     uint64_t target;
 
-    if (td_transport_on_progress_thread(tp)) {
-        return td_error(TD_ERR_STATE, "transport: flush from the progress "
-                        "thread would deadlock");
+    if (tl_holder == tp) {
+        return td_error(TD_ERR_STATE, "transport: flush from the thread in "
+                        "the worker (a callback) would deadlock");
     }
     pthread_mutex_lock(&tp->lock);
     target = __atomic_load_n(&tp->posted_remote, __ATOMIC_ACQUIRE) +
@@ -1140,7 +1418,7 @@ td_transport_progress_mode(td_transport_t *tp)
 bool
 td_transport_on_progress_thread(td_transport_t *tp)
 {
-    return tp->thread_started && pthread_equal(pthread_self(), tp->thread);
+    return tl_holder == tp;
 }
 
 unsigned

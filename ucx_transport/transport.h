@@ -8,11 +8,16 @@
  * (ucp_am_recv_data_nbx) straight into the buffers the receiver names, so a
  * tensor body lands where it belongs without a copy.
  *
- * One progress thread owns the UCX worker. Every callback (receive, body
- * completion, send completion, peer failure) runs on that thread: keep them
- * short and never block in them; they may call td_transport_send(). Other
- * threads post sends through a queue and wake the thread with
- * ucp_worker_signal().
+ * One thread at a time is in the UCX worker: the holder of the progress
+ * token. Normally that is the progress thread; a thread waiting for a
+ * reply may take the token and drive progress itself (td_transport_drive),
+ * and a sending thread that finds the token free sends at once. Every
+ * callback (receive, body completion, send completion, peer failure) runs
+ * on the holder, so possibly inside td_transport_send() or
+ * td_transport_drive() of another thread: keep them short, never block in
+ * them, take no lock a sender may hold; they may call td_transport_send().
+ * Sends that find the token taken go through a queue (and a
+ * ucp_worker_signal() wake-up unless the mode is BUSY).
  *
  * Progress modes: BUSY polls the worker (lowest latency, one core always
  * busy); BLOCKING sleeps on the worker's event fd (no idle CPU burn, a
@@ -106,17 +111,17 @@ struct td_transport_rx {
     void               *done_arg;
 };
 
-/* Receive handler for one handler id. Runs on the progress thread; may copy
+/* Receive handler for one handler id. Runs on the token holder; may copy
  * the header out, name destinations and set done. */
 typedef void (*td_transport_recv_fn)(void *arg, td_transport_rx_t *rx);
 
 /* Send completion: TD_OK once the bodies may be reused, or an error
  * (TD_ERR_PEER naming the rank, TD_ERR_CANCELED at shutdown). Called exactly
- * once per accepted send, on the progress thread. */
+ * once per accepted send, on the token holder. */
 typedef void (*td_transport_send_fn)(void *arg, td_status_t status);
 
 /* Fetches rank RANK's worker address (the blob td_transport_address() gave
- * on that rank) into a malloc'ed buffer. Called on the progress thread at
+ * on that rank) into a malloc'ed buffer. Called on the token holder at
  * the first send to RANK; may block briefly (one store lookup). */
 typedef td_status_t (*td_transport_resolve_fn)(void *arg, int rank,
                                                void **addr_p, size_t *len_p);
@@ -166,7 +171,7 @@ td_status_t td_transport_send(td_transport_t *tp, int dst, uint16_t id,
                               td_transport_send_fn cb, void *arg);
 
 /* Wait until every send posted before this call has completed (or failed),
- * at most TIMEOUT seconds. Not from the progress thread. */
+ * at most TIMEOUT seconds. Not from a callback. */
 td_status_t td_transport_flush(td_transport_t *tp, double timeout);
 
 /* Messages this worker has sent (completed successfully) and received
@@ -183,8 +188,24 @@ bool td_transport_peer_alive(td_transport_t *tp, int dst);
 /* The progress mode in use (AUTO resolved). */
 td_progress_mode_t td_transport_progress_mode(td_transport_t *tp);
 
-/* true when called on the progress thread. */
+/* true when the calling thread holds the progress token (inside a
+ * callback, or the progress thread in its round). */
 bool td_transport_on_progress_thread(td_transport_t *tp);
+
+/* Drive progress on the calling thread until DONE(ARG) is true, for at most
+ * MAX_S seconds (< 0: no limit; the transport stopping also ends it).
+ * Returns TD_OK when DONE held, TD_ERR_TIMEOUT when time ran out, and
+ * TD_ERR_STATE when another thread already drives or the caller is in a
+ * callback (then wait by other means); sets no error text. DONE is called
+ * often: make it an atomic load. */
+td_status_t td_transport_drive(td_transport_t *tp, int (*done)(void *arg),
+                               void *arg, double max_s);
+
+/* In BUSY mode, the progress thread yields its core after each round while
+ * *COUNTER > 0 (read atomically; e.g. the number of jobs handed to other
+ * threads of the process), so that they run at once when they share the
+ * core with the polling. NULL: never. */
+void td_transport_yield_when(td_transport_t *tp, const int *counter);
 
 /* Memory types UCX can move directly (bit (1 << td_mem_type_t)). */
 unsigned td_transport_mem_types(td_transport_t *tp);

@@ -13,7 +13,14 @@
  * (TD_ERR_TIMEOUT) or a dead peer (TD_ERR_PEER naming it) - never silence.
  * Handlers run on a thread pool (td_rpc_set_threads; never the transport's
  * progress thread), so a handler may make remote calls of its own, nested
- * and to itself.
+ * and to itself. A handler registered with TD_RPC_INLINE instead runs on
+ * the thread that receives the call, without a hand-off (the fast path for
+ * short handlers that never block; see td_rpc_register_flags).
+ *
+ * A thread waiting on a future (td_rpc_sync, td_future_wait) drives the
+ * transport itself while it waits: no thread hand-off on the way back
+ * (briefly, TODIST_RPC_SPIN_US or 50 us, when the progress mode is
+ * blocking; for the whole wait when it is busy).
  *
  * Timeouts: TD_RPC_DEFAULT_TIMEOUT (< 0) means the default (60 s, set with
  * td_rpc_set_default_timeout or env TODIST_RPC_TIMEOUT); 0 means none.
@@ -154,6 +161,22 @@ typedef td_status_t (*td_rpc_fn)(void *arg, const td_rpc_call_info_t *info,
 /* Register FN under NAME (1..TD_RPC_NAME_MAX-1 bytes) before td_init.
  * TD_ERR_EXISTS if NAME is taken, TD_ERR_STATE after td_init. */
 td_status_t td_rpc_register(const char *name, td_rpc_fn fn, void *arg);
+
+/* Flags of td_rpc_register_flags. */
+enum {
+    /* Run on the receiving thread (the progress thread, or a thread that
+     * drives progress while it waits) instead of the pool: no hand-off, the
+     * lowest latency. The handler must be short and must not block: a
+     * wait on a future (td_rpc_sync, td_future_wait) in it fails with
+     * TD_ERR_STATE; td_rpc_async and td_future_then work. Calls inside a
+     * distributed autograd context still go to the pool. */
+    TD_RPC_INLINE = 1u << 0
+};
+
+/* td_rpc_register with FLAGS (TD_RPC_INLINE, or 0: same as
+ * td_rpc_register). TD_ERR_INVALID for an unknown flag. */
+td_status_t td_rpc_register_flags(const char *name, td_rpc_fn fn, void *arg,
+                                  unsigned flags);
 /* Handler threads (default 4, env TODIST_RPC_THREADS), before td_init. */
 td_status_t td_rpc_set_threads(int n);
 /* Default timeout in seconds (default 60; 0 = none). */
