@@ -124,6 +124,7 @@ finish(td_future_t *f, td_status_t status, td_rpc_list_t *value, char *error,
     have_cbs = f->cbs != NULL;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);
+    td_rpc_notify_done();         /* a waiter may sleep driving progress */
 
     if (have_cbs) {
         td_future_retain(f);

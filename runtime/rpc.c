@@ -94,9 +94,20 @@ typedef struct job {
     struct job  *next;
 } job_t;
 
+/* An idle pool thread, on its own stack. Idle threads form a LIFO stack:
+ * the next job goes to the thread that went idle last, whose cache is warm
+ * and which the scheduler places on the core it just used (a FIFO wake-up
+ * may pick a thread last run on a core another rank polls, and the job
+ * then waits for that core). */
+typedef struct idler {
+    pthread_cond_t  cond;
+    int             woken;
+    struct idler   *next;
+} idler_t;
+
 typedef struct {
     pthread_mutex_t lock;
-    pthread_cond_t  cond;
+    idler_t        *idle_top;
     job_t          *head, **tail;
     int             n_threads;
     int             n_idle;
@@ -371,8 +382,10 @@ static void *
 pool_main(void *arg)
 {
     pool_t *p = arg;
+    idler_t me;
 
     pthread_setname_np(pthread_self(), "td-rpc-pool");
+    pthread_cond_init(&me.cond, NULL);
     pthread_mutex_lock(&p->lock);
     for (;;) {
         if (p->head == NULL && !p->stop && rpc_spin_us > 0) {
@@ -391,8 +404,13 @@ pool_main(void *arg)
             p->n_idle--;
         }
         while (p->head == NULL && !p->stop) {
+            me.woken = 0;
+            me.next = p->idle_top;
+            p->idle_top = &me;
             p->n_idle++;
-            pthread_cond_wait(&p->cond, &p->lock);
+            while (!me.woken) {         /* whoever wakes us pops us */
+                pthread_cond_wait(&me.cond, &p->lock);
+            }
             p->n_idle--;
         }
         if (p->head == NULL) {          /* stopping, queue drained */
@@ -406,11 +424,28 @@ pool_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         j->fn(j->arg);
         free(j);
-        __atomic_fetch_sub(&p->n_jobs, 1, __ATOMIC_RELAXED);
+        if (__atomic_sub_fetch(&p->n_jobs, 1, __ATOMIC_SEQ_CST) == 0 &&
+            rpc.tp != NULL) {
+            td_transport_yield_done(rpc.tp);
+        }
         pthread_mutex_lock(&p->lock);
     }
     pthread_mutex_unlock(&p->lock);
+    pthread_cond_destroy(&me.cond);
     return NULL;
+}
+
+/* Wake the thread that went idle last; the caller holds p->lock. */
+static void
+pool_wake_one(pool_t *p)
+{
+    idler_t *w = p->idle_top;
+
+    if (w != NULL) {
+        p->idle_top = w->next;
+        w->woken = 1;
+        pthread_cond_signal(&w->cond);
+    }
 }
 
 /* Start one more pool thread; the caller holds p->lock. */
@@ -457,7 +492,7 @@ td_rpc_pool_post(void (*fn)(void *arg), void *arg)
          * rather than let the job wait behind them. */
         pool_grow(p);
     }
-    pthread_cond_signal(&p->cond);
+    pool_wake_one(p);
     pthread_mutex_unlock(&p->lock);
     return TD_OK;
 }
@@ -468,9 +503,9 @@ pool_start(pool_t *p, int n)
     td_status_t status = TD_OK;
 
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->cond, NULL);
     p->head = NULL;
     p->tail = &p->head;
+    p->idle_top = NULL;
     p->stop = 0;
     p->n_idle = 0;
     p->n_jobs = 0;
@@ -491,7 +526,9 @@ pool_stop(pool_t *p)
 
     pthread_mutex_lock(&p->lock);
     p->stop = 1;
-    pthread_cond_broadcast(&p->cond);
+    while (p->idle_top != NULL) {
+        pool_wake_one(p);
+    }
     pthread_mutex_unlock(&p->lock);
     /* Threads may still be added while the last jobs run: join until no
      * new ones appear. */
@@ -505,7 +542,6 @@ pool_stop(pool_t *p)
         pthread_join(p->threads[i], NULL);
     }
     pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->cond);
     p->n_threads = 0;
 }
 
@@ -1203,6 +1239,17 @@ td_rpc_drive(td_future_t *f, double timeout)
 out:
     atomic_fetch_sub(&in_drive, 1);
     return st;
+}
+
+void
+td_rpc_notify_done(void)
+{
+    /* Counted like a driver: shutdown waits, so rpc.tp stays valid. */
+    atomic_fetch_add(&in_drive, 1);
+    if (atomic_load(&rpc.state) == RPC_RUNNING && rpc.tp != NULL) {
+        td_transport_wake(rpc.tp);
+    }
+    atomic_fetch_sub(&in_drive, 1);
 }
 
 /* A reply or error for one of our calls. FROM_PROGRESS: on that thread. */

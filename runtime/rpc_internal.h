@@ -116,6 +116,8 @@ td_status_t td_future_fail_async(td_future_t *fut, td_status_t status,
  * error (with text) when this thread must not wait at all (an inline
  * handler, a transport callback). */
 td_status_t td_rpc_drive(td_future_t *fut, double timeout);
+/* A future was completed: wake a waiter asleep inside td_rpc_drive. */
+void td_rpc_notify_done(void);
 
 /* Hand FN(ARG) to the handler pool (or run it inline when no pool runs). */
 td_status_t td_rpc_pool_post(void (*fn)(void *arg), void *arg);

@@ -126,6 +126,9 @@ struct td_transport {
     int                   token;          /* 1: a thread is in the worker */
     int                   n_drivers;      /* threads in td_transport_drive */
     const int            *yield_ctr;      /* > 0: busy loop yields the core */
+    int                   ctr_sleeping;   /* the thread sleeps on yield_ctr */
+    int                   sleeping;       /* a driver sleeps on the efd */
+    int                   scarce;         /* fewer than 2 cores a local rank */
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
     double                close_timeout;
@@ -769,8 +772,15 @@ leave_armed(td_transport_t *tp)
  * usually follows at once); one giving up on a long wait signals. */
 #define NAP_US 100
 
-/* A driver waiting longer than this yields its core now and then. */
+/* While jobs run elsewhere in the process and cores are scarce, the busy
+ * progress thread sleeps at most this long between rounds. */
+#define JOB_NAP_US 50
+
+/* A driver waiting longer than this yields its core now and then; where
+ * cores are scarce, one waiting longer than SLEEP_AFTER_S sleeps on the
+ * event fd instead (a short call's reply takes about 2 us). */
 #define YIELD_AFTER_S 5e-6
+#define SLEEP_AFTER_S 10e-6
 
 static void
 nap(td_transport_t *tp)
@@ -821,11 +831,26 @@ progress_main(void *arg)
         n = progress_once(tp);
         if (tp->mode == TD_PROGRESS_BUSY) {
             token_drop(tp);
+            int jobs;
+
             if (tp->yield_ctr != NULL &&
-                __atomic_load_n(tp->yield_ctr, __ATOMIC_RELAXED) > 0) {
+                (jobs = __atomic_load_n(tp->yield_ctr, __ATOMIC_RELAXED)) > 0) {
                 /* Work handed to other threads of this process: let them
-                 * have this core when they share it with the polling. */
-                sched_yield();
+                 * have this core. Where cores are scarce a yield is not
+                 * enough (the scheduler may keep polling here while the
+                 * worker waits behind the other rank's poller): sleep until
+                 * the count drops, or JOB_NAP_US, so the core goes idle and
+                 * the worker is pulled onto it. */
+                if (tp->scarce) {
+                    struct timespec ts = { 0, JOB_NAP_US * 1000L };
+
+                    __atomic_store_n(&tp->ctr_sleeping, 1, __ATOMIC_SEQ_CST);
+                    syscall(SYS_futex, tp->yield_ctr, FUTEX_WAIT_PRIVATE,
+                            jobs, &ts, NULL, 0);
+                    __atomic_store_n(&tp->ctr_sleeping, 0, __ATOMIC_RELAXED);
+                } else {
+                    sched_yield();
+                }
             }
             continue;
         }
@@ -1080,6 +1105,8 @@ td_transport_create(const td_transport_params_t *params,
     if (status != TD_OK) {
         goto err;
     }
+    tp->scarce = 2 * (params->local_world_size > 0 ? params->local_world_size
+                                                   : 1) > online_cpus();
     status = make_context(tp);
     if (status != TD_OK) {
         goto err;
@@ -1270,20 +1297,53 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
         tp->q_head = op;
     }
     tp->q_tail = op;
-    __atomic_store_n(&tp->q_nonempty, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&tp->q_nonempty, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&tp->lock);
     /* A busy-polling thread notices the queue by itself; only a sleeping
-     * one needs the wake-up. */
-    if (tp->mode != TD_PROGRESS_BUSY) {
+     * one (or a driver asleep on the event fd) needs the wake-up. */
+    if (tp->mode != TD_PROGRESS_BUSY ||
+        __atomic_load_n(&tp->sleeping, __ATOMIC_SEQ_CST)) {
         ucp_worker_signal(tp->worker);
     }
     return TD_OK;
+}
+
+/* A driver (holding the token) sleeps on the event fd until an event, a
+ * queued send or td_transport_wake; at most 1 ms, then DONE is looked at
+ * again (a future may also be completed by a thread outside the worker
+ * that did not call td_transport_wake). */
+static void
+driver_sleep(td_transport_t *tp, int (*done)(void *arg), void *arg)
+{
+    if (ucp_worker_arm(tp->worker) != UCS_OK) {
+        return;                         /* events pending: go on polling */
+    }
+    __atomic_store_n(&tp->sleeping, 1, __ATOMIC_SEQ_CST);
+    /* Checked after announcing the sleep: a sender queuing now sees the
+     * flag and signals (both sides sequentially consistent). */
+    if (!__atomic_load_n(&tp->q_nonempty, __ATOMIC_SEQ_CST) &&
+        tp->local_head == NULL && tp->done_head == NULL && !done(arg) &&
+        !tp->stop) {
+        struct pollfd pfd = { .fd = tp->efd, .events = POLLIN };
+
+        poll(&pfd, 1, 1);
+    }
+    __atomic_store_n(&tp->sleeping, 0, __ATOMIC_SEQ_CST);
 }
 
 void
 td_transport_yield_when(td_transport_t *tp, const int *counter)
 {
     __atomic_store_n(&tp->yield_ctr, counter, __ATOMIC_RELEASE);
+}
+
+void
+td_transport_yield_done(td_transport_t *tp)
+{
+    if (__atomic_load_n(&tp->ctr_sleeping, __ATOMIC_SEQ_CST)) {
+        syscall(SYS_futex, tp->yield_ctr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
+                0);
+    }
 }
 
 td_status_t
@@ -1294,12 +1354,9 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
     unsigned rounds = 0;
     int got = 0, ok;
 
-    if (tl_holder == tp) {
-        return td_error(TD_ERR_STATE, "transport: drive from the thread "
-                        "already in the worker would recurse");
-    }
-    if (!tp->thread_started || __atomic_load_n(&tp->stop, __ATOMIC_ACQUIRE)) {
-        return td_error(TD_ERR_STATE, "transport: shutting down");
+    if (tl_holder == tp ||     /* from a callback: would recurse */
+        !tp->thread_started || __atomic_load_n(&tp->stop, __ATOMIC_ACQUIRE)) {
+        return TD_ERR_STATE;
     }
     __atomic_fetch_add(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
     /* The progress thread gives the token up after its current round;
@@ -1336,9 +1393,12 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
             if (max_s >= 0 && waited > max_s) {
                 break;
             }
-            if (waited > YIELD_AFTER_S) {
-                /* Not a quick reply: the handler may need this core (a
-                 * pool thread of a local peer, say). */
+            if (tp->scarce && waited > SLEEP_AFTER_S) {
+                /* Not a quick reply, and cores are scarce: the handler's
+                 * thread (a pool thread of a local peer, say) may need
+                 * this one. Sleep until an event arrives. */
+                driver_sleep(tp, done, arg);
+            } else if (waited > YIELD_AFTER_S) {
                 sched_yield();
             }
         }
@@ -1346,16 +1406,25 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
     if (tp->mode != TD_PROGRESS_BUSY) {
         leave_armed(tp);
     }
-    token_drop(tp);
+    /* Everything touching TP before the drop: once the token is free, the
+     * transport may be torn down (shutdown takes the token last). */
     __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
     if (!ok) {
         /* Going to sleep: the progress thread takes over now. */
         pthread_mutex_lock(&tp->drv_lock);
         pthread_cond_signal(&tp->drv_cond);
         pthread_mutex_unlock(&tp->drv_lock);
-        return TD_ERR_TIMEOUT;
     }
-    return TD_OK;
+    token_drop(tp);
+    return ok ? TD_OK : TD_ERR_TIMEOUT;
+}
+
+void
+td_transport_wake(td_transport_t *tp)
+{
+    if (__atomic_load_n(&tp->sleeping, __ATOMIC_SEQ_CST)) {
+        ucp_worker_signal(tp->worker);
+    }
 }
 
 td_status_t

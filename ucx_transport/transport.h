@@ -201,11 +201,18 @@ bool td_transport_on_progress_thread(td_transport_t *tp);
 td_status_t td_transport_drive(td_transport_t *tp, int (*done)(void *arg),
                                void *arg, double max_s);
 
+/* A future was completed outside the worker (by another thread): wake a
+ * driver asleep on the event fd so it sees it at once (cheap otherwise). */
+void td_transport_wake(td_transport_t *tp);
+
 /* In BUSY mode, the progress thread yields its core after each round while
  * *COUNTER > 0 (read atomically; e.g. the number of jobs handed to other
  * threads of the process), so that they run at once when they share the
  * core with the polling. NULL: never. */
 void td_transport_yield_when(td_transport_t *tp, const int *counter);
+/* The counter dropped: wake the progress thread if it sleeps on it (where
+ * cores are scarce it sleeps instead of yielding). Cheap when it does not. */
+void td_transport_yield_done(td_transport_t *tp);
 
 /* Memory types UCX can move directly (bit (1 << td_mem_type_t)). */
 unsigned td_transport_mem_types(td_transport_t *tp);
