@@ -2,12 +2,35 @@
  *
  * Pieces: the function registry (name -> FNV-1a id), the handler pool (an
  * elastic set of threads: it grows when every thread is busy, so handlers
- * that block on nested calls, even to themselves, cannot starve it), the
- * table of pending calls (message id -> future, destination, deadline), a
- * timer thread failing calls past their deadline, and the transport's
- * receive path, which validates every message before use and hands work to
- * the pool. Replies without an autograd context complete their future on
- * the progress thread (no extra hop); their callbacks still go to the pool.
+ * that block on nested calls, even to themselves, cannot starve it; idle
+ * threads are woken last-in first-out), the table of pending calls
+ * (message id -> future, destination, deadline), a timer thread failing
+ * calls past their deadline, the receive path, which validates every
+ * message before use and hands calls to the pool (or runs TD_RPC_INLINE
+ * ones where they arrive), and td_rpc_drive, through which a waiting
+ * thread drives the transport itself.
+ *
+ * Invariants (comments below cite them as R1..R8):
+ *  R1 One thread at a time is in the UCX worker, the progress token's
+ *     holder; every receive and send-completion callback, and every inline
+ *     handler, runs on it.
+ *  R2 A call runs on the pool unless its function is TD_RPC_INLINE and it
+ *     carries no autograd context; an inline handler never waits
+ *     (td_rpc_drive refuses), so it cannot stall the calls behind it.
+ *  R3 A pending call is removed in exactly one place (pending_take /
+ *     pending_take_matching), and whoever removes it completes its future:
+ *     the reply, the timer, a dead peer, a failed send or shutdown, never
+ *     two of them.
+ *  R4 User callbacks of futures never run on the token holder: completions
+ *     from the receive path post them to the pool.
+ *  R5 A pending call is in the table before its message is sent: the reply
+ *     may come before the send returns.
+ *  R6 Once shutdown stored RPC_STOPPED and in_drive reached zero, no thread
+ *     enters the transport through this module.
+ *  R7 Messages from one thread leave in the order it posted them (a direct
+ *     send drains the queue first).
+ *  R8 No field of a received message is used before td_rpc_wire_parse and
+ *     the body checks accepted it against the received sizes.
  */
 #include "config.h"
 
@@ -837,7 +860,7 @@ td_rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
         copy_name(pc->name, sizeof(pc->name), name != NULL ? name : "?");
         pc->deadline = timeout > 0 ? now_s() + timeout : 0;
         pc->fut = td_future_retain(fut);
-        pending_insert(pc);       /* before sending: the reply may be fast */
+        pending_insert(pc);       /* R5: before sending */
     }
     status = send_msg(dst, &meta, args, fut_p != NULL ? meta.message_id : 0);
     if (status != TD_OK) {
@@ -1207,7 +1230,7 @@ td_rpc_drive(td_future_t *f, double timeout)
     td_status_t st = TD_ERR_TIMEOUT;
     double max = timeout;
 
-    if (tl_inline != NULL) {
+    if (tl_inline != NULL) {                    /* R2 */
         return td_error(TD_ERR_STATE, "rpc: handler '%s' is registered "
                         "TD_RPC_INLINE and must not wait on a future (it "
                         "would stall the receiving thread); register it "
@@ -1527,8 +1550,8 @@ module_shutdown(void *arg)
 
     (void)arg;
     atomic_store(&rpc.state, RPC_STOPPED);
-    /* Waiters driving progress see the state and leave; after this no
-     * thread enters the transport through td_rpc_drive. */
+    /* R6: waiters driving progress see the state and leave; after this
+     * no thread enters the transport through td_rpc_drive. */
     while (atomic_load(&in_drive) > 0) {
         sched_yield();
     }

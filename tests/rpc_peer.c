@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 
 #include "todist/todist.h"
 #include "runtime/rpc_internal.h"
@@ -316,6 +317,215 @@ fn_whoami(void *arg, const td_rpc_call_info_t *info,
                         "dims", td_tensor_ndim(x));
     }
     return td_rpc_list_add_int(result, rank);
+}
+
+/* ---- TD_RPC_INLINE handlers and waiters that drive progress ------------- */
+
+static atomic_int n_inline_noops;
+
+/* iadd(x, y) -> x + y, integers (inline) */
+static td_status_t
+fn_iadd(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
+        td_rpc_list_t *result)
+{
+    int64_t x = 0, y = 0;
+    td_status_t st;
+
+    (void)arg; (void)info;
+    if ((st = td_rpc_list_int(args, 0, &x)) != TD_OK ||
+        (st = td_rpc_list_int(args, 1, &y)) != TD_OK) {
+        return st;
+    }
+    return td_rpc_list_add_int(result, x + y);
+}
+
+/* Inline: counts its calls. */
+static td_status_t
+fn_inline_noop(void *arg, const td_rpc_call_info_t *info,
+               const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    (void)arg; (void)info; (void)args; (void)result;
+    atomic_fetch_add(&n_inline_noops, 1);
+    return TD_OK;
+}
+
+/* Inline, and (wrongly) waits on a nested call: returns the status and the
+ * error text it got instead of blocking the receiving thread. */
+static td_status_t
+fn_inline_waits(void *arg, const td_rpc_call_info_t *info,
+                const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    td_rpc_list_t *r = NULL;
+    td_status_t st;
+
+    (void)arg; (void)args;
+    st = td_rpc_sync(info->caller, "noop", NULL, 5, &r);
+    td_rpc_list_free(r);
+    td_rpc_list_add_int(result, st);
+    return td_rpc_list_add_string(result, td_last_error());
+}
+
+/* Inline: posts a call without waiting for it (allowed). */
+static td_status_t
+fn_inline_posts(void *arg, const td_rpc_call_info_t *info,
+                const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    td_future_t *f = NULL;
+    td_status_t st;
+
+    (void)arg; (void)args; (void)result;
+    st = td_rpc_async(info->caller, "inline_noop", NULL, 5, &f);
+    td_future_release(f);
+    return st;
+}
+
+/* Inline: the id of the thread that runs it. */
+static td_status_t
+fn_tid_inline(void *arg, const td_rpc_call_info_t *info,
+              const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    (void)arg; (void)info; (void)args;
+    return td_rpc_list_add_int(result, (int64_t)syscall(SYS_gettid));
+}
+
+/* Pool: asks the caller which of its threads runs an inline handler. */
+static td_status_t
+fn_ping_back(void *arg, const td_rpc_call_info_t *info,
+             const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    td_rpc_list_t *r = NULL;
+    int64_t tid = -1;
+    td_status_t st;
+
+    (void)arg; (void)args;
+    st = td_rpc_sync(info->caller, "tid_inline", NULL, 10, &r);
+    if (st == TD_OK) {
+        td_rpc_list_int(r, 0, &tid);
+    }
+    td_rpc_list_free(r);
+    return st != TD_OK ? st : td_rpc_list_add_int(result, tid);
+}
+
+typedef struct {
+    int  id;
+    int  bad;
+    char why[256];
+} stress_t;
+
+/* One of several threads calling at once (they contend for driving). */
+static void *
+stress_main(void *arg)
+{
+    stress_t *t = arg;
+
+    for (int i = 0; i < 400 && !t->bad; i++) {
+        td_rpc_list_t *a, *r = NULL;
+        int64_t v = -1;
+        td_status_t st;
+
+        td_rpc_list_create(&a);
+        td_rpc_list_add_int(a, t->id * 1000);
+        td_rpc_list_add_int(a, i);
+        /* alternate the inline and the pool path */
+        st = td_rpc_sync(1, i % 2 ? "iadd" : "iadd_pool", a,
+                         TD_RPC_DEFAULT_TIMEOUT, &r);
+        if (st != TD_OK || td_rpc_list_int(r, 0, &v) != TD_OK ||
+            v != t->id * 1000 + i) {
+            t->bad = 1;
+            snprintf(t->why, sizeof(t->why), "thread %d call %d: %d %s "
+                     "value %lld", t->id, i, st, td_last_error(),
+                     (long long)v);
+        }
+        td_rpc_list_free(a);
+        td_rpc_list_free(r);
+    }
+    return NULL;
+}
+
+static void
+mode_inline(void)
+{
+    td_rpc_list_t *a, *r = NULL;
+    const char *text = "";
+    int64_t v = -1;
+    td_status_t st;
+
+    td_rpc_list_create(&a);
+    td_rpc_list_add_int(a, 40);
+    td_rpc_list_add_int(a, 2);
+    st = td_rpc_sync(1, "iadd", a, TD_RPC_DEFAULT_TIMEOUT, &r);
+    check(st == TD_OK && td_rpc_list_int(r, 0, &v) == TD_OK && v == 42,
+          "inline_result", "%d %s %lld", st, td_last_error(), (long long)v);
+    td_rpc_list_free(r);
+    r = NULL;
+
+    st = td_rpc_sync(1, "inline_waits", NULL, TD_RPC_DEFAULT_TIMEOUT, &r);
+    v = 0;
+    if (st == TD_OK) {
+        td_rpc_list_int(r, 0, &v);
+        td_rpc_list_string(r, 1, &text);
+    }
+    check(st == TD_OK && v == TD_ERR_STATE &&
+          strstr(text, "'inline_waits'") != NULL &&
+          strstr(text, "TD_RPC_INLINE") != NULL,
+          "inline_wait_refused", "%d: nested status %lld '%s'", st,
+          (long long)v, text);
+    td_rpc_list_free(r);
+    r = NULL;
+
+    st = td_rpc_sync(1, "inline_posts", NULL, TD_RPC_DEFAULT_TIMEOUT, &r);
+    td_rpc_list_free(r);
+    r = NULL;
+    double until = now_s() + 10;
+    while (atomic_load(&n_inline_noops) < 1 && now_s() < until) {
+        usleep(1000);
+    }
+    check(st == TD_OK && atomic_load(&n_inline_noops) == 1,
+          "inline_async_ok", "%d %s; noops run here %d", st,
+          td_last_error(), atomic_load(&n_inline_noops));
+
+    st = td_rpc_register_flags("flagged", fn_noop, NULL, 0x80);
+    check(st == TD_ERR_INVALID && strstr(td_last_error(), "0x80") != NULL,
+          "register_flags_unknown", "%d %s", st, td_last_error());
+
+    /* While this thread waits in td_rpc_sync it drives the transport, so
+     * a call arriving meanwhile (rank 1's handler calling back) runs its
+     * inline handler right here. Other threads may get some of them (a
+     * round of the progress thread in flight); none at all means waiters
+     * do not drive. */
+    int here = 0, n = 20;
+    int64_t me = (int64_t)syscall(SYS_gettid);
+    for (int i = 0; i < n; i++) {
+        v = -1;
+        st = td_rpc_sync(1, "ping_back", NULL, TD_RPC_DEFAULT_TIMEOUT, &r);
+        if (st == TD_OK && td_rpc_list_int(r, 0, &v) == TD_OK && v == me) {
+            here++;
+        }
+        td_rpc_list_free(r);
+        r = NULL;
+    }
+    check(here > 0, "waiter_runs_inline_calls",
+          "0 of %d nested inline calls ran on the waiting thread", n);
+
+    /* Four threads at once: they contend for the progress token. */
+    pthread_t th[4];
+    stress_t ts[4];
+    int bad = 0;
+    char why[256] = "";
+    for (int k = 0; k < 4; k++) {
+        memset(&ts[k], 0, sizeof(ts[k]));
+        ts[k].id = k + 1;
+        pthread_create(&th[k], NULL, stress_main, &ts[k]);
+    }
+    for (int k = 0; k < 4; k++) {
+        pthread_join(th[k], NULL);
+        if (ts[k].bad && !bad) {
+            bad = 1;
+            snprintf(why, sizeof(why), "%s", ts[k].why);
+        }
+    }
+    check(!bad, "threads_contend", "%s", why);
+    td_rpc_list_free(a);
 }
 
 /* ---- distributed autograd hook points (what issue 6 builds on) ---------- */
@@ -1130,6 +1340,15 @@ main(int argc, char **argv)
     td_rpc_register("colsum", fn_colsum, NULL);
     td_rpc_register("whoami", fn_whoami, NULL);
     td_rpc_register("ctx_echo", fn_ctx_echo, NULL);
+    td_rpc_register_flags("iadd", fn_iadd, NULL, TD_RPC_INLINE);
+    td_rpc_register("iadd_pool", fn_iadd, NULL);
+    td_rpc_register_flags("inline_noop", fn_inline_noop, NULL, TD_RPC_INLINE);
+    td_rpc_register_flags("inline_waits", fn_inline_waits, NULL,
+                          TD_RPC_INLINE);
+    td_rpc_register_flags("inline_posts", fn_inline_posts, NULL,
+                          TD_RPC_INLINE);
+    td_rpc_register_flags("tid_inline", fn_tid_inline, NULL, TD_RPC_INLINE);
+    td_rpc_register("ping_back", fn_ping_back, NULL);
     if (strcmp(mode, "hooks") == 0) {
         td_rpc_autograd_hooks_t h = { h_current, h_set, h_send, h_recv, NULL };
 
@@ -1167,6 +1386,8 @@ main(int argc, char **argv)
             mode_hooks();
         } else if (strcmp(mode, "mapreduce") == 0) {
             mode_mapreduce();
+        } else if (strcmp(mode, "inline") == 0) {
+            mode_inline();
         } else if (strcmp(mode, "self") == 0) {
             td_rpc_list_t *a, *r = NULL;
             int64_t v = 0;

@@ -26,10 +26,12 @@ hooks="hooks_no_context hooks_call_recorded hooks_reply_recorded_and_swapped
 hooks_nothing_requires_grad hooks_send_error"
 barrier="barrier_all barrier_subset_20_rounds barrier_subset_timeout
 barrier_not_member"
+inline="inline_result inline_wait_refused inline_async_ok
+register_flags_unknown waiter_runs_inline_calls threads_contend"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$futures") + $(count "$rref") + \
          $(count "$kill") + $(count "$mapreduce") + $(count "$barrier") + \
-         $(count "$hooks") + 16 ))
+         $(count "$hooks") + 2 * $(count "$inline") + 18 ))
 
 # Each expected check must PASS; a missing line fails too.
 expect() { # output names...
@@ -95,6 +97,17 @@ out=$(run 60 todist-run -n 2 "$PEER" hooks 2>&1); rc=$?
 expect "$out" $hooks
 is "$rc" 0 "hooks: every rank exits 0"
 [ "$rc" = 0 ] || diag "$out"
+
+# TD_RPC_INLINE handlers and waiting threads that drive the transport, in
+# both progress modes (busy: the waiter drives for its whole wait;
+# blocking: briefly, then it sleeps and the progress thread takes over).
+for m in busy blocking; do
+    out=$(TODIST_PROGRESS=$m run 120 todist-run -n 2 "$PEER" inline 2>&1)
+    rc=$?
+    expect "$out" $inline
+    is "$rc" 0 "inline ($m progress): every rank exits 0"
+    [ "$rc" = 0 ] || diag "$out"
+done
 
 # A world of one: calls to self only.
 out=$(run 60 todist-run -n 1 "$PEER" self 2>&1); rc=$?

@@ -645,30 +645,32 @@ report_completions(td_transport_t *tp)
 static int
 drain_queue(td_transport_t *tp)
 {
-    send_op_t *list;
+    send_op_t *list = NULL;
     int n = 0;
 
-    /* Sends posted by callbacks on this thread first: no lock needed. */
+    /* The shared queue first: a thread that queued a message while another
+     * held the token and then, holding it itself, posted another locally
+     * (an inline handler, say) sends them in that order. */
+    if (__atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&tp->lock);
+        list = tp->q_head;
+        tp->q_head = tp->q_tail = NULL;
+        __atomic_store_n(&tp->q_nonempty, 0, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&tp->lock);
+    }
+    while (list != NULL) {
+        send_op_t *op = list;
+        list = op->next;
+        op_start(tp, op);
+        n++;
+    }
+    /* Then what the holder posted (no lock needed). */
     while (tp->local_head != NULL) {
         send_op_t *op = tp->local_head;
         tp->local_head = op->next;
         if (tp->local_head == NULL) {
             tp->local_tail = NULL;
         }
-        op_start(tp, op);
-        n++;
-    }
-    if (!__atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE)) {
-        return n;
-    }
-    pthread_mutex_lock(&tp->lock);
-    list = tp->q_head;
-    tp->q_head = tp->q_tail = NULL;
-    __atomic_store_n(&tp->q_nonempty, 0, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&tp->lock);
-    while (list != NULL) {
-        send_op_t *op = list;
-        list = op->next;
         op_start(tp, op);
         n++;
     }
