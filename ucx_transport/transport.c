@@ -1395,7 +1395,8 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
             if (max_s >= 0 && waited > max_s) {
                 break;
             }
-            if (tp->scarce && waited > SLEEP_AFTER_S) {
+            if (tp->scarce && tp->mode == TD_PROGRESS_BUSY &&
+                waited > SLEEP_AFTER_S) {
                 /* Not a quick reply, and cores are scarce: the handler's
                  * thread (a pool thread of a local peer, say) may need
                  * this one. Sleep until an event arrives. */
