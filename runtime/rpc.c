@@ -1067,9 +1067,12 @@ rx_decode(rx_t *r, td_rpc_list_t **list_p)
                                    NULL, list_p);
 }
 
+/* The reply (RESULT) or, STATUS != TD_OK, the error (ERRMSG, KIND) to
+ * message MSG_ID from DST. */
 static void
-send_reply(const rx_t *r, td_status_t status, const char *errmsg, int kind,
-           td_rpc_list_t *result, uint64_t ctx)
+send_reply_to(int dst, uint64_t msg_id, td_status_t status,
+              const char *errmsg, int kind, td_rpc_list_t *result,
+              uint64_t ctx)
 {
     td_rpc_wire_meta_t meta;
     td_rpc_list_t *err = NULL;
@@ -1077,10 +1080,10 @@ send_reply(const rx_t *r, td_status_t status, const char *errmsg, int kind,
 
     memset(&meta, 0, sizeof(meta));
     meta.sender = rpc.rank;
-    meta.message_id = r->msg.meta.message_id;
+    meta.message_id = msg_id;
     if (status == TD_OK) {
         meta.type = TD_RPC_MSG_REPLY;
-        st = autograd_send(ctx, r->src, result, &meta);
+        st = autograd_send(ctx, dst, result, &meta);
         if (st != TD_OK) {
             status = st;
             errmsg = td_last_error();
@@ -1101,20 +1104,47 @@ send_reply(const rx_t *r, td_status_t status, const char *errmsg, int kind,
         }
         result = err;
     }
-    st = send_msg(r->src, &meta, result, 0);
+    st = send_msg(dst, &meta, result, 0);
     if (st != TD_OK && status == TD_OK) {
         /* E.g. a result the wire cannot carry: tell the caller. */
         char msg[1024];
 
         snprintf(msg, sizeof(msg), "%s", td_last_error());
         td_rpc_list_free(err);
-        send_reply(r, st, msg, ERR_HANDLER, NULL, 0);
+        send_reply_to(dst, msg_id, st, msg, ERR_HANDLER, NULL, 0);
         return;
     }
     if (st != TD_OK) {
-        log_drop(r->src, td_last_error());
+        log_drop(dst, td_last_error());
     }
     td_rpc_list_free(err);
+}
+
+static void
+send_reply(const rx_t *r, td_status_t status, const char *errmsg, int kind,
+           td_rpc_list_t *result, uint64_t ctx)
+{
+    send_reply_to(r->src, r->msg.meta.message_id, status, errmsg, kind,
+                  result, ctx);
+}
+
+/* A message the decoder rejected (R8): log it, and when it still names a
+ * call expecting a reply, send the error back so the caller fails now
+ * rather than at its timeout (a peer built from another version, say). */
+static void
+reject(const td_transport_rx_t *rx, const char *why)
+{
+    uint8_t type;
+    uint64_t id;
+
+    log_drop(rx->src, why);
+    if (td_rpc_wire_peek(rx->header, rx->header_len, rx->src, &type,
+                         &id) == TD_OK &&
+        (type == TD_RPC_MSG_CALL ||
+         (type >= TD_RPC_MSG_REMOTE && td_rref_msg_wants_reply(type)))) {
+        send_reply_to(rx->src, id, TD_ERR_PROTOCOL, why, ERR_DECODE, NULL,
+                      0);
+    }
 }
 
 /* A call (or rref message) on a pool thread. */
@@ -1416,7 +1446,10 @@ rx_handler(void *arg, td_transport_rx_t *rx)
                                           rx->n_bodies);
     }
     if (status != TD_OK) {
-        log_drop(rx->src, td_last_error());
+        char why[512];
+
+        snprintf(why, sizeof(why), "%s", td_last_error());
+        reject(rx, why);
         slot_put(&rx_slot, r);
         return;                         /* bodies are dropped (done NULL) */
     }

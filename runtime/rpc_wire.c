@@ -503,6 +503,37 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
 }
 
 td_status_t
+td_rpc_wire_peek(const void *hdr, size_t len, int src, uint8_t *type_p,
+                 uint64_t *message_id_p)
+{
+    rbuf_t r;
+    uint8_t magic = 0, version = 0, type = 0, flags = 0;
+    uint16_t n_tensors = 0, reserved = 0;
+    uint32_t args_len = 0, sender = 0;
+    uint64_t id = 0;
+
+    if (hdr == NULL) {
+        return PROTO("rpc: no header from rank %d", src);
+    }
+    r.p = hdr;
+    r.end = r.p + len;
+    if (!get_u8(&r, &magic) || !get_u8(&r, &version) || !get_u8(&r, &type) ||
+        !get_u8(&r, &flags) || !get_u16(&r, &n_tensors) ||
+        !get_u16(&r, &reserved) || !get_u32(&r, &args_len) ||
+        !get_u32(&r, &sender) || !get_u64(&r, &id)) {
+        return PROTO("rpc: message from rank %d too short (%zu bytes) to "
+                     "name its id", src, len);
+    }
+    if (magic != TD_RPC_WIRE_MAGIC || (int32_t)sender != src ||
+        type < 1 || type > TD_RPC_MSG_TYPE_MAX) {
+        return PROTO("rpc: message from rank %d is not an rpc message", src);
+    }
+    *type_p = type;
+    *message_id_p = id;
+    return TD_OK;
+}
+
+td_status_t
 td_rpc_wire_check_bodies(const td_rpc_wire_msg_t *msg, int src,
                          const size_t *body_len, size_t n_bodies)
 {

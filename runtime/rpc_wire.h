@@ -127,6 +127,12 @@ void        td_rpc_wire_out_free(td_rpc_wire_out_t *out);
  * When the argument list is inline it is validated here too. */
 td_status_t td_rpc_wire_parse(const void *hdr, size_t len, int src,
                               td_rpc_wire_msg_t *msg);
+/* For a header td_rpc_wire_parse rejected: when its fixed part still
+ * names an rpc message from SRC (magic, sender, type; any version), its
+ * type and message id, so the sender can get an error reply instead of
+ * waiting for its timeout. TD_ERR_PROTOCOL otherwise. */
+td_status_t td_rpc_wire_peek(const void *hdr, size_t len, int src,
+                             uint8_t *type_p, uint64_t *message_id_p);
 /* Check the bodies the transport announced against MSG. */
 td_status_t td_rpc_wire_check_bodies(const td_rpc_wire_msg_t *msg, int src,
                                      const size_t *body_len, size_t n_bodies);

@@ -17,6 +17,8 @@
 
 #include "todist/todist.h"
 #include "runtime/rpc_internal.h"
+#include "runtime/rpc_wire.h"
+#include "runtime/runtime.h"
 
 static int rank, size;
 static int n_fail;
@@ -526,6 +528,90 @@ mode_inline(void)
     }
     check(!bad, "threads_contend", "%s", why);
     td_rpc_list_free(a);
+}
+
+/* ---- malformed calls get an error reply ----------------------------------
+ * Rank 2 plays a peer built from another wire version: it takes over its
+ * own RPC receive handler, sends rank 1 a call whose header carries wire
+ * version 9, and captures what comes back. */
+
+static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
+static int cap_n, cap_type;
+static uint64_t cap_id;
+static char cap_text[512];
+
+static void
+capture(void *arg, td_transport_rx_t *rx)
+{
+    td_rpc_wire_msg_t *msg = malloc(sizeof(*msg));
+    td_rpc_list_t *l = NULL;
+    const char *t = "";
+
+    (void)arg;
+    if (msg == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&cap_lock);
+    cap_n++;
+    if (td_rpc_wire_parse(rx->header, rx->header_len, rx->src, msg) ==
+        TD_OK) {
+        cap_type = msg->meta.type;
+        cap_id = msg->meta.message_id;
+        if (msg->args_body < 0 &&
+            td_rpc_wire_decode_args(msg->args, msg->args_len, NULL, 0,
+                                    rx->src, NULL, NULL, &l) == TD_OK &&
+            td_rpc_list_string(l, 0, &t) == TD_OK) {
+            snprintf(cap_text, sizeof(cap_text), "%s", t);
+        }
+        td_rpc_list_free(l);
+    }
+    pthread_mutex_unlock(&cap_lock);
+    free(msg);
+}
+
+static void
+mode_malformed(void)
+{
+    td_transport_t *tp = td_runtime_transport();
+    td_rpc_wire_meta_t m;
+    td_rpc_wire_out_t *out = malloc(sizeof(*out));
+    td_status_t st;
+
+    memset(&m, 0, sizeof(m));
+    m.type = TD_RPC_MSG_CALL;
+    m.sender = rank;
+    m.message_id = 0xabcdef12345ULL;
+    m.function_id = td_rpc_wire_fn_id("noop");
+    td_transport_set_handler(tp, 1, capture, NULL);
+    st = td_rpc_wire_encode(&m, NULL, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
+                            out);
+    if (st == TD_OK) {
+        out->header[1] = 9;                         /* another version */
+        st = td_transport_send(tp, 1, 1, out->header, out->header_len, NULL,
+                               0, NULL, NULL);
+    }
+    if (st == TD_OK) {                              /* too short for an id */
+        st = td_transport_send(tp, 1, 1, out->header, 20, NULL, 0, NULL,
+                               NULL);
+    }
+    double until = now_s() + 20;
+    int n = 0;
+    while (n == 0 && now_s() < until) {
+        usleep(1000);
+        pthread_mutex_lock(&cap_lock);
+        n = cap_n;
+        pthread_mutex_unlock(&cap_lock);
+    }
+    pthread_mutex_lock(&cap_lock);
+    check(st == TD_OK && cap_n >= 1 && cap_type == TD_RPC_MSG_ERROR &&
+          cap_id == m.message_id && strstr(cap_text, "Error on rank 1") &&
+          strstr(cap_text, "wire version 9"),
+          "malformed_call_error_reply", "send %d, %d replies, type %d, id "
+          "%llx, text '%s'", st, cap_n, cap_type,
+          (unsigned long long)cap_id, cap_text);
+    pthread_mutex_unlock(&cap_lock);
+    td_rpc_wire_out_free(out);
+    free(out);
 }
 
 /* ---- distributed autograd hook points (what issue 6 builds on) ---------- */
@@ -1370,6 +1456,21 @@ main(int argc, char **argv)
 
     if (strcmp(mode, "barrier") == 0) {
         mode_barrier();
+    }
+    if (strcmp(mode, "malformed") == 0) {
+        /* rank 2 sends the bad calls; rank 0 checks rank 1 still serves */
+        if (rank == 2) {
+            mode_malformed();
+        }
+        td_store_barrier(td_runtime_store(), "malformed", size, 60);
+        if (rank == 0) {
+            td_rpc_list_t *r = NULL;
+
+            st = td_rpc_sync(1, "noop", NULL, 10, &r);
+            check(st == TD_OK, "serves_after_malformed", "%d %s", st,
+                  td_last_error());
+            td_rpc_list_free(r);
+        }
     }
     if (rank == 0) {
         if (strcmp(mode, "basic") == 0) {

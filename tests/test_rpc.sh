@@ -31,7 +31,7 @@ register_flags_unknown waiter_runs_inline_calls threads_contend"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$futures") + $(count "$rref") + \
          $(count "$kill") + $(count "$mapreduce") + $(count "$barrier") + \
-         $(count "$hooks") + 2 * $(count "$inline") + 18 ))
+         $(count "$hooks") + 2 * $(count "$inline") + 21 ))
 
 # Each expected check must PASS; a missing line fails too.
 expect() { # output names...
@@ -108,6 +108,13 @@ for m in busy blocking; do
     is "$rc" 0 "inline ($m progress): every rank exits 0"
     [ "$rc" = 0 ] || diag "$out"
 done
+
+# A call the decoder rejects (rank 2 sends one in wire version 9) gets an
+# error reply naming the reason, and the callee goes on serving.
+out=$(run 60 todist-run -n 3 "$PEER" malformed 2>&1); rc=$?
+expect "$out" malformed_call_error_reply serves_after_malformed
+is "$rc" 0 "malformed: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
 
 # A world of one: calls to self only.
 out=$(run 60 todist-run -n 1 "$PEER" self 2>&1); rc=$?

@@ -188,7 +188,7 @@ main(void)
     td_rpc_wire_msg_t msg;
     td_status_t st;
 
-    plan(80);
+    plan(88);
 
     /* ---- round trip ---- */
     st = td_rpc_wire_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
@@ -418,6 +418,36 @@ main(void)
     is_int(td_rpc_wire_fn_id("echo") == td_rpc_wire_fn_id("echo") &&
            td_rpc_wire_fn_id("echo") != td_rpc_wire_fn_id("echp"), 1,
            "function ids are stable and differ");
+
+    /* ---- peek: the id of a message the parser rejects ---- */
+    {
+        size_t hl = out.header_len;
+        uint8_t *h = malloc(hl), type = 0;
+        uint64_t id = 0;
+
+        memcpy(h, out.header, hl);
+        h[1] = 9;                                   /* another version */
+        is_int(td_rpc_wire_parse(h, hl, SRC, &msg),
+               TD_ERR_PROTOCOL, "another wire version is rejected");
+        is_int(td_rpc_wire_peek(h, hl, SRC, &type, &id), TD_OK,
+               "peek still reads it");
+        ok(type == TD_RPC_MSG_CALL && id == m.message_id,
+           "peek: type and message id");
+        is_int(td_rpc_wire_peek(h, 23, SRC, &type, &id), TD_ERR_PROTOCOL,
+               "peek: too short to hold the id");
+        is_int(td_rpc_wire_peek(h, hl, SRC + 1, &type, &id),
+               TD_ERR_PROTOCOL, "peek: sender other than the source");
+        h[0] ^= 0xff;
+        is_int(td_rpc_wire_peek(h, hl, SRC, &type, &id),
+               TD_ERR_PROTOCOL, "peek: wrong magic");
+        h[0] ^= 0xff;
+        h[2] = 0;
+        is_int(td_rpc_wire_peek(h, hl, SRC, &type, &id),
+               TD_ERR_PROTOCOL, "peek: unknown type");
+        is_int(td_rpc_wire_peek(NULL, 64, SRC, &type, &id), TD_ERR_PROTOCOL,
+               "peek: no header");
+        free(h);
+    }
 
     td_rpc_wire_out_free(&out);
     td_rpc_list_free(l);
