@@ -44,6 +44,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     short_body = size > 2 && (data[size - 1] & 1);
 
     if (td_rpc_wire_parse(hdr, hlen, 5, &msg) != TD_OK) {
+        uint8_t type;
+        uint64_t id;
+
+        /* what the receive path reads of a rejected header */
+        td_rpc_wire_peek(hdr, hlen, 5, &type, &id);
         return 0;
     }
     for (int k = 0; k < msg.n_tensors; k++) {
