@@ -16,6 +16,10 @@
  *   - Messages about an object the owner has not created yet (FORK, DEC,
  *     FETCH racing the REMOTE) find a placeholder; FETCH and CALL wait
  *     (bounded by the default timeout) until the object exists.
+ *   - The owner records which worker holds each fork id (the creator, or
+ *     the destination a reference was sent to); when a worker dies, the
+ *     forks it held are released (a line on stderr says so), and a fork
+ *     announced for a dead worker is never added.
  * Objects the owner still holds at shutdown, and handles still alive, are
  * reported on stderr as leaks.
  *
@@ -37,6 +41,7 @@
 #include "runtime/rpc_internal.h"
 #include "runtime/rpc_wire.h"
 #include "runtime/rref_internal.h"
+#include "runtime/runtime.h"
 
 #define RREF_BUCKETS 256
 
@@ -55,6 +60,7 @@ typedef struct entry {
     char          *error;
     td_rpc_list_t *value;
     uint64_t      *live;       /* fork ids */
+    int           *holder;     /* the rank holding each (-1: unknown) */
     size_t         n_live, cap_live;
     uint64_t      *tomb;       /* DECs that overtook their FORK */
     size_t         n_tomb, cap_tomb;
@@ -169,6 +175,7 @@ entry_maybe_free(entry_t *e)
     td_rpc_list_free(e->value);
     free(e->error);
     free(e->live);
+    free(e->holder);
     free(e->tomb);
     free(e);
 }
@@ -202,8 +209,65 @@ drop_id(uint64_t *arr, size_t *n, uint64_t id)
     return 0;
 }
 
+/* Add live fork ID held by HOLDER to E (rr.lock held). 0: no memory. */
+static int
+live_push(entry_t *e, uint64_t id, int holder)
+{
+    if (e->n_live == e->cap_live) {
+        size_t c = e->cap_live ? 2 * e->cap_live : 4;
+        uint64_t *l = realloc(e->live, c * sizeof(*l));
+        int *h;
+
+        if (l == NULL) {
+            return 0;
+        }
+        e->live = l;
+        h = realloc(e->holder, c * sizeof(*h));
+        if (h == NULL) {
+            return 0;
+        }
+        e->holder = h;
+        e->cap_live = c;
+    }
+    e->live[e->n_live] = id;
+    e->holder[e->n_live] = holder;
+    e->n_live++;
+    return 1;
+}
+
+/* Drop live entry I of E (rr.lock held). */
+static void
+live_drop_at(entry_t *e, size_t i)
+{
+    e->n_live--;
+    e->live[i] = e->live[e->n_live];
+    e->holder[i] = e->holder[e->n_live];
+}
+
+static int
+live_drop(entry_t *e, uint64_t id)
+{
+    for (size_t i = 0; i < e->n_live; i++) {
+        if (e->live[i] == id) {
+            live_drop_at(e, i);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether RANK is known dead (its forks are not worth keeping). */
+static int
+rank_dead(int rank)
+{
+    td_transport_t *tp = td_runtime_transport();
+
+    return rank >= 0 && rank != rr.rank && tp != NULL &&
+           !td_transport_peer_alive(tp, rank);
+}
+
 static td_status_t
-fork_add(uint64_t rref_id, uint64_t fork_id)
+fork_add(uint64_t rref_id, uint64_t fork_id, int holder)
 {
     entry_t *e = NULL;
     td_status_t status = TD_OK;
@@ -212,11 +276,19 @@ fork_add(uint64_t rref_id, uint64_t fork_id)
     e = entry_find(rref_id, 1);
     if (e == NULL) {
         status = td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
-    } else if (!drop_id(e->tomb, &e->n_tomb, fork_id) &&
-               !push_id(&e->live, &e->n_live, &e->cap_live, fork_id)) {
-        status = td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
-    } else {
+    } else if (drop_id(e->tomb, &e->n_tomb, fork_id)) {
+        entry_maybe_free(e);            /* its DEC came first */
+    } else if (rank_dead(holder)) {
+        fprintf(stderr, "todist: rref: rank %d: a reference to object "
+                "%016llx for rank %d, which died, is not kept\n", rr.rank,
+                (unsigned long long)rref_id, holder);
         entry_maybe_free(e);
+    } else if (!live_push(e, fork_id, holder)) {
+        status = td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
+    } else if (holder >= 0 && holder != rr.rank &&
+               td_runtime_transport() != NULL) {
+        /* notice the holder's death even if we never talk to it */
+        td_transport_watch(td_runtime_transport(), holder);
     }
     pthread_mutex_unlock(&rr.lock);
     return status;
@@ -230,7 +302,7 @@ fork_remove(uint64_t rref_id, uint64_t fork_id)
     pthread_mutex_lock(&rr.lock);
     e = entry_find(rref_id, 1);
     if (e != NULL) {
-        if (!drop_id(e->live, &e->n_live, fork_id)) {
+        if (!live_drop(e, fork_id)) {
             push_id(&e->tomb, &e->n_tomb, &e->cap_tomb, fork_id);
         }
         entry_maybe_free(e);
@@ -350,8 +422,11 @@ on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
     e->status = status;
     e->value = value;
     e->error = status != TD_OK ? strdup(msg) : NULL;
-    if (!drop_id(e->tomb, &e->n_tomb, (uint64_t)id)) {
-        push_id(&e->live, &e->n_live, &e->cap_live, (uint64_t)id);
+    if (!drop_id(e->tomb, &e->n_tomb, (uint64_t)id) &&
+        live_push(e, (uint64_t)id, src) && src != rr.rank &&
+        td_runtime_transport() != NULL) {
+        /* the creator holds it: notice its death */
+        td_transport_watch(td_runtime_transport(), src);
     }
     entry_maybe_free(e);
     pthread_cond_broadcast(&rr.cond);
@@ -488,7 +563,16 @@ on_fork_dec(int type, int src, uint64_t id, td_rpc_list_t *args)
                         "from rank %d", src);
     }
     if (type == TD_RPC_MSG_RREF_FORK) {
-        return fork_add(id, (uint64_t)fork);
+        int64_t holder = -1;
+
+        if (td_rpc_list_len(args) > 1 &&
+            (td_rpc_list_int(args, 1, &holder) != TD_OK || holder < 0 ||
+             holder >= rr.world_size)) {
+            return td_error(TD_ERR_PROTOCOL, "rref: fork from rank %d names "
+                            "a holder outside the world of %d", src,
+                            rr.world_size);
+        }
+        return fork_add(id, (uint64_t)fork, (int)holder);
     }
     fork_remove(id, (uint64_t)fork);
     return TD_OK;
@@ -541,9 +625,8 @@ td_rref_wire_out(void *arg, td_rref_t *h, int dst, int32_t *owner_p,
     td_status_t status;
 
     (void)arg;
-    (void)dst;
     if (h->owner == rr.rank) {
-        status = fork_add(h->rref_id, fork);
+        status = fork_add(h->rref_id, fork, dst);
     } else {
         td_rpc_list_t *args;
         td_future_t *fut;
@@ -553,6 +636,9 @@ td_rref_wire_out(void *arg, td_rref_t *h, int dst, int32_t *owner_p,
             return status;
         }
         status = td_rpc_list_add_int(args, (int64_t)fork);
+        if (status == TD_OK) {
+            status = td_rpc_list_add_int(args, dst);    /* the holder */
+        }
         if (status == TD_OK) {
             status = td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_FORK,
                                        h->rref_id, "rref fork", args, 0,
@@ -737,7 +823,45 @@ td_rref_outstanding(void)
 void
 td_rref_peer_failed(int rank)
 {
-    (void)rank;   /* calls to it fail through RPC's pending table */
+    /* Calls to RANK fail through RPC's pending table; here the owner lets
+     * go of the references RANK held. */
+    pthread_mutex_lock(&rr.lock);
+    for (size_t b = 0; b < RREF_BUCKETS; b++) {
+        entry_t *e = rr.buckets[b];
+
+        while (e != NULL) {
+            entry_t *next = e->next;
+            size_t n = 0;
+
+            for (size_t i = 0; i < e->n_live;) {
+                if (e->holder[i] == rank) {
+                    live_drop_at(e, i);
+                    n++;
+                } else {
+                    i++;
+                }
+            }
+            if (n > 0) {
+                fprintf(stderr, "todist: rref: rank %d: rank %d died holding "
+                        "%zu reference(s) to object %016llx: released\n",
+                        rr.rank, rank, n, (unsigned long long)e->rref_id);
+                entry_maybe_free(e);
+            }
+            e = next;
+        }
+    }
+    pthread_mutex_unlock(&rr.lock);
+}
+
+size_t
+td_rref_objects(void)
+{
+    size_t n;
+
+    pthread_mutex_lock(&rr.lock);
+    n = rr.n_entries;
+    pthread_mutex_unlock(&rr.lock);
+    return n;
 }
 
 void
@@ -766,6 +890,7 @@ td_rref_shutdown(void)
             td_rpc_list_free(e->value);
             free(e->error);
             free(e->live);
+            free(e->holder);
             free(e->tomb);
             free(e);
             e = next;

@@ -25,7 +25,9 @@ int    td_rref_msg_wants_reply(int type);
 /* Life cycle, called by RPC's runtime module. */
 void   td_rref_start(int rank, int world_size);
 size_t td_rref_outstanding(void);
-void   td_rref_peer_failed(int rank);
+void   td_rref_peer_failed(int rank);   /* releases the forks RANK held */
+/* Objects this worker owns right now (tests). */
+size_t td_rref_objects(void);
 void   td_rref_shutdown(void);
 
 #endif /* TD_RUNTIME_RREF_INTERNAL_H */

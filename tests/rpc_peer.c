@@ -19,6 +19,7 @@
 #include "runtime/rpc_internal.h"
 #include "runtime/rpc_wire.h"
 #include "runtime/runtime.h"
+#include "runtime/rref_internal.h"
 
 static int rank, size;
 static int n_fail;
@@ -528,6 +529,104 @@ mode_inline(void)
     }
     check(!bad, "threads_contend", "%s", why);
     td_rpc_list_free(a);
+}
+
+/* ---- a dead worker's references are released ----------------------------- */
+
+static td_rref_t *kept;
+
+/* keep_ref(rref): hold the reference until the process ends. */
+static td_status_t
+fn_keep_ref(void *arg, const td_rpc_call_info_t *info,
+            const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    td_rref_t *r;
+    td_status_t st;
+
+    (void)arg; (void)info; (void)result;
+    if ((st = td_rpc_list_rref(args, 0, &r)) != TD_OK) {
+        return st;
+    }
+    kept = td_rref_retain(r);
+    return TD_OK;
+}
+
+static td_status_t
+fn_objects(void *arg, const td_rpc_call_info_t *info,
+           const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    (void)arg; (void)info; (void)args;
+    return td_rpc_list_add_int(result, (int64_t)td_rref_objects());
+}
+
+static td_status_t
+fn_bye(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
+       td_rpc_list_t *result)
+{
+    (void)arg; (void)info; (void)args; (void)result;
+    fflush(stdout);
+    _exit(0);
+}
+
+/* Objects rank 1 owns, polled until it equals WANT (or 20 s pass). */
+static int64_t
+objects_on_1(int64_t want)
+{
+    double until = now_s() + 20;
+    int64_t n = -1;
+
+    do {
+        td_rpc_list_t *r = NULL;
+
+        if (td_rpc_sync(1, "objects", NULL, 5, &r) == TD_OK) {
+            td_rpc_list_int(r, 0, &n);
+        }
+        td_rpc_list_free(r);
+        if (n != want) {
+            usleep(2000);
+        }
+    } while (n != want && now_s() < until);
+    return n;
+}
+
+/* Rank 0 makes an object on rank 1, hands a reference to rank 2, drops
+ * its own; rank 2 dies holding it; rank 1 must free the object. */
+static void
+mode_kill_holder(void)
+{
+    td_rpc_list_t *a, *r = NULL;
+    td_rref_t *h = NULL;
+    td_future_t *f = NULL;
+    td_status_t st;
+    int64_t n;
+
+    td_rpc_list_create(&a);
+    td_rpc_list_add_int(a, 4);
+    td_rpc_list_add_double(a, 1.5);
+    st = td_remote(1, "make_obj", a, TD_RPC_DEFAULT_TIMEOUT, &h);
+    td_rpc_list_free(a);
+    if (st == TD_OK) {
+        td_rpc_list_create(&a);
+        td_rpc_list_add_rref(a, h);
+        st = td_rpc_sync(2, "keep_ref", a, TD_RPC_DEFAULT_TIMEOUT, &r);
+        td_rpc_list_free(a);
+        td_rpc_list_free(r);
+    }
+    td_rref_release(h);
+    n = objects_on_1(1);
+    check(st == TD_OK && n == 1, "object_held_by_third",
+          "%d %s; rank 1 owns %lld objects", st, td_last_error(),
+          (long long)n);
+    td_rpc_async(2, "die", NULL, 0, &f);
+    st = td_future_wait(f, 20);
+    td_future_release(f);
+    n = objects_on_1(0);
+    check(st == TD_ERR_PEER && n == 0, "dead_holder_released",
+          "die: %d; rank 1 still owns %lld objects", st, (long long)n);
+    td_rpc_async(1, "bye", NULL, 0, &f);
+    td_future_release(f);
+    fflush(stdout);
+    _exit(n_fail ? 1 : 0);     /* the job is broken: no graceful join */
 }
 
 /* ---- malformed calls get an error reply ----------------------------------
@@ -1406,8 +1505,11 @@ main(int argc, char **argv)
     td_status_t st;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (strcmp(mode, "kill") == 0 &&
-        strcmp(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "", "0") == 0) {
+    if ((strcmp(mode, "kill") == 0 &&
+         strcmp(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "", "0") == 0)
+        || (strcmp(mode, "kill_holder") == 0 &&
+            strcmp(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "",
+                   "2") != 0)) {
         /* todist-run stops the group when rank 1 dies; finish the checks.
          * (Ignore rather than block: OpenBLAS starts threads before main.) */
         signal(SIGTERM, SIG_IGN);
@@ -1435,6 +1537,9 @@ main(int argc, char **argv)
                           TD_RPC_INLINE);
     td_rpc_register_flags("tid_inline", fn_tid_inline, NULL, TD_RPC_INLINE);
     td_rpc_register("ping_back", fn_ping_back, NULL);
+    td_rpc_register("keep_ref", fn_keep_ref, NULL);
+    td_rpc_register("objects", fn_objects, NULL);
+    td_rpc_register("bye", fn_bye, NULL);
     if (strcmp(mode, "hooks") == 0) {
         td_rpc_autograd_hooks_t h = { h_current, h_set, h_send, h_recv, NULL };
 
@@ -1489,6 +1594,8 @@ main(int argc, char **argv)
             mode_mapreduce();
         } else if (strcmp(mode, "inline") == 0) {
             mode_inline();
+        } else if (strcmp(mode, "kill_holder") == 0) {
+            mode_kill_holder();
         } else if (strcmp(mode, "self") == 0) {
             td_rpc_list_t *a, *r = NULL;
             int64_t v = 0;

@@ -31,7 +31,7 @@ register_flags_unknown waiter_runs_inline_calls threads_contend"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$futures") + $(count "$rref") + \
          $(count "$kill") + $(count "$mapreduce") + $(count "$barrier") + \
-         $(count "$hooks") + 2 * $(count "$inline") + 21 ))
+         $(count "$hooks") + 2 * $(count "$inline") + 25 ))
 
 # Each expected check must PASS; a missing line fails too.
 expect() { # output names...
@@ -80,6 +80,15 @@ expect "$out" $kill
 is "$rc" 137 "the killed rank's status is reported"
 unlike_rank0=$(printf '%s\n' "$out" | grep -c '^FAIL')
 is "$unlike_rank0" 0 "no failed check anywhere"
+
+# Rank 2 dies holding the only reference to an object on rank 1 (it never
+# talked to rank 1): the owner notices and frees the object.
+out=$(run 60 todist-run -n 3 --grace-period 20 "$PEER" kill_holder 2>&1); rc=$?
+expect "$out" object_held_by_third dead_holder_released
+is "$rc" 137 "kill_holder: the killed rank's status is reported"
+like "$out" 'rank 1: rank 2 died holding 1 reference\(s\) to object [0-9a-f]+: released' \
+     "the owner says what it released"
+[ "$rc" = 137 ] || diag "$out"
 
 # TorchOpt's map-reduce calls over 3 workers, and barriers.
 out=$(run 120 todist-run -n 3 "$PEER" mapreduce 2>&1); rc=$?

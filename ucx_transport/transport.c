@@ -71,6 +71,7 @@ typedef struct send_op {
 typedef struct {
     ucp_ep_h ep;
     int      failed;
+    int      watch;      /* connect at the next round (td_transport_watch) */
 } peer_t;
 
 /* An incoming message whose bodies are still arriving (sized by the
@@ -128,6 +129,7 @@ struct td_transport {
     const int            *yield_ctr;      /* > 0: busy loop yields the core */
     int                   ctr_sleeping;   /* the thread sleeps on yield_ctr */
     int                   sleeping;       /* a driver sleeps on the efd */
+    int                   watch_pending;  /* some peer.watch is set */
     int                   scarce;         /* fewer than 2 cores a local rank */
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
@@ -732,12 +734,33 @@ close_endpoints(td_transport_t *tp)
     free(reqs);
 }
 
+/* Endpoints asked for by td_transport_watch (token holder). */
+static void
+connect_watched(td_transport_t *tp)
+{
+    __atomic_store_n(&tp->watch_pending, 0, __ATOMIC_SEQ_CST);
+    for (int r = 0; r < tp->params.world_size; r++) {
+        ucp_ep_h ep;
+
+        if (__atomic_exchange_n(&tp->peers[r].watch, 0, __ATOMIC_ACQ_REL) &&
+            tp->peers[r].ep == NULL && !tp->peers[r].failed &&
+            peer_connect(tp, r, &ep) != TD_OK) {
+            fprintf(stderr, "todist: transport: rank %d: cannot watch rank "
+                    "%d: %s\n", tp->params.rank, r, td_last_error());
+        }
+    }
+}
+
 /* One round by the token holder: progress, report completions, start
  * what was posted. Returns the number of events. */
 static unsigned
 progress_once(td_transport_t *tp)
 {
     unsigned n = ucp_worker_progress(tp->worker);
+
+    if (__atomic_load_n(&tp->watch_pending, __ATOMIC_RELAXED)) {
+        connect_watched(tp);
+    }
 
     if (tp->done_head != NULL) {
         report_completions(tp);
@@ -1420,6 +1443,21 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
     }
     token_drop(tp);
     return ok ? TD_OK : TD_ERR_TIMEOUT;
+}
+
+void
+td_transport_watch(td_transport_t *tp, int rank)
+{
+    if (rank < 0 || rank >= tp->params.world_size ||
+        rank == tp->params.rank) {
+        return;
+    }
+    __atomic_store_n(&tp->peers[rank].watch, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&tp->watch_pending, 1, __ATOMIC_SEQ_CST);
+    if (tp->mode != TD_PROGRESS_BUSY ||
+        __atomic_load_n(&tp->sleeping, __ATOMIC_SEQ_CST)) {
+        ucp_worker_signal(tp->worker);
+    }
 }
 
 void

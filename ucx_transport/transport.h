@@ -201,6 +201,11 @@ bool td_transport_on_progress_thread(td_transport_t *tp);
 td_status_t td_transport_drive(td_transport_t *tp, int (*done)(void *arg),
                                void *arg, double max_s);
 
+/* Make sure there is an endpoint to RANK (made at the next round of
+ * progress), so that its death is noticed (keepalive) and reported through
+ * peer_failed even if nothing was ever sent to it. Cheap; any thread. */
+void td_transport_watch(td_transport_t *tp, int rank);
+
 /* A future was completed outside the worker (by another thread): wake a
  * driver asleep on the event fd so it sees it at once (cheap otherwise). */
 void td_transport_wake(td_transport_t *tp);
