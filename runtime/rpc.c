@@ -896,7 +896,9 @@ td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
     td_future_t *fut;
     td_status_t status;
 
+    td_transport_will_drive(1);     /* the wait below drives at once */
     status = td_rpc_async(dst, name, args, timeout, &fut);
+    td_transport_will_drive(0);
     if (status != TD_OK) {
         return status;
     }

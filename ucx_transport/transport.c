@@ -153,6 +153,10 @@ struct td_transport {
 
 /* The transport whose token this thread holds (NULL: none). */
 static __thread td_transport_t *tl_holder;
+/* This thread drives progress right after its next sends (td_transport_
+ * will_drive): a direct send need not arm the worker for the progress
+ * thread. */
+static __thread int tl_will_drive;
 
 /* The token is a futex word (as in Drepper's "Futexes Are Tricky"): 0
  * free, 1 held, 2 held and a thread may sleep on it. A thread that cannot
@@ -1303,7 +1307,9 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
             report_completions(tp);
             drain_queue(tp);
         }
-        if (tp->mode != TD_PROGRESS_BUSY) {
+        if (tp->mode != TD_PROGRESS_BUSY && !tl_will_drive) {
+            /* The progress thread may sleep on the event fd: arm it. Not
+             * needed when this sender drives next (it arms as it leaves). */
             leave_armed(tp);
         }
         token_drop(tp);
@@ -1430,7 +1436,7 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
         }
     }
     if (tp->mode != TD_PROGRESS_BUSY) {
-        leave_armed(tp);
+        leave_armed(tp);    /* the progress thread may sleep on the efd */
     }
     /* Everything touching TP before the drop: once the token is free, the
      * transport may be torn down (shutdown takes the token last). */
@@ -1443,6 +1449,12 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
     }
     token_drop(tp);
     return ok ? TD_OK : TD_ERR_TIMEOUT;
+}
+
+void
+td_transport_will_drive(int on)
+{
+    tl_will_drive = on;
 }
 
 void

@@ -201,6 +201,12 @@ bool td_transport_on_progress_thread(td_transport_t *tp);
 td_status_t td_transport_drive(td_transport_t *tp, int (*done)(void *arg),
                                void *arg, double max_s);
 
+/* ON: the calling thread will call td_transport_drive right after its
+ * next sends (a synchronous call), so in blocking mode a direct send skips
+ * arming the worker for the progress thread (the driver arms it when it
+ * leaves). Thread-local; set it back to 0 after the sends. */
+void td_transport_will_drive(int on);
+
 /* Make sure there is an endpoint to RANK (made at the next round of
  * progress), so that its death is noticed (keepalive) and reported through
  * peer_failed even if nothing was ever sent to it. Cheap; any thread. */
