@@ -130,6 +130,7 @@ struct td_transport {
     int                   ctr_sleeping;   /* the thread sleeps on yield_ctr */
     int                   sleeping;       /* a driver sleeps on the efd */
     int                   watch_pending;  /* some peer.watch is set */
+    int                   in_poll;        /* progress thread asleep on efd */
     int                   scarce;         /* fewer than 2 cores a local rank */
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
@@ -779,10 +780,16 @@ progress_once(td_transport_t *tp)
 /* Before a token holder leaves in blocking mode: arm the worker so that the
  * progress thread, asleep on the event fd, wakes for the next event; when
  * events are pending, handle them first, and when they keep coming, wake it
- * outright. */
+ * outright. When the progress thread is not asleep on the event fd it
+ * arms the worker itself before it goes there: nothing to do (and every
+ * message to an armed worker costs its sender a signal and this process a
+ * wake-up). */
 static void
 leave_armed(td_transport_t *tp)
 {
+    if (!__atomic_load_n(&tp->in_poll, __ATOMIC_SEQ_CST)) {
+        return;
+    }
     for (int i = 0; i < 4; i++) {
         if (ucp_worker_arm(tp->worker) == UCS_OK) {
             if (__atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) ||
@@ -829,6 +836,33 @@ nap(td_transport_t *tp)
     pthread_mutex_unlock(&tp->drv_lock);
 }
 
+/* After a round: work handed to other threads of this process (pool
+ * jobs, counted by yield_ctr) may need this core. Where cores are scarce a
+ * yield is not enough (the scheduler may keep polling here while the
+ * worker waits behind the other rank's poller): sleep until the count
+ * drops, or JOB_NAP_US, so the core goes idle and the worker is pulled
+ * onto it. */
+static void
+yield_to_jobs(td_transport_t *tp)
+{
+    int jobs;
+
+    if (tp->yield_ctr == NULL ||
+        (jobs = __atomic_load_n(tp->yield_ctr, __ATOMIC_RELAXED)) <= 0) {
+        return;
+    }
+    if (tp->scarce) {
+        struct timespec ts = { 0, JOB_NAP_US * 1000L };
+
+        __atomic_store_n(&tp->ctr_sleeping, 1, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, tp->yield_ctr, FUTEX_WAIT_PRIVATE, jobs, &ts,
+                NULL, 0);
+        __atomic_store_n(&tp->ctr_sleeping, 0, __ATOMIC_RELAXED);
+    } else if (tp->mode == TD_PROGRESS_BUSY) {
+        sched_yield();
+    }
+}
+
 static void *
 progress_main(void *arg)
 {
@@ -860,27 +894,14 @@ progress_main(void *arg)
         n = progress_once(tp);
         if (tp->mode == TD_PROGRESS_BUSY) {
             token_drop(tp);
-            int jobs;
-
-            if (tp->yield_ctr != NULL &&
-                (jobs = __atomic_load_n(tp->yield_ctr, __ATOMIC_RELAXED)) > 0) {
-                /* Work handed to other threads of this process: let them
-                 * have this core. Where cores are scarce a yield is not
-                 * enough (the scheduler may keep polling here while the
-                 * worker waits behind the other rank's poller): sleep until
-                 * the count drops, or JOB_NAP_US, so the core goes idle and
-                 * the worker is pulled onto it. */
-                if (tp->scarce) {
-                    struct timespec ts = { 0, JOB_NAP_US * 1000L };
-
-                    __atomic_store_n(&tp->ctr_sleeping, 1, __ATOMIC_SEQ_CST);
-                    syscall(SYS_futex, tp->yield_ctr, FUTEX_WAIT_PRIVATE,
-                            jobs, &ts, NULL, 0);
-                    __atomic_store_n(&tp->ctr_sleeping, 0, __ATOMIC_RELAXED);
-                } else {
-                    sched_yield();
-                }
-            }
+            yield_to_jobs(tp);
+            continue;
+        }
+        if (tp->scarce && tp->yield_ctr != NULL &&
+            __atomic_load_n(tp->yield_ctr, __ATOMIC_RELAXED) > 0) {
+            token_drop(tp);
+            yield_to_jobs(tp);
+            idle_since = now_s();   /* a reply may follow: stay awake */
             continue;
         }
         if (n > 0) {
@@ -896,9 +917,13 @@ progress_main(void *arg)
             token_drop(tp);
             continue;
         }
+        /* Set before the drop: a thread taking the token from now on
+         * knows to arm the worker when it leaves. */
+        __atomic_store_n(&tp->in_poll, 1, __ATOMIC_SEQ_CST);
         token_drop(tp);
         struct pollfd pfd = { .fd = tp->efd, .events = POLLIN };
         poll(&pfd, 1, BLOCK_POLL_MS);
+        __atomic_store_n(&tp->in_poll, 0, __ATOMIC_SEQ_CST);
         idle_since = now_s();
     }
 
