@@ -131,6 +131,8 @@ struct td_transport {
     int                   sleeping;       /* a driver sleeps on the efd */
     int                   watch_pending;  /* some peer.watch is set */
     int                   in_poll;        /* progress thread asleep on efd */
+    int64_t               drive_left_ns;  /* when a driver last left (0: none
+                                           * or it gave up) */
     int                   scarce;         /* fewer than 2 cores a local rank */
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
@@ -830,10 +832,23 @@ nap(td_transport_t *tp)
         ts.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&tp->drv_lock);
-    if (__atomic_load_n(&tp->n_drivers, __ATOMIC_ACQUIRE) > 0 && !tp->stop) {
+    if (!tp->stop) {
         pthread_cond_timedwait(&tp->drv_cond, &tp->drv_lock, &ts);
     }
     pthread_mutex_unlock(&tp->drv_lock);
+}
+
+/* A driver that left less than this ago is likely to be back at once (a
+ * caller between two calls): the progress thread naps on. */
+#define RECENT_NS 50000
+
+static int64_t
+now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* After a round: work handed to other threads of this process (pool
@@ -869,6 +884,7 @@ progress_main(void *arg)
     td_transport_t *tp = arg;
     double idle_since = now_s();
     unsigned busy_spins = 0;
+    int64_t left_seen = 0;
 
     pthread_setname_np(pthread_self(), "td-progress");
     while (!tp->stop) {
@@ -878,6 +894,16 @@ progress_main(void *arg)
             nap(tp);
             idle_since = now_s();
             continue;
+        }
+        int64_t left = __atomic_load_n(&tp->drive_left_ns, __ATOMIC_RELAXED);
+        if (left != 0 && left != left_seen) {
+            /* the clock is read only after a driver left */
+            if (now_ns() - left < RECENT_NS) {
+                nap(tp);
+                idle_since = now_s();
+                continue;
+            }
+            left_seen = left;
         }
         if (!token_take(tp)) {
             /* A direct sender has it for a few hundred ns (a driver would
@@ -1465,9 +1491,12 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
     }
     /* Everything touching TP before the drop: once the token is free, the
      * transport may be torn down (shutdown takes the token last). */
+    /* Done: probably back soon, the progress thread naps on. Giving up:
+     * going to sleep, the progress thread takes over now. */
+    __atomic_store_n(&tp->drive_left_ns, ok ? now_ns() : 0,
+                     __ATOMIC_RELAXED);
     __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
     if (!ok) {
-        /* Going to sleep: the progress thread takes over now. */
         pthread_mutex_lock(&tp->drv_lock);
         pthread_cond_signal(&tp->drv_cond);
         pthread_mutex_unlock(&tp->drv_lock);
