@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "runtime/dist_autograd.h"
+#include "runtime/rpc_internal.h"
 #include <todist/ops.h>
 
 #define RANK_MAX      ((1 << 15) - 1)
@@ -69,6 +70,7 @@ struct pass {
     td_status_t       status;
     char             *msg;
     int               finished;
+    int               woken;     /* pass_finish done: the waiter may go */
     td_dist_reply_fn  reply;
     void             *reply_arg;
     int               retain_graph;
@@ -1003,8 +1005,10 @@ pass_finish(pass_t *p)
         p->reply(p->reply_arg, p->status, p->msg);
     }
     pthread_mutex_lock(&p->lock);
+    __atomic_store_n(&p->woken, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
+    td_rpc_notify_done();              /* a waiter may drive progress */
     pass_unref(p);                     /* the engine list's reference */
 }
 
@@ -1214,6 +1218,12 @@ deadline_after(double s, struct timespec *ts)
     }
 }
 
+static int
+pass_woken(void *arg)
+{
+    return __atomic_load_n(&((pass_t *)arg)->woken, __ATOMIC_ACQUIRE);
+}
+
 /* Wait for P to finish; on timeout, fail it naming the silent ranks. */
 static td_status_t
 pass_wait(pass_t *p, double timeout)
@@ -1223,10 +1233,15 @@ pass_wait(pass_t *p, double timeout)
     int rc = 0;
 
     deadline_after(timeout, &deadline);
+    /* Drive the transport while waiting (no hand-off for the replies),
+     * then sleep. */
+    td_rpc_drive_until(pass_woken, p, timeout);
+    td_rpc_blocking(1);
     pthread_mutex_lock(&p->lock);
     while (!p->finished && rc != ETIMEDOUT) {
         rc = pthread_cond_timedwait(&p->cond, &p->lock, &deadline);
     }
+    td_rpc_blocking(0);         /* still holding the lock: no sleep here */
     if (!p->finished) {
         char ranks[256] = "";
         size_t len = 0;

@@ -213,6 +213,7 @@ propagate_handler(void *arg, const td_rpc_call_info_t *info,
     pthread_cond_init(&w.cond, NULL);
     td_dist_on_propagate(engine, info->caller, h.ctx_id, h.msg_id, grads,
                          h.n, h.retain_graph, handler_reply, &w);
+    td_rpc_blocking(1);
     pthread_mutex_lock(&w.lock);
     while (!w.done) {
         /* bounded: every propagate this pass sent ends in a reply, a
@@ -220,6 +221,7 @@ propagate_handler(void *arg, const td_rpc_call_info_t *info,
         pthread_cond_wait(&w.cond, &w.lock);
     }
     pthread_mutex_unlock(&w.lock);
+    td_rpc_blocking(0);
     pthread_cond_destroy(&w.cond);
     pthread_mutex_destroy(&w.lock);
     if (w.status != TD_OK) {

@@ -303,6 +303,7 @@ td_future_wait(td_future_t *f, double timeout)
         } while ((t1.tv_sec - t0.tv_sec) * 1e6 +
                  (t1.tv_nsec - t0.tv_nsec) * 1e-3 < spin_us());
     }
+    td_rpc_blocking(1);
     pthread_mutex_lock(&f->lock);
     while (!atomic_load(&f->done) && rc != ETIMEDOUT) {
         if (timeout >= 0) {
@@ -312,6 +313,7 @@ td_future_wait(td_future_t *f, double timeout)
         }
     }
     pthread_mutex_unlock(&f->lock);
+    td_rpc_blocking(0);
     if (!atomic_load(&f->done)) {
         return td_error(TD_ERR_TIMEOUT, "rpc: wait on a future timed out "
                         "after %.3f s", timeout);

@@ -728,6 +728,7 @@ fn_barrier(void *arg, const td_rpc_call_info_t *info,
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
+    td_rpc_blocking(1);
     while (s->arrived < s->n) {
         if (timeout > 0) {
             if (pthread_cond_timedwait(&b_cond, &b_lock, &ts) == ETIMEDOUT) {
@@ -737,6 +738,7 @@ fn_barrier(void *arg, const td_rpc_call_info_t *info,
             pthread_cond_wait(&b_cond, &b_lock);
         }
     }
+    td_rpc_blocking(0);
     if (s->arrived < s->n) {
         char missing[256] = "";
         size_t o = 0;

@@ -170,6 +170,7 @@ static struct {
 };
 
 static double rpc_spin_us = -1;    /* env TODIST_RPC_SPIN_US */
+static __thread int tl_pool_thread; /* this thread is a handler pool thread */
 
 static double
 now_s(void)
@@ -408,6 +409,7 @@ pool_main(void *arg)
     idler_t me;
 
     pthread_setname_np(pthread_self(), "td-rpc-pool");
+    tl_pool_thread = 1;
     pthread_cond_init(&me.cond, NULL);
     pthread_mutex_lock(&p->lock);
     for (;;) {
@@ -447,8 +449,8 @@ pool_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         j->fn(j->arg);
         free(j);
-        if (__atomic_sub_fetch(&p->n_jobs, 1, __ATOMIC_SEQ_CST) == 0 &&
-            rpc.tp != NULL) {
+        __atomic_sub_fetch(&p->n_jobs, 1, __ATOMIC_SEQ_CST);
+        if (rpc.tp != NULL) {
             td_transport_yield_done(rpc.tp);
         }
         pthread_mutex_lock(&p->lock);
@@ -456,6 +458,24 @@ pool_main(void *arg)
     pthread_mutex_unlock(&p->lock);
     pthread_cond_destroy(&me.cond);
     return NULL;
+}
+
+void
+td_rpc_blocking(int on)
+{
+    /* A job asleep needs no core: it leaves the count the progress thread
+     * steps aside for (td_transport_yield_when) while it sleeps. */
+    if (!tl_pool_thread) {
+        return;
+    }
+    if (on) {
+        __atomic_sub_fetch(&rpc.pool.n_jobs, 1, __ATOMIC_SEQ_CST);
+        if (rpc.tp != NULL) {
+            td_transport_yield_done(rpc.tp);
+        }
+    } else {
+        __atomic_add_fetch(&rpc.pool.n_jobs, 1, __ATOMIC_SEQ_CST);
+    }
 }
 
 /* Wake the thread that went idle last; the caller holds p->lock. */
@@ -1248,17 +1268,37 @@ run_inline(rx_t *r, const char *name)
 
 static atomic_int in_drive;        /* threads inside td_rpc_drive */
 
+typedef struct {
+    int  (*pred)(void *arg);
+    void  *arg;
+} drive_pred_t;
+
 static int
 drive_done(void *arg)
 {
-    return td_future_done(arg) ||
+    const drive_pred_t *dp = arg;
+
+    return dp->pred(dp->arg) ||
            atomic_load_explicit(&rpc.state, memory_order_relaxed) !=
            RPC_RUNNING;
+}
+
+static int
+future_done_pred(void *arg)
+{
+    return td_future_done(arg);
 }
 
 td_status_t
 td_rpc_drive(td_future_t *f, double timeout)
 {
+    return td_rpc_drive_until(future_done_pred, f, timeout);
+}
+
+td_status_t
+td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
+{
+    drive_pred_t dp = { pred, pred_arg };
     td_status_t st = TD_ERR_TIMEOUT;
     double max = timeout;
 
@@ -1287,8 +1327,8 @@ td_rpc_drive(td_future_t *f, double timeout)
             max = spin;
         }
     }
-    st = td_transport_drive(rpc.tp, drive_done, f, max);
-    if (st != TD_OK || !td_future_done(f)) {
+    st = td_transport_drive(rpc.tp, drive_done, &dp, max);
+    if (st != TD_OK || !pred(pred_arg)) {
         st = TD_ERR_TIMEOUT;
     }
 out:

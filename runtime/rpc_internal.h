@@ -116,6 +116,15 @@ td_status_t td_future_fail_async(td_future_t *fut, td_status_t status,
  * error (with text) when this thread must not wait at all (an inline
  * handler, a transport callback). */
 td_status_t td_rpc_drive(td_future_t *fut, double timeout);
+/* The same for any condition: PRED(ARG) true ends it (make it an atomic
+ * load; whoever makes it true calls td_rpc_notify_done after). */
+td_status_t td_rpc_drive_until(int (*pred)(void *arg), void *arg,
+                               double timeout);
+/* Around a sleep of a handler-pool thread (a condition variable wait):
+ * ON=1 before, 0 after. While cores are scarce the progress thread steps
+ * aside for running jobs; a sleeping one must not count. No-op on other
+ * threads. */
+void td_rpc_blocking(int on);
 /* A future was completed: wake a waiter asleep inside td_rpc_drive. */
 void td_rpc_notify_done(void);
 

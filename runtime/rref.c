@@ -357,15 +357,19 @@ wait_created(entry_t **e_p, uint64_t id)
         if (!rr.running) {
             return td_error(TD_ERR_STATE, "rref: shutting down");
         }
+        int rc = 0;
+
+        td_rpc_blocking(1);       /* the creating call may need the core */
         if (timeout > 0) {
-            if (pthread_cond_timedwait(&rr.cond, &rr.lock, &ts) ==
-                ETIMEDOUT) {
-                return td_error(TD_ERR_TIMEOUT, "rref: object %016llx does "
-                                "not exist on rank %d after %.3g s",
-                                (unsigned long long)id, rr.rank, timeout);
-            }
+            rc = pthread_cond_timedwait(&rr.cond, &rr.lock, &ts);
         } else {
             pthread_cond_wait(&rr.cond, &rr.lock);
+        }
+        td_rpc_blocking(0);
+        if (rc == ETIMEDOUT) {
+            return td_error(TD_ERR_TIMEOUT, "rref: object %016llx does not "
+                            "exist on rank %d after %.3g s",
+                            (unsigned long long)id, rr.rank, timeout);
         }
     }
 }

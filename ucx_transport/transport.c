@@ -852,19 +852,20 @@ now_ns(void)
 }
 
 /* After a round: work handed to other threads of this process (pool
- * jobs, counted by yield_ctr) may need this core. Where cores are scarce a
- * yield is not enough (the scheduler may keep polling here while the
- * worker waits behind the other rank's poller): sleep until the count
- * drops, or JOB_NAP_US, so the core goes idle and the worker is pulled
- * onto it. */
-static void
+ * jobs, counted by yield_ctr; a job asleep on a condition variable takes
+ * itself out of the count, td_rpc_blocking) may need this core. Where
+ * cores are scarce a yield is not enough (the scheduler may keep polling
+ * here while the worker waits behind the other rank's poller): sleep until
+ * the count changes, or JOB_NAP_US, so the core goes idle and the worker
+ * is pulled onto it. */
+static int
 yield_to_jobs(td_transport_t *tp)
 {
     int jobs;
 
     if (tp->yield_ctr == NULL ||
         (jobs = __atomic_load_n(tp->yield_ctr, __ATOMIC_RELAXED)) <= 0) {
-        return;
+        return 0;
     }
     if (tp->scarce) {
         struct timespec ts = { 0, JOB_NAP_US * 1000L };
@@ -873,9 +874,12 @@ yield_to_jobs(td_transport_t *tp)
         syscall(SYS_futex, tp->yield_ctr, FUTEX_WAIT_PRIVATE, jobs, &ts,
                 NULL, 0);
         __atomic_store_n(&tp->ctr_sleeping, 0, __ATOMIC_RELAXED);
-    } else if (tp->mode == TD_PROGRESS_BUSY) {
+        return 1;
+    }
+    if (tp->mode == TD_PROGRESS_BUSY) {
         sched_yield();
     }
+    return 0;
 }
 
 static void *
@@ -923,12 +927,15 @@ progress_main(void *arg)
             yield_to_jobs(tp);
             continue;
         }
-        if (tp->scarce && tp->yield_ctr != NULL &&
-            __atomic_load_n(tp->yield_ctr, __ATOMIC_RELAXED) > 0) {
+        if (tp->scarce && tp->yield_ctr != NULL) {
             token_drop(tp);
-            yield_to_jobs(tp);
-            idle_since = now_s();   /* a reply may follow: stay awake */
-            continue;
+            if (yield_to_jobs(tp)) {
+                idle_since = now_s();   /* a reply may follow: stay awake */
+                continue;
+            }
+            if (!token_take(tp)) {
+                continue;
+            }
         }
         if (n > 0) {
             idle_since = now_s();
