@@ -219,9 +219,15 @@ td_topology_load(const char *path, td_topology_t **topo_p)
         snprintf(t->source, sizeof(t->source), "this machine");
     }
     if (hwloc_topology_load(t->topo) != 0) {
-        status = td_error(TD_ERR_INVALID, "topology: hwloc cannot load %s%s%s: "
-                          "%s", path ? "'" : "", t->source, path ? "'" : "",
-                          strerror(errno));
+        /* With libxml2 (libhwloc-plugins) hwloc rejects bad XML in set_xml;
+         * its built-in parser only notices in load: one message either way. */
+        if (path != NULL) {
+            status = td_error(TD_ERR_INVALID, "topology: '%s' cannot be used "
+                              "as hwloc XML: %s", path, strerror(errno));
+        } else {
+            status = td_error(TD_ERR_INVALID, "topology: hwloc cannot load "
+                              "this machine's topology: %s", strerror(errno));
+        }
         goto err_destroy;
     }
     status = find_devices(t);
