@@ -1555,7 +1555,7 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     }
     s = getenv("TODIST_RPC_SPIN_US");
     rpc_spin_us = (s != NULL && *s != '\0') ? atof(s) : 0;
-    env_timeout = -1;
+    env_timeout = -1;               /* so that the next line reads the env */
     env_timeout = td_rpc_default_timeout();
     rpc.tp = tp;
     rpc.rank = w->rank;
