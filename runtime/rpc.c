@@ -303,18 +303,12 @@ td_rpc_set_default_timeout(double seconds)
     return TD_OK;
 }
 
-double
-td_rpc_default_timeout(void)
+/* TODIST_RPC_TIMEOUT, or 60 s when unset or not a number >= 0. */
+static double
+env_timeout_read(void)
 {
-    const char *s;
+    const char *s = getenv("TODIST_RPC_TIMEOUT");
 
-    if (cfg_timeout >= 0) {
-        return cfg_timeout;
-    }
-    if (env_timeout >= 0) {
-        return env_timeout;         /* read once at td_init: not per call */
-    }
-    s = getenv("TODIST_RPC_TIMEOUT");
     if (s != NULL && *s != '\0') {
         char *end;
         double v = strtod(s, &end);
@@ -324,6 +318,18 @@ td_rpc_default_timeout(void)
         }
     }
     return 60.0;
+}
+
+double
+td_rpc_default_timeout(void)
+{
+    if (cfg_timeout >= 0) {
+        return cfg_timeout;
+    }
+    if (env_timeout >= 0) {
+        return env_timeout;         /* read once at td_init: not per call */
+    }
+    return env_timeout_read();
 }
 
 td_status_t
@@ -1555,8 +1561,7 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     }
     s = getenv("TODIST_RPC_SPIN_US");
     rpc_spin_us = (s != NULL && *s != '\0') ? atof(s) : 0;
-    env_timeout = -1;               /* so that the next line reads the env */
-    env_timeout = td_rpc_default_timeout();
+    env_timeout = env_timeout_read();
     rpc.tp = tp;
     rpc.rank = w->rank;
     rpc.world_size = w->world_size;
