@@ -3,7 +3,7 @@
 
 Each seed is a valid message in the fuzzer's input format (u16 header
 length, header blob, argument body), built by the wire rules of
-runtime/rpc_wire.h, so the fuzzer starts deep inside the decoder."""
+runtime/rpc/rpc_wire.h, so the fuzzer starts deep inside the decoder."""
 import os
 import struct
 import sys

@@ -9,13 +9,13 @@ FUZZ_TIME = 60
 FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined
 fuzz/rpc_wire_fuzz: $(top_srcdir)/fuzz/rpc_wire_fuzz.c \
-		$(top_srcdir)/runtime/rpc_wire.c $(top_srcdir)/runtime/rpc_list.c \
+		$(top_srcdir)/runtime/rpc/rpc_wire.c $(top_srcdir)/runtime/rpc/rpc_list.c \
 		libtodist_core.la
 	@$(MKDIR_P) fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(DEFS) -I$(top_builddir) -I$(top_srcdir) \
 		-I$(top_srcdir)/include $(UCX_CFLAGS) -o $@ \
 		$(top_srcdir)/fuzz/rpc_wire_fuzz.c \
-		$(top_srcdir)/runtime/rpc_wire.c $(top_srcdir)/runtime/rpc_list.c \
+		$(top_srcdir)/runtime/rpc/rpc_wire.c $(top_srcdir)/runtime/rpc/rpc_list.c \
 		.libs/libtodist_core.a $(libtodist_core_la_LIBADD) $(LIBS)
 fuzz-rpc: fuzz/rpc_wire_fuzz
 	./fuzz/rpc_wire_fuzz -max_total_time=$(FUZZ_TIME) -rss_limit_mb=2048 \

@@ -1,5 +1,5 @@
 /* rpc_wire_fuzz.c: libFuzzer target for the RPC wire decoder
- * (runtime/rpc_wire.c), the code that reads what another process sent.
+ * (runtime/rpc/rpc_wire.c), the code that reads what another process sent.
  *
  * Input: u16 little-endian header length H, then H header bytes (the
  * transport's header blob), then the argument body (used when the header
@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "todist/rpc.h"
-#include "runtime/rpc_internal.h"
-#include "runtime/rpc_wire.h"
+#include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/rpc_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -4,8 +4,7 @@
 
 # The mapping is pure C without Slurm: it lives in the library (unit-tested
 # everywhere) and is compiled into the plugin as well.
-libtodist_core_la_SOURCES += runtime/slurm_env.c
-todistinclude_HEADERS += include/todist/slurm_env.h
+# (listed in runtime/world/world.mk)
 
 dist_man_MANS += man/todist.spank.8
 EXTRA_DIST += spank/todist.map contrib/plugstack.conf.d/todist.conf.in \
@@ -26,8 +25,7 @@ if HAVE_SLURM
 # version script, which exports only what Slurm looks up.
 slurmplugin_LTLIBRARIES = spank/todist.la
 spank_todist_la_SOURCES = spank/todist.c spank/srun.c spank/stepd.c \
-	spank/plugin.h runtime/slurm_env.c runtime/world.c runtime/hostlist.c \
-	runtime/status.c
+	spank/plugin.h $(td_world_sources) base/status.c
 spank_todist_la_CPPFLAGS = $(AM_CPPFLAGS) $(SLURM_CPPFLAGS)
 spank_todist_la_CFLAGS = $(AM_CFLAGS)
 spank_todist_la_LDFLAGS = -module -avoid-version -shared \

@@ -16,10 +16,10 @@
 #include <sys/syscall.h>
 
 #include "todist/todist.h"
-#include "runtime/rpc_internal.h"
-#include "runtime/rpc_wire.h"
+#include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/rpc_wire.h"
 #include "runtime/runtime.h"
-#include "runtime/rref_internal.h"
+#include "runtime/rpc/rref_internal.h"
 
 static int rank, size;
 static int n_fail;

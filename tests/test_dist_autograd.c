@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "tests/tap.h"
-#include "runtime/dist_autograd.h"
+#include "runtime/dist/dist_internal.h"
 #include <todist/ops.h>
 #include <todist/optim.h>
 

@@ -11,8 +11,8 @@
 #include "tap.h"
 #include "todist/rpc.h"
 #include "todist/tensor.h"
-#include "runtime/rpc_internal.h"
-#include "runtime/rpc_wire.h"
+#include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/rpc_wire.h"
 
 #define SRC 3
 

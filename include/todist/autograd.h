@@ -10,7 +10,7 @@
  * tensors with their gradients, and extra root nodes with their incoming
  * gradients (send nodes). Leaf gradients go to .grad, or to a caller's sink.
  *
- * Invariants of the engine (runtime/autograd.c keeps them):
+ * Invariants of the engine (runtime/tensor/autograd.c keeps them):
  *  1. Dependencies are counted at backward time, by walking next edges
  *     from every root (tensor roots and extra root nodes) over the nodes
  *     reachable from them; nothing is counted at forward time.

@@ -8,7 +8,7 @@
  * refuse a saved tensor that changed under it.
  *
  * Devices: TD_DEVICE_CPU now; TD_DEVICE_CUDA (index N) has its slot in the
- * per-device kernel table (td_kernels_t in runtime/tensor_impl.h) so a CUDA
+ * per-device kernel table (td_kernels_t in runtime/tensor/tensor_internal.h) so a CUDA
  * module only registers kernels.
  *
  * The accessors (dtype, ndim, shape, strides, offset, data, numel, nbytes,

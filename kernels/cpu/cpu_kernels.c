@@ -14,7 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/tensor_impl.h"
+#include "kernels/kernels.h"
 
 /* Walk every index of SHAPE[0..ndim-2]; for each, BODY runs with the
  * element offsets (in elements) of up to 3 operands, then the last dim is

@@ -1,0 +1,872 @@
+/* mapreduce.c: partitioners, reducers, parallel calls and subset barriers
+ * (todist/mapreduce.h), following torchopt.distributed.api line by line
+ * where TorchOpt defines the behaviour. */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "todist/mapreduce.h"
+#include "todist/init.h"
+#include "todist/ops.h"
+#include "todist/rpc.h"
+#include "todist/world.h"
+#include "runtime/rpc/rpc_internal.h"
+
+/* ---- partitioners -------------------------------------------------------- */
+
+td_partitioner_t
+td_partitioner_batch(void)
+{
+    td_partitioner_t p = TD_PARTITIONER_BATCH;
+
+    return p;
+}
+
+td_status_t
+td_partitioner_dim(int dim, int exclusive, int keepdim, const int *workers,
+                   int n_workers, td_partitioner_t *p)
+{
+    if (!exclusive && !keepdim) {
+        return td_error(TD_ERR_INVALID, "partitioner: keepdim must be true "
+                        "when exclusive is false (dim %d)", dim);
+    }
+    if (workers != NULL && n_workers <= 0) {
+        return td_error(TD_ERR_INVALID, "partitioner: %d workers given",
+                        n_workers);
+    }
+    for (int i = 0; workers != NULL && i < n_workers; i++) {
+        if (workers[i] < 0) {
+            return td_error(TD_ERR_INVALID, "partitioner: worker %d is rank "
+                            "%d", i, workers[i]);
+        }
+    }
+    memset(p, 0, sizeof(*p));
+    p->kind = TD_PARTITION_DIM;
+    p->dim = dim;
+    p->exclusive = exclusive != 0;
+    p->keepdim = keepdim != 0;
+    p->workers = workers;
+    p->n_workers = workers != NULL ? n_workers : 0;
+    return TD_OK;
+}
+
+td_partitioner_t
+td_partitioner_rank(int rank)
+{
+    td_partitioner_t p = TD_PARTITIONER_SELF;
+
+    p.kind = TD_PARTITION_RANK;
+    p.rank = rank;
+    return p;
+}
+
+td_status_t
+td_partitioner_worker(const char *name, td_partitioner_t *p)
+{
+    int rank;
+    td_status_t status = td_rpc_worker_rank(name, &rank);
+
+    if (status != TD_OK) {
+        return status;
+    }
+    *p = td_partitioner_rank(rank);
+    return TD_OK;
+}
+
+td_partitioner_t
+td_partitioner_user(td_partition_fn fn, void *arg)
+{
+    td_partitioner_t p = TD_PARTITIONER_SELF;
+
+    p.kind = TD_PARTITION_USER;
+    p.fn = fn;
+    p.arg = arg;
+    return p;
+}
+
+void
+td_partitions_free(td_partition_t *parts, size_t n)
+{
+    for (size_t i = 0; parts != NULL && i < n; i++) {
+        td_rpc_list_free(parts[i].args);
+    }
+    free(parts);
+}
+
+/* This worker's rank and the world size, also before td_init. */
+static void
+whoami(int *rank, int *size)
+{
+    const td_world_t *w = td_world();
+    td_world_t env;
+
+    if (w == NULL && td_world_from_env(&env) == TD_OK) {
+        w = &env;
+    }
+    *rank = w != NULL ? w->rank : 0;
+    *size = w != NULL ? w->world_size : 1;
+}
+
+static td_status_t
+one_part(int rank, const td_rpc_list_t *args, td_partition_t **parts_p,
+         size_t *n_p)
+{
+    td_partition_t *parts = calloc(1, sizeof(*parts));
+    td_status_t status;
+
+    if (parts == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "partitioner: out of memory");
+    }
+    status = td_rpc_list_copy(args, &parts[0].args);
+    if (status != TD_OK) {
+        free(parts);
+        return status;
+    }
+    parts[0].rank = rank;
+    *parts_p = parts;
+    *n_p = 1;
+    return TD_OK;
+}
+
+/* TorchOpt's TensorDimensionPartitioner.__call__. */
+static td_status_t
+dim_partition(const td_partitioner_t *p, const td_rpc_list_t *args,
+              td_partition_t **parts_p, size_t *n_p)
+{
+    int64_t batch = -1, first = -1;
+    int n_workers, me, size;
+    size_t n_parts, n_items = td_rpc_list_len(args);
+    td_partition_t *parts;
+    td_status_t status = TD_OK;
+
+    whoami(&me, &size);
+    n_workers = p->workers != NULL ? p->n_workers : size;
+    if (!p->exclusive && !p->keepdim) {
+        return td_error(TD_ERR_INVALID, "partitioner: keepdim must be true "
+                        "when exclusive is false (dim %d)", p->dim);
+    }
+    for (size_t i = 0; i < n_items; i++) {
+        td_tensor_t *t;
+        int nd, d;
+
+        if (td_rpc_list_kind(args, i) != TD_VALUE_TENSOR) {
+            continue;
+        }
+        td_rpc_list_tensor(args, i, &t);
+        nd = td_tensor_ndim(t);
+        d = p->dim < 0 ? p->dim + nd : p->dim;
+        if (d < 0 || d >= nd) {
+            return td_error(TD_ERR_SHAPE, "partitioner: argument %zu has %d "
+                            "dims, no dim %d", i, nd, p->dim);
+        }
+        if (batch < 0) {
+            batch = td_tensor_size(t, d);
+            first = (int64_t)i;
+        } else if (td_tensor_size(t, d) != batch) {
+            return td_error(TD_ERR_SHAPE, "partitioner: batch size mismatch "
+                            "on dim=%d: argument %lld has %lld, argument %zu "
+                            "has %lld", p->dim, (long long)first,
+                            (long long)batch, i,
+                            (long long)td_tensor_size(t, d));
+        }
+    }
+    if (batch < 0) {
+        return one_part(me, args, parts_p, n_p);   /* no tensors: caller */
+    }
+
+    /* Slices: [start, start + len) of the dim, or index START without it. */
+    int64_t chunk = 0;
+    if (p->exclusive || batch <= n_workers) {
+        n_parts = (size_t)batch;
+    } else {
+        n_parts = (size_t)n_workers;
+        chunk = batch / n_workers;
+    }
+    parts = calloc(n_parts ? n_parts : 1, sizeof(*parts));
+    if (parts == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "partitioner: out of memory for "
+                        "%zu parts", n_parts);
+    }
+    for (size_t k = 0; k < n_parts && status == TD_OK; k++) {
+        int64_t start, len;
+        int select = p->exclusive && !p->keepdim;
+
+        if (chunk > 0) {
+            start = (int64_t)k * chunk;
+            len = k + 1 == n_parts ? batch - start : chunk;
+        } else {
+            start = (int64_t)k;
+            len = 1;
+        }
+        parts[k].rank = p->workers != NULL ? p->workers[k % (size_t)n_workers]
+                                           : (int)(k % (size_t)n_workers);
+        status = td_rpc_list_create(&parts[k].args);
+        for (size_t i = 0; i < n_items && status == TD_OK; i++) {
+            td_tensor_t *t, *s;
+            int d;
+
+            if (td_rpc_list_kind(args, i) != TD_VALUE_TENSOR) {
+                td_rpc_list_t view = { 1, 1, args->items + i }, *one;
+
+                status = td_rpc_list_copy(&view, &one);
+                if (status == TD_OK) {
+                    /* Move the one item over. */
+                    status = td_rpc_list_add_int(parts[k].args, 0);
+                    if (status == TD_OK) {
+                        parts[k].args->items[parts[k].args->n - 1] =
+                            one->items[0];
+                        one->n = 0;
+                    }
+                    td_rpc_list_free(one);
+                }
+                continue;
+            }
+            td_rpc_list_tensor(args, i, &t);
+            d = p->dim < 0 ? p->dim + td_tensor_ndim(t) : p->dim;
+            status = select ? td_tensor_select(t, d, start, &s)
+                            : td_tensor_narrow(t, d, start, len, &s);
+            if (status == TD_OK) {
+                status = td_rpc_list_add_tensor(parts[k].args, s);
+                td_tensor_release(s);
+            }
+        }
+    }
+    if (status != TD_OK) {
+        td_partitions_free(parts, n_parts);
+        return status;
+    }
+    *parts_p = parts;
+    *n_p = n_parts;
+    return TD_OK;
+}
+
+td_status_t
+td_partition(const td_partitioner_t *p, const td_rpc_list_t *args,
+             td_partition_t **parts_p, size_t *n_p)
+{
+    int me, size;
+
+    if (parts_p == NULL || n_p == NULL) {
+        return td_error(TD_ERR_INVALID, "partitioner: output is NULL");
+    }
+    whoami(&me, &size);
+    if (p == NULL || p->kind == TD_PARTITION_SELF) {
+        return one_part(me, args, parts_p, n_p);
+    }
+    switch (p->kind) {
+    case TD_PARTITION_RANK:
+        if (p->rank < 0 || p->rank >= size) {
+            return td_error(TD_ERR_RANGE, "partitioner: rank %d is not below "
+                            "the world size %d", p->rank, size);
+        }
+        return one_part(p->rank, args, parts_p, n_p);
+    case TD_PARTITION_DIM:
+        return dim_partition(p, args, parts_p, n_p);
+    case TD_PARTITION_USER:
+        if (p->fn == NULL) {
+            return td_error(TD_ERR_INVALID, "partitioner: user function is "
+                            "NULL");
+        }
+        return p->fn(p->arg, args, parts_p, n_p);
+    default:
+        return td_error(TD_ERR_INVALID, "partitioner: unknown kind %d",
+                        (int)p->kind);
+    }
+}
+
+/* ---- reducers ------------------------------------------------------------ */
+
+td_reducer_t
+td_reducer_mean(void)
+{
+    td_reducer_t r = TD_REDUCER_MEAN;
+
+    return r;
+}
+
+td_reducer_t
+td_reducer_sum(void)
+{
+    td_reducer_t r = TD_REDUCER_SUM;
+
+    return r;
+}
+
+td_reducer_t
+td_reducer_user(td_reduce_fn fn, void *arg)
+{
+    td_reducer_t r = { TD_REDUCE_USER, fn, arg };
+
+    return r;
+}
+
+static void
+shape_str(td_tensor_t *t, char *buf, size_t len)
+{
+    size_t o = 0;
+
+    o += (size_t)snprintf(buf + o, len - o, "[");
+    for (int d = 0; d < td_tensor_ndim(t) && o < len; d++) {
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", d ? ", " : "",
+                              (long long)td_tensor_shape(t)[d]);
+    }
+    if (o < len) {
+        snprintf(buf + o, len - o, "]");
+    }
+}
+
+/* torch.mean / torch.sum of torch.stack(results), item by item. */
+static td_status_t
+reduce_numeric(int mean, const td_rpc_list_t *const *results, size_t n,
+               td_rpc_list_t *out)
+{
+    size_t len;
+    td_status_t status = TD_OK;
+
+    if (n == 0) {
+        return td_error(TD_ERR_INVALID, "reducer: no results to reduce");
+    }
+    len = td_rpc_list_len(results[0]);
+    for (size_t r = 1; r < n; r++) {
+        if (td_rpc_list_len(results[r]) != len) {
+            return td_error(TD_ERR_INVALID, "reducer: result 0 has %zu "
+                            "items, result %zu has %zu", len, r,
+                            td_rpc_list_len(results[r]));
+        }
+    }
+    for (size_t i = 0; i < len && status == TD_OK; i++) {
+        td_value_kind_t kind = td_rpc_list_kind(results[0], i);
+
+        if (kind == TD_VALUE_TENSOR) {
+            td_tensor_t **ts = calloc(n, sizeof(*ts)), *st = NULL, *red;
+            int dims[1] = { 0 };
+
+            if (ts == NULL) {
+                return td_error(TD_ERR_NO_MEMORY, "reducer: out of memory");
+            }
+            for (size_t r = 0; r < n && status == TD_OK; r++) {
+                status = td_rpc_list_tensor(results[r], i, &ts[r]);
+                if (status != TD_OK) {
+                    status = td_error(TD_ERR_INVALID, "reducer: item %zu is "
+                                      "a tensor in result 0 but not in "
+                                      "result %zu", i, r);
+                    break;
+                }
+                if (td_tensor_ndim(ts[r]) != td_tensor_ndim(ts[0]) ||
+                    memcmp(td_tensor_shape(ts[r]), td_tensor_shape(ts[0]),
+                           sizeof(int64_t) *
+                           (size_t)td_tensor_ndim(ts[0])) != 0) {
+                    char a[128], b[128];
+
+                    shape_str(ts[0], a, sizeof(a));
+                    shape_str(ts[r], b, sizeof(b));
+                    status = td_error(TD_ERR_SHAPE, "reducer: cannot %s "
+                                      "results of shapes %s (result 0) and "
+                                      "%s (result %zu), item %zu",
+                                      mean ? "average" : "sum", a, b, r, i);
+                }
+            }
+            if (status == TD_OK) {
+                status = td_tensor_stack(ts, (int)n, 0, &st);
+            }
+            if (status == TD_OK) {
+                status = mean ? td_mean_dims(st, dims, 1, 0, &red)
+                              : td_sum_dims(st, dims, 1, 0, &red);
+                if (status == TD_OK) {
+                    status = td_rpc_list_add_tensor(out, red);
+                    td_tensor_release(red);
+                }
+            }
+            td_tensor_release(st);
+            free(ts);
+        } else if (kind == TD_VALUE_INT || kind == TD_VALUE_DOUBLE) {
+            double acc = 0;
+
+            for (size_t r = 0; r < n; r++) {
+                int64_t iv;
+                double dv;
+
+                if (td_rpc_list_int(results[r], i, &iv) == TD_OK) {
+                    acc += (double)iv;
+                } else if (td_rpc_list_double(results[r], i, &dv) == TD_OK) {
+                    acc += dv;
+                } else {
+                    return td_error(TD_ERR_INVALID, "reducer: item %zu is a "
+                                    "number in result 0 but not in result "
+                                    "%zu", i, r);
+                }
+            }
+            status = td_rpc_list_add_double(out, mean ? acc / (double)n : acc);
+        } else {
+            status = td_error(TD_ERR_INVALID, "reducer: item %zu is neither "
+                              "a tensor nor a number; use a user reducer",
+                              i);
+        }
+    }
+    return status;
+}
+
+static td_status_t
+concat(const td_rpc_list_t *const *results, size_t n, td_rpc_list_t *out)
+{
+    td_status_t status = TD_OK;
+
+    for (size_t r = 0; r < n && status == TD_OK; r++) {
+        td_rpc_list_t *c;
+
+        status = td_rpc_list_copy(results[r], &c);
+        for (size_t i = 0; status == TD_OK && i < c->n; i++) {
+            status = td_rpc_list_add_int(out, 0);
+            if (status == TD_OK) {
+                out->items[out->n - 1] = c->items[i];
+                c->items[i].kind = TD_VALUE_INT;     /* moved */
+            }
+        }
+        if (c != NULL && status == TD_OK) {
+            td_rpc_list_free(c);
+        }
+    }
+    return status;
+}
+
+td_status_t
+td_reduce(const td_reducer_t *r, const td_rpc_list_t *const *results,
+          size_t n, td_rpc_list_t **out_p)
+{
+    td_rpc_list_t *out;
+    td_status_t status;
+
+    status = td_rpc_list_create(&out);
+    if (status != TD_OK) {
+        return status;
+    }
+    switch (r == NULL ? TD_REDUCE_NONE : r->kind) {
+    case TD_REDUCE_NONE:
+        status = concat(results, n, out);
+        break;
+    case TD_REDUCE_MEAN:
+    case TD_REDUCE_SUM:
+        status = reduce_numeric(r->kind == TD_REDUCE_MEAN, results, n, out);
+        break;
+    case TD_REDUCE_USER:
+        status = r->fn != NULL ? r->fn(r->arg, results, n, out)
+                 : td_error(TD_ERR_INVALID, "reducer: user function is "
+                            "NULL");
+        break;
+    default:
+        status = td_error(TD_ERR_INVALID, "reducer: unknown kind %d",
+                          (int)r->kind);
+    }
+    if (status != TD_OK) {
+        td_rpc_list_free(out);
+        return status;
+    }
+    *out_p = out;
+    return TD_OK;
+}
+
+/* ---- parallel calls ------------------------------------------------------ */
+
+typedef struct {
+    td_future_t  *result;
+    td_future_t **futs;
+    size_t        n;
+    td_reducer_t  reducer;
+    int           has_reducer;
+} call_t;
+
+static void
+call_free(call_t *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        td_future_release(c->futs[i]);
+    }
+    free(c->futs);
+    td_future_release(c->result);
+    free(c);
+}
+
+/* collect_all finished: reduce (on a pool thread or the caller's). */
+static void
+call_done(void *arg, td_future_t *all)
+{
+    call_t *c = arg;
+    const td_rpc_list_t **results;
+    td_rpc_list_t *out = NULL;
+    td_status_t status = td_future_status(all);
+
+    if (status != TD_OK) {
+        td_future_fail(c->result, status, "%s", td_future_error(all));
+        call_free(c);
+        return;
+    }
+    results = calloc(c->n ? c->n : 1, sizeof(*results));
+    if (results == NULL) {
+        td_future_fail(c->result, TD_ERR_NO_MEMORY, "parallel call: out of "
+                       "memory");
+        call_free(c);
+        return;
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        results[i] = td_future_value(c->futs[i]);
+    }
+    status = td_reduce(c->has_reducer ? &c->reducer : NULL, results, c->n,
+                       &out);
+    free(results);
+    if (status == TD_OK) {
+        td_future_complete(c->result, out);
+    } else {
+        td_future_fail(c->result, status, "%s", td_last_error());
+    }
+    call_free(c);
+}
+
+td_status_t
+td_remote_async_call(const char *name, const td_rpc_list_t *args,
+                     const td_partitioner_t *partitioner,
+                     const td_reducer_t *reducer, double timeout,
+                     td_future_t **fut_p)
+{
+    td_partition_t *parts = NULL;
+    size_t n = 0;
+    call_t *c;
+    td_future_t *all, *result;
+    td_status_t status;
+
+    if (name == NULL || fut_p == NULL) {
+        return td_error(TD_ERR_INVALID, "parallel call: %s is NULL",
+                        name == NULL ? "function name" : "future pointer");
+    }
+    status = td_partition(partitioner, args, &parts, &n);
+    if (status != TD_OK) {
+        return status;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL || (c->futs = calloc(n ? n : 1, sizeof(*c->futs))) == NULL) {
+        free(c);
+        td_partitions_free(parts, n);
+        return td_error(TD_ERR_NO_MEMORY, "parallel call: out of memory");
+    }
+    if (reducer != NULL) {
+        c->reducer = *reducer;
+        c->has_reducer = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        status = td_rpc_async(parts[i].rank, name, parts[i].args, timeout,
+                              &c->futs[i]);
+        if (status != TD_OK) {
+            break;
+        }
+        c->n++;
+    }
+    td_partitions_free(parts, n);
+    if (status == TD_OK) {
+        status = td_future_create(&result);
+    }
+    if (status != TD_OK) {
+        c->result = NULL;
+        call_free(c);          /* calls already sent finish on their own */
+        return status;
+    }
+    c->result = td_future_retain(result);
+    status = td_future_collect_all(c->futs, c->n, &all);
+    if (status != TD_OK) {
+        call_free(c);
+        td_future_release(result);
+        return status;
+    }
+    td_future_then(all, call_done, c);
+    td_future_release(all);
+    *fut_p = result;
+    return TD_OK;
+}
+
+td_status_t
+td_remote_sync_call(const char *name, const td_rpc_list_t *args,
+                    const td_partitioner_t *partitioner,
+                    const td_reducer_t *reducer, double timeout,
+                    td_rpc_list_t **result_p)
+{
+    td_future_t *fut;
+    td_status_t status;
+
+    status = td_remote_async_call(name, args, partitioner, reducer, timeout,
+                                  &fut);
+    if (status != TD_OK) {
+        return status;
+    }
+    status = td_future_wait(fut, -1);
+    if (status == TD_OK) {
+        status = td_future_take(fut, result_p);
+    }
+    td_future_release(fut);
+    return status;
+}
+
+td_status_t
+td_parallel_call_async(const td_parallel_t *p, const td_rpc_list_t *args,
+                       td_future_t **fut_p)
+{
+    if (p == NULL) {
+        return td_error(TD_ERR_INVALID, "parallel call: descriptor is NULL");
+    }
+    return td_remote_async_call(p->name, args, &p->partitioner,
+                                p->reducer.kind == TD_REDUCE_NONE ? NULL
+                                : &p->reducer, p->timeout, fut_p);
+}
+
+td_status_t
+td_parallel_call(const td_parallel_t *p, const td_rpc_list_t *args,
+                 td_rpc_list_t **result_p)
+{
+    if (p == NULL) {
+        return td_error(TD_ERR_INVALID, "parallel call: descriptor is NULL");
+    }
+    return td_remote_sync_call(p->name, args, &p->partitioner,
+                               p->reducer.kind == TD_REDUCE_NONE ? NULL
+                               : &p->reducer, p->timeout, result_p);
+}
+
+/* ---- barriers of a subset ----------------------------------------------- *
+ * Every member calls "_td.barrier" on the set's lowest rank with the set's
+ * hash and its own generation count for that set; the handler there waits
+ * (on a pool thread: the pool grows) until all members of that generation
+ * arrived. */
+
+#define BARRIER_SETS 64
+#define BARRIER_MAX_RANKS 4096
+
+typedef struct slot {
+    uint64_t     key;          /* set hash */
+    int64_t      gen;
+    int          n;            /* members */
+    int          arrived;
+    int          left;         /* handlers that returned */
+    unsigned char *seen;       /* per member index */
+    struct slot *next;
+} slot_t;
+
+static pthread_mutex_t b_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t  b_cond = PTHREAD_COND_INITIALIZER;
+static slot_t *b_slots;
+static struct { uint64_t key; int64_t gen; } b_gens[BARRIER_SETS];
+
+static uint64_t
+set_hash(const int *ranks, int n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (int i = 0; i < n; i++) {
+        for (int b = 0; b < 4; b++) {
+            h ^= (uint64_t)((unsigned)ranks[i] >> (8 * b)) & 0xff;
+            h *= 0x100000001b3ull;
+        }
+    }
+    return h;
+}
+
+/* "_td.barrier"(key, gen, n, index, timeout, ranks as int32 bytes) on the
+ * leader. */
+static td_status_t
+fn_barrier(void *arg, const td_rpc_call_info_t *info,
+           const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    int64_t key, gen, n, idx;
+    double timeout;
+    const void *rb;
+    size_t rlen;
+    slot_t *s;
+    struct timespec ts;
+    td_status_t status = TD_OK;
+
+    (void)arg;
+    (void)info;
+    (void)result;
+    if (td_rpc_list_int(args, 0, &key) != TD_OK ||
+        td_rpc_list_int(args, 1, &gen) != TD_OK ||
+        td_rpc_list_int(args, 2, &n) != TD_OK ||
+        td_rpc_list_int(args, 3, &idx) != TD_OK ||
+        td_rpc_list_double(args, 4, &timeout) != TD_OK ||
+        td_rpc_list_bytes(args, 5, &rb, &rlen) != TD_OK ||
+        rlen != (size_t)n * sizeof(int32_t) ||
+        n < 1 || n > BARRIER_MAX_RANKS || idx < 0 || idx >= n) {
+        return td_error(TD_ERR_PROTOCOL, "barrier: malformed request");
+    }
+    pthread_mutex_lock(&b_lock);
+    for (s = b_slots; s != NULL; s = s->next) {
+        if (s->key == (uint64_t)key && s->gen == gen) {
+            break;
+        }
+    }
+    if (s == NULL) {
+        s = calloc(1, sizeof(*s));
+        if (s == NULL || (s->seen = calloc((size_t)n, 1)) == NULL) {
+            free(s);
+            pthread_mutex_unlock(&b_lock);
+            return td_error(TD_ERR_NO_MEMORY, "barrier: out of memory");
+        }
+        s->key = (uint64_t)key;
+        s->gen = gen;
+        s->n = (int)n;
+        s->next = b_slots;
+        b_slots = s;
+    }
+    if (!s->seen[idx]) {
+        s->seen[idx] = 1;
+        s->arrived++;
+    }
+    pthread_cond_broadcast(&b_cond);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)timeout;
+    ts.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    td_rpc_blocking(1);
+    while (s->arrived < s->n) {
+        if (timeout > 0) {
+            if (pthread_cond_timedwait(&b_cond, &b_lock, &ts) == ETIMEDOUT) {
+                break;
+            }
+        } else {
+            pthread_cond_wait(&b_cond, &b_lock);
+        }
+    }
+    td_rpc_blocking(0);
+    if (s->arrived < s->n) {
+        char missing[256] = "";
+        size_t o = 0;
+
+        for (int i = 0; i < s->n && o < sizeof(missing) - 12; i++) {
+            if (!s->seen[i]) {
+                int32_t r;
+
+                memcpy(&r, (const char *)rb + (size_t)i * sizeof(r), sizeof(r));
+                o += (size_t)snprintf(missing + o, sizeof(missing) - o,
+                                      "%s%d", o ? "," : "", (int)r);
+            }
+        }
+        status = td_error(TD_ERR_TIMEOUT, "barrier: rank(s) %s "
+                          "did not arrive within %.3g s", missing, timeout);
+    }
+    if (++s->left == s->n || status != TD_OK) {
+        /* The last one out frees the slot (or a timeout gives up on it). */
+        if (s->left == s->n) {
+            for (slot_t **pp = &b_slots; *pp; pp = &(*pp)->next) {
+                if (*pp == s) {
+                    *pp = s->next;
+                    break;
+                }
+            }
+            free(s->seen);
+            free(s);
+        }
+    }
+    pthread_mutex_unlock(&b_lock);
+    return status;
+}
+
+td_status_t
+td_barrier_ranks(const int *ranks, int n, double timeout)
+{
+    const td_world_t *w = td_world();
+    int idx = -1, leader;
+    uint64_t key;
+    int64_t gen = 0;
+    td_rpc_list_t *args;
+    td_rpc_list_t *res = NULL;
+    td_status_t status;
+
+    if (ranks == NULL) {
+        return td_barrier(timeout);
+    }
+    if (w == NULL) {
+        return td_error(TD_ERR_STATE, "barrier: not initialised");
+    }
+    if (n < 1 || n > BARRIER_MAX_RANKS) {
+        return td_error(TD_ERR_RANGE, "barrier: %d ranks, allowed 1..%d", n,
+                        BARRIER_MAX_RANKS);
+    }
+    leader = ranks[0];
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= w->world_size) {
+            return td_error(TD_ERR_RANGE, "barrier: rank %d is not below the "
+                            "world size %d", ranks[i], w->world_size);
+        }
+        if (ranks[i] == w->rank) {
+            idx = i;
+        }
+        if (ranks[i] < leader) {
+            leader = ranks[i];
+        }
+    }
+    if (idx < 0) {
+        return td_error(TD_ERR_INVALID, "barrier: rank %d is not among the "
+                        "%d ranks of the barrier", w->rank, n);
+    }
+    if (timeout < 0) {
+        timeout = td_rpc_default_timeout();
+    }
+    key = set_hash(ranks, n);
+    pthread_mutex_lock(&b_lock);
+    for (int i = 0; i < BARRIER_SETS; i++) {
+        if (b_gens[i].key == key || b_gens[i].key == 0) {
+            b_gens[i].key = key;
+            gen = ++b_gens[i].gen;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&b_lock);
+    status = td_rpc_list_create(&args);
+    if (status != TD_OK) {
+        return status;
+    }
+    td_rpc_list_add_int(args, (int64_t)key);
+    td_rpc_list_add_int(args, gen);
+    td_rpc_list_add_int(args, n);
+    td_rpc_list_add_int(args, idx);
+    td_rpc_list_add_double(args, timeout);
+    {
+        int32_t *rb = malloc((size_t)n * sizeof(*rb));
+
+        if (rb == NULL) {
+            td_rpc_list_free(args);
+            return td_error(TD_ERR_NO_MEMORY, "barrier: out of memory");
+        }
+        for (int i = 0; i < n; i++) {
+            rb[i] = ranks[i];
+        }
+        status = td_rpc_list_add_bytes(args, rb, (size_t)n * sizeof(*rb));
+        free(rb);
+        if (status != TD_OK) {
+            td_rpc_list_free(args);
+            return status;
+        }
+    }
+    /* The leader's own wait ends the call; give the call a little more. */
+    status = td_rpc_sync(leader, "_td.barrier", args,
+                         timeout > 0 ? timeout + 5 : 0, &res);
+    td_rpc_list_free(args);
+    td_rpc_list_free(res);
+    if (status == TD_ERR_REMOTE || status == TD_ERR_TIMEOUT) {
+        /* Name ranks, not indexes. */
+        char msg[512];
+
+        snprintf(msg, sizeof(msg), "%s", td_last_error());
+        return td_error(TD_ERR_TIMEOUT, "barrier of %d ranks (first %d): %s",
+                        n, ranks[0], msg);
+    }
+    return status;
+}
+
+__attribute__((constructor)) static void
+mapreduce_ctor(void)
+{
+    td_rpc_register("_td.barrier", fn_barrier, NULL);
+}

@@ -1,0 +1,1689 @@
+/* rpc.c: remote calls (todist/rpc.h) over the UCX transport.
+ *
+ * Pieces: the function registry (name -> FNV-1a id), the handler pool (an
+ * elastic set of threads: it grows when every thread is busy, so handlers
+ * that block on nested calls, even to themselves, cannot starve it; idle
+ * threads are woken last-in first-out), the table of pending calls
+ * (message id -> future, destination, deadline), a timer thread failing
+ * calls past their deadline, the receive path, which validates every
+ * message before use and hands calls to the pool (or runs TD_RPC_INLINE
+ * ones where they arrive), and td_rpc_drive, through which a waiting
+ * thread drives the transport itself.
+ *
+ * Invariants (comments below cite them as R1..R8):
+ *  R1 One thread at a time is in the UCX worker, the progress token's
+ *     holder; every receive and send-completion callback, and every inline
+ *     handler, runs on it.
+ *  R2 A call runs on the pool unless its function is TD_RPC_INLINE and it
+ *     carries no autograd context; an inline handler never waits
+ *     (td_rpc_drive refuses), so it cannot stall the calls behind it.
+ *  R3 A pending call is removed in exactly one place (pending_take /
+ *     pending_take_matching), and whoever removes it completes its future:
+ *     the reply, the timer, a dead peer, a failed send or shutdown, never
+ *     two of them.
+ *  R4 User callbacks of futures never run on the token holder: completions
+ *     from the receive path post them to the pool.
+ *  R5 A pending call is in the table before its message is sent: the reply
+ *     may come before the send returns.
+ *  R6 Once shutdown stored RPC_STOPPED and in_drive reached zero, no thread
+ *     enters the transport through this module.
+ *  R7 Messages from one thread leave in the order it posted them (a direct
+ *     send drains the queue first).
+ *  R8 No field of a received message is used before td_rpc_wire_parse and
+ *     the body checks accepted it against the received sizes.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <time.h>
+
+#include "todist/rpc.h"
+#include "todist/rref.h"
+#include "todist/init.h"
+#include "todist/world.h"
+#include "runtime/runtime.h"
+#include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/rpc_wire.h"
+#include "runtime/rpc/rref_internal.h"
+
+#define RPC_TRANSPORT_ID     1      /* transport handler id of RPC */
+#define RPC_FN_TABLE         256    /* registry slots (power of two) */
+#define RPC_PENDING_BUCKETS  1024
+#define RPC_POOL_MAX         256    /* threads at most */
+#define RPC_TIMER_TICK_S     0.01
+
+/* Error kinds in an ERROR reply (its INT item). */
+enum { ERR_HANDLER = 0, ERR_NO_FUNCTION = 1, ERR_DECODE = 2 };
+
+/* ---- registry ------------------------------------------------------------ */
+
+typedef struct {
+    char      name[TD_RPC_NAME_MAX];
+    uint64_t  id;
+    td_rpc_fn fn;
+    void     *arg;
+    unsigned  flags;     /* TD_RPC_INLINE */
+} fn_entry_t;
+
+static fn_entry_t fns[RPC_FN_TABLE];
+static size_t     n_fns;
+static int        cfg_threads = 0;          /* 0: env or 4 */
+static double     cfg_timeout = -1;         /* < 0: env or 60 */
+static double     env_timeout = -1;         /* the env's, from td_init on */
+static td_rpc_autograd_hooks_t hooks;
+static int        have_hooks;
+
+typedef struct {
+    td_rpc_typed_fn fn;
+    void           *arg;
+} typed_entry_t;
+
+static typed_entry_t typed[TD_RPC_MSG_TYPE_MAX + 1];
+
+/* ---- pending calls ------------------------------------------------------- */
+
+typedef struct pending {
+    uint64_t        id;
+    int             dst;
+    char            name[TD_RPC_NAME_MAX];
+    double          deadline;       /* 0: none */
+    td_future_t    *fut;
+    struct pending *next;
+} pending_t;
+
+/* A bounded copy (snprintf's formatting machinery costs more than a short
+ * call's whole encoding). */
+static void
+copy_name(char *dst, size_t len, const char *src)
+{
+    size_t n = strnlen(src, len - 1);
+
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* ---- the pool ------------------------------------------------------------ */
+
+typedef struct job {
+    void       (*fn)(void *arg);
+    void        *arg;
+    struct job  *next;
+} job_t;
+
+/* An idle pool thread, on its own stack. Idle threads form a LIFO stack:
+ * the next job goes to the thread that went idle last, whose cache is warm
+ * and which the scheduler places on the core it just used (a FIFO wake-up
+ * may pick a thread last run on a core another rank polls, and the job
+ * then waits for that core). */
+typedef struct idler {
+    pthread_cond_t  cond;
+    int             woken;
+    struct idler   *next;
+} idler_t;
+
+typedef struct {
+    pthread_mutex_t lock;
+    idler_t        *idle_top;
+    job_t          *head, **tail;
+    int             n_threads;
+    int             n_idle;
+    int             n_jobs;         /* queued or running (atomic) */
+    int             stop;
+    pthread_t       threads[RPC_POOL_MAX];
+} pool_t;
+
+struct rx;
+static void run_inline(struct rx *r, const char *name);
+
+/* ---- state --------------------------------------------------------------- */
+
+enum { RPC_OFF = 0, RPC_RUNNING = 1, RPC_STOPPED = 2 };
+
+static struct {
+    atomic_int        state;
+    td_transport_t   *tp;
+    int               rank;
+    int               world_size;
+    char              worker_name[TD_WORKER_NAME_MAX];
+    atomic_uint_fast64_t next_id;
+    pthread_mutex_t   plock;                   /* pending table */
+    pending_t        *buckets[RPC_PENDING_BUCKETS];
+    size_t            n_pending;
+    atomic_long       busy;                    /* jobs + sends in flight */
+    pool_t            pool;
+    pthread_t         timer;
+    int               timer_started;
+    pthread_mutex_t   tlock;
+    pthread_cond_t    tcond;
+    int               timer_stop;
+} rpc = {
+    .plock = PTHREAD_MUTEX_INITIALIZER,
+    .tlock = PTHREAD_MUTEX_INITIALIZER,
+    .tcond = PTHREAD_COND_INITIALIZER,
+};
+
+static double rpc_spin_us = -1;    /* env TODIST_RPC_SPIN_US */
+static __thread int tl_pool_thread; /* this thread is a handler pool thread */
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *
+worker_name(int rank, char *buf, size_t len)
+{
+    if (td_worker_name(rank, rpc.world_size, buf, len) != TD_OK) {
+        snprintf(buf, len, "worker%d", rank);
+    }
+    return buf;
+}
+
+void
+td_rpc_format_remote_error(char *buf, size_t len, int rank, const char *msg)
+{
+    char name[TD_WORKER_NAME_MAX];
+
+    snprintf(buf, len, "Error on rank %d (%s): %s", rank,
+             worker_name(rank, name, sizeof(name)), msg);
+}
+
+/* ---- registry ------------------------------------------------------------ */
+
+static fn_entry_t *
+fn_find(uint64_t id)
+{
+    for (size_t i = id & (RPC_FN_TABLE - 1), k = 0; k < RPC_FN_TABLE;
+         i = (i + 1) & (RPC_FN_TABLE - 1), k++) {
+        if (fns[i].fn == NULL) {
+            return NULL;
+        }
+        if (fns[i].id == id) {
+            return &fns[i];
+        }
+    }
+    return NULL;
+}
+
+static void rpc_register_module(void);
+
+td_status_t
+td_rpc_register(const char *name, td_rpc_fn fn, void *arg)
+{
+    return td_rpc_register_flags(name, fn, arg, 0);
+}
+
+td_status_t
+td_rpc_register_flags(const char *name, td_rpc_fn fn, void *arg,
+                      unsigned flags)
+{
+    size_t len;
+    uint64_t id;
+
+    if ((flags & ~(unsigned)TD_RPC_INLINE) != 0) {
+        return td_error(TD_ERR_INVALID, "rpc: register '%s': unknown flags "
+                        "0x%x", name != NULL ? name : "(null)",
+                        flags & ~(unsigned)TD_RPC_INLINE);
+    }
+    if (name == NULL || fn == NULL) {
+        return td_error(TD_ERR_INVALID, "rpc: register: %s is NULL",
+                        name == NULL ? "name" : "function");
+    }
+    len = strlen(name);
+    if (len == 0 || len >= TD_RPC_NAME_MAX) {
+        return td_error(TD_ERR_INVALID, "rpc: function name '%.40s' has %zu "
+                        "bytes, allowed 1..%d", name, len,
+                        TD_RPC_NAME_MAX - 1);
+    }
+    if (atomic_load(&rpc.state) == RPC_RUNNING) {
+        return td_error(TD_ERR_STATE, "rpc: function '%s' registered after "
+                        "td_init: register on every worker before td_init",
+                        name);
+    }
+    id = td_rpc_wire_fn_id(name);
+    fn_entry_t *e = fn_find(id);
+    if (e != NULL) {
+        if (strcmp(e->name, name) != 0) {
+            return td_error(TD_ERR_EXISTS, "rpc: function names '%s' and "
+                            "'%s' hash alike; rename one", e->name, name);
+        }
+        return td_error(TD_ERR_EXISTS, "rpc: function '%s' is already "
+                        "registered", name);
+    }
+    if (n_fns >= RPC_FN_TABLE / 2) {
+        return td_error(TD_ERR_RANGE, "rpc: more than %d functions",
+                        RPC_FN_TABLE / 2);
+    }
+    for (size_t i = id & (RPC_FN_TABLE - 1);;
+         i = (i + 1) & (RPC_FN_TABLE - 1)) {
+        if (fns[i].fn == NULL) {
+            memcpy(fns[i].name, name, len + 1);
+            fns[i].id = id;
+            fns[i].fn = fn;
+            fns[i].arg = arg;
+            fns[i].flags = flags;
+            break;
+        }
+    }
+    n_fns++;
+    rpc_register_module();
+    return TD_OK;
+}
+
+td_status_t
+td_rpc_set_threads(int n)
+{
+    if (n < 1 || n > RPC_POOL_MAX) {
+        return td_error(TD_ERR_RANGE, "rpc: %d handler threads, allowed "
+                        "1..%d", n, RPC_POOL_MAX);
+    }
+    cfg_threads = n;
+    return TD_OK;
+}
+
+td_status_t
+td_rpc_set_default_timeout(double seconds)
+{
+    if (!(seconds >= 0)) {
+        return td_error(TD_ERR_RANGE, "rpc: default timeout %g s is "
+                        "negative", seconds);
+    }
+    cfg_timeout = seconds;
+    return TD_OK;
+}
+
+/* TODIST_RPC_TIMEOUT, or 60 s when unset or not a number >= 0. */
+static double
+env_timeout_read(void)
+{
+    const char *s = getenv("TODIST_RPC_TIMEOUT");
+
+    if (s != NULL && *s != '\0') {
+        char *end;
+        double v = strtod(s, &end);
+
+        if (*end == '\0' && v >= 0) {
+            return v;
+        }
+    }
+    return 60.0;
+}
+
+double
+td_rpc_default_timeout(void)
+{
+    if (cfg_timeout >= 0) {
+        return cfg_timeout;
+    }
+    if (env_timeout >= 0) {
+        return env_timeout;         /* read once at td_init: not per call */
+    }
+    return env_timeout_read();
+}
+
+td_status_t
+td_rpc_set_autograd_hooks(const td_rpc_autograd_hooks_t *h)
+{
+    if (atomic_load(&rpc.state) == RPC_RUNNING) {
+        return td_error(TD_ERR_STATE, "rpc: autograd hooks set after "
+                        "td_init");
+    }
+    if (h == NULL) {
+        memset(&hooks, 0, sizeof(hooks));
+        have_hooks = 0;
+    } else {
+        hooks = *h;
+        have_hooks = 1;
+    }
+    rpc_register_module();
+    return TD_OK;
+}
+
+td_status_t
+td_rpc_set_typed_handler(int type, td_rpc_typed_fn fn, void *arg)
+{
+    if (type < TD_RPC_MSG_REMOTE || type > TD_RPC_MSG_TYPE_MAX) {
+        return td_error(TD_ERR_RANGE, "rpc: no typed handler for message "
+                        "type %d", type);
+    }
+    typed[type].fn = fn;
+    typed[type].arg = arg;
+    rpc_register_module();
+    return TD_OK;
+}
+
+/* The world size, also before td_init (from the environment). */
+static int
+world_size_now(void)
+{
+    const td_world_t *w = td_world();
+    td_world_t env;
+
+    if (w != NULL) {
+        return w->world_size;
+    }
+    return td_world_from_env(&env) == TD_OK ? env.world_size : 1;
+}
+
+td_status_t
+td_rpc_worker_rank(const char *name, int *rank_p)
+{
+    int size = world_size_now();
+
+    for (int r = 0; name != NULL && r < size; r++) {
+        char buf[TD_WORKER_NAME_MAX];
+
+        if (td_worker_name(r, size, buf, sizeof(buf)) == TD_OK &&
+            strcmp(buf, name) == 0) {
+            *rank_p = r;
+            return TD_OK;
+        }
+    }
+    return td_error(TD_ERR_NOT_FOUND, "rpc: no worker named '%s' among %d",
+                    name != NULL ? name : "(null)", size);
+}
+
+td_status_t
+td_rpc_worker_name(int rank, char *buf, size_t len)
+{
+    int size = world_size_now();
+
+    if (rank < 0 || rank >= size) {
+        return td_error(TD_ERR_RANGE, "rpc: rank %d is not below the world "
+                        "size %d", rank, size);
+    }
+    return td_worker_name(rank, size, buf, len);
+}
+
+/* ---- pool ---------------------------------------------------------------- */
+
+static void *
+pool_main(void *arg)
+{
+    pool_t *p = arg;
+    idler_t me;
+
+    pthread_setname_np(pthread_self(), "td-rpc-pool");
+    tl_pool_thread = 1;
+    pthread_cond_init(&me.cond, NULL);
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        if (p->head == NULL && !p->stop && rpc_spin_us > 0) {
+            /* Poll a little before sleeping: a futex wake-up costs more
+             * than a short call's whole round trip. Idle while polling. */
+            double until = now_s() + rpc_spin_us * 1e-6;
+
+            p->n_idle++;
+            pthread_mutex_unlock(&p->lock);
+            while (__atomic_load_n(&p->head, __ATOMIC_ACQUIRE) == NULL &&
+                   !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) &&
+                   now_s() < until) {
+                sched_yield();
+            }
+            pthread_mutex_lock(&p->lock);
+            p->n_idle--;
+        }
+        while (p->head == NULL && !p->stop) {
+            me.woken = 0;
+            me.next = p->idle_top;
+            p->idle_top = &me;
+            p->n_idle++;
+            while (!me.woken) {         /* whoever wakes us pops us */
+                pthread_cond_wait(&me.cond, &p->lock);
+            }
+            p->n_idle--;
+        }
+        if (p->head == NULL) {          /* stopping, queue drained */
+            break;
+        }
+        job_t *j = p->head;
+        p->head = j->next;
+        if (p->head == NULL) {
+            p->tail = &p->head;
+        }
+        pthread_mutex_unlock(&p->lock);
+        j->fn(j->arg);
+        free(j);
+        __atomic_sub_fetch(&p->n_jobs, 1, __ATOMIC_SEQ_CST);
+        if (rpc.tp != NULL) {
+            td_transport_yield_done(rpc.tp);
+        }
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    pthread_cond_destroy(&me.cond);
+    return NULL;
+}
+
+void
+td_rpc_blocking(int on)
+{
+    /* A job asleep needs no core: it leaves the count the progress thread
+     * steps aside for (td_transport_yield_when) while it sleeps. */
+    if (!tl_pool_thread) {
+        return;
+    }
+    if (on) {
+        __atomic_sub_fetch(&rpc.pool.n_jobs, 1, __ATOMIC_SEQ_CST);
+        if (rpc.tp != NULL) {
+            td_transport_yield_done(rpc.tp);
+        }
+    } else {
+        __atomic_add_fetch(&rpc.pool.n_jobs, 1, __ATOMIC_SEQ_CST);
+    }
+}
+
+/* Wake the thread that went idle last; the caller holds p->lock. */
+static void
+pool_wake_one(pool_t *p)
+{
+    idler_t *w = p->idle_top;
+
+    if (w != NULL) {
+        p->idle_top = w->next;
+        w->woken = 1;
+        pthread_cond_signal(&w->cond);
+    }
+}
+
+/* Start one more pool thread; the caller holds p->lock. */
+static td_status_t
+pool_grow(pool_t *p)
+{
+    int rc;
+
+    if (p->n_threads >= RPC_POOL_MAX) {
+        return td_error(TD_ERR_RANGE, "rpc: handler pool at its limit of %d "
+                        "threads", RPC_POOL_MAX);
+    }
+    rc = pthread_create(&p->threads[p->n_threads], NULL, pool_main, p);
+    if (rc != 0) {
+        return td_error(TD_ERR_IO, "rpc: starting a handler thread: %s",
+                        strerror(rc));
+    }
+    p->n_threads++;
+    return TD_OK;
+}
+
+td_status_t
+td_rpc_pool_post(void (*fn)(void *arg), void *arg)
+{
+    pool_t *p = &rpc.pool;
+    job_t *j;
+
+    if (atomic_load(&rpc.state) == RPC_OFF || p->n_threads == 0) {
+        return td_error(TD_ERR_STATE, "rpc: no handler pool running");
+    }
+    j = malloc(sizeof(*j));
+    if (j == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a job");
+    }
+    j->fn = fn;
+    j->arg = arg;
+    j->next = NULL;
+    __atomic_fetch_add(&p->n_jobs, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&p->lock);
+    *p->tail = j;
+    p->tail = &j->next;
+    if (p->n_idle == 0 && !p->stop) {
+        /* Every thread is busy (maybe blocked in a nested call): add one
+         * rather than let the job wait behind them. */
+        pool_grow(p);
+    }
+    pool_wake_one(p);
+    pthread_mutex_unlock(&p->lock);
+    return TD_OK;
+}
+
+static td_status_t
+pool_start(pool_t *p, int n)
+{
+    td_status_t status = TD_OK;
+
+    pthread_mutex_init(&p->lock, NULL);
+    p->head = NULL;
+    p->tail = &p->head;
+    p->idle_top = NULL;
+    p->stop = 0;
+    p->n_idle = 0;
+    p->n_jobs = 0;
+    p->n_threads = 0;
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < n && status == TD_OK; i++) {
+        status = pool_grow(p);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return status;
+}
+
+/* Run what is queued, then stop every thread. */
+static void
+pool_stop(pool_t *p)
+{
+    int n;
+
+    pthread_mutex_lock(&p->lock);
+    p->stop = 1;
+    while (p->idle_top != NULL) {
+        pool_wake_one(p);
+    }
+    pthread_mutex_unlock(&p->lock);
+    /* Threads may still be added while the last jobs run: join until no
+     * new ones appear. */
+    for (int i = 0;; i++) {
+        pthread_mutex_lock(&p->lock);
+        n = p->n_threads;
+        pthread_mutex_unlock(&p->lock);
+        if (i >= n) {
+            break;
+        }
+        pthread_join(p->threads[i], NULL);
+    }
+    pthread_mutex_destroy(&p->lock);
+    p->n_threads = 0;
+}
+
+/* ---- pending table ------------------------------------------------------- */
+
+static void
+pending_insert(pending_t *pc)
+{
+    pthread_mutex_lock(&rpc.plock);
+    pending_t **b = &rpc.buckets[pc->id % RPC_PENDING_BUCKETS];
+    pc->next = *b;
+    *b = pc;
+    rpc.n_pending++;
+    pthread_mutex_unlock(&rpc.plock);
+}
+
+/* Remove and return the call with ID (NULL when gone: completed, timed out
+ * or failed already). */
+static pending_t *
+pending_take(uint64_t id)
+{
+    pending_t *pc;
+
+    pthread_mutex_lock(&rpc.plock);
+    for (pending_t **pp = &rpc.buckets[id % RPC_PENDING_BUCKETS];
+         (pc = *pp) != NULL; pp = &pc->next) {
+        if (pc->id == id) {
+            *pp = pc->next;
+            rpc.n_pending--;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rpc.plock);
+    return pc;
+}
+
+/* Take every call matching (DST or any when < 0; deadline passed when
+ * NOW > 0) into a list. */
+static pending_t *
+pending_take_matching(int dst, double now)
+{
+    pending_t *out = NULL;
+
+    pthread_mutex_lock(&rpc.plock);
+    for (size_t b = 0; b < RPC_PENDING_BUCKETS; b++) {
+        pending_t **pp = &rpc.buckets[b], *pc;
+
+        while ((pc = *pp) != NULL) {
+            int match = (dst < 0 || pc->dst == dst) &&
+                        (now <= 0 || (pc->deadline > 0 && pc->deadline < now));
+            if (match) {
+                *pp = pc->next;
+                rpc.n_pending--;
+                pc->next = out;
+                out = pc;
+            } else {
+                pp = &pc->next;
+            }
+        }
+    }
+    pthread_mutex_unlock(&rpc.plock);
+    return out;
+}
+
+static void
+pending_fail(pending_t *pc, td_status_t status, const char *msg,
+             int from_progress)
+{
+    if (from_progress) {
+        td_future_fail_async(pc->fut, status, msg);
+    } else {
+        td_future_fail(pc->fut, status, "%s", msg);
+    }
+    td_future_release(pc->fut);
+    free(pc);
+}
+
+/* ---- timer --------------------------------------------------------------- */
+
+static void *
+timer_main(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "td-rpc-timer");
+    pthread_mutex_lock(&rpc.tlock);
+    while (!rpc.timer_stop) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)(RPC_TIMER_TICK_S * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&rpc.tcond, &rpc.tlock, &ts);
+        if (rpc.timer_stop) {
+            break;
+        }
+        pthread_mutex_unlock(&rpc.tlock);
+        if (rpc.n_pending > 0) {
+            pending_t *pc = pending_take_matching(-1, now_s());
+
+            while (pc != NULL) {
+                pending_t *next = pc->next;
+                char msg[512], name[TD_WORKER_NAME_MAX];
+
+                snprintf(msg, sizeof(msg), "rpc: call '%s' to rank %d (%s) "
+                         "timed out", pc->name, pc->dst,
+                         worker_name(pc->dst, name, sizeof(name)));
+                pending_fail(pc, TD_ERR_TIMEOUT, msg, 1);
+                pc = next;
+            }
+        }
+        pthread_mutex_lock(&rpc.tlock);
+    }
+    pthread_mutex_unlock(&rpc.tlock);
+    return NULL;
+}
+
+/* ---- one-slot caches ------------------------------------------------------ *
+ * A send's state (2 KB) and a received message's (6 KB) are "large" to
+ * malloc, which then consolidates its fast bins on every call: a single
+ * atomic slot per kind gives the last freed block to the next message
+ * (exchange to take it, compare-and-swap to put it back: no ABA, the
+ * taker owns what it took). */
+
+static void *_Atomic send_slot;
+static void *_Atomic rx_slot;
+
+static void *
+slot_get(void *_Atomic *slot, size_t size)
+{
+    void *p = atomic_exchange_explicit(slot, NULL, memory_order_acquire);
+
+    return p != NULL ? p : malloc(size);
+}
+
+static void
+slot_put(void *_Atomic *slot, void *p)
+{
+    void *expected = NULL;
+
+    if (!atomic_compare_exchange_strong_explicit(slot, &expected, p,
+                                                 memory_order_release,
+                                                 memory_order_relaxed)) {
+        free(p);
+    }
+}
+
+static void
+slot_clear(void *_Atomic *slot)
+{
+    free(atomic_exchange(slot, NULL));
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+typedef struct {
+    td_rpc_wire_out_t out;
+    uint64_t          id;        /* pending call, 0 for replies */
+    int               dst;
+} send_t;
+
+static void
+send_done(void *arg, td_status_t status)
+{
+    send_t *s = arg;
+
+    if (status != TD_OK && s->id != 0) {
+        pending_t *pc = pending_take(s->id);
+
+        if (pc != NULL) {
+            char msg[512], name[TD_WORKER_NAME_MAX];
+
+            snprintf(msg, sizeof(msg), "rpc: call '%s' to rank %d (%s) "
+                     "failed: %s", pc->name, pc->dst,
+                     worker_name(pc->dst, name, sizeof(name)),
+                     status == TD_ERR_PEER ? "the peer died or is "
+                     "unreachable" : td_strerror(status));
+            pending_fail(pc, status, msg, 1);
+        }
+    }
+    td_rpc_wire_out_free(&s->out);
+    slot_put(&send_slot, s);
+    atomic_fetch_sub(&rpc.busy, 1);
+}
+
+/* Encode and send; on TD_OK the message is on its way. */
+static td_status_t
+send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
+         uint64_t pending_id)
+{
+    send_t *s;
+    td_status_t status;
+
+    s = slot_get(&send_slot, sizeof(*s));   /* encode sets what it uses */
+    if (s == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a send");
+    }
+    status = td_rpc_wire_encode(meta, args, dst, TD_TRANSPORT_HEADER_MAX,
+                                td_rref_wire_out, NULL, &s->out);
+    if (status != TD_OK) {
+        slot_put(&send_slot, s);
+        return status;
+    }
+    s->id = pending_id;
+    s->dst = dst;
+    atomic_fetch_add(&rpc.busy, 1);
+    status = td_transport_send(rpc.tp, dst, RPC_TRANSPORT_ID, s->out.header,
+                               s->out.header_len, s->out.bodies,
+                               (size_t)s->out.n_bodies, send_done, s);
+    if (status != TD_OK) {
+        atomic_fetch_sub(&rpc.busy, 1);
+        td_rpc_wire_out_free(&s->out);
+        slot_put(&send_slot, s);
+    }
+    return status;
+}
+
+static td_status_t
+check_dst(int dst)
+{
+    if (atomic_load(&rpc.state) != RPC_RUNNING) {
+        return td_error(TD_ERR_STATE, "rpc: not running (call td_init "
+                        "first; calls after td_finalize fail)");
+    }
+    if (dst < 0 || dst >= rpc.world_size) {
+        return td_error(TD_ERR_RANGE, "rpc: destination rank %d is not "
+                        "below the world size %d", dst, rpc.world_size);
+    }
+    return TD_OK;
+}
+
+/* Autograd ids for a message to DST carrying LIST inside CTX. */
+static td_status_t
+autograd_send(uint64_t ctx, int dst, const td_rpc_list_t *list,
+              td_rpc_wire_meta_t *meta)
+{
+    if (!have_hooks || ctx == 0 || !td_rpc_list_requires_grad(list)) {
+        return TD_OK;
+    }
+    meta->autograd_context_id = ctx;
+    return hooks.on_send(hooks.arg, ctx, dst, list,
+                         &meta->autograd_message_id);
+}
+
+td_status_t
+td_rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
+                  const td_rpc_list_t *args, double timeout,
+                  td_future_t **fut_p)
+{
+    td_rpc_wire_meta_t meta;
+    pending_t *pc = NULL;
+    td_future_t *fut = NULL;
+    td_status_t status;
+
+    status = check_dst(dst);
+    if (status != TD_OK) {
+        return status;
+    }
+    if (timeout < 0) {
+        timeout = td_rpc_default_timeout();
+    }
+    memset(&meta, 0, sizeof(meta));
+    meta.type = (uint8_t)type;
+    meta.sender = rpc.rank;
+    meta.message_id = atomic_fetch_add(&rpc.next_id, 1);
+    meta.function_id = function_id;
+    status = autograd_send(have_hooks ? hooks.current_context(hooks.arg) : 0,
+                           dst, args, &meta);
+    if (status != TD_OK) {
+        return status;
+    }
+    if (type == TD_RPC_MSG_RREF_FETCH && have_hooks) {
+        /* to_here carries the caller's context (no tensors of its own), so
+         * the owner's reply, the value, is recorded like a call's result
+         * (distributed autograd) */
+        meta.autograd_context_id = hooks.current_context(hooks.arg);
+    }
+
+    if (fut_p != NULL) {
+        status = td_future_create(&fut);
+        if (status != TD_OK) {
+            return status;
+        }
+        pc = calloc(1, sizeof(*pc));
+        if (pc == NULL) {
+            td_future_release(fut);
+            return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory");
+        }
+        pc->id = meta.message_id;
+        pc->dst = dst;
+        copy_name(pc->name, sizeof(pc->name), name != NULL ? name : "?");
+        pc->deadline = timeout > 0 ? now_s() + timeout : 0;
+        pc->fut = td_future_retain(fut);
+        pending_insert(pc);       /* R5: before sending */
+    }
+    status = send_msg(dst, &meta, args, fut_p != NULL ? meta.message_id : 0);
+    if (status != TD_OK) {
+        if (pc != NULL && (pc = pending_take(meta.message_id)) != NULL) {
+            td_future_release(pc->fut);
+            free(pc);
+        }
+        td_future_release(fut);
+        return status;
+    }
+    if (fut_p != NULL) {
+        *fut_p = fut;
+    }
+    return TD_OK;
+}
+
+td_status_t
+td_rpc_async(int dst, const char *name, const td_rpc_list_t *args,
+             double timeout, td_future_t **fut_p)
+{
+    if (name == NULL || fut_p == NULL) {
+        return td_error(TD_ERR_INVALID, "rpc: async: %s is NULL",
+                        name == NULL ? "function name" : "future pointer");
+    }
+    return td_rpc_send_typed(dst, TD_RPC_MSG_CALL, td_rpc_wire_fn_id(name),
+                             name, args, timeout, fut_p);
+}
+
+td_status_t
+td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
+            double timeout, td_rpc_list_t **result_p)
+{
+    td_future_t *fut;
+    td_status_t status;
+
+    td_transport_will_drive(1);     /* the wait below drives at once */
+    status = td_rpc_async(dst, name, args, timeout, &fut);
+    td_transport_will_drive(0);
+    if (status != TD_OK) {
+        return status;
+    }
+    /* The call's own deadline ends the wait (the timer fails it). */
+    status = td_future_wait(fut, -1);
+    if (status == TD_OK) {
+        status = td_future_take(fut, result_p);
+    }
+    td_future_release(fut);
+    return status;
+}
+
+/* ---- running calls ------------------------------------------------------- */
+
+td_status_t
+td_rpc_run_local(uint64_t function_id, int caller, const td_rpc_list_t *args,
+                 td_rpc_list_t *result)
+{
+    fn_entry_t *e = fn_find(function_id);
+    td_rpc_call_info_t info;
+
+    if (e == NULL) {
+        return td_error(TD_ERR_NOT_FOUND, "rpc: rank %d has no function "
+                        "with id %016llx", rpc.rank,
+                        (unsigned long long)function_id);
+    }
+    info.caller = caller;
+    info.name = e->name;
+    return e->fn(e->arg, &info, args, result);
+}
+
+/* ---- receive buffers ------------------------------------------------------ *
+ * Large tensor bodies land in buffers from a small cache instead of fresh
+ * allocations: a fresh 64 MiB buffer is a new mmap each time, so UCX
+ * registers (and on munmap deregisters) it for every message, and every
+ * page faults on first touch. Reused buffers keep UCX's registration cache
+ * warm. Power-of-two classes from 64 KiB; at most BUF_KEEP per class. */
+
+#define BUF_MIN_SHIFT 16
+#define BUF_CLASSES   20           /* 64 KiB .. 32 GiB */
+#define BUF_KEEP      4
+
+static pthread_mutex_t buf_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *buf_free[BUF_CLASSES][BUF_KEEP];
+static int   buf_n[BUF_CLASSES];
+
+static int
+buf_class(size_t n)
+{
+    int c = 0;
+
+    while (c < BUF_CLASSES && ((size_t)1 << (BUF_MIN_SHIFT + c)) < n) {
+        c++;
+    }
+    return c;
+}
+
+static void
+buf_release(void *data, void *arg)
+{
+    int c = (int)(intptr_t)arg;
+
+    pthread_mutex_lock(&buf_lock);
+    if (buf_n[c] < BUF_KEEP) {
+        buf_free[c][buf_n[c]++] = data;
+        data = NULL;
+    }
+    pthread_mutex_unlock(&buf_lock);
+    free(data);
+}
+
+/* A tensor for a received body of NBYTES (cached buffer when large). */
+static td_status_t
+rx_tensor(const td_rpc_wire_tensor_t *t, td_tensor_t **out)
+{
+    int c;
+    void *data = NULL;
+    td_status_t status;
+
+    if (t->nbytes < ((size_t)1 << BUF_MIN_SHIFT) ||
+        (c = buf_class(t->nbytes)) >= BUF_CLASSES) {
+        return td_tensor_empty(t->shape, t->ndim, t->dtype, TD_CPU, out);
+    }
+    pthread_mutex_lock(&buf_lock);
+    if (buf_n[c] > 0) {
+        data = buf_free[c][--buf_n[c]];
+    }
+    pthread_mutex_unlock(&buf_lock);
+    if (data == NULL) {
+        data = aligned_alloc(64, (size_t)1 << (BUF_MIN_SHIFT + c));
+        if (data == NULL) {
+            return td_error(TD_ERR_NO_MEMORY, "rpc: cannot allocate %zu "
+                            "bytes for a received tensor", t->nbytes);
+        }
+    }
+    status = td_tensor_from_blob(data, t->shape, t->ndim, t->dtype, TD_CPU,
+                                 buf_release, (void *)(intptr_t)c, out);
+    if (status != TD_OK) {
+        buf_release(data, (void *)(intptr_t)c);
+    }
+    return status;
+}
+
+static void
+buf_cache_clear(void)
+{
+    pthread_mutex_lock(&buf_lock);
+    for (int c = 0; c < BUF_CLASSES; c++) {
+        while (buf_n[c] > 0) {
+            free(buf_free[c][--buf_n[c]]);
+        }
+    }
+    pthread_mutex_unlock(&buf_lock);
+}
+
+/* A received message, from the transport's receive handler to the pool. */
+#define RX_HDR_SMALL 256
+
+typedef struct rx {
+    td_rpc_wire_msg_t msg;
+    uint8_t          *hdr_copy;      /* inline args point in here */
+    uint8_t           hdr_small[RX_HDR_SMALL];  /* hdr_copy of small ones */
+    uint8_t          *args_buf;      /* args body */
+    td_tensor_t      *tensors[TD_RPC_MAX_TENSORS];
+    int               src;
+} rx_t;
+
+static void
+rx_free(rx_t *r)
+{
+    for (int k = 0; k < r->msg.n_tensors; k++) {
+        td_tensor_release(r->tensors[k]);
+    }
+    if (r->hdr_copy != r->hdr_small) {
+        free(r->hdr_copy);
+    }
+    free(r->args_buf);
+    slot_put(&rx_slot, r);
+}
+
+static void
+log_drop(int src, const char *why)
+{
+    fprintf(stderr, "todist: rpc: dropped a message from rank %d: %s\n",
+            src, why);
+}
+
+static td_status_t
+rx_decode(rx_t *r, td_rpc_list_t **list_p)
+{
+    const uint8_t *args = r->msg.args_body >= 0 ? r->args_buf : r->msg.args;
+    td_status_t status;
+
+    if (r->msg.args_body >= 0) {
+        status = td_rpc_wire_check_args(args, r->msg.args_len,
+                                        r->msg.n_tensors, r->src);
+        if (status != TD_OK) {
+            return status;
+        }
+    }
+    for (int k = 0; k < r->msg.n_tensors; k++) {
+        if (r->msg.tensors[k].requires_grad) {
+            td_tensor_set_requires_grad(r->tensors[k], 1);
+        }
+    }
+    return td_rpc_wire_decode_args(args, r->msg.args_len, r->tensors,
+                                   r->msg.n_tensors, r->src, td_rref_wire_in,
+                                   NULL, list_p);
+}
+
+/* The reply (RESULT) or, STATUS != TD_OK, the error (ERRMSG, KIND) to
+ * message MSG_ID from DST. */
+static void
+send_reply_to(int dst, uint64_t msg_id, td_status_t status,
+              const char *errmsg, int kind, td_rpc_list_t *result,
+              uint64_t ctx)
+{
+    td_rpc_wire_meta_t meta;
+    td_rpc_list_t *err = NULL;
+    td_status_t st;
+
+    memset(&meta, 0, sizeof(meta));
+    meta.sender = rpc.rank;
+    meta.message_id = msg_id;
+    if (status == TD_OK) {
+        meta.type = TD_RPC_MSG_REPLY;
+        st = autograd_send(ctx, dst, result, &meta);
+        if (st != TD_OK) {
+            status = st;
+            errmsg = td_last_error();
+        }
+    }
+    if (status != TD_OK) {
+        char text[1024];
+
+        td_rpc_format_remote_error(text, sizeof(text), rpc.rank, errmsg);
+        meta.type = TD_RPC_MSG_ERROR;
+        meta.autograd_context_id = meta.autograd_message_id = 0;
+        meta.function_id = (uint64_t)(int64_t)status;
+        if (td_rpc_list_create(&err) != TD_OK ||
+            td_rpc_list_add_string(err, text) != TD_OK ||
+            td_rpc_list_add_int(err, kind) != TD_OK) {
+            td_rpc_list_free(err);
+            return;
+        }
+        result = err;
+    }
+    st = send_msg(dst, &meta, result, 0);
+    if (st != TD_OK && status == TD_OK) {
+        /* E.g. a result the wire cannot carry: tell the caller. */
+        char msg[1024];
+
+        snprintf(msg, sizeof(msg), "%s", td_last_error());
+        td_rpc_list_free(err);
+        send_reply_to(dst, msg_id, st, msg, ERR_HANDLER, NULL, 0);
+        return;
+    }
+    if (st != TD_OK) {
+        log_drop(dst, td_last_error());
+    }
+    td_rpc_list_free(err);
+}
+
+static void
+send_reply(const rx_t *r, td_status_t status, const char *errmsg, int kind,
+           td_rpc_list_t *result, uint64_t ctx)
+{
+    send_reply_to(r->src, r->msg.meta.message_id, status, errmsg, kind,
+                  result, ctx);
+}
+
+/* A message the decoder rejected (R8): log it, and when it still names a
+ * call expecting a reply, send the error back so the caller fails now
+ * rather than at its timeout (a peer built from another version, say). */
+static void
+reject(const td_transport_rx_t *rx, const char *why)
+{
+    uint8_t type;
+    uint64_t id;
+
+    log_drop(rx->src, why);
+    if (td_rpc_wire_peek(rx->header, rx->header_len, rx->src, &type,
+                         &id) == TD_OK &&
+        (type == TD_RPC_MSG_CALL ||
+         (type >= TD_RPC_MSG_REMOTE && td_rref_msg_wants_reply(type)))) {
+        send_reply_to(rx->src, id, TD_ERR_PROTOCOL, why, ERR_DECODE, NULL,
+                      0);
+    }
+}
+
+/* A call (or rref message) on a pool thread. */
+static void
+run_call(void *arg)
+{
+    rx_t *r = arg;
+    td_rpc_list_t *args = NULL, *result = NULL;
+    uint64_t ctx = r->msg.meta.autograd_context_id, prev_ctx = 0;
+    int type = r->msg.meta.type, want_reply = 1, kind = ERR_HANDLER;
+    td_status_t status;
+
+    status = rx_decode(r, &args);
+    if (status != TD_OK) {
+        kind = ERR_DECODE;
+        goto reply;
+    }
+    if (ctx != 0 && have_hooks) {
+        status = hooks.on_recv(hooks.arg, ctx, r->msg.meta.autograd_message_id,
+                               r->src, args);
+        if (status != TD_OK) {
+            goto reply;
+        }
+        prev_ctx = hooks.set_context(hooks.arg, ctx);
+    }
+    status = td_rpc_list_create(&result);
+    if (status != TD_OK) {
+        goto restore;
+    }
+    if (type == TD_RPC_MSG_CALL) {
+        fn_entry_t *e = fn_find(r->msg.meta.function_id);
+
+        if (e == NULL) {
+            status = td_error(TD_ERR_NOT_FOUND, "no function with id "
+                              "%016llx", (unsigned long long)
+                              r->msg.meta.function_id);
+            kind = ERR_NO_FUNCTION;
+        } else {
+            td_rpc_call_info_t info = { r->src, e->name };
+
+            td_error_clear();
+            status = e->fn(e->arg, &info, args, result);
+        }
+    } else if (typed[type].fn != NULL) {
+        want_reply = td_rref_msg_wants_reply(type);
+        status = typed[type].fn(typed[type].arg, r->src,
+                                r->msg.meta.function_id, args, result);
+    } else {
+        status = td_error(TD_ERR_PROTOCOL, "no handler for message type %d",
+                          type);
+    }
+restore:
+    if (ctx != 0 && have_hooks) {
+        hooks.set_context(hooks.arg, prev_ctx);
+    }
+reply:
+    if (want_reply) {
+        char msg[1024];
+
+        msg[0] = '\0';
+        if (status != TD_OK) {
+            snprintf(msg, sizeof(msg), "%s", td_last_error()[0] ?
+                     td_last_error() : td_strerror(status));
+        }
+        send_reply(r, status, msg, kind, result, ctx);
+    } else if (status != TD_OK) {
+        log_drop(r->src, td_last_error());
+    }
+    td_rpc_list_free(args);
+    td_rpc_list_free(result);
+    rx_free(r);
+    atomic_fetch_sub(&rpc.busy, 1);
+}
+
+/* The TD_RPC_INLINE handler running on this thread (NULL: none). */
+static __thread const char *tl_inline;
+
+/* A call to a TD_RPC_INLINE function, on the receiving thread. That may be
+ * a thread driving progress inside its own dist-autograd context: the
+ * handler must not see that context. */
+static void
+run_inline(rx_t *r, const char *name)
+{
+    const char *outer = tl_inline;
+    uint64_t prev = 0;
+
+    if (have_hooks) {
+        prev = hooks.set_context(hooks.arg, 0);
+    }
+    tl_inline = name;
+    run_call(r);
+    tl_inline = outer;
+    if (have_hooks) {
+        hooks.set_context(hooks.arg, prev);
+    }
+}
+
+/* ---- waiting: the waiter drives progress ---------------------------------- */
+
+static atomic_int in_drive;        /* threads inside td_rpc_drive */
+
+typedef struct {
+    int  (*pred)(void *arg);
+    void  *arg;
+} drive_pred_t;
+
+static int
+drive_done(void *arg)
+{
+    const drive_pred_t *dp = arg;
+
+    return dp->pred(dp->arg) ||
+           atomic_load_explicit(&rpc.state, memory_order_relaxed) !=
+           RPC_RUNNING;
+}
+
+static int
+future_done_pred(void *arg)
+{
+    return td_future_done(arg);
+}
+
+td_status_t
+td_rpc_drive(td_future_t *f, double timeout)
+{
+    return td_rpc_drive_until(future_done_pred, f, timeout);
+}
+
+td_status_t
+td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
+{
+    drive_pred_t dp = { pred, pred_arg };
+    td_status_t st = TD_ERR_TIMEOUT;
+    double max = timeout;
+
+    if (tl_inline != NULL) {                    /* R2 */
+        return td_error(TD_ERR_STATE, "rpc: handler '%s' is registered "
+                        "TD_RPC_INLINE and must not wait on a future (it "
+                        "would stall the receiving thread); register it "
+                        "without TD_RPC_INLINE", tl_inline);
+    }
+    atomic_fetch_add(&in_drive, 1);
+    /* Checked after counting ourselves in: shutdown stores the state, then
+     * waits for the count to reach zero (both sequentially consistent). */
+    if (atomic_load(&rpc.state) != RPC_RUNNING || rpc.tp == NULL) {
+        goto out;
+    }
+    if (td_transport_on_progress_thread(rpc.tp)) {
+        st = td_error(TD_ERR_STATE, "rpc: a wait on a future inside a "
+                      "transport callback would deadlock");
+        goto out;
+    }
+    if (td_transport_progress_mode(rpc.tp) != TD_PROGRESS_BUSY) {
+        /* Cores may be shared: spin briefly, then sleep. */
+        double spin = rpc_spin_us > 0 ? rpc_spin_us * 1e-6 : 50e-6;
+
+        if (max < 0 || max > spin) {
+            max = spin;
+        }
+    }
+    st = td_transport_drive(rpc.tp, drive_done, &dp, max);
+    if (st != TD_OK || !pred(pred_arg)) {
+        st = TD_ERR_TIMEOUT;
+    }
+out:
+    atomic_fetch_sub(&in_drive, 1);
+    return st;
+}
+
+void
+td_rpc_notify_done(void)
+{
+    /* Counted like a driver: shutdown waits, so rpc.tp stays valid. */
+    atomic_fetch_add(&in_drive, 1);
+    if (atomic_load(&rpc.state) == RPC_RUNNING && rpc.tp != NULL) {
+        td_transport_wake(rpc.tp);
+    }
+    atomic_fetch_sub(&in_drive, 1);
+}
+
+/* A reply or error for one of our calls. FROM_PROGRESS: on that thread. */
+static void
+finish_reply(rx_t *r, int from_progress)
+{
+    pending_t *pc = pending_take(r->msg.meta.message_id);
+    td_rpc_list_t *list = NULL;
+    td_status_t status;
+    char name[TD_WORKER_NAME_MAX];
+
+    if (pc == NULL) {
+        /* Timed out or failed already: the late reply is dropped. */
+        rx_free(r);
+        return;
+    }
+    status = rx_decode(r, &list);
+    if (status != TD_OK) {
+        char msg[1024];
+
+        snprintf(msg, sizeof(msg), "rpc: call '%s' to rank %d: bad reply: "
+                 "%s", pc->name, pc->dst, td_last_error());
+        pending_fail(pc, status, msg, from_progress);
+    } else if (r->msg.meta.type == TD_RPC_MSG_ERROR) {
+        const char *text = "?";
+        int64_t kind = ERR_HANDLER;
+        char msg[1200];
+
+        td_rpc_list_string(list, 0, &text);
+        td_rpc_list_int(list, 1, &kind);
+        if (kind == ERR_NO_FUNCTION) {
+            snprintf(msg, sizeof(msg), "rpc: rank %d (%s) has no function "
+                     "'%s'", pc->dst,
+                     worker_name(pc->dst, name, sizeof(name)), pc->name);
+            pending_fail(pc, TD_ERR_NOT_FOUND, msg, from_progress);
+        } else {
+            pending_fail(pc, TD_ERR_REMOTE, text, from_progress);
+        }
+        td_rpc_list_free(list);
+    } else {
+        uint64_t ctx = r->msg.meta.autograd_context_id;
+
+        if (ctx != 0 && have_hooks) {
+            status = hooks.on_recv(hooks.arg, ctx,
+                                   r->msg.meta.autograd_message_id, r->src,
+                                   list);
+        }
+        if (status != TD_OK) {
+            char msg[1024];
+
+            snprintf(msg, sizeof(msg), "%s", td_last_error());
+            td_rpc_list_free(list);
+            pending_fail(pc, status, msg, from_progress);
+        } else {
+            if (from_progress) {
+                td_future_complete_async(pc->fut, list);
+            } else {
+                td_future_complete(pc->fut, list);
+            }
+            td_future_release(pc->fut);
+            free(pc);
+        }
+    }
+    rx_free(r);
+}
+
+static void
+run_reply(void *arg)
+{
+    finish_reply(arg, 0);
+    atomic_fetch_sub(&rpc.busy, 1);
+}
+
+/* Every body of a message arrived (progress thread). */
+static void
+rx_done(void *arg, td_status_t status, int src, td_iov_t *bodies,
+        size_t n_bodies)
+{
+    rx_t *r = arg;
+    int type = r->msg.meta.type;
+
+    (void)bodies;
+    (void)n_bodies;
+    if (status != TD_OK) {
+        char why[256];
+
+        snprintf(why, sizeof(why), "its bodies failed: %s",
+                 td_strerror(status));
+        log_drop(src, why);
+        rx_free(r);
+        atomic_fetch_sub(&rpc.busy, 1);
+        return;
+    }
+    if ((type == TD_RPC_MSG_REPLY || type == TD_RPC_MSG_ERROR) &&
+        r->msg.meta.autograd_context_id == 0) {
+        finish_reply(r, 1);             /* fast path: no pool hop */
+        atomic_fetch_sub(&rpc.busy, 1);
+        return;
+    }
+    if (type == TD_RPC_MSG_CALL && r->msg.meta.autograd_context_id == 0) {
+        const fn_entry_t *e = fn_find(r->msg.meta.function_id);
+
+        if (e != NULL && (e->flags & TD_RPC_INLINE)) {
+            run_inline(r, e->name);     /* no pool hop either */
+            return;
+        }
+    }
+    if (td_rpc_pool_post(type == TD_RPC_MSG_REPLY || type == TD_RPC_MSG_ERROR
+                         ? run_reply : run_call, r) != TD_OK) {
+        log_drop(src, td_last_error());
+        rx_free(r);
+        atomic_fetch_sub(&rpc.busy, 1);
+    }
+}
+
+/* The transport's receive handler (progress thread): validate, then name
+ * where the bodies go (tensor storage, allocated here: zero-copy). */
+static void
+rx_handler(void *arg, td_transport_rx_t *rx)
+{
+    rx_t *r;
+    td_status_t status;
+
+    (void)arg;
+    /* Not calloc: R is 6 KB of descriptors, mostly unused; the parse sets
+     * what the message uses, the rest is set here. */
+    r = slot_get(&rx_slot, sizeof(*r));
+    if (r == NULL) {
+        log_drop(rx->src, "out of memory");
+        return;
+    }
+    r->hdr_copy = NULL;
+    r->args_buf = NULL;
+    r->src = rx->src;
+    status = td_rpc_wire_parse(rx->header, rx->header_len, rx->src, &r->msg);
+    for (int k = 0; status == TD_OK && k < r->msg.n_tensors; k++) {
+        r->tensors[k] = NULL;       /* rx_free releases the first n_tensors */
+    }
+    if (status == TD_OK) {
+        status = td_rpc_wire_check_bodies(&r->msg, rx->src, rx->body_len,
+                                          rx->n_bodies);
+    }
+    if (status != TD_OK) {
+        char why[512];
+
+        snprintf(why, sizeof(why), "%s", td_last_error());
+        reject(rx, why);
+        slot_put(&rx_slot, r);
+        return;                         /* bodies are dropped (done NULL) */
+    }
+    if (r->msg.args_body < 0 && r->msg.args_len > 0) {
+        r->hdr_copy = rx->header_len <= RX_HDR_SMALL ? r->hdr_small
+                                                     : malloc(rx->header_len);
+        if (r->hdr_copy == NULL) {
+            log_drop(rx->src, "out of memory");
+            slot_put(&rx_slot, r);
+            return;
+        }
+        memcpy(r->hdr_copy, rx->header, rx->header_len);
+        r->msg.args = r->hdr_copy + (r->msg.args - (const uint8_t *)
+                                     rx->header);
+    }
+    for (int k = 0; k < r->msg.n_tensors; k++) {
+        const td_rpc_wire_tensor_t *t = &r->msg.tensors[k];
+
+        status = rx_tensor(t, &r->tensors[k]);
+        if (status != TD_OK) {
+            log_drop(rx->src, td_last_error());
+            rx_free(r);
+            return;
+        }
+        if (t->body >= 0) {
+            rx->dest[t->body].buf = td_tensor_data(r->tensors[k]);
+            rx->dest[t->body].mem = TD_MEM_HOST;
+        }
+    }
+    if (r->msg.args_body >= 0) {
+        r->args_buf = malloc(r->msg.args_len ? r->msg.args_len : 1);
+        if (r->args_buf == NULL) {
+            log_drop(rx->src, "out of memory");
+            rx_free(r);
+            return;
+        }
+        rx->dest[r->msg.args_body].buf = r->args_buf;
+        rx->dest[r->msg.args_body].mem = TD_MEM_HOST;
+    }
+    atomic_fetch_add(&rpc.busy, 1);
+    rx->done = rx_done;
+    rx->done_arg = r;
+}
+
+/* ---- the runtime module -------------------------------------------------- */
+
+static td_status_t
+module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
+{
+    td_status_t status;
+    int n = cfg_threads;
+    const char *s;
+
+    (void)arg;
+    if (n == 0) {
+        s = getenv("TODIST_RPC_THREADS");
+        n = (s != NULL && atoi(s) > 0) ? atoi(s) : 4;
+        if (n > RPC_POOL_MAX) {
+            n = RPC_POOL_MAX;
+        }
+    }
+    s = getenv("TODIST_RPC_SPIN_US");
+    rpc_spin_us = (s != NULL && *s != '\0') ? atof(s) : 0;
+    env_timeout = env_timeout_read();
+    rpc.tp = tp;
+    rpc.rank = w->rank;
+    rpc.world_size = w->world_size;
+    snprintf(rpc.worker_name, sizeof(rpc.worker_name), "%s", w->worker_name);
+    atomic_store(&rpc.next_id, 1);
+    atomic_store(&rpc.busy, 0);
+    status = td_transport_set_handler(tp, RPC_TRANSPORT_ID, rx_handler, NULL);
+    if (status != TD_OK) {
+        return status;
+    }
+    status = pool_start(&rpc.pool, n);
+    if (status != TD_OK) {
+        pool_stop(&rpc.pool);
+        return status;
+    }
+    td_transport_yield_when(tp, &rpc.pool.n_jobs);
+    rpc.timer_stop = 0;
+    if (pthread_create(&rpc.timer, NULL, timer_main, NULL) != 0) {
+        pool_stop(&rpc.pool);
+        return td_error(TD_ERR_IO, "rpc: cannot start the timer thread");
+    }
+    rpc.timer_started = 1;
+    td_rref_start(w->rank, w->world_size);
+    atomic_store(&rpc.state, RPC_RUNNING);
+    return TD_OK;
+}
+
+static size_t
+module_outstanding(void *arg)
+{
+    long busy = atomic_load(&rpc.busy);
+    size_t n;
+
+    (void)arg;
+    pthread_mutex_lock(&rpc.plock);
+    n = rpc.n_pending;
+    pthread_mutex_unlock(&rpc.plock);
+    return n + (busy > 0 ? (size_t)busy : 0) + td_rref_outstanding();
+}
+
+static void
+module_peer_failed(void *arg, int rank, td_status_t why)
+{
+    pending_t *pc = pending_take_matching(rank, 0);
+    char name[TD_WORKER_NAME_MAX];
+
+    (void)arg;
+    (void)why;
+    while (pc != NULL) {
+        pending_t *next = pc->next;
+        char msg[512];
+
+        snprintf(msg, sizeof(msg), "rpc: rank %d (%s) died with call '%s' "
+                 "pending", rank, worker_name(rank, name, sizeof(name)),
+                 pc->name);
+        pending_fail(pc, TD_ERR_PEER, msg, 1);
+        pc = next;
+    }
+    td_rref_peer_failed(rank);
+}
+
+static void
+module_shutdown(void *arg)
+{
+    pending_t *pc;
+
+    (void)arg;
+    atomic_store(&rpc.state, RPC_STOPPED);
+    /* R6: waiters driving progress see the state and leave; after this
+     * no thread enters the transport through td_rpc_drive. */
+    while (atomic_load(&in_drive) > 0) {
+        sched_yield();
+    }
+    if (rpc.timer_started) {
+        pthread_mutex_lock(&rpc.tlock);
+        rpc.timer_stop = 1;
+        pthread_cond_signal(&rpc.tcond);
+        pthread_mutex_unlock(&rpc.tlock);
+        pthread_join(rpc.timer, NULL);
+        rpc.timer_started = 0;
+    }
+    pc = pending_take_matching(-1, 0);
+    while (pc != NULL) {
+        pending_t *next = pc->next;
+
+        pending_fail(pc, TD_ERR_CANCELED, "rpc: the runtime shut down with "
+                     "this call pending", 0);
+        pc = next;
+    }
+    td_rref_shutdown();
+    td_transport_yield_when(rpc.tp, NULL);
+    pool_stop(&rpc.pool);
+    buf_cache_clear();
+    slot_clear(&send_slot);
+    slot_clear(&rx_slot);
+    rpc.tp = NULL;
+}
+
+static void
+rpc_register_module(void)
+{
+    static int done;
+    td_runtime_module_t m;
+
+    if (done) {
+        return;
+    }
+    memset(&m, 0, sizeof(m));
+    m.name = "rpc";
+    m.setup = module_setup;
+    m.outstanding = module_outstanding;
+    m.peer_failed = module_peer_failed;
+    m.shutdown = module_shutdown;
+    if (td_runtime_register(&m) == TD_OK) {
+        done = 1;
+    }
+}
+
+/* RPC is part of every runtime that links it: callers that only make
+ * calls (no registrations) still need the receive path for replies. */
+__attribute__((constructor)) static void
+rpc_ctor(void)
+{
+    rpc_register_module();
+}

@@ -1,0 +1,154 @@
+/* runtime/rpc/rpc_wire.h: the RPC wire format, its encoder and its decoder
+ * (internal, not installed).
+ *
+ * A message is one transport message: a header blob and bodies.
+ *
+ *   header blob = td_rpc_wire_hdr_t (48 bytes, little-endian)
+ *               + n_tensors tensor descriptors (8 + 8 * ndim bytes each)
+ *               + the argument list, unless TD_RPC_WIRE_ARGS_IN_BODY
+ *   bodies      = one per tensor with nbytes > 0, in descriptor order,
+ *                 + the argument list as the last body when it did not fit
+ *                   in the header (TD_RPC_WIRE_ARGS_IN_BODY)
+ *
+ *   argument list = u32 count, then per item: u8 kind and
+ *     TENSOR: u32 tensor index    INT: i64    DOUBLE: f64
+ *     BYTES, STRING: u32 length + bytes (a string has no NUL inside)
+ *     RREF: i32 owner, u64 rref id, u64 fork id
+ *
+ * The decoder never trusts a field: the magic, the version, the type, every
+ * count and length are checked against the bytes actually received, tensor
+ * body lengths against dtype size * shape (overflow-checked), and the
+ * argument list must end exactly where its length says. Anything that does
+ * not fit is TD_ERR_PROTOCOL with a message naming the field and the sender.
+ *
+ * Thread safety: all functions are pure (reentrant). */
+#ifndef TD_RUNTIME_RPC_WIRE_H
+#define TD_RUNTIME_RPC_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <todist/status.h>
+#include <todist/tensor.h>
+#include <todist/rpc.h>
+#include "ucx_transport/transport.h"
+
+#define TD_RPC_WIRE_MAGIC      0xD7
+#define TD_RPC_WIRE_VERSION    1
+#define TD_RPC_WIRE_HDR_SIZE   48
+#define TD_RPC_MAX_TENSORS     63     /* transport bodies minus the args */
+#define TD_RPC_MAX_ITEMS       65536  /* items of one argument list */
+#define TD_RPC_MAX_BYTES_ITEM  (1u << 30)
+
+#define TD_RPC_WIRE_ARGS_IN_BODY 0x01u
+
+/* Message types. */
+typedef enum {
+    TD_RPC_MSG_CALL       = 1,  /* call function_id, reply expected */
+    TD_RPC_MSG_REPLY      = 2,  /* result list for message_id */
+    TD_RPC_MSG_ERROR      = 3,  /* one STRING item: the error text; the
+                                 * function id field carries the status */
+    TD_RPC_MSG_REMOTE     = 4,  /* call, keep the result as an owned rref */
+    TD_RPC_MSG_RREF_FETCH = 5,  /* to_here: reply with the owner's value */
+    TD_RPC_MSG_RREF_CALL  = 6,  /* call a method on an owned object */
+    TD_RPC_MSG_RREF_DEC   = 7,  /* a user dropped its reference */
+    TD_RPC_MSG_RREF_FORK  = 8,  /* a user forked a reference to a third */
+    TD_RPC_MSG_RREF_ACK   = 9,  /* owner or user confirms a fork */
+    TD_RPC_MSG_TYPE_MAX   = 9
+} td_rpc_msg_type_t;
+
+typedef struct {
+    uint8_t  type;
+    uint8_t  flags;
+    int32_t  sender;
+    uint64_t message_id;
+    uint64_t function_id;
+    uint64_t autograd_context_id;   /* 0: no distributed autograd context */
+    uint64_t autograd_message_id;
+} td_rpc_wire_meta_t;
+
+/* One tensor as described on the wire. */
+typedef struct {
+    td_dtype_t dtype;
+    int        ndim;
+    int        requires_grad;
+    int64_t    shape[TD_MAX_DIMS];
+    size_t     nbytes;
+    int        body;      /* body index, -1 when nbytes == 0 */
+} td_rpc_wire_tensor_t;
+
+/* A parsed header: what the bodies must look like, and where the argument
+ * list is (inline: args points into the header blob; in body: args is NULL
+ * and args_body is its body index). */
+typedef struct {
+    td_rpc_wire_meta_t    meta;
+    int                   n_tensors;
+    td_rpc_wire_tensor_t  tensors[TD_RPC_MAX_TENSORS];
+    int                   n_bodies;     /* bodies the message must carry */
+    const uint8_t        *args;
+    size_t                args_len;
+    int                   args_body;    /* -1 when inline */
+} td_rpc_wire_msg_t;
+
+/* ARGS flattened for sending: tensors made contiguous (retained), the
+ * header blob built, the bodies listed. Free with td_rpc_wire_out_free. */
+typedef struct {
+    uint8_t      *header;
+    size_t        header_len;
+    td_iov_t      bodies[TD_RPC_MAX_TENSORS + 1];
+    int           n_bodies;
+    td_tensor_t  *tensors[TD_RPC_MAX_TENSORS];
+    int           n_tensors;
+    uint8_t      *args_body;       /* owned; NULL when the args are inline */
+} td_rpc_wire_out_t;
+
+/* How remote references cross the wire (the rref module provides them;
+ * NULL: a reference in a list is an error). OUT runs at encode time for
+ * destination DST (it may start the fork protocol); IN at decode time. */
+typedef td_status_t (*td_rpc_wire_rref_out_fn)(void *arg, td_rref_t *rref,
+                                               int dst, int32_t *owner_p,
+                                               uint64_t *rref_id_p,
+                                               uint64_t *fork_id_p);
+typedef td_status_t (*td_rpc_wire_rref_in_fn)(void *arg, int src,
+                                              int32_t owner, uint64_t rref_id,
+                                              uint64_t fork_id,
+                                              td_rref_t **rref_p);
+
+/* Encode META and ARGS (NULL: empty) for DST; the argument list goes
+ * inline when the header blob stays within HEADER_MAX bytes. */
+td_status_t td_rpc_wire_encode(const td_rpc_wire_meta_t *meta,
+                               const td_rpc_list_t *args, int dst,
+                               size_t header_max,
+                               td_rpc_wire_rref_out_fn rref_out,
+                               void *rref_arg, td_rpc_wire_out_t *out);
+void        td_rpc_wire_out_free(td_rpc_wire_out_t *out);
+
+/* Validate the header blob HDR[LEN] received from SRC and describe it.
+ * When the argument list is inline it is validated here too. */
+td_status_t td_rpc_wire_parse(const void *hdr, size_t len, int src,
+                              td_rpc_wire_msg_t *msg);
+/* For a header td_rpc_wire_parse rejected: when its fixed part still
+ * names an rpc message from SRC (magic, sender, type; any version), its
+ * type and message id, so the sender can get an error reply instead of
+ * waiting for its timeout. TD_ERR_PROTOCOL otherwise. */
+td_status_t td_rpc_wire_peek(const void *hdr, size_t len, int src,
+                             uint8_t *type_p, uint64_t *message_id_p);
+/* Check the bodies the transport announced against MSG. */
+td_status_t td_rpc_wire_check_bodies(const td_rpc_wire_msg_t *msg, int src,
+                                     const size_t *body_len, size_t n_bodies);
+/* Validate ARGS[LEN] (count, kinds, lengths, tensor indexes) without
+ * building anything. */
+td_status_t td_rpc_wire_check_args(const uint8_t *args, size_t len,
+                                   int n_tensors, int src);
+/* Build the list from validated ARGS; TENSORS[n_tensors] are retained
+ * into it (a NULL entry is an error). */
+td_status_t td_rpc_wire_decode_args(const uint8_t *args, size_t len,
+                                    td_tensor_t *const *tensors,
+                                    int n_tensors, int src,
+                                    td_rpc_wire_rref_in_fn rref_in,
+                                    void *rref_arg, td_rpc_list_t **list_p);
+
+/* 64-bit FNV-1a of a function name: the function id on the wire. */
+uint64_t td_rpc_wire_fn_id(const char *name);
+
+#endif /* TD_RUNTIME_RPC_WIRE_H */

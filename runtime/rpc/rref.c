@@ -1,0 +1,910 @@
+/* rref.c: remote references (todist/rref.h).
+ *
+ * The counting protocol. Every handle (a td_rref_t on some worker, owner
+ * included) stands for one *fork id*; the owner keeps the set of live fork
+ * ids of each object and frees the object when the set is empty.
+ *   - td_remote: the creator's handle has fork id = rref id; the owner adds
+ *     it when it runs the creating call (REMOTE).
+ *   - Sending a reference to any worker (encoding it) makes a new fork id:
+ *     added at once on the owner, or announced with a FORK message whose
+ *     acknowledgement the sender waits for while holding its own handle -
+ *     so the object cannot die while the fork is unknown to the owner.
+ *   - Releasing a handle's last local reference removes its fork id (a DEC
+ *     message from a user). A DEC that overtakes its FORK leaves a
+ *     tombstone that the FORK then cancels; messages may race because
+ *     handlers run on a pool.
+ *   - Messages about an object the owner has not created yet (FORK, DEC,
+ *     FETCH racing the REMOTE) find a placeholder; FETCH and CALL wait
+ *     (bounded by the default timeout) until the object exists.
+ *   - The owner records which worker holds each fork id (the creator, or
+ *     the destination a reference was sent to); when a worker dies, the
+ *     forks it held are released (a line on stderr says so), and a fork
+ *     announced for a dead worker is never added.
+ * Objects the owner still holds at shutdown, and handles still alive, are
+ * reported on stderr as leaks.
+ *
+ * Wire use (rpc_wire.h): REMOTE(function id; INT rref id, STRING name,
+ * args...), FETCH(rref id), CALL(rref id; STRING name, args...),
+ * FORK(rref id; INT fork id, acknowledged), DEC(rref id; INT fork id). */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "todist/rpc.h"
+#include "todist/rref.h"
+#include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/rpc_wire.h"
+#include "runtime/rpc/rref_internal.h"
+#include "runtime/runtime.h"
+
+#define RREF_BUCKETS 256
+
+struct td_rref {
+    atomic_int   refs;
+    int          owner;
+    uint64_t     rref_id;
+    uint64_t     fork_id;
+    td_future_t *created;      /* the creating call (creator only) */
+};
+
+typedef struct entry {
+    uint64_t       rref_id;
+    int            created;
+    td_status_t    status;
+    char          *error;
+    td_rpc_list_t *value;
+    uint64_t      *live;       /* fork ids */
+    int           *holder;     /* the rank holding each (-1: unknown) */
+    size_t         n_live, cap_live;
+    uint64_t      *tomb;       /* DECs that overtook their FORK */
+    size_t         n_tomb, cap_tomb;
+    struct entry  *next;
+} entry_t;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;
+    entry_t        *buckets[RREF_BUCKETS];
+    size_t          n_entries;
+    atomic_long     n_handles;
+    atomic_uint_fast64_t counter;
+    int             rank;
+    int             world_size;
+    int             running;
+    size_t          leaks;
+} rr = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .cond = PTHREAD_COND_INITIALIZER,
+};
+
+static uint64_t
+new_id(void)
+{
+    return ((uint64_t)rr.rank << 48) |
+           (atomic_fetch_add(&rr.counter, 1) & 0xffffffffffffull);
+}
+
+/* ---- handles ------------------------------------------------------------- */
+
+static td_status_t
+handle_new(int owner, uint64_t rref_id, uint64_t fork_id, td_rref_t **out)
+{
+    td_rref_t *h = calloc(1, sizeof(*h));
+
+    if (h == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
+    }
+    atomic_init(&h->refs, 1);
+    h->owner = owner;
+    h->rref_id = rref_id;
+    h->fork_id = fork_id;
+    atomic_fetch_add(&rr.n_handles, 1);
+    *out = h;
+    return TD_OK;
+}
+
+td_rref_t *
+td_rref_retain(td_rref_t *h)
+{
+    if (h != NULL) {
+        atomic_fetch_add(&h->refs, 1);
+    }
+    return h;
+}
+
+int
+td_rref_owner(const td_rref_t *h)
+{
+    return h != NULL ? h->owner : -1;
+}
+
+bool
+td_rref_is_owner(const td_rref_t *h)
+{
+    return h != NULL && rr.running && h->owner == rr.rank;
+}
+
+uint64_t
+td_rref_id(const td_rref_t *h)
+{
+    return h != NULL ? h->rref_id : 0;
+}
+
+/* ---- the owner's table (rr.lock held) ----------------------------------- */
+
+static entry_t *
+entry_find(uint64_t id, int create)
+{
+    entry_t **b = &rr.buckets[id % RREF_BUCKETS], *e;
+
+    for (e = *b; e != NULL; e = e->next) {
+        if (e->rref_id == id) {
+            return e;
+        }
+    }
+    if (!create || (e = calloc(1, sizeof(*e))) == NULL) {
+        return NULL;
+    }
+    e->rref_id = id;
+    e->next = *b;
+    *b = e;
+    rr.n_entries++;
+    return e;
+}
+
+static void
+entry_maybe_free(entry_t *e)
+{
+    if (!e->created || e->n_live > 0 || e->n_tomb > 0) {
+        return;
+    }
+    for (entry_t **pp = &rr.buckets[e->rref_id % RREF_BUCKETS]; *pp;
+         pp = &(*pp)->next) {
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    }
+    rr.n_entries--;
+    td_rpc_list_free(e->value);
+    free(e->error);
+    free(e->live);
+    free(e->holder);
+    free(e->tomb);
+    free(e);
+}
+
+static int
+push_id(uint64_t **arr, size_t *n, size_t *cap, uint64_t id)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 4;
+        uint64_t *a = realloc(*arr, c * sizeof(*a));
+
+        if (a == NULL) {
+            return 0;
+        }
+        *arr = a;
+        *cap = c;
+    }
+    (*arr)[(*n)++] = id;
+    return 1;
+}
+
+static int
+drop_id(uint64_t *arr, size_t *n, uint64_t id)
+{
+    for (size_t i = 0; i < *n; i++) {
+        if (arr[i] == id) {
+            arr[i] = arr[--*n];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Add live fork ID held by HOLDER to E (rr.lock held). 0: no memory. */
+static int
+live_push(entry_t *e, uint64_t id, int holder)
+{
+    if (e->n_live == e->cap_live) {
+        size_t c = e->cap_live ? 2 * e->cap_live : 4;
+        uint64_t *l = realloc(e->live, c * sizeof(*l));
+        int *h;
+
+        if (l == NULL) {
+            return 0;
+        }
+        e->live = l;
+        h = realloc(e->holder, c * sizeof(*h));
+        if (h == NULL) {
+            return 0;
+        }
+        e->holder = h;
+        e->cap_live = c;
+    }
+    e->live[e->n_live] = id;
+    e->holder[e->n_live] = holder;
+    e->n_live++;
+    return 1;
+}
+
+/* Drop live entry I of E (rr.lock held). */
+static void
+live_drop_at(entry_t *e, size_t i)
+{
+    e->n_live--;
+    e->live[i] = e->live[e->n_live];
+    e->holder[i] = e->holder[e->n_live];
+}
+
+static int
+live_drop(entry_t *e, uint64_t id)
+{
+    for (size_t i = 0; i < e->n_live; i++) {
+        if (e->live[i] == id) {
+            live_drop_at(e, i);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether RANK is known dead (its forks are not worth keeping). */
+static int
+rank_dead(int rank)
+{
+    td_transport_t *tp = td_runtime_transport();
+
+    return rank >= 0 && rank != rr.rank && tp != NULL &&
+           !td_transport_peer_alive(tp, rank);
+}
+
+static td_status_t
+fork_add(uint64_t rref_id, uint64_t fork_id, int holder)
+{
+    entry_t *e = NULL;
+    td_status_t status = TD_OK;
+
+    pthread_mutex_lock(&rr.lock);
+    e = entry_find(rref_id, 1);
+    if (e == NULL) {
+        status = td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
+    } else if (drop_id(e->tomb, &e->n_tomb, fork_id)) {
+        entry_maybe_free(e);            /* its DEC came first */
+    } else if (rank_dead(holder)) {
+        fprintf(stderr, "todist: rref: rank %d: a reference to object "
+                "%016llx for rank %d, which died, is not kept\n", rr.rank,
+                (unsigned long long)rref_id, holder);
+        entry_maybe_free(e);
+    } else if (!live_push(e, fork_id, holder)) {
+        status = td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
+    } else if (holder >= 0 && holder != rr.rank &&
+               td_runtime_transport() != NULL) {
+        /* notice the holder's death even if we never talk to it */
+        td_transport_watch(td_runtime_transport(), holder);
+    }
+    pthread_mutex_unlock(&rr.lock);
+    return status;
+}
+
+static void
+fork_remove(uint64_t rref_id, uint64_t fork_id)
+{
+    entry_t *e = NULL;
+
+    pthread_mutex_lock(&rr.lock);
+    e = entry_find(rref_id, 1);
+    if (e != NULL) {
+        if (!live_drop(e, fork_id)) {
+            push_id(&e->tomb, &e->n_tomb, &e->cap_tomb, fork_id);
+        }
+        entry_maybe_free(e);
+    }
+    pthread_mutex_unlock(&rr.lock);
+}
+
+void
+td_rref_release(td_rref_t *h)
+{
+    td_rpc_list_t *args;
+
+    if (h == NULL || atomic_fetch_sub(&h->refs, 1) != 1) {
+        return;
+    }
+    if (rr.running) {
+        if (h->owner == rr.rank) {
+            fork_remove(h->rref_id, h->fork_id);
+        } else if (td_rpc_list_create(&args) == TD_OK) {
+            if (td_rpc_list_add_int(args, (int64_t)h->fork_id) == TD_OK &&
+                td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_DEC, h->rref_id,
+                                  "rref delete", args, 0, NULL) != TD_OK) {
+                fprintf(stderr, "todist: rref: could not tell rank %d that "
+                        "reference %016llx was released: %s\n", h->owner,
+                        (unsigned long long)h->rref_id, td_last_error());
+            }
+            td_rpc_list_free(args);
+        }
+    }
+    td_future_release(h->created);
+    atomic_fetch_sub(&rr.n_handles, 1);
+    free(h);
+}
+
+/* Wait (rr.lock held) until E is created; TD_ERR_TIMEOUT after the
+ * default timeout. */
+static td_status_t
+wait_created(entry_t **e_p, uint64_t id)
+{
+    double timeout = td_rpc_default_timeout();
+    struct timespec ts;
+    entry_t *e = NULL;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)timeout;
+    for (;;) {
+        e = entry_find(id, 0);
+        if (e != NULL && e->created) {
+            *e_p = e;
+            return TD_OK;
+        }
+        if (!rr.running) {
+            return td_error(TD_ERR_STATE, "rref: shutting down");
+        }
+        int rc = 0;
+
+        td_rpc_blocking(1);       /* the creating call may need the core */
+        if (timeout > 0) {
+            rc = pthread_cond_timedwait(&rr.cond, &rr.lock, &ts);
+        } else {
+            pthread_cond_wait(&rr.cond, &rr.lock);
+        }
+        td_rpc_blocking(0);
+        if (rc == ETIMEDOUT) {
+            return td_error(TD_ERR_TIMEOUT, "rref: object %016llx does not "
+                            "exist on rank %d after %.3g s",
+                            (unsigned long long)id, rr.rank, timeout);
+        }
+    }
+}
+
+/* ---- message handlers (pool threads) ------------------------------------ */
+
+static td_status_t
+on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
+          td_rpc_list_t *result)
+{
+    int64_t id;
+    const char *name;
+    td_rpc_list_t *rest = NULL, *value = NULL;
+    td_status_t status;
+    entry_t *e = NULL;
+    char msg[1024] = "";
+
+    (void)arg;
+    (void)result;
+    if (td_rpc_list_int(args, 0, &id) != TD_OK ||
+        td_rpc_list_string(args, 1, &name) != TD_OK) {
+        return td_error(TD_ERR_PROTOCOL, "rref: malformed creation request "
+                        "from rank %d", src);
+    }
+    td_rpc_list_t view = { args->n - 2, args->n - 2, args->items + 2 };
+
+    status = td_rpc_list_copy(&view, &rest);
+    if (status == TD_OK) {
+        status = td_rpc_list_create(&value);
+    }
+    if (status == TD_OK) {
+        status = td_rpc_run_local(fn_id, src, rest, value);
+        if (status == TD_ERR_NOT_FOUND && td_rpc_wire_fn_id(name) == fn_id) {
+            status = td_error(TD_ERR_NOT_FOUND, "rpc: rank %d has no "
+                              "function '%s'", rr.rank, name);
+        }
+    }
+    td_rpc_list_free(rest);
+    if (status != TD_OK) {
+        snprintf(msg, sizeof(msg), "%s", td_last_error());
+        td_rpc_list_free(value);
+        value = NULL;
+    }
+
+    pthread_mutex_lock(&rr.lock);
+    e = entry_find((uint64_t)id, 1);
+    if (e == NULL || e->created) {
+        pthread_mutex_unlock(&rr.lock);
+        td_rpc_list_free(value);
+        return td_error(TD_ERR_PROTOCOL, "rref: object %016llx created twice "
+                        "or out of memory", (unsigned long long)id);
+    }
+    e->created = 1;
+    e->status = status;
+    e->value = value;
+    e->error = status != TD_OK ? strdup(msg) : NULL;
+    if (!drop_id(e->tomb, &e->n_tomb, (uint64_t)id) &&
+        live_push(e, (uint64_t)id, src) && src != rr.rank &&
+        td_runtime_transport() != NULL) {
+        /* the creator holds it: notice its death */
+        td_transport_watch(td_runtime_transport(), src);
+    }
+    entry_maybe_free(e);
+    pthread_cond_broadcast(&rr.cond);
+    pthread_mutex_unlock(&rr.lock);
+    if (status != TD_OK) {
+        return td_error(status, "%s", msg);
+    }
+    return TD_OK;
+}
+
+/* Copy of object ID's value (or its creation error). */
+static td_status_t
+owner_value(uint64_t id, td_rpc_list_t **out)
+{
+    entry_t *e = NULL;
+    td_status_t status;
+
+    pthread_mutex_lock(&rr.lock);
+    status = wait_created(&e, id);
+    if (status == TD_OK) {
+        if (e->status != TD_OK) {
+            status = td_error(e->status, "rref: object %016llx was not "
+                              "created: %s", (unsigned long long)id,
+                              e->error != NULL ? e->error : "");
+        } else {
+            status = td_rpc_list_copy(e->value, out);
+        }
+    }
+    pthread_mutex_unlock(&rr.lock);
+    return status;
+}
+
+td_status_t
+td_rref_local_value(td_rref_t *h, td_rpc_list_t **value_p)
+{
+    if (h == NULL || value_p == NULL) {
+        return td_error(TD_ERR_INVALID, "rref: local_value: argument is NULL");
+    }
+    if (!td_rref_is_owner(h)) {
+        return td_error(TD_ERR_INVALID, "rref: object %016llx is owned by "
+                        "rank %d, not by this worker (rank %d)",
+                        (unsigned long long)h->rref_id, h->owner, rr.rank);
+    }
+    return owner_value(h->rref_id, value_p);
+}
+
+static td_status_t
+append(td_rpc_list_t *dst, const td_rpc_list_t *src, size_t from)
+{
+    td_rpc_list_t view = { 0, 0, NULL }, *copy;
+    td_status_t status;
+
+    if (src != NULL && src->n > from) {
+        view.n = view.cap = src->n - from;
+        view.items = src->items + from;
+    }
+    status = td_rpc_list_copy(&view, &copy);
+    if (status != TD_OK) {
+        return status;
+    }
+    for (size_t i = 0; i < copy->n && status == TD_OK; i++) {
+        if (dst->n == dst->cap) {
+            size_t cap = dst->cap ? 2 * dst->cap : 4;
+            td_value_t *it = realloc(dst->items, cap * sizeof(*it));
+
+            if (it == NULL) {
+                status = td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
+                break;
+            }
+            dst->items = it;
+            dst->cap = cap;
+        }
+        dst->items[dst->n++] = copy->items[i];
+        copy->items[i].kind = TD_VALUE_INT;   /* moved */
+    }
+    td_rpc_list_free(copy);
+    return status;
+}
+
+static td_status_t
+on_fetch(void *arg, int src, uint64_t id, td_rpc_list_t *args,
+         td_rpc_list_t *result)
+{
+    td_rpc_list_t *v;
+    td_status_t status;
+
+    (void)arg;
+    (void)src;
+    (void)args;
+    status = owner_value(id, &v);
+    if (status == TD_OK) {
+        status = append(result, v, 0);
+        td_rpc_list_free(v);
+    }
+    return status;
+}
+
+static td_status_t
+on_call(void *arg, int src, uint64_t id, td_rpc_list_t *args,
+        td_rpc_list_t *result)
+{
+    td_rpc_list_t *v;
+    const char *name;
+    td_status_t status;
+
+    (void)arg;
+    if (td_rpc_list_string(args, 0, &name) != TD_OK) {
+        return td_error(TD_ERR_PROTOCOL, "rref: malformed method call from "
+                        "rank %d", src);
+    }
+    status = owner_value(id, &v);
+    if (status != TD_OK) {
+        return status;
+    }
+    status = append(v, args, 1);
+    if (status == TD_OK) {
+        status = td_rpc_run_local(td_rpc_wire_fn_id(name), src, v, result);
+        if (status == TD_ERR_NOT_FOUND) {
+            status = td_error(TD_ERR_NOT_FOUND, "rpc: rank %d has no "
+                              "function '%s'", rr.rank, name);
+        }
+    }
+    td_rpc_list_free(v);
+    return status;
+}
+
+static td_status_t
+on_fork_dec(int type, int src, uint64_t id, td_rpc_list_t *args)
+{
+    int64_t fork;
+
+    if (td_rpc_list_int(args, 0, &fork) != TD_OK) {
+        return td_error(TD_ERR_PROTOCOL, "rref: malformed reference message "
+                        "from rank %d", src);
+    }
+    if (type == TD_RPC_MSG_RREF_FORK) {
+        int64_t holder = -1;
+
+        if (td_rpc_list_len(args) > 1 &&
+            (td_rpc_list_int(args, 1, &holder) != TD_OK || holder < 0 ||
+             holder >= rr.world_size)) {
+            return td_error(TD_ERR_PROTOCOL, "rref: fork from rank %d names "
+                            "a holder outside the world of %d", src,
+                            rr.world_size);
+        }
+        return fork_add(id, (uint64_t)fork, (int)holder);
+    }
+    fork_remove(id, (uint64_t)fork);
+    return TD_OK;
+}
+
+static td_status_t
+on_fork(void *arg, int src, uint64_t id, td_rpc_list_t *args,
+        td_rpc_list_t *result)
+{
+    (void)arg;
+    (void)result;
+    return on_fork_dec(TD_RPC_MSG_RREF_FORK, src, id, args);
+}
+
+static td_status_t
+on_dec(void *arg, int src, uint64_t id, td_rpc_list_t *args,
+       td_rpc_list_t *result)
+{
+    (void)arg;
+    (void)result;
+    return on_fork_dec(TD_RPC_MSG_RREF_DEC, src, id, args);
+}
+
+int
+td_rref_msg_wants_reply(int type)
+{
+    return type != TD_RPC_MSG_RREF_DEC;
+}
+
+/* ---- wire hooks ---------------------------------------------------------- */
+
+static void
+fork_acked(void *arg, td_future_t *fut)
+{
+    td_rref_t *h = arg;
+
+    if (td_future_status(fut) != TD_OK) {
+        fprintf(stderr, "todist: rref: fork of %016llx not confirmed: %s\n",
+                (unsigned long long)h->rref_id, td_future_error(fut));
+    }
+    td_rref_release(h);        /* the sender may let go now */
+    td_future_release(fut);
+}
+
+td_status_t
+td_rref_wire_out(void *arg, td_rref_t *h, int dst, int32_t *owner_p,
+                 uint64_t *rref_id_p, uint64_t *fork_id_p)
+{
+    uint64_t fork = new_id();
+    td_status_t status;
+
+    (void)arg;
+    if (h->owner == rr.rank) {
+        status = fork_add(h->rref_id, fork, dst);
+    } else {
+        td_rpc_list_t *args;
+        td_future_t *fut;
+
+        status = td_rpc_list_create(&args);
+        if (status != TD_OK) {
+            return status;
+        }
+        status = td_rpc_list_add_int(args, (int64_t)fork);
+        if (status == TD_OK) {
+            status = td_rpc_list_add_int(args, dst);    /* the holder */
+        }
+        if (status == TD_OK) {
+            status = td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_FORK,
+                                       h->rref_id, "rref fork", args, 0,
+                                       &fut);
+        }
+        td_rpc_list_free(args);
+        if (status == TD_OK) {
+            td_rref_retain(h);
+            td_future_then(fut, fork_acked, h);
+        }
+    }
+    if (status != TD_OK) {
+        return status;
+    }
+    *owner_p = h->owner;
+    *rref_id_p = h->rref_id;
+    *fork_id_p = fork;
+    return TD_OK;
+}
+
+td_status_t
+td_rref_wire_in(void *arg, int src, int32_t owner, uint64_t rref_id,
+                uint64_t fork_id, td_rref_t **rref_p)
+{
+    (void)arg;
+    if (owner >= rr.world_size) {
+        return td_error(TD_ERR_PROTOCOL, "rref: reference from rank %d names "
+                        "owner %d of %d", src, owner, rr.world_size);
+    }
+    return handle_new(owner, rref_id, fork_id, rref_p);
+}
+
+/* ---- public calls -------------------------------------------------------- */
+
+td_status_t
+td_remote(int dst, const char *name, const td_rpc_list_t *args,
+          double timeout, td_rref_t **rref_p)
+{
+    td_rpc_list_t *full = NULL;
+    td_rref_t *h = NULL;
+    uint64_t id;
+    td_status_t status;
+
+    if (name == NULL || rref_p == NULL) {
+        return td_error(TD_ERR_INVALID, "rref: remote: %s is NULL",
+                        name == NULL ? "function name" : "rref pointer");
+    }
+    if (!rr.running) {
+        return td_error(TD_ERR_STATE, "rref: not running (td_init first)");
+    }
+    id = new_id();
+    status = handle_new(dst, id, id, &h);
+    if (status != TD_OK) {
+        return status;
+    }
+    if ((status = td_rpc_list_create(&full)) != TD_OK ||
+        (status = td_rpc_list_add_int(full, (int64_t)id)) != TD_OK ||
+        (status = td_rpc_list_add_string(full, name)) != TD_OK ||
+        (status = append(full, args, 0)) != TD_OK) {
+        goto err;
+    }
+    status = td_rpc_send_typed(dst, TD_RPC_MSG_REMOTE,
+                               td_rpc_wire_fn_id(name), name, full, timeout,
+                               &h->created);
+    if (status != TD_OK) {
+        goto err;
+    }
+    td_rpc_list_free(full);
+    *rref_p = h;
+    return TD_OK;
+
+err:
+    td_rpc_list_free(full);
+    /* Never reached the owner: free without telling it. */
+    td_future_release(h->created);
+    atomic_fetch_sub(&rr.n_handles, 1);
+    free(h);
+    return status;
+}
+
+td_status_t
+td_rref_to_here(td_rref_t *h, double timeout, td_rpc_list_t **value_p)
+{
+    td_future_t *fut;
+    td_status_t status;
+
+    if (h == NULL || value_p == NULL) {
+        return td_error(TD_ERR_INVALID, "rref: to_here: argument is NULL");
+    }
+    status = td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_FETCH, h->rref_id,
+                               "rref to_here", NULL, timeout, &fut);
+    if (status != TD_OK) {
+        return status;
+    }
+    status = td_future_wait(fut, -1);
+    if (status == TD_OK) {
+        status = td_future_take(fut, value_p);
+    }
+    td_future_release(fut);
+    return status;
+}
+
+td_status_t
+td_rref_rpc_async(td_rref_t *h, const char *name, const td_rpc_list_t *args,
+                  double timeout, td_future_t **fut_p)
+{
+    td_rpc_list_t *full;
+    td_status_t status;
+
+    if (h == NULL || name == NULL || fut_p == NULL) {
+        return td_error(TD_ERR_INVALID, "rref: rpc: argument is NULL");
+    }
+    status = td_rpc_list_create(&full);
+    if (status != TD_OK) {
+        return status;
+    }
+    if ((status = td_rpc_list_add_string(full, name)) == TD_OK &&
+        (status = append(full, args, 0)) == TD_OK) {
+        status = td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_CALL,
+                                   h->rref_id, name, full, timeout, fut_p);
+    }
+    td_rpc_list_free(full);
+    return status;
+}
+
+td_status_t
+td_rref_rpc_sync(td_rref_t *h, const char *name, const td_rpc_list_t *args,
+                 double timeout, td_rpc_list_t **result_p)
+{
+    td_future_t *fut;
+    td_status_t status;
+
+    status = td_rref_rpc_async(h, name, args, timeout, &fut);
+    if (status != TD_OK) {
+        return status;
+    }
+    status = td_future_wait(fut, -1);
+    if (status == TD_OK) {
+        status = td_future_take(fut, result_p);
+    }
+    td_future_release(fut);
+    return status;
+}
+
+size_t
+td_rref_leaks(void)
+{
+    size_t n;
+
+    if (!rr.running) {
+        return rr.leaks;
+    }
+    pthread_mutex_lock(&rr.lock);
+    n = rr.n_entries;
+    pthread_mutex_unlock(&rr.lock);
+    return n + (size_t)atomic_load(&rr.n_handles);
+}
+
+/* ---- life cycle ---------------------------------------------------------- */
+
+void
+td_rref_start(int rank, int world_size)
+{
+    rr.rank = rank;
+    rr.world_size = world_size;
+    rr.leaks = 0;
+    atomic_store(&rr.counter, 1);
+    td_rpc_set_typed_handler(TD_RPC_MSG_REMOTE, on_remote, NULL);
+    td_rpc_set_typed_handler(TD_RPC_MSG_RREF_FETCH, on_fetch, NULL);
+    td_rpc_set_typed_handler(TD_RPC_MSG_RREF_CALL, on_call, NULL);
+    td_rpc_set_typed_handler(TD_RPC_MSG_RREF_FORK, on_fork, NULL);
+    td_rpc_set_typed_handler(TD_RPC_MSG_RREF_DEC, on_dec, NULL);
+    rr.running = 1;
+}
+
+size_t
+td_rref_outstanding(void)
+{
+    return 0;     /* its messages are counted as RPC's calls and sends */
+}
+
+void
+td_rref_peer_failed(int rank)
+{
+    /* Calls to RANK fail through RPC's pending table; here the owner lets
+     * go of the references RANK held. */
+    pthread_mutex_lock(&rr.lock);
+    for (size_t b = 0; b < RREF_BUCKETS; b++) {
+        entry_t *e = rr.buckets[b];
+
+        while (e != NULL) {
+            entry_t *next = e->next;
+            size_t n = 0;
+
+            for (size_t i = 0; i < e->n_live;) {
+                if (e->holder[i] == rank) {
+                    live_drop_at(e, i);
+                    n++;
+                } else {
+                    i++;
+                }
+            }
+            if (n > 0) {
+                fprintf(stderr, "todist: rref: rank %d: rank %d died holding "
+                        "%zu reference(s) to object %016llx: released\n",
+                        rr.rank, rank, n, (unsigned long long)e->rref_id);
+                entry_maybe_free(e);
+            }
+            e = next;
+        }
+    }
+    pthread_mutex_unlock(&rr.lock);
+}
+
+size_t
+td_rref_objects(void)
+{
+    size_t n;
+
+    pthread_mutex_lock(&rr.lock);
+    n = rr.n_entries;
+    pthread_mutex_unlock(&rr.lock);
+    return n;
+}
+
+void
+td_rref_shutdown(void)
+{
+    size_t handles = (size_t)atomic_load(&rr.n_handles);
+
+    pthread_mutex_lock(&rr.lock);
+    rr.running = 0;
+    pthread_cond_broadcast(&rr.cond);
+    for (size_t b = 0; b < RREF_BUCKETS; b++) {
+        for (entry_t *e = rr.buckets[b]; e != NULL; e = e->next) {
+            fprintf(stderr, "todist: rref: rank %d: leak: object %016llx "
+                    "still has %zu reference(s) at shutdown\n", rr.rank,
+                    (unsigned long long)e->rref_id, e->n_live);
+        }
+    }
+    rr.leaks = rr.n_entries + handles;
+    /* Objects are freed; handles stay valid (their release is local). */
+    for (size_t b = 0; b < RREF_BUCKETS; b++) {
+        entry_t *e = rr.buckets[b];
+
+        while (e != NULL) {
+            entry_t *next = e->next;
+
+            td_rpc_list_free(e->value);
+            free(e->error);
+            free(e->live);
+            free(e->holder);
+            free(e->tomb);
+            free(e);
+            e = next;
+        }
+        rr.buckets[b] = NULL;
+    }
+    rr.n_entries = 0;
+    pthread_mutex_unlock(&rr.lock);
+    if (handles > 0) {
+        fprintf(stderr, "todist: rref: rank %d: leak: %zu reference "
+                "handle(s) not released at shutdown\n", rr.rank, handles);
+    }
+}

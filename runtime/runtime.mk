@@ -1,0 +1,3 @@
+# runtime: td_init / td_finalize and what the upper layers get from them.
+libtodist_core_la_SOURCES += runtime/init.c runtime/runtime.h
+todistinclude_HEADERS += include/todist/todist.h include/todist/init.h

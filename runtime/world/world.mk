@@ -1,0 +1,7 @@
+# runtime/world: the pure mapping env -> process group (TODIST_*, torchrun
+# names, SLURM_*), Slurm hostlists, and the Slurm-facts mapping the SPANK
+# plugin compiles in too.
+td_world_sources = runtime/world/world.c runtime/world/hostlist.c \
+	runtime/world/slurm_env.c
+libtodist_core_la_SOURCES += $(td_world_sources)
+todistinclude_HEADERS += include/todist/world.h include/todist/slurm_env.h
