@@ -1,4 +1,5 @@
-/* status.c: error codes and the per-thread last-error message. */
+/* base/status.c: status codes (from the one table in todist/status.h) and
+ * the per-thread last-error message. */
 #include "config.h"
 
 #include <stdarg.h>
@@ -15,26 +16,22 @@ const char *
 td_strerror(td_status_t status)
 {
     switch (status) {
-    case TD_OK:              return "success";
-    case TD_ERR_INVALID:     return "invalid argument";
-    case TD_ERR_NO_MEMORY:   return "out of memory";
-    case TD_ERR_IO:          return "input/output error";
-    case TD_ERR_PROTOCOL:    return "protocol error";
-    case TD_ERR_TIMEOUT:     return "timed out";
-    case TD_ERR_PEER:        return "peer failure";
-    case TD_ERR_NOT_FOUND:   return "not found";
-    case TD_ERR_AUTH:        return "authentication failed";
-    case TD_ERR_STATE:       return "invalid state";
-    case TD_ERR_SHAPE:       return "shape mismatch";
-    case TD_ERR_DTYPE:       return "dtype mismatch";
-    case TD_ERR_REMOTE:      return "remote error";
-    case TD_ERR_UNSUPPORTED: return "not supported";
-    case TD_ERR_TRANSPORT:   return "transport error";
-    case TD_ERR_CANCELED:    return "canceled";
-    case TD_ERR_EXISTS:      return "already exists";
-    case TD_ERR_RANGE:       return "out of range";
+#define TD_STATUS_MSG_(name, value, msg) case name: return msg;
+    TD_STATUS_TABLE(TD_STATUS_MSG_)
+#undef TD_STATUS_MSG_
     }
     return "unknown error";
+}
+
+const char *
+td_status_name(td_status_t status)
+{
+    switch (status) {
+#define TD_STATUS_NAME_(name, value, msg) case name: return #name;
+    TD_STATUS_TABLE(TD_STATUS_NAME_)
+#undef TD_STATUS_NAME_
+    }
+    return "TD_ERR_UNKNOWN";
 }
 
 const char *

@@ -26,6 +26,8 @@
 #include "todist/store.h"
 #include "todist/topology.h"
 #include "runtime/runtime.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 #define JOIN_POLL_S 0.001
 
@@ -49,15 +51,6 @@ static struct {
 
 static td_runtime_module_t modules[TD_RUNTIME_MODULES_MAX];
 static size_t n_modules;
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void
 sleep_s(double s)
@@ -358,6 +351,7 @@ td_init(const td_init_params_t *params)
         return status;
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
+    td_log_set_rank(rt.world.rank);
 
     /* Placement first (TODIST_BIND=closest, set by srun --todist bind=closest
      * or the user): UCX reads UCX_NET_DEVICES when the transport starts, and
@@ -455,6 +449,7 @@ err_server:
 err_addrs:
     free(rt.addrs);
     rt.addrs = NULL;
+    td_log_set_rank(-1);
     return status;
 }
 
@@ -498,7 +493,7 @@ join(double deadline)
 
         /* Local work ends by itself (or times out in its own layer). */
         while (local_outstanding() > 0) {
-            if (now_s() > deadline) {
+            if (td_now_s() > deadline) {
                 return td_error(TD_ERR_TIMEOUT, "finalize: rank %d still has "
                                 "%zu operations outstanding",
                                 rt.world.rank, local_outstanding());
@@ -517,7 +512,7 @@ join(double deadline)
                                    local_outstanding() > 0, NULL)))
             return status;
         snprintf(key, sizeof(key), "td/fin/%d", k);
-        double left = deadline - now_s();
+        double left = deadline - td_now_s();
         status = td_store_barrier(rt.store, key, rt.world.world_size,
                                   left > 0 ? left : 0.001);
         if (status == TD_ERR_TIMEOUT) {
@@ -564,7 +559,7 @@ td_finalize(void)
     if (!rt.initialized) {
         return td_error(TD_ERR_STATE, "finalize: td_init has not been called");
     }
-    deadline = now_s() + rt.params.finalize_timeout;
+    deadline = td_now_s() + rt.params.finalize_timeout;
     status = join(deadline);
 
     shutdown_modules(n_modules);
@@ -580,7 +575,7 @@ td_finalize(void)
         }
     } else if (rt.world.world_size > 1) {
         const char *keys[1] = { "td/fin/exit/done" };
-        double left = deadline - now_s();
+        double left = deadline - td_now_s();
         /* After a failed join, do not keep the others' store for long. */
         if (status != TD_OK || left < 1) {
             left = 1;

@@ -25,7 +25,7 @@ if HAVE_SLURM
 # version script, which exports only what Slurm looks up.
 slurmplugin_LTLIBRARIES = spank/todist.la
 spank_todist_la_SOURCES = spank/todist.c spank/srun.c spank/stepd.c \
-	spank/plugin.h $(td_world_sources) base/status.c
+	spank/plugin.h $(td_world_sources) base/status.c base/log.c
 spank_todist_la_CPPFLAGS = $(AM_CPPFLAGS) $(SLURM_CPPFLAGS)
 spank_todist_la_CFLAGS = $(AM_CFLAGS)
 spank_todist_la_LDFLAGS = -module -avoid-version -shared \

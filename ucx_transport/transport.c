@@ -36,6 +36,9 @@
 #include <ucp/api/ucp.h>
 
 #include "ucx_transport/transport.h"
+#include "base/clock.h"
+#include "base/byteorder.h"
+#include "base/log.h"
 
 #define TD_AM_ID          0x7d        /* our one UCP active-message id */
 #define WIRE_VERSION      1
@@ -222,28 +225,6 @@ cpu_relax(void)
 #else
     __asm__ __volatile__("" ::: "memory");
 #endif
-}
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void
-put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
-}
-
-static uint32_t
-get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
-           (uint32_t)p[2] << 8 | p[3];
 }
 
 static ucs_memory_type_t
@@ -491,9 +472,9 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         goto drop;
     }
     id = (uint16_t)(h[2] << 8 | h[3]);
-    src = get_u32(h + 4);
-    ulen = get_u32(h + 8);
-    nb = get_u32(h + 12);
+    src = td_get_be32(h + 4);
+    ulen = td_get_be32(h + 8);
+    nb = td_get_be32(h + 12);
     if (id >= TD_TRANSPORT_HANDLERS_MAX ||
         src >= (uint32_t)tp->params.world_size ||
         ulen > TD_TRANSPORT_HEADER_MAX || nb > TD_TRANSPORT_BODIES_MAX ||
@@ -502,7 +483,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     }
     for (uint32_t i = 0; i < nb; i++) {
         const uint8_t *b = h + WIRE_FIXED + i * WIRE_BODY;
-        blen[i] = (size_t)get_u32(b) << 32 | get_u32(b + 4);
+        blen[i] = (size_t)td_get_be32(b) << 32 | td_get_be32(b + 4);
         if (b[8] > TD_MEM_CUDA || blen[i] > SIZE_MAX - total) {
             goto drop;
         }
@@ -692,7 +673,7 @@ close_endpoints(td_transport_t *tp)
 {
     int n = tp->params.world_size;
     void **reqs = calloc(n, sizeof(*reqs));
-    double deadline = now_s() + tp->close_timeout;
+    double deadline = td_now_s() + tp->close_timeout;
     int pending = 0;
 
     for (int i = 0; i < n; i++) {
@@ -726,7 +707,7 @@ close_endpoints(td_transport_t *tp)
             if (ucp_request_check_status(reqs[i]) != UCS_INPROGRESS) {
                 ucp_request_free(reqs[i]);
                 reqs[i] = NULL;
-            } else if (now_s() > deadline) {
+            } else if (td_now_s() > deadline) {
                 /* The peer does not answer: cancel and move on. */
                 ucp_request_cancel(tp->worker, reqs[i]);
                 pending++;
@@ -734,7 +715,7 @@ close_endpoints(td_transport_t *tp)
                 pending++;
             }
         }
-        if (pending > 0 && now_s() > deadline + 1.0) {
+        if (pending > 0 && td_now_s() > deadline + 1.0) {
             break;   /* give up on stubborn requests; worker_destroy ends them */
         }
     }
@@ -752,8 +733,8 @@ connect_watched(td_transport_t *tp)
         if (__atomic_exchange_n(&tp->peers[r].watch, 0, __ATOMIC_ACQ_REL) &&
             tp->peers[r].ep == NULL && !tp->peers[r].failed &&
             peer_connect(tp, r, &ep) != TD_OK) {
-            fprintf(stderr, "todist: transport: rank %d: cannot watch rank "
-                    "%d: %s\n", tp->params.rank, r, td_last_error());
+            td_log_warn("transport: rank %d: cannot watch rank "
+                    "%d: %s", tp->params.rank, r, td_last_error());
         }
     }
 }
@@ -886,7 +867,7 @@ static void *
 progress_main(void *arg)
 {
     td_transport_t *tp = arg;
-    double idle_since = now_s();
+    double idle_since = td_now_s();
     unsigned busy_spins = 0;
     int64_t left_seen = 0;
 
@@ -896,7 +877,7 @@ progress_main(void *arg)
 
         if (__atomic_load_n(&tp->n_drivers, __ATOMIC_RELAXED) > 0) {
             nap(tp);
-            idle_since = now_s();
+            idle_since = td_now_s();
             continue;
         }
         int64_t left = __atomic_load_n(&tp->drive_left_ns, __ATOMIC_RELAXED);
@@ -904,7 +885,7 @@ progress_main(void *arg)
             /* the clock is read only after a driver left */
             if (now_ns() - left < RECENT_NS) {
                 nap(tp);
-                idle_since = now_s();
+                idle_since = td_now_s();
                 continue;
             }
             left_seen = left;
@@ -930,7 +911,7 @@ progress_main(void *arg)
         if (tp->scarce && tp->yield_ctr != NULL) {
             token_drop(tp);
             if (yield_to_jobs(tp)) {
-                idle_since = now_s();   /* a reply may follow: stay awake */
+                idle_since = td_now_s();   /* a reply may follow: stay awake */
                 continue;
             }
             if (!token_take(tp)) {
@@ -938,13 +919,13 @@ progress_main(void *arg)
             }
         }
         if (n > 0) {
-            idle_since = now_s();
+            idle_since = td_now_s();
             token_drop(tp);
             continue;
         }
         /* Blocking: spin a little after activity (a reply usually comes
          * within microseconds), then sleep on the event fd. */
-        if (now_s() - idle_since < 20e-6 ||
+        if (td_now_s() - idle_since < 20e-6 ||
             ucp_worker_arm(tp->worker) == UCS_ERR_BUSY ||
             __atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) || tp->stop) {
             token_drop(tp);
@@ -957,7 +938,7 @@ progress_main(void *arg)
         struct pollfd pfd = { .fd = tp->efd, .events = POLLIN };
         poll(&pfd, 1, BLOCK_POLL_MS);
         __atomic_store_n(&tp->in_poll, 0, __ATOMIC_SEQ_CST);
-        idle_since = now_s();
+        idle_since = td_now_s();
     }
 
     /* Drivers see stop and leave; direct senders are brief. */
@@ -1317,13 +1298,13 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
     w[0] = WIRE_VERSION;
     w[2] = id >> 8;
     w[3] = id & 0xff;
-    put_u32(w + 4, (uint32_t)tp->params.rank);
-    put_u32(w + 8, (uint32_t)header_len);
-    put_u32(w + 12, (uint32_t)n_bodies);
+    td_put_be32(w + 4, (uint32_t)tp->params.rank);
+    td_put_be32(w + 8, (uint32_t)header_len);
+    td_put_be32(w + 12, (uint32_t)n_bodies);
     for (size_t i = 0; i < n_bodies; i++) {
         uint8_t *b = w + WIRE_FIXED + i * WIRE_BODY;
-        put_u32(b, (uint32_t)((uint64_t)bodies[i].len >> 32));
-        put_u32(b + 4, (uint32_t)bodies[i].len);
+        td_put_be32(b, (uint32_t)((uint64_t)bodies[i].len >> 32));
+        td_put_be32(b + 4, (uint32_t)bodies[i].len);
         b[8] = (uint8_t)bodies[i].mem;
         op->iov[i].buffer = bodies[i].buf;
         op->iov[i].length = bodies[i].len;
@@ -1439,7 +1420,7 @@ td_status_t
 td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
                    double max_s)
 {
-    double t0 = now_s();
+    double t0 = td_now_s();
     unsigned rounds = 0;
     int got = 0, ok;
 
@@ -1452,7 +1433,7 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
      * another driver keeps it for its whole wait: then do not queue up. */
     for (unsigned i = 0; !(got = token_take(tp)); i++) {
         if (done(arg) || tp->stop ||
-            (max_s >= 0 && now_s() - t0 > max_s)) {
+            (max_s >= 0 && td_now_s() - t0 > max_s)) {
             break;
         }
         if (i < 64) {
@@ -1477,7 +1458,7 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
             break;
         }
         if ((++rounds & 31) == 0) {
-            double waited = now_s() - t0;
+            double waited = td_now_s() - t0;
 
             if (max_s >= 0 && waited > max_s) {
                 break;
@@ -1544,7 +1525,7 @@ td_transport_wake(td_transport_t *tp)
 td_status_t
 td_transport_flush(td_transport_t *tp, double timeout)
 {
-    double deadline = now_s() + timeout;
+    double deadline = td_now_s() + timeout;
     uint64_t target;
 
     if (tl_holder == tp) {
@@ -1561,7 +1542,7 @@ td_transport_flush(td_transport_t *tp, double timeout)
         if (done >= target) {
             return TD_OK;
         }
-        if (now_s() > deadline) {
+        if (td_now_s() > deadline) {
             return td_error(TD_ERR_TIMEOUT, "transport: %" PRIu64 " sends "
                             "still in flight after %.3g s", target - done,
                             timeout);

@@ -12,29 +12,40 @@
 extern "C" {
 #endif
 
+/* The one table of status codes: name, value, message. Everything else
+ * (the enum, td_strerror, td_status_name) is generated from it. */
+#define TD_STATUS_TABLE(X)                                                   \
+    X(TD_OK,              0,  "success")                                    \
+    X(TD_ERR_INVALID,    -1,  "invalid argument")  /* bad argument or env */\
+    X(TD_ERR_NO_MEMORY,  -2,  "out of memory")                              \
+    X(TD_ERR_IO,         -3,  "input/output error") /* syscall or file */   \
+    X(TD_ERR_PROTOCOL,   -4,  "protocol error")  /* malformed message */    \
+    X(TD_ERR_TIMEOUT,    -5,  "timed out")                                  \
+    X(TD_ERR_PEER,       -6,  "peer failure")    /* died or unreachable */  \
+    X(TD_ERR_NOT_FOUND,  -7,  "not found")                                  \
+    X(TD_ERR_AUTH,       -8,  "authentication failed")                      \
+    X(TD_ERR_STATE,      -9,  "invalid state")   /* not valid right now */  \
+    X(TD_ERR_SHAPE,      -10, "shape mismatch")                             \
+    X(TD_ERR_DTYPE,      -11, "dtype mismatch")                             \
+    X(TD_ERR_REMOTE,     -12, "remote error")    /* raised on a peer */     \
+    X(TD_ERR_UNSUPPORTED,-13, "not supported")                              \
+    X(TD_ERR_TRANSPORT,  -14, "transport error") /* UCX failed */           \
+    X(TD_ERR_CANCELED,   -15, "canceled")                                   \
+    X(TD_ERR_EXISTS,     -16, "already exists")                             \
+    X(TD_ERR_RANGE,      -17, "out of range")
+
 typedef enum {
-    TD_OK               = 0,
-    TD_ERR_INVALID      = -1,  /* bad argument, option or environment value */
-    TD_ERR_NO_MEMORY    = -2,
-    TD_ERR_IO           = -3,  /* system call or file failure */
-    TD_ERR_PROTOCOL     = -4,  /* malformed message or frame */
-    TD_ERR_TIMEOUT      = -5,
-    TD_ERR_PEER         = -6,  /* a peer died or is unreachable */
-    TD_ERR_NOT_FOUND    = -7,
-    TD_ERR_AUTH         = -8,  /* authentication failed */
-    TD_ERR_STATE        = -9,  /* call not valid in the current state */
-    TD_ERR_SHAPE        = -10, /* tensor shape mismatch */
-    TD_ERR_DTYPE        = -11, /* tensor dtype mismatch */
-    TD_ERR_REMOTE       = -12, /* an error raised on another worker */
-    TD_ERR_UNSUPPORTED  = -13,
-    TD_ERR_TRANSPORT    = -14, /* UCX reported a failure */
-    TD_ERR_CANCELED     = -15,
-    TD_ERR_EXISTS       = -16,
-    TD_ERR_RANGE        = -17  /* a value outside its allowed range */
+#define TD_STATUS_ENUM_(name, value, msg) name = value,
+    TD_STATUS_TABLE(TD_STATUS_ENUM_)
+#undef TD_STATUS_ENUM_
 } td_status_t;
 
 /* Short, static description of a code ("invalid argument"). */
 const char *td_strerror(td_status_t status);
+
+/* The code's name as written in C ("TD_ERR_INVALID"); "TD_ERR_UNKNOWN" for
+ * a value outside the table. */
+const char *td_status_name(td_status_t status);
 
 /* The calling thread's last recorded error message ("" if none). */
 const char *td_last_error(void);

@@ -52,6 +52,8 @@
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rpc_wire.h"
 #include "runtime/rpc/rref_internal.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 #define RPC_TRANSPORT_ID     1      /* transport handler id of RPC */
 #define RPC_FN_TABLE         256    /* registry slots (power of two) */
@@ -171,15 +173,6 @@ static struct {
 
 static double rpc_spin_us = -1;    /* env TODIST_RPC_SPIN_US */
 static __thread int tl_pool_thread; /* this thread is a handler pool thread */
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const char *
 worker_name(int rank, char *buf, size_t len)
@@ -422,13 +415,13 @@ pool_main(void *arg)
         if (p->head == NULL && !p->stop && rpc_spin_us > 0) {
             /* Poll a little before sleeping: a futex wake-up costs more
              * than a short call's whole round trip. Idle while polling. */
-            double until = now_s() + rpc_spin_us * 1e-6;
+            double until = td_now_s() + rpc_spin_us * 1e-6;
 
             p->n_idle++;
             pthread_mutex_unlock(&p->lock);
             while (__atomic_load_n(&p->head, __ATOMIC_ACQUIRE) == NULL &&
                    !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) &&
-                   now_s() < until) {
+                   td_now_s() < until) {
                 sched_yield();
             }
             pthread_mutex_lock(&p->lock);
@@ -691,7 +684,7 @@ timer_main(void *arg)
         }
         pthread_mutex_unlock(&rpc.tlock);
         if (rpc.n_pending > 0) {
-            pending_t *pc = pending_take_matching(-1, now_s());
+            pending_t *pc = pending_take_matching(-1, td_now_s());
 
             while (pc != NULL) {
                 pending_t *next = pc->next;
@@ -884,7 +877,7 @@ td_rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
         pc->id = meta.message_id;
         pc->dst = dst;
         copy_name(pc->name, sizeof(pc->name), name != NULL ? name : "?");
-        pc->deadline = timeout > 0 ? now_s() + timeout : 0;
+        pc->deadline = timeout > 0 ? td_now_s() + timeout : 0;
         pc->fut = td_future_retain(fut);
         pending_insert(pc);       /* R5: before sending */
     }
@@ -1068,7 +1061,7 @@ rx_free(rx_t *r)
 static void
 log_drop(int src, const char *why)
 {
-    fprintf(stderr, "todist: rpc: dropped a message from rank %d: %s\n",
+    td_log_warn("rpc: dropped a message from rank %d: %s",
             src, why);
 }
 

@@ -9,6 +9,7 @@
 #include "todist/rref.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rpc_wire.h"
+#include "base/byteorder.h"
 
 /* ---- little-endian cursors --------------------------------------------- */
 
@@ -31,17 +32,15 @@ put_u8(wbuf_t *w, uint8_t v)
 static void
 put_u32(wbuf_t *w, uint32_t v)
 {
-    for (int i = 0; i < 4; i++) {
-        *w->p++ = (uint8_t)(v >> (8 * i));
-    }
+    td_put_le32(w->p, v);
+    w->p += 4;
 }
 
 static void
 put_u64(wbuf_t *w, uint64_t v)
 {
-    for (int i = 0; i < 8; i++) {
-        *w->p++ = (uint8_t)(v >> (8 * i));
-    }
+    td_put_le64(w->p, v);
+    w->p += 8;
 }
 
 static void
@@ -82,32 +81,22 @@ get_u16(rbuf_t *r, uint16_t *v)
 static int
 get_u32(rbuf_t *r, uint32_t *v)
 {
-    uint32_t x = 0;
-
     if (r_left(r) < 4) {
         return 0;
     }
-    for (int i = 0; i < 4; i++) {
-        x |= (uint32_t)r->p[i] << (8 * i);
-    }
+    *v = td_get_le32(r->p);
     r->p += 4;
-    *v = x;
     return 1;
 }
 
 static int
 get_u64(rbuf_t *r, uint64_t *v)
 {
-    uint64_t x = 0;
-
     if (r_left(r) < 8) {
         return 0;
     }
-    for (int i = 0; i < 8; i++) {
-        x |= (uint64_t)r->p[i] << (8 * i);
-    }
+    *v = td_get_le64(r->p);
     r->p += 8;
-    *v = x;
     return 1;
 }
 

@@ -42,6 +42,7 @@
 #include "runtime/rpc/rpc_wire.h"
 #include "runtime/rpc/rref_internal.h"
 #include "runtime/runtime.h"
+#include "base/log.h"
 
 #define RREF_BUCKETS 256
 
@@ -279,8 +280,8 @@ fork_add(uint64_t rref_id, uint64_t fork_id, int holder)
     } else if (drop_id(e->tomb, &e->n_tomb, fork_id)) {
         entry_maybe_free(e);            /* its DEC came first */
     } else if (rank_dead(holder)) {
-        fprintf(stderr, "todist: rref: rank %d: a reference to object "
-                "%016llx for rank %d, which died, is not kept\n", rr.rank,
+        td_log_warn("rref: rank %d: a reference to object "
+                "%016llx for rank %d, which died, is not kept", rr.rank,
                 (unsigned long long)rref_id, holder);
         entry_maybe_free(e);
     } else if (!live_push(e, fork_id, holder)) {
@@ -325,8 +326,8 @@ td_rref_release(td_rref_t *h)
             if (td_rpc_list_add_int(args, (int64_t)h->fork_id) == TD_OK &&
                 td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_DEC, h->rref_id,
                                   "rref delete", args, 0, NULL) != TD_OK) {
-                fprintf(stderr, "todist: rref: could not tell rank %d that "
-                        "reference %016llx was released: %s\n", h->owner,
+                td_log_warn("rref: could not tell rank %d that "
+                        "reference %016llx was released: %s", h->owner,
                         (unsigned long long)h->rref_id, td_last_error());
             }
             td_rpc_list_free(args);
@@ -614,7 +615,7 @@ fork_acked(void *arg, td_future_t *fut)
     td_rref_t *h = arg;
 
     if (td_future_status(fut) != TD_OK) {
-        fprintf(stderr, "todist: rref: fork of %016llx not confirmed: %s\n",
+        td_log_warn("rref: fork of %016llx not confirmed: %s",
                 (unsigned long long)h->rref_id, td_future_error(fut));
     }
     td_rref_release(h);        /* the sender may let go now */
@@ -846,8 +847,8 @@ td_rref_peer_failed(int rank)
                 }
             }
             if (n > 0) {
-                fprintf(stderr, "todist: rref: rank %d: rank %d died holding "
-                        "%zu reference(s) to object %016llx: released\n",
+                td_log_warn("rref: rank %d: rank %d died holding "
+                        "%zu reference(s) to object %016llx: released",
                         rr.rank, rank, n, (unsigned long long)e->rref_id);
                 entry_maybe_free(e);
             }
@@ -878,8 +879,8 @@ td_rref_shutdown(void)
     pthread_cond_broadcast(&rr.cond);
     for (size_t b = 0; b < RREF_BUCKETS; b++) {
         for (entry_t *e = rr.buckets[b]; e != NULL; e = e->next) {
-            fprintf(stderr, "todist: rref: rank %d: leak: object %016llx "
-                    "still has %zu reference(s) at shutdown\n", rr.rank,
+            td_log_warn("rref: rank %d: leak: object %016llx "
+                    "still has %zu reference(s) at shutdown", rr.rank,
                     (unsigned long long)e->rref_id, e->n_live);
         }
     }
@@ -904,7 +905,7 @@ td_rref_shutdown(void)
     rr.n_entries = 0;
     pthread_mutex_unlock(&rr.lock);
     if (handles > 0) {
-        fprintf(stderr, "todist: rref: rank %d: leak: %zu reference "
-                "handle(s) not released at shutdown\n", rr.rank, handles);
+        td_log_warn("rref: rank %d: leak: %zu reference "
+                "handle(s) not released at shutdown", rr.rank, handles);
     }
 }

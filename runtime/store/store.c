@@ -34,6 +34,9 @@
 #include <openssl/rand.h>
 
 #include "todist/store.h"
+#include "base/clock.h"
+#include "base/byteorder.h"
+#include "base/log.h"
 
 #define TD_STORE_VERSION     1
 #define HDR_LEN              8
@@ -60,41 +63,6 @@ static const char MAC_LABEL_CLIENT[] = "todist-store-v1 client";
 static const char MAC_LABEL_SERVER[] = "todist-store-v1 server";
 
 /* ---- helpers shared by client and server ------------------------------ */
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void
-put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
-}
-
-static uint32_t
-get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
-           (uint32_t)p[2] << 8 | p[3];
-}
-
-static void
-put_u64(uint8_t *p, uint64_t v)
-{
-    put_u32(p, v >> 32);
-    put_u32(p + 4, (uint32_t)v);
-}
-
-static uint64_t
-get_u64(const uint8_t *p)
-{
-    return (uint64_t)get_u32(p) << 32 | get_u32(p + 4);
-}
 
 static void
 compute_mac(const char *token, const char *label, const uint8_t *snonce,
@@ -154,7 +122,7 @@ buf_put_u32(buf_t *b, uint32_t v)
 {
     uint8_t x[4];
 
-    put_u32(x, v);
+    td_put_be32(x, v);
     return buf_put(b, x, 4);
 }
 
@@ -163,7 +131,7 @@ buf_put_u64(buf_t *b, uint64_t v)
 {
     uint8_t x[8];
 
-    put_u64(x, v);
+    td_put_be64(x, v);
     return buf_put(b, x, 8);
 }
 
@@ -185,7 +153,7 @@ frame_begin(buf_t *b, uint8_t type)
 static void
 frame_finish(buf_t *b, size_t start)
 {
-    put_u32(b->p + start + 4, (uint32_t)(b->len - start - HDR_LEN));
+    td_put_be32(b->p + start + 4, (uint32_t)(b->len - start - HDR_LEN));
 }
 
 /* A reader over a received payload; every read is bounds-checked. */
@@ -200,7 +168,7 @@ rd_u32(rd_t *r, uint32_t *v)
     if (r->len - r->off < 4) {
         return -1;
     }
-    *v = get_u32(r->p + r->off);
+    *v = td_get_be32(r->p + r->off);
     r->off += 4;
     return 0;
 }
@@ -211,7 +179,7 @@ rd_u64(rd_t *r, uint64_t *v)
     if (r->len - r->off < 8) {
         return -1;
     }
-    *v = get_u64(r->p + r->off);
+    *v = td_get_be64(r->p + r->off);
     r->off += 8;
     return 0;
 }
@@ -444,7 +412,7 @@ wait_check(td_store_server_t *s, conn_t *c, double now)
 static void
 wake_waiters(td_store_server_t *s)
 {
-    double now = now_s();
+    double now = td_now_s();
 
     for (size_t i = 0; i < s->nconns; i++) {
         if (s->conns[i] != NULL && s->conns[i]->wait_req != NULL) {
@@ -530,8 +498,8 @@ handle_request(td_store_server_t *s, conn_t *c, uint8_t type, rd_t *r)
         }
         memcpy(c->wait_req, r->p, r->len);
         c->wait_len = r->len;
-        c->wait_deadline = x == UINT64_MAX ? -1.0 : now_s() + x / 1000.0;
-        wait_check(s, c, now_s());
+        c->wait_deadline = x == UINT64_MAX ? -1.0 : td_now_s() + x / 1000.0;
+        wait_check(s, c, td_now_s());
         return;
     }
     case MSG_ADD: {
@@ -649,7 +617,7 @@ conn_read(td_store_server_t *s, conn_t *c)
                 continue;
             }
             /* Check the header before allocating anything. */
-            uint32_t len = get_u32(c->hdr + 4);
+            uint32_t len = td_get_be32(c->hdr + 4);
             if (c->hdr[0] != TD_STORE_VERSION || c->hdr[2] != 0 ||
                 c->hdr[3] != 0 ||
                 len > (c->admitted ? FRAME_MAX : PREAUTH_FRAME_MAX)) {
@@ -721,7 +689,7 @@ server_accept(td_store_server_t *s)
         return;
     }
     c->fd = fd;
-    c->born = now_s();
+    c->born = td_now_s();
     set_nodelay(fd);
     if (RAND_bytes(c->nonce, NONCE_LEN) != 1) {
         conn_free(c);
@@ -748,7 +716,7 @@ server_main(void *arg)
     pthread_setname_np(pthread_self(), "td-store");
     for (;;) {
         size_t n = s->nconns + 2, i;
-        double now = now_s(), next = -1;
+        double now = td_now_s(), next = -1;
         int timeout_ms = -1;
 
         if (n > cap) {
@@ -794,7 +762,7 @@ server_main(void *arg)
                 drop = conn_read(s, c) != 0;
             }
             if (!drop && c->wait_req != NULL) {
-                wait_check(s, c, now_s());
+                wait_check(s, c, td_now_s());
             }
             if (!drop && (c->out.len || c->closing)) {
                 drop = conn_write(c) != 0;
@@ -802,7 +770,7 @@ server_main(void *arg)
             /* A connection that does not authenticate in time is dropped,
              * so strangers cannot hold sockets open for free. */
             if (!drop && !c->admitted &&
-                now_s() > c->born + s->handshake_timeout) {
+                td_now_s() > c->born + s->handshake_timeout) {
                 drop = 1;
             }
             if (drop) {
@@ -859,8 +827,8 @@ td_store_server_start(const char *addr, uint16_t port, const char *token,
             goto err_free;
         }
     } else if (!__atomic_exchange_n(&warned_open, 1, __ATOMIC_RELAXED)) {
-        fprintf(stderr, "todist: store: TODIST_JOB_TOKEN is not set; the "
-                "rendezvous store accepts any client (no authentication)\n");
+        td_log_warn("store: TODIST_JOB_TOKEN is not set; the "
+                "rendezvous store accepts any client (no authentication)");
     }
 
     snprintf(portstr, sizeof(portstr), "%u", port);
@@ -979,7 +947,7 @@ send_all(td_store_t *st, const uint8_t *p, size_t len, double deadline)
             return td_error(TD_ERR_IO, "store: lost the connection to "
                             "%s:%u: %s", st->host, st->port, strerror(errno));
         }
-        double left = deadline - now_s();
+        double left = deadline - td_now_s();
         if (left <= 0) {
             return td_error(TD_ERR_TIMEOUT, "store: %s:%u does not take "
                             "requests", st->host, st->port);
@@ -1011,7 +979,7 @@ recv_all(td_store_t *st, uint8_t *p, size_t len, double deadline)
         }
         int ms = -1;
         if (deadline >= 0) {
-            double left = deadline - now_s();
+            double left = deadline - td_now_s();
             if (left <= 0) {
                 return td_error(TD_ERR_TIMEOUT, "store: no reply from %s:%u",
                                 st->host, st->port);
@@ -1039,7 +1007,7 @@ recv_frame(td_store_t *st, double deadline, size_t max, uint8_t *type_p,
     if (status != TD_OK) {
         return status;
     }
-    len = get_u32(h + 4);
+    len = td_get_be32(h + 4);
     if (h[0] != TD_STORE_VERSION || h[2] != 0 || h[3] != 0 || len > max) {
         return td_error(TD_ERR_PROTOCOL, "store: bad frame from %s:%u "
                         "(version %u, length %u)", st->host, st->port, h[0],
@@ -1108,7 +1076,7 @@ dial(td_store_t *st, double deadline)
             if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 &&
                 errno == EINPROGRESS) {
                 struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-                double left = deadline - now_s();
+                double left = deadline - td_now_s();
                 int err = ETIMEDOUT;
                 socklen_t el = sizeof(err);
                 if (left > 0 && poll(&pfd, 1, (int)(left * 1000) + 1) > 0) {
@@ -1132,7 +1100,7 @@ dial(td_store_t *st, double deadline)
         if (ai != NULL) {
             freeaddrinfo(ai);
         }
-        double left = deadline - now_s();
+        double left = deadline - td_now_s();
         if (left <= 0) {
             return td_error(TD_ERR_TIMEOUT, "store: cannot reach %s:%u: %s",
                             st->host, st->port,
@@ -1230,7 +1198,7 @@ td_store_connect(const char *host, uint16_t port, const char *token,
                  double timeout, td_store_t **store_p)
 {
     td_store_t *st;
-    double deadline = now_s() + (timeout > 0 ? timeout : 0);
+    double deadline = td_now_s() + (timeout > 0 ? timeout : 0);
     td_status_t status;
 
     if (host == NULL || host[0] == '\0' || port == 0) {
@@ -1250,7 +1218,7 @@ td_store_connect(const char *host, uint16_t port, const char *token,
     }
     /* The handshake gets its own bound: a server still starting up may
      * accept late, but a silent peer must not hang us. */
-    status = authenticate(st, token, now_s() + (timeout > 10 ? timeout : 10));
+    status = authenticate(st, token, td_now_s() + (timeout > 10 ? timeout : 10));
     if (status != TD_OK) {
         goto err_close;
     }
@@ -1286,7 +1254,7 @@ roundtrip(td_store_t *st, double deadline, uint8_t *type_p,
 
     frame_finish(&st->req, 0);
     status = send_all(st, st->req.p, st->req.len,
-                      deadline >= 0 ? deadline : now_s() + OP_TIMEOUT);
+                      deadline >= 0 ? deadline : td_now_s() + OP_TIMEOUT);
     if (status != TD_OK) {
         return status;
     }
@@ -1354,7 +1322,7 @@ take_int(td_store_t *st, const char *op, uint8_t type, uint8_t *p,
     if (type != REP_INT || len != 8) {
         return bad_reply(st, op, type);
     }
-    *v = (int64_t)get_u64(p);
+    *v = (int64_t)td_get_be64(p);
     return TD_OK;
 }
 
@@ -1376,7 +1344,7 @@ td_store_set(td_store_t *st, const char *key, const void *value, size_t len)
         buf_put_str(&st->req, value, len)) {
         status = td_error(TD_ERR_NO_MEMORY, "store: out of memory");
     } else {
-        status = roundtrip(st, now_s() + OP_TIMEOUT, &type, &p, &plen);
+        status = roundtrip(st, td_now_s() + OP_TIMEOUT, &type, &p, &plen);
         if (status == TD_OK && type != REP_OK) {
             status = bad_reply(st, "set", type);
         }
@@ -1407,16 +1375,16 @@ wait_locked(td_store_t *st, const char *const *keys, size_t n,
         }
     }
     /* The server answers at its deadline; allow it some slack. */
-    status = roundtrip(st, timeout < 0 ? -1.0 : now_s() + timeout + 30.0,
+    status = roundtrip(st, timeout < 0 ? -1.0 : td_now_s() + timeout + 30.0,
                        &type, &p, &plen);
     if (status != TD_OK) {
         return status;
     }
     if (type == REP_OK && plen == 0) {
         status = TD_OK;
-    } else if (type == REP_TIMEOUT && plen == 8 && get_u64(p) < n) {
+    } else if (type == REP_TIMEOUT && plen == 8 && td_get_be64(p) < n) {
         status = td_error(TD_ERR_TIMEOUT, "store: key '%s' was not set "
-                          "within %.3g s", keys[get_u64(p)], timeout);
+                          "within %.3g s", keys[td_get_be64(p)], timeout);
     } else {
         status = bad_reply(st, "wait", type);
     }
@@ -1469,7 +1437,7 @@ td_store_get(td_store_t *st, const char *key, double timeout,
         status = td_error(TD_ERR_NO_MEMORY, "store: out of memory");
         goto out;
     }
-    status = roundtrip(st, now_s() + OP_TIMEOUT, &type, &p, &plen);
+    status = roundtrip(st, td_now_s() + OP_TIMEOUT, &type, &p, &plen);
     if (status != TD_OK) {
         goto out;
     }
@@ -1505,7 +1473,7 @@ td_store_add(td_store_t *st, const char *key, int64_t delta,
         buf_put_u64(&st->req, (uint64_t)delta)) {
         status = td_error(TD_ERR_NO_MEMORY, "store: out of memory");
     } else {
-        status = roundtrip(st, now_s() + OP_TIMEOUT, &type, &p, &plen);
+        status = roundtrip(st, td_now_s() + OP_TIMEOUT, &type, &p, &plen);
         if (status == TD_OK) {
             status = take_int(st, "add", type, p, plen, &v);
         }
@@ -1540,7 +1508,7 @@ td_store_compare_set(td_store_t *st, const char *key, const void *expected,
         buf_put_str(&st->req, desired, des_len)) {
         status = td_error(TD_ERR_NO_MEMORY, "store: out of memory");
     } else {
-        status = roundtrip(st, now_s() + OP_TIMEOUT, &type, &p, &plen);
+        status = roundtrip(st, td_now_s() + OP_TIMEOUT, &type, &p, &plen);
         if (status == TD_OK) {
             if (type == REP_VALUE) {
                 status = take_value(st, p, plen, value_p, len_p);
@@ -1574,7 +1542,7 @@ td_store_delete(td_store_t *st, const char *key, int *deleted_p)
         buf_put_str(&st->req, key, strlen(key))) {
         status = td_error(TD_ERR_NO_MEMORY, "store: out of memory");
     } else {
-        status = roundtrip(st, now_s() + OP_TIMEOUT, &type, &p, &plen);
+        status = roundtrip(st, td_now_s() + OP_TIMEOUT, &type, &p, &plen);
         if (status == TD_OK) {
             status = take_int(st, "delete", type, p, plen, &v);
         }
@@ -1600,7 +1568,7 @@ td_store_num_keys(td_store_t *st, int64_t *n_p)
     if (frame_begin(&st->req, MSG_NUMKEYS)) {
         status = td_error(TD_ERR_NO_MEMORY, "store: out of memory");
     } else {
-        status = roundtrip(st, now_s() + OP_TIMEOUT, &type, &p, &plen);
+        status = roundtrip(st, td_now_s() + OP_TIMEOUT, &type, &p, &plen);
         if (status == TD_OK) {
             status = take_int(st, "num_keys", type, p, plen, &v);
         }

@@ -1,0 +1,109 @@
+/* base/log.c: leveled, rank-prefixed diagnostics on stderr. */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "base/log.h"
+
+#define LOG_LINE_MAX 2048
+
+static pthread_once_t level_once = PTHREAD_ONCE_INIT;
+static td_log_level_t level = TD_LOG_WARN;
+static const char *bad_level;         /* TODIST_LOG value we did not know */
+static atomic_int log_rank = -1;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+static void
+level_read(void)
+{
+    const char *v = getenv("TODIST_LOG");
+
+    if (v == NULL || *v == '\0') {
+        return;
+    }
+    for (int i = 0; i <= TD_LOG_DEBUG; i++) {
+        if (strcasecmp(v, level_names[i]) == 0) {
+            level = (td_log_level_t)i;
+            return;
+        }
+    }
+    bad_level = v;
+}
+
+int
+td_log_enabled(td_log_level_t lvl)
+{
+    pthread_once(&level_once, level_read);
+    return lvl <= level;
+}
+
+void
+td_log_set_rank(int rank)
+{
+    atomic_store(&log_rank, rank);
+}
+
+static void
+log_write(td_log_level_t lvl, const char *fmt, va_list ap)
+{
+    char line[LOG_LINE_MAX];
+    int rank = atomic_load(&log_rank);
+    int n;
+
+    if (rank >= 0) {
+        n = snprintf(line, sizeof(line), "todist[rank %d]: ", rank);
+    } else {
+        n = snprintf(line, sizeof(line), "todist: ");
+    }
+    if (lvl == TD_LOG_ERROR) {
+        n += snprintf(line + n, sizeof(line) - n, "error: ");
+    }
+    n += vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+    if (n >= (int)sizeof(line) - 1) {
+        n = sizeof(line) - 2;           /* truncated: keep the newline */
+    }
+    while (n > 0 && line[n - 1] == '\n') {
+        n--;
+    }
+    line[n++] = '\n';
+    /* one write per line: lines from several threads never interleave */
+    if (write(STDERR_FILENO, line, n) < 0) {
+        return;                         /* nowhere left to report it */
+    }
+}
+
+static void
+log_call(td_log_level_t lvl, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    log_write(lvl, fmt, ap);
+    va_end(ap);
+}
+
+void
+td_log_print(td_log_level_t lvl, const char *fmt, ...)
+{
+    static atomic_int bad_told;
+    va_list ap;
+
+    if (!td_log_enabled(lvl)) {
+        return;
+    }
+    if (bad_level != NULL && atomic_exchange(&bad_told, 1) == 0) {
+        log_call(TD_LOG_WARN, "TODIST_LOG=%s is not one of error, warn, "
+                 "info, debug; using warn", bad_level);
+    }
+    va_start(ap, fmt);
+    log_write(lvl, fmt, ap);
+    va_end(ap);
+}

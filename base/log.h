@@ -1,0 +1,34 @@
+/* base/log.h: the library's one logging facility (internal).
+ *
+ * Every diagnostic libtodist prints goes through here: one line per message
+ * on stderr, prefixed "todist[rank N]: " once td_init knows the rank
+ * ("todist: " before). The level comes from TODIST_LOG=error|warn|info|debug
+ * (default warn), read once; an unknown value is reported once and the
+ * default kept. Messages never go to stdout.
+ * Thread-safe: one write(2) per line, so lines of threads never interleave. */
+#ifndef TD_BASE_LOG_H
+#define TD_BASE_LOG_H
+
+typedef enum {
+    TD_LOG_ERROR = 0,
+    TD_LOG_WARN  = 1,
+    TD_LOG_INFO  = 2,
+    TD_LOG_DEBUG = 3
+} td_log_level_t;
+
+/* Print one line at LEVEL if the configured level lets it through. */
+void td_log_print(td_log_level_t level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Would a message at LEVEL be printed? (skip costly formatting if not) */
+int td_log_enabled(td_log_level_t level);
+
+/* The rank shown in the prefix (-1: none). Called by td_init/td_finalize. */
+void td_log_set_rank(int rank);
+
+#define td_log_error(...) td_log_print(TD_LOG_ERROR, __VA_ARGS__)
+#define td_log_warn(...)  td_log_print(TD_LOG_WARN, __VA_ARGS__)
+#define td_log_info(...)  td_log_print(TD_LOG_INFO, __VA_ARGS__)
+#define td_log_debug(...) td_log_print(TD_LOG_DEBUG, __VA_ARGS__)
+
+#endif /* TD_BASE_LOG_H */
