@@ -28,7 +28,7 @@ mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
-         $(count "$conc") + $(count "$mism") + $(count "$kill") + 14 ))
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 16 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -104,4 +104,13 @@ out=$(TODIST_COLL_ALGO=all_reduce:nosuch run 60 todist-run -n 1 "$PEER" \
       concurrent 2>&1); rc=$?
 like "$out" "TODIST_COLL_ALGO: all_reduce has no algorithm 'nosuch'|unknown algorithm 'nosuch'" \
      "a bad TODIST_COLL_ALGO is named at td_init"
+# examples/ring_allreduce: seed 004's ring from isend/irecv, checked
+# against td_all_reduce on 3 and 4 ranks.
+for n in 3 4; do
+    out=$(run 120 todist-run -n $n "$top_builddir/examples/ring_allreduce" \
+          100003 2>&1); rc=$?
+    like "$out" "ring_allreduce: ranks=$n count=100003 max_abs_diff=0 ranks_disagreeing=0" \
+         "examples/ring_allreduce on $n ranks agrees with td_all_reduce"
+    [ "$rc" = 0 ] || diag "$out"
+done
 done_testing

@@ -1229,8 +1229,12 @@ wait_some(wait_t *w, double until, double t0)
     td_status_t st;
 
     if (now - t0 < SPIN_S) {
-        st = td_transport_drive(C.tp, wait_pred, w,
-                                until > 0 ? until - now : SPIN_S);
+        double max = t0 + SPIN_S - now;
+
+        if (until > 0 && until - now < max) {
+            max = until - now;
+        }
+        st = td_transport_drive(C.tp, wait_pred, w, max);
         if (st == TD_OK || st == TD_ERR_TIMEOUT) {
             return;
         }
