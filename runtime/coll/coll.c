@@ -106,6 +106,7 @@ static struct {
     pthread_cond_t  wait_cond;
     atomic_int      waiters;
     atomic_long     active;            /* operations in flight */
+    atomic_ulong    completions;       /* requests completed (progress) */
 } C = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .wait_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -307,6 +308,7 @@ req_complete(coll_req_t *r, td_status_t status, const char *msg)
         }
         pthread_mutex_unlock(&C.lock);
     }
+    atomic_fetch_add_explicit(&C.completions, 1, memory_order_relaxed);
     if (atomic_fetch_sub(&r->pending, 1) == 1) {
         void (*on_done)(coll_req_t *) = r->on_done;
 
@@ -1196,6 +1198,7 @@ typedef struct {
     coll_req_t **reqs;
     int          n;
     td_group_t  *g;
+    double       spin;       /* drive this long after the last completion */
 } wait_t;
 
 static int
@@ -1228,8 +1231,8 @@ wait_some(wait_t *w, double until, double t0)
     double now = td_now_s();
     td_status_t st;
 
-    if (now - t0 < SPIN_S) {
-        double max = t0 + SPIN_S - now;
+    if (now - t0 < w->spin) {
+        double max = t0 + w->spin - now;
 
         if (until > 0 && until - now < max) {
             max = until - now;
@@ -1312,9 +1315,20 @@ td_status_t
 coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
              int is_coll, double give_up)
 {
-    wait_t w = { reqs, n, g };
-    double t0 = td_now_s();
+    wait_t w = { reqs, n, g, SPIN_S };
+    double t0 = td_now_s(), t_spin = t0;
+    unsigned long seen = atomic_load(&C.completions);
     char msg[COLL_ERR_MAX];
+    size_t bytes = 0;
+
+    /* Large bodies move only while some thread drives the worker (the
+     * progress thread sleeps between events): keep driving for as long as
+     * the bytes need at 1 GB/s, and after every completion, before
+     * sleeping. */
+    for (int i = 0; i < n; i++) {
+        bytes += reqs[i] != NULL ? reqs[i]->nbytes : 0;
+    }
+    w.spin += (double)bytes * 1e-9;
 
     if (td_transport_on_progress_thread(C.tp)) {
         withdraw(&w, TD_ERR_STATE, "coll: waited for inside a transport "
@@ -1367,7 +1381,14 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
             if (give_up > 0 && (until <= 0 || give_up < until)) {
                 until = give_up;
             }
-            wait_some(&w, until, t0);
+            unsigned long c = atomic_load_explicit(&C.completions,
+                                                   memory_order_relaxed);
+
+            if (c != seen) {
+                seen = c;
+                t_spin = td_now_s();
+            }
+            wait_some(&w, until, t_spin);
         }
     }
     for (int i = 0; i < n; i++) {
