@@ -70,7 +70,7 @@ function field(line, key,   n, a, i) { n = split(line, a, " ");
 $1 == "todist" && $2 == "allreduce" { k = field($0, "ranks") " " field($0, "size"); td[k] = field($0, "median_us"); keys[++nk] = k }
 $1 == "mpi" && $2 == "allreduce" { mpi[field($0, "ranks") " " field($0, "size")] = field($0, "median_us") }
 $1 == "gloo" && $2 == "allreduce" { gl[field($0, "ranks") " " field($0, "size")] = field($0, "median_us") }
-$1 == "todist" && $2 == "sendrecv" { tsr[field($0, "size")] = field($0, "rtt_us") }
+$1 == "todist" && $2 == "sendrecv" && field($0, "ranks") == 2 { tsr[field($0, "size")] = field($0, "rtt_us") }
 $1 == "ucx" && $2 == "sendrecv" { usr[field($0, "size")] = field($0, "rtt_us") }
 END {
     for (i = 1; i <= nk; i++) {
