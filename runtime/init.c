@@ -1,5 +1,8 @@
 /* init.c: td_init / td_finalize and the runtime's shared handles (see
- * todist/init.h and runtime/runtime.h).
+ * todist/init.h and runtime/runtime.h). The runtime's modules come from the
+ * ordered table in runtime/modules.c: attached first, set up once the
+ * transport exists (before this worker's address is published), shut down
+ * in reverse after the join.
  *
  * Store keys used (all under "td/"):
  *   td/addr/<r>           rank r's UCX worker address
@@ -26,6 +29,7 @@
 #include "todist/store.h"
 #include "todist/topology.h"
 #include "runtime/runtime.h"
+#include "runtime/modules.h"
 #include "base/clock.h"
 #include "base/log.h"
 
@@ -49,9 +53,6 @@ static struct {
     unsigned            barrier_gen;
 } rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER };
 
-static td_runtime_module_t modules[TD_RUNTIME_MODULES_MAX];
-static size_t n_modules;
-
 static void
 sleep_s(double s)
 {
@@ -60,50 +61,7 @@ sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-/* ---- modules ------------------------------------------------------------ */
-
-td_status_t
-td_runtime_register(const td_runtime_module_t *m)
-{
-    if (rt.initialized) {
-        return td_error(TD_ERR_STATE, "runtime: module '%s' registered after "
-                        "td_init", m && m->name ? m->name : "?");
-    }
-    if (m == NULL || m->name == NULL) {
-        return td_error(TD_ERR_INVALID, "runtime: a module needs a name");
-    }
-    for (size_t i = 0; i < n_modules; i++) {
-        if (strcmp(modules[i].name, m->name) == 0) {
-            modules[i] = *m;
-            return TD_OK;
-        }
-    }
-    if (n_modules == TD_RUNTIME_MODULES_MAX) {
-        return td_error(TD_ERR_RANGE, "runtime: more than %d modules "
-                        "(registering '%s')", TD_RUNTIME_MODULES_MAX,
-                        m->name);
-    }
-    modules[n_modules++] = *m;
-    return TD_OK;
-}
-
-td_status_t
-td_runtime_unregister(const char *name)
-{
-    if (rt.initialized) {
-        return td_error(TD_ERR_STATE, "runtime: module '%s' unregistered "
-                        "while running", name);
-    }
-    for (size_t i = 0; i < n_modules; i++) {
-        if (strcmp(modules[i].name, name) == 0) {
-            memmove(&modules[i], &modules[i + 1],
-                    (n_modules - i - 1) * sizeof(modules[0]));
-            n_modules--;
-            return TD_OK;
-        }
-    }
-    return td_error(TD_ERR_NOT_FOUND, "runtime: no module '%s'", name);
-}
+/* ---- handles ------------------------------------------------------------ */
 
 td_transport_t *
 td_runtime_transport(void)
@@ -190,11 +148,7 @@ td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
 static void
 peer_failed_cb(void *arg, int rank, td_status_t why)
 {
-    for (size_t i = 0; i < n_modules; i++) {
-        if (modules[i].peer_failed != NULL) {
-            modules[i].peer_failed(modules[i].arg, rank, why);
-        }
-    }
+    td_modules_peer_failed(rank, why);
 }
 
 /* ---- naming the ranks that did not arrive ---------------------------------- */
@@ -302,16 +256,6 @@ env_seconds(const char *name, double *v)
     return TD_OK;
 }
 
-static void
-shutdown_modules(size_t n)
-{
-    while (n-- > 0) {
-        if (modules[n].shutdown != NULL) {
-            modules[n].shutdown(modules[n].arg);
-        }
-    }
-}
-
 td_status_t
 td_init(const td_init_params_t *params)
 {
@@ -319,7 +263,7 @@ td_init(const td_init_params_t *params)
     const char *token = getenv("TODIST_JOB_TOKEN");
     const char *host;
     const void *addr;
-    size_t addr_len, n_setup = 0;
+    size_t addr_len;
     char key[64];
     td_status_t status;
 
@@ -352,6 +296,14 @@ td_init(const td_init_params_t *params)
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
     td_log_set_rank(rt.world.rank);
+
+    /* The modules register their RPC functions and plug into RPC first:
+     * a failure there is td_init's, with the module's message. */
+    status = td_modules_attach();
+    if (status != TD_OK) {
+        td_log_set_rank(-1);
+        return status;
+    }
 
     /* Placement first (TODIST_BIND=closest, set by srun --todist bind=closest
      * or the user): UCX reads UCX_NET_DEVICES when the transport starts, and
@@ -410,14 +362,9 @@ td_init(const td_init_params_t *params)
     }
 
     /* Upper layers register their handlers before anyone can reach us. */
-    for (; n_setup < n_modules; n_setup++) {
-        if (modules[n_setup].setup != NULL) {
-            status = modules[n_setup].setup(modules[n_setup].arg, rt.tp,
-                                            &rt.world);
-            if (status != TD_OK) {
-                goto err_modules;
-            }
-        }
+    status = td_modules_setup(rt.tp, &rt.world);
+    if (status != TD_OK) {
+        goto err_transport;
     }
     td_transport_address(rt.tp, &addr, &addr_len);
     snprintf(key, sizeof(key), "td/addr/%d", rt.world.rank);
@@ -434,7 +381,8 @@ td_init(const td_init_params_t *params)
     return TD_OK;
 
 err_modules:
-    shutdown_modules(n_setup);
+    td_modules_shutdown();
+err_transport:
     td_transport_destroy(rt.tp, 0.5);
     rt.tp = NULL;
 err_resolver:
@@ -458,14 +406,7 @@ err_addrs:
 static size_t
 local_outstanding(void)
 {
-    size_t n = 0;
-
-    for (size_t i = 0; i < n_modules; i++) {
-        if (modules[i].outstanding != NULL) {
-            n += modules[i].outstanding(modules[i].arg);
-        }
-    }
-    return n;
+    return td_modules_outstanding();
 }
 
 static td_status_t
@@ -562,7 +503,7 @@ td_finalize(void)
     deadline = td_now_s() + rt.params.finalize_timeout;
     status = join(deadline);
 
-    shutdown_modules(n_modules);
+    td_modules_shutdown();
     td_transport_destroy(rt.tp, 2.0);
     rt.tp = NULL;
     rt.initialized = 0;

@@ -16,6 +16,7 @@
 
 #include "todist/rpc.h"
 #include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/pool.h"
 
 typedef struct cb_node {
     td_future_cb    cb;

@@ -9,7 +9,7 @@
 #include "todist/rpc.h"
 #include "todist/rref.h"
 #include "todist/autograd.h"
-#include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/rpc_list.h"
 
 static const char *
 kind_name(td_value_kind_t kind)

@@ -7,7 +7,7 @@
 
 #include "todist/rpc.h"
 #include "todist/rref.h"
-#include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/rpc_list.h"
 #include "runtime/rpc/rpc_wire.h"
 #include "base/byteorder.h"
 
