@@ -325,7 +325,8 @@ td_init(const td_init_params_t *params)
     /* The store: rank 0 serves (a world of one serves itself on loopback). */
     host = rt.world.master_addr[0] ? rt.world.master_addr : "127.0.0.1";
     if (rt.world.rank == 0) {
-        status = td_store_server_start(rt.world.world_size > 1 ? NULL
+        /* Listen on the master address only, not every interface. */
+        status = td_store_server_start(rt.world.world_size > 1 ? host
                                                                : "127.0.0.1",
                                        rt.world.master_port, token,
                                        &rt.server);
