@@ -11,5 +11,5 @@ EXTRA_DIST += tests/test_transport.sh
 # td_init applies the placement (TODIST_BIND=closest).
 check_PROGRAMS += tests/init_bind
 tests_init_bind_LDADD = $(TD_LDADD)
-TESTS += tests/test_init_bind.sh
-EXTRA_DIST += tests/test_init_bind.sh
+TESTS += tests/test_init_bind.sh tests/test_launch_ports.sh
+EXTRA_DIST += tests/test_init_bind.sh tests/test_launch_ports.sh
