@@ -5,6 +5,7 @@
 
 #include <todist/status.h>
 #include <todist/world.h>
+#include <todist/rank_env.h>
 #include <todist/topology.h>
 #include <todist/tensor.h>
 #include <todist/autograd.h>
