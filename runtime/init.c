@@ -256,6 +256,38 @@ env_seconds(const char *name, double *v)
     return TD_OK;
 }
 
+/* Reword a store failure that is really a port clash so that it names
+ * the port, the job and the fix (issue 19): rank 0 cannot listen, or a
+ * rank reached a store that rejects this job's token (another job's). */
+static td_status_t
+store_port_error(td_status_t status, uint16_t port, bool serving)
+{
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    char what[96] = "";
+
+    if (job != NULL) {
+        snprintf(what, sizeof(what), " for Slurm job %.32s step %.32s", job,
+                 step != NULL ? step : "?");
+    }
+    if (serving) {
+        return td_error(status, "init: todist's store cannot listen on port "
+                        "%u (TODIST_MASTER_PORT)%s: %s; another job or program "
+                        "holds it. Reserve ports (MpiParams=ports=LO-HI in "
+                        "slurm.conf and srun --resv-ports) or choose one "
+                        "(--todist=store_port=N, todist-run --store-port N)",
+                        port, what, td_last_error());
+    }
+    if (status != TD_ERR_AUTH) {
+        return status;
+    }
+    return td_error(status, "init: rank %d reached a store on port %u that "
+                    "is not this job's%s (%s): its port collides with "
+                    "another job's. Reserve ports (MpiParams=ports=LO-HI in "
+                    "slurm.conf and srun --resv-ports) or choose one "
+                    "(--todist=store_port=N, todist-run --store-port N)",
+                    rt.world.rank, port, what, td_last_error());
+}
+
 td_status_t
 td_init(const td_init_params_t *params)
 {
@@ -296,6 +328,15 @@ td_init(const td_init_params_t *params)
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
     td_log_set_rank(rt.world.rank);
+    /* Across nodes the store must authenticate; a launcher that could not
+     * agree on a token (todist-run --nnodes without one) exports none. */
+    if (rt.world.nnodes > 1 && (token == NULL || token[0] == '\0')) {
+        return td_error(TD_ERR_AUTH, "init: rank %d is one of %d nodes but "
+                        "TODIST_JOB_TOKEN is not set; give every node the "
+                        "same token (export TODIST_JOB_TOKEN=$(openssl rand "
+                        "-hex 32) before todist-run)", rt.world.rank,
+                        rt.world.nnodes);
+    }
 
     /* The modules register their RPC functions and plug into RPC first:
      * a failure there is td_init's, with the module's message. */
@@ -325,11 +366,13 @@ td_init(const td_init_params_t *params)
     /* The store: rank 0 serves (a world of one serves itself on loopback). */
     host = rt.world.master_addr[0] ? rt.world.master_addr : "127.0.0.1";
     if (rt.world.rank == 0) {
-        status = td_store_server_start(rt.world.world_size > 1 ? NULL
+        /* Listen on the master address only, not every interface. */
+        status = td_store_server_start(rt.world.world_size > 1 ? host
                                                                : "127.0.0.1",
                                        rt.world.master_port, token,
                                        &rt.server);
         if (status != TD_OK) {
+            status = store_port_error(status, rt.world.master_port, true);
             goto err_addrs;
         }
     }
@@ -341,6 +384,7 @@ td_init(const td_init_params_t *params)
     status = td_store_connect(host, port, token, rt.params.connect_timeout,
                               &rt.store);
     if (status != TD_OK) {
+        status = store_port_error(status, port, false);
         goto err_server;
     }
     status = td_store_connect(host, port, token, rt.params.connect_timeout,
