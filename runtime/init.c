@@ -155,6 +155,14 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
             status = td_error(TD_ERR_TIMEOUT, "runtime: rank %d never "
                               "published its address (%.3g s)", rank,
                               rt.params.init_timeout);
+        } else if (status == TD_ERR_IO || status == TD_ERR_PROTOCOL) {
+            /* The store lives in rank 0: say so, not just "I/O error". */
+            char why[512];
+            snprintf(why, sizeof(why), "%s", td_last_error());
+            status = td_error(TD_ERR_PEER, "runtime: rank 0, which holds the "
+                              "store, is gone: cannot reach rank %d, whose "
+                              "address this rank never fetched (%s)", rank,
+                              why);
         }
     }
     if (status == TD_OK) {

@@ -7,7 +7,7 @@
 # with 1, 2, 4 and 16 ranks, ranks that never arrive, and a valgrind-clean
 # run. Every run is bounded by timeout; lib.sh kills what is left.
 . "$top_srcdir/tests/lib.sh"
-plan 33
+plan 34
 T=$TD_TMP
 PEER="$top_builddir/tests/transport_peer"
 run() { timeout -k 5 "$@"; }
@@ -63,6 +63,11 @@ like "$out" "rank 0: ok td_barrier failed with '[^']*rank 1[^']*' after [0-4]\."
      "a dead rank: td_barrier(60) fails within seconds naming it"
 like "$out" "rank 0: ok td_finalize failed with '[^']*rank 1[^']*' after [0-4]\." \
      "a dead rank: td_finalize fails within seconds with the first error"
+
+# finding 6: rank 0 (the store) is gone and an address is needed
+out=$(run 120 todist-run -n 3 --grace-period 30 "$PEER" store_gone 2>&1)
+like "$out" "rank 1: ok send failed with '[^']*rank 0, which holds the store, is gone: cannot reach rank 2" \
+     "rank 0 gone: the error says the store is gone and names the rank"
 
 for n in 1 2 4 16; do
     out=$(run 240 todist-run -n $n "$PEER" join 2>&1)

@@ -20,7 +20,9 @@
  *                     naming rank 1 instead of crashing in UCX
  *   dead              rank 1 dies (SIGKILL) after the transport talked to
  *                     it; rank 0's td_barrier and td_finalize fail within
- *                     seconds naming rank 1 (not at their timeouts) */
+ *                     seconds naming rank 1 (not at their timeouts)
+ *   store_gone        3 ranks; rank 0 (the store) exits; rank 1's first
+ *                     send to rank 2 fails saying the store is gone */
 #include "config.h"
 
 #include <pthread.h>
@@ -620,6 +622,50 @@ scenario_dead(void)
     free(b);
 }
 
+/* Finding 6 of issue 18: an address needed after rank 0 is gone. */
+static void
+scenario_store_gone(void)
+{
+    CHECK(td_barrier(-1) == TD_OK, "barrier: %s", td_last_error());
+    if (rank == 0) {
+        /* once the others are past the barrier, the store goes with us */
+        const char *keys[2] = { "t/past/1", "t/past/2" };
+        td_store_wait(td_runtime_store(), keys, 2, 30);
+        _exit(0);
+    }
+    char key[32];
+    snprintf(key, sizeof(key), "t/past/%d", rank);
+    CHECK(td_store_set(td_runtime_store(), key, "1", 1) == TD_OK, "set: %s",
+          td_last_error());
+    if (rank == 2) {
+        _exit(0);   /* rank 1 never learnt its address either way */
+    }
+    /* wait until this rank's own store connection sees rank 0 gone */
+    int64_t n;
+    double d = now_s() + 20;
+    while (td_store_num_keys(td_runtime_store(), &n) == TD_OK && now_s() < d) {
+        usleep(20000);
+    }
+    size_t sz = 16;
+    uint8_t *b = malloc(sz);
+    fill(b, sz, 3);
+    if (request(2, 3, &sz, 1, &b) != TD_OK) {
+        pthread_mutex_lock(&lock);
+        last_send_status = TD_ERR_PEER;
+        snprintf(last_send_error, sizeof(last_send_error), "%s",
+                 td_last_error());
+        pthread_mutex_unlock(&lock);
+    }
+    CHECK(WAIT_FOR(last_send_status != TD_OK, 30), "the send to rank 2 did "
+          "not fail");
+    CHECK(strstr(last_send_error, "rank 0, which holds the store, is gone") &&
+          strstr(last_send_error, "rank 2"), "unclear error: '%s'",
+          last_send_error);
+    if (failures == 0) {
+        printf("rank 1: ok send failed with '%s'\n", last_send_error);
+    }
+}
+
 /* Raw UCX from a second worker: active messages with todist's AM id but
  * malformed headers. The receiver must drop each one and keep serving. */
 static void
@@ -765,8 +811,8 @@ main(int argc, char **argv)
     rank = atoi(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "0");
     world = atoi(getenv("TODIST_WORLD_SIZE") ? getenv("TODIST_WORLD_SIZE")
                                                : "1");
-    if ((strcmp(scenario, "kill") == 0 || strcmp(scenario, "dead") == 0) &&
-        rank == 0) {
+    if (strcmp(scenario, "kill") == 0 || strcmp(scenario, "dead") == 0 ||
+        strcmp(scenario, "store_gone") == 0) {
         /* todist-run stops the group when rank 1 dies; finish the checks */
         signal(SIGTERM, SIG_IGN);
     }
@@ -796,8 +842,11 @@ main(int argc, char **argv)
         fflush(stdout);
         _exit(failures ? 1 : 0);   /* the job is broken: no finalize */
     } else if (strcmp(scenario, "stopped") == 0 ||
-               strcmp(scenario, "dead") == 0) {
-        if (scenario[0] == 's') {
+               strcmp(scenario, "dead") == 0 ||
+               strcmp(scenario, "store_gone") == 0) {
+        if (strcmp(scenario, "store_gone") == 0) {
+            scenario_store_gone();
+        } else if (scenario[1] == 't') {
             scenario_stopped();
         } else {
             scenario_dead();

@@ -67,6 +67,7 @@ typedef struct send_op {
     size_t               n_bodies;
     size_t               wire_len;
     td_mem_type_t        mem;
+    char                *why;        /* malloc'ed: why connecting failed */
     uint8_t             *wire;       /* our header + the user header */
     ucp_dt_iov_t         iov[];      /* n_bodies, then the wire bytes */
 } send_op_t;
@@ -246,8 +247,10 @@ op_finish(td_transport_t *tp, send_op_t *op, td_status_t status)
 {
     if (status != TD_OK) {
         td_error(status, "transport: send to rank %d failed: %s", op->dst,
-                 status == TD_ERR_PEER ? "the peer died or is unreachable"
-                                       : td_strerror(status));
+                 op->why != NULL ? op->why
+                 : status == TD_ERR_PEER ? "the peer died or is unreachable"
+                                         : td_strerror(status));
+        free(op->why);
     }
     if (status == TD_OK) {
         BUMP(tp->n_sent);
@@ -390,6 +393,7 @@ op_start(td_transport_t *tp, send_op_t *op)
 
     status = peer_connect(tp, op->dst, &ep);
     if (status != TD_OK) {
+        op->why = strdup(td_last_error());   /* e.g. the store is gone */
         op_defer(tp, op, status);
         return;
     }
@@ -1366,6 +1370,7 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
     op->n_bodies = n_bodies;
     op->wire_len = wire_len;
     op->mem = n_bodies ? bodies[0].mem : TD_MEM_HOST;
+    op->why = NULL;
     w = op->wire;
     memset(w, 0, WIRE_FIXED + n_bodies * WIRE_BODY);
     w[0] = WIRE_VERSION;
