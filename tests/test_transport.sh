@@ -7,7 +7,7 @@
 # with 1, 2, 4 and 16 ranks, ranks that never arrive, and a valgrind-clean
 # run. Every run is bounded by timeout; lib.sh kills what is left.
 . "$top_srcdir/tests/lib.sh"
-plan 34
+plan 35
 T=$TD_TMP
 PEER="$top_builddir/tests/transport_peer"
 run() { timeout -k 5 "$@"; }
@@ -63,6 +63,11 @@ like "$out" "rank 0: ok td_barrier failed with '[^']*rank 1[^']*' after [0-4]\."
      "a dead rank: td_barrier(60) fails within seconds naming it"
 like "$out" "rank 0: ok td_finalize failed with '[^']*rank 1[^']*' after [0-4]\." \
      "a dead rank: td_finalize fails within seconds with the first error"
+
+# finding 3: the store listens on the master address only
+out=$(run 60 todist-run -n 2 "$PEER" listen 2>&1)
+like "$out" 'rank 0: ok the store listens on 127.0.0.1:[0-9]+ only' \
+     "the store does not listen on every interface"
 
 # finding 6: rank 0 (the store) is gone and an address is needed
 out=$(run 120 todist-run -n 3 --grace-period 30 "$PEER" store_gone 2>&1)

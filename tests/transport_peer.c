@@ -21,6 +21,8 @@
  *   dead              rank 1 dies (SIGKILL) after the transport talked to
  *                     it; rank 0's td_barrier and td_finalize fail within
  *                     seconds naming rank 1 (not at their timeouts)
+ *   listen            rank 0's store listens on the master address only
+ *                     (127.0.0.1 here), not on every interface
  *   store_gone        3 ranks; rank 0 (the store) exits; rank 1's first
  *                     send to rank 2 fails saying the store is gone */
 #include "config.h"
@@ -622,6 +624,45 @@ scenario_dead(void)
     free(b);
 }
 
+/* Finding 3 of issue 18: the store's listening socket, from /proc. */
+static void
+scenario_listen(void)
+{
+    if (rank != 0) {
+        return;
+    }
+    unsigned port = td_world()->master_port;
+    int found = 0, wildcard = 0;
+    const char *files[2] = { "/proc/net/tcp", "/proc/net/tcp6" };
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(files[i], "r");
+        char line[512], local[128];
+        unsigned st;
+        if (f == NULL) {
+            continue;
+        }
+        while (fgets(line, sizeof(line), f) != NULL) {
+            if (sscanf(line, " %*d: %127s %*s %x", local, &st) != 2 ||
+                st != 0x0A) {   /* TCP_LISTEN */
+                continue;
+            }
+            char *colon = strrchr(local, ':');
+            if (colon == NULL || strtoul(colon + 1, NULL, 16) != port) {
+                continue;
+            }
+            *colon = '\0';
+            found++;
+            wildcard += strspn(local, "0") == strlen(local);
+        }
+        fclose(f);
+    }
+    CHECK(found > 0 && wildcard == 0, "store port %u: %d listening sockets, "
+          "%d on every interface", port, found, wildcard);
+    if (failures == 0) {
+        printf("rank 0: ok the store listens on 127.0.0.1:%u only\n", port);
+    }
+}
+
 /* Finding 6 of issue 18: an address needed after rank 0 is gone. */
 static void
 scenario_store_gone(void)
@@ -863,6 +904,8 @@ main(int argc, char **argv)
             sleep(5);
             return 0;
         }
+    } else if (strcmp(scenario, "listen") == 0) {
+        scenario_listen();
     } else if (strcmp(scenario, "barrier") == 0) {
         for (int i = 0; i < 3; i++) {
             CHECK(td_barrier(-1) == TD_OK, "barrier %d: %s", i,
