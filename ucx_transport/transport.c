@@ -67,6 +67,7 @@ typedef struct send_op {
     size_t               n_bodies;
     size_t               wire_len;
     td_mem_type_t        mem;
+    char                *why;        /* malloc'ed: why connecting failed */
     uint8_t             *wire;       /* our header + the user header */
     ucp_dt_iov_t         iov[];      /* n_bodies, then the wire bytes */
 } send_op_t;
@@ -75,6 +76,7 @@ typedef struct {
     ucp_ep_h ep;
     int      failed;
     int      watch;      /* connect at the next round (td_transport_watch) */
+    int      inflight;   /* sends in UCX, not yet completed (token holder) */
 } peer_t;
 
 /* An incoming message whose bodies are still arriving (sized by the
@@ -140,6 +142,8 @@ struct td_transport {
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
     double                close_timeout;
+    int                   unclosed;       /* endpoints that did not close */
+    int                   unclosed_rank;  /* the first of them */
     /* posted sends, from any thread */
     pthread_mutex_t       lock;
     send_op_t            *q_head, *q_tail;
@@ -243,8 +247,10 @@ op_finish(td_transport_t *tp, send_op_t *op, td_status_t status)
 {
     if (status != TD_OK) {
         td_error(status, "transport: send to rank %d failed: %s", op->dst,
-                 status == TD_ERR_PEER ? "the peer died or is unreachable"
-                                       : td_strerror(status));
+                 op->why != NULL ? op->why
+                 : status == TD_ERR_PEER ? "the peer died or is unreachable"
+                                         : td_strerror(status));
+        free(op->why);
     }
     if (status == TD_OK) {
         BUMP(tp->n_sent);
@@ -289,6 +295,7 @@ send_cb(void *request, ucs_status_t status, void *user_data)
 {
     send_op_t *op = user_data;
 
+    op->tp->peers[op->dst].inflight--;
     op_defer(op->tp, op, status_from_ucs(status));
     ucp_request_free(request);
 }
@@ -386,6 +393,7 @@ op_start(td_transport_t *tp, send_op_t *op)
 
     status = peer_connect(tp, op->dst, &ep);
     if (status != TD_OK) {
+        op->why = strdup(td_last_error());   /* e.g. the store is gone */
         op_defer(tp, op, status);
         return;
     }
@@ -413,6 +421,8 @@ op_start(td_transport_t *tp, send_op_t *op)
         op_defer(tp, op, TD_OK);
     } else if (UCS_PTR_IS_ERR(req)) {
         op_defer(tp, op, status_from_ucs(UCS_PTR_STATUS(req)));
+    } else {
+        tp->peers[op->dst].inflight++;
     }
 }
 
@@ -717,35 +727,15 @@ drain_queue(td_transport_t *tp)
     return n;
 }
 
-/* Close every endpoint: flush mode first, force mode after the timeout. */
+/* Progress until every request in REQS[0..N) is done and no open endpoint
+ * has a send in flight, or DEADLINE passes; done requests are freed and
+ * set to NULL, ST[i] gets their status. */
 static void
-close_endpoints(td_transport_t *tp)
+wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
+              double deadline)
 {
-    int n = tp->params.world_size;
-    void **reqs = calloc(n, sizeof(*reqs));
-    double deadline = td_now_s() + tp->close_timeout;
-    int pending = 0;
+    int pending = 1;
 
-    for (int i = 0; i < n; i++) {
-        ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                    .flags = 0 };
-        if (tp->peers[i].ep == NULL) {
-            continue;
-        }
-        if (reqs == NULL || tp->peers[i].failed) {
-            prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        }
-        void *req = ucp_ep_close_nbx(tp->peers[i].ep, &prm);
-        tp->peers[i].ep = NULL;
-        if (UCS_PTR_IS_PTR(req)) {
-            if (reqs != NULL) {
-                reqs[i] = req;
-                pending++;
-            } else {
-                ucp_request_free(req);
-            }
-        }
-    }
     while (pending > 0) {
         ucp_worker_progress(tp->worker);
         report_completions(tp);
@@ -754,22 +744,98 @@ close_endpoints(td_transport_t *tp)
             if (reqs[i] == NULL) {
                 continue;
             }
-            if (ucp_request_check_status(reqs[i]) != UCS_INPROGRESS) {
+            ucs_status_t s = ucp_request_check_status(reqs[i]);
+            if (s != UCS_INPROGRESS) {
+                st[i] = s;
                 ucp_request_free(reqs[i]);
                 reqs[i] = NULL;
-            } else if (td_now_s() > deadline) {
-                /* The peer does not answer: cancel and move on. */
-                ucp_request_cancel(tp->worker, reqs[i]);
-                pending++;
             } else {
                 pending++;
             }
         }
-        if (pending > 0 && td_now_s() > deadline + 1.0) {
-            break;   /* give up on stubborn requests; worker_destroy ends them */
+        for (int i = 0; i < n; i++) {
+            pending += tp->peers[i].ep != NULL && tp->peers[i].inflight > 0;
+        }
+        if (pending > 0 && td_now_s() > deadline) {
+            return;
+        }
+    }
+}
+
+/* Close every endpoint. First flush them all, bounded by close_timeout; an
+ * endpoint whose flush completes is closed in flush mode, one whose flush
+ * does not (a stopped, hung or partitioned peer holds a transfer) is
+ * closed in force mode, which fails its outstanding requests: closing it
+ * in flush mode would never complete, and ucp_worker_destroy asserts on an
+ * endpoint with requests still attached. Such ranks are counted in
+ * tp->unclosed for td_transport_destroy to report. */
+static void
+close_endpoints(td_transport_t *tp)
+{
+    int n = tp->params.world_size;
+    void **reqs = calloc(n, sizeof(*reqs));
+    ucs_status_t *st = calloc(n, sizeof(*st));
+    double deadline = td_now_s() + tp->close_timeout;
+    ucp_request_param_t prm = { .op_attr_mask = 0 };
+
+    if (reqs == NULL || st == NULL) {
+        deadline = 0;   /* no memory to track requests: force every close */
+    }
+    for (int i = 0; deadline > 0 && i < n; i++) {
+        if (tp->peers[i].ep != NULL && !tp->peers[i].failed) {
+            void *req = ucp_ep_flush_nbx(tp->peers[i].ep, &prm);
+            if (UCS_PTR_IS_PTR(req)) {
+                reqs[i] = req;
+            } else {
+                st[i] = UCS_PTR_STATUS(req);
+            }
+        }
+    }
+    if (deadline > 0) {
+        wait_requests(tp, reqs, st, n, deadline);
+    }
+    for (int i = 0; i < n; i++) {
+        ucp_request_param_t cp = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                   .flags = 0 };
+        bool stuck = deadline <= 0 || (reqs != NULL && reqs[i] != NULL) ||
+                     (tp->peers[i].ep != NULL && tp->peers[i].inflight > 0);
+        if (reqs != NULL && reqs[i] != NULL) {
+            ucp_request_free(reqs[i]);   /* released when force ends it */
+            reqs[i] = NULL;
+        }
+        if (tp->peers[i].ep == NULL) {
+            continue;
+        }
+        if (stuck || tp->peers[i].failed || st[i] != UCS_OK) {
+            cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        }
+        if (stuck && !tp->peers[i].failed && deadline > 0) {
+            if (tp->unclosed == 0) {
+                tp->unclosed_rank = i;
+            }
+            tp->unclosed++;
+        }
+        void *req = ucp_ep_close_nbx(tp->peers[i].ep, &cp);
+        tp->peers[i].ep = NULL;
+        if (UCS_PTR_IS_PTR(req)) {
+            if (reqs != NULL) {
+                reqs[i] = req;
+            } else {
+                ucp_request_free(req);
+            }
+        }
+    }
+    if (reqs != NULL && st != NULL) {
+        wait_requests(tp, reqs, st, n, td_now_s() + tp->close_timeout);
+        for (int i = 0; i < n; i++) {
+            if (reqs[i] != NULL) {
+                /* Released, so ucp_worker_destroy may purge it. */
+                ucp_request_free(reqs[i]);
+            }
         }
     }
     free(reqs);
+    free(st);
 }
 
 /* Endpoints asked for by td_transport_watch (token holder). */
@@ -1248,11 +1314,13 @@ err:
     return status;
 }
 
-void
+td_status_t
 td_transport_destroy(td_transport_t *tp, double timeout)
 {
+    td_status_t status = TD_OK;
+
     if (tp == NULL) {
-        return;
+        return TD_OK;
     }
     if (tp->thread_started) {
         if (timeout > 0) {
@@ -1265,7 +1333,16 @@ td_transport_destroy(td_transport_t *tp, double timeout)
         pthread_mutex_unlock(&tp->drv_lock);
         pthread_join(tp->thread, NULL);
     }
+    if (tp->unclosed > 0) {
+        status = td_error(TD_ERR_TIMEOUT, "transport: rank %d%s did not "
+                          "close %s endpoint within %.3g s (stopped, hung or "
+                          "unreachable)", tp->unclosed_rank,
+                          tp->unclosed > 1 ? " and others" : "",
+                          tp->unclosed > 1 ? "their" : "its",
+                          tp->close_timeout);
+    }
     teardown(tp);
+    return status;
 }
 
 td_status_t
@@ -1343,6 +1420,7 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
     op->n_bodies = n_bodies;
     op->wire_len = wire_len;
     op->mem = n_bodies ? bodies[0].mem : TD_MEM_HOST;
+    op->why = NULL;
     w = op->wire;
     memset(w, 0, WIRE_FIXED + n_bodies * WIRE_BODY);
     w[0] = WIRE_VERSION;

@@ -769,9 +769,19 @@ td_status_t
 td_rpc_async(int dst, const char *name, const td_rpc_list_t *args,
              double timeout, td_future_t **fut_p)
 {
+    size_t len;
+
     if (name == NULL || fut_p == NULL) {
         return td_error(TD_ERR_INVALID, "rpc: async: %s is NULL",
                         name == NULL ? "function name" : "future pointer");
+    }
+    /* The same bound as registration: a name no worker can have is an
+     * error here, not a call that fails remotely. */
+    len = strlen(name);
+    if (len == 0 || len >= TD_RPC_NAME_MAX) {
+        return td_error(TD_ERR_INVALID, "rpc: call to rank %d: function name "
+                        "'%.40s' has %zu bytes, allowed 1..%d", dst, name,
+                        len, TD_RPC_NAME_MAX - 1);
     }
     return td_rpc_send_typed(dst, TD_RPC_MSG_CALL, td_rpc_wire_fn_id(name),
                              name, args, timeout, fut_p);
@@ -792,10 +802,10 @@ td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
     }
     /* The call's own deadline ends the wait (the timer fails it). */
     status = td_future_wait(fut, -1);
-    if (status == TD_OK) {
+    if (status == TD_OK && result_p != NULL) {
         status = td_future_take(fut, result_p);
     }
-    td_future_release(fut);
+    td_future_release(fut);   /* RESULT_P NULL: the result is dropped */
     return status;
 }
 
