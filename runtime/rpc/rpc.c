@@ -15,7 +15,7 @@
  *     handler, runs on it.
  *  R2 A call runs on the pool unless its function is TD_RPC_INLINE and it
  *     carries no autograd context; an inline handler never waits
- *     (td_rpc_drive_until refuses: drive.c's D-a), so it cannot stall the
+ *     (td_rpc_drive_until refuses: drive.c's W1), so it cannot stall the
  *     calls behind it.
  *  R3 A pending call is removed in exactly one place (pending_take /
  *     pending_take_matching), and whoever removes it completes its future:
@@ -26,7 +26,7 @@
  *  R5 A pending call is in the table before its message is sent: the reply
  *     may come before the send returns.
  *  R6 Once shutdown stored RPC_STOPPED and td_rpc_drive_stop returned
- *     (drive.c's D-b), no thread enters the transport through this module.
+ *     (drive.c's W2), no thread enters the transport through this module.
  *  R7 Messages from one thread leave in the order it posted them (a direct
  *     send drains the queue first).
  *  R8 No field of a received message is used before td_rpc_wire_parse and
