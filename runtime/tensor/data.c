@@ -6,12 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "runtime/tensor/tensor_internal.h"
 #include <todist/data.h>
 
 #define IDX_MAX_BYTES ((int64_t)1 << 32)
+/* Deflate expands at most 1032:1, so a gzip file of N bytes holds at most
+ * this many times N bytes of data: the bound before allocating. */
+#define GZ_MAX_RATIO  1032
 
 /* Read exactly LEN bytes or fail naming PATH. */
 static td_status_t
@@ -69,13 +73,35 @@ td_idx_read(const char *path, td_tensor_t **out)
         if (status != TD_OK) {
             goto out;
         }
-        shape[d] = (int64_t)dimb[0] << 24 | dimb[1] << 16 | dimb[2] << 8 | dimb[3];
-        total *= shape[d];
+        /* unsigned shifts: dimb[0] << 24 in int overflows for >= 0x80 */
+        shape[d] = (int64_t)((uint32_t)dimb[0] << 24 | (uint32_t)dimb[1] << 16 |
+                             (uint32_t)dimb[2] << 8 | (uint32_t)dimb[3]);
+        if (shape[d] > 0 && shape[d] <= IDX_MAX_BYTES / total) {
+            total *= shape[d];
+        } else if (shape[d] > 0) {
+            total = IDX_MAX_BYTES + 1;   /* say "over the limit" */
+        }
         if (shape[d] == 0 || total > IDX_MAX_BYTES) {
             status = td_error(TD_ERR_PROTOCOL, "idx: %s: dimension %d is %lld "
                               "(total %lld bytes, limit %lld)", path, d,
                               (long long)shape[d], (long long)total,
                               (long long)IDX_MAX_BYTES);
+            goto out;
+        }
+    }
+    /* Bound the allocation by what the file can hold. */
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        int64_t have = (int64_t)sb.st_size;
+        int64_t can = gzdirect(f) ? have - 4 - 4 * ndim
+                                  : have > INT64_MAX / GZ_MAX_RATIO
+                                    ? INT64_MAX : have * GZ_MAX_RATIO;
+        if (total > can) {
+            status = td_error(TD_ERR_PROTOCOL, "idx: %s: the header claims "
+                              "%lld data bytes but a %s file of %lld bytes "
+                              "holds at most %lld", path, (long long)total,
+                              gzdirect(f) ? "raw" : "gzip", (long long)have,
+                              (long long)(can > 0 ? can : 0));
             goto out;
         }
     }
@@ -232,8 +258,6 @@ td_batcher_next(td_batcher_t *b, td_tensor_t **x, td_tensor_t **y)
     int64_t xs[2] = {m, b->row};
     const uint8_t *im = td_tensor_data(b->images), *lb = td_tensor_data(b->labels);
     td_tensor_t *tx, *ty;
-    float *px;
-    int64_t *py;
 
     if (m <= 0) {
         return 0;
@@ -245,17 +269,9 @@ td_batcher_next(td_batcher_t *b, td_tensor_t **x, td_tensor_t **y)
         td_tensor_release(tx);
         return TD_ERR_NO_MEMORY;
     }
-    px = td_tensor_data(tx);
-    py = td_tensor_data(ty);
-    for (int64_t i = 0; i < m; i++) {
-        int64_t k = b->order[b->pos + i];
-        const uint8_t *src = im + k * b->row;
-        float *dst = px + i * b->row;
-        for (int64_t j = 0; j < b->row; j++) {
-            dst[j] = (float)src[j] * b->scale + b->shift;
-        }
-        py[i] = lb[k];
-    }
+    td_kernels_get(TD_CPU)->batch_u8(td_tensor_data(tx), td_tensor_data(ty),
+                                     im, lb, b->order + b->pos, m, b->row,
+                                     b->scale, b->shift);
     b->pos += m;
     *x = tx;
     *y = ty;
