@@ -4,12 +4,20 @@
  * Wire: one UCP active message (AM id TD_AM_ID) per message. Its AM header
  * is our header
  *   u8 version | u8 flags(0) | u16 handler id | u32 src rank |
- *   u32 user header length | u32 number of bodies |
+ *   u32 user header length | u32 number of bodies | 16-byte job tag |
  *   number-of-bodies x { u64 length | u8 memory type | 7 zero bytes } |
  *   user header
  * and its data are the bodies back to back (contiguous for one body, an IOV
  * for several), so one rendezvous moves all of them into the receiver's
  * buffers.
+ *
+ * Job tag: HMAC-SHA256(TODIST_JOB_TOKEN, "todist-am-v2" | be32 src |
+ * be32 dst), first 16 bytes, precomputed per peer at creation. A receiver
+ * checks it in constant time after the frame's structure and before any
+ * handler or rendezvous sees it; a wrong tag is dropped and counted
+ * (td_transport_rejected). It keeps processes that do not know the token
+ * from injecting messages; it is not encryption, and someone who can read
+ * the traffic can copy a tag (no integrity or replay protection).
  *
  * Progress token: one thread at a time may call into the UCX worker (it is
  * created SERIALIZED): the holder of tp->token. The progress thread takes
@@ -33,6 +41,9 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <ucp/api/ucp.h>
 
 #include "ucx_transport/transport.h"
@@ -41,8 +52,10 @@
 #include "base/log.h"
 
 #define TD_AM_ID          0x7d        /* our one UCP active-message id */
-#define WIRE_VERSION      1
-#define WIRE_FIXED        16
+#define WIRE_VERSION      2
+#define TAG_LEN           16
+#define TAG_OFF           16
+#define WIRE_FIXED        (16 + TAG_LEN)
 #define WIRE_BODY         16
 #define WIRE_MAX          (WIRE_FIXED + WIRE_BODY * TD_TRANSPORT_BODIES_MAX + \
                            TD_TRANSPORT_HEADER_MAX)
@@ -158,6 +171,9 @@ struct td_transport {
     /* token holder only */
     send_op_t            *done_head;      /* completions to report */
     size_t                dropped;        /* token holder writes */
+    size_t                rejected;       /* wrong job tag; token holder */
+    uint8_t              *tag_to;         /* world x TAG_LEN: ours to dst */
+    uint8_t              *tag_from;       /* world x TAG_LEN: src's to us */
     uint64_t              n_sent, n_received;   /* token holder writes */
 };
 
@@ -502,6 +518,20 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     }
     if (total != length) {
         goto drop;
+    }
+    if (CRYPTO_memcmp(h + TAG_OFF, tp->tag_from + (size_t)src * TAG_LEN,
+                      TAG_LEN) != 0) {
+        size_t n = tp->rejected + 1;
+        BUMP(tp->rejected);
+        if ((n & (n - 1)) == 0) {   /* 1, 2, 4, ...: loud, not flooding */
+            td_log_warn("transport: dropped %zu message(s) with a wrong job "
+                        "tag (claiming rank %u: not from this job, or a "
+                        "different TODIST_JOB_TOKEN)", n, src);
+        }
+        if (rndv) {
+            ucp_am_data_release(tp->worker, data);
+        }
+        return UCS_OK;
     }
     if (tp->handlers[id].fn == NULL) {
         /* Well formed but nobody listens: a peer's todist sent it and
@@ -1185,9 +1215,47 @@ teardown(td_transport_t *tp)
     pthread_cond_destroy(&tp->drv_cond);
     pthread_mutex_destroy(&tp->drv_lock);
     free(tp->peers);
+    free(tp->tag_to);
+    free(tp->tag_from);
     free(ep_args);
     ep_args = NULL;
     free(tp);
+}
+
+static void
+job_tag(const char *token, int src, int dst, uint8_t *tag)
+{
+    static const char label[] = "todist-am-v2";
+    uint8_t msg[sizeof(label) - 1 + 8], mac[EVP_MAX_MD_SIZE];
+    unsigned int mlen = 0;
+
+    memcpy(msg, label, sizeof(label) - 1);
+    td_put_be32(msg + sizeof(label) - 1, (uint32_t)src);
+    td_put_be32(msg + sizeof(label) + 3, (uint32_t)dst);
+    HMAC(EVP_sha256(), token, (int)strlen(token), msg, sizeof(msg), mac,
+         &mlen);
+    memcpy(tag, mac, TAG_LEN);
+}
+
+/* Every peer's tags, both ways (2 x world HMACs, once). */
+static td_status_t
+make_tags(td_transport_t *tp)
+{
+    int n = tp->params.world_size, me = tp->params.rank;
+    const char *token = tp->params.token != NULL ? tp->params.token : "";
+
+    tp->tag_to = malloc((size_t)n * TAG_LEN);
+    tp->tag_from = malloc((size_t)n * TAG_LEN);
+    if (tp->tag_to == NULL || tp->tag_from == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "transport: out of memory for the "
+                        "job tags of %d peers", n);
+    }
+    for (int r = 0; r < n; r++) {
+        job_tag(token, me, r, tp->tag_to + (size_t)r * TAG_LEN);
+        job_tag(token, r, me, tp->tag_from + (size_t)r * TAG_LEN);
+    }
+    tp->params.token = NULL;   /* not kept: the tags are all we need */
+    return TD_OK;
 }
 
 td_status_t
@@ -1234,6 +1302,10 @@ td_transport_create(const td_transport_params_t *params,
     for (int i = 0; i < params->world_size; i++) {
         ep_args[2 * i] = tp;
         ep_args[2 * i + 1] = (void *)(intptr_t)i;
+    }
+    status = make_tags(tp);
+    if (status != TD_OK) {
+        goto err;
     }
     status = choose_mode(params, &tp->mode);
     if (status != TD_OK) {
@@ -1374,6 +1446,7 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
     w = op->wire;
     memset(w, 0, WIRE_FIXED + n_bodies * WIRE_BODY);
     w[0] = WIRE_VERSION;
+    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
     w[2] = id >> 8;
     w[3] = id & 0xff;
     td_put_be32(w + 4, (uint32_t)tp->params.rank);
@@ -1642,6 +1715,12 @@ size_t
 td_transport_dropped(td_transport_t *tp)
 {
     return __atomic_load_n(&tp->dropped, __ATOMIC_RELAXED);
+}
+
+size_t
+td_transport_rejected(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->rejected, __ATOMIC_RELAXED);
 }
 
 bool

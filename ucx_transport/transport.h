@@ -139,6 +139,9 @@ typedef struct {
     void                   *resolve_arg;
     td_transport_peer_fn    peer_failed;       /* may be NULL */
     void                   *peer_failed_arg;
+    const char             *token;             /* TODIST_JOB_TOKEN: keys the
+                                                * message tags; NULL or ""
+                                                * = a tag anyone can make */
 } td_transport_params_t;
 
 /* Create the UCX context and worker and start the progress thread. */
@@ -183,6 +186,10 @@ void td_transport_counts(td_transport_t *tp, uint64_t *sent_p,
 
 /* Messages dropped because they were malformed or had no handler. */
 size_t td_transport_dropped(td_transport_t *tp);
+
+/* Well-formed messages dropped because their job tag was wrong (not sent
+ * by a rank of this job); the first and then every 2^k-th is logged. */
+size_t td_transport_rejected(td_transport_t *tp);
 
 /* false once DST was reported dead. */
 bool td_transport_peer_alive(td_transport_t *tp, int dst);
