@@ -13,3 +13,7 @@ check_PROGRAMS += tests/init_bind
 tests_init_bind_LDADD = $(TD_LDADD)
 TESTS += tests/test_init_bind.sh tests/test_launch_ports.sh
 EXTRA_DIST += tests/test_init_bind.sh tests/test_launch_ports.sh
+check_PROGRAMS += tests/test_store_limits
+tests_test_store_limits_LDADD = $(TD_TEST_LDADD) $(CRYPTO_LIBS)
+tests_test_store_limits_CFLAGS = $(AM_CFLAGS) $(CRYPTO_CFLAGS)
+TESTS += tests/test_store_limits

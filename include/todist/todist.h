@@ -24,5 +24,6 @@
 #include <todist/dist_autograd.h>
 #include <todist/dist_optim.h>
 #include <todist/dist_optim_remote.h>
+#include <todist/sampler.h>
 
 #endif /* TODIST_TODIST_H */
