@@ -386,7 +386,7 @@ td_track_pid $holder
 wait_for 30 sh -c "ss -Htln | awk '{print \$4}' | grep -q ':$P\$'"
 ok "$(ss -Htln | awk '{print $4}' | grep -q ":$P\$"; echo $?)" "job A's store listens on $P"
 t0=$(td_now)
-run_srun clash -N1 -n2 -w n2 --todist=store_port=$P "$top_builddir/tests/init_bind"
+run_srun clash -N1 -n1 -w n2 --todist=store_port=$P "$top_builddir/tests/init_bind"
 t1=$(td_now)
 ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "job B fails (status $rc)"
 like "$(cat "$D/out/clash.err")" "store cannot listen on port $P \(TODIST_MASTER_PORT\) for Slurm job [0-9]+ step [0-9]+.*--resv-ports" \
