@@ -388,8 +388,9 @@ td_init(const td_init_params_t *params)
     if (rt.world.nnodes > 1 && (token == NULL || token[0] == '\0')) {
         return td_error(TD_ERR_AUTH, "init: rank %d is one of %d nodes but "
                         "TODIST_JOB_TOKEN is not set; give every node the "
-                        "same token (export TODIST_JOB_TOKEN=$(openssl rand "
-                        "-hex 32) before todist-run)", rt.world.rank,
+                        "same token (srun --todist makes one; for todist-run "
+                        "export TODIST_JOB_TOKEN=$(openssl rand -hex 32) on "
+                        "every node)", rt.world.rank,
                         rt.world.nnodes);
     }
 
