@@ -19,6 +19,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,8 @@
 #include "base/log.h"
 
 #define JOIN_POLL_S 0.001
+/* A barrier waits in slices this long, checking for dead ranks between. */
+#define DEAD_CHECK_S 0.25
 
 typedef struct {
     void  *addr;
@@ -51,6 +54,7 @@ static struct {
     pthread_mutex_t     addr_lock;
     addr_t             *addrs;
     unsigned            barrier_gen;
+    int                 dead_rank;     /* first rank the transport lost, -1 */
 } rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void
@@ -109,6 +113,14 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
             status = td_error(TD_ERR_TIMEOUT, "runtime: rank %d never "
                               "published its address (%.3g s)", rank,
                               rt.params.init_timeout);
+        } else if (status == TD_ERR_IO || status == TD_ERR_PROTOCOL) {
+            /* The store lives in rank 0: say so, not just "I/O error". */
+            char why[512];
+            snprintf(why, sizeof(why), "%s", td_last_error());
+            status = td_error(TD_ERR_PEER, "runtime: rank 0, which holds the "
+                              "store, is gone: cannot reach rank %d, whose "
+                              "address this rank never fetched (%s)", rank,
+                              why);
         }
     }
     if (status == TD_OK) {
@@ -148,6 +160,11 @@ td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
 static void
 peer_failed_cb(void *arg, int rank, td_status_t why)
 {
+    int none = -1;
+
+    /* Barriers and the join watch this to fail fast (progress thread). */
+    __atomic_compare_exchange_n(&rt.dead_rank, &none, rank, false,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     td_modules_peer_failed(rank, why);
 }
 
@@ -182,6 +199,44 @@ missing_ranks(const char *prefix, char *buf, size_t len)
     }
 }
 
+/* A store barrier NAME of the whole world that also ends, with TD_ERR_PEER
+ * naming the rank, as soon as the transport knows a rank is dead: it waits
+ * in slices of DEAD_CHECK_S. WHAT names the caller in the message; a
+ * timeout is left to the caller to word. */
+static td_status_t
+watched_barrier(const char *name, double timeout, const char *what)
+{
+    char kn[128], kd[128];
+    const char *keys[1] = { kd };
+    double deadline = td_now_s() + timeout;
+    int64_t n;
+    td_status_t status;
+
+    snprintf(kn, sizeof(kn), "%s/n", name);
+    snprintf(kd, sizeof(kd), "%s/done", name);
+    status = td_store_add(rt.store, kn, 1, &n);
+    if (status == TD_OK && n == rt.world.world_size) {
+        status = td_store_set(rt.store, kd, "1", 1);
+    }
+    while (status == TD_OK) {
+        int dead = __atomic_load_n(&rt.dead_rank, __ATOMIC_SEQ_CST);
+        double left = deadline - td_now_s();
+        if (dead >= 0) {
+            return td_error(TD_ERR_PEER, "%s: rank %d failed (the transport "
+                            "lost it), so it cannot arrive", what, dead);
+        }
+        status = td_store_wait(rt.store, keys, 1,
+                               left < DEAD_CHECK_S ? (left > 0 ? left : 0)
+                                                   : DEAD_CHECK_S);
+        if (status == TD_ERR_TIMEOUT && left > DEAD_CHECK_S) {
+            status = TD_OK;   /* a slice ended: look again */
+        } else if (status == TD_OK) {
+            return TD_OK;
+        }
+    }
+    return status;
+}
+
 /* Barrier NAME where each rank first sets "NAME/in/<rank>", so a timeout
  * can say who is missing. */
 static td_status_t
@@ -195,7 +250,7 @@ named_barrier(const char *name, double timeout, const char *what)
     if (status != TD_OK) {
         return status;
     }
-    status = td_store_barrier(rt.store, name, rt.world.world_size, timeout);
+    status = watched_barrier(name, timeout, what);
     if (status == TD_ERR_TIMEOUT) {
         snprintf(key, sizeof(key), "%s/in", name);
         missing_ranks(key, missing, sizeof(missing));
@@ -362,6 +417,7 @@ td_init(const td_init_params_t *params)
                         rt.world.world_size);
     }
     rt.barrier_gen = 0;
+    rt.dead_rank = -1;
 
     /* The store: rank 0 serves (a world of one serves itself on loopback). */
     host = rt.world.master_addr[0] ? rt.world.master_addr : "127.0.0.1";
@@ -498,8 +554,7 @@ join(double deadline)
             return status;
         snprintf(key, sizeof(key), "td/fin/%d", k);
         double left = deadline - td_now_s();
-        status = td_store_barrier(rt.store, key, rt.world.world_size,
-                                  left > 0 ? left : 0.001);
+        status = watched_barrier(key, left > 0 ? left : 0.001, "finalize");
         if (status == TD_ERR_TIMEOUT) {
             missing_ranks("td/fin/in", missing, sizeof(missing));
             if (missing[0] != '\0') {
@@ -540,15 +595,25 @@ td_finalize(void)
     double deadline;
     td_status_t status, st2;
     int64_t n;
+    char first_error[1024] = "";
 
     if (!rt.initialized) {
         return td_error(TD_ERR_STATE, "finalize: td_init has not been called");
     }
     deadline = td_now_s() + rt.params.finalize_timeout;
     status = join(deadline);
+    if (status != TD_OK) {
+        /* The caller sees this first message, not a later consequence. */
+        snprintf(first_error, sizeof(first_error), "%s", td_last_error());
+    }
 
     td_modules_shutdown();
-    td_transport_destroy(rt.tp, 2.0);
+    st2 = td_transport_destroy(rt.tp, 2.0);
+    if (st2 != TD_OK && status == TD_OK) {
+        status = st2;   /* a peer that did not close its endpoint */
+        snprintf(first_error, sizeof(first_error), "finalize: %s",
+                 td_last_error());
+    }
     rt.tp = NULL;
     rt.initialized = 0;
 
@@ -577,5 +642,8 @@ td_finalize(void)
     }
     free(rt.addrs);
     rt.addrs = NULL;
+    if (status != TD_OK) {
+        td_error(status, "%s", first_error);
+    }
     return status;
 }

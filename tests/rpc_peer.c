@@ -1073,6 +1073,23 @@ mode_basic(void)
                  "'no_such_fn'") != NULL,
           "unknown_function", "%d '%s'", st, td_last_error());
 
+    /* issue 18, finding 7: no result pointer, bad function names */
+    td_rpc_list_create(&args);
+    td_rpc_list_add_int(args, 7);
+    st = td_rpc_sync(peer, "echo", args, TD_RPC_DEFAULT_TIMEOUT, NULL);
+    check(st == TD_OK, "sync_result_null", "%d '%s'", st, td_last_error());
+    td_rpc_list_free(args);
+    char longname[TD_RPC_NAME_MAX + 8];
+    memset(longname, 'f', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    st = td_rpc_sync(peer, longname, NULL, TD_RPC_DEFAULT_TIMEOUT, &res);
+    check(st == TD_ERR_INVALID && strstr(td_last_error(), "allowed 1..") &&
+          strstr(td_last_error(), "rank 1"), "name_too_long", "%d '%s'", st,
+          td_last_error());
+    st = td_rpc_sync(peer, "", NULL, TD_RPC_DEFAULT_TIMEOUT, &res);
+    check(st == TD_ERR_INVALID && strstr(td_last_error(), "0 bytes"),
+          "name_empty", "%d '%s'", st, td_last_error());
+
     /* bad destination */
     st = td_rpc_sync(size, "noop", NULL, TD_RPC_DEFAULT_TIMEOUT, &res);
     check(st == TD_ERR_RANGE, "bad_rank", "%d '%s'", st, td_last_error());

@@ -5,8 +5,9 @@
 # ls-files); a dist tarball has no index and is skipped.
 . "$top_srcdir/tests/lib.sh"
 command -v git >/dev/null || skip_all "git not found"
-git -C "$top_srcdir" rev-parse --is-inside-work-tree >/dev/null 2>&1 ||
-    skip_all "not a git checkout (a dist tarball)"
+# The source tree's own checkout, not one it is unpacked inside (distcheck
+# unpacks the tarball in the build folder of a checkout).
+[ -e "$top_srcdir/.git" ] || skip_all "not a git checkout (a dist tarball)"
 plan 4
 
 # Names on stdin (relative to $1) that are build outputs, one a line.

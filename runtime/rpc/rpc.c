@@ -15,7 +15,8 @@
  *     handler, runs on it.
  *  R2 A call runs on the pool unless its function is TD_RPC_INLINE and it
  *     carries no autograd context; an inline handler never waits
- *     (td_rpc_drive refuses), so it cannot stall the calls behind it.
+ *     (td_rpc_drive_until refuses: drive.c's D-a), so it cannot stall the
+ *     calls behind it.
  *  R3 A pending call is removed in exactly one place (pending_take /
  *     pending_take_matching), and whoever removes it completes its future:
  *     the reply, the timer, a dead peer, a failed send or shutdown, never
@@ -24,8 +25,8 @@
  *     from the receive path post them to the pool.
  *  R5 A pending call is in the table before its message is sent: the reply
  *     may come before the send returns.
- *  R6 Once shutdown stored RPC_STOPPED and in_drive reached zero, no thread
- *     enters the transport through this module.
+ *  R6 Once shutdown stored RPC_STOPPED and td_rpc_drive_stop returned
+ *     (drive.c's D-b), no thread enters the transport through this module.
  *  R7 Messages from one thread leave in the order it posted them (a direct
  *     send drains the queue first).
  *  R8 No field of a received message is used before td_rpc_wire_parse and
@@ -50,6 +51,8 @@
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rpc_wire.h"
 #include "runtime/rpc/pool.h"
+#include "runtime/rpc/drive.h"
+#include "runtime/rpc/future.h"
 #include "base/clock.h"
 #include "base/log.h"
 
@@ -331,6 +334,7 @@ plugins_resolve(void)
         }
         if (p->rref_out != NULL) {
             refs = p;
+            td_rpc_list_set_ref_ops(p->rref_retain, p->rref_release);
         }
         for (int t = TD_RPC_MSG_REMOTE; t <= TD_RPC_MSG_TYPE_MAX; t++) {
             if (p->types & (1u << t)) {
@@ -359,11 +363,12 @@ td_rpc_plug(const td_rpc_plugin_t *p)
                         p->name, p->types, TD_RPC_MSG_REMOTE,
                         TD_RPC_MSG_TYPE_MAX);
     }
-    if ((p->rref_out == NULL) != (p->rref_in == NULL)) {
-        return td_error(TD_ERR_INVALID, "rpc: plug-in '%s' has rref_%s "
-                        "without rref_%s", p->name,
-                        p->rref_out != NULL ? "out" : "in",
-                        p->rref_out != NULL ? "in" : "out");
+    if ((p->rref_out != NULL || p->rref_in != NULL ||
+         p->rref_retain != NULL || p->rref_release != NULL) &&
+        (p->rref_out == NULL || p->rref_in == NULL ||
+         p->rref_retain == NULL || p->rref_release == NULL)) {
+        return td_error(TD_ERR_INVALID, "rpc: plug-in '%s' has some of the "
+                        "four remote reference hooks, not all", p->name);
     }
     if (has_autograd(p) &&
         (p->current_context == NULL || p->set_context == NULL ||
@@ -412,11 +417,10 @@ msg_wants_reply(int type)
 static int
 world_size_now(void)
 {
-    const td_world_t *w = td_world();
     td_world_t env;
 
-    if (w != NULL) {
-        return w->world_size;
+    if (atomic_load(&rpc.state) == RPC_RUNNING) {
+        return rpc.world_size;      /* set up: td_init's world */
     }
     return td_world_from_env(&env) == TD_OK ? env.world_size : 1;
 }
@@ -765,9 +769,19 @@ td_status_t
 td_rpc_async(int dst, const char *name, const td_rpc_list_t *args,
              double timeout, td_future_t **fut_p)
 {
+    size_t len;
+
     if (name == NULL || fut_p == NULL) {
         return td_error(TD_ERR_INVALID, "rpc: async: %s is NULL",
                         name == NULL ? "function name" : "future pointer");
+    }
+    /* The same bound as registration: a name no worker can have is an
+     * error here, not a call that fails remotely. */
+    len = strlen(name);
+    if (len == 0 || len >= TD_RPC_NAME_MAX) {
+        return td_error(TD_ERR_INVALID, "rpc: call to rank %d: function name "
+                        "'%.40s' has %zu bytes, allowed 1..%d", dst, name,
+                        len, TD_RPC_NAME_MAX - 1);
     }
     return td_rpc_send_typed(dst, TD_RPC_MSG_CALL, td_rpc_wire_fn_id(name),
                              name, args, timeout, fut_p);
@@ -788,10 +802,10 @@ td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
     }
     /* The call's own deadline ends the wait (the timer fails it). */
     status = td_future_wait(fut, -1);
-    if (status == TD_OK) {
+    if (status == TD_OK && result_p != NULL) {
         status = td_future_take(fut, result_p);
     }
-    td_future_release(fut);
+    td_future_release(fut);   /* RESULT_P NULL: the result is dropped */
     return status;
 }
 
@@ -1105,110 +1119,24 @@ reply:
     atomic_fetch_sub(&rpc.busy, 1);
 }
 
-/* The TD_RPC_INLINE handler running on this thread (NULL: none). */
-static __thread const char *tl_inline;
-
 /* A call to a TD_RPC_INLINE function, on the receiving thread. That may be
  * a thread driving progress inside its own dist-autograd context: the
  * handler must not see that context. */
 static void
 run_inline(rx_t *r, const char *name)
 {
-    const char *outer = tl_inline;
+    const char *outer;
     uint64_t prev = 0;
 
     if (have_hooks) {
         prev = hooks.set_context(hooks.arg, 0);
     }
-    tl_inline = name;
+    outer = td_rpc_inline_enter(name);      /* R2 */
     run_call(r);
-    tl_inline = outer;
+    td_rpc_inline_leave(outer);
     if (have_hooks) {
         hooks.set_context(hooks.arg, prev);
     }
-}
-
-/* ---- waiting: the waiter drives progress ---------------------------------- */
-
-static atomic_int in_drive;        /* threads inside td_rpc_drive */
-
-typedef struct {
-    int  (*pred)(void *arg);
-    void  *arg;
-} drive_pred_t;
-
-static int
-drive_done(void *arg)
-{
-    const drive_pred_t *dp = arg;
-
-    return dp->pred(dp->arg) ||
-           atomic_load_explicit(&rpc.state, memory_order_relaxed) !=
-           RPC_RUNNING;
-}
-
-static int
-future_done_pred(void *arg)
-{
-    return td_future_done(arg);
-}
-
-td_status_t
-td_rpc_drive(td_future_t *f, double timeout)
-{
-    return td_rpc_drive_until(future_done_pred, f, timeout);
-}
-
-td_status_t
-td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
-{
-    drive_pred_t dp = { pred, pred_arg };
-    td_status_t st = TD_ERR_TIMEOUT;
-    double max = timeout;
-
-    if (tl_inline != NULL) {                    /* R2 */
-        return td_error(TD_ERR_STATE, "rpc: handler '%s' is registered "
-                        "TD_RPC_INLINE and must not wait on a future (it "
-                        "would stall the receiving thread); register it "
-                        "without TD_RPC_INLINE", tl_inline);
-    }
-    atomic_fetch_add(&in_drive, 1);
-    /* Checked after counting ourselves in: shutdown stores the state, then
-     * waits for the count to reach zero (both sequentially consistent). */
-    if (atomic_load(&rpc.state) != RPC_RUNNING || rpc.tp == NULL) {
-        goto out;
-    }
-    if (td_transport_on_progress_thread(rpc.tp)) {
-        st = td_error(TD_ERR_STATE, "rpc: a wait on a future inside a "
-                      "transport callback would deadlock");
-        goto out;
-    }
-    if (td_transport_progress_mode(rpc.tp) != TD_PROGRESS_BUSY) {
-        /* Cores may be shared: spin briefly, then sleep. */
-        double spin = rpc_spin_us > 0 ? rpc_spin_us * 1e-6 : 50e-6;
-
-        if (max < 0 || max > spin) {
-            max = spin;
-        }
-    }
-    st = td_transport_drive(rpc.tp, drive_done, &dp, max);
-    if (st != TD_OK || !pred(pred_arg)) {
-        st = TD_ERR_TIMEOUT;
-    }
-out:
-    atomic_fetch_sub(&in_drive, 1);
-    return st;
-}
-
-void
-td_rpc_notify_done(void)
-{
-    /* Counted like a driver: shutdown waits, so rpc.tp stays valid. */
-    atomic_fetch_add(&in_drive, 1);
-    if (atomic_load(&rpc.state) == RPC_RUNNING && rpc.tp != NULL) {
-        td_transport_wake(rpc.tp);
-    }
-    atomic_fetch_sub(&in_drive, 1);
 }
 
 /* A reply or error for one of our calls. FROM_PROGRESS: on that thread. */
@@ -1440,6 +1368,7 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
         return td_error(TD_ERR_IO, "rpc: cannot start the timer thread");
     }
     rpc.timer_started = 1;
+    td_rpc_drive_start(tp, rpc_spin_us);
     atomic_store(&rpc.state, RPC_RUNNING);
     return TD_OK;
 }
@@ -1484,11 +1413,9 @@ module_shutdown(void *arg)
 
     (void)arg;
     atomic_store(&rpc.state, RPC_STOPPED);
-    /* R6: waiters driving progress see the state and leave; after this
-     * no thread enters the transport through td_rpc_drive. */
-    while (atomic_load(&in_drive) > 0) {
-        sched_yield();
-    }
+    /* R6: waiters driving progress leave; after this no thread enters the
+     * transport through td_rpc_drive_until. */
+    td_rpc_drive_stop();
     if (rpc.timer_started) {
         pthread_mutex_lock(&rpc.tlock);
         rpc.timer_stop = 1;

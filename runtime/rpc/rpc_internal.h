@@ -9,7 +9,8 @@
  *     handle() runs them on a pool thread, wants_reply() says which
  *     expect an answer;
  *   - values: rref_out() / rref_in() carry a td_rref_t in a value list
- *     across the wire (rpc_wire.h);
+ *     across the wire (rpc_wire.h), rref_retain() / rref_release() let
+ *     lists hold one (rpc_list.h);
  *   - autograd: every message header carries an autograd context id and
  *     message id (td_rpc_wire_meta_t);
  *       current_context() - the calling thread's context id (0: none);
@@ -42,6 +43,8 @@
 #include "runtime/runtime.h"
 #include "runtime/rpc/rpc_list.h"
 #include "runtime/rpc/rpc_wire.h"
+#include "runtime/rpc/future.h"
+#include "runtime/rpc/drive.h"
 
 /* ---- plug-ins ------------------------------------------------------------ */
 
@@ -54,9 +57,12 @@ typedef struct {
     td_status_t (*handle)(void *arg, int type, int src, uint64_t field,
                           td_rpc_list_t *args, td_rpc_list_t *result);
     int         (*wants_reply)(void *arg, int type);
-    /* Remote references in value lists (both or neither). */
+    /* Remote references in value lists (all four or none): encode for a
+     * destination, decode from a source, and how lists hold them. */
     td_rpc_wire_rref_out_fn rref_out;
     td_rpc_wire_rref_in_fn  rref_in;
+    td_rref_t *(*rref_retain)(td_rref_t *rref);
+    void       (*rref_release)(td_rref_t *rref);
     /* Autograd (all four or none). */
     uint64_t (*current_context)(void *arg);
     /* Set the calling thread's current context (0 clears); returns the
@@ -99,25 +105,5 @@ td_status_t td_rpc_run_local(uint64_t function_id, int caller,
 /* Error text for a remote failure: "Error on rank N (workerN): MSG". */
 void td_rpc_format_remote_error(char *buf, size_t len, int rank,
                                 const char *msg);
-
-/* Completion of futures from the progress thread: set the value without
- * running callbacks there (they are handed to the pool). */
-td_status_t td_future_complete_async(td_future_t *fut, td_rpc_list_t *value);
-td_status_t td_future_fail_async(td_future_t *fut, td_status_t status,
-                                 const char *msg);
-
-/* Called by td_future_wait before it sleeps: drive the transport on this
- * thread while waiting on FUT, for at most TIMEOUT seconds (< 0: none; less
- * in blocking progress mode). TD_OK when FUT is done; TD_ERR_TIMEOUT (no
- * error text) when the caller should go on waiting by sleeping; another
- * error (with text) when this thread must not wait at all (an inline
- * handler, a transport callback). */
-td_status_t td_rpc_drive(td_future_t *fut, double timeout);
-/* The same for any condition: PRED(ARG) true ends it (make it an atomic
- * load; whoever makes it true calls td_rpc_notify_done after). */
-td_status_t td_rpc_drive_until(int (*pred)(void *arg), void *arg,
-                               double timeout);
-/* A future was completed: wake a waiter asleep inside td_rpc_drive. */
-void td_rpc_notify_done(void);
 
 #endif /* TD_RUNTIME_RPC_INTERNAL_H */

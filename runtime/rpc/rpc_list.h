@@ -1,6 +1,7 @@
 /* runtime/rpc/rpc_list.h: the inside of value lists (todist/rpc.h's
  * td_rpc_list_t), for the wire codec and RPC's plug-ins (internal, not
- * installed). rpc_list.c owns them.
+ * installed). rpc_list.c owns them; it knows remote references only
+ * through the retain / release the rref plug-in provides.
  *
  * Thread safety: a list is not thread-safe; one thread at a time. */
 #ifndef TD_RUNTIME_RPC_LIST_H
@@ -32,6 +33,14 @@ struct td_rpc_list {
     size_t      cap;
     td_value_t *items;
 };
+
+/* How lists hold remote references: the rref plug-in's retain and release
+ * (td_rpc_plug installs them); until then a list takes no reference. This
+ * keeps lists below remote references (no include of rref.c's headers). */
+void td_rpc_list_set_ref_ops(td_rref_t *(*retain)(td_rref_t *rref),
+                             void (*release)(td_rref_t *rref));
+/* Append RREF, taking over the caller's reference (released on failure). */
+td_status_t td_rpc_list_take_rref(td_rpc_list_t *list, td_rref_t *rref);
 
 /* true when LIST holds a tensor that requires grad. */
 int td_rpc_list_requires_grad(const td_rpc_list_t *list);

@@ -86,6 +86,7 @@ static struct {
     int             rank;
     int             world_size;
     int             running;
+    _Atomic(td_transport_t *) tp;  /* between setup and shutdown */
     size_t          leaks;
 } rr = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -269,7 +270,7 @@ live_drop(entry_t *e, uint64_t id)
 static int
 rank_dead(int rank)
 {
-    td_transport_t *tp = td_runtime_transport();
+    td_transport_t *tp = atomic_load(&rr.tp);
 
     return rank >= 0 && rank != rr.rank && tp != NULL &&
            !td_transport_peer_alive(tp, rank);
@@ -278,6 +279,7 @@ rank_dead(int rank)
 static td_status_t
 fork_add(uint64_t rref_id, uint64_t fork_id, int holder)
 {
+    td_transport_t *tp;
     entry_t *e = NULL;
     td_status_t status = TD_OK;
 
@@ -295,9 +297,9 @@ fork_add(uint64_t rref_id, uint64_t fork_id, int holder)
     } else if (!live_push(e, fork_id, holder)) {
         status = td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
     } else if (holder >= 0 && holder != rr.rank &&
-               td_runtime_transport() != NULL) {
+               (tp = atomic_load(&rr.tp)) != NULL) {
         /* notice the holder's death even if we never talk to it */
-        td_transport_watch(td_runtime_transport(), holder);
+        td_transport_watch(tp, holder);
     }
     pthread_mutex_unlock(&rr.lock);
     return status;
@@ -393,6 +395,7 @@ on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
     const char *name;
     td_rpc_list_t *rest = NULL, *value = NULL;
     td_status_t status;
+    td_transport_t *tp;
     entry_t *e = NULL;
     char msg[1024] = "";
 
@@ -437,9 +440,9 @@ on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
     e->error = status != TD_OK ? strdup(msg) : NULL;
     if (!drop_id(e->tomb, &e->n_tomb, (uint64_t)id) &&
         live_push(e, (uint64_t)id, src) && src != rr.rank &&
-        td_runtime_transport() != NULL) {
+        (tp = atomic_load(&rr.tp)) != NULL) {
         /* the creator holds it: notice its death */
-        td_transport_watch(td_runtime_transport(), src);
+        td_transport_watch(tp, src);
     }
     entry_maybe_free(e);
     pthread_cond_broadcast(&rr.cond);
@@ -858,6 +861,8 @@ module_attach(void *arg)
     p.wants_reply = wants_reply;
     p.rref_out = wire_out;
     p.rref_in = wire_in;
+    p.rref_retain = td_rref_retain;
+    p.rref_release = td_rref_release;
     return td_rpc_plug(&p);
 }
 
@@ -865,9 +870,9 @@ static td_status_t
 module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
 {
     (void)arg;
-    (void)tp;
     rr.rank = w->rank;
     rr.world_size = w->world_size;
+    atomic_store(&rr.tp, tp);
     rr.leaks = 0;
     atomic_store(&rr.counter, 1);
     rr.running = 1;
@@ -918,7 +923,7 @@ module_shutdown(void *arg)
     size_t handles = (size_t)atomic_load(&rr.n_handles);
 
     (void)arg;
-
+    atomic_store(&rr.tp, NULL);     /* RPC shuts down after this module */
     pthread_mutex_lock(&rr.lock);
     rr.running = 0;
     pthread_cond_broadcast(&rr.cond);
