@@ -388,8 +388,9 @@ td_init(const td_init_params_t *params)
     if (rt.world.nnodes > 1 && (token == NULL || token[0] == '\0')) {
         return td_error(TD_ERR_AUTH, "init: rank %d is one of %d nodes but "
                         "TODIST_JOB_TOKEN is not set; give every node the "
-                        "same token (export TODIST_JOB_TOKEN=$(openssl rand "
-                        "-hex 32) before todist-run)", rt.world.rank,
+                        "same token (srun --todist makes one; for todist-run "
+                        "export TODIST_JOB_TOKEN=$(openssl rand -hex 32) on "
+                        "every node)", rt.world.rank,
                         rt.world.nnodes);
     }
 
@@ -456,6 +457,7 @@ td_init(const td_init_params_t *params)
     tpp.progress = (td_progress_mode_t)rt.params.progress;
     tpp.resolve = resolve_cb;
     tpp.peer_failed = peer_failed_cb;
+    tpp.token = token;   /* keys the per-message job tags */
     status = td_transport_create(&tpp, &rt.tp);
     if (status != TD_OK) {
         goto err_resolver;

@@ -942,6 +942,29 @@ main(int argc, char **argv)
         rc = mode_concurrent();
     } else if (strcmp(mode, "mismatch") == 0) {
         rc = mode_mismatch();
+    } else if (strcmp(mode, "big") == 0) {
+        /* bodies above the single-copy threshold (read in place, or sent
+         * through UCX when that cannot be done) */
+        int64_t c = 300007;
+        td_tensor_t *t = make(c, TD_FLOAT32);
+        int64_t bad;
+
+        for (int64_t i = 0; i < c; i++) {
+            set(t, i, (double)val(rank, i, TD_REDUCE_SUM));
+        }
+        st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+        FIRST_BAD(t, c, expect_reduce(size, i, TD_REDUCE_SUM, TD_FLOAT32),
+                  &bad);
+        check(st == TD_OK && bad < 0, "big_all_reduce", "%s [%" PRId64 "]",
+              st ? td_last_error() : "ok", bad);
+        for (int64_t i = 0; i < c; i++) {
+            set(t, i, rank == 0 ? (double)(i % 1000) : -1);
+        }
+        st = td_broadcast(td_group_world(), t, 0);
+        FIRST_BAD(t, c, (double)(i % 1000), &bad);
+        check(st == TD_OK && bad < 0, "big_broadcast", "%s [%" PRId64 "]",
+              st ? td_last_error() : "ok", bad);
+        td_tensor_release(t);
     } else if (strcmp(mode, "one") == 0) {
         /* one all_reduce of 16 floats; prints what happened */
         td_tensor_t *t = make(16, TD_FLOAT32);
@@ -955,8 +978,10 @@ main(int argc, char **argv)
         td_tensor_release(t);
     } else if (strcmp(mode, "kill") == 0) {
         rc = mode_kill();
-        /* the survivors leave without the join (a member is dead) */
+        /* the survivors leave without the join (a member is dead), late
+         * enough that no survivor sees another survivor leave first */
         fflush(stdout);
+        sleep(3);
         _exit(n_fail ? 1 : 0);
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);

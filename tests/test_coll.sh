@@ -28,7 +28,7 @@ mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
-         $(count "$conc") + $(count "$mism") + $(count "$kill") + 14 ))
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 23 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -104,4 +104,48 @@ out=$(TODIST_COLL_ALGO=all_reduce:nosuch run 60 todist-run -n 1 "$PEER" \
       concurrent 2>&1); rc=$?
 like "$out" "TODIST_COLL_ALGO: all_reduce has no algorithm 'nosuch'|unknown algorithm 'nosuch'" \
      "a bad TODIST_COLL_ALGO is named at td_init"
+# The single-copy path (process_vm_readv) for bodies of 64 KiB and more:
+# on by default; off with TODIST_COLL_CMA=0; and with rank 1 in its own
+# pid namespace, where the pids in offers name nobody (or the wrong
+# process: the token check refuses it), every offer falls back to the body
+# through UCX, and the results are still right.
+for cfg in default off netns; do
+    case $cfg in
+    default) out=$(run 60 todist-run -n 3 "$PEER" big 2>&1); rc=$? ;;
+    off) out=$(TODIST_COLL_CMA=0 run 60 todist-run -n 3 "$PEER" big 2>&1); rc=$? ;;
+    netns)
+        cat > "$TD_TMP/ns.sh" <<EOS
+#!/bin/sh
+if [ "\$TODIST_RANK" = 1 ]; then exec unshare --pid --fork "$PEER" big; fi
+exec "$PEER" big
+EOS
+        chmod +x "$TD_TMP/ns.sh"
+        if unshare --pid --fork true 2>/dev/null; then
+            out=$(TODIST_LOG=debug run 60 todist-run -n 3 "$TD_TMP/ns.sh" 2>&1)
+            rc=$?
+        else
+            skip 3 "unshare --pid not permitted here"
+            continue
+        fi ;;
+    esac
+    is "$(printf '%s\n' "$out" | grep -cx 'PASS big_all_reduce')" 3 \
+       "large all_reduce right ($cfg)"
+    is "$(printf '%s\n' "$out" | grep -cx 'PASS big_broadcast')" 3 \
+       "large broadcast right ($cfg)"
+    [ "$rc" = 0 ] || diag "$out"
+    if [ $cfg = netns ]; then
+        like "$out" "cannot read [0-9]+ bytes in place from rank" \
+             "offers across pid namespaces fall back to the body"
+    fi
+done
+
+# examples/ring_allreduce: seed 004's ring from isend/irecv, checked
+# against td_all_reduce on 3 and 4 ranks.
+for n in 3 4; do
+    out=$(run 120 todist-run -n $n "$top_builddir/examples/ring_allreduce" \
+          100003 2>&1); rc=$?
+    like "$out" "ring_allreduce: ranks=$n count=100003 max_abs_diff=0 ranks_disagreeing=0" \
+         "examples/ring_allreduce on $n ranks agrees with td_all_reduce"
+    [ "$rc" = 0 ] || diag "$out"
+done
 done_testing

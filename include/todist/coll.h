@@ -54,6 +54,11 @@
  * choice; every member must use the same one (the choice travels in the
  * mismatch check, so differing overrides fail instead of hanging).
  *
+ * Single copy. Between ranks of one node, a collective body of 64 KiB or
+ * more is read in place from the sender with process_vm_readv (one copy,
+ * where UCX's shared-memory rendezvous makes two); where that cannot work
+ * the body goes through UCX. TODIST_COLL_CMA=0 turns it off.
+ *
  * Failures. A collective carries its sequence number in the group and a
  * 16-byte description (collective, dtype, op, root, count, algorithm) in
  * every message; a member that sees another call at the same sequence

@@ -28,8 +28,13 @@ enum {
     MSG_P2P   = 1,    /* a td_send body */
     MSG_ACK   = 2,    /* the receiver matched a td_send (status, its shape) */
     MSG_COLL  = 3,    /* one step of a collective */
-    MSG_ABORT = 4     /* a member failed the collective at SEQ: text */
+    MSG_ABORT = 4,    /* a member failed the collective at SEQ: text */
+    MSG_CMA   = 5     /* a COLL body was read in place (status 0), or
+                       * could not be (status 1: send it) */
 };
+
+#define COLL_CMA_MIN  (64u * 1024u)   /* bodies read in place from here on */
+#define COLL_F_CMA    0x01            /* header flag: body offered in place */
 
 /* Collective kinds (in the description). */
 typedef enum {
@@ -59,7 +64,9 @@ typedef struct {
  *   u8 version | u8 type | u8 dtype | u8 ndim |
  *   u32 group id | u32 group digest | u32 seq | u32 tag | u64 nbytes |
  *   COLL: 16 bytes of description (u8 kind, dtype, op, algo, u32 root,
- *         u64 count)
+ *         u64 count); with flag COLL_F_CMA (byte 20) and no body, 32 more:
+ *         u32 pid | u32 0 | u64 address | u64 token address | u64 token
+ *   CMA:  u32 status (0 read, 1 send the body)
  *   P2P:  ndim x u64 dims
  *   ACK:  u32 status (two's complement) | ndim x u64 dims (the receiver's)
  *   ABORT: u16 text length | text (< COLL_ERR_MAX) */
@@ -123,6 +130,15 @@ typedef struct coll_req {
     int                from;       /* world rank the message came from */
     void             (*on_done)(struct coll_req *r);  /* after `done`; may
                                     * be NULL (a work handle's cleanup) */
+    /* single-copy path (coll.c): a receive whose sender offered its
+     * buffer in place (cma_ready_a: the waiter reads it), a send waiting for
+     * the reader's MSG_CMA (cma_send; hdr kept to resend with the body). */
+    atomic_int         cma_ready_a;
+    int                cma_send;
+    int32_t            cma_pid;
+    uint64_t           cma_addr, cma_token_addr, cma_token;
+    uint8_t            hdr[COLL_WIRE_BYTES + 48];
+    size_t             hdr_len;
     char               err[COLL_ERR_MAX];
 } coll_req_t;
 
