@@ -471,6 +471,7 @@ td_init(const td_init_params_t *params)
     tpp.progress = (td_progress_mode_t)rt.params.progress;
     tpp.resolve = resolve_cb;
     tpp.peer_failed = peer_failed_cb;
+    tpp.token = token;   /* keys the per-message job tags */
     status = td_transport_create(&tpp, &rt.tp);
     if (status != TD_OK) {
         goto err_resolver;

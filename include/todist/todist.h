@@ -14,6 +14,7 @@
 #include <todist/rpc.h>
 #include <todist/rref.h>
 #include <todist/mapreduce.h>
+#include <todist/coll.h>
 #include <todist/init.h>
 #include <todist/optim.h>
 #include <todist/nn.h>
