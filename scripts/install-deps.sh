@@ -6,6 +6,8 @@ pkgs="autoconf automake libtool pkg-config make gcc
   libucx-dev ucx-utils libhwloc-dev hwloc libopenblas-dev zlib1g-dev libssl-dev
   dataset-fashion-mnist
   libslurm-dev slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
+  libpmix-dev
+  valgrind procps iproute2 ca-certificates
   valgrind procps iproute2 ca-certificates gnuplot-nox
   lmod"
 # PyTorch gives reference values and benchmark baselines; tests pass without.
