@@ -4,12 +4,20 @@
  * Wire: one UCP active message (AM id TD_AM_ID) per message. Its AM header
  * is our header
  *   u8 version | u8 flags(0) | u16 handler id | u32 src rank |
- *   u32 user header length | u32 number of bodies |
+ *   u32 user header length | u32 number of bodies | 16-byte job tag |
  *   number-of-bodies x { u64 length | u8 memory type | 7 zero bytes } |
  *   user header
  * and its data are the bodies back to back (contiguous for one body, an IOV
  * for several), so one rendezvous moves all of them into the receiver's
  * buffers.
+ *
+ * Job tag: HMAC-SHA256(TODIST_JOB_TOKEN, "todist-am-v2" | be32 src |
+ * be32 dst), first 16 bytes, precomputed per peer at creation. A receiver
+ * checks it in constant time after the frame's structure and before any
+ * handler or rendezvous sees it; a wrong tag is dropped and counted
+ * (td_transport_rejected). It keeps processes that do not know the token
+ * from injecting messages; it is not encryption, and someone who can read
+ * the traffic can copy a tag (no integrity or replay protection).
  *
  * Progress token: one thread at a time may call into the UCX worker (it is
  * created SERIALIZED): the holder of tp->token. The progress thread takes
@@ -33,6 +41,9 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <ucp/api/ucp.h>
 
 #include "ucx_transport/transport.h"
@@ -41,8 +52,10 @@
 #include "base/log.h"
 
 #define TD_AM_ID          0x7d        /* our one UCP active-message id */
-#define WIRE_VERSION      1
-#define WIRE_FIXED        16
+#define WIRE_VERSION      2
+#define TAG_LEN           16
+#define TAG_OFF           16
+#define WIRE_FIXED        (16 + TAG_LEN)
 #define WIRE_BODY         16
 #define WIRE_MAX          (WIRE_FIXED + WIRE_BODY * TD_TRANSPORT_BODIES_MAX + \
                            TD_TRANSPORT_HEADER_MAX)
@@ -67,6 +80,8 @@ typedef struct send_op {
     size_t               n_bodies;
     size_t               wire_len;
     td_mem_type_t        mem;
+    char                *why;        /* malloc'ed: why connecting failed */
+    int                  faulted;    /* dropped by TODIST_FAULT: not counted */
     uint8_t             *wire;       /* our header + the user header */
     ucp_dt_iov_t         iov[];      /* n_bodies, then the wire bytes */
 } send_op_t;
@@ -75,6 +90,7 @@ typedef struct {
     ucp_ep_h ep;
     int      failed;
     int      watch;      /* connect at the next round (td_transport_watch) */
+    int      inflight;   /* sends in UCX, not yet completed (token holder) */
 } peer_t;
 
 /* An incoming message whose bodies are still arriving (sized by the
@@ -113,6 +129,26 @@ typedef struct {
     void                *arg;
 } handler_t;
 
+/* TODIST_FAULT (see transport.h); tests only. */
+enum { FAULT_DROP, FAULT_CORRUPT, FAULT_DELAY, FAULT_ACTIONS };
+#define FAULT_RULES_MAX 8
+
+typedef struct {
+    int    action;
+    char   kind[64];      /* any, call, reply, rref, other, fn=PREFIX */
+    double rate;
+    double delay_s;
+} fault_rule_t;
+
+typedef struct {
+    fault_rule_t             rules[FAULT_RULES_MAX];
+    int                      n;
+    uint64_t                 rng;           /* token holder */
+    uint64_t                 count[FAULT_ACTIONS];
+    td_transport_classify_fn classify;
+    void                    *classify_arg;
+} faults_t;
+
 struct td_transport {
     td_transport_params_t params;
     td_progress_mode_t    mode;
@@ -140,6 +176,8 @@ struct td_transport {
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
     double                close_timeout;
+    int                   unclosed;       /* endpoints that did not close */
+    int                   unclosed_rank;  /* the first of them */
     /* posted sends, from any thread */
     pthread_mutex_t       lock;
     send_op_t            *q_head, *q_tail;
@@ -154,6 +192,10 @@ struct td_transport {
     /* token holder only */
     send_op_t            *done_head;      /* completions to report */
     size_t                dropped;        /* token holder writes */
+    size_t                rejected;       /* wrong job tag; token holder */
+    uint8_t              *tag_to;         /* world x TAG_LEN: ours to dst */
+    uint8_t              *tag_from;       /* world x TAG_LEN: src's to us */
+    faults_t              faults;         /* TODIST_FAULT, tests only */
     uint64_t              n_sent, n_received;   /* token holder writes */
 };
 
@@ -243,10 +285,12 @@ op_finish(td_transport_t *tp, send_op_t *op, td_status_t status)
 {
     if (status != TD_OK) {
         td_error(status, "transport: send to rank %d failed: %s", op->dst,
-                 status == TD_ERR_PEER ? "the peer died or is unreachable"
-                                       : td_strerror(status));
+                 op->why != NULL ? op->why
+                 : status == TD_ERR_PEER ? "the peer died or is unreachable"
+                                         : td_strerror(status));
+        free(op->why);
     }
-    if (status == TD_OK) {
+    if (status == TD_OK && !op->faulted) {
         BUMP(tp->n_sent);
     }
     if (op->cb != NULL) {
@@ -289,6 +333,7 @@ send_cb(void *request, ucs_status_t status, void *user_data)
 {
     send_op_t *op = user_data;
 
+    op->tp->peers[op->dst].inflight--;
     op_defer(op->tp, op, status_from_ucs(status));
     ucp_request_free(request);
 }
@@ -374,6 +419,149 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     return TD_OK;
 }
 
+/* ---- fault injection (TODIST_FAULT, tests only) ------------------------ */
+
+static double
+fault_rand(faults_t *f)
+{
+    f->rng ^= f->rng << 13;   /* xorshift64 */
+    f->rng ^= f->rng >> 7;
+    f->rng ^= f->rng << 17;
+    return (double)(f->rng >> 11) / (double)(1ull << 53);
+}
+
+static bool
+fault_matches(const fault_rule_t *r, const td_transport_kind_t *k)
+{
+    if (strcmp(r->kind, "any") == 0) {
+        return true;
+    }
+    if (strncmp(r->kind, "fn=", 3) == 0) {
+        return k->name != NULL &&
+               strncmp(k->name, r->kind + 3, strlen(r->kind + 3)) == 0;
+    }
+    return strcmp(r->kind, k->kind) == 0;
+}
+
+/* Apply the first matching rule that fires to OP: 1 = dropped (done). */
+static int
+fault_apply(td_transport_t *tp, send_op_t *op)
+{
+    faults_t *f = &tp->faults;
+    size_t hoff = WIRE_FIXED + op->n_bodies * WIRE_BODY;
+    uint32_t ulen = td_get_be32(op->wire + 8);
+    td_transport_kind_t k = { "other", NULL };
+
+    if (f->classify != NULL) {
+        k = f->classify(f->classify_arg,
+                        (uint16_t)(op->wire[2] << 8 | op->wire[3]),
+                        op->wire + hoff, ulen);
+    }
+    for (int i = 0; i < f->n; i++) {
+        const fault_rule_t *r = &f->rules[i];
+        if (!fault_matches(r, &k) || fault_rand(f) >= r->rate) {
+            continue;
+        }
+        f->count[r->action]++;
+        if (r->action == FAULT_DROP) {
+            op->faulted = 1;
+            op_defer(tp, op, TD_OK);
+            return 1;
+        }
+        if (r->action == FAULT_CORRUPT && ulen > 0) {
+            op->wire[hoff] ^= 0xff;
+        } else if (r->action == FAULT_DELAY) {
+            struct timespec ts = { (time_t)r->delay_s,
+                (long)((r->delay_s - (time_t)r->delay_s) * 1e9) };
+            nanosleep(&ts, NULL);
+        }
+        return 0;
+    }
+    return 0;
+}
+
+/* Parse TODIST_FAULT into TP->faults. */
+static td_status_t
+fault_parse(td_transport_t *tp, const char *spec)
+{
+    static const char *names[FAULT_ACTIONS] = { "drop", "corrupt", "delay" };
+    faults_t *f = &tp->faults;
+    char buf[512], *save = NULL, *item;
+    uint64_t seed = 1;
+
+    if (strlen(spec) >= sizeof(buf)) {
+        return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT is longer "
+                        "than %zu bytes", sizeof(buf) - 1);
+    }
+    strcpy(buf, spec);
+    for (item = strtok_r(buf, ",", &save); item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        char *fields[4] = { NULL }, *s2 = NULL, *end;
+        int nf = 0, a;
+        if (strncmp(item, "seed=", 5) == 0) {
+            seed = strtoull(item + 5, &end, 10);
+            if (*end != '\0' || item[5] == '\0') {
+                goto bad;
+            }
+            continue;
+        }
+        for (char *t = strtok_r(item, ":", &s2); t != NULL && nf < 4;
+             t = strtok_r(NULL, ":", &s2)) {
+            fields[nf++] = t;
+        }
+        for (a = 0; a < FAULT_ACTIONS && nf > 0; a++) {
+            if (strcmp(fields[0], names[a]) == 0) {
+                break;
+            }
+        }
+        if (nf < 3 || a == FAULT_ACTIONS || (a == FAULT_DELAY) != (nf == 4) ||
+            f->n == FAULT_RULES_MAX || strlen(fields[1]) >= 64) {
+            goto bad;
+        }
+        fault_rule_t *r = &f->rules[f->n];
+        r->action = a;
+        strcpy(r->kind, fields[1]);
+        r->rate = strtod(fields[2], &end);
+        if (*end != '\0' || !(r->rate >= 0 && r->rate <= 1)) {
+            goto bad;
+        }
+        if (a == FAULT_DELAY) {
+            r->delay_s = strtod(fields[3], &end) / 1000.0;
+            if (*end != '\0' || !(r->delay_s >= 0 && r->delay_s <= 10)) {
+                goto bad;
+            }
+        }
+        f->n++;
+    }
+    f->rng = (seed ^ 0x9e3779b97f4a7c15ull) *
+             (2 * (uint64_t)tp->params.rank + 1) | 1;
+    td_log_warn("transport: TODIST_FAULT='%s': injecting faults (for tests "
+                "only)", spec);
+    return TD_OK;
+
+bad:
+    return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT='%s' is not a "
+                    "list of drop|corrupt:KIND:RATE, delay:KIND:RATE:MS "
+                    "(at most %d, RATE in [0, 1], MS <= 10000) and seed=N",
+                    spec, FAULT_RULES_MAX);
+}
+
+void
+td_transport_set_classifier(td_transport_t *tp, td_transport_classify_fn fn,
+                            void *arg)
+{
+    tp->faults.classify = fn;
+    tp->faults.classify_arg = arg;
+}
+
+void
+td_transport_fault_counts(td_transport_t *tp, uint64_t counts[3])
+{
+    for (int i = 0; i < FAULT_ACTIONS; i++) {
+        counts[i] = __atomic_load_n(&tp->faults.count[i], __ATOMIC_RELAXED);
+    }
+}
+
 /* Start one queued send (token holder, outside UCX callbacks). */
 static void
 op_start(td_transport_t *tp, send_op_t *op)
@@ -384,8 +572,12 @@ op_start(td_transport_t *tp, send_op_t *op)
     size_t count = 0;
     td_status_t status;
 
+    if (tp->faults.n > 0 && fault_apply(tp, op)) {
+        return;
+    }
     status = peer_connect(tp, op->dst, &ep);
     if (status != TD_OK) {
+        op->why = strdup(td_last_error());   /* e.g. the store is gone */
         op_defer(tp, op, status);
         return;
     }
@@ -413,6 +605,8 @@ op_start(td_transport_t *tp, send_op_t *op)
         op_defer(tp, op, TD_OK);
     } else if (UCS_PTR_IS_ERR(req)) {
         op_defer(tp, op, status_from_ucs(UCS_PTR_STATUS(req)));
+    } else {
+        tp->peers[op->dst].inflight++;
     }
 }
 
@@ -452,90 +646,109 @@ recv_data_cb(void *request, ucs_status_t status, size_t length,
     ucp_request_free(request);
 }
 
-static ucs_status_t
-am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
-           size_t length, const ucp_am_recv_param_t *param)
-{
-    td_transport_t *tp = arg;
-    const uint8_t *h = header;
-    uint32_t src, ulen, nb;
-    uint16_t id;
-    size_t total = 0, blen[TD_TRANSPORT_BODIES_MAX];
+/* A message's transport header, parsed and checked (wire_parse). */
+typedef struct {
+    uint16_t      id;
+    uint32_t      src, ulen, nb;
+    size_t        blen[TD_TRANSPORT_BODIES_MAX];
     td_mem_type_t bmem[TD_TRANSPORT_BODIES_MAX];
-    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    td_transport_rx_t rx;
-    recv_op_t *r;
-    _Alignas(16) uint8_t stack_op[RECV_OP_SIZE(TD_TRANSPORT_BODIES_MAX)];
+} wire_hdr_t;
 
-    /* Decode and check everything before trusting any of it. */
+/* Step 1: decode H[HEADER_LENGTH] and check everything against the bytes
+ * received (LENGTH of data) before trusting any of it; 0 when it holds. */
+static inline int
+wire_parse(const td_transport_t *tp, const uint8_t *h, size_t header_length,
+           size_t length, wire_hdr_t *w)
+{
+    size_t total = 0;
+
     if (header_length < WIRE_FIXED || h[0] != WIRE_VERSION) {
-        goto drop;
+        return -1;
     }
-    id = (uint16_t)(h[2] << 8 | h[3]);
-    src = td_get_be32(h + 4);
-    ulen = td_get_be32(h + 8);
-    nb = td_get_be32(h + 12);
-    if (id >= TD_TRANSPORT_HANDLERS_MAX ||
-        src >= (uint32_t)tp->params.world_size ||
-        ulen > TD_TRANSPORT_HEADER_MAX || nb > TD_TRANSPORT_BODIES_MAX ||
-        header_length != WIRE_FIXED + (size_t)nb * WIRE_BODY + ulen) {
-        goto drop;
+    w->id = (uint16_t)(h[2] << 8 | h[3]);
+    w->src = td_get_be32(h + 4);
+    w->ulen = td_get_be32(h + 8);
+    w->nb = td_get_be32(h + 12);
+    if (w->id >= TD_TRANSPORT_HANDLERS_MAX ||
+        w->src >= (uint32_t)tp->params.world_size ||
+        w->ulen > TD_TRANSPORT_HEADER_MAX ||
+        w->nb > TD_TRANSPORT_BODIES_MAX ||
+        header_length != WIRE_FIXED + (size_t)w->nb * WIRE_BODY + w->ulen) {
+        return -1;
     }
-    for (uint32_t i = 0; i < nb; i++) {
+    for (uint32_t i = 0; i < w->nb; i++) {
         const uint8_t *b = h + WIRE_FIXED + i * WIRE_BODY;
-        blen[i] = (size_t)td_get_be32(b) << 32 | td_get_be32(b + 4);
-        if (b[8] > TD_MEM_CUDA || blen[i] > SIZE_MAX - total) {
-            goto drop;
-        }
-        bmem[i] = (td_mem_type_t)b[8];
-        total += blen[i];
-    }
-    if (total != length) {
-        goto drop;
-    }
-    if (tp->handlers[id].fn == NULL) {
-        /* Well formed but nobody listens: a peer's todist sent it and
-         * counted it, so count it too, or the join would never settle. */
-        BUMP(tp->n_received);
-        goto drop;
-    }
 
-    /* An eager message completes inside this call: keep its state on the
-     * stack; only a rendezvous outlives it. */
-    if (rndv) {
-        void *mem = malloc(RECV_OP_SIZE(nb));
-        if (mem == NULL) {
-            goto drop;
+        w->blen[i] = (size_t)td_get_be32(b) << 32 | td_get_be32(b + 4);
+        if (b[8] > TD_MEM_CUDA || w->blen[i] > SIZE_MAX - total) {
+            return -1;
         }
-        r = recv_op_init(mem, nb, 1);
-    } else {
-        r = recv_op_init(stack_op, nb, 0);
+        w->bmem[i] = (td_mem_type_t)b[8];
+        total += w->blen[i];
     }
+    return total == length ? 0 : -1;
+}
+
+/* Step 1b: the job tag (derived from TODIST_JOB_TOKEN) matches the one the
+ * claimed sender's messages carry, compared in constant time; a wrong one
+ * is dropped and counted, and logged at powers of two (loud, no flood). */
+static inline int
+tag_ok(td_transport_t *tp, const uint8_t *h, const wire_hdr_t *w)
+{
+    size_t n;
+
+    if (CRYPTO_memcmp(h + TAG_OFF, tp->tag_from + (size_t)w->src * TAG_LEN,
+                      TAG_LEN) == 0) {
+        return 1;
+    }
+    n = tp->rejected + 1;
+    BUMP(tp->rejected);
+    if ((n & (n - 1)) == 0) {
+        td_log_warn("transport: dropped %zu message(s) with a wrong job "
+                    "tag (claiming rank %u: not from this job, or a "
+                    "different TODIST_JOB_TOKEN)", n, w->src);
+    }
+    return 0;
+}
+
+/* Step 2: the handler names the destinations of the bodies. */
+static inline void
+deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r)
+{
+    td_transport_rx_t rx;
+
     r->tp = tp;
-    r->src = (int)src;
-    r->n_bodies = nb;
-    for (uint32_t i = 0; i < nb; i++) {
-        r->dest[i].len = blen[i];
+    r->src = (int)w->src;
+    r->n_bodies = w->nb;
+    for (uint32_t i = 0; i < w->nb; i++) {
+        r->dest[i].len = w->blen[i];
         r->dest[i].mem = TD_MEM_HOST;
     }
     memset(&rx, 0, sizeof(rx));
-    rx.src = (int)src;
-    rx.handler_id = id;
-    rx.header = h + WIRE_FIXED + (size_t)nb * WIRE_BODY;
-    rx.header_len = ulen;
-    rx.n_bodies = nb;
-    rx.body_len = blen;
-    rx.body_mem = bmem;
+    rx.src = (int)w->src;
+    rx.handler_id = w->id;
+    rx.header = h + WIRE_FIXED + (size_t)w->nb * WIRE_BODY;
+    rx.header_len = w->ulen;
+    rx.n_bodies = w->nb;
+    rx.body_len = w->blen;
+    rx.body_mem = w->bmem;
     rx.dest = r->dest;
-    tp->handlers[id].fn(tp->handlers[id].arg, &rx);
+    tp->handlers[w->id].fn(tp->handlers[w->id].arg, &rx);
     r->done = rx.done;
     r->done_arg = rx.done_arg;
+}
 
-    /* Bodies without a destination get a host buffer (handed over). */
-    for (uint32_t i = 0; i < nb; i++) {
-        r->dest[i].len = blen[i];   /* the handler may not change lengths */
+/* Step 3: bodies without a destination get a host buffer (handed over);
+ * a destination UCX cannot reach fails the message. TD_OK, or the status
+ * the message was finished with (the data released). */
+static inline td_status_t
+fill_dest(td_transport_t *tp, recv_op_t *r, const wire_hdr_t *w, int rndv,
+          void *data)
+{
+    for (uint32_t i = 0; i < w->nb; i++) {
+        r->dest[i].len = w->blen[i];  /* the handler may not change lengths */
         if (r->dest[i].buf == NULL) {
-            r->dest[i].buf = malloc(blen[i] ? blen[i] : 1);
+            r->dest[i].buf = malloc(w->blen[i] ? w->blen[i] : 1);
             r->dest[i].mem = TD_MEM_HOST;
             r->owned[i] = 1;
             if (r->dest[i].buf == NULL) {
@@ -550,7 +763,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
                     ucp_am_data_release(tp->worker, data);
                 }
                 recv_finish(r, TD_ERR_NO_MEMORY);
-                return UCS_OK;
+                return TD_ERR_NO_MEMORY;
             }
         } else if (r->dest[i].mem != TD_MEM_HOST &&
                    !(tp->mem_types & (1u << r->dest[i].mem))) {
@@ -560,26 +773,36 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
             }
             recv_finish(r, td_error(TD_ERR_UNSUPPORTED, "transport: body "
                                     "into device memory not supported"));
-            return UCS_OK;
+            return TD_ERR_UNSUPPORTED;
         }
     }
+    return TD_OK;
+}
 
-    if (!rndv) {
-        const uint8_t *p = data;
-        for (uint32_t i = 0; i < nb; i++) {
-            if (blen[i] > 0) {
-                memcpy(r->dest[i].buf, p, blen[i]);
-            }
-            p += blen[i];
+/* Step 4a: an eager message's bodies are in DATA already: copy them. */
+static inline void
+recv_eager(recv_op_t *r, const wire_hdr_t *w, const void *data)
+{
+    const uint8_t *p = data;
+
+    for (uint32_t i = 0; i < w->nb; i++) {
+        if (w->blen[i] > 0) {
+            memcpy(r->dest[i].buf, p, w->blen[i]);
         }
-        recv_finish(r, TD_OK);
-        return UCS_OK;
+        p += w->blen[i];
     }
+    recv_finish(r, TD_OK);
+}
 
-    /* Rendezvous: UCX moves the bodies straight into the destinations. */
+/* Step 4b: rendezvous: UCX moves the bodies straight into the
+ * destinations. */
+static void
+recv_rndv(td_transport_t *tp, recv_op_t *r, const wire_hdr_t *w, void *data)
+{
     ucp_request_param_t prm;
     void *buf, *req;
     size_t count;
+    uint32_t nb = w->nb;
 
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -590,11 +813,11 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     prm.memory_type = ucs_mem(nb ? r->dest[0].mem : TD_MEM_HOST);
     if (nb == 1) {
         buf = r->dest[0].buf;
-        count = blen[0];
+        count = w->blen[0];
     } else {
         for (uint32_t i = 0; i < nb; i++) {
             r->iov[i].buffer = r->dest[i].buf;
-            r->iov[i].length = blen[i];
+            r->iov[i].length = w->blen[i];
         }
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
         prm.datatype = ucp_dt_make_iov();
@@ -606,6 +829,55 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         recv_finish(r, TD_OK);
     } else if (UCS_PTR_IS_ERR(req)) {
         recv_finish(r, status_from_ucs(UCS_PTR_STATUS(req)));
+    }
+}
+
+/* UCX's active message callback (progress thread): parse, deliver to the
+ * handler, place the bodies, then receive them eagerly or by rendezvous. */
+static ucs_status_t
+am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
+           size_t length, const ucp_am_recv_param_t *param)
+{
+    td_transport_t *tp = arg;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    wire_hdr_t w;
+    recv_op_t *r;
+    _Alignas(16) uint8_t stack_op[RECV_OP_SIZE(TD_TRANSPORT_BODIES_MAX)];
+
+    if (wire_parse(tp, header, header_length, length, &w) != 0) {
+        goto drop;
+    }
+    if (!tag_ok(tp, header, &w)) {
+        if (rndv) {
+            ucp_am_data_release(tp->worker, data);
+        }
+        return UCS_OK;
+    }
+    if (tp->handlers[w.id].fn == NULL) {
+        /* Well formed but nobody listens: a peer's todist sent it and
+         * counted it, so count it too, or the join would never settle. */
+        BUMP(tp->n_received);
+        goto drop;
+    }
+    /* An eager message completes inside this call: keep its state on the
+     * stack; only a rendezvous outlives it. */
+    if (rndv) {
+        void *mem = malloc(RECV_OP_SIZE(w.nb));
+        if (mem == NULL) {
+            goto drop;
+        }
+        r = recv_op_init(mem, w.nb, 1);
+    } else {
+        r = recv_op_init(stack_op, w.nb, 0);
+    }
+    deliver(tp, header, &w, r);
+    if (fill_dest(tp, r, &w, rndv, data) != TD_OK) {
+        return UCS_OK;
+    }
+    if (rndv) {
+        recv_rndv(tp, r, &w, data);
+    } else {
+        recv_eager(r, &w, data);
     }
     return UCS_OK;
 
@@ -667,35 +939,15 @@ drain_queue(td_transport_t *tp)
     return n;
 }
 
-/* Close every endpoint: flush mode first, force mode after the timeout. */
+/* Progress until every request in REQS[0..N) is done and no open endpoint
+ * has a send in flight, or DEADLINE passes; done requests are freed and
+ * set to NULL, ST[i] gets their status. */
 static void
-close_endpoints(td_transport_t *tp)
+wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
+              double deadline)
 {
-    int n = tp->params.world_size;
-    void **reqs = calloc(n, sizeof(*reqs));
-    double deadline = td_now_s() + tp->close_timeout;
-    int pending = 0;
+    int pending = 1;
 
-    for (int i = 0; i < n; i++) {
-        ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                    .flags = 0 };
-        if (tp->peers[i].ep == NULL) {
-            continue;
-        }
-        if (reqs == NULL || tp->peers[i].failed) {
-            prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        }
-        void *req = ucp_ep_close_nbx(tp->peers[i].ep, &prm);
-        tp->peers[i].ep = NULL;
-        if (UCS_PTR_IS_PTR(req)) {
-            if (reqs != NULL) {
-                reqs[i] = req;
-                pending++;
-            } else {
-                ucp_request_free(req);
-            }
-        }
-    }
     while (pending > 0) {
         ucp_worker_progress(tp->worker);
         report_completions(tp);
@@ -704,22 +956,98 @@ close_endpoints(td_transport_t *tp)
             if (reqs[i] == NULL) {
                 continue;
             }
-            if (ucp_request_check_status(reqs[i]) != UCS_INPROGRESS) {
+            ucs_status_t s = ucp_request_check_status(reqs[i]);
+            if (s != UCS_INPROGRESS) {
+                st[i] = s;
                 ucp_request_free(reqs[i]);
                 reqs[i] = NULL;
-            } else if (td_now_s() > deadline) {
-                /* The peer does not answer: cancel and move on. */
-                ucp_request_cancel(tp->worker, reqs[i]);
-                pending++;
             } else {
                 pending++;
             }
         }
-        if (pending > 0 && td_now_s() > deadline + 1.0) {
-            break;   /* give up on stubborn requests; worker_destroy ends them */
+        for (int i = 0; i < n; i++) {
+            pending += tp->peers[i].ep != NULL && tp->peers[i].inflight > 0;
+        }
+        if (pending > 0 && td_now_s() > deadline) {
+            return;
+        }
+    }
+}
+
+/* Close every endpoint. First flush them all, bounded by close_timeout; an
+ * endpoint whose flush completes is closed in flush mode, one whose flush
+ * does not (a stopped, hung or partitioned peer holds a transfer) is
+ * closed in force mode, which fails its outstanding requests: closing it
+ * in flush mode would never complete, and ucp_worker_destroy asserts on an
+ * endpoint with requests still attached. Such ranks are counted in
+ * tp->unclosed for td_transport_destroy to report. */
+static void
+close_endpoints(td_transport_t *tp)
+{
+    int n = tp->params.world_size;
+    void **reqs = calloc(n, sizeof(*reqs));
+    ucs_status_t *st = calloc(n, sizeof(*st));
+    double deadline = td_now_s() + tp->close_timeout;
+    ucp_request_param_t prm = { .op_attr_mask = 0 };
+
+    if (reqs == NULL || st == NULL) {
+        deadline = 0;   /* no memory to track requests: force every close */
+    }
+    for (int i = 0; deadline > 0 && i < n; i++) {
+        if (tp->peers[i].ep != NULL && !tp->peers[i].failed) {
+            void *req = ucp_ep_flush_nbx(tp->peers[i].ep, &prm);
+            if (UCS_PTR_IS_PTR(req)) {
+                reqs[i] = req;
+            } else {
+                st[i] = UCS_PTR_STATUS(req);
+            }
+        }
+    }
+    if (deadline > 0) {
+        wait_requests(tp, reqs, st, n, deadline);
+    }
+    for (int i = 0; i < n; i++) {
+        ucp_request_param_t cp = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                   .flags = 0 };
+        bool stuck = deadline <= 0 || (reqs != NULL && reqs[i] != NULL) ||
+                     (tp->peers[i].ep != NULL && tp->peers[i].inflight > 0);
+        if (reqs != NULL && reqs[i] != NULL) {
+            ucp_request_free(reqs[i]);   /* released when force ends it */
+            reqs[i] = NULL;
+        }
+        if (tp->peers[i].ep == NULL) {
+            continue;
+        }
+        if (stuck || tp->peers[i].failed || st[i] != UCS_OK) {
+            cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        }
+        if (stuck && !tp->peers[i].failed && deadline > 0) {
+            if (tp->unclosed == 0) {
+                tp->unclosed_rank = i;
+            }
+            tp->unclosed++;
+        }
+        void *req = ucp_ep_close_nbx(tp->peers[i].ep, &cp);
+        tp->peers[i].ep = NULL;
+        if (UCS_PTR_IS_PTR(req)) {
+            if (reqs != NULL) {
+                reqs[i] = req;
+            } else {
+                ucp_request_free(req);
+            }
+        }
+    }
+    if (reqs != NULL && st != NULL) {
+        wait_requests(tp, reqs, st, n, td_now_s() + tp->close_timeout);
+        for (int i = 0; i < n; i++) {
+            if (reqs[i] != NULL) {
+                /* Released, so ucp_worker_destroy may purge it. */
+                ucp_request_free(reqs[i]);
+            }
         }
     }
     free(reqs);
+    free(st);
 }
 
 /* Endpoints asked for by td_transport_watch (token holder). */
@@ -1119,9 +1447,47 @@ teardown(td_transport_t *tp)
     pthread_cond_destroy(&tp->drv_cond);
     pthread_mutex_destroy(&tp->drv_lock);
     free(tp->peers);
+    free(tp->tag_to);
+    free(tp->tag_from);
     free(ep_args);
     ep_args = NULL;
     free(tp);
+}
+
+static void
+job_tag(const char *token, int src, int dst, uint8_t *tag)
+{
+    static const char label[] = "todist-am-v2";
+    uint8_t msg[sizeof(label) - 1 + 8], mac[EVP_MAX_MD_SIZE];
+    unsigned int mlen = 0;
+
+    memcpy(msg, label, sizeof(label) - 1);
+    td_put_be32(msg + sizeof(label) - 1, (uint32_t)src);
+    td_put_be32(msg + sizeof(label) + 3, (uint32_t)dst);
+    HMAC(EVP_sha256(), token, (int)strlen(token), msg, sizeof(msg), mac,
+         &mlen);
+    memcpy(tag, mac, TAG_LEN);
+}
+
+/* Every peer's tags, both ways (2 x world HMACs, once). */
+static td_status_t
+make_tags(td_transport_t *tp)
+{
+    int n = tp->params.world_size, me = tp->params.rank;
+    const char *token = tp->params.token != NULL ? tp->params.token : "";
+
+    tp->tag_to = malloc((size_t)n * TAG_LEN);
+    tp->tag_from = malloc((size_t)n * TAG_LEN);
+    if (tp->tag_to == NULL || tp->tag_from == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "transport: out of memory for the "
+                        "job tags of %d peers", n);
+    }
+    for (int r = 0; r < n; r++) {
+        job_tag(token, me, r, tp->tag_to + (size_t)r * TAG_LEN);
+        job_tag(token, r, me, tp->tag_from + (size_t)r * TAG_LEN);
+    }
+    tp->params.token = NULL;   /* not kept: the tags are all we need */
+    return TD_OK;
 }
 
 td_status_t
@@ -1169,6 +1535,17 @@ td_transport_create(const td_transport_params_t *params,
         ep_args[2 * i] = tp;
         ep_args[2 * i + 1] = (void *)(intptr_t)i;
     }
+    status = make_tags(tp);
+    if (status != TD_OK) {
+        goto err;
+    }
+    const char *fault = getenv("TODIST_FAULT");
+    if (fault != NULL && fault[0] != '\0') {
+        status = fault_parse(tp, fault);
+        if (status != TD_OK) {
+            goto err;
+        }
+    }
     status = choose_mode(params, &tp->mode);
     if (status != TD_OK) {
         goto err;
@@ -1198,11 +1575,13 @@ err:
     return status;
 }
 
-void
+td_status_t
 td_transport_destroy(td_transport_t *tp, double timeout)
 {
+    td_status_t status = TD_OK;
+
     if (tp == NULL) {
-        return;
+        return TD_OK;
     }
     if (tp->thread_started) {
         if (timeout > 0) {
@@ -1215,7 +1594,23 @@ td_transport_destroy(td_transport_t *tp, double timeout)
         pthread_mutex_unlock(&tp->drv_lock);
         pthread_join(tp->thread, NULL);
     }
+    if (tp->faults.n > 0) {
+        td_log_warn("transport: TODIST_FAULT dropped %" PRIu64 ", corrupted "
+                    "%" PRIu64 " and delayed %" PRIu64 " message(s)",
+                    tp->faults.count[FAULT_DROP],
+                    tp->faults.count[FAULT_CORRUPT],
+                    tp->faults.count[FAULT_DELAY]);
+    }
+    if (tp->unclosed > 0) {
+        status = td_error(TD_ERR_TIMEOUT, "transport: rank %d%s did not "
+                          "close %s endpoint within %.3g s (stopped, hung or "
+                          "unreachable)", tp->unclosed_rank,
+                          tp->unclosed > 1 ? " and others" : "",
+                          tp->unclosed > 1 ? "their" : "its",
+                          tp->close_timeout);
+    }
     teardown(tp);
+    return status;
 }
 
 td_status_t
@@ -1293,9 +1688,12 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
     op->n_bodies = n_bodies;
     op->wire_len = wire_len;
     op->mem = n_bodies ? bodies[0].mem : TD_MEM_HOST;
+    op->why = NULL;
+    op->faulted = 0;
     w = op->wire;
     memset(w, 0, WIRE_FIXED + n_bodies * WIRE_BODY);
     w[0] = WIRE_VERSION;
+    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
     w[2] = id >> 8;
     w[3] = id & 0xff;
     td_put_be32(w + 4, (uint32_t)tp->params.rank);
@@ -1564,6 +1962,12 @@ size_t
 td_transport_dropped(td_transport_t *tp)
 {
     return __atomic_load_n(&tp->dropped, __ATOMIC_RELAXED);
+}
+
+size_t
+td_transport_rejected(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->rejected, __ATOMIC_RELAXED);
 }
 
 bool
