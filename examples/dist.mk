@@ -12,3 +12,7 @@ check_PROGRAMS += examples/maml_sine
 examples_maml_sine_LDADD = $(TD_LDADD) -lm
 TESTS += tests/test_maml_sine.sh
 EXTRA_DIST += tests/test_maml_sine.sh
+# ring_allreduce: seed 004's ring all-reduce from send/recv, checked
+# against td_all_reduce (tests/test_coll.sh runs it).
+check_PROGRAMS += examples/ring_allreduce
+examples_ring_allreduce_LDADD = $(TD_LDADD)

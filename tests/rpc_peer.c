@@ -1637,9 +1637,14 @@ main(int argc, char **argv)
     td_rpc_register("objects", fn_objects, NULL);
     td_rpc_register("bye", fn_bye, NULL);
     if (strcmp(mode, "hooks") == 0) {
-        td_rpc_autograd_hooks_t h = { h_current, h_set, h_send, h_recv, NULL };
+        /* these hooks stand in for distributed autograd's */
+        td_rpc_plugin_t h = { .name = "test_hooks",
+                              .current_context = h_current,
+                              .set_context = h_set, .on_send = h_send,
+                              .on_recv = h_recv };
 
-        td_rpc_set_autograd_hooks(&h);
+        td_runtime_unregister("dist_autograd");
+        td_rpc_plug(&h);
     }
     st = td_rpc_register("echo", fn_echo, NULL);
     if (st != TD_ERR_EXISTS) {

@@ -646,104 +646,109 @@ recv_data_cb(void *request, ucs_status_t status, size_t length,
     ucp_request_free(request);
 }
 
-static ucs_status_t
-am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
-           size_t length, const ucp_am_recv_param_t *param)
-{
-    td_transport_t *tp = arg;
-    const uint8_t *h = header;
-    uint32_t src, ulen, nb;
-    uint16_t id;
-    size_t total = 0, blen[TD_TRANSPORT_BODIES_MAX];
+/* A message's transport header, parsed and checked (wire_parse). */
+typedef struct {
+    uint16_t      id;
+    uint32_t      src, ulen, nb;
+    size_t        blen[TD_TRANSPORT_BODIES_MAX];
     td_mem_type_t bmem[TD_TRANSPORT_BODIES_MAX];
-    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    td_transport_rx_t rx;
-    recv_op_t *r;
-    _Alignas(16) uint8_t stack_op[RECV_OP_SIZE(TD_TRANSPORT_BODIES_MAX)];
+} wire_hdr_t;
 
-    /* Decode and check everything before trusting any of it. */
+/* Step 1: decode H[HEADER_LENGTH] and check everything against the bytes
+ * received (LENGTH of data) before trusting any of it; 0 when it holds. */
+static inline int
+wire_parse(const td_transport_t *tp, const uint8_t *h, size_t header_length,
+           size_t length, wire_hdr_t *w)
+{
+    size_t total = 0;
+
     if (header_length < WIRE_FIXED || h[0] != WIRE_VERSION) {
-        goto drop;
+        return -1;
     }
-    id = (uint16_t)(h[2] << 8 | h[3]);
-    src = td_get_be32(h + 4);
-    ulen = td_get_be32(h + 8);
-    nb = td_get_be32(h + 12);
-    if (id >= TD_TRANSPORT_HANDLERS_MAX ||
-        src >= (uint32_t)tp->params.world_size ||
-        ulen > TD_TRANSPORT_HEADER_MAX || nb > TD_TRANSPORT_BODIES_MAX ||
-        header_length != WIRE_FIXED + (size_t)nb * WIRE_BODY + ulen) {
-        goto drop;
+    w->id = (uint16_t)(h[2] << 8 | h[3]);
+    w->src = td_get_be32(h + 4);
+    w->ulen = td_get_be32(h + 8);
+    w->nb = td_get_be32(h + 12);
+    if (w->id >= TD_TRANSPORT_HANDLERS_MAX ||
+        w->src >= (uint32_t)tp->params.world_size ||
+        w->ulen > TD_TRANSPORT_HEADER_MAX ||
+        w->nb > TD_TRANSPORT_BODIES_MAX ||
+        header_length != WIRE_FIXED + (size_t)w->nb * WIRE_BODY + w->ulen) {
+        return -1;
     }
-    for (uint32_t i = 0; i < nb; i++) {
+    for (uint32_t i = 0; i < w->nb; i++) {
         const uint8_t *b = h + WIRE_FIXED + i * WIRE_BODY;
-        blen[i] = (size_t)td_get_be32(b) << 32 | td_get_be32(b + 4);
-        if (b[8] > TD_MEM_CUDA || blen[i] > SIZE_MAX - total) {
-            goto drop;
-        }
-        bmem[i] = (td_mem_type_t)b[8];
-        total += blen[i];
-    }
-    if (total != length) {
-        goto drop;
-    }
-    if (CRYPTO_memcmp(h + TAG_OFF, tp->tag_from + (size_t)src * TAG_LEN,
-                      TAG_LEN) != 0) {
-        size_t n = tp->rejected + 1;
-        BUMP(tp->rejected);
-        if ((n & (n - 1)) == 0) {   /* 1, 2, 4, ...: loud, not flooding */
-            td_log_warn("transport: dropped %zu message(s) with a wrong job "
-                        "tag (claiming rank %u: not from this job, or a "
-                        "different TODIST_JOB_TOKEN)", n, src);
-        }
-        if (rndv) {
-            ucp_am_data_release(tp->worker, data);
-        }
-        return UCS_OK;
-    }
-    if (tp->handlers[id].fn == NULL) {
-        /* Well formed but nobody listens: a peer's todist sent it and
-         * counted it, so count it too, or the join would never settle. */
-        BUMP(tp->n_received);
-        goto drop;
-    }
 
-    /* An eager message completes inside this call: keep its state on the
-     * stack; only a rendezvous outlives it. */
-    if (rndv) {
-        void *mem = malloc(RECV_OP_SIZE(nb));
-        if (mem == NULL) {
-            goto drop;
+        w->blen[i] = (size_t)td_get_be32(b) << 32 | td_get_be32(b + 4);
+        if (b[8] > TD_MEM_CUDA || w->blen[i] > SIZE_MAX - total) {
+            return -1;
         }
-        r = recv_op_init(mem, nb, 1);
-    } else {
-        r = recv_op_init(stack_op, nb, 0);
+        w->bmem[i] = (td_mem_type_t)b[8];
+        total += w->blen[i];
     }
+    return total == length ? 0 : -1;
+}
+
+/* Step 1b: the job tag (derived from TODIST_JOB_TOKEN) matches the one the
+ * claimed sender's messages carry, compared in constant time; a wrong one
+ * is dropped and counted, and logged at powers of two (loud, no flood). */
+static inline int
+tag_ok(td_transport_t *tp, const uint8_t *h, const wire_hdr_t *w)
+{
+    size_t n;
+
+    if (CRYPTO_memcmp(h + TAG_OFF, tp->tag_from + (size_t)w->src * TAG_LEN,
+                      TAG_LEN) == 0) {
+        return 1;
+    }
+    n = tp->rejected + 1;
+    BUMP(tp->rejected);
+    if ((n & (n - 1)) == 0) {
+        td_log_warn("transport: dropped %zu message(s) with a wrong job "
+                    "tag (claiming rank %u: not from this job, or a "
+                    "different TODIST_JOB_TOKEN)", n, w->src);
+    }
+    return 0;
+}
+
+/* Step 2: the handler names the destinations of the bodies. */
+static inline void
+deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r)
+{
+    td_transport_rx_t rx;
+
     r->tp = tp;
-    r->src = (int)src;
-    r->n_bodies = nb;
-    for (uint32_t i = 0; i < nb; i++) {
-        r->dest[i].len = blen[i];
+    r->src = (int)w->src;
+    r->n_bodies = w->nb;
+    for (uint32_t i = 0; i < w->nb; i++) {
+        r->dest[i].len = w->blen[i];
         r->dest[i].mem = TD_MEM_HOST;
     }
     memset(&rx, 0, sizeof(rx));
-    rx.src = (int)src;
-    rx.handler_id = id;
-    rx.header = h + WIRE_FIXED + (size_t)nb * WIRE_BODY;
-    rx.header_len = ulen;
-    rx.n_bodies = nb;
-    rx.body_len = blen;
-    rx.body_mem = bmem;
+    rx.src = (int)w->src;
+    rx.handler_id = w->id;
+    rx.header = h + WIRE_FIXED + (size_t)w->nb * WIRE_BODY;
+    rx.header_len = w->ulen;
+    rx.n_bodies = w->nb;
+    rx.body_len = w->blen;
+    rx.body_mem = w->bmem;
     rx.dest = r->dest;
-    tp->handlers[id].fn(tp->handlers[id].arg, &rx);
+    tp->handlers[w->id].fn(tp->handlers[w->id].arg, &rx);
     r->done = rx.done;
     r->done_arg = rx.done_arg;
+}
 
-    /* Bodies without a destination get a host buffer (handed over). */
-    for (uint32_t i = 0; i < nb; i++) {
-        r->dest[i].len = blen[i];   /* the handler may not change lengths */
+/* Step 3: bodies without a destination get a host buffer (handed over);
+ * a destination UCX cannot reach fails the message. TD_OK, or the status
+ * the message was finished with (the data released). */
+static inline td_status_t
+fill_dest(td_transport_t *tp, recv_op_t *r, const wire_hdr_t *w, int rndv,
+          void *data)
+{
+    for (uint32_t i = 0; i < w->nb; i++) {
+        r->dest[i].len = w->blen[i];  /* the handler may not change lengths */
         if (r->dest[i].buf == NULL) {
-            r->dest[i].buf = malloc(blen[i] ? blen[i] : 1);
+            r->dest[i].buf = malloc(w->blen[i] ? w->blen[i] : 1);
             r->dest[i].mem = TD_MEM_HOST;
             r->owned[i] = 1;
             if (r->dest[i].buf == NULL) {
@@ -758,7 +763,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
                     ucp_am_data_release(tp->worker, data);
                 }
                 recv_finish(r, TD_ERR_NO_MEMORY);
-                return UCS_OK;
+                return TD_ERR_NO_MEMORY;
             }
         } else if (r->dest[i].mem != TD_MEM_HOST &&
                    !(tp->mem_types & (1u << r->dest[i].mem))) {
@@ -768,26 +773,36 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
             }
             recv_finish(r, td_error(TD_ERR_UNSUPPORTED, "transport: body "
                                     "into device memory not supported"));
-            return UCS_OK;
+            return TD_ERR_UNSUPPORTED;
         }
     }
+    return TD_OK;
+}
 
-    if (!rndv) {
-        const uint8_t *p = data;
-        for (uint32_t i = 0; i < nb; i++) {
-            if (blen[i] > 0) {
-                memcpy(r->dest[i].buf, p, blen[i]);
-            }
-            p += blen[i];
+/* Step 4a: an eager message's bodies are in DATA already: copy them. */
+static inline void
+recv_eager(recv_op_t *r, const wire_hdr_t *w, const void *data)
+{
+    const uint8_t *p = data;
+
+    for (uint32_t i = 0; i < w->nb; i++) {
+        if (w->blen[i] > 0) {
+            memcpy(r->dest[i].buf, p, w->blen[i]);
         }
-        recv_finish(r, TD_OK);
-        return UCS_OK;
+        p += w->blen[i];
     }
+    recv_finish(r, TD_OK);
+}
 
-    /* Rendezvous: UCX moves the bodies straight into the destinations. */
+/* Step 4b: rendezvous: UCX moves the bodies straight into the
+ * destinations. */
+static void
+recv_rndv(td_transport_t *tp, recv_op_t *r, const wire_hdr_t *w, void *data)
+{
     ucp_request_param_t prm;
     void *buf, *req;
     size_t count;
+    uint32_t nb = w->nb;
 
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -798,11 +813,11 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     prm.memory_type = ucs_mem(nb ? r->dest[0].mem : TD_MEM_HOST);
     if (nb == 1) {
         buf = r->dest[0].buf;
-        count = blen[0];
+        count = w->blen[0];
     } else {
         for (uint32_t i = 0; i < nb; i++) {
             r->iov[i].buffer = r->dest[i].buf;
-            r->iov[i].length = blen[i];
+            r->iov[i].length = w->blen[i];
         }
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
         prm.datatype = ucp_dt_make_iov();
@@ -814,6 +829,55 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         recv_finish(r, TD_OK);
     } else if (UCS_PTR_IS_ERR(req)) {
         recv_finish(r, status_from_ucs(UCS_PTR_STATUS(req)));
+    }
+}
+
+/* UCX's active message callback (progress thread): parse, deliver to the
+ * handler, place the bodies, then receive them eagerly or by rendezvous. */
+static ucs_status_t
+am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
+           size_t length, const ucp_am_recv_param_t *param)
+{
+    td_transport_t *tp = arg;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    wire_hdr_t w;
+    recv_op_t *r;
+    _Alignas(16) uint8_t stack_op[RECV_OP_SIZE(TD_TRANSPORT_BODIES_MAX)];
+
+    if (wire_parse(tp, header, header_length, length, &w) != 0) {
+        goto drop;
+    }
+    if (!tag_ok(tp, header, &w)) {
+        if (rndv) {
+            ucp_am_data_release(tp->worker, data);
+        }
+        return UCS_OK;
+    }
+    if (tp->handlers[w.id].fn == NULL) {
+        /* Well formed but nobody listens: a peer's todist sent it and
+         * counted it, so count it too, or the join would never settle. */
+        BUMP(tp->n_received);
+        goto drop;
+    }
+    /* An eager message completes inside this call: keep its state on the
+     * stack; only a rendezvous outlives it. */
+    if (rndv) {
+        void *mem = malloc(RECV_OP_SIZE(w.nb));
+        if (mem == NULL) {
+            goto drop;
+        }
+        r = recv_op_init(mem, w.nb, 1);
+    } else {
+        r = recv_op_init(stack_op, w.nb, 0);
+    }
+    deliver(tp, header, &w, r);
+    if (fill_dest(tp, r, &w, rndv, data) != TD_OK) {
+        return UCS_OK;
+    }
+    if (rndv) {
+        recv_rndv(tp, r, &w, data);
+    } else {
+        recv_eager(r, &w, data);
     }
     return UCS_OK;
 

@@ -5,6 +5,7 @@
 
 #include <todist/status.h>
 #include <todist/world.h>
+#include <todist/rank_env.h>
 #include <todist/topology.h>
 #include <todist/tensor.h>
 #include <todist/autograd.h>
@@ -13,6 +14,7 @@
 #include <todist/rpc.h>
 #include <todist/rref.h>
 #include <todist/mapreduce.h>
+#include <todist/coll.h>
 #include <todist/init.h>
 #include <todist/optim.h>
 #include <todist/nn.h>
@@ -23,5 +25,6 @@
 #include <todist/dist_autograd.h>
 #include <todist/dist_optim.h>
 #include <todist/dist_optim_remote.h>
+#include <todist/sampler.h>
 
 #endif /* TODIST_TODIST_H */

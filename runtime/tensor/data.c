@@ -258,8 +258,6 @@ td_batcher_next(td_batcher_t *b, td_tensor_t **x, td_tensor_t **y)
     int64_t xs[2] = {m, b->row};
     const uint8_t *im = td_tensor_data(b->images), *lb = td_tensor_data(b->labels);
     td_tensor_t *tx, *ty;
-    float *px;
-    int64_t *py;
 
     if (m <= 0) {
         return 0;
@@ -271,17 +269,9 @@ td_batcher_next(td_batcher_t *b, td_tensor_t **x, td_tensor_t **y)
         td_tensor_release(tx);
         return TD_ERR_NO_MEMORY;
     }
-    px = td_tensor_data(tx);
-    py = td_tensor_data(ty);
-    for (int64_t i = 0; i < m; i++) {
-        int64_t k = b->order[b->pos + i];
-        const uint8_t *src = im + k * b->row;
-        float *dst = px + i * b->row;
-        for (int64_t j = 0; j < b->row; j++) {
-            dst[j] = (float)src[j] * b->scale + b->shift;
-        }
-        py[i] = lb[k];
-    }
+    td_kernels_get(TD_CPU)->batch_u8(td_tensor_data(tx), td_tensor_data(ty),
+                                     im, lb, b->order + b->pos, m, b->row,
+                                     b->scale, b->shift);
     b->pos += m;
     *x = tx;
     *y = ty;
