@@ -1713,6 +1713,14 @@ main(int argc, char **argv)
             td_rpc_list_free(r);
         }
     }
+    if (strcmp(mode, "kill_holder") == 0 && rank == 1) {
+        /* the owner stays until rank 0's "bye" (which _exits): a finalize
+         * would fail at once now that rank 2 is known dead, before rank 0
+         * has checked what this rank released */
+        for (;;) {
+            pause();
+        }
+    }
     double fin0 = now_s();
     st = td_finalize();
     if (strcmp(mode, "faults") == 0) {

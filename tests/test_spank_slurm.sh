@@ -436,11 +436,12 @@ like "$(cat "$D/out/badsp")" "todist: --todist: 'store_port=0' is not store_port
 
 # 14. PyTorch: gloo init_process_group(env://) + all_reduce under srun
 # --todist and todist-run (skipped without torch)
-torch_prog='import os, torch, torch.distributed as dist
+torch_prog='import os, sys, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
-print("rank=%d sum=%g world=%d" % (dist.get_rank(), t.item(), dist.get_world_size()), flush=True)
+# one write per line: three ranks share the pipe, print() may split it
+os.write(1, ("rank=%d sum=%g world=%d\n" % (dist.get_rank(), t.item(), dist.get_world_size())).encode())
 dist.destroy_process_group()'
 if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
     run_srun torch -N2 -n3 --todist /usr/bin/python3 -c "$torch_prog"
