@@ -225,6 +225,11 @@ watched_barrier(const char *name, double timeout, const char *what)
         int dead = __atomic_load_n(&rt.dead_rank, __ATOMIC_SEQ_CST);
         double left = deadline - td_now_s();
         if (dead >= 0) {
+            /* It may have died after everyone arrived (a rank that left
+             * td_finalize first): only a barrier still open fails. */
+            if (td_store_wait(rt.store, keys, 1, 0) == TD_OK) {
+                return TD_OK;
+            }
             return td_error(TD_ERR_PEER, "%s: rank %d failed (the transport "
                             "lost it), so it cannot arrive", what, dead);
         }
