@@ -1931,8 +1931,7 @@ module_shutdown(void *arg)
     C.tp = NULL;
 }
 
-/* The runtime module of the collectives: one line in runtime/modules.c's
- * table, after rpc and its plug-ins. */
+/* In the runtime's module table (runtime/modules.c), after rpc. */
 const td_runtime_module_t td_coll_module = {
     .name = "coll",
     .setup = module_setup,

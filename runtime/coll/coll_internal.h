@@ -182,7 +182,8 @@ typedef struct {
 
 /* ---- coll.c: the core ------------------------------------------------- */
 
-/* The runtime module of the collectives (runtime/modules.c's table). */
+/* The runtime module of the collectives (a line of the module table in
+ * runtime/modules.c). */
 extern const td_runtime_module_t td_coll_module;
 
 td_transport_t *coll_transport(void);
