@@ -124,7 +124,8 @@ int         td_group_size(const td_group_t *g);
 /* World rank of group rank R (-1 when out of range). */
 int         td_group_world_rank(const td_group_t *g, int r);
 /* Waits for G's queued operations, then frees it. NULL and the world group
- * are no-ops. */
+ * are no-ops. Wait for G's point-to-point work handles first (they refer
+ * to G). */
 void        td_group_destroy(td_group_t *g);
 
 /* ---- work handles ------------------------------------------------------ */

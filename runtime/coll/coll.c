@@ -1909,6 +1909,14 @@ module_shutdown(void *arg)
     pthread_mutex_lock(&C.lock);
     list = C.posted_head;
     C.posted_head = C.posted_tail = NULL;
+    /* Groups the user still holds leave the table: a later td_init
+     * numbers its groups from 1 again. */
+    for (int i = 0; i < TD_GROUPS_MAX; i++) {
+        if (C.groups[i] != NULL) {
+            C.groups[i]->registered = 0;
+            C.groups[i] = NULL;
+        }
+    }
     pthread_mutex_unlock(&C.lock);
     complete_list(list, TD_ERR_CANCELED, "coll: the runtime shut down");
     pthread_mutex_lock(&C.lock);
