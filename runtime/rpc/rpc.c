@@ -572,12 +572,7 @@ timer_main(void *arg)
     while (!rpc.timer_stop) {
         struct timespec ts;
 
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(RPC_TIMER_TICK_S * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        td_deadline_after(RPC_TIMER_TICK_S, &ts);
         pthread_cond_timedwait(&rpc.tcond, &rpc.tlock, &ts);
         if (rpc.timer_stop) {
             break;
