@@ -33,6 +33,7 @@
 #include "runtime/modules.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "runtime/world/pmix.h"
 
 #define JOIN_POLL_S 0.001
 /* A barrier waits in slices this long, checking for dead ranks between. */
@@ -55,6 +56,7 @@ static struct {
     addr_t             *addrs;
     unsigned            barrier_gen;
     int                 dead_rank;     /* first rank the transport lost, -1 */
+    bool                pmix;          /* addresses through PMIx (pmix.h) */
 } rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void
@@ -104,8 +106,9 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
     pthread_mutex_lock(&rt.addr_lock);
     if (rt.addrs[rank].addr == NULL) {
         snprintf(key, sizeof(key), "td/addr/%d", rank);
-        status = td_store_get(rt.resolver, key, rt.params.init_timeout, &v,
-                              &len);
+        status = rt.pmix ? td_pmix_lookup(rank, &v, &len)
+                         : td_store_get(rt.resolver, key,
+                                        rt.params.init_timeout, &v, &len);
         if (status == TD_OK) {
             rt.addrs[rank].addr = v;
             rt.addrs[rank].len = len;
@@ -425,6 +428,17 @@ td_init(const td_init_params_t *params)
     rt.barrier_gen = 0;
     rt.dead_rank = -1;
 
+    /* Under srun --mpi=pmix the addresses travel through PMIx. */
+    rt.pmix = td_pmix_wanted();
+    if (rt.pmix && (status = td_pmix_init(&rt.world)) != TD_OK) {
+        rt.pmix = false;
+        goto err_addrs;
+    }
+    if (rt.pmix) {
+        td_log_info("init: worker addresses through PMIx (%s)",
+                    getenv("PMIX_NAMESPACE"));
+    }
+
     /* The store: rank 0 serves (a world of one serves itself on loopback). */
     host = rt.world.master_addr[0] ? rt.world.master_addr : "127.0.0.1";
     if (rt.world.rank == 0) {
@@ -474,6 +488,15 @@ td_init(const td_init_params_t *params)
         goto err_transport;
     }
     td_transport_address(rt.tp, &addr, &addr_len);
+    if (rt.pmix) {
+        /* Put, commit and one fence: the start-up barrier included. */
+        status = td_pmix_exchange(addr, addr_len, rt.params.init_timeout);
+        if (status != TD_OK) {
+            goto err_modules;
+        }
+        rt.initialized = 1;
+        return TD_OK;
+    }
     snprintf(key, sizeof(key), "td/addr/%d", rt.world.rank);
     status = td_store_set(rt.store, key, addr, addr_len);
     if (status != TD_OK) {
@@ -502,6 +525,10 @@ err_server:
     td_store_server_stop(rt.server);
     rt.server = NULL;
 err_addrs:
+    if (rt.pmix) {
+        td_pmix_finalize();
+        rt.pmix = false;
+    }
     free(rt.addrs);
     rt.addrs = NULL;
     td_log_set_rank(-1);
@@ -649,6 +676,10 @@ td_finalize(void)
     }
     free(rt.addrs);
     rt.addrs = NULL;
+    if (rt.pmix) {
+        td_pmix_finalize();
+        rt.pmix = false;
+    }
     if (status != TD_OK) {
         td_error(status, "%s", first_error);
     }
