@@ -1495,7 +1495,9 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
                      coll_timeout(), C.rank, who[0] ? who : "(none: sends "
                      "in flight)");
             if (is_coll) {
-                coll_group_fail(g, st, 0, g->cur_seq, msg);
+                /* Told to every member: a late one must not go on as if
+                 * the call had worked (C6). */
+                coll_group_fail(g, st, 1, g->cur_seq, msg);
             }
         }
         if (st != TD_OK) {
