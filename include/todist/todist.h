@@ -18,6 +18,7 @@
 #include <todist/init.h>
 #include <todist/optim.h>
 #include <todist/nn.h>
+#include <todist/batchnorm.h>
 #include <todist/data.h>
 #include <todist/safetensors.h>
 #include <todist/slurm_env.h>
