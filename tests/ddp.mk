@@ -7,3 +7,7 @@ check_PROGRAMS += tests/ddp_peer
 tests_ddp_peer_LDADD = $(TD_LDADD) -lm
 TESTS += tests/test_ddp.sh
 EXTRA_DIST += tests/test_ddp.sh
+check_PROGRAMS += tests/syncbn_peer
+tests_syncbn_peer_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_syncbn.sh
+EXTRA_DIST += tests/test_syncbn.sh

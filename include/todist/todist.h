@@ -28,5 +28,6 @@
 #include <todist/dist_optim_remote.h>
 #include <todist/sampler.h>
 #include <todist/ddp.h>
+#include <todist/syncbn.h>
 
 #endif /* TODIST_TODIST_H */
