@@ -11,3 +11,7 @@ check_PROGRAMS += tests/syncbn_peer
 tests_syncbn_peer_LDADD = $(TD_LDADD) -lm
 TESTS += tests/test_syncbn.sh
 EXTRA_DIST += tests/test_syncbn.sh
+check_PROGRAMS += tests/join_peer
+tests_join_peer_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_join.sh
+EXTRA_DIST += tests/test_join.sh

@@ -29,5 +29,6 @@
 #include <todist/sampler.h>
 #include <todist/ddp.h>
 #include <todist/syncbn.h>
+#include <todist/join.h>
 
 #endif /* TODIST_TODIST_H */
