@@ -36,6 +36,8 @@
  * - comm_hook: replaces the default bucket all_reduce (average); it must
  *   start one collective on the group for the bucket and hand back its
  *   work, leaving the bucket averaged when the work completes.
+ * Uneven inputs (PyTorch's Join): todist/join.h; SyncBatchNorm:
+ * todist/syncbn.h.
  * Invariants (DDP1-DDP6):
  *   DDP1 every rank launches buckets in the same order: bucket i starts only
  *        after buckets 0..i-1 started; a bucket starts once per iteration.
