@@ -12,8 +12,9 @@
  * Invariants:
  *  1. A kernel never fails: its caller has checked shapes, dtypes and
  *     index ranges (index_check and bag_plan are the checks themselves).
- *  2. Every dtype a kernel accepts is named in its comment; float kernels
- *     take TD_FLOAT32 or TD_FLOAT64 and compute in that dtype, accumulating
+ *  2. copy, fill and index_select take any dtype, batch_u8 and the
+ *     index/offset arrays fixed ones; every other kernel takes TD_FLOAT32
+ *     or TD_FLOAT64 and computes in that dtype, accumulating
  *     sums as the CPU sum_mid does (double when inner == 1), so a fused
  *     kernel gives the same bits as the composed ops it replaces.
  *  3. Sizes of 0 are allowed everywhere and write nothing.
