@@ -18,6 +18,7 @@
 #include <todist/init.h>
 #include <todist/optim.h>
 #include <todist/nn.h>
+#include <todist/batchnorm.h>
 #include <todist/data.h>
 #include <todist/safetensors.h>
 #include <todist/slurm_env.h>
@@ -27,5 +28,7 @@
 #include <todist/dist_optim_remote.h>
 #include <todist/sampler.h>
 #include <todist/ddp.h>
+#include <todist/syncbn.h>
+#include <todist/join.h>
 
 #endif /* TODIST_TODIST_H */
