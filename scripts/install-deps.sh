@@ -6,7 +6,7 @@ pkgs="autoconf automake libtool pkg-config make gcc
   libucx-dev ucx-utils libhwloc-dev hwloc libopenblas-dev zlib1g-dev libssl-dev
   dataset-fashion-mnist
   libslurm-dev slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
-  valgrind procps iproute2 ca-certificates
+  valgrind procps iproute2 ca-certificates gnuplot-nox
   lmod"
 # PyTorch gives reference values and benchmark baselines; tests pass without.
 [ "${TODIST_WITH_TORCH:-0}" = 1 ] && pkgs="$pkgs python3-torch python3-numpy"

@@ -26,5 +26,6 @@
 #include <todist/dist_optim.h>
 #include <todist/dist_optim_remote.h>
 #include <todist/sampler.h>
+#include <todist/ddp.h>
 
 #endif /* TODIST_TODIST_H */
