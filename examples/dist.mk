@@ -21,3 +21,9 @@ check_PROGRAMS += examples/fashion_mnist_ddp
 examples_fashion_mnist_ddp_LDADD = $(TD_LDADD) $(BLAS_LIBS)
 TESTS += tests/test_fashion_mnist_ddp.sh
 EXTRA_DIST += tests/test_fashion_mnist_ddp.sh scripts/plot-metrics.sh
+# ps_batch: seed 003's batch-updating parameter server (async handlers),
+# checked against the same training in one process by its test.
+check_PROGRAMS += examples/ps_batch
+examples_ps_batch_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_ps_batch.sh
+EXTRA_DIST += tests/test_ps_batch.sh
