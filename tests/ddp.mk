@@ -7,3 +7,8 @@ check_PROGRAMS += tests/ddp_peer
 tests_ddp_peer_LDADD = $(TD_LDADD) -lm
 TESTS += tests/test_ddp.sh
 EXTRA_DIST += tests/test_ddp.sh
+# ZeRO-1: tests/zero_peer at 1..4 ranks through todist-run
+check_PROGRAMS += tests/zero_peer
+tests_zero_peer_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_zero.sh
+EXTRA_DIST += tests/test_zero.sh

@@ -27,5 +27,6 @@
 #include <todist/dist_optim_remote.h>
 #include <todist/sampler.h>
 #include <todist/ddp.h>
+#include <todist/zero.h>
 
 #endif /* TODIST_TODIST_H */

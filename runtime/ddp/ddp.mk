@@ -2,3 +2,6 @@
 # (and, with the collectives, DistributedDataParallel, SyncBatchNorm, Join).
 libtodist_core_la_SOURCES += runtime/ddp/sampler.c runtime/ddp/ddp.c
 todistinclude_HEADERS += include/todist/sampler.h include/todist/ddp.h
+# ZeRO-1 (ZeroRedundancyOptimizer): optimizer state sharded over a group.
+libtodist_core_la_SOURCES += runtime/ddp/zero.c
+todistinclude_HEADERS += include/todist/zero.h
