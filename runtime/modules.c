@@ -20,6 +20,7 @@ static const td_runtime_module_t *const table[] = {
     &td_mapreduce_module,       /* map-reduce calls: the rank barrier */
     &td_dist_autograd_module,   /* distributed autograd (an RPC plug-in) */
     &td_dist_optim_module,      /* the optimizer over remote references */
+    &td_remote_module_module,   /* RemoteModule's owner-side functions */
 };
 
 #define N_TABLE (sizeof(table) / sizeof(table[0]))

@@ -28,5 +28,6 @@
 #include <todist/sampler.h>
 #include <todist/ddp.h>
 #include <todist/zero.h>
+#include <todist/remote_module.h>
 
 #endif /* TODIST_TODIST_H */
