@@ -2,12 +2,13 @@
  * benchmark, not a test; bench/collectives.sh runs it beside Open MPI and
  * gloo).
  *
- * Prints, on rank 0, one line per measurement:
- *   allreduce ranks=N size=BYTES median_us=T busbw_MBps=B min_us=.. max_us=..
+ * Prints, on rank 0, one line per measurement (and a "# spread" line with
+ * the minimum, maximum and repetitions after each):
+ *   allreduce ranks=N size=BYTES median_us=T busbw_MBps=B
  * for float32 all_reduce (sum) of 8 B, 4 KiB, 1 MiB and 64 MiB; broadcast,
  * allgather and reduce_scatter at 1 MiB (size: the whole buffer, busbw as
  * nccl-tests: broadcast x1, allgather and reduce_scatter x(n-1)/n,
- * all_reduce x2(n-1)/n); and `sendrecv size=S rtt_us=T bw_MBps=B` for a
+ * all_reduce x2(n-1)/n); and `sendrecv size=S rtt_us=T` for a
  * td_send/td_recv ping-pong between ranks 0 and 1 (8 B and 64 MiB).
  * Each figure is the median of repeated calls after a barrier (every call
  * timed on its own; the slowest rank's time per call: rank 0 times from
@@ -124,8 +125,8 @@ bench(what_t what, size_t bytes)
     if (rank == 0) {
         size_t sz = (size_t)count * 4;
 
-        printf("%s ranks=%d size=%zu median_us=%.1f busbw_MBps=%.0f "
-               "min_us=%.1f max_us=%.1f iters=%d\n", names[what], n,
+        printf("%s ranks=%d size=%zu median_us=%.1f busbw_MBps=%.0f\n"
+               "# spread min_us=%.1f max_us=%.1f iters=%d\n", names[what], n,
                what == ALLREDUCE ? bytes : sz, med * 1e6,
                (double)(what == ALLREDUCE ? bytes : sz) / med * factor / 1e6,
                t[0] * 1e6, t[iters - 1] * 1e6, iters);
@@ -166,9 +167,9 @@ sendrecv(size_t bytes)
     qsort(t, (size_t)iters, sizeof(double), cmp_d);
     med = t[iters / 2];
     if (rank == 0) {
-        printf("sendrecv ranks=%d size=%zu rtt_us=%.2f bw_MBps=%.0f "
-               "min_us=%.2f iters=%d\n", n, bytes, med * 1e6,
-               2.0 * bytes / med / 1e6, t[0] * 1e6, iters);
+        printf("sendrecv size=%zu rtt_us=%.2f\n"
+               "# spread ranks=%d bw_MBps=%.0f min_us=%.2f iters=%d\n", bytes,
+               med * 1e6, n, 2.0 * bytes / med / 1e6, t[0] * 1e6, iters);
         fflush(stdout);
     }
     CHECK(td_group_barrier(g));

@@ -55,7 +55,7 @@ if command -v ucx_perftest >/dev/null; then
               -w 5 2>/dev/null | awk '/^Final:/ {print $3}')
         wait $sp
         [ -n "$lat" ] && awk -v l="$lat" -v s=$s 'BEGIN {
-            printf "ucx sendrecv size=%d rtt_us=%.2f bw_MBps=%.0f\n", s, 2 * l, 2 * s / (2 * l)
+            printf "ucx sendrecv size=%d rtt_us=%.2f\n# spread bw_MBps=%.0f\n", s, 2 * l, 2 * s / (2 * l)
         }' | tee -a "$out"
     done
 else
@@ -70,7 +70,7 @@ function field(line, key,   n, a, i) { n = split(line, a, " ");
 $1 == "todist" && $2 == "allreduce" { k = field($0, "ranks") " " field($0, "size"); td[k] = field($0, "median_us"); keys[++nk] = k }
 $1 == "mpi" && $2 == "allreduce" { mpi[field($0, "ranks") " " field($0, "size")] = field($0, "median_us") }
 $1 == "gloo" && $2 == "allreduce" { gl[field($0, "ranks") " " field($0, "size")] = field($0, "median_us") }
-$1 == "todist" && $2 == "sendrecv" && field($0, "ranks") == 2 { tsr[field($0, "size")] = field($0, "rtt_us") }
+$1 == "todist" && $2 == "sendrecv" && !(field($0, "size") in tsr) { tsr[field($0, "size")] = field($0, "rtt_us") }
 $1 == "ucx" && $2 == "sendrecv" { usr[field($0, "size")] = field($0, "rtt_us") }
 END {
     for (i = 1; i <= nk; i++) {

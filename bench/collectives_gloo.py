@@ -2,7 +2,8 @@
 
 torch.distributed all_reduce (float32, sum, in place) over the gloo backend
 on N local processes, printing rank 0's lines in bench/collectives's format:
-  allreduce ranks=N size=BYTES median_us=T busbw_MBps=B min_us=.. max_us=..
+  allreduce ranks=N size=BYTES median_us=T busbw_MBps=B
+  # spread min_us=.. max_us=.. iters=..
 each the median of repeated calls after a barrier (fewer repetitions than
 todist's: gloo is slow; ITERS_SCALE multiplies them). Run with
 /usr/bin/python3 (Debian's python3-torch)."""
@@ -34,8 +35,8 @@ def run(rank, n, sizes, port, scale):
         times.sort()
         med = times[len(times) // 2]
         if rank == 0:
-            print("allreduce ranks=%d size=%d median_us=%.1f busbw_MBps=%.0f "
-                  "min_us=%.1f max_us=%.1f iters=%d" %
+            print("allreduce ranks=%d size=%d median_us=%.1f busbw_MBps=%.0f\n"
+                  "# spread min_us=%.1f max_us=%.1f iters=%d" %
                   (n, size, med * 1e6, size / med * 2.0 * (n - 1) / n / 1e6,
                    times[0] * 1e6, times[-1] * 1e6, iters), flush=True)
     dist.destroy_process_group()

@@ -1,7 +1,8 @@
 /* mpi_allreduce.c: the Open MPI baseline of bench/collectives.sh. Built
  * there with mpicc (not by make: MPI is optional) and run under mpirun -n N.
  * Prints, on rank 0, lines in bench/collectives's format:
- *   allreduce ranks=N size=BYTES median_us=T busbw_MBps=B min_us=.. max_us=..
+ *   allreduce ranks=N size=BYTES median_us=T busbw_MBps=B
+ *   # spread min_us=.. max_us=.. iters=..
  * for MPI_Allreduce (MPI_FLOAT, MPI_SUM, in place) of the sizes given
  * (default 8 4096 1048576 67108864), each the median of repeated calls
  * after a barrier, every call timed on its own, with the same repetitions
@@ -61,8 +62,9 @@ main(int argc, char **argv)
         qsort(t, (size_t)iters, sizeof(double), cmp_d);
         med = t[iters / 2];
         if (rank == 0) {
-            printf("allreduce ranks=%d size=%zu median_us=%.1f busbw_MBps=%.0f "
-                   "min_us=%.1f max_us=%.1f iters=%d\n", n, bytes, med * 1e6,
+            printf("allreduce ranks=%d size=%zu median_us=%.1f busbw_MBps=%.0f\n"
+                   "# spread min_us=%.1f max_us=%.1f iters=%d\n", n, bytes,
+                   med * 1e6,
                    (double)bytes / med * 2.0 * (n - 1) / n / 1e6, t[0] * 1e6,
                    t[iters - 1] * 1e6, iters);
             fflush(stdout);

@@ -435,6 +435,42 @@ check_no_sync(void)
     model_free(&loc);
 }
 
+/* DDP7: an optimizer stepped between the backward and td_ddp_wait refuses
+ * rather than read gradients still being reduced; after the wait it steps. */
+static void
+check_step_before_wait(void)
+{
+    model_t m;
+    td_ddp_t *ddp = NULL;
+    td_optim_t *opt;
+    td_tensor_t *x, *y, *loss;
+    td_status_t st1, st2, st3;
+
+    model_init(&m, 600);
+    td_ddp_opts_t o = td_ddp_defaults();
+    o.find_unused_parameters = 1;
+    td_ddp_create(m.p, NPAR, &o, &ddp);
+    td_sgd_opts_t so = {.lr = 0.1};
+    td_optim_sgd(m.p, NPAR, &so, &opt);
+    shard(rank, 0, &x, &y);
+    loss = loss_of(&m, x, y, 0);
+    td_ddp_backward(ddp, loss);
+    st1 = td_optim_step(opt);
+    fail_detail("step before wait: %d %s", st1, td_last_error());
+    agree(st1 == TD_ERR_STATE && strstr(td_last_error(), "td_ddp_wait"),
+          "optimizer_refuses_before_wait");
+    st2 = td_ddp_wait(ddp);
+    st3 = td_optim_step(opt);
+    fail_detail("wait %d, step %d: %s", st2, st3, td_last_error());
+    agree(st2 == TD_OK && st3 == TD_OK, "optimizer_steps_after_wait");
+    td_tensor_release(loss);
+    td_tensor_release(x);
+    td_tensor_release(y);
+    td_optim_free(opt);
+    td_ddp_destroy(ddp);
+    model_free(&m);
+}
+
 static void
 check_bad_input(void)
 {
@@ -484,6 +520,7 @@ main(int argc, char **argv)
     check_rebuild();
     check_unused_error();
     check_no_sync();
+    check_step_before_wait();
     check_bad_input();
     st = td_finalize();
     if (st != TD_OK) {

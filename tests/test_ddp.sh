@@ -15,7 +15,8 @@ find_unused_parameters_unused_grad_is_zero destroy_keeps_gradients
 training_matches_single_process buckets_rebuilt_in_arrival_order
 training_with_divide_then_sum_hook training_right_across_the_rebuild unused_parameter_is_an_error_naming_it
 next_iteration_with_all_used_succeeds no_sync_keeps_local_gradients
-no_sync_then_sync_averages_the_sums bad_parameters_are_named"
+no_sync_then_sync_averages_the_sums optimizer_refuses_before_wait
+optimizer_steps_after_wait bad_parameters_are_named"
 count() { set -- $1; echo $#; }
 plan $(( 2 * ($(count "$checks") + 1) ))
 

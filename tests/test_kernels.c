@@ -507,8 +507,8 @@ test_ops_fused(void)
     }
     for (int dim = 0; dim <= 1; dim++) {
         for (int log_out = 0; log_out <= 1; log_out++) {
-            td_tensor_t *x = tensor_of(xv, shape, 2), *g = tensor_of(gv, shape, 2);
-            td_tensor_t *y = NULL, *gx1 = NULL, *gx2 = NULL;
+            td_tensor_t *x = tensor_of(xv, shape, 2);
+            td_tensor_t *g = tensor_of(gv, shape, 2), *y = NULL, *gx1 = NULL, *gx2 = NULL;
             td_tensor_set_requires_grad(x, 1);
             (log_out ? td_log_softmax : td_softmax)(x, dim, &y);
             /* create_graph = 0: the fused kernel; 1: the composed ops */
@@ -558,8 +558,8 @@ test_ops_fused(void)
         td_tensor_uniform_(u, 0, 1, 99);
         is_int(td_dropout(a, 0.25, 1, 99, &d), TD_OK, "dropout runs");
         for (int i = 0; d != NULL && i < 24; i++) {
-            float m = ((float *)td_tensor_data(u))[i] >= 0.25 ? (float)(1 / 0.75)
-                                                             : 0.f;
+            float ui = ((float *)td_tensor_data(u))[i];
+            float m = ui >= 0.25 ? (float)(1 / 0.75) : 0.f;
             good &= ((float *)td_tensor_data(d))[i] == m;
         }
         ok(d != NULL && good, "dropout's mask is uniform_ of its seed >= p");

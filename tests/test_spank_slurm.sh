@@ -160,7 +160,7 @@ nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
 wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
 # ---- the tests ----------------------------------------------------------
-plan 79
+plan 83
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -448,11 +448,43 @@ if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
     sorted "$D/out/torch"
     is "$(cat "$D/out/torch" | tr '\n' ' ')" "rank=0 sum=6 world=3 rank=1 sum=6 world=3 rank=2 sum=6 world=3 " \
         "srun --todist: gloo all_reduce over 3 ranks on 2 nodes"
-    out=$(timeout 120 todist-run -n 3 /usr/bin/python3 -c "$torch_prog" | sort | tr '\n' ' ')
+    # --label: whole lines only (three processes share one pipe)
+    out=$(timeout 120 todist-run -n 3 --label /usr/bin/python3 -c "$torch_prog" |
+          sed 's/^\[[0-9]*\]: //' | sort | tr '\n' ' ')
     is "$out" "rank=0 sum=6 world=3 rank=1 sum=6 world=3 rank=2 sum=6 world=3 " \
         "todist-run: gloo all_reduce over 3 ranks"
 else
     skip 2 "PyTorch (/usr/bin/python3 -c 'import torch') not installed"
+fi
+
+# 15. PMIx wire-up (srun --mpi=pmix): worker addresses and the start-up
+# barrier through PMIx (put, commit, fence, get), not the TCP store.
+if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
+   srun --mpi=list 2>&1 | grep -qw pmix; then
+    run_srun pmix -N2 -n4 --mpi=pmix --todist env TODIST_LOG=info "$top_builddir/tests/rpc_allpairs"
+    sorted "$D/out/pmix"
+    is "$rc" 0 "srun --mpi=pmix --todist rpc_allpairs succeeds"
+    is "$(col "$D/out/pmix" calls_ok)" "4 4 4 4" "every rank called all 4 over addresses from PMIx"
+    is "$(grep -c 'worker addresses through PMIx' "$D/out/pmix.err")" 4 "all 4 ranks wired up through PMIx"
+    run_srun nopmix -N2 -n4 --mpi=pmix --todist env TODIST_LOG=info TODIST_PMIX=0 "$top_builddir/tests/rpc_allpairs"
+    sorted "$D/out/nopmix"
+    is "$(col "$D/out/nopmix" calls_ok)|$(grep -c 'through PMIx' "$D/out/nopmix.err")" "4 4 4 4|0" \
+        "TODIST_PMIX=0: the store path instead"
+    # Start-up figures for bench/RESULTS.md (TD_BENCH_STARTUP=1): td_init
+    # per rank, median and max, store against PMIx, 4, 16 and 64 ranks.
+    if [ "${TD_BENCH_STARTUP:-0}" = 1 ]; then
+        for n in 4 16 64; do
+            for mode in store pmix; do
+                m=; [ $mode = pmix ] && m=--mpi=pmix
+                timeout 300 srun -N4 -n$n -O $m --todist "$top_builddir/bench/startup" \
+                    > "$D/out/st-$mode-$n" 2>"$D/out/st-$mode-$n.err"
+                diag "startup $mode $n ranks: $(sed -n 's/.*init_ms=//p' "$D/out/st-$mode-$n" | sort -n |
+                    awk '{a[NR]=$1} END {if (NR) printf "%d ranks, median %.1f ms, max %.1f ms", NR, a[int((NR+1)/2)], a[NR]; else print "failed"}')"
+            done
+        done
+    fi
+else
+    skip 4 "no PMIx (configure found no pmix.pc, or Slurm has no mpi/pmix)"
 fi
 
 # 9. site default=on: no --todist needed; bad plugstack argument reported

@@ -22,7 +22,8 @@
  *     td_ddp_backward(ddp, loss);      (or td_ddp_prepare_backward + td_backward)
  *     td_ddp_wait(ddp);                gradients are now averaged
  *     td_optim_step(opt); td_optim_zero_grad(opt);
- * td_ddp_wait is explicit: step an optimizer only after it returned TD_OK.
+ * td_ddp_wait is explicit; an optimizer stepped before it fails with
+ * TD_ERR_STATE rather than read gradients still being reduced.
  *
  * - find_unused_parameters: td_ddp_prepare_backward walks the graph from
  *   the outputs and marks parameters it does not reach ready at once (their
@@ -48,6 +49,8 @@
  *        iteration, so all ranks rebuild identically.
  *   DDP5 under no_sync no collective is issued.
  *   DDP6 the hooks only touch DDP state under its lock; destroy removes them.
+ *   DDP7 from a bucket's launch until td_ddp_wait its buffer is marked
+ *        pending, and td_optim_step refuses (TD_ERR_STATE) to read it.
  * Threads: one DDP object is driven by one thread at a time; the hooks may
  * run on autograd threads. */
 #ifndef TODIST_DDP_H

@@ -78,7 +78,7 @@ td_cpu_index_add(td_dtype_t dtype, void *out, const void *src,
     }
 }
 
-#define GATHER_LOOP(SCATTER)                                             \
+#define GATHER_LOOP(SCATTER)                                                \
     do {                                                                    \
         for (int64_t o = 0; o < outer; o++)                                 \
             for (int64_t i = 0; i < inner; i++) {                           \

@@ -1929,7 +1929,8 @@ module_shutdown(void *arg)
     C.tp = NULL;
 }
 
-static const td_runtime_module_t coll_module = {
+/* In the runtime's module table (runtime/modules.c), after rpc. */
+const td_runtime_module_t td_coll_module = {
     .name = "coll",
     .setup = module_setup,
     .outstanding = module_outstanding,
@@ -1937,17 +1938,3 @@ static const td_runtime_module_t coll_module = {
     .shutdown = module_shutdown,
     .arg = NULL,
 };
-
-const td_runtime_module_t *
-td_coll_module(void)
-{
-    return &coll_module;
-}
-
-/* The one registration (placed like rpc's; the ordered module table in
- * runtime/modules.c will replace it with one line). */
-__attribute__((constructor)) static void
-coll_ctor(void)
-{
-    td_runtime_register(td_coll_module());
-}

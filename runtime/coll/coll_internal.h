@@ -182,8 +182,9 @@ typedef struct {
 
 /* ---- coll.c: the core ------------------------------------------------- */
 
-/* The runtime module of the collectives (registered once, like rpc's). */
-const td_runtime_module_t *td_coll_module(void);
+/* The runtime module of the collectives (a line of the module table in
+ * runtime/modules.c). */
+extern const td_runtime_module_t td_coll_module;
 
 td_transport_t *coll_transport(void);
 int             coll_world_rank(void);

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "kernels/kernels.h"
+#include "runtime/tensor/tensor_internal.h"
 #include <todist/autograd.h>
 #include <todist/ddp.h>
 
@@ -322,6 +323,7 @@ launch_ready(td_ddp_t *ddp)
         if (status != TD_OK) {
             return status;
         }
+        atomic_store(&b->flat->storage->pending, 1);   /* DDP7 */
         b->launched = 1;
         ddp->next_launch++;
     }
@@ -612,6 +614,7 @@ td_ddp_wait(td_ddp_t *ddp)
     }
     for (int i = 0; i < ddp->next_launch; i++) {
         td_tensor_bump_version(ddp->buckets[i].flat);
+        atomic_store(&ddp->buckets[i].flat->storage->pending, 0);
     }
     ddp->in_backward = 0;
     if (status == TD_OK && !ddp->rebuilt) {
