@@ -348,6 +348,25 @@ errors(void)
     check(st == TD_OK && v == 8, "completed_by_other_thread",
           "status %d value %lld: %s", st, (long long)v, td_last_error());
     td_rpc_list_free(res);
+    res = NULL;
+    {
+        /* td_remote runs the function on its owner directly
+         * (td_rpc_run_local): an async one is waited for there */
+        td_rref_t *rr = NULL;
+
+        v = 0;
+        st = td_remote(1, "alater", args, 60.0, &rr);
+        if (st == TD_OK) {
+            st = td_rref_to_here(rr, 60.0, &res);
+        }
+        if (st == TD_OK) {
+            st = td_rpc_list_int(res, 0, &v);
+        }
+        check(st == TD_OK && v == 8, "remote_object_of_async_handler",
+              "status %d value %lld: %s", st, (long long)v, td_last_error());
+        td_rref_release(rr);
+    }
+    td_rpc_list_free(res);
     td_rpc_list_free(args);
 }
 

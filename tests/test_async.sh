@@ -2,7 +2,8 @@
 # Async RPC handlers (td_rpc_register_async) between two workers over real
 # UCX, through todist-run, with TODIST_RPC_THREADS=1: a future's error and
 # a handler's error travel back naming the rank; a future completed later
-# by another thread answers the call; a 1,000-hop chain of async handlers
+# by another thread answers the call; td_remote of an async handler
+# holds its future's value; a 1,000-hop chain of async handlers
 # ends with the right value, and, inside a distributed autograd context,
 # with the right gradients on both workers after a distributed backward
 # that bounces 1,000 times (the propagate handler is async too). Bounded by
@@ -10,7 +11,7 @@
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/async_peer"
 names="future_error_travels_back handler_error_names_rank
-completed_by_other_thread chain_1000_forward chain_1000_backward
+completed_by_other_thread remote_object_of_async_handler chain_1000_forward chain_1000_backward
 chain_1000_grads chain_1000_grad_w0 chain_1000_grad_w1"
 set -- $names
 plan $(( $# + 1 ))

@@ -1163,7 +1163,12 @@ answer_owed(void *arg, td_future_t *fut)
     owed_t *o = arg;
     td_status_t status = td_future_status(fut);
 
-    if (status == TD_OK) {
+    if (atomic_load(&rpc.state) != RPC_RUNNING) {
+        /* td_finalize's join waits for owed answers (they count as busy);
+         * one completed after shutdown anyway has nobody to send it (R6) */
+        td_log_warn("rpc: answer to rank %d completed after shutdown; "
+                    "dropped", o->src);
+    } else if (status == TD_OK) {
         /* the value is only read (encoded, send node recorded) */
         send_reply_to(o->src, o->msg_id, TD_OK, "", ERR_HANDLER,
                       (td_rpc_list_t *)td_future_value(fut), o->ctx);
