@@ -30,5 +30,7 @@
 #include <todist/ddp.h>
 #include <todist/syncbn.h>
 #include <todist/join.h>
+#include <todist/zero.h>
+#include <todist/remote_module.h>
 
 #endif /* TODIST_TODIST_H */
