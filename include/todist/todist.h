@@ -7,6 +7,7 @@
 #include <todist/world.h>
 #include <todist/topology.h>
 #include <todist/tensor.h>
+#include <todist/device.h>
 #include <todist/autograd.h>
 #include <todist/store.h>
 #include <todist/ops.h>

@@ -1,9 +1,10 @@
 # runtime/tensor: tensors, local autograd, ops, optimizers, nn, data,
 # checkpoints.
-libtodist_core_la_SOURCES += runtime/tensor/tensor.c \
+libtodist_core_la_SOURCES += runtime/tensor/tensor.c runtime/tensor/to_device.c \
 	runtime/tensor/tensor_internal.h runtime/tensor/autograd.c \
 	runtime/tensor/ops.c runtime/tensor/optim.c runtime/tensor/nn.c \
 	runtime/tensor/data.c runtime/tensor/safetensors.c
 todistinclude_HEADERS += include/todist/tensor.h include/todist/autograd.h \
 	include/todist/ops.h include/todist/optim.h include/todist/nn.h \
-	include/todist/data.h include/todist/safetensors.h
+	include/todist/data.h include/todist/safetensors.h \
+	include/todist/device.h

@@ -1,0 +1,12 @@
+# tests of the GPU path: device maps, the caching allocator, the staging
+# engine, and CUDA tensors and kernels (those skip without a device).
+TD_GPU_TESTS = tests/test_device_map
+check_PROGRAMS += $(TD_GPU_TESTS)
+TESTS += $(TD_GPU_TESTS)
+tests_test_device_map_LDADD = $(TD_TEST_LDADD)
+check_PROGRAMS += tests/test_block_cache
+TESTS += tests/test_block_cache
+tests_test_block_cache_LDADD = $(TD_TEST_LDADD)
+check_PROGRAMS += tests/test_cuda
+TESTS += tests/test_cuda
+tests_test_cuda_LDADD = $(TD_TEST_LDADD)
