@@ -10,3 +10,12 @@ tests_test_block_cache_LDADD = $(TD_TEST_LDADD)
 check_PROGRAMS += tests/test_cuda
 TESTS += tests/test_cuda
 tests_test_cuda_LDADD = $(TD_TEST_LDADD)
+# the staging engine between two processes (test copy backend)
+check_PROGRAMS += tests/staging_peer
+tests_staging_peer_LDADD = $(TD_TEST_LDADD) $(UCX_LIBS)
+tests_staging_peer_CFLAGS = $(AM_CFLAGS) $(UCX_CFLAGS)
+TESTS += tests/test_staging.sh
+EXTRA_DIST += tests/test_staging.sh
+check_PROGRAMS += tests/test_staging_wire
+TESTS += tests/test_staging_wire
+tests_test_staging_wire_LDADD = $(TD_TEST_LDADD)
