@@ -2,9 +2,23 @@
  *
  * Every compute loop of the runtime lives behind this table: ops in
  * runtime/tensor/ only wire autograd and call one kernel per tensor, never
- * one per element. kernels/cpu/ fills the CPU row; a CUDA backend fills its
- * row with td_kernels_register(), so no op needs a second code path.
- * This layer uses base/ and the public tensor types only.
+ * one per element. kernels/cpu/ fills the CPU row (kernels/cpu/cpu.c holds
+ * the table; one file per family: elementwise, reduce, index, random,
+ * optim); a CUDA backend fills its row with td_kernels_register(), so no op
+ * needs a second code path. Kernels take raw pointers, dtypes and shapes:
+ * this layer uses base/ and the public tensor types only, nothing from
+ * runtime/.
+ *
+ * Invariants:
+ *  1. A kernel never fails: its caller has checked shapes, dtypes and
+ *     index ranges (index_check and bag_plan are the checks themselves).
+ *  2. Every dtype a kernel accepts is named in its comment; float kernels
+ *     take TD_FLOAT32 or TD_FLOAT64 and compute in that dtype, accumulating
+ *     sums as the CPU sum_mid does (double when inner == 1), so a fused
+ *     kernel gives the same bits as the composed ops it replaces.
+ *  3. Sizes of 0 are allowed everywhere and write nothing.
+ *  4. Random kernels are counter-based: element i of a stream depends only
+ *     on (seed, i), never on the device or on how the work is split.
  * Thread-safe: kernels hold no state; td_kernels_register is called once,
  * before any op runs on that device type. */
 #ifndef TD_KERNELS_KERNELS_H
@@ -23,6 +37,25 @@ typedef enum {
     TD_UN_SIGMOID, TD_UN_RELU, TD_UN_GELU, TD_UN_GELU_GRAD, TD_UN_GELU_GRAD2,
     TD_UN_SIGN, TD_UN_STEP, TD_UN_POW, TD_UN_MUL_SCALAR, TD_UN_ADD_SCALAR
 } td_unary_op_t;
+
+/* SGD (torch 1.13 single-tensor rule, arithmetic in the parameter's
+ * dtype): d = g + wd p; b = first ? d : mom b + (1 - damp) d;
+ * d = nesterov ? d + mom b : b; p -= lr d. No momentum: MOMENTUM_BUF NULL. */
+typedef struct {
+    double lr, momentum, dampening, weight_decay;
+    int    nesterov;
+    int    first;           /* the momentum buffer is not yet initialised */
+} td_sgd_args_t;
+
+/* Adam/AdamW (torch 1.13 _single_tensor_adam):
+ *   g += wd p (Adam) | p *= 1 - lr wd (AdamW, DECOUPLED)
+ *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  vmax = max(vmax, v)
+ *   p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps),  bcK = 1 - bK^step */
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    double bc1, bc2;
+    int    decoupled;
+} td_adam_args_t;
 
 /* A strided operand: first-element pointer and per-dim strides over the
  * common SHAPE of the kernel call. */
@@ -54,6 +87,66 @@ typedef struct {
                  int64_t n, int64_t k, double alpha, const void *a,
                  int64_t lda, const void *b, int64_t ldb, double beta,
                  void *c, int64_t ldc);
+
+    /* ---- reductions along the middle of [outer, mid, inner] ---------- */
+    /* out = softmax (or log_softmax when LOG) of IN along mid */
+    void (*softmax)(td_dtype_t dtype, int log_out, void *out, const void *in,
+                    int64_t outer, int64_t mid, int64_t inner);
+    /* gx = y (g - sum_mid g y) (softmax) or g - y sum_mid g (log_softmax),
+     * Y the softmax (not log) of the forward's input */
+    void (*softmax_backward)(td_dtype_t dtype, int log_out, void *gx,
+                             const void *y, const void *g, int64_t outer,
+                             int64_t mid, int64_t inner);
+    /* indices[o, i] = argmax_m in[o, m, i] (first maximum; NaN wins);
+     * values (may be NULL) = the maxima. mid >= 1. */
+    void (*max_dim)(td_dtype_t dtype, void *values, int64_t *indices,
+                    const void *in, int64_t outer, int64_t mid,
+                    int64_t inner);
+
+    /* ---- indexing (IX is int64, contiguous, already checked) --------- */
+    /* position of the first IX[i] outside [0, limit), or -1 */
+    int64_t (*index_check)(const int64_t *ix, int64_t n, int64_t limit);
+    /* out[o, j, i] = in[o, ix[j], i]; in is [outer, in_mid, inner] */
+    void (*index_select)(td_dtype_t dtype, void *out, const void *in,
+                         const int64_t *ix, int64_t nidx, int64_t outer,
+                         int64_t in_mid, int64_t inner);
+    /* out[o, ix[j], i] += src[o, j, i]; out is [outer, out_mid, inner] */
+    void (*index_add)(td_dtype_t dtype, void *out, const void *src,
+                      const int64_t *ix, int64_t nidx, int64_t outer,
+                      int64_t out_mid, int64_t inner);
+    /* out[o, i] = in[o, ix[o, i], i]; in is [outer, mid, inner] */
+    void (*gather)(td_dtype_t dtype, void *out, const void *in,
+                   const int64_t *ix, int64_t outer, int64_t mid,
+                   int64_t inner);
+    /* out[o, ix[o, i], i] += src[o, i]; out is [outer, mid, inner] */
+    void (*scatter_add)(td_dtype_t dtype, void *out, const void *src,
+                        const int64_t *ix, int64_t outer, int64_t mid,
+                        int64_t inner);
+    /* embedding_bag's plan from OFFSETS[nb] over N indices: bag[j] = the
+     * bag of index j, scale[j] = 1/|bag| (MEAN) or 1. Returns the first
+     * bad offset (not starting at 0, decreasing, above n), or -1. */
+    int64_t (*bag_plan)(const int64_t *offsets, int64_t nb, int64_t n,
+                        int mean, int64_t *bag, double *scale);
+
+    /* ---- random (counter-based: element i depends on seed and i only,
+     * so every device draws the same stream) -------------------------- */
+    /* out[i] (contiguous, float dtype) = a + (b - a) u_i (uniform) or
+     * a + b N(0,1)_i (NORMAL: Box-Muller on draws 2i, 2i+1) */
+    void (*random)(td_dtype_t dtype, void *out, int64_t n, int normal,
+                   double a, double b, uint64_t seed);
+    /* mask[i] = u_i >= p ? 1 / (1 - p) : 0, u_i the uniform draw i of SEED
+     * rounded to DTYPE (so dropout equals uniform_ then compare) */
+    void (*dropout_mask)(td_dtype_t dtype, void *mask, int64_t n, double p,
+                         uint64_t seed);
+
+    /* ---- optimizer updates (contiguous; state buffers in double) ----- */
+    void (*sgd_step)(td_dtype_t dtype, void *param, const void *grad,
+                     double *momentum_buf, int64_t n,
+                     const td_sgd_args_t *args);
+    void (*adam_step)(td_dtype_t dtype, void *param, const void *grad,
+                      double *exp_avg, double *exp_avg_sq,
+                      double *max_exp_avg_sq, int64_t n,
+                      const td_adam_args_t *args);
 } td_kernels_t;
 
 const td_kernels_t *td_kernels_get(td_device_t device);

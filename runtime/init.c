@@ -1,5 +1,8 @@
 /* init.c: td_init / td_finalize and the runtime's shared handles (see
- * todist/init.h and runtime/runtime.h).
+ * todist/init.h and runtime/runtime.h). The runtime's modules come from the
+ * ordered table in runtime/modules.c: attached first, set up once the
+ * transport exists (before this worker's address is published), shut down
+ * in reverse after the join.
  *
  * Store keys used (all under "td/"):
  *   td/addr/<r>           rank r's UCX worker address
@@ -16,6 +19,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,10 +30,13 @@
 #include "todist/store.h"
 #include "todist/topology.h"
 #include "runtime/runtime.h"
+#include "runtime/modules.h"
 #include "base/clock.h"
 #include "base/log.h"
 
 #define JOIN_POLL_S 0.001
+/* A barrier waits in slices this long, checking for dead ranks between. */
+#define DEAD_CHECK_S 0.25
 
 typedef struct {
     void  *addr;
@@ -47,10 +54,8 @@ static struct {
     pthread_mutex_t     addr_lock;
     addr_t             *addrs;
     unsigned            barrier_gen;
+    int                 dead_rank;     /* first rank the transport lost, -1 */
 } rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER };
-
-static td_runtime_module_t modules[TD_RUNTIME_MODULES_MAX];
-static size_t n_modules;
 
 static void
 sleep_s(double s)
@@ -60,50 +65,7 @@ sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-/* ---- modules ------------------------------------------------------------ */
-
-td_status_t
-td_runtime_register(const td_runtime_module_t *m)
-{
-    if (rt.initialized) {
-        return td_error(TD_ERR_STATE, "runtime: module '%s' registered after "
-                        "td_init", m && m->name ? m->name : "?");
-    }
-    if (m == NULL || m->name == NULL) {
-        return td_error(TD_ERR_INVALID, "runtime: a module needs a name");
-    }
-    for (size_t i = 0; i < n_modules; i++) {
-        if (strcmp(modules[i].name, m->name) == 0) {
-            modules[i] = *m;
-            return TD_OK;
-        }
-    }
-    if (n_modules == TD_RUNTIME_MODULES_MAX) {
-        return td_error(TD_ERR_RANGE, "runtime: more than %d modules "
-                        "(registering '%s')", TD_RUNTIME_MODULES_MAX,
-                        m->name);
-    }
-    modules[n_modules++] = *m;
-    return TD_OK;
-}
-
-td_status_t
-td_runtime_unregister(const char *name)
-{
-    if (rt.initialized) {
-        return td_error(TD_ERR_STATE, "runtime: module '%s' unregistered "
-                        "while running", name);
-    }
-    for (size_t i = 0; i < n_modules; i++) {
-        if (strcmp(modules[i].name, name) == 0) {
-            memmove(&modules[i], &modules[i + 1],
-                    (n_modules - i - 1) * sizeof(modules[0]));
-            n_modules--;
-            return TD_OK;
-        }
-    }
-    return td_error(TD_ERR_NOT_FOUND, "runtime: no module '%s'", name);
-}
+/* ---- handles ------------------------------------------------------------ */
 
 td_transport_t *
 td_runtime_transport(void)
@@ -151,6 +113,14 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
             status = td_error(TD_ERR_TIMEOUT, "runtime: rank %d never "
                               "published its address (%.3g s)", rank,
                               rt.params.init_timeout);
+        } else if (status == TD_ERR_IO || status == TD_ERR_PROTOCOL) {
+            /* The store lives in rank 0: say so, not just "I/O error". */
+            char why[512];
+            snprintf(why, sizeof(why), "%s", td_last_error());
+            status = td_error(TD_ERR_PEER, "runtime: rank 0, which holds the "
+                              "store, is gone: cannot reach rank %d, whose "
+                              "address this rank never fetched (%s)", rank,
+                              why);
         }
     }
     if (status == TD_OK) {
@@ -190,11 +160,12 @@ td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
 static void
 peer_failed_cb(void *arg, int rank, td_status_t why)
 {
-    for (size_t i = 0; i < n_modules; i++) {
-        if (modules[i].peer_failed != NULL) {
-            modules[i].peer_failed(modules[i].arg, rank, why);
-        }
-    }
+    int none = -1;
+
+    /* Barriers and the join watch this to fail fast (progress thread). */
+    __atomic_compare_exchange_n(&rt.dead_rank, &none, rank, false,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    td_modules_peer_failed(rank, why);
 }
 
 /* ---- naming the ranks that did not arrive ---------------------------------- */
@@ -228,6 +199,44 @@ missing_ranks(const char *prefix, char *buf, size_t len)
     }
 }
 
+/* A store barrier NAME of the whole world that also ends, with TD_ERR_PEER
+ * naming the rank, as soon as the transport knows a rank is dead: it waits
+ * in slices of DEAD_CHECK_S. WHAT names the caller in the message; a
+ * timeout is left to the caller to word. */
+static td_status_t
+watched_barrier(const char *name, double timeout, const char *what)
+{
+    char kn[128], kd[128];
+    const char *keys[1] = { kd };
+    double deadline = td_now_s() + timeout;
+    int64_t n;
+    td_status_t status;
+
+    snprintf(kn, sizeof(kn), "%s/n", name);
+    snprintf(kd, sizeof(kd), "%s/done", name);
+    status = td_store_add(rt.store, kn, 1, &n);
+    if (status == TD_OK && n == rt.world.world_size) {
+        status = td_store_set(rt.store, kd, "1", 1);
+    }
+    while (status == TD_OK) {
+        int dead = __atomic_load_n(&rt.dead_rank, __ATOMIC_SEQ_CST);
+        double left = deadline - td_now_s();
+        if (dead >= 0) {
+            return td_error(TD_ERR_PEER, "%s: rank %d failed (the transport "
+                            "lost it), so it cannot arrive", what, dead);
+        }
+        status = td_store_wait(rt.store, keys, 1,
+                               left < DEAD_CHECK_S ? (left > 0 ? left : 0)
+                                                   : DEAD_CHECK_S);
+        if (status == TD_ERR_TIMEOUT && left > DEAD_CHECK_S) {
+            status = TD_OK;   /* a slice ended: look again */
+        } else if (status == TD_OK) {
+            return TD_OK;
+        }
+    }
+    return status;
+}
+
 /* Barrier NAME where each rank first sets "NAME/in/<rank>", so a timeout
  * can say who is missing. */
 static td_status_t
@@ -241,7 +250,7 @@ named_barrier(const char *name, double timeout, const char *what)
     if (status != TD_OK) {
         return status;
     }
-    status = td_store_barrier(rt.store, name, rt.world.world_size, timeout);
+    status = watched_barrier(name, timeout, what);
     if (status == TD_ERR_TIMEOUT) {
         snprintf(key, sizeof(key), "%s/in", name);
         missing_ranks(key, missing, sizeof(missing));
@@ -302,14 +311,36 @@ env_seconds(const char *name, double *v)
     return TD_OK;
 }
 
-static void
-shutdown_modules(size_t n)
+/* Reword a store failure that is really a port clash so that it names
+ * the port, the job and the fix (issue 19): rank 0 cannot listen, or a
+ * rank reached a store that rejects this job's token (another job's). */
+static td_status_t
+store_port_error(td_status_t status, uint16_t port, bool serving)
 {
-    while (n-- > 0) {
-        if (modules[n].shutdown != NULL) {
-            modules[n].shutdown(modules[n].arg);
-        }
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    char what[96] = "";
+
+    if (job != NULL) {
+        snprintf(what, sizeof(what), " for Slurm job %.32s step %.32s", job,
+                 step != NULL ? step : "?");
     }
+    if (serving) {
+        return td_error(status, "init: todist's store cannot listen on port "
+                        "%u (TODIST_MASTER_PORT)%s: %s; another job or program "
+                        "holds it. Reserve ports (MpiParams=ports=LO-HI in "
+                        "slurm.conf and srun --resv-ports) or choose one "
+                        "(--todist=store_port=N, todist-run --store-port N)",
+                        port, what, td_last_error());
+    }
+    if (status != TD_ERR_AUTH) {
+        return status;
+    }
+    return td_error(status, "init: rank %d reached a store on port %u that "
+                    "is not this job's%s (%s): its port collides with "
+                    "another job's. Reserve ports (MpiParams=ports=LO-HI in "
+                    "slurm.conf and srun --resv-ports) or choose one "
+                    "(--todist=store_port=N, todist-run --store-port N)",
+                    rt.world.rank, port, what, td_last_error());
 }
 
 td_status_t
@@ -319,7 +350,7 @@ td_init(const td_init_params_t *params)
     const char *token = getenv("TODIST_JOB_TOKEN");
     const char *host;
     const void *addr;
-    size_t addr_len, n_setup = 0;
+    size_t addr_len;
     char key[64];
     td_status_t status;
 
@@ -352,6 +383,23 @@ td_init(const td_init_params_t *params)
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
     td_log_set_rank(rt.world.rank);
+    /* Across nodes the store must authenticate; a launcher that could not
+     * agree on a token (todist-run --nnodes without one) exports none. */
+    if (rt.world.nnodes > 1 && (token == NULL || token[0] == '\0')) {
+        return td_error(TD_ERR_AUTH, "init: rank %d is one of %d nodes but "
+                        "TODIST_JOB_TOKEN is not set; give every node the "
+                        "same token (export TODIST_JOB_TOKEN=$(openssl rand "
+                        "-hex 32) before todist-run)", rt.world.rank,
+                        rt.world.nnodes);
+    }
+
+    /* The modules register their RPC functions and plug into RPC first:
+     * a failure there is td_init's, with the module's message. */
+    status = td_modules_attach();
+    if (status != TD_OK) {
+        td_log_set_rank(-1);
+        return status;
+    }
 
     /* Placement first (TODIST_BIND=closest, set by srun --todist bind=closest
      * or the user): UCX reads UCX_NET_DEVICES when the transport starts, and
@@ -369,15 +417,18 @@ td_init(const td_init_params_t *params)
                         rt.world.world_size);
     }
     rt.barrier_gen = 0;
+    rt.dead_rank = -1;
 
     /* The store: rank 0 serves (a world of one serves itself on loopback). */
     host = rt.world.master_addr[0] ? rt.world.master_addr : "127.0.0.1";
     if (rt.world.rank == 0) {
-        status = td_store_server_start(rt.world.world_size > 1 ? NULL
+        /* Listen on the master address only, not every interface. */
+        status = td_store_server_start(rt.world.world_size > 1 ? host
                                                                : "127.0.0.1",
                                        rt.world.master_port, token,
                                        &rt.server);
         if (status != TD_OK) {
+            status = store_port_error(status, rt.world.master_port, true);
             goto err_addrs;
         }
     }
@@ -389,6 +440,7 @@ td_init(const td_init_params_t *params)
     status = td_store_connect(host, port, token, rt.params.connect_timeout,
                               &rt.store);
     if (status != TD_OK) {
+        status = store_port_error(status, port, false);
         goto err_server;
     }
     status = td_store_connect(host, port, token, rt.params.connect_timeout,
@@ -410,14 +462,9 @@ td_init(const td_init_params_t *params)
     }
 
     /* Upper layers register their handlers before anyone can reach us. */
-    for (; n_setup < n_modules; n_setup++) {
-        if (modules[n_setup].setup != NULL) {
-            status = modules[n_setup].setup(modules[n_setup].arg, rt.tp,
-                                            &rt.world);
-            if (status != TD_OK) {
-                goto err_modules;
-            }
-        }
+    status = td_modules_setup(rt.tp, &rt.world);
+    if (status != TD_OK) {
+        goto err_transport;
     }
     td_transport_address(rt.tp, &addr, &addr_len);
     snprintf(key, sizeof(key), "td/addr/%d", rt.world.rank);
@@ -434,7 +481,8 @@ td_init(const td_init_params_t *params)
     return TD_OK;
 
 err_modules:
-    shutdown_modules(n_setup);
+    td_modules_shutdown();
+err_transport:
     td_transport_destroy(rt.tp, 0.5);
     rt.tp = NULL;
 err_resolver:
@@ -458,14 +506,7 @@ err_addrs:
 static size_t
 local_outstanding(void)
 {
-    size_t n = 0;
-
-    for (size_t i = 0; i < n_modules; i++) {
-        if (modules[i].outstanding != NULL) {
-            n += modules[i].outstanding(modules[i].arg);
-        }
-    }
-    return n;
+    return td_modules_outstanding();
 }
 
 static td_status_t
@@ -513,8 +554,7 @@ join(double deadline)
             return status;
         snprintf(key, sizeof(key), "td/fin/%d", k);
         double left = deadline - td_now_s();
-        status = td_store_barrier(rt.store, key, rt.world.world_size,
-                                  left > 0 ? left : 0.001);
+        status = watched_barrier(key, left > 0 ? left : 0.001, "finalize");
         if (status == TD_ERR_TIMEOUT) {
             missing_ranks("td/fin/in", missing, sizeof(missing));
             if (missing[0] != '\0') {
@@ -555,15 +595,25 @@ td_finalize(void)
     double deadline;
     td_status_t status, st2;
     int64_t n;
+    char first_error[1024] = "";
 
     if (!rt.initialized) {
         return td_error(TD_ERR_STATE, "finalize: td_init has not been called");
     }
     deadline = td_now_s() + rt.params.finalize_timeout;
     status = join(deadline);
+    if (status != TD_OK) {
+        /* The caller sees this first message, not a later consequence. */
+        snprintf(first_error, sizeof(first_error), "%s", td_last_error());
+    }
 
-    shutdown_modules(n_modules);
-    td_transport_destroy(rt.tp, 2.0);
+    td_modules_shutdown();
+    st2 = td_transport_destroy(rt.tp, 2.0);
+    if (st2 != TD_OK && status == TD_OK) {
+        status = st2;   /* a peer that did not close its endpoint */
+        snprintf(first_error, sizeof(first_error), "finalize: %s",
+                 td_last_error());
+    }
     rt.tp = NULL;
     rt.initialized = 0;
 
@@ -592,5 +642,8 @@ td_finalize(void)
     }
     free(rt.addrs);
     rt.addrs = NULL;
+    if (status != TD_OK) {
+        td_error(status, "%s", first_error);
+    }
     return status;
 }

@@ -1,7 +1,13 @@
 /* runtime/runtime.h: what the runtime's upper layers (rpc, rref, dist
  * autograd, collectives) get from td_init (internal, not installed).
  *
- * A layer registers a module BEFORE td_init:
+ * A layer is a runtime module: one td_runtime_module_t, listed in the
+ * ordered table of runtime/modules.c (tests and benchmarks may add extra
+ * ones with td_runtime_register, which run after the table's):
+ *   - attach() runs once per process, at the first td_init that reaches
+ *     it, before the transport exists: register RPC functions and plug
+ *     into RPC there (td_rpc_register, td_rpc_plug). Its error fails
+ *     td_init with the module's message (and it is tried again next time);
  *   - setup() runs after the transport exists and BEFORE this worker's
  *     address is published: register transport handlers there
  *     (td_transport_set_handler), so no peer can reach an unregistered id;
@@ -17,8 +23,8 @@
  * the transport on the first send to it (td_runtime_peer_address for other
  * uses).
  *
- * Thread safety: td_runtime_register must be called before td_init (not
- * thread-safe); the getters are thread-safe. */
+ * Thread safety: td_runtime_register / unregister must be called before
+ * td_init (not thread-safe); the getters are thread-safe. */
 #ifndef TD_RUNTIME_RUNTIME_H
 #define TD_RUNTIME_RUNTIME_H
 
@@ -37,6 +43,7 @@ extern "C" {
 
 typedef struct {
     const char  *name;                                  /* "rpc" */
+    td_status_t (*attach)(void *arg);                   /* may be NULL */
     td_status_t (*setup)(void *arg, td_transport_t *tp, const td_world_t *w);
     size_t      (*outstanding)(void *arg);              /* may be NULL */
     void        (*peer_failed)(void *arg, int rank, td_status_t why);
@@ -44,11 +51,14 @@ typedef struct {
     void        *arg;
 } td_runtime_module_t;
 
-/* Register MODULE (copied) for the next td_init. Registering the same name
- * again replaces it. TD_ERR_STATE after td_init. */
+/* Register an extra MODULE (copied) for the next td_init, after the
+ * table's. Registering the same name again replaces it; a table module's
+ * name is TD_ERR_EXISTS. TD_ERR_STATE after td_init. */
 td_status_t td_runtime_register(const td_runtime_module_t *module);
 
-/* Remove a module by name (e.g. in tests). TD_ERR_NOT_FOUND if absent. */
+/* Remove a module by name (tests): an extra one is forgotten, a table one
+ * is skipped by later td_init calls (before its attach ran, or it stays
+ * plugged into RPC). TD_ERR_NOT_FOUND if absent. */
 td_status_t td_runtime_unregister(const char *name);
 
 /* Handles valid between td_init and td_finalize (NULL otherwise). */

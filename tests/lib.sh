@@ -51,6 +51,15 @@ like() { # got regex desc
     fi
 }
 
+unlike() { # got regex desc
+    if printf '%s' "$1" | grep -Eq -- "$2"; then
+        _tap_result 0 "$3"
+        diag "     got: '$1'" "expected not to match: '$2'"
+    else
+        _tap_result 1 "$3"
+    fi
+}
+
 skip() { # n reason
     i=0
     while [ $i -lt "$1" ]; do

@@ -1073,6 +1073,23 @@ mode_basic(void)
                  "'no_such_fn'") != NULL,
           "unknown_function", "%d '%s'", st, td_last_error());
 
+    /* issue 18, finding 7: no result pointer, bad function names */
+    td_rpc_list_create(&args);
+    td_rpc_list_add_int(args, 7);
+    st = td_rpc_sync(peer, "echo", args, TD_RPC_DEFAULT_TIMEOUT, NULL);
+    check(st == TD_OK, "sync_result_null", "%d '%s'", st, td_last_error());
+    td_rpc_list_free(args);
+    char longname[TD_RPC_NAME_MAX + 8];
+    memset(longname, 'f', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    st = td_rpc_sync(peer, longname, NULL, TD_RPC_DEFAULT_TIMEOUT, &res);
+    check(st == TD_ERR_INVALID && strstr(td_last_error(), "allowed 1..") &&
+          strstr(td_last_error(), "rank 1"), "name_too_long", "%d '%s'", st,
+          td_last_error());
+    st = td_rpc_sync(peer, "", NULL, TD_RPC_DEFAULT_TIMEOUT, &res);
+    check(st == TD_ERR_INVALID && strstr(td_last_error(), "0 bytes"),
+          "name_empty", "%d '%s'", st, td_last_error());
+
     /* bad destination */
     st = td_rpc_sync(size, "noop", NULL, TD_RPC_DEFAULT_TIMEOUT, &res);
     check(st == TD_ERR_RANGE, "bad_rank", "%d '%s'", st, td_last_error());
@@ -1541,9 +1558,14 @@ main(int argc, char **argv)
     td_rpc_register("objects", fn_objects, NULL);
     td_rpc_register("bye", fn_bye, NULL);
     if (strcmp(mode, "hooks") == 0) {
-        td_rpc_autograd_hooks_t h = { h_current, h_set, h_send, h_recv, NULL };
+        /* these hooks stand in for distributed autograd's */
+        td_rpc_plugin_t h = { .name = "test_hooks",
+                              .current_context = h_current,
+                              .set_context = h_set, .on_send = h_send,
+                              .on_recv = h_recv };
 
-        td_rpc_set_autograd_hooks(&h);
+        td_runtime_unregister("dist_autograd");
+        td_rpc_plug(&h);
     }
     st = td_rpc_register("echo", fn_echo, NULL);
     if (st != TD_ERR_EXISTS) {

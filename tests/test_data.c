@@ -41,7 +41,7 @@ main(void)
     const char *p;
     int have = access(TD_FASHION_MNIST_DIR "/t10k-labels-idx1-ubyte.gz", R_OK) == 0;
 
-    plan(21);
+    plan(24);
     snprintf(dir, sizeof(dir), "%s/td_data_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (mkdtemp(dir) == NULL) {
         plan_skip_all("no temp dir");
@@ -99,6 +99,20 @@ main(void)
         p = write_file("huge.gz", huge, sizeof(huge), 1);
         is_int(td_idx_read(p, &t), TD_ERR_PROTOCOL, "absurd dimensions "
                "rejected before allocation");
+    }
+    /* issue 18, finding 7: the claimed size is bounded by the file's */
+    {
+        unsigned char tiny[21] = {0, 0, 8, 1, 0xff, 0xff, 0xff, 0xff};
+        p = write_file("tiny.idx", tiny, sizeof(tiny), 0);
+        is_int(td_idx_read(p, &t), TD_ERR_PROTOCOL, "a 21-byte file claiming "
+               "4 GiB is refused");
+        like(td_last_error(), "raw file of 21 bytes holds at most 13",
+             "before allocating, naming the sizes");
+        /* a first dimension byte >= 0x80 (signed overflow before) */
+        const unsigned char hi[] = {0, 0, 8, 1, 0x80, 0, 0, 0, 1, 2, 3};
+        p = write_file("hi.gz", hi, sizeof(hi), 1);
+        is_int(td_idx_read(p, &t), TD_ERR_PROTOCOL, "a 2 GiB claim in a tiny "
+               "gzip file is refused");
     }
 
     if (!have) {

@@ -23,6 +23,7 @@
 
 #include "tests/tap.h"
 #include "runtime/dist/dist_internal.h"
+#include "runtime/dist/dist_wire.h"
 #include <todist/ops.h>
 #include <todist/optim.h>
 

@@ -16,7 +16,7 @@ out=$(clean TODIST_RANK=2 TODIST_WORLD_SIZE=4 TODIST_MASTER_PORT=29999 todist-in
 like "$out" "^rank=2 world_size=4 local_rank=2 local_world_size=4 node_rank=0 nnodes=1 master_addr=127.0.0.1 master_port=29999 worker=worker2 source=todist$" "todist source line"
 
 out=$(clean RANK=1 WORLD_SIZE=2 MASTER_ADDR=h MASTER_PORT=1 todist-info --json)
-is "$out" '{"rank":1,"world_size":2,"local_rank":1,"local_world_size":2,"node_rank":0,"nnodes":1,"master_addr":"h","master_port":1,"worker":"worker1","source":"torchrun"}' "json output"
+is "$out" '{"rank":1,"world_size":2,"local_rank":1,"local_world_size":2,"node_rank":0,"nnodes":1,"master_addr":"h","master_port":2,"worker":"worker1","source":"torchrun"}' "json output"
 if /usr/bin/python3 -c 'import json,sys; json.loads(sys.argv[1])' "$out" 2>/dev/null; then
     ok 0 "json parses"
 else

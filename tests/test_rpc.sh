@@ -13,7 +13,7 @@ run() { timeout -k 5 "$@"; }
 
 basic="worker_info worker_info_unknown all_types empty_lists large_args
 tensor_16MiB call_self nested nested_self remote_error unknown_function
-bad_rank register_after_init timeout_per_call timeout_not_early
+sync_result_null name_too_long name_empty bad_rank register_after_init timeout_per_call timeout_not_early
 timeout_default timeout_zero_is_none after_shutdown"
 futures="collect_all collect_all_error then_not_early wait_with_timeout
 then_runs then_when_done user_future user_future_fail"

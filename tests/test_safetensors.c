@@ -48,7 +48,7 @@ main(void)
     const char *names[] = {"layer.weight", "layer.bias", "steps", "mask"};
     const char *p;
 
-    plan(20);
+    plan(28);
     snprintf(dir, sizeof(dir), "%s/td_st_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (mkdtemp(dir) == NULL) {
         plan_skip_all("no temp dir");
@@ -128,6 +128,41 @@ main(void)
                  "\"data_offsets\":[0,8],\"evil\":1}}   ", 8);
     is_int(td_safetensors_get(p, "x", &got), TD_ERR_PROTOCOL, "unknown keys "
            "rejected");
+    /* issue 18, finding 7: the format's layout rules */
+    p = raw_file("overlap.st", 0, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],"
+                 "\"data_offsets\":[0,8]},\"y\":{\"dtype\":\"F32\",\"shape\":"
+                 "[2],\"data_offsets\":[4,12]}}", 12);
+    is_int(td_safetensors_get(p, "x", &got), TD_ERR_PROTOCOL,
+           "overlapping data offsets rejected");
+    like(td_last_error(), "overlap", "and called an overlap");
+    p = raw_file("dup.st", 0, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],"
+                 "\"data_offsets\":[0,4]},\"x\":{\"dtype\":\"F32\",\"shape\":"
+                 "[1],\"data_offsets\":[4,8]}}", 8);
+    is_int(td_safetensors_get(p, "x", &got), TD_ERR_PROTOCOL,
+           "a duplicate name rejected");
+    like(td_last_error(), "'x' appears twice", "and named");
+    p = raw_file("trail.st", 0, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],"
+                 "\"data_offsets\":[0,4]}}", 12);
+    is_int(td_safetensors_get(p, "x", &got), TD_ERR_PROTOCOL,
+           "unreferenced trailing data rejected");
+    like(td_last_error(), "8 trailing data bytes", "and counted");
+    {
+        static const char nul_hdr[] = "{\"x\0y\":{\"dtype\":\"F32\","
+            "\"shape\":[1],\"data_offsets\":[0,4]}}";
+        const char *np = path_of("nul.st");
+        FILE *f = fopen(np, "wb");
+        uint64_t hl = sizeof(nul_hdr) - 1;
+        fwrite(&hl, 8, 1, f);
+        fwrite(nul_hdr, 1, sizeof(nul_hdr) - 1, f);
+        fwrite("\0\0\0\0", 1, 4, f);
+        fclose(f);
+        is_int(td_safetensors_get(np, "x", &got), TD_ERR_PROTOCOL,
+               "a name containing a NUL byte rejected");
+    }
+    p = raw_file("unul.st", 0, "{\"x\\u0000y\":{\"dtype\":\"F32\",\"shape\""
+                 ":[1],\"data_offsets\":[0,4]}}", 4);
+    is_int(td_safetensors_get(p, "x", &got), TD_ERR_PROTOCOL,
+           "a name with an escaped NUL rejected");
     is_int(td_safetensors_save(path_of("bad"), (const char *[]){"a\"b"}, &a, 1),
            TD_ERR_INVALID, "a name that needs escaping is refused");
 

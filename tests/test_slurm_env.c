@@ -92,7 +92,7 @@ main(void)
     char tok1[TD_JOB_TOKEN_HEX + 1], tok2[TD_JOB_TOKEN_HEX + 1];
     unsigned expect_port;
 
-    plan(85);
+    plan(127);
     td_slurm_opts_init(&def);
 
     /* ---- user options ---------------------------------------------- */
@@ -131,6 +131,19 @@ main(void)
            "verbose takes no value");
     is_int(td_slurm_opts_user("verbose,", &o), TD_ERR_INVALID,
            "trailing comma rejected");
+    ok(def.kill_on_fail, "kill_on_fail defaults to yes");
+    o = def;
+    ok(td_slurm_opts_user("kill_on_fail=no,store_port=31500", &o) == TD_OK &&
+       !o.kill_on_fail && o.store_port == 31500,
+       "kill_on_fail=no and store_port=N applied");
+    is_int(td_slurm_opts_user("kill_on_fail=later", &o), TD_ERR_INVALID,
+           "bad kill_on_fail");
+    like(td_last_error(), "'kill_on_fail=later'", "message names it");
+    is_int(td_slurm_opts_user("store_port=0", &o), TD_ERR_INVALID,
+           "store_port=0 rejected");
+    like(td_last_error(), "store_port=N", "message says store_port=N");
+    is_int(td_slurm_opts_user("port=65535", &o), TD_ERR_INVALID,
+           "port=65535 leaves no room for the store");
 
     /* ---- site arguments ------------------------------------------------ */
     o = def;
@@ -152,6 +165,11 @@ main(void)
     is_int(td_slurm_opts_site(1, ENV("port_range=300-200"), &o), TD_ERR_INVALID,
            "reversed port range");
     like(td_last_error(), "port_range=300-200", "message names the range");
+    is_int(td_slurm_opts_site(1, ENV("port_range=30000-30000"), &o),
+           TD_ERR_INVALID, "a range of one port (a step needs two)");
+    is_int(td_slurm_opts_site(1, ENV("kill_on_fail=sometimes"), &o),
+           TD_ERR_INVALID, "bad site kill_on_fail");
+    like(td_last_error(), "'kill_on_fail=sometimes'", "message names it");
     is_int(td_slurm_opts_site(1, ENV("port_range=1-99999"), &o), TD_ERR_INVALID,
            "port range above 65535");
     is_int(td_slurm_opts_site(2, ENV("default=on", "bind=x"), &o),
@@ -188,10 +206,22 @@ main(void)
     is_str(got("TODIST_NODE_RANK"), "0", "TODIST_NODE_RANK");
     is_str(got("TODIST_NNODES"), "1", "TODIST_NNODES");
     is_str(got("TODIST_MASTER_ADDR"), "vm", "master is the first node");
-    expect_port = TD_PORT_RANGE_LO + (17u * 101 + 0) %
-                  (TD_PORT_RANGE_HI - TD_PORT_RANGE_LO + 1);
+    expect_port = TD_PORT_RANGE_LO + 2 * ((17u * 101 + 0) %
+                  ((TD_PORT_RANGE_HI - TD_PORT_RANGE_LO + 1) / 2));
+    is_int(atoi(got("MASTER_PORT") ? got("MASTER_PORT") : "0"),
+           expect_port, "MASTER_PORT derived from job and step ids");
     is_int(atoi(got("TODIST_MASTER_PORT") ? got("TODIST_MASTER_PORT") : "0"),
-           expect_port, "port derived from job and step ids");
+           expect_port + 1, "todist's store on the port above it");
+    is_str(got("ROLE_RANK"), "2", "ROLE_RANK = rank (one role)");
+    is_str(got("ROLE_WORLD_SIZE"), "4", "ROLE_WORLD_SIZE = world size");
+    is_str(got("ROLE_NAME"), "default", "ROLE_NAME is torchrun's default");
+    is_str(got("GROUP_WORLD_SIZE"), "1", "GROUP_WORLD_SIZE = nodes");
+    is_str(got("TORCHELASTIC_RUN_ID"), "17.0", "TORCHELASTIC_RUN_ID = job.step");
+    ok(got("TORCHELASTIC_RESTART_COUNT") &&
+       !strcmp(got("TORCHELASTIC_RESTART_COUNT"), "0") &&
+       got("TORCHELASTIC_MAX_RESTARTS") &&
+       !strcmp(got("TORCHELASTIC_MAX_RESTARTS"), "0"),
+       "TORCHELASTIC_RESTART_COUNT and _MAX_RESTARTS are 0");
     is_str(got("TODIST_BIND"), "closest", "TODIST_BIND default");
     is_str(got("RANK"), "2", "torchrun RANK");
     is_str(got("MASTER_ADDR"), "vm", "torchrun MASTER_ADDR");
@@ -211,10 +241,48 @@ main(void)
        "rank 5 of 7: local 1 of 2 on node 2 of 3");
     is_str(got("TODIST_WORLD_SIZE"), "7", "step's task count, not the job's");
     is_str(got("TODIST_MASTER_ADDR"), "gpu1", "master is gpu1");
-    is_str(got("TODIST_MASTER_PORT"), "31234", "port=N honoured");
+    is_str(got("MASTER_PORT"), "31234", "port=N is MASTER_PORT");
+    is_str(got("TODIST_MASTER_PORT"), "31235", "and the store takes N + 1");
+    is_str(got("GROUP_WORLD_SIZE"), "3", "GROUP_WORLD_SIZE = 3 nodes");
     is_str(got("GROUP_RANK"), "2", "torchrun GROUP_RANK is the node rank");
     is_str(got("LOCAL_WORLD_SIZE"), "2", "torchrun LOCAL_WORLD_SIZE");
     is_str(got("OMP_NUM_THREADS"), "3", "OMP_NUM_THREADS = SLURM_CPUS_PER_TASK");
+    o.store_port = 31300;
+    is_str(map(ENV(UNEVEN_TASK5, "SLURM_STEP_RESV_PORTS=12000-12003"), &o), "",
+           "store_port=N maps");
+    ok(got("TODIST_MASTER_PORT") && !strcmp(got("TODIST_MASTER_PORT"), "31300") &&
+       got("MASTER_PORT") && !strcmp(got("MASTER_PORT"), "31234"),
+       "store_port=N and port=N beat the reservation");
+    o.store_port = 31234;
+    like(map(ENV(UNEVEN_TASK5), &o), "store_port=31234 is also MASTER_PORT",
+         "store_port equal to port=N rejected");
+    is_int(out.n, 0, "nothing set on error");
+
+    /* Slurm's reserved ports (srun --resv-ports) beat the derived pair */
+    o = def;
+    is_str(map(ENV(UNEVEN_TASK5, "SLURM_STEP_RESV_PORTS=12000-12003"), &o), "",
+           "reserved range maps");
+    ok(got("MASTER_PORT") && !strcmp(got("MASTER_PORT"), "12000") &&
+       got("TODIST_MASTER_PORT") && !strcmp(got("TODIST_MASTER_PORT"), "12001"),
+       "reserved 12000-12003: MASTER_PORT 12000, store 12001");
+    is_str(map(ENV(UNEVEN_TASK5, "SLURM_STEP_RESV_PORTS=12007,12010"), &o), "",
+           "reserved list maps");
+    ok(got("MASTER_PORT") && !strcmp(got("MASTER_PORT"), "12007") &&
+       got("TODIST_MASTER_PORT") && !strcmp(got("TODIST_MASTER_PORT"), "12010"),
+       "reserved 12007,12010: both used");
+    is_str(map(ENV(UNEVEN_TASK5, "SLURM_STEP_RESV_PORTS=12005"), &o), "",
+           "one reserved port maps");
+    ok(got("MASTER_PORT") && !strcmp(got("MASTER_PORT"), "12005") &&
+       got("TODIST_MASTER_PORT") && atoi(got("TODIST_MASTER_PORT")) >= 20000,
+       "one reserved port: torch's; the store's derived");
+    like(map(ENV(UNEVEN_TASK5, "SLURM_STEP_RESV_PORTS=12x"), &o),
+         "SLURM_STEP_RESV_PORTS='12x'", "malformed reservation named");
+    like(map(ENV(UNEVEN_TASK5, "SLURM_STEP_RESV_PORTS=12003-12000"), &o),
+         "SLURM_STEP_RESV_PORTS", "reversed reservation rejected");
+    is_str(map(ENV(UNEVEN_TASK5, "SLURM_RESTART_COUNT=2"), &o), "",
+           "requeued job maps");
+    is_str(got("TORCHELASTIC_RESTART_COUNT"), "2",
+           "SLURM_RESTART_COUNT is TORCHELASTIC_RESTART_COUNT");
 
     /* torchrun=no, OMP_NUM_THREADS kept, port range honoured */
     o = def;
@@ -227,8 +295,11 @@ main(void)
        got("MASTER_ADDR") == NULL && got("GROUP_RANK") == NULL,
        "torchrun=no: no torchrun names");
     ok(got("OMP_NUM_THREADS") == NULL, "OMP_NUM_THREADS set by the user kept");
-    is_int(atoi(got("TODIST_MASTER_PORT")), 40000 + (4242 * 101 + 3) % 10,
-           "derived port within the site's range");
+    is_int(atoi(got("TODIST_MASTER_PORT")),
+           40000 + 2 * ((4242 * 101 + 3) % 5) + 1,
+           "derived store port within the site's range");
+    ok(got("TORCHELASTIC_RUN_ID") == NULL && got("ROLE_RANK") == NULL &&
+       got("GROUP_WORLD_SIZE") == NULL, "torchrun=no: no elastic names");
 
     /* ---- GPUs ------------------------------------------------------------- */
     o = def;
@@ -285,6 +356,49 @@ main(void)
                         &out, &task) == TD_ERR_IO &&
        strstr(td_last_error(), "TODIST_LOCAL_RANK") != NULL,
        "a failing set is reported with the variable");
+
+
+    /* ---- td_rank_env_export directly (todist-run's path) -------------- */
+    {
+        td_world_t w;
+        td_rank_env_t re;
+
+        memset(&w, 0, sizeof(w));
+        w.rank = 1; w.world_size = 2; w.local_rank = 1; w.local_world_size = 2;
+        w.nnodes = 1;
+        strcpy(w.master_addr, "127.0.0.1");
+        w.master_port = 5000;
+        memset(&re, 0, sizeof(re));
+        re.world = &w;
+        re.torchrun = true;
+        re.torch_port = 5000;
+        out.n = 0;
+        out.fail_on = -1;
+        like(td_rank_env_export(&re, record_set, &out) == TD_OK ? "" :
+             td_last_error(), "MASTER_PORT and TODIST_MASTER_PORT are both 5000",
+             "one port for torch and todist is refused");
+        is_int(out.n, 0, "nothing set on error");
+        re.torch_port = 4999;
+        re.bind = "far";
+        like(td_rank_env_export(&re, record_set, &out) == TD_OK ? "" :
+             td_last_error(), "TODIST_BIND='far'", "a bad bind is refused");
+        re.bind = NULL;
+        re.max_restarts = 3;
+        re.restart_count = 1;
+        is_int(td_rank_env_export(&re, record_set, &out), TD_OK,
+               "rank env exported");
+        ok(got("TODIST_JOB_TOKEN") == NULL && got("TODIST_BIND") == NULL &&
+           got("OMP_NUM_THREADS") == NULL, "token, bind, threads left alone");
+        ok(got("TORCHELASTIC_MAX_RESTARTS") &&
+           !strcmp(got("TORCHELASTIC_MAX_RESTARTS"), "3") &&
+           got("TODIST_RESTART_COUNT") &&
+           !strcmp(got("TODIST_RESTART_COUNT"), "1") &&
+           got("TORCHELASTIC_RUN_ID") &&
+           !strcmp(got("TORCHELASTIC_RUN_ID"), "none"),
+           "restarts and run id ('none' by default)");
+        is_int(td_omp_threads_default(8, 3), 2, "8 cores / 3 ranks: 2 threads");
+        is_int(td_omp_threads_default(2, 4), 1, "at least one thread");
+    }
 
     return exit_status();
 }

@@ -260,7 +260,7 @@ run_srun notr -N2 -n2 --todist=torchrun=no,port=23456 sh -c "$probe"
 sorted "$D/out/notr"
 is "$(field "$D/out/notr" RANK | tr -d '\n')$(field "$D/out/notr" MASTER_PORT | tr -d '\n')" "" \
     "torchrun=no: no torchrun names"
-is "$(col "$D/out/notr" master_port)" "23456 23456" "port=N honoured"
+is "$(col "$D/out/notr" master_port)" "23457 23457" "port=N: the store takes N + 1 (MASTER_PORT is N)"
 
 # 6. a bad option fails srun with the plugin's message
 timeout 60 srun -n1 --todist=bogus true >"$D/out/bogus" 2>&1

@@ -7,7 +7,7 @@
 # with 1, 2, 4 and 16 ranks, ranks that never arrive, and a valgrind-clean
 # run. Every run is bounded by timeout; lib.sh kills what is left.
 . "$top_srcdir/tests/lib.sh"
-plan 29
+plan 35
 T=$TD_TMP
 PEER="$top_builddir/tests/transport_peer"
 run() { timeout -k 5 "$@"; }
@@ -45,6 +45,34 @@ is "$?" 137 "the killed rank's status is reported"
 like "$out" "rank 0: ok send failed with '[^']*rank 1[^']*' [01]\.[0-9]+ s after rank 1 died" \
      "the pending send fails naming rank 1 within 2 s"
 like "$out" 'rank 0: passed' "peer_failed called, new sends refused"
+
+# issue 18, finding 1: rank 1 stops (SIGSTOP) with a rendezvous to it in
+# flight; rank 0's td_finalize must end in an error naming it, not abort
+# in ucp_worker_destroy.
+out=$(TODIST_FINALIZE_TIMEOUT=2 TD_STOP_FILE=$T/stop run 120 todist-run -n 2 \
+      --grace-period 20 "$PEER" stopped 2>&1)
+like "$out" "rank 0: ok td_finalize failed with '[^']*rank 1[^']*'" \
+     "a stopped peer: td_finalize fails naming rank 1"
+unlike "$out" 'Assertion|Aborted|signal 6' "a stopped peer: no crash in UCX"
+
+# finding 2: known deaths end td_barrier and the join at once, and the
+# caller sees the first error (not the store's later complaint)
+out=$(TODIST_FINALIZE_TIMEOUT=60 run 120 todist-run -n 2 --grace-period 30 \
+      "$PEER" dead 2>&1)
+like "$out" "rank 0: ok td_barrier failed with '[^']*rank 1[^']*' after [0-4]\." \
+     "a dead rank: td_barrier(60) fails within seconds naming it"
+like "$out" "rank 0: ok td_finalize failed with '[^']*rank 1[^']*' after [0-4]\." \
+     "a dead rank: td_finalize fails within seconds with the first error"
+
+# finding 3: the store listens on the master address only
+out=$(run 60 todist-run -n 2 "$PEER" listen 2>&1)
+like "$out" 'rank 0: ok the store listens on 127.0.0.1:[0-9]+ only' \
+     "the store does not listen on every interface"
+
+# finding 6: rank 0 (the store) is gone and an address is needed
+out=$(run 120 todist-run -n 3 --grace-period 30 "$PEER" store_gone 2>&1)
+like "$out" "rank 1: ok send failed with '[^']*rank 0, which holds the store, is gone: cannot reach rank 2" \
+     "rank 0 gone: the error says the store is gone and names the rank"
 
 for n in 1 2 4 16; do
     out=$(run 240 todist-run -n $n "$PEER" join 2>&1)

@@ -24,7 +24,7 @@ resolve(char *const *envp)
 int
 main(void)
 {
-    plan(62);
+    plan(70);
 
     /* 4. nothing: a world of one */
     is_str(resolve(ENV("HOME=/root")), "", "empty environment resolves");
@@ -48,6 +48,7 @@ main(void)
     is_int(w.nnodes, 2, "todist nnodes");
     is_str(w.master_addr, "node0", "todist master addr");
     is_int(w.master_port, 29400, "todist master port");
+    is_int(w.torch_port, 0, "no MASTER_PORT: torch's port unknown");
     is_str(w.worker_name, "worker5", "worker name width of 8");
 
     /* 2. torchrun */
@@ -58,14 +59,21 @@ main(void)
     is_int(w.source, TD_WORLD_SOURCE_TORCHRUN, "source torchrun");
     is_int(w.nnodes, 3, "torchrun nnodes derived from world/local");
     is_int(w.node_rank, 2, "torchrun GROUP_RANK is node rank");
+    ok(w.torch_port == 29500 && w.master_port == 29501,
+       "under torchrun the store takes MASTER_PORT + 1 (torch %u, store %u)",
+       w.torch_port, w.master_port);
     is_str(w.worker_name, "worker11", "two-digit worker name");
     is_str(resolve(ENV("RANK=3", "WORLD_SIZE=12", "LOCAL_RANK=3",
                        "LOCAL_WORLD_SIZE=4", "MASTER_ADDR=h",
                        "MASTER_PORT=1")), "", "GROUP_RANK optional");
     is_str(w.worker_name, "worker03", "worker03 zero-padded in a world of 12");
-    is_str(resolve(ENV("RANK=1", "WORLD_SIZE=2", "MASTER_PORT=1234")), "",
+    is_str(resolve(ENV("RANK=1", "WORLD_SIZE=2", "MASTER_PORT=1234",
+                       "TODIST_MASTER_PORT=4321")), "",
            "single-node torchrun without locals");
+    is_int(w.master_port, 4321, "TODIST_MASTER_PORT names the store's port");
     is_int(w.local_rank, 1, "local rank defaults to rank on one node");
+    like(resolve(ENV("RANK=1", "WORLD_SIZE=2", "MASTER_PORT=65535")),
+         "MASTER_PORT=65535 leaves no port", "no port above 65535");
 
     /* 3. Slurm */
     char *const slurm[] = {
@@ -88,9 +96,22 @@ main(void)
     is_str(resolve(ENV("SLURM_PROCID=1", "SLURM_NPROCS=2", "SLURM_LOCALID=1",
                        "SLURM_NODEID=0", "SLURM_NNODES=1",
                        "SLURM_TASKS_PER_NODE=2", "SLURM_NODELIST=n1",
-                       "SLURM_JOB_ID=7", "TODIST_PORT_RANGE=30000-30000")), "",
+                       "SLURM_JOB_ID=7", "TODIST_PORT_RANGE=30000-30001")), "",
            "older slurm names and a custom port range");
-    is_int(w.master_port, 30000, "port range of one port");
+    is_int(w.master_port, 30001, "range of two ports: the store takes 30001");
+    is_int(w.torch_port, 30000, "... and MASTER_PORT 30000, the port below");
+    like(resolve(ENV("SLURM_PROCID=0", "SLURM_NPROCS=1", "SLURM_LOCALID=0",
+                     "SLURM_NODEID=0", "SLURM_NNODES=1",
+                     "SLURM_TASKS_PER_NODE=1", "SLURM_NODELIST=n1",
+                     "TODIST_PORT_RANGE=30000-30000")),
+         "a step needs two ports", "a range of one port is refused");
+    is_str(resolve(ENV("SLURM_PROCID=0", "SLURM_NPROCS=1", "SLURM_LOCALID=0",
+                       "SLURM_NODEID=0", "SLURM_NNODES=1",
+                       "SLURM_TASKS_PER_NODE=1", "SLURM_NODELIST=n1",
+                       "SLURM_STEP_RESV_PORTS=12000-12001")), "",
+           "reserved ports resolve");
+    ok(w.torch_port == 12000 && w.master_port == 12001,
+       "reserved ports: torch %u, store %u", w.torch_port, w.master_port);
 
     /* validation errors name the variable and the value */
     like(resolve(ENV("RANK=0")), "RANK is set but WORLD_SIZE is not",

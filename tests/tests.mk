@@ -10,3 +10,8 @@ TESTS += tests/test_hostlist tests/test_world \
 
 EXTRA_DIST += tests/tap.h tests/lib.sh tests/test_info.sh \
 	tests/test_launcher.sh tests/test_install.sh
+
+# the library's exports and the tracked tree (tests/test_exports.sh,
+# tests/test_tree.sh).
+TESTS += tests/test_exports.sh tests/test_tree.sh
+EXTRA_DIST += tests/test_exports.sh tests/test_tree.sh

@@ -14,7 +14,17 @@
  *   noinit            rank WORLD-1 never calls td_init
  *   nofinalize        rank 1 never calls td_finalize
  *   malformed         rank 0 sends hand-made bad active messages to rank 1
- *                     from its own UCX worker: all dropped, rank 1 serves on */
+ *                     from its own UCX worker: all dropped, rank 1 serves on
+ *   stopped           rank 1 stops (SIGSTOP) while a 4 MiB message to it is
+ *                     in flight; rank 0's td_finalize returns an error
+ *                     naming rank 1 instead of crashing in UCX
+ *   dead              rank 1 dies (SIGKILL) after the transport talked to
+ *                     it; rank 0's td_barrier and td_finalize fail within
+ *                     seconds naming rank 1 (not at their timeouts)
+ *   listen            rank 0's store listens on the master address only
+ *                     (127.0.0.1 here), not on every interface
+ *   store_gone        3 ranks; rank 0 (the store) exits; rank 1's first
+ *                     send to rank 2 fails saying the store is gone */
 #include "config.h"
 
 #include <pthread.h>
@@ -108,6 +118,7 @@ static size_t replies;
 static int bad_content;
 static int name_dest = 1;           /* handler names destinations */
 static int die_on_big;              /* kill scenario, rank 1 */
+static int stop_on_big;             /* stopped scenario, rank 1 */
 static td_status_t last_send_status = TD_OK;
 static char last_send_error[512];
 static double send_failed_at;
@@ -188,6 +199,15 @@ on_message(void *arg, td_transport_rx_t *rx)
     }
     h = malloc(sizeof(*h));
     memcpy(h, rx->header, sizeof(*h));
+    if (stop_on_big && rx->n_bodies > 0 && rx->body_len[0] >= (1u << 20)) {
+        /* hang (stopped, not dead) with the rendezvous begun */
+        FILE *f = fopen(getenv("TD_STOP_FILE"), "w");
+        if (f != NULL) {
+            fprintf(f, "%d\n", (int)getpid());
+            fclose(f);
+        }
+        raise(SIGSTOP);
+    }
     if (die_on_big && rx->n_bodies > 0 && rx->body_len[0] >= (64u << 20)) {
         /* mid-transfer: the rendezvous has begun, the data has not moved */
         FILE *f = fopen(getenv("TD_DEATH_FILE"), "w");
@@ -472,6 +492,221 @@ scenario_kill(void)
     free(buf);
 }
 
+/* 1 once process PID is stopped (state T in /proc), within 20 s. */
+static int
+wait_stopped(pid_t pid)
+{
+    for (double d = now_s() + 20; now_s() < d; usleep(10000)) {
+        char path[64], buf[256];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) {
+            continue;
+        }
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        char *p = strrchr(buf, ')');
+        if (p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't')) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static pid_t
+read_pid_file(const char *path, double timeout)
+{
+    for (double d = now_s() + timeout; now_s() < d; usleep(10000)) {
+        FILE *f = fopen(path, "r");
+        int pid = 0;
+        if (f != NULL) {
+            int got = fscanf(f, "%d", &pid);
+            fclose(f);
+            if (got == 1 && pid > 0) {
+                return (pid_t)pid;
+            }
+        }
+    }
+    return -1;
+}
+
+/* Finding 1 of issue 18: a stopped peer must not crash td_finalize. */
+static void
+scenario_stopped(void)
+{
+    size_t big = 4u << 20;
+
+    if (rank == 1) {
+        stop_on_big = 1;
+        sleep(120);   /* stopped by the handler, killed by rank 0 */
+        return;
+    }
+    uint8_t *buf = malloc(big);
+    fill(buf, big, 9);
+    CHECK(request(1, 9, &big, 1, &buf) == TD_OK, "send: %s", td_last_error());
+    pid_t pid = read_pid_file(getenv("TD_STOP_FILE"), 30);
+    CHECK(pid > 0 && wait_stopped(pid), "rank 1 did not stop");
+    pthread_mutex_lock(&lock);
+    outstanding = 0;   /* the caller gave up on it, as a timed-out call does */
+    pthread_mutex_unlock(&lock);
+    double t0 = now_s();
+    td_status_t s = td_finalize();
+    double dt = now_s() - t0;
+    CHECK(s != TD_OK, "td_finalize succeeded with rank 1 stopped");
+    CHECK(strstr(td_last_error(), "rank 1") != NULL,
+          "the error does not name rank 1: '%s'", td_last_error());
+    if (failures == 0) {
+        printf("rank 0: ok td_finalize failed with '%s' after %.1f s, no "
+               "crash\n", td_last_error(), dt);
+    }
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+    }
+    free(buf);
+}
+
+/* Finding 2 of issue 18: known deaths end the barrier and the join fast,
+ * and the first error is the one reported. */
+static void
+scenario_dead(void)
+{
+    size_t sz = 64;
+    uint8_t *b = malloc(sz);
+
+    fill(b, sz, 5);
+    if (rank == 0) {
+        CHECK(request(1, 5, &sz, 1, &b) == TD_OK, "send: %s", td_last_error());
+        CHECK(WAIT_FOR(replies > 0, 30), "no echo from rank 1");
+    }
+    CHECK(td_barrier(-1) == TD_OK, "barrier: %s", td_last_error());
+    if (rank == 1) {
+        raise(SIGKILL);
+    }
+    /* make sure the transport has noticed (a send to the dead rank) */
+    for (double d = now_s() + 20; peer_failed_rank != 1 && now_s() < d;
+         usleep(50000)) {
+        uint8_t *x = malloc(sz);
+        fill(x, sz, 6);
+        if (request(1, 6, &sz, 1, &x) != TD_OK) {
+            free(x);
+        }
+    }
+    CHECK(WAIT_FOR(peer_failed_rank == 1, 5), "rank 1's death not noticed");
+    pthread_mutex_lock(&lock);
+    outstanding = 0;   /* requests to the dead rank are abandoned */
+    pthread_mutex_unlock(&lock);
+
+    double t0 = now_s();
+    td_status_t s = td_barrier(60);
+    double dt = now_s() - t0;
+    CHECK(s != TD_OK && dt < 5.0, "td_barrier(60) with rank 1 dead: %s "
+          "after %.1f s", td_strerror(s), dt);
+    CHECK(strstr(td_last_error(), "rank 1") != NULL,
+          "the barrier's error does not name rank 1: '%s'", td_last_error());
+    if (failures == 0) {
+        printf("rank 0: ok td_barrier failed with '%s' after %.2f s\n",
+               td_last_error(), dt);
+    }
+    t0 = now_s();
+    s = td_finalize();
+    dt = now_s() - t0;
+    CHECK(s != TD_OK && dt < 5.0, "td_finalize with rank 1 dead: %s after "
+          "%.1f s", td_strerror(s), dt);
+    CHECK(strstr(td_last_error(), "rank 1") != NULL &&
+          strstr(td_last_error(), "td/fin") == NULL,
+          "td_finalize's error is not the first one, naming rank 1: '%s'",
+          td_last_error());
+    if (failures == 0) {
+        printf("rank 0: ok td_finalize failed with '%s' after %.2f s\n",
+               td_last_error(), dt);
+    }
+    free(b);
+}
+
+/* Finding 3 of issue 18: the store's listening socket, from /proc. */
+static void
+scenario_listen(void)
+{
+    if (rank != 0) {
+        return;
+    }
+    unsigned port = td_world()->master_port;
+    int found = 0, wildcard = 0;
+    const char *files[2] = { "/proc/net/tcp", "/proc/net/tcp6" };
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(files[i], "r");
+        char line[512], local[128];
+        unsigned st;
+        if (f == NULL) {
+            continue;
+        }
+        while (fgets(line, sizeof(line), f) != NULL) {
+            if (sscanf(line, " %*d: %127s %*s %x", local, &st) != 2 ||
+                st != 0x0A) {   /* TCP_LISTEN */
+                continue;
+            }
+            char *colon = strrchr(local, ':');
+            if (colon == NULL || strtoul(colon + 1, NULL, 16) != port) {
+                continue;
+            }
+            *colon = '\0';
+            found++;
+            wildcard += strspn(local, "0") == strlen(local);
+        }
+        fclose(f);
+    }
+    CHECK(found > 0 && wildcard == 0, "store port %u: %d listening sockets, "
+          "%d on every interface", port, found, wildcard);
+    if (failures == 0) {
+        printf("rank 0: ok the store listens on 127.0.0.1:%u only\n", port);
+    }
+}
+
+/* Finding 6 of issue 18: an address needed after rank 0 is gone. */
+static void
+scenario_store_gone(void)
+{
+    CHECK(td_barrier(-1) == TD_OK, "barrier: %s", td_last_error());
+    if (rank == 0) {
+        /* once the others are past the barrier, the store goes with us */
+        const char *keys[2] = { "t/past/1", "t/past/2" };
+        td_store_wait(td_runtime_store(), keys, 2, 30);
+        _exit(0);
+    }
+    char key[32];
+    snprintf(key, sizeof(key), "t/past/%d", rank);
+    CHECK(td_store_set(td_runtime_store(), key, "1", 1) == TD_OK, "set: %s",
+          td_last_error());
+    if (rank == 2) {
+        _exit(0);   /* rank 1 never learnt its address either way */
+    }
+    /* wait until this rank's own store connection sees rank 0 gone */
+    int64_t n;
+    double d = now_s() + 20;
+    while (td_store_num_keys(td_runtime_store(), &n) == TD_OK && now_s() < d) {
+        usleep(20000);
+    }
+    size_t sz = 16;
+    uint8_t *b = malloc(sz);
+    fill(b, sz, 3);
+    if (request(2, 3, &sz, 1, &b) != TD_OK) {
+        pthread_mutex_lock(&lock);
+        last_send_status = TD_ERR_PEER;
+        snprintf(last_send_error, sizeof(last_send_error), "%s",
+                 td_last_error());
+        pthread_mutex_unlock(&lock);
+    }
+    CHECK(WAIT_FOR(last_send_status != TD_OK, 30), "the send to rank 2 did "
+          "not fail");
+    CHECK(strstr(last_send_error, "rank 0, which holds the store, is gone") &&
+          strstr(last_send_error, "rank 2"), "unclear error: '%s'",
+          last_send_error);
+    if (failures == 0) {
+        printf("rank 1: ok send failed with '%s'\n", last_send_error);
+    }
+}
+
 /* Raw UCX from a second worker: active messages with todist's AM id but
  * malformed headers. The receiver must drop each one and keep serving. */
 static void
@@ -617,7 +852,8 @@ main(int argc, char **argv)
     rank = atoi(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "0");
     world = atoi(getenv("TODIST_WORLD_SIZE") ? getenv("TODIST_WORLD_SIZE")
                                                : "1");
-    if (strcmp(scenario, "kill") == 0 && rank == 0) {
+    if (strcmp(scenario, "kill") == 0 || strcmp(scenario, "dead") == 0 ||
+        strcmp(scenario, "store_gone") == 0) {
         /* todist-run stops the group when rank 1 dies; finish the checks */
         signal(SIGTERM, SIG_IGN);
     }
@@ -646,6 +882,19 @@ main(int argc, char **argv)
         printf("rank %d: %s\n", rank, failures ? "failed" : "passed");
         fflush(stdout);
         _exit(failures ? 1 : 0);   /* the job is broken: no finalize */
+    } else if (strcmp(scenario, "stopped") == 0 ||
+               strcmp(scenario, "dead") == 0 ||
+               strcmp(scenario, "store_gone") == 0) {
+        if (strcmp(scenario, "store_gone") == 0) {
+            scenario_store_gone();
+        } else if (scenario[1] == 't') {
+            scenario_stopped();
+        } else {
+            scenario_dead();
+        }
+        printf("rank %d: %s\n", rank, failures ? "failed" : "passed");
+        fflush(stdout);
+        _exit(failures ? 1 : 0);   /* td_finalize was called above */
     } else if (strcmp(scenario, "join") == 0) {
         scenario_join();
     } else if (strcmp(scenario, "malformed") == 0) {
@@ -655,6 +904,8 @@ main(int argc, char **argv)
             sleep(5);
             return 0;
         }
+    } else if (strcmp(scenario, "listen") == 0) {
+        scenario_listen();
     } else if (strcmp(scenario, "barrier") == 0) {
         for (int i = 0; i < 3; i++) {
             CHECK(td_barrier(-1) == TD_OK, "barrier %d: %s", i,

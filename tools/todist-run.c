@@ -1,11 +1,13 @@
 /* todist-run: the local launcher (torchrun's standalone mode, in C).
  *
- * Starts N copies of a program with the TODIST_* and torchrun variables,
- * optionally labels their output line by line, forwards SIGINT/SIGTERM,
- * tears the group down when one rank fails (SIGTERM, then SIGKILL after a
- * grace period) and exits with the failing rank's status, restarting the
- * whole group up to --max-restarts times. With --nnodes it is one node's
- * launcher of a multi-node job. */
+ * Starts N copies of a program, each with the environment
+ * td_rank_env_export() gives a rank (TODIST_*, torchrun's names,
+ * OMP_NUM_THREADS, ...), optionally labels their output line by line,
+ * forwards SIGINT/SIGTERM, tears the group down when one rank fails
+ * (SIGTERM, then SIGKILL after a grace period) and exits with the failing
+ * rank's status, restarting the whole group up to --max-restarts times.
+ * With --nnodes it is one node's launcher of a multi-node job. Accepts
+ * torchrun's option spellings. Single-threaded. */
 #include "config.h"
 
 #include <errno.h>
@@ -14,18 +16,20 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "base/clock.h"
+#include "todist/rank_env.h"
 
 #define LINE_MAX_BYTES 65536
 
@@ -47,34 +51,60 @@ typedef struct {
     int         nnodes;
     int         node_rank;
     const char *master_addr;
-    int         master_port;
+    int         master_port;    /* torch's MASTER_PORT */
+    int         store_port;     /* todist's store (TODIST_MASTER_PORT) */
     int         label;
     int         max_restarts;
     double      grace;
+    const char *bind;           /* --bind; NULL: leave TODIST_BIND */
+    const char *run_id;         /* TORCHELASTIC_RUN_ID */
+    int         omp_threads;    /* 0: OMP_NUM_THREADS was set */
     char      **argv;
-    char        token[65];
+    char        token[TD_JOB_TOKEN_HEX + 1];   /* "": export none */
 } opts_t;
+
+/* One incarnation of the group. */
+typedef struct {
+    const opts_t *o;
+    child_t      *c;
+    int           n;
+    int           restart;
+    int           alive;
+    int           failed_rank;  /* local index, -1 */
+    int           failed_status;
+    int           got_signal;
+    double        kill_at;      /* 0: no teardown under way */
+} group_t;
 
 static void
 usage(FILE *f)
 {
     fprintf(f,
 "usage: todist-run [-n N] [--nnodes M --node-rank K --master-addr A\n"
-"                  --master-port P] [--label] [--max-restarts R]\n"
-"                  [--grace-period S] [--] PROGRAM [ARGS...]\n"
+"                  --master-port P] [--store-port Q] [--standalone]\n"
+"                  [--label] [--max-restarts R] [--grace-period S]\n"
+"                  [--bind closest|none] [--run-id ID] [--] PROGRAM [ARGS...]\n"
 "\n"
 "Start N local processes of PROGRAM as ranks of one todist job.\n"
 "  -n, --nproc-per-node N  processes on this node (default 1)\n"
-"  --nnodes M              nodes in the job (default 1); with M > 1 also give\n"
-"                          --node-rank, --master-addr, --master-port and the\n"
-"                          same TODIST_JOB_TOKEN in every node's environment\n"
+"  --nnodes M              nodes in the job (default 1; M:M accepted); with\n"
+"                          M > 1 also give --node-rank, --master-addr and\n"
+"                          --master-port, and for todist's store the same\n"
+"                          TODIST_JOB_TOKEN in every node's environment\n"
 "  --node-rank K           this node's index, 0..M-1 (default 0)\n"
 "  --master-addr A         address of rank 0's node (default 127.0.0.1)\n"
-"  --master-port P         rendezvous port (default: a free port)\n"
+"  --master-port P         torch's MASTER_PORT (default: a free port)\n"
+"  --store-port Q          todist's store port, TODIST_MASTER_PORT\n"
+"                          (default P+1 with --master-port, else a free port)\n"
+"  --standalone            one node, free ports (torchrun's --standalone)\n"
 "  --label                 prefix each output line with '[RANK]: '\n"
 "  --max-restarts R        restart the whole group up to R times on failure\n"
 "  --grace-period S        seconds between SIGTERM and SIGKILL (default 3)\n"
-"  -h, --help              this text\n");
+"  --bind closest|none     TODIST_BIND for every rank (default: as inherited)\n"
+"  --run-id ID             TORCHELASTIC_RUN_ID (default 'none')\n"
+"  -h, --help              this text\n"
+"torchrun's spellings (--nproc_per_node, --node_rank, --master_addr,\n"
+"--master_port, --max_restarts, --rdzv_id) are accepted too.\n");
 }
 
 static void
@@ -89,15 +119,6 @@ die_usage(const char *fmt, ...)
     va_end(ap);
     usage(stderr);
     exit(2);
-}
-
-static double
-now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static long
@@ -115,64 +136,90 @@ parse_long(const char *opt, const char *s, long min, long max)
     return v;
 }
 
-/* A port nobody listens on now: bind port 0 and read what the kernel gave. */
+/* torchrun's --nnodes is N or MIN:MAX; only a fixed size is supported. */
 static int
-free_port(void)
+parse_nnodes(const char *s)
 {
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int port = -1;
+    const char *colon = strchr(s, ':');
+    char lo[32];
+    long a, b;
 
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
-        port = ntohs(a.sin_port);
+    if (colon == NULL) {
+        return (int)parse_long("--nnodes", s, 1, 1 << 20);
     }
-    if (fd >= 0) {
-        close(fd);
+    if ((size_t)(colon - s) >= sizeof(lo)) {
+        die_usage("--nnodes expects N or N:N, got '%s'", s);
     }
-    return port;
+    memcpy(lo, s, (size_t)(colon - s));
+    lo[colon - s] = '\0';
+    a = parse_long("--nnodes", lo, 1, 1 << 20);
+    b = parse_long("--nnodes", colon + 1, 1, 1 << 20);
+    if (a != b) {
+        die_usage("--nnodes %s: elastic sizes are not supported; give one "
+                  "node count", s);
+    }
+    return (int)a;
 }
 
+/* Two distinct ports nobody listens on now: bind port 0 twice (both
+ * sockets open at once, so the kernel cannot hand out the same one). */
 static int
-make_token(char *hex)
+free_ports(int *a_p, int *b_p)
 {
-    unsigned char raw[32];
-    size_t got = 0;
+    int fd[2] = { -1, -1 }, port[2] = { -1, -1 }, rc = -1;
 
-    while (got < sizeof(raw)) {
-        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return -1;
+    for (int i = 0; i < 2; i++) {
+        struct sockaddr_in a = { .sin_family = AF_INET };
+        socklen_t len = sizeof(a);
+
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fd[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd[i] < 0 || bind(fd[i], (struct sockaddr *)&a, sizeof(a)) != 0 ||
+            getsockname(fd[i], (struct sockaddr *)&a, &len) != 0) {
+            goto out;
         }
-        got += (size_t)n;
+        port[i] = ntohs(a.sin_port);
     }
-    for (size_t i = 0; i < sizeof(raw); i++) {
-        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    *a_p = port[0];
+    *b_p = port[1];
+    rc = 0;
+out:
+    for (int i = 0; i < 2; i++) {
+        if (fd[i] >= 0) {
+            close(fd[i]);
+        }
     }
-    return 0;
+    return rc;
 }
 
 static void
 parse_args(int argc, char **argv, opts_t *o)
 {
+    /* Both spellings of torchrun's options map to the same code. */
     static const struct option longopts[] = {
         { "nproc-per-node", required_argument, NULL, 'n' },
+        { "nproc_per_node", required_argument, NULL, 'n' },
         { "nnodes",         required_argument, NULL, 'N' },
         { "node-rank",      required_argument, NULL, 'k' },
+        { "node_rank",      required_argument, NULL, 'k' },
         { "master-addr",    required_argument, NULL, 'a' },
+        { "master_addr",    required_argument, NULL, 'a' },
         { "master-port",    required_argument, NULL, 'p' },
+        { "master_port",    required_argument, NULL, 'p' },
+        { "store-port",     required_argument, NULL, 'q' },
+        { "standalone",     no_argument,       NULL, 's' },
         { "label",          no_argument,       NULL, 'l' },
         { "max-restarts",   required_argument, NULL, 'r' },
+        { "max_restarts",   required_argument, NULL, 'r' },
         { "grace-period",   required_argument, NULL, 'g' },
+        { "bind",           required_argument, NULL, 'b' },
+        { "run-id",         required_argument, NULL, 'i' },
+        { "rdzv-id",        required_argument, NULL, 'i' },
+        { "rdzv_id",        required_argument, NULL, 'i' },
         { "help",           no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    int c, have_addr = 0;
+    int c, have_addr = 0, standalone = 0;
     const char *token;
 
     memset(o, 0, sizeof(*o));
@@ -180,21 +227,24 @@ parse_args(int argc, char **argv, opts_t *o)
     o->nnodes = 1;
     o->master_addr = "127.0.0.1";
     o->master_port = -1;
+    o->store_port = -1;
     o->grace = 3.0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+n:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'n': o->nproc = (int)parse_long("-n", optarg, 1, 4096); break;
-        case 'N': o->nnodes = (int)parse_long("--nnodes", optarg, 1, 1 << 20); break;
+        case 'N': o->nnodes = parse_nnodes(optarg); break;
         case 'k': o->node_rank = (int)parse_long("--node-rank", optarg, 0, 1 << 20); break;
         case 'a':
-            if (optarg[0] == '\0' || strlen(optarg) > 255) {
+            if (optarg[0] == '\0' || strlen(optarg) >= TD_HOSTNAME_MAX) {
                 die_usage("--master-addr expects a host name or address");
             }
             o->master_addr = optarg;
             have_addr = 1;
             break;
         case 'p': o->master_port = (int)parse_long("--master-port", optarg, 1, 65535); break;
+        case 'q': o->store_port = (int)parse_long("--store-port", optarg, 1, 65535); break;
+        case 's': standalone = 1; break;
         case 'l': o->label = 1; break;
         case 'r': o->max_restarts = (int)parse_long("--max-restarts", optarg, 0, 1000); break;
         case 'g': {
@@ -205,6 +255,19 @@ parse_args(int argc, char **argv, opts_t *o)
             }
             break;
         }
+        case 'b':
+            if (strcmp(optarg, "closest") != 0 && strcmp(optarg, "none") != 0) {
+                die_usage("--bind expects closest or none, got '%s'", optarg);
+            }
+            o->bind = optarg;
+            break;
+        case 'i':
+            if (optarg[0] == '\0' || strlen(optarg) >= TD_HOSTNAME_MAX) {
+                die_usage("--run-id expects 1 to %d characters",
+                          TD_HOSTNAME_MAX - 1);
+            }
+            o->run_id = optarg;
+            break;
         case 'h': usage(stdout); exit(0);
         default:
             if (optopt != 0) {
@@ -217,6 +280,9 @@ parse_args(int argc, char **argv, opts_t *o)
         die_usage("no PROGRAM given");
     }
     o->argv = argv + optind;
+    if (standalone && o->nnodes > 1) {
+        die_usage("--standalone is one node, but --nnodes is %d", o->nnodes);
+    }
     if (o->node_rank >= o->nnodes) {
         die_usage("--node-rank %d is not below --nnodes %d", o->node_rank,
                   o->nnodes);
@@ -224,45 +290,67 @@ parse_args(int argc, char **argv, opts_t *o)
     if ((long)o->nnodes * o->nproc > (1 << 24)) {
         die_usage("world of %ld ranks is too large", (long)o->nnodes * o->nproc);
     }
-    token = getenv("TODIST_JOB_TOKEN");
-    if (o->nnodes > 1) {
-        if (!have_addr || o->master_port < 0) {
-            die_usage("--nnodes %d needs --master-addr and --master-port",
-                      o->nnodes);
-        }
-        if (token == NULL || token[0] == '\0') {
-            die_usage("--nnodes %d needs the same TODIST_JOB_TOKEN in every "
-                      "node's environment", o->nnodes);
-        }
+    if (o->nnodes > 1 && (!have_addr || o->master_port < 0)) {
+        die_usage("--nnodes %d needs --master-addr and --master-port",
+                  o->nnodes);
     }
+    if (o->master_port == 65535 && o->store_port < 0) {
+        die_usage("--master-port 65535 leaves no port above it for todist's "
+                  "store; give --store-port");
+    }
+    if (o->master_port > 0 && o->store_port == o->master_port) {
+        die_usage("--store-port %d is also --master-port; todist's store "
+                  "needs a port of its own", o->store_port);
+    }
+    /* The job token: inherited, or made here for a one-node job. Several
+     * nodes cannot agree on a fresh one, so without it none is exported
+     * and td_init refuses to start its store across nodes, while a pure
+     * PyTorch program (torch's own store) runs unhindered. */
+    token = getenv("TODIST_JOB_TOKEN");
     if (token != NULL && token[0] != '\0') {
         if (strlen(token) >= sizeof(o->token)) {
             die_usage("TODIST_JOB_TOKEN is longer than %zu characters",
                       sizeof(o->token) - 1);
         }
         strcpy(o->token, token);
-    } else if (make_token(o->token) != 0) {
-        fprintf(stderr, "todist-run: cannot read random bytes: %s\n",
-                strerror(errno));
+    } else if (o->nnodes == 1 &&
+               td_job_token_make(o->token, sizeof(o->token)) != TD_OK) {
+        fprintf(stderr, "todist-run: %s\n", td_last_error());
         exit(1);
     }
     if (o->master_port < 0) {
-        o->master_port = free_port();
-        if (o->master_port < 0) {
-            fprintf(stderr, "todist-run: cannot find a free port: %s\n",
+        int a = -1, b = -1;
+        if (free_ports(&a, &b) != 0) {
+            fprintf(stderr, "todist-run: cannot find free ports: %s\n",
                     strerror(errno));
             exit(1);
+        }
+        if (o->store_port < 0) {
+            o->store_port = b;
+        }
+        o->master_port = a != o->store_port ? a : b;
+    } else if (o->store_port < 0) {
+        o->store_port = o->master_port + 1;
+    }
+    /* As the plugin does: the cores this launcher may use, shared by the
+     * local ranks, unless the user chose. */
+    {
+        const char *omp = getenv("OMP_NUM_THREADS");
+        cpu_set_t set;
+
+        if (omp == NULL || omp[0] == '\0') {
+            int cpus = sched_getaffinity(0, sizeof(set), &set) == 0
+                       ? CPU_COUNT(&set) : 1;
+            o->omp_threads = td_omp_threads_default(cpus, o->nproc);
         }
     }
 }
 
-static void
-setenv_int(const char *name, long v)
+static int
+env_set(const char *name, const char *value, void *arg)
 {
-    char buf[32];
-
-    snprintf(buf, sizeof(buf), "%ld", v);
-    setenv(name, buf, 1);
+    (void)arg;
+    return setenv(name, value, 1);
 }
 
 /* In the child: the rank's environment, then exec. Never returns. */
@@ -270,9 +358,8 @@ static void
 child_exec(const opts_t *o, int local_rank, int restart, const sigset_t *mask,
            int out_fd, int err_fd)
 {
-    int rank = o->node_rank * o->nproc + local_rank;
-    int world = o->nnodes * o->nproc;
-    char port[16];
+    td_world_t w;
+    td_rank_env_t re;
 
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);   /* no orphans if the launcher dies */
@@ -281,24 +368,29 @@ child_exec(const opts_t *o, int local_rank, int restart, const sigset_t *mask,
     if (out_fd >= 0 && (dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)) {
         _exit(127);
     }
-    snprintf(port, sizeof(port), "%d", o->master_port);
-    setenv_int("TODIST_RANK", rank);
-    setenv_int("TODIST_WORLD_SIZE", world);
-    setenv_int("TODIST_LOCAL_RANK", local_rank);
-    setenv_int("TODIST_LOCAL_WORLD_SIZE", o->nproc);
-    setenv_int("TODIST_NODE_RANK", o->node_rank);
-    setenv_int("TODIST_NNODES", o->nnodes);
-    setenv("TODIST_MASTER_ADDR", o->master_addr, 1);
-    setenv("TODIST_MASTER_PORT", port, 1);
-    setenv("TODIST_JOB_TOKEN", o->token, 1);
-    setenv_int("TODIST_RESTART_COUNT", restart);
-    setenv_int("RANK", rank);
-    setenv_int("WORLD_SIZE", world);
-    setenv_int("LOCAL_RANK", local_rank);
-    setenv_int("LOCAL_WORLD_SIZE", o->nproc);
-    setenv_int("GROUP_RANK", o->node_rank);
-    setenv("MASTER_ADDR", o->master_addr, 1);
-    setenv("MASTER_PORT", port, 1);
+    memset(&w, 0, sizeof(w));
+    w.rank = o->node_rank * o->nproc + local_rank;
+    w.world_size = o->nnodes * o->nproc;
+    w.local_rank = local_rank;
+    w.local_world_size = o->nproc;
+    w.node_rank = o->node_rank;
+    w.nnodes = o->nnodes;
+    snprintf(w.master_addr, sizeof(w.master_addr), "%s", o->master_addr);
+    w.master_port = (uint16_t)o->store_port;
+    memset(&re, 0, sizeof(re));
+    re.world = &w;
+    re.torch_port = (uint16_t)o->master_port;
+    re.torchrun = true;
+    re.token = o->token[0] != '\0' ? o->token : NULL;
+    re.bind = o->bind;
+    re.omp_threads = o->omp_threads;
+    re.restart_count = restart;
+    re.max_restarts = o->max_restarts;
+    re.run_id = o->run_id;
+    if (td_rank_env_export(&re, env_set, NULL) != TD_OK) {
+        fprintf(stderr, "todist-run: %s\n", td_last_error());
+        _exit(127);
+    }
     execvp(o->argv[0], o->argv);
     fprintf(stderr, "todist-run: cannot run '%s': %s\n", o->argv[0],
             strerror(errno));
@@ -375,14 +467,22 @@ stream_pump(stream_t *s, int rank)
 }
 
 static void
-signal_group(child_t *c, int n, int sig)
+signal_group(group_t *g, int sig)
 {
-    for (int i = 0; i < n; i++) {
-        if (c[i].pid > 0) {
-            kill(-c[i].pid, sig);
-            kill(c[i].pid, sig);
+    for (int i = 0; i < g->n; i++) {
+        if (g->c[i].pid > 0) {
+            kill(-g->c[i].pid, sig);
+            kill(g->c[i].pid, sig);
         }
     }
+}
+
+/* Begin the teardown: SIGTERM now, SIGKILL after the grace period. */
+static void
+stop_group(group_t *g, int sig)
+{
+    signal_group(g, sig);
+    g->kill_at = td_now_s() + g->o->grace;
 }
 
 static void
@@ -403,180 +503,210 @@ status_to_exit(int st)
     return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
 }
 
+/* Fork one rank (local index I), with pipes when labelling. */
+static int
+start_rank(group_t *g, int i, const sigset_t *mask)
+{
+    const opts_t *o = g->o;
+    child_t *c = &g->c[i];
+    int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
+
+    c->out.fd = c->err.fd = -1;
+    if (o->label && (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0)) {
+        fprintf(stderr, "todist-run: pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    c->pid = fork();
+    if (c->pid == 0) {
+        child_exec(o, i, g->restart, mask, po[1], pe[1]);
+    }
+    if (c->pid < 0) {
+        fprintf(stderr, "todist-run: fork: %s\n", strerror(errno));
+        c->pid = 0;
+        if (o->label) {
+            close(po[0]); close(po[1]); close(pe[0]); close(pe[1]);
+        }
+        return -1;
+    }
+    setpgid(c->pid, c->pid);        /* also here: no race with kill */
+    g->alive++;
+    if (o->label) {
+        close(po[1]);
+        close(pe[1]);
+        c->out = (stream_t){ po[0], 1, malloc(LINE_MAX_BYTES), 0 };
+        c->err = (stream_t){ pe[0], 2, malloc(LINE_MAX_BYTES), 0 };
+        if (c->out.buf == NULL || c->err.buf == NULL) {
+            fprintf(stderr, "todist-run: out of memory\n");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Start every rank; on a failure stop those already started. */
+static void
+start_ranks(group_t *g, const sigset_t *mask)
+{
+    for (int i = 0; i < g->n; i++) {
+        if (start_rank(g, i, mask) != 0) {
+            g->failed_rank = i;
+            g->failed_status = 1 << 8;
+            stop_group(g, SIGTERM);
+            return;
+        }
+    }
+}
+
+/* Wait (bounded by the teardown deadline) and pump the labelled output.
+ * Returns poll's result, or -2 when nothing is left to wait for. */
+static int
+pump_output(group_t *g, int sfd)
+{
+    int cap = 2 * g->n + 1, np = 0, streams_open = 0, timeout = -1, pr;
+    struct pollfd *pf = calloc((size_t)cap, sizeof(*pf));
+    stream_t **owner = calloc((size_t)cap, sizeof(*owner));
+    int *owner_rank = calloc((size_t)cap, sizeof(*owner_rank));
+
+    if (pf == NULL || owner == NULL || owner_rank == NULL) {
+        free(pf); free(owner); free(owner_rank);
+        return -1;
+    }
+    pf[np++] = (struct pollfd){ .fd = sfd, .events = POLLIN };
+    for (int i = 0; i < g->n; i++) {
+        stream_t *s[2] = { &g->c[i].out, &g->c[i].err };
+        for (int k = 0; k < 2; k++) {
+            if (s[k]->fd >= 0) {
+                owner[np] = s[k];
+                owner_rank[np] = g->o->node_rank * g->n + i;
+                pf[np++] = (struct pollfd){ .fd = s[k]->fd, .events = POLLIN };
+                streams_open++;
+            }
+        }
+    }
+    if (g->alive == 0 && streams_open == 0) {
+        free(pf); free(owner); free(owner_rank);
+        return -2;
+    }
+    if (g->kill_at > 0 && g->alive > 0) {
+        double left = g->kill_at - td_now_s();
+        timeout = left > 0 ? (int)(left * 1000) + 1 : 0;
+    } else if (g->alive == 0) {
+        /* Children are gone; a grandchild may still hold a pipe. */
+        timeout = 1000;
+    }
+    pr = poll(pf, (nfds_t)np, timeout);
+    if (pr == 0 && g->alive == 0) {
+        for (int i = 1; i < np; i++) {   /* give up on stray holders */
+            close(owner[i]->fd);
+            owner[i]->fd = -1;
+        }
+    }
+    for (int i = 1; pr > 0 && i < np; i++) {
+        if (pf[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+            stream_pump(owner[i], owner_rank[i]);
+        }
+    }
+    free(pf); free(owner); free(owner_rank);
+    return pr;
+}
+
+/* Forward INT/TERM/HUP to the ranks (a second one kills); stop restarting. */
+static void
+handle_signals(group_t *g, int sfd)
+{
+    struct signalfd_siginfo si;
+
+    while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+        if (si.ssi_signo == SIGCHLD) {
+            continue;
+        }
+        if (!g->got_signal) {
+            g->got_signal = (int)si.ssi_signo;
+            stop_group(g, (int)si.ssi_signo);
+        } else {
+            signal_group(g, SIGKILL);
+        }
+    }
+}
+
+/* Reap exited ranks; the first to fail starts the teardown. */
+static void
+reap_ranks(group_t *g)
+{
+    int st;
+    pid_t pid;
+
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        for (int i = 0; i < g->n; i++) {
+            if (g->c[i].pid != pid) {
+                continue;
+            }
+            g->c[i].pid = 0;
+            g->c[i].status = st;
+            g->alive--;
+            if ((WIFSIGNALED(st) || WEXITSTATUS(st) != 0) &&
+                g->failed_rank < 0 && !g->got_signal) {
+                g->failed_rank = i;
+                g->failed_status = st;
+                describe_status(g->o->node_rank * g->n + i, pid, st);
+                if (g->alive > 0) {
+                    fprintf(stderr, "todist-run: stopping the other %d "
+                            "rank(s)\n", g->alive);
+                }
+                stop_group(g, SIGTERM);
+            }
+        }
+    }
+}
+
 /* Run one incarnation of the group. Returns the launcher's exit code;
  * *retry_p says whether a restart may help (a rank failed on its own). */
 static int
 run_group(const opts_t *o, int restart, int sfd, const sigset_t *mask,
           int *retry_p)
 {
-    int n = o->nproc;
-    child_t *c = calloc((size_t)n, sizeof(*c));
-    int alive = 0, failed_rank = -1, failed_status = 0, got_signal = 0;
-    double kill_at = 0;
-    int rc;
+    group_t g = { .o = o, .n = o->nproc, .restart = restart,
+                  .failed_rank = -1 };
+    int rc = 0, pr;
 
     *retry_p = 0;
-    if (c == NULL) {
+    g.c = calloc((size_t)g.n, sizeof(*g.c));
+    if (g.c == NULL) {
         fprintf(stderr, "todist-run: out of memory\n");
         return 1;
     }
-    for (int i = 0; i < n; i++) {
-        int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
-
-        c[i].out.fd = c[i].err.fd = -1;
-        if (o->label && (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0)) {
-            fprintf(stderr, "todist-run: pipe: %s\n", strerror(errno));
-            failed_rank = i;
-            failed_status = 1 << 8;
-            break;
-        }
-        c[i].pid = fork();
-        if (c[i].pid == 0) {
-            child_exec(o, i, restart, mask, po[1], pe[1]);
-        }
-        if (c[i].pid < 0) {
-            fprintf(stderr, "todist-run: fork: %s\n", strerror(errno));
-            c[i].pid = 0;
-            failed_rank = i;
-            failed_status = 1 << 8;
-            if (o->label) {
-                close(po[0]); close(po[1]); close(pe[0]); close(pe[1]);
-            }
-            break;
-        }
-        setpgid(c[i].pid, c[i].pid);        /* also here: no race with kill */
-        alive++;
-        if (o->label) {
-            close(po[1]);
-            close(pe[1]);
-            c[i].out = (stream_t){ po[0], 1, malloc(LINE_MAX_BYTES), 0 };
-            c[i].err = (stream_t){ pe[0], 2, malloc(LINE_MAX_BYTES), 0 };
-            if (c[i].out.buf == NULL || c[i].err.buf == NULL) {
-                fprintf(stderr, "todist-run: out of memory\n");
-                failed_rank = i;
-                failed_status = 1 << 8;
-                break;
-            }
-        }
+    for (int i = 0; i < g.n; i++) {
+        g.c[i].out.fd = g.c[i].err.fd = -1;
     }
-    if (failed_rank >= 0) {
-        signal_group(c, n, SIGTERM);
-        kill_at = now() + o->grace;
-    }
-
-    for (;;) {
-        struct pollfd *pf = calloc((size_t)(2 * n + 1), sizeof(*pf));
-        stream_t **owner = calloc((size_t)(2 * n + 1), sizeof(*owner));
-        int *owner_rank = calloc((size_t)(2 * n + 1), sizeof(*owner_rank));
-        int np = 0, streams_open = 0, timeout = -1;
-
-        if (pf == NULL || owner == NULL || owner_rank == NULL) {
-            free(pf); free(owner); free(owner_rank);
-            signal_group(c, n, SIGKILL);
+    start_ranks(&g, mask);
+    while ((pr = pump_output(&g, sfd)) != -2) {
+        if (pr == -1 && errno == ENOMEM) {
+            signal_group(&g, SIGKILL);
             fprintf(stderr, "todist-run: out of memory\n");
             rc = 1;
             goto out;
         }
-        pf[np++] = (struct pollfd){ .fd = sfd, .events = POLLIN };
-        for (int i = 0; i < n; i++) {
-            stream_t *s[2] = { &c[i].out, &c[i].err };
-            for (int k = 0; k < 2; k++) {
-                if (s[k]->fd >= 0) {
-                    owner[np] = s[k];
-                    owner_rank[np] = o->node_rank * n + i;
-                    pf[np++] = (struct pollfd){ .fd = s[k]->fd, .events = POLLIN };
-                    streams_open++;
-                }
-            }
-        }
-        if (alive == 0 && streams_open == 0) {
-            free(pf); free(owner); free(owner_rank);
-            break;
-        }
-        if (kill_at > 0 && alive > 0) {
-            double left = kill_at - now();
-            timeout = left > 0 ? (int)(left * 1000) + 1 : 0;
-        } else if (alive == 0) {
-            /* Children are gone; a grandchild may still hold a pipe. */
-            timeout = 1000;
-        }
-        int pr = poll(pf, (nfds_t)np, timeout);
-        if (pr == 0 && alive == 0) {
-            for (int i = 1; i < np; i++) {   /* give up on stray holders */
-                close(owner[i]->fd);
-                owner[i]->fd = -1;
-            }
-        }
-        for (int i = 1; pr > 0 && i < np; i++) {
-            if (pf[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-                stream_pump(owner[i], owner_rank[i]);
-            }
-        }
-        free(pf); free(owner); free(owner_rank);
-
         if (pr > 0) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
-                if (si.ssi_signo == SIGCHLD) {
-                    continue;
-                }
-                /* Forward INT/TERM/HUP; stop restarting. */
-                if (!got_signal) {
-                    got_signal = (int)si.ssi_signo;
-                    signal_group(c, n, (int)si.ssi_signo);
-                    kill_at = now() + o->grace;
-                } else {
-                    signal_group(c, n, SIGKILL);
-                }
-            }
+            handle_signals(&g, sfd);
         }
-        for (;;) {
-            int st;
-            pid_t pid = waitpid(-1, &st, WNOHANG);
-            if (pid <= 0) {
-                break;
-            }
-            for (int i = 0; i < n; i++) {
-                if (c[i].pid != pid) {
-                    continue;
-                }
-                c[i].pid = 0;
-                c[i].status = st;
-                alive--;
-                if ((WIFSIGNALED(st) || WEXITSTATUS(st) != 0) &&
-                    failed_rank < 0 && !got_signal) {
-                    failed_rank = i;
-                    failed_status = st;
-                    describe_status(o->node_rank * n + i, pid, st);
-                    if (alive > 0) {
-                        fprintf(stderr, "todist-run: stopping the other %d "
-                                "rank(s)\n", alive);
-                    }
-                    signal_group(c, n, SIGTERM);
-                    kill_at = now() + o->grace;
-                }
-            }
-        }
-        if (kill_at > 0 && alive > 0 && now() >= kill_at) {
-            signal_group(c, n, SIGKILL);
-            kill_at = now() + 3600;          /* SIGKILL once */
+        reap_ranks(&g);
+        if (g.kill_at > 0 && g.alive > 0 && td_now_s() >= g.kill_at) {
+            signal_group(&g, SIGKILL);
+            g.kill_at = td_now_s() + 3600;      /* SIGKILL once */
         }
     }
-
-    if (got_signal) {
-        rc = 128 + got_signal;
-    } else if (failed_rank >= 0) {
-        rc = status_to_exit(failed_status);
+    if (g.got_signal) {
+        rc = 128 + g.got_signal;
+    } else if (g.failed_rank >= 0) {
+        rc = status_to_exit(g.failed_status);
         *retry_p = 1;
-    } else {
-        rc = 0;
     }
 out:
-    for (int i = 0; i < n; i++) {
-        free(c[i].out.buf);
-        free(c[i].err.buf);
+    for (int i = 0; i < g.n; i++) {
+        free(g.c[i].out.buf);
+        free(g.c[i].err.buf);
     }
-    free(c);
+    free(g.c);
     return rc;
 }
 

@@ -520,6 +520,152 @@ typedef struct {
     int            ordinal;
 } rank_work_t;
 
+/* Step 1 with GPUs: local rank i takes the (i mod usable)-th usable GPU;
+ * its domain is the GPU's locality within the allowed CPUs. */
+static td_status_t
+domains_from_gpus(const td_topology_t *t, const td_placement_opts_t *opts,
+                  hwloc_const_cpuset_t allowed, const int *idx,
+                  const int *ordinal, int n_usable, rank_work_t *w)
+{
+    int N = opts->local_ranks;
+
+    if (N > n_usable && !opts->share_gpus) {
+        return td_error(TD_ERR_RANGE, "placement: %d local ranks but %d "
+                        "usable GPU%s (share them round-robin with "
+                        "--share-gpus or TODIST_SHARE_GPUS=1)", N,
+                        n_usable, n_usable == 1 ? "" : "s");
+    }
+    for (int i = 0; i < N; i++) {
+        int u = i % n_usable;
+        const gpu_t *g = &t->gpus[idx[u]];
+
+        w[i].gpu = idx[u];
+        w[i].ordinal = ordinal[u];
+        w[i].from = g->obj;
+        w[i].loc = hwloc_get_non_io_ancestor_obj(t->topo, g->obj);
+        hwloc_bitmap_and(w[i].domain, w[i].loc->cpuset, allowed);
+        if (hwloc_bitmap_iszero(w[i].domain)) {
+            char a[TD_CPULIST_MAX], l[TD_CPULIST_MAX];
+
+            hwloc_bitmap_list_snprintf(a, sizeof(a), allowed);
+            hwloc_bitmap_list_snprintf(l, sizeof(l), w[i].loc->cpuset);
+            return td_error(TD_ERR_INVALID, "placement: GPU %s (local rank "
+                            "%d) is local to CPUs %s, outside the allowed "
+                            "CPU set %s", g->busid, i, l, a);
+        }
+    }
+    return TD_OK;
+}
+
+/* Step 1 without GPUs: spread the ranks over the NUMA nodes that have
+ * allowed CPUs (several ranks per node, or several nodes per rank). */
+static td_status_t
+domains_from_numa(const td_topology_t *t, int N, hwloc_const_cpuset_t allowed,
+                  rank_work_t *w)
+{
+    hwloc_obj_t node = NULL, *nodes;
+    int nn = 0;
+
+    nodes = calloc(hwloc_get_nbobjs_by_type(t->topo, HWLOC_OBJ_NUMANODE) + 1,
+                   sizeof(*nodes));
+    if (nodes == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "placement: out of memory");
+    }
+    while ((node = hwloc_get_next_obj_by_type(t->topo, HWLOC_OBJ_NUMANODE,
+                                              node)) != NULL) {
+        if (hwloc_bitmap_intersects(node->cpuset, allowed)) {
+            nodes[nn++] = node;
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        int lo, hi;
+
+        w[i].gpu = -1;
+        w[i].ordinal = -1;
+        hwloc_bitmap_zero(w[i].domain);
+        if (nn == 0) {          /* no NUMA information: all of it */
+            hwloc_bitmap_copy(w[i].domain, allowed);
+            lo = hi = 0;
+        } else if (N >= nn) {
+            lo = (int)((long)i * nn / N);
+            hi = lo + 1;
+        } else {
+            lo = (int)((long)i * nn / N);
+            hi = (int)((long)(i + 1) * nn / N);
+        }
+        for (int k = lo; k < hi; k++) {
+            hwloc_bitmap_or(w[i].domain, w[i].domain, nodes[k]->cpuset);
+        }
+        hwloc_bitmap_and(w[i].domain, w[i].domain, allowed);
+        w[i].from = hwloc_get_obj_covering_cpuset(t->topo, w[i].domain);
+        w[i].loc = hi - lo == 1 ? nodes[lo] : NULL;
+    }
+    free(nodes);
+    return TD_OK;
+}
+
+/* Step 2: rank I's CPUs (its share of the cores of its domain, among the
+ * ranks with the same domain in bus-id order, so ranks sharing a GPU get
+ * neighbouring cores) and NUMA node. CPUS is scratch. */
+static td_status_t
+place_cpus(const td_topology_t *t, const rank_work_t *w, int N, int i,
+           hwloc_bitmap_t cpus, td_rank_place_t *p)
+{
+    int j = 0, m = 0;
+    td_status_t status;
+
+    for (int k = 0; k < N; k++) {
+        if (hwloc_bitmap_isequal(w[k].domain, w[i].domain)) {
+            j += w[k].gpu < w[i].gpu || (w[k].gpu == w[i].gpu && k < i);
+            m++;
+        }
+    }
+    core_share(t, w[i].domain, j, m, cpus);
+    status = list_format(cpus, p->cpus, sizeof(p->cpus), "a local rank");
+    if (status != TD_OK) {
+        return status;
+    }
+    if (w[i].loc == NULL) {
+        p->numa = -1;
+    } else if (w[i].loc->type == HWLOC_OBJ_NUMANODE) {
+        p->numa = (int)w[i].loc->os_index;
+    } else {
+        p->numa = locality_numa(t, w[i].loc, cpus);
+    }
+    return TD_OK;
+}
+
+/* Step 3: the NIC nearest to the rank's GPU (or domain) by tree hops;
+ * among equals the least used so far (round-robin over NIC_USE). */
+static void
+place_nic(const td_topology_t *t, const rank_work_t *wi, int *nic_use,
+          td_rank_place_t *p)
+{
+    int best = -1, best_hops = -1;
+
+    for (int n = 0; n < t->n_nics && wi->from != NULL; n++) {
+        int h = tree_hops(wi->from, t->nics[n].dev);
+
+        if (h < 0) {
+            continue;
+        }
+        if (best < 0 || h < best_hops ||
+            (h == best_hops && nic_use[n] < nic_use[best])) {
+            best = n;
+            best_hops = h;
+        }
+    }
+    p->nic_hops = -1;
+    if (best >= 0) {
+        nic_use[best]++;
+        snprintf(p->nic, sizeof(p->nic), "%s", t->nics[best].osdev->name);
+        p->nic_openfabrics = t->nics[best].openfabrics;
+        p->nic_hops = best_hops;
+    }
+}
+
+/* Plan every local rank: a locality domain each (step 1), then CPUs and
+ * NUMA node (step 2) and NIC (step 3) per rank. */
 static td_status_t
 plan_ranks(const td_topology_t *t, const td_placement_opts_t *opts,
            hwloc_const_cpuset_t allowed, rank_work_t *w, td_rank_place_t *r)
@@ -540,91 +686,15 @@ plan_ranks(const td_topology_t *t, const td_placement_opts_t *opts,
     if (status != TD_OK) {
         goto out;
     }
-
-    if (n_usable > 0) {
-        if (N > n_usable && !opts->share_gpus) {
-            status = td_error(TD_ERR_RANGE, "placement: %d local ranks but %d "
-                              "usable GPU%s (share them round-robin with "
-                              "--share-gpus or TODIST_SHARE_GPUS=1)", N,
-                              n_usable, n_usable == 1 ? "" : "s");
-            goto out;
-        }
-        for (int i = 0; i < N; i++) {
-            int u = i % n_usable;
-            const gpu_t *g = &t->gpus[idx[u]];
-
-            w[i].gpu = idx[u];
-            w[i].ordinal = ordinal[u];
-            w[i].from = g->obj;
-            w[i].loc = hwloc_get_non_io_ancestor_obj(t->topo, g->obj);
-            hwloc_bitmap_and(w[i].domain, w[i].loc->cpuset, allowed);
-            if (hwloc_bitmap_iszero(w[i].domain)) {
-                char a[TD_CPULIST_MAX], l[TD_CPULIST_MAX];
-
-                hwloc_bitmap_list_snprintf(a, sizeof(a), allowed);
-                hwloc_bitmap_list_snprintf(l, sizeof(l), w[i].loc->cpuset);
-                status = td_error(TD_ERR_INVALID, "placement: GPU %s (local "
-                                  "rank %d) is local to CPUs %s, outside the "
-                                  "allowed CPU set %s", g->busid, i, l, a);
-                goto out;
-            }
-        }
-    } else {
-        /* No GPU: spread ranks over the NUMA nodes with allowed CPUs. */
-        hwloc_obj_t node = NULL, *nodes;
-        int nn = 0;
-
-        nodes = calloc(hwloc_get_nbobjs_by_type(t->topo, HWLOC_OBJ_NUMANODE) + 1,
-                       sizeof(*nodes));
-        if (nodes == NULL) {
-            status = td_error(TD_ERR_NO_MEMORY, "placement: out of memory");
-            goto out;
-        }
-        while ((node = hwloc_get_next_obj_by_type(t->topo, HWLOC_OBJ_NUMANODE,
-                                                  node)) != NULL) {
-            if (hwloc_bitmap_intersects(node->cpuset, allowed)) {
-                nodes[nn++] = node;
-            }
-        }
-        for (int i = 0; i < N; i++) {
-            int lo, hi;
-
-            w[i].gpu = -1;
-            w[i].ordinal = -1;
-            hwloc_bitmap_zero(w[i].domain);
-            if (nn == 0) {          /* no NUMA information: all of it */
-                hwloc_bitmap_copy(w[i].domain, allowed);
-                lo = hi = 0;
-            } else if (N >= nn) {
-                lo = (int)((long)i * nn / N);
-                hi = lo + 1;
-            } else {
-                lo = (int)((long)i * nn / N);
-                hi = (int)((long)(i + 1) * nn / N);
-            }
-            for (int k = lo; k < hi; k++) {
-                hwloc_bitmap_or(w[i].domain, w[i].domain, nodes[k]->cpuset);
-            }
-            hwloc_bitmap_and(w[i].domain, w[i].domain, allowed);
-            w[i].from = hwloc_get_obj_covering_cpuset(t->topo, w[i].domain);
-            w[i].loc = hi - lo == 1 ? nodes[lo] : NULL;
-        }
-        free(nodes);
+    status = n_usable > 0
+             ? domains_from_gpus(t, opts, allowed, idx, ordinal, n_usable, w)
+             : domains_from_numa(t, N, allowed, w);
+    if (status != TD_OK) {
+        goto out;
     }
-
     for (int i = 0; i < N; i++) {
-        int j = 0, m = 0, best = -1, best_hops = -1;
         td_rank_place_t *p = &r[i];
 
-        /* Ranks sharing this locality, and this rank's place among them in
-         * bus-id order (ranks sharing a GPU get neighbouring cores). */
-        for (int k = 0; k < N; k++) {
-            if (hwloc_bitmap_isequal(w[k].domain, w[i].domain)) {
-                j += w[k].gpu < w[i].gpu || (w[k].gpu == w[i].gpu && k < i);
-                m++;
-            }
-        }
-        core_share(t, w[i].domain, j, m, cpus);
         memset(p, 0, sizeof(*p));
         p->local_rank = i;
         p->gpu_index = w[i].gpu;
@@ -632,38 +702,11 @@ plan_ranks(const td_topology_t *t, const td_placement_opts_t *opts,
         if (w[i].gpu >= 0) {
             snprintf(p->gpu, sizeof(p->gpu), "%s", t->gpus[w[i].gpu].busid);
         }
-        status = list_format(cpus, p->cpus, sizeof(p->cpus), "a local rank");
+        status = place_cpus(t, w, N, i, cpus, p);
         if (status != TD_OK) {
             goto out;
         }
-        if (w[i].loc == NULL) {
-            p->numa = -1;
-        } else if (w[i].loc->type == HWLOC_OBJ_NUMANODE) {
-            p->numa = (int)w[i].loc->os_index;
-        } else {
-            p->numa = locality_numa(t, w[i].loc, cpus);
-        }
-
-        for (int n = 0; n < t->n_nics && w[i].from != NULL; n++) {
-            int h = tree_hops(w[i].from, t->nics[n].dev);
-
-            if (h < 0) {
-                continue;
-            }
-            /* Fewest hops; among equals the least used (round-robin). */
-            if (best < 0 || h < best_hops ||
-                (h == best_hops && nic_use[n] < nic_use[best])) {
-                best = n;
-                best_hops = h;
-            }
-        }
-        p->nic_hops = -1;
-        if (best >= 0) {
-            nic_use[best]++;
-            snprintf(p->nic, sizeof(p->nic), "%s", t->nics[best].osdev->name);
-            p->nic_openfabrics = t->nics[best].openfabrics;
-            p->nic_hops = best_hops;
-        }
+        place_nic(t, &w[i], nic_use, p);
     }
     status = TD_OK;
 out:

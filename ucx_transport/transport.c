@@ -67,6 +67,7 @@ typedef struct send_op {
     size_t               n_bodies;
     size_t               wire_len;
     td_mem_type_t        mem;
+    char                *why;        /* malloc'ed: why connecting failed */
     uint8_t             *wire;       /* our header + the user header */
     ucp_dt_iov_t         iov[];      /* n_bodies, then the wire bytes */
 } send_op_t;
@@ -75,6 +76,7 @@ typedef struct {
     ucp_ep_h ep;
     int      failed;
     int      watch;      /* connect at the next round (td_transport_watch) */
+    int      inflight;   /* sends in UCX, not yet completed (token holder) */
 } peer_t;
 
 /* An incoming message whose bodies are still arriving (sized by the
@@ -140,6 +142,8 @@ struct td_transport {
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
     double                close_timeout;
+    int                   unclosed;       /* endpoints that did not close */
+    int                   unclosed_rank;  /* the first of them */
     /* posted sends, from any thread */
     pthread_mutex_t       lock;
     send_op_t            *q_head, *q_tail;
@@ -243,8 +247,10 @@ op_finish(td_transport_t *tp, send_op_t *op, td_status_t status)
 {
     if (status != TD_OK) {
         td_error(status, "transport: send to rank %d failed: %s", op->dst,
-                 status == TD_ERR_PEER ? "the peer died or is unreachable"
-                                       : td_strerror(status));
+                 op->why != NULL ? op->why
+                 : status == TD_ERR_PEER ? "the peer died or is unreachable"
+                                         : td_strerror(status));
+        free(op->why);
     }
     if (status == TD_OK) {
         BUMP(tp->n_sent);
@@ -289,6 +295,7 @@ send_cb(void *request, ucs_status_t status, void *user_data)
 {
     send_op_t *op = user_data;
 
+    op->tp->peers[op->dst].inflight--;
     op_defer(op->tp, op, status_from_ucs(status));
     ucp_request_free(request);
 }
@@ -386,6 +393,7 @@ op_start(td_transport_t *tp, send_op_t *op)
 
     status = peer_connect(tp, op->dst, &ep);
     if (status != TD_OK) {
+        op->why = strdup(td_last_error());   /* e.g. the store is gone */
         op_defer(tp, op, status);
         return;
     }
@@ -413,6 +421,8 @@ op_start(td_transport_t *tp, send_op_t *op)
         op_defer(tp, op, TD_OK);
     } else if (UCS_PTR_IS_ERR(req)) {
         op_defer(tp, op, status_from_ucs(UCS_PTR_STATUS(req)));
+    } else {
+        tp->peers[op->dst].inflight++;
     }
 }
 
@@ -452,90 +462,87 @@ recv_data_cb(void *request, ucs_status_t status, size_t length,
     ucp_request_free(request);
 }
 
-static ucs_status_t
-am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
-           size_t length, const ucp_am_recv_param_t *param)
-{
-    td_transport_t *tp = arg;
-    const uint8_t *h = header;
-    uint32_t src, ulen, nb;
-    uint16_t id;
-    size_t total = 0, blen[TD_TRANSPORT_BODIES_MAX];
+/* A message's transport header, parsed and checked (wire_parse). */
+typedef struct {
+    uint16_t      id;
+    uint32_t      src, ulen, nb;
+    size_t        blen[TD_TRANSPORT_BODIES_MAX];
     td_mem_type_t bmem[TD_TRANSPORT_BODIES_MAX];
-    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    td_transport_rx_t rx;
-    recv_op_t *r;
-    _Alignas(16) uint8_t stack_op[RECV_OP_SIZE(TD_TRANSPORT_BODIES_MAX)];
+} wire_hdr_t;
 
-    /* Decode and check everything before trusting any of it. */
+/* Step 1: decode H[HEADER_LENGTH] and check everything against the bytes
+ * received (LENGTH of data) before trusting any of it; 0 when it holds. */
+static inline int
+wire_parse(const td_transport_t *tp, const uint8_t *h, size_t header_length,
+           size_t length, wire_hdr_t *w)
+{
+    size_t total = 0;
+
     if (header_length < WIRE_FIXED || h[0] != WIRE_VERSION) {
-        goto drop;
+        return -1;
     }
-    id = (uint16_t)(h[2] << 8 | h[3]);
-    src = td_get_be32(h + 4);
-    ulen = td_get_be32(h + 8);
-    nb = td_get_be32(h + 12);
-    if (id >= TD_TRANSPORT_HANDLERS_MAX ||
-        src >= (uint32_t)tp->params.world_size ||
-        ulen > TD_TRANSPORT_HEADER_MAX || nb > TD_TRANSPORT_BODIES_MAX ||
-        header_length != WIRE_FIXED + (size_t)nb * WIRE_BODY + ulen) {
-        goto drop;
+    w->id = (uint16_t)(h[2] << 8 | h[3]);
+    w->src = td_get_be32(h + 4);
+    w->ulen = td_get_be32(h + 8);
+    w->nb = td_get_be32(h + 12);
+    if (w->id >= TD_TRANSPORT_HANDLERS_MAX ||
+        w->src >= (uint32_t)tp->params.world_size ||
+        w->ulen > TD_TRANSPORT_HEADER_MAX ||
+        w->nb > TD_TRANSPORT_BODIES_MAX ||
+        header_length != WIRE_FIXED + (size_t)w->nb * WIRE_BODY + w->ulen) {
+        return -1;
     }
-    for (uint32_t i = 0; i < nb; i++) {
+    for (uint32_t i = 0; i < w->nb; i++) {
         const uint8_t *b = h + WIRE_FIXED + i * WIRE_BODY;
-        blen[i] = (size_t)td_get_be32(b) << 32 | td_get_be32(b + 4);
-        if (b[8] > TD_MEM_CUDA || blen[i] > SIZE_MAX - total) {
-            goto drop;
-        }
-        bmem[i] = (td_mem_type_t)b[8];
-        total += blen[i];
-    }
-    if (total != length) {
-        goto drop;
-    }
-    if (tp->handlers[id].fn == NULL) {
-        /* Well formed but nobody listens: a peer's todist sent it and
-         * counted it, so count it too, or the join would never settle. */
-        BUMP(tp->n_received);
-        goto drop;
-    }
 
-    /* An eager message completes inside this call: keep its state on the
-     * stack; only a rendezvous outlives it. */
-    if (rndv) {
-        void *mem = malloc(RECV_OP_SIZE(nb));
-        if (mem == NULL) {
-            goto drop;
+        w->blen[i] = (size_t)td_get_be32(b) << 32 | td_get_be32(b + 4);
+        if (b[8] > TD_MEM_CUDA || w->blen[i] > SIZE_MAX - total) {
+            return -1;
         }
-        r = recv_op_init(mem, nb, 1);
-    } else {
-        r = recv_op_init(stack_op, nb, 0);
+        w->bmem[i] = (td_mem_type_t)b[8];
+        total += w->blen[i];
     }
+    return total == length ? 0 : -1;
+}
+
+/* Step 2: the handler names the destinations of the bodies. */
+static inline void
+deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r)
+{
+    td_transport_rx_t rx;
+
     r->tp = tp;
-    r->src = (int)src;
-    r->n_bodies = nb;
-    for (uint32_t i = 0; i < nb; i++) {
-        r->dest[i].len = blen[i];
+    r->src = (int)w->src;
+    r->n_bodies = w->nb;
+    for (uint32_t i = 0; i < w->nb; i++) {
+        r->dest[i].len = w->blen[i];
         r->dest[i].mem = TD_MEM_HOST;
     }
     memset(&rx, 0, sizeof(rx));
-    rx.src = (int)src;
-    rx.handler_id = id;
-    rx.header = h + WIRE_FIXED + (size_t)nb * WIRE_BODY;
-    rx.header_len = ulen;
-    rx.n_bodies = nb;
-    rx.body_len = blen;
-    rx.body_mem = bmem;
+    rx.src = (int)w->src;
+    rx.handler_id = w->id;
+    rx.header = h + WIRE_FIXED + (size_t)w->nb * WIRE_BODY;
+    rx.header_len = w->ulen;
+    rx.n_bodies = w->nb;
+    rx.body_len = w->blen;
+    rx.body_mem = w->bmem;
     rx.dest = r->dest;
-    tp->handlers[id].fn(tp->handlers[id].arg, &rx);
+    tp->handlers[w->id].fn(tp->handlers[w->id].arg, &rx);
     r->done = rx.done;
     r->done_arg = rx.done_arg;
+}
 
-    /* Bodies without a destination get a host buffer (handed over). */
-    for (uint32_t i = 0; i < nb; i++) {
-        r->dest[i].len = blen[i];   /* the handler may not change lengths */
+/* Step 3: bodies without a destination get a host buffer (handed over);
+ * a destination UCX cannot reach fails the message. TD_OK, or the status
+ * the message was finished with (the data released). */
+static inline td_status_t
+fill_dest(td_transport_t *tp, recv_op_t *r, const wire_hdr_t *w, int rndv,
+          void *data)
+{
+    for (uint32_t i = 0; i < w->nb; i++) {
+        r->dest[i].len = w->blen[i];  /* the handler may not change lengths */
         if (r->dest[i].buf == NULL) {
-            r->dest[i].buf = malloc(blen[i] ? blen[i] : 1);
+            r->dest[i].buf = malloc(w->blen[i] ? w->blen[i] : 1);
             r->dest[i].mem = TD_MEM_HOST;
             r->owned[i] = 1;
             if (r->dest[i].buf == NULL) {
@@ -550,7 +557,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
                     ucp_am_data_release(tp->worker, data);
                 }
                 recv_finish(r, TD_ERR_NO_MEMORY);
-                return UCS_OK;
+                return TD_ERR_NO_MEMORY;
             }
         } else if (r->dest[i].mem != TD_MEM_HOST &&
                    !(tp->mem_types & (1u << r->dest[i].mem))) {
@@ -560,26 +567,36 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
             }
             recv_finish(r, td_error(TD_ERR_UNSUPPORTED, "transport: body "
                                     "into device memory not supported"));
-            return UCS_OK;
+            return TD_ERR_UNSUPPORTED;
         }
     }
+    return TD_OK;
+}
 
-    if (!rndv) {
-        const uint8_t *p = data;
-        for (uint32_t i = 0; i < nb; i++) {
-            if (blen[i] > 0) {
-                memcpy(r->dest[i].buf, p, blen[i]);
-            }
-            p += blen[i];
+/* Step 4a: an eager message's bodies are in DATA already: copy them. */
+static inline void
+recv_eager(recv_op_t *r, const wire_hdr_t *w, const void *data)
+{
+    const uint8_t *p = data;
+
+    for (uint32_t i = 0; i < w->nb; i++) {
+        if (w->blen[i] > 0) {
+            memcpy(r->dest[i].buf, p, w->blen[i]);
         }
-        recv_finish(r, TD_OK);
-        return UCS_OK;
+        p += w->blen[i];
     }
+    recv_finish(r, TD_OK);
+}
 
-    /* Rendezvous: UCX moves the bodies straight into the destinations. */
+/* Step 4b: rendezvous: UCX moves the bodies straight into the
+ * destinations. */
+static void
+recv_rndv(td_transport_t *tp, recv_op_t *r, const wire_hdr_t *w, void *data)
+{
     ucp_request_param_t prm;
     void *buf, *req;
     size_t count;
+    uint32_t nb = w->nb;
 
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -590,11 +607,11 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     prm.memory_type = ucs_mem(nb ? r->dest[0].mem : TD_MEM_HOST);
     if (nb == 1) {
         buf = r->dest[0].buf;
-        count = blen[0];
+        count = w->blen[0];
     } else {
         for (uint32_t i = 0; i < nb; i++) {
             r->iov[i].buffer = r->dest[i].buf;
-            r->iov[i].length = blen[i];
+            r->iov[i].length = w->blen[i];
         }
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
         prm.datatype = ucp_dt_make_iov();
@@ -606,6 +623,49 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         recv_finish(r, TD_OK);
     } else if (UCS_PTR_IS_ERR(req)) {
         recv_finish(r, status_from_ucs(UCS_PTR_STATUS(req)));
+    }
+}
+
+/* UCX's active message callback (progress thread): parse, deliver to the
+ * handler, place the bodies, then receive them eagerly or by rendezvous. */
+static ucs_status_t
+am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
+           size_t length, const ucp_am_recv_param_t *param)
+{
+    td_transport_t *tp = arg;
+    int rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    wire_hdr_t w;
+    recv_op_t *r;
+    _Alignas(16) uint8_t stack_op[RECV_OP_SIZE(TD_TRANSPORT_BODIES_MAX)];
+
+    if (wire_parse(tp, header, header_length, length, &w) != 0) {
+        goto drop;
+    }
+    if (tp->handlers[w.id].fn == NULL) {
+        /* Well formed but nobody listens: a peer's todist sent it and
+         * counted it, so count it too, or the join would never settle. */
+        BUMP(tp->n_received);
+        goto drop;
+    }
+    /* An eager message completes inside this call: keep its state on the
+     * stack; only a rendezvous outlives it. */
+    if (rndv) {
+        void *mem = malloc(RECV_OP_SIZE(w.nb));
+        if (mem == NULL) {
+            goto drop;
+        }
+        r = recv_op_init(mem, w.nb, 1);
+    } else {
+        r = recv_op_init(stack_op, w.nb, 0);
+    }
+    deliver(tp, header, &w, r);
+    if (fill_dest(tp, r, &w, rndv, data) != TD_OK) {
+        return UCS_OK;
+    }
+    if (rndv) {
+        recv_rndv(tp, r, &w, data);
+    } else {
+        recv_eager(r, &w, data);
     }
     return UCS_OK;
 
@@ -667,35 +727,15 @@ drain_queue(td_transport_t *tp)
     return n;
 }
 
-/* Close every endpoint: flush mode first, force mode after the timeout. */
+/* Progress until every request in REQS[0..N) is done and no open endpoint
+ * has a send in flight, or DEADLINE passes; done requests are freed and
+ * set to NULL, ST[i] gets their status. */
 static void
-close_endpoints(td_transport_t *tp)
+wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
+              double deadline)
 {
-    int n = tp->params.world_size;
-    void **reqs = calloc(n, sizeof(*reqs));
-    double deadline = td_now_s() + tp->close_timeout;
-    int pending = 0;
+    int pending = 1;
 
-    for (int i = 0; i < n; i++) {
-        ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                    .flags = 0 };
-        if (tp->peers[i].ep == NULL) {
-            continue;
-        }
-        if (reqs == NULL || tp->peers[i].failed) {
-            prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        }
-        void *req = ucp_ep_close_nbx(tp->peers[i].ep, &prm);
-        tp->peers[i].ep = NULL;
-        if (UCS_PTR_IS_PTR(req)) {
-            if (reqs != NULL) {
-                reqs[i] = req;
-                pending++;
-            } else {
-                ucp_request_free(req);
-            }
-        }
-    }
     while (pending > 0) {
         ucp_worker_progress(tp->worker);
         report_completions(tp);
@@ -704,22 +744,98 @@ close_endpoints(td_transport_t *tp)
             if (reqs[i] == NULL) {
                 continue;
             }
-            if (ucp_request_check_status(reqs[i]) != UCS_INPROGRESS) {
+            ucs_status_t s = ucp_request_check_status(reqs[i]);
+            if (s != UCS_INPROGRESS) {
+                st[i] = s;
                 ucp_request_free(reqs[i]);
                 reqs[i] = NULL;
-            } else if (td_now_s() > deadline) {
-                /* The peer does not answer: cancel and move on. */
-                ucp_request_cancel(tp->worker, reqs[i]);
-                pending++;
             } else {
                 pending++;
             }
         }
-        if (pending > 0 && td_now_s() > deadline + 1.0) {
-            break;   /* give up on stubborn requests; worker_destroy ends them */
+        for (int i = 0; i < n; i++) {
+            pending += tp->peers[i].ep != NULL && tp->peers[i].inflight > 0;
+        }
+        if (pending > 0 && td_now_s() > deadline) {
+            return;
+        }
+    }
+}
+
+/* Close every endpoint. First flush them all, bounded by close_timeout; an
+ * endpoint whose flush completes is closed in flush mode, one whose flush
+ * does not (a stopped, hung or partitioned peer holds a transfer) is
+ * closed in force mode, which fails its outstanding requests: closing it
+ * in flush mode would never complete, and ucp_worker_destroy asserts on an
+ * endpoint with requests still attached. Such ranks are counted in
+ * tp->unclosed for td_transport_destroy to report. */
+static void
+close_endpoints(td_transport_t *tp)
+{
+    int n = tp->params.world_size;
+    void **reqs = calloc(n, sizeof(*reqs));
+    ucs_status_t *st = calloc(n, sizeof(*st));
+    double deadline = td_now_s() + tp->close_timeout;
+    ucp_request_param_t prm = { .op_attr_mask = 0 };
+
+    if (reqs == NULL || st == NULL) {
+        deadline = 0;   /* no memory to track requests: force every close */
+    }
+    for (int i = 0; deadline > 0 && i < n; i++) {
+        if (tp->peers[i].ep != NULL && !tp->peers[i].failed) {
+            void *req = ucp_ep_flush_nbx(tp->peers[i].ep, &prm);
+            if (UCS_PTR_IS_PTR(req)) {
+                reqs[i] = req;
+            } else {
+                st[i] = UCS_PTR_STATUS(req);
+            }
+        }
+    }
+    if (deadline > 0) {
+        wait_requests(tp, reqs, st, n, deadline);
+    }
+    for (int i = 0; i < n; i++) {
+        ucp_request_param_t cp = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                   .flags = 0 };
+        bool stuck = deadline <= 0 || (reqs != NULL && reqs[i] != NULL) ||
+                     (tp->peers[i].ep != NULL && tp->peers[i].inflight > 0);
+        if (reqs != NULL && reqs[i] != NULL) {
+            ucp_request_free(reqs[i]);   /* released when force ends it */
+            reqs[i] = NULL;
+        }
+        if (tp->peers[i].ep == NULL) {
+            continue;
+        }
+        if (stuck || tp->peers[i].failed || st[i] != UCS_OK) {
+            cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        }
+        if (stuck && !tp->peers[i].failed && deadline > 0) {
+            if (tp->unclosed == 0) {
+                tp->unclosed_rank = i;
+            }
+            tp->unclosed++;
+        }
+        void *req = ucp_ep_close_nbx(tp->peers[i].ep, &cp);
+        tp->peers[i].ep = NULL;
+        if (UCS_PTR_IS_PTR(req)) {
+            if (reqs != NULL) {
+                reqs[i] = req;
+            } else {
+                ucp_request_free(req);
+            }
+        }
+    }
+    if (reqs != NULL && st != NULL) {
+        wait_requests(tp, reqs, st, n, td_now_s() + tp->close_timeout);
+        for (int i = 0; i < n; i++) {
+            if (reqs[i] != NULL) {
+                /* Released, so ucp_worker_destroy may purge it. */
+                ucp_request_free(reqs[i]);
+            }
         }
     }
     free(reqs);
+    free(st);
 }
 
 /* Endpoints asked for by td_transport_watch (token holder). */
@@ -1198,11 +1314,13 @@ err:
     return status;
 }
 
-void
+td_status_t
 td_transport_destroy(td_transport_t *tp, double timeout)
 {
+    td_status_t status = TD_OK;
+
     if (tp == NULL) {
-        return;
+        return TD_OK;
     }
     if (tp->thread_started) {
         if (timeout > 0) {
@@ -1215,7 +1333,16 @@ td_transport_destroy(td_transport_t *tp, double timeout)
         pthread_mutex_unlock(&tp->drv_lock);
         pthread_join(tp->thread, NULL);
     }
+    if (tp->unclosed > 0) {
+        status = td_error(TD_ERR_TIMEOUT, "transport: rank %d%s did not "
+                          "close %s endpoint within %.3g s (stopped, hung or "
+                          "unreachable)", tp->unclosed_rank,
+                          tp->unclosed > 1 ? " and others" : "",
+                          tp->unclosed > 1 ? "their" : "its",
+                          tp->close_timeout);
+    }
     teardown(tp);
+    return status;
 }
 
 td_status_t
@@ -1293,6 +1420,7 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
     op->n_bodies = n_bodies;
     op->wire_len = wire_len;
     op->mem = n_bodies ? bodies[0].mem : TD_MEM_HOST;
+    op->why = NULL;
     w = op->wire;
     memset(w, 0, WIRE_FIXED + n_bodies * WIRE_BODY);
     w[0] = WIRE_VERSION;

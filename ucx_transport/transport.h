@@ -147,8 +147,10 @@ td_status_t td_transport_create(const td_transport_params_t *params,
 
 /* Flush and close every endpoint (bounded by TIMEOUT seconds), fail what is
  * still pending with TD_ERR_CANCELED, stop the progress thread, destroy the
- * worker and context. NULL is a no-op. */
-void td_transport_destroy(td_transport_t *tp, double timeout);
+ * worker and context. NULL is a no-op. A peer that does not complete its
+ * close (stopped, hung, partitioned) is abandoned after TIMEOUT + 1 s
+ * without crashing UCX; TD_ERR_TIMEOUT then names its rank. */
+td_status_t td_transport_destroy(td_transport_t *tp, double timeout);
 
 /* Register the receive handler for ID (< TD_TRANSPORT_HANDLERS_MAX). Call
  * before this worker's address is published; messages for an id without a

@@ -187,7 +187,9 @@ double      td_rpc_default_timeout(void);
  * modified and may be freed once the call returns). */
 td_status_t td_rpc_async(int dst, const char *name, const td_rpc_list_t *args,
                          double timeout, td_future_t **fut_p);
-/* Blocking form: *RESULT_P receives the result list (the caller frees). */
+/* Blocking form: *RESULT_P receives the result list (the caller frees);
+ * RESULT_P may be NULL to drop it. NAME must have 1..TD_RPC_NAME_MAX-1
+ * bytes (checked before anything is sent, as in td_rpc_async). */
 td_status_t td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
                         double timeout, td_rpc_list_t **result_p);
 

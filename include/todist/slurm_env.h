@@ -15,16 +15,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <todist/rank_env.h>
 #include <todist/status.h>
 #include <todist/world.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The job token: 256 random bits as 64 lowercase hex digits. */
-#define TD_JOB_TOKEN_BYTES 32
-#define TD_JOB_TOKEN_HEX   (2 * TD_JOB_TOKEN_BYTES)
 
 typedef enum {
     TD_BIND_CLOSEST = 0,   /* one GPU per task by local rank; the library
@@ -35,38 +32,34 @@ typedef enum {
 typedef struct {
     bool      enabled;     /* --todist given, or the site's default=on */
     bool      verbose;     /* print each task's mapping on stderr */
-    uint16_t  port;        /* fixed master port; 0: derived from ids */
+    uint16_t  port;        /* fixed MASTER_PORT (store: port + 1); 0:
+                            * reserved by Slurm or derived from ids */
+    uint16_t  store_port;  /* fixed store port; 0: as above */
     uint16_t  port_lo;     /* range for derived ports */
     uint16_t  port_hi;
     td_bind_t bind;
     bool      torchrun;    /* also export RANK, WORLD_SIZE, ... */
+    bool      kill_on_fail;/* a failing task stops the step */
 } td_slurm_opts_t;
 
-/* Built-in defaults: disabled, quiet, derived port in
- * TD_PORT_RANGE_LO..TD_PORT_RANGE_HI, bind=closest, torchrun=yes. */
+/* Built-in defaults: disabled, quiet, reserved or derived ports in
+ * TD_PORT_RANGE_LO..TD_PORT_RANGE_HI, bind=closest, torchrun=yes,
+ * kill_on_fail=yes. */
 void td_slurm_opts_init(td_slurm_opts_t *opts);
 
 /* Apply the site's plugstack.conf arguments (default=on|off,
- * port_range=LO-HI, bind=closest|none, torchrun=yes|no) to OPTS. On error
+ * port_range=LO-HI, bind=closest|none, torchrun=yes|no,
+ * kill_on_fail=yes|no) to OPTS. On error
  * OPTS is unchanged and the message names the argument. */
 td_status_t td_slurm_opts_site(int argc, char *const *argv,
                                td_slurm_opts_t *opts);
 
 /* Apply the user's --todist[=OPTIONS] (a comma list of verbose, port=N,
- * bind=closest|none, torchrun=yes|no; NULL or "" means the defaults) and
+ * store_port=N, bind=closest|none, torchrun=yes|no, kill_on_fail=yes|no;
+ * NULL or "" means the defaults) and
  * set opts->enabled. On error OPTS is unchanged and the message names the
  * option. */
 td_status_t td_slurm_opts_user(const char *optarg, td_slurm_opts_t *opts);
-
-/* Fill BUF (at least TD_JOB_TOKEN_HEX + 1 bytes) with a fresh token from
- * the kernel's random source. */
-td_status_t td_job_token_make(char *buf, size_t len);
-
-/* True when TOKEN is exactly TD_JOB_TOKEN_HEX hex digits. */
-bool td_job_token_valid(const char *token);
-
-/* Sets NAME=VALUE in some environment; 0 on success. */
-typedef int (*td_env_set_fn)(const char *name, const char *value, void *arg);
 
 /* What td_slurm_env_map() decided for one task (for messages and tests). */
 typedef struct {
@@ -80,9 +73,11 @@ typedef struct {
  * SLURM_NODEID, SLURM_STEP_NUM_TASKS/SLURM_NTASKS, SLURM_STEP_NUM_NODES,
  * SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST, SLURM_JOB_ID,
  * SLURM_STEP_ID, SLURM_CPUS_PER_TASK, SLURM_CPUS_ON_NODE,
- * CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, and TODIST_JOB_TOKEN made on the
- * srun side) to the TODIST_* variables, torchrun's names when
- * opts->torchrun, OMP_NUM_THREADS when unset, and one GPU per task when
+ * SLURM_STEP_RESV_PORTS, SLURM_RESTART_COUNT, CUDA_VISIBLE_DEVICES,
+ * OMP_NUM_THREADS, and TODIST_JOB_TOKEN made on the srun side) to a
+ * td_rank_env_t and exports it with td_rank_env_export(): the TODIST_*
+ * variables, torchrun's names when opts->torchrun (TORCHELASTIC_RUN_ID is
+ * "JOB.STEP"), OMP_NUM_THREADS when unset, and one GPU per task when
  * several are visible and opts->bind is closest. Inherited TODIST_* or
  * torchrun variables are ignored: Slurm's facts win. Every variable is
  * checked before the first SET call, so on error nothing was set. */

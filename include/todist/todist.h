@@ -5,6 +5,7 @@
 
 #include <todist/status.h>
 #include <todist/world.h>
+#include <todist/rank_env.h>
 #include <todist/topology.h>
 #include <todist/tensor.h>
 #include <todist/device.h>
@@ -24,5 +25,6 @@
 #include <todist/dist_autograd.h>
 #include <todist/dist_optim.h>
 #include <todist/dist_optim_remote.h>
+#include <todist/sampler.h>
 
 #endif /* TODIST_TODIST_H */

@@ -7,11 +7,13 @@
  *      TODIST_LOCAL_WORLD_SIZE, TODIST_NODE_RANK, TODIST_NNODES,
  *      TODIST_MASTER_ADDR, TODIST_MASTER_PORT;
  *   2. torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
- *      MASTER_ADDR, MASTER_PORT;
+ *      MASTER_ADDR, MASTER_PORT (torchrun's agent serves its store there,
+ *      so todist's store takes TODIST_MASTER_PORT or else MASTER_PORT + 1);
  *   3. Slurm's SLURM_PROCID, SLURM_NTASKS/SLURM_NPROCS, SLURM_LOCALID,
  *      SLURM_NODEID, SLURM_STEP_NUM_NODES/SLURM_NNODES,
  *      SLURM_STEP_TASKS_PER_NODE/SLURM_TASKS_PER_NODE,
- *      SLURM_STEP_NODELIST/SLURM_NODELIST, SLURM_JOB_ID, SLURM_STEP_ID;
+ *      SLURM_STEP_NODELIST/SLURM_NODELIST, SLURM_JOB_ID, SLURM_STEP_ID,
+ *      SLURM_STEP_RESV_PORTS (ports: see below);
  *   4. otherwise a world of one.
  * A source is selected by its rank variable; once selected, its other
  * required variables must be present (a source given in part is an error).
@@ -32,11 +34,15 @@ extern "C" {
 #define TD_HOSTNAME_MAX    256
 #define TD_WORKER_NAME_MAX 32
 
-/* Master port derived from Slurm job and step ids when no port is given:
- * lo + (job_id * 101 + step_id) mod (hi - lo + 1), within
- * TODIST_PORT_RANGE=LO-HI (default 20000-29999, below Linux's ephemeral
- * range). Equal in every task of a step; steps of one job (up to 101) and
- * jobs with nearby ids get different ports. */
+/* Ports of a Slurm step. With Slurm's reservation (SLURM_STEP_RESV_PORTS,
+ * from MpiParams=ports=... and srun --resv-ports) the first reserved port
+ * is torch's MASTER_PORT and the second todist's store; nothing else on
+ * the node gets them. Without it the pair is derived from the job and step
+ * ids within TODIST_PORT_RANGE=LO-HI (default 20000-29999, below Linux's
+ * ephemeral range): pair k = (job_id * 101 + step_id) mod ((hi-lo+1)/2),
+ * MASTER_PORT lo + 2k, store lo + 2k + 1. Equal in every task of a step;
+ * steps of one job (up to 101) and jobs with nearby ids get different
+ * pairs, but nothing stops another job from holding them. */
 #define TD_PORT_RANGE_LO   20000
 #define TD_PORT_RANGE_HI   29999
 
@@ -55,7 +61,10 @@ typedef struct {
     int               node_rank;
     int               nnodes;
     char              master_addr[TD_HOSTNAME_MAX];
-    uint16_t          master_port;     /* 0 only in a world of one */
+    uint16_t          master_port;     /* todist's store; 0 only in a world
+                                        * of one */
+    uint16_t          torch_port;      /* torch's MASTER_PORT, another port;
+                                        * 0 when not known */
     td_world_source_t source;
     char              worker_name[TD_WORKER_NAME_MAX]; /* "worker3" */
 } td_world_t;
@@ -81,7 +90,8 @@ const char *td_world_source_name(td_world_source_t source);
  * digits of WORLD_SIZE (worker0..worker7; worker00..worker11). */
 td_status_t td_worker_name(int rank, int world_size, char *buf, size_t len);
 
-/* Deterministic master port for a Slurm step within [lo, hi] (see above). */
+/* Deterministic store port for a Slurm step within [lo, hi] (see above;
+ * torch's MASTER_PORT is the port below it). */
 uint16_t td_world_slurm_port(uint64_t job_id, uint64_t step_id,
                              uint16_t lo, uint16_t hi);
 

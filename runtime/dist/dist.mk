@@ -3,6 +3,7 @@
 # optimizer over remote references.
 libtodist_core_la_SOURCES += runtime/dist/dist_autograd.c \
 	runtime/dist/dist_autograd_rpc.c runtime/dist/dist_optim.c \
-	runtime/dist/dist_optim_remote.c runtime/dist/dist_internal.h
+	runtime/dist/dist_optim_remote.c runtime/dist/dist_internal.h \
+	runtime/dist/dist_wire.c runtime/dist/dist_wire.h
 todistinclude_HEADERS += include/todist/dist_autograd.h \
 	include/todist/dist_optim.h include/todist/dist_optim_remote.h

@@ -14,10 +14,11 @@
 
 #include "runtime/dist/dist_internal.h"
 #include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/pool.h"
 #include <todist/ops.h>
 
-#define RANK_MAX      ((1 << 15) - 1)
-#define COUNTER_MASK  ((INT64_C(1) << 48) - 1)
+#define RANK_MAX      TD_DIST_RANK_MAX
+#define COUNTER_MASK  TD_DIST_COUNTER_MASK
 
 /* ---- data --------------------------------------------------------------- */
 
@@ -263,7 +264,7 @@ ctx_find(td_dist_engine_t *e, int64_t id)
 static int
 ctx_id_valid(int64_t id)
 {
-    return id > 0 && (id >> 48) <= RANK_MAX && (id & COUNTER_MASK) != 0;
+    return td_dist_id_valid(id);
 }
 
 /* Context ID, created here when missing (a worker joins a context when a
@@ -592,14 +593,6 @@ td_dist_set_current(int64_t ctx_id)
 
     tl_ctx = ctx_id;
     return prev;
-}
-
-/* Every program that uses distributed autograd gets it over RPC. */
-__attribute__((constructor)) static void
-dist_autograd_ctor(void)
-{
-    td_dist_rpc_install();
-    td_dist_optim_remote_install();     /* any worker may own parameters */
 }
 
 void
@@ -1536,108 +1529,4 @@ td_dist_accumulate_grad(int64_t ctx_id, td_tensor_t *const *inputs, int n)
     }
     td_error_clear();
     return status;
-}
-
-/* ---- the propagate header codec ----------------------------------------- */
-
-static void
-put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) {
-        p[i] = (uint8_t)(v >> (8 * i));
-    }
-}
-
-static uint64_t
-get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 0; i < 8; i++) {
-        v |= (uint64_t)p[i] << (8 * i);
-    }
-    return v;
-}
-
-size_t
-td_dist_propagate_hdr_size(int n)
-{
-    return 20 + (size_t)(n + 7) / 8;
-}
-
-td_status_t
-td_dist_propagate_hdr_encode(const td_dist_propagate_hdr_t *h, void *buf,
-                             size_t cap, size_t *len_p)
-{
-    uint8_t *p = buf;
-    size_t len;
-
-    if (h->n < 0 || h->n > TD_DIST_GRADS_MAX) {
-        return td_error(TD_ERR_RANGE, "dist_autograd: %d gradients in one "
-                        "message (at most %d)", h->n, TD_DIST_GRADS_MAX);
-    }
-    len = td_dist_propagate_hdr_size(h->n);
-    if (cap < len) {
-        return td_error(TD_ERR_RANGE, "dist_autograd: propagate header needs "
-                        "%zu bytes, buffer has %zu", len, cap);
-    }
-    p[0] = TD_DIST_PROPAGATE_VERSION;
-    p[1] = h->retain_graph ? 1 : 0;
-    p[2] = (uint8_t)(h->n & 0xff);
-    p[3] = (uint8_t)(h->n >> 8);
-    put64(p + 4, (uint64_t)h->ctx_id);
-    put64(p + 12, (uint64_t)h->msg_id);
-    memcpy(p + 20, h->present, len - 20);
-    *len_p = len;
-    return TD_OK;
-}
-
-td_status_t
-td_dist_propagate_hdr_decode(const void *buf, size_t len, int from,
-                             td_dist_propagate_hdr_t *h_p)
-{
-    const uint8_t *p = buf;
-    td_dist_propagate_hdr_t h;
-
-    if (buf == NULL || len < 20) {
-        return td_error(TD_ERR_PROTOCOL, "dist_autograd: propagate header "
-                        "from rank %d has %zu bytes (at least 20)", from, len);
-    }
-    if (p[0] != TD_DIST_PROPAGATE_VERSION) {
-        return td_error(TD_ERR_PROTOCOL, "dist_autograd: propagate header "
-                        "from rank %d has version %u (expected %d)", from,
-                        p[0], TD_DIST_PROPAGATE_VERSION);
-    }
-    if (p[1] & ~1u) {
-        return td_error(TD_ERR_PROTOCOL, "dist_autograd: propagate header "
-                        "from rank %d has unknown flags 0x%02x", from, p[1]);
-    }
-    memset(&h, 0, sizeof(h));
-    h.retain_graph = p[1] & 1;
-    h.n = p[2] | (p[3] << 8);
-    if (h.n > TD_DIST_GRADS_MAX) {
-        return td_error(TD_ERR_PROTOCOL, "dist_autograd: propagate header "
-                        "from rank %d claims %d gradients (at most %d)", from,
-                        h.n, TD_DIST_GRADS_MAX);
-    }
-    if (len != td_dist_propagate_hdr_size(h.n)) {
-        return td_error(TD_ERR_PROTOCOL, "dist_autograd: propagate header "
-                        "from rank %d claims %d gradients in %zu bytes", from,
-                        h.n, len);
-    }
-    h.ctx_id = (int64_t)get64(p + 4);
-    h.msg_id = (int64_t)get64(p + 12);
-    if (!ctx_id_valid(h.ctx_id) || !ctx_id_valid(h.msg_id)) {
-        return td_error(TD_ERR_PROTOCOL, "dist_autograd: propagate header "
-                        "from rank %d names context %lld message %lld", from,
-                        (long long)h.ctx_id, (long long)h.msg_id);
-    }
-    memcpy(h.present, p + 20, len - 20);
-    if (h.n % 8 != 0 && (h.present[h.n / 8] >> (h.n % 8)) != 0) {
-        return td_error(TD_ERR_PROTOCOL, "dist_autograd: propagate header "
-                        "from rank %d marks gradients past its count %d",
-                        from, h.n);
-    }
-    *h_p = h;
-    return TD_OK;
 }

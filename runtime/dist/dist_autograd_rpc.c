@@ -1,8 +1,11 @@
-/* runtime/dist/dist_autograd_rpc.c: distributed autograd over RPC. Installs the
- * RPC layer's autograd hooks (record send/recv nodes, the current context
- * on handler threads), carries the engine's propagate and release messages
- * as the internal functions "_td.dist.propagate" and "_td.dist.release",
- * and makes the engine of this worker at td_init (a runtime module).
+/* runtime/dist/dist_autograd_rpc.c: distributed autograd over RPC, the
+ * engine's adapter. A runtime module (td_dist_autograd_module, after RPC
+ * and rref in runtime/modules.c) whose attach plugs into RPC like remote
+ * references do (td_rpc_plug: record send/recv nodes, the current context
+ * on handler threads) and registers the engine's propagate and release
+ * messages as the internal functions "_td.dist.propagate" (header codec:
+ * dist_wire.c) and "_td.dist.release"; its setup makes the engine of this
+ * worker at td_init.
  *
  * A propagate handler runs its pass on an RPC pool thread and answers when
  * the pass and everything it started are done; a backward that goes back
@@ -16,7 +19,9 @@
 #include <string.h>
 
 #include "runtime/dist/dist_internal.h"
+#include "runtime/dist/dist_wire.h"
 #include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/pool.h"
 #include "runtime/runtime.h"
 
 #define PROPAGATE_FN "_td.dist.propagate"
@@ -387,28 +392,35 @@ module_shutdown(void *arg)
     td_dist_engine_destroy(e);
 }
 
-void
-td_dist_rpc_install(void)
+/* Before td_init publishes the address: the internal functions, and the
+ * hooks through which RPC records send and recv nodes. */
+static td_status_t
+module_attach(void *arg)
 {
-    static int done;
-    td_rpc_autograd_hooks_t hooks = {
-        hook_current, hook_set_context, hook_on_send, hook_on_recv, NULL};
-    td_runtime_module_t m;
+    td_rpc_plugin_t p;
+    td_status_t status;
 
-    if (done) {
-        return;
+    (void)arg;
+    memset(&p, 0, sizeof(p));
+    p.name = "dist_autograd";
+    p.current_context = hook_current;
+    p.set_context = hook_set_context;
+    p.on_send = hook_on_send;
+    p.on_recv = hook_on_recv;
+    if ((status = td_rpc_register(PROPAGATE_FN, propagate_handler,
+                                  NULL)) != TD_OK ||
+        (status = td_rpc_register(RELEASE_FN, release_handler,
+                                  NULL)) != TD_OK) {
+        return status;
     }
-    done = 1;
-    memset(&m, 0, sizeof(m));
-    m.name = "dist_autograd";
-    m.setup = module_setup;
-    m.outstanding = module_outstanding;
-    m.peer_failed = module_peer_failed;
-    m.shutdown = module_shutdown;
-    /* before td_init: these cannot fail for a missing world */
-    td_rpc_register(PROPAGATE_FN, propagate_handler, NULL);
-    td_rpc_register(RELEASE_FN, release_handler, NULL);
-    td_rpc_set_autograd_hooks(&hooks);
-    td_runtime_register(&m);
-    td_error_clear();
+    return td_rpc_plug(&p);
 }
+
+const td_runtime_module_t td_dist_autograd_module = {
+    .name = "dist_autograd",
+    .attach = module_attach,
+    .setup = module_setup,
+    .outstanding = module_outstanding,
+    .peer_failed = module_peer_failed,
+    .shutdown = module_shutdown,
+};

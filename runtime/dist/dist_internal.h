@@ -20,8 +20,9 @@
  *   - a release message: td_dist_on_release();
  *   - a dead peer: td_dist_peer_failed().
  * The propagate header (context id, message id, flags, gradient count and
- * which gradients are present) has its own versioned codec below; the
- * gradient tensors travel as the RPC layer's ordinary tensor bodies.
+ * which gradients are present) has its own versioned codec in the RPC
+ * adapter's runtime/dist/dist_wire.h; the gradient tensors travel as the
+ * RPC layer's ordinary tensor bodies.
  *
  * Invariants of the engine (runtime/dist/dist_autograd.c keeps them):
  *  1. A context id is (rank << 48) | counter with counter >= 1; a thread
@@ -75,6 +76,7 @@
 
 #include <todist/dist_autograd.h>
 #include <todist/autograd.h>
+#include "runtime/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -133,13 +135,25 @@ void        td_dist_engine_leave(const td_dist_scope_t *saved);
  * returns the previous one. RPC calls this around handlers. */
 int64_t     td_dist_set_current(int64_t ctx_id);
 
-/* Plug the engine into RPC (hooks, internal functions, the runtime module
- * that makes this worker's engine at td_init). Runs from a constructor;
- * idempotent. runtime/dist_autograd_rpc.c. */
-void        td_dist_rpc_install(void);
-/* The distributed optimizer's internal functions and module (idempotent).
- * runtime/dist_optim_remote.c. */
-void        td_dist_optim_remote_install(void);
+/* Distributed autograd over RPC (runtime/dist/dist_autograd_rpc.c): the
+ * runtime module that plugs the engine into RPC (hooks, internal
+ * functions) and makes this worker's engine at td_init. */
+extern const td_runtime_module_t td_dist_autograd_module;
+/* The optimizer over remote references (runtime/dist/dist_optim_remote.c):
+ * its internal functions, so any worker may own parameters. */
+extern const td_runtime_module_t td_dist_optim_module;
+
+/* Ids of contexts and messages: rank << 48 | counter, counter >= 1. */
+#define TD_DIST_RANK_MAX     ((1 << 15) - 1)
+#define TD_DIST_COUNTER_MASK ((INT64_C(1) << 48) - 1)
+#define TD_DIST_GRADS_MAX    1024     /* tensors of one message */
+
+static inline int
+td_dist_id_valid(int64_t id)
+{
+    return id > 0 && (id >> 48) <= TD_DIST_RANK_MAX &&
+           (id & TD_DIST_COUNTER_MASK) != 0;
+}
 
 /* Sender side: record a send node for TS[N] going to DST in CTX_ID.
  * *MSG_ID_P gets the autograd message id, or 0 when nothing was recorded
@@ -179,30 +193,6 @@ td_status_t td_dist_context_info(td_dist_engine_t *engine, int64_t ctx_id,
 /* Borrowed send / recv node of CTX_ID by message id (NULL if none). */
 td_node_t  *td_dist_context_send_node(td_dist_engine_t *engine, int64_t ctx_id,
                                       int64_t msg_id);
-
-/* ---- the propagate-gradients header on the wire ----------------------
- * version(1) flags(1: bit0 retain_graph) n(2, LE) ctx_id(8, LE)
- * msg_id(8, LE) present bitmap (ceil(n/8) bytes; bit i: grads[i] sent). */
-#define TD_DIST_PROPAGATE_VERSION 1
-#define TD_DIST_GRADS_MAX         1024
-
-typedef struct {
-    int64_t ctx_id;
-    int64_t msg_id;
-    int     retain_graph;
-    int     n;
-    uint8_t present[TD_DIST_GRADS_MAX / 8];
-} td_dist_propagate_hdr_t;
-
-size_t      td_dist_propagate_hdr_size(int n);
-/* Write H into BUF[CAP]; *LEN_P gets the size. */
-td_status_t td_dist_propagate_hdr_encode(const td_dist_propagate_hdr_t *h,
-                                         void *buf, size_t cap, size_t *len_p);
-/* Decode BUF[LEN] from rank FROM (named in errors); rejects a wrong
- * version, unknown flags, a count over TD_DIST_GRADS_MAX, a context or
- * message id that cannot be valid, and any length mismatch. */
-td_status_t td_dist_propagate_hdr_decode(const void *buf, size_t len, int from,
-                                         td_dist_propagate_hdr_t *h_p);
 
 #ifdef __cplusplus
 }

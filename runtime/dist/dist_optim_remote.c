@@ -271,37 +271,29 @@ module_peer_failed(void *arg, int rank, td_status_t why)
     (void)why;
 }
 
-/* Registered before td_init publishes the address, as every program that
- * links the distributed optimizer may be an owner; distributed autograd's
- * constructor calls this too, so an owner that never names the optimizer
- * (a static link) still answers. */
-void
-td_dist_optim_remote_install(void)
+/* Registered before td_init publishes the address, as every worker may be
+ * an owner of parameters (the runtime's module table attaches this module
+ * in every program, so an owner that never names the optimizer answers). */
+static td_status_t
+module_attach(void *arg)
 {
-    static int done;
-    td_runtime_module_t m;
+    td_status_t status;
 
-    if (done) {
-        return;
+    (void)arg;
+    if ((status = td_rpc_register(CREATE_FN, create_handler, NULL)) != TD_OK ||
+        (status = td_rpc_register(STEP_FN, step_handler, NULL)) != TD_OK) {
+        return status;
     }
-    done = 1;
-    memset(&m, 0, sizeof(m));
-    m.name = "dist_optim";
-    m.setup = module_setup;
-    m.peer_failed = module_peer_failed;
-    m.shutdown = module_shutdown;
-    td_rpc_register(CREATE_FN, create_handler, NULL);
-    td_rpc_register(STEP_FN, step_handler, NULL);
-    td_rpc_register(DESTROY_FN, destroy_handler, NULL);
-    td_runtime_register(&m);
-    td_error_clear();
+    return td_rpc_register(DESTROY_FN, destroy_handler, NULL);
 }
 
-__attribute__((constructor)) static void
-dist_optim_remote_ctor(void)
-{
-    td_dist_optim_remote_install();
-}
+const td_runtime_module_t td_dist_optim_module = {
+    .name = "dist_optim",
+    .attach = module_attach,
+    .setup = module_setup,
+    .peer_failed = module_peer_failed,
+    .shutdown = module_shutdown,
+};
 
 /* ---- the caller's side --------------------------------------------------- */
 

@@ -1,7 +1,8 @@
 /* future.c: futures of remote calls (todist/rpc.h). A future is a mutex,
  * a condition variable, a result and a list of callbacks; it is usable
  * from any thread. Completion from the transport's progress thread never
- * runs user callbacks there: they go to the handler pool. */
+ * runs user callbacks there: they go to the handler pool (pool.h). A
+ * waiter first drives the transport itself (drive.h), then sleeps. */
 #include "config.h"
 
 #include <pthread.h>
@@ -15,7 +16,9 @@
 #include <errno.h>
 
 #include "todist/rpc.h"
-#include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/future.h"
+#include "runtime/rpc/pool.h"
+#include "runtime/rpc/drive.h"
 
 typedef struct cb_node {
     td_future_cb    cb;
@@ -259,6 +262,13 @@ done_status(const td_future_t *f)
     return TD_OK;
 }
 
+/* The driver's condition: F is done (an atomic load). */
+static int
+future_done(void *f)
+{
+    return td_future_done(f);
+}
+
 td_status_t
 td_future_wait(td_future_t *f, double timeout)
 {
@@ -283,7 +293,7 @@ td_future_wait(td_future_t *f, double timeout)
     }
     /* Drive the transport on this thread first: the reply completes the
      * future right here, with no wake-up. */
-    st = td_rpc_drive(f, timeout);
+    st = td_rpc_drive_until(future_done, f, timeout);
     if (atomic_load_explicit(&f->done, memory_order_acquire)) {
         return done_status(f);
     }

@@ -16,6 +16,8 @@
 #include "todist/rpc.h"
 #include "todist/world.h"
 #include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/mapreduce_internal.h"
+#include "runtime/rpc/pool.h"
 
 /* ---- partitioners -------------------------------------------------------- */
 
@@ -865,8 +867,16 @@ td_barrier_ranks(const int *ranks, int n, double timeout)
     return status;
 }
 
-__attribute__((constructor)) static void
-mapreduce_ctor(void)
+/* Every worker answers the barrier, so it is registered before td_init
+ * publishes the address. */
+static td_status_t
+module_attach(void *arg)
 {
-    td_rpc_register("_td.barrier", fn_barrier, NULL);
+    (void)arg;
+    return td_rpc_register("_td.barrier", fn_barrier, NULL);
 }
+
+const td_runtime_module_t td_mapreduce_module = {
+    .name = "mapreduce",
+    .attach = module_attach,
+};

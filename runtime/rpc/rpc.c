@@ -1,14 +1,13 @@
 /* rpc.c: remote calls (todist/rpc.h) over the UCX transport.
  *
- * Pieces: the function registry (name -> FNV-1a id), the handler pool (an
- * elastic set of threads: it grows when every thread is busy, so handlers
- * that block on nested calls, even to themselves, cannot starve it; idle
- * threads are woken last-in first-out), the table of pending calls
- * (message id -> future, destination, deadline), a timer thread failing
- * calls past their deadline, the receive path, which validates every
- * message before use and hands calls to the pool (or runs TD_RPC_INLINE
- * ones where they arrive), and td_rpc_drive, through which a waiting
- * thread drives the transport itself.
+ * Pieces: the function registry (name -> FNV-1a id), the plug-ins (remote
+ * references, distributed autograd: td_rpc_plug), the table of pending
+ * calls (message id -> future, destination, deadline), a timer thread
+ * failing calls past their deadline, the receive path, which validates
+ * every message before use and hands calls to the handler pool (pool.c)
+ * or runs TD_RPC_INLINE ones where they arrive, and td_rpc_drive, through
+ * which a waiting thread drives the transport itself. RPC is the first
+ * module of the runtime's table (runtime/modules.c).
  *
  * Invariants (comments below cite them as R1..R8):
  *  R1 One thread at a time is in the UCX worker, the progress token's
@@ -16,7 +15,8 @@
  *     handler, runs on it.
  *  R2 A call runs on the pool unless its function is TD_RPC_INLINE and it
  *     carries no autograd context; an inline handler never waits
- *     (td_rpc_drive refuses), so it cannot stall the calls behind it.
+ *     (td_rpc_drive_until refuses: drive.c's D-a), so it cannot stall the
+ *     calls behind it.
  *  R3 A pending call is removed in exactly one place (pending_take /
  *     pending_take_matching), and whoever removes it completes its future:
  *     the reply, the timer, a dead peer, a failed send or shutdown, never
@@ -25,8 +25,8 @@
  *     from the receive path post them to the pool.
  *  R5 A pending call is in the table before its message is sent: the reply
  *     may come before the send returns.
- *  R6 Once shutdown stored RPC_STOPPED and in_drive reached zero, no thread
- *     enters the transport through this module.
+ *  R6 Once shutdown stored RPC_STOPPED and td_rpc_drive_stop returned
+ *     (drive.c's D-b), no thread enters the transport through this module.
  *  R7 Messages from one thread leave in the order it posted them (a direct
  *     send drains the queue first).
  *  R8 No field of a received message is used before td_rpc_wire_parse and
@@ -45,20 +45,20 @@
 #include <time.h>
 
 #include "todist/rpc.h"
-#include "todist/rref.h"
 #include "todist/init.h"
 #include "todist/world.h"
 #include "runtime/runtime.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rpc_wire.h"
-#include "runtime/rpc/rref_internal.h"
+#include "runtime/rpc/pool.h"
+#include "runtime/rpc/drive.h"
+#include "runtime/rpc/future.h"
 #include "base/clock.h"
 #include "base/log.h"
 
 #define RPC_TRANSPORT_ID     1      /* transport handler id of RPC */
 #define RPC_FN_TABLE         256    /* registry slots (power of two) */
 #define RPC_PENDING_BUCKETS  1024
-#define RPC_POOL_MAX         256    /* threads at most */
 #define RPC_TIMER_TICK_S     0.01
 
 /* Error kinds in an ERROR reply (its INT item). */
@@ -79,15 +79,17 @@ static size_t     n_fns;
 static int        cfg_threads = 0;          /* 0: env or 4 */
 static double     cfg_timeout = -1;         /* < 0: env or 60 */
 static double     env_timeout = -1;         /* the env's, from td_init on */
-static td_rpc_autograd_hooks_t hooks;
+
+/* The plug-ins (td_rpc_plug), and for each hook kind the one providing it,
+ * resolved when a plug-in comes so the hot paths test one flag. */
+#define RPC_PLUGINS_MAX 8
+
+static td_rpc_plugin_t plugins[RPC_PLUGINS_MAX];
+static size_t     n_plugins;
+static td_rpc_plugin_t hooks;               /* the autograd provider */
 static int        have_hooks;
-
-typedef struct {
-    td_rpc_typed_fn fn;
-    void           *arg;
-} typed_entry_t;
-
-static typed_entry_t typed[TD_RPC_MSG_TYPE_MAX + 1];
+static const td_rpc_plugin_t *refs;         /* the rref provider (NULL) */
+static const td_rpc_plugin_t *typed[TD_RPC_MSG_TYPE_MAX + 1];
 
 /* ---- pending calls ------------------------------------------------------- */
 
@@ -111,36 +113,6 @@ copy_name(char *dst, size_t len, const char *src)
     dst[n] = '\0';
 }
 
-/* ---- the pool ------------------------------------------------------------ */
-
-typedef struct job {
-    void       (*fn)(void *arg);
-    void        *arg;
-    struct job  *next;
-} job_t;
-
-/* An idle pool thread, on its own stack. Idle threads form a LIFO stack:
- * the next job goes to the thread that went idle last, whose cache is warm
- * and which the scheduler places on the core it just used (a FIFO wake-up
- * may pick a thread last run on a core another rank polls, and the job
- * then waits for that core). */
-typedef struct idler {
-    pthread_cond_t  cond;
-    int             woken;
-    struct idler   *next;
-} idler_t;
-
-typedef struct {
-    pthread_mutex_t lock;
-    idler_t        *idle_top;
-    job_t          *head, **tail;
-    int             n_threads;
-    int             n_idle;
-    int             n_jobs;         /* queued or running (atomic) */
-    int             stop;
-    pthread_t       threads[RPC_POOL_MAX];
-} pool_t;
-
 struct rx;
 static void run_inline(struct rx *r, const char *name);
 
@@ -159,7 +131,6 @@ static struct {
     pending_t        *buckets[RPC_PENDING_BUCKETS];
     size_t            n_pending;
     atomic_long       busy;                    /* jobs + sends in flight */
-    pool_t            pool;
     pthread_t         timer;
     int               timer_started;
     pthread_mutex_t   tlock;
@@ -172,7 +143,6 @@ static struct {
 };
 
 static double rpc_spin_us = -1;    /* env TODIST_RPC_SPIN_US */
-static __thread int tl_pool_thread; /* this thread is a handler pool thread */
 
 static const char *
 worker_name(int rank, char *buf, size_t len)
@@ -208,8 +178,6 @@ fn_find(uint64_t id)
     }
     return NULL;
 }
-
-static void rpc_register_module(void);
 
 td_status_t
 td_rpc_register(const char *name, td_rpc_fn fn, void *arg)
@@ -270,16 +238,15 @@ td_rpc_register_flags(const char *name, td_rpc_fn fn, void *arg,
         }
     }
     n_fns++;
-    rpc_register_module();
     return TD_OK;
 }
 
 td_status_t
 td_rpc_set_threads(int n)
 {
-    if (n < 1 || n > RPC_POOL_MAX) {
+    if (n < 1 || n > TD_RPC_POOL_MAX) {
         return td_error(TD_ERR_RANGE, "rpc: %d handler threads, allowed "
-                        "1..%d", n, RPC_POOL_MAX);
+                        "1..%d", n, TD_RPC_POOL_MAX);
     }
     cfg_threads = n;
     return TD_OK;
@@ -325,46 +292,135 @@ td_rpc_default_timeout(void)
     return env_timeout_read();
 }
 
-td_status_t
-td_rpc_set_autograd_hooks(const td_rpc_autograd_hooks_t *h)
+#define RPC_PLUG_TYPES (((1u << (TD_RPC_MSG_TYPE_MAX + 1)) - 1) & \
+                        ~((1u << TD_RPC_MSG_REMOTE) - 1))
+
+static int
+has_autograd(const td_rpc_plugin_t *p)
 {
-    if (atomic_load(&rpc.state) == RPC_RUNNING) {
-        return td_error(TD_ERR_STATE, "rpc: autograd hooks set after "
-                        "td_init");
+    return p->current_context != NULL || p->set_context != NULL ||
+           p->on_send != NULL || p->on_recv != NULL;
+}
+
+/* What the plug-in P offers that Q offers too (NULL: nothing). */
+static const char *
+plugin_clash(const td_rpc_plugin_t *p, const td_rpc_plugin_t *q)
+{
+    if ((p->types & q->types) != 0) {
+        return "message types";
     }
-    if (h == NULL) {
-        memset(&hooks, 0, sizeof(hooks));
-        have_hooks = 0;
-    } else {
-        hooks = *h;
-        have_hooks = 1;
+    if (p->rref_out != NULL && q->rref_out != NULL) {
+        return "remote references";
     }
-    rpc_register_module();
-    return TD_OK;
+    if (has_autograd(p) && has_autograd(q)) {
+        return "autograd hooks";
+    }
+    return NULL;
+}
+
+static void
+plugins_resolve(void)
+{
+    memset(&hooks, 0, sizeof(hooks));
+    have_hooks = 0;
+    refs = NULL;
+    memset(typed, 0, sizeof(typed));
+    for (size_t i = 0; i < n_plugins; i++) {
+        const td_rpc_plugin_t *p = &plugins[i];
+
+        if (has_autograd(p)) {
+            hooks = *p;
+            have_hooks = 1;
+        }
+        if (p->rref_out != NULL) {
+            refs = p;
+            td_rpc_list_set_ref_ops(p->rref_retain, p->rref_release);
+        }
+        for (int t = TD_RPC_MSG_REMOTE; t <= TD_RPC_MSG_TYPE_MAX; t++) {
+            if (p->types & (1u << t)) {
+                typed[t] = p;
+            }
+        }
+    }
 }
 
 td_status_t
-td_rpc_set_typed_handler(int type, td_rpc_typed_fn fn, void *arg)
+td_rpc_plug(const td_rpc_plugin_t *p)
 {
-    if (type < TD_RPC_MSG_REMOTE || type > TD_RPC_MSG_TYPE_MAX) {
-        return td_error(TD_ERR_RANGE, "rpc: no typed handler for message "
-                        "type %d", type);
+    size_t slot = n_plugins;
+
+    if (p == NULL || p->name == NULL) {
+        return td_error(TD_ERR_INVALID, "rpc: a plug-in needs a name");
     }
-    typed[type].fn = fn;
-    typed[type].arg = arg;
-    rpc_register_module();
+    if (atomic_load(&rpc.state) == RPC_RUNNING) {
+        return td_error(TD_ERR_STATE, "rpc: plug-in '%s' after td_init",
+                        p->name);
+    }
+    if ((p->types & ~RPC_PLUG_TYPES) != 0 ||
+        (p->types != 0 && p->handle == NULL)) {
+        return td_error(TD_ERR_INVALID, "rpc: plug-in '%s': message types "
+                        "0x%x need a handler and must lie in %d..%d",
+                        p->name, p->types, TD_RPC_MSG_REMOTE,
+                        TD_RPC_MSG_TYPE_MAX);
+    }
+    if ((p->rref_out != NULL || p->rref_in != NULL ||
+         p->rref_retain != NULL || p->rref_release != NULL) &&
+        (p->rref_out == NULL || p->rref_in == NULL ||
+         p->rref_retain == NULL || p->rref_release == NULL)) {
+        return td_error(TD_ERR_INVALID, "rpc: plug-in '%s' has some of the "
+                        "four remote reference hooks, not all", p->name);
+    }
+    if (has_autograd(p) &&
+        (p->current_context == NULL || p->set_context == NULL ||
+         p->on_send == NULL || p->on_recv == NULL)) {
+        return td_error(TD_ERR_INVALID, "rpc: plug-in '%s' has some of the "
+                        "four autograd hooks, not all", p->name);
+    }
+    for (size_t i = 0; i < n_plugins; i++) {
+        const char *what;
+
+        if (strcmp(plugins[i].name, p->name) == 0) {
+            slot = i;                       /* the same name replaces */
+        } else if ((what = plugin_clash(p, &plugins[i])) != NULL) {
+            return td_error(TD_ERR_EXISTS, "rpc: plug-in '%s' provides %s, "
+                            "which plug-in '%s' provides already", p->name,
+                            what, plugins[i].name);
+        }
+    }
+    if (slot == RPC_PLUGINS_MAX) {
+        return td_error(TD_ERR_RANGE, "rpc: more than %d plug-ins "
+                        "(plugging '%s')", RPC_PLUGINS_MAX, p->name);
+    }
+    plugins[slot] = *p;
+    if (slot == n_plugins) {
+        n_plugins++;
+    }
+    plugins_resolve();
     return TD_OK;
+}
+
+/* Whether a message of TYPE expects a reply. */
+static int
+msg_wants_reply(int type)
+{
+    const td_rpc_plugin_t *p;
+
+    if (type < TD_RPC_MSG_REMOTE || type > TD_RPC_MSG_TYPE_MAX) {
+        return type == TD_RPC_MSG_CALL;
+    }
+    p = typed[type];
+    return p == NULL || p->wants_reply == NULL ||
+           p->wants_reply(p->arg, type);
 }
 
 /* The world size, also before td_init (from the environment). */
 static int
 world_size_now(void)
 {
-    const td_world_t *w = td_world();
     td_world_t env;
 
-    if (w != NULL) {
-        return w->world_size;
+    if (atomic_load(&rpc.state) == RPC_RUNNING) {
+        return rpc.world_size;      /* set up: td_init's world */
     }
     return td_world_from_env(&env) == TD_OK ? env.world_size : 1;
 }
@@ -397,194 +453,6 @@ td_rpc_worker_name(int rank, char *buf, size_t len)
                         "size %d", rank, size);
     }
     return td_worker_name(rank, size, buf, len);
-}
-
-/* ---- pool ---------------------------------------------------------------- */
-
-static void *
-pool_main(void *arg)
-{
-    pool_t *p = arg;
-    idler_t me;
-
-    pthread_setname_np(pthread_self(), "td-rpc-pool");
-    tl_pool_thread = 1;
-    pthread_cond_init(&me.cond, NULL);
-    pthread_mutex_lock(&p->lock);
-    for (;;) {
-        if (p->head == NULL && !p->stop && rpc_spin_us > 0) {
-            /* Poll a little before sleeping: a futex wake-up costs more
-             * than a short call's whole round trip. Idle while polling. */
-            double until = td_now_s() + rpc_spin_us * 1e-6;
-
-            p->n_idle++;
-            pthread_mutex_unlock(&p->lock);
-            while (__atomic_load_n(&p->head, __ATOMIC_ACQUIRE) == NULL &&
-                   !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) &&
-                   td_now_s() < until) {
-                sched_yield();
-            }
-            pthread_mutex_lock(&p->lock);
-            p->n_idle--;
-        }
-        while (p->head == NULL && !p->stop) {
-            me.woken = 0;
-            me.next = p->idle_top;
-            p->idle_top = &me;
-            p->n_idle++;
-            while (!me.woken) {         /* whoever wakes us pops us */
-                pthread_cond_wait(&me.cond, &p->lock);
-            }
-            p->n_idle--;
-        }
-        if (p->head == NULL) {          /* stopping, queue drained */
-            break;
-        }
-        job_t *j = p->head;
-        p->head = j->next;
-        if (p->head == NULL) {
-            p->tail = &p->head;
-        }
-        pthread_mutex_unlock(&p->lock);
-        j->fn(j->arg);
-        free(j);
-        __atomic_sub_fetch(&p->n_jobs, 1, __ATOMIC_SEQ_CST);
-        if (rpc.tp != NULL) {
-            td_transport_yield_done(rpc.tp);
-        }
-        pthread_mutex_lock(&p->lock);
-    }
-    pthread_mutex_unlock(&p->lock);
-    pthread_cond_destroy(&me.cond);
-    return NULL;
-}
-
-void
-td_rpc_blocking(int on)
-{
-    /* A job asleep needs no core: it leaves the count the progress thread
-     * steps aside for (td_transport_yield_when) while it sleeps. */
-    if (!tl_pool_thread) {
-        return;
-    }
-    if (on) {
-        __atomic_sub_fetch(&rpc.pool.n_jobs, 1, __ATOMIC_SEQ_CST);
-        if (rpc.tp != NULL) {
-            td_transport_yield_done(rpc.tp);
-        }
-    } else {
-        __atomic_add_fetch(&rpc.pool.n_jobs, 1, __ATOMIC_SEQ_CST);
-    }
-}
-
-/* Wake the thread that went idle last; the caller holds p->lock. */
-static void
-pool_wake_one(pool_t *p)
-{
-    idler_t *w = p->idle_top;
-
-    if (w != NULL) {
-        p->idle_top = w->next;
-        w->woken = 1;
-        pthread_cond_signal(&w->cond);
-    }
-}
-
-/* Start one more pool thread; the caller holds p->lock. */
-static td_status_t
-pool_grow(pool_t *p)
-{
-    int rc;
-
-    if (p->n_threads >= RPC_POOL_MAX) {
-        return td_error(TD_ERR_RANGE, "rpc: handler pool at its limit of %d "
-                        "threads", RPC_POOL_MAX);
-    }
-    rc = pthread_create(&p->threads[p->n_threads], NULL, pool_main, p);
-    if (rc != 0) {
-        return td_error(TD_ERR_IO, "rpc: starting a handler thread: %s",
-                        strerror(rc));
-    }
-    p->n_threads++;
-    return TD_OK;
-}
-
-td_status_t
-td_rpc_pool_post(void (*fn)(void *arg), void *arg)
-{
-    pool_t *p = &rpc.pool;
-    job_t *j;
-
-    if (atomic_load(&rpc.state) == RPC_OFF || p->n_threads == 0) {
-        return td_error(TD_ERR_STATE, "rpc: no handler pool running");
-    }
-    j = malloc(sizeof(*j));
-    if (j == NULL) {
-        return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a job");
-    }
-    j->fn = fn;
-    j->arg = arg;
-    j->next = NULL;
-    __atomic_fetch_add(&p->n_jobs, 1, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&p->lock);
-    *p->tail = j;
-    p->tail = &j->next;
-    if (p->n_idle == 0 && !p->stop) {
-        /* Every thread is busy (maybe blocked in a nested call): add one
-         * rather than let the job wait behind them. */
-        pool_grow(p);
-    }
-    pool_wake_one(p);
-    pthread_mutex_unlock(&p->lock);
-    return TD_OK;
-}
-
-static td_status_t
-pool_start(pool_t *p, int n)
-{
-    td_status_t status = TD_OK;
-
-    pthread_mutex_init(&p->lock, NULL);
-    p->head = NULL;
-    p->tail = &p->head;
-    p->idle_top = NULL;
-    p->stop = 0;
-    p->n_idle = 0;
-    p->n_jobs = 0;
-    p->n_threads = 0;
-    pthread_mutex_lock(&p->lock);
-    for (int i = 0; i < n && status == TD_OK; i++) {
-        status = pool_grow(p);
-    }
-    pthread_mutex_unlock(&p->lock);
-    return status;
-}
-
-/* Run what is queued, then stop every thread. */
-static void
-pool_stop(pool_t *p)
-{
-    int n;
-
-    pthread_mutex_lock(&p->lock);
-    p->stop = 1;
-    while (p->idle_top != NULL) {
-        pool_wake_one(p);
-    }
-    pthread_mutex_unlock(&p->lock);
-    /* Threads may still be added while the last jobs run: join until no
-     * new ones appear. */
-    for (int i = 0;; i++) {
-        pthread_mutex_lock(&p->lock);
-        n = p->n_threads;
-        pthread_mutex_unlock(&p->lock);
-        if (i >= n) {
-            break;
-        }
-        pthread_join(p->threads[i], NULL);
-    }
-    pthread_mutex_destroy(&p->lock);
-    p->n_threads = 0;
 }
 
 /* ---- pending table ------------------------------------------------------- */
@@ -784,7 +652,8 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
         return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a send");
     }
     status = td_rpc_wire_encode(meta, args, dst, TD_TRANSPORT_HEADER_MAX,
-                                td_rref_wire_out, NULL, &s->out);
+                                refs != NULL ? refs->rref_out : NULL,
+                                refs != NULL ? refs->arg : NULL, &s->out);
     if (status != TD_OK) {
         slot_put(&send_slot, s);
         return status;
@@ -900,9 +769,19 @@ td_status_t
 td_rpc_async(int dst, const char *name, const td_rpc_list_t *args,
              double timeout, td_future_t **fut_p)
 {
+    size_t len;
+
     if (name == NULL || fut_p == NULL) {
         return td_error(TD_ERR_INVALID, "rpc: async: %s is NULL",
                         name == NULL ? "function name" : "future pointer");
+    }
+    /* The same bound as registration: a name no worker can have is an
+     * error here, not a call that fails remotely. */
+    len = strlen(name);
+    if (len == 0 || len >= TD_RPC_NAME_MAX) {
+        return td_error(TD_ERR_INVALID, "rpc: call to rank %d: function name "
+                        "'%.40s' has %zu bytes, allowed 1..%d", dst, name,
+                        len, TD_RPC_NAME_MAX - 1);
     }
     return td_rpc_send_typed(dst, TD_RPC_MSG_CALL, td_rpc_wire_fn_id(name),
                              name, args, timeout, fut_p);
@@ -923,10 +802,10 @@ td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
     }
     /* The call's own deadline ends the wait (the timer fails it). */
     status = td_future_wait(fut, -1);
-    if (status == TD_OK) {
+    if (status == TD_OK && result_p != NULL) {
         status = td_future_take(fut, result_p);
     }
-    td_future_release(fut);
+    td_future_release(fut);   /* RESULT_P NULL: the result is dropped */
     return status;
 }
 
@@ -1084,8 +963,9 @@ rx_decode(rx_t *r, td_rpc_list_t **list_p)
         }
     }
     return td_rpc_wire_decode_args(args, r->msg.args_len, r->tensors,
-                                   r->msg.n_tensors, r->src, td_rref_wire_in,
-                                   NULL, list_p);
+                                   r->msg.n_tensors, r->src,
+                                   refs != NULL ? refs->rref_in : NULL,
+                                   refs != NULL ? refs->arg : NULL, list_p);
 }
 
 /* The reply (RESULT) or, STATUS != TD_OK, the error (ERRMSG, KIND) to
@@ -1161,8 +1041,7 @@ reject(const td_transport_rx_t *rx, const char *why)
     log_drop(rx->src, why);
     if (td_rpc_wire_peek(rx->header, rx->header_len, rx->src, &type,
                          &id) == TD_OK &&
-        (type == TD_RPC_MSG_CALL ||
-         (type >= TD_RPC_MSG_REMOTE && td_rref_msg_wants_reply(type)))) {
+        msg_wants_reply(type)) {
         send_reply_to(rx->src, id, TD_ERR_PROTOCOL, why, ERR_DECODE, NULL,
                       0);
     }
@@ -1209,10 +1088,10 @@ run_call(void *arg)
             td_error_clear();
             status = e->fn(e->arg, &info, args, result);
         }
-    } else if (typed[type].fn != NULL) {
-        want_reply = td_rref_msg_wants_reply(type);
-        status = typed[type].fn(typed[type].arg, r->src,
-                                r->msg.meta.function_id, args, result);
+    } else if (typed[type] != NULL) {
+        want_reply = msg_wants_reply(type);
+        status = typed[type]->handle(typed[type]->arg, type, r->src,
+                                     r->msg.meta.function_id, args, result);
     } else {
         status = td_error(TD_ERR_PROTOCOL, "no handler for message type %d",
                           type);
@@ -1240,110 +1119,24 @@ reply:
     atomic_fetch_sub(&rpc.busy, 1);
 }
 
-/* The TD_RPC_INLINE handler running on this thread (NULL: none). */
-static __thread const char *tl_inline;
-
 /* A call to a TD_RPC_INLINE function, on the receiving thread. That may be
  * a thread driving progress inside its own dist-autograd context: the
  * handler must not see that context. */
 static void
 run_inline(rx_t *r, const char *name)
 {
-    const char *outer = tl_inline;
+    const char *outer;
     uint64_t prev = 0;
 
     if (have_hooks) {
         prev = hooks.set_context(hooks.arg, 0);
     }
-    tl_inline = name;
+    outer = td_rpc_inline_enter(name);      /* R2 */
     run_call(r);
-    tl_inline = outer;
+    td_rpc_inline_leave(outer);
     if (have_hooks) {
         hooks.set_context(hooks.arg, prev);
     }
-}
-
-/* ---- waiting: the waiter drives progress ---------------------------------- */
-
-static atomic_int in_drive;        /* threads inside td_rpc_drive */
-
-typedef struct {
-    int  (*pred)(void *arg);
-    void  *arg;
-} drive_pred_t;
-
-static int
-drive_done(void *arg)
-{
-    const drive_pred_t *dp = arg;
-
-    return dp->pred(dp->arg) ||
-           atomic_load_explicit(&rpc.state, memory_order_relaxed) !=
-           RPC_RUNNING;
-}
-
-static int
-future_done_pred(void *arg)
-{
-    return td_future_done(arg);
-}
-
-td_status_t
-td_rpc_drive(td_future_t *f, double timeout)
-{
-    return td_rpc_drive_until(future_done_pred, f, timeout);
-}
-
-td_status_t
-td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
-{
-    drive_pred_t dp = { pred, pred_arg };
-    td_status_t st = TD_ERR_TIMEOUT;
-    double max = timeout;
-
-    if (tl_inline != NULL) {                    /* R2 */
-        return td_error(TD_ERR_STATE, "rpc: handler '%s' is registered "
-                        "TD_RPC_INLINE and must not wait on a future (it "
-                        "would stall the receiving thread); register it "
-                        "without TD_RPC_INLINE", tl_inline);
-    }
-    atomic_fetch_add(&in_drive, 1);
-    /* Checked after counting ourselves in: shutdown stores the state, then
-     * waits for the count to reach zero (both sequentially consistent). */
-    if (atomic_load(&rpc.state) != RPC_RUNNING || rpc.tp == NULL) {
-        goto out;
-    }
-    if (td_transport_on_progress_thread(rpc.tp)) {
-        st = td_error(TD_ERR_STATE, "rpc: a wait on a future inside a "
-                      "transport callback would deadlock");
-        goto out;
-    }
-    if (td_transport_progress_mode(rpc.tp) != TD_PROGRESS_BUSY) {
-        /* Cores may be shared: spin briefly, then sleep. */
-        double spin = rpc_spin_us > 0 ? rpc_spin_us * 1e-6 : 50e-6;
-
-        if (max < 0 || max > spin) {
-            max = spin;
-        }
-    }
-    st = td_transport_drive(rpc.tp, drive_done, &dp, max);
-    if (st != TD_OK || !pred(pred_arg)) {
-        st = TD_ERR_TIMEOUT;
-    }
-out:
-    atomic_fetch_sub(&in_drive, 1);
-    return st;
-}
-
-void
-td_rpc_notify_done(void)
-{
-    /* Counted like a driver: shutdown waits, so rpc.tp stays valid. */
-    atomic_fetch_add(&in_drive, 1);
-    if (atomic_load(&rpc.state) == RPC_RUNNING && rpc.tp != NULL) {
-        td_transport_wake(rpc.tp);
-    }
-    atomic_fetch_sub(&in_drive, 1);
 }
 
 /* A reply or error for one of our calls. FROM_PROGRESS: on that thread. */
@@ -1548,8 +1341,8 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     if (n == 0) {
         s = getenv("TODIST_RPC_THREADS");
         n = (s != NULL && atoi(s) > 0) ? atoi(s) : 4;
-        if (n > RPC_POOL_MAX) {
-            n = RPC_POOL_MAX;
+        if (n > TD_RPC_POOL_MAX) {
+            n = TD_RPC_POOL_MAX;
         }
     }
     s = getenv("TODIST_RPC_SPIN_US");
@@ -1565,19 +1358,17 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     if (status != TD_OK) {
         return status;
     }
-    status = pool_start(&rpc.pool, n);
+    status = td_rpc_pool_start(tp, n, rpc_spin_us);
     if (status != TD_OK) {
-        pool_stop(&rpc.pool);
         return status;
     }
-    td_transport_yield_when(tp, &rpc.pool.n_jobs);
     rpc.timer_stop = 0;
     if (pthread_create(&rpc.timer, NULL, timer_main, NULL) != 0) {
-        pool_stop(&rpc.pool);
+        td_rpc_pool_stop();
         return td_error(TD_ERR_IO, "rpc: cannot start the timer thread");
     }
     rpc.timer_started = 1;
-    td_rref_start(w->rank, w->world_size);
+    td_rpc_drive_start(tp, rpc_spin_us);
     atomic_store(&rpc.state, RPC_RUNNING);
     return TD_OK;
 }
@@ -1592,7 +1383,7 @@ module_outstanding(void *arg)
     pthread_mutex_lock(&rpc.plock);
     n = rpc.n_pending;
     pthread_mutex_unlock(&rpc.plock);
-    return n + (busy > 0 ? (size_t)busy : 0) + td_rref_outstanding();
+    return n + (busy > 0 ? (size_t)busy : 0);
 }
 
 static void
@@ -1613,7 +1404,6 @@ module_peer_failed(void *arg, int rank, td_status_t why)
         pending_fail(pc, TD_ERR_PEER, msg, 1);
         pc = next;
     }
-    td_rref_peer_failed(rank);
 }
 
 static void
@@ -1623,11 +1413,9 @@ module_shutdown(void *arg)
 
     (void)arg;
     atomic_store(&rpc.state, RPC_STOPPED);
-    /* R6: waiters driving progress see the state and leave; after this
-     * no thread enters the transport through td_rpc_drive. */
-    while (atomic_load(&in_drive) > 0) {
-        sched_yield();
-    }
+    /* R6: waiters driving progress leave; after this no thread enters the
+     * transport through td_rpc_drive_until. */
+    td_rpc_drive_stop();
     if (rpc.timer_started) {
         pthread_mutex_lock(&rpc.tlock);
         rpc.timer_stop = 1;
@@ -1644,39 +1432,17 @@ module_shutdown(void *arg)
                      "this call pending", 0);
         pc = next;
     }
-    td_rref_shutdown();
-    td_transport_yield_when(rpc.tp, NULL);
-    pool_stop(&rpc.pool);
+    td_rpc_pool_stop();
     buf_cache_clear();
     slot_clear(&send_slot);
     slot_clear(&rx_slot);
     rpc.tp = NULL;
 }
 
-static void
-rpc_register_module(void)
-{
-    static int done;
-    td_runtime_module_t m;
-
-    if (done) {
-        return;
-    }
-    memset(&m, 0, sizeof(m));
-    m.name = "rpc";
-    m.setup = module_setup;
-    m.outstanding = module_outstanding;
-    m.peer_failed = module_peer_failed;
-    m.shutdown = module_shutdown;
-    if (td_runtime_register(&m) == TD_OK) {
-        done = 1;
-    }
-}
-
-/* RPC is part of every runtime that links it: callers that only make
- * calls (no registrations) still need the receive path for replies. */
-__attribute__((constructor)) static void
-rpc_ctor(void)
-{
-    rpc_register_module();
-}
+const td_runtime_module_t td_rpc_module = {
+    .name = "rpc",
+    .setup = module_setup,
+    .outstanding = module_outstanding,
+    .peer_failed = module_peer_failed,
+    .shutdown = module_shutdown,
+};

@@ -1,10 +1,18 @@
 /* runtime/rpc/rpc_internal.h: what other runtime modules (rref, mapreduce,
- * dist_autograd) get from RPC beyond todist/rpc.h (internal, not installed).
+ * dist_autograd, dist_optim) get from RPC beyond todist/rpc.h (internal,
+ * not installed).
  *
- * Distributed autograd hooks in here:
- *   - every message header carries an autograd context id and message id
- *     (td_rpc_wire_meta_t);
- *   - td_rpc_set_autograd_hooks() installs three callbacks:
+ * Layers that ride on RPC's messages plug in the same way: a runtime
+ * module (runtime/modules.c) whose attach calls td_rpc_plug with one
+ * td_rpc_plugin_t, filling only the hooks it needs:
+ *   - message types: remote references own TD_RPC_MSG_REMOTE..RREF_ACK;
+ *     handle() runs them on a pool thread, wants_reply() says which
+ *     expect an answer;
+ *   - values: rref_out() / rref_in() carry a td_rref_t in a value list
+ *     across the wire (rpc_wire.h), rref_retain() / rref_release() let
+ *     lists hold one (rpc_list.h);
+ *   - autograd: every message header carries an autograd context id and
+ *     message id (td_rpc_wire_meta_t);
  *       current_context() - the calling thread's context id (0: none);
  *       on_send()  - called on the sending thread, before encoding, when a
  *                    message (call or reply) carries at least one tensor that
@@ -18,11 +26,12 @@
  *                    list's tensors (td_rpc_list_set_tensor) with ones
  *                    attached to it; while the handler runs, the context is
  *                    current on that thread (set_context()).
- *   - internal functions (propagate gradients, release a context) are plain
- *     registered functions whose names start with "_td."; td_rpc_register
- *     accepts them before td_init like any other.
+ * Each of the three kinds has at most one provider; the life cycle
+ * (setup, peer_failed, shutdown) is the plug-in's own runtime module's.
+ * Internal functions (propagate gradients, release a context, the
+ * barrier) are plain registered functions whose names start with "_td.".
  *
- * Thread safety: as in todist/rpc.h; set the hooks before td_init. */
+ * Thread safety: as in todist/rpc.h; td_rpc_plug before td_init. */
 #ifndef TD_RUNTIME_RPC_INTERNAL_H
 #define TD_RUNTIME_RPC_INTERNAL_H
 
@@ -31,31 +40,30 @@
 
 #include <todist/rpc.h>
 #include <todist/tensor.h>
+#include "runtime/runtime.h"
+#include "runtime/rpc/rpc_list.h"
+#include "runtime/rpc/rpc_wire.h"
+#include "runtime/rpc/future.h"
+#include "runtime/rpc/drive.h"
 
-/* One item of a value list. */
-typedef struct {
-    td_value_kind_t kind;
-    union {
-        td_tensor_t *tensor;
-        int64_t      i;
-        double       d;
-        struct {
-            char   *data;    /* NUL-terminated copy, also for bytes */
-            size_t  len;
-        } bytes;
-        td_rref_t   *rref;
-    } u;
-} td_value_t;
-
-struct td_rpc_list {
-    size_t      n;
-    size_t      cap;
-    td_value_t *items;
-};
-
-/* ---- distributed autograd hooks ---------------------------------------- */
+/* ---- plug-ins ------------------------------------------------------------ */
 
 typedef struct {
+    const char *name;                  /* "rref", "dist_autograd" */
+    /* Message types served: bit t for type t (TD_RPC_MSG_REMOTE and up).
+     * HANDLE runs on a pool thread with the header's function id field;
+     * RESULT goes back when WANTS_REPLY(type) (NULL: always). */
+    uint32_t      types;
+    td_status_t (*handle)(void *arg, int type, int src, uint64_t field,
+                          td_rpc_list_t *args, td_rpc_list_t *result);
+    int         (*wants_reply)(void *arg, int type);
+    /* Remote references in value lists (all four or none): encode for a
+     * destination, decode from a source, and how lists hold them. */
+    td_rpc_wire_rref_out_fn rref_out;
+    td_rpc_wire_rref_in_fn  rref_in;
+    td_rref_t *(*rref_retain)(td_rref_t *rref);
+    void       (*rref_release)(td_rref_t *rref);
+    /* Autograd (all four or none). */
     uint64_t (*current_context)(void *arg);
     /* Set the calling thread's current context (0 clears); returns the
      * previous one. Used around handlers of messages with a context. */
@@ -69,15 +77,17 @@ typedef struct {
     td_status_t (*on_recv)(void *arg, uint64_t context_id, uint64_t msg_id,
                            int src, td_rpc_list_t *list);
     void *arg;
-} td_rpc_autograd_hooks_t;
+} td_rpc_plugin_t;
 
-/* Install (or with NULL remove) the hooks. Before td_init. */
-td_status_t td_rpc_set_autograd_hooks(const td_rpc_autograd_hooks_t *hooks);
+/* Plug PLUGIN (copied) in; the same name again replaces it. TD_ERR_EXISTS
+ * when another plug-in provides one of its hooks or types already,
+ * TD_ERR_INVALID for a half-filled kind, TD_ERR_STATE while RPC runs. */
+td_status_t td_rpc_plug(const td_rpc_plugin_t *plugin);
 
-/* true when LIST holds a tensor that requires grad. */
-int td_rpc_list_requires_grad(const td_rpc_list_t *list);
+/* RPC's runtime module: first in the table (runtime/modules.c). */
+extern const td_runtime_module_t td_rpc_module;
 
-/* ---- for the rref module ----------------------------------------------- */
+/* ---- for the plug-ins ------------------------------------------------------ */
 
 /* Send a message of TYPE (a td_rpc_msg_type_t) to DST. FUNCTION_ID is the
  * wire field (function id, or rref id for rref messages). With FUT_P a
@@ -87,13 +97,6 @@ td_status_t td_rpc_send_typed(int dst, int type, uint64_t function_id,
                               const char *name, const td_rpc_list_t *args,
                               double timeout, td_future_t **fut_p);
 
-/* Handler of an rref message type on the owner or a user; runs on a pool
- * thread. RESULT is sent back when the message expected a reply. */
-typedef td_status_t (*td_rpc_typed_fn)(void *arg, int src, uint64_t field,
-                                       td_rpc_list_t *args,
-                                       td_rpc_list_t *result);
-td_status_t td_rpc_set_typed_handler(int type, td_rpc_typed_fn fn, void *arg);
-
 /* Run a registered function locally (the owner of an rref runs the
  * creating call this way). */
 td_status_t td_rpc_run_local(uint64_t function_id, int caller,
@@ -102,33 +105,5 @@ td_status_t td_rpc_run_local(uint64_t function_id, int caller,
 /* Error text for a remote failure: "Error on rank N (workerN): MSG". */
 void td_rpc_format_remote_error(char *buf, size_t len, int rank,
                                 const char *msg);
-
-/* Completion of futures from the progress thread: set the value without
- * running callbacks there (they are handed to the pool). */
-td_status_t td_future_complete_async(td_future_t *fut, td_rpc_list_t *value);
-td_status_t td_future_fail_async(td_future_t *fut, td_status_t status,
-                                 const char *msg);
-
-/* Called by td_future_wait before it sleeps: drive the transport on this
- * thread while waiting on FUT, for at most TIMEOUT seconds (< 0: none; less
- * in blocking progress mode). TD_OK when FUT is done; TD_ERR_TIMEOUT (no
- * error text) when the caller should go on waiting by sleeping; another
- * error (with text) when this thread must not wait at all (an inline
- * handler, a transport callback). */
-td_status_t td_rpc_drive(td_future_t *fut, double timeout);
-/* The same for any condition: PRED(ARG) true ends it (make it an atomic
- * load; whoever makes it true calls td_rpc_notify_done after). */
-td_status_t td_rpc_drive_until(int (*pred)(void *arg), void *arg,
-                               double timeout);
-/* Around a sleep of a handler-pool thread (a condition variable wait):
- * ON=1 before, 0 after. While cores are scarce the progress thread steps
- * aside for running jobs; a sleeping one must not count. No-op on other
- * threads. */
-void td_rpc_blocking(int on);
-/* A future was completed: wake a waiter asleep inside td_rpc_drive. */
-void td_rpc_notify_done(void);
-
-/* Hand FN(ARG) to the handler pool (or run it inline when no pool runs). */
-td_status_t td_rpc_pool_post(void (*fn)(void *arg), void *arg);
 
 #endif /* TD_RUNTIME_RPC_INTERNAL_H */

@@ -7,9 +7,8 @@
 #include <string.h>
 
 #include "todist/rpc.h"
-#include "todist/rref.h"
 #include "todist/autograd.h"
-#include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/rpc_list.h"
 
 static const char *
 kind_name(td_value_kind_t kind)
@@ -37,6 +36,18 @@ td_rpc_list_create(td_rpc_list_t **list_p)
     return TD_OK;
 }
 
+/* The rref plug-in's (td_rpc_list_set_ref_ops); set before td_init. */
+static td_rref_t *(*ref_retain)(td_rref_t *rref);
+static void       (*ref_release)(td_rref_t *rref);
+
+void
+td_rpc_list_set_ref_ops(td_rref_t *(*retain)(td_rref_t *rref),
+                        void (*release)(td_rref_t *rref))
+{
+    ref_retain = retain;
+    ref_release = release;
+}
+
 static void
 value_clear(td_value_t *v)
 {
@@ -49,7 +60,9 @@ value_clear(td_value_t *v)
         free(v->u.bytes.data);
         break;
     case TD_VALUE_RREF:
-        td_rref_release(v->u.rref);
+        if (ref_release != NULL) {
+            ref_release(v->u.rref);
+        }
         break;
     default:
         break;
@@ -193,11 +206,31 @@ td_rpc_list_add_rref(td_rpc_list_t *list, td_rref_t *rref)
         return td_error(TD_ERR_INVALID, "rpc: add_rref: %s is NULL",
                         list == NULL ? "list" : "rref");
     }
+    if (ref_retain == NULL) {
+        return td_error(TD_ERR_STATE, "rpc: add_rref: remote references "
+                        "exist only after td_init");
+    }
     if ((v = list_push(list)) == NULL) {
         return TD_ERR_NO_MEMORY;
     }
     v->kind = TD_VALUE_RREF;
-    v->u.rref = td_rref_retain(rref);
+    v->u.rref = ref_retain(rref);
+    return TD_OK;
+}
+
+td_status_t
+td_rpc_list_take_rref(td_rpc_list_t *list, td_rref_t *rref)
+{
+    td_value_t *v = list_push(list);
+
+    if (v == NULL) {
+        if (ref_release != NULL) {
+            ref_release(rref);
+        }
+        return TD_ERR_NO_MEMORY;
+    }
+    v->kind = TD_VALUE_RREF;
+    v->u.rref = rref;
     return TD_OK;
 }
 

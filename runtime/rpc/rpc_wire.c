@@ -1,13 +1,14 @@
 /* rpc_wire.c: encode and decode RPC messages (runtime/rpc/rpc_wire.h). The
- * decoder checks every field against the bytes received before use. */
+ * encoder runs in three named steps (encode_tensors, encode_header,
+ * encode_args), inline statics on the send path; the decoder checks every
+ * field against the bytes received before use. */
 #include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "todist/rpc.h"
-#include "todist/rref.h"
-#include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/rpc_list.h"
 #include "runtime/rpc/rpc_wire.h"
 #include "base/byteorder.h"
 
@@ -163,16 +164,149 @@ td_rpc_wire_out_free(td_rpc_wire_out_t *out)
     out_reset(out);
 }
 
+/* Step 1: every tensor of ARGS made contiguous (retained in OUT), every
+ * item checked against the wire's bounds; *DESC_LEN_P gets the bytes of
+ * the tensor descriptors. */
+static inline td_status_t
+encode_tensors(const td_rpc_list_t *args, size_t n_items, int dst,
+               td_rpc_wire_out_t *out, size_t *desc_len_p)
+{
+    size_t desc_len = 0;
+    td_status_t status;
+
+    for (size_t i = 0; i < n_items; i++) {
+        const td_value_t *v = &args->items[i];
+        td_tensor_t *c;
+
+        if (v->kind == TD_VALUE_BYTES || v->kind == TD_VALUE_STRING) {
+            if (v->u.bytes.len > TD_RPC_MAX_BYTES_ITEM) {
+                return td_error(TD_ERR_RANGE, "rpc: list item %zu has %zu "
+                                "bytes, at most %u", i, v->u.bytes.len,
+                                TD_RPC_MAX_BYTES_ITEM);
+            }
+            continue;
+        }
+        if (v->kind != TD_VALUE_TENSOR) {
+            continue;
+        }
+        if (out->n_tensors == TD_RPC_MAX_TENSORS) {
+            return td_error(TD_ERR_RANGE, "rpc: more than %d tensors in one "
+                            "message to rank %d", TD_RPC_MAX_TENSORS, dst);
+        }
+        if (td_tensor_device(v->u.tensor).type != TD_DEVICE_CPU) {
+            return td_error(TD_ERR_UNSUPPORTED, "rpc: list item %zu is a "
+                            "device tensor; only cpu tensors travel yet", i);
+        }
+        status = td_tensor_contiguous(v->u.tensor, &c);
+        if (status != TD_OK) {
+            return status;
+        }
+        out->tensors[out->n_tensors++] = c;
+        desc_len += 8 + 8 * (size_t)td_tensor_ndim(c);
+    }
+    *desc_len_p = desc_len;
+    return TD_OK;
+}
+
+/* Step 2: the fixed header (48 bytes) and one descriptor per tensor, each
+ * tensor with bytes also a body. */
+static inline void
+encode_header(wbuf_t *w, const td_rpc_wire_meta_t *meta, size_t alen,
+              int inline_args, td_rpc_wire_out_t *out)
+{
+    put_u8(w, TD_RPC_WIRE_MAGIC);
+    put_u8(w, TD_RPC_WIRE_VERSION);
+    put_u8(w, meta->type);
+    put_u8(w, inline_args ? 0 : TD_RPC_WIRE_ARGS_IN_BODY);
+    put_u16(w, (uint16_t)out->n_tensors);
+    put_u16(w, 0);
+    put_u32(w, (uint32_t)alen);
+    put_u32(w, (uint32_t)meta->sender);
+    put_u64(w, meta->message_id);
+    put_u64(w, meta->function_id);
+    put_u64(w, meta->autograd_context_id);
+    put_u64(w, meta->autograd_message_id);
+
+    for (int k = 0; k < out->n_tensors; k++) {
+        td_tensor_t *t = out->tensors[k];
+        int nd = td_tensor_ndim(t);
+
+        put_u8(w, (uint8_t)td_tensor_dtype(t));
+        put_u8(w, (uint8_t)nd);
+        put_u8(w, td_tensor_requires_grad(t) ? 1 : 0);
+        put_u8(w, 0);
+        put_u32(w, 0);
+        for (int d = 0; d < nd; d++) {
+            put_u64(w, (uint64_t)td_tensor_shape(t)[d]);
+        }
+        if (td_tensor_nbytes(t) > 0) {
+            out->bodies[out->n_bodies].buf = td_tensor_data(t);
+            out->bodies[out->n_bodies].len = td_tensor_nbytes(t);
+            out->bodies[out->n_bodies].mem = TD_MEM_HOST;
+            out->n_bodies++;
+        }
+    }
+}
+
+/* Step 3: the argument list (tensors by index, references through
+ * RREF_OUT, which may start the fork protocol for DST). */
+static inline td_status_t
+encode_args(wbuf_t *w, const td_rpc_list_t *args, size_t n_items, int dst,
+            td_rpc_wire_rref_out_fn rref_out, void *rref_arg)
+{
+    put_u32(w, (uint32_t)n_items);
+    for (size_t i = 0, tix = 0; i < n_items; i++) {
+        const td_value_t *v = &args->items[i];
+        int32_t owner;
+        uint64_t id, fork, bits;
+        td_status_t status;
+
+        put_u8(w, (uint8_t)v->kind);
+        switch (v->kind) {
+        case TD_VALUE_TENSOR:
+            put_u32(w, (uint32_t)tix++);
+            break;
+        case TD_VALUE_INT:
+            put_u64(w, (uint64_t)v->u.i);
+            break;
+        case TD_VALUE_DOUBLE:
+            memcpy(&bits, &v->u.d, sizeof(bits));
+            put_u64(w, bits);
+            break;
+        case TD_VALUE_BYTES:
+        case TD_VALUE_STRING:
+            put_u32(w, (uint32_t)v->u.bytes.len);
+            memcpy(w->p, v->u.bytes.data, v->u.bytes.len);
+            w->p += v->u.bytes.len;
+            break;
+        case TD_VALUE_RREF:
+            if (rref_out == NULL) {
+                return td_error(TD_ERR_UNSUPPORTED, "rpc: list item %zu is a "
+                                "remote reference, which cannot go in this "
+                                "message", i);
+            }
+            status = rref_out(rref_arg, v->u.rref, dst, &owner, &id, &fork);
+            if (status != TD_OK) {
+                return status;
+            }
+            put_u32(w, (uint32_t)owner);
+            put_u64(w, id);
+            put_u64(w, fork);
+            break;
+        }
+    }
+    return TD_OK;
+}
+
 td_status_t
 td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
                    int dst, size_t header_max,
                    td_rpc_wire_rref_out_fn rref_out, void *rref_arg,
-                   td_rpc_wire_out_t *out_p)
+                   td_rpc_wire_out_t *out)
 {
-    td_rpc_wire_out_t *out = out_p;
     size_t n_items = td_rpc_list_len(args);
     size_t desc_len = 0, alen, hlen;
-    td_status_t status = TD_OK;
+    td_status_t status;
     wbuf_t w;
     int inline_args;
 
@@ -181,44 +315,12 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
         return td_error(TD_ERR_RANGE, "rpc: %zu list items to rank %d, at "
                         "most %d", n_items, dst, TD_RPC_MAX_ITEMS);
     }
-
-    /* Tensors: contiguous, host, counted. */
-    for (size_t i = 0; i < n_items; i++) {
-        const td_value_t *v = &args->items[i];
-        td_tensor_t *c;
-
-        if (v->kind == TD_VALUE_BYTES || v->kind == TD_VALUE_STRING) {
-            if (v->u.bytes.len > TD_RPC_MAX_BYTES_ITEM) {
-                status = td_error(TD_ERR_RANGE, "rpc: list item %zu has %zu "
-                                  "bytes, at most %u", i, v->u.bytes.len,
-                                  TD_RPC_MAX_BYTES_ITEM);
-                goto err;
-            }
-            continue;
-        }
-        if (v->kind != TD_VALUE_TENSOR) {
-            continue;
-        }
-        if (out->n_tensors == TD_RPC_MAX_TENSORS) {
-            status = td_error(TD_ERR_RANGE, "rpc: more than %d tensors in "
-                              "one message to rank %d", TD_RPC_MAX_TENSORS,
-                              dst);
-            goto err;
-        }
-        if (td_tensor_device(v->u.tensor).type != TD_DEVICE_CPU) {
-            status = td_error(TD_ERR_UNSUPPORTED, "rpc: list item %zu is a "
-                              "device tensor; only cpu tensors travel yet",
-                              i);
-            goto err;
-        }
-        status = td_tensor_contiguous(v->u.tensor, &c);
-        if (status != TD_OK) {
-            goto err;
-        }
-        out->tensors[out->n_tensors++] = c;
-        desc_len += 8 + 8 * (size_t)td_tensor_ndim(c);
+    status = encode_tensors(args, n_items, dst, out, &desc_len);
+    if (status != TD_OK) {
+        goto err;
     }
 
+    /* The argument list goes in the header when both fit. */
     alen = args_size(args);
     hlen = TD_RPC_WIRE_HDR_SIZE + desc_len;
     inline_args = (hlen + alen <= header_max);
@@ -237,41 +339,9 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
         goto err;
     }
     out->header_len = hlen;
-
     w.p = out->header;
     w.end = out->header + hlen;
-    put_u8(&w, TD_RPC_WIRE_MAGIC);
-    put_u8(&w, TD_RPC_WIRE_VERSION);
-    put_u8(&w, meta->type);
-    put_u8(&w, inline_args ? 0 : TD_RPC_WIRE_ARGS_IN_BODY);
-    put_u16(&w, (uint16_t)out->n_tensors);
-    put_u16(&w, 0);
-    put_u32(&w, (uint32_t)alen);
-    put_u32(&w, (uint32_t)meta->sender);
-    put_u64(&w, meta->message_id);
-    put_u64(&w, meta->function_id);
-    put_u64(&w, meta->autograd_context_id);
-    put_u64(&w, meta->autograd_message_id);
-
-    for (int k = 0; k < out->n_tensors; k++) {
-        td_tensor_t *t = out->tensors[k];
-        int nd = td_tensor_ndim(t);
-
-        put_u8(&w, (uint8_t)td_tensor_dtype(t));
-        put_u8(&w, (uint8_t)nd);
-        put_u8(&w, td_tensor_requires_grad(t) ? 1 : 0);
-        put_u8(&w, 0);
-        put_u32(&w, 0);
-        for (int d = 0; d < nd; d++) {
-            put_u64(&w, (uint64_t)td_tensor_shape(t)[d]);
-        }
-        if (td_tensor_nbytes(t) > 0) {
-            out->bodies[out->n_bodies].buf = td_tensor_data(t);
-            out->bodies[out->n_bodies].len = td_tensor_nbytes(t);
-            out->bodies[out->n_bodies].mem = TD_MEM_HOST;
-            out->n_bodies++;
-        }
-    }
+    encode_header(&w, meta, alen, inline_args, out);
 
     if (!inline_args) {
         out->args_body = malloc(alen);
@@ -283,49 +353,9 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
         w.p = out->args_body;
         w.end = out->args_body + alen;
     }
-    put_u32(&w, (uint32_t)n_items);
-    for (size_t i = 0, tix = 0; i < n_items; i++) {
-        const td_value_t *v = &args->items[i];
-        int32_t owner;
-        uint64_t id, fork;
-
-        put_u8(&w, (uint8_t)v->kind);
-        switch (v->kind) {
-        case TD_VALUE_TENSOR:
-            put_u32(&w, (uint32_t)tix++);
-            break;
-        case TD_VALUE_INT:
-            put_u64(&w, (uint64_t)v->u.i);
-            break;
-        case TD_VALUE_DOUBLE: {
-            uint64_t bits;
-
-            memcpy(&bits, &v->u.d, sizeof(bits));
-            put_u64(&w, bits);
-            break;
-        }
-        case TD_VALUE_BYTES:
-        case TD_VALUE_STRING:
-            put_u32(&w, (uint32_t)v->u.bytes.len);
-            memcpy(w.p, v->u.bytes.data, v->u.bytes.len);
-            w.p += v->u.bytes.len;
-            break;
-        case TD_VALUE_RREF:
-            if (rref_out == NULL) {
-                status = td_error(TD_ERR_UNSUPPORTED, "rpc: list item %zu "
-                                  "is a remote reference, which cannot go "
-                                  "in this message", i);
-                goto err;
-            }
-            status = rref_out(rref_arg, v->u.rref, dst, &owner, &id, &fork);
-            if (status != TD_OK) {
-                goto err;
-            }
-            put_u32(&w, (uint32_t)owner);
-            put_u64(&w, id);
-            put_u64(&w, fork);
-            break;
-        }
+    status = encode_args(&w, args, n_items, dst, rref_out, rref_arg);
+    if (status != TD_OK) {
+        goto err;
     }
     if (!inline_args) {
         out->bodies[out->n_bodies].buf = out->args_body;
@@ -672,8 +702,7 @@ walk_args(const uint8_t *args, size_t len, td_tensor_t *const *tensors,
                     return status;
                 }
                 /* The list takes over REF's reference. */
-                status = td_rpc_list_add_rref(list, rref);
-                td_rref_release(rref);
+                status = td_rpc_list_take_rref(list, rref);
                 if (status != TD_OK) {
                     return status;
                 }

@@ -25,7 +25,14 @@
  *
  * Wire use (rpc_wire.h): REMOTE(function id; INT rref id, STRING name,
  * args...), FETCH(rref id), CALL(rref id; STRING name, args...),
- * FORK(rref id; INT fork id, acknowledged), DEC(rref id; INT fork id). */
+ * FORK(rref id; INT fork id, acknowledged), DEC(rref id; INT fork id).
+ *
+ * How it plugs in: like distributed autograd, through RPC's plug-in
+ * interface (td_rpc_plug, from this runtime module's attach): the message
+ * types above, and wire_out / wire_in for references inside value lists.
+ * RPC knows nothing else of references; this module's setup, peer_failed
+ * and shutdown run from the runtime's module table, right after RPC's
+ * setup and right before its shutdown. */
 #include "config.h"
 
 #include <errno.h>
@@ -39,6 +46,7 @@
 #include "todist/rpc.h"
 #include "todist/rref.h"
 #include "runtime/rpc/rpc_internal.h"
+#include "runtime/rpc/pool.h"
 #include "runtime/rpc/rpc_wire.h"
 #include "runtime/rpc/rref_internal.h"
 #include "runtime/runtime.h"
@@ -78,6 +86,7 @@ static struct {
     int             rank;
     int             world_size;
     int             running;
+    _Atomic(td_transport_t *) tp;  /* between setup and shutdown */
     size_t          leaks;
 } rr = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -261,7 +270,7 @@ live_drop(entry_t *e, uint64_t id)
 static int
 rank_dead(int rank)
 {
-    td_transport_t *tp = td_runtime_transport();
+    td_transport_t *tp = atomic_load(&rr.tp);
 
     return rank >= 0 && rank != rr.rank && tp != NULL &&
            !td_transport_peer_alive(tp, rank);
@@ -270,6 +279,7 @@ rank_dead(int rank)
 static td_status_t
 fork_add(uint64_t rref_id, uint64_t fork_id, int holder)
 {
+    td_transport_t *tp;
     entry_t *e = NULL;
     td_status_t status = TD_OK;
 
@@ -287,9 +297,9 @@ fork_add(uint64_t rref_id, uint64_t fork_id, int holder)
     } else if (!live_push(e, fork_id, holder)) {
         status = td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
     } else if (holder >= 0 && holder != rr.rank &&
-               td_runtime_transport() != NULL) {
+               (tp = atomic_load(&rr.tp)) != NULL) {
         /* notice the holder's death even if we never talk to it */
-        td_transport_watch(td_runtime_transport(), holder);
+        td_transport_watch(tp, holder);
     }
     pthread_mutex_unlock(&rr.lock);
     return status;
@@ -385,6 +395,7 @@ on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
     const char *name;
     td_rpc_list_t *rest = NULL, *value = NULL;
     td_status_t status;
+    td_transport_t *tp;
     entry_t *e = NULL;
     char msg[1024] = "";
 
@@ -429,9 +440,9 @@ on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
     e->error = status != TD_OK ? strdup(msg) : NULL;
     if (!drop_id(e->tomb, &e->n_tomb, (uint64_t)id) &&
         live_push(e, (uint64_t)id, src) && src != rr.rank &&
-        td_runtime_transport() != NULL) {
+        (tp = atomic_load(&rr.tp)) != NULL) {
         /* the creator holds it: notice its death */
-        td_transport_watch(td_runtime_transport(), src);
+        td_transport_watch(tp, src);
     }
     entry_maybe_free(e);
     pthread_cond_broadcast(&rr.cond);
@@ -601,10 +612,28 @@ on_dec(void *arg, int src, uint64_t id, td_rpc_list_t *args,
     return on_fork_dec(TD_RPC_MSG_RREF_DEC, src, id, args);
 }
 
-int
-td_rref_msg_wants_reply(int type)
+static int
+wants_reply(void *arg, int type)
 {
+    (void)arg;
     return type != TD_RPC_MSG_RREF_DEC;
+}
+
+/* The plug-in's one handler: by message type. */
+static td_status_t
+handle(void *arg, int type, int src, uint64_t field, td_rpc_list_t *args,
+       td_rpc_list_t *result)
+{
+    switch (type) {
+    case TD_RPC_MSG_REMOTE:     return on_remote(arg, src, field, args, result);
+    case TD_RPC_MSG_RREF_FETCH: return on_fetch(arg, src, field, args, result);
+    case TD_RPC_MSG_RREF_CALL:  return on_call(arg, src, field, args, result);
+    case TD_RPC_MSG_RREF_FORK:  return on_fork(arg, src, field, args, result);
+    case TD_RPC_MSG_RREF_DEC:   return on_dec(arg, src, field, args, result);
+    default:
+        return td_error(TD_ERR_PROTOCOL, "rref: rank %d sent message type "
+                        "%d, which no rref handler serves", src, type);
+    }
 }
 
 /* ---- wire hooks ---------------------------------------------------------- */
@@ -622,8 +651,8 @@ fork_acked(void *arg, td_future_t *fut)
     td_future_release(fut);
 }
 
-td_status_t
-td_rref_wire_out(void *arg, td_rref_t *h, int dst, int32_t *owner_p,
+static td_status_t
+wire_out(void *arg, td_rref_t *h, int dst, int32_t *owner_p,
                  uint64_t *rref_id_p, uint64_t *fork_id_p)
 {
     uint64_t fork = new_id();
@@ -664,8 +693,8 @@ td_rref_wire_out(void *arg, td_rref_t *h, int dst, int32_t *owner_p,
     return TD_OK;
 }
 
-td_status_t
-td_rref_wire_in(void *arg, int src, int32_t owner, uint64_t rref_id,
+static td_status_t
+wire_in(void *arg, int src, int32_t owner, uint64_t rref_id,
                 uint64_t fork_id, td_rref_t **rref_p)
 {
     (void)arg;
@@ -802,32 +831,62 @@ td_rref_leaks(void)
     return n + (size_t)atomic_load(&rr.n_handles);
 }
 
+size_t
+td_rref_objects(void)
+{
+    size_t n;
+
+    pthread_mutex_lock(&rr.lock);
+    n = rr.n_entries;
+    pthread_mutex_unlock(&rr.lock);
+    return n;
+}
+
 /* ---- life cycle ---------------------------------------------------------- */
 
-void
-td_rref_start(int rank, int world_size)
+/* Before td_init publishes the address: the rref messages and references
+ * in value lists go through this plug-in. */
+static td_status_t
+module_attach(void *arg)
 {
-    rr.rank = rank;
-    rr.world_size = world_size;
+    td_rpc_plugin_t p;
+
+    (void)arg;
+    memset(&p, 0, sizeof(p));
+    p.name = "rref";
+    p.types = 1u << TD_RPC_MSG_REMOTE | 1u << TD_RPC_MSG_RREF_FETCH |
+              1u << TD_RPC_MSG_RREF_CALL | 1u << TD_RPC_MSG_RREF_FORK |
+              1u << TD_RPC_MSG_RREF_DEC;
+    p.handle = handle;
+    p.wants_reply = wants_reply;
+    p.rref_out = wire_out;
+    p.rref_in = wire_in;
+    p.rref_retain = td_rref_retain;
+    p.rref_release = td_rref_release;
+    return td_rpc_plug(&p);
+}
+
+static td_status_t
+module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
+{
+    (void)arg;
+    rr.rank = w->rank;
+    rr.world_size = w->world_size;
+    atomic_store(&rr.tp, tp);
     rr.leaks = 0;
     atomic_store(&rr.counter, 1);
-    td_rpc_set_typed_handler(TD_RPC_MSG_REMOTE, on_remote, NULL);
-    td_rpc_set_typed_handler(TD_RPC_MSG_RREF_FETCH, on_fetch, NULL);
-    td_rpc_set_typed_handler(TD_RPC_MSG_RREF_CALL, on_call, NULL);
-    td_rpc_set_typed_handler(TD_RPC_MSG_RREF_FORK, on_fork, NULL);
-    td_rpc_set_typed_handler(TD_RPC_MSG_RREF_DEC, on_dec, NULL);
     rr.running = 1;
+    return TD_OK;
 }
 
-size_t
-td_rref_outstanding(void)
-{
-    return 0;     /* its messages are counted as RPC's calls and sends */
-}
+/* No outstanding() of its own: its messages are counted as RPC's calls
+ * and sends. */
 
-void
-td_rref_peer_failed(int rank)
+static void
+module_peer_failed(void *arg, int rank, td_status_t why)
 {
+    (void)arg;
+    (void)why;
     /* Calls to RANK fail through RPC's pending table; here the owner lets
      * go of the references RANK held. */
     pthread_mutex_lock(&rr.lock);
@@ -858,22 +917,13 @@ td_rref_peer_failed(int rank)
     pthread_mutex_unlock(&rr.lock);
 }
 
-size_t
-td_rref_objects(void)
-{
-    size_t n;
-
-    pthread_mutex_lock(&rr.lock);
-    n = rr.n_entries;
-    pthread_mutex_unlock(&rr.lock);
-    return n;
-}
-
-void
-td_rref_shutdown(void)
+static void
+module_shutdown(void *arg)
 {
     size_t handles = (size_t)atomic_load(&rr.n_handles);
 
+    (void)arg;
+    atomic_store(&rr.tp, NULL);     /* RPC shuts down after this module */
     pthread_mutex_lock(&rr.lock);
     rr.running = 0;
     pthread_cond_broadcast(&rr.cond);
@@ -909,3 +959,11 @@ td_rref_shutdown(void)
                 "handle(s) not released at shutdown", rr.rank, handles);
     }
 }
+
+const td_runtime_module_t td_rref_module = {
+    .name = "rref",
+    .attach = module_attach,
+    .setup = module_setup,
+    .peer_failed = module_peer_failed,
+    .shutdown = module_shutdown,
+};

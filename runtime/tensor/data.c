@@ -6,12 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "runtime/tensor/tensor_internal.h"
 #include <todist/data.h>
 
 #define IDX_MAX_BYTES ((int64_t)1 << 32)
+/* Deflate expands at most 1032:1, so a gzip file of N bytes holds at most
+ * this many times N bytes of data: the bound before allocating. */
+#define GZ_MAX_RATIO  1032
 
 /* Read exactly LEN bytes or fail naming PATH. */
 static td_status_t
@@ -69,13 +73,35 @@ td_idx_read(const char *path, td_tensor_t **out)
         if (status != TD_OK) {
             goto out;
         }
-        shape[d] = (int64_t)dimb[0] << 24 | dimb[1] << 16 | dimb[2] << 8 | dimb[3];
-        total *= shape[d];
+        /* unsigned shifts: dimb[0] << 24 in int overflows for >= 0x80 */
+        shape[d] = (int64_t)((uint32_t)dimb[0] << 24 | (uint32_t)dimb[1] << 16 |
+                             (uint32_t)dimb[2] << 8 | (uint32_t)dimb[3]);
+        if (shape[d] > 0 && shape[d] <= IDX_MAX_BYTES / total) {
+            total *= shape[d];
+        } else if (shape[d] > 0) {
+            total = IDX_MAX_BYTES + 1;   /* say "over the limit" */
+        }
         if (shape[d] == 0 || total > IDX_MAX_BYTES) {
             status = td_error(TD_ERR_PROTOCOL, "idx: %s: dimension %d is %lld "
                               "(total %lld bytes, limit %lld)", path, d,
                               (long long)shape[d], (long long)total,
                               (long long)IDX_MAX_BYTES);
+            goto out;
+        }
+    }
+    /* Bound the allocation by what the file can hold. */
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        int64_t have = (int64_t)sb.st_size;
+        int64_t can = gzdirect(f) ? have - 4 - 4 * ndim
+                                  : have > INT64_MAX / GZ_MAX_RATIO
+                                    ? INT64_MAX : have * GZ_MAX_RATIO;
+        if (total > can) {
+            status = td_error(TD_ERR_PROTOCOL, "idx: %s: the header claims "
+                              "%lld data bytes but a %s file of %lld bytes "
+                              "holds at most %lld", path, (long long)total,
+                              gzdirect(f) ? "raw" : "gzip", (long long)have,
+                              (long long)(can > 0 ? can : 0));
             goto out;
         }
     }

@@ -1,7 +1,8 @@
 /* runtime/tensor/optim.c: SGD, Adam, AdamW (PyTorch 1.13 single-tensor rules,
  * arithmetic in the parameter's dtype like torch) and MetaSGD. State
  * (momentum buffers, exp_avg, exp_avg_sq, max_exp_avg_sq) lives in flat
- * buffers indexed by each parameter's offset. */
+ * buffers indexed by each parameter's offset; the updates themselves are
+ * the device's sgd_step / adam_step kernels. */
 #include "config.h"
 
 #include <math.h>
@@ -143,64 +144,6 @@ td_optim_adamw(td_tensor_t *const *params, int n, const td_adam_opts_t *opts,
     return adam_new(OPT_ADAMW, params, n, opts, out);
 }
 
-/* The update loops, once per dtype: R() rounds a value to the parameter's
- * precision so float32 parameters follow torch's float32 arithmetic. */
-#define SGD_LOOP(T)                                                         \
-    do {                                                                    \
-        T *p = td_tensor_data(prm);                                         \
-        const T *g = td_tensor_data(grad);                                  \
-        double *mb = o->buf[0] ? o->buf[0] + off : NULL;                    \
-        const T lr = (T)s->lr, wd = (T)s->weight_decay, mom = (T)s->momentum;\
-        const T damp = (T)(1 - s->dampening);                               \
-        if (mb == NULL && wd == 0) {                                        \
-            for (int64_t i = 0; i < n; i++) p[i] = p[i] - lr * g[i];        \
-            break;                                                          \
-        }                                                                   \
-        for (int64_t i = 0; i < n; i++) {                                   \
-            T d = g[i];                                                     \
-            if (wd != 0) d = d + wd * p[i];                                 \
-            if (mb != NULL) {                                               \
-                T b = first ? d : (T)mb[i] * mom + damp * d;                \
-                mb[i] = b;                                                  \
-                d = s->nesterov ? d + mom * b : b;                          \
-            }                                                               \
-            p[i] = p[i] - lr * d;                                           \
-        }                                                                   \
-    } while (0)
-
-/* torch 1.13 _single_tensor_adam:
- *   grad += wd * p (Adam) | p *= 1 - lr * wd (AdamW)
- *   m = m b1 + (1 - b1) g;  v = v b2 + (1 - b2) g g
- *   denom = sqrt(v) / sqrt(1 - b2^t) + eps
- *   p -= lr / (1 - b1^t) * m / denom */
-#define ADAM_LOOP(T, SQRT)                                                  \
-    do {                                                                    \
-        T *p = td_tensor_data(prm);                                         \
-        const T *g = td_tensor_data(grad);                                  \
-        double *m = o->buf[0] + off, *v = o->buf[1] + off;                  \
-        double *vmax = o->buf[2] ? o->buf[2] + off : NULL;                  \
-        const T b1 = (T)a->beta1, b2 = (T)a->beta2, eps = (T)a->eps;        \
-        const T wd = (T)a->weight_decay, lr = (T)a->lr;                     \
-        const T step_size = (T)(a->lr / bc1);                               \
-        const T bc2s = (T)sqrt(bc2);                                        \
-        for (int64_t i = 0; i < n; i++) {                                   \
-            T gi = g[i], mi = (T)m[i], vi = (T)v[i], den;                   \
-            if (o->kind == OPT_ADAMW) p[i] = p[i] * ((T)1 - lr * wd);       \
-            else if (wd != 0) gi = gi + wd * p[i];                          \
-            mi = mi * b1 + ((T)1 - b1) * gi;                              \
-            vi = vi * b2 + ((T)1 - b2) * gi * gi;                           \
-            m[i] = mi;                                                      \
-            v[i] = vi;                                                      \
-            if (vmax != NULL) {                                             \
-                T vm = (T)vmax[i] > vi ? (T)vmax[i] : vi;                   \
-                vmax[i] = vm;                                               \
-                vi = vm;                                                    \
-            }                                                               \
-            den = SQRT(vi) / bc2s + eps;                                    \
-            p[i] = p[i] - step_size * (mi / den);                           \
-        }                                                                   \
-    } while (0)
-
 td_status_t
 td_optim_step(td_optim_t *o)
 {
@@ -214,6 +157,7 @@ td_optim_step(td_optim_t *o)
     }
     for (int k = 0; k < o->n; k++) {
         td_tensor_t *prm = o->params[k], *grad = td_tensor_grad(prm), *gc;
+        const td_kernels_t *kern = td_kernels_get(prm->device);
         int64_t off = o->offset[k], n = td_tensor_numel(prm);
         td_status_t status;
 
@@ -233,18 +177,20 @@ td_optim_step(td_optim_t *o)
         grad = gc;
         if (o->kind == OPT_SGD) {
             const td_sgd_opts_t *s = &o->sgd;
-            if (prm->dtype == TD_FLOAT32) {
-                SGD_LOOP(float);
-            } else {
-                SGD_LOOP(double);
-            }
+            td_sgd_args_t args = {s->lr, s->momentum, s->dampening,
+                                  s->weight_decay, s->nesterov, first};
+            kern->sgd_step(prm->dtype, td_tensor_data(prm),
+                           td_tensor_data(grad),
+                           o->buf[0] ? o->buf[0] + off : NULL, n, &args);
         } else {
             const td_adam_opts_t *a = &o->adam;
-            if (prm->dtype == TD_FLOAT32) {
-                ADAM_LOOP(float, sqrtf);
-            } else {
-                ADAM_LOOP(double, sqrt);
-            }
+            td_adam_args_t args = {a->lr, a->beta1, a->beta2, a->eps,
+                                   a->weight_decay, bc1, bc2,
+                                   o->kind == OPT_ADAMW};
+            kern->adam_step(prm->dtype, td_tensor_data(prm),
+                            td_tensor_data(grad), o->buf[0] + off,
+                            o->buf[1] + off,
+                            o->buf[2] ? o->buf[2] + off : NULL, n, &args);
         }
         td_tensor_release(gc);
         td_tensor_bump_version(prm);

@@ -186,11 +186,18 @@ string(parser_t *ps, char *out, size_t cap)
     }
     while (ps->p < ps->end && *ps->p != '"') {
         char c = *ps->p++;
+        if ((unsigned char)c < 0x20) {   /* JSON forbids; a NUL would cut */
+            return bad(ps, "control character in a string");
+        }
         if (c == '\\') {
             if (ps->p >= ps->end) {
                 break;
             }
             c = *ps->p++;   /* keep escaped char (names here are plain) */
+            if (c == 'u' && ps->end - ps->p >= 4 &&
+                memcmp(ps->p, "0000", 4) == 0) {
+                return bad(ps, "NUL in a string");
+            }
         }
         if (n + 1 >= cap) {
             return bad(ps, "string too long");
@@ -360,6 +367,68 @@ st_close(st_file_t *sf)
     }
 }
 
+static int
+by_name(const void *a, const void *b)
+{
+    return strcmp(((const entry_t *)a)->name, ((const entry_t *)b)->name);
+}
+
+static int
+by_begin(const void *a, const void *b)
+{
+    const entry_t *x = *(entry_t *const *)a, *y = *(entry_t *const *)b;
+
+    if (x->begin != y->begin) {
+        return x->begin < y->begin ? -1 : 1;
+    }
+    return x->stop < y->stop ? -1 : x->stop > y->stop;
+}
+
+/* The format's rules beyond each entry: names are unique, and the entries'
+ * byte ranges neither overlap nor leave any of the DATA bytes unused. */
+static td_status_t
+check_layout(const char *path, entry_t *ents, int nents, uint64_t data)
+{
+    entry_t **order;
+    uint64_t at = 0;
+    td_status_t status = TD_OK;
+
+    qsort(ents, (size_t)nents, sizeof(*ents), by_name);
+    for (int k = 1; k < nents; k++) {
+        if (strcmp(ents[k - 1].name, ents[k].name) == 0) {
+            return td_error(TD_ERR_PROTOCOL, "safetensors: %s: the name '%s' "
+                            "appears twice", path, ents[k].name);
+        }
+    }
+    order = malloc((size_t)(nents ? nents : 1) * sizeof(*order));
+    if (order == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "safetensors: out of memory for %d "
+                        "entries", nents);
+    }
+    for (int k = 0; k < nents; k++) {
+        order[k] = &ents[k];
+    }
+    qsort(order, (size_t)nents, sizeof(*order), by_begin);
+    for (int k = 0; k < nents && status == TD_OK; k++) {
+        if (order[k]->begin != at) {
+            status = td_error(TD_ERR_PROTOCOL, "safetensors: %s: '%s' data "
+                              "starts at %llu, but the data before it ends at "
+                              "%llu (%s)", path, order[k]->name,
+                              (unsigned long long)order[k]->begin,
+                              (unsigned long long)at,
+                              order[k]->begin < at ? "overlap" : "a hole");
+        }
+        at = order[k]->stop;
+    }
+    if (status == TD_OK && at != data) {
+        status = td_error(TD_ERR_PROTOCOL, "safetensors: %s: %llu trailing "
+                          "data bytes belong to no tensor", path,
+                          (unsigned long long)(data - at));
+    }
+    free(order);
+    return status;
+}
+
 /* Open PATH and parse its header into SF (closed again on failure). */
 static td_status_t
 st_open(const char *path, st_file_t *sf)
@@ -464,6 +533,10 @@ st_open(const char *path, st_file_t *sf)
                               (unsigned long long)((uint64_t)fsize - 8 - hlen));
             goto out;
         }
+    }
+    status = check_layout(path, ents, nents, (uint64_t)fsize - 8 - hlen);
+    if (status != TD_OK) {
+        goto out;
     }
     sf->f = f;
     sf->hlen = hlen;

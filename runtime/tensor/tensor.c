@@ -1,6 +1,8 @@
-/* runtime/tensor/tensor.c: tensors, storage, views, copies, seeded random fill.
- * See include/todist/tensor.h. Views and joins record autograd nodes here;
- * arithmetic lives in runtime/ops.c. */
+/* runtime/tensor/tensor.c: tensors, storage, views, copies, seeded random
+ * fill. See include/todist/tensor.h. Views and joins record autograd nodes
+ * here; arithmetic lives in runtime/tensor/ops_*.c, and this file calls
+ * none of it (expand, whose backward is a sum, and index_select live with
+ * their ops), so tensor.c sits below the ops and autograd. */
 #include "config.h"
 
 #include <math.h>
@@ -10,7 +12,6 @@
 
 #include "runtime/tensor/tensor_internal.h"
 #include "kernels/device.h"
-#include <todist/ops.h>
 
 void td_autograd_leaf_dying(td_tensor_t *t);
 
@@ -731,8 +732,8 @@ typedef struct {
     td_dtype_t dtype;
 } view_state_t;
 
-enum { V_RESHAPE, V_TRANSPOSE, V_PERMUTE, V_NARROW, V_SELECT, V_EXPAND,
-       V_COPY, V_DTYPE, V_PAD };
+enum { V_RESHAPE, V_TRANSPOSE, V_PERMUTE, V_NARROW, V_SELECT, V_COPY,
+       V_DTYPE, V_PAD };
 
 /* grad of narrow: zeros of the input shape with G written into the slice.
  * Built from differentiable ops: zeros + cat would do too, but a padded
@@ -774,8 +775,6 @@ view_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
             td_tensor_release(tmp);
         }
         return status;
-    case V_EXPAND:
-        return td_sum_to(g, st->shape, st->ndim, &gout[0]);
     case V_COPY:
         gout[0] = td_tensor_retain(g);
         return TD_OK;
@@ -793,7 +792,6 @@ static const td_node_ops_t view_ops[] = {
     [V_PERMUTE] = {"PermuteBackward", view_backward, NULL, free},
     [V_NARROW] = {"NarrowBackward", view_backward, NULL, free},
     [V_SELECT] = {"SelectBackward", view_backward, NULL, free},
-    [V_EXPAND] = {"ExpandBackward", view_backward, NULL, free},
     [V_COPY] = {"CloneBackward", view_backward, NULL, free},
     [V_DTYPE] = {"ToCopyBackward", view_backward, NULL, free},
     [V_PAD] = {"NarrowBackwardBackward", view_backward, NULL, free},
@@ -1111,12 +1109,13 @@ td_tensor_unsqueeze(td_tensor_t *t, int dim, td_tensor_t **out)
     return record_view(t, v, V_RESHAPE, 0, 0, NULL, 0, out);
 }
 
+/* The view of expand, recording nothing (ops_reduce.c wraps it with its
+ * backward, a sum). */
 td_status_t
-td_tensor_expand(td_tensor_t *t, const int64_t *shape, int ndim,
-                 td_tensor_t **out)
+td_tensor_expand_view(td_tensor_t *t, const int64_t *shape, int ndim,
+                      td_tensor_t **out)
 {
     int64_t strides[TD_MAX_DIMS], full[TD_MAX_DIMS];
-    td_tensor_t *v;
     td_status_t status;
     int lead = ndim - t->ndim;
 
@@ -1131,11 +1130,7 @@ td_tensor_expand(td_tensor_t *t, const int64_t *shape, int ndim,
     if (status != TD_OK) {
         return status;
     }
-    status = td_tensor_new_view(t, full, strides, ndim, t->offset, &v);
-    if (status != TD_OK) {
-        return status;
-    }
-    return record_view(t, v, V_EXPAND, 0, 0, NULL, 0, out);
+    return td_tensor_new_view(t, full, strides, ndim, t->offset, out);
 }
 
 td_status_t
@@ -1188,54 +1183,32 @@ td_tensor_detach(td_tensor_t *t, td_tensor_t **out)
 
 /* ---- random --------------------------------------------------------- */
 
-static uint64_t
-splitmix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/* uniform in [0, 1) with 53 random bits; draw I of stream SEED */
-static double
-draw(uint64_t seed, uint64_t i)
-{
-    return (double)(splitmix64(splitmix64(seed) ^ (i * 0xD1B54A32D192ED03ull)) >> 11) *
-           0x1.0p-53;
-}
-
+/* Values come from the device's counter-based random kernel: element i
+ * depends only on (seed, i), so every device and every split draws the
+ * same stream. */
 static td_status_t
 random_fill(td_tensor_t *t, int normal, double a, double b, uint64_t seed)
 {
     td_tensor_t *tmp;
-    double *p;
     int64_t n = td_tensor_numel(t);
-    int64_t shape1[1] = {n};
     td_status_t status;
 
     if (!td_dtype_is_float(t->dtype)) {
         return td_error(TD_ERR_DTYPE, "random: dtype %s is not floating",
                         td_dtype_name(t->dtype));
     }
-    status = td_tensor_empty(shape1, 1, TD_FLOAT64, TD_CPU, &tmp);
+    if (td_tensor_is_contiguous(t)) {
+        td_kernels_get(t->device)->random(t->dtype, td_tensor_data(t), n,
+                                          normal, a, b, seed);
+        td_tensor_bump_version(t);
+        return TD_OK;
+    }
+    status = td_tensor_empty(t->shape, t->ndim, t->dtype, t->device, &tmp);
     if (status != TD_OK) {
         return status;
     }
-    p = td_tensor_data(tmp);
-    for (int64_t i = 0; i < n; i++) {
-        if (!normal) {
-            p[i] = a + (b - a) * draw(seed, (uint64_t)i);
-        } else {
-            /* Box-Muller on draws 2i and 2i+1; 1-u keeps log's argument > 0 */
-            double u1 = 1.0 - draw(seed, 2 * (uint64_t)i);
-            double u2 = draw(seed, 2 * (uint64_t)i + 1);
-            p[i] = a + b * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-        }
-    }
-    tmp->ndim = t->ndim;
-    memcpy(tmp->shape, t->shape, sizeof(tmp->shape));
-    set_contig_strides(tmp);
+    td_kernels_get(t->device)->random(t->dtype, td_tensor_data(tmp), n,
+                                      normal, a, b, seed);
     status = td_tensor_copy_(t, tmp);
     td_tensor_release(tmp);
     return status;
@@ -1447,11 +1420,4 @@ td_tensor_chunk(td_tensor_t *t, int chunks, int dim, td_tensor_t **outs,
     /* as torch: pieces of ceil(size / chunks) */
     return td_tensor_split(t, t->shape[d] > 0 ? (t->shape[d] + chunks - 1) / chunks : 1,
                            d, outs, chunks, n_p);
-}
-
-td_status_t
-td_tensor_index_select(td_tensor_t *t, int dim, td_tensor_t *index,
-                       td_tensor_t **out)
-{
-    return td_index_select(t, dim, index, out);
 }

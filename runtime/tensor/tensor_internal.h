@@ -71,7 +71,7 @@ struct td_node {
     struct td_node      *pending;   /* deferred-destruction list link */
 };
 
-/* internal helpers shared by tensor.c, ops.c, autograd.c */
+/* internal helpers shared by tensor.c, ops_*.c, autograd.c */
 td_status_t td_tensor_new_view(td_tensor_t *base, const int64_t *shape,
                                const int64_t *strides, int ndim,
                                int64_t offset, td_tensor_t **out);
@@ -81,7 +81,11 @@ const char *td_shape_str(const int64_t *shape, int ndim, char *buf,
                          size_t len);
 #define TD_SHAPE_STR(t) td_shape_str((t)->shape, (t)->ndim, \
                                      (char[96]){0}, 96)
-/* Reduce G (broadcast result) to SHAPE by summing; retains G if equal. */
+/* The view of td_tensor_expand without its autograd node (tensor.c). */
+td_status_t td_tensor_expand_view(td_tensor_t *t, const int64_t *shape,
+                                  int ndim, td_tensor_t **out);
+/* Reduce G (broadcast result) to SHAPE by summing; retains G if equal
+ * (ops_reduce.c). */
 td_status_t td_sum_to(td_tensor_t *g, const int64_t *shape, int ndim,
                       td_tensor_t **out);
 /* Record NODE as the grad_fn of OUT if grad mode is on and any of the

@@ -9,13 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "todist/slurm_env.h"
 
-#define USER_OPTS_HELP "verbose, port=N, bind=closest|none, torchrun=yes|no"
+#define USER_OPTS_HELP "verbose, port=N, store_port=N, bind=closest|none, " \
+                       "torchrun=yes|no, kill_on_fail=yes|no"
 #define SITE_ARGS_HELP "default=on|off, port_range=LO-HI, bind=closest|none, " \
-                       "torchrun=yes|no"
+                       "torchrun=yes|no, kill_on_fail=yes|no"
 
 void
 td_slurm_opts_init(td_slurm_opts_t *opts)
@@ -25,6 +25,7 @@ td_slurm_opts_init(td_slurm_opts_t *opts)
     opts->port_hi = TD_PORT_RANGE_HI;
     opts->bind = TD_BIND_CLOSEST;
     opts->torchrun = true;
+    opts->kill_on_fail = true;
 }
 
 /* "yes"/"no" (and on/off, true/false, 1/0, which admins type too). */
@@ -93,8 +94,9 @@ parse_range(const char *v, uint16_t *lo_p, uint16_t *hi_p)
         return -1;
     }
     *dash = '\0';
+    /* Two ports at least: a step needs MASTER_PORT and the store's. */
     if (parse_port(buf, &lo) != 0 || parse_port(dash + 1, &hi) != 0 ||
-        lo > hi) {
+        lo >= hi) {
         return -1;
     }
     *lo_p = lo;
@@ -139,7 +141,7 @@ td_slurm_opts_site(int argc, char *const *argv, td_slurm_opts_t *opts)
         } else if (!strcmp(item, "port_range")) {
             if (parse_range(value, &o.port_lo, &o.port_hi) != 0) {
                 return td_error(TD_ERR_INVALID, "plugstack.conf: '%s' is not "
-                                "port_range=LO-HI with 1 <= LO <= HI <= 65535",
+                                "port_range=LO-HI with 1 <= LO < HI <= 65535",
                                 argv[i]);
             }
         } else if (!strcmp(item, "bind")) {
@@ -148,6 +150,10 @@ td_slurm_opts_site(int argc, char *const *argv, td_slurm_opts_t *opts)
             }
         } else if (!strcmp(item, "torchrun")) {
             if (parse_bool(value, &o.torchrun) != 0) {
+                goto bad;
+            }
+        } else if (!strcmp(item, "kill_on_fail")) {
+            if (parse_bool(value, &o.kill_on_fail) != 0) {
                 goto bad;
             }
         } else {
@@ -193,11 +199,21 @@ td_slurm_opts_user(const char *optarg, td_slurm_opts_t *opts)
         if (!strcmp(item, "verbose") && value == NULL) {
             o.verbose = true;
         } else if (!strcmp(item, "port") && value != NULL) {
-            if (parse_port(value, &o.port) != 0) {
+            /* The store takes N + 1 unless store_port says otherwise. */
+            if (parse_port(value, &o.port) != 0 || o.port == 65535) {
                 status = td_error(TD_ERR_INVALID, "--todist: '%s' is not "
-                                  "port=N with 1 <= N <= 65535", shown);
+                                  "port=N with 1 <= N <= 65534", shown);
                 break;
             }
+        } else if (!strcmp(item, "store_port") && value != NULL) {
+            if (parse_port(value, &o.store_port) != 0) {
+                status = td_error(TD_ERR_INVALID, "--todist: '%s' is not "
+                                  "store_port=N with 1 <= N <= 65535", shown);
+                break;
+            }
+        } else if (!strcmp(item, "kill_on_fail") && value != NULL &&
+                   parse_bool(value, &o.kill_on_fail) == 0) {
+            continue;
         } else if (!strcmp(item, "bind") && value != NULL &&
                    parse_bind(value, &o.bind) == 0) {
             continue;
@@ -218,60 +234,15 @@ td_slurm_opts_user(const char *optarg, td_slurm_opts_t *opts)
     return status;
 }
 
-td_status_t
-td_job_token_make(char *buf, size_t len)
-{
-    unsigned char raw[TD_JOB_TOKEN_BYTES];
-    size_t got = 0;
-
-    if (len < TD_JOB_TOKEN_HEX + 1) {
-        return td_error(TD_ERR_RANGE, "token: buffer of %zu bytes is too small "
-                        "(need %d)", len, TD_JOB_TOKEN_HEX + 1);
-    }
-    while (got < sizeof(raw)) {
-        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return td_error(TD_ERR_IO, "token: getrandom: %s", strerror(errno));
-        }
-        got += (size_t)n;
-    }
-    for (size_t i = 0; i < sizeof(raw); i++) {
-        snprintf(buf + 2 * i, 3, "%02x", raw[i]);
-    }
-    return TD_OK;
-}
-
-bool
-td_job_token_valid(const char *token)
-{
-    size_t i;
-
-    if (token == NULL) {
-        return false;
-    }
-    for (i = 0; token[i] != '\0'; i++) {
-        char c = token[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
-              (c >= 'A' && c <= 'F'))) {
-            return false;
-        }
-    }
-    return i == TD_JOB_TOKEN_HEX;
-}
-
 /* ---- the mapping ------------------------------------------------------- */
 
 /* The task's view for world resolution: Slurm's facts only. Inherited
  * TODIST_* and torchrun names are hidden (a todist-run or torchrun parent
  * must not override the step), the step's task count replaces the job's,
- * and the port comes from the options. */
+ * and the port range comes from the options. */
 typedef struct {
     td_env_lookup_fn lookup;
     void *arg;
-    char port[8];
     char range[16];
 } slurm_view_t;
 
@@ -280,9 +251,6 @@ slurm_view_lookup(const char *name, void *arg)
 {
     slurm_view_t *v = arg;
 
-    if (!strcmp(name, "TODIST_MASTER_PORT")) {
-        return v->port[0] ? v->port : NULL;
-    }
     if (!strcmp(name, "TODIST_PORT_RANGE")) {
         return v->range;
     }
@@ -297,35 +265,6 @@ slurm_view_lookup(const char *name, void *arg)
         }
     }
     return v->lookup(name, v->arg);
-}
-
-#define MAP_MAX_VARS 24
-
-typedef struct {
-    const char *name;
-    char value[TD_HOSTNAME_MAX];
-} var_t;
-
-typedef struct {
-    var_t vars[MAP_MAX_VARS];
-    int n;
-} varlist_t;
-
-static void
-var_add(varlist_t *l, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-var_add(varlist_t *l, const char *name, const char *fmt, ...)
-{
-    va_list ap;
-
-    /* MAP_MAX_VARS is above the most td_slurm_env_map() ever adds. */
-    l->vars[l->n].name = name;
-    va_start(ap, fmt);
-    vsnprintf(l->vars[l->n].value, sizeof(l->vars[l->n].value), fmt, ap);
-    va_end(ap);
-    l->n++;
 }
 
 static int
@@ -395,24 +334,72 @@ choose_gpu(const char *cvd, int local_rank, td_bind_t bind,
     return TD_OK;
 }
 
+/* OMP_NUM_THREADS for the task: -c, else its share of the node's CPUs;
+ * 0 when the user set it. */
+static td_status_t
+omp_threads(td_env_lookup_fn lookup, void *arg, int local_world_size,
+            int *threads_p)
+{
+    const char *omp = lookup("OMP_NUM_THREADS", arg);
+    int cpt = 0, con = 0, rc;
+
+    *threads_p = 0;
+    if (omp != NULL && omp[0] != '\0') {
+        return TD_OK;
+    }
+    rc = env_int(lookup, arg, "SLURM_CPUS_PER_TASK", &cpt);
+    if (rc < 0) {
+        return td_error(TD_ERR_INVALID, "SLURM_CPUS_PER_TASK='%s' is not a "
+                        "positive integer", lookup("SLURM_CPUS_PER_TASK", arg));
+    }
+    if (rc > 0) {
+        *threads_p = cpt;
+        return TD_OK;
+    }
+    /* No -c: the task's share of the node's allocated CPUs. */
+    rc = env_int(lookup, arg, "SLURM_CPUS_ON_NODE", &con);
+    if (rc < 0) {
+        return td_error(TD_ERR_INVALID, "SLURM_CPUS_ON_NODE='%s' is not a "
+                        "positive integer", lookup("SLURM_CPUS_ON_NODE", arg));
+    }
+    *threads_p = rc > 0 ? td_omp_threads_default(con, local_world_size) : 1;
+    return TD_OK;
+}
+
+/* The user's port=N and store_port=N over Slurm's reserved or derived
+ * pair: MASTER_PORT N, the store N + 1 unless given. */
+static td_status_t
+apply_port_opts(const td_slurm_opts_t *opts, td_world_t *w)
+{
+    if (opts->port != 0) {
+        w->torch_port = opts->port;
+        w->master_port = (uint16_t)(opts->port + 1);
+    }
+    if (opts->store_port != 0) {
+        w->master_port = opts->store_port;
+    }
+    if (w->master_port == w->torch_port) {
+        return td_error(TD_ERR_INVALID, "--todist: store_port=%u is also "
+                        "MASTER_PORT; todist's store needs a port of its own",
+                        w->master_port);
+    }
+    return TD_OK;
+}
+
 td_status_t
 td_slurm_env_map(td_env_lookup_fn lookup, void *lookup_arg,
                  const td_slurm_opts_t *opts, td_env_set_fn set,
                  void *set_arg, td_slurm_task_t *task_p)
 {
-    slurm_view_t view = { lookup, lookup_arg, "", "" };
-    const char *token, *omp, *cvd;
+    slurm_view_t view = { lookup, lookup_arg, "" };
+    const char *token, *cvd, *job, *step;
     td_slurm_task_t t;
-    varlist_t l;
-    const td_world_t *w = &t.world;
+    td_rank_env_t re;
+    char run_id[64];
     td_status_t status;
-    int cpt = 0, con = 0, rc;
+    int restarts = 0;
 
     memset(&t, 0, sizeof(t));
-    memset(&l, 0, sizeof(l));
-    if (opts->port != 0) {
-        snprintf(view.port, sizeof(view.port), "%u", opts->port);
-    }
     snprintf(view.range, sizeof(view.range), "%u-%u", opts->port_lo,
              opts->port_hi);
 
@@ -421,6 +408,9 @@ td_slurm_env_map(td_env_lookup_fn lookup, void *lookup_arg,
                         "of a Slurm step");
     }
     status = td_world_resolve(slurm_view_lookup, &view, &t.world);
+    if (status == TD_OK) {
+        status = apply_port_opts(opts, &t.world);
+    }
     if (status != TD_OK) {
         return status;
     }
@@ -437,70 +427,40 @@ td_slurm_env_map(td_env_lookup_fn lookup, void *lookup_arg,
     }
 
     cvd = lookup("CUDA_VISIBLE_DEVICES", lookup_arg);
-    status = choose_gpu(cvd, w->local_rank, opts->bind, &t);
+    status = choose_gpu(cvd, t.world.local_rank, opts->bind, &t);
+    if (status == TD_OK) {
+        status = omp_threads(lookup, lookup_arg, t.world.local_world_size,
+                             &t.omp_threads);
+    }
     if (status != TD_OK) {
         return status;
     }
+    /* A requeued job counts its restarts; torchrun's RUN_ID names the
+     * rendezvous, here the step. */
+    if (env_int(lookup, lookup_arg, "SLURM_RESTART_COUNT", &restarts) <= 0) {
+        restarts = 0;
+    }
+    job = lookup("SLURM_JOB_ID", lookup_arg);
+    step = lookup("SLURM_STEP_ID", lookup_arg);
+    snprintf(run_id, sizeof(run_id), "%.24s.%.24s", job ? job : "0",
+             step ? step : "0");
 
-    omp = lookup("OMP_NUM_THREADS", lookup_arg);
-    if (omp == NULL || omp[0] == '\0') {
-        rc = env_int(lookup, lookup_arg, "SLURM_CPUS_PER_TASK", &cpt);
-        if (rc < 0) {
-            return td_error(TD_ERR_INVALID, "SLURM_CPUS_PER_TASK='%s' is not "
-                            "a positive integer",
-                            lookup("SLURM_CPUS_PER_TASK", lookup_arg));
-        }
-        if (rc == 0) {
-            /* No -c: the task's share of the node's allocated CPUs. */
-            rc = env_int(lookup, lookup_arg, "SLURM_CPUS_ON_NODE", &con);
-            if (rc < 0) {
-                return td_error(TD_ERR_INVALID, "SLURM_CPUS_ON_NODE='%s' is "
-                                "not a positive integer",
-                                lookup("SLURM_CPUS_ON_NODE", lookup_arg));
-            }
-            cpt = rc > 0 ? con / w->local_world_size : 1;
-        }
-        t.omp_threads = cpt > 0 ? cpt : 1;
-    }
-
-    var_add(&l, "TODIST_RANK", "%d", w->rank);
-    var_add(&l, "TODIST_WORLD_SIZE", "%d", w->world_size);
-    var_add(&l, "TODIST_LOCAL_RANK", "%d", w->local_rank);
-    var_add(&l, "TODIST_LOCAL_WORLD_SIZE", "%d", w->local_world_size);
-    var_add(&l, "TODIST_NODE_RANK", "%d", w->node_rank);
-    var_add(&l, "TODIST_NNODES", "%d", w->nnodes);
-    var_add(&l, "TODIST_MASTER_ADDR", "%s", w->master_addr);
-    var_add(&l, "TODIST_MASTER_PORT", "%u", w->master_port);
-    var_add(&l, "TODIST_BIND", "%s",
-            opts->bind == TD_BIND_CLOSEST ? "closest" : "none");
-    if (opts->torchrun) {
-        var_add(&l, "RANK", "%d", w->rank);
-        var_add(&l, "LOCAL_RANK", "%d", w->local_rank);
-        var_add(&l, "WORLD_SIZE", "%d", w->world_size);
-        var_add(&l, "LOCAL_WORLD_SIZE", "%d", w->local_world_size);
-        var_add(&l, "GROUP_RANK", "%d", w->node_rank);
-        var_add(&l, "MASTER_ADDR", "%s", w->master_addr);
-        var_add(&l, "MASTER_PORT", "%u", w->master_port);
-    }
-    if (t.omp_threads > 0) {
-        var_add(&l, "OMP_NUM_THREADS", "%d", t.omp_threads);
-    }
-    if (t.gpu[0] != '\0') {
-        var_add(&l, "TODIST_GPU", "%s", t.gpu);
-        if (t.gpu_chosen) {
-            var_add(&l, "CUDA_VISIBLE_DEVICES", "%s", t.gpu);
-            /* Slurm keeps GPU_DEVICE_ORDINAL equal to CUDA_VISIBLE_DEVICES. */
-            if (lookup("GPU_DEVICE_ORDINAL", lookup_arg) != NULL) {
-                var_add(&l, "GPU_DEVICE_ORDINAL", "%s", t.gpu);
-            }
-        }
-    }
-
-    for (int i = 0; i < l.n; i++) {
-        if (set(l.vars[i].name, l.vars[i].value, set_arg) != 0) {
-            return td_error(TD_ERR_IO, "cannot set %s=%s", l.vars[i].name,
-                            l.vars[i].value);
-        }
+    memset(&re, 0, sizeof(re));
+    re.world = &t.world;
+    re.torch_port = t.world.torch_port;
+    re.torchrun = opts->torchrun;
+    re.bind = opts->bind == TD_BIND_CLOSEST ? "closest" : "none";
+    re.omp_threads = t.omp_threads;
+    re.gpu = t.gpu[0] != '\0' ? t.gpu : NULL;
+    re.gpu_visible = t.gpu_chosen;
+    /* Slurm keeps GPU_DEVICE_ORDINAL equal to CUDA_VISIBLE_DEVICES. */
+    re.gpu_ordinal = t.gpu_chosen &&
+                     lookup("GPU_DEVICE_ORDINAL", lookup_arg) != NULL;
+    re.restart_count = restarts;
+    re.run_id = run_id;
+    status = td_rank_env_export(&re, set, set_arg);
+    if (status != TD_OK) {
+        return status;
     }
     if (task_p != NULL) {
         *task_p = t;

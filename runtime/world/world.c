@@ -163,6 +163,36 @@ world_validate(const td_world_t *w, const char *rank_name, const char *size_name
     return TD_OK;
 }
 
+/* The second port of a named source. Under todist's names MASTER_PORT,
+ * when set, is torch's (a launcher exported both). Under torchrun's names
+ * MASTER_PORT is torch's and its agent's store listens there, so todist's
+ * store takes TODIST_MASTER_PORT, or else the port above. */
+static td_status_t
+named_ports(const env_t *env, const env_names_t *n, td_world_t *w)
+{
+    const char *torch = env_get(env, "MASTER_PORT");
+    const char *own = env_get(env, "TODIST_MASTER_PORT");
+    int port;
+
+    if (n->source == TD_WORLD_SOURCE_TODIST) {
+        if (torch != NULL &&
+            parse_int("MASTER_PORT", torch, 1, 65535, &port) == TD_OK) {
+            w->torch_port = (uint16_t)port;
+        }
+        return TD_OK;
+    }
+    w->torch_port = w->master_port;
+    if (own != NULL) {
+        return set_master_port(w, "TODIST_MASTER_PORT", own);
+    }
+    if (w->master_port == 65535) {
+        return td_error(TD_ERR_RANGE, "world: MASTER_PORT=65535 leaves no port "
+                        "above it for todist's store; set TODIST_MASTER_PORT");
+    }
+    w->master_port++;
+    return TD_OK;
+}
+
 /* TODIST_* or torchrun's names. */
 static td_status_t
 resolve_named(const env_t *env, const env_names_t *n, td_world_t *w)
@@ -262,16 +292,22 @@ resolve_named(const env_t *env, const env_names_t *n, td_world_t *w)
         return td_error(TD_ERR_INVALID, "world: %s is not set (needed with "
                         "%s=%d)", n->master_port, n->world_size, w->world_size);
     }
-    return status;
+    if (status != TD_OK || port == NULL) {
+        return status;
+    }
+    return named_ports(env, n, w);
 }
 
 uint16_t
 td_world_slurm_port(uint64_t job_id, uint64_t step_id, uint16_t lo,
                     uint16_t hi)
 {
-    uint64_t span = (uint64_t)hi - lo + 1;
+    uint64_t pairs = ((uint64_t)hi - lo + 1) / 2;
 
-    return (uint16_t)(lo + (job_id * 101 + step_id) % span);
+    if (pairs == 0) {
+        pairs = 1;      /* a range of one port: no pair fits; stay at lo+1 */
+    }
+    return (uint16_t)(lo + 2 * ((job_id * 101 + step_id) % pairs) + 1);
 }
 
 static td_status_t
@@ -287,12 +323,119 @@ port_range(const env_t *env, uint16_t *lo_p, uint16_t *hi_p)
         return TD_OK;
     }
     if (sscanf(v, "%u-%u%n", &lo, &hi, &used) != 2 || v[used] != '\0' ||
-        lo < 1 || hi > 65535 || lo > hi) {
+        lo < 1 || hi > 65535 || lo >= hi) {
         return td_error(TD_ERR_INVALID, "world: TODIST_PORT_RANGE='%s' is not "
-                        "LO-HI with 1 <= LO <= HI <= 65535", v);
+                        "LO-HI with 1 <= LO < HI <= 65535 (a step needs two "
+                        "ports)", v);
     }
     *lo_p = (uint16_t)lo;
     *hi_p = (uint16_t)hi;
+    return TD_OK;
+}
+
+/* The first two ports of SLURM_STEP_RESV_PORTS ("12000-12001",
+ * "12000,12004", "12000"); *second_p is 0 when only one is reserved. */
+static td_status_t
+resv_ports(const char *v, uint16_t *first_p, uint16_t *second_p)
+{
+    unsigned a, b;
+    int used = 0, got = 0;
+    uint16_t ports[2] = { 0, 0 };
+    const char *p = v;
+
+    while (got < 2) {
+        if (sscanf(p, "%u%n", &a, &used) != 1 || p[0] < '0' || p[0] > '9') {
+            goto bad;
+        }
+        p += used;
+        b = a;
+        if (*p == '-') {
+            p++;
+            if (sscanf(p, "%u%n", &b, &used) != 1 || p[0] < '0' || p[0] > '9') {
+                goto bad;
+            }
+            p += used;
+        }
+        if (a < 1 || b > 65535 || a > b) {
+            goto bad;
+        }
+        ports[got++] = (uint16_t)a;
+        if (got < 2 && b > a) {
+            ports[got++] = (uint16_t)(a + 1);
+        }
+        if (*p != ',') {
+            break;
+        }
+        p++;
+    }
+    if (*p != '\0' && *p != ',' && *p != '-') {
+        goto bad;
+    }
+    *first_p = ports[0];
+    *second_p = ports[1];
+    return TD_OK;
+bad:
+    return td_error(TD_ERR_INVALID, "world: SLURM_STEP_RESV_PORTS='%s' is not "
+                    "a list of ports and port ranges", v);
+}
+
+/* The step's two ports: reserved by Slurm, else derived from the ids (see
+ * todist/world.h); TODIST_MASTER_PORT, when set, is the store's. */
+static td_status_t
+slurm_ports(const env_t *env, const char *job, const char *step,
+            const char *step_name, td_world_t *w)
+{
+    const char *resv = env_get(env, "SLURM_STEP_RESV_PORTS");
+    const char *port = env_get(env, "TODIST_MASTER_PORT");
+    uint16_t lo, hi, first = 0, second = 0;
+    int job_id = 0;
+    uint64_t step_id = 0;
+    td_status_t status;
+
+    if (resv != NULL) {
+        status = resv_ports(resv, &first, &second);
+        if (status != TD_OK) {
+            return status;
+        }
+    }
+    if (second != 0) {
+        w->torch_port = first;
+        w->master_port = second;
+    } else {
+        status = port_range(env, &lo, &hi);
+        if (status == TD_OK && job != NULL) {
+            status = parse_int("SLURM_JOB_ID", job, 0, 0x7fffffff, &job_id);
+        }
+        if (status == TD_OK && step != NULL) {
+            char *end;
+            errno = 0;
+            step_id = strtoull(step, &end, 10);
+            if (errno != 0 || end == step || *end != '\0' || step[0] == '-') {
+                status = td_error(TD_ERR_INVALID, "world: %s='%s' is not an "
+                                  "integer", step_name, step);
+            }
+        }
+        if (status != TD_OK) {
+            return status;
+        }
+        w->master_port = td_world_slurm_port((uint64_t)job_id, step_id, lo, hi);
+        w->torch_port = (uint16_t)(w->master_port - 1);
+        if (first != 0) {
+            /* One reserved port: torch's; the store's stays derived. */
+            w->torch_port = first;
+            if (w->master_port == first) {
+                w->master_port = first == hi ? lo : (uint16_t)(first + 1);
+            }
+        }
+    }
+    if (port != NULL) {
+        status = set_master_port(w, "TODIST_MASTER_PORT", port);
+        if (status == TD_OK && w->master_port == w->torch_port) {
+            w->torch_port = w->master_port == 65535 ? 0
+                            : (uint16_t)(w->master_port + 1);
+        }
+        return status;
+    }
     return TD_OK;
 }
 
@@ -312,7 +455,6 @@ resolve_slurm(const env_t *env, td_world_t *w)
                                 &step_name);
     const char *job = env_get(env, "SLURM_JOB_ID");
     const char *addr = env_get(env, "TODIST_MASTER_ADDR");
-    const char *port = env_get(env, "TODIST_MASTER_PORT");
     int *counts = NULL;
     size_t ncounts, nhosts;
     char **hosts = NULL;
@@ -396,30 +538,7 @@ resolve_slurm(const env_t *env, td_world_t *w)
         goto out;
     }
 
-    if (port != NULL) {
-        status = set_master_port(w, "TODIST_MASTER_PORT", port);
-    } else {
-        uint16_t lo, hi;
-        int job_id = 0;
-        uint64_t step_id = 0;
-        status = port_range(env, &lo, &hi);
-        if (status == TD_OK && job != NULL) {
-            status = parse_int("SLURM_JOB_ID", job, 0, 0x7fffffff, &job_id);
-        }
-        if (status == TD_OK && step != NULL) {
-            char *end;
-            errno = 0;
-            step_id = strtoull(step, &end, 10);
-            if (errno != 0 || end == step || *end != '\0' || step[0] == '-') {
-                status = td_error(TD_ERR_INVALID, "world: %s='%s' is not an "
-                                  "integer", step_name, step);
-            }
-        }
-        if (status == TD_OK) {
-            w->master_port = td_world_slurm_port((uint64_t)job_id, step_id,
-                                                 lo, hi);
-        }
-    }
+    status = slurm_ports(env, job, step, step_name, w);
 
 out:
     if (hosts != NULL) {

@@ -2,6 +2,8 @@
 # names, SLURM_*), Slurm hostlists, and the Slurm-facts mapping the SPANK
 # plugin compiles in too.
 td_world_sources = runtime/world/world.c runtime/world/hostlist.c \
+	runtime/world/rank_env.c \
 	runtime/world/slurm_env.c
 libtodist_core_la_SOURCES += $(td_world_sources)
-todistinclude_HEADERS += include/todist/world.h include/todist/slurm_env.h
+todistinclude_HEADERS += include/todist/world.h include/todist/slurm_env.h \
+	include/todist/rank_env.h

@@ -1,7 +1,8 @@
-/* kernels/cpu/cpu_kernels.c: the CPU kernel table (plain C loops and
- * OpenBLAS cblas). The op and dtype are dispatched once per call; inner
- * loops are straight loops over the last dimension with its strides, so the
- * compiler vectorises the contiguous case. Thread-safe (no state). */
+/* kernels/cpu/cpu_elementwise.c: the CPU elementwise kernels (binary,
+ * unary, copy, fill) over strided operands. The op and dtype are dispatched
+ * once per call; inner loops are straight loops over the last dimension
+ * with its strides, so the compiler vectorises the contiguous case.
+ * Thread-safe (no state). */
 #include "config.h"
 
 /* The loops below are written to be vectorised; -O2's cheap cost model
@@ -10,11 +11,10 @@
 #pragma GCC optimize("O3")
 #endif
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu.h"
 
 /* Walk every index of SHAPE[0..ndim-2]; for each, BODY runs with the
  * element offsets (in elements) of up to 3 operands, then the last dim is
@@ -92,8 +92,8 @@ contig_strides(const int64_t *shape, int ndim, int64_t *st)
     case TD_BIN_RELU_MASK: BINARY_LOOP(T, y > 0 ? x : (T)0); break;         \
     }
 
-static void
-cpu_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
+void
+td_cpu_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
            td_operand_t b, const int64_t *shape, int ndim)
 {
     int64_t ost[TD_MAX_DIMS];
@@ -155,8 +155,8 @@ cpu_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
     case TD_UN_ADD_SCALAR: UNARY_LOOP(T, x + c); break;                     \
     }
 
-static void
-cpu_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
+void
+td_cpu_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
           double scalar, const int64_t *shape, int ndim)
 {
     int64_t ost[TD_MAX_DIMS];
@@ -194,8 +194,8 @@ cpu_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
     default: break;                                                         \
     }
 
-static void
-cpu_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
+void
+td_cpu_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
          td_operand_t src, const int64_t *shape, int ndim)
 {
     switch (ddtype) {
@@ -218,8 +218,8 @@ cpu_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
         });                                                                 \
     } while (0)
 
-static void
-cpu_fill(td_dtype_t dtype, td_operand_t dst, double value,
+void
+td_cpu_fill(td_dtype_t dtype, td_operand_t dst, double value,
          const int64_t *shape, int ndim)
 {
     switch (dtype) {
@@ -232,63 +232,3 @@ cpu_fill(td_dtype_t dtype, td_operand_t dst, double value,
     }
 }
 
-/* out[o, i] = sum_m in[o, m, i]; row by row so the inner loop is
- * contiguous (inner > 1) or a dot-like reduction (inner == 1). */
-#define SUM_MID(T, ACC)                                                     \
-    do {                                                                    \
-        T *o_ = out;                                                        \
-        const T *in_ = in;                                                  \
-        for (int64_t o = 0; o < outer; o++) {                               \
-            const T *blk = in_ + o * mid * inner;                           \
-            T *dst = o_ + o * inner;                                        \
-            if (inner == 1) {                                               \
-                ACC s = 0;                                                  \
-                for (int64_t m = 0; m < mid; m++) s += blk[m];              \
-                dst[0] = (T)s;                                              \
-                continue;                                                   \
-            }                                                               \
-            memset(dst, 0, (size_t)inner * sizeof(T));                      \
-            for (int64_t m = 0; m < mid; m++) {                             \
-                const T *row = blk + m * inner;                             \
-                for (int64_t i = 0; i < inner; i++) dst[i] += row[i];       \
-            }                                                               \
-        }                                                                   \
-    } while (0)
-
-static void
-cpu_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
-            int64_t mid, int64_t inner)
-{
-    if (dtype == TD_FLOAT32) {
-        SUM_MID(float, double);
-    } else {
-        SUM_MID(double, double);
-    }
-}
-
-static void
-cpu_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
-         int64_t k, double alpha, const void *a, int64_t lda, const void *b,
-         int64_t ldb, double beta, void *c, int64_t ldc)
-{
-    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-
-    if (dtype == TD_FLOAT32) {
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k,
-                    (float)alpha, a, (int)lda, b, (int)ldb, (float)beta, c,
-                    (int)ldc);
-    } else {
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, alpha, a,
-                    (int)lda, b, (int)ldb, beta, c, (int)ldc);
-    }
-}
-
-const td_kernels_t td_cpu_kernels = {
-    .binary = cpu_binary,
-    .unary = cpu_unary,
-    .copy = cpu_copy,
-    .fill = cpu_fill,
-    .sum_mid = cpu_sum_mid,
-    .gemm = cpu_gemm,
-};

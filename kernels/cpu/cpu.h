@@ -1,0 +1,70 @@
+/* kernels/cpu/cpu.h: the CPU row of the kernel table, one function per
+ * entry, split by family over kernels/cpu/cpu_*.c; kernels/cpu/cpu.c puts
+ * them into td_cpu_kernels. Internal to kernels/cpu/ (and tests, which
+ * call the table). Thread-safe: no function keeps state. */
+#ifndef TD_KERNELS_CPU_CPU_H
+#define TD_KERNELS_CPU_CPU_H
+
+#include "kernels/kernels.h"
+
+/* cpu_elementwise.c */
+void td_cpu_binary(td_binary_op_t op, td_dtype_t dtype, void *out,
+                   td_operand_t a, td_operand_t b, const int64_t *shape,
+                   int ndim);
+void td_cpu_unary(td_unary_op_t op, td_dtype_t dtype, void *out,
+                  td_operand_t a, double scalar, const int64_t *shape,
+                  int ndim);
+void td_cpu_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
+                 td_operand_t src, const int64_t *shape, int ndim);
+void td_cpu_fill(td_dtype_t dtype, td_operand_t dst, double value,
+                 const int64_t *shape, int ndim);
+
+/* cpu_reduce.c */
+void td_cpu_sum_mid(td_dtype_t dtype, void *out, const void *in,
+                    int64_t outer, int64_t mid, int64_t inner);
+void td_cpu_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m,
+                 int64_t n, int64_t k, double alpha, const void *a,
+                 int64_t lda, const void *b, int64_t ldb, double beta,
+                 void *c, int64_t ldc);
+void td_cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
+                    int64_t outer, int64_t mid, int64_t inner);
+void td_cpu_softmax_backward(td_dtype_t dtype, int log_out, void *gx,
+                             const void *y, const void *g, int64_t outer,
+                             int64_t mid, int64_t inner);
+void td_cpu_max_dim(td_dtype_t dtype, void *values, int64_t *indices,
+                    const void *in, int64_t outer, int64_t mid,
+                    int64_t inner);
+
+/* cpu_index.c */
+int64_t td_cpu_index_check(const int64_t *ix, int64_t n, int64_t limit);
+void td_cpu_index_select(td_dtype_t dtype, void *out, const void *in,
+                         const int64_t *ix, int64_t nidx, int64_t outer,
+                         int64_t in_mid, int64_t inner);
+void td_cpu_index_add(td_dtype_t dtype, void *out, const void *src,
+                      const int64_t *ix, int64_t nidx, int64_t outer,
+                      int64_t out_mid, int64_t inner);
+void td_cpu_gather(td_dtype_t dtype, void *out, const void *in,
+                   const int64_t *ix, int64_t outer, int64_t mid,
+                   int64_t inner);
+void td_cpu_scatter_add(td_dtype_t dtype, void *out, const void *src,
+                        const int64_t *ix, int64_t outer, int64_t mid,
+                        int64_t inner);
+int64_t td_cpu_bag_plan(const int64_t *offsets, int64_t nb, int64_t n,
+                        int mean, int64_t *bag, double *scale);
+
+/* cpu_random.c */
+void td_cpu_random(td_dtype_t dtype, void *out, int64_t n, int normal,
+                   double a, double b, uint64_t seed);
+void td_cpu_dropout_mask(td_dtype_t dtype, void *mask, int64_t n, double p,
+                         uint64_t seed);
+
+/* cpu_optim.c */
+void td_cpu_sgd_step(td_dtype_t dtype, void *param, const void *grad,
+                     double *momentum_buf, int64_t n,
+                     const td_sgd_args_t *args);
+void td_cpu_adam_step(td_dtype_t dtype, void *param, const void *grad,
+                      double *exp_avg, double *exp_avg_sq,
+                      double *max_exp_avg_sq, int64_t n,
+                      const td_adam_args_t *args);
+
+#endif /* TD_KERNELS_CPU_CPU_H */

@@ -1,0 +1,4 @@
+# runtime/ddp: data parallelism over the collectives: DistributedSampler
+# (and, with the collectives, DistributedDataParallel, SyncBatchNorm, Join).
+libtodist_core_la_SOURCES += runtime/ddp/sampler.c
+todistinclude_HEADERS += include/todist/sampler.h

@@ -1,0 +1,120 @@
+/* runtime/rpc/drive.c: waiters drive the transport (see drive.h for the
+ * invariants D-a, D-b). */
+#include "config.h"
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "runtime/rpc/drive.h"
+
+static struct {
+    atomic_int      running;
+    atomic_int      in_drive;       /* threads inside the driver */
+    td_transport_t *tp;
+    double          spin_us;
+} drv;
+
+/* The TD_RPC_INLINE handler running on this thread (NULL: none). */
+static __thread const char *tl_inline;
+
+const char *
+td_rpc_inline_enter(const char *name)
+{
+    const char *outer = tl_inline;
+
+    tl_inline = name;
+    return outer;
+}
+
+void
+td_rpc_inline_leave(const char *outer)
+{
+    tl_inline = outer;
+}
+
+void
+td_rpc_drive_start(td_transport_t *tp, double spin_us)
+{
+    drv.tp = tp;
+    drv.spin_us = spin_us;
+    atomic_store(&drv.running, 1);
+}
+
+void
+td_rpc_drive_stop(void)
+{
+    atomic_store(&drv.running, 0);
+    /* D-b: drivers see the flag and leave; after this no thread enters
+     * the transport through the driver. */
+    while (atomic_load(&drv.in_drive) > 0) {
+        sched_yield();
+    }
+    drv.tp = NULL;
+}
+
+typedef struct {
+    int  (*pred)(void *arg);
+    void  *arg;
+} drive_pred_t;
+
+static int
+drive_done(void *arg)
+{
+    const drive_pred_t *dp = arg;
+
+    return dp->pred(dp->arg) ||
+           !atomic_load_explicit(&drv.running, memory_order_relaxed);
+}
+
+td_status_t
+td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
+{
+    drive_pred_t dp = { pred, pred_arg };
+    td_status_t st = TD_ERR_TIMEOUT;
+    double max = timeout;
+
+    if (tl_inline != NULL) {                    /* D-a */
+        return td_error(TD_ERR_STATE, "rpc: handler '%s' is registered "
+                        "TD_RPC_INLINE and must not wait on a future (it "
+                        "would stall the receiving thread); register it "
+                        "without TD_RPC_INLINE", tl_inline);
+    }
+    atomic_fetch_add(&drv.in_drive, 1);
+    /* Checked after counting ourselves in: stop clears the flag, then
+     * waits for the count to reach zero (both sequentially consistent). */
+    if (!atomic_load(&drv.running) || drv.tp == NULL) {
+        goto out;
+    }
+    if (td_transport_on_progress_thread(drv.tp)) {
+        st = td_error(TD_ERR_STATE, "rpc: a wait on a future inside a "
+                      "transport callback would deadlock");
+        goto out;
+    }
+    if (td_transport_progress_mode(drv.tp) != TD_PROGRESS_BUSY) {
+        /* Cores may be shared: spin briefly, then sleep. */
+        double spin = drv.spin_us > 0 ? drv.spin_us * 1e-6 : 50e-6;
+
+        if (max < 0 || max > spin) {
+            max = spin;
+        }
+    }
+    st = td_transport_drive(drv.tp, drive_done, &dp, max);
+    if (st != TD_OK || !pred(pred_arg)) {
+        st = TD_ERR_TIMEOUT;
+    }
+out:
+    atomic_fetch_sub(&drv.in_drive, 1);
+    return st;
+}
+
+void
+td_rpc_notify_done(void)
+{
+    /* Counted like a driver: stop waits, so drv.tp stays valid. */
+    atomic_fetch_add(&drv.in_drive, 1);
+    if (atomic_load(&drv.running) && drv.tp != NULL) {
+        td_transport_wake(drv.tp);
+    }
+    atomic_fetch_sub(&drv.in_drive, 1);
+}

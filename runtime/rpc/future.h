@@ -1,0 +1,19 @@
+/* runtime/rpc/future.h: futures inside the runtime (internal, not
+ * installed; the public side is in todist/rpc.h). future.c owns them; a
+ * waiter drives the transport (drive.h) before it sleeps, and callbacks of
+ * futures completed on the progress thread go to the handler pool
+ * (pool.h), never run there.
+ *
+ * Thread safety: all functions are thread-safe. */
+#ifndef TD_RUNTIME_RPC_FUTURE_H
+#define TD_RUNTIME_RPC_FUTURE_H
+
+#include <todist/rpc.h>
+
+/* Completion of futures from the progress thread: set the value without
+ * running callbacks there (they are handed to the pool). */
+td_status_t td_future_complete_async(td_future_t *fut, td_rpc_list_t *value);
+td_status_t td_future_fail_async(td_future_t *fut, td_status_t status,
+                                 const char *msg);
+
+#endif /* TD_RUNTIME_RPC_FUTURE_H */

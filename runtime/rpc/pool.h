@@ -1,0 +1,45 @@
+/* runtime/rpc/pool.h: the RPC handler pool (internal, not installed), kept
+ * in its own file as libuv keeps its thread pool.
+ *
+ * An elastic set of threads running posted jobs in FIFO order: it grows
+ * when every thread is busy, so handlers that block on nested calls (even
+ * to their own worker) cannot starve it; idle threads are woken last-in
+ * first-out (warm caches, the core the thread just used). While cores are
+ * scarce the transport's progress thread steps aside for running jobs
+ * (td_transport_yield_when on the pool's job count); a job asleep on a
+ * condition variable says so with td_rpc_blocking so it does not count.
+ *
+ * Invariants:
+ *  P1 A posted job runs exactly once, on a pool thread; td_rpc_pool_stop
+ *     runs every job queued before it returns.
+ *  P2 The job count (queued or running, minus those asleep in
+ *     td_rpc_blocking) is what the progress thread steps aside for.
+ *  P3 At most TD_RPC_POOL_MAX threads; a post that finds none idle starts
+ *     one more, below that bound.
+ *
+ * Thread safety: td_rpc_pool_post and td_rpc_blocking from any thread
+ * while the pool runs; start and stop from the thread in td_init /
+ * td_finalize. */
+#ifndef TD_RUNTIME_RPC_POOL_H
+#define TD_RUNTIME_RPC_POOL_H
+
+#include <todist/status.h>
+#include "ucx_transport/transport.h"
+
+#define TD_RPC_POOL_MAX 256    /* threads at most */
+
+/* Start N_THREADS threads (1..TD_RPC_POOL_MAX) serving TP's worker. Idle
+ * threads poll for SPIN_US microseconds (0: none) before they sleep. */
+td_status_t td_rpc_pool_start(td_transport_t *tp, int n_threads,
+                              double spin_us);
+/* Run what is queued, then stop every thread (P1). */
+void        td_rpc_pool_stop(void);
+
+/* Hand FN(ARG) to the pool; TD_ERR_STATE when it does not run. */
+td_status_t td_rpc_pool_post(void (*fn)(void *arg), void *arg);
+
+/* Around a sleep of a pool thread (a condition variable wait): ON=1
+ * before, 0 after (P2). No-op on other threads. */
+void        td_rpc_blocking(int on);
+
+#endif /* TD_RUNTIME_RPC_POOL_H */
