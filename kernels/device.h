@@ -25,6 +25,10 @@
 #include <todist/status.h>
 #include <todist/tensor.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     const char  *name;                                   /* "cuda" */
     td_status_t (*count)(int *n_p);
@@ -56,4 +60,7 @@ td_status_t td_device_memcpy(void *dst, td_device_t ddev, const void *src,
 extern const td_device_ops_t td_cuda_device_ops;
 #endif
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* TD_KERNELS_DEVICE_H */

@@ -208,7 +208,162 @@ device_tests(void)
     return n_tests;
 }
 
-#define N_DEVICE_TESTS (2 * (15 + 16 + 2 + 4) + 5 * 5 + 5 + 9)
+static int
+cmp(td_dtype_t dtype, const void *dev, const void *host, int64_t n, double t,
+    const char *what, td_dtype_t shown)
+{
+    void *got = to_host(dev, (size_t)n * td_dtype_size(dtype));
+    double e = max_rel(dtype, got, host, n);
+
+    free(got);
+    return ok(e <= t, "%s %s: max rel err %g", what, td_dtype_name(shown), e);
+}
+
+/* The families added with the complete kernel table: softmax and its
+ * backward, max, indexing, bag plans, random draws, optimizer updates. */
+static int
+device_tests2(void)
+{
+    const td_kernels_t *gk = td_kernels_get(CUDA0), *ck = &td_cpu_kernels;
+    int n_tests = 0;
+    int64_t ix_h[40], off_h[5] = {0, 3, 3, 10, 17};
+    int64_t *ix_d, *off_d;
+
+    for (int j = 0; j < 40; j++) {
+        ix_h[j] = (j * 7) % 33;            /* repeats: adds collide */
+    }
+    ix_d = to_dev(ix_h, sizeof(ix_h));
+    off_d = to_dev(off_h, sizeof(off_h));
+    is_int(gk->index_check(ix_d, 40, 33), -1, "index_check: all in range");
+    is_int(gk->index_check(ix_d, 40, 30), ck->index_check(ix_h, 40, 30),
+           "index_check: the first out-of-range position, as the cpu says");
+    {
+        int64_t bag_h[20], bag_g[20];
+        double sc_h[20], sc_g[20];
+        int64_t *bag_d = to_dev(bag_h, sizeof(bag_h));
+        double *sc_d = to_dev(sc_h, sizeof(sc_h));
+        int64_t rc = ck->bag_plan(off_h, 5, 20, 1, bag_h, sc_h);
+        int64_t rg = gk->bag_plan(off_d, 5, 20, 1, bag_d, sc_d);
+        td_device_memcpy(bag_g, TD_CPU, bag_d, CUDA0, sizeof(bag_g));
+        td_device_memcpy(sc_g, TD_CPU, sc_d, CUDA0, sizeof(sc_g));
+        ok(rc == -1 && rg == -1 && memcmp(bag_g, bag_h, sizeof(bag_h)) == 0 &&
+           memcmp(sc_g, sc_h, sizeof(sc_h)) == 0, "bag_plan (mean) as the cpu");
+        is_int(gk->bag_plan(off_d, 5, 12, 0, bag_d, sc_d),
+               ck->bag_plan(off_h, 5, 12, 0, bag_h, sc_h),
+               "bag_plan: an offset above n is named as on the cpu");
+        td_device_free(CUDA0, bag_d);
+        td_device_free(CUDA0, sc_d);
+    }
+    n_tests += 4;
+
+    for (int dt = 0; dt < 2; dt++) {
+        td_dtype_t T = dt ? TD_FLOAT64 : TD_FLOAT32;
+        size_t es = td_dtype_size(T), nb = N3 * es;
+        double tl = tol(T);
+        void *ha = host_random(T, N3, -3, 3), *hg = host_random(T, N3, -1, 1);
+        void *da = to_dev(ha, nb), *dg = to_dev(hg, nb);
+        void *hout = calloc(1, nb), *dout = to_dev(hout, nb);
+        int64_t hi[N3], *di = to_dev(hi, sizeof(hi));
+
+        for (int lg = 0; lg < 2; lg++) {
+            for (int in1 = 0; in1 < 2; in1++) {
+                int64_t o = in1 ? 4 * 65 : 4, m = 33, in = in1 ? 1 : 65;
+                ck->softmax(T, lg, hout, ha, o, m, in);
+                gk->softmax(T, lg, dout, da, o, m, in);
+                n_tests += cmp(T, dout, hout, N3, 8 * tl,
+                               lg ? "log_softmax" : "softmax", T) >= 0;
+                /* backward with y = softmax(a) */
+                ck->softmax(T, 0, ha, ha, o, m, in);
+                td_device_memcpy(da, CUDA0, ha, TD_CPU, nb);
+                ck->softmax_backward(T, lg, hout, ha, hg, o, m, in);
+                gk->softmax_backward(T, lg, dout, da, dg, o, m, in);
+                n_tests += cmp(T, dout, hout, N3, 8 * tl, lg ?
+                               "log_softmax_backward" : "softmax_backward",
+                               T) >= 0;
+            }
+        }
+        for (int in1 = 0; in1 < 2; in1++) {
+            int64_t o = in1 ? 4 * 65 : 4, m = 33, in = in1 ? 1 : 65;
+            int64_t *gi = calloc(o * in, sizeof(int64_t));
+            ck->max_dim(T, hout, hi, ha, o, m, in);
+            gk->max_dim(T, dout, di, da, o, m, in);
+            td_device_memcpy(gi, TD_CPU, di, CUDA0, (size_t)(o * in) * 8);
+            void *gv = to_host(dout, (size_t)(o * in) * es);
+            ok(memcmp(gi, hi, (size_t)(o * in) * 8) == 0 &&
+               memcmp(gv, hout, (size_t)(o * in) * es) == 0,
+               "max_dim %s inner=%lld: indices and values as the cpu",
+               td_dtype_name(T), (long long)in);
+            n_tests++;
+            free(gi); free(gv);
+        }
+        /* indexing over [4, 33, 65]: 40 indices into mid */
+        size_t big = (size_t)4 * 40 * 65 * es;
+        void *hb = calloc(1, big), *db = to_dev(hb, big);
+        ck->index_select(T, hb, ha, ix_h, 40, 4, 33, 65);
+        gk->index_select(T, db, da, ix_d, 40, 4, 33, 65);
+        n_tests += cmp(T, db, hb, 4 * 40 * 65, 0, "index_select", T) >= 0;
+        memcpy(hout, ha, nb);
+        td_device_memcpy(dout, CUDA0, ha, TD_CPU, nb);
+        ck->index_add(T, hout, hb, ix_h, 40, 4, 33, 65);
+        gk->index_add(T, dout, db, ix_d, 40, 4, 33, 65);
+        n_tests += cmp(T, dout, hout, N3, 4 * tl, "index_add", T) >= 0;
+        /* gather / scatter_add with one index per (o, i) of [4, 33, 65] */
+        int64_t gix[4 * 65];
+        for (int k = 0; k < 4 * 65; k++) gix[k] = (k * 13) % 33;
+        int64_t *dgix = to_dev(gix, sizeof(gix));
+        ck->gather(T, hb, ha, gix, 4, 33, 65);
+        gk->gather(T, db, da, dgix, 4, 33, 65);
+        n_tests += cmp(T, db, hb, 4 * 65, 0, "gather", T) >= 0;
+        ck->scatter_add(T, hout, hb, gix, 4, 33, 65);
+        gk->scatter_add(T, dout, db, dgix, 4, 33, 65);
+        n_tests += cmp(T, dout, hout, N3, 4 * tl, "scatter_add", T) >= 0;
+        td_device_free(CUDA0, dgix);
+        free(hb); td_device_free(CUDA0, db);
+        /* random draws: same stream on both devices */
+        ck->random(T, hout, N3, 0, -2, 5, 1234);
+        gk->random(T, dout, N3, 0, -2, 5, 1234);
+        n_tests += cmp(T, dout, hout, N3, 0, "uniform", T) >= 0;
+        ck->random(T, hout, N3, 1, 1, 2, 99);
+        gk->random(T, dout, N3, 1, 1, 2, 99);
+        n_tests += cmp(T, dout, hout, N3, dt ? 1e-13 : 1e-6, "normal", T) >= 0;
+        ck->dropout_mask(T, hout, N3, 0.3, 7);
+        gk->dropout_mask(T, dout, N3, 0.3, 7);
+        n_tests += cmp(T, dout, hout, N3, 0, "dropout_mask", T) >= 0;
+        /* two SGD steps (momentum, nesterov, weight decay) */
+        double *hm = calloc(N3, 8), *dm = to_dev(hm, N3 * 8);
+        memcpy(hout, ha, nb);
+        td_device_memcpy(dout, CUDA0, ha, TD_CPU, nb);
+        for (int st = 0; st < 2; st++) {
+            td_sgd_args_t a = {0.1, 0.9, 0.1, 0.01, 1, st == 0};
+            ck->sgd_step(T, hout, hg, hm, N3, &a);
+            gk->sgd_step(T, dout, dg, dm, N3, &a);
+        }
+        n_tests += cmp(T, dout, hout, N3, tl, "sgd_step x2", T) >= 0;
+        /* two AdamW steps with amsgrad */
+        double *hv = calloc(N3, 8), *hx = calloc(N3, 8);
+        double *dv = to_dev(hv, N3 * 8), *dx = to_dev(hx, N3 * 8);
+        td_device_memcpy(dm, CUDA0, hv, TD_CPU, N3 * 8);
+        memset(hm, 0, N3 * 8);
+        for (int st = 1; st <= 2; st++) {
+            td_adam_args_t a = {1e-3, 0.9, 0.999, 1e-8, 0.01,
+                                1 - pow(0.9, st), 1 - pow(0.999, st), 1};
+            ck->adam_step(T, hout, hg, hm, hv, hx, N3, &a);
+            gk->adam_step(T, dout, dg, dm, dv, dx, N3, &a);
+        }
+        n_tests += cmp(T, dout, hout, N3, 4 * tl, "adamw (amsgrad) x2", T) >= 0;
+        free(hm); free(hv); free(hx);
+        td_device_free(CUDA0, dm); td_device_free(CUDA0, dv);
+        td_device_free(CUDA0, dx);
+        free(ha); free(hg); free(hout);
+        td_device_free(CUDA0, da); td_device_free(CUDA0, dg);
+        td_device_free(CUDA0, dout); td_device_free(CUDA0, di);
+    }
+    td_device_free(CUDA0, ix_d);
+    td_device_free(CUDA0, off_d);
+    return n_tests;
+}
+
+#define N_DEVICE_TESTS (2 * (15 + 16 + 2 + 4) + 5 * 5 + 5 + 9 + 4 + 2 * 19)
 
 int
 main(void)
@@ -246,7 +401,7 @@ main(void)
     ok(y != NULL && td_tensor_device(y).type == TD_DEVICE_CUDA,
        "lands on cuda:0");
 
-    int done = device_tests();
+    int done = device_tests() + device_tests2();
     is_int(td_tensor_to(y, TD_CPU, &z), TD_OK, "back to the cpu");
     double v = td_tensor_get(z, (int64_t[]){2, 4});
     is_double(v, 2.5, 0, "values survive the round trip");

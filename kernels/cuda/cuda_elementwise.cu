@@ -1,111 +1,13 @@
-/* kernels/cuda/cuda_kernels.cu: the CUDA row of the kernel table
- * (kernels/kernels.h), the same entries and semantics as kernels/cpu/:
- * strided elementwise ops over up to TD_MAX_DIMS dims (one thread per
- * output element, a contiguous fast path), converting copies, fills, the
- * middle-dim sum, and matmul through cuBLAS. Every launch goes to the
- * stream of the device that owns the output (cuda_device.h, G2); float
- * sums accumulate in double like the CPU row, so results agree to
- * rounding. Thread-safe (no state besides cuda_device.c's). */
+/* kernels/cuda/cuda_elementwise.cu: the CUDA elementwise kernels
+ * (binary and unary ops over strided operands with broadcasting, converting
+ * copies, fills): one thread per output element, a contiguous fast path.
+ * The same semantics as kernels/cpu/cpu_elementwise.c; compiled without
+ * FMA contraction (cuda.mk), so +, -, *, / give the CPU's bits. */
 #include "config.h"
 
-#include <math.h>
-#include <stdint.h>
-#include <cuda_runtime.h>
-#include <cublas_v2.h>
+#include "kernels/cuda/cuda_common.cuh"
 
-extern "C" {
-#include "kernels/kernels.h"
-#include "kernels/cuda/cuda_device.h"
-}
-
-namespace {
-
-const int THREADS = 256;
-
-/* Shapes and strides travel by value in the launch parameters. */
-struct geom_t {
-    int     ndim;
-    int64_t shape[TD_MAX_DIMS];
-    int64_t s0[TD_MAX_DIMS], s1[TD_MAX_DIMS], s2[TD_MAX_DIMS];
-};
-
-__device__ __forceinline__ void
-offsets(const geom_t &g, int64_t i, int64_t *o0, int64_t *o1, int64_t *o2)
-{
-    int64_t a = 0, b = 0, c = 0;
-    for (int d = g.ndim - 1; d >= 0; d--) {
-        int64_t k = i % g.shape[d];
-        i /= g.shape[d];
-        a += k * g.s0[d];
-        b += k * g.s1[d];
-        c += k * g.s2[d];
-    }
-    *o0 = a; *o1 = b; *o2 = c;
-}
-
-int64_t
-numel_of(const int64_t *shape, int ndim)
-{
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
-    return n;
-}
-
-bool
-is_contig(const int64_t *shape, const int64_t *st, int ndim)
-{
-    int64_t s = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-        if (shape[d] != 1 && st[d] != s) return false;
-        s *= shape[d];
-    }
-    return true;
-}
-
-geom_t
-make_geom(const int64_t *shape, int ndim, const int64_t *s0,
-          const int64_t *s1, const int64_t *s2)
-{
-    geom_t g;
-    int64_t s = 1;
-    g.ndim = ndim;
-    for (int d = ndim - 1; d >= 0; d--) {
-        g.shape[d] = shape[d];
-        g.s0[d] = s0 ? s0[d] : s;      /* NULL: contiguous output */
-        g.s1[d] = s1 ? s1[d] : 0;
-        g.s2[d] = s2 ? s2[d] : 0;
-        s *= shape[d];
-    }
-    return g;
-}
-
-/* The stream of the device holding PTR (made current), or NULL after
- * recording why. */
-cudaStream_t
-stream_for(const void *ptr, const char *kernel)
-{
-    void *stream = NULL;
-    int dev = td_cuda_device_of(ptr);
-    if (dev < 0 || td_cuda_enter(dev, &stream) != TD_OK) {
-        td_cuda_launch_failed(kernel, "output is not CUDA device memory");
-        return NULL;
-    }
-    return (cudaStream_t)stream;
-}
-
-unsigned
-blocks_for(int64_t n)
-{
-    int64_t b = (n + THREADS - 1) / THREADS;
-    return (unsigned)(b > 65535 * 32 ? 65535 * 32 : b);
-}
-
-void
-check_launch(const char *kernel)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) td_cuda_launch_failed(kernel, cudaGetErrorString(e));
-}
+using namespace td_cuda;
 
 /* ---- binary -------------------------------------------------------------- */
 
@@ -140,8 +42,8 @@ binary_kernel(td_binary_op_t op, T *out, const T *a, const T *b, geom_t g,
     }
 }
 
-void
-cuda_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
+extern "C" void
+td_cuda_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
             td_operand_t b, const int64_t *shape, int ndim)
 {
     int64_t n = numel_of(shape, ndim);
@@ -210,8 +112,8 @@ unary_kernel(td_unary_op_t op, T *out, const T *a, T c, geom_t g, int64_t n,
     }
 }
 
-void
-cuda_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
+extern "C" void
+td_cuda_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
            double scalar, const int64_t *shape, int ndim)
 {
     int64_t n = numel_of(shape, ndim);
@@ -275,8 +177,8 @@ copy_from(td_dtype_t sdtype, TD *dst, const void *src, const geom_t &g,
     }
 }
 
-void
-cuda_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
+extern "C" void
+td_cuda_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
           td_operand_t src, const int64_t *shape, int ndim)
 {
     int64_t n = numel_of(shape, ndim);
@@ -308,8 +210,8 @@ fill_kernel(T *dst, T v, geom_t g, int64_t n)
     }
 }
 
-void
-cuda_fill(td_dtype_t dtype, td_operand_t dst, double value,
+extern "C" void
+td_cuda_fill(td_dtype_t dtype, td_operand_t dst, double value,
           const int64_t *shape, int ndim)
 {
     int64_t n = numel_of(shape, ndim);
@@ -328,114 +230,3 @@ cuda_fill(td_dtype_t dtype, td_operand_t dst, double value,
     check_launch("fill");
 }
 
-/* ---- sum over the middle dim ------------------------------------------- */
-
-/* inner > 1: one thread per (o, i), walking m (coalesced across i). */
-template <typename T>
-__global__ void
-sum_mid_cols(T *out, const T *in, int64_t outer, int64_t mid, int64_t inner)
-{
-    int64_t n = outer * inner;
-    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n;
-         j += (int64_t)gridDim.x * blockDim.x) {
-        int64_t o = j / inner, i = j % inner;
-        const T *p = in + o * mid * inner + i;
-        double acc = 0;
-        for (int64_t m = 0; m < mid; m++) acc += p[m * inner];
-        out[j] = (T)acc;
-    }
-}
-
-/* inner == 1: one block per row, a shared-memory tree. */
-template <typename T>
-__global__ void
-sum_mid_rows(T *out, const T *in, int64_t mid)
-{
-    __shared__ double part[THREADS];
-    const T *row = in + blockIdx.x * mid;
-    double acc = 0;
-    for (int64_t m = threadIdx.x; m < mid; m += blockDim.x) acc += row[m];
-    part[threadIdx.x] = acc;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w /= 2) {
-        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[blockIdx.x] = (T)part[0];
-}
-
-template <typename T>
-void
-sum_mid_typed(T *out, const T *in, int64_t outer, int64_t mid, int64_t inner,
-              cudaStream_t s)
-{
-    if (inner == 1 && outer <= 0x7fffffff) {
-        sum_mid_rows<T><<<(unsigned)outer, THREADS, 0, s>>>(out, in, mid);
-    } else {
-        sum_mid_cols<T><<<blocks_for(outer * inner), THREADS, 0, s>>>(
-            out, in, outer, mid, inner);
-    }
-}
-
-void
-cuda_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
-             int64_t mid, int64_t inner)
-{
-    cudaStream_t s;
-    if (outer * inner == 0 || (s = stream_for(out, "sum_mid")) == NULL) return;
-    if (dtype == TD_FLOAT32) {
-        sum_mid_typed((float *)out, (const float *)in, outer, mid, inner, s);
-    } else {
-        sum_mid_typed((double *)out, (const double *)in, outer, mid, inner, s);
-    }
-    check_launch("sum_mid");
-}
-
-/* ---- matmul through cuBLAS ----------------------------------------------
- * cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major
- * C^T = op(B)^T op(A)^T, so swap the operands and m/n. */
-void
-cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
-          int64_t k, double alpha, const void *a, int64_t lda, const void *b,
-          int64_t ldb, double beta, void *c, int64_t ldc)
-{
-    void *handle;
-    int dev;
-    cublasStatus_t st;
-    cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-
-    if (m == 0 || n == 0) return;
-    if (stream_for(c, "gemm") == NULL) return;
-    dev = td_cuda_device_of(c);
-    if (td_cuda_blas(dev, &handle) != TD_OK) {
-        td_cuda_launch_failed("gemm", "no cuBLAS handle");
-        return;
-    }
-    if (dtype == TD_FLOAT32) {
-        float al = (float)alpha, be = (float)beta;
-        st = cublasSgemm((cublasHandle_t)handle, tb, ta, (int)n, (int)m,
-                         (int)k, &al, (const float *)b, (int)ldb,
-                         (const float *)a, (int)lda, &be, (float *)c,
-                         (int)ldc);
-    } else {
-        st = cublasDgemm((cublasHandle_t)handle, tb, ta, (int)n, (int)m,
-                         (int)k, &alpha, (const double *)b, (int)ldb,
-                         (const double *)a, (int)lda, &beta, (double *)c,
-                         (int)ldc);
-    }
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        td_cuda_launch_failed("gemm", cublasGetStatusString(st));
-    }
-}
-
-} /* namespace */
-
-extern "C" const td_kernels_t td_cuda_kernels = {
-    .binary = cuda_binary,
-    .unary = cuda_unary,
-    .copy = cuda_copy,
-    .fill = cuda_fill,
-    .sum_mid = cuda_sum_mid,
-    .gemm = cuda_gemm,
-};
