@@ -19,3 +19,8 @@ EXTRA_DIST += tests/test_staging.sh
 check_PROGRAMS += tests/test_staging_wire
 TESTS += tests/test_staging_wire
 tests_test_staging_wire_LDADD = $(TD_TEST_LDADD)
+# device maps through td_init (params and TODIST_DEVICE_MAPS)
+check_PROGRAMS += tests/device_maps_peer
+tests_device_maps_peer_LDADD = $(TD_LDADD)
+TESTS += tests/test_device_maps.sh
+EXTRA_DIST += tests/test_device_maps.sh

@@ -89,6 +89,11 @@ td_status_t td_device_maps_validate(const td_device_maps_t *maps, int self,
 const td_device_map_t *td_device_maps_find(const td_device_maps_t *maps,
                                            int peer);
 
+/* The maps td_init validated for this worker (td_init_params_t
+ * .device_maps merged with TODIST_DEVICE_MAPS); NULL when not initialised.
+ * Valid until td_finalize. */
+const td_device_maps_t *td_device_maps(void);
+
 /* M5: the map replies from PEER back to us travel by. */
 td_status_t td_device_map_reverse(const td_device_map_t *map,
                                   td_device_map_t *out);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "todist/device.h"
+#include "runtime/rpc/device_map.h"
 
 #define DEV_STR(d) td_device_str((d), (char[24]){0}, 24)
 
@@ -303,4 +304,112 @@ td_device_map_lookup(const td_device_map_t *map, int peer, td_device_t from,
                     "one with td_device_maps_add or TODIST_DEVICE_MAPS, or "
                     "move the tensor to the cpu first)", DEV_STR(from), peer,
                     DEV_STR(from));
+}
+
+/* ---- the maps of this worker, set up by td_init ------------------------ */
+
+static td_device_maps_t active;
+static int have_active;
+
+const td_device_maps_t *
+td_device_maps(void)
+{
+    return have_active ? &active : NULL;
+}
+
+void
+td_device_maps_reset(void)
+{
+    have_active = 0;
+    memset(&active, 0, sizeof(active));
+}
+
+/* Rank R's cuda device count from the store (published by its td_init). */
+static td_status_t
+peer_count(td_store_t *store, int r, double timeout, int *n_p)
+{
+    char key[48], buf[16];
+    void *v = NULL;
+    size_t len = 0;
+    td_status_t status;
+
+    snprintf(key, sizeof(key), "td/devcount/%d", r);
+    status = td_store_get(store, key, timeout, &v, &len);
+    if (status != TD_OK) {
+        return status;
+    }
+    if (len == 0 || len >= sizeof(buf)) {
+        free(v);
+        return td_error(TD_ERR_PROTOCOL, "device map: rank %d published a "
+                        "device count of %zu bytes", r, len);
+    }
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    free(v);
+    *n_p = atoi(buf);
+    return TD_OK;
+}
+
+td_status_t
+td_device_maps_setup(td_store_t *store, const td_world_t *world,
+                     const td_device_maps_t *given, double timeout)
+{
+    td_device_maps_t maps;
+    char key[48], val[16];
+    int *counts = NULL, local = 0;
+    td_status_t status;
+
+    td_device_maps_reset();
+    if (td_device_count(TD_DEVICE_CUDA, &local) != TD_OK) {
+        local = 0;                     /* no device: cpu entries only */
+        td_error_clear();
+    }
+    snprintf(key, sizeof(key), "td/devcount/%d", world->rank);
+    snprintf(val, sizeof(val), "%d", local);
+    status = td_store_set(store, key, val, strlen(val));
+    if (status != TD_OK) {
+        return status;
+    }
+    memset(&maps, 0, sizeof(maps));
+    for (int i = 0; given != NULL && i < given->n_maps; i++) {
+        for (int k = 0; k < given->maps[i].n_pairs; k++) {
+            status = td_device_maps_add(&maps, given->maps[i].peer,
+                                        given->maps[i].pairs[k].from,
+                                        given->maps[i].pairs[k].to);
+            if (status != TD_OK) {
+                return status;
+            }
+        }
+    }
+    status = td_device_maps_parse(getenv("TODIST_DEVICE_MAPS"), &maps);
+    if (status != TD_OK) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", td_last_error());
+        return td_error(status, "TODIST_DEVICE_MAPS: %s", why);
+    }
+    if (maps.n_maps == 0) {
+        have_active = 1;               /* no maps: cpu tensors only */
+        return TD_OK;
+    }
+    counts = calloc((size_t)world->world_size, sizeof(int));
+    if (counts == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "device map: out of memory");
+    }
+    counts[world->rank] = local;
+    for (int i = 0; i < maps.n_maps; i++) {
+        int r = maps.maps[i].peer;
+        if (r >= 0 && r < world->world_size && r != world->rank &&
+            (status = peer_count(store, r, timeout, &counts[r])) != TD_OK) {
+            goto out;
+        }
+    }
+    status = td_device_maps_validate(&maps, world->rank, world->world_size,
+                                     counts);
+    if (status == TD_OK) {
+        active = maps;
+        have_active = 1;
+    }
+out:
+    free(counts);
+    return status;
 }
