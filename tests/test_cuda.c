@@ -16,6 +16,7 @@
 #include "todist/todist.h"
 #include "kernels/kernels.h"
 #include "kernels/device.h"
+#include "runtime/rpc/staging_cuda.h"
 #ifdef TD_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #endif
@@ -373,7 +374,7 @@ main(void)
     int n = -1;
     td_status_t st;
 
-    plan(6 + N_DEVICE_TESTS);
+    plan(7 + N_DEVICE_TESTS);
     st = td_device_count(TD_DEVICE_CUDA, &n);
     if (st != TD_OK) {
         is_int(st, TD_ERR_UNSUPPORTED, "no device: the count is unsupported");
@@ -385,11 +386,36 @@ main(void)
         is_int(td_tensor_to(x, CUDA0, &y), TD_ERR_UNSUPPORTED,
                "to(cuda:0) of a cpu tensor is unsupported, not a crash");
         ok(y == NULL, "and leaves the output unset");
+        td_staging_copy_ops_t sops;
+        is_int(td_staging_cuda_ops(0, &sops), TD_ERR_UNSUPPORTED,
+               "the staging engine's CUDA copies: no CUDA device");
         td_tensor_release(x);
         skip(N_DEVICE_TESTS, "no CUDA device");
         return exit_status();
     }
     ok(n >= 1, "%d CUDA device(s)", n);
+    {   /* the staging engine's CUDA copies: a round trip through pinned */
+        td_staging_copy_ops_t o;
+        void *pin = NULL, *dev = NULL, *back = NULL;
+        double v[64], w[64];
+        for (int i = 0; i < 64; i++) v[i] = i * 0.5;
+        int good = td_staging_cuda_ops(0, &o) == TD_OK &&
+                   o.host_alloc(o.ctx, sizeof(v), &pin) == TD_OK &&
+                   o.host_alloc(o.ctx, sizeof(v), &back) == TD_OK &&
+                   td_device_alloc(CUDA0, sizeof(v), &dev) == TD_OK;
+        if (good) {
+            memcpy(pin, v, sizeof(v));
+            good = o.copy(o.ctx, dev, pin, sizeof(v), TD_STAGE_H2D) == TD_OK &&
+                   o.copy(o.ctx, back, dev, sizeof(v), TD_STAGE_D2H) == TD_OK &&
+                   o.wait(o.ctx) == TD_OK;
+            memcpy(w, back, sizeof(w));
+            o.host_free(o.ctx, pin);
+            o.host_free(o.ctx, back);
+            td_device_free(CUDA0, dev);
+        }
+        ok(good && memcmp(v, w, sizeof(v)) == 0,
+           "staging copies: pinned -> cuda:0 -> pinned round trip");
+    }
     is_int(td_device_check((td_device_t){TD_DEVICE_CUDA, n}), TD_ERR_RANGE,
            "cuda:%d is out of range", n);
     like(td_last_error(), "is not below", "the error says so");
