@@ -337,6 +337,7 @@ do_send(td_staging_t *e, job_t *j)
     td_status_t status = TD_OK;
     td_iov_t iov;
     td_staging_msg_t m = {MSG_DATA, 0, x->id, j->offset, j->len, x->total};
+    uint64_t len = j->len;
 
     pthread_mutex_lock(&e->lock);
     status = x->status;
@@ -367,7 +368,7 @@ do_send(td_staging_t *e, job_t *j)
         if (status == TD_OK) {
             pthread_mutex_lock(&e->lock);
             e->stats.chunks_sent++;
-            e->stats.bytes_sent += j->len;
+            e->stats.bytes_sent += len;   /* J may be gone already */
             pthread_mutex_unlock(&e->lock);
             return;                /* send_done frees J */
         }
