@@ -218,14 +218,17 @@ mod_outstanding(void *arg)
 static void
 mod_peer_failed(void *arg, int r, td_status_t why)
 {
+    /* also reported while the transport closes, after mod_shutdown */
     td_staging_peer_failed(eng, r);
 }
 
 static void
 mod_shutdown(void *arg)
 {
-    td_staging_destroy(eng);
+    td_staging_t *e = eng;
+
     eng = NULL;
+    td_staging_destroy(e);
 }
 
 /* ---- scenarios ---- */

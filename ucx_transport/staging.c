@@ -750,6 +750,9 @@ fail_peer_locked(td_staging_t *e, int rank, td_status_t why)
 void
 td_staging_peer_failed(td_staging_t *e, int rank)
 {
+    if (e == NULL) {
+        return;                    /* an engine already destroyed */
+    }
     pthread_mutex_lock(&e->lock);
     fail_peer_locked(e, rank, TD_ERR_PEER);
     pthread_mutex_unlock(&e->lock);

@@ -125,7 +125,8 @@ td_status_t td_staging_send(td_staging_t *eng, int dst, uint64_t id,
                             const void *src, size_t total,
                             td_staging_sent_fn cb, void *arg);
 
-/* RANK died: fail every transfer to or from it (TD_ERR_PEER). */
+/* RANK died: fail every transfer to or from it (TD_ERR_PEER). ENG NULL
+ * is a no-op (peers are also reported while the transport closes). */
 void        td_staging_peer_failed(td_staging_t *eng, int rank);
 
 void        td_staging_stats(td_staging_t *eng, td_staging_stats_t *stats_p);
