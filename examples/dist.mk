@@ -12,3 +12,12 @@ check_PROGRAMS += examples/maml_sine
 examples_maml_sine_LDADD = $(TD_LDADD) -lm
 TESTS += tests/test_maml_sine.sh
 EXTRA_DIST += tests/test_maml_sine.sh
+# fashion_mnist_ddp: seed 001's recipe (DDP + DistributedSampler), the demo.
+check_PROGRAMS += examples/fashion_mnist_ddp
+examples_fashion_mnist_ddp_LDADD = $(TD_LDADD) $(BLAS_LIBS)
+TESTS += tests/test_fashion_mnist_ddp.sh
+EXTRA_DIST += tests/test_fashion_mnist_ddp.sh scripts/plot-metrics.sh
+# ring_allreduce: seed 004's ring all-reduce from send/recv, checked
+# against td_all_reduce (tests/test_coll.sh runs it).
+check_PROGRAMS += examples/ring_allreduce
+examples_ring_allreduce_LDADD = $(TD_LDADD)

@@ -128,6 +128,12 @@ typedef struct {
     int64_t (*bag_plan)(const int64_t *offsets, int64_t nb, int64_t n,
                         int mean, int64_t *bag, double *scale);
 
+    /* A batch of a uint8 dataset: x[r, :] = images[rows[r], :] * scale +
+     * shift (float32, in float arithmetic), y[r] = labels[rows[r]] */
+    void (*batch_u8)(float *x, int64_t *y, const uint8_t *images,
+                     const uint8_t *labels, const int64_t *rows, int64_t m,
+                     int64_t row_len, float scale, float shift);
+
     /* ---- random (counter-based: element i depends on seed and i only,
      * so every device draws the same stream) -------------------------- */
     /* out[i] (contiguous, float dtype) = a + (b - a) u_i (uniform) or

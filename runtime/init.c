@@ -34,6 +34,7 @@
 #include "runtime/modules.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "runtime/world/pmix.h"
 
 #define JOIN_POLL_S 0.001
 /* A barrier waits in slices this long, checking for dead ranks between. */
@@ -56,6 +57,7 @@ static struct {
     addr_t             *addrs;
     unsigned            barrier_gen;
     int                 dead_rank;     /* first rank the transport lost, -1 */
+    bool                pmix;          /* addresses through PMIx (pmix.h) */
 } rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void
@@ -105,8 +107,9 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
     pthread_mutex_lock(&rt.addr_lock);
     if (rt.addrs[rank].addr == NULL) {
         snprintf(key, sizeof(key), "td/addr/%d", rank);
-        status = td_store_get(rt.resolver, key, rt.params.init_timeout, &v,
-                              &len);
+        status = rt.pmix ? td_pmix_lookup(rank, &v, &len)
+                         : td_store_get(rt.resolver, key,
+                                        rt.params.init_timeout, &v, &len);
         if (status == TD_OK) {
             rt.addrs[rank].addr = v;
             rt.addrs[rank].len = len;
@@ -223,6 +226,11 @@ watched_barrier(const char *name, double timeout, const char *what)
         int dead = __atomic_load_n(&rt.dead_rank, __ATOMIC_SEQ_CST);
         double left = deadline - td_now_s();
         if (dead >= 0) {
+            /* It may have died after everyone arrived (a rank that left
+             * td_finalize first): only a barrier still open fails. */
+            if (td_store_wait(rt.store, keys, 1, 0) == TD_OK) {
+                return TD_OK;
+            }
             return td_error(TD_ERR_PEER, "%s: rank %d failed (the transport "
                             "lost it), so it cannot arrive", what, dead);
         }
@@ -389,8 +397,9 @@ td_init(const td_init_params_t *params)
     if (rt.world.nnodes > 1 && (token == NULL || token[0] == '\0')) {
         return td_error(TD_ERR_AUTH, "init: rank %d is one of %d nodes but "
                         "TODIST_JOB_TOKEN is not set; give every node the "
-                        "same token (export TODIST_JOB_TOKEN=$(openssl rand "
-                        "-hex 32) before todist-run)", rt.world.rank,
+                        "same token (srun --todist makes one; for todist-run "
+                        "export TODIST_JOB_TOKEN=$(openssl rand -hex 32) on "
+                        "every node)", rt.world.rank,
                         rt.world.nnodes);
     }
 
@@ -419,6 +428,17 @@ td_init(const td_init_params_t *params)
     }
     rt.barrier_gen = 0;
     rt.dead_rank = -1;
+
+    /* Under srun --mpi=pmix the addresses travel through PMIx. */
+    rt.pmix = td_pmix_wanted();
+    if (rt.pmix && (status = td_pmix_init(&rt.world)) != TD_OK) {
+        rt.pmix = false;
+        goto err_addrs;
+    }
+    if (rt.pmix) {
+        td_log_info("init: worker addresses through PMIx (%s)",
+                    getenv("PMIX_NAMESPACE"));
+    }
 
     /* The store: rank 0 serves (a world of one serves itself on loopback). */
     host = rt.world.master_addr[0] ? rt.world.master_addr : "127.0.0.1";
@@ -457,6 +477,7 @@ td_init(const td_init_params_t *params)
     tpp.progress = (td_progress_mode_t)rt.params.progress;
     tpp.resolve = resolve_cb;
     tpp.peer_failed = peer_failed_cb;
+    tpp.token = token;   /* keys the per-message job tags */
     status = td_transport_create(&tpp, &rt.tp);
     if (status != TD_OK) {
         goto err_resolver;
@@ -476,6 +497,15 @@ td_init(const td_init_params_t *params)
         goto err_modules;
     }
     td_transport_address(rt.tp, &addr, &addr_len);
+    if (rt.pmix) {
+        /* Put, commit and one fence: the start-up barrier included. */
+        status = td_pmix_exchange(addr, addr_len, rt.params.init_timeout);
+        if (status != TD_OK) {
+            goto err_modules;
+        }
+        rt.initialized = 1;
+        return TD_OK;
+    }
     snprintf(key, sizeof(key), "td/addr/%d", rt.world.rank);
     status = td_store_set(rt.store, key, addr, addr_len);
     if (status != TD_OK) {
@@ -505,6 +535,10 @@ err_server:
     td_store_server_stop(rt.server);
     rt.server = NULL;
 err_addrs:
+    if (rt.pmix) {
+        td_pmix_finalize();
+        rt.pmix = false;
+    }
     free(rt.addrs);
     rt.addrs = NULL;
     td_log_set_rank(-1);
@@ -653,6 +687,10 @@ td_finalize(void)
     }
     free(rt.addrs);
     rt.addrs = NULL;
+    if (rt.pmix) {
+        td_pmix_finalize();
+        rt.pmix = false;
+    }
     if (status != TD_OK) {
         td_error(status, "%s", first_error);
     }

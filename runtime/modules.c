@@ -11,6 +11,7 @@
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rref_internal.h"
 #include "runtime/rpc/mapreduce_internal.h"
+#include "runtime/coll/coll_internal.h"
 #include "runtime/dist/dist_internal.h"
 
 /* The runtime, bottom layer first (M1). */
@@ -18,6 +19,7 @@ static const td_runtime_module_t *const table[] = {
     &td_rpc_module,             /* calls, futures, the handler pool */
     &td_rref_module,            /* remote references (an RPC plug-in) */
     &td_mapreduce_module,       /* map-reduce calls: the rank barrier */
+    &td_coll_module,            /* process groups, p2p, collectives */
     &td_dist_autograd_module,   /* distributed autograd (an RPC plug-in) */
     &td_dist_optim_module,      /* the optimizer over remote references */
 };

@@ -6,10 +6,14 @@ pkgs="autoconf automake libtool pkg-config make gcc
   libucx-dev ucx-utils libhwloc-dev hwloc libopenblas-dev zlib1g-dev libssl-dev
   dataset-fashion-mnist
   libslurm-dev slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
+  libpmix-dev
   valgrind procps iproute2 ca-certificates
+  valgrind procps iproute2 ca-certificates gnuplot-nox
   lmod"
 # PyTorch gives reference values and benchmark baselines; tests pass without.
 [ "${TODIST_WITH_TORCH:-0}" = 1 ] && pkgs="$pkgs python3-torch python3-numpy"
+# Open MPI and gloo (torch) are the baselines of bench/collectives.sh.
+[ "${TODIST_WITH_BASELINES:-0}" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev python3-torch python3-numpy"
 
 missing=""
 for p in $pkgs; do

@@ -27,4 +27,7 @@ int todist_srun_user_init(spank_t sp);
 /* slurmstepd side, in the task just before exec: export the mapping. */
 int todist_stepd_task_init(spank_t sp);
 
+/* slurmstepd side, after a task ended: a failure stops the step. */
+int todist_stepd_task_exit(spank_t sp);
+
 #endif /* TODIST_SPANK_PLUGIN_H */

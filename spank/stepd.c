@@ -2,12 +2,21 @@
  * in each task after fork, just before exec, the only point that sees the
  * task's own SLURM_PROCID and Slurm's per-task CUDA_VISIBLE_DEVICES; it
  * maps them with td_slurm_env_map(). Failures are reported here, not in
- * user_init, because only a failing task reaches srun's exit status. */
+ * user_init, because only a failing task reaches srun's exit status.
+ * task_exit runs in slurmstepd when a task ends: with kill_on_fail (the
+ * default) the first task of the step to fail makes slurmctld send SIGTERM
+ * to every task of the step on every node (slurm_signal_job_step, which
+ * slurmstepd's own libslurm provides), as todist-run stops its group.
+ * SIGTERM, not SIGKILL, so programs can clean up; Slurm then reports the
+ * step cancelled and srun exits 143, its usual status for -K. */
 #include "config.h"
 
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <slurm/slurm.h>
 
@@ -79,6 +88,46 @@ todist_stepd_task_init(spank_t sp)
                 task.gpu_chosen ? " (chosen)" : "",
                 task.omp_threads);
         fflush(stderr);
+    }
+    return 0;
+}
+
+int
+todist_stepd_task_exit(spank_t sp)
+{
+    /* One slurmstepd runs one step: stop it once, on its first failure. */
+    static bool stopping;
+    uint32_t job = 0, step = 0, rank = 0;
+    int status = 0;
+    char what[64];
+
+    if (stopping ||
+        spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS) {
+        return 0;
+    }
+    if (step == SLURM_BATCH_SCRIPT || step == SLURM_EXTERN_CONT ||
+        (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        return 0;
+    }
+    stopping = true;
+    if (spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) != ESPANK_SUCCESS) {
+        rank = (uint32_t)-1;
+    }
+    if (WIFSIGNALED(status)) {
+        snprintf(what, sizeof(what), "was killed by signal %d",
+                 WTERMSIG(status));
+    } else {
+        snprintf(what, sizeof(what), "exited with code %d",
+                 WEXITSTATUS(status));
+    }
+    slurm_error("todist: job %u step %u: rank %d %s; stopping the step "
+                "(--todist=kill_on_fail=no keeps it running)", job, step,
+                (int)rank, what);
+    if (slurm_signal_job_step(job, step, SIGTERM) != 0) {
+        slurm_error("todist: job %u step %u: cannot stop the step after rank "
+                    "%d failed", job, step, (int)rank);
     }
     return 0;
 }

@@ -50,7 +50,8 @@ static struct spank_option todist_option = {
     "todist", "[OPTIONS]",
     "Wire every task up for todist and torchrun (rank, world size, master "
     "address, job token, one GPU per task). OPTIONS: a comma list of "
-    "verbose, port=N, bind=closest|none, torchrun=yes|no.",
+    "verbose, port=N, store_port=N, bind=closest|none, torchrun=yes|no, "
+    "kill_on_fail=yes|no.",
     2, 0, option_cb
 };
 
@@ -113,6 +114,18 @@ slurm_spank_task_init(spank_t sp, int ac, char **av)
         return 0;
     }
     return todist_stepd_task_init(sp);
+}
+
+int
+slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (!todist_state.opts.enabled || !todist_state.opts.kill_on_fail ||
+        spank_context() != S_CTX_REMOTE) {
+        return 0;
+    }
+    return todist_stepd_task_exit(sp);
 }
 
 int

@@ -292,6 +292,29 @@ test_bag_plan(void)
            "bag_plan of no bags");
 }
 
+static void
+test_batch_u8(void)
+{
+    uint8_t images[4 * 3] = {0, 255, 10, 1, 2, 3, 4, 5, 6, 200, 100, 50};
+    uint8_t labels[4] = {7, 1, 9, 0};
+    int64_t rows[3] = {3, 0, 3}, y[3] = {-1, -1, -1};
+    float x[9], scale = 1.0f / 255, shift = -0.5f;
+    int good = 1;
+
+    K->batch_u8(x, y, images, labels, rows, 3, 3, scale, shift);
+    for (int r = 0; r < 3; r++) {
+        for (int j = 0; j < 3; j++) {
+            good &= x[r * 3 + j] ==
+                    (float)images[rows[r] * 3 + j] * scale + shift;
+        }
+    }
+    ok(good, "batch_u8: rows 3, 0, 3 normalised as x * scale + shift");
+    ok(y[0] == 0 && y[1] == 7 && y[2] == 0, "batch_u8: their labels");
+    y[0] = -1;
+    K->batch_u8(x, y, images, labels, rows, 0, 3, scale, shift);
+    is_int(y[0], -1, "batch_u8 of 0 rows writes nothing");
+}
+
 /* ---- random ---------------------------------------------------------- */
 
 static void
@@ -484,8 +507,8 @@ test_ops_fused(void)
     }
     for (int dim = 0; dim <= 1; dim++) {
         for (int log_out = 0; log_out <= 1; log_out++) {
-            td_tensor_t *x = tensor_of(xv, shape, 2), *g = tensor_of(gv, shape, 2);
-            td_tensor_t *y = NULL, *gx1 = NULL, *gx2 = NULL;
+            td_tensor_t *x = tensor_of(xv, shape, 2);
+            td_tensor_t *g = tensor_of(gv, shape, 2), *y = NULL, *gx1 = NULL, *gx2 = NULL;
             td_tensor_set_requires_grad(x, 1);
             (log_out ? td_log_softmax : td_softmax)(x, dim, &y);
             /* create_graph = 0: the fused kernel; 1: the composed ops */
@@ -535,8 +558,8 @@ test_ops_fused(void)
         td_tensor_uniform_(u, 0, 1, 99);
         is_int(td_dropout(a, 0.25, 1, 99, &d), TD_OK, "dropout runs");
         for (int i = 0; d != NULL && i < 24; i++) {
-            float m = ((float *)td_tensor_data(u))[i] >= 0.25 ? (float)(1 / 0.75)
-                                                             : 0.f;
+            float ui = ((float *)td_tensor_data(u))[i];
+            float m = ui >= 0.25 ? (float)(1 / 0.75) : 0.f;
             good &= ((float *)td_tensor_data(d))[i] == m;
         }
         ok(d != NULL && good, "dropout's mask is uniform_ of its seed >= p");
@@ -549,17 +572,19 @@ test_ops_fused(void)
 int
 main(void)
 {
-    plan(94);
+    plan(97);
     K = td_kernels_get(TD_CPU);
     ok(K == &td_cpu_kernels && K->softmax && K->softmax_backward &&
        K->max_dim && K->index_check && K->index_select && K->index_add &&
-       K->gather && K->scatter_add && K->bag_plan && K->random &&
+       K->gather && K->scatter_add && K->bag_plan && K->batch_u8 &&
+       K->random &&
        K->dropout_mask && K->sgd_step && K->adam_step,
        "the CPU row fills every entry of the table");
     test_softmax();
     test_max_dim();
     test_index();
     test_bag_plan();
+    test_batch_u8();
     test_random();
     test_sgd();
     test_adam();

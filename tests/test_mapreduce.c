@@ -265,27 +265,27 @@ main(void)
     td_rpc_list_t *r3[3] = { one_tensor(2, 0), one_tensor(2, 10),
                              one_tensor(2, 20) };
     td_reducer_t mean = td_reducer_mean(), sum = td_reducer_sum();
-    st = td_reduce(&mean, (const td_rpc_list_t *const *)r3, 3, &out);
+    st = td_reducer_apply(&mean, (const td_rpc_list_t *const *)r3, 3, &out);
     td_tensor_t *t = NULL;
     ok(st == TD_OK && td_rpc_list_tensor(out, 0, &t) == TD_OK &&
        td_tensor_get(t, (int64_t[]){ 0 }) == 10.0 &&
        td_tensor_get(t, (int64_t[]){ 1 }) == 11.0, "mean of three tensors");
     td_rpc_list_free(out);
-    st = td_reduce(&sum, (const td_rpc_list_t *const *)r3, 3, &out);
+    st = td_reducer_apply(&sum, (const td_rpc_list_t *const *)r3, 3, &out);
     ok(st == TD_OK && td_rpc_list_tensor(out, 0, &t) == TD_OK &&
        td_tensor_get(t, (int64_t[]){ 1 }) == 33.0, "sum of three tensors");
     td_rpc_list_free(out);
-    st = td_reduce(NULL, (const td_rpc_list_t *const *)r3, 3, &out);
+    st = td_reducer_apply(NULL, (const td_rpc_list_t *const *)r3, 3, &out);
     is_int(td_rpc_list_len(out), 3, "no reducer: the list of results");
     td_rpc_list_free(out);
 
     td_rpc_list_t *bad[2] = { one_tensor(2, 0), one_tensor(3, 0) };
-    is_int(td_reduce(&mean, (const td_rpc_list_t *const *)bad, 2, &out),
+    is_int(td_reducer_apply(&mean, (const td_rpc_list_t *const *)bad, 2, &out),
            TD_ERR_SHAPE, "mean of different shapes refused");
     like(td_last_error(), "shapes \\[2\\] \\(result 0\\) and \\[3\\] "
          "\\(result 1\\)", "both shapes named");
     td_rpc_list_add_int(bad[0], 1);
-    is_int(td_reduce(&sum, (const td_rpc_list_t *const *)bad, 2, &out),
+    is_int(td_reducer_apply(&sum, (const td_rpc_list_t *const *)bad, 2, &out),
            TD_ERR_INVALID, "results of different lengths refused");
     like(td_last_error(), "result 0 has 2 items, result 1 has 1",
          "lengths named");
@@ -298,14 +298,14 @@ main(void)
     td_rpc_list_add_int(nums[0], 3);
     td_rpc_list_add_double(nums[1], 4.0);
     double d = 0;
-    st = td_reduce(&mean, (const td_rpc_list_t *const *)nums, 2, &out);
+    st = td_reducer_apply(&mean, (const td_rpc_list_t *const *)nums, 2, &out);
     ok(st == TD_OK && td_rpc_list_double(out, 0, &d) == TD_OK && d == 3.5,
        "mean of numbers as a double");
     td_rpc_list_free(out);
     td_reducer_t um = td_reducer_user(user_max, NULL);
     int64_t iv = 0;
     td_rpc_list_add_int(nums[0], 0);    /* user reducers see everything */
-    st = td_reduce(&um, (const td_rpc_list_t *const *)nums, 1, &out);
+    st = td_reducer_apply(&um, (const td_rpc_list_t *const *)nums, 1, &out);
     ok(st == TD_OK && td_rpc_list_int(out, 0, &iv) == TD_OK && iv == 3,
        "user reducer");
     td_rpc_list_free(out);
@@ -316,11 +316,11 @@ main(void)
     td_rpc_list_create(&strs[1]);
     td_rpc_list_add_string(strs[0], "a");
     td_rpc_list_add_string(strs[1], "b");
-    is_int(td_reduce(&sum, (const td_rpc_list_t *const *)strs, 2, &out),
+    is_int(td_reducer_apply(&sum, (const td_rpc_list_t *const *)strs, 2, &out),
            TD_ERR_INVALID, "sum of strings refused");
     like(td_last_error(), "item 0 is neither a tensor nor a number",
          "the item named");
-    is_int(td_reduce(&mean, NULL, 0, &out), TD_ERR_INVALID,
+    is_int(td_reducer_apply(&mean, NULL, 0, &out), TD_ERR_INVALID,
            "mean of nothing refused");
     for (int i = 0; i < 2; i++) {
         td_rpc_list_free(nums[i]);
@@ -342,7 +342,7 @@ main(void)
     ok(st == TD_OK && n == 2 && td_tensor_requires_grad(s0),
        "slices of a tensor requiring grad require grad");
     const td_rpc_list_t *res2[2] = { parts[0].args, parts[1].args };
-    st = td_reduce(&mean, res2, 2, &out);
+    st = td_reducer_apply(&mean, res2, 2, &out);
     td_rpc_list_tensor(out, 0, &t);
     st = st == TD_OK ? td_sum(t, &loss) : st;
     st = st == TD_OK ? td_backward(&loss, NULL, 1, 0, 0) : st;
@@ -361,7 +361,7 @@ main(void)
     static const td_parallel_t pl =
         TD_PARALLELIZE("f", TD_PARTITIONER_BATCH, TD_REDUCER_MEAN);
     ok(pl.partitioner.kind == TD_PARTITION_DIM && pl.partitioner.keepdim &&
-       !pl.partitioner.exclusive && pl.reducer.kind == TD_REDUCE_MEAN &&
+       !pl.partitioner.exclusive && pl.reducer.kind == TD_REDUCER_KIND_MEAN &&
        pl.timeout < 0, "TD_PARALLELIZE builds batch + mean");
     /* calls before td_init fail cleanly */
     is_int(td_parallel_call(&pl, NULL, &out), TD_ERR_STATE,

@@ -92,7 +92,7 @@ main(void)
     char tok1[TD_JOB_TOKEN_HEX + 1], tok2[TD_JOB_TOKEN_HEX + 1];
     unsigned expect_port;
 
-    plan(127);
+    plan(130);
     td_slurm_opts_init(&def);
 
     /* ---- user options ---------------------------------------------- */
@@ -275,6 +275,14 @@ main(void)
     ok(got("MASTER_PORT") && !strcmp(got("MASTER_PORT"), "12005") &&
        got("TODIST_MASTER_PORT") && atoi(got("TODIST_MASTER_PORT")) >= 20000,
        "one reserved port: torch's; the store's derived");
+    is_str(map(ENV(UNEVEN_TASK5,
+                   "SLURM_STEP_RESV_PORTS=42900-42901,42917-42919"), &o), "",
+           "several reserved ranges map (as Slurm gives them)");
+    ok(got("MASTER_PORT") && !strcmp(got("MASTER_PORT"), "42900") &&
+       got("TODIST_MASTER_PORT") && !strcmp(got("TODIST_MASTER_PORT"), "42901"),
+       "the first two of several ranges");
+    like(map(ENV(UNEVEN_TASK5, "SLURM_STEP_RESV_PORTS=12000,12001,x"), &o),
+         "SLURM_STEP_RESV_PORTS", "a bad item after the first two rejected");
     like(map(ENV(UNEVEN_TASK5, "SLURM_STEP_RESV_PORTS=12x"), &o),
          "SLURM_STEP_RESV_PORTS='12x'", "malformed reservation named");
     like(map(ENV(UNEVEN_TASK5, "SLURM_STEP_RESV_PORTS=12003-12000"), &o),

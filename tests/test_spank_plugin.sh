@@ -11,17 +11,18 @@ command -v nm >/dev/null 2>&1 && command -v readelf >/dev/null 2>&1 ||
 plan 6
 
 exports=$(nm -D --defined-only "$so" | awk '{print $3}' | sort | tr '\n' ' ')
-is "$exports" "plugin_name plugin_type plugin_version slurm_spank_exit slurm_spank_init slurm_spank_init_post_opt slurm_spank_local_user_init slurm_spank_task_init spank_plugin_version " \
+is "$exports" "plugin_name plugin_type plugin_version slurm_spank_exit slurm_spank_init slurm_spank_init_post_opt slurm_spank_local_user_init slurm_spank_task_exit slurm_spank_task_init spank_plugin_version " \
     "exports exactly the SPANK symbols"
 ok "$(nm -D --defined-only "$so" | grep -q ' td_'; [ $? = 1 ]; echo $?)" "no td_* symbol exported"
 needed=$(readelf -d "$so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')
 ok "$(echo "$needed" | grep -Eq 'libslurm|libtodist'; [ $? = 1 ]; echo $?)" \
     "links no libslurm, no libtodist (NEEDED: $needed)"
 # Everything todist-specific is compiled in: no undefined td_* (libtodist),
-# UCX, hwloc or BLAS symbol; from the host only spank_* and slurm_error.
+# UCX, hwloc or BLAS symbol; from the host only spank_*, slurm_error and
+# slurm_signal_job_step (kill_on_fail; slurmstepd's libslurm has it).
 undef=$(nm -D --undefined-only "$so" | awk '{print $2}' |
         grep -E '^(td_|uc[pts]_|hwloc_|cblas_|slurm_|spank_)' |
-        grep -Ev '^(spank_[a-z_]+|slurm_error)$' | tr '\n' ' ')
+        grep -Ev '^(spank_[a-z_]+|slurm_error|slurm_signal_job_step)$' | tr '\n' ' ')
 is "$undef" "" "no undefined todist, UCX, hwloc or Slurm-library symbol"
 is "$(nm -D "$so" | awk '$2 == "R" && $3 == "plugin_type"' | wc -l)" 1 "plugin_type is data"
 # Slurm's loader checks plugin_type == "spank"; read it from the file.

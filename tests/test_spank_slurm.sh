@@ -87,6 +87,11 @@ while ss -Htln 2>/dev/null | awk '{print $4}' | grep -Eq ":($base|$((base+1))|$(
     base=$((base + 10))
 done
 
+# Slurm's port reservation (srun --resv-ports): a range of our own too,
+# below Linux's ephemeral range (32768-) where UCX and every outgoing
+# connection take ports, and apart from the daemons' ports above.
+resv_lo=$(( 22000 + ($$ % 400) * 20 )); resv_hi=$((resv_lo + 19))
+
 # ---- munge: own key, own socket ------------------------------------------
 mungekey --create --keyfile="$D/munge/munge.key" --bits=1024 2>"$D/mungekey.log" ||
     die_setup "mungekey"
@@ -122,6 +127,7 @@ SlurmdPidFile=$D/slurmd-%n.pid
 SlurmctldLogFile=$D/slurmctld.log
 SlurmdLogFile=$D/slurmd-%n.log
 MpiDefault=none
+MpiParams=ports=$resv_lo-$resv_hi
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -154,7 +160,7 @@ nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
 wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
 # ---- the tests ----------------------------------------------------------
-plan 50
+plan 83
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -183,12 +189,18 @@ is "$(col "$D/out/one" world_size)" "4 4 4 4" "world size 4"
 is "$(col "$D/out/one" master_addr)" "n1 n1 n1 n1" "master is the step's node"
 is "$(col "$D/out/one" source)" "todist todist todist todist" "resolved from TODIST_*"
 port=$(field "$D/out/one" master_port | sort -u)
-ok "$([ "$(echo "$port" | wc -l)" = 1 ] && [ "$port" -ge 21000 ] && [ "$port" -le 21999 ]; echo $?)" \
-    "one master port ($port), within port_range 21000-21999"
+ok "$([ "$(echo "$port" | wc -l)" = 1 ] && [ "$port" -ge $resv_lo ] && [ "$port" -le $resv_hi ]; echo $?)" \
+    "one store port ($port), reserved by Slurm (MpiParams=ports=$resv_lo-$resv_hi)"
 tok=$(field "$D/out/one" token | sort -u)
 ok "$([ "$(echo "$tok" | wc -l)" = 1 ] && echo "$tok" | grep -Eqx '[0-9a-f]{64}'; echo $?)" \
     "one 64-hex-digit token in all tasks"
 is "$(col "$D/out/one" omp)" "1 1 1 1" "OMP_NUM_THREADS = the task's CPUs (4 CPUs / 4 tasks)"
+
+# Without a reservation (--resv-ports=0) the pair is derived from the ids.
+run_srun derived -N1 -n2 -w n1 --resv-ports=0 --todist sh -c "$probe"
+port=$(field "$D/out/derived" master_port | sort -u); tport=$(field "$D/out/derived" MASTER_PORT | sort -u)
+ok "$([ "$(echo "$port" | wc -l)" = 1 ] && [ "$port" -ge 21000 ] && [ "$port" -le 21999 ] && [ "$tport" = $((port - 1)) ]; echo $?)" \
+    "no reservation: store port $port derived within port_range 21000-21999, MASTER_PORT $tport below it"
 
 run_srun cpt -N1 -n2 -c2 -w n1 --todist sh -c "$probe"
 is "$(col "$D/out/cpt" omp)" "2 2" "OMP_NUM_THREADS = --cpus-per-task (2)"
@@ -316,7 +328,164 @@ run_srun rpc -N2 -n4 --todist "$top_builddir/tests/rpc_allpairs"
 sorted "$D/out/rpc"
 is "$rc" 0 "srun -N2 -n4 --todist rpc_allpairs succeeds"
 is "$(col "$D/out/rpc" calls_ok)" "4 4 4 4" "every rank called all 4 ranks and got their answers"
-is "$(field "$D/out/rpc" node | sort -u | tr '\n' ' ')" "n1 n2 " "the ranks ran on two slurmd nodes"
+is "$(field "$D/out/rpc" node | sort -u | wc -l)" 2 \
+    "the ranks ran on two slurmd nodes ($(field "$D/out/rpc" node | sort -u | tr '\n' ' '))"
+
+# 11. ports that never collide: Slurm's reservation (MpiParams=ports= and
+# srun --resv-ports), torch's MASTER_PORT and todist's store distinct.
+probe2='echo "rank=$TODIST_RANK resv=${SLURM_STEP_RESV_PORTS-} MASTER_PORT=$MASTER_PORT store=$TODIST_MASTER_PORT ROLE_RANK=${ROLE_RANK-} ROLE_WORLD_SIZE=${ROLE_WORLD_SIZE-} ROLE_NAME=${ROLE_NAME-} GROUP_RANK=${GROUP_RANK-} GROUP_WORLD_SIZE=${GROUP_WORLD_SIZE-} RUN_ID=${TORCHELASTIC_RUN_ID-} RESTARTS=${TORCHELASTIC_RESTART_COUNT-}/${TORCHELASTIC_MAX_RESTARTS-} job=$SLURM_JOB_ID.$SLURM_STEP_ID"; sleep 2'
+in_resv() { [ "$1" -ge $resv_lo ] 2>/dev/null && [ "$1" -le $resv_hi ]; }
+run_srun resv -N2 -n4 --resv-ports=2 --todist sh -c "$probe2"
+sorted "$D/out/resv"
+is "$rc" 0 "srun --resv-ports=2 --todist succeeds"
+mp=$(field "$D/out/resv" MASTER_PORT | sort -u); sp=$(field "$D/out/resv" store | sort -u)
+rv=$(field "$D/out/resv" resv | sort -u)
+ok "$([ "$(echo "$mp" | wc -l)$(echo "$sp" | wc -l)" = 11 ] && in_resv "$mp" && in_resv "$sp" && [ "$mp" != "$sp" ]; echo $?)" \
+    "reserved ports ($rv): MASTER_PORT $mp and store $sp, distinct, in $resv_lo-$resv_hi"
+is "$mp-$sp" "$rv" "MASTER_PORT and the store are the step's two reserved ports"
+# torchrun's elastic names, consistent with the world
+is "$(col "$D/out/resv" ROLE_RANK)|$(col "$D/out/resv" ROLE_WORLD_SIZE)" "0 1 2 3|4 4 4 4" \
+    "ROLE_RANK = rank, ROLE_WORLD_SIZE = world size"
+is "$(field "$D/out/resv" ROLE_NAME | sort -u) $(field "$D/out/resv" GROUP_WORLD_SIZE | sort -u) $(field "$D/out/resv" GROUP_RANK | sort -u | tr '\n' ' ')" \
+    "default 2 0 1 " "ROLE_NAME default, GROUP_WORLD_SIZE 2 nodes, GROUP_RANK 0 and 1"
+is "$(field "$D/out/resv" RUN_ID | sort -u)|$(field "$D/out/resv" RESTARTS | sort -u)" \
+    "$(field "$D/out/resv" job | sort -u)|0/0" "TORCHELASTIC_RUN_ID = job.step; restarts 0/0"
+
+# two concurrent jobs, and two concurrent steps of one job, all reserved
+timeout 120 srun -N1 -n2 -w n1 --resv-ports=2 --todist sh -c "$probe2" >"$D/out/cj1" 2>&1 &
+p1=$!
+timeout 120 srun -N1 -n2 -w n2 --resv-ports=2 --todist sh -c "$probe2" >"$D/out/cj2" 2>&1 &
+p2=$!
+wait $p1; r1=$?; wait $p2; r2=$?
+is "$r1 $r2" "0 0" "two concurrent jobs with reserved ports succeed"
+a=$(field "$D/out/cj1" resv | sort -u); b=$(field "$D/out/cj2" resv | sort -u)
+ok "$([ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] && [ "$(field "$D/out/cj1" job | sort -u | cut -d. -f1)" != "$(field "$D/out/cj2" job | sort -u | cut -d. -f1)" ]; echo $?)" \
+    "two concurrent jobs get different reserved ports ($a, $b)"
+cat > "$D/steps.sh" <<JOB
+#!/bin/sh
+srun -N1 -n2 --exact --resv-ports=2 sh -c '$probe2' > "$D/out/cs-a" 2>&1 &
+srun -N1 -n2 --exact --resv-ports=2 sh -c '$probe2' > "$D/out/cs-b" 2>&1 &
+wait
+JOB
+timeout 120 sbatch --wait -N2 -n4 --todist -o "$D/out/steps.log" "$D/steps.sh" >/dev/null 2>&1
+a=$(field "$D/out/cs-a" resv | sort -u); b=$(field "$D/out/cs-b" resv | sort -u)
+ok "$([ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ]; echo $?)" \
+    "two concurrent steps of one job get different reserved ports ($a, $b)"
+is "$(field "$D/out/cs-a" MASTER_PORT | sort -u)-$(field "$D/out/cs-a" store | sort -u)" "$a" \
+    "and each step uses its own reservation"
+
+# 12. a forced collision without reservation fails at once, naming the
+# port, the job and the fix: job A's store holds port P; job B is told to
+# use P too (store_port=P).
+P=$((resv_lo - 2))
+timeout 120 srun -N1 -n2 -w n1 --todist=store_port=$P env TODIST_INIT_TIMEOUT=100 sh -c \
+    'if [ $TODIST_RANK = 0 ]; then exec "$0"; fi; sleep 100' "$top_builddir/tests/init_bind" \
+    >"$D/out/holder" 2>&1 &
+holder=$!
+td_track_pid $holder
+wait_for 30 sh -c "ss -Htln | awk '{print \$4}' | grep -q ':$P\$'"
+ok "$(ss -Htln | awk '{print $4}' | grep -q ":$P\$"; echo $?)" "job A's store listens on $P"
+t0=$(td_now)
+run_srun clash -N1 -n1 -w n2 --todist=store_port=$P "$top_builddir/tests/init_bind"
+t1=$(td_now)
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "job B fails (status $rc)"
+like "$(cat "$D/out/clash.err")" "store cannot listen on port $P \(TODIST_MASTER_PORT\) for Slurm job [0-9]+ step [0-9]+.*--resv-ports" \
+    "message names the port, the job and the fix"
+ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 30)}'; echo $?)" \
+    "at once ($(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.1f", b-a}') s), not after a timeout"
+# A rank of job C on another node reaching A's store (token rejected)
+t0=$(td_now)
+run_srun wrongtok -N2 -n2 --todist=store_port=$P sh -c \
+    'if [ $TODIST_RANK = 0 ]; then sleep 30; exit 0; fi; exec "$0"' "$top_builddir/tests/init_bind"
+t1=$(td_now)
+like "$(cat "$D/out/wrongtok.err")" "rank 1 reached a store on port $P that is not this job's" \
+    "a rank reaching another job's store says so"
+ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 30)}'; echo $?)" \
+    "and the step ends at once ($(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.1f", b-a}') s; kill_on_fail stops rank 0's sleep)"
+kill -TERM $holder 2>/dev/null; wait $holder 2>/dev/null
+
+# 13. a failing task stops the step (kill_on_fail, the default)
+t0=$(td_now)
+run_srun fail3 -N2 -n4 --todist sh -c 'if [ $TODIST_RANK = 1 ]; then exit 3; fi; sleep 60'
+t1=$(td_now)
+el=$(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.1f", b-a}')
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "a task exiting 3 fails the step (srun status $rc)"
+ok "$(awk -v e=$el 'BEGIN{exit !(e < 30)}'; echo $?)" \
+    "the other tasks are stopped ($el s; they would sleep 60 s)"
+like "$(cat "$D/out/fail3.err")" "task 1: Exited with exit code 3" "srun names the failing task and its code"
+like "$(cat "$D"/slurmd-n*.log)" "todist: job [0-9]+ step [0-9]+: rank 1 exited with code 3; stopping the step" \
+    "the plugin logs the rank and code it stopped the step for"
+# Slurm gives srun 128 + the signal of the stopped tasks (as with srun -K),
+# not the failing task's code; the code is in the lines checked above.
+is "$rc" 143 "srun's status is 143 (the others got SIGTERM), as documented"
+t0=$(td_now)
+run_srun keep -N1 -n2 --todist=kill_on_fail=no sh -c 'if [ $TODIST_RANK = 1 ]; then exit 3; fi; sleep 3; echo survived'
+t1=$(td_now)
+is "$(cat "$D/out/keep")|$rc" "survived|3" "kill_on_fail=no: the others run on; srun returns 3"
+plugstack kill_on_fail=maybe
+timeout 60 srun -n1 true >"$D/out/badkill" 2>&1
+rc=$?
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "bad plugstack kill_on_fail: srun fails"
+like "$(cat "$D/out/badkill")" "todist: plugstack.conf: unknown or malformed argument 'kill_on_fail=maybe'" \
+    "the bad value is named"
+plugstack
+timeout 60 srun -n1 --todist=store_port=0 true >"$D/out/badsp" 2>&1
+rc=$?
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "--todist=store_port=0: srun fails"
+like "$(cat "$D/out/badsp")" "todist: --todist: 'store_port=0' is not store_port=N" "the bad value is named"
+
+# 14. PyTorch: gloo init_process_group(env://) + all_reduce under srun
+# --todist and todist-run (skipped without torch)
+torch_prog='import os, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+# one write per line: three ranks share the pipe, print() may split it
+os.write(1, ("rank=%d sum=%g world=%d\n" % (dist.get_rank(), t.item(), dist.get_world_size())).encode())
+dist.destroy_process_group()'
+if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+    run_srun torch -N2 -n3 --todist /usr/bin/python3 -c "$torch_prog"
+    sorted "$D/out/torch"
+    is "$(cat "$D/out/torch" | tr '\n' ' ')" "rank=0 sum=6 world=3 rank=1 sum=6 world=3 rank=2 sum=6 world=3 " \
+        "srun --todist: gloo all_reduce over 3 ranks on 2 nodes"
+    # --label: whole lines only (three processes share one pipe)
+    out=$(timeout 120 todist-run -n 3 --label /usr/bin/python3 -c "$torch_prog" |
+          sed 's/^\[[0-9]*\]: //' | sort | tr '\n' ' ')
+    is "$out" "rank=0 sum=6 world=3 rank=1 sum=6 world=3 rank=2 sum=6 world=3 " \
+        "todist-run: gloo all_reduce over 3 ranks"
+else
+    skip 2 "PyTorch (/usr/bin/python3 -c 'import torch') not installed"
+fi
+
+# 15. PMIx wire-up (srun --mpi=pmix): worker addresses and the start-up
+# barrier through PMIx (put, commit, fence, get), not the TCP store.
+if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
+   srun --mpi=list 2>&1 | grep -qw pmix; then
+    run_srun pmix -N2 -n4 --mpi=pmix --todist env TODIST_LOG=info "$top_builddir/tests/rpc_allpairs"
+    sorted "$D/out/pmix"
+    is "$rc" 0 "srun --mpi=pmix --todist rpc_allpairs succeeds"
+    is "$(col "$D/out/pmix" calls_ok)" "4 4 4 4" "every rank called all 4 over addresses from PMIx"
+    is "$(grep -c 'worker addresses through PMIx' "$D/out/pmix.err")" 4 "all 4 ranks wired up through PMIx"
+    run_srun nopmix -N2 -n4 --mpi=pmix --todist env TODIST_LOG=info TODIST_PMIX=0 "$top_builddir/tests/rpc_allpairs"
+    sorted "$D/out/nopmix"
+    is "$(col "$D/out/nopmix" calls_ok)|$(grep -c 'through PMIx' "$D/out/nopmix.err")" "4 4 4 4|0" \
+        "TODIST_PMIX=0: the store path instead"
+    # Start-up figures for bench/RESULTS.md (TD_BENCH_STARTUP=1): td_init
+    # per rank, median and max, store against PMIx, 4, 16 and 64 ranks.
+    if [ "${TD_BENCH_STARTUP:-0}" = 1 ]; then
+        for n in 4 16 64; do
+            for mode in store pmix; do
+                m=; [ $mode = pmix ] && m=--mpi=pmix
+                timeout 300 srun -N4 -n$n -O $m --todist "$top_builddir/bench/startup" \
+                    > "$D/out/st-$mode-$n" 2>"$D/out/st-$mode-$n.err"
+                diag "startup $mode $n ranks: $(sed -n 's/.*init_ms=//p' "$D/out/st-$mode-$n" | sort -n |
+                    awk '{a[NR]=$1} END {if (NR) printf "%d ranks, median %.1f ms, max %.1f ms", NR, a[int((NR+1)/2)], a[NR]; else print "failed"}')"
+            done
+        done
+    fi
+else
+    skip 4 "no PMIx (configure found no pmix.pc, or Slurm has no mpi/pmix)"
+fi
 
 # 9. site default=on: no --todist needed; bad plugstack argument reported
 plugstack default=on torchrun=no

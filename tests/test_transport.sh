@@ -7,7 +7,7 @@
 # with 1, 2, 4 and 16 ranks, ranks that never arrive, and a valgrind-clean
 # run. Every run is bounded by timeout; lib.sh kills what is left.
 . "$top_srcdir/tests/lib.sh"
-plan 35
+plan 36
 T=$TD_TMP
 PEER="$top_builddir/tests/transport_peer"
 run() { timeout -k 5 "$@"; }
@@ -31,8 +31,10 @@ like "$out" 'ok 64 bodies' "named and transport-allocated bodies intact"
 # hand-made active messages with todist's AM id from a raw UCX worker
 out=$(run 120 todist-run -n 2 "$PEER" malformed 2>&1)
 is "$?" 0 "malformed active messages are dropped and counted"
-like "$out" 'ok 7 malformed active messages sent, rank 1 still serves' \
+like "$out" 'ok 7 malformed active messages and one with a wrong job tag sent, rank 1 still serves' \
      "the receiver keeps serving after garbage"
+like "$out" 'dropped 1 message\(s\) with a wrong job tag \(claiming rank 0' \
+     "a wrong job tag is dropped, counted and logged"
 
 out=$(run 120 todist-run -n 3 "$PEER" inflight 1000 2>&1)
 is "$?" 0 "1000 messages in flight to two ranks"

@@ -17,3 +17,6 @@ check_PROGRAMS += tests/test_store_limits
 tests_test_store_limits_LDADD = $(TD_TEST_LDADD) $(CRYPTO_LIBS)
 tests_test_store_limits_CFLAGS = $(AM_CFLAGS) $(CRYPTO_CFLAGS)
 TESTS += tests/test_store_limits
+# fault injection (TODIST_FAULT) over RPC, RRefs, dist backward and optimizer
+TESTS += tests/test_faults.sh
+EXTRA_DIST += tests/test_faults.sh

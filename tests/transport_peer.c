@@ -727,6 +727,11 @@ scenario_malformed(void)
         }
         CHECK(td_transport_dropped(tp) == N_BAD, "dropped %zu, want %d",
               td_transport_dropped(tp), N_BAD);
+        while (td_transport_rejected(tp) < 1 && now_s() < d) {
+            usleep(1000);
+        }
+        CHECK(td_transport_rejected(tp) == 1, "rejected %zu for a wrong job "
+              "tag, want 1", td_transport_rejected(tp));
         return;
     }
     ucp_params_t up = { .field_mask = UCP_PARAM_FIELD_FEATURES,
@@ -751,29 +756,31 @@ scenario_malformed(void)
     CHECK(ucp_ep_create(w, &ep_params, &ep) == UCS_OK, "ep");
     free(addr);
 
-    /* a valid frame: version 1, handler 0, src 0, 8-byte user header,
-     * one body of 4 bytes; each case below breaks one thing */
-    uint8_t good[16 + 16 + 8], hdr[N_BAD][sizeof(good)];
-    size_t hlen[N_BAD], dlen[N_BAD];
+    /* a valid frame: version 2, handler 0, src 0, 8-byte user header, a
+     * 16-byte job tag, one body of 4 bytes; each case below breaks one
+     * thing; the last is well formed but its tag is not the job's */
+    uint8_t good[32 + 16 + 8], hdr[N_BAD + 1][sizeof(good)];
+    size_t hlen[N_BAD + 1], dlen[N_BAD + 1];
     uint8_t data[64] = { 0 };
     memset(good, 0, sizeof(good));
-    good[0] = 1;
+    good[0] = 2;
     put32(good + 8, 8);
     put32(good + 12, 1);
-    put32(good + 16 + 4, 4);
-    for (int i = 0; i < N_BAD; i++) {
+    put32(good + 32 + 4, 4);
+    for (int i = 0; i <= N_BAD; i++) {
         memcpy(hdr[i], good, sizeof(good));
         hlen[i] = sizeof(good);
         dlen[i] = 4;
     }
     hlen[0] = 4;                         /* header shorter than the fixed part */
-    hdr[1][0] = 2;                       /* unknown version */
+    hdr[1][0] = 9;                       /* unknown version */
     put32(hdr[2] + 12, 1000);            /* too many bodies */
     dlen[3] = 5;                         /* bodies do not add up to the data */
     put32(hdr[4] + 4, 99);               /* sender rank outside the world */
     put32(hdr[5] + 8, 1u << 30);         /* user header longer than the frame */
-    hdr[6][16 + 8] = 7;                  /* unknown memory type of a body */
-    for (int i = 0; i < N_BAD; i++) {
+    hdr[6][32 + 8] = 7;                  /* unknown memory type of a body */
+    memset(hdr[N_BAD] + 16, 0xa5, 16);   /* a guessed job tag */
+    for (int i = 0; i <= N_BAD; i++) {
         ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                     .flags = UCP_AM_SEND_FLAG_EAGER };
         void *req = ucp_am_send_nbx(ep, 0x7d, hdr[i], hlen[i], data, dlen[i],
@@ -808,8 +815,8 @@ scenario_malformed(void)
     CHECK(WAIT_FOR(replies > before, 30), "no echo after the garbage");
     free(b);
     if (failures == 0) {
-        printf("rank 0: ok %d malformed active messages sent, rank 1 still "
-               "serves\n", N_BAD);
+        printf("rank 0: ok %d malformed active messages and one with a "
+               "wrong job tag sent, rank 1 still serves\n", N_BAD);
     }
 }
 

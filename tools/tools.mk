@@ -5,3 +5,8 @@ tools_todist_run_LDADD = $(TD_LDADD)
 tools_todist_info_SOURCES = tools/todist-info.c
 tools_todist_info_LDADD = $(TD_LDADD)
 dist_man_MANS += man/todist-run.1 man/todist-info.1
+# bench/launch.sh: todist-run against torchrun (start, stop after a failure).
+EXTRA_DIST += bench/launch.sh
+# bench/startup: td_init time per rank (store vs PMIx under srun).
+check_PROGRAMS += bench/startup
+bench_startup_LDADD = $(TD_LDADD)

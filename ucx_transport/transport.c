@@ -4,12 +4,20 @@
  * Wire: one UCP active message (AM id TD_AM_ID) per message. Its AM header
  * is our header
  *   u8 version | u8 flags(0) | u16 handler id | u32 src rank |
- *   u32 user header length | u32 number of bodies |
+ *   u32 user header length | u32 number of bodies | 16-byte job tag |
  *   number-of-bodies x { u64 length | u8 memory type | 7 zero bytes } |
  *   user header
  * and its data are the bodies back to back (contiguous for one body, an IOV
  * for several), so one rendezvous moves all of them into the receiver's
  * buffers.
+ *
+ * Job tag: HMAC-SHA256(TODIST_JOB_TOKEN, "todist-am-v2" | be32 src |
+ * be32 dst), first 16 bytes, precomputed per peer at creation. A receiver
+ * checks it in constant time after the frame's structure and before any
+ * handler or rendezvous sees it; a wrong tag is dropped and counted
+ * (td_transport_rejected). It keeps processes that do not know the token
+ * from injecting messages; it is not encryption, and someone who can read
+ * the traffic can copy a tag (no integrity or replay protection).
  *
  * Progress token: one thread at a time may call into the UCX worker (it is
  * created SERIALIZED): the holder of tp->token. The progress thread takes
@@ -33,6 +41,9 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <ucp/api/ucp.h>
 
 #include "ucx_transport/transport.h"
@@ -41,8 +52,10 @@
 #include "base/log.h"
 
 #define TD_AM_ID          0x7d        /* our one UCP active-message id */
-#define WIRE_VERSION      1
-#define WIRE_FIXED        16
+#define WIRE_VERSION      2
+#define TAG_LEN           16
+#define TAG_OFF           16
+#define WIRE_FIXED        (16 + TAG_LEN)
 #define WIRE_BODY         16
 #define WIRE_MAX          (WIRE_FIXED + WIRE_BODY * TD_TRANSPORT_BODIES_MAX + \
                            TD_TRANSPORT_HEADER_MAX)
@@ -68,6 +81,7 @@ typedef struct send_op {
     size_t               wire_len;
     td_mem_type_t        mem;
     char                *why;        /* malloc'ed: why connecting failed */
+    int                  faulted;    /* dropped by TODIST_FAULT: not counted */
     uint8_t             *wire;       /* our header + the user header */
     ucp_dt_iov_t         iov[];      /* n_bodies, then the wire bytes */
 } send_op_t;
@@ -115,6 +129,26 @@ typedef struct {
     void                *arg;
 } handler_t;
 
+/* TODIST_FAULT (see transport.h); tests only. */
+enum { FAULT_DROP, FAULT_CORRUPT, FAULT_DELAY, FAULT_ACTIONS };
+#define FAULT_RULES_MAX 8
+
+typedef struct {
+    int    action;
+    char   kind[64];      /* any, call, reply, rref, other, fn=PREFIX */
+    double rate;
+    double delay_s;
+} fault_rule_t;
+
+typedef struct {
+    fault_rule_t             rules[FAULT_RULES_MAX];
+    int                      n;
+    uint64_t                 rng;           /* token holder */
+    uint64_t                 count[FAULT_ACTIONS];
+    td_transport_classify_fn classify;
+    void                    *classify_arg;
+} faults_t;
+
 struct td_transport {
     td_transport_params_t params;
     td_progress_mode_t    mode;
@@ -158,6 +192,10 @@ struct td_transport {
     /* token holder only */
     send_op_t            *done_head;      /* completions to report */
     size_t                dropped;        /* token holder writes */
+    size_t                rejected;       /* wrong job tag; token holder */
+    uint8_t              *tag_to;         /* world x TAG_LEN: ours to dst */
+    uint8_t              *tag_from;       /* world x TAG_LEN: src's to us */
+    faults_t              faults;         /* TODIST_FAULT, tests only */
     uint64_t              n_sent, n_received;   /* token holder writes */
 };
 
@@ -252,7 +290,7 @@ op_finish(td_transport_t *tp, send_op_t *op, td_status_t status)
                                          : td_strerror(status));
         free(op->why);
     }
-    if (status == TD_OK) {
+    if (status == TD_OK && !op->faulted) {
         BUMP(tp->n_sent);
     }
     if (op->cb != NULL) {
@@ -381,6 +419,149 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     return TD_OK;
 }
 
+/* ---- fault injection (TODIST_FAULT, tests only) ------------------------ */
+
+static double
+fault_rand(faults_t *f)
+{
+    f->rng ^= f->rng << 13;   /* xorshift64 */
+    f->rng ^= f->rng >> 7;
+    f->rng ^= f->rng << 17;
+    return (double)(f->rng >> 11) / (double)(1ull << 53);
+}
+
+static bool
+fault_matches(const fault_rule_t *r, const td_transport_kind_t *k)
+{
+    if (strcmp(r->kind, "any") == 0) {
+        return true;
+    }
+    if (strncmp(r->kind, "fn=", 3) == 0) {
+        return k->name != NULL &&
+               strncmp(k->name, r->kind + 3, strlen(r->kind + 3)) == 0;
+    }
+    return strcmp(r->kind, k->kind) == 0;
+}
+
+/* Apply the first matching rule that fires to OP: 1 = dropped (done). */
+static int
+fault_apply(td_transport_t *tp, send_op_t *op)
+{
+    faults_t *f = &tp->faults;
+    size_t hoff = WIRE_FIXED + op->n_bodies * WIRE_BODY;
+    uint32_t ulen = td_get_be32(op->wire + 8);
+    td_transport_kind_t k = { "other", NULL };
+
+    if (f->classify != NULL) {
+        k = f->classify(f->classify_arg,
+                        (uint16_t)(op->wire[2] << 8 | op->wire[3]),
+                        op->wire + hoff, ulen);
+    }
+    for (int i = 0; i < f->n; i++) {
+        const fault_rule_t *r = &f->rules[i];
+        if (!fault_matches(r, &k) || fault_rand(f) >= r->rate) {
+            continue;
+        }
+        f->count[r->action]++;
+        if (r->action == FAULT_DROP) {
+            op->faulted = 1;
+            op_defer(tp, op, TD_OK);
+            return 1;
+        }
+        if (r->action == FAULT_CORRUPT && ulen > 0) {
+            op->wire[hoff] ^= 0xff;
+        } else if (r->action == FAULT_DELAY) {
+            struct timespec ts = { (time_t)r->delay_s,
+                (long)((r->delay_s - (time_t)r->delay_s) * 1e9) };
+            nanosleep(&ts, NULL);
+        }
+        return 0;
+    }
+    return 0;
+}
+
+/* Parse TODIST_FAULT into TP->faults. */
+static td_status_t
+fault_parse(td_transport_t *tp, const char *spec)
+{
+    static const char *names[FAULT_ACTIONS] = { "drop", "corrupt", "delay" };
+    faults_t *f = &tp->faults;
+    char buf[512], *save = NULL, *item;
+    uint64_t seed = 1;
+
+    if (strlen(spec) >= sizeof(buf)) {
+        return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT is longer "
+                        "than %zu bytes", sizeof(buf) - 1);
+    }
+    strcpy(buf, spec);
+    for (item = strtok_r(buf, ",", &save); item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        char *fields[4] = { NULL }, *s2 = NULL, *end;
+        int nf = 0, a;
+        if (strncmp(item, "seed=", 5) == 0) {
+            seed = strtoull(item + 5, &end, 10);
+            if (*end != '\0' || item[5] == '\0') {
+                goto bad;
+            }
+            continue;
+        }
+        for (char *t = strtok_r(item, ":", &s2); t != NULL && nf < 4;
+             t = strtok_r(NULL, ":", &s2)) {
+            fields[nf++] = t;
+        }
+        for (a = 0; a < FAULT_ACTIONS && nf > 0; a++) {
+            if (strcmp(fields[0], names[a]) == 0) {
+                break;
+            }
+        }
+        if (nf < 3 || a == FAULT_ACTIONS || (a == FAULT_DELAY) != (nf == 4) ||
+            f->n == FAULT_RULES_MAX || strlen(fields[1]) >= 64) {
+            goto bad;
+        }
+        fault_rule_t *r = &f->rules[f->n];
+        r->action = a;
+        strcpy(r->kind, fields[1]);
+        r->rate = strtod(fields[2], &end);
+        if (*end != '\0' || !(r->rate >= 0 && r->rate <= 1)) {
+            goto bad;
+        }
+        if (a == FAULT_DELAY) {
+            r->delay_s = strtod(fields[3], &end) / 1000.0;
+            if (*end != '\0' || !(r->delay_s >= 0 && r->delay_s <= 10)) {
+                goto bad;
+            }
+        }
+        f->n++;
+    }
+    f->rng = (seed ^ 0x9e3779b97f4a7c15ull) *
+             (2 * (uint64_t)tp->params.rank + 1) | 1;
+    td_log_warn("transport: TODIST_FAULT='%s': injecting faults (for tests "
+                "only)", spec);
+    return TD_OK;
+
+bad:
+    return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT='%s' is not a "
+                    "list of drop|corrupt:KIND:RATE, delay:KIND:RATE:MS "
+                    "(at most %d, RATE in [0, 1], MS <= 10000) and seed=N",
+                    spec, FAULT_RULES_MAX);
+}
+
+void
+td_transport_set_classifier(td_transport_t *tp, td_transport_classify_fn fn,
+                            void *arg)
+{
+    tp->faults.classify = fn;
+    tp->faults.classify_arg = arg;
+}
+
+void
+td_transport_fault_counts(td_transport_t *tp, uint64_t counts[3])
+{
+    for (int i = 0; i < FAULT_ACTIONS; i++) {
+        counts[i] = __atomic_load_n(&tp->faults.count[i], __ATOMIC_RELAXED);
+    }
+}
+
 /* Start one queued send (token holder, outside UCX callbacks). */
 static void
 op_start(td_transport_t *tp, send_op_t *op)
@@ -391,6 +572,9 @@ op_start(td_transport_t *tp, send_op_t *op)
     size_t count = 0;
     td_status_t status;
 
+    if (tp->faults.n > 0 && fault_apply(tp, op)) {
+        return;
+    }
     status = peer_connect(tp, op->dst, &ep);
     if (status != TD_OK) {
         op->why = strdup(td_last_error());   /* e.g. the store is gone */
@@ -503,6 +687,28 @@ wire_parse(const td_transport_t *tp, const uint8_t *h, size_t header_length,
         total += w->blen[i];
     }
     return total == length ? 0 : -1;
+}
+
+/* Step 1b: the job tag (derived from TODIST_JOB_TOKEN) matches the one the
+ * claimed sender's messages carry, compared in constant time; a wrong one
+ * is dropped and counted, and logged at powers of two (loud, no flood). */
+static inline int
+tag_ok(td_transport_t *tp, const uint8_t *h, const wire_hdr_t *w)
+{
+    size_t n;
+
+    if (CRYPTO_memcmp(h + TAG_OFF, tp->tag_from + (size_t)w->src * TAG_LEN,
+                      TAG_LEN) == 0) {
+        return 1;
+    }
+    n = tp->rejected + 1;
+    BUMP(tp->rejected);
+    if ((n & (n - 1)) == 0) {
+        td_log_warn("transport: dropped %zu message(s) with a wrong job "
+                    "tag (claiming rank %u: not from this job, or a "
+                    "different TODIST_JOB_TOKEN)", n, w->src);
+    }
+    return 0;
 }
 
 /* Step 2: the handler names the destinations of the bodies. */
@@ -640,6 +846,12 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
 
     if (wire_parse(tp, header, header_length, length, &w) != 0) {
         goto drop;
+    }
+    if (!tag_ok(tp, header, &w)) {
+        if (rndv) {
+            ucp_am_data_release(tp->worker, data);
+        }
+        return UCS_OK;
     }
     if (tp->handlers[w.id].fn == NULL) {
         /* Well formed but nobody listens: a peer's todist sent it and
@@ -1235,9 +1447,47 @@ teardown(td_transport_t *tp)
     pthread_cond_destroy(&tp->drv_cond);
     pthread_mutex_destroy(&tp->drv_lock);
     free(tp->peers);
+    free(tp->tag_to);
+    free(tp->tag_from);
     free(ep_args);
     ep_args = NULL;
     free(tp);
+}
+
+static void
+job_tag(const char *token, int src, int dst, uint8_t *tag)
+{
+    static const char label[] = "todist-am-v2";
+    uint8_t msg[sizeof(label) - 1 + 8], mac[EVP_MAX_MD_SIZE];
+    unsigned int mlen = 0;
+
+    memcpy(msg, label, sizeof(label) - 1);
+    td_put_be32(msg + sizeof(label) - 1, (uint32_t)src);
+    td_put_be32(msg + sizeof(label) + 3, (uint32_t)dst);
+    HMAC(EVP_sha256(), token, (int)strlen(token), msg, sizeof(msg), mac,
+         &mlen);
+    memcpy(tag, mac, TAG_LEN);
+}
+
+/* Every peer's tags, both ways (2 x world HMACs, once). */
+static td_status_t
+make_tags(td_transport_t *tp)
+{
+    int n = tp->params.world_size, me = tp->params.rank;
+    const char *token = tp->params.token != NULL ? tp->params.token : "";
+
+    tp->tag_to = malloc((size_t)n * TAG_LEN);
+    tp->tag_from = malloc((size_t)n * TAG_LEN);
+    if (tp->tag_to == NULL || tp->tag_from == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "transport: out of memory for the "
+                        "job tags of %d peers", n);
+    }
+    for (int r = 0; r < n; r++) {
+        job_tag(token, me, r, tp->tag_to + (size_t)r * TAG_LEN);
+        job_tag(token, r, me, tp->tag_from + (size_t)r * TAG_LEN);
+    }
+    tp->params.token = NULL;   /* not kept: the tags are all we need */
+    return TD_OK;
 }
 
 td_status_t
@@ -1284,6 +1534,17 @@ td_transport_create(const td_transport_params_t *params,
     for (int i = 0; i < params->world_size; i++) {
         ep_args[2 * i] = tp;
         ep_args[2 * i + 1] = (void *)(intptr_t)i;
+    }
+    status = make_tags(tp);
+    if (status != TD_OK) {
+        goto err;
+    }
+    const char *fault = getenv("TODIST_FAULT");
+    if (fault != NULL && fault[0] != '\0') {
+        status = fault_parse(tp, fault);
+        if (status != TD_OK) {
+            goto err;
+        }
     }
     status = choose_mode(params, &tp->mode);
     if (status != TD_OK) {
@@ -1332,6 +1593,13 @@ td_transport_destroy(td_transport_t *tp, double timeout)
         pthread_cond_signal(&tp->drv_cond);
         pthread_mutex_unlock(&tp->drv_lock);
         pthread_join(tp->thread, NULL);
+    }
+    if (tp->faults.n > 0) {
+        td_log_warn("transport: TODIST_FAULT dropped %" PRIu64 ", corrupted "
+                    "%" PRIu64 " and delayed %" PRIu64 " message(s)",
+                    tp->faults.count[FAULT_DROP],
+                    tp->faults.count[FAULT_CORRUPT],
+                    tp->faults.count[FAULT_DELAY]);
     }
     if (tp->unclosed > 0) {
         status = td_error(TD_ERR_TIMEOUT, "transport: rank %d%s did not "
@@ -1421,9 +1689,11 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
     op->wire_len = wire_len;
     op->mem = n_bodies ? bodies[0].mem : TD_MEM_HOST;
     op->why = NULL;
+    op->faulted = 0;
     w = op->wire;
     memset(w, 0, WIRE_FIXED + n_bodies * WIRE_BODY);
     w[0] = WIRE_VERSION;
+    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
     w[2] = id >> 8;
     w[3] = id & 0xff;
     td_put_be32(w + 4, (uint32_t)tp->params.rank);
@@ -1692,6 +1962,12 @@ size_t
 td_transport_dropped(td_transport_t *tp)
 {
     return __atomic_load_n(&tp->dropped, __ATOMIC_RELAXED);
+}
+
+size_t
+td_transport_rejected(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->rejected, __ATOMIC_RELAXED);
 }
 
 bool

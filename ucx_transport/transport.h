@@ -139,6 +139,9 @@ typedef struct {
     void                   *resolve_arg;
     td_transport_peer_fn    peer_failed;       /* may be NULL */
     void                   *peer_failed_arg;
+    const char             *token;             /* TODIST_JOB_TOKEN: keys the
+                                                * message tags; NULL or ""
+                                                * = a tag anyone can make */
 } td_transport_params_t;
 
 /* Create the UCX context and worker and start the progress thread. */
@@ -183,6 +186,36 @@ void td_transport_counts(td_transport_t *tp, uint64_t *sent_p,
 
 /* Messages dropped because they were malformed or had no handler. */
 size_t td_transport_dropped(td_transport_t *tp);
+
+/* Fault injection (tests only): TODIST_FAULT="RULE[,RULE...][,seed=N]",
+ * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS, KIND =
+ * any | call | reply | rref | other | fn=PREFIX (calls to functions whose
+ * name starts with PREFIX), RATE in [0, 1]. Applied to outgoing messages
+ * on the token holder with a PRNG seeded by seed and the rank, so a run is
+ * reproducible up to thread timing. A dropped message completes as sent
+ * (as on a lossy link) but is not counted by the join; a corrupted one has
+ * the first byte of its user header flipped (the upper layer's version or
+ * magic: its decoder must reject it); a delayed one holds the sender for
+ * MS ms. The upper layer names a message's kind with a classifier. */
+typedef struct {
+    const char *kind;   /* "call", "reply", "rref" or "other" */
+    const char *name;   /* for calls: the function's name, else NULL */
+} td_transport_kind_t;
+
+typedef td_transport_kind_t (*td_transport_classify_fn)(void *arg,
+    uint16_t id, const void *header, size_t header_len);
+
+/* Set the classifier for fault injection (before td_init ends; a no-op
+ * without TODIST_FAULT). */
+void td_transport_set_classifier(td_transport_t *tp,
+                                 td_transport_classify_fn fn, void *arg);
+
+/* Messages dropped, corrupted and delayed by TODIST_FAULT so far. */
+void td_transport_fault_counts(td_transport_t *tp, uint64_t counts[3]);
+
+/* Well-formed messages dropped because their job tag was wrong (not sent
+ * by a rank of this job); the first and then every 2^k-th is logged. */
+size_t td_transport_rejected(td_transport_t *tp);
 
 /* false once DST was reported dead. */
 bool td_transport_peer_alive(td_transport_t *tp, int dst);

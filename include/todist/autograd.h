@@ -130,6 +130,11 @@ typedef td_status_t (*td_post_accumulate_fn)(void *arg, td_tensor_t *leaf);
 td_status_t td_tensor_register_post_accumulate_hook(td_tensor_t *leaf,
                                                     td_post_accumulate_fn fn,
                                                     void *arg);
+/* Remove the hook registered with FN and ARG (TD_ERR_NOT_FOUND if none).
+ * Not while a backward pass may run it. */
+td_status_t td_tensor_remove_post_accumulate_hook(td_tensor_t *leaf,
+                                                  td_post_accumulate_fn fn,
+                                                  void *arg);
 
 /* Receives a leaf's summed gradient instead of .grad (distributed autograd
  * accumulates into its context). GRAD is borrowed; retain to keep it. */

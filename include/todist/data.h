@@ -31,6 +31,11 @@ td_status_t td_batcher_create(td_tensor_t *images, td_tensor_t *labels,
                               int64_t batch_size, int shuffle, uint64_t seed,
                               double mean, double std, td_batcher_t **out);
 void        td_batcher_start_epoch(td_batcher_t *b, int epoch);
+/* Use INDICES[COUNT] (sample numbers, repeats allowed) as this epoch's
+ * order instead of the batcher's own shuffle, e.g. a DistributedSampler's
+ * share (todist/sampler.h); until the next td_batcher_start_epoch. */
+td_status_t td_batcher_set_order(td_batcher_t *b, const int64_t *indices,
+                                 int64_t count);
 /* 1 with a batch, 0 at the end of the epoch, negative on error. */
 int         td_batcher_next(td_batcher_t *b, td_tensor_t **x, td_tensor_t **y);
 int64_t     td_batcher_num_batches(const td_batcher_t *b);

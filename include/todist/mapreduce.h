@@ -92,10 +92,10 @@ typedef td_status_t (*td_reduce_fn)(void *arg,
                                     size_t n, td_rpc_list_t *out);
 
 typedef enum {
-    TD_REDUCE_NONE = 0,     /* concatenate the results */
-    TD_REDUCE_MEAN = 1,
-    TD_REDUCE_SUM  = 2,
-    TD_REDUCE_USER = 3
+    TD_REDUCER_KIND_NONE = 0,     /* concatenate the results */
+    TD_REDUCER_KIND_MEAN = 1,
+    TD_REDUCER_KIND_SUM  = 2,
+    TD_REDUCER_KIND_USER = 3
 } td_reducer_kind_t;
 
 typedef struct {
@@ -108,7 +108,7 @@ td_reducer_t td_reducer_mean(void);
 td_reducer_t td_reducer_sum(void);
 td_reducer_t td_reducer_user(td_reduce_fn fn, void *arg);
 /* Apply R (NULL: concatenate) to RESULTS[N]; *OUT_P is a new list. */
-td_status_t  td_reduce(const td_reducer_t *r,
+td_status_t  td_reducer_apply(const td_reducer_t *r,
                        const td_rpc_list_t *const *results, size_t n,
                        td_rpc_list_t **out_p);
 
@@ -141,9 +141,9 @@ typedef struct {
 #define TD_PARTITIONER_BATCH \
     { TD_PARTITION_DIM, 0, 0, 0, 1, NULL, 0, NULL, NULL }
 #define TD_PARTITIONER_SELF { TD_PARTITION_SELF, 0, 0, 0, 0, NULL, 0, NULL, NULL }
-#define TD_REDUCER_MEAN { TD_REDUCE_MEAN, NULL, NULL }
-#define TD_REDUCER_SUM  { TD_REDUCE_SUM, NULL, NULL }
-#define TD_REDUCER_NONE { TD_REDUCE_NONE, NULL, NULL }
+#define TD_REDUCER_MEAN { TD_REDUCER_KIND_MEAN, NULL, NULL }
+#define TD_REDUCER_SUM  { TD_REDUCER_KIND_SUM, NULL, NULL }
+#define TD_REDUCER_NONE { TD_REDUCER_KIND_NONE, NULL, NULL }
 #define TD_PARALLELIZE(fn_name, part, red) \
     { (fn_name), part, red, TD_RPC_DEFAULT_TIMEOUT }
 

@@ -15,6 +15,7 @@
 #include <todist/rpc.h>
 #include <todist/rref.h>
 #include <todist/mapreduce.h>
+#include <todist/coll.h>
 #include <todist/init.h>
 #include <todist/optim.h>
 #include <todist/nn.h>
@@ -26,5 +27,6 @@
 #include <todist/dist_optim.h>
 #include <todist/dist_optim_remote.h>
 #include <todist/sampler.h>
+#include <todist/ddp.h>
 
 #endif /* TODIST_TODIST_H */

@@ -20,6 +20,7 @@ const td_kernels_t td_cpu_kernels = {
     .gather = td_cpu_gather,
     .scatter_add = td_cpu_scatter_add,
     .bag_plan = td_cpu_bag_plan,
+    .batch_u8 = td_cpu_batch_u8,
     .random = td_cpu_random,
     .dropout_mask = td_cpu_dropout_mask,
     .sgd_step = td_cpu_sgd_step,

@@ -51,6 +51,9 @@ void td_cpu_scatter_add(td_dtype_t dtype, void *out, const void *src,
                         int64_t inner);
 int64_t td_cpu_bag_plan(const int64_t *offsets, int64_t nb, int64_t n,
                         int mean, int64_t *bag, double *scale);
+void td_cpu_batch_u8(float *x, int64_t *y, const uint8_t *images,
+                     const uint8_t *labels, const int64_t *rows, int64_t m,
+                     int64_t row_len, float scale, float shift);
 
 /* cpu_random.c */
 void td_cpu_random(td_dtype_t dtype, void *out, int64_t n, int normal,

@@ -94,7 +94,7 @@ contig_strides(const int64_t *shape, int ndim, int64_t *st)
 
 void
 td_cpu_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
-           td_operand_t b, const int64_t *shape, int ndim)
+              td_operand_t b, const int64_t *shape, int ndim)
 {
     int64_t ost[TD_MAX_DIMS];
 
@@ -157,7 +157,7 @@ td_cpu_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
 
 void
 td_cpu_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
-          double scalar, const int64_t *shape, int ndim)
+             double scalar, const int64_t *shape, int ndim)
 {
     int64_t ost[TD_MAX_DIMS];
 
@@ -196,7 +196,7 @@ td_cpu_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
 
 void
 td_cpu_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
-         td_operand_t src, const int64_t *shape, int ndim)
+            td_operand_t src, const int64_t *shape, int ndim)
 {
     switch (ddtype) {
     case TD_FLOAT32: COPY_FROM(float); break;
@@ -220,7 +220,7 @@ td_cpu_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
 
 void
 td_cpu_fill(td_dtype_t dtype, td_operand_t dst, double value,
-         const int64_t *shape, int ndim)
+            const int64_t *shape, int ndim)
 {
     switch (dtype) {
     case TD_FLOAT32: FILL_LOOP(float); break;

@@ -1,6 +1,7 @@
 /* kernels/cpu/cpu_index.c: the CPU indexing kernels (index checks,
  * index_select / index_add along a dim, gather / scatter-add with one index
- * per position, embedding_bag's bag plan). Indices are int64 and already
+ * per position, embedding_bag's bag plan, a dataset batch by rows).
+ * Indices are int64 and already
  * checked (invariant 1 of kernels/kernels.h). Thread-safe (no state). */
 #include "config.h"
 
@@ -77,7 +78,7 @@ td_cpu_index_add(td_dtype_t dtype, void *out, const void *src,
     }
 }
 
-#define GATHER_LOOP(SCATTER)                                             \
+#define GATHER_LOOP(SCATTER)                                                \
     do {                                                                    \
         for (int64_t o = 0; o < outer; o++)                                 \
             for (int64_t i = 0; i < inner; i++) {                           \
@@ -136,4 +137,19 @@ td_cpu_bag_plan(const int64_t *offsets, int64_t nb, int64_t n, int mean,
         }
     }
     return -1;
+}
+
+void
+td_cpu_batch_u8(float *x, int64_t *y, const uint8_t *images,
+                const uint8_t *labels, const int64_t *rows, int64_t m,
+                int64_t row_len, float scale, float shift)
+{
+    for (int64_t r = 0; r < m; r++) {
+        const uint8_t *src = images + rows[r] * row_len;
+        float *dst = x + r * row_len;
+        for (int64_t j = 0; j < row_len; j++) {
+            dst[j] = (float)src[j] * scale + shift;
+        }
+        y[r] = labels[rows[r]];
+    }
 }

@@ -82,8 +82,8 @@ td_cpu_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
                     if (x[m * inner] > mx) mx = x[m * inner];               \
                 for (int64_t m = 0; m < mid; m++)                           \
                     s += EXP(x[m * inner] - mx);                            \
-                if (log_out) {                                                  \
-                    T lse = mx + (T)log(s);                               \
+                if (log_out) {                                              \
+                    T lse = mx + (T)log(s);                                 \
                     for (int64_t m = 0; m < mid; m++)                       \
                         y[m * inner] = x[m * inner] - lse;                  \
                 } else {                                                    \
@@ -133,7 +133,7 @@ td_cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
                 int64_t b_ = o * mid * inner + i;                           \
                 const T *yp = Y + b_, *gp = G + b_;                         \
                 T *dp = GX + b_, s;                                         \
-                if (log_out) {                                                  \
+                if (log_out) {                                              \
                     MID_SUM(T, gp[m * inner], s);                           \
                     for (int64_t m = 0; m < mid; m++)                       \
                         dp[m * inner] = gp[m * inner] - yp[m * inner] * s;  \

@@ -1,5 +1,5 @@
 /* runtime/rpc/drive.c: waiters drive the transport (see drive.h for the
- * invariants D-a, D-b). */
+ * invariants W1, W2). */
 #include "config.h"
 
 #include <sched.h>
@@ -45,7 +45,7 @@ void
 td_rpc_drive_stop(void)
 {
     atomic_store(&drv.running, 0);
-    /* D-b: drivers see the flag and leave; after this no thread enters
+    /* W2: drivers see the flag and leave; after this no thread enters
      * the transport through the driver. */
     while (atomic_load(&drv.in_drive) > 0) {
         sched_yield();
@@ -74,7 +74,7 @@ td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
     td_status_t st = TD_ERR_TIMEOUT;
     double max = timeout;
 
-    if (tl_inline != NULL) {                    /* D-a */
+    if (tl_inline != NULL) {                    /* W1 */
         return td_error(TD_ERR_STATE, "rpc: handler '%s' is registered "
                         "TD_RPC_INLINE and must not wait on a future (it "
                         "would stall the receiving thread); register it "

@@ -4,10 +4,10 @@
  * completes the wait right there, with no wake-up (td_rpc_drive_until);
  * whoever completes what a waiter waits for calls td_rpc_notify_done.
  *
- * Invariants (rpc.c cites them as R2, R6):
- *  D-a A TD_RPC_INLINE handler never drives (td_rpc_inline_enter marks its
+ * Invariants (rpc.c's R2 and R6 rest on them):
+ *  W1 A TD_RPC_INLINE handler never drives (td_rpc_inline_enter marks its
  *      thread; the wait is refused), so it cannot stall the calls behind it.
- *  D-b Once td_rpc_drive_stop returned, no thread enters the transport
+ *  W2 Once td_rpc_drive_stop returned, no thread enters the transport
  *      through this file until the next td_rpc_drive_start.
  *
  * Thread safety: td_rpc_drive_until, td_rpc_notify_done and the inline
@@ -21,7 +21,7 @@
 /* Waiters may drive TP from now on; in a mode other than busy polling
  * they drive at most SPIN_US microseconds (<= 0: 50) before sleeping. */
 void        td_rpc_drive_start(td_transport_t *tp, double spin_us);
-/* Waiters leave and no new one enters (D-b); returns when none is left. */
+/* Waiters leave and no new one enters (W2); returns when none is left. */
 void        td_rpc_drive_stop(void);
 
 /* Drive the transport on this thread until PRED(ARG) holds (make it an
@@ -35,7 +35,7 @@ td_status_t td_rpc_drive_until(int (*pred)(void *arg), void *arg,
 /* Something a waiter waits for happened: wake one asleep in the driver. */
 void        td_rpc_notify_done(void);
 
-/* Around a TD_RPC_INLINE handler named NAME on this thread (D-a): enter
+/* Around a TD_RPC_INLINE handler named NAME on this thread (W1): enter
  * returns the mark to give back to leave. */
 const char *td_rpc_inline_enter(const char *name);
 void        td_rpc_inline_leave(const char *outer);

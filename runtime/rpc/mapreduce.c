@@ -302,7 +302,7 @@ td_reducer_sum(void)
 td_reducer_t
 td_reducer_user(td_reduce_fn fn, void *arg)
 {
-    td_reducer_t r = { TD_REDUCE_USER, fn, arg };
+    td_reducer_t r = { TD_REDUCER_KIND_USER, fn, arg };
 
     return r;
 }
@@ -437,7 +437,7 @@ concat(const td_rpc_list_t *const *results, size_t n, td_rpc_list_t *out)
 }
 
 td_status_t
-td_reduce(const td_reducer_t *r, const td_rpc_list_t *const *results,
+td_reducer_apply(const td_reducer_t *r, const td_rpc_list_t *const *results,
           size_t n, td_rpc_list_t **out_p)
 {
     td_rpc_list_t *out;
@@ -447,15 +447,15 @@ td_reduce(const td_reducer_t *r, const td_rpc_list_t *const *results,
     if (status != TD_OK) {
         return status;
     }
-    switch (r == NULL ? TD_REDUCE_NONE : r->kind) {
-    case TD_REDUCE_NONE:
+    switch (r == NULL ? TD_REDUCER_KIND_NONE : r->kind) {
+    case TD_REDUCER_KIND_NONE:
         status = concat(results, n, out);
         break;
-    case TD_REDUCE_MEAN:
-    case TD_REDUCE_SUM:
-        status = reduce_numeric(r->kind == TD_REDUCE_MEAN, results, n, out);
+    case TD_REDUCER_KIND_MEAN:
+    case TD_REDUCER_KIND_SUM:
+        status = reduce_numeric(r->kind == TD_REDUCER_KIND_MEAN, results, n, out);
         break;
-    case TD_REDUCE_USER:
+    case TD_REDUCER_KIND_USER:
         status = r->fn != NULL ? r->fn(r->arg, results, n, out)
                  : td_error(TD_ERR_INVALID, "reducer: user function is "
                             "NULL");
@@ -517,7 +517,7 @@ call_done(void *arg, td_future_t *all)
     for (size_t i = 0; i < c->n; i++) {
         results[i] = td_future_value(c->futs[i]);
     }
-    status = td_reduce(c->has_reducer ? &c->reducer : NULL, results, c->n,
+    status = td_reducer_apply(c->has_reducer ? &c->reducer : NULL, results, c->n,
                        &out);
     free(results);
     if (status == TD_OK) {
@@ -618,7 +618,7 @@ td_parallel_call_async(const td_parallel_t *p, const td_rpc_list_t *args,
         return td_error(TD_ERR_INVALID, "parallel call: descriptor is NULL");
     }
     return td_remote_async_call(p->name, args, &p->partitioner,
-                                p->reducer.kind == TD_REDUCE_NONE ? NULL
+                                p->reducer.kind == TD_REDUCER_KIND_NONE ? NULL
                                 : &p->reducer, p->timeout, fut_p);
 }
 
@@ -630,7 +630,7 @@ td_parallel_call(const td_parallel_t *p, const td_rpc_list_t *args,
         return td_error(TD_ERR_INVALID, "parallel call: descriptor is NULL");
     }
     return td_remote_sync_call(p->name, args, &p->partitioner,
-                               p->reducer.kind == TD_REDUCE_NONE ? NULL
+                               p->reducer.kind == TD_REDUCER_KIND_NONE ? NULL
                                : &p->reducer, p->timeout, result_p);
 }
 

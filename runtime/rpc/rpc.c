@@ -15,7 +15,7 @@
  *     handler, runs on it.
  *  R2 A call runs on the pool unless its function is TD_RPC_INLINE and it
  *     carries no autograd context; an inline handler never waits
- *     (td_rpc_drive_until refuses: drive.c's D-a), so it cannot stall the
+ *     (td_rpc_drive_until refuses: drive.c's W1), so it cannot stall the
  *     calls behind it.
  *  R3 A pending call is removed in exactly one place (pending_take /
  *     pending_take_matching), and whoever removes it completes its future:
@@ -26,7 +26,7 @@
  *  R5 A pending call is in the table before its message is sent: the reply
  *     may come before the send returns.
  *  R6 Once shutdown stored RPC_STOPPED and td_rpc_drive_stop returned
- *     (drive.c's D-b), no thread enters the transport through this module.
+ *     (drive.c's W2), no thread enters the transport through this module.
  *  R7 Messages from one thread leave in the order it posted them (a direct
  *     send drains the queue first).
  *  R8 No field of a received message is used before td_rpc_wire_parse and
@@ -53,6 +53,7 @@
 #include "runtime/rpc/pool.h"
 #include "runtime/rpc/drive.h"
 #include "runtime/rpc/future.h"
+#include "base/byteorder.h"
 #include "base/clock.h"
 #include "base/log.h"
 
@@ -177,6 +178,37 @@ fn_find(uint64_t id)
         }
     }
     return NULL;
+}
+
+/* What an outgoing message is, for TODIST_FAULT's rules (transport.h):
+ * reads only the fixed part of our wire header (type, function id). */
+static td_transport_kind_t
+classify(void *arg, uint16_t id, const void *header, size_t len)
+{
+    const uint8_t *h = header;
+    td_transport_kind_t k = { "other", NULL };
+
+    if (len < TD_RPC_WIRE_HDR_SIZE || h[0] != TD_RPC_WIRE_MAGIC) {
+        return k;
+    }
+    switch (h[2]) {
+    case TD_RPC_MSG_CALL:
+    case TD_RPC_MSG_REMOTE:
+    case TD_RPC_MSG_RREF_CALL: {
+        fn_entry_t *e = fn_find(td_get_le64(h + 24));   /* function id */
+        k.kind = "call";
+        k.name = e != NULL ? e->name : NULL;
+        break;
+    }
+    case TD_RPC_MSG_REPLY:
+    case TD_RPC_MSG_ERROR:
+        k.kind = "reply";
+        break;
+    default:
+        k.kind = "rref";
+        break;
+    }
+    return k;
 }
 
 td_status_t
@@ -1358,6 +1390,7 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     if (status != TD_OK) {
         return status;
     }
+    td_transport_set_classifier(tp, classify, NULL);
     status = td_rpc_pool_start(tp, n, rpc_spin_us);
     if (status != TD_OK) {
         return status;

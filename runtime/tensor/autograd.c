@@ -398,6 +398,29 @@ td_tensor_register_post_accumulate_hook(td_tensor_t *leaf,
     return TD_OK;
 }
 
+td_status_t
+td_tensor_remove_post_accumulate_hook(td_tensor_t *leaf,
+                                      td_post_accumulate_fn fn, void *arg)
+{
+    td_hook_t *h = NULL, **pp;
+
+    pthread_mutex_lock(&leaf->lock);
+    for (pp = &leaf->post_hooks; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->post_fn == fn && (*pp)->arg == arg) {
+            h = *pp;
+            *pp = h->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&leaf->lock);
+    if (h == NULL) {
+        return td_error(TD_ERR_NOT_FOUND, "hook: no such post-accumulate "
+                        "hook on tensor %s", TD_SHAPE_STR(leaf));
+    }
+    free(h);
+    return TD_OK;
+}
+
 /* Apply FN-style hooks to *G in order; *G stays a valid reference. */
 static td_status_t
 apply_hook(td_tensor_hook_fn fn, void *arg, td_tensor_t **g)

@@ -176,6 +176,7 @@ struct td_batcher {
     td_tensor_t *images, *labels;
     int64_t      n, row, batch, pos;
     int64_t     *order;
+    int64_t      count;     /* entries of ORDER this epoch (n, or a set order) */
     int          shuffle;
     uint64_t     seed;
     float        scale, shift;
@@ -248,18 +249,47 @@ td_batcher_start_epoch(td_batcher_t *b, int epoch)
             b->order[j] = t;
         }
     }
+    b->count = b->n;
     b->pos = 0;
+}
+
+td_status_t
+td_batcher_set_order(td_batcher_t *b, const int64_t *indices, int64_t count)
+{
+    int64_t *order;
+
+    if (b == NULL || count < 0 || (count > 0 && indices == NULL)) {
+        return td_error(TD_ERR_INVALID, "batcher: set_order needs a batcher "
+                        "and %lld indices", (long long)count);
+    }
+    for (int64_t i = 0; i < count; i++) {
+        if (indices[i] < 0 || indices[i] >= b->n) {
+            return td_error(TD_ERR_RANGE, "batcher: index %lld (position "
+                            "%lld) is outside the %lld samples",
+                            (long long)indices[i], (long long)i,
+                            (long long)b->n);
+        }
+    }
+    if (count > b->n) {
+        order = realloc(b->order, (size_t)count * sizeof(int64_t));
+        if (order == NULL) {
+            return td_error(TD_ERR_NO_MEMORY, "batcher: out of memory");
+        }
+        b->order = order;
+    }
+    memcpy(b->order, indices, (size_t)count * sizeof(int64_t));
+    b->count = count;
+    b->pos = 0;
+    return TD_OK;
 }
 
 int
 td_batcher_next(td_batcher_t *b, td_tensor_t **x, td_tensor_t **y)
 {
-    int64_t m = b->n - b->pos < b->batch ? b->n - b->pos : b->batch;
+    int64_t m = b->count - b->pos < b->batch ? b->count - b->pos : b->batch;
     int64_t xs[2] = {m, b->row};
     const uint8_t *im = td_tensor_data(b->images), *lb = td_tensor_data(b->labels);
     td_tensor_t *tx, *ty;
-    float *px;
-    int64_t *py;
 
     if (m <= 0) {
         return 0;
@@ -271,17 +301,9 @@ td_batcher_next(td_batcher_t *b, td_tensor_t **x, td_tensor_t **y)
         td_tensor_release(tx);
         return TD_ERR_NO_MEMORY;
     }
-    px = td_tensor_data(tx);
-    py = td_tensor_data(ty);
-    for (int64_t i = 0; i < m; i++) {
-        int64_t k = b->order[b->pos + i];
-        const uint8_t *src = im + k * b->row;
-        float *dst = px + i * b->row;
-        for (int64_t j = 0; j < b->row; j++) {
-            dst[j] = (float)src[j] * b->scale + b->shift;
-        }
-        py[i] = lb[k];
-    }
+    td_kernels_get(TD_CPU)->batch_u8(td_tensor_data(tx), td_tensor_data(ty),
+                                     im, lb, b->order + b->pos, m, b->row,
+                                     b->scale, b->shift);
     b->pos += m;
     *x = tx;
     *y = ty;
@@ -291,7 +313,7 @@ td_batcher_next(td_batcher_t *b, td_tensor_t **x, td_tensor_t **y)
 int64_t
 td_batcher_num_batches(const td_batcher_t *b)
 {
-    return (b->n + b->batch - 1) / b->batch;
+    return (b->count + b->batch - 1) / b->batch;
 }
 
 void

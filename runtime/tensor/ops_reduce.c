@@ -12,7 +12,7 @@
 #include "runtime/tensor/ops_internal.h"
 #include <todist/ops.h>
 
-/* ---- sums ----------------------------------------------------------------- */
+/* ---- sums ------------------------------------------------------------- */
 
 /* Sum over the dims set in MASK of contiguous A, keeping them as size 1. */
 static td_status_t

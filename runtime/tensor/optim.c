@@ -150,6 +150,16 @@ td_optim_step(td_optim_t *o)
     int first = !o->has_buf;
     double bc1 = 0, bc2 = 0;
 
+    /* A gradient a collective is still writing (DDP's bucket before
+     * td_ddp_wait) must not be read: refuse before touching anything. */
+    for (int k = 0; k < o->n; k++) {
+        td_tensor_t *g = td_tensor_grad(o->params[k]);
+        if (g != NULL && atomic_load(&g->storage->pending)) {
+            return td_error(TD_ERR_STATE, "optim: parameter %d's gradient is "
+                            "still being reduced by DistributedDataParallel; "
+                            "call td_ddp_wait before td_optim_step", k);
+        }
+    }
     o->step++;
     if (o->kind != OPT_SGD) {
         bc1 = 1 - pow(o->adam.beta1, (double)o->step);

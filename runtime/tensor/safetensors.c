@@ -393,6 +393,12 @@ check_layout(const char *path, entry_t *ents, int nents, uint64_t data)
     uint64_t at = 0;
     td_status_t status = TD_OK;
 
+    if (nents == 0) {
+        return data == 0 ? TD_OK
+            : td_error(TD_ERR_PROTOCOL, "safetensors: %s: %llu trailing data "
+                       "bytes belong to no tensor", path,
+                       (unsigned long long)data);
+    }
     qsort(ents, (size_t)nents, sizeof(*ents), by_name);
     for (int k = 1; k < nents; k++) {
         if (strcmp(ents[k - 1].name, ents[k].name) == 0) {

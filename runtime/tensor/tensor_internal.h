@@ -19,6 +19,8 @@ typedef struct {
     void          (*deleter)(void *data, void *arg);
     void           *deleter_arg;
     atomic_ullong   version;
+    atomic_int      pending;   /* a collective still writes it (a DDP bucket
+                                  in flight): optimizers refuse to step */
 } td_storage_t;
 
 typedef struct td_hook {

@@ -334,24 +334,28 @@ port_range(const env_t *env, uint16_t *lo_p, uint16_t *hi_p)
 }
 
 /* The first two ports of SLURM_STEP_RESV_PORTS ("12000-12001",
- * "12000,12004", "12000"); *second_p is 0 when only one is reserved. */
+ * "12000,12004", "12000-12001,12017-12019"; every item is checked);
+ * *second_p is 0 when only one is reserved. */
 static td_status_t
 resv_ports(const char *v, uint16_t *first_p, uint16_t *second_p)
 {
-    unsigned a, b;
-    int used = 0, got = 0;
     uint16_t ports[2] = { 0, 0 };
+    int got = 0, items = 0;
     const char *p = v;
 
-    while (got < 2) {
-        if (sscanf(p, "%u%n", &a, &used) != 1 || p[0] < '0' || p[0] > '9') {
+    for (;;) {
+        unsigned a, b;
+        int used = 0;
+
+        if (++items > 4096 || p[0] < '0' || p[0] > '9' ||
+            sscanf(p, "%u%n", &a, &used) != 1) {
             goto bad;
         }
         p += used;
         b = a;
         if (*p == '-') {
             p++;
-            if (sscanf(p, "%u%n", &b, &used) != 1 || p[0] < '0' || p[0] > '9') {
+            if (p[0] < '0' || p[0] > '9' || sscanf(p, "%u%n", &b, &used) != 1) {
                 goto bad;
             }
             p += used;
@@ -359,17 +363,16 @@ resv_ports(const char *v, uint16_t *first_p, uint16_t *second_p)
         if (a < 1 || b > 65535 || a > b) {
             goto bad;
         }
-        ports[got++] = (uint16_t)a;
-        if (got < 2 && b > a) {
-            ports[got++] = (uint16_t)(a + 1);
+        for (unsigned q = a; q <= b && got < 2; q++) {
+            ports[got++] = (uint16_t)q;
         }
-        if (*p != ',') {
+        if (*p == '\0') {
             break;
         }
+        if (*p != ',') {
+            goto bad;
+        }
         p++;
-    }
-    if (*p != '\0' && *p != ',' && *p != '-') {
-        goto bad;
     }
     *first_p = ports[0];
     *second_p = ports[1];

@@ -1,0 +1,219 @@
+/* collectives.c: todist's collectives timed under todist-run -n N (a
+ * benchmark, not a test; bench/collectives.sh runs it beside Open MPI and
+ * gloo).
+ *
+ * Prints, on rank 0, one line per measurement (and a "# spread" line with
+ * the minimum, maximum and repetitions after each):
+ *   allreduce ranks=N size=BYTES median_us=T busbw_MBps=B
+ * for float32 all_reduce (sum) of 8 B, 4 KiB, 1 MiB and 64 MiB; broadcast,
+ * allgather and reduce_scatter at 1 MiB (size: the whole buffer, busbw as
+ * nccl-tests: broadcast x1, allgather and reduce_scatter x(n-1)/n,
+ * all_reduce x2(n-1)/n); and `sendrecv size=S rtt_us=T` for a
+ * td_send/td_recv ping-pong between ranks 0 and 1 (8 B and 64 MiB).
+ * Each figure is the median of repeated calls after a barrier (every call
+ * timed on its own; the slowest rank's time per call: rank 0 times from
+ * the call until its result is there, which needs every rank).
+ *
+ *   todist-run -n 2 bench/collectives [SIZES...]     all_reduce of SIZES only
+ *   todist-run -n 2 bench/collectives sendrecv SIZES...  the ping-pong only
+ * Environment: ITERS_SCALE (multiplies the repetitions, default 1). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <todist/todist.h>
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int
+cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static int rank, n;
+static double scale = 1;
+
+#define CHECK(x)                                                            \
+    do {                                                                    \
+        td_status_t st_ = (x);                                              \
+        if (st_ != TD_OK) {                                                 \
+            fprintf(stderr, "collectives: rank %d: %s: %s\n", rank, #x,     \
+                    td_last_error());                                       \
+            exit(1);                                                        \
+        }                                                                   \
+    } while (0)
+
+static int
+iters_for(size_t bytes)
+{
+    int it = bytes <= 4096 ? 3000 : bytes <= (1u << 20) ? 200 : 12;
+
+    it = (int)(it * scale);
+    return it < 3 ? 3 : it;
+}
+
+typedef enum { ALLREDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER } what_t;
+static const char *names[] = { "allreduce", "broadcast", "allgather",
+                               "reduce_scatter" };
+
+static void
+bench(what_t what, size_t bytes)
+{
+    td_group_t *g = td_group_world();
+    int64_t count = (int64_t)(bytes / 4), part = count / n;
+    td_tensor_t *a = NULL, *b = NULL;
+    int iters = iters_for(bytes), warm = iters / 10 + 2;
+    double *t = calloc((size_t)iters, sizeof(double)), med, factor = 1;
+
+    switch (what) {
+    case ALLREDUCE:
+    case BROADCAST:
+        CHECK(td_tensor_zeros(&count, 1, TD_FLOAT32, &a));
+        break;
+    case ALLGATHER:
+        CHECK(td_tensor_zeros(&part, 1, TD_FLOAT32, &a));
+        CHECK(td_tensor_zeros(&count, 1, TD_FLOAT32, &b));
+        count = part * n;
+        break;
+    case REDUCE_SCATTER:
+        CHECK(td_tensor_zeros(&part, 1, TD_FLOAT32, &a));
+        count = part * n;
+        CHECK(td_tensor_zeros(&count, 1, TD_FLOAT32, &b));
+        break;
+    }
+    CHECK(td_group_barrier(g));
+    for (int i = -warm; i < iters; i++) {
+        double t0 = now_s();
+
+        switch (what) {
+        case ALLREDUCE:
+            CHECK(td_all_reduce(g, a, TD_REDUCE_SUM));
+            break;
+        case BROADCAST:
+            CHECK(td_broadcast(g, a, 0));
+            break;
+        case ALLGATHER:
+            CHECK(td_all_gather(g, b, a));
+            break;
+        case REDUCE_SCATTER:
+            CHECK(td_reduce_scatter(g, a, b, TD_REDUCE_SUM));
+            break;
+        }
+        if (i >= 0) {
+            t[i] = now_s() - t0;
+        }
+    }
+    qsort(t, (size_t)iters, sizeof(double), cmp_d);
+    med = t[iters / 2];
+    switch (what) {
+    case ALLREDUCE:      factor = 2.0 * (n - 1) / n; break;
+    case BROADCAST:      factor = 1; break;
+    case ALLGATHER:
+    case REDUCE_SCATTER: factor = (double)(n - 1) / n; break;
+    }
+    if (rank == 0) {
+        size_t sz = (size_t)count * 4;
+
+        printf("%s ranks=%d size=%zu median_us=%.1f busbw_MBps=%.0f\n"
+               "# spread min_us=%.1f max_us=%.1f iters=%d\n", names[what], n,
+               what == ALLREDUCE ? bytes : sz, med * 1e6,
+               (double)(what == ALLREDUCE ? bytes : sz) / med * factor / 1e6,
+               t[0] * 1e6, t[iters - 1] * 1e6, iters);
+        fflush(stdout);
+    }
+    td_tensor_release(a);
+    td_tensor_release(b);
+    free(t);
+}
+
+static void
+sendrecv(size_t bytes)
+{
+    td_group_t *g = td_group_world();
+    int64_t count = (int64_t)(bytes / 4);
+    td_tensor_t *a;
+    int iters = iters_for(bytes) * (bytes <= 4096 ? 3 : 1), warm = 10;
+    double *t = calloc((size_t)iters, sizeof(double)), med;
+
+    CHECK(td_tensor_zeros(&count, 1, TD_FLOAT32, &a));
+    CHECK(td_group_barrier(g));
+    if (rank <= 1) {
+        for (int i = -warm; i < iters; i++) {
+            double t0 = now_s();
+
+            if (rank == 0) {
+                CHECK(td_send(g, a, 1, 0));
+                CHECK(td_recv(g, a, 1, 0, NULL));
+            } else {
+                CHECK(td_recv(g, a, 0, 0, NULL));
+                CHECK(td_send(g, a, 0, 0));
+            }
+            if (i >= 0) {
+                t[i] = now_s() - t0;
+            }
+        }
+    }
+    qsort(t, (size_t)iters, sizeof(double), cmp_d);
+    med = t[iters / 2];
+    if (rank == 0) {
+        printf("sendrecv size=%zu rtt_us=%.2f\n"
+               "# spread ranks=%d bw_MBps=%.0f min_us=%.2f iters=%d\n", bytes,
+               med * 1e6, n, 2.0 * bytes / med / 1e6, t[0] * 1e6, iters);
+        fflush(stdout);
+    }
+    CHECK(td_group_barrier(g));
+    td_tensor_release(a);
+    free(t);
+}
+
+int
+main(int argc, char **argv)
+{
+    size_t sizes[8] = { 8, 4096, 1u << 20, 64u << 20 };
+    int n_sizes = 4;
+    const char *s = getenv("ITERS_SCALE");
+
+    if (s != NULL && atof(s) > 0) {
+        scale = atof(s);
+    }
+    int only_sr = argc > 1 && strcmp(argv[1], "sendrecv") == 0;
+
+    if (argc > 1) {
+        n_sizes = 0;
+        for (int i = 1 + only_sr; i < argc && n_sizes < 8; i++) {
+            sizes[n_sizes++] = (size_t)atoll(argv[i]);
+        }
+    }
+    CHECK(td_init(NULL));
+    rank = td_world()->rank;
+    n = td_world()->world_size;
+    for (int i = 0; i < n_sizes; i++) {
+        if (only_sr) {
+            sendrecv(sizes[i]);
+        } else {
+            bench(ALLREDUCE, sizes[i]);
+        }
+    }
+    if (argc <= 1) {
+        bench(BROADCAST, 1u << 20);
+        bench(ALLGATHER, 1u << 20);
+        bench(REDUCE_SCATTER, 1u << 20);
+        if (n >= 2) {
+            sendrecv(8);
+            sendrecv(64u << 20);
+        }
+    }
+    CHECK(td_finalize());
+    return 0;
+}

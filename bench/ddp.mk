@@ -1,0 +1,5 @@
+# benchmarks of DDP (programs, not tests; built by make check so they keep
+# compiling). Run: bench/ddp.sh build
+check_PROGRAMS += bench/ddp_overlap
+bench_ddp_overlap_LDADD = $(TD_LDADD) $(BLAS_LIBS)
+EXTRA_DIST += bench/ddp.sh bench/ddp_torch.py

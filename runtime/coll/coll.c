@@ -1,0 +1,1940 @@
+/* coll.c: the core of collectives and point-to-point (todist/coll.h): the
+ * runtime module, the receive path that matches arriving messages with
+ * posted receives, the wait that drives the transport, group failure and
+ * the mismatch check.
+ *
+ * Every message is one transport message to handler COLL_TRANSPORT_ID: a
+ * 32-byte header (coll_internal.h) and at most one body. A receive that is
+ * posted when its message arrives names its own buffer as the body's
+ * destination, so the body lands there (UCX rendezvous for large ones);
+ * one that arrives first waits in the unexpected list in a buffer the
+ * transport allocates, and is copied out when its receive is posted.
+ *
+ * Invariants (comments cite them as C1..C8):
+ *  C1 Receive callbacks and send completions run on the transport's token
+ *     holder; they take coll_lock only briefly and never call
+ *     td_transport_send while holding it (a direct send may complete, and
+ *     call back, on the sending thread).
+ *  C2 A posted request is in exactly one place: the posted list, or
+ *     matched (its body in flight, or an unexpected entry claiming it), or
+ *     done. Whoever takes it off the posted list completes it.
+ *  C3 A request completes exactly once: `pending` counts the completions
+ *     due (a p2p send: the transport's and the receiver's ack) and `done`
+ *     is stored last; the waiter may free it only after `done`.
+ *  C4 coll_wait returns only when every request it was given is done: on
+ *     failure it withdraws what is still posted and waits for bodies in
+ *     flight, so no callback writes a stack request or buffer later.
+ *  C5 A collective's messages carry (group id, member digest, sequence
+ *     number, description); a member that sees a description different
+ *     from its own at the same sequence number fails the group and tells
+ *     every member (MSG_ABORT), naming both ranks and both calls.
+ *  C6 A group is broken by its first failure (mismatch, dead member,
+ *     timeout, abort) and stays so: later operations fail at once with
+ *     that error; messages for it are dropped.
+ *  C7 Unexpected messages are bounded (COLL_UNEXPECTED_MAX); p2p messages
+ *     of one (sender, tag) match in arrival order, which is the order UCX
+ *     delivers active messages of one endpoint.
+ *  C8 Receives of a collective are posted under exact keys (group, seq,
+ *     step tag, source), so steps and operations never steal each other's
+ *     messages, whatever order they arrive in.
+ *  C9 A body offered in place (COLL_F_CMA) stays untouched until its
+ *     reader's MSG_CMA arrives (the send completes only then); the reader
+ *     copies it on the waiting thread, never in a callback, and answers
+ *     exactly once: 0 (read) or 1 (could not: the sender resends the body
+ *     through UCX and stops offering to that rank).
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/uio.h>
+
+#include "todist/coll.h"
+#include "todist/world.h"
+#include "runtime/runtime.h"
+#include "runtime/coll/coll_internal.h"
+#include "base/byteorder.h"
+#include "base/clock.h"
+#include "base/log.h"
+
+#define SPIN_S 0.002       /* drive this long before sleeping */
+
+static uint64_t zero_body;   /* where 0-byte bodies of matched receives go */
+
+/* The single-copy path (C9): a large collective body is offered in place
+ * (pid, address) and the receiver copies it with process_vm_readv, after
+ * reading CMA_TOKEN at &cma_token in the sender to be sure the pid is the
+ * sender (not another process of another pid namespace). */
+static uint64_t cma_token;
+static int      cma_enabled;
+static uint8_t *cma_off;           /* per world rank: it cannot read ours */
+static int32_t *cma_verified;      /* per world rank: pid checked, or 0 */
+
+/* Algorithms each collective has (bit per coll_algo_t). */
+static const unsigned algo_valid[COLL_NUM_KINDS] = {
+    [COLL_ALL_REDUCE]     = 1u << ALGO_RD | 1u << ALGO_RING,
+    [COLL_BROADCAST]      = 1u << ALGO_BINOMIAL | 1u << ALGO_LINEAR,
+    [COLL_REDUCE]         = 1u << ALGO_BINOMIAL | 1u << ALGO_LINEAR,
+    [COLL_ALL_GATHER]     = 1u << ALGO_DIRECT | 1u << ALGO_RING,
+    [COLL_GATHER]         = 1u << ALGO_LINEAR,
+    [COLL_SCATTER]        = 1u << ALGO_LINEAR,
+    [COLL_REDUCE_SCATTER] = 1u << ALGO_DIRECT | 1u << ALGO_RING,
+    [COLL_ALL_TO_ALL]     = 1u << ALGO_PAIRWISE,
+    [COLL_BARRIER]        = 1u << ALGO_DISSEMINATION,
+};
+
+typedef struct unexp {
+    struct unexp *next;
+    uint8_t       type, dtype, ndim;
+    uint32_t      group_id, digest, seq, tag;
+    int           src;             /* world rank */
+    size_t        nbytes;
+    coll_desc_t   desc;
+    int64_t       shape[TD_MAX_DIMS];
+    int32_t       code;            /* ABORT */
+    char         *text;            /* ABORT */
+    void         *body;            /* arrived bytes (ours to free) */
+    int           arrived;
+    td_status_t   status;
+    coll_req_t   *claim;           /* a receive matched before the body */
+    int           orphan;          /* its group failed: free on arrival */
+    int           cma;             /* an offer in place (C9), no body */
+    int32_t       cma_pid;
+    uint64_t      cma_addr, cma_token_addr, cma_token;
+} unexp_t;
+
+static struct {
+    td_transport_t *tp;
+    int             rank, size;
+    double          timeout;           /* > 0 */
+    double          cfg_timeout;       /* td_coll_set_timeout, 0: none */
+    coll_algo_t     forced[COLL_NUM_KINDS];
+    atomic_int      stopped;
+    pthread_mutex_t lock;              /* coll_lock */
+    coll_req_t     *posted_head, *posted_tail;
+    unexp_t        *ux_head, *ux_tail;
+    size_t          n_ux;
+    td_group_t     *groups[TD_GROUPS_MAX];
+    pthread_mutex_t wait_lock;
+    pthread_cond_t  wait_cond;
+    atomic_int      waiters;
+    atomic_long     active;            /* operations in flight */
+    atomic_ulong    completions;       /* requests completed (progress) */
+} C = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wait_lock = PTHREAD_MUTEX_INITIALIZER,
+    .wait_cond = PTHREAD_COND_INITIALIZER,
+};
+
+td_transport_t *coll_transport(void) { return C.tp; }
+int coll_world_rank(void) { return C.rank; }
+int coll_world_size(void) { return C.size; }
+
+double
+coll_timeout(void)
+{
+    return C.cfg_timeout > 0 ? C.cfg_timeout : C.timeout;
+}
+
+long
+coll_active_add(long d)
+{
+    return atomic_fetch_add(&C.active, d) + d;
+}
+
+/* ---- names -------------------------------------------------------------- */
+
+static const char *kind_names[COLL_NUM_KINDS] = {
+    "none", "all_reduce", "broadcast", "reduce", "all_gather", "gather",
+    "scatter", "reduce_scatter", "all_to_all", "barrier"
+};
+static const char *algo_names[ALGO_NUM] = {
+    "auto", "rd", "ring", "binomial", "linear", "direct", "pairwise",
+    "dissemination"
+};
+static const char *op_names[TD_REDUCE_NUM_OPS] = {
+    "sum", "prod", "min", "max", "avg", "band", "bor", "bxor"
+};
+
+const char *
+coll_kind_name(coll_kind_t k)
+{
+    return (unsigned)k < COLL_NUM_KINDS ? kind_names[k] : "?";
+}
+
+const char *
+coll_algo_name(coll_algo_t a)
+{
+    return (unsigned)a < ALGO_NUM ? algo_names[a] : "?";
+}
+
+const char *
+td_reduce_op_name(td_reduce_op_t op)
+{
+    return (unsigned)op < TD_REDUCE_NUM_OPS ? op_names[op] : "?";
+}
+
+/* "all_reduce(float32 x 4097, sum, rd)" */
+static void
+desc_text(const coll_desc_t *d, char *s, size_t len)
+{
+    int n = snprintf(s, len, "%s(%s x %" PRIu64, coll_kind_name(d->kind),
+                     td_dtype_name((td_dtype_t)d->dtype), d->count);
+
+    if (n < 0 || (size_t)n >= len) {
+        return;
+    }
+    if (d->kind == COLL_ALL_REDUCE || d->kind == COLL_REDUCE ||
+        d->kind == COLL_REDUCE_SCATTER) {
+        n += snprintf(s + n, len - n, ", %s",
+                      td_reduce_op_name((td_reduce_op_t)d->op));
+    }
+    if (d->root >= 0 && (size_t)n < len) {
+        n += snprintf(s + n, len - n, ", root %d", d->root);
+    }
+    if ((size_t)n < len) {
+        snprintf(s + n, len - n, ", %s)", coll_algo_name(d->algo));
+    }
+}
+
+static int
+desc_equal(const coll_desc_t *a, const coll_desc_t *b)
+{
+    return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&
+           a->algo == b->algo && a->root == b->root && a->count == b->count;
+}
+
+/* ---- settings ----------------------------------------------------------- */
+
+static td_status_t
+parse_algo(const char *spec, coll_algo_t forced[COLL_NUM_KINDS])
+{
+    char buf[512], *save = NULL, *item;
+
+    for (int k = 0; k < COLL_NUM_KINDS; k++) {
+        forced[k] = ALGO_AUTO;
+    }
+    if (spec == NULL || spec[0] == '\0') {
+        return TD_OK;
+    }
+    if (strlen(spec) >= sizeof(buf)) {
+        return td_error(TD_ERR_INVALID, "coll: TODIST_COLL_ALGO has %zu "
+                        "bytes, at most %zu", strlen(spec), sizeof(buf) - 1);
+    }
+    strcpy(buf, spec);
+    for (item = strtok_r(buf, ",", &save); item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(item, ':');
+        int k, a;
+
+        if (colon == NULL) {
+            return td_error(TD_ERR_INVALID, "coll: TODIST_COLL_ALGO item "
+                            "'%s' is not collective:algorithm", item);
+        }
+        *colon = '\0';
+        for (k = 1; k < COLL_NUM_KINDS; k++) {
+            if (strcmp(item, kind_names[k]) == 0) {
+                break;
+            }
+        }
+        for (a = 0; a < ALGO_NUM; a++) {
+            if (strcmp(colon + 1, algo_names[a]) == 0) {
+                break;
+            }
+        }
+        if (k == COLL_NUM_KINDS || a == ALGO_NUM) {
+            return td_error(TD_ERR_INVALID, "coll: TODIST_COLL_ALGO: unknown "
+                            "%s '%s' (collectives: all_reduce broadcast "
+                            "reduce all_gather gather scatter reduce_scatter "
+                            "all_to_all barrier; algorithms: auto rd ring "
+                            "binomial linear direct pairwise dissemination)",
+                            k == COLL_NUM_KINDS ? "collective" : "algorithm",
+                            k == COLL_NUM_KINDS ? item : colon + 1);
+        }
+        if (a != ALGO_AUTO && !(algo_valid[k] & (1u << a))) {
+            return td_error(TD_ERR_INVALID, "coll: TODIST_COLL_ALGO: %s has "
+                            "no algorithm '%s'", kind_names[k], colon + 1);
+        }
+        forced[k] = (coll_algo_t)a;
+    }
+    return TD_OK;
+}
+
+td_status_t
+td_coll_set_algo(const char *spec)
+{
+    coll_algo_t f[COLL_NUM_KINDS];
+    td_status_t st = parse_algo(spec, f);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    for (int k = 0; k < COLL_NUM_KINDS; k++) {
+        __atomic_store_n(&C.forced[k], f[k], __ATOMIC_RELAXED);
+    }
+    return TD_OK;
+}
+
+coll_algo_t
+coll_algo_forced(coll_kind_t kind)
+{
+    return __atomic_load_n(&C.forced[kind], __ATOMIC_RELAXED);
+}
+
+td_status_t
+td_coll_set_timeout(double seconds)
+{
+    if (!(seconds > 0)) {
+        return td_error(TD_ERR_RANGE, "coll: timeout %g s is not positive",
+                        seconds);
+    }
+    C.cfg_timeout = seconds;
+    return TD_OK;
+}
+
+/* ---- waking waiters -------------------------------------------------- */
+
+static void
+wake_waiters(void)
+{
+    if (atomic_load(&C.waiters) > 0) {
+        pthread_mutex_lock(&C.wait_lock);
+        pthread_cond_broadcast(&C.wait_cond);
+        pthread_mutex_unlock(&C.wait_lock);
+    }
+    if (C.tp != NULL) {
+        td_transport_wake(C.tp);
+    }
+}
+
+/* One completion of R is due no more (C3). STATUS < 0 and MSG: the first
+ * error is kept. */
+static void
+req_complete(coll_req_t *r, td_status_t status, const char *msg)
+{
+    if (status != TD_OK) {
+        pthread_mutex_lock(&C.lock);
+        if (r->status == TD_OK) {
+            r->status = status;
+            snprintf(r->err, sizeof(r->err), "%s", msg != NULL ? msg :
+                     td_strerror(status));
+        }
+        pthread_mutex_unlock(&C.lock);
+    }
+    atomic_fetch_add_explicit(&C.completions, 1, memory_order_relaxed);
+    if (atomic_fetch_sub(&r->pending, 1) == 1) {
+        void (*on_done)(coll_req_t *) = r->on_done;
+
+        atomic_store(&r->done, 1);
+        wake_waiters();
+        if (on_done != NULL) {
+            on_done(r);            /* a work handle keeps R alive (C3) */
+        }
+    }
+}
+
+/* ---- the posted list (coll_lock held) ---------------------------------- */
+
+static void
+posted_append(coll_req_t *r)
+{
+    r->next = NULL;
+    if (C.posted_tail != NULL) {
+        C.posted_tail->next = r;
+    } else {
+        C.posted_head = r;
+    }
+    C.posted_tail = r;
+}
+
+static int
+posted_remove(coll_req_t *r)
+{
+    coll_req_t *p = NULL;
+
+    for (coll_req_t *q = C.posted_head; q != NULL; p = q, q = q->next) {
+        if (q == r) {
+            if (p != NULL) {
+                p->next = q->next;
+            } else {
+                C.posted_head = q->next;
+            }
+            if (C.posted_tail == q) {
+                C.posted_tail = p;
+            }
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void
+ux_remove(unexp_t *e)
+{
+    unexp_t *p = NULL;
+
+    for (unexp_t *q = C.ux_head; q != NULL; p = q, q = q->next) {
+        if (q == e) {
+            if (p != NULL) {
+                p->next = q->next;
+            } else {
+                C.ux_head = q->next;
+            }
+            if (C.ux_tail == q) {
+                C.ux_tail = p;
+            }
+            C.n_ux--;
+            return;
+        }
+    }
+}
+
+static void
+ux_free(unexp_t *e)
+{
+    free(e->body);
+    free(e->text);
+    free(e);
+}
+
+/* ---- groups: registry and failure ---------------------------------------- */
+
+static td_group_t *
+group_find(uint32_t id)
+{
+    for (int i = 0; i < TD_GROUPS_MAX; i++) {
+        if (C.groups[i] != NULL && C.groups[i]->id == id) {
+            return C.groups[i];
+        }
+    }
+    return NULL;
+}
+
+/* Fail G under coll_lock; returns the requests to complete after the
+ * unlock (linked through next). */
+static coll_req_t *
+group_fail_locked(td_group_t *g, td_status_t code, const char *msg)
+{
+    coll_req_t *out = NULL, *p = NULL, *q, *next;
+
+    if (g->broken != TD_OK) {
+        return NULL;
+    }
+    g->broken = code;
+    snprintf(g->broken_msg, sizeof(g->broken_msg), "%s", msg);
+    for (q = C.posted_head; q != NULL; q = next) {
+        next = q->next;
+        if (q->group_id == g->id) {
+            if (p != NULL) {
+                p->next = next;
+            } else {
+                C.posted_head = next;
+            }
+            if (C.posted_tail == q) {
+                C.posted_tail = p;
+            }
+            q->next = out;
+            out = q;
+        } else {
+            p = q;
+        }
+    }
+    /* Unclaimed messages of a broken group are never received (C6). */
+    for (unexp_t *e = C.ux_head, *en; e != NULL; e = en) {
+        en = e->next;
+        if (e->group_id == g->id && e->claim == NULL && e->type != MSG_ABORT) {
+            if (e->arrived) {
+                ux_remove(e);
+                ux_free(e);
+            } else {
+                e->orphan = 1;
+            }
+        }
+    }
+    return out;
+}
+
+static void
+complete_list(coll_req_t *list, td_status_t code, const char *msg)
+{
+    while (list != NULL) {
+        coll_req_t *next = list->next;
+
+        req_complete(list, code, msg);
+        list = next;
+    }
+}
+
+static td_status_t send_abort(td_group_t *g, uint32_t seq, td_status_t code,
+                              const char *msg);
+
+void
+coll_group_fail(td_group_t *g, td_status_t code, int tell, uint32_t seq,
+                const char *msg)
+{
+    coll_req_t *list;
+    int first;
+
+    pthread_mutex_lock(&C.lock);
+    first = g->broken == TD_OK;
+    list = group_fail_locked(g, code, msg);
+    pthread_mutex_unlock(&C.lock);
+    complete_list(list, code, msg);
+    if (first) {
+        td_log_debug("coll: group %u broken: %s", g->id, msg);
+        if (tell) {
+            send_abort(g, seq, code, msg);
+        }
+        wake_waiters();
+    }
+}
+
+td_status_t
+coll_group_check(td_group_t *g)
+{
+    td_status_t st;
+    char msg[COLL_ERR_MAX];
+
+    if (g->me < 0) {
+        return td_error(TD_ERR_STATE, "coll: this rank (%d) is not a member "
+                        "of group %u", C.rank, g->id);
+    }
+    if (atomic_load(&C.stopped) || C.tp == NULL) {
+        return td_error(TD_ERR_STATE, "coll: the runtime is not running "
+                        "(td_init not called, or td_finalize was)");
+    }
+    pthread_mutex_lock(&C.lock);
+    st = g->broken;
+    if (st != TD_OK) {
+        snprintf(msg, sizeof(msg), "%s", g->broken_msg);
+    }
+    pthread_mutex_unlock(&C.lock);
+    if (st != TD_OK) {
+        return td_error(st, "%s (group %u is broken by that failure: make a "
+                        "new group)", msg, g->id);
+    }
+    return TD_OK;
+}
+
+td_status_t
+coll_group_register(td_group_t *g)
+{
+    int slot = -1;
+    unexp_t *abort_e = NULL;
+
+    pthread_mutex_lock(&C.lock);
+    for (int i = 0; i < TD_GROUPS_MAX; i++) {
+        if (C.groups[i] == NULL) {
+            slot = i;
+            break;
+        }
+    }
+    if (slot < 0) {
+        pthread_mutex_unlock(&C.lock);
+        return td_error(TD_ERR_RANGE, "coll: more than %d live groups; "
+                        "destroy some", TD_GROUPS_MAX);
+    }
+    C.groups[slot] = g;
+    g->registered = 1;
+    /* A member may have failed the group before we made it. */
+    for (unexp_t *e = C.ux_head; e != NULL; e = e->next) {
+        if (e->type == MSG_ABORT && e->group_id == g->id) {
+            abort_e = e;
+            ux_remove(e);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&C.lock);
+    if (abort_e != NULL) {
+        coll_group_fail(g, (td_status_t)abort_e->code, 0, abort_e->seq,
+                        abort_e->text);
+        ux_free(abort_e);
+    }
+    return TD_OK;
+}
+
+void
+coll_group_unregister(td_group_t *g)
+{
+    pthread_mutex_lock(&C.lock);
+    for (int i = 0; i < TD_GROUPS_MAX; i++) {
+        if (C.groups[i] == g) {
+            C.groups[i] = NULL;
+        }
+    }
+    g->registered = 0;
+    pthread_mutex_unlock(&C.lock);
+}
+
+void *
+coll_scratch(td_group_t *g, size_t len)
+{
+    if (g->scratch_len < len) {
+        void *p = realloc(g->scratch, len);
+
+        if (p == NULL) {
+            td_error(TD_ERR_NO_MEMORY, "coll: out of memory for %zu bytes "
+                     "of scratch", len);
+            return NULL;
+        }
+        g->scratch = p;
+        g->scratch_len = len;
+    }
+    return g->scratch;
+}
+
+/* ---- headers -------------------------------------------------------------- */
+
+static void
+hdr_fixed(uint8_t *h, uint8_t type, uint8_t dtype, uint8_t ndim,
+          const td_group_t *g, uint32_t seq, uint32_t tag, uint64_t nbytes)
+{
+    h[0] = COLL_WIRE_VERSION;
+    h[1] = type;
+    h[2] = dtype;
+    h[3] = ndim;
+    td_put_be32(h + 4, g->id);
+    td_put_be32(h + 8, g->digest);
+    td_put_be32(h + 12, seq);
+    td_put_be32(h + 16, tag);
+    td_put_be32(h + 20, 0);
+    td_put_be64(h + 24, nbytes);
+}
+
+size_t
+coll_hdr_coll(uint8_t *h, const coll_op_t *op, uint32_t tag, size_t nbytes)
+{
+    const coll_desc_t *d = &op->desc;
+
+    hdr_fixed(h, MSG_COLL, d->dtype, 0, op->g, op->seq, tag, nbytes);
+    h[32] = d->kind;
+    h[33] = d->dtype;
+    h[34] = d->op;
+    h[35] = d->algo;
+    td_put_be32(h + 36, (uint32_t)d->root);
+    td_put_be64(h + 40, d->count);
+    return COLL_WIRE_BYTES + 16;
+}
+
+static void
+shape_text(char *s, size_t len, uint8_t dtype, int ndim, const int64_t *shape)
+{
+    int n = snprintf(s, len, "%s [", td_dtype_name((td_dtype_t)dtype));
+
+    for (int i = 0; i < ndim && n > 0 && (size_t)n < len; i++) {
+        n += snprintf(s + n, len - n, "%s%" PRId64, i ? ", " : "", shape[i]);
+    }
+    if (n > 0 && (size_t)n < len) {
+        snprintf(s + n, len - n, "]");
+    }
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+static void
+send_done(void *arg, td_status_t status)
+{
+    coll_req_t *r = arg;
+    char msg[COLL_ERR_MAX];
+
+    if (status != TD_OK) {
+        snprintf(msg, sizeof(msg), "coll: send to rank %d failed: %s",
+                 r->peer, status == TD_ERR_PEER ? "the rank died" :
+                 td_strerror(status));
+    }
+    req_complete(r, status, status != TD_OK ? msg : NULL);
+}
+
+td_status_t
+coll_post_send(coll_req_t *r, int dst, const uint8_t *hdr, size_t hdr_len)
+{
+    td_iov_t iov = { r->buf, r->nbytes, TD_MEM_HOST };
+    td_status_t st;
+
+    atomic_store(&r->done, 0);
+    r->status = TD_OK;
+    r->err[0] = '\0';
+    r->peer = dst;
+    atomic_store(&r->pending, r->type == REQ_SEND_P2P ? 2 : 1);
+    if (r->type == REQ_SEND_P2P) {
+        /* In the ack list before the message leaves: the ack may come
+         * before td_transport_send returns. */
+        pthread_mutex_lock(&C.lock);
+        posted_append(r);
+        pthread_mutex_unlock(&C.lock);
+    }
+    st = td_transport_send(C.tp, dst, COLL_TRANSPORT_ID, hdr, hdr_len, &iov,
+                           1, send_done, r);
+    if (st != TD_OK) {
+        if (r->type == REQ_SEND_P2P) {
+            pthread_mutex_lock(&C.lock);
+            posted_remove(r);
+            pthread_mutex_unlock(&C.lock);
+        }
+        atomic_store(&r->done, 1);
+        r->status = st;
+        snprintf(r->err, sizeof(r->err), "%s", td_last_error());
+        return st;
+    }
+    return TD_OK;
+}
+
+static void
+send_ack(int dst, uint32_t group_id, uint32_t digest, uint32_t seq,
+         td_status_t status, uint8_t dtype, int ndim, const int64_t *shape)
+{
+    uint8_t h[COLL_WIRE_BYTES + 4 + 8 * TD_MAX_DIMS];
+    td_group_t gg = { .id = group_id, .digest = digest };
+
+    hdr_fixed(h, MSG_ACK, dtype, (uint8_t)ndim, &gg, seq, 0, 0);
+    td_put_be32(h + COLL_WIRE_BYTES, (uint32_t)(int32_t)status);
+    for (int i = 0; i < ndim; i++) {
+        td_put_be64(h + COLL_WIRE_BYTES + 4 + 8 * i, (uint64_t)shape[i]);
+    }
+    if (td_transport_send(C.tp, dst, COLL_TRANSPORT_ID, h,
+                          COLL_WIRE_BYTES + 4 + 8 * (size_t)ndim, NULL, 0,
+                          NULL, NULL) != TD_OK) {
+        td_log_debug("coll: ack to rank %d not sent: %s", dst,
+                     td_last_error());
+    }
+}
+
+static td_status_t
+send_abort(td_group_t *g, uint32_t seq, td_status_t code, const char *msg)
+{
+    uint8_t h[COLL_WIRE_BYTES + 2 + COLL_ERR_MAX];
+    size_t len = strnlen(msg, COLL_ERR_MAX - 1);
+
+    hdr_fixed(h, MSG_ABORT, 0, 0, g, seq, (uint32_t)(int32_t)code, 0);
+    h[COLL_WIRE_BYTES] = (uint8_t)(len >> 8);
+    h[COLL_WIRE_BYTES + 1] = (uint8_t)len;
+    memcpy(h + COLL_WIRE_BYTES + 2, msg, len);
+    for (int i = 0; i < g->n; i++) {
+        if (i != g->me && td_transport_peer_alive(C.tp, g->ranks[i])) {
+            td_transport_send(C.tp, g->ranks[i], COLL_TRANSPORT_ID, h,
+                              COLL_WIRE_BYTES + 2 + len, NULL, 0, NULL, NULL);
+        }
+    }
+    return TD_OK;
+}
+
+/* ---- matching ----------------------------------------------------------- */
+
+/* A p2p message matched receive R: check it fits. TD_OK, or an error with
+ * MSG naming both shapes. */
+static td_status_t
+p2p_fits(const coll_req_t *r, int src, uint8_t dtype, int ndim,
+         const int64_t *shape, size_t nbytes, char *msg, size_t len)
+{
+    char a[160], b[160];
+
+    if (dtype == r->dtype && nbytes == r->nbytes) {
+        return TD_OK;
+    }
+    shape_text(a, sizeof(a), dtype, ndim, shape);
+    shape_text(b, sizeof(b), r->dtype, r->ndim, r->shape);
+    snprintf(msg, len, "coll: td_recv from rank %d tag %u: rank %d sent %s "
+             "(%zu bytes) but rank %d receives into %s (%zu bytes)", src,
+             r->tag, src, a, nbytes, C.rank, b, r->nbytes);
+    return dtype != r->dtype ? TD_ERR_DTYPE : TD_ERR_SHAPE;
+}
+
+/* Two calls at one sequence number (C5): the text naming both. */
+static void
+mismatch_text(char *msg, size_t len, const td_group_t *g, uint32_t seq,
+              int other, const coll_desc_t *theirs, const coll_desc_t *ours)
+{
+    char a[160], b[160];
+
+    desc_text(theirs, a, sizeof(a));
+    desc_text(ours, b, sizeof(b));
+    snprintf(msg, len, "coll: mismatched collectives in group %u at call "
+             "#%u: rank %d called %s, rank %d called %s", g->id, seq, other,
+             a, C.rank, b);
+}
+
+typedef struct {
+    td_status_t code;
+    char        msg[COLL_ERR_MAX];
+    td_group_t *g;
+    uint32_t    seq;
+    int         tell;
+} fail_t;
+
+/* Body of a message that matched a posted receive landed (token holder). */
+static void
+matched_done(void *arg, td_status_t status, int src, td_iov_t *bodies,
+             size_t n_bodies)
+{
+    coll_req_t *r = arg;
+    char msg[COLL_ERR_MAX];
+
+    (void)bodies;
+    (void)n_bodies;
+    r->from = src;
+    if (status != TD_OK) {
+        snprintf(msg, sizeof(msg), "coll: receiving from rank %d failed: %s",
+                 src, status == TD_ERR_PEER ? "the rank died" :
+                 td_strerror(status));
+    } else if (r->type == REQ_RECV_P2P) {
+        send_ack(src, r->group_id, r->g->digest, r->seq, TD_OK, r->dtype,
+                 r->ndim, r->shape);
+    }
+    req_complete(r, status, status != TD_OK ? msg : NULL);
+}
+
+/* Copy an arrived unexpected message E into its receive R and complete R
+ * (no lock held). */
+static void
+deliver(unexp_t *e, coll_req_t *r)
+{
+    char msg[COLL_ERR_MAX];
+    td_status_t st = e->status;
+
+    r->from = e->src;
+    if (st == TD_OK) {
+        if (e->nbytes > 0) {
+            memcpy(r->buf, e->body, e->nbytes);
+        }
+        if (r->type == REQ_RECV_P2P) {
+            send_ack(e->src, e->group_id, e->digest, e->seq, TD_OK, r->dtype,
+                     r->ndim, r->shape);
+        }
+    } else {
+        snprintf(msg, sizeof(msg), "coll: receiving from rank %d failed: %s",
+                 e->src, td_strerror(st));
+    }
+    ux_free(e);
+    req_complete(r, st, st != TD_OK ? msg : NULL);
+}
+
+/* Body of an unexpected message landed (token holder). */
+static void
+unexp_done(void *arg, td_status_t status, int src, td_iov_t *bodies,
+           size_t n_bodies)
+{
+    unexp_t *e = arg;
+    coll_req_t *r;
+
+    (void)src;
+    pthread_mutex_lock(&C.lock);
+    e->body = n_bodies > 0 ? bodies[0].buf : NULL;
+    e->status = status;
+    e->arrived = 1;
+    r = e->claim;
+    if (r != NULL || e->orphan) {
+        ux_remove(e);
+    }
+    pthread_mutex_unlock(&C.lock);
+    if (r != NULL) {
+        deliver(e, r);
+    } else if (e->orphan) {
+        ux_free(e);
+    }
+}
+
+/* Does unexpected E match posted receive R? */
+static int
+matches(const unexp_t *e, const coll_req_t *r)
+{
+    if (e->group_id != r->group_id || e->claim != NULL || e->orphan) {
+        return 0;
+    }
+    if (r->type == REQ_RECV_P2P) {
+        return e->type == MSG_P2P && e->tag == r->tag &&
+               (r->peer < 0 || r->peer == e->src);
+    }
+    return e->type == MSG_COLL && e->seq == r->seq && e->tag == r->tag &&
+           e->src == r->peer;
+}
+
+td_status_t
+coll_post_recv(coll_req_t *r)
+{
+    unexp_t *e;
+    fail_t f = { .code = TD_OK };
+    char msg[COLL_ERR_MAX];
+    td_status_t st;
+
+    atomic_store(&r->done, 0);
+    atomic_store(&r->cma_ready_a, 0);
+    r->status = TD_OK;
+    r->err[0] = '\0';
+    atomic_store(&r->pending, 1);
+    r->from = -1;
+    pthread_mutex_lock(&C.lock);
+    if (r->g->broken != TD_OK) {
+        snprintf(msg, sizeof(msg), "%s", r->g->broken_msg);
+        st = r->g->broken;
+        pthread_mutex_unlock(&C.lock);
+        req_complete(r, st, msg);
+        return TD_OK;
+    }
+    for (e = C.ux_head; e != NULL; e = e->next) {
+        if (matches(e, r)) {
+            break;
+        }
+    }
+    if (e == NULL) {
+        posted_append(r);
+        pthread_mutex_unlock(&C.lock);
+        return TD_OK;
+    }
+    if (r->type == REQ_RECV_P2P) {
+        f.code = p2p_fits(r, e->src, e->dtype, e->ndim, e->shape, e->nbytes,
+                          f.msg, sizeof(f.msg));
+    } else if (e->nbytes != r->nbytes || !desc_equal(&e->desc, r->desc)) {
+        f.code = TD_ERR_INVALID;
+        mismatch_text(f.msg, sizeof(f.msg), r->g, r->seq, e->src, &e->desc,
+                      r->desc);
+        f.tell = 1;
+    }
+    if (f.code != TD_OK) {
+        if (r->type == REQ_RECV_P2P) {
+            /* The sender learns it from the ack; its body is dropped. */
+            int src = e->src;
+            uint32_t gid = e->group_id, dig = e->digest, seq = e->seq;
+
+            if (e->arrived) {
+                ux_remove(e);
+                ux_free(e);
+            } else {
+                e->orphan = 1;
+            }
+            pthread_mutex_unlock(&C.lock);
+            send_ack(src, gid, dig, seq, f.code, r->dtype, r->ndim, r->shape);
+            req_complete(r, f.code, f.msg);
+            return TD_OK;
+        }
+        pthread_mutex_unlock(&C.lock);
+        coll_group_fail(r->g, f.code, 1, r->seq, f.msg);
+        return TD_OK;
+    }
+    if (e->cma) {
+        ux_remove(e);
+        pthread_mutex_unlock(&C.lock);
+        r->from = e->src;
+        r->cma_pid = e->cma_pid;
+        r->cma_addr = e->cma_addr;
+        r->cma_token_addr = e->cma_token_addr;
+        r->cma_token = e->cma_token;
+        ux_free(e);
+        atomic_store(&r->cma_ready_a, 1);     /* C9: the waiter reads it */
+        return TD_OK;
+    }
+    if (e->arrived) {
+        ux_remove(e);
+        pthread_mutex_unlock(&C.lock);
+        deliver(e, r);
+        return TD_OK;
+    }
+    e->claim = r;          /* C2: unexp_done delivers it */
+    pthread_mutex_unlock(&C.lock);
+    return TD_OK;
+}
+
+/* Take (C2) the first posted receive P2P/COLL message M matches. */
+static coll_req_t *
+posted_take(uint8_t type, uint32_t gid, int src, uint32_t seq, uint32_t tag)
+{
+    coll_req_t *p = NULL;
+
+    for (coll_req_t *q = C.posted_head; q != NULL; p = q, q = q->next) {
+        int hit;
+
+        if (q->group_id != gid) {
+            continue;
+        }
+        switch (type) {
+        case MSG_P2P:
+            hit = q->type == REQ_RECV_P2P && q->tag == tag &&
+                  (q->peer < 0 || q->peer == src);
+            break;
+        case MSG_COLL:
+            hit = q->type == REQ_RECV_COLL && q->seq == seq &&
+                  q->tag == tag && q->peer == src;
+            break;
+        case MSG_ACK:
+            hit = q->type == REQ_SEND_P2P && q->seq == seq && q->peer == src;
+            break;
+        case MSG_CMA:
+            hit = q->type == REQ_SEND_COLL && q->cma_send && q->seq == seq &&
+                  q->tag == tag && q->peer == src;
+            break;
+        default:
+            hit = 0;
+        }
+        if (hit) {
+            if (p != NULL) {
+                p->next = q->next;
+            } else {
+                C.posted_head = q->next;
+            }
+            if (C.posted_tail == q) {
+                C.posted_tail = p;
+            }
+            return q;
+        }
+    }
+    return NULL;
+}
+
+/* The transport's receive handler (token holder, C1). Every field is
+ * checked before use. */
+static void
+rx_handler(void *arg, td_transport_rx_t *rx)
+{
+    const uint8_t *h = rx->header;
+    uint8_t type, dtype, ndim;
+    uint32_t gid, digest, seq, tag;
+    uint64_t nbytes;
+    size_t need = COLL_WIRE_BYTES;
+    coll_desc_t desc = { 0 };
+    int64_t shape[TD_MAX_DIMS] = { 0 };
+    td_group_t *g;
+    coll_req_t *r;
+    unexp_t *e;
+    fail_t f = { .code = TD_OK };
+    int cma = 0;
+    int32_t cma_pid = 0;
+    uint64_t cma_addr = 0, cma_token_addr = 0, cma_tok = 0;
+
+    (void)arg;
+    if (rx->header_len < COLL_WIRE_BYTES || h[0] != COLL_WIRE_VERSION) {
+        goto reject;
+    }
+    type = h[1];
+    dtype = h[2];
+    ndim = h[3];
+    gid = td_get_be32(h + 4);
+    digest = td_get_be32(h + 8);
+    seq = td_get_be32(h + 12);
+    tag = td_get_be32(h + 16);
+    nbytes = td_get_be64(h + 24);
+    if (type < MSG_P2P || type > MSG_CMA || ndim > TD_MAX_DIMS ||
+        dtype >= TD_NUM_DTYPES) {
+        goto reject;
+    }
+    switch (type) {
+    case MSG_P2P:
+        need += 8 * (size_t)ndim;
+        break;
+    case MSG_ACK:
+        need += 4 + 8 * (size_t)ndim;
+        break;
+    case MSG_COLL:
+        need += 16 + (h[20] & COLL_F_CMA ? 32 : 0);
+        break;
+    case MSG_CMA:
+        need += 4;
+        break;
+    case MSG_ABORT:
+        need += 2;
+        if (rx->header_len >= need) {
+            need += (size_t)(h[COLL_WIRE_BYTES] << 8 | h[COLL_WIRE_BYTES + 1]);
+        }
+        break;
+    }
+    if (rx->header_len != need ||
+        rx->n_bodies != ((type == MSG_P2P ||
+                          (type == MSG_COLL && !(h[20] & COLL_F_CMA)))
+                         ? 1u : 0u) ||
+        (rx->n_bodies == 1 && rx->body_len[0] != nbytes)) {
+        goto reject;
+    }
+    if (type == MSG_P2P || type == MSG_ACK) {
+        const uint8_t *s = h + COLL_WIRE_BYTES + (type == MSG_ACK ? 4 : 0);
+
+        for (int i = 0; i < ndim; i++) {
+            shape[i] = (int64_t)td_get_be64(s + 8 * i);
+        }
+    }
+    if (type == MSG_COLL && (h[20] & COLL_F_CMA)) {
+        const uint8_t *c = h + COLL_WIRE_BYTES + 16;
+
+        cma = 1;
+        cma_pid = (int32_t)td_get_be32(c);
+        cma_addr = td_get_be64(c + 8);
+        cma_token_addr = td_get_be64(c + 16);
+        cma_tok = td_get_be64(c + 24);
+    }
+    if (type == MSG_COLL) {
+        const uint8_t *d = h + COLL_WIRE_BYTES;
+
+        desc.kind = d[0];
+        desc.dtype = d[1];
+        desc.op = d[2];
+        desc.algo = d[3];
+        desc.root = (int32_t)td_get_be32(d + 4);
+        desc.count = td_get_be64(d + 8);
+    }
+
+    pthread_mutex_lock(&C.lock);
+    g = group_find(gid);
+    if (g != NULL && g->digest != digest) {
+        f.code = TD_ERR_INVALID;
+        snprintf(f.msg, sizeof(f.msg), "coll: group %u has different members "
+                 "on rank %d and rank %d (member digests %08x and %08x): "
+                 "every rank must call td_group_new with the same lists in "
+                 "the same order", gid, rx->src, C.rank, digest, g->digest);
+        f.g = g;
+        f.seq = seq;
+        pthread_mutex_unlock(&C.lock);
+        goto fail;
+    }
+    if (g != NULL && (g->broken != TD_OK ||
+                      g->of_world[rx->src] < 0 || g->me < 0)) {
+        pthread_mutex_unlock(&C.lock);
+        return;                         /* C6: dropped */
+    }
+    if (type == MSG_ABORT) {
+        const char *text = (const char *)h + COLL_WIRE_BYTES + 2;
+        size_t len = need - COLL_WIRE_BYTES - 2;
+
+        if (g == NULL) {
+            /* Not made here yet: applied when it is. */
+            e = calloc(1, sizeof(*e));
+            if (e != NULL && (e->text = strndup(text, len)) != NULL &&
+                C.n_ux < COLL_UNEXPECTED_MAX) {
+                e->type = MSG_ABORT;
+                e->group_id = gid;
+                e->seq = seq;
+                e->code = (int32_t)tag;
+                e->arrived = 1;
+                e->src = rx->src;
+                if (C.ux_tail != NULL) {
+                    C.ux_tail->next = e;
+                } else {
+                    C.ux_head = e;
+                }
+                C.ux_tail = e;
+                C.n_ux++;
+                e = NULL;
+            }
+            if (e != NULL) {
+                free(e->text);
+                free(e);
+            }
+            pthread_mutex_unlock(&C.lock);
+            return;
+        }
+        pthread_mutex_unlock(&C.lock);
+        f.code = (td_status_t)(int32_t)tag;
+        if (f.code >= TD_OK) {
+            f.code = TD_ERR_REMOTE;
+        }
+        snprintf(f.msg, sizeof(f.msg), "%.*s (reported by rank %d)", (int)len,
+                 text, rx->src);
+        f.g = g;
+        f.seq = seq;
+        goto fail;
+    }
+    if (type == MSG_CMA) {
+        uint32_t answer = td_get_be32(h + COLL_WIRE_BYTES);
+
+        r = posted_take(MSG_CMA, gid, rx->src, seq, tag);
+        pthread_mutex_unlock(&C.lock);
+        if (r == NULL) {
+            return;
+        }
+        if (answer == 0) {
+            req_complete(r, TD_OK, NULL);
+            return;
+        }
+        /* C9: it cannot read us; resend through UCX (and stop offering). */
+        __atomic_store_n(&cma_off[rx->src], 1, __ATOMIC_RELAXED);
+        r->cma_send = 0;
+        {
+            td_iov_t iov = { r->buf, r->nbytes, TD_MEM_HOST };
+            td_status_t st = td_transport_send(C.tp, rx->src,
+                                               COLL_TRANSPORT_ID, r->hdr,
+                                               r->hdr_len, &iov, 1,
+                                               send_done, r);
+            if (st != TD_OK) {
+                req_complete(r, st, td_last_error());
+            }
+        }
+        return;
+    }
+    if (type == MSG_ACK) {
+        td_status_t st = (td_status_t)(int32_t)td_get_be32(h + COLL_WIRE_BYTES);
+
+        r = posted_take(MSG_ACK, gid, rx->src, seq, 0);
+        pthread_mutex_unlock(&C.lock);
+        if (r != NULL) {
+            char a[160], b[160];
+
+            if (st != TD_OK) {
+                shape_text(a, sizeof(a), r->dtype, r->ndim, r->shape);
+                shape_text(b, sizeof(b), dtype, ndim, shape);
+                snprintf(f.msg, sizeof(f.msg), "coll: td_send to rank %d tag "
+                         "%u: rank %d sent %s (%zu bytes) but rank %d "
+                         "receives into %s", rx->src, r->tag, C.rank, a,
+                         r->nbytes, rx->src, b);
+                if (st != TD_ERR_SHAPE && st != TD_ERR_DTYPE) {
+                    st = TD_ERR_REMOTE;
+                }
+            }
+            req_complete(r, st, f.msg);
+        }
+        return;
+    }
+    if (type == MSG_COLL && g != NULL && g->in_op && g->cur_seq == seq &&
+        !desc_equal(&desc, &g->cur_desc)) {
+        f.code = TD_ERR_INVALID;
+        mismatch_text(f.msg, sizeof(f.msg), g, seq, rx->src, &desc,
+                      &g->cur_desc);
+        f.g = g;
+        f.seq = seq;
+        f.tell = 1;
+        pthread_mutex_unlock(&C.lock);
+        goto fail;
+    }
+    r = posted_take(type, gid, rx->src, seq, tag);
+    if (r != NULL) {
+        if (type == MSG_P2P) {
+            f.code = p2p_fits(r, rx->src, dtype, ndim, shape, nbytes, f.msg,
+                              sizeof(f.msg));
+        } else if (nbytes != r->nbytes) {
+            f.code = TD_ERR_PROTOCOL;
+            snprintf(f.msg, sizeof(f.msg), "coll: rank %d sent %" PRIu64
+                     " bytes for step %u of call #%u in group %u, rank %d "
+                     "expects %zu", rx->src, nbytes, tag, seq, gid, C.rank,
+                     r->nbytes);
+            f.g = g;
+            f.seq = seq;
+            f.tell = 1;
+        }
+        pthread_mutex_unlock(&C.lock);
+        if (f.code != TD_OK) {
+            if (type == MSG_P2P) {
+                send_ack(rx->src, gid, digest, seq, f.code, r->dtype,
+                         r->ndim, r->shape);
+                req_complete(r, f.code, f.msg);     /* body dropped */
+                return;
+            }
+            req_complete(r, f.code, f.msg);
+            goto fail;
+        }
+        if (cma) {
+            /* C9: the waiter reads it in place. */
+            r->from = rx->src;
+            r->cma_pid = cma_pid;
+            r->cma_addr = cma_addr;
+            r->cma_token_addr = cma_token_addr;
+            r->cma_token = cma_tok;
+            atomic_store(&r->cma_ready_a, 1);
+            wake_waiters();
+            return;
+        }
+        r->seq = seq;                   /* the ack names the sender's seq */
+        /* A 0-byte body still needs a buffer, or the transport would
+         * allocate one and hand it to us. */
+        rx->dest[0].buf = r->buf != NULL ? r->buf : (void *)&zero_body;
+        rx->dest[0].mem = TD_MEM_HOST;
+        rx->done = matched_done;
+        rx->done_arg = r;
+        return;
+    }
+    /* Unexpected: kept (C7) until its receive is posted. */
+    if (C.n_ux >= COLL_UNEXPECTED_MAX || (e = calloc(1, sizeof(*e))) == NULL) {
+        pthread_mutex_unlock(&C.lock);
+        td_log_error("coll: dropped a message from rank %d (group %u): %zu "
+                     "unmatched messages queued already", rx->src, gid,
+                     C.n_ux);
+        return;
+    }
+    e->type = type;
+    e->dtype = dtype;
+    e->ndim = ndim;
+    e->group_id = gid;
+    e->digest = digest;
+    e->seq = seq;
+    e->tag = tag;
+    e->src = rx->src;
+    e->nbytes = nbytes;
+    e->desc = desc;
+    memcpy(e->shape, shape, sizeof(shape));
+    if (cma) {
+        e->cma = 1;
+        e->arrived = 1;
+        e->cma_pid = cma_pid;
+        e->cma_addr = cma_addr;
+        e->cma_token_addr = cma_token_addr;
+        e->cma_token = cma_tok;
+    }
+    if (C.ux_tail != NULL) {
+        C.ux_tail->next = e;
+    } else {
+        C.ux_head = e;
+    }
+    C.ux_tail = e;
+    C.n_ux++;
+    pthread_mutex_unlock(&C.lock);
+    if (!cma) {
+        rx->done = unexp_done;
+        rx->done_arg = e;
+    }
+    return;
+
+fail:
+    if (f.g != NULL) {
+        coll_group_fail(f.g, f.code, f.tell, f.seq, f.msg);
+    }
+    return;
+reject:
+    td_log_warn("coll: rejected a malformed message from rank %d (%zu "
+                "header bytes)", rx->src, rx->header_len);
+}
+
+/* ---- waiting ------------------------------------------------------------- */
+
+typedef struct {
+    coll_req_t **reqs;
+    int          n;
+    td_group_t  *g;
+    double       spin;       /* drive this long after the last completion */
+} wait_t;
+
+static int
+all_done(const wait_t *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        if (w->reqs[i] != NULL &&
+            !atomic_load_explicit(&w->reqs[i]->done, memory_order_acquire)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void cma_read(coll_req_t *r);
+
+/* Receives whose bodies wait to be read in place (C9). */
+static int
+cma_pending(const wait_t *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        if (w->reqs[i] != NULL &&
+            atomic_load_explicit(&w->reqs[i]->cma_ready_a,
+                                 memory_order_acquire)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void
+cma_service(const wait_t *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        coll_req_t *r = w->reqs[i];
+
+        if (r != NULL && atomic_exchange(&r->cma_ready_a, 0)) {
+            cma_read(r);
+        }
+    }
+}
+
+static int
+wait_pred(void *arg)
+{
+    const wait_t *w = arg;
+
+    return all_done(w) || cma_pending(w) ||
+           (w->g != NULL &&
+            __atomic_load_n(&w->g->broken, __ATOMIC_RELAXED) != TD_OK) ||
+           atomic_load_explicit(&C.stopped, memory_order_relaxed);
+}
+
+/* Drive or sleep until PRED holds or UNTIL (td_now_s) passes. */
+static void
+wait_some(wait_t *w, double until, double t0)
+{
+    double now = td_now_s();
+    td_status_t st;
+
+    if (now - t0 < w->spin) {
+        double max = t0 + w->spin - now;
+
+        if (until > 0 && until - now < max) {
+            max = until - now;
+        }
+        st = td_transport_drive(C.tp, wait_pred, w, max);
+        if (st == TD_OK || st == TD_ERR_TIMEOUT) {
+            return;
+        }
+    }
+    /* Another thread drives, or we waited long: sleep until a completion
+     * wakes us (the progress thread delivers), then drive a little. */
+    pthread_mutex_lock(&C.wait_lock);
+    atomic_fetch_add(&C.waiters, 1);
+    if (!wait_pred(w)) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 2000000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&C.wait_cond, &C.wait_lock, &ts);
+    }
+    atomic_fetch_sub(&C.waiters, 1);
+    pthread_mutex_unlock(&C.wait_lock);
+    if (!wait_pred(w)) {
+        td_transport_drive(C.tp, wait_pred, w, 50e-6);
+    }
+}
+
+/* Take the not-yet-matched requests of W off the posted list and
+ * complete them with CODE/MSG (C4). */
+static void
+withdraw(wait_t *w, td_status_t code, const char *msg)
+{
+    for (int i = 0; i < w->n; i++) {
+        coll_req_t *r = w->reqs[i];
+        int took;
+
+        if (r == NULL || atomic_load(&r->done)) {
+            continue;
+        }
+        pthread_mutex_lock(&C.lock);
+        took = posted_remove(r);
+        pthread_mutex_unlock(&C.lock);
+        if (took) {
+            req_complete(r, code, msg);
+        }
+    }
+}
+
+/* "1, 3" for the ranks W's unfinished receives wait for. */
+static void
+missing_ranks(const wait_t *w, char *s, size_t len)
+{
+    size_t n = 0;
+
+    s[0] = '\0';
+    for (int i = 0; i < w->n && n < len; i++) {
+        const coll_req_t *r = w->reqs[i];
+
+        if (r != NULL && !atomic_load(&r->done)) {
+            int dup = 0;
+
+            for (int j = 0; j < i; j++) {
+                dup |= w->reqs[j] != NULL && !atomic_load(&w->reqs[j]->done) &&
+                       w->reqs[j]->peer == r->peer;
+            }
+            if (!dup) {
+                int k = snprintf(s + n, len - n, "%s%d", n ? ", " : "",
+                                 r->peer);
+                n += k > 0 ? (size_t)k : 0;
+            }
+        }
+    }
+}
+
+td_status_t
+coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
+             int is_coll, double give_up)
+{
+    wait_t w = { reqs, n, g, SPIN_S };
+    double t0 = td_now_s(), t_spin = t0;
+    unsigned long seen = atomic_load(&C.completions);
+    char msg[COLL_ERR_MAX];
+    size_t bytes = 0;
+
+    /* Large bodies move only while some thread drives the worker (the
+     * progress thread sleeps between events): keep driving for as long as
+     * the bytes need at 1 GB/s, and after every completion, before
+     * sleeping. */
+    for (int i = 0; i < n; i++) {
+        bytes += reqs[i] != NULL ? reqs[i]->nbytes : 0;
+    }
+    w.spin += (double)bytes * 1e-9;
+
+    if (td_transport_on_progress_thread(C.tp)) {
+        withdraw(&w, TD_ERR_STATE, "coll: waited for inside a transport "
+                 "callback");
+        /* Cannot drive from here: leave what is in flight to finish. */
+        return td_error(TD_ERR_STATE, "coll: a wait inside a transport "
+                        "callback would deadlock");
+    }
+    while (!all_done(&w)) {
+        double now;
+        td_status_t st = TD_OK;
+
+        cma_service(&w);
+        if (all_done(&w)) {
+            break;
+        }
+        now = td_now_s();
+
+        if (atomic_load(&C.stopped)) {
+            st = TD_ERR_CANCELED;
+            snprintf(msg, sizeof(msg), "coll: the runtime shut down with "
+                     "this operation pending");
+        } else if (g != NULL &&
+                   __atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
+            pthread_mutex_lock(&C.lock);
+            st = g->broken;
+            snprintf(msg, sizeof(msg), "%s", g->broken_msg);
+            pthread_mutex_unlock(&C.lock);
+        } else if (give_up > 0 && now > give_up) {
+            return td_error(TD_ERR_TIMEOUT, "coll: wait timed out after %.3f "
+                            "s (the operation goes on)", now - t0);
+        } else if (deadline > 0 && now > deadline) {
+            char who[128];
+
+            missing_ranks(&w, who, sizeof(who));
+            st = TD_ERR_TIMEOUT;
+            snprintf(msg, sizeof(msg), "coll: %s timed out after %.1f s on "
+                     "rank %d waiting for rank(s) %s", is_coll ?
+                     coll_kind_name(g->cur_desc.kind) : "point-to-point",
+                     coll_timeout(), C.rank, who[0] ? who : "(none: sends "
+                     "in flight)");
+            if (is_coll) {
+                coll_group_fail(g, st, 0, g->cur_seq, msg);
+            }
+        }
+        if (st != TD_OK) {
+            withdraw(&w, st, msg);
+            while (!all_done(&w)) {       /* C4: bodies in flight land */
+                cma_service(&w);
+                wait_some(&w, td_now_s() + 0.01, 0);
+            }
+            break;
+        }
+        {
+            double until = deadline;
+
+            if (give_up > 0 && (until <= 0 || give_up < until)) {
+                until = give_up;
+            }
+            unsigned long c = atomic_load_explicit(&C.completions,
+                                                   memory_order_relaxed);
+
+            if (c != seen) {
+                seen = c;
+                t_spin = td_now_s();
+            }
+            wait_some(&w, until, t_spin);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (reqs[i] != NULL && reqs[i]->status != TD_OK) {
+            return td_error(reqs[i]->status, "%s", reqs[i]->err);
+        }
+    }
+    return TD_OK;
+}
+
+td_status_t
+coll_wait(td_group_t *g, coll_req_t **reqs, int n, double deadline)
+{
+    return coll_wait_ex(g, reqs, n, deadline, 1, 0);
+}
+
+/* ---- collective steps ------------------------------------------------------ */
+
+td_status_t
+coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag, void *buf,
+           size_t nbytes)
+{
+    r->type = REQ_RECV_COLL;
+    r->on_done = NULL;
+    r->g = op->g;
+    r->group_id = op->g->id;
+    r->peer = op->g->ranks[src];
+    r->tag = tag;
+    r->seq = op->seq;
+    r->buf = buf;
+    r->nbytes = nbytes;
+    r->desc = &op->desc;
+    return coll_post_recv(r);
+}
+
+td_status_t
+coll_isend(coll_op_t *op, coll_req_t *r, int dst, uint32_t tag,
+           const void *buf, size_t nbytes)
+{
+    int wdst = op->g->ranks[dst];
+    uint8_t h[COLL_WIRE_BYTES + 48];
+    td_status_t st;
+
+    r->type = REQ_SEND_COLL;
+    r->on_done = NULL;
+    r->g = op->g;
+    r->group_id = op->g->id;
+    r->tag = tag;
+    r->seq = op->seq;
+    r->buf = (void *)buf;
+    r->nbytes = nbytes;
+    r->cma_send = 0;
+    atomic_store(&r->cma_ready_a, 0);
+    r->hdr_len = coll_hdr_coll(r->hdr, op, tag, nbytes);
+    if (!cma_enabled || nbytes < COLL_CMA_MIN || wdst == C.rank ||
+        __atomic_load_n(&cma_off[wdst], __ATOMIC_RELAXED)) {
+        return coll_post_send(r, wdst, r->hdr, r->hdr_len);
+    }
+    /* C9: offer the buffer; the reader's MSG_CMA completes the send. */
+    memcpy(h, r->hdr, r->hdr_len);
+    h[20] = COLL_F_CMA;
+    td_put_be32(h + r->hdr_len, (uint32_t)getpid());
+    td_put_be32(h + r->hdr_len + 4, 0);
+    td_put_be64(h + r->hdr_len + 8, (uint64_t)(uintptr_t)buf);
+    td_put_be64(h + r->hdr_len + 16, (uint64_t)(uintptr_t)&cma_token);
+    td_put_be64(h + r->hdr_len + 24, cma_token);
+    atomic_store(&r->done, 0);
+    r->status = TD_OK;
+    r->err[0] = '\0';
+    r->peer = wdst;
+    r->cma_send = 1;
+    atomic_store(&r->pending, 1);
+    pthread_mutex_lock(&C.lock);
+    posted_append(r);
+    pthread_mutex_unlock(&C.lock);
+    st = td_transport_send(C.tp, wdst, COLL_TRANSPORT_ID, h, r->hdr_len + 32,
+                           NULL, 0, NULL, NULL);
+    if (st != TD_OK) {
+        int took;
+
+        pthread_mutex_lock(&C.lock);
+        took = posted_remove(r);
+        pthread_mutex_unlock(&C.lock);
+        if (took) {
+            req_complete(r, st, td_last_error());
+        }
+        return st;
+    }
+    return TD_OK;
+}
+
+/* Tell world rank DST what became of its offer KEY (0 read, 1 resend). */
+static void
+send_cma_answer(int dst, const coll_req_t *r, uint32_t status)
+{
+    uint8_t h[COLL_WIRE_BYTES + 4];
+    td_group_t gg = { .id = r->group_id, .digest = r->g->digest };
+
+    hdr_fixed(h, MSG_CMA, 0, 0, &gg, r->seq, r->tag, 0);
+    td_put_be32(h + COLL_WIRE_BYTES, status);
+    if (td_transport_send(C.tp, dst, COLL_TRANSPORT_ID, h, sizeof(h), NULL,
+                          0, NULL, NULL) != TD_OK) {
+        td_log_debug("coll: answer to rank %d not sent: %s", dst,
+                     td_last_error());
+    }
+}
+
+/* Copy R's offered body from its sender (C9), on the waiting thread. */
+static void
+cma_read(coll_req_t *r)
+{
+    int src = r->from;
+    pid_t pid = (pid_t)r->cma_pid;
+    size_t done = 0;
+    int ok = 1;
+
+    if (__atomic_load_n(&cma_verified[src], __ATOMIC_RELAXED) != r->cma_pid) {
+        uint64_t tok = 0;
+        struct iovec l = { &tok, sizeof(tok) };
+        struct iovec rv = { (void *)(uintptr_t)r->cma_token_addr,
+                            sizeof(tok) };
+
+        ok = process_vm_readv(pid, &l, 1, &rv, 1, 0) == (ssize_t)sizeof(tok) &&
+             tok == r->cma_token;
+        if (ok) {
+            __atomic_store_n(&cma_verified[src], r->cma_pid,
+                             __ATOMIC_RELAXED);
+        }
+    }
+    while (ok && done < r->nbytes) {
+        struct iovec l = { (char *)r->buf + done, r->nbytes - done };
+        struct iovec rv = { (void *)(uintptr_t)(r->cma_addr + done),
+                            r->nbytes - done };
+        ssize_t got = process_vm_readv(pid, &l, 1, &rv, 1, 0);
+
+        if (got <= 0) {
+            ok = 0;
+            break;
+        }
+        done += (size_t)got;
+    }
+    if (ok) {
+        send_cma_answer(src, r, 0);
+        req_complete(r, TD_OK, NULL);
+        return;
+    }
+    /* Not readable (another node, no permission): the body comes through
+     * UCX into this receive, posted again. */
+    td_log_debug("coll: cannot read %zu bytes in place from rank %d (pid "
+                 "%d): asking for the body", r->nbytes, src, (int)pid);
+    pthread_mutex_lock(&C.lock);
+    if (r->g->broken == TD_OK) {
+        posted_append(r);
+        pthread_mutex_unlock(&C.lock);
+        send_cma_answer(src, r, 1);
+        return;
+    }
+    pthread_mutex_unlock(&C.lock);
+    send_cma_answer(src, r, 1);
+    req_complete(r, r->g->broken, r->g->broken_msg);
+}
+
+td_status_t
+coll_sendrecv(coll_op_t *op, int dst, const void *sbuf, size_t slen, int src,
+              void *rbuf, size_t rlen, uint32_t tag)
+{
+    coll_req_t rr, sr;
+    coll_req_t *reqs[2] = { NULL, NULL };
+    td_status_t st;
+
+    if (rbuf != NULL || src >= 0) {
+        st = coll_irecv(op, &rr, src, tag, rbuf, rlen);
+        if (st != TD_OK) {
+            return st;
+        }
+        reqs[0] = &rr;
+    }
+    if (dst >= 0) {
+        st = coll_isend(op, &sr, dst, tag, sbuf, slen);
+        if (st != TD_OK) {
+            coll_wait(op->g, reqs, 1, op->deadline);
+            return st;
+        }
+        reqs[1] = &sr;
+    }
+    return coll_wait(op->g, reqs, 2, op->deadline);
+}
+
+/* ---- an operation's life ---------------------------------------------------- */
+
+td_status_t
+coll_op_begin(coll_op_t *op)
+{
+    td_group_t *g = op->g;
+    fail_t f = { .code = TD_OK };
+
+    if (!g->watched) {
+        /* Endpoints to every member, so a death is noticed (keepalive)
+         * even by members that never talk to the dead one. */
+        for (int i = 0; i < g->n; i++) {
+            if (i != g->me) {
+                td_transport_watch(C.tp, g->ranks[i]);
+            }
+        }
+        g->watched = 1;
+    }
+    op->seq = g->seq++;
+    op->deadline = td_now_s() + coll_timeout();
+    op->esize = td_dtype_size((td_dtype_t)op->desc.dtype);
+    pthread_mutex_lock(&C.lock);
+    if (g->broken != TD_OK) {
+        pthread_mutex_unlock(&C.lock);
+        return coll_group_check(g);
+    }
+    g->in_op = 1;
+    g->cur_seq = op->seq;
+    g->cur_desc = op->desc;
+    /* C5: what arrived for this call before we made it. */
+    for (unexp_t *e = C.ux_head; e != NULL; e = e->next) {
+        if (e->type == MSG_COLL && e->group_id == g->id &&
+            e->seq == op->seq && !desc_equal(&e->desc, &op->desc)) {
+            f.code = TD_ERR_INVALID;
+            mismatch_text(f.msg, sizeof(f.msg), g, op->seq, e->src, &e->desc,
+                          &op->desc);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&C.lock);
+    if (f.code != TD_OK) {
+        coll_group_fail(g, f.code, 1, op->seq, f.msg);
+        g->in_op = 0;
+        return td_error(f.code, "%s", f.msg);
+    }
+    return TD_OK;
+}
+
+void
+coll_op_end(coll_op_t *op)
+{
+    pthread_mutex_lock(&C.lock);
+    op->g->in_op = 0;
+    pthread_mutex_unlock(&C.lock);
+}
+
+/* ---- the runtime module ---------------------------------------------------- */
+
+static td_status_t
+module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
+{
+    const char *s = getenv("TODIST_COLL_TIMEOUT");
+    td_status_t st;
+
+    (void)arg;
+    C.timeout = 60;
+    if (s != NULL && *s != '\0') {
+        char *end;
+        double v = strtod(s, &end);
+
+        if (*end != '\0' || !(v > 0)) {
+            return td_error(TD_ERR_INVALID, "coll: TODIST_COLL_TIMEOUT='%s' "
+                            "is not a positive number of seconds", s);
+        }
+        C.timeout = v;
+    }
+    st = parse_algo(getenv("TODIST_COLL_ALGO"), C.forced);
+    if (st != TD_OK) {
+        return st;
+    }
+    s = getenv("TODIST_COLL_CMA");
+    cma_enabled = !(s != NULL && strcmp(s, "0") == 0);
+    free(cma_off);
+    free(cma_verified);
+    cma_off = calloc((size_t)w->world_size, 1);
+    cma_verified = calloc((size_t)w->world_size, sizeof(int32_t));
+    if (cma_off == NULL || cma_verified == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
+    }
+    cma_token = ((uint64_t)getpid() << 32) ^ (uint64_t)(td_now_s() * 1e9) ^
+                (uint64_t)(uintptr_t)&cma_token;
+    C.tp = tp;
+    C.rank = w->rank;
+    C.size = w->world_size;
+    atomic_store(&C.stopped, 0);
+    st = td_transport_set_handler(tp, COLL_TRANSPORT_ID, rx_handler, NULL);
+    if (st != TD_OK) {
+        return st;
+    }
+    return coll_world_group_create(w->rank, w->world_size);
+}
+
+static size_t
+module_outstanding(void *arg)
+{
+    long n = atomic_load(&C.active);
+
+    (void)arg;
+    return n > 0 ? (size_t)n : 0;
+}
+
+static void
+module_peer_failed(void *arg, int rank, td_status_t why)
+{
+    td_group_t *hit[TD_GROUPS_MAX];
+    int n_hit = 0;
+
+    (void)arg;
+    (void)why;
+    pthread_mutex_lock(&C.lock);
+    for (int i = 0; i < TD_GROUPS_MAX; i++) {
+        td_group_t *g = C.groups[i];
+
+        if (g != NULL && g->me >= 0 && rank < C.size && g->of_world[rank] >= 0) {
+            hit[n_hit++] = g;
+        }
+    }
+    pthread_mutex_unlock(&C.lock);
+    for (int i = 0; i < n_hit; i++) {
+        char msg[COLL_ERR_MAX];
+
+        snprintf(msg, sizeof(msg), "coll: rank %d (group rank %d of group "
+                 "%u, %d members) died", rank, hit[i]->of_world[rank],
+                 hit[i]->id, hit[i]->n);
+        coll_group_fail(hit[i], TD_ERR_PEER, 0, 0, msg);
+    }
+    /* Sends waiting for an ack from it in any group, too. */
+    pthread_mutex_lock(&C.lock);
+    {
+        coll_req_t *out = NULL, *p = NULL, *next;
+
+        for (coll_req_t *q = C.posted_head; q != NULL; q = next) {
+            next = q->next;
+            if (q->peer == rank) {
+                if (p != NULL) {
+                    p->next = next;
+                } else {
+                    C.posted_head = next;
+                }
+                if (C.posted_tail == q) {
+                    C.posted_tail = p;
+                }
+                q->next = out;
+                out = q;
+            } else {
+                p = q;
+            }
+        }
+        pthread_mutex_unlock(&C.lock);
+        while (out != NULL) {
+            char msg[COLL_ERR_MAX];
+
+            next = out->next;
+            snprintf(msg, sizeof(msg), "coll: rank %d died with a "
+                     "point-to-point message pending", rank);
+            req_complete(out, TD_ERR_PEER, msg);
+            out = next;
+        }
+    }
+}
+
+static void
+module_shutdown(void *arg)
+{
+    td_group_t *live[TD_GROUPS_MAX];
+    int n_live = 0;
+    coll_req_t *list;
+
+    (void)arg;
+    atomic_store(&C.stopped, 1);
+    wake_waiters();
+    pthread_mutex_lock(&C.lock);
+    for (int i = 0; i < TD_GROUPS_MAX; i++) {
+        if (C.groups[i] != NULL) {
+            live[n_live++] = C.groups[i];
+        }
+    }
+    pthread_mutex_unlock(&C.lock);
+    for (int i = 0; i < n_live; i++) {
+        coll_group_stop_thread(live[i]);
+    }
+    pthread_mutex_lock(&C.lock);
+    list = C.posted_head;
+    C.posted_head = C.posted_tail = NULL;
+    pthread_mutex_unlock(&C.lock);
+    complete_list(list, TD_ERR_CANCELED, "coll: the runtime shut down");
+    pthread_mutex_lock(&C.lock);
+    while (C.ux_head != NULL) {
+        unexp_t *e = C.ux_head;
+
+        C.ux_head = e->next;
+        if (e->arrived) {
+            ux_free(e);
+        } else {
+            e->orphan = 1;           /* freed if its body still lands */
+            e->claim = NULL;
+        }
+    }
+    C.ux_tail = NULL;
+    C.n_ux = 0;
+    pthread_mutex_unlock(&C.lock);
+    coll_groups_reset();
+    coll_world_group_free();
+    C.tp = NULL;
+}
+
+/* In the runtime's module table (runtime/modules.c), after rpc. */
+const td_runtime_module_t td_coll_module = {
+    .name = "coll",
+    .setup = module_setup,
+    .outstanding = module_outstanding,
+    .peer_failed = module_peer_failed,
+    .shutdown = module_shutdown,
+    .arg = NULL,
+};

@@ -1,0 +1,304 @@
+/* runtime/coll/coll_internal.h: what the files of runtime/coll share
+ * (internal, not installed): the wire header, requests (one expected
+ * message or one send), groups, the operation context the algorithms run
+ * in, and the reduction kernels.
+ *
+ * Thread safety: the request and unexpected-message tables are guarded by
+ * coll_lock (coll.c); a group's sequence numbers and scratch buffer belong
+ * to the one thread running its current operation (work.c serializes
+ * them). */
+#ifndef TD_RUNTIME_COLL_INTERNAL_H
+#define TD_RUNTIME_COLL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "todist/coll.h"
+#include "runtime/runtime.h"
+
+#define COLL_TRANSPORT_ID  2          /* transport handler id (rpc is 1) */
+#define COLL_WIRE_VERSION  1
+#define COLL_ERR_MAX       640        /* bytes of an error message */
+#define COLL_UNEXPECTED_MAX 65536     /* queued unmatched messages */
+
+/* Message types. */
+enum {
+    MSG_P2P   = 1,    /* a td_send body */
+    MSG_ACK   = 2,    /* the receiver matched a td_send (status, its shape) */
+    MSG_COLL  = 3,    /* one step of a collective */
+    MSG_ABORT = 4,    /* a member failed the collective at SEQ: text */
+    MSG_CMA   = 5     /* a COLL body was read in place (status 0), or
+                       * could not be (status 1: send it) */
+};
+
+#define COLL_CMA_MIN  (64u * 1024u)   /* bodies read in place from here on */
+#define COLL_F_CMA    0x01            /* header flag: body offered in place */
+
+/* Collective kinds (in the description). */
+typedef enum {
+    COLL_NONE = 0, COLL_ALL_REDUCE, COLL_BROADCAST, COLL_REDUCE,
+    COLL_ALL_GATHER, COLL_GATHER, COLL_SCATTER, COLL_REDUCE_SCATTER,
+    COLL_ALL_TO_ALL, COLL_BARRIER, COLL_NUM_KINDS
+} coll_kind_t;
+
+/* Algorithms. */
+typedef enum {
+    ALGO_AUTO = 0, ALGO_RD, ALGO_RING, ALGO_BINOMIAL, ALGO_LINEAR,
+    ALGO_DIRECT, ALGO_PAIRWISE, ALGO_DISSEMINATION, ALGO_NUM
+} coll_algo_t;
+
+/* What one member called: every message of a collective carries it, and
+ * members compare (the mismatch check, invariant C5 in coll.c). */
+typedef struct {
+    uint8_t  kind;     /* coll_kind_t */
+    uint8_t  dtype;
+    uint8_t  op;
+    uint8_t  algo;     /* coll_algo_t actually chosen */
+    int32_t  root;     /* group rank, -1 when none */
+    uint64_t count;    /* elements of the per-rank tensor */
+} coll_desc_t;
+
+/* Wire header, big-endian, COLL_WIRE_BYTES fixed then extras:
+ *   u8 version | u8 type | u8 dtype | u8 ndim |
+ *   u32 group id | u32 group digest | u32 seq | u32 tag | u64 nbytes |
+ *   COLL: 16 bytes of description (u8 kind, dtype, op, algo, u32 root,
+ *         u64 count); with flag COLL_F_CMA (byte 20) and no body, 32 more:
+ *         u32 pid | u32 0 | u64 address | u64 token address | u64 token
+ *   CMA:  u32 status (0 read, 1 send the body)
+ *   P2P:  ndim x u64 dims
+ *   ACK:  u32 status (two's complement) | ndim x u64 dims (the receiver's)
+ *   ABORT: u16 text length | text (< COLL_ERR_MAX) */
+#define COLL_WIRE_BYTES 32
+
+/* A group (todist/coll.h). */
+struct td_group {
+    uint32_t        id;            /* 0: the world */
+    uint32_t        digest;        /* FNV-1a of the member list */
+    int             n;             /* members */
+    int             me;            /* group rank, -1: not a member */
+    int            *ranks;         /* group rank -> world rank */
+    int            *of_world;      /* world rank -> group rank or -1 */
+    /* owned by the thread running the current operation (work.c) */
+    uint32_t        seq;           /* next collective's sequence number */
+    uint32_t       *send_seq;      /* per peer: td_send counter */
+    void           *scratch;
+    size_t          scratch_len;
+    int             watched;       /* endpoints to every member requested */
+    /* guarded by coll_lock */
+    int             in_op;         /* a collective with seq cur_seq runs */
+    uint32_t        cur_seq;
+    coll_desc_t     cur_desc;
+    td_status_t     broken;        /* TD_OK, or the first failure */
+    char            broken_msg[COLL_ERR_MAX];
+    int             registered;    /* in the table of live groups */
+    /* the operation queue (work.c) */
+    pthread_mutex_t qlock;
+    pthread_cond_t  qcond;
+    struct td_work *q_head, *q_tail;
+    int             running;       /* an operation of this group runs */
+    int             thread_started;
+    int             thread_stop;
+    pthread_t       thread;
+};
+
+/* One expected message (a posted receive) or one send. Lives on the
+ * stack of the thread that waits for it, or in a td_work_t. */
+typedef enum { REQ_RECV_P2P, REQ_RECV_COLL, REQ_SEND_P2P, REQ_SEND_COLL }
+    req_type_t;
+
+typedef struct coll_req {
+    struct coll_req   *next;       /* in the posted list */
+    req_type_t         type;
+    td_group_t        *g;
+    uint32_t           group_id;
+    int                peer;       /* world rank; -1: any (p2p recv) */
+    uint32_t           tag;
+    uint32_t           seq;
+    void              *buf;
+    size_t             nbytes;
+    /* p2p: what the tensor is (checked against the sender's) */
+    uint8_t            dtype;
+    uint8_t            ndim;
+    int64_t            shape[TD_MAX_DIMS];
+    const coll_desc_t *desc;       /* coll recv: our call */
+    atomic_int         pending;    /* completions still due (send: the
+                                    * transport's and the ack) */
+    atomic_int         done;
+    td_status_t        status;
+    int                from;       /* world rank the message came from */
+    void             (*on_done)(struct coll_req *r);  /* after `done`; may
+                                    * be NULL (a work handle's cleanup) */
+    /* single-copy path (coll.c): a receive whose sender offered its
+     * buffer in place (cma_ready_a: the waiter reads it), a send waiting for
+     * the reader's MSG_CMA (cma_send; hdr kept to resend with the body). */
+    atomic_int         cma_ready_a;
+    int                cma_send;
+    int32_t            cma_pid;
+    uint64_t           cma_addr, cma_token_addr, cma_token;
+    uint8_t            hdr[COLL_WIRE_BYTES + 48];
+    size_t             hdr_len;
+    char               err[COLL_ERR_MAX];
+} coll_req_t;
+
+/* A collective's arguments, checked (api.c), tensors retained while a
+ * work handle holds them. */
+typedef struct {
+    coll_kind_t     kind;
+    td_tensor_t    *t;             /* in place / out */
+    td_tensor_t    *in;
+    td_tensor_t   **outs;          /* all_gather's list form (n entries) */
+    int             n_outs;
+    int             root;
+    td_reduce_op_t  op;
+} coll_args_t;
+
+/* A work handle (todist/coll.h). */
+struct td_work {
+    atomic_int       refs;
+    atomic_int       done;
+    td_status_t      status;
+    char             err[COLL_ERR_MAX];
+    pthread_mutex_t  lock;
+    pthread_cond_t   cond;
+    int              p2p;          /* 1: req below; 0: a queued collective */
+    coll_req_t       req;
+    double           deadline;     /* p2p: when the operation times out */
+    td_group_t      *g;
+    td_tensor_t     *tensor;       /* p2p: retained */
+    coll_args_t      args;         /* collective: tensors retained */
+    struct td_work  *next;         /* the group's queue */
+};
+
+/* The context an algorithm runs in: one collective of one group. */
+typedef struct {
+    td_group_t   *g;
+    coll_desc_t   desc;
+    uint32_t      seq;
+    double        deadline;
+    size_t        esize;           /* bytes per element */
+} coll_op_t;
+
+/* ---- coll.c: the core ------------------------------------------------- */
+
+/* The runtime module of the collectives (a line of the module table in
+ * runtime/modules.c). */
+extern const td_runtime_module_t td_coll_module;
+
+td_transport_t *coll_transport(void);
+int             coll_world_rank(void);
+int             coll_world_size(void);
+double          coll_timeout(void);
+coll_algo_t     coll_algo_forced(coll_kind_t kind);
+const char     *coll_kind_name(coll_kind_t k);
+const char     *coll_algo_name(coll_algo_t a);
+
+/* Post a receive (its fields filled by the caller; done/status set here):
+ * matched at once against unexpected messages, else when one arrives. */
+td_status_t coll_post_recv(coll_req_t *r);
+/* Send HDR (its header bytes) and BUF[0..NBYTES) to world rank DST as R
+ * (R->pending is set: 1, or 2 for a p2p send that also waits for its
+ * ack, posted before the message leaves). */
+td_status_t coll_post_send(coll_req_t *r, int dst, const uint8_t *hdr,
+                           size_t hdr_len);
+/* Wait for REQS[0..N) (NULL entries skipped) until DEADLINE (td_now_s
+ * clock; <= 0: none). On a failure of G (dead member, mismatch, timeout)
+ * the receives are withdrawn, the sends waited for, and the first error
+ * returned with its message recorded. */
+td_status_t coll_wait(td_group_t *g, coll_req_t **reqs, int n,
+                      double deadline);
+/* coll_wait for one point-to-point operation (IS_COLL 0: a timeout fails
+ * only these requests) or a collective (1: it breaks G); GIVE_UP > 0: the
+ * caller stops waiting then (TD_ERR_TIMEOUT) and the operation goes on. */
+td_status_t coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n,
+                         double deadline, int is_coll, double give_up);
+/* Operations in flight (td_finalize's join waits for 0): add D. */
+long        coll_active_add(long d);
+/* Mark G broken with CODE and MSG (the first failure wins) and fail its
+ * posted receives; TELL: send MSG_ABORT(SEQ) to every other member. */
+void        coll_group_fail(td_group_t *g, td_status_t code, int tell,
+                            uint32_t seq, const char *msg);
+/* The status G is in (TD_OK unless broken; records the message). */
+td_status_t coll_group_check(td_group_t *g);
+/* Group registry (for the receive path and dead peers). */
+td_status_t coll_group_register(td_group_t *g);
+void        coll_group_unregister(td_group_t *g);
+
+/* A collective starts / ends on G (sets and clears the description the
+ * receive path compares against, and checks what arrived already). */
+td_status_t coll_op_begin(coll_op_t *op);
+void        coll_op_end(coll_op_t *op);
+/* Header of a collective message. */
+size_t      coll_hdr_coll(uint8_t *h, const coll_op_t *op, uint32_t tag,
+                          size_t nbytes);
+/* Scratch of at least LEN bytes owned by G's running operation. */
+void       *coll_scratch(td_group_t *g, size_t len);
+
+/* ---- collective steps (coll.c) ---------------------------------------- */
+
+/* Post a receive of step TAG from group rank SRC into BUF. */
+td_status_t coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag,
+                       void *buf, size_t nbytes);
+td_status_t coll_isend(coll_op_t *op, coll_req_t *r, int dst, uint32_t tag,
+                       const void *buf, size_t nbytes);
+/* Blocking forms, and an exchange (send to DST, receive from SRC). */
+td_status_t coll_sendrecv(coll_op_t *op, int dst, const void *sbuf,
+                          size_t slen, int src, void *rbuf, size_t rlen,
+                          uint32_t tag);
+
+/* ---- reduce.c: the reduction kernels ----------------------------------- */
+
+/* DST[i] = DST[i] op SRC[i], i < COUNT (AVG sums). */
+void        coll_reduce_into(void *dst, const void *src, size_t count,
+                             td_dtype_t dtype, td_reduce_op_t op);
+/* DST[i] /= N (AVG's last step). */
+void        coll_divide(void *dst, size_t count, td_dtype_t dtype, int n);
+/* Is OP defined on DTYPE? (bitwise ones only on integers) */
+int         coll_op_valid(td_reduce_op_t op, td_dtype_t dtype);
+
+/* ---- algorithms -------------------------------------------------------- */
+
+td_status_t coll_all_reduce_rd(coll_op_t *op, void *buf, size_t count);
+td_status_t coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count);
+td_status_t coll_broadcast_run(coll_op_t *op, void *buf, size_t nbytes);
+td_status_t coll_reduce_run(coll_op_t *op, void *buf, size_t count);
+td_status_t coll_all_gather_run(coll_op_t *op, void *out, const void *in,
+                                size_t nbytes);
+td_status_t coll_gather_run(coll_op_t *op, void *out, const void *in,
+                            size_t nbytes);
+td_status_t coll_scatter_run(coll_op_t *op, void *out, const void *in,
+                             size_t nbytes);
+td_status_t coll_reduce_scatter_run(coll_op_t *op, void *out, const void *in,
+                                    size_t count);
+td_status_t coll_all_to_all_run(coll_op_t *op, void *out, const void *in,
+                                size_t block_bytes);
+td_status_t coll_barrier_run(coll_op_t *op);
+
+/* ---- work.c ------------------------------------------------------------ */
+
+/* Run the collective A on G: now on this thread when G is idle and
+ * WORK_P is NULL (blocking), else queued to G's thread (WORK_P gets the
+ * handle; NULL: wait for it here). Takes references on A's tensors. */
+td_status_t coll_submit(td_group_t *g, const coll_args_t *a,
+                        td_work_t **work_p);
+/* A work handle for a point-to-point request (refs: 2, the caller's and
+ * the request's, dropped by its on_done). */
+td_work_t  *coll_work_p2p_new(td_group_t *g, td_tensor_t *t);
+void        coll_work_p2p_done(coll_req_t *r);
+
+/* ---- api.c ------------------------------------------------------------- */
+
+/* Run checked arguments A on G (this thread). */
+td_status_t coll_run(td_group_t *g, const coll_args_t *a);
+
+/* Stop G's operation thread (after its queue drained). */
+void        coll_group_stop_thread(td_group_t *g);
+
+/* ---- group.c ----------------------------------------------------------- */
+
+td_status_t coll_world_group_create(int rank, int size);
+void        coll_world_group_free(void);
+void        coll_groups_reset(void);
+
+#endif /* TD_RUNTIME_COLL_INTERNAL_H */

@@ -1,0 +1,128 @@
+/* reduce.c: the reduction kernels of the collectives (dst op= src) for
+ * every dtype and op of todist/coll.h, written as plain loops the compiler
+ * vectorizes (they run where a received segment lands, while the next one
+ * is still in flight).
+ *
+ * They belong behind the per-device kernel table (kernels/) once its split
+ * lands; the table has no reduction-into entry yet.
+ *
+ * Thread safety: pure functions. */
+#include "config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/coll/coll_internal.h"
+
+#define LOOP(T, EXPR)                                                       \
+    do {                                                                    \
+        T *restrict d = dst;                                                \
+        const T *restrict s = src;                                          \
+        for (size_t i = 0; i < count; i++) {                                \
+            d[i] = (EXPR);                                                  \
+        }                                                                   \
+    } while (0)
+
+#define ARITH(T)                                                            \
+    switch (op) {                                                           \
+    case TD_REDUCE_SUM:                                                     \
+    case TD_REDUCE_AVG:                                                     \
+        LOOP(T, (T)(d[i] + s[i]));                                          \
+        break;                                                              \
+    case TD_REDUCE_PROD:                                                    \
+        LOOP(T, (T)(d[i] * s[i]));                                          \
+        break;                                                              \
+    case TD_REDUCE_MIN:                                                     \
+        LOOP(T, s[i] < d[i] ? s[i] : d[i]);                                 \
+        break;                                                              \
+    case TD_REDUCE_MAX:                                                     \
+        LOOP(T, s[i] > d[i] ? s[i] : d[i]);                                 \
+        break;                                                              \
+    default:                                                                \
+        break;                                                              \
+    }
+
+#define BITWISE(T)                                                          \
+    switch (op) {                                                           \
+    case TD_REDUCE_BAND:                                                    \
+        LOOP(T, d[i] & s[i]);                                               \
+        break;                                                              \
+    case TD_REDUCE_BOR:                                                     \
+        LOOP(T, d[i] | s[i]);                                               \
+        break;                                                              \
+    case TD_REDUCE_BXOR:                                                    \
+        LOOP(T, d[i] ^ s[i]);                                               \
+        break;                                                              \
+    default:                                                                \
+        ARITH(T);                                                           \
+    }
+
+/* uint8 sums wrap modulo 256, as in PyTorch. */
+void
+coll_reduce_into(void *dst, const void *src, size_t count, td_dtype_t dtype,
+                 td_reduce_op_t op)
+{
+    switch (dtype) {
+    case TD_FLOAT32:
+        ARITH(float);
+        break;
+    case TD_FLOAT64:
+        ARITH(double);
+        break;
+    case TD_INT32:
+        BITWISE(int32_t);
+        break;
+    case TD_INT64:
+        BITWISE(int64_t);
+        break;
+    case TD_UINT8:
+        BITWISE(uint8_t);
+        break;
+    default:
+        break;
+    }
+}
+
+#define DIV(T)                                                              \
+    do {                                                                    \
+        T *restrict d = dst;                                                \
+        for (size_t i = 0; i < count; i++) {                                \
+            d[i] = (T)(d[i] / (T)n);                                        \
+        }                                                                   \
+    } while (0)
+
+void
+coll_divide(void *dst, size_t count, td_dtype_t dtype, int n)
+{
+    switch (dtype) {
+    case TD_FLOAT32:
+        DIV(float);
+        break;
+    case TD_FLOAT64:
+        DIV(double);
+        break;
+    case TD_INT32:
+        DIV(int32_t);
+        break;
+    case TD_INT64:
+        DIV(int64_t);
+        break;
+    case TD_UINT8:
+        DIV(uint8_t);
+        break;
+    default:
+        break;
+    }
+}
+
+int
+coll_op_valid(td_reduce_op_t op, td_dtype_t dtype)
+{
+    if ((unsigned)op >= TD_REDUCE_NUM_OPS) {
+        return 0;
+    }
+    if (op >= TD_REDUCE_BAND) {
+        return !td_dtype_is_float(dtype);
+    }
+    return 1;
+}

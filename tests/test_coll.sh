@@ -1,0 +1,151 @@
+#!/bin/sh
+# Collectives and point-to-point, multi-process through todist-run
+# (tests/coll_peer.c): every collective x op x dtype x count x group size
+# 1..8 against naive references with each algorithm forced in turn;
+# point-to-point edge cases (tags out of order, TD_ANY_SOURCE, 200 in
+# flight, 0 B and 256 MiB, size and dtype mismatch on both sides, bad
+# input); subgroups concurrently with the world group, RPC and queued async
+# work; every kind of mismatched collective; a rank that never arrives
+# (timeout naming it); a member SIGKILLed mid all_reduce. Each check must
+# PASS on every rank that makes it; any FAIL line fails. Runs are bounded by
+# timeout; lib.sh cleans up.
+. "$top_srcdir/tests/lib.sh"
+PEER="$top_builddir/tests/coll_peer"
+run() { timeout -k 5 "$@"; }
+
+matrix="matrix_all_reduce matrix_broadcast matrix_reduce matrix_all_gather
+matrix_gather matrix_scatter matrix_reduce_scatter matrix_all_to_all
+matrix_barrier matrix_all_gather_list"
+p2p0="p2p_tags_out_of_order p2p_any_source bad_null_tensor bad_rank
+bad_src_rank bad_tag bad_noncontiguous bad_root bad_op_on_float bad_device
+bad_not_member"
+p2p01="p2p_many_in_flight p2p_zero_bytes p2p_256MiB_send p2p_size_mismatch
+p2p_dtype_mismatch p2p_after_mismatch"
+conc="concurrent_subgroup concurrent_world concurrent_rpc
+concurrent_async_queue"
+mism="mismatch_collective mismatch_size mismatch_dtype mismatch_op
+mismatch_root mismatch_world_still_works"
+kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
+count() { set -- $1; echo $#; }
+plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 23 ))
+
+# expect OUTPUT N names...: "PASS name" printed exactly N times.
+expect() {
+    _out=$1; _n=$2; shift 2
+    for _c in "$@"; do
+        _got=$(printf '%s\n' "$_out" | grep -cx "PASS $_c")
+        if [ "$_got" = "$_n" ]; then
+            ok 0 "$_c"
+        else
+            ok 1 "$_c"
+            diag "PASS lines: $_got, want $_n"
+            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
+        fi
+    done
+}
+nofail() { # output desc
+    is "$(printf '%s\n' "$1" | grep -c '^FAIL')" 0 "$2"
+}
+
+out=$(run 300 todist-run -n 8 "$PEER" matrix 2>&1); rc=$?
+expect "$out" 1 $matrix
+is "$rc" 0 "matrix: every rank exits 0"
+printf '%s\n' "$out" | grep '^# ' || true
+[ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -40)"
+
+out=$(run 120 todist-run -n 3 "$PEER" p2p 2>&1); rc=$?
+expect "$out" 1 $p2p0
+expect "$out" 2 $p2p01
+nofail "$out" "p2p: no failed check"
+is "$rc" 0 "p2p: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+
+out=$(run 120 todist-run -n 4 "$PEER" concurrent 2>&1); rc=$?
+expect "$out" 4 $conc
+is "$rc" 0 "concurrent: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+
+out=$(run 120 todist-run -n 3 "$PEER" mismatch 2>&1); rc=$?
+expect "$out" 3 $mism
+is "$(printf '%s\n' "$out" | grep -cx 'PASS timeout_names_ranks')" 2 \
+   "timeout: both waiting ranks fail naming a rank"
+like "$out" 'rank 2 mismatch_size: coll: mismatched collectives in group [0-9]+ at call #0: rank [0-2] called all_reduce\(float32 x (8|16), sum, rd\), rank [0-2] called all_reduce\(float32 x (8|16), sum, rd\)' \
+     "a mismatch names both ranks and both calls, on an uninvolved rank too"
+like "$out" 'mismatch_root: .*root 0.*root 1' "a root mismatch names both roots"
+nofail "$out" "mismatch: no failed check"
+is "$rc" 0 "mismatch: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+
+# Rank 2 SIGKILLs itself in its 21st 4 MiB all_reduce.
+out=$(run 60 todist-run -n 3 --grace-period 20 "$PEER" kill 2>&1); rc=$?
+expect "$out" 2 $kill
+nofail "$out" "kill: no failed check"
+is "$rc" 137 "kill: the killed rank's status is reported"
+[ "$rc" = 137 ] || diag "$out"
+
+# TODIST_COLL_ALGO from the environment: everywhere the same, the job
+# runs with it; on one rank only, the choice differs and the mismatch
+# check names both algorithms instead of mixing data.
+out=$(TODIST_COLL_ALGO=all_reduce:ring run 120 todist-run -n 4 "$PEER" \
+      concurrent 2>&1); rc=$?
+is "$rc" 0 "TODIST_COLL_ALGO=all_reduce:ring: concurrent runs pass"
+cat > "$TD_TMP/one.sh" <<EOS
+#!/bin/sh
+[ "\$TODIST_RANK" = 1 ] && export TODIST_COLL_ALGO=all_reduce:ring
+exec "$PEER" one
+EOS
+chmod +x "$TD_TMP/one.sh"
+out=$(run 60 todist-run -n 2 "$TD_TMP/one.sh" 2>&1); rc=$?
+like "$out" "rank 0 one: TD_ERR_INVALID .*all_reduce\(float32 x 16, sum, (rd|ring)\).*all_reduce\(float32 x 16, sum, (rd|ring)\)" \
+     "a TODIST_COLL_ALGO set on one rank only fails naming both algorithms"
+[ "$rc" = 0 ] || diag "$out"
+out=$(TODIST_COLL_ALGO=all_reduce:nosuch run 60 todist-run -n 1 "$PEER" \
+      concurrent 2>&1); rc=$?
+like "$out" "TODIST_COLL_ALGO: all_reduce has no algorithm 'nosuch'|unknown algorithm 'nosuch'" \
+     "a bad TODIST_COLL_ALGO is named at td_init"
+# The single-copy path (process_vm_readv) for bodies of 64 KiB and more:
+# on by default; off with TODIST_COLL_CMA=0; and with rank 1 in its own
+# pid namespace, where the pids in offers name nobody (or the wrong
+# process: the token check refuses it), every offer falls back to the body
+# through UCX, and the results are still right.
+for cfg in default off netns; do
+    case $cfg in
+    default) out=$(run 60 todist-run -n 3 "$PEER" big 2>&1); rc=$? ;;
+    off) out=$(TODIST_COLL_CMA=0 run 60 todist-run -n 3 "$PEER" big 2>&1); rc=$? ;;
+    netns)
+        cat > "$TD_TMP/ns.sh" <<EOS
+#!/bin/sh
+if [ "\$TODIST_RANK" = 1 ]; then exec unshare --pid --fork "$PEER" big; fi
+exec "$PEER" big
+EOS
+        chmod +x "$TD_TMP/ns.sh"
+        if unshare --pid --fork true 2>/dev/null; then
+            out=$(TODIST_LOG=debug run 60 todist-run -n 3 "$TD_TMP/ns.sh" 2>&1)
+            rc=$?
+        else
+            skip 3 "unshare --pid not permitted here"
+            continue
+        fi ;;
+    esac
+    is "$(printf '%s\n' "$out" | grep -cx 'PASS big_all_reduce')" 3 \
+       "large all_reduce right ($cfg)"
+    is "$(printf '%s\n' "$out" | grep -cx 'PASS big_broadcast')" 3 \
+       "large broadcast right ($cfg)"
+    [ "$rc" = 0 ] || diag "$out"
+    if [ $cfg = netns ]; then
+        like "$out" "cannot read [0-9]+ bytes in place from rank" \
+             "offers across pid namespaces fall back to the body"
+    fi
+done
+
+# examples/ring_allreduce: seed 004's ring from isend/irecv, checked
+# against td_all_reduce on 3 and 4 ranks.
+for n in 3 4; do
+    out=$(run 120 todist-run -n $n "$top_builddir/examples/ring_allreduce" \
+          100003 2>&1); rc=$?
+    like "$out" "ring_allreduce: ranks=$n count=100003 max_abs_diff=0 ranks_disagreeing=0" \
+         "examples/ring_allreduce on $n ranks agrees with td_all_reduce"
+    [ "$rc" = 0 ] || diag "$out"
+done
+done_testing

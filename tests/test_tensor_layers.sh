@@ -1,0 +1,42 @@
+#!/bin/sh
+# The layering inside runtime/tensor/ and under it, read from the objects
+# in the build tree (nm): tensor.c calls no function the ops (ops_*.c)
+# define, so there is no circle tensor.c -> ops -> tensor.c (the ops and
+# autograd sit above tensor.c); and nothing in kernels/ calls a function
+# defined in runtime/ (the kernel table takes raw pointers).
+. "$top_srcdir/tests/lib.sh"
+command -v nm >/dev/null || skip_all "nm not found"
+plan 5
+
+# The objects of folder $1 whose name matches $2 (libtool keeps the shared
+# library's in .libs).
+objects() {
+    set -- "$top_builddir/$1"/.libs/libtodist_core_la-$2.o
+    [ -e "$1" ] || set -- "$top_builddir/$1"/libtodist_core_la-$2.o
+    for o in "$@"; do [ -e "$o" ] && echo "$o"; done
+}
+defined() { for o in "$@"; do nm "$o" | awk '$2 ~ /^[TDBR]$/ { print $3 }'; done | sort -u; }
+undefined() { for o in "$@"; do nm "$o" | awk '$1 == "U" { print $2 }'; done | sort -u; }
+
+tensor=$(objects runtime/tensor tensor)
+ops=$(objects runtime/tensor 'ops_*')
+kern=$(objects kernels '*'; objects kernels/cpu '*')
+runtime=$(for d in runtime runtime/*; do objects "$d" '*'; done)
+ok "$([ -n "$tensor" ] && [ "$(echo $ops | wc -w)" -ge 5 ] &&
+      [ "$(echo $kern | wc -w)" -ge 6 ]; echo $?)" \
+   "objects found: tensor, $(echo $ops | wc -w) ops, $(echo $kern | wc -w) kernels"
+
+defined $ops > "$TD_TMP/ops_defs"
+undefined $tensor > "$TD_TMP/tensor_uses"
+ok "$(grep -qx td_add "$TD_TMP/ops_defs"; echo $?)" \
+   "the ops' objects define td_add (the check can see them)"
+is "$(comm -12 "$TD_TMP/ops_defs" "$TD_TMP/tensor_uses" | tr '\n' ' ')" "" \
+   "tensor.c calls nothing the ops define"
+
+defined $runtime > "$TD_TMP/rt_defs"
+undefined $kern > "$TD_TMP/kern_uses"
+ok "$(grep -qx td_tensor_empty "$TD_TMP/rt_defs"; echo $?)" \
+   "runtime's objects define td_tensor_empty (the check can see them)"
+is "$(comm -12 "$TD_TMP/rt_defs" "$TD_TMP/kern_uses" | tr '\n' ' ')" "" \
+   "kernels/ calls nothing runtime/ defines"
+done_testing
