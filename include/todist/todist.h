@@ -8,6 +8,7 @@
 #include <todist/rank_env.h>
 #include <todist/topology.h>
 #include <todist/tensor.h>
+#include <todist/device.h>
 #include <todist/autograd.h>
 #include <todist/store.h>
 #include <todist/ops.h>
