@@ -8,6 +8,7 @@
 #include <todist/rank_env.h>
 #include <todist/topology.h>
 #include <todist/tensor.h>
+#include <todist/device.h>
 #include <todist/autograd.h>
 #include <todist/store.h>
 #include <todist/ops.h>
@@ -18,6 +19,7 @@
 #include <todist/init.h>
 #include <todist/optim.h>
 #include <todist/nn.h>
+#include <todist/batchnorm.h>
 #include <todist/data.h>
 #include <todist/safetensors.h>
 #include <todist/slurm_env.h>
@@ -27,5 +29,9 @@
 #include <todist/dist_optim_remote.h>
 #include <todist/sampler.h>
 #include <todist/ddp.h>
+#include <todist/syncbn.h>
+#include <todist/join.h>
+#include <todist/zero.h>
+#include <todist/remote_module.h>
 
 #endif /* TODIST_TODIST_H */

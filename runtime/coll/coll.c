@@ -1378,12 +1378,7 @@ wait_some(wait_t *w, double until, double t0)
     if (!wait_pred(w)) {
         struct timespec ts;
 
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 2000000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        td_deadline_after(0.002, &ts);
         pthread_cond_timedwait(&C.wait_cond, &C.wait_lock, &ts);
     }
     atomic_fetch_sub(&C.waiters, 1);
