@@ -12,8 +12,9 @@
  * Invariants:
  *  1. A kernel never fails: its caller has checked shapes, dtypes and
  *     index ranges (index_check and bag_plan are the checks themselves).
- *  2. Every dtype a kernel accepts is named in its comment; float kernels
- *     take TD_FLOAT32 or TD_FLOAT64 and compute in that dtype, accumulating
+ *  2. copy, fill and index_select take any dtype, batch_u8 and the
+ *     index/offset arrays fixed ones; every other kernel takes TD_FLOAT32
+ *     or TD_FLOAT64 and computes in that dtype, accumulating
  *     sums as the CPU sum_mid does (double when inner == 1), so a fused
  *     kernel gives the same bits as the composed ops it replaces.
  *  3. Sizes of 0 are allowed everywhere and write nothing.
@@ -153,6 +154,29 @@ typedef struct {
                       double *exp_avg, double *exp_avg_sq,
                       double *max_exp_avg_sq, int64_t n,
                       const td_adam_args_t *args);
+    /* ---- batch normalisation over the features of a contiguous [n, c]
+     * input (float dtypes; per-channel terms in double) --------------- */
+    /* s1[j] = sum_r (x[r,j] - shift[j]), s2[j] = sum_r (x[r,j] - shift[j])^2
+     * (SHIFT NULL: 0) */
+    void (*bn_sums)(td_dtype_t dtype, const void *x, int64_t n, int64_t c,
+                    const double *shift, double *s1, double *s2);
+    /* y = (x - mean) invstd * weight + bias (WEIGHT, BIAS of DTYPE, NULL:
+     * 1 and 0) */
+    void (*bn_apply)(td_dtype_t dtype, void *y, const void *x, int64_t n,
+                     int64_t c, const double *mean, const double *invstd,
+                     const void *weight, const void *bias);
+    /* sum_dy[j] = sum_r g, sum_dy_xmu[j] = sum_r g (x - mean) */
+    void (*bn_backward_reduce)(td_dtype_t dtype, const void *g,
+                               const void *x, int64_t n, int64_t c,
+                               const double *mean, double *sum_dy,
+                               double *sum_dy_xmu);
+    /* gx = (g - sum_dy / count - (x - mean) invstd^2 sum_dy_xmu / count)
+     *      invstd weight; SUM_DY NULL: gx = g invstd weight (eval mode) */
+    void (*bn_backward_elemt)(td_dtype_t dtype, void *gx, const void *g,
+                              const void *x, int64_t n, int64_t c,
+                              const double *mean, const double *invstd,
+                              const void *weight, const double *sum_dy,
+                              const double *sum_dy_xmu, double count);
 } td_kernels_t;
 
 const td_kernels_t *td_kernels_get(td_device_t device);

@@ -7,3 +7,16 @@ check_PROGRAMS += tests/ddp_peer
 tests_ddp_peer_LDADD = $(TD_LDADD) -lm
 TESTS += tests/test_ddp.sh
 EXTRA_DIST += tests/test_ddp.sh
+check_PROGRAMS += tests/syncbn_peer
+tests_syncbn_peer_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_syncbn.sh
+EXTRA_DIST += tests/test_syncbn.sh
+check_PROGRAMS += tests/join_peer
+tests_join_peer_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_join.sh
+EXTRA_DIST += tests/test_join.sh
+# ZeRO-1: tests/zero_peer at 1..4 ranks through todist-run
+check_PROGRAMS += tests/zero_peer
+tests_zero_peer_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_zero.sh
+EXTRA_DIST += tests/test_zero.sh

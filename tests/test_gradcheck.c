@@ -37,6 +37,13 @@ F1(f_linear, td_linear(in[0], in[1], in[2], out))
 F1(f_softmax, td_softmax(in[0], 1, out))
 F1(f_logsoftmax, td_log_softmax(in[0], -1, out))
 F1(f_softmax0, td_softmax(in[0], 0, out))
+static td_tensor_t *bn_rm, *bn_rv;   /* fixed running statistics (eval) */
+F1(f_bn_train, td_batch_norm(in[0], NULL, NULL, in[1], in[2], 1, 0.1, 1e-5,
+                             out))
+F1(f_bn_noaffine, td_batch_norm(in[0], NULL, NULL, NULL, NULL, 1, 0.1, 1e-5,
+                                out))
+F1(f_bn_eval, td_batch_norm(in[0], bn_rm, bn_rv, in[1], in[2], 0, 0.1, 1e-5,
+                            out))
 F1(f_ce_mean, td_cross_entropy(in[0], idx_t, TD_REDUCTION_MEAN, out))
 F1(f_ce_sum, td_cross_entropy(in[0], idx_t, TD_REDUCTION_SUM, out))
 F1(f_nll, td_nll_loss(in[0], idx_t, TD_REDUCTION_MEAN, out))
@@ -224,6 +231,9 @@ static const gc_case_t cases[] = {
     {"cat", f_cat, 2, {{3, 2}, {3, 3}}, {2, 2}, 0, 0},
     {"stack", f_stack, 2, {{3, 2}, {3, 2}}, {2, 2}, 0, 0},
     {"split", f_split, 1, {{3, 5}}, {2}, 0, 1},
+    {"batch_norm train", f_bn_train, 3, {{6, 4}, {4}, {4}}, {2, 1, 1}, 0, 1},
+    {"batch_norm train no affine", f_bn_noaffine, 1, {{5, 3}}, {2}, 0, 1},
+    {"batch_norm eval", f_bn_eval, 3, {{6, 4}, {4}, {4}}, {2, 1, 1}, 0, 1},
     {"linear+tanh+cross_entropy", f_mlp, 3, {{4, 3}, {5, 3}, {5}}, {2, 2, 1}, 0, 1},
 };
 
@@ -239,6 +249,10 @@ main(void)
     plan(ncase + nsecond);
     td_tensor_from_data(ix, (int64_t[]){4}, 1, TD_INT64, &idx_t);
     td_tensor_from_data(off, (int64_t[]){3}, 1, TD_INT64, &offs_t);
+    td_tensor_from_data((double[]){0.3, -0.2, 0.1, 1.5}, (int64_t[]){4}, 1,
+                        TD_FLOAT64, &bn_rm);
+    td_tensor_from_data((double[]){0.8, 1.3, 0.5, 2.0}, (int64_t[]){4}, 1,
+                        TD_FLOAT64, &bn_rv);
     for (int c = 0; c < ncase; c++) {
         const gc_case_t *k = &cases[c];
         td_tensor_t *in[3];
@@ -261,5 +275,7 @@ main(void)
     }
     td_tensor_release(idx_t);
     td_tensor_release(offs_t);
+    td_tensor_release(bn_rm);
+    td_tensor_release(bn_rv);
     return exit_status();
 }

@@ -3,7 +3,8 @@
  * tests/data/gen_reference.py), in float64 (relative error < 1e-5) and
  * float32 (< 1e-4); grad of grad; a 5-step MetaSGD meta-gradient; and
  * 10-step trajectories of SGD (momentum, dampening, nesterov, weight
- * decay), Adam (weight decay, amsgrad) and AdamW. */
+ * decay), Adam (weight decay, amsgrad) and AdamW; BatchNorm1d's running
+ * statistics over 3 train steps and an eval step. */
 #include "config.h"
 
 #include <stdio.h>
@@ -112,6 +113,11 @@ f_transpose_reshape(td_tensor_t **in, td_tensor_t **out)
     return st;
 }
 
+F1(f_bn_train, td_batch_norm(in[0], NULL, NULL, in[1], in[2], 1, 0.1, 1e-5,
+                             out))
+F1(f_bn_noaffine, td_batch_norm(in[0], NULL, NULL, NULL, NULL, 1, 0.1, 1e-5,
+                                out))
+
 static const struct {
     const char *name;
     op_fn       fn;
@@ -132,6 +138,7 @@ static const struct {
     {"embedding", f_embedding, 1}, {"bag_sum", f_bag_sum, 1},
     {"bag_mean", f_bag_mean, 1}, {"index_select", f_index_select, 1},
     {"cat", f_cat, 2}, {"transpose_reshape", f_transpose_reshape, 1},
+    {"bn_train", f_bn_train, 3}, {"bn_train_noaffine", f_bn_noaffine, 1},
 };
 
 /* forward + all input gradients of one case in one dtype; returns the
@@ -179,6 +186,75 @@ check_case(int c, const char *tag)
     td_tensor_release(w);
     td_tensor_release(out);
     return worst;
+}
+
+/* BatchNorm1d over 3 train steps and 1 eval step: output, gradients of x,
+ * weight and bias, running mean and variance after every step. */
+static void
+test_bn1d(const char *tag, double tol)
+{
+    td_batchnorm1d_t bn = {0};
+    td_tensor_t *w0 = get("%s.bn1d.weight", tag), *b0 = get("%s.bn1d.bias", tag);
+    double worst = 0;
+    int failed = w0 == NULL || b0 == NULL ||
+                 td_batchnorm1d_init(&bn, 5, td_tensor_dtype(w0)) != TD_OK;
+
+    if (!failed) {
+        td_tensor_copy_(bn.weight, w0);
+        td_tensor_copy_(bn.bias, b0);
+    }
+    for (int step = 0; step < 4 && !failed; step++) {
+        td_tensor_t *x = get("%s.bn1d.%d.x", tag, step);
+        td_tensor_t *w = get("%s.bn1d.%d.w", tag, step);
+        td_tensor_t *ins[3], *g[3] = {0}, *out = NULL, *p = NULL, *s = NULL;
+        const char *names[] = {"out", "gx", "gw", "gb", "rm", "rv"};
+        td_tensor_t *mine[6];
+
+        bn.training = step < 3;
+        td_tensor_set_requires_grad(x, 1);
+        ins[0] = x;
+        ins[1] = bn.weight;
+        ins[2] = bn.bias;
+        if (td_batchnorm1d_forward(&bn, x, &out) != TD_OK ||
+            td_mul(out, w, &p) != TD_OK || td_sum(p, &s) != TD_OK ||
+            td_grad(&s, NULL, 1, ins, 3, 0, 0, 0, g) != TD_OK) {
+            diag("%s bn1d step %d: %s", tag, step, td_last_error());
+            failed = 1;
+        } else {
+            mine[0] = out;
+            mine[1] = g[0];
+            mine[2] = g[1];
+            mine[3] = g[2];
+            mine[4] = bn.running_mean;
+            mine[5] = bn.running_var;
+            for (int i = 0; i < 6; i++) {
+                td_tensor_t *ref = get("%s.bn1d.%d.%s", tag, step, names[i]);
+                double e = rel_err(mine[i], ref);
+                if (e > worst) {
+                    worst = e;
+                    if (e >= tol) {
+                        diag("%s bn1d step %d %s: rel err %.2g", tag, step,
+                             names[i], e);
+                    }
+                }
+                td_tensor_release(ref);
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            td_tensor_release(g[i]);
+        }
+        td_tensor_release(out);
+        td_tensor_release(p);
+        td_tensor_release(s);
+        td_tensor_release(x);
+        td_tensor_release(w);
+    }
+    ok(!failed && worst < tol && bn.num_batches_tracked == 3,
+       "%s BatchNorm1d: 3 train steps (running stats) + eval vs torch "
+       "(rel err %.2g)", tag, worst);
+    td_batchnorm1d_destroy(&bn);
+    td_tensor_release(w0);
+    td_tensor_release(b0);
 }
 
 static void
@@ -421,7 +497,7 @@ main(void)
 
     snprintf(ref_path, sizeof(ref_path), "%s/tests/data/reference.safetensors",
              src ? src : ".");
-    plan(2 * ncase + 4 + 3 + 12);
+    plan(2 * ncase + 4 + 3 + 12 + 2);
     idx_t = get("ce.idx");
     bag_idx = get("bag.idx");
     bag_off = get("bag.off");
@@ -437,6 +513,8 @@ main(void)
     }
     test_gradgrad();
     test_maml();
+    test_bn1d("f64", 1e-10);
+    test_bn1d("f32", 1e-4);
     for (int i = 0; i < 6; i++) {
         test_optim(opts[i]);
     }

@@ -36,6 +36,8 @@
  * - comm_hook: replaces the default bucket all_reduce (average); it must
  *   start one collective on the group for the bucket and hand back its
  *   work, leaving the bucket averaged when the work completes.
+ * Uneven inputs (PyTorch's Join): todist/join.h; SyncBatchNorm:
+ * todist/syncbn.h.
  * Invariants (DDP1-DDP6):
  *   DDP1 every rank launches buckets in the same order: bucket i starts only
  *        after buckets 0..i-1 started; a bucket starts once per iteration.
@@ -122,6 +124,14 @@ td_status_t td_ddp_broadcast_buffers(td_ddp_t *ddp, td_tensor_t *const *buffers,
 int         td_ddp_num_buckets(const td_ddp_t *ddp);
 /* Parameter indices of bucket B in launch order (borrowed; *N_P set). */
 const int  *td_ddp_bucket_params(const td_ddp_t *ddp, int b, int *n_p);
+/* Bucket B's flat gradient buffer in launch order (borrowed; NULL when B
+ * is out of range): Join's shadow reductions match its size and dtype. */
+td_tensor_t *td_ddp_bucket_tensor(const td_ddp_t *ddp, int b);
+/* The wrapped parameters, in registration order (borrowed). */
+int         td_ddp_num_params(const td_ddp_t *ddp);
+td_tensor_t *td_ddp_param(const td_ddp_t *ddp, int i);
+/* Whether a comm_hook replaces the default all_reduce (average). */
+int         td_ddp_has_comm_hook(const td_ddp_t *ddp);
 /* The group the DDP object reduces over (borrowed). */
 td_group_t *td_ddp_group(const td_ddp_t *ddp);
 

@@ -19,6 +19,7 @@
 #include <todist/init.h>
 #include <todist/optim.h>
 #include <todist/nn.h>
+#include <todist/batchnorm.h>
 #include <todist/data.h>
 #include <todist/safetensors.h>
 #include <todist/slurm_env.h>
@@ -28,5 +29,9 @@
 #include <todist/dist_optim_remote.h>
 #include <todist/sampler.h>
 #include <todist/ddp.h>
+#include <todist/syncbn.h>
+#include <todist/join.h>
+#include <todist/zero.h>
+#include <todist/remote_module.h>
 
 #endif /* TODIST_TODIST_H */

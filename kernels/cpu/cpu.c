@@ -25,4 +25,8 @@ const td_kernels_t td_cpu_kernels = {
     .dropout_mask = td_cpu_dropout_mask,
     .sgd_step = td_cpu_sgd_step,
     .adam_step = td_cpu_adam_step,
+    .bn_sums = td_cpu_bn_sums,
+    .bn_apply = td_cpu_bn_apply,
+    .bn_backward_reduce = td_cpu_bn_backward_reduce,
+    .bn_backward_elemt = td_cpu_bn_backward_elemt,
 };

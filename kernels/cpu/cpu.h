@@ -70,4 +70,20 @@ void td_cpu_adam_step(td_dtype_t dtype, void *param, const void *grad,
                       double *max_exp_avg_sq, int64_t n,
                       const td_adam_args_t *args);
 
+/* cpu_norm.c */
+void td_cpu_bn_sums(td_dtype_t dtype, const void *x, int64_t n, int64_t c,
+                    const double *shift, double *s1, double *s2);
+void td_cpu_bn_apply(td_dtype_t dtype, void *y, const void *x, int64_t n,
+                     int64_t c, const double *mean, const double *invstd,
+                     const void *weight, const void *bias);
+void td_cpu_bn_backward_reduce(td_dtype_t dtype, const void *g,
+                               const void *x, int64_t n, int64_t c,
+                               const double *mean, double *sum_dy,
+                               double *sum_dy_xmu);
+void td_cpu_bn_backward_elemt(td_dtype_t dtype, void *gx, const void *g,
+                              const void *x, int64_t n, int64_t c,
+                              const double *mean, const double *invstd,
+                              const void *weight, const double *sum_dy,
+                              const double *sum_dy_xmu, double count);
+
 #endif /* TD_KERNELS_CPU_CPU_H */

@@ -840,6 +840,30 @@ td_ddp_bucket_params(const td_ddp_t *ddp, int b, int *n_p)
     return ddp->buckets[b].params;
 }
 
+td_tensor_t *
+td_ddp_bucket_tensor(const td_ddp_t *ddp, int b)
+{
+    return b >= 0 && b < ddp->n_buckets ? ddp->buckets[b].flat : NULL;
+}
+
+int
+td_ddp_num_params(const td_ddp_t *ddp)
+{
+    return ddp->n;
+}
+
+td_tensor_t *
+td_ddp_param(const td_ddp_t *ddp, int i)
+{
+    return i >= 0 && i < ddp->n ? ddp->params[i] : NULL;
+}
+
+int
+td_ddp_has_comm_hook(const td_ddp_t *ddp)
+{
+    return ddp->opts.comm_hook != NULL;
+}
+
 td_group_t *
 td_ddp_group(const td_ddp_t *ddp)
 {

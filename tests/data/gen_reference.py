@@ -185,6 +185,51 @@ for oname, make in OPTS.items():
     for i, p in enumerate(ps):
         put(f"opt.{oname}.final{i}", p)
 
+# ---- batch norm (own seed, so the cases above keep their values):
+# functional batch_norm in train mode (with and without affine, as ordinary
+# cases), and a BatchNorm1d module over 3 train steps (running statistics
+# after each) then one eval step, with the gradients of each step ----
+torch.manual_seed(21)
+BN_CASES = {
+    "bn_train": (lambda x, w, b: F.batch_norm(x, None, None, w, b,
+                                              training=True), [(6, 4), (4,), (4,)]),
+    "bn_train_noaffine": (lambda x: F.batch_norm(x, None, None, training=True),
+                          [(5, 3)]),
+}
+for name, (fn, shapes) in BN_CASES.items():
+    ins64 = [randn(*s) for s in shapes]
+    for dt, tag in ((torch.float64, "f64"), (torch.float32, "f32")):
+        ins = [x.to(dt).requires_grad_() for x in ins64]
+        out = fn(*ins)
+        w = torch.randn(out.shape, dtype=torch.float64).to(dt)
+        grads = torch.autograd.grad((out * w).sum(), ins)
+        for i, x in enumerate(ins):
+            put(f"{tag}.{name}.in{i}", x)
+            put(f"{tag}.{name}.grad{i}", grads[i])
+        put(f"{tag}.{name}.w", w)
+        put(f"{tag}.{name}.out", out)
+
+bn_w, bn_b = randn(5), randn(5)
+bn_xs = [randn(8, 5) * 2 + 1 for _ in range(4)]
+bn_ws = [torch.randn(8, 5, dtype=torch.float64) for _ in range(4)]
+for dt, tag in ((torch.float64, "f64"), (torch.float32, "f32")):
+    m = torch.nn.BatchNorm1d(5).to(dt)
+    with torch.no_grad():
+        m.weight.copy_(bn_w)
+        m.bias.copy_(bn_b)
+    put(f"{tag}.bn1d.weight", m.weight)
+    put(f"{tag}.bn1d.bias", m.bias)
+    for step in range(4):
+        if step == 3:
+            m.eval()
+        x = bn_xs[step].to(dt).requires_grad_()
+        out = m(x)
+        w = bn_ws[step].to(dt)
+        gx, gw, gb = torch.autograd.grad((out * w).sum(), (x, m.weight, m.bias))
+        for k, v in {"x": x, "w": w, "out": out, "gx": gx, "gw": gw, "gb": gb,
+                     "rm": m.running_mean, "rv": m.running_var}.items():
+            put(f"{tag}.bn1d.{step}.{k}", v)
+
 # ---- write safetensors by hand ----
 DT = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
 header, blobs, offset = {}, [], 0
