@@ -21,3 +21,9 @@ EXTRA_DIST += tests/test_fashion_mnist_ddp.sh scripts/plot-metrics.sh
 # against td_all_reduce (tests/test_coll.sh runs it).
 check_PROGRAMS += examples/ring_allreduce
 examples_ring_allreduce_LDADD = $(TD_LDADD)
+# ps_batch: seed 003's batch-updating parameter server (async handlers),
+# checked against the same training in one process by its test.
+check_PROGRAMS += examples/ps_batch
+examples_ps_batch_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_ps_batch.sh
+EXTRA_DIST += tests/test_ps_batch.sh

@@ -30,6 +30,7 @@
 #include "todist/store.h"
 #include "todist/topology.h"
 #include "runtime/runtime.h"
+#include "runtime/rpc/device_map.h"
 #include "runtime/modules.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -487,6 +488,14 @@ td_init(const td_init_params_t *params)
     if (status != TD_OK) {
         goto err_transport;
     }
+    /* Device maps: validated against the peers' device counts before the
+     * barrier, so a bad map fails td_init here, naming entry and rule. */
+    status = td_device_maps_setup(rt.store, &rt.world, rt.params.device_maps,
+                                  rt.params.init_timeout);
+    rt.params.device_maps = NULL;   /* copied; the caller's may go away */
+    if (status != TD_OK) {
+        goto err_modules;
+    }
     td_transport_address(rt.tp, &addr, &addr_len);
     if (rt.pmix) {
         /* Put, commit and one fence: the start-up barrier included. */
@@ -512,6 +521,7 @@ td_init(const td_init_params_t *params)
 
 err_modules:
     td_modules_shutdown();
+    td_device_maps_reset();
 err_transport:
     td_transport_destroy(rt.tp, 0.5);
     rt.tp = NULL;
@@ -642,6 +652,7 @@ td_finalize(void)
     }
 
     td_modules_shutdown();
+    td_device_maps_reset();
     st2 = td_transport_destroy(rt.tp, 2.0);
     if (st2 != TD_OK && status == TD_OK) {
         status = st2;   /* a peer that did not close its endpoint */

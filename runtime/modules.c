@@ -22,6 +22,7 @@ static const td_runtime_module_t *const table[] = {
     &td_coll_module,            /* process groups, p2p, collectives */
     &td_dist_autograd_module,   /* distributed autograd (an RPC plug-in) */
     &td_dist_optim_module,      /* the optimizer over remote references */
+    &td_remote_module_module,   /* RemoteModule's owner-side functions */
 };
 
 #define N_TABLE (sizeof(table) / sizeof(table[0]))

@@ -15,3 +15,8 @@ check_PROGRAMS += tests/join_peer
 tests_join_peer_LDADD = $(TD_LDADD) -lm
 TESTS += tests/test_join.sh
 EXTRA_DIST += tests/test_join.sh
+# ZeRO-1: tests/zero_peer at 1..4 ranks through todist-run
+check_PROGRAMS += tests/zero_peer
+tests_zero_peer_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_zero.sh
+EXTRA_DIST += tests/test_zero.sh

@@ -9,3 +9,8 @@ check_PROGRAMS += tests/dist_peer
 tests_dist_peer_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/test_dist_rpc.sh
 EXTRA_DIST += tests/test_dist_rpc.sh
+# RemoteModule: tests/remote_module_peer through todist-run -n 2
+check_PROGRAMS += tests/remote_module_peer
+tests_remote_module_peer_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_remote_module.sh
+EXTRA_DIST += tests/test_remote_module.sh

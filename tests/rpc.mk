@@ -11,3 +11,8 @@ EXTRA_DIST += tests/test_rpc_fuzz.sh
 check_PROGRAMS += tests/test_mapreduce
 tests_test_mapreduce_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/test_mapreduce
+# async handlers (td_rpc_register_async): two workers through todist-run
+check_PROGRAMS += tests/async_peer
+tests_async_peer_LDADD = $(TD_TEST_LDADD) -lm
+TESTS += tests/test_async.sh
+EXTRA_DIST += tests/test_async.sh

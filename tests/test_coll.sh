@@ -1,7 +1,8 @@
 #!/bin/sh
 # Collectives and point-to-point, multi-process through todist-run
 # (tests/coll_peer.c): every collective x op x dtype x count x group size
-# 1..8 against naive references with each algorithm forced in turn;
+# {1,2,3,4,5,8} against naive references, then again with each algorithm
+# forced in turn (sizes {2,3,5,8});
 # point-to-point edge cases (tags out of order, TD_ANY_SOURCE, 200 in
 # flight, 0 B and 256 MiB, size and dtype mismatch on both sides, bad
 # input); subgroups concurrently with the world group, RPC and queued async
@@ -16,19 +17,19 @@ run() { timeout -k 5 "$@"; }
 matrix="matrix_all_reduce matrix_broadcast matrix_reduce matrix_all_gather
 matrix_gather matrix_scatter matrix_reduce_scatter matrix_all_to_all
 matrix_barrier matrix_all_gather_list"
-p2p0="p2p_tags_out_of_order p2p_any_source bad_null_tensor bad_rank
+p2p0="p2p_tags_out_of_order p2p_any_source p2p_irecv_any_source bad_null_tensor bad_rank
 bad_src_rank bad_tag bad_noncontiguous bad_root bad_op_on_float bad_device
 bad_not_member"
 p2p01="p2p_many_in_flight p2p_zero_bytes p2p_256MiB_send p2p_size_mismatch
 p2p_dtype_mismatch p2p_after_mismatch"
 conc="concurrent_subgroup concurrent_world concurrent_rpc
-concurrent_async_queue"
+concurrent_async_queue async_every_collective"
 mism="mismatch_collective mismatch_size mismatch_dtype mismatch_op
 mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
-         $(count "$conc") + $(count "$mism") + $(count "$kill") + 23 ))
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 26 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -104,6 +105,14 @@ out=$(TODIST_COLL_ALGO=all_reduce:nosuch run 60 todist-run -n 1 "$PEER" \
       concurrent 2>&1); rc=$?
 like "$out" "TODIST_COLL_ALGO: all_reduce has no algorithm 'nosuch'|unknown algorithm 'nosuch'" \
      "a bad TODIST_COLL_ALGO is named at td_init"
+out=$(TODIST_COLL_TIMEOUT=soon run 60 todist-run -n 1 "$PEER" one 2>&1)
+like "$out" "TODIST_COLL_TIMEOUT='soon' is not a positive number" \
+     "a bad TODIST_COLL_TIMEOUT is named at td_init"
+out=$(TODIST_COLL_TIMEOUT=0.5 run 60 todist-run -n 2 "$PEER" late 2>&1)
+like "$out" "rank 0 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s on rank 0 waiting for rank\\(s\\) 1" \
+     "TODIST_COLL_TIMEOUT=0.5: a late rank is named after half a second"
+like "$out" "rank 1 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s on rank 0 waiting for rank\\(s\\) 1 \\(reported by rank 0\\)" \
+     "and the late rank fails its call with that error too"
 # The single-copy path (process_vm_readv) for bodies of 64 KiB and more:
 # on by default; off with TODIST_COLL_CMA=0; and with rank 1 in its own
 # pid namespace, where the pids in offers name nobody (or the wrong

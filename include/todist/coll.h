@@ -67,7 +67,8 @@
  * operation of its groups on the survivors (TD_ERR_PEER, naming it) within
  * about a second (UCX keepalive). An operation still waiting after
  * TODIST_COLL_TIMEOUT seconds (default 60; td_coll_set_timeout) fails with
- * TD_ERR_TIMEOUT naming the ranks it was waiting for. After any of these a
+ * TD_ERR_TIMEOUT naming the ranks it was waiting for, and tells every
+ * member (a late one fails its call too). After any of these a
  * group is broken: its later operations fail at once with the first error
  * (sequence numbers can no longer agree); make a new group.
  *

@@ -23,6 +23,7 @@
 
 #include <todist/status.h>
 #include <todist/world.h>
+#include <todist/device.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,6 +48,9 @@ typedef struct {
                                          * 300, env TODIST_FINALIZE_TIMEOUT) */
     td_init_progress_t progress;        /* env TODIST_PROGRESS wins */
     const td_world_t  *world;           /* NULL: td_world_from_env() */
+    const td_device_maps_t *device_maps;/* per-peer device maps (copied;
+                                         * TODIST_DEVICE_MAPS adds to them;
+                                         * todist/device.h), NULL: none */
 } td_init_params_t;
 
 /* Defaults (environment overrides are applied by td_init). */

@@ -177,6 +177,24 @@ enum {
  * td_rpc_register). TD_ERR_INVALID for an unknown flag. */
 td_status_t td_rpc_register_flags(const char *name, td_rpc_fn fn, void *arg,
                                   unsigned flags);
+/* An async handler (PyTorch's @rpc.functions.async_execution): read ARGS
+ * (borrowed for this call only: retain what the future needs later) and
+ * hand back in *FUT_P a future (the caller's reference passes to RPC):
+ * RPC answers the call when it completes, with its value or its error as
+ * any handler error. The pool thread is free as soon as the handler
+ * returns: a chain of nested calls whose handlers return the futures of
+ * their own calls holds no thread while it is in flight. A non-TD_OK
+ * return answers at once with that error. */
+typedef td_status_t (*td_rpc_async_fn)(void *arg,
+                                       const td_rpc_call_info_t *info,
+                                       const td_rpc_list_t *args,
+                                       td_future_t **fut_p);
+
+/* Register async handler FN under NAME before td_init (as
+ * td_rpc_register). */
+td_status_t td_rpc_register_async(const char *name, td_rpc_async_fn fn,
+                                  void *arg);
+
 /* Handler threads (default 4, env TODIST_RPC_THREADS), before td_init. */
 td_status_t td_rpc_set_threads(int n);
 /* Default timeout in seconds (default 60; 0 = none). */

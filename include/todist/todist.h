@@ -8,6 +8,7 @@
 #include <todist/rank_env.h>
 #include <todist/topology.h>
 #include <todist/tensor.h>
+#include <todist/device.h>
 #include <todist/autograd.h>
 #include <todist/store.h>
 #include <todist/ops.h>
@@ -30,5 +31,7 @@
 #include <todist/ddp.h>
 #include <todist/syncbn.h>
 #include <todist/join.h>
+#include <todist/zero.h>
+#include <todist/remote_module.h>
 
 #endif /* TODIST_TODIST_H */

@@ -1378,12 +1378,7 @@ wait_some(wait_t *w, double until, double t0)
     if (!wait_pred(w)) {
         struct timespec ts;
 
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 2000000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        td_deadline_after(0.002, &ts);
         pthread_cond_timedwait(&C.wait_cond, &C.wait_lock, &ts);
     }
     atomic_fetch_sub(&C.waiters, 1);
@@ -1500,7 +1495,9 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
                      coll_timeout(), C.rank, who[0] ? who : "(none: sends "
                      "in flight)");
             if (is_coll) {
-                coll_group_fail(g, st, 0, g->cur_seq, msg);
+                /* Told to every member: a late one must not go on as if
+                 * the call had worked (C6). */
+                coll_group_fail(g, st, 1, g->cur_seq, msg);
             }
         }
         if (st != TD_OK) {

@@ -276,13 +276,7 @@ td_work_wait(td_work_t *w, double timeout_s)
             if (left <= 0) {
                 break;
             }
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += (time_t)left;
-            ts.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            td_deadline_after(left, &ts);
             pthread_cond_timedwait(&w->cond, &w->lock, &ts);
         } else {
             pthread_cond_wait(&w->cond, &w->lock);

@@ -7,3 +7,6 @@ libtodist_core_la_SOURCES += runtime/dist/dist_autograd.c \
 	runtime/dist/dist_wire.c runtime/dist/dist_wire.h
 todistinclude_HEADERS += include/todist/dist_autograd.h \
 	include/todist/dist_optim.h include/todist/dist_optim_remote.h
+# RemoteModule: modules created on a chosen worker.
+libtodist_core_la_SOURCES += runtime/dist/remote_module.c
+todistinclude_HEADERS += include/todist/remote_module.h

@@ -15,6 +15,7 @@
 #include "runtime/dist/dist_internal.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/pool.h"
+#include "base/clock.h"
 #include <todist/ops.h>
 
 #define RANK_MAX      TD_DIST_RANK_MAX
@@ -1199,18 +1200,6 @@ td_dist_peer_failed(td_dist_engine_t *e, int rank)
 
 /* ---- backward ------------------------------------------------------------ */
 
-static void
-deadline_after(double s, struct timespec *ts)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += (time_t)s;
-    ts->tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 static int
 pass_woken(void *arg)
 {
@@ -1225,7 +1214,7 @@ pass_wait(pass_t *p, double timeout)
     td_status_t status;
     int rc = 0;
 
-    deadline_after(timeout, &deadline);
+    td_deadline_after(timeout, &deadline);
     /* Drive the transport while waiting (no hand-off for the replies),
      * then sleep. */
     td_rpc_drive_until(pass_woken, p, timeout);

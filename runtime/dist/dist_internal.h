@@ -142,6 +142,7 @@ extern const td_runtime_module_t td_dist_autograd_module;
 /* The optimizer over remote references (runtime/dist/dist_optim_remote.c):
  * its internal functions, so any worker may own parameters. */
 extern const td_runtime_module_t td_dist_optim_module;
+extern const td_runtime_module_t td_remote_module_module;  /* remote_module.c */
 
 /* Ids of contexts and messages: rank << 48 | counter, counter >= 1. */
 #define TD_DIST_RANK_MAX     ((1 << 15) - 1)

@@ -19,6 +19,7 @@
 #include "runtime/rpc/future.h"
 #include "runtime/rpc/pool.h"
 #include "runtime/rpc/drive.h"
+#include "base/clock.h"
 
 typedef struct cb_node {
     td_future_cb    cb;
@@ -283,13 +284,7 @@ td_future_wait(td_future_t *f, double timeout)
         return done_status(f);
     }
     if (timeout >= 0) {
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_sec += (time_t)timeout;
-        deadline.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
-        }
+        td_deadline_after(timeout, &deadline);
     }
     /* Drive the transport on this thread first: the reply completes the
      * future right here, with no wake-up. */

@@ -18,6 +18,7 @@
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/mapreduce_internal.h"
 #include "runtime/rpc/pool.h"
+#include "base/clock.h"
 
 /* ---- partitioners -------------------------------------------------------- */
 
@@ -723,13 +724,7 @@ fn_barrier(void *arg, const td_rpc_call_info_t *info,
         s->arrived++;
     }
     pthread_cond_broadcast(&b_cond);
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)timeout;
-    ts.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    td_deadline_after(timeout, &ts);
     td_rpc_blocking(1);
     while (s->arrived < s->n) {
         if (timeout > 0) {

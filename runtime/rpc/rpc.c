@@ -31,6 +31,10 @@
  *     send drains the queue first).
  *  R8 No field of a received message is used before td_rpc_wire_parse and
  *     the body checks accepted it against the received sizes.
+ *  R9 An async handler's call (td_rpc_register_async) is answered exactly
+ *     once, by the callback of the future it handed back, on whichever
+ *     thread completes that future; no pool thread waits for it, and the
+ *     call counts as busy (td_finalize waits) until that answer is sent.
  */
 #include "config.h"
 
@@ -73,6 +77,10 @@ typedef struct {
     td_rpc_fn fn;
     void     *arg;
     unsigned  flags;     /* TD_RPC_INLINE */
+    /* td_rpc_register_async: FN is then async_blocking (run_local's way),
+     * ARG this entry, and the handler's own pair is here. */
+    td_rpc_async_fn afn;
+    void     *afn_arg;
 } fn_entry_t;
 
 static fn_entry_t fns[RPC_FN_TABLE];
@@ -217,9 +225,68 @@ td_rpc_register(const char *name, td_rpc_fn fn, void *arg)
     return td_rpc_register_flags(name, fn, arg, 0);
 }
 
+static td_status_t reg(const char *name, td_rpc_fn fn, void *arg,
+                       unsigned flags, td_rpc_async_fn afn, void *afn_arg);
+
 td_status_t
 td_rpc_register_flags(const char *name, td_rpc_fn fn, void *arg,
                       unsigned flags)
+{
+    return reg(name, fn, arg, flags, NULL, NULL);
+}
+
+/* An async handler run where a result is needed now (td_rpc_run_local: an
+ * rref's owner creating its value): run it and wait for its future. */
+static td_status_t
+async_blocking(void *arg, const td_rpc_call_info_t *info,
+               const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    const fn_entry_t *e = arg;
+    const td_rpc_list_t *value;
+    td_future_t *fut = NULL;
+    td_status_t status;
+
+    status = e->afn(e->afn_arg, info, args, &fut);
+    if (status != TD_OK) {
+        return status;
+    }
+    if (fut == NULL) {
+        return td_error(TD_ERR_INVALID, "rpc: async handler '%s' returned "
+                        "TD_OK without a future", e->name);
+    }
+    status = td_future_wait(fut, -1);
+    value = td_future_value(fut);
+    if (status == TD_OK && value != NULL && td_rpc_list_len(value) > 0) {
+        td_rpc_list_t *copy = NULL;
+
+        if (result->n != 0) {
+            status = td_error(TD_ERR_STATE, "rpc: '%s': result list not "
+                              "empty", e->name);
+        } else if ((status = td_rpc_list_copy(value, &copy)) == TD_OK) {
+            struct td_rpc_list tmp = *result;     /* swap in the copy */
+
+            *result = *copy;
+            *copy = tmp;
+            td_rpc_list_free(copy);
+        }
+    }
+    td_future_release(fut);
+    return status;
+}
+
+td_status_t
+td_rpc_register_async(const char *name, td_rpc_async_fn fn, void *arg)
+{
+    if (fn == NULL) {
+        return td_error(TD_ERR_INVALID, "rpc: register_async '%s': function "
+                        "is NULL", name != NULL ? name : "(null)");
+    }
+    return reg(name, async_blocking, NULL, 0, fn, arg);
+}
+
+static td_status_t
+reg(const char *name, td_rpc_fn fn, void *arg, unsigned flags,
+    td_rpc_async_fn afn, void *afn_arg)
 {
     size_t len;
     uint64_t id;
@@ -264,8 +331,10 @@ td_rpc_register_flags(const char *name, td_rpc_fn fn, void *arg,
             memcpy(fns[i].name, name, len + 1);
             fns[i].id = id;
             fns[i].fn = fn;
-            fns[i].arg = arg;
+            fns[i].arg = afn != NULL ? (void *)&fns[i] : arg;
             fns[i].flags = flags;
+            fns[i].afn = afn;
+            fns[i].afn_arg = afn_arg;
             break;
         }
     }
@@ -572,12 +641,7 @@ timer_main(void *arg)
     while (!rpc.timer_stop) {
         struct timespec ts;
 
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(RPC_TIMER_TICK_S * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        td_deadline_after(RPC_TIMER_TICK_S, &ts);
         pthread_cond_timedwait(&rpc.tcond, &rpc.tlock, &ts);
         if (rpc.timer_stop) {
             break;
@@ -1079,6 +1143,77 @@ reject(const td_transport_rx_t *rx, const char *why)
     }
 }
 
+/* The answer an async handler owes (R9): where it goes, and the context
+ * its reply's tensors belong to. */
+typedef struct {
+    int      src;
+    uint64_t msg_id;
+    uint64_t ctx;
+} owed_t;
+
+/* The future an async handler handed back is done: answer the call. */
+static void
+answer_owed(void *arg, td_future_t *fut)
+{
+    owed_t *o = arg;
+    td_status_t status = td_future_status(fut);
+
+    if (atomic_load(&rpc.state) != RPC_RUNNING) {
+        /* td_finalize's join waits for owed answers (they count as busy);
+         * one completed after shutdown anyway has nobody to send it (R6) */
+        td_log_warn("rpc: answer to rank %d completed after shutdown; "
+                    "dropped", o->src);
+    } else if (status == TD_OK) {
+        /* the value is only read (encoded, send node recorded) */
+        send_reply_to(o->src, o->msg_id, TD_OK, "", ERR_HANDLER,
+                      (td_rpc_list_t *)td_future_value(fut), o->ctx);
+    } else {
+        send_reply_to(o->src, o->msg_id, status, td_future_error(fut),
+                      ERR_HANDLER, NULL, 0);
+    }
+    free(o);
+    atomic_fetch_sub(&rpc.busy, 1);
+}
+
+/* Run async handler E for R; TD_OK: the answer is owed (R9) and the call
+ * stays busy; otherwise the caller answers with the error. */
+static td_status_t
+run_async(const fn_entry_t *e, const rx_t *r, const td_rpc_list_t *args,
+          uint64_t ctx)
+{
+    td_rpc_call_info_t info = { r->src, e->name };
+    td_future_t *fut = NULL;
+    td_status_t status;
+    owed_t *o;
+
+    o = malloc(sizeof(*o));
+    if (o == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory");
+    }
+    o->src = r->src;
+    o->msg_id = r->msg.meta.message_id;
+    o->ctx = ctx;
+    td_error_clear();
+    status = e->afn(e->afn_arg, &info, args, &fut);
+    if (status == TD_OK && fut == NULL) {
+        status = td_error(TD_ERR_INVALID, "rpc: async handler '%s' returned "
+                          "TD_OK without a future", e->name);
+    }
+    if (status != TD_OK) {
+        td_future_release(fut);
+        free(o);
+        return status;
+    }
+    status = td_future_then(fut, answer_owed, o);   /* now or later */
+    if (status != TD_OK) {
+        td_future_release(fut);
+        free(o);
+        return status;
+    }
+    td_future_release(fut);
+    return TD_OK;
+}
+
 /* A call (or rref message) on a pool thread. */
 static void
 run_call(void *arg)
@@ -1087,6 +1222,7 @@ run_call(void *arg)
     td_rpc_list_t *args = NULL, *result = NULL;
     uint64_t ctx = r->msg.meta.autograd_context_id, prev_ctx = 0;
     int type = r->msg.meta.type, want_reply = 1, kind = ERR_HANDLER;
+    int owed = 0;
     td_status_t status;
 
     status = rx_decode(r, &args);
@@ -1114,6 +1250,12 @@ run_call(void *arg)
                               "%016llx", (unsigned long long)
                               r->msg.meta.function_id);
             kind = ERR_NO_FUNCTION;
+        } else if (e->afn != NULL) {
+            status = run_async(e, r, args, ctx);
+            if (status == TD_OK) {
+                want_reply = 0;      /* R9: answer_owed replies */
+                owed = 1;
+            }
         } else {
             td_rpc_call_info_t info = { r->src, e->name };
 
@@ -1148,7 +1290,9 @@ reply:
     td_rpc_list_free(args);
     td_rpc_list_free(result);
     rx_free(r);
-    atomic_fetch_sub(&rpc.busy, 1);
+    if (!owed) {
+        atomic_fetch_sub(&rpc.busy, 1);
+    }
 }
 
 /* A call to a TD_RPC_INLINE function, on the receiving thread. That may be

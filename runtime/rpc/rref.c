@@ -51,6 +51,7 @@
 #include "runtime/rpc/rref_internal.h"
 #include "runtime/runtime.h"
 #include "base/log.h"
+#include "base/clock.h"
 
 #define RREF_BUCKETS 256
 
@@ -357,8 +358,7 @@ wait_created(entry_t **e_p, uint64_t id)
     struct timespec ts;
     entry_t *e = NULL;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)timeout;
+    td_deadline_after(timeout, &ts);
     for (;;) {
         e = entry_find(id, 0);
         if (e != NULL && e->created) {

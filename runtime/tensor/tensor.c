@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "runtime/tensor/tensor_internal.h"
+#include "kernels/device.h"
 
 void td_autograd_leaf_dying(td_tensor_t *t);
 
@@ -157,13 +158,41 @@ block_free(void *p, size_t size)
     free(p);
 }
 
+/* Device memory comes from the device's caching allocator
+ * (kernels/device.h); the deleter gives it back there. */
+static void
+device_storage_free(void *data, void *arg)
+{
+    td_storage_t *s = arg;
+
+    td_device_free(s->device, data);
+}
+
+static td_storage_t *
+device_storage_new(size_t nbytes, td_device_t device)
+{
+    td_storage_t *s = calloc(1, sizeof(*s));
+
+    if (s == NULL || td_device_alloc(device, nbytes, &s->data) != TD_OK) {
+        free(s);
+        return NULL;
+    }
+    atomic_init(&s->refcount, 1);
+    atomic_init(&s->version, 0);
+    s->nbytes = nbytes;
+    s->device = device;
+    s->deleter = device_storage_free;
+    s->deleter_arg = s;
+    return s;
+}
+
 static td_storage_t *
 storage_new(size_t nbytes, td_device_t device)
 {
     td_storage_t *s;
 
     if (device.type != TD_DEVICE_CPU) {
-        return NULL;
+        return device_storage_new(nbytes, device);
     }
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
@@ -264,6 +293,10 @@ td_tensor_empty(const int64_t *shape, int ndim, td_dtype_t dtype,
     status = check_shape(shape, ndim, dtype, &numel);
     if (status != TD_OK) {
         return status;
+    }
+    if (device.type != TD_DEVICE_CPU &&
+        (status = td_device_check(device)) != TD_OK) {
+        return status;                 /* "no CUDA device" on a host */
     }
     if (td_kernels_get(device) == NULL) {
         return td_error(TD_ERR_UNSUPPORTED, "tensor: no kernels for device "

@@ -1,6 +1,6 @@
 # runtime/tensor: tensors, local autograd, ops, optimizers, nn, data,
 # checkpoints.
-libtodist_core_la_SOURCES += runtime/tensor/tensor.c \
+libtodist_core_la_SOURCES += runtime/tensor/tensor.c runtime/tensor/to_device.c \
 	runtime/tensor/tensor_internal.h runtime/tensor/autograd.c \
 	runtime/tensor/ops_internal.h runtime/tensor/ops_elementwise.c \
 	runtime/tensor/ops_reduce.c runtime/tensor/ops_nn.c \
@@ -11,4 +11,4 @@ libtodist_core_la_SOURCES += runtime/tensor/tensor.c \
 todistinclude_HEADERS += include/todist/tensor.h include/todist/autograd.h \
 	include/todist/ops.h include/todist/optim.h include/todist/nn.h \
 	include/todist/data.h include/todist/safetensors.h \
-	include/todist/batchnorm.h
+	include/todist/batchnorm.h include/todist/device.h

@@ -1,0 +1,391 @@
+/* kernels/cuda/cuda_device.c: CUDA devices, streams, the caching allocator
+ * and copies (see cuda_device.h and kernels/device.h). */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#include <cublas_v2.h>
+
+#include "base/log.h"
+#include "kernels/device.h"
+#include "kernels/cuda/cuda_device.h"
+
+#define MAX_DEVICES 64
+/* Freed device memory kept for reuse per device; 0 turns caching off
+ * (TODIST_CUDA_CACHE_MB). */
+#define DEFAULT_CACHE_MB 4096
+
+typedef struct {
+    td_status_t        status;
+    char               error[256];
+    cudaStream_t       stream;
+    cublasHandle_t     blas;
+    td_block_cache_t  *cache;
+} device_t;
+
+static pthread_once_t count_once = PTHREAD_ONCE_INIT;
+static int n_devices;
+static char count_error[256];
+static device_t devices[MAX_DEVICES];
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static char launch_error[256];
+static pthread_mutex_t launch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+count_devices(void)
+{
+    cudaError_t e = cudaGetDeviceCount(&n_devices);
+
+    if (e != cudaSuccess || n_devices <= 0) {
+        snprintf(count_error, sizeof(count_error), "%s",
+                 e != cudaSuccess ? cudaGetErrorString(e)
+                                  : "cudaGetDeviceCount found 0");
+        n_devices = 0;
+        (void)cudaGetLastError();      /* clear the sticky error */
+    }
+    if (n_devices > MAX_DEVICES) {
+        n_devices = MAX_DEVICES;
+    }
+}
+
+td_status_t
+td_cuda_count(int *n_p)
+{
+    pthread_once(&count_once, count_devices);
+    if (n_devices == 0) {
+        return td_error(TD_ERR_UNSUPPORTED, "no CUDA device (%s)",
+                        count_error);
+    }
+    *n_p = n_devices;
+    return TD_OK;
+}
+
+static td_status_t
+raw_alloc(void *ctx, size_t nbytes, void **ptr_p)
+{
+    int index = (int)(intptr_t)ctx;
+    cudaError_t e;
+
+    cudaSetDevice(index);
+    e = cudaMalloc(ptr_p, nbytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return td_error(TD_ERR_NO_MEMORY, "cuda:%d: cudaMalloc(%zu): %s",
+                        index, nbytes, cudaGetErrorString(e));
+    }
+    return TD_OK;
+}
+
+static void
+raw_free(void *ctx, void *ptr)
+{
+    cudaSetDevice((int)(intptr_t)ctx);
+    cudaFree(ptr);
+}
+
+static size_t
+cache_limit(void)
+{
+    const char *s = getenv("TODIST_CUDA_CACHE_MB");
+    char *end;
+    long mb;
+
+    if (s == NULL || *s == '\0') {
+        return (size_t)DEFAULT_CACHE_MB << 20;
+    }
+    mb = strtol(s, &end, 10);
+    if (*end != '\0' || mb < 0) {
+        td_log_warn("TODIST_CUDA_CACHE_MB=%s is not a number of MiB; using "
+                    "%d", s, DEFAULT_CACHE_MB);
+        return (size_t)DEFAULT_CACHE_MB << 20;
+    }
+    return (size_t)mb << 20;
+}
+
+/* Make device INDEX's stream, cuBLAS handle and cache (once). */
+static td_status_t
+device_init(int index)
+{
+    device_t *d = &devices[index];
+    char name[32];
+    cudaError_t e;
+
+    pthread_mutex_lock(&init_lock);
+    if (d->cache != NULL || d->status != TD_OK) {
+        pthread_mutex_unlock(&init_lock);
+        return d->status;
+    }
+    e = cudaSetDevice(index);
+    if (e == cudaSuccess) {
+        e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking);
+    }
+    if (e != cudaSuccess) {
+        snprintf(d->error, sizeof(d->error), "cuda:%d: %s", index,
+                 cudaGetErrorString(e));
+        d->status = TD_ERR_UNSUPPORTED;
+        goto out;
+    }
+    if (cublasCreate(&d->blas) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(d->error, sizeof(d->error), "cuda:%d: cublasCreate failed",
+                 index);
+        d->status = TD_ERR_UNSUPPORTED;
+        goto out;
+    }
+    cublasSetStream(d->blas, d->stream);
+    snprintf(name, sizeof(name), "cuda:%d", index);
+    d->status = td_block_cache_create(&(td_block_cache_params_t){
+                    .name = name, .raw_alloc = raw_alloc,
+                    .raw_free = raw_free, .ctx = (void *)(intptr_t)index,
+                    .max_cached = cache_limit() }, &d->cache);
+    if (d->status != TD_OK) {
+        snprintf(d->error, sizeof(d->error), "%s", td_last_error());
+    }
+out:
+    pthread_mutex_unlock(&init_lock);
+    return d->status;
+}
+
+static td_status_t
+device_get(int index, device_t **d_p)
+{
+    int n;
+    td_status_t status = td_cuda_count(&n);
+
+    if (status != TD_OK) {
+        return status;
+    }
+    if (index < 0 || index >= n) {
+        return td_error(TD_ERR_RANGE, "cuda:%d is not below the CUDA device "
+                        "count %d", index, n);
+    }
+    status = device_init(index);
+    if (status != TD_OK) {
+        return td_error(status, "%s", devices[index].error);
+    }
+    *d_p = &devices[index];
+    return TD_OK;
+}
+
+td_status_t
+td_cuda_stream(int index, void **stream_p)
+{
+    device_t *d = NULL;
+    td_status_t status = device_get(index, &d);
+
+    if (status == TD_OK) {
+        *stream_p = d->stream;
+    }
+    return status;
+}
+
+td_status_t
+td_cuda_blas(int index, void **handle_p)
+{
+    device_t *d = NULL;
+    td_status_t status = device_get(index, &d);
+
+    if (status == TD_OK) {
+        *handle_p = d->blas;
+    }
+    return status;
+}
+
+td_status_t
+td_cuda_enter(int index, void **stream_p)
+{
+    device_t *d = NULL;
+    td_status_t status = device_get(index, &d);
+
+    if (status != TD_OK) {
+        return status;
+    }
+    cudaSetDevice(index);
+    *stream_p = d->stream;
+    return TD_OK;
+}
+
+int
+td_cuda_device_of(const void *ptr)
+{
+    struct cudaPointerAttributes a;
+
+    if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess ||
+        a.type != cudaMemoryTypeDevice) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return a.device;
+}
+
+td_status_t
+td_cuda_host_alloc(size_t nbytes, void **ptr_p)
+{
+    int n;
+    td_status_t status = td_cuda_count(&n);
+    cudaError_t e;
+
+    if (status != TD_OK) {
+        return status;
+    }
+    e = cudaHostAlloc(ptr_p, nbytes ? nbytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return td_error(TD_ERR_NO_MEMORY, "cudaHostAlloc(%zu): %s", nbytes,
+                        cudaGetErrorString(e));
+    }
+    return TD_OK;
+}
+
+void
+td_cuda_host_free(void *ptr)
+{
+    if (ptr != NULL) {
+        cudaFreeHost(ptr);
+    }
+}
+
+td_status_t
+td_cuda_copy_async(int index, void *dst, const void *src, size_t nbytes)
+{
+    void *stream;
+    td_status_t status = td_cuda_enter(index, &stream);
+    cudaError_t e;
+
+    if (status != TD_OK) {
+        return status;
+    }
+    e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault,
+                        (cudaStream_t)stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return td_error(TD_ERR_IO, "cuda:%d: cudaMemcpyAsync of %zu bytes: "
+                        "%s", index, nbytes, cudaGetErrorString(e));
+    }
+    return TD_OK;
+}
+
+td_status_t
+td_cuda_sync(int index)
+{
+    void *stream;
+    td_status_t status = td_cuda_enter(index, &stream);
+    cudaError_t e;
+
+    if (status != TD_OK) {
+        return status;
+    }
+    e = cudaStreamSynchronize((cudaStream_t)stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return td_error(TD_ERR_IO, "cuda:%d: cudaStreamSynchronize: %s",
+                        index, cudaGetErrorString(e));
+    }
+    return TD_OK;
+}
+
+td_status_t
+td_cuda_cache_stats(int index, td_block_cache_stats_t *stats_p)
+{
+    device_t *d = NULL;
+    td_status_t status = device_get(index, &d);
+
+    if (status == TD_OK) {
+        td_block_cache_stats(d->cache, stats_p);
+    }
+    return status;
+}
+
+void
+td_cuda_launch_failed(const char *kernel, const char *why)
+{
+    pthread_mutex_lock(&launch_lock);
+    snprintf(launch_error, sizeof(launch_error), "%s: %s", kernel, why);
+    pthread_mutex_unlock(&launch_lock);
+    td_log_error("cuda: kernel %s failed: %s", kernel, why);
+}
+
+const char *
+td_cuda_last_launch_error(void)
+{
+    return launch_error;
+}
+
+/* ---- the kernels/device.h row ---------------------------------------- */
+
+static td_status_t
+cuda_alloc(int index, size_t nbytes, void **ptr_p)
+{
+    device_t *d = NULL;
+    td_status_t status = device_get(index, &d);
+
+    if (status != TD_OK) {
+        return status;
+    }
+    return td_block_cache_alloc(d->cache, nbytes, ptr_p);
+}
+
+static void
+cuda_free(int index, void *ptr)
+{
+    if (index >= 0 && index < MAX_DEVICES && devices[index].cache != NULL) {
+        td_block_cache_free(devices[index].cache, ptr);
+    }
+}
+
+static td_status_t
+cuda_memcpy(void *dst, td_device_t ddev, const void *src, td_device_t sdev,
+            size_t nbytes)
+{
+    int index = ddev.type == TD_DEVICE_CUDA ? ddev.index : sdev.index;
+    void *stream;
+    td_status_t status = td_cuda_enter(index, &stream);
+    cudaError_t e;
+
+    if (status != TD_OK) {
+        return status;
+    }
+    if (ddev.type == TD_DEVICE_CUDA && sdev.type == TD_DEVICE_CUDA &&
+        ddev.index != sdev.index) {
+        /* order after the source device's queued work, then peer copy */
+        if ((status = td_cuda_sync(sdev.index)) != TD_OK) {
+            return status;
+        }
+        e = cudaMemcpyPeerAsync(dst, ddev.index, src, sdev.index, nbytes,
+                                (cudaStream_t)stream);
+    } else {
+        e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault,
+                            (cudaStream_t)stream);
+    }
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize((cudaStream_t)stream);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return td_error(TD_ERR_IO, "cuda: copy of %zu bytes from %s:%d to "
+                        "%s:%d: %s", nbytes,
+                        sdev.type == TD_DEVICE_CUDA ? "cuda" : "cpu",
+                        sdev.index,
+                        ddev.type == TD_DEVICE_CUDA ? "cuda" : "cpu",
+                        ddev.index, cudaGetErrorString(e));
+    }
+    return TD_OK;
+}
+
+static td_status_t
+cuda_synchronize(int index)
+{
+    return td_cuda_sync(index);
+}
+
+const td_device_ops_t td_cuda_device_ops = {
+    .name = "cuda",
+    .count = td_cuda_count,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .memcpy = cuda_memcpy,
+    .synchronize = cuda_synchronize,
+};

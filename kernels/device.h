@@ -1,0 +1,66 @@
+/* kernels/device.h: device memory behind the kernel table (internal).
+ *
+ * What a device type provides besides its kernels: how many devices there
+ * are, allocation (through a caching allocator), and byte copies between it
+ * and the host. runtime/tensor allocates storage and crosses devices only
+ * through these calls, so a CUDA tensor needs no second code path there.
+ * The CPU row is plain malloc/memcpy; the CUDA row (kernels/cuda/) is
+ * registered when the library is built with CUDA; without it, every call
+ * for a cuda device fails with TD_ERR_UNSUPPORTED.
+ *
+ * Invariants:
+ *  D1. td_device_alloc(dev, n) of any n (0 included) returns memory of at
+ *      least n bytes that td_device_free(dev, p) gives back; p is never
+ *      reused before it was freed.
+ *  D2. td_device_memcpy returns only when DST holds the bytes (it is
+ *      synchronous for the host; device work before it on the device's
+ *      stream is ordered before the copy).
+ *  D3. A machine without a usable device (no driver, no GPU) gets
+ *      TD_ERR_UNSUPPORTED "no CUDA device" from every call, never a crash.
+ * Thread-safe: all functions. */
+#ifndef TD_KERNELS_DEVICE_H
+#define TD_KERNELS_DEVICE_H
+
+#include <stddef.h>
+#include <todist/status.h>
+#include <todist/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char  *name;                                   /* "cuda" */
+    td_status_t (*count)(int *n_p);
+    td_status_t (*alloc)(int index, size_t nbytes, void **ptr_p);
+    void        (*free)(int index, void *ptr);
+    /* NBYTES from SRC on SDEV to DST on DDEV; one of them may be the host
+     * (TD_DEVICE_CPU); synchronous (D2). */
+    td_status_t (*memcpy)(void *dst, td_device_t ddev, const void *src,
+                          td_device_t sdev, size_t nbytes);
+    td_status_t (*synchronize)(int index);
+} td_device_ops_t;
+
+/* The row of device type TYPE (NULL: none compiled in). */
+const td_device_ops_t *td_device_ops(td_device_type_t type);
+
+/* Number of devices of TYPE (cpu: 1). TD_ERR_UNSUPPORTED with "no CUDA
+ * device" when there is none or the library was built without CUDA. */
+td_status_t td_device_count_of(td_device_type_t type, int *n_p);
+
+/* TD_OK when DEV exists here; else the error names the device. */
+td_status_t td_device_check(td_device_t dev);
+
+td_status_t td_device_alloc(td_device_t dev, size_t nbytes, void **ptr_p);
+void        td_device_free(td_device_t dev, void *ptr);
+td_status_t td_device_memcpy(void *dst, td_device_t ddev, const void *src,
+                             td_device_t sdev, size_t nbytes);
+
+#ifdef TD_HAVE_CUDA
+extern const td_device_ops_t td_cuda_device_ops;
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TD_KERNELS_DEVICE_H */
