@@ -155,7 +155,9 @@ typedef struct {
                       double *max_exp_avg_sq, int64_t n,
                       const td_adam_args_t *args);
     /* ---- batch normalisation over the features of a contiguous [n, c]
-     * input (float dtypes; per-channel terms in double) --------------- */
+     * input (float dtypes; per-channel terms in double). CPU only for now:
+     * the CUDA row leaves them NULL and td_batch_norm refuses non-CPU
+     * inputs before it looks them up. ---------------------------------- */
     /* s1[j] = sum_r (x[r,j] - shift[j]), s2[j] = sum_r (x[r,j] - shift[j])^2
      * (SHIFT NULL: 0) */
     void (*bn_sums)(td_dtype_t dtype, const void *x, int64_t n, int64_t c,

@@ -234,6 +234,105 @@ check_too_few_rows(void)
     td_tensor_release(x);
 }
 
+/* SyncBatchNorm inside a DDP model: linear (W) -> SyncBatchNorm -> loss.
+ * The backward runs SyncBN's all_reduce between DDP's bucket all_reduces
+ * on the same group; after td_ddp_wait, size x the averaged gradients
+ * must equal the single-process gradients over the concatenated batch. */
+static void
+check_with_ddp(void)
+{
+    int64_t ntot = 0, off = 0, n = rows[rank], ws[2] = {C, 3};
+    td_batchnorm1d_t bn = {0}, rbn = {0};
+    td_tensor_t *W = NULL, *rW = NULL, *X, *L, *x, *l, *xf;
+    td_tensor_t *h = NULL, *y = NULL, *rh = NULL, *ry = NULL, *loss = NULL;
+    td_tensor_t *p = NULL, *rp = NULL, *rl = NULL, *rg[3] = {0};
+    td_ddp_t *ddp = NULL;
+    td_ddp_opts_t o = td_ddp_defaults();
+    double e = INFINITY;
+    td_status_t st;
+
+    for (int r = 0; r < size; r++) {
+        off += r < rank ? rows[r] : 0;
+        ntot += rows[r];
+    }
+    td_batchnorm1d_init(&bn, C, TD_FLOAT64);
+    td_batchnorm1d_init(&rbn, C, TD_FLOAT64);
+    td_tensor_empty(ws, 2, TD_FLOAT64, TD_CPU, &W);
+    td_tensor_uniform_(W, -1, 1, 9);
+    td_tensor_clone(W, &rW);
+    td_tensor_set_requires_grad(W, 1);
+    td_tensor_set_requires_grad(rW, 1);
+    X = rand_t(ntot, 3, 1.5, 300);
+    L = rand_t(ntot, C, 1.0, 301);
+    x = rows_of(X, off, n, 0);
+    l = rows_of(L, off, n, 0);
+    xf = rows_of(X, 0, ntot, 0);
+    td_tensor_t *params[3] = {W, bn.weight, bn.bias};
+    td_tensor_t *rparams[3] = {rW, rbn.weight, rbn.bias};
+    o.first_bucket_bytes = 8;     /* one bucket per parameter */
+    o.bucket_cap_bytes = 8;
+    st = td_ddp_create(params, 3, &o, &ddp);
+    if (st == TD_OK) {
+        st = td_linear(x, W, NULL, &h);
+    }
+    if (st == TD_OK) {
+        st = td_syncbn_forward(&bn, NULL, h, &y);
+    }
+    if (st == TD_OK) {
+        st = td_mul(y, l, &p);
+    }
+    if (st == TD_OK) {
+        st = td_sum(p, &loss);
+    }
+    if (st == TD_OK) {
+        st = td_ddp_backward(ddp, loss);
+    }
+    if (st == TD_OK) {
+        st = td_ddp_wait(ddp);
+    }
+    if (st == TD_OK &&
+        (td_linear(xf, rW, NULL, &rh) != TD_OK ||
+         td_batchnorm1d_forward(&rbn, rh, &ry) != TD_OK ||
+         td_mul(ry, L, &rp) != TD_OK || td_sum(rp, &rl) != TD_OK ||
+         td_grad(&rl, NULL, 1, rparams, 3, 0, 0, 0, rg) != TD_OK)) {
+        st = TD_ERR_STATE;
+    }
+    if (st == TD_OK) {
+        e = 0;
+        for (int i = 0; i < 3; i++) {
+            td_tensor_t *scaled = NULL;
+            td_mul_scalar(td_tensor_grad(params[i]), (double)size, &scaled);
+            e = fmax(e, maxdiff(scaled, rg[i]));
+            td_tensor_release(scaled);
+        }
+    }
+    snprintf(detail, sizeof(detail), "rank %d: %s; size x DDP gradients vs "
+             "concatenated batch %.3g", rank,
+             st == TD_OK ? "ok" : td_last_error(), e);
+    agree(st == TD_OK && e < TOL, "syncbn_inside_ddp_gradients_match");
+    for (int i = 0; i < 3; i++) {
+        td_tensor_release(rg[i]);
+    }
+    td_ddp_destroy(ddp);
+    td_tensor_release(h);
+    td_tensor_release(y);
+    td_tensor_release(p);
+    td_tensor_release(loss);
+    td_tensor_release(rh);
+    td_tensor_release(ry);
+    td_tensor_release(rp);
+    td_tensor_release(rl);
+    td_tensor_release(X);
+    td_tensor_release(L);
+    td_tensor_release(x);
+    td_tensor_release(l);
+    td_tensor_release(xf);
+    td_tensor_release(W);
+    td_tensor_release(rW);
+    td_batchnorm1d_destroy(&bn);
+    td_batchnorm1d_destroy(&rbn);
+}
+
 int
 main(void)
 {
@@ -252,6 +351,7 @@ main(void)
     }
     check_syncbn();
     check_too_few_rows();
+    check_with_ddp();
     st = td_finalize();
     if (st != TD_OK) {
         fprintf(stderr, "syncbn_peer: td_finalize: %s\n", td_last_error());

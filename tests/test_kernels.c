@@ -578,7 +578,8 @@ main(void)
        K->max_dim && K->index_check && K->index_select && K->index_add &&
        K->gather && K->scatter_add && K->bag_plan && K->batch_u8 &&
        K->random &&
-       K->dropout_mask && K->sgd_step && K->adam_step,
+       K->dropout_mask && K->sgd_step && K->adam_step && K->bn_sums &&
+       K->bn_apply && K->bn_backward_reduce && K->bn_backward_elemt,
        "the CPU row fills every entry of the table");
     test_softmax();
     test_max_dim();

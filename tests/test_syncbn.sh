@@ -5,7 +5,9 @@
 # batch, the group sum of the weight and bias gradients equals its
 # gradients, the running statistics equal its own after two train steps,
 # and eval mode uses them (float64, 1e-10); one row in the whole group is
-# an error on every rank. At 2 and 3 ranks. Bounded by timeout.
+# an error on every rank; inside a DDP model (linear -> SyncBatchNorm) the
+# averaged gradients times the group size equal single-process ones. At 2
+# and 3 ranks. Bounded by timeout.
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/syncbn_peer"
 
@@ -14,7 +16,8 @@ input_gradient_equals_concatenated_rows
 weight_bias_gradients_sum_to_concatenated
 running_statistics_equal_concatenated eval_mode_uses_running_statistics
 num_batches_tracked_counts_train_steps
-one_row_in_the_group_is_an_error_on_every_rank"
+one_row_in_the_group_is_an_error_on_every_rank
+syncbn_inside_ddp_gradients_match"
 count() { set -- $1; echo $#; }
 plan $(( 2 * ($(count "$checks") + 1) ))
 
