@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -101,11 +102,22 @@ td_partitions_free(td_partition_t *parts, size_t n)
     free(parts);
 }
 
+/* The world td_init resolved, from this module's setup (not td_world():
+ * init.c sits above this layer); unset before td_init and after. */
+static td_world_t mr_world;
+static atomic_int mr_have_world;
+
+static const td_world_t *
+mr_world_get(void)
+{
+    return atomic_load(&mr_have_world) ? &mr_world : NULL;
+}
+
 /* This worker's rank and the world size, also before td_init. */
 static void
 whoami(int *rank, int *size)
 {
-    const td_world_t *w = td_world();
+    const td_world_t *w = mr_world_get();
     td_world_t env;
 
     if (w == NULL && td_world_from_env(&env) == TD_OK) {
@@ -769,10 +781,42 @@ fn_barrier(void *arg, const td_rpc_call_info_t *info,
     return status;
 }
 
+static td_status_t barrier_of(const int *ranks, int n, double timeout);
+
 td_status_t
 td_barrier_ranks(const int *ranks, int n, double timeout)
 {
-    const td_world_t *w = td_world();
+    const td_world_t *w = mr_world_get();
+    int *all;
+    td_status_t status;
+
+    if (ranks != NULL) {
+        return barrier_of(ranks, n, timeout);
+    }
+    if (w == NULL) {
+        return td_error(TD_ERR_STATE, "barrier: not initialised");
+    }
+    if (w->world_size > BARRIER_MAX_RANKS) {
+        return td_error(TD_ERR_RANGE, "barrier: a world of %d ranks is over "
+                        "this barrier's %d; use td_barrier", w->world_size,
+                        BARRIER_MAX_RANKS);
+    }
+    all = malloc((size_t)w->world_size * sizeof(*all));
+    if (all == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "barrier: out of memory");
+    }
+    for (int i = 0; i < w->world_size; i++) {
+        all[i] = i;
+    }
+    status = barrier_of(all, w->world_size, timeout);
+    free(all);
+    return status;
+}
+
+static td_status_t
+barrier_of(const int *ranks, int n, double timeout)
+{
+    const td_world_t *w = mr_world_get();
     int idx = -1, leader;
     uint64_t key;
     int64_t gen = 0;
@@ -780,9 +824,6 @@ td_barrier_ranks(const int *ranks, int n, double timeout)
     td_rpc_list_t *res = NULL;
     td_status_t status;
 
-    if (ranks == NULL) {
-        return td_barrier(timeout);
-    }
     if (w == NULL) {
         return td_error(TD_ERR_STATE, "barrier: not initialised");
     }
@@ -871,7 +912,26 @@ module_attach(void *arg)
     return td_rpc_register("_td.barrier", fn_barrier, NULL);
 }
 
+static td_status_t
+module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
+{
+    (void)arg;
+    (void)tp;
+    mr_world = *w;
+    atomic_store(&mr_have_world, 1);
+    return TD_OK;
+}
+
+static void
+module_shutdown(void *arg)
+{
+    (void)arg;
+    atomic_store(&mr_have_world, 0);
+}
+
 const td_runtime_module_t td_mapreduce_module = {
     .name = "mapreduce",
     .attach = module_attach,
+    .setup = module_setup,
+    .shutdown = module_shutdown,
 };
