@@ -498,12 +498,17 @@ td_init(const td_init_params_t *params)
     }
     td_transport_address(rt.tp, &addr, &addr_len);
     if (rt.pmix) {
+        /* Initialised before the fence, as before the store's barrier: a
+         * peer out of the fence first may call us at once, and handlers
+         * read td_world() (srun --mpi=pmix crashed rpc_allpairs 1 run in
+         * 8 when this came after the fence). */
+        rt.initialized = 1;
         /* Put, commit and one fence: the start-up barrier included. */
         status = td_pmix_exchange(addr, addr_len, rt.params.init_timeout);
         if (status != TD_OK) {
+            rt.initialized = 0;
             goto err_modules;
         }
-        rt.initialized = 1;
         return TD_OK;
     }
     snprintf(key, sizeof(key), "td/addr/%d", rt.world.rank);
