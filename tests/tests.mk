@@ -15,3 +15,7 @@ EXTRA_DIST += tests/tap.h tests/lib.sh tests/test_info.sh \
 # tests/test_tree.sh).
 TESTS += tests/test_exports.sh tests/test_tree.sh
 EXTRA_DIST += tests/test_exports.sh tests/test_tree.sh
+# the logging facility (base/log.c)
+check_PROGRAMS += tests/test_log
+tests_test_log_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_log
