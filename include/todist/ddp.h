@@ -53,6 +53,9 @@
  *   DDP6 the hooks only touch DDP state under its lock; destroy removes them.
  *   DDP7 from a bucket's launch until td_ddp_wait its buffer is marked
  *        pending, and td_optim_step refuses (TD_ERR_STATE) to read it.
+ *   DDP8 without a comm hook the last bucket of an iteration is reduced on
+ *        the thread that completes it (nothing is left to overlap with), in
+ *        the group's order after the earlier, asynchronous ones.
  * Threads: one DDP object is driven by one thread at a time; the hooks may
  * run on autograd threads. */
 #ifndef TODIST_DDP_H

@@ -319,7 +319,20 @@ launch_ready(td_ddp_t *ddp)
                 return status;
             }
         }
-        status = hook(ddp->opts.comm_hook_arg, ddp->group, b->flat, &b->work);
+        if (ddp->opts.comm_hook == NULL &&
+            ddp->next_launch == ddp->n_buckets - 1) {
+            /* DDP8: the last bucket has no backward left to overlap with:
+             * reduce it here, where the waiting caller drives the
+             * transport itself: two thread hand-offs fewer per step
+             * (2-rank Fashion-MNIST epoch, interleaved A/B x4: 0.97-1.19 s
+             * against 1.15-1.32 s). It still runs after the earlier
+             * buckets (the group's queue keeps order). */
+            b->work = NULL;
+            status = td_all_reduce(ddp->group, b->flat, TD_REDUCE_AVG);
+        } else {
+            status = hook(ddp->opts.comm_hook_arg, ddp->group, b->flat,
+                          &b->work);
+        }
         if (status != TD_OK) {
             return status;
         }
@@ -605,7 +618,8 @@ td_ddp_wait(td_ddp_t *ddp)
     /* Always wait for what was launched: the peers take part in it. */
     for (int i = 0; i < ddp->next_launch; i++) {
         bucket_t *b = &ddp->buckets[i];
-        td_status_t st = td_work_wait(b->work, wait_s);
+        td_status_t st = b->work != NULL ? td_work_wait(b->work, wait_s)
+                                         : TD_OK;      /* DDP8: done */
         if (st != TD_OK && status == TD_OK) {
             status = st;
         }
