@@ -13,31 +13,9 @@
 #include <time.h>
 
 #include <todist/todist.h>
+#include "bench/bench.h"
 
 extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
-
-static double
-now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int
-cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double
-median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp);
-    return v[n / 2];
-}
 
 static int
 die(const char *what)
@@ -110,30 +88,30 @@ main(int argc, char **argv)
 
         td_group_barrier(td_group_world());
         td_ddp_set_require_sync(ddp, 0);
-        t0 = now();
+        t0 = bench_now_s();
         if (step(mlp, ddp, x, y) != TD_OK) {
             return die("compute step");
         }
-        tc[i] = now() - t0;
+        tc[i] = bench_now_s() - t0;
         td_ddp_set_require_sync(ddp, 1);
 
         td_group_barrier(td_group_world());
-        t0 = now();
+        t0 = bench_now_s();
         if (td_all_reduce(td_group_world(), flat, TD_REDUCE_AVG) != TD_OK) {
             return die("all_reduce");
         }
-        ta[i] = now() - t0;
+        ta[i] = bench_now_s() - t0;
 
         td_group_barrier(td_group_world());
-        t0 = now();
+        t0 = bench_now_s();
         if (step(mlp, ddp, x, y) != TD_OK) {
             return die("ddp step");
         }
-        td[i] = now() - t0;
+        td[i] = bench_now_s() - t0;
     }
     if (td_world()->rank == 0) {
-        double c = median(tc, steps), a = median(ta, steps),
-               d = median(td, steps);
+        double c = bench_median(tc, steps), a = bench_median(ta, steps),
+               d = bench_median(td, steps);
         printf("ddp_overlap ranks=%d grad_mb=%.1f buckets=%d compute_ms=%.1f "
                "allreduce_ms=%.1f ddp_step_ms=%.1f ratio=%.2f (target <= 1.1)\n",
                td_world()->world_size, numel * 4.0 / 1e6,

@@ -21,31 +21,9 @@
 #include <time.h>
 
 #include <todist/todist.h>
+#include "bench/bench.h"
 
 extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
-
-static double
-now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int
-cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double
-median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp);
-    return v[n / 2];
-}
 
 static int
 die(const char *what)
@@ -158,12 +136,12 @@ main(int argc, char **argv)
             double t0;
 
             td_group_barrier(td_group_world());
-            t0 = now();
+            t0 = bench_now_s();
             if (iteration(v, mlp[v], ddp[v], opt, z[v], x, y) != TD_OK) {
                 return die(v == 0 ? "ddp+adam" : v == 1 ? "zero" : "ddp+zero");
             }
             if (i >= 2) {
-                t[v][i - 2] = now() - t0;
+                t[v][i - 2] = bench_now_s() - t0;
             }
         }
     }
@@ -177,8 +155,8 @@ main(int argc, char **argv)
         }
     }
     if (td_world()->rank == 0) {
-        double d = median(t[0], steps), s = median(t[1], steps),
-               e = median(t[2], steps);
+        double d = bench_median(t[0], steps), s = bench_median(t[1], steps),
+               e = bench_median(t[2], steps);
 
         printf("zero ranks=%d params=%lld ddp+adam_ms=%.1f zero_ms=%.1f "
                "ddp+zero_ms=%.1f zero/ddp=%.3f ddp+zero/ddp=%.3f "

@@ -17,12 +17,12 @@
 #include <string.h>
 
 #include <todist/todist.h>
+#include "tests/peer_agree.h"
 
 #define NPAR 5
 #define TOL  1e-10
 
 static int rank, size;
-static char detail[512];
 
 typedef struct {
     td_tensor_t *p[NPAR];          /* W0 b0 W1 b1 extra */
@@ -31,55 +31,6 @@ typedef struct {
 static const char *names[NPAR] = {"W0", "b0", "W1", "b1", "extra"};
 static const int64_t shapes[NPAR][2] = {{8, 16}, {16, 0}, {16, 4}, {4, 0},
                                         {3, 0}};
-
-static void
-agree(int ok, const char *name)
-{
-    int64_t one = 1;
-    td_tensor_t *t;
-
-    td_tensor_full(&one, 1, TD_INT32, ok ? 1 : 0, &t);
-    if (td_all_reduce(td_group_world(), t, TD_REDUCE_MIN) != TD_OK) {
-        printf("FAIL %s: all_reduce of the verdict: %s\n", name,
-               td_last_error());
-    } else if (rank == 0) {
-        if (((int32_t *)td_tensor_data(t))[0] == 1) {
-            printf("PASS %s\n", name);
-        } else {
-            printf("FAIL %s: %s\n", name, ok ? "another rank failed" : detail);
-        }
-    }
-    if (!ok && rank != 0) {
-        fprintf(stderr, "rank %d: FAIL %s: %s\n", rank, name, detail);
-    }
-    fflush(stdout);
-    td_tensor_release(t);
-}
-
-static void
-fail_detail(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-}
-
-static double
-maxdiff(td_tensor_t *a, td_tensor_t *b)
-{
-    double m = 0;
-
-    if (a == NULL || b == NULL || td_tensor_numel(a) != td_tensor_numel(b)) {
-        return INFINITY;
-    }
-    for (int64_t i = 0; i < td_tensor_numel(a); i++) {
-        m = fmax(m, fabs(((double *)td_tensor_data(a))[i] -
-                         ((double *)td_tensor_data(b))[i]));
-    }
-    return m;
-}
 
 static void
 model_init(model_t *m, uint64_t seed)

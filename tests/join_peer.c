@@ -20,37 +20,13 @@
 #include <string.h>
 
 #include <todist/todist.h>
+#include "tests/peer_agree.h"
 #include <todist/join.h>
 
 #define TOL 1e-10
 
 static const int batches2[2] = {3, 10}, batches3[3] = {3, 10, 7};
 static int rank, size;
-static char detail[512];
-
-static void
-agree(int ok, const char *name)
-{
-    int64_t one = 1;
-    td_tensor_t *t;
-
-    td_tensor_full(&one, 1, TD_INT32, ok ? 1 : 0, &t);
-    if (td_all_reduce(td_group_world(), t, TD_REDUCE_MIN) != TD_OK) {
-        printf("FAIL %s: all_reduce of the verdict: %s\n", name,
-               td_last_error());
-    } else if (rank == 0) {
-        if (((int32_t *)td_tensor_data(t))[0] == 1) {
-            printf("PASS %s\n", name);
-        } else {
-            printf("FAIL %s: %s\n", name, ok ? "another rank failed" : detail);
-        }
-    }
-    if (!ok && rank != 0) {
-        fprintf(stderr, "rank %d: FAIL %s: %s\n", rank, name, detail);
-    }
-    fflush(stdout);
-    td_tensor_release(t);
-}
 
 static int
 nbatches(int r)
@@ -141,18 +117,6 @@ reference(td_tensor_t **ref, int divide_by_initial)
         td_optim_step(opt);
     }
     td_optim_free(opt);
-}
-
-static double
-maxdiff(td_tensor_t *a, td_tensor_t *b)
-{
-    double m = 0;
-
-    for (int64_t i = 0; i < td_tensor_numel(a); i++) {
-        m = fmax(m, fabs(((double *)td_tensor_data(a))[i] -
-                         ((double *)td_tensor_data(b))[i]));
-    }
-    return m;
 }
 
 static void

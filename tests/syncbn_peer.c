@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <todist/todist.h>
+#include "tests/peer_agree.h"
 #include <todist/syncbn.h>
 
 #define C   4
@@ -25,53 +26,6 @@
 
 static const int64_t rows[3] = {5, 2, 7};
 static int rank, size;
-static char detail[512];
-
-static void
-agree(int ok, const char *name)
-{
-    int64_t one = 1;
-    td_tensor_t *t;
-
-    td_tensor_full(&one, 1, TD_INT32, ok ? 1 : 0, &t);
-    if (td_all_reduce(td_group_world(), t, TD_REDUCE_MIN) != TD_OK) {
-        printf("FAIL %s: all_reduce of the verdict: %s\n", name,
-               td_last_error());
-    } else if (rank == 0) {
-        if (((int32_t *)td_tensor_data(t))[0] == 1) {
-            printf("PASS %s\n", name);
-        } else {
-            printf("FAIL %s: %s\n", name, ok ? "another rank failed" : detail);
-        }
-    }
-    if (!ok && rank != 0) {
-        fprintf(stderr, "rank %d: FAIL %s: %s\n", rank, name, detail);
-    }
-    fflush(stdout);
-    td_tensor_release(t);
-}
-
-/* max |a - b| over contiguous copies (INFINITY if either is missing) */
-static double
-maxdiff(td_tensor_t *a, td_tensor_t *b)
-{
-    td_tensor_t *ac, *bc;
-    double m = 0;
-
-    if (a == NULL || b == NULL || td_tensor_numel(a) != td_tensor_numel(b)) {
-        return INFINITY;
-    }
-    td_tensor_contiguous(a, &ac);
-    td_tensor_contiguous(b, &bc);
-    for (int64_t i = 0; i < td_tensor_numel(ac); i++) {
-        double d = fabs(((double *)td_tensor_data(ac))[i] -
-                        ((double *)td_tensor_data(bc))[i]);
-        m = isnan(d) ? INFINITY : fmax(m, d);
-    }
-    td_tensor_release(ac);
-    td_tensor_release(bc);
-    return m;
-}
 
 static td_tensor_t *
 rand_t(int64_t r, int64_t c, double scale, uint64_t seed)
