@@ -84,18 +84,124 @@ owned_get(int64_t id, int unlink)
     return o;
 }
 
+/* A create waiting for its parameters' objects (they may not exist yet:
+ * td_remote answers before its owner ran the creating call). */
+typedef struct {
+    char          kind[8];
+    double        d[N_DOUBLES];
+    int64_t       nesterov, amsgrad;
+    int           n, caller;
+    td_future_t **values;      /* td_rref_local_value of each parameter */
+    td_future_t  *answer;      /* the call's */
+} pending_create_t;
+
+static void
+pending_create_free(pending_create_t *c)
+{
+    for (int i = 0; c->values != NULL && i < c->n; i++) {
+        td_future_release(c->values[i]);
+    }
+    free(c->values);
+    td_future_release(c->answer);
+    free(c);
+}
+
+/* Every parameter's value is there (ALL done): make the optimizer, answer
+ * with its id. */
+static void
+create_now(void *arg, td_future_t *all)
+{
+    pending_create_t *c = arg;
+    td_tensor_t **params = NULL;
+    td_dist_optim_t *optim = NULL;
+    td_rpc_list_t *result = NULL;
+    owned_t *o = NULL;
+    td_status_t status = td_future_status(all);
+    int got = 0;
+
+    if (status != TD_OK) {
+        td_future_fail(c->answer, status, "dist_optim: a parameter of rank "
+                       "%d's create: %s", c->caller, td_future_error(all));
+        pending_create_free(c);
+        return;
+    }
+    params = calloc((size_t)c->n, sizeof(*params));
+    if (params == NULL) {
+        status = td_error(TD_ERR_NO_MEMORY, "dist_optim: out of memory");
+    }
+    for (got = 0; status == TD_OK && got < c->n; got++) {
+        const td_rpc_list_t *v = td_future_value(c->values[got]);
+
+        if (td_rpc_list_len(v) < 1) {
+            status = td_error(TD_ERR_INVALID, "dist_optim: parameter %d's "
+                              "remote object is an empty list", got);
+        } else if ((status = td_rpc_list_tensor(v, 0, &params[got])) ==
+                   TD_OK) {
+            td_tensor_retain(params[got]);
+        } else {
+            params[got] = NULL;
+        }
+    }
+    if (status == TD_OK) {
+        const double *d = c->d;
+
+        if (strcmp(c->kind, "sgd") == 0) {
+            td_sgd_opts_t so = {d[0], d[2], d[3], d[1], (int)c->nesterov};
+
+            status = td_dist_optim_sgd(params, c->n, &so, &optim);
+        } else {
+            td_adam_opts_t ao = {d[0], d[4], d[5], d[6], d[1],
+                                 (int)c->amsgrad};
+
+            status = c->kind[4] == 'w'
+                         ? td_dist_optim_adamw(params, c->n, &ao, &optim)
+                         : td_dist_optim_adam(params, c->n, &ao, &optim);
+        }
+    }
+    for (int i = 0; params != NULL && i < c->n; i++) {
+        td_tensor_release(params[i]);
+    }
+    free(params);
+    if (status == TD_OK && (o = calloc(1, sizeof(*o))) == NULL) {
+        td_dist_optim_destroy(optim);
+        status = td_error(TD_ERR_NO_MEMORY, "dist_optim: out of memory");
+    }
+    if (status == TD_OK) {
+        o->optim = optim;
+        o->refs = 1;
+        pthread_mutex_lock(&tab.lock);
+        o->id = tab.next_id++;
+        o->next = tab.head;
+        tab.head = o;
+        pthread_mutex_unlock(&tab.lock);
+        if ((status = td_rpc_list_create(&result)) == TD_OK) {
+            status = td_rpc_list_add_int(result, o->id);
+        }
+        if (status != TD_OK) {
+            owned_put(owned_get(o->id, 1));      /* the table's, the last */
+        }
+    }
+    if (status == TD_OK) {
+        td_future_complete(c->answer, result);
+    } else {
+        td_rpc_list_free(result);
+        td_future_fail(c->answer, status, "%s", td_last_error());
+    }
+    pending_create_free(c);
+}
+
+/* Async (RR1 of rref.c): no pool thread waits for parameters whose
+ * creating calls have not run here yet. */
 static td_status_t
 create_handler(void *arg, const td_rpc_call_info_t *info,
-               const td_rpc_list_t *args, td_rpc_list_t *result)
+               const td_rpc_list_t *args, td_future_t **fut_p)
 {
     const char *kind;
     double d[N_DOUBLES];
     int64_t nesterov, amsgrad, n;
-    td_tensor_t **params = NULL;
-    td_dist_optim_t *optim = NULL;
-    owned_t *o;
+    pending_create_t *c;
+    td_future_t *all = NULL;
     td_status_t status;
-    int got = 0;
 
     (void)arg;
     status = td_rpc_list_string(args, 0, &kind);
@@ -117,72 +223,47 @@ create_handler(void *arg, const td_rpc_call_info_t *info,
                         "names n=%lld parameters in %zu items", info->caller,
                         (long long)n, td_rpc_list_len(args));
     }
-    params = calloc((size_t)n, sizeof(*params));
-    if (params == NULL) {
+    if (strcmp(kind, "sgd") != 0 && strcmp(kind, "adam") != 0 &&
+        strcmp(kind, "adamw") != 0) {
+        return td_error(TD_ERR_PROTOCOL, "dist_optim: unknown kind "
+                        "'%.32s' from rank %d", kind, info->caller);
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL ||
+        (c->values = calloc((size_t)n, sizeof(*c->values))) == NULL) {
+        free(c);
         return td_error(TD_ERR_NO_MEMORY, "dist_optim: out of memory");
     }
-    for (got = 0; got < n && status == TD_OK; got++) {
+    snprintf(c->kind, sizeof(c->kind), "%s", kind);
+    memcpy(c->d, d, sizeof(d));
+    c->nesterov = nesterov;
+    c->amsgrad = amsgrad;
+    c->n = (int)n;
+    c->caller = info->caller;
+    status = td_future_create(&c->answer);
+    for (int i = 0; i < n && status == TD_OK; i++) {
         td_rref_t *r;
-        td_rpc_list_t *v = NULL;
 
-        status = td_rpc_list_rref(args, FIXED_ITEMS + (size_t)got, &r);
+        status = td_rpc_list_rref(args, FIXED_ITEMS + (size_t)i, &r);
         if (status == TD_OK) {
-            status = td_rref_local_value(r, &v);
+            status = td_rref_local_value(r, &c->values[i]);
         }
-        if (status == TD_OK && td_rpc_list_len(v) < 1) {
-            status = td_error(TD_ERR_INVALID, "dist_optim: parameter %d's "
-                              "remote object is an empty list", got);
-        }
-        if (status == TD_OK) {
-            status = td_rpc_list_tensor(v, 0, &params[got]);
-        }
-        if (status == TD_OK) {
-            td_tensor_retain(params[got]);
-        } else {
-            params[got] = NULL;
-        }
-        td_rpc_list_free(v);
     }
     if (status == TD_OK) {
-        if (strcmp(kind, "sgd") == 0) {
-            td_sgd_opts_t so = {d[0], d[2], d[3], d[1], (int)nesterov};
-
-            status = td_dist_optim_sgd(params, (int)n, &so, &optim);
-        } else if (strcmp(kind, "adam") == 0 || strcmp(kind, "adamw") == 0) {
-            td_adam_opts_t ao = {d[0], d[4], d[5], d[6], d[1], (int)amsgrad};
-
-            status = kind[4] == 'w'
-                         ? td_dist_optim_adamw(params, (int)n, &ao, &optim)
-                         : td_dist_optim_adam(params, (int)n, &ao, &optim);
-        } else {
-            status = td_error(TD_ERR_PROTOCOL, "dist_optim: unknown kind "
-                              "'%.32s' from rank %d", kind, info->caller);
-        }
+        status = td_future_collect_all(c->values, (size_t)n, &all);
     }
-    for (int i = 0; i < n; i++) {
-        td_tensor_release(params[i]);
-    }
-    free(params);
     if (status != TD_OK) {
+        pending_create_free(c);
         return status;
     }
-    o = calloc(1, sizeof(*o));
-    if (o == NULL) {
-        td_dist_optim_destroy(optim);
-        return td_error(TD_ERR_NO_MEMORY, "dist_optim: out of memory");
+    *fut_p = td_future_retain(c->answer);
+    if (td_future_then(all, create_now, c) != TD_OK) {   /* now or later */
+        td_future_fail(c->answer, TD_ERR_NO_MEMORY, "dist_optim: out of "
+                       "memory");
+        pending_create_free(c);
     }
-    o->optim = optim;
-    o->refs = 1;
-    pthread_mutex_lock(&tab.lock);
-    o->id = tab.next_id++;
-    o->next = tab.head;
-    tab.head = o;
-    pthread_mutex_unlock(&tab.lock);
-    status = td_rpc_list_add_int(result, o->id);
-    if (status != TD_OK) {
-        owned_put(owned_get(o->id, 1));      /* the table's, the last */
-    }
-    return status;
+    td_future_release(all);
+    return TD_OK;
 }
 
 static td_status_t
@@ -280,7 +361,8 @@ module_attach(void *arg)
     td_status_t status;
 
     (void)arg;
-    if ((status = td_rpc_register(CREATE_FN, create_handler, NULL)) != TD_OK ||
+    if ((status = td_rpc_register_async(CREATE_FN, create_handler,
+                                        NULL)) != TD_OK ||
         (status = td_rpc_register(STEP_FN, step_handler, NULL)) != TD_OK) {
         return status;
     }

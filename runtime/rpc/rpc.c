@@ -31,10 +31,11 @@
  *     send drains the queue first).
  *  R8 No field of a received message is used before td_rpc_wire_parse and
  *     the body checks accepted it against the received sizes.
- *  R9 An async handler's call (td_rpc_register_async) is answered exactly
- *     once, by the callback of the future it handed back, on whichever
- *     thread completes that future; no pool thread waits for it, and the
- *     call counts as busy (td_finalize waits) until that answer is sent.
+ *  R9 An async handler's call (td_rpc_register_async), or a plug-in's
+ *     message whose handler handed back a future, is answered exactly
+ *     once, by the callback of that future, on whichever thread completes
+ *     it; no pool thread waits for it, and the call counts as busy
+ *     (td_finalize waits) until that answer is sent.
  */
 #include "config.h"
 
@@ -77,8 +78,8 @@ typedef struct {
     td_rpc_fn fn;
     void     *arg;
     unsigned  flags;     /* TD_RPC_INLINE */
-    /* td_rpc_register_async: FN is then async_blocking (run_local's way),
-     * ARG this entry, and the handler's own pair is here. */
+    /* td_rpc_register_async: FN is then NULL and the handler's pair is
+     * here (a slot is free when both are NULL). */
     td_rpc_async_fn afn;
     void     *afn_arg;
 } fn_entry_t;
@@ -178,7 +179,7 @@ fn_find(uint64_t id)
 {
     for (size_t i = id & (RPC_FN_TABLE - 1), k = 0; k < RPC_FN_TABLE;
          i = (i + 1) & (RPC_FN_TABLE - 1), k++) {
-        if (fns[i].fn == NULL) {
+        if (fns[i].fn == NULL && fns[i].afn == NULL) {
             return NULL;
         }
         if (fns[i].id == id) {
@@ -235,45 +236,6 @@ td_rpc_register_flags(const char *name, td_rpc_fn fn, void *arg,
     return reg(name, fn, arg, flags, NULL, NULL);
 }
 
-/* An async handler run where a result is needed now (td_rpc_run_local: an
- * rref's owner creating its value): run it and wait for its future. */
-static td_status_t
-async_blocking(void *arg, const td_rpc_call_info_t *info,
-               const td_rpc_list_t *args, td_rpc_list_t *result)
-{
-    const fn_entry_t *e = arg;
-    const td_rpc_list_t *value;
-    td_future_t *fut = NULL;
-    td_status_t status;
-
-    status = e->afn(e->afn_arg, info, args, &fut);
-    if (status != TD_OK) {
-        return status;
-    }
-    if (fut == NULL) {
-        return td_error(TD_ERR_INVALID, "rpc: async handler '%s' returned "
-                        "TD_OK without a future", e->name);
-    }
-    status = td_future_wait(fut, -1);
-    value = td_future_value(fut);
-    if (status == TD_OK && value != NULL && td_rpc_list_len(value) > 0) {
-        td_rpc_list_t *copy = NULL;
-
-        if (result->n != 0) {
-            status = td_error(TD_ERR_STATE, "rpc: '%s': result list not "
-                              "empty", e->name);
-        } else if ((status = td_rpc_list_copy(value, &copy)) == TD_OK) {
-            struct td_rpc_list tmp = *result;     /* swap in the copy */
-
-            *result = *copy;
-            *copy = tmp;
-            td_rpc_list_free(copy);
-        }
-    }
-    td_future_release(fut);
-    return status;
-}
-
 td_status_t
 td_rpc_register_async(const char *name, td_rpc_async_fn fn, void *arg)
 {
@@ -281,7 +243,7 @@ td_rpc_register_async(const char *name, td_rpc_async_fn fn, void *arg)
         return td_error(TD_ERR_INVALID, "rpc: register_async '%s': function "
                         "is NULL", name != NULL ? name : "(null)");
     }
-    return reg(name, async_blocking, NULL, 0, fn, arg);
+    return reg(name, NULL, NULL, 0, fn, arg);
 }
 
 static td_status_t
@@ -296,7 +258,7 @@ reg(const char *name, td_rpc_fn fn, void *arg, unsigned flags,
                         "0x%x", name != NULL ? name : "(null)",
                         flags & ~(unsigned)TD_RPC_INLINE);
     }
-    if (name == NULL || fn == NULL) {
+    if (name == NULL || (fn == NULL && afn == NULL)) {
         return td_error(TD_ERR_INVALID, "rpc: register: %s is NULL",
                         name == NULL ? "name" : "function");
     }
@@ -327,11 +289,11 @@ reg(const char *name, td_rpc_fn fn, void *arg, unsigned flags,
     }
     for (size_t i = id & (RPC_FN_TABLE - 1);;
          i = (i + 1) & (RPC_FN_TABLE - 1)) {
-        if (fns[i].fn == NULL) {
+        if (fns[i].fn == NULL && fns[i].afn == NULL) {
             memcpy(fns[i].name, name, len + 1);
             fns[i].id = id;
             fns[i].fn = fn;
-            fns[i].arg = afn != NULL ? (void *)&fns[i] : arg;
+            fns[i].arg = arg;
             fns[i].flags = flags;
             fns[i].afn = afn;
             fns[i].afn_arg = afn_arg;
@@ -661,6 +623,11 @@ timer_main(void *arg)
                 pc = next;
             }
         }
+        for (size_t i = 0; i < n_plugins; i++) {
+            if (plugins[i].tick != NULL) {
+                plugins[i].tick(plugins[i].arg, td_now_s());
+            }
+        }
         pthread_mutex_lock(&rpc.tlock);
     }
     pthread_mutex_unlock(&rpc.tlock);
@@ -907,13 +874,27 @@ td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
 
 /* ---- running calls ------------------------------------------------------- */
 
+uint64_t
+td_rpc_context_current(void)
+{
+    return have_hooks ? hooks.current_context(hooks.arg) : 0;
+}
+
+uint64_t
+td_rpc_context_swap(uint64_t ctx)
+{
+    return have_hooks ? hooks.set_context(hooks.arg, ctx) : 0;
+}
+
 td_status_t
 td_rpc_run_local(uint64_t function_id, int caller, const td_rpc_list_t *args,
-                 td_rpc_list_t *result)
+                 td_rpc_list_t *result, td_future_t **fut_p)
 {
     fn_entry_t *e = fn_find(function_id);
     td_rpc_call_info_t info;
+    td_status_t status;
 
+    *fut_p = NULL;
     if (e == NULL) {
         return td_error(TD_ERR_NOT_FOUND, "rpc: rank %d has no function "
                         "with id %016llx", rpc.rank,
@@ -921,7 +902,19 @@ td_rpc_run_local(uint64_t function_id, int caller, const td_rpc_list_t *args,
     }
     info.caller = caller;
     info.name = e->name;
-    return e->fn(e->arg, &info, args, result);
+    if (e->afn == NULL) {
+        return e->fn(e->arg, &info, args, result);
+    }
+    status = e->afn(e->afn_arg, &info, args, fut_p);
+    if (status == TD_OK && *fut_p == NULL) {
+        status = td_error(TD_ERR_INVALID, "rpc: async handler '%s' returned "
+                          "TD_OK without a future", e->name);
+    }
+    if (status != TD_OK) {
+        td_future_release(*fut_p);
+        *fut_p = NULL;
+    }
+    return status;
 }
 
 /* ---- receive buffers ------------------------------------------------------ *
@@ -1175,8 +1168,32 @@ answer_owed(void *arg, td_future_t *fut)
     atomic_fetch_sub(&rpc.busy, 1);
 }
 
-/* Run async handler E for R; TD_OK: the answer is owed (R9) and the call
- * stays busy; otherwise the caller answers with the error. */
+/* Answer R's call when FUT completes (R9; FUT's reference is taken).
+ * TD_OK: the answer is owed and the call stays busy; otherwise the caller
+ * answers with the error. */
+static td_status_t
+owe_answer(const rx_t *r, td_future_t *fut, uint64_t ctx)
+{
+    td_status_t status;
+    owed_t *o;
+
+    o = malloc(sizeof(*o));
+    if (o == NULL) {
+        td_future_release(fut);
+        return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory");
+    }
+    o->src = r->src;
+    o->msg_id = r->msg.meta.message_id;
+    o->ctx = ctx;
+    status = td_future_then(fut, answer_owed, o);   /* now or later */
+    if (status != TD_OK) {
+        free(o);
+    }
+    td_future_release(fut);
+    return status;
+}
+
+/* Run async handler E for R; as owe_answer. */
 static td_status_t
 run_async(const fn_entry_t *e, const rx_t *r, const td_rpc_list_t *args,
           uint64_t ctx)
@@ -1184,15 +1201,7 @@ run_async(const fn_entry_t *e, const rx_t *r, const td_rpc_list_t *args,
     td_rpc_call_info_t info = { r->src, e->name };
     td_future_t *fut = NULL;
     td_status_t status;
-    owed_t *o;
 
-    o = malloc(sizeof(*o));
-    if (o == NULL) {
-        return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory");
-    }
-    o->src = r->src;
-    o->msg_id = r->msg.meta.message_id;
-    o->ctx = ctx;
     td_error_clear();
     status = e->afn(e->afn_arg, &info, args, &fut);
     if (status == TD_OK && fut == NULL) {
@@ -1201,17 +1210,9 @@ run_async(const fn_entry_t *e, const rx_t *r, const td_rpc_list_t *args,
     }
     if (status != TD_OK) {
         td_future_release(fut);
-        free(o);
         return status;
     }
-    status = td_future_then(fut, answer_owed, o);   /* now or later */
-    if (status != TD_OK) {
-        td_future_release(fut);
-        free(o);
-        return status;
-    }
-    td_future_release(fut);
-    return TD_OK;
+    return owe_answer(r, fut, ctx);
 }
 
 /* A call (or rref message) on a pool thread. */
@@ -1263,9 +1264,23 @@ run_call(void *arg)
             status = e->fn(e->arg, &info, args, result);
         }
     } else if (typed[type] != NULL) {
+        td_future_t *fut = NULL;
+
         want_reply = msg_wants_reply(type);
         status = typed[type]->handle(typed[type]->arg, type, r->src,
-                                     r->msg.meta.function_id, args, result);
+                                     r->msg.meta.function_id, args, result,
+                                     &fut);
+        if (status == TD_OK && fut != NULL && !want_reply) {
+            td_future_release(fut);
+        } else if (status == TD_OK && fut != NULL) {
+            status = owe_answer(r, fut, ctx);
+            if (status == TD_OK) {
+                want_reply = 0;      /* R9: answer_owed replies */
+                owed = 1;
+            }
+        } else if (fut != NULL) {
+            td_future_release(fut);
+        }
     } else {
         status = td_error(TD_ERR_PROTOCOL, "no handler for message type %d",
                           type);

@@ -6,8 +6,10 @@
  * module (runtime/modules.c) whose attach calls td_rpc_plug with one
  * td_rpc_plugin_t, filling only the hooks it needs:
  *   - message types: remote references own TD_RPC_MSG_REMOTE..RREF_ACK;
- *     handle() runs them on a pool thread, wants_reply() says which
- *     expect an answer;
+ *     handle() runs them on a pool thread and may answer later through a
+ *     future, as an async handler does (R9), wants_reply() says which
+ *     expect an answer; tick() runs on RPC's timer thread every 10 ms
+ *     (expiring what a plug-in keeps waiting);
  *   - values: rref_out() / rref_in() carry a td_rref_t in a value list
  *     across the wire (rpc_wire.h), rref_retain() / rref_release() let
  *     lists hold one (rpc_list.h);
@@ -52,11 +54,19 @@ typedef struct {
     const char *name;                  /* "rref", "dist_autograd" */
     /* Message types served: bit t for type t (TD_RPC_MSG_REMOTE and up).
      * HANDLE runs on a pool thread with the header's function id field;
-     * RESULT goes back when WANTS_REPLY(type) (NULL: always). */
+     * RESULT goes back when WANTS_REPLY(type) (NULL: always) - unless
+     * HANDLE returns TD_OK with a future in *FUT_P (the reference passes
+     * to RPC): the answer is then that future's value or error, sent when
+     * it completes, and no pool thread waits for it (R9). */
     uint32_t      types;
     td_status_t (*handle)(void *arg, int type, int src, uint64_t field,
-                          td_rpc_list_t *args, td_rpc_list_t *result);
+                          td_rpc_list_t *args, td_rpc_list_t *result,
+                          td_future_t **fut_p);
     int         (*wants_reply)(void *arg, int type);
+    /* Optional: every RPC_TIMER_TICK_S on RPC's timer thread while RPC
+     * runs, NOW = td_now_s(); must not block (complete futures there with
+     * td_future_fail_async: callbacks go to the pool). */
+    void        (*tick)(void *arg, double now);
     /* Remote references in value lists (all four or none): encode for a
      * destination, decode from a source, and how lists hold them. */
     td_rpc_wire_rref_out_fn rref_out;
@@ -98,9 +108,19 @@ td_status_t td_rpc_send_typed(int dst, int type, uint64_t function_id,
                               double timeout, td_future_t **fut_p);
 
 /* Run a registered function locally (the owner of an rref runs the
- * creating call this way). */
+ * creating call and method calls this way): a plain one fills RESULT and
+ * sets *FUT_P to NULL; an async one (td_rpc_register_async) hands back its
+ * future in *FUT_P (the caller owns the reference) and leaves RESULT
+ * alone, so nothing waits for it here. */
 td_status_t td_rpc_run_local(uint64_t function_id, int caller,
-                             const td_rpc_list_t *args, td_rpc_list_t *result);
+                             const td_rpc_list_t *args, td_rpc_list_t *result,
+                             td_future_t **fut_p);
+
+/* The calling thread's autograd context through the autograd plug-in (0:
+ * none, or no plug-in), and setting it (returns the previous one): a
+ * message answered later runs its function in the context it came with. */
+uint64_t td_rpc_context_current(void);
+uint64_t td_rpc_context_swap(uint64_t ctx);
 
 /* Error text for a remote failure: "Error on rank N (workerN): MSG". */
 void td_rpc_format_remote_error(char *buf, size_t len, int rank,

@@ -14,8 +14,9 @@
  *     tombstone that the FORK then cancels; messages may race because
  *     handlers run on a pool.
  *   - Messages about an object the owner has not created yet (FORK, DEC,
- *     FETCH racing the REMOTE) find a placeholder; FETCH and CALL wait
- *     (bounded by the default timeout) until the object exists.
+ *     FETCH racing the REMOTE) find a placeholder; FETCH and CALL are
+ *     parked on it (no thread waits) and run when the object exists, or
+ *     fail after the default timeout.
  *   - The owner records which worker holds each fork id (the creator, or
  *     the destination a reference was sent to); when a worker dies, the
  *     forks it held are released (a line on stderr says so), and a fork
@@ -27,12 +28,33 @@
  * args...), FETCH(rref id), CALL(rref id; STRING name, args...),
  * FORK(rref id; INT fork id, acknowledged), DEC(rref id; INT fork id).
  *
+ *
+ * Invariants (comments below cite them as RR1..RR5):
+ *  RR1 No handler of this module holds a pool thread while it waits for
+ *      anything: a FETCH, CALL or local-value request for an object not
+ *      created yet is parked (a waiter) and answered through a future
+ *      (rpc.c's R9); a CALL or creation of an async function answers with
+ *      that function's future; a FORK is confirmed by a callback.
+ *  RR2 A parked waiter ends exactly once: re-dispatched on the pool when
+ *      its object is created (with the value or creation error as of that
+ *      moment), failed by the timer after the default timeout as of its
+ *      arrival ("rref: object ... does not exist on rank ... after ..."),
+ *      or failed at shutdown. Whoever unlinks it under rr.lock ends it.
+ *  RR3 At most RREF_WAITERS_MAX waiters per worker; one more is refused
+ *      with TD_ERR_RANGE naming the object and the bound.
+ *  RR4 A parked CALL runs in the autograd context it arrived with, on
+ *      the pool, in arrival order of its object's waiters.
+ *  RR5 An object's entry is freed only when created and no fork or
+ *      tombstone is left, or, never created, when its last waiter timed
+ *      out and nothing else refers to it.
+ *
  * How it plugs in: like distributed autograd, through RPC's plug-in
  * interface (td_rpc_plug, from this runtime module's attach): the message
- * types above, and wire_out / wire_in for references inside value lists.
- * RPC knows nothing else of references; this module's setup, peer_failed
- * and shutdown run from the runtime's module table, right after RPC's
- * setup and right before its shutdown. */
+ * types above, wire_out / wire_in for references inside value lists, and
+ * tick (RPC's timer) for the waiters' timeouts. RPC knows nothing else of
+ * references; this module's setup, peer_failed and shutdown run from the
+ * runtime's module table, right after RPC's setup and right before its
+ * shutdown. */
 #include "config.h"
 
 #include <errno.h>
@@ -53,7 +75,8 @@
 #include "base/log.h"
 #include "base/clock.h"
 
-#define RREF_BUCKETS 256
+#define RREF_BUCKETS     256
+#define RREF_WAITERS_MAX 65536     /* parked messages per worker (RR3) */
 
 struct td_rref {
     atomic_int   refs;
@@ -63,9 +86,30 @@ struct td_rref {
     td_future_t *created;      /* the creating call (creator only) */
 };
 
+/* What a waiter was parked for. */
+enum { WAIT_FETCH, WAIT_CALL, WAIT_LOCAL };
+
+/* A message (or a local request) for an object not created yet (RR1). */
+typedef struct waiter {
+    int            kind;
+    int            src;
+    uint64_t       rref_id;
+    uint64_t       ctx;        /* CALL: its autograd context (RR4) */
+    td_rpc_list_t *args;       /* CALL: name, args... (owned) */
+    td_future_t   *fut;        /* the answer */
+    double         timeout;    /* default timeout at arrival (0: none) */
+    double         deadline;   /* 0: none */
+    /* filled when the object is created (RR2) */
+    td_status_t    status;
+    td_rpc_list_t *value;      /* a copy sharing the object's tensors */
+    char          *error;
+    struct waiter *prev, *next;   /* rr.waiters, in arrival order */
+} waiter_t;
+
 typedef struct entry {
     uint64_t       rref_id;
     int            created;
+    size_t         n_waiting;  /* waiters of this object in rr.waiters */
     td_status_t    status;
     char          *error;
     td_rpc_list_t *value;
@@ -79,7 +123,6 @@ typedef struct entry {
 
 static struct {
     pthread_mutex_t lock;
-    pthread_cond_t  cond;
     entry_t        *buckets[RREF_BUCKETS];
     size_t          n_entries;
     atomic_long     n_handles;
@@ -89,9 +132,10 @@ static struct {
     int             running;
     _Atomic(td_transport_t *) tp;  /* between setup and shutdown */
     size_t          leaks;
+    waiter_t       *waiters, *waiters_tail;  /* every parked one (RR2) */
+    atomic_size_t   n_waiters;
 } rr = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
-    .cond = PTHREAD_COND_INITIALIZER,
 };
 
 static uint64_t
@@ -169,10 +213,14 @@ entry_find(uint64_t id, int create)
     return e;
 }
 
+/* Free E when nothing refers to it any more (RR5): created and no fork
+ * or tombstone left, or, with PLACEHOLDER, never created and nothing left
+ * at all (rr.lock held). */
 static void
-entry_maybe_free(entry_t *e)
+entry_free_if(entry_t *e, int placeholder)
 {
-    if (!e->created || e->n_live > 0 || e->n_tomb > 0) {
+    if (e->n_live > 0 || e->n_tomb > 0 || e->n_waiting > 0 ||
+        (!e->created && !placeholder)) {
         return;
     }
     for (entry_t **pp = &rr.buckets[e->rref_id % RREF_BUCKETS]; *pp;
@@ -189,6 +237,12 @@ entry_maybe_free(entry_t *e)
     free(e->holder);
     free(e->tomb);
     free(e);
+}
+
+static void
+entry_maybe_free(entry_t *e)
+{
+    entry_free_if(e, 0);
 }
 
 static int
@@ -349,146 +403,6 @@ td_rref_release(td_rref_t *h)
     free(h);
 }
 
-/* Wait (rr.lock held) until E is created; TD_ERR_TIMEOUT after the
- * default timeout. */
-static td_status_t
-wait_created(entry_t **e_p, uint64_t id)
-{
-    double timeout = td_rpc_default_timeout();
-    struct timespec ts;
-    entry_t *e = NULL;
-
-    td_deadline_after(timeout, &ts);
-    for (;;) {
-        e = entry_find(id, 0);
-        if (e != NULL && e->created) {
-            *e_p = e;
-            return TD_OK;
-        }
-        if (!rr.running) {
-            return td_error(TD_ERR_STATE, "rref: shutting down");
-        }
-        int rc = 0;
-
-        td_rpc_blocking(1);       /* the creating call may need the core */
-        if (timeout > 0) {
-            rc = pthread_cond_timedwait(&rr.cond, &rr.lock, &ts);
-        } else {
-            pthread_cond_wait(&rr.cond, &rr.lock);
-        }
-        td_rpc_blocking(0);
-        if (rc == ETIMEDOUT) {
-            return td_error(TD_ERR_TIMEOUT, "rref: object %016llx does not "
-                            "exist on rank %d after %.3g s",
-                            (unsigned long long)id, rr.rank, timeout);
-        }
-    }
-}
-
-/* ---- message handlers (pool threads) ------------------------------------ */
-
-static td_status_t
-on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
-          td_rpc_list_t *result)
-{
-    int64_t id;
-    const char *name;
-    td_rpc_list_t *rest = NULL, *value = NULL;
-    td_status_t status;
-    td_transport_t *tp;
-    entry_t *e = NULL;
-    char msg[1024] = "";
-
-    (void)arg;
-    (void)result;
-    if (td_rpc_list_int(args, 0, &id) != TD_OK ||
-        td_rpc_list_string(args, 1, &name) != TD_OK) {
-        return td_error(TD_ERR_PROTOCOL, "rref: malformed creation request "
-                        "from rank %d", src);
-    }
-    td_rpc_list_t view = { args->n - 2, args->n - 2, args->items + 2 };
-
-    status = td_rpc_list_copy(&view, &rest);
-    if (status == TD_OK) {
-        status = td_rpc_list_create(&value);
-    }
-    if (status == TD_OK) {
-        status = td_rpc_run_local(fn_id, src, rest, value);
-        if (status == TD_ERR_NOT_FOUND && td_rpc_wire_fn_id(name) == fn_id) {
-            status = td_error(TD_ERR_NOT_FOUND, "rpc: rank %d has no "
-                              "function '%s'", rr.rank, name);
-        }
-    }
-    td_rpc_list_free(rest);
-    if (status != TD_OK) {
-        snprintf(msg, sizeof(msg), "%s", td_last_error());
-        td_rpc_list_free(value);
-        value = NULL;
-    }
-
-    pthread_mutex_lock(&rr.lock);
-    e = entry_find((uint64_t)id, 1);
-    if (e == NULL || e->created) {
-        pthread_mutex_unlock(&rr.lock);
-        td_rpc_list_free(value);
-        return td_error(TD_ERR_PROTOCOL, "rref: object %016llx created twice "
-                        "or out of memory", (unsigned long long)id);
-    }
-    e->created = 1;
-    e->status = status;
-    e->value = value;
-    e->error = status != TD_OK ? strdup(msg) : NULL;
-    if (!drop_id(e->tomb, &e->n_tomb, (uint64_t)id) &&
-        live_push(e, (uint64_t)id, src) && src != rr.rank &&
-        (tp = atomic_load(&rr.tp)) != NULL) {
-        /* the creator holds it: notice its death */
-        td_transport_watch(tp, src);
-    }
-    entry_maybe_free(e);
-    pthread_cond_broadcast(&rr.cond);
-    pthread_mutex_unlock(&rr.lock);
-    if (status != TD_OK) {
-        return td_error(status, "%s", msg);
-    }
-    return TD_OK;
-}
-
-/* Copy of object ID's value (or its creation error). */
-static td_status_t
-owner_value(uint64_t id, td_rpc_list_t **out)
-{
-    entry_t *e = NULL;
-    td_status_t status;
-
-    pthread_mutex_lock(&rr.lock);
-    status = wait_created(&e, id);
-    if (status == TD_OK) {
-        if (e->status != TD_OK) {
-            status = td_error(e->status, "rref: object %016llx was not "
-                              "created: %s", (unsigned long long)id,
-                              e->error != NULL ? e->error : "");
-        } else {
-            status = td_rpc_list_copy(e->value, out);
-        }
-    }
-    pthread_mutex_unlock(&rr.lock);
-    return status;
-}
-
-td_status_t
-td_rref_local_value(td_rref_t *h, td_rpc_list_t **value_p)
-{
-    if (h == NULL || value_p == NULL) {
-        return td_error(TD_ERR_INVALID, "rref: local_value: argument is NULL");
-    }
-    if (!td_rref_is_owner(h)) {
-        return td_error(TD_ERR_INVALID, "rref: object %016llx is owned by "
-                        "rank %d, not by this worker (rank %d)",
-                        (unsigned long long)h->rref_id, h->owner, rr.rank);
-    }
-    return owner_value(h->rref_id, value_p);
-}
-
 static td_status_t
 append(td_rpc_list_t *dst, const td_rpc_list_t *src, size_t from)
 {
@@ -522,18 +436,484 @@ append(td_rpc_list_t *dst, const td_rpc_list_t *src, size_t from)
     return status;
 }
 
+/* ---- waiters (RR1-RR4) ---------------------------------------------------- */
+
+static void
+waiter_free(waiter_t *w)
+{
+    td_rpc_list_free(w->args);
+    td_rpc_list_free(w->value);
+    td_future_release(w->fut);
+    free(w->error);
+    free(w);
+}
+
+static void
+waiter_unlink(waiter_t *w)
+{
+    if (w->prev != NULL) {
+        w->prev->next = w->next;
+    } else {
+        rr.waiters = w->next;
+    }
+    if (w->next != NULL) {
+        w->next->prev = w->prev;
+    } else {
+        rr.waiters_tail = w->prev;
+    }
+    w->prev = w->next = NULL;
+    atomic_fetch_sub(&rr.n_waiters, 1);
+}
+
+/* Park a request of KIND from SRC for object ID, not created yet
+ * (rr.lock held); ARGS (CALL only) passes to the waiter. *FUT_P: the
+ * future that answers it (the caller's reference). */
+static td_status_t
+park(uint64_t id, int kind, int src, td_rpc_list_t *args, td_future_t **fut_p)
+{
+    entry_t *e;
+    waiter_t *w;
+    td_status_t status;
+
+    if (!rr.running) {
+        td_rpc_list_free(args);
+        return td_error(TD_ERR_STATE, "rref: shutting down");
+    }
+    if (atomic_load(&rr.n_waiters) >= RREF_WAITERS_MAX) {
+        td_rpc_list_free(args);
+        return td_error(TD_ERR_RANGE, "rref: rank %d already parks %d "
+                        "requests for objects not created yet; one for "
+                        "object %016llx from rank %d is refused", rr.rank,
+                        RREF_WAITERS_MAX, (unsigned long long)id, src);
+    }
+    e = entry_find(id, 1);
+    w = calloc(1, sizeof(*w));
+    if (e == NULL || w == NULL) {
+        free(w);
+        td_rpc_list_free(args);
+        return td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
+    }
+    status = td_future_create(&w->fut);
+    if (status != TD_OK) {
+        free(w);
+        td_rpc_list_free(args);
+        return status;
+    }
+    w->kind = kind;
+    w->src = src;
+    w->rref_id = id;
+    w->args = args;
+    w->ctx = kind == WAIT_CALL ? td_rpc_context_current() : 0;
+    w->timeout = td_rpc_default_timeout();
+    w->deadline = w->timeout > 0 ? td_now_s() + w->timeout : 0;
+    w->prev = rr.waiters_tail;
+    if (rr.waiters_tail != NULL) {
+        rr.waiters_tail->next = w;
+    } else {
+        rr.waiters = w;
+    }
+    rr.waiters_tail = w;
+    atomic_fetch_add(&rr.n_waiters, 1);
+    e->n_waiting++;
+    *fut_p = td_future_retain(w->fut);
+    return TD_OK;
+}
+
+/* Complete DST with SRC's outcome (SRC done; the value is copied). */
+static void
+pass_on(void *arg, td_future_t *src)
+{
+    td_future_t *dst = arg;
+    td_rpc_list_t *v = NULL;
+    td_status_t status = td_future_status(src);
+
+    if (status == TD_OK &&
+        (status = td_rpc_list_copy(td_future_value(src), &v)) == TD_OK) {
+        td_future_complete(dst, v);
+    } else {
+        td_future_fail(dst, status, "%s", status == td_future_status(src) ?
+                       td_future_error(src) : td_last_error());
+    }
+    td_future_release(dst);
+}
+
+/* Run method NAME of object value V (taken) with ARGS[FROM..] for SRC:
+ * a plain function fills RESULT; an async one hands back its future in
+ * *FUT_P (RR1). */
+static td_status_t
+run_method(int src, const char *name, td_rpc_list_t *v,
+           const td_rpc_list_t *args, size_t from, td_rpc_list_t *result,
+           td_future_t **fut_p)
+{
+    td_status_t status = append(v, args, from);
+
+    *fut_p = NULL;
+    if (status == TD_OK) {
+        status = td_rpc_run_local(td_rpc_wire_fn_id(name), src, v, result,
+                                  fut_p);
+        if (status == TD_ERR_NOT_FOUND) {
+            status = td_error(TD_ERR_NOT_FOUND, "rpc: rank %d has no "
+                              "function '%s'", rr.rank, name);
+        }
+    }
+    td_rpc_list_free(v);
+    return status;
+}
+
+/* A waiter whose object now exists, on a pool thread (RR2, RR4). */
+static void
+resume(void *arg)
+{
+    waiter_t *w = arg;
+    td_rpc_list_t *result = NULL;
+    td_future_t *f = NULL;
+    const char *name;
+    uint64_t prev;
+    td_status_t status;
+
+    if (w->status != TD_OK) {
+        td_future_fail(w->fut, w->status, "rref: object %016llx was not "
+                       "created: %s", (unsigned long long)w->rref_id,
+                       w->error != NULL ? w->error : "");
+        waiter_free(w);
+        return;
+    }
+    if (w->kind != WAIT_CALL) {
+        td_future_complete(w->fut, w->value);       /* FETCH, LOCAL */
+        w->value = NULL;
+        waiter_free(w);
+        return;
+    }
+    prev = td_rpc_context_swap(w->ctx);
+    status = td_rpc_list_string(w->args, 0, &name);
+    if (status == TD_OK) {
+        status = td_rpc_list_create(&result);
+    }
+    if (status == TD_OK) {
+        td_error_clear();
+        status = run_method(w->src, name, w->value, w->args, 1, result, &f);
+        w->value = NULL;
+    }
+    td_rpc_context_swap(prev);
+    if (status == TD_OK && f != NULL) {
+        if (td_future_then(f, pass_on, td_future_retain(w->fut)) != TD_OK) {
+            td_future_fail(w->fut, TD_ERR_NO_MEMORY, "rref: out of memory");
+            td_future_release(w->fut);
+        }
+        td_future_release(f);
+    } else if (status == TD_OK) {
+        td_future_complete(w->fut, result);
+        result = NULL;
+    } else {
+        td_future_fail(w->fut, status, "%s", td_last_error()[0] ?
+                       td_last_error() : td_strerror(status));
+    }
+    td_rpc_list_free(result);
+    waiter_free(w);
+}
+
+/* E was just created (rr.lock held): take its waiters, each with a copy of
+ * the value or the creation error as of now, into *OUT, in arrival order
+ * (RR2). */
+static void
+take_waiters(entry_t *e, waiter_t **out)
+{
+    waiter_t *w = rr.waiters, *head = NULL, **tail = &head;
+
+    while (w != NULL && e->n_waiting > 0) {
+        waiter_t *next = w->next;
+
+        if (w->rref_id == e->rref_id) {
+            waiter_unlink(w);
+            e->n_waiting--;
+            w->status = e->status;
+            if (e->status != TD_OK) {
+                w->error = e->error != NULL ? strdup(e->error) : NULL;
+            } else if ((w->status = td_rpc_list_copy(e->value, &w->value)) !=
+                       TD_OK) {
+                w->error = strdup(td_last_error());
+            }
+            *tail = w;
+            tail = &w->next;
+        }
+        w = next;
+    }
+    *out = head;
+}
+
+/* Re-dispatch taken waiters on the pool (after rr.lock is released). */
+static void
+dispatch_waiters(waiter_t *w)
+{
+    while (w != NULL) {
+        waiter_t *next = w->next;
+
+        w->next = NULL;
+        if (td_rpc_pool_post(resume, w) != TD_OK) {
+            td_future_fail(w->fut, TD_ERR_STATE, "rref: object %016llx: %s",
+                           (unsigned long long)w->rref_id, td_last_error());
+            waiter_free(w);
+        }
+        w = next;
+    }
+}
+
+/* RPC's timer: fail the waiters past their deadline (RR2). */
+static void
+tick(void *arg, double now)
+{
+    waiter_t *w, *expired = NULL;
+
+    (void)arg;
+    if (atomic_load(&rr.n_waiters) == 0) {
+        return;
+    }
+    pthread_mutex_lock(&rr.lock);
+    w = rr.waiters;
+    while (w != NULL) {
+        waiter_t *next = w->next;
+
+        if (w->deadline > 0 && w->deadline < now) {
+            entry_t *e = entry_find(w->rref_id, 0);
+
+            waiter_unlink(w);
+            if (e != NULL) {
+                e->n_waiting--;
+                entry_free_if(e, 1);          /* RR5 */
+            }
+            w->next = expired;
+            expired = w;
+        }
+        w = next;
+    }
+    pthread_mutex_unlock(&rr.lock);
+    while (expired != NULL) {
+        char msg[160];
+
+        w = expired;
+        expired = w->next;
+        snprintf(msg, sizeof(msg), "rref: object %016llx does not exist on "
+                 "rank %d after %.3g s", (unsigned long long)w->rref_id,
+                 rr.rank, w->timeout);
+        /* never on the timer thread: callbacks go to the pool */
+        td_future_fail_async(w->fut, TD_ERR_TIMEOUT, msg);
+        waiter_free(w);
+    }
+}
+
+/* ---- message handlers (pool threads; none waits: RR1) ----------------- */
+
+/* Record object ID's creation from SRC's call (STATUS, VALUE taken, MSG its
+ * error) and re-dispatch what waited for it; the result for the REMOTE's
+ * answer. */
+static td_status_t
+finish_creation(uint64_t id, int src, td_status_t status,
+                td_rpc_list_t *value, const char *msg)
+{
+    td_transport_t *tp;
+    waiter_t *waiting = NULL;
+    entry_t *e;
+
+    pthread_mutex_lock(&rr.lock);
+    e = entry_find(id, 1);
+    if (e == NULL || e->created) {
+        pthread_mutex_unlock(&rr.lock);
+        td_rpc_list_free(value);
+        return td_error(TD_ERR_PROTOCOL, "rref: object %016llx created twice "
+                        "or out of memory", (unsigned long long)id);
+    }
+    e->created = 1;
+    e->status = status;
+    e->value = value;
+    e->error = status != TD_OK ? strdup(msg) : NULL;
+    take_waiters(e, &waiting);
+    if (!drop_id(e->tomb, &e->n_tomb, id) &&
+        live_push(e, id, src) && src != rr.rank &&
+        (tp = atomic_load(&rr.tp)) != NULL) {
+        /* the creator holds it: notice its death */
+        td_transport_watch(tp, src);
+    }
+    entry_maybe_free(e);
+    pthread_mutex_unlock(&rr.lock);
+    dispatch_waiters(waiting);
+    if (status != TD_OK) {
+        return td_error(status, "%s", msg);
+    }
+    return TD_OK;
+}
+
+/* An async creating function's future is done: the object exists. */
+typedef struct {
+    uint64_t     id;
+    int          src;
+    td_future_t *answer;       /* the REMOTE's */
+} creating_t;
+
+static void
+created_later(void *arg, td_future_t *f)
+{
+    creating_t *c = arg;
+    td_rpc_list_t *value = NULL;
+    td_status_t status = td_future_status(f);
+    char msg[1024] = "";
+
+    if (status == TD_OK) {
+        status = td_rpc_list_copy(td_future_value(f), &value);
+    }
+    if (status != TD_OK) {
+        snprintf(msg, sizeof(msg), "%s", status == td_future_status(f) ?
+                 td_future_error(f) : td_last_error());
+    }
+    status = finish_creation(c->id, c->src, status, value, msg);
+    if (status == TD_OK) {
+        td_future_complete(c->answer, NULL);
+    } else {
+        td_future_fail(c->answer, status, "%s", td_last_error());
+    }
+    td_future_release(c->answer);
+    free(c);
+}
+
+static td_status_t
+on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
+          td_rpc_list_t *result, td_future_t **fut_p)
+{
+    int64_t id;
+    const char *name;
+    td_rpc_list_t *rest = NULL, *value = NULL;
+    td_future_t *f = NULL;
+    creating_t *c;
+    td_status_t status;
+    char msg[1024] = "";
+
+    (void)arg;
+    (void)result;
+    if (td_rpc_list_int(args, 0, &id) != TD_OK ||
+        td_rpc_list_string(args, 1, &name) != TD_OK) {
+        return td_error(TD_ERR_PROTOCOL, "rref: malformed creation request "
+                        "from rank %d", src);
+    }
+    td_rpc_list_t view = { args->n - 2, args->n - 2, args->items + 2 };
+
+    status = td_rpc_list_copy(&view, &rest);
+    if (status == TD_OK) {
+        status = td_rpc_list_create(&value);
+    }
+    if (status == TD_OK) {
+        status = td_rpc_run_local(fn_id, src, rest, value, &f);
+        if (status == TD_ERR_NOT_FOUND && td_rpc_wire_fn_id(name) == fn_id) {
+            status = td_error(TD_ERR_NOT_FOUND, "rpc: rank %d has no "
+                              "function '%s'", rr.rank, name);
+        }
+    }
+    td_rpc_list_free(rest);
+    if (status == TD_OK && f != NULL) {
+        /* async: the object exists when its future is done (RR1) */
+        td_rpc_list_free(value);
+        c = calloc(1, sizeof(*c));
+        if (c == NULL ||
+            (status = td_future_create(&c->answer)) != TD_OK) {
+            free(c);
+            c = NULL;
+            status = td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
+        }
+        if (c != NULL) {
+            c->id = (uint64_t)id;
+            c->src = src;
+            *fut_p = td_future_retain(c->answer);
+            if (td_future_then(f, created_later, c) != TD_OK) {
+                /* out of memory: recorded as a failed creation */
+                status = finish_creation(c->id, src, TD_ERR_NO_MEMORY, NULL,
+                                         "rref: out of memory");
+                td_future_fail(c->answer, status, "%s", td_last_error());
+                td_future_release(c->answer);
+                free(c);
+            }
+            td_future_release(f);
+            return TD_OK;
+        }
+        td_future_release(f);
+        value = NULL;
+    }
+    if (status != TD_OK) {
+        snprintf(msg, sizeof(msg), "%s", td_last_error());
+        td_rpc_list_free(value);
+        value = NULL;
+    }
+    return finish_creation((uint64_t)id, src, status, value, msg);
+}
+
+/* Object ID's value (a copy sharing its tensors) in *OUT, or its creation
+ * error; not created yet: parked as KIND (ARGS taken) and *FUT_P set. */
+static td_status_t
+owner_value(uint64_t id, int kind, int src, td_rpc_list_t *args,
+            td_rpc_list_t **out, td_future_t **fut_p)
+{
+    entry_t *e;
+    td_status_t status;
+
+    *out = NULL;
+    *fut_p = NULL;
+    pthread_mutex_lock(&rr.lock);
+    e = entry_find(id, 0);
+    if (e == NULL || !e->created) {
+        status = park(id, kind, src, args, fut_p);
+        pthread_mutex_unlock(&rr.lock);
+        return status;
+    }
+    if (e->status != TD_OK) {
+        status = td_error(e->status, "rref: object %016llx was not "
+                          "created: %s", (unsigned long long)id,
+                          e->error != NULL ? e->error : "");
+    } else {
+        status = td_rpc_list_copy(e->value, out);
+    }
+    pthread_mutex_unlock(&rr.lock);
+    td_rpc_list_free(args);
+    return status;
+}
+
+td_status_t
+td_rref_local_value(td_rref_t *h, td_future_t **fut_p)
+{
+    td_rpc_list_t *v = NULL;
+    td_future_t *f = NULL;
+    td_status_t status;
+
+    if (h == NULL || fut_p == NULL) {
+        return td_error(TD_ERR_INVALID, "rref: local_value: argument is NULL");
+    }
+    if (!td_rref_is_owner(h)) {
+        return td_error(TD_ERR_INVALID, "rref: object %016llx is owned by "
+                        "rank %d, not by this worker (rank %d)",
+                        (unsigned long long)h->rref_id, h->owner, rr.rank);
+    }
+    status = owner_value(h->rref_id, WAIT_LOCAL, rr.rank, NULL, &v, &f);
+    if (status == TD_OK && f == NULL) {
+        status = td_future_create(&f);
+        if (status == TD_OK) {
+            td_future_complete(f, v);
+            v = NULL;
+        }
+    }
+    td_rpc_list_free(v);
+    if (status == TD_OK) {
+        *fut_p = f;
+    }
+    return status;
+}
+
 static td_status_t
 on_fetch(void *arg, int src, uint64_t id, td_rpc_list_t *args,
-         td_rpc_list_t *result)
+         td_rpc_list_t *result, td_future_t **fut_p)
 {
     td_rpc_list_t *v;
     td_status_t status;
 
     (void)arg;
-    (void)src;
     (void)args;
-    status = owner_value(id, &v);
-    if (status == TD_OK) {
+    status = owner_value(id, WAIT_FETCH, src, NULL, &v, fut_p);
+    if (status == TD_OK && v != NULL) {
         status = append(result, v, 0);
         td_rpc_list_free(v);
     }
@@ -542,9 +922,10 @@ on_fetch(void *arg, int src, uint64_t id, td_rpc_list_t *args,
 
 static td_status_t
 on_call(void *arg, int src, uint64_t id, td_rpc_list_t *args,
-        td_rpc_list_t *result)
+        td_rpc_list_t *result, td_future_t **fut_p)
 {
-    td_rpc_list_t *v;
+    td_rpc_list_t *v, *copy = NULL;
+    td_future_t *parked = NULL;
     const char *name;
     td_status_t status;
 
@@ -553,20 +934,16 @@ on_call(void *arg, int src, uint64_t id, td_rpc_list_t *args,
         return td_error(TD_ERR_PROTOCOL, "rref: malformed method call from "
                         "rank %d", src);
     }
-    status = owner_value(id, &v);
-    if (status != TD_OK) {
+    /* the waiter keeps the message (RPC frees ARGS when this returns) */
+    status = td_rpc_list_copy(args, &copy);
+    if (status == TD_OK) {
+        status = owner_value(id, WAIT_CALL, src, copy, &v, &parked);
+    }
+    if (status != TD_OK || parked != NULL) {
+        *fut_p = parked;            /* answered when the object exists */
         return status;
     }
-    status = append(v, args, 1);
-    if (status == TD_OK) {
-        status = td_rpc_run_local(td_rpc_wire_fn_id(name), src, v, result);
-        if (status == TD_ERR_NOT_FOUND) {
-            status = td_error(TD_ERR_NOT_FOUND, "rpc: rank %d has no "
-                              "function '%s'", rr.rank, name);
-        }
-    }
-    td_rpc_list_free(v);
-    return status;
+    return run_method(src, name, v, args, 1, result, fut_p);
 }
 
 static td_status_t
@@ -596,8 +973,9 @@ on_fork_dec(int type, int src, uint64_t id, td_rpc_list_t *args)
 
 static td_status_t
 on_fork(void *arg, int src, uint64_t id, td_rpc_list_t *args,
-        td_rpc_list_t *result)
+        td_rpc_list_t *result, td_future_t **fut_p)
 {
+    (void)fut_p;
     (void)arg;
     (void)result;
     return on_fork_dec(TD_RPC_MSG_RREF_FORK, src, id, args);
@@ -605,8 +983,9 @@ on_fork(void *arg, int src, uint64_t id, td_rpc_list_t *args,
 
 static td_status_t
 on_dec(void *arg, int src, uint64_t id, td_rpc_list_t *args,
-       td_rpc_list_t *result)
+       td_rpc_list_t *result, td_future_t **fut_p)
 {
+    (void)fut_p;
     (void)arg;
     (void)result;
     return on_fork_dec(TD_RPC_MSG_RREF_DEC, src, id, args);
@@ -622,14 +1001,19 @@ wants_reply(void *arg, int type)
 /* The plug-in's one handler: by message type. */
 static td_status_t
 handle(void *arg, int type, int src, uint64_t field, td_rpc_list_t *args,
-       td_rpc_list_t *result)
+       td_rpc_list_t *result, td_future_t **fut_p)
 {
     switch (type) {
-    case TD_RPC_MSG_REMOTE:     return on_remote(arg, src, field, args, result);
-    case TD_RPC_MSG_RREF_FETCH: return on_fetch(arg, src, field, args, result);
-    case TD_RPC_MSG_RREF_CALL:  return on_call(arg, src, field, args, result);
-    case TD_RPC_MSG_RREF_FORK:  return on_fork(arg, src, field, args, result);
-    case TD_RPC_MSG_RREF_DEC:   return on_dec(arg, src, field, args, result);
+    case TD_RPC_MSG_REMOTE:
+        return on_remote(arg, src, field, args, result, fut_p);
+    case TD_RPC_MSG_RREF_FETCH:
+        return on_fetch(arg, src, field, args, result, fut_p);
+    case TD_RPC_MSG_RREF_CALL:
+        return on_call(arg, src, field, args, result, fut_p);
+    case TD_RPC_MSG_RREF_FORK:
+        return on_fork(arg, src, field, args, result, fut_p);
+    case TD_RPC_MSG_RREF_DEC:
+        return on_dec(arg, src, field, args, result, fut_p);
     default:
         return td_error(TD_ERR_PROTOCOL, "rref: rank %d sent message type "
                         "%d, which no rref handler serves", src, type);
@@ -859,6 +1243,7 @@ module_attach(void *arg)
               1u << TD_RPC_MSG_RREF_DEC;
     p.handle = handle;
     p.wants_reply = wants_reply;
+    p.tick = tick;
     p.rref_out = wire_out;
     p.rref_in = wire_in;
     p.rref_retain = td_rref_retain;
@@ -921,12 +1306,17 @@ static void
 module_shutdown(void *arg)
 {
     size_t handles = (size_t)atomic_load(&rr.n_handles);
+    waiter_t *w, *parked = NULL;
 
     (void)arg;
     atomic_store(&rr.tp, NULL);     /* RPC shuts down after this module */
     pthread_mutex_lock(&rr.lock);
     rr.running = 0;
-    pthread_cond_broadcast(&rr.cond);
+    while ((w = rr.waiters) != NULL) {          /* RR2: fail them below */
+        waiter_unlink(w);
+        w->next = parked;
+        parked = w;
+    }
     for (size_t b = 0; b < RREF_BUCKETS; b++) {
         for (entry_t *e = rr.buckets[b]; e != NULL; e = e->next) {
             td_log_warn("rref: rank %d: leak: object %016llx "
@@ -954,6 +1344,13 @@ module_shutdown(void *arg)
     }
     rr.n_entries = 0;
     pthread_mutex_unlock(&rr.lock);
+    while ((w = parked) != NULL) {
+        parked = w->next;
+        td_future_fail(w->fut, TD_ERR_CANCELED, "rref: rank %d shut down "
+                       "with object %016llx not created", rr.rank,
+                       (unsigned long long)w->rref_id);
+        waiter_free(w);
+    }
     if (handles > 0) {
         td_log_warn("rref: rank %d: leak: %zu reference "
                 "handle(s) not released at shutdown", rr.rank, handles);

@@ -13,10 +13,13 @@
 #include <todist/rref.h>
 #include "runtime/runtime.h"
 
-/* On the owner: a copy of the object's value list (sharing its tensors, so
- * the caller sees the very objects the owner holds); TD_ERR_INVALID when
- * this worker does not own RREF. Waits until the object is created. */
-td_status_t td_rref_local_value(td_rref_t *rref, td_rpc_list_t **value_p);
+/* On the owner: a future of a copy of the object's value list (sharing
+ * its tensors, so the caller sees the very objects the owner holds); done
+ * at once when the object exists, else when its creating call completes
+ * (or with its error, or TD_ERR_TIMEOUT after the default timeout):
+ * nothing waits here (RR1 of rref.c). TD_ERR_INVALID when this worker does
+ * not own RREF. *FUT_P is the caller's to release. */
+td_status_t td_rref_local_value(td_rref_t *rref, td_future_t **fut_p);
 /* Objects this worker owns right now (tests). */
 size_t td_rref_objects(void);
 
