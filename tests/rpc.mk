@@ -16,3 +16,9 @@ check_PROGRAMS += tests/async_peer
 tests_async_peer_LDADD = $(TD_TEST_LDADD) -lm
 TESTS += tests/test_async.sh
 EXTRA_DIST += tests/test_async.sh
+# remote references and the distributed optimizer hold no pool thread
+# while they wait: three workers through todist-run
+check_PROGRAMS += tests/rref_async_peer
+tests_rref_async_peer_LDADD = $(TD_TEST_LDADD) -lm
+TESTS += tests/test_rref_async.sh
+EXTRA_DIST += tests/test_rref_async.sh
