@@ -21,7 +21,9 @@
  *    each owner busy with FAN calls on the other's parameter from before
  *    its own creation; the distributed optimizer is created over both
  *    while nothing exists yet (the owners' create handler waits for the
- *    parameters), then one forward, distributed backward and SGD step.
+ *    parameters), then one forward, distributed backward and SGD step,
+ *    and a second step by td_dist_optimizer_step_async from an async
+ *    handler.
  * Mode "timeout" (TODIST_RPC_TIMEOUT=2): a method call and a fetch of an
  * object never created end in "rref: object ... does not exist on rank 1
  * after 2 s", as they did before. */
@@ -417,6 +419,28 @@ fn_fan(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
     return TD_OK;
 }
 
+/* astep(ctx): td_dist_optimizer_step_async of rank 0's optimizer, its
+ * future handed back: the pool thread is free while the owners step. */
+static td_dist_optimizer_t *g_opt;
+
+static td_status_t
+fn_astep(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
+         td_future_t **fut_p)
+{
+    int64_t ctx;
+    td_status_t st;
+
+    (void)arg;
+    (void)info;
+    if ((st = td_rpc_list_int(args, 0, &ctx)) != TD_OK) {
+        return st;
+    }
+    if (g_opt == NULL) {
+        return td_error(TD_ERR_STATE, "astep: no optimizer here");
+    }
+    return td_dist_optimizer_step_async(g_opt, ctx, fut_p);
+}
+
 /* ---- the checks (rank 0) -------------------------------------------------- */
 
 static td_rpc_list_t *
@@ -586,15 +610,26 @@ optim_busy_owners(int fan)
         st = td_dist_optimizer_step(opt, ctx);
     }
     check(st == TD_OK, "optim_busy_owners", "%s: %s", what, td_last_error());
+    if (st == TD_OK) {
+        /* a second step with the same gradients, from an async handler */
+        td_rpc_list_t *a = list_of("i", ctx);
+
+        g_opt = opt;
+        st = td_rpc_sync(0, "astep", a, 60.0, NULL);
+        g_opt = NULL;
+        td_rpc_list_free(a);
+        check(st == TD_OK, "optim_step_async_in_handler", "%s",
+              td_last_error());
+    }
     for (int o = 1; o <= 2 && st == TD_OK; o++) {
-        /* d sum(p1 * x + p2 * x) / d p = x; SGD: p - lr * x */
+        /* d sum(p1 * x + p2 * x) / d p = x; two SGD steps: p - 2 lr x */
         double want[N_EL];
         td_rpc_list_t *v = NULL;
         td_tensor_t *t = NULL;
         char name[64];
 
         for (int i = 0; i < N_EL; i++) {
-            want[i] = param_init(o, i) - LR * xs[i];
+            want[i] = param_init(o, i) - LR * xs[i] - LR * xs[i];
         }
         snprintf(name, sizeof(name), "optim_busy_owners_param%d", o);
         st = td_rref_to_here(p[o], 60.0, &v);
@@ -669,6 +704,7 @@ main(int argc, char **argv)
     td_rpc_register_async("rfwd", fn_rfwd, NULL);
     td_rpc_register_async("rhop", fn_rhop, NULL);
     td_rpc_register_async("fan", fn_fan, NULL);
+    td_rpc_register_async("astep", fn_astep, NULL);
     {
         td_world_t w;
 

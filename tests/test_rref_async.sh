@@ -7,7 +7,8 @@
 # object whose creation is pending, the call that completes the creation
 # queued behind them; a distributed optimizer created over parameters not
 # created yet on owners busy with 400 such calls each, then a forward,
-# backward and step with the right values. Each of these needs more than
+# backward and step with the right values, and a second step from an async
+# handler (td_dist_optimizer_step_async). Each of these needs more than
 # the pool's 256 threads when a waiting handler holds one, and then timed
 # out. Then, with TODIST_RPC_TIMEOUT=2, a call and a fetch on an object
 # never created end in the old error after the default timeout. Every
@@ -15,7 +16,7 @@
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/rref_async_peer"
 names="rref_chain rref_pending_fetch rref_pending_fanout optim_busy_owners
-optim_busy_owners_param1 optim_busy_owners_param2"
+optim_step_async_in_handler optim_busy_owners_param1 optim_busy_owners_param2"
 tnames="pending_call_times_out pending_fetch_times_out"
 set -- $names $tnames
 plan $(( $# + 2 ))

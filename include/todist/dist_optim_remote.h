@@ -15,9 +15,9 @@
  * Destroying releases the owners' optimizers (best effort: a dead owner's
  * is gone with it).
  *
- * Threads: td_dist_optimizer_step is thread-safe (several threads may step
- * one optimizer, each with its own context); create and destroy are not
- * thread-safe with steps on the same optimizer. */
+ * Threads: td_dist_optimizer_step and _step_async are thread-safe (several
+ * threads may step one optimizer, each with its own context); create and
+ * destroy are not thread-safe with steps on the same optimizer. */
 #ifndef TODIST_DIST_OPTIM_REMOTE_H
 #define TODIST_DIST_OPTIM_REMOTE_H
 
@@ -49,6 +49,12 @@ td_status_t td_dist_optimizer_adamw(td_rref_t *const *params, int n,
 /* Apply the gradients of distributed autograd context CTX_ID on every
  * owner (call before td_dist_autograd_end(CTX_ID)). */
 td_status_t td_dist_optimizer_step(td_dist_optimizer_t *optim, int64_t ctx_id);
+/* The same without waiting: *FUT_P (the caller's to release) completes
+ * when every owner has stepped, failed with the first failure in owner
+ * order. An async RPC handler (td_rpc_register_async) hands it back, so no
+ * pool thread waits for the owners. */
+td_status_t td_dist_optimizer_step_async(td_dist_optimizer_t *optim,
+                                         int64_t ctx_id, td_future_t **fut_p);
 
 /* The number of owners and the rank of owner I (0 <= I < owners). */
 int         td_dist_optimizer_owners(const td_dist_optimizer_t *optim);

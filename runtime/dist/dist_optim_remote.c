@@ -652,24 +652,124 @@ td_dist_optimizer_adamw(td_rref_t *const *params, int n,
     return adam("adamw", params, n, opts, optim_p);
 }
 
+/* A step in flight: one future per owner. */
+typedef struct {
+    td_future_t **futs;
+    int          *ranks;
+    int           n;
+    td_future_t  *answer;
+} stepping_t;
+
+static void
+stepping_free(stepping_t *s)
+{
+    for (int i = 0; s->futs != NULL && i < s->n; i++) {
+        td_future_release(s->futs[i]);
+    }
+    free(s->futs);
+    free(s->ranks);
+    td_future_release(s->answer);
+    free(s);
+}
+
+/* Every owner answered (ALL done): the first failure in owner order. */
+static void
+step_done(void *arg, td_future_t *all)
+{
+    stepping_t *s = arg;
+    td_status_t status = TD_OK;
+
+    (void)all;
+    for (int i = 0; i < s->n && status == TD_OK; i++) {
+        if (td_future_status(s->futs[i]) != TD_OK) {
+            status = owner_error(s->futs[i], s->ranks[i], "step");
+        }
+    }
+    if (status == TD_OK) {
+        td_future_complete(s->answer, NULL);
+    } else {
+        td_future_fail(s->answer, status, "%s", td_last_error());
+    }
+    stepping_free(s);
+}
+
+td_status_t
+td_dist_optimizer_step_async(td_dist_optimizer_t *o, int64_t ctx_id,
+                             td_future_t **fut_p)
+{
+    td_rpc_list_t **args = NULL;
+    td_future_t *all = NULL;
+    stepping_t *s;
+    td_status_t status;
+
+    if (o == NULL || fut_p == NULL) {
+        return td_error(TD_ERR_INVALID, "dist_optim: step: %s is NULL",
+                        o == NULL ? "optimizer" : "future pointer");
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL ||
+        (s->futs = calloc((size_t)o->n_owners, sizeof(*s->futs))) == NULL ||
+        (s->ranks = calloc((size_t)o->n_owners, sizeof(*s->ranks))) == NULL ||
+        (args = calloc((size_t)o->n_owners, sizeof(*args))) == NULL) {
+        if (s != NULL) {
+            free(s->futs);
+            free(s->ranks);
+        }
+        free(s);
+        return td_error(TD_ERR_NO_MEMORY, "dist_optim: out of memory");
+    }
+    s->n = o->n_owners;
+    status = td_future_create(&s->answer);
+    if (status == TD_OK) {
+        status = id_args(o, ctx_id, 1, args);
+    }
+    for (int i = 0; i < o->n_owners && status == TD_OK; i++) {
+        td_status_t st;
+
+        s->ranks[i] = o->owners[i].rank;
+        st = td_rpc_async(o->owners[i].rank, STEP_FN, args[i],
+                          TD_RPC_DEFAULT_TIMEOUT, &s->futs[i]);
+        if (st != TD_OK) {
+            /* this owner's failure, in its place in owner order */
+            char msg[1024];
+
+            snprintf(msg, sizeof(msg), "Error on rank %d: dist_optim: step: "
+                     "%s", o->owners[i].rank, td_last_error());
+            if ((status = td_future_create(&s->futs[i])) == TD_OK) {
+                td_future_fail(s->futs[i], st, "%s", msg);
+            }
+        }
+    }
+    free_lists(args, o->n_owners);
+    if (status == TD_OK) {
+        status = td_future_collect_all(s->futs, (size_t)s->n, &all);
+    }
+    if (status != TD_OK) {
+        stepping_free(s);
+        return status;
+    }
+    *fut_p = td_future_retain(s->answer);
+    if (td_future_then(all, step_done, s) != TD_OK) {   /* now or later */
+        td_future_fail(s->answer, TD_ERR_NO_MEMORY, "dist_optim: out of "
+                       "memory");
+        stepping_free(s);
+    }
+    td_future_release(all);
+    return TD_OK;
+}
+
 td_status_t
 td_dist_optimizer_step(td_dist_optimizer_t *o, int64_t ctx_id)
 {
-    td_rpc_list_t **args;
+    td_future_t *fut;
     td_status_t status;
 
-    if (o == NULL) {
-        return td_error(TD_ERR_INVALID, "dist_optim: step: optimizer is NULL");
+    status = td_dist_optimizer_step_async(o, ctx_id, &fut);
+    if (status != TD_OK) {
+        return status;
     }
-    args = calloc((size_t)o->n_owners, sizeof(*args));
-    if (args == NULL) {
-        return td_error(TD_ERR_NO_MEMORY, "dist_optim: out of memory");
-    }
-    status = id_args(o, ctx_id, 1, args);
-    if (status == TD_OK) {
-        status = call_owners(o, STEP_FN, "step", args, NULL);
-    }
-    free_lists(args, o->n_owners);
+    status = td_future_wait(fut, -1);   /* its text: the first failure */
+    td_future_release(fut);
     return status;
 }
 
