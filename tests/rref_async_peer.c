@@ -26,7 +26,8 @@
  *    handler.
  * Mode "timeout" (TODIST_RPC_TIMEOUT=2): a method call and a fetch of an
  * object never created end in "rref: object ... does not exist on rank 1
- * after 2 s", as they did before. */
+ * after 2 s", as they did before. Mode "bound": the parked requests'
+ * bound (TODIST_RREF_MAX_PARKED). */
 #include "config.h"
 
 #include <math.h>
@@ -684,6 +685,29 @@ pending_timeout(void)
     td_rpc_list_free(a);
 }
 
+/* Mode "bound" (TODIST_RREF_MAX_PARKED=50): of 60 calls on an object not
+ * created yet, the 51st is refused naming the bound; the 50 parked ones
+ * still end when it is created. */
+static void
+pending_bound(void)
+{
+    td_rpc_list_t *a = list_of("i", (int64_t)0), *args = NULL;
+    td_rref_t *r = NULL;
+    td_status_t st;
+
+    st = td_remote(1, "gated", a, TD_RPC_DEFAULT_TIMEOUT, &r);
+    if (st == TD_OK) {
+        args = list_of("ri", r, (int64_t)60);
+        st = td_rpc_sync(2, "fan", args, 60.0, NULL);
+    }
+    check(st == TD_ERR_REMOTE &&
+          strstr(td_last_error(), "rank 1 already parks 50 requests") != NULL,
+          "parked_bound_refuses", "status %d: %s", st, td_last_error());
+    td_rpc_list_free(args);
+    td_rpc_list_free(a);
+    td_rref_release(r);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -727,6 +751,8 @@ main(int argc, char **argv)
     }
     if (rank == 0 && strcmp(mode, "timeout") == 0) {
         pending_timeout();
+    } else if (rank == 0 && strcmp(mode, "bound") == 0) {
+        pending_bound();
     } else if (rank == 0) {
         rref_chain(hops);
         rref_pending_fanout(fan);

@@ -40,8 +40,9 @@
  *      moment), failed by the timer after the default timeout as of its
  *      arrival ("rref: object ... does not exist on rank ... after ..."),
  *      or failed at shutdown. Whoever unlinks it under rr.lock ends it.
- *  RR3 At most RREF_WAITERS_MAX waiters per worker; one more is refused
- *      with TD_ERR_RANGE naming the object and the bound.
+ *  RR3 At most rr.max_parked waiters per worker (TODIST_RREF_MAX_PARKED,
+ *      default 65,536); one more is refused with TD_ERR_RANGE naming the
+ *      object and the bound.
  *  RR4 A parked CALL runs in the autograd context it arrived with, on
  *      the pool, in arrival order of its object's waiters.
  *  RR5 An object's entry is freed only when created and no fork or
@@ -76,7 +77,10 @@
 #include "base/clock.h"
 
 #define RREF_BUCKETS     256
-#define RREF_WAITERS_MAX 65536     /* parked messages per worker (RR3) */
+/* Parked messages per worker (RR3): TODIST_RREF_MAX_PARKED, default and
+ * upper bound. */
+#define RREF_PARKED_DEFAULT 65536
+#define RREF_PARKED_LIMIT   (1 << 24)
 
 struct td_rref {
     atomic_int   refs;
@@ -134,6 +138,7 @@ static struct {
     size_t          leaks;
     waiter_t       *waiters, *waiters_tail;  /* every parked one (RR2) */
     atomic_size_t   n_waiters;
+    size_t          max_parked;
 } rr = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
 };
@@ -479,12 +484,13 @@ park(uint64_t id, int kind, int src, td_rpc_list_t *args, td_future_t **fut_p)
         td_rpc_list_free(args);
         return td_error(TD_ERR_STATE, "rref: shutting down");
     }
-    if (atomic_load(&rr.n_waiters) >= RREF_WAITERS_MAX) {
+    if (atomic_load(&rr.n_waiters) >= rr.max_parked) {
         td_rpc_list_free(args);
-        return td_error(TD_ERR_RANGE, "rref: rank %d already parks %d "
-                        "requests for objects not created yet; one for "
-                        "object %016llx from rank %d is refused", rr.rank,
-                        RREF_WAITERS_MAX, (unsigned long long)id, src);
+        return td_error(TD_ERR_RANGE, "rref: rank %d already parks %zu "
+                        "requests for objects not created yet "
+                        "(TODIST_RREF_MAX_PARKED); one for object %016llx "
+                        "from rank %d is refused", rr.rank, rr.max_parked,
+                        (unsigned long long)id, src);
     }
     e = entry_find(id, 1);
     w = calloc(1, sizeof(*w));
@@ -1254,7 +1260,21 @@ module_attach(void *arg)
 static td_status_t
 module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
 {
+    const char *s = getenv("TODIST_RREF_MAX_PARKED");
+
     (void)arg;
+    rr.max_parked = RREF_PARKED_DEFAULT;
+    if (s != NULL && *s != '\0') {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+
+        if (*end != '\0' || v < 1 || v > RREF_PARKED_LIMIT) {
+            return td_error(TD_ERR_INVALID, "rref: TODIST_RREF_MAX_PARKED="
+                            "'%.32s' is not a count in 1..%d", s,
+                            RREF_PARKED_LIMIT);
+        }
+        rr.max_parked = (size_t)v;
+    }
     rr.rank = w->rank;
     rr.world_size = w->world_size;
     atomic_store(&rr.tp, tp);
