@@ -351,7 +351,8 @@ errors(void)
     res = NULL;
     {
         /* td_remote runs the function on its owner directly
-         * (td_rpc_run_local): an async one is waited for there */
+         * (td_rpc_run_local): an async one's future, when done, makes
+         * the object (no thread waits for it there) */
         td_rref_t *rr = NULL;
 
         v = 0;
