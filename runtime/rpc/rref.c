@@ -850,11 +850,13 @@ on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
 }
 
 /* Object ID's value (a copy sharing its tensors) in *OUT, or its creation
- * error; not created yet: parked as KIND (ARGS taken) and *FUT_P set. */
+ * error; not created yet: parked as KIND (with a copy of ARGS, which may be
+ * NULL) and *FUT_P set. */
 static td_status_t
-owner_value(uint64_t id, int kind, int src, td_rpc_list_t *args,
+owner_value(uint64_t id, int kind, int src, const td_rpc_list_t *args,
             td_rpc_list_t **out, td_future_t **fut_p)
 {
+    td_rpc_list_t *copy = NULL;
     entry_t *e;
     td_status_t status;
 
@@ -863,7 +865,11 @@ owner_value(uint64_t id, int kind, int src, td_rpc_list_t *args,
     pthread_mutex_lock(&rr.lock);
     e = entry_find(id, 0);
     if (e == NULL || !e->created) {
-        status = park(id, kind, src, args, fut_p);
+        /* the waiter keeps the message (RPC frees ARGS on return) */
+        status = args != NULL ? td_rpc_list_copy(args, &copy) : TD_OK;
+        if (status == TD_OK) {
+            status = park(id, kind, src, copy, fut_p);
+        }
         pthread_mutex_unlock(&rr.lock);
         return status;
     }
@@ -875,7 +881,6 @@ owner_value(uint64_t id, int kind, int src, td_rpc_list_t *args,
         status = td_rpc_list_copy(e->value, out);
     }
     pthread_mutex_unlock(&rr.lock);
-    td_rpc_list_free(args);
     return status;
 }
 
@@ -930,7 +935,7 @@ static td_status_t
 on_call(void *arg, int src, uint64_t id, td_rpc_list_t *args,
         td_rpc_list_t *result, td_future_t **fut_p)
 {
-    td_rpc_list_t *v, *copy = NULL;
+    td_rpc_list_t *v;
     td_future_t *parked = NULL;
     const char *name;
     td_status_t status;
@@ -940,11 +945,7 @@ on_call(void *arg, int src, uint64_t id, td_rpc_list_t *args,
         return td_error(TD_ERR_PROTOCOL, "rref: malformed method call from "
                         "rank %d", src);
     }
-    /* the waiter keeps the message (RPC frees ARGS when this returns) */
-    status = td_rpc_list_copy(args, &copy);
-    if (status == TD_OK) {
-        status = owner_value(id, WAIT_CALL, src, copy, &v, &parked);
-    }
+    status = owner_value(id, WAIT_CALL, src, args, &v, &parked);
     if (status != TD_OK || parked != NULL) {
         *fut_p = parked;            /* answered when the object exists */
         return status;
