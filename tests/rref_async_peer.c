@@ -366,7 +366,8 @@ out:
     free(f);
 }
 
-/* fan(ref, n): n calls ref.read(), then "open" on the owner behind them
+/* fan(ref, n): n - 1 calls ref.read() and one fetch (td_rref_to_here_async),
+ * then "open" on the owner behind them
  * (same sender, same destination: they arrive in that order); answers
  * with the sum of the reads. */
 static td_status_t
@@ -393,9 +394,13 @@ fn_fan(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
     }
     f->n = (int)n;
     st = td_future_create(&f->answer);
-    for (int i = 0; i < n && st == TD_OK; i++) {
+    for (int i = 0; i < n - 1 && st == TD_OK; i++) {
         st = td_rref_rpc_async(r, "read", NULL, TD_RPC_DEFAULT_TIMEOUT,
                                &f->reads[i]);
+    }
+    if (st == TD_OK) {          /* the last one a fetch (the same value) */
+        st = td_rref_to_here_async(r, TD_RPC_DEFAULT_TIMEOUT,
+                                   &f->reads[n - 1]);
     }
     if (st == TD_OK) {
         st = td_rpc_async(td_rref_owner(r), "open", NULL,

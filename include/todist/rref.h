@@ -44,6 +44,10 @@ uint64_t td_rref_id(const td_rref_t *rref);
 /* The value list (a copy sharing tensors), fetched from the owner. */
 td_status_t td_rref_to_here(td_rref_t *rref, double timeout,
                             td_rpc_list_t **value_p);
+/* The same without waiting: *FUT_P (the caller's) completes with the value
+ * list, e.g. for an async handler to hand back. */
+td_status_t td_rref_to_here_async(td_rref_t *rref, double timeout,
+                                  td_future_t **fut_p);
 /* Call NAME on the owner with (value..., args...). */
 td_status_t td_rref_rpc_sync(td_rref_t *rref, const char *name,
                              const td_rpc_list_t *args, double timeout,

@@ -1145,16 +1145,25 @@ err:
 }
 
 td_status_t
+td_rref_to_here_async(td_rref_t *h, double timeout, td_future_t **fut_p)
+{
+    if (h == NULL || fut_p == NULL) {
+        return td_error(TD_ERR_INVALID, "rref: to_here: argument is NULL");
+    }
+    return td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_FETCH, h->rref_id,
+                             "rref to_here", NULL, timeout, fut_p);
+}
+
+td_status_t
 td_rref_to_here(td_rref_t *h, double timeout, td_rpc_list_t **value_p)
 {
     td_future_t *fut;
     td_status_t status;
 
-    if (h == NULL || value_p == NULL) {
+    if (value_p == NULL) {
         return td_error(TD_ERR_INVALID, "rref: to_here: argument is NULL");
     }
-    status = td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_FETCH, h->rref_id,
-                               "rref to_here", NULL, timeout, &fut);
+    status = td_rref_to_here_async(h, timeout, &fut);
     if (status != TD_OK) {
         return status;
     }
