@@ -494,13 +494,13 @@ park(uint64_t id, int kind, int src, td_rpc_list_t *args, td_future_t **fut_p)
     }
     e = entry_find(id, 1);
     w = calloc(1, sizeof(*w));
-    if (e == NULL || w == NULL) {
-        free(w);
-        td_rpc_list_free(args);
-        return td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
-    }
-    status = td_future_create(&w->fut);
+    status = e == NULL || w == NULL
+                 ? td_error(TD_ERR_NO_MEMORY, "rref: out of memory")
+                 : td_future_create(&w->fut);
     if (status != TD_OK) {
+        if (e != NULL) {
+            entry_free_if(e, 1);      /* a placeholder made just now */
+        }
         free(w);
         td_rpc_list_free(args);
         return status;
