@@ -1636,6 +1636,8 @@ coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag, void *buf,
 {
     r->type = REQ_RECV_COLL;
     r->on_done = NULL;
+    r->cma_dst = NULL;          /* set by the caller after posting, if */
+    r->cma_landed = 0;
     r->g = op->g;
     r->group_id = op->g->id;
     r->peer = op->g->ranks[src];
@@ -1750,8 +1752,10 @@ cma_read(coll_req_t *r)
                              __ATOMIC_RELAXED);
         }
     }
+    char *dst = r->cma_dst != NULL ? r->cma_dst : r->buf;
+
     while (ok && done < r->nbytes) {
-        struct iovec l = { (char *)r->buf + done, r->nbytes - done };
+        struct iovec l = { dst + done, r->nbytes - done };
         struct iovec rv = { (void *)(uintptr_t)(r->cma_addr + done),
                             r->nbytes - done };
         ssize_t got = process_vm_readv(pid, &l, 1, &rv, 1, 0);
@@ -1767,6 +1771,7 @@ cma_read(coll_req_t *r)
             td_log_debug("coll: p2p body of %zu bytes from rank %d read in "
                          "place", r->nbytes, src);
         }
+        r->cma_landed = r->cma_dst != NULL;
         send_cma_answer(src, r, 0);
         req_complete(r, TD_OK, NULL);
         return;

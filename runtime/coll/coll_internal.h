@@ -144,6 +144,10 @@ typedef struct coll_req {
     int32_t            cma_pid;
     uint64_t           cma_addr, cma_token_addr, cma_token;
     uint8_t            hdr[COLL_WIRE_BYTES + 8 * TD_MAX_DIMS + 48];
+    void              *cma_dst;    /* coll recv: an offered body is read
+                                    * here instead of BUF (a hot buffer
+                                    * the reduction reads at once) ... */
+    int                cma_landed; /* ... and this says it was */
     int                exact_seq;  /* p2p recv re-posted for the resent
                                     * body of offer SEQ from PEER only */
     size_t             hdr_len;
