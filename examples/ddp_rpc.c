@@ -48,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <todist/todist.h>
 
@@ -317,6 +318,7 @@ max_abs_diff(const float *a, const float *b, int64_t n)
 
 typedef struct {
     int     steps;
+    double  seconds;                            /* the training loop's */
     double  first_loss, last_epoch_loss;
     double  loss_diff, fc_diff, replica_diff;   /* --ref only */
 } stats_t;
@@ -401,6 +403,7 @@ train(td_remote_module_t *rm, int epochs, const char *ref_path,
     uint64_t rng = seed * 1000003u + (uint64_t)me;
     int n_emb = 0, steps;
     double epoch_loss = 0;
+    struct timespec t0, t1;
     td_status_t st;
 
     memset(s, 0, sizeof(*s));
@@ -451,6 +454,7 @@ train(td_remote_module_t *rm, int epochs, const char *ref_path,
         goto out;
     }
     s->loss_diff = s->fc_diff = s->replica_diff = 0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < steps; i++) {
         batch_t b = {0};
         double loss = 0, d;
@@ -494,6 +498,9 @@ train(td_remote_module_t *rm, int epochs, const char *ref_path,
         }
         s->steps = i + 1;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    s->seconds = (double)(t1.tv_sec - t0.tv_sec) +
+                 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 out:
     td_rpc_list_free(args);
     td_dist_optimizer_destroy(opt);
@@ -508,7 +515,7 @@ out:
 
 /* "ddp_rpc.run_trainer"(module (3 ints), epochs, ref path or "", seed) ->
  * (steps, first loss, last epoch's mean loss, loss diff, fc diff, replica
- * diff): the tutorial's _run_trainer, started by the master. */
+ * diff, seconds): the tutorial's _run_trainer, started by the master. */
 static td_status_t
 fn_run_trainer(void *arg, const td_rpc_call_info_t *info,
                const td_rpc_list_t *a, td_rpc_list_t *result)
@@ -533,8 +540,9 @@ fn_run_trainer(void *arg, const td_rpc_call_info_t *info,
         (st = td_rpc_list_add_double(result, s.first_loss)) == TD_OK &&
         (st = td_rpc_list_add_double(result, s.last_epoch_loss)) == TD_OK &&
         (st = td_rpc_list_add_double(result, s.loss_diff)) == TD_OK &&
-        (st = td_rpc_list_add_double(result, s.fc_diff)) == TD_OK) {
-        st = td_rpc_list_add_double(result, s.replica_diff);
+        (st = td_rpc_list_add_double(result, s.fc_diff)) == TD_OK &&
+        (st = td_rpc_list_add_double(result, s.replica_diff)) == TD_OK) {
+        st = td_rpc_list_add_double(result, s.seconds);
     }
     td_remote_module_free(rm);
     return st;
@@ -611,7 +619,7 @@ master(int epochs, const char *ref_path, uint64_t seed)
     for (int t = 0; t < 2; t++) {
         const td_rpc_list_t *v;
         int64_t steps = 0;
-        double first = 0, last = 0, ld = 0, fd = 0, rd = 0;
+        double first = 0, last = 0, ld = 0, fd = 0, rd = 0, sec = 0;
 
         if ((st = td_future_wait(fut[t], -1)) != TD_OK) {
             fprintf(stderr, "master: trainer %d: %s\n", t, td_last_error());
@@ -624,15 +632,17 @@ master(int epochs, const char *ref_path, uint64_t seed)
             td_rpc_list_double(v, 2, &last) != TD_OK ||
             td_rpc_list_double(v, 3, &ld) != TD_OK ||
             td_rpc_list_double(v, 4, &fd) != TD_OK ||
-            td_rpc_list_double(v, 5, &rd) != TD_OK) {
+            td_rpc_list_double(v, 5, &rd) != TD_OK ||
+            td_rpc_list_double(v, 6, &sec) != TD_OK) {
             fprintf(stderr, "master: trainer %d's answer: %s\n", t,
                     td_last_error());
             failed = 1;
             continue;
         }
         printf("master: trainer %d: %lld steps, loss %.6f at the first, "
-               "%.6f over the last epoch\n", t, (long long)steps, first,
-               last);
+               "%.6f over the last epoch, %.3f s (%.3f ms per step)\n", t,
+               (long long)steps, first, last, sec,
+               steps > 0 ? 1e3 * sec / (double)steps : 0.0);
         loss_diff = fmax(loss_diff, ld);
         fc_diff = fmax(fc_diff, fd);
         replica = fmax(replica, rd);

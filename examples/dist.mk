@@ -34,4 +34,4 @@ check_PROGRAMS += examples/ddp_rpc
 examples_ddp_rpc_LDADD = $(TD_LDADD) -lm -lpthread
 TESTS += tests/test_ddp_rpc.sh
 EXTRA_DIST += tests/test_ddp_rpc.sh tests/data/gen_ddp_rpc_ref.py \
-	tests/data/ddp_rpc_ref.safetensors
+	tests/data/ddp_rpc_ref.safetensors bench/ddp_rpc.sh bench/ddp_rpc_torch.py
