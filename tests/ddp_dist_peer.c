@@ -10,7 +10,8 @@
  * on it, the loss is sum(out * w) with w depending on the rank, and
  * td_ddp_dist_backward runs the distributed backward. The expected values
  * come from the same computation done locally (td_grad) on each rank,
- * averaged with an all_reduce. Each check is agreed over both ranks; rank 0
+ * averaged with an all_reduce (with find_unused_parameters, an unused
+ * parameter's context gradient is zero). Each check is agreed over both ranks; rank 0
  * prints "PASS name" or "FAIL name: detail". */
 #include "config.h"
 
@@ -134,8 +135,9 @@ grad_abs_max(td_tensor_t *p)
  * GOT[NP] (new references) and X's in *XG. STEP_LR > 0 also steps the
  * parameters with a per-owner distributed optimizer over the context. */
 static td_status_t
-dist_step(td_ddp_t *ddp, td_mlp_t *mlp, int it, td_tensor_t **got,
-          td_tensor_t **xg, td_dist_optim_t *opt)
+dist_step_extra(td_ddp_t *ddp, td_mlp_t *mlp, int it, td_tensor_t **got,
+                td_tensor_t **xg, td_dist_optim_t *opt, td_tensor_t *extra,
+                td_tensor_t **extra_g)
 {
     td_tensor_t *x = NULL, *w = NULL, *h = NULL, *loss = NULL;
     td_rpc_list_t *args = NULL, *res = NULL;
@@ -164,6 +166,9 @@ dist_step(td_ddp_t *ddp, td_mlp_t *mlp, int it, td_tensor_t **got,
     if (st == TD_OK) {
         st = td_dist_get_gradient(ctx, x, xg);
     }
+    if (st == TD_OK && extra != NULL) {
+        st = td_dist_get_gradient(ctx, extra, extra_g);
+    }
     if (st == TD_OK && opt != NULL) {
         st = td_dist_optim_step(opt, ctx);
     }
@@ -176,6 +181,13 @@ out:
     td_tensor_release(h);
     td_tensor_release(loss);
     return st;
+}
+
+static td_status_t
+dist_step(td_ddp_t *ddp, td_mlp_t *mlp, int it, td_tensor_t **got,
+          td_tensor_t **xg, td_dist_optim_t *opt)
+{
+    return dist_step_extra(ddp, mlp, it, got, xg, opt, NULL, NULL);
 }
 
 static void
@@ -389,6 +401,46 @@ main(void)
 
     td_dist_optim_destroy(opt);
     td_ddp_destroy(ddp);
+
+    /* 6. find_unused_parameters in a distributed backward: a parameter the
+     * loss does not reach gets the average of zeros in the context, the
+     * others the average of their gradients */
+    {
+        td_tensor_t *params[NP + 1], *extra = NULL, *eg = NULL;
+        int64_t three = 3;
+
+        td_tensor_empty(&three, 1, TD_FLOAT64, TD_CPU, &extra);
+        td_tensor_uniform_(extra, -1, 1, 5);
+        td_tensor_set_requires_grad(extra, 1);
+        memcpy(params, td_mlp_params(mlp), NP * sizeof(*params));
+        params[NP] = extra;
+        o.find_unused_parameters = 1;
+        st = td_ddp_create(params, NP + 1, &o, &ddp);
+        if (st == TD_OK) {
+            st = expected(mlp, 6, want);
+        }
+        if (st == TD_OK) {
+            st = dist_step_extra(ddp, mlp, 6, got, &xg, NULL, extra, &eg);
+        }
+        d = 0;
+        for (int i = 0; i < NP; i++) {
+            d = fmax(d, st == TD_OK ? maxdiff(got[i], want[i]) : INFINITY);
+        }
+        dr = st == TD_OK && eg != NULL && td_tensor_numel(eg) == 3
+             ? fmax(fmax(fabs(((double *)td_tensor_data(eg))[0]),
+                         fabs(((double *)td_tensor_data(eg))[1])),
+                    fabs(((double *)td_tensor_data(eg))[2])) : INFINITY;
+        fail_detail("rank %d: %s |context - average| %g, |unused's| %g", rank,
+                    st == TD_OK ? "" : td_last_error(), d, dr);
+        agree(st == TD_OK && d < TOL && dr == 0,
+              "find_unused_in_dist_backward_gives_zeros_and_averages");
+        release_all(want, NP);
+        release_all(got, NP);
+        td_tensor_release(xg);
+        td_tensor_release(eg);
+        td_ddp_destroy(ddp);
+        td_tensor_release(extra);
+    }
     td_mlp_free(mlp);
     if (td_finalize() != TD_OK) {
         fprintf(stderr, "rank %d: td_finalize: %s\n", rank, td_last_error());

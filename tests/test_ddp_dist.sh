@@ -7,7 +7,8 @@
 # own gradient, .grad is untouched, a per-owner distributed optimizer over
 # the context keeps the replicas equal, a local backward afterwards still
 # averages .grad, and mixing a local announcement with a distributed
-# backward is an error naming both. Bounded by timeout.
+# backward is an error naming both; with find_unused_parameters an unused
+# parameter's context gradient is zero. Bounded by timeout.
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/ddp_dist_peer"
 
@@ -16,7 +17,8 @@ context_grads_are_the_average_it1 dist_backward_leaves_dot_grad_alone
 dist_optimizer_steps_replicas_by_the_average
 local_backward_after_dist_averages_grad
 mixed_local_and_dist_is_an_error_naming_both
-next_dist_iteration_after_error_works"
+next_dist_iteration_after_error_works
+find_unused_in_dist_backward_gives_zeros_and_averages"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$checks") + 1 ))
 
