@@ -1,7 +1,8 @@
 /* examples/ddp_rpc.c: seed 002's program, PyTorch's "Combining Distributed
  * DataParallel with Distributed RPC Framework" tutorial, in C.
  *
- *   todist-run -n 4 examples/ddp_rpc [--epochs N] [--ref FILE] [--seed S]
+ *   todist-run -n 4 examples/ddp_rpc [--epochs N] [--ref FILE] [--check]
+ *                                    [--seed S]
  *   srun --todist -n 4 examples/ddp_rpc ...
  *
  * Four processes, as in the tutorial: trainers on ranks 0 and 1, the master
@@ -36,10 +37,10 @@
  * --ref FILE replays a reference made by tests/data/gen_ddp_rpc_ref.py with
  * PyTorch (initial weights, every batch; the number of epochs it holds)
  * and checks, at every step, each trainer's loss against PyTorch's (1e-5)
- * and its linear weights against PyTorch's (1e-5), and that the two
- * trainers' linear weights are identical (all-gathered on the trainers'
- * group). The master prints "check=ok ..." or "check=FAILED ..." and exits
- * 1 on failure. */
+ * and its linear weights against PyTorch's (1e-5), and (as --check alone
+ * does) that the two trainers' linear weights are identical (all-gathered
+ * on the trainers' group). The master prints "check=ok ..." or
+ * "check=FAILED ..." and exits 1 on failure. */
 #include "config.h"
 
 #include <math.h>
@@ -387,7 +388,7 @@ step(td_remote_module_t *rm, td_ddp_t *ddp, td_dist_optimizer_t *opt,
 }
 
 static td_status_t
-train(td_remote_module_t *rm, int epochs, const char *ref_path,
+train(td_remote_module_t *rm, int epochs, const char *ref_path, int check,
       uint64_t seed, stats_t *s)
 {
     int me = td_world()->rank;
@@ -482,6 +483,8 @@ train(td_remote_module_t *rm, int epochs, const char *ref_path,
                                   (float *)td_tensor_data(ref.b_after) +
                                   (int64_t)i * NUM_CLS, NUM_CLS));
             s->fc_diff = fmax(s->fc_diff, d);
+        }
+        if (check) {
             if ((st = replica_diff(&d)) != TD_OK) {
                 goto out;
             }
@@ -513,7 +516,8 @@ out:
     return st;
 }
 
-/* "ddp_rpc.run_trainer"(module (3 ints), epochs, ref path or "", seed) ->
+/* "ddp_rpc.run_trainer"(module (3 ints), epochs, ref path or "", seed,
+ * check) ->
  * (steps, first loss, last epoch's mean loss, loss diff, fc diff, replica
  * diff, seconds): the tutorial's _run_trainer, started by the master. */
 static td_status_t
@@ -522,7 +526,7 @@ fn_run_trainer(void *arg, const td_rpc_call_info_t *info,
 {
     td_remote_module_t *rm = NULL;
     const char *ref;
-    int64_t epochs, seed;
+    int64_t epochs, seed, check;
     stats_t s;
     td_status_t st;
 
@@ -531,8 +535,9 @@ fn_run_trainer(void *arg, const td_rpc_call_info_t *info,
     if ((st = td_remote_module_from_list(a, 0, &rm)) == TD_OK &&
         (st = td_rpc_list_int(a, 3, &epochs)) == TD_OK &&
         (st = td_rpc_list_string(a, 4, &ref)) == TD_OK &&
-        (st = td_rpc_list_int(a, 5, &seed)) == TD_OK) {
-        st = train(rm, (int)epochs, *ref != '\0' ? ref : NULL,
+        (st = td_rpc_list_int(a, 5, &seed)) == TD_OK &&
+        (st = td_rpc_list_int(a, 6, &check)) == TD_OK) {
+        st = train(rm, (int)epochs, *ref != '\0' ? ref : NULL, check != 0,
                    (uint64_t)seed, &s);
     }
     if (st == TD_OK &&
@@ -566,14 +571,14 @@ fn_finish(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *a,
 /* ---- the master ---------------------------------------------------------- */
 
 static int
-master(int epochs, const char *ref_path, uint64_t seed)
+master(int epochs, const char *ref_path, int check, uint64_t seed)
 {
     int64_t cfg[3] = {NUM_EMB, EMB_DIM, TD_BAG_SUM};
     td_remote_module_t *rm = NULL;
     td_rref_t **rr = NULL;
     td_rpc_list_t *args = NULL;
     td_future_t *fut[2] = {0};
-    int n = 0, failed = 0, checked = ref_path != NULL;
+    int n = 0, failed = 0;
     double loss_diff = 0, fc_diff = 0, replica = 0;
     td_status_t st;
 
@@ -607,7 +612,8 @@ master(int epochs, const char *ref_path, uint64_t seed)
         (st = td_rpc_list_add_int(args, epochs)) != TD_OK ||
         (st = td_rpc_list_add_string(args, ref_path ? ref_path : "")) !=
             TD_OK ||
-        (st = td_rpc_list_add_int(args, (int64_t)seed)) != TD_OK) {
+        (st = td_rpc_list_add_int(args, (int64_t)seed)) != TD_OK ||
+        (st = td_rpc_list_add_int(args, check)) != TD_OK) {
         goto out;
     }
     for (int t = 0; t < 2; t++) {
@@ -648,7 +654,7 @@ master(int epochs, const char *ref_path, uint64_t seed)
         replica = fmax(replica, rd);
     }
     st = failed ? TD_ERR_STATE : TD_OK;
-    if (!failed && checked) {
+    if (!failed && ref_path != NULL) {
         int good = loss_diff <= TOL && fc_diff <= TOL && replica == 0;
 
         printf("check=%s loss_max_abs_diff=%.3g fc_max_abs_diff=%.3g "
@@ -656,6 +662,11 @@ master(int epochs, const char *ref_path, uint64_t seed)
                "%g, replicas must be identical)\n", good ? "ok" : "FAILED",
                loss_diff, fc_diff, replica, ref_path, TOL);
         failed = !good;
+    } else if (!failed && check) {
+        printf("check=%s replicas_max_abs_diff=%.3g (the trainers' linear "
+               "after every step; must be identical)\n",
+               replica == 0 ? "ok" : "FAILED", replica);
+        failed = replica != 0;
     }
 out:
     if (st != TD_OK && !failed) {
@@ -686,13 +697,16 @@ out:
 static void
 usage(const char *argv0)
 {
-    fprintf(stderr, "usage: %s [--epochs N] [--ref FILE] [--seed S]\n"
+    fprintf(stderr, "usage: %s [--epochs N] [--ref FILE] [--check] "
+            "[--seed S]\n"
             "  run on 4 ranks: trainers 0 and 1, master 2, parameter "
             "server 3\n"
             "  --epochs N  epochs of %d batches (default 100; with --ref, "
             "what the file holds)\n"
             "  --ref FILE  replay and check a reference made by "
-            "tests/data/gen_ddp_rpc_ref.py\n"
+            "tests/data/gen_ddp_rpc_ref.py (implies --check)\n"
+            "  --check     check after every step that the trainers' "
+            "linear weights are identical\n"
             "  --seed S    initial weights and batches without --ref "
             "(default 1)\n", argv0, BATCHES);
 }
@@ -700,7 +714,7 @@ usage(const char *argv0)
 int
 main(int argc, char **argv)
 {
-    int epochs = 100, rc = 0, rank;
+    int epochs = 100, rc = 0, rank, check = 0;
     const char *ref_path = NULL;
     uint64_t seed = 1;
     int ranks[2] = {TRAINER0, TRAINER1};
@@ -711,6 +725,8 @@ main(int argc, char **argv)
             epochs = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--ref") == 0 && i + 1 < argc) {
             ref_path = argv[++i];
+        } else if (strcmp(argv[i], "--check") == 0) {
+            check = 1;
         } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
             seed = strtoull(argv[++i], NULL, 10);
         } else {
@@ -718,6 +734,7 @@ main(int argc, char **argv)
             return 2;
         }
     }
+    check |= ref_path != NULL;
     if (epochs < 1 || epochs > 1000000) {
         fprintf(stderr, "ddp_rpc: --epochs %d is not in 1..1000000\n", epochs);
         return 2;
@@ -748,7 +765,7 @@ main(int argc, char **argv)
         return 1;
     }
     if (rank == MASTER) {
-        rc = master(epochs, ref_path, seed);
+        rc = master(epochs, ref_path, check, seed);
     } else if (rank == TRAINER0 || rank == TRAINER1) {
         /* the master's call runs the training on a handler thread */
         pthread_mutex_lock(&done_lock);

@@ -5,12 +5,12 @@
 # the same initial weights and batches), every step's loss of each trainer
 # and the linear after every step equal PyTorch's to 1e-5 and the two DDP
 # replicas are identical after every step. Without --ref it trains on its
-# own batches and the loss falls. The srun --todist run is in
+# own batches, the loss falls and (--check) the replicas stay identical. The srun --todist run is in
 # tests/test_spank_slurm.sh. Bounded by timeout.
 . "$top_srcdir/tests/lib.sh"
 EX="$top_builddir/examples/ddp_rpc"
 REF="$top_srcdir/tests/data/ddp_rpc_ref.safetensors"
-plan 9
+plan 10
 
 out=$(timeout -k 5 300 todist-run -n 4 "$EX" --ref "$REF" 2>&1)
 rc=$?
@@ -21,9 +21,10 @@ like "$out" "^master: trainer 1: 50 steps" "trainer 1 ran the reference's 50 ste
 [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
 printf '%s\n' "$out" | grep '^check=' | sed 's/^/# /'
 
-out=$(timeout -k 5 300 todist-run -n 4 "$EX" --epochs 3 2>&1)
+out=$(timeout -k 5 300 todist-run -n 4 "$EX" --epochs 3 --check 2>&1)
 rc=$?
-is "$rc" 0 "ddp_rpc --epochs 3 exits 0"
+is "$rc" 0 "ddp_rpc --epochs 3 --check exits 0"
+like "$out" "^check=ok replicas_max_abs_diff=0 " "the DDP replicas are identical after every step"
 first=$(printf '%s\n' "$out" | sed -n 's/^trainer 0: training done for epoch 0, mean loss //p')
 last=$(printf '%s\n' "$out" | sed -n 's/^trainer 0: training done for epoch 2, mean loss //p')
 ok "$(awk -v a="$first" -v b="$last" 'BEGIN{exit !(a > 0 && b > 0 && b < a)}'; echo $?)" \
