@@ -333,7 +333,9 @@ td_tensor_empty(const int64_t *shape, int ndim, td_dtype_t dtype,
         storage_release(s);
         return td_error(TD_ERR_NO_MEMORY, "tensor: out of memory");
     }
-    memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
+    if (ndim > 0) {            /* a scalar's SHAPE may be NULL */
+        memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
+    }
     set_contig_strides(t);
     *out = t;
     return TD_OK;
@@ -431,7 +433,9 @@ td_tensor_from_blob(void *data, const int64_t *shape, int ndim,
         free(s);
         return td_error(TD_ERR_NO_MEMORY, "tensor: out of memory");
     }
-    memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
+    if (ndim > 0) {            /* a scalar's SHAPE may be NULL */
+        memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
+    }
     set_contig_strides(t);
     *out = t;
     return TD_OK;
@@ -448,8 +452,10 @@ td_tensor_new_view(td_tensor_t *base, const int64_t *shape,
         return td_error(TD_ERR_NO_MEMORY, "tensor: out of memory");
     }
     atomic_fetch_add(&base->storage->refcount, 1);
-    memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
-    memcpy(t->strides, strides, (size_t)ndim * sizeof(int64_t));
+    if (ndim > 0) {
+        memcpy(t->shape, shape, (size_t)ndim * sizeof(int64_t));
+        memcpy(t->strides, strides, (size_t)ndim * sizeof(int64_t));
+    }
     t->offset = offset;
     t->device = base->device;
     *out = t;
