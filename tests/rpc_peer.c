@@ -1330,6 +1330,13 @@ mode_rref(void)
     td_rpc_list_free(args);
     td_rpc_list_free(v);
     v = NULL;
+    /* no result pointer: the result is dropped (it crashed in
+     * td_future_take) */
+    td_rpc_list_create(&args);
+    td_rpc_list_add_double(args, 2.0);
+    st = td_rref_rpc_sync(r, "obj_sum", args, TD_RPC_DEFAULT_TIMEOUT, NULL);
+    check(st == TD_OK, "method_result_null", "%d %s", st, td_last_error());
+    td_rpc_list_free(args);
 
     /* fork: pass the reference to a third worker, which fetches it */
     td_rpc_list_create(&args);

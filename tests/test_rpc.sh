@@ -17,7 +17,7 @@ sync_result_null name_too_long name_empty bad_rank register_after_init timeout_p
 timeout_default timeout_zero_is_none after_shutdown"
 futures="collect_all collect_all_error then_not_early wait_with_timeout
 then_runs then_when_done user_future user_future_fail"
-rref="remote to_here method_on_owner fork_to_third fork_keeps_alive
+rref="remote to_here method_on_owner method_result_null fork_to_third fork_keeps_alive
 owner_frees remote_error remote_self"
 kill="peer_killed peer_killed_all_pending call_to_dead_peer"
 mapreduce="mr_batch_mean mr_parallelize_sum mr_exclusive_round_robin

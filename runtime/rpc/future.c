@@ -332,6 +332,10 @@ td_future_take(td_future_t *f, td_rpc_list_t **value_p)
     td_rpc_list_t *empty, *value;
     td_status_t status;
 
+    if (f == NULL || value_p == NULL) {
+        return td_error(TD_ERR_INVALID, "rpc: td_future_take: %s is NULL",
+                        f == NULL ? "the future" : "value_p");
+    }
     status = td_future_wait(f, -1);
     if (status != TD_OK) {
         return status;

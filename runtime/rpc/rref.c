@@ -1210,7 +1210,7 @@ td_rref_rpc_sync(td_rref_t *h, const char *name, const td_rpc_list_t *args,
         return status;
     }
     status = td_future_wait(fut, -1);
-    if (status == TD_OK) {
+    if (status == TD_OK && result_p != NULL) {     /* NULL: dropped */
         status = td_future_take(fut, result_p);
     }
     td_future_release(fut);
