@@ -485,6 +485,11 @@ test_contexts(void)
         td_tensor_t *s = NULL;
         int64_t one = 1;
         td_tensor_full(&one, 1, TD_FLOAT64, 1.0, &s);
+        is_int(td_dist_backward(id, &s, 1, 0), TD_ERR_STATE,
+               "a root that does not require grad is rejected");
+        like(td_last_error(), "root 0 does not require grad",
+             "... naming the root");
+        td_tensor_set_requires_grad(s, 1);
         is_int(td_dist_backward(id, &s, 1, 0), TD_ERR_NOT_FOUND,
                "backward in an ended context is an error");
         like(td_last_error(), "context [0-9]+ is not known on rank 0",
@@ -1076,7 +1081,7 @@ main(void)
 {
     td_dist_wire_t wire = {wire_propagate, wire_release, NULL};
 
-    plan(114);
+    plan(116);
     for (int r = 0; r < NW; r++) {
         wire_rank[r] = r;
         wire.arg = &wire_rank[r];

@@ -1288,6 +1288,11 @@ td_dist_backward(int64_t ctx_id, td_tensor_t *const *roots, int n,
             return td_error(TD_ERR_SHAPE, "dist_backward: root %d is not a "
                             "one-element tensor", i);
         }
+        if (!td_tensor_requires_grad(roots[i])) {
+            /* as td_backward and PyTorch: nothing would flow */
+            return td_error(TD_ERR_STATE, "dist_backward: root %d does not "
+                            "require grad and has no grad_fn", i);
+        }
     }
     status = engine_current(&e);
     if (status != TD_OK) {
