@@ -1004,6 +1004,32 @@ wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
     }
 }
 
+/* Sends still in UCX once every endpoint is closed: a force close fails
+ * them, but UCX (1.13) completes them from its slow-path callback queue, on
+ * a later ucp_worker_progress. Progress until each one's send_cb has run
+ * (which frees the request), bounded by close_timeout: a request left
+ * behind is reported by ucp_worker_destroy ("was not returned to mpool
+ * ucp_requests") and its op never completed. */
+static void
+drain_sends(td_transport_t *tp)
+{
+    double deadline = td_now_s() + tp->close_timeout;
+    int left;
+
+    do {
+        ucp_worker_progress(tp->worker);
+        report_completions(tp);
+        left = 0;
+        for (int i = 0; i < tp->params.world_size; i++) {
+            left += tp->peers[i].inflight;
+        }
+    } while (left > 0 && td_now_s() < deadline);
+    if (left > 0) {
+        td_log_warn("transport: rank %d: %d send(s) still in UCX after the "
+                    "endpoints were closed", tp->params.rank, left);
+    }
+}
+
 /* Close every endpoint. First flush them all, bounded by close_timeout; an
  * endpoint whose flush completes is closed in flush mode, one whose flush
  * does not (a stopped, hung or partitioned peer holds a transfer) is
@@ -1078,6 +1104,7 @@ close_endpoints(td_transport_t *tp)
     }
     free(reqs);
     free(st);
+    drain_sends(tp);
 }
 
 /* Endpoints asked for by td_transport_watch (token holder). */
