@@ -525,8 +525,8 @@ mode_optim(int iters)
                        "its old value nor one step (after an error)\n", k,
                        j, 1 + j);
             } else if (applied) {
-                printf("NOTE step %d: failed, but rank %d applied it (its "
-                       "reply was lost)\n", k, 1 + j);
+                printf("NOTE step %d: failed, but rank %d applied it (a "
+                       "partial step)\n", k, 1 + j);
             }
             memcpy(cur[j], after[j], sizeof(cur[j]));
         }
