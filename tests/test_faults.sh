@@ -8,7 +8,7 @@
 # its timeout on every rank. A malformed TODIST_FAULT, or one naming an
 # unknown kind, is refused. Bounded by timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
-plan 27
+plan 28
 B=$top_builddir/tests
 run() { timeout -k 5 "$@"; }
 
@@ -46,6 +46,9 @@ like "$out" 'faults: [0-9]+ calls ok, [1-9][0-9]* failed with an error' \
      "faults were injected (some calls failed, with messages)"
 is "$(printf '%s\n' "$out" | grep -c 'td_finalize ended in')" 3 \
    "td_finalize ended on all 3 ranks under faults"
+is "$(printf '%s\n' "$out" | sed -n 's/.*td_finalize ended in \([0-9.]*\) s.*/\1/p' |
+      awk '$1 > 60 + 10' | wc -l)" 0 \
+   "td_finalize ended within its timeout (60 s) on every rank"
 [ "$rc" = 0 ] || diag "$out"
 
 # One fault_peer scenario (MODE, ITERS, TODIST_FAULT=F, extra env...):
