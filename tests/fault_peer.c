@@ -45,18 +45,17 @@ now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Print the outcome of one call that began at T0 and ended in ST with
- * the message ERR; 1 when it was a success. */
+/* Print the outcome of one call that took TOOK seconds and ended in ST
+ * with the message ERR; 1 when it was a success. */
 static int
-outcome_msg(td_status_t st, int right, double t0, const char *err,
+outcome_msg(td_status_t st, int right, double took, const char *err,
             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 static int
-outcome_msg(td_status_t st, int right, double t0, const char *err,
+outcome_msg(td_status_t st, int right, double took, const char *err,
             const char *fmt, ...)
 {
     char what[160];
-    double took = now_s() - t0;
     va_list ap;
 
     va_start(ap, fmt);
@@ -87,7 +86,7 @@ start(void)
 }
 
 #define outcome(st, right, t0, ...) \
-    outcome_msg(st, right, t0, td_last_error(), __VA_ARGS__)
+    outcome_msg(st, right, now_s() - (t0), td_last_error(), __VA_ARGS__)
 
 static td_tensor_t *
 vec(td_dtype_t dt, int64_t n)
@@ -217,9 +216,9 @@ mode_coll(int rounds)
                 right = p[i] == val(from, i, k);
             }
             /* the receive decides the value; the send must end too */
-            if (outcome_msg(sr, right, t0, rmsg, "coll rank %d round %d "
+            if (outcome_msg(sr, right, now_s() - t0, rmsg, "coll rank %d round %d "
                             "recv n=%" PRId64, rank, k, n)) n_ok++; else n_err++;
-            if (outcome_msg(ss, 1, t0, smsg, "coll rank %d round %d send "
+            if (outcome_msg(ss, 1, now_s() - t0, smsg, "coll rank %d round %d send "
                             "n=%" PRId64, rank, k, n)) n_ok++; else n_err++;
 
             td_tensor_release(t);
@@ -501,6 +500,7 @@ mode_optim(int iters)
             st = td_dist_optimizer_step(opt, ctx);
         }
         td_status_t st_step = st;
+        double took = now_s() - t0;     /* the read-back below is not */
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", td_last_error());
         td_dist_autograd_end(ctx);
@@ -530,7 +530,7 @@ mode_optim(int iters)
             }
             memcpy(cur[j], after[j], sizeof(cur[j]));
         }
-        if (outcome_msg(st_step, right, t0, msg, "step %d", k)) {
+        if (outcome_msg(st_step, right, took, msg, "step %d", k)) {
             n_ok++;
         } else {
             n_err++;
@@ -563,15 +563,19 @@ main(int argc, char **argv)
     }
     rank = td_world()->rank;
     size = td_world()->world_size;
-    /* the longest timeout an operation here runs under, plus a margin for
-     * a loaded machine */
-    bound_s = fmax(td_rpc_default_timeout(), 1.0) * 2 + 10;
-    if (getenv("TODIST_COLL_TIMEOUT") != NULL) {
-        bound_s = fmax(bound_s, atof(getenv("TODIST_COLL_TIMEOUT")) + 10);
-    }
-    if (getenv("TODIST_DIST_BACKWARD_TIMEOUT") != NULL) {
-        bound_s = fmax(bound_s,
-                       2 * atof(getenv("TODIST_DIST_BACKWARD_TIMEOUT")) + 10);
+    /* how long one operation may take: the timeouts it can run into, one
+     * after another, plus a margin for a loaded machine */
+    double rpc_s = td_rpc_default_timeout();
+    double coll_s = getenv("TODIST_COLL_TIMEOUT") != NULL
+                    ? atof(getenv("TODIST_COLL_TIMEOUT")) : 60;
+    double bw_s = getenv("TODIST_DIST_BACKWARD_TIMEOUT") != NULL
+                  ? atof(getenv("TODIST_DIST_BACKWARD_TIMEOUT")) : 60;
+    if (strcmp(mode, "coll") == 0) {
+        bound_s = 2 * coll_s + 10;     /* p2p: the receive, then the send */
+    } else {
+        /* three calls and the backward, or two fetches, the backward and
+         * the step (a call to each owner) */
+        bound_s = 4 * rpc_s + bw_s + 10;
     }
     if (strcmp(mode, "coll") == 0) {
         mode_coll(iters);
