@@ -16,9 +16,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char path[64];
     td_tensor_t *t = NULL;
-    int fd = fuzz_file(data, size, path, sizeof(path));
 
-    if (fd < 0) {
+    if (fuzz_file(data, size, path, sizeof(path)) != 0) {
         return 0;
     }
     if (td_idx_read(path, &t) == TD_OK) {
@@ -28,6 +27,5 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         td_tensor_release(t);
     }
     td_error_clear();
-    close(fd);
     return 0;
 }

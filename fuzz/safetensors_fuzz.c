@@ -34,9 +34,8 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char path[64], name[256] = "";
-    int fd = fuzz_file(data, size, path, sizeof(path));
 
-    if (fd < 0) {
+    if (fuzz_file(data, size, path, sizeof(path)) != 0) {
         return 0;
     }
     /* the first quoted string after the 8-byte length */
@@ -55,6 +54,5 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (name[0] != '\0' && memchr(name, '\0', strlen(name)) == NULL) {
         get(path, name);
     }
-    close(fd);
     return 0;
 }

@@ -35,6 +35,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "runtime/world/pmix.h"
+#include "runtime/world/reach.h"
 
 #define JOIN_POLL_S 0.001
 /* A barrier waits in slices this long, checking for dead ranks between. */
@@ -392,6 +393,9 @@ td_init(const td_init_params_t *params)
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
     td_log_set_rank(rt.world.rank);
+    if (rt.world.local_rank == 0) {
+        td_reach_warn_loopback(&rt.world);   /* once a host */
+    }
     /* Across nodes the store must authenticate; a launcher that could not
      * agree on a token (todist-run --nnodes without one) exports none. */
     if (rt.world.nnodes > 1 && (token == NULL || token[0] == '\0')) {

@@ -19,3 +19,9 @@ EXTRA_DIST += tests/test_exports.sh tests/test_tree.sh
 check_PROGRAMS += tests/test_log
 tests_test_log_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/test_log
+# the loopback check of the master address (runtime/world/reach.c): the
+# function, and td_init's warning in a two-host job on one machine
+check_PROGRAMS += tests/test_reach
+tests_test_reach_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_reach tests/test_reach_init.sh
+EXTRA_DIST += tests/test_reach_init.sh

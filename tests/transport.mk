@@ -20,3 +20,5 @@ TESTS += tests/test_store_limits
 # fault injection (TODIST_FAULT) over RPC, RRefs, dist backward and optimizer
 TESTS += tests/test_faults.sh
 EXTRA_DIST += tests/test_faults.sh
+check_PROGRAMS += tests/fault_peer
+tests_fault_peer_LDADD = $(TD_TEST_LDADD)

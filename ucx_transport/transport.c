@@ -135,7 +135,7 @@ enum { FAULT_DROP, FAULT_CORRUPT, FAULT_DELAY, FAULT_ACTIONS };
 
 typedef struct {
     int    action;
-    char   kind[64];      /* any, call, reply, rref, other, fn=PREFIX */
+    char   kind[64];      /* any, call, reply, rref, coll, other, fn=PREFIX */
     double rate;
     double delay_s;
 } fault_rule_t;
@@ -147,6 +147,7 @@ typedef struct {
     uint64_t                 count[FAULT_ACTIONS];
     td_transport_classify_fn classify;
     void                    *classify_arg;
+    const char              *id_kind[TD_TRANSPORT_HANDLERS_MAX]; /* or NULL */
 } faults_t;
 
 struct td_transport {
@@ -443,6 +444,25 @@ fault_matches(const fault_rule_t *r, const td_transport_kind_t *k)
     return strcmp(r->kind, k->kind) == 0;
 }
 
+/* KIND names a kind of message: a rule for a misspelt one would silently
+ * inject nothing, and the test using it would prove nothing. */
+static bool
+fault_kind_known(const char *kind)
+{
+    static const char *kinds[] = { "any", "call", "reply", "rref", "coll",
+                                   "other" };
+
+    if (strncmp(kind, "fn=", 3) == 0) {
+        return kind[3] != '\0' && strlen(kind) < 64;
+    }
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (strcmp(kind, kinds[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Apply the first matching rule that fires to OP: 1 = dropped (done). */
 static int
 fault_apply(td_transport_t *tp, send_op_t *op)
@@ -450,12 +470,13 @@ fault_apply(td_transport_t *tp, send_op_t *op)
     faults_t *f = &tp->faults;
     size_t hoff = WIRE_FIXED + op->n_bodies * WIRE_BODY;
     uint32_t ulen = td_get_be32(op->wire + 8);
+    uint16_t id = (uint16_t)(op->wire[2] << 8 | op->wire[3]);
     td_transport_kind_t k = { "other", NULL };
 
-    if (f->classify != NULL) {
-        k = f->classify(f->classify_arg,
-                        (uint16_t)(op->wire[2] << 8 | op->wire[3]),
-                        op->wire + hoff, ulen);
+    if (id < TD_TRANSPORT_HANDLERS_MAX && f->id_kind[id] != NULL) {
+        k.kind = f->id_kind[id];
+    } else if (f->classify != NULL) {
+        k = f->classify(f->classify_arg, id, op->wire + hoff, ulen);
     }
     for (int i = 0; i < f->n; i++) {
         const fault_rule_t *r = &f->rules[i];
@@ -515,7 +536,7 @@ fault_parse(td_transport_t *tp, const char *spec)
             }
         }
         if (nf < 3 || a == FAULT_ACTIONS || (a == FAULT_DELAY) != (nf == 4) ||
-            f->n == FAULT_RULES_MAX || strlen(fields[1]) >= 64) {
+            f->n == FAULT_RULES_MAX || !fault_kind_known(fields[1])) {
             goto bad;
         }
         fault_rule_t *r = &f->rules[f->n];
@@ -542,7 +563,8 @@ fault_parse(td_transport_t *tp, const char *spec)
 bad:
     return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT='%s' is not a "
                     "list of drop|corrupt:KIND:RATE, delay:KIND:RATE:MS "
-                    "(at most %d, RATE in [0, 1], MS <= 10000) and seed=N",
+                    "(at most %d, KIND any|call|reply|rref|coll|other|"
+                    "fn=PREFIX, RATE in [0, 1], MS <= 10000) and seed=N",
                     spec, FAULT_RULES_MAX);
 }
 
@@ -552,6 +574,14 @@ td_transport_set_classifier(td_transport_t *tp, td_transport_classify_fn fn,
 {
     tp->faults.classify = fn;
     tp->faults.classify_arg = arg;
+}
+
+void
+td_transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind)
+{
+    if (id < TD_TRANSPORT_HANDLERS_MAX) {
+        tp->faults.id_kind[id] = kind;
+    }
 }
 
 void
@@ -974,6 +1004,34 @@ wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
     }
 }
 
+/* Sends still in UCX once every endpoint is closed: a force close fails
+ * them, but UCX (1.13) completes them from its slow-path callback queue, on
+ * a later ucp_worker_progress. Progress until each one's send_cb has run
+ * (which frees the request), bounded by 2 s: a request left
+ * behind is reported by ucp_worker_destroy ("was not returned to mpool
+ * ucp_requests") and its op never completed. */
+static void
+drain_sends(td_transport_t *tp)
+{
+    /* the force close has failed them already: a few progress calls do */
+    double deadline = td_now_s() + (tp->close_timeout < 2 ? tp->close_timeout
+                                                           : 2);
+    int left;
+
+    do {
+        ucp_worker_progress(tp->worker);
+        report_completions(tp);
+        left = 0;
+        for (int i = 0; i < tp->params.world_size; i++) {
+            left += tp->peers[i].inflight;
+        }
+    } while (left > 0 && td_now_s() < deadline);
+    if (left > 0) {
+        td_log_warn("transport: rank %d: %d send(s) still in UCX after the "
+                    "endpoints were closed", tp->params.rank, left);
+    }
+}
+
 /* Close every endpoint. First flush them all, bounded by close_timeout; an
  * endpoint whose flush completes is closed in flush mode, one whose flush
  * does not (a stopped, hung or partitioned peer holds a transfer) is
@@ -1048,6 +1106,7 @@ close_endpoints(td_transport_t *tp)
     }
     free(reqs);
     free(st);
+    drain_sends(tp);
 }
 
 /* Endpoints asked for by td_transport_watch (token holder). */

@@ -189,14 +189,16 @@ size_t td_transport_dropped(td_transport_t *tp);
 
 /* Fault injection (tests only): TODIST_FAULT="RULE[,RULE...][,seed=N]",
  * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS, KIND =
- * any | call | reply | rref | other | fn=PREFIX (calls to functions whose
- * name starts with PREFIX), RATE in [0, 1]. Applied to outgoing messages
+ * any | call | reply | rref | coll | other | fn=PREFIX (calls to functions
+ * whose name starts with PREFIX), RATE in [0, 1]; an unknown KIND is
+ * refused. Applied to outgoing messages
  * on the token holder with a PRNG seeded by seed and the rank, so a run is
  * reproducible up to thread timing. A dropped message completes as sent
  * (as on a lossy link) but is not counted by the join; a corrupted one has
  * the first byte of its user header flipped (the upper layer's version or
  * magic: its decoder must reject it); a delayed one holds the sender for
- * MS ms. The upper layer names a message's kind with a classifier. */
+ * MS ms. The upper layer names a message's kind with a classifier, or
+ * one kind for every message of a handler id (td_transport_set_kind). */
 typedef struct {
     const char *kind;   /* "call", "reply", "rref" or "other" */
     const char *name;   /* for calls: the function's name, else NULL */
@@ -209,6 +211,10 @@ typedef td_transport_kind_t (*td_transport_classify_fn)(void *arg,
  * without TODIST_FAULT). */
 void td_transport_set_classifier(td_transport_t *tp,
                                  td_transport_classify_fn fn, void *arg);
+
+/* Every message to handler ID is of KIND (a static string, e.g. "coll"),
+ * without asking the classifier. Before td_init ends. */
+void td_transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind);
 
 /* Messages dropped, corrupted and delayed by TODIST_FAULT so far. */
 void td_transport_fault_counts(td_transport_t *tp, uint64_t counts[3]);

@@ -1921,6 +1921,7 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     if (st != TD_OK) {
         return st;
     }
+    td_transport_set_kind(tp, COLL_TRANSPORT_ID, "coll");   /* TODIST_FAULT */
     return coll_world_group_create(w->rank, w->world_size);
 }
 
