@@ -1095,6 +1095,50 @@ big_p2p(int64_t c)
     return 0;
 }
 
+/* Messages for a destroyed group (coll.c C11): rank 1 isends on G = {0,1}
+ * twice; rank 0 never receives. The first is queued on rank 0 when it
+ * destroys G (freed then); the second arrives after (dropped). rank 1's
+ * sends time out (TODIST_COLL_TIMEOUT, set short by the test). The test
+ * reads the debug log for both. */
+static int
+mode_destroyed(void)
+{
+    td_group_t *w = td_group_world(), *g = NULL;
+    td_tensor_t *t = make(1000, TD_FLOAT32);
+    td_work_t *wk[2] = { NULL, NULL };
+    td_status_t st;
+
+    st = td_group_new((int[]){0, 1}, 2, &g);
+    check(st == TD_OK, "destroyed_group_new", "%s", td_last_error());
+    if (rank == 1) {
+        st = td_isend(g, t, 0, 3, &wk[0]);
+        check(st == TD_OK, "destroyed_isend_1", "%s", td_last_error());
+    }
+    td_group_barrier(w);        /* after the isend's message, on rank 0 */
+    if (rank == 0) {
+        td_group_destroy(g);
+        g = NULL;
+    }
+    td_group_barrier(w);
+    if (rank == 1) {
+        st = td_isend(g, t, 0, 4, &wk[1]);
+        check(st == TD_OK, "destroyed_isend_2", "%s", td_last_error());
+    }
+    td_group_barrier(w);        /* the second message was handled */
+    if (rank == 1) {
+        for (int i = 0; i < 2; i++) {
+            st = td_work_wait(wk[i], -1);
+            check(st == TD_ERR_TIMEOUT, "destroyed_send_times_out",
+                  "%s", td_status_name(st));
+            td_work_release(wk[i]);
+        }
+        td_group_destroy(g);
+    }
+    td_tensor_release(t);
+    td_group_barrier(w);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1122,6 +1166,8 @@ main(int argc, char **argv)
         rc = mode_concurrent();
     } else if (strcmp(mode, "mismatch") == 0) {
         rc = mode_mismatch();
+    } else if (strcmp(mode, "destroyed") == 0) {
+        rc = mode_destroyed();
     } else if (strcmp(mode, "big") == 0) {
         /* bodies above the single-copy threshold (read in place, or sent
          * through UCX when that cannot be done) */

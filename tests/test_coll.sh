@@ -29,7 +29,7 @@ mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
-         $(count "$conc") + $(count "$mism") + $(count "$kill") + 49 ))
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 53 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -113,6 +113,18 @@ like "$out" "rank 0 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s o
      "TODIST_COLL_TIMEOUT=0.5: a late rank is named after half a second"
 like "$out" "rank 1 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s on rank 0 waiting for rank\\(s\\) 1 \\(reported by rank 0\\)" \
      "and the late rank fails its call with that error too"
+# Messages for a group destroyed here (coll.c C11): queued ones freed at
+# td_group_destroy, later ones dropped on arrival; nothing kept.
+out=$(TODIST_COLL_TIMEOUT=2 TODIST_LOG=debug run 60 todist-run -n 2 "$PEER" \
+      destroyed 2>&1); rc=$?
+is "$rc" 0 "destroyed group: every rank exits 0"
+like "$out" "group 1 destroyed with 1 unreceived messages: freed" \
+     "destroying a group frees the messages queued for it"
+like "$out" "dropped a message from rank 1 for group 1, destroyed here" \
+     "a message for a destroyed group is dropped on arrival"
+is "$(printf '%s\n' "$out" | grep -cx 'PASS destroyed_send_times_out')" 2 \
+   "and the sender's sends fail by their timeout"
+[ "$rc" = 0 ] || diag "$out"
 # The single-copy path (process_vm_readv) for bodies of 64 KiB and more:
 # on by default; off with TODIST_COLL_CMA=0; and with rank 1 in its own
 # pid namespace, where the pids in offers name nobody (or the wrong

@@ -50,6 +50,10 @@
  *     blocked elsewhere (two ranks that irecv then send cannot deadlock).
  *     The resent body (COLL_F_RESEND) matches only the receive that
  *     answered, by sender and sequence number, so C7's order holds.
+ * C11 Group ids grow in td_group_new's order; a message for an id at or
+ *     below the highest registered here whose group is gone is dropped,
+ *     and destroying a group frees what was queued for it, so messages
+ *     that arrive late for destroyed groups hold no memory.
  */
 #include "config.h"
 
@@ -135,6 +139,7 @@ static struct {
     atomic_int      waiters;
     atomic_long     active;            /* operations in flight */
     atomic_ulong    completions;       /* requests completed (progress) */
+    uint32_t        id_max;            /* highest group id registered */
 } C = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .wait_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -414,6 +419,29 @@ ux_free(unexp_t *e)
 
 /* ---- groups: registry and failure ---------------------------------------- */
 
+/* Free the unclaimed unexpected messages of group GID (ABORTs too if
+ * WITH_ABORT); one whose body is still landing is freed when it lands. */
+static size_t
+ux_drop_group_locked(uint32_t gid, int with_abort)
+{
+    size_t n = 0;
+
+    for (unexp_t *e = C.ux_head, *en; e != NULL; e = en) {
+        en = e->next;
+        if (e->group_id == gid && e->claim == NULL &&
+            (with_abort || e->type != MSG_ABORT)) {
+            n++;
+            if (e->arrived) {
+                ux_remove(e);
+                ux_free(e);
+            } else {
+                e->orphan = 1;
+            }
+        }
+    }
+    return n;
+}
+
 static td_group_t *
 group_find(uint32_t id)
 {
@@ -455,17 +483,7 @@ group_fail_locked(td_group_t *g, td_status_t code, const char *msg)
         }
     }
     /* Unclaimed messages of a broken group are never received (C6). */
-    for (unexp_t *e = C.ux_head, *en; e != NULL; e = en) {
-        en = e->next;
-        if (e->group_id == g->id && e->claim == NULL && e->type != MSG_ABORT) {
-            if (e->arrived) {
-                ux_remove(e);
-                ux_free(e);
-            } else {
-                e->orphan = 1;
-            }
-        }
-    }
+    ux_drop_group_locked(g->id, 0);
     return out;
 }
 
@@ -553,6 +571,9 @@ coll_group_register(td_group_t *g)
     }
     C.groups[slot] = g;
     g->registered = 1;
+    if (g->id > C.id_max) {
+        C.id_max = g->id;
+    }
     /* A member may have failed the group before we made it. */
     for (unexp_t *e = C.ux_head; e != NULL; e = e->next) {
         if (e->type == MSG_ABORT && e->group_id == g->id) {
@@ -573,6 +594,8 @@ coll_group_register(td_group_t *g)
 void
 coll_group_unregister(td_group_t *g)
 {
+    size_t n;
+
     pthread_mutex_lock(&C.lock);
     for (int i = 0; i < TD_GROUPS_MAX; i++) {
         if (C.groups[i] == g) {
@@ -580,7 +603,13 @@ coll_group_unregister(td_group_t *g)
         }
     }
     g->registered = 0;
+    /* C11: what is queued for it will never be received */
+    n = ux_drop_group_locked(g->id, 1);
     pthread_mutex_unlock(&C.lock);
+    if (n > 0) {
+        td_log_debug("coll: group %u destroyed with %zu unreceived "
+                     "messages: freed", g->id, n);
+    }
 }
 
 void *
@@ -1125,6 +1154,14 @@ rx_handler(void *arg, td_transport_rx_t *rx)
 
     pthread_mutex_lock(&C.lock);
     g = group_find(gid);
+    if (g == NULL && gid != 0 && gid <= C.id_max) {
+        /* C11: a group made here and destroyed since (ids grow in the
+         * order td_group_new is called, the same on every rank) */
+        pthread_mutex_unlock(&C.lock);
+        td_log_debug("coll: dropped a message from rank %d for group %u, "
+                     "destroyed here", rx->src, gid);
+        return;
+    }
     if (g != NULL && g->digest != digest) {
         f.code = TD_ERR_INVALID;
         snprintf(f.msg, sizeof(f.msg), "coll: group %u has different members "
@@ -2041,6 +2078,7 @@ module_shutdown(void *arg)
     }
     C.ux_tail = NULL;
     C.n_ux = 0;
+    C.id_max = 0;                    /* ids start again at the next init */
     pthread_mutex_unlock(&C.lock);
     coll_groups_reset();
     coll_world_group_free();

@@ -1249,7 +1249,13 @@ pass_wait(pass_t *p, double timeout)
         size_t len = 0;
 
         for (prop_t *q = p->props; q != NULL; q = q->next) {
-            if (!q->done && len + 16 < sizeof(ranks)) {
+            int seen = 0;
+
+            /* each rank once, however many propagates it owes */
+            for (prop_t *o = p->props; o != q; o = o->next) {
+                seen |= !o->done && o->dst == q->dst;
+            }
+            if (!q->done && !seen && len + 16 < sizeof(ranks)) {
                 len += (size_t)snprintf(ranks + len, sizeof(ranks) - len,
                                         "%s%d", len ? "," : "", q->dst);
             }
