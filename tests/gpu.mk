@@ -24,3 +24,8 @@ check_PROGRAMS += tests/device_maps_peer
 tests_device_maps_peer_LDADD = $(TD_LDADD)
 TESTS += tests/test_device_maps.sh
 EXTRA_DIST += tests/test_device_maps.sh
+# RPC of device tensors between two processes (test device backend)
+check_PROGRAMS += tests/rpc_device_peer
+tests_rpc_device_peer_LDADD = $(TD_TEST_LDADD) -lm
+TESTS += tests/test_rpc_device.sh
+EXTRA_DIST += tests/test_rpc_device.sh

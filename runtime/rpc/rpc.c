@@ -54,6 +54,7 @@
 #include "runtime/runtime.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rpc_wire.h"
+#include "runtime/rpc/rpc_device.h"
 #include "runtime/rpc/pool.h"
 #include "runtime/rpc/drive.h"
 #include "runtime/rpc/future.h"
@@ -735,21 +736,50 @@ send_done(void *arg, td_status_t status)
     atomic_fetch_sub(&rpc.busy, 1);
 }
 
+/* The staged bodies of S are in the receiver's device memory (or
+ * failed): now the message itself (rpc_device.h DV3). Engine thread. */
+static void
+staged_done(void *arg, td_status_t status)
+{
+    send_t *s = arg;
+
+    if (status == TD_OK) {
+        status = td_transport_send(rpc.tp, s->dst, RPC_TRANSPORT_ID,
+                                   s->out.header, s->out.header_len,
+                                   s->out.bodies, (size_t)s->out.n_bodies,
+                                   send_done, s);
+        if (status == TD_OK) {
+            return;
+        }
+    }
+    send_done(s, status);
+}
+
 /* Encode and send; on TD_OK the message is on its way. */
 static td_status_t
 send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
          uint64_t pending_id)
 {
     send_t *s;
+    td_rpc_device_route_t route;
     td_status_t status;
 
     s = slot_get(&send_slot, sizeof(*s));   /* encode sets what it uses */
     if (s == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a send");
     }
-    status = td_rpc_wire_encode(meta, args, dst, TD_TRANSPORT_HEADER_MAX,
-                                refs != NULL ? refs->rref_out : NULL,
-                                refs != NULL ? refs->arg : NULL, &s->out);
+    status = td_rpc_wire_encode_dev(meta, args, dst, TD_TRANSPORT_HEADER_MAX,
+                                    refs != NULL ? refs->rref_out : NULL,
+                                    refs != NULL ? refs->arg : NULL,
+                                    td_rpc_device_route(dst, meta->type,
+                                                        &route),
+                                    &s->out);
+    if (status == TD_OK) {
+        status = td_rpc_device_sync_out(&s->out);
+        if (status != TD_OK) {
+            td_rpc_wire_out_free(&s->out);
+        }
+    }
     if (status != TD_OK) {
         slot_put(&send_slot, s);
         return status;
@@ -757,9 +787,15 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
     s->id = pending_id;
     s->dst = dst;
     atomic_fetch_add(&rpc.busy, 1);
-    status = td_transport_send(rpc.tp, dst, RPC_TRANSPORT_ID, s->out.header,
-                               s->out.header_len, s->out.bodies,
-                               (size_t)s->out.n_bodies, send_done, s);
+    if (s->out.n_staged > 0) {
+        /* device bodies go ahead through the staging engine */
+        status = td_rpc_device_send_staged(dst, &s->out, staged_done, s);
+    } else {
+        status = td_transport_send(rpc.tp, dst, RPC_TRANSPORT_ID,
+                                   s->out.header, s->out.header_len,
+                                   s->out.bodies, (size_t)s->out.n_bodies,
+                                   send_done, s);
+    }
     if (status != TD_OK) {
         atomic_fetch_sub(&rpc.busy, 1);
         td_rpc_wire_out_free(&s->out);
@@ -1475,18 +1511,27 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         r->msg.args = r->hdr_copy + (r->msg.args - (const uint8_t *)
                                      rx->header);
     }
+    if (r->msg.reply_map.n_pairs > 0) {
+        td_rpc_device_learn(rx->src, &r->msg.reply_map);
+    }
     for (int k = 0; k < r->msg.n_tensors; k++) {
         const td_rpc_wire_tensor_t *t = &r->msg.tensors[k];
+        td_mem_type_t mem = TD_MEM_HOST;
 
-        status = rx_tensor(t, &r->tensors[k]);
+        status = t->device.type == TD_DEVICE_CPU
+                 ? rx_tensor(t, &r->tensors[k])
+                 : td_rpc_device_rx_tensor(rx->src, t, &r->tensors[k], &mem);
         if (status != TD_OK) {
-            log_drop(rx->src, td_last_error());
+            char why[512];
+
+            snprintf(why, sizeof(why), "%s", td_last_error());
+            reject(rx, why);
             rx_free(r);
             return;
         }
         if (t->body >= 0) {
             rx->dest[t->body].buf = td_tensor_data(r->tensors[k]);
-            rx->dest[t->body].mem = TD_MEM_HOST;
+            rx->dest[t->body].mem = mem;
         }
     }
     if (r->msg.args_body >= 0) {
@@ -1531,6 +1576,9 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     atomic_store(&rpc.next_id, 1);
     atomic_store(&rpc.busy, 0);
     status = td_transport_set_handler(tp, RPC_TRANSPORT_ID, rx_handler, NULL);
+    if (status == TD_OK) {
+        status = td_rpc_device_setup(tp, w);   /* device tensors' staging */
+    }
     if (status != TD_OK) {
         return status;
     }
@@ -1560,7 +1608,7 @@ module_outstanding(void *arg)
     pthread_mutex_lock(&rpc.plock);
     n = rpc.n_pending;
     pthread_mutex_unlock(&rpc.plock);
-    return n + (busy > 0 ? (size_t)busy : 0);
+    return n + (busy > 0 ? (size_t)busy : 0) + td_rpc_device_outstanding();
 }
 
 static void
@@ -1571,6 +1619,7 @@ module_peer_failed(void *arg, int rank, td_status_t why)
 
     (void)arg;
     (void)why;
+    td_rpc_device_peer_failed(rank);
     while (pc != NULL) {
         pending_t *next = pc->next;
         char msg[512];
@@ -1609,6 +1658,7 @@ module_shutdown(void *arg)
                      "this call pending", 0);
         pc = next;
     }
+    td_rpc_device_shutdown();     /* fails staged sends still in progress */
     td_rpc_pool_stop();
     buf_cache_clear();
     slot_clear(&send_slot);
