@@ -29,3 +29,6 @@ check_PROGRAMS += tests/rpc_device_peer
 tests_rpc_device_peer_LDADD = $(TD_TEST_LDADD) -lm
 TESTS += tests/test_rpc_device.sh
 EXTRA_DIST += tests/test_rpc_device.sh
+check_PROGRAMS += tests/test_device_backend
+TESTS += tests/test_device_backend
+tests_test_device_backend_LDADD = $(TD_TEST_LDADD)

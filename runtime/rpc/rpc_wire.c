@@ -209,17 +209,12 @@ target_device(const td_rpc_wire_dev_t *dev, size_t item, int dst,
     char why[400];
     td_status_t status;
 
-    if (dev == NULL) {
-        if (from.type == TD_DEVICE_CPU) {
-            *to_p = TD_CPU;
-            return TD_OK;
-        }
-        return td_error(TD_ERR_UNSUPPORTED, "rpc: list item %zu is a device "
-                        "tensor; this message carries cpu tensors only",
-                        item);
+    if (from.type == TD_DEVICE_CPU && dev == NULL) {
+        *to_p = TD_CPU;                /* the common case: no maps at all */
+        return TD_OK;
     }
-    if (map_entry(dev->map, from, to_p) ||
-        map_entry(dev->fallback, from, to_p)) {
+    if (dev != NULL && (map_entry(dev->map, from, to_p) ||
+                        map_entry(dev->fallback, from, to_p))) {
         return TD_OK;
     }
     status = td_device_map_lookup(NULL, dst, from, to_p);
