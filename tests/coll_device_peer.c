@@ -108,6 +108,70 @@ static double scat(int64_t i, int64_t n)
     return val(2, rank * chunk + i);
 }
 
+/* DDP with its parameters on DEV: loss = sum(p * (rank + 1)) gives the
+ * gradient rank + 1 everywhere; DDP averages it to (size + 1) / 2, in
+ * gradients that stay on the parameters' device (views of a bucket there). */
+static double ddp_avg(int64_t i, int64_t n)
+{
+    (void)i;
+    (void)n;
+    return (size + 1) / 2.0;
+}
+
+static void
+ddp_check(const char *tag)
+{
+    td_tensor_t *p[2], *prod = NULL, *loss = NULL;
+    td_ddp_t *ddp = NULL;
+    td_ddp_opts_t o = td_ddp_defaults();
+    td_status_t st;
+    int good = 1;
+
+    p[0] = make(1000, val, rank);
+    p[1] = make(10, val, rank);
+    for (int i = 0; i < 2; i++) {
+        td_tensor_set_requires_grad(p[i], 1);
+    }
+    st = td_ddp_create(p, 2, &o, &ddp);
+    for (int i = 0; i < 2 && st == TD_OK; i++) {
+        td_tensor_t *s = NULL;
+
+        st = td_mul_scalar(p[i], rank + 1.0, &prod);
+        if (st == TD_OK) {
+            st = td_sum(prod, &s);
+        }
+        td_tensor_release(prod);
+        if (st == TD_OK && loss != NULL) {
+            td_tensor_t *sum2 = NULL;
+
+            st = td_add(loss, s, &sum2);
+            td_tensor_release(loss);
+            td_tensor_release(s);
+            loss = sum2;
+        } else {
+            loss = s;
+        }
+    }
+    if (st == TD_OK) {
+        st = td_ddp_backward(ddp, loss);
+    }
+    if (st == TD_OK) {
+        st = td_ddp_wait(ddp);
+    }
+    for (int i = 0; i < 2; i++) {
+        td_tensor_t *g = td_tensor_grad(p[i]);
+
+        good = good && g != NULL &&
+               equals(g, ddp_avg, td_tensor_numel(p[i]));
+    }
+    CHECK(st == TD_OK && good, "%s: DDP averages gradients of parameters on "
+          "the device, on the device", tag);
+    td_ddp_destroy(ddp);
+    td_tensor_release(loss);
+    td_tensor_release(p[0]);
+    td_tensor_release(p[1]);
+}
+
 static void
 run_all(const char *tag)
 {
@@ -200,6 +264,7 @@ main(int argc, char **argv)
     }
     size = td_group_size(td_group_world());
     run_all(mode);
+    ddp_check(mode);
     if (td_finalize() != TD_OK) {
         printf("rank %d: FAIL td_finalize: %s\n", rank, td_last_error());
         failures++;

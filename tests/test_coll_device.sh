@@ -6,7 +6,7 @@
 # device, with every rank on a device and with rank 0 on the cpu (mixed).
 # The NCCL route needs real GPUs: skipped with "no CUDA device" elsewhere.
 . "$top_srcdir/tests/lib.sh"
-plan 25
+plan 27
 PEER="$top_builddir/tests/coll_device_peer"
 run() { timeout -k 5 "$@"; }
 checks="all_reduce SUM of 1000 float64 exact
@@ -18,6 +18,7 @@ all_gather_list into device tensors
 reduce_scatter SUM
 all_to_all
 scatter from rank 2
+DDP averages gradients of parameters on the device
 every test-device block was given back"
 
 for mode in device mixed; do
