@@ -225,6 +225,24 @@ wire(void)
        msg.tensors[0].device.index == 1, "direct descriptor: cuda:1, body 0");
     td_rpc_wire_out_free(&out);
 
+    /* a device tensor mapped to the peer's cpu travels as a host body */
+    {
+        td_device_map_t tocpu = {1, 1, {{CUDA(0), TD_CPU}}};
+        td_rpc_wire_dev_t d2 = {&tocpu, NULL, NULL, 1, 9};
+
+        is_int(td_rpc_wire_encode_dev(&m, l, 1, TD_TRANSPORT_HEADER_MAX,
+                                      NULL, NULL, &d2, &out), TD_OK,
+               "encode with map cuda:0->cpu, staged route");
+        ok(out.n_staged == 0 && out.n_bodies == 2 &&
+           out.n_device_direct == 0 &&
+           td_tensor_device(out.tensors[0]).type == TD_DEVICE_CPU,
+           "the cuda:0 tensor goes as a host copy, not staged");
+        td_rpc_wire_parse(out.header, out.header_len, 0, &msg);
+        ok(msg.tensors[0].device.type == TD_DEVICE_CPU &&
+           msg.tensors[0].body == 0, "it lands on the peer's cpu, body 0");
+        td_rpc_wire_out_free(&out);
+    }
+
     /* V1: an unmapped device is named with the peer; no map at all too */
     td_rpc_list_add_tensor(l, d1);
     like(td_rpc_wire_encode_dev(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL,
@@ -263,7 +281,7 @@ main(void)
     td_tensor_t *t = NULL;
     int64_t shape[1] = {4};
 
-    plan(41);
+    plan(44);
     like(td_tensor_empty(shape, 1, TD_FLOAT32, CUDA(0), &t) == TD_OK ? ""
          : td_last_error(), "no CUDA device", "before the test backend, "
          "a cuda tensor is refused: no CUDA device");

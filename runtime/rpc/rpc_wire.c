@@ -266,7 +266,14 @@ encode_tensors(const td_rpc_list_t *args, size_t n_items, int dst,
                             "cuda:%d at rank %d, beyond the wire's 255", i,
                             to.index, dst);
         }
-        status = td_tensor_contiguous(v->u.tensor, &c);
+        if (to.type == TD_DEVICE_CPU &&
+            td_tensor_device(v->u.tensor).type != TD_DEVICE_CPU) {
+            /* landing on the peer's cpu: a host copy travels as a plain
+             * body (no staging, no device memory type for UCX) */
+            status = td_tensor_to(v->u.tensor, TD_CPU, &c);
+        } else {
+            status = td_tensor_contiguous(v->u.tensor, &c);
+        }
         if (status != TD_OK) {
             return status;
         }
