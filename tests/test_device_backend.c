@@ -143,10 +143,13 @@ wire(void)
     td_rpc_wire_out_t out, plain;
     td_rpc_wire_msg_t msg;
     td_rpc_list_t *l = NULL;
-    td_tensor_t *d0 = iota(2, 3, CUDA(0)), *h = iota(1, 2, TD_CPU);
+    td_tensor_t *d0 = NULL, *h = iota(1, 2, TD_CPU), *small = NULL;
     td_tensor_t *d1 = iota(1, 1, CUDA(1));
     uint8_t bad[512];
 
+    /* 80 KB: above TD_RPC_WIRE_EAGER_MAX, so staged */
+    td_tensor_empty((int64_t[2]){2, 10000}, 2, TD_FLOAT32, CUDA(0), &d0);
+    td_tensor_fill_(d0, 1.5);
     td_device_map_reverse(&map, &rev);
     memset(&dev, 0, sizeof(dev));
     dev.map = &map;
@@ -164,8 +167,8 @@ wire(void)
     is_int(out.n_staged, 1, "one staged body (the device tensor)");
     is_int(out.n_bodies, 1, "one body in the message (the cpu tensor)");
     ok(out.staged[0].id == td_rpc_wire_xfer_id(5, 0, CUDA(1)) &&
-       out.staged[0].len == 24, "staged id names message 5, tensor 0, "
-       "cuda:1; 24 bytes");
+       out.staged[0].len == 80000, "staged id names message 5, tensor 0, "
+       "cuda:1; 80000 bytes");
     is_int(td_rpc_wire_parse(out.header, out.header_len, 0, &msg), TD_OK,
            "the receiver parses it");
     ok(msg.tensors[0].device.type == TD_DEVICE_CUDA &&
@@ -212,6 +215,34 @@ wire(void)
          ? "" : td_last_error(), "rank 0", "a header cut inside the device "
          "part is rejected");
     td_rpc_wire_out_free(&out);
+
+    /* V5: a small device body on the staged route goes eager, as a host
+     * copy in the message */
+    {
+        td_rpc_list_t *l2 = NULL;
+
+        small = iota(2, 3, CUDA(0));
+        td_rpc_list_create(&l2);
+        td_rpc_list_add_tensor(l2, small);
+        is_int(td_rpc_wire_encode_dev(&m, l2, 1, TD_TRANSPORT_HEADER_MAX,
+                                      NULL, NULL, &dev, &out), TD_OK,
+               "encode a 24 byte cuda:0 tensor, staged route");
+        ok(out.n_staged == 0 && out.n_bodies == 1 &&
+           out.bodies[0].mem == TD_MEM_HOST &&
+           td_tensor_device(out.tensors[0]).type == TD_DEVICE_CPU,
+           "it goes eager: a host copy in the message, not staged");
+        td_rpc_wire_parse(out.header, out.header_len, 0, &msg);
+        ok(msg.tensors[0].xfer == TD_RPC_WIRE_XFER_EAGER &&
+           msg.tensors[0].body == 0 && msg.tensors[0].device.index == 1,
+           "the receiver sees an eager body for cuda:1");
+        memcpy(bad, out.header, out.header_len);
+        bad[48 + 8 + 3] = 1;             /* dim 0 = 2 + 2^24 */
+        like(td_rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
+             : td_last_error(), "names staged transfer 1", "an eager body "
+             "larger than TD_RPC_WIRE_EAGER_MAX is rejected");
+        td_rpc_wire_out_free(&out);
+        td_rpc_list_free(l2);
+    }
 
     /* direct: the body is in the message, with the tensor's memory type */
     dev.staged = 0;
@@ -272,6 +303,7 @@ wire(void)
     td_rpc_list_free(l);
     td_tensor_release(d0);
     td_tensor_release(d1);
+    td_tensor_release(small);
     td_tensor_release(h);
 }
 
@@ -281,7 +313,7 @@ main(void)
     td_tensor_t *t = NULL;
     int64_t shape[1] = {4};
 
-    plan(44);
+    plan(48);
     like(td_tensor_empty(shape, 1, TD_FLOAT32, CUDA(0), &t) == TD_OK ? ""
          : td_last_error(), "no CUDA device", "before the test backend, "
          "a cuda tensor is refused: no CUDA device");

@@ -51,6 +51,7 @@
 #include "todist/rpc.h"
 #include "todist/init.h"
 #include "todist/world.h"
+#include "todist/device.h"
 #include "runtime/runtime.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rpc_wire.h"
@@ -1053,6 +1054,7 @@ typedef struct rx {
     uint8_t           hdr_small[RX_HDR_SMALL];  /* hdr_copy of small ones */
     uint8_t          *args_buf;      /* args body */
     td_tensor_t      *tensors[TD_RPC_MAX_TENSORS];
+    uint64_t          eager;         /* tensors still to move to a device */
     int               src;
 } rx_t;
 
@@ -1089,6 +1091,20 @@ rx_decode(rx_t *r, td_rpc_list_t **list_p)
             return status;
         }
     }
+    for (int k = 0; r->eager != 0 && k < r->msg.n_tensors; k++) {
+        td_tensor_t *d = NULL;
+
+        if (r->eager & (1ull << k)) {   /* rpc_wire.h V5 */
+            status = td_tensor_to(r->tensors[k], r->msg.tensors[k].device,
+                                  &d);
+            if (status != TD_OK) {
+                return status;
+            }
+            td_tensor_release(r->tensors[k]);
+            r->tensors[k] = d;
+        }
+    }
+    r->eager = 0;
     for (int k = 0; k < r->msg.n_tensors; k++) {
         if (r->msg.tensors[k].requires_grad) {
             td_tensor_set_requires_grad(r->tensors[k], 1);
@@ -1482,6 +1498,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     }
     r->hdr_copy = NULL;
     r->args_buf = NULL;
+    r->eager = 0;
     r->src = rx->src;
     status = td_rpc_wire_parse(rx->header, rx->header_len, rx->src, &r->msg);
     for (int k = 0; status == TD_OK && k < r->msg.n_tensors; k++) {
@@ -1528,6 +1545,9 @@ rx_handler(void *arg, td_transport_rx_t *rx)
             reject(rx, why);
             rx_free(r);
             return;
+        }
+        if (t->xfer == TD_RPC_WIRE_XFER_EAGER) {
+            r->eager |= 1ull << k;
         }
         if (t->body >= 0) {
             rx->dest[t->body].buf = td_tensor_data(r->tensors[k]);

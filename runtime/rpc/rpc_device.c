@@ -174,6 +174,10 @@ td_rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
     ops = td_device_ops(t->device.type);
     *mem_p = t->device.type == TD_DEVICE_CPU || (ops != NULL &&
              ops->host_memory) ? TD_MEM_HOST : TD_MEM_CUDA;
+    if (t->xfer == TD_RPC_WIRE_XFER_EAGER) {
+        *mem_p = TD_MEM_HOST;          /* V5: moved to the device on decode */
+        return td_tensor_empty(t->shape, t->ndim, t->dtype, TD_CPU, out);
+    }
     if (t->xfer == 0) {
         return td_tensor_empty(t->shape, t->ndim, t->dtype, t->device, out);
     }

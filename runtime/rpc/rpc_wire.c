@@ -231,7 +231,7 @@ target_device(const td_rpc_wire_dev_t *dev, size_t item, int dst,
 static inline td_status_t
 encode_tensors(const td_rpc_list_t *args, size_t n_items, int dst,
                const td_rpc_wire_dev_t *dev, td_device_t *targets,
-               td_rpc_wire_out_t *out, size_t *desc_len_p)
+               uint8_t *eager, td_rpc_wire_out_t *out, size_t *desc_len_p)
 {
     size_t desc_len = 0;
     td_status_t status;
@@ -266,10 +266,14 @@ encode_tensors(const td_rpc_list_t *args, size_t n_items, int dst,
                             "cuda:%d at rank %d, beyond the wire's 255", i,
                             to.index, dst);
         }
-        if (to.type == TD_DEVICE_CPU &&
+        eager[out->n_tensors] = dev != NULL && dev->staged &&
+            to.type != TD_DEVICE_CPU &&
+            td_tensor_nbytes(v->u.tensor) > 0 &&
+            td_tensor_nbytes(v->u.tensor) <= TD_RPC_WIRE_EAGER_MAX;
+        if ((to.type == TD_DEVICE_CPU || eager[out->n_tensors]) &&
             td_tensor_device(v->u.tensor).type != TD_DEVICE_CPU) {
-            /* landing on the peer's cpu: a host copy travels as a plain
-             * body (no staging, no device memory type for UCX) */
+            /* landing on the peer's cpu, or small on the staged route
+             * (V5): a host copy travels as a plain body */
             status = td_tensor_to(v->u.tensor, TD_CPU, &c);
         } else {
             status = td_tensor_contiguous(v->u.tensor, &c);
@@ -304,7 +308,8 @@ mem_of(td_device_t device)
 static inline void
 encode_header(wbuf_t *w, const td_rpc_wire_meta_t *meta, size_t alen,
               int inline_args, const td_rpc_wire_dev_t *dev,
-              const td_device_t *targets, td_rpc_wire_out_t *out)
+              const td_device_t *targets, const uint8_t *eager,
+              td_rpc_wire_out_t *out)
 {
     const td_device_map_t *attach = dev != NULL && dev->attach != NULL &&
                                     dev->attach->n_pairs > 0 ? dev->attach
@@ -341,7 +346,13 @@ encode_header(wbuf_t *w, const td_rpc_wire_meta_t *meta, size_t alen,
         for (int d = 0; d < nd; d++) {
             put_u64(w, (uint64_t)td_tensor_shape(t)[d]);
         }
-        if (td_tensor_nbytes(t) > 0 && device_body && dev->staged) {
+        if (eager[k]) {
+            xfer = TD_RPC_WIRE_XFER_EAGER;
+            out->bodies[out->n_bodies].buf = td_tensor_data(t);
+            out->bodies[out->n_bodies].len = td_tensor_nbytes(t);
+            out->bodies[out->n_bodies].mem = TD_MEM_HOST;
+            out->n_bodies++;
+        } else if (td_tensor_nbytes(t) > 0 && device_body && dev->staged) {
             xfer = td_rpc_wire_xfer_id(dev->xfer_seq, k, to);
             out->staged[out->n_staged].id = xfer;
             out->staged[out->n_staged].buf = td_tensor_data(t);
@@ -439,6 +450,7 @@ td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
     size_t n_items = td_rpc_list_len(args);
     size_t desc_len = 0, alen, hlen;
     td_device_t targets[TD_RPC_MAX_TENSORS];
+    uint8_t eager[TD_RPC_MAX_TENSORS];
     td_status_t status;
     wbuf_t w;
     int inline_args;
@@ -448,7 +460,7 @@ td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
         return td_error(TD_ERR_RANGE, "rpc: %zu list items to rank %d, at "
                         "most %d", n_items, dst, TD_RPC_MAX_ITEMS);
     }
-    status = encode_tensors(args, n_items, dst, dev, targets, out,
+    status = encode_tensors(args, n_items, dst, dev, targets, eager, out,
                             &desc_len);
     if (status != TD_OK) {
         goto err;
@@ -478,7 +490,7 @@ td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
     out->header_len = hlen;
     w.p = out->header;
     w.end = out->header + hlen;
-    encode_header(&w, meta, alen, inline_args, dev, targets, out);
+    encode_header(&w, meta, alen, inline_args, dev, targets, eager, out);
 
     if (!inline_args) {
         out->args_body = malloc(alen);
@@ -638,15 +650,20 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
             return PROTO("rpc: message from rank %d ends inside the device "
                          "part of tensor %d", src, k);
         }
-        if (t->xfer != 0 &&
-            (t->nbytes == 0 ||
-             !dev_same(td_rpc_wire_xfer_device(t->xfer), t->device))) {
+        if (t->xfer == TD_RPC_WIRE_XFER_EAGER
+                ? t->nbytes == 0 || t->nbytes > TD_RPC_WIRE_EAGER_MAX
+                : t->xfer != 0 &&
+                  (t->nbytes == 0 ||
+                   !dev_same(td_rpc_wire_xfer_device(t->xfer),
+                             t->device))) {
             return PROTO("rpc: message from rank %d: tensor %d of %zu bytes "
                          "on cuda:%d names staged transfer %llx (V3)", src,
                          k, t->nbytes, t->device.index,
                          (unsigned long long)t->xfer);
         }
-        t->body = t->nbytes > 0 && t->xfer == 0 ? m->n_bodies++ : -1;
+        t->body = t->nbytes > 0 && (t->xfer == 0 ||
+                                    t->xfer == TD_RPC_WIRE_XFER_EAGER)
+                  ? m->n_bodies++ : -1;
     }
     if (flags & TD_RPC_WIRE_DEVMAP) {
         uint8_t n = 0, b[4];

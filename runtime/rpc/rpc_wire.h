@@ -36,6 +36,9 @@
  *      rejects a descriptor whose device disagrees with it.
  *  V4. The decoder checks the device type and the map block's bounds; the
  *      receiver checks the device index against its device count.
+ *  V5. An eager device body (TD_RPC_WIRE_XFER_EAGER) is host memory in
+ *      the message, at most TD_RPC_WIRE_EAGER_MAX bytes; the receiver
+ *      moves it to the descriptor's device before anyone sees the tensor.
  *
  *   argument list = u32 count, then per item: u8 kind and
  *     TENSOR: u32 tensor index    INT: i64    DOUBLE: f64
@@ -70,6 +73,12 @@
 
 #define TD_RPC_WIRE_ARGS_IN_BODY 0x01u
 #define TD_RPC_WIRE_DEVMAP       0x02u   /* a reply map follows (V2) */
+/* A device body of at most TD_RPC_WIRE_EAGER_MAX bytes on the staged route
+ * travels in the message itself as a host copy (transfer id
+ * TD_RPC_WIRE_XFER_EAGER); the receiver copies it to its device: one
+ * message instead of the staging protocol's DATA, ACK and message (V5). */
+#define TD_RPC_WIRE_XFER_EAGER   1u
+#define TD_RPC_WIRE_EAGER_MAX    (64u << 10)
 
 /* Message types. */
 typedef enum {
@@ -105,7 +114,7 @@ typedef struct {
     size_t     nbytes;
     int        body;      /* body index, -1 when nbytes == 0 or staged */
     td_device_t device;   /* where it lands on the receiver */
-    uint64_t   xfer;      /* staging transfer id, 0: none */
+    uint64_t   xfer;      /* staging transfer id, 0: none, 1: eager (V5) */
 } td_rpc_wire_tensor_t;
 
 /* A parsed header: what the bodies must look like, and where the argument
