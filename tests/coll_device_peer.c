@@ -247,8 +247,13 @@ main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     rank = atoi(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "0");
     if (strcmp(mode, "nccl") == 0) {
-        if (td_device_count(TD_DEVICE_CUDA, &n) != TD_OK || n < 1) {
-            printf("rank %d: SKIP no CUDA device\n", rank);
+        int ws = atoi(getenv("TODIST_WORLD_SIZE") ? getenv("TODIST_WORLD_SIZE")
+                                                   : "1");
+
+        if (td_device_count(TD_DEVICE_CUDA, &n) != TD_OK || n < ws) {
+            /* NCCL wants one GPU per rank of a communicator */
+            printf("rank %d: SKIP no CUDA device for each of %d ranks (%d "
+                   "here)\n", rank, ws, n);
             return 0;
         }
         dev = (td_device_t){TD_DEVICE_CUDA, rank % n};
