@@ -27,3 +27,11 @@ check_PROGRAMS += examples/ps_batch
 examples_ps_batch_LDADD = $(TD_LDADD) -lm
 TESTS += tests/test_ps_batch.sh
 EXTRA_DIST += tests/test_ps_batch.sh
+# ddp_rpc: seed 002's program (DDP + RPC: RemoteModule embedding on a
+# parameter server, DDP linear on two trainers, one distributed optimizer),
+# checked against PyTorch by its test.
+check_PROGRAMS += examples/ddp_rpc
+examples_ddp_rpc_LDADD = $(TD_LDADD) -lm -lpthread
+TESTS += tests/test_ddp_rpc.sh
+EXTRA_DIST += tests/test_ddp_rpc.sh tests/data/gen_ddp_rpc_ref.py \
+	tests/data/ddp_rpc_ref.safetensors bench/ddp_rpc.sh bench/ddp_rpc_torch.py

@@ -1006,6 +1006,95 @@ mode_kill(void)
     return 0;
 }
 
+/* Point-to-point bodies above the single-copy threshold between ranks 0
+ * and 1 (coll.c C9, C10): blocking send/recv both ways; both ranks irecv
+ * then send (an offer matching an irecv posted earlier must not wait for
+ * a thread that is blocked in its own send); an irecv posted after the
+ * offer arrived (read by td_irecv itself). Content checked each time. */
+static int
+big_p2p(int64_t c)
+{
+    td_group_t *w = td_group_world();
+    td_tensor_t *s, *r;
+    td_work_t *wk = NULL;
+    td_status_t st = TD_OK, st2;
+    int64_t bad;
+    int peer = 1 - rank;
+
+    if (rank > 1) {
+        td_group_barrier(w);
+        return 0;
+    }
+    s = make(c, TD_FLOAT32);
+    r = make(c, TD_FLOAT32);
+    for (int64_t i = 0; i < c; i++) {
+        set(s, i, (double)(rank * 1000 + i % 997));
+    }
+    /* blocking, 0 -> 1 then 1 -> 0 */
+    for (int dir = 0; dir < 2; dir++) {
+        td_tensor_fill_(r, -1);
+        if (rank == dir) {
+            st = td_send(w, s, peer, 5);
+        } else {
+            st = td_recv(w, r, peer, 5, NULL);
+            FIRST_BAD(r, c, (double)(peer * 1000 + i % 997), &bad);
+            check(st == TD_OK && bad < 0, dir ? "big_p2p_recv_1to0" :
+                  "big_p2p_recv_0to1", "%s [%" PRId64 "]",
+                  st ? td_last_error() : "ok", bad);
+        }
+        if (rank == dir) {
+            check(st == TD_OK, dir ? "big_p2p_send_1to0" :
+                  "big_p2p_send_0to1", "%s", st ? td_last_error() : "ok");
+        }
+    }
+    /* both irecv, then both send, then wait */
+    td_tensor_fill_(r, -1);
+    st = td_irecv(w, r, peer, 6, &wk);
+    st2 = st == TD_OK ? td_send(w, s, peer, 6) : st;
+    if (st == TD_OK) {
+        st = td_work_wait(wk, -1);
+        td_work_release(wk);
+    }
+    FIRST_BAD(r, c, (double)(peer * 1000 + i % 997), &bad);
+    check(st == TD_OK && st2 == TD_OK && bad < 0, "big_p2p_irecv_then_send",
+          "%s / %s [%" PRId64 "]", td_status_name(st), td_status_name(st2),
+          bad);
+    /* an irecv posted after the offer arrived: rank 1 receives only after
+     * a zero-byte message rank 0 sends after its large isend, which the
+     * transport delivers after the offer (one endpoint, in order, C7) */
+    td_tensor_fill_(r, -1);
+    {
+        td_tensor_t *z = make(0, TD_FLOAT32);
+
+        if (rank == 0) {
+            st = td_isend(w, s, 1, 7, &wk);
+            st2 = st == TD_OK ? td_send(w, z, 1, 8) : st;
+            if (st == TD_OK) {
+                st = td_work_wait(wk, -1);
+                td_work_release(wk);
+            }
+            check(st == TD_OK && st2 == TD_OK, "big_p2p_late_irecv_send",
+                  "%s / %s", td_status_name(st), td_status_name(st2));
+        } else {
+            st = td_recv(w, z, 0, 8, NULL);
+            st2 = st == TD_OK ? td_irecv(w, r, 0, 7, &wk) : st;
+            if (st2 == TD_OK && st == TD_OK) {
+                st = td_work_wait(wk, -1);
+                td_work_release(wk);
+            }
+            FIRST_BAD(r, c, (double)(i % 997), &bad);
+            check(st == TD_OK && st2 == TD_OK && bad < 0,
+                  "big_p2p_late_irecv", "%s / %s [%" PRId64 "]",
+                  td_status_name(st), td_status_name(st2), bad);
+        }
+        td_tensor_release(z);
+    }
+    td_tensor_release(s);
+    td_tensor_release(r);
+    td_group_barrier(w);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1056,6 +1145,7 @@ main(int argc, char **argv)
         check(st == TD_OK && bad < 0, "big_broadcast", "%s [%" PRId64 "]",
               st ? td_last_error() : "ok", bad);
         td_tensor_release(t);
+        rc = big_p2p(c);
     } else if (strcmp(mode, "one") == 0 || strcmp(mode, "late") == 0) {
         /* one all_reduce of 16 floats; prints what happened ("late": the
          * last rank calls it 3 s after the others) */

@@ -20,3 +20,8 @@ check_PROGRAMS += tests/zero_peer
 tests_zero_peer_LDADD = $(TD_LDADD) -lm
 TESTS += tests/test_zero.sh
 EXTRA_DIST += tests/test_zero.sh
+# DDP in a distributed autograd context (DDP9): tests/ddp_dist_peer, 2 ranks
+check_PROGRAMS += tests/ddp_dist_peer
+tests_ddp_dist_peer_LDADD = $(TD_LDADD) -lm
+TESTS += tests/test_ddp_dist.sh
+EXTRA_DIST += tests/test_ddp_dist.sh

@@ -10,7 +10,10 @@
  *    it to the local computation's value;
  *  - an mlp's forward equals td_mlp_forward of a local copy;
  *  - after free, the owner's forward function fails for that id: the
- *    module is gone from its table. */
+ *    module is gone from its table;
+ *  - a handle passed through a value list (add_to_list / from_list, RM3)
+ *    runs the same module, freeing it leaves the module alive, and a list
+ *    that is not a handle is rejected. */
 #include "config.h"
 
 #include <math.h>
@@ -294,6 +297,57 @@ mlp_and_free(void)
     td_tensor_release(ref);
 }
 
+static void
+handle_passing(void)
+{
+    int64_t cfg[2] = {3, 2};
+    double xd[6] = {0.1, -0.2, 0.3, 0.5, 0.4, -0.6};
+    td_remote_module_t *rm = NULL, *copy = NULL, *bad = NULL;
+    td_rpc_list_t *list = NULL, *junk = NULL;
+    td_tensor_t *x = tensor(xd, 2, 3, TD_FLOAT64), *y = NULL, *y2 = NULL,
+                *y3 = NULL;
+    td_status_t st, st2 = TD_OK;
+
+    if ((st = td_remote_module_create(1, TD_RM_LINEAR, cfg, 2, TD_FLOAT64, 5,
+                                      &rm)) == TD_OK &&
+        (st = td_remote_module_forward(rm, x, NULL, &y)) == TD_OK &&
+        (st = td_rpc_list_create(&list)) == TD_OK &&
+        (st = td_rpc_list_add_string(list, "before")) == TD_OK &&
+        (st = td_remote_module_add_to_list(rm, list)) == TD_OK &&
+        (st = td_remote_module_from_list(list, 1, &copy)) == TD_OK) {
+        st = td_remote_module_forward(copy, x, NULL, &y2);
+    }
+    check(st == TD_OK && td_remote_module_owner(copy) == 1 &&
+          td_remote_module_id(copy) == td_remote_module_id(rm) &&
+          max_diff(y, y2) == 0, "handle_from_list_runs_the_module",
+          "status %d (%s)", st, st == TD_OK ? "" : td_last_error());
+    if (st == TD_OK) {
+        st = td_remote_module_free(copy);
+        copy = NULL;
+        st2 = td_remote_module_forward(rm, x, NULL, &y3);
+    }
+    check(st == TD_OK && st2 == TD_OK && max_diff(y, y3) == 0,
+          "freeing_a_received_handle_keeps_the_module", "status %d/%d (%s)",
+          st, st2, td_last_error());
+    td_rpc_list_create(&junk);
+    td_rpc_list_add_int(junk, 99);      /* no such rank */
+    td_rpc_list_add_int(junk, 1);
+    td_rpc_list_add_int(junk, 1);
+    st = td_remote_module_from_list(junk, 0, &bad);
+    check(st == TD_ERR_PROTOCOL && bad == NULL &&
+          strstr(td_last_error(), "owner 99") != NULL,
+          "list_that_is_not_a_handle_is_rejected", "status %d: %s", st,
+          td_last_error());
+    td_remote_module_free(copy);
+    td_remote_module_free(rm);
+    td_rpc_list_free(list);
+    td_rpc_list_free(junk);
+    td_tensor_release(x);
+    td_tensor_release(y);
+    td_tensor_release(y2);
+    td_tensor_release(y3);
+}
+
 int
 main(void)
 {
@@ -308,6 +362,7 @@ main(void)
         linear_forward();
         embedding_backward_and_optimizer();
         mlp_and_free();
+        handle_passing();
     }
     st = td_finalize();
     if (st != TD_OK) {

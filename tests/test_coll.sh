@@ -29,7 +29,7 @@ mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
-         $(count "$conc") + $(count "$mism") + $(count "$kill") + 26 ))
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 49 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -120,8 +120,13 @@ like "$out" "rank 1 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s o
 # through UCX, and the results are still right.
 for cfg in default off netns; do
     case $cfg in
-    default) out=$(run 60 todist-run -n 3 "$PEER" big 2>&1); rc=$? ;;
-    off) out=$(TODIST_COLL_CMA=0 run 60 todist-run -n 3 "$PEER" big 2>&1); rc=$? ;;
+    default) out=$(TODIST_LOG=debug run 60 todist-run -n 3 "$PEER" big 2>&1)
+             rc=$?
+             like "$out" "p2p body of 1200028 bytes from rank 0 read in place" \
+                  "large p2p bodies are read in place by default" ;;
+    off) out=$(TODIST_COLL_CMA=0 TODIST_LOG=debug run 60 todist-run -n 3 \
+               "$PEER" big 2>&1); rc=$?
+         unlike "$out" "read in place" "TODIST_COLL_CMA=0: nothing read in place" ;;
     netns)
         cat > "$TD_TMP/ns.sh" <<EOS
 #!/bin/sh
@@ -133,7 +138,7 @@ EOS
             out=$(TODIST_LOG=debug run 60 todist-run -n 3 "$TD_TMP/ns.sh" 2>&1)
             rc=$?
         else
-            skip 3 "unshare --pid not permitted here"
+            skip 10 "unshare --pid not permitted here"
             continue
         fi ;;
     esac
@@ -141,6 +146,12 @@ EOS
        "large all_reduce right ($cfg)"
     is "$(printf '%s\n' "$out" | grep -cx 'PASS big_broadcast')" 3 \
        "large broadcast right ($cfg)"
+    for c in big_p2p_recv_0to1 big_p2p_recv_1to0 big_p2p_send_0to1 \
+             big_p2p_send_1to0 big_p2p_late_irecv big_p2p_late_irecv_send; do
+        is "$(printf '%s\n' "$out" | grep -cx "PASS $c")" 1 "$c ($cfg)"
+    done
+    is "$(printf '%s\n' "$out" | grep -cx 'PASS big_p2p_irecv_then_send')" 2 \
+       "large irecv-then-send on both ranks: no deadlock, right ($cfg)"
     [ "$rc" = 0 ] || diag "$out"
     if [ $cfg = netns ]; then
         like "$out" "cannot read [0-9]+ bytes in place from rank" \

@@ -5,12 +5,15 @@
 # embedding_bag forward inside a distributed autograd context, a local
 # linear on top, distributed backward and a distributed SGD step over the
 # remote parameters give the local computation's gradient and weights;
-# free removes the module from its owner's table. Bounded by timeout.
+# free removes the module from its owner's table; a handle passed in a
+# value list runs the same module without owning it. Bounded by timeout.
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/remote_module_peer"
 names="linear_forward_equals_local embedding_bag_loss_equals_local
 local_linear_grad_in_context dist_optimizer_steps_remote_embedding
-mlp_forward_equals_local free_returns_ok owner_freed_module"
+mlp_forward_equals_local free_returns_ok owner_freed_module
+handle_from_list_runs_the_module freeing_a_received_handle_keeps_the_module
+list_that_is_not_a_handle_is_rejected"
 set -- $names
 plan $(( $# + 1 ))
 out=$(timeout -k 5 120 todist-run -n 2 "$PEER" 2>&1)

@@ -160,7 +160,7 @@ nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
 wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
 # ---- the tests ----------------------------------------------------------
-plan 83
+plan 85
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -510,6 +510,15 @@ ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "bad plugstack argument: srun fa
 like "$(cat "$D/out/badconf")" "todist: plugstack.conf: unknown or malformed argument 'colour=blue'" \
     "the bad argument is named"
 plugstack
+
+# 12. seed 002's program (examples/ddp_rpc: DDP + RPC, 4 roles) checked
+# against PyTorch's run of the same steps, across two nodes. Last: every
+# step takes the next ports of Slurm's reservation, and the checks of
+# section 11 expect the ports where the steps before them leave them.
+run_srun ddprpc -N2 -n4 --todist "$top_builddir/examples/ddp_rpc" \
+    --ref "$top_srcdir/tests/data/ddp_rpc_ref.safetensors"
+is "$rc" 0 "srun -N2 -n4 --todist examples/ddp_rpc --ref succeeds"
+like "$(cat "$D/out/ddprpc")" "check=ok " "ddp_rpc under srun matches PyTorch"
 
 # On failure, show what srun and the daemons said.
 if [ "$_tap_failed" != 0 ]; then

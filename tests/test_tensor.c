@@ -36,7 +36,7 @@ main(void)
     td_device_t dev;
     int n;
 
-    plan(48);
+    plan(50);
 
     a = arange(12, TD_FLOAT64);
     is_int(td_tensor_ndim(a), 1, "arange: 1-d");
@@ -205,6 +205,21 @@ main(void)
                                3, TD_FLOAT32, TD_CPU, &z), TD_ERR_SHAPE,
                "shape [0, 2^40, 2^40] is rejected, not overflowed");
         td_tensor_release(z);
+    }
+    {
+        /* Storage of 4 MiB and more starts on a 2 MiB boundary (and is
+         * advised to huge pages: the single-copy path's speed); smaller
+         * storage stays 64-byte aligned. */
+        td_tensor_t *big = NULL, *small = NULL;
+
+        td_tensor_zeros((int64_t[]){(int64_t)1 << 20}, 1, TD_FLOAT32, &big);
+        td_tensor_zeros((int64_t[]){1000}, 1, TD_FLOAT32, &small);
+        ok(big != NULL && (uintptr_t)td_tensor_data(big) % (2u << 20) == 0,
+           "4 MiB storage is 2 MiB aligned");
+        ok(small != NULL && (uintptr_t)td_tensor_data(small) % 64 == 0,
+           "small storage is 64-byte aligned");
+        td_tensor_release(big);
+        td_tensor_release(small);
     }
     return exit_status();
 }

@@ -125,11 +125,17 @@ typedef td_status_t (*td_tensor_hook_fn)(void *arg, td_tensor_t *grad,
 td_status_t td_tensor_register_hook(td_tensor_t *t, td_tensor_hook_fn fn,
                                     void *arg);
 /* Runs after LEAF's .grad was accumulated (data parallelism starts its
- * allreduce here). Not run when a sink receives the gradient. */
+ * allreduce here). When a sink receives the gradient instead, the engine
+ * does not run them; the sink may (td_tensor_run_post_accumulate_hooks):
+ * distributed autograd does, after adding into its context, as PyTorch's
+ * DistAccumulateGradCaptureHook runs AccumulateGrad's post hooks. */
 typedef td_status_t (*td_post_accumulate_fn)(void *arg, td_tensor_t *leaf);
 td_status_t td_tensor_register_post_accumulate_hook(td_tensor_t *leaf,
                                                     td_post_accumulate_fn fn,
                                                     void *arg);
+/* Run LEAF's post-accumulate hooks in registration order; the first error
+ * stops them and is returned. */
+td_status_t td_tensor_run_post_accumulate_hooks(td_tensor_t *leaf);
 /* Remove the hook registered with FN and ARG (TD_ERR_NOT_FOUND if none).
  * Not while a backward pass may run it. */
 td_status_t td_tensor_remove_post_accumulate_hook(td_tensor_t *leaf,

@@ -25,6 +25,17 @@
  * td_ddp_wait is explicit; an optimizer stepped before it fails with
  * TD_ERR_STATE rather than read gradients still being reduced.
  *
+ * Inside a distributed autograd context (PyTorch's DDP under
+ * dist_autograd.backward, as in the RPC + DDP tutorial), the gradients go
+ * to the context, not .grad (todist/dist_autograd.h); DDP then reduces the
+ * context's gradients and writes the averages back into the context:
+ *     TD_DIST_AUTOGRAD_CONTEXT(ctx) {
+ *         ... loss = ...;
+ *         td_ddp_dist_backward(ddp, ctx, loss);  the context now holds
+ *                                                the averaged gradients
+ *         td_dist_optimizer_step(opt, ctx);
+ *     }
+ *
  * - find_unused_parameters: td_ddp_prepare_backward walks the graph from
  *   the outputs and marks parameters it does not reach ready at once (their
  *   gradients take part as they are). Without it a parameter that got no
@@ -38,11 +49,12 @@
  *   work, leaving the bucket averaged when the work completes.
  * Uneven inputs (PyTorch's Join): todist/join.h; SyncBatchNorm:
  * todist/syncbn.h.
- * Invariants (DDP1-DDP6):
+ * Invariants (DDP1-DDP9):
  *   DDP1 every rank launches buckets in the same order: bucket i starts only
  *        after buckets 0..i-1 started; a bucket starts once per iteration.
- *   DDP2 a parameter's .grad is a view of its bucket whenever a bucket is
- *        launched (a replaced .grad is copied back in and re-viewed first).
+ *   DDP2 in a local backward, a parameter's .grad is a view of its bucket
+ *        whenever a bucket is launched (a replaced .grad is copied back in
+ *        and re-viewed first).
  *   DDP3 td_ddp_wait returns TD_OK only when every bucket's work completed;
  *        otherwise the iteration is void and the error names the cause
  *        (the unused parameters, or the collective's error).
@@ -56,6 +68,17 @@
  *   DDP8 without a comm hook the last bucket of an iteration is reduced on
  *        the thread that completes it (nothing is left to overlap with), in
  *        the group's order after the earlier, asynchronous ones.
+ *   DDP9 an iteration's gradients come from one place: .grad (a local
+ *        backward, or td_ddp_prepare_backward) or one distributed autograd
+ *        context (td_ddp_prepare_dist_backward / td_ddp_dist_backward), or
+ *        else whichever the first gradient comes from (the post-accumulate
+ *        hook asks td_dist_autograd_accumulating()); a gradient from
+ *        elsewhere voids the iteration (DDP3). In a distributed backward a
+ *        ready parameter's context gradient (zeros if none reached it) is
+ *        copied into a second flat buffer of its bucket, which is what is
+ *        reduced; td_ddp_wait writes every average back into the context
+ *        (td_dist_set_gradient) only after all buckets completed; .grad is
+ *        neither read nor written.
  * Threads: one DDP object is driven by one thread at a time; the hooks may
  * run on autograd threads. */
 #ifndef TODIST_DDP_H
@@ -112,6 +135,17 @@ td_status_t td_ddp_prepare_backward(td_ddp_t *ddp, td_tensor_t *const *outputs,
                                     int n);
 /* td_ddp_prepare_backward(LOSS) + td_backward(LOSS). */
 td_status_t td_ddp_backward(td_ddp_t *ddp, td_tensor_t *loss);
+
+/* As td_ddp_prepare_backward, for a distributed backward in CTX_ID: the
+ * gradients are read from and written back into that context (DDP9). */
+td_status_t td_ddp_prepare_dist_backward(td_ddp_t *ddp, int64_t ctx_id,
+                                         td_tensor_t *const *outputs, int n);
+/* td_ddp_prepare_dist_backward(CTX_ID, LOSS) + td_dist_backward(CTX_ID,
+ * LOSS) + td_ddp_wait: returns when the context holds the averaged
+ * gradients of the parameters (as PyTorch's dist_autograd.backward returns
+ * after the reducer finalized), ready for td_dist_optimizer_step. */
+td_status_t td_ddp_dist_backward(td_ddp_t *ddp, int64_t ctx_id,
+                                 td_tensor_t *loss);
 /* Wait for every bucket of this iteration; gradients are then averaged. */
 td_status_t td_ddp_wait(td_ddp_t *ddp);
 

@@ -10,7 +10,9 @@
  * td_dist_backward() runs the local graph from the roots; a recv node that
  * receives gradients ships them to its sender, which runs the matching send
  * node as a root, and so on. Gradients of leaves accumulate in the context
- * (never in .grad) on the worker that owns the leaf.
+ * (never in .grad) on the worker that owns the leaf; after each such sum
+ * the leaf's post-accumulate hooks run, and td_dist_autograd_accumulating()
+ * names the context to them (DDP reduces context gradients this way).
  *
  * Context ids are (worker_id << 48) | counter, counter starting at 1, so
  * they are unique across the job and never TD_DIST_NO_CONTEXT.
@@ -82,6 +84,20 @@ void        td_dist_gradients_free(td_tensor_t **leaves, td_tensor_t **grads,
  * when none reached it. */
 td_status_t td_dist_get_gradient(int64_t ctx_id, td_tensor_t *leaf,
                                  td_tensor_t **grad_p);
+
+/* Replace (or add) the gradient of LEAF in CTX_ID on this worker with GRAD
+ * (retained: the context takes a reference, so write no more into GRAD;
+ * its dtype and shape must be the leaf's). Data parallelism writes the
+ * averaged gradient back this way (PyTorch's runGradCallbackForVariable). */
+td_status_t td_dist_set_gradient(int64_t ctx_id, td_tensor_t *leaf,
+                                 td_tensor_t *grad);
+
+/* Inside a leaf's post-accumulate hook (todist/autograd.h): the context
+ * whose gradient of that leaf was just summed, when a distributed backward
+ * delivers it (the gradient is then in the context, td_dist_get_gradient,
+ * not in .grad); TD_DIST_NO_CONTEXT when a local backward accumulated
+ * .grad, and anywhere outside such a hook. */
+int64_t     td_dist_autograd_accumulating(void);
 
 /* Backward from OUTPUTS[N_OUT] (retaining the graph), then the context's
  * gradients of the leaves INPUTS[N_IN] into GRADS_OUT (new references;

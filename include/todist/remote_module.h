@@ -22,6 +22,9 @@
  *      to free; an id is never reused while the owner runs.
  *  RM2 forward and remote_parameters name the module by (owner, id): a
  *      freed or unknown id fails with TD_ERR_NOT_FOUND naming both.
+ *  RM3 only the handle td_remote_module_create returned releases the
+ *      module; a handle passed to another worker (add_to_list /
+ *      from_list) refers to it without owning it, as long as it lives.
  * Threads: every function is thread-safe; one handle must not be used
  * after td_remote_module_free. */
 #ifndef TODIST_REMOTE_MODULE_H
@@ -68,7 +71,19 @@ td_status_t td_remote_module_parameters(td_remote_module_t *rm,
 int         td_remote_module_owner(const td_remote_module_t *rm);
 /* The module's id in its owner's table (for messages and tests). */
 int64_t     td_remote_module_id(const td_remote_module_t *rm);
-/* Release it on its owner (errors are logged), then free the handle. */
+/* Pass the module to another worker in a value list, as PyTorch passes a
+ * RemoteModule in RPC arguments: append (owner, id, parameter count) as
+ * three integers. */
+td_status_t td_remote_module_add_to_list(const td_remote_module_t *rm,
+                                         td_rpc_list_t *list);
+/* A handle for the module at items INDEX..INDEX+2 of LIST (as added by
+ * td_remote_module_add_to_list; anything else is TD_ERR_PROTOCOL). It
+ * does not own the module (RM3). */
+td_status_t td_remote_module_from_list(const td_rpc_list_t *list,
+                                       size_t index,
+                                       td_remote_module_t **rm_p);
+/* Release it on its owner (errors are logged), then free the handle; a
+ * handle from td_remote_module_from_list frees only itself (RM3). */
 td_status_t td_remote_module_free(td_remote_module_t *rm);
 
 #ifdef __cplusplus

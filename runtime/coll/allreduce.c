@@ -133,7 +133,10 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
         seg = (max_chunk + 0xfffe) / 0xffff;
         max_segs = (max_chunk + seg - 1) / seg;
     }
-    tmp = coll_scratch(g, max_chunk * es);
+    /* the chunk's landing area, then one segment of hot buffer: a body
+     * read in place (coll.c C9) lands there and is reduced at once, from
+     * cache, instead of through the chunk-sized area */
+    tmp = coll_scratch(g, max_chunk * es + 64 + seg * es);
     rr = calloc(max_segs, sizeof(*rr));
     sr = calloc(max_segs, sizeof(*sr));
     ptr = calloc(max_segs, sizeof(*ptr));
@@ -165,6 +168,11 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
 
                 st = coll_irecv(op, &rr[i], left, tag0 | (uint32_t)i, dst,
                                 len * es);
+                if (phase == 0 && tmp != NULL) {
+                    /* read only by this thread's wait below (C9), one
+                     * segment at a time, each reduced before the next */
+                    rr[i].cma_dst = tmp + ((max_chunk * es + 63) & ~(size_t)63);
+                }
             }
             for (size_t i = 0; i < ns && st == TD_OK; i++) {
                 size_t off = i * seg, len = sl - off < seg ? sl - off : seg;
@@ -202,7 +210,9 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
                     size_t off = i * seg, len = rl - off < seg ? rl - off
                                                                : seg;
 
-                    coll_reduce_into(b + (r0 + off) * es, tmp + off * es,
+                    coll_reduce_into(b + (r0 + off) * es,
+                                     rr[i].cma_landed ? rr[i].cma_dst
+                                                      : tmp + off * es,
                                      len, dt, rop);
                 }
             }

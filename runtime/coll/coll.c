@@ -38,10 +38,18 @@
  *     step tag, source), so steps and operations never steal each other's
  *     messages, whatever order they arrive in.
  *  C9 A body offered in place (COLL_F_CMA) stays untouched until its
- *     reader's MSG_CMA arrives (the send completes only then); the reader
- *     copies it on the waiting thread, never in a callback, and answers
- *     exactly once: 0 (read) or 1 (could not: the sender resends the body
- *     through UCX and stops offering to that rank).
+ *     reader's MSG_CMA (or, p2p, an error ack) arrives (the send completes
+ *     only then); the reader copies it on the waiting thread, never in a
+ *     callback, and answers exactly once: 0 (read), 1 (could not: the
+ *     sender resends the body through UCX and stops offering to that
+ *     rank) or 2 (p2p only: not now, send the body).
+ * C10 A p2p offer is read in place only by a thread that is waiting for
+ *     that receive (td_recv), or by td_irecv itself when the offer was
+ *     there first; an offer matching an irecv posted earlier is answered
+ *     2 from the callback. So no offer waits on a thread that may be
+ *     blocked elsewhere (two ranks that irecv then send cannot deadlock).
+ *     The resent body (COLL_F_RESEND) matches only the receive that
+ *     answered, by sender and sequence number, so C7's order holds.
  */
 #include "config.h"
 
@@ -53,6 +61,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 
 #include "todist/coll.h"
@@ -472,6 +481,8 @@ complete_list(coll_req_t *list, td_status_t code, const char *msg)
     }
 }
 
+static void cma_read(coll_req_t *r);
+static void send_cma_answer(int dst, const coll_req_t *r, uint32_t status);
 static td_status_t send_abort(td_group_t *g, uint32_t seq, td_status_t code,
                               const char *msg);
 
@@ -577,8 +588,26 @@ void *
 coll_scratch(td_group_t *g, size_t len)
 {
     if (g->scratch_len < len) {
-        void *p = realloc(g->scratch, len);
+        size_t huge = (size_t)2 << 20;
+        void *p;
 
+        /* Large scratch on huge pages, as large tensor storage
+         * (runtime/tensor/tensor.c): fewer faults, and bodies read in
+         * place (C9) land at memcpy speed. Advice only. */
+        if (len >= 2 * huge) {
+            len = (len + huge - 1) & ~(huge - 1);
+            p = aligned_alloc(huge, len);
+#ifdef MADV_HUGEPAGE
+            if (p != NULL) {
+                (void)madvise(p, len, MADV_HUGEPAGE);
+            }
+#endif
+        } else {
+            p = malloc(len);
+        }
+        if (p != NULL) {
+            free(g->scratch);
+        }
         if (p == NULL) {
             td_error(TD_ERR_NO_MEMORY, "coll: out of memory for %zu bytes "
                      "of scratch", len);
@@ -869,6 +898,7 @@ coll_post_recv(coll_req_t *r)
     r->err[0] = '\0';
     atomic_store(&r->pending, 1);
     r->from = -1;
+    r->exact_seq = 0;
     pthread_mutex_lock(&C.lock);
     if (r->g->broken != TD_OK) {
         snprintf(msg, sizeof(msg), "%s", r->g->broken_msg);
@@ -925,7 +955,14 @@ coll_post_recv(coll_req_t *r)
         r->cma_addr = e->cma_addr;
         r->cma_token_addr = e->cma_token_addr;
         r->cma_token = e->cma_token;
+        if (r->type == REQ_RECV_P2P) {
+            r->seq = e->seq;                  /* the answer names it */
+        }
         ux_free(e);
+        if (r->type == REQ_RECV_P2P && r->on_done != NULL) {
+            cma_read(r);                      /* C10: td_irecv reads it */
+            return TD_OK;
+        }
         atomic_store(&r->cma_ready_a, 1);     /* C9: the waiter reads it */
         return TD_OK;
     }
@@ -940,9 +977,11 @@ coll_post_recv(coll_req_t *r)
     return TD_OK;
 }
 
+#define MSG_P2P_RESEND 0x100       /* posted_take: a P2P with COLL_F_RESEND */
+
 /* Take (C2) the first posted receive P2P/COLL message M matches. */
 static coll_req_t *
-posted_take(uint8_t type, uint32_t gid, int src, uint32_t seq, uint32_t tag)
+posted_take(unsigned type, uint32_t gid, int src, uint32_t seq, uint32_t tag)
 {
     coll_req_t *p = NULL;
 
@@ -954,8 +993,12 @@ posted_take(uint8_t type, uint32_t gid, int src, uint32_t seq, uint32_t tag)
         }
         switch (type) {
         case MSG_P2P:
-            hit = q->type == REQ_RECV_P2P && q->tag == tag &&
+            hit = q->type == REQ_RECV_P2P && q->tag == tag && !q->exact_seq &&
                   (q->peer < 0 || q->peer == src);
+            break;
+        case MSG_P2P_RESEND:
+            hit = q->type == REQ_RECV_P2P && q->tag == tag && q->exact_seq &&
+                  q->seq == seq && q->peer == src;
             break;
         case MSG_COLL:
             hit = q->type == REQ_RECV_COLL && q->seq == seq &&
@@ -965,8 +1008,9 @@ posted_take(uint8_t type, uint32_t gid, int src, uint32_t seq, uint32_t tag)
             hit = q->type == REQ_SEND_P2P && q->seq == seq && q->peer == src;
             break;
         case MSG_CMA:
-            hit = q->type == REQ_SEND_COLL && q->cma_send && q->seq == seq &&
-                  q->tag == tag && q->peer == src;
+            hit = (q->type == REQ_SEND_COLL || q->type == REQ_SEND_P2P) &&
+                  q->cma_send && q->seq == seq && q->tag == tag &&
+                  q->peer == src;
             break;
         default:
             hit = 0;
@@ -1024,7 +1068,11 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     }
     switch (type) {
     case MSG_P2P:
-        need += 8 * (size_t)ndim;
+        need += 8 * (size_t)ndim + (h[20] & COLL_F_CMA ? 32 : 0);
+        if ((h[20] & ~(COLL_F_CMA | COLL_F_RESEND)) != 0 ||
+            h[20] == (COLL_F_CMA | COLL_F_RESEND)) {
+            goto reject;
+        }
         break;
     case MSG_ACK:
         need += 4 + 8 * (size_t)ndim;
@@ -1043,9 +1091,8 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         break;
     }
     if (rx->header_len != need ||
-        rx->n_bodies != ((type == MSG_P2P ||
-                          (type == MSG_COLL && !(h[20] & COLL_F_CMA)))
-                         ? 1u : 0u) ||
+        rx->n_bodies != ((type == MSG_P2P || type == MSG_COLL) &&
+                         !(h[20] & COLL_F_CMA) ? 1u : 0u) ||
         (rx->n_bodies == 1 && rx->body_len[0] != nbytes)) {
         goto reject;
     }
@@ -1056,8 +1103,9 @@ rx_handler(void *arg, td_transport_rx_t *rx)
             shape[i] = (int64_t)td_get_be64(s + 8 * i);
         }
     }
-    if (type == MSG_COLL && (h[20] & COLL_F_CMA)) {
-        const uint8_t *c = h + COLL_WIRE_BYTES + 16;
+    if ((type == MSG_COLL || type == MSG_P2P) && (h[20] & COLL_F_CMA)) {
+        const uint8_t *c = h + COLL_WIRE_BYTES +
+                           (type == MSG_COLL ? 16 : 8 * (size_t)ndim);
 
         cma = 1;
         cma_pid = (int32_t)td_get_be32(c);
@@ -1148,9 +1196,21 @@ rx_handler(void *arg, td_transport_rx_t *rx)
             req_complete(r, TD_OK, NULL);
             return;
         }
-        /* C9: it cannot read us; resend through UCX (and stop offering). */
-        __atomic_store_n(&cma_off[rx->src], 1, __ATOMIC_RELAXED);
+        /* C9: it cannot read us (1: and stop offering) or does not want
+         * to now (2); resend through UCX. */
+        if (answer == 1) {
+            __atomic_store_n(&cma_off[rx->src], 1, __ATOMIC_RELAXED);
+        }
         r->cma_send = 0;
+        if (r->type == REQ_SEND_P2P) {
+            /* C10: matched by the receive that answered; completes with
+             * the transport's completion and the ack (C3). */
+            r->hdr[20] = COLL_F_RESEND;
+            atomic_store(&r->pending, 2);
+            pthread_mutex_lock(&C.lock);
+            posted_append(r);
+            pthread_mutex_unlock(&C.lock);
+        }
         {
             td_iov_t iov = { r->buf, r->nbytes, TD_MEM_HOST };
             td_status_t st = td_transport_send(C.tp, rx->src,
@@ -1158,7 +1218,17 @@ rx_handler(void *arg, td_transport_rx_t *rx)
                                                r->hdr_len, &iov, 1,
                                                send_done, r);
             if (st != TD_OK) {
-                req_complete(r, st, td_last_error());
+                int took = 1;
+
+                if (r->type == REQ_SEND_P2P) {
+                    pthread_mutex_lock(&C.lock);
+                    took = posted_remove(r);
+                    pthread_mutex_unlock(&C.lock);
+                    atomic_store(&r->pending, 1);
+                }
+                if (took) {
+                    req_complete(r, st, td_last_error());
+                }
             }
         }
         return;
@@ -1197,7 +1267,8 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         pthread_mutex_unlock(&C.lock);
         goto fail;
     }
-    r = posted_take(type, gid, rx->src, seq, tag);
+    r = posted_take(type == MSG_P2P && (h[20] & COLL_F_RESEND) ?
+                    MSG_P2P_RESEND : type, gid, rx->src, seq, tag);
     if (r != NULL) {
         if (type == MSG_P2P) {
             f.code = p2p_fits(r, rx->src, dtype, ndim, shape, nbytes, f.msg,
@@ -1230,6 +1301,20 @@ rx_handler(void *arg, td_transport_rx_t *rx)
             r->cma_addr = cma_addr;
             r->cma_token_addr = cma_token_addr;
             r->cma_token = cma_tok;
+            if (type == MSG_P2P) {
+                r->seq = seq;           /* the answer names it */
+                if (r->on_done != NULL) {
+                    /* C10: an irecv posted earlier; nobody may be
+                     * waiting for it: have the body sent. */
+                    r->peer = rx->src;
+                    r->exact_seq = 1;
+                    pthread_mutex_lock(&C.lock);
+                    posted_append(r);
+                    pthread_mutex_unlock(&C.lock);
+                    send_cma_answer(rx->src, r, 2);
+                    return;
+                }
+            }
             atomic_store(&r->cma_ready_a, 1);
             wake_waiters();
             return;
@@ -1241,6 +1326,13 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         rx->dest[0].mem = TD_MEM_HOST;
         rx->done = matched_done;
         rx->done_arg = r;
+        return;
+    }
+    if (type == MSG_P2P && (h[20] & COLL_F_RESEND)) {
+        /* C10: its receive was withdrawn (timeout, failure) meanwhile. */
+        pthread_mutex_unlock(&C.lock);
+        td_log_debug("coll: dropped a resent body from rank %d (group %u, "
+                     "#%u): its receive is gone", rx->src, gid, seq);
         return;
     }
     /* Unexpected: kept (C7) until its receive is posted. */
@@ -1314,8 +1406,6 @@ all_done(const wait_t *w)
     }
     return 1;
 }
-
-static void cma_read(coll_req_t *r);
 
 /* Receives whose bodies wait to be read in place (C9). */
 static int
@@ -1547,6 +1637,8 @@ coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag, void *buf,
 {
     r->type = REQ_RECV_COLL;
     r->on_done = NULL;
+    r->cma_dst = NULL;          /* set by the caller after posting, if */
+    r->cma_landed = 0;
     r->g = op->g;
     r->group_id = op->g->id;
     r->peer = op->g->ranks[src];
@@ -1563,8 +1655,6 @@ coll_isend(coll_op_t *op, coll_req_t *r, int dst, uint32_t tag,
            const void *buf, size_t nbytes)
 {
     int wdst = op->g->ranks[dst];
-    uint8_t h[COLL_WIRE_BYTES + 48];
-    td_status_t st;
 
     r->type = REQ_SEND_COLL;
     r->on_done = NULL;
@@ -1574,10 +1664,21 @@ coll_isend(coll_op_t *op, coll_req_t *r, int dst, uint32_t tag,
     r->seq = op->seq;
     r->buf = (void *)buf;
     r->nbytes = nbytes;
+    r->hdr_len = coll_hdr_coll(r->hdr, op, tag, nbytes);
+    return coll_post_send_offer(r, wdst);
+}
+
+/* Send R (its header in r->hdr) to world rank WDST: offered in place (C9)
+ * when the single-copy path may serve it, else with its body. */
+td_status_t
+coll_post_send_offer(coll_req_t *r, int wdst)
+{
+    uint8_t h[sizeof(r->hdr) + 32];
+    td_status_t st;
+
     r->cma_send = 0;
     atomic_store(&r->cma_ready_a, 0);
-    r->hdr_len = coll_hdr_coll(r->hdr, op, tag, nbytes);
-    if (!cma_enabled || nbytes < COLL_CMA_MIN || wdst == C.rank ||
+    if (!cma_enabled || r->nbytes < COLL_CMA_MIN || wdst == C.rank ||
         __atomic_load_n(&cma_off[wdst], __ATOMIC_RELAXED)) {
         return coll_post_send(r, wdst, r->hdr, r->hdr_len);
     }
@@ -1586,7 +1687,7 @@ coll_isend(coll_op_t *op, coll_req_t *r, int dst, uint32_t tag,
     h[20] = COLL_F_CMA;
     td_put_be32(h + r->hdr_len, (uint32_t)getpid());
     td_put_be32(h + r->hdr_len + 4, 0);
-    td_put_be64(h + r->hdr_len + 8, (uint64_t)(uintptr_t)buf);
+    td_put_be64(h + r->hdr_len + 8, (uint64_t)(uintptr_t)r->buf);
     td_put_be64(h + r->hdr_len + 16, (uint64_t)(uintptr_t)&cma_token);
     td_put_be64(h + r->hdr_len + 24, cma_token);
     atomic_store(&r->done, 0);
@@ -1652,8 +1753,10 @@ cma_read(coll_req_t *r)
                              __ATOMIC_RELAXED);
         }
     }
+    char *dst = r->cma_dst != NULL ? r->cma_dst : r->buf;
+
     while (ok && done < r->nbytes) {
-        struct iovec l = { (char *)r->buf + done, r->nbytes - done };
+        struct iovec l = { dst + done, r->nbytes - done };
         struct iovec rv = { (void *)(uintptr_t)(r->cma_addr + done),
                             r->nbytes - done };
         ssize_t got = process_vm_readv(pid, &l, 1, &rv, 1, 0);
@@ -1665,6 +1768,11 @@ cma_read(coll_req_t *r)
         done += (size_t)got;
     }
     if (ok) {
+        if (r->type == REQ_RECV_P2P) {
+            td_log_debug("coll: p2p body of %zu bytes from rank %d read in "
+                         "place", r->nbytes, src);
+        }
+        r->cma_landed = r->cma_dst != NULL;
         send_cma_answer(src, r, 0);
         req_complete(r, TD_OK, NULL);
         return;
@@ -1673,6 +1781,10 @@ cma_read(coll_req_t *r)
      * UCX into this receive, posted again. */
     td_log_debug("coll: cannot read %zu bytes in place from rank %d (pid "
                  "%d): asking for the body", r->nbytes, src, (int)pid);
+    if (r->type == REQ_RECV_P2P) {
+        r->peer = src;                        /* C10 */
+        r->exact_seq = 1;
+    }
     pthread_mutex_lock(&C.lock);
     if (r->g->broken == TD_OK) {
         posted_append(r);

@@ -29,12 +29,16 @@ enum {
     MSG_ACK   = 2,    /* the receiver matched a td_send (status, its shape) */
     MSG_COLL  = 3,    /* one step of a collective */
     MSG_ABORT = 4,    /* a member failed the collective at SEQ: text */
-    MSG_CMA   = 5     /* a COLL body was read in place (status 0), or
-                       * could not be (status 1: send it) */
+    MSG_CMA   = 5     /* a body offered in place was read (status 0),
+                       * could not be (1: send it, and stop offering),
+                       * or is not wanted in place (2: send it) */
 };
 
 #define COLL_CMA_MIN  (64u * 1024u)   /* bodies read in place from here on */
 #define COLL_F_CMA    0x01            /* header flag: body offered in place */
+#define COLL_F_RESEND 0x02            /* P2P: the body of an offer answered
+                                       * 1 or 2; matches only the receive
+                                       * that answered (exact_seq) */
 
 /* Collective kinds (in the description). */
 typedef enum {
@@ -66,8 +70,10 @@ typedef struct {
  *   COLL: 16 bytes of description (u8 kind, dtype, op, algo, u32 root,
  *         u64 count); with flag COLL_F_CMA (byte 20) and no body, 32 more:
  *         u32 pid | u32 0 | u64 address | u64 token address | u64 token
- *   CMA:  u32 status (0 read, 1 send the body)
- *   P2P:  ndim x u64 dims
+ *   CMA:  u32 status (0 read, 1 send the body and stop offering, 2 send
+ *         the body this time)
+ *   P2P:  ndim x u64 dims; with COLL_F_CMA and no body, the same 32 bytes
+ *         of offer as COLL
  *   ACK:  u32 status (two's complement) | ndim x u64 dims (the receiver's)
  *   ABORT: u16 text length | text (< COLL_ERR_MAX) */
 #define COLL_WIRE_BYTES 32
@@ -137,7 +143,13 @@ typedef struct coll_req {
     int                cma_send;
     int32_t            cma_pid;
     uint64_t           cma_addr, cma_token_addr, cma_token;
-    uint8_t            hdr[COLL_WIRE_BYTES + 48];
+    uint8_t            hdr[COLL_WIRE_BYTES + 8 * TD_MAX_DIMS + 48];
+    void              *cma_dst;    /* coll recv: an offered body is read
+                                    * here instead of BUF (a hot buffer
+                                    * the reduction reads at once) ... */
+    int                cma_landed; /* ... and this says it was */
+    int                exact_seq;  /* p2p recv re-posted for the resent
+                                    * body of offer SEQ from PEER only */
     size_t             hdr_len;
     char               err[COLL_ERR_MAX];
 } coll_req_t;
@@ -202,6 +214,9 @@ td_status_t coll_post_recv(coll_req_t *r);
  * ack, posted before the message leaves). */
 td_status_t coll_post_send(coll_req_t *r, int dst, const uint8_t *hdr,
                            size_t hdr_len);
+/* Send R, its header in r->hdr (r->hdr_len bytes), to world rank WDST:
+ * offered in place when the single-copy path may serve it (coll.c C9). */
+td_status_t coll_post_send_offer(coll_req_t *r, int wdst);
 /* Wait for REQS[0..N) (NULL entries skipped) until DEADLINE (td_now_s
  * clock; <= 0: none). On a failure of G (dead member, mismatch, timeout)
  * the receives are withdrawn, the sends waited for, and the first error

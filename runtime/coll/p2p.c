@@ -3,7 +3,10 @@
  * A send is one MSG_P2P message (the tensor's dtype and shape in the
  * header, its bytes as the body) and completes when the receiver's ack
  * comes back: the ack says whether the receive fit, so a size or dtype
- * mismatch fails on both sides, naming both shapes. Receives match by
+ * mismatch fails on both sides, naming both shapes. From COLL_CMA_MIN
+ * bytes on, between ranks that can read each other's memory, the body is
+ * offered in place instead and the receiver copies it once with
+ * process_vm_readv (coll.c C9, C10); its answer completes the send. Receives match by
  * (source or TD_ANY_SOURCE, tag) in the order they were posted (coll.c).
  *
  * Thread safety: all functions are thread-safe. */
@@ -71,7 +74,7 @@ fill(coll_req_t *r, td_group_t *g, td_tensor_t *t, int tag)
 static td_status_t
 post_send(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
 {
-    uint8_t h[COLL_WIRE_BYTES + 8 * TD_MAX_DIMS];
+    uint8_t *h = r->hdr;
     int nd = td_tensor_ndim(t);
 
     fill(r, g, t, tag);
@@ -90,8 +93,10 @@ post_send(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
     for (int i = 0; i < nd; i++) {
         td_put_be64(h + COLL_WIRE_BYTES + 8 * i, (uint64_t)r->shape[i]);
     }
-    return coll_post_send(r, g->ranks[dst], h,
-                          COLL_WIRE_BYTES + 8 * (size_t)nd);
+    r->hdr_len = COLL_WIRE_BYTES + 8 * (size_t)nd;
+    /* Large bodies between ranks of one node are offered in place and
+     * read by the receiver (coll.c C9, C10). */
+    return coll_post_send_offer(r, g->ranks[dst]);
 }
 
 static td_status_t

@@ -1,7 +1,10 @@
 /* runtime/ddp/ddp.c: DistributedDataParallel's reducer: gradient buckets
  * as flat buffers the .grads are views of, readiness from the autograd
  * engine's post-accumulate hooks, bucket all_reduce started as soon as a
- * bucket is full, in one order on every rank. Invariants DDP1-DDP6 are in
+ * bucket is full, in one order on every rank. In a distributed backward
+ * the hooks name the context (td_dist_autograd_accumulating): the context's
+ * gradients are copied into a second flat buffer per bucket, reduced, and
+ * written back into the context. Invariants DDP1-DDP9 are in
  * todist/ddp.h. */
 #include "config.h"
 
@@ -16,13 +19,18 @@
 #include <todist/autograd.h>
 #include <todist/device.h>
 #include <todist/ddp.h>
+#include <todist/dist_autograd.h>
 
 #define DDP_PARAMS_MAX   (1 << 20)
 #define MIB              ((size_t)1 << 20)
+/* iteration mode not fixed yet: the first gradient decides (DDP9) */
+#define MODE_UNSET       ((int64_t)-2)
 
 typedef struct {
     td_dtype_t   dtype;
     td_tensor_t *flat;        /* 1-d, the bucket's gradients back to back */
+    td_tensor_t *ctx_flat;    /* the same for context gradients (DDP9),
+                                 made on the first distributed backward */
     int         *params;      /* parameter indices, in layout order */
     int64_t     *offsets;     /* element offset of each in FLAT */
     int          n_params;
@@ -55,6 +63,8 @@ struct td_ddp {
     int             rebuilt;
     int             require_sync;
     int             in_backward;
+    int64_t         mode;        /* DDP9: MODE_UNSET, TD_DIST_NO_CONTEXT
+                                    (local: .grad) or the context id */
     td_status_t     error;       /* first error of a hook this iteration */
     char            errmsg[512];
     pthread_mutex_t lock;
@@ -100,6 +110,7 @@ buckets_free(bucket_t *b, int n)
     for (int i = 0; i < n; i++) {
         td_work_release(b[i].work);
         td_tensor_release(b[i].flat);
+        td_tensor_release(b[i].ctx_flat);
         free(b[i].params);
         free(b[i].offsets);
     }
@@ -150,14 +161,16 @@ buckets_plan(td_ddp_t *ddp, const int *order, bucket_t **out_p, int *n_out)
     return TD_OK;
 }
 
-/* A view of bucket B's slot S shaped like its parameter. */
+/* A view of slot S of bucket B's FLAT (its .grad or its context buffer)
+ * shaped like its parameter. */
 static td_status_t
-slot_view(bucket_t *b, int s, td_tensor_t *p, td_tensor_t **out)
+slot_view_of(bucket_t *b, td_tensor_t *flat, int s, td_tensor_t *p,
+             td_tensor_t **out)
 {
     td_tensor_t *flat1;
     td_status_t status;
 
-    status = td_tensor_narrow(b->flat, 0, b->offsets[s], td_tensor_numel(p),
+    status = td_tensor_narrow(flat, 0, b->offsets[s], td_tensor_numel(p),
                               &flat1);
     if (status != TD_OK) {
         return status;
@@ -165,6 +178,12 @@ slot_view(bucket_t *b, int s, td_tensor_t *p, td_tensor_t **out)
     status = td_tensor_view(flat1, td_tensor_shape(p), td_tensor_ndim(p), out);
     td_tensor_release(flat1);
     return status;
+}
+
+static td_status_t
+slot_view(bucket_t *b, int s, td_tensor_t *p, td_tensor_t **out)
+{
+    return slot_view_of(b, b->flat, s, p, out);
 }
 
 /* DDP2: allocate the flat buffers and make every .grad a view of its slot,
@@ -253,8 +272,73 @@ iteration_reset(td_ddp_t *ddp)
     }
     memset(ddp->ready, 0, (size_t)ddp->n * sizeof(int));
     ddp->next_launch = 0;
+    ddp->mode = MODE_UNSET;
     ddp->error = TD_OK;
     ddp->errmsg[0] = '\0';
+}
+
+static int
+dist_mode(const td_ddp_t *ddp)
+{
+    return ddp->mode != MODE_UNSET && ddp->mode != TD_DIST_NO_CONTEXT;
+}
+
+/* DDP9: copy parameter PI's gradient in the iteration's context into its
+ * slot of the bucket's context buffer (zeros when none reached it, as a
+ * local unused parameter's .grad takes part as it is). Lock held. */
+static td_status_t
+gather_context_grad(td_ddp_t *ddp, int pi)
+{
+    bucket_t *b = &ddp->buckets[ddp->bucket_of[pi]];
+    td_tensor_t *p = ddp->params[pi], *view = NULL, *g = NULL;
+    td_status_t status = TD_OK;
+
+    if (b->ctx_flat == NULL) {
+        status = td_tensor_empty(td_tensor_shape(b->flat), 1, b->dtype,
+                                 TD_CPU, &b->ctx_flat);
+    }
+    if (status == TD_OK) {
+        status = slot_view_of(b, b->ctx_flat, ddp->slot_of[pi], p, &view);
+    }
+    if (status == TD_OK) {
+        if (td_dist_get_gradient(ddp->mode, p, &g) == TD_OK) {
+            status = td_tensor_copy_(view, g);
+        } else {
+            td_error_clear();
+            status = td_tensor_zero_(view);
+        }
+    }
+    td_tensor_release(g);
+    td_tensor_release(view);
+    return status;
+}
+
+/* DDP9: the averages go back into the context as new tensors (the buffer
+ * is reused by the next iteration). Lock held, every bucket waited for. */
+static td_status_t
+scatter_context_grads(td_ddp_t *ddp)
+{
+    td_status_t status = TD_OK;
+
+    for (int i = 0; i < ddp->next_launch && status == TD_OK; i++) {
+        bucket_t *b = &ddp->buckets[i];
+
+        for (int s = 0; s < b->n_params && status == TD_OK; s++) {
+            td_tensor_t *p = ddp->params[b->params[s]], *view = NULL,
+                        *avg = NULL;
+
+            status = slot_view_of(b, b->ctx_flat, s, p, &view);
+            if (status == TD_OK) {
+                status = td_tensor_clone(view, &avg);
+            }
+            if (status == TD_OK) {
+                status = td_dist_set_gradient(ddp->mode, p, avg);
+            }
+            td_tensor_release(avg);
+            td_tensor_release(view);
+        }
+    }
+    return status;
 }
 
 static td_status_t
@@ -320,8 +404,10 @@ launch_ready(td_ddp_t *ddp)
     while (ddp->next_launch < ddp->n_buckets &&
            ddp->buckets[ddp->next_launch].pending == 0) {
         bucket_t *b = &ddp->buckets[ddp->next_launch];
+        /* DDP9: a distributed backward reduces the context's copies */
+        td_tensor_t *flat = dist_mode(ddp) ? b->ctx_flat : b->flat;
 
-        for (int s = 0; s < b->n_params; s++) {
+        for (int s = 0; s < b->n_params && !dist_mode(ddp); s++) {
             status = regather_grad(ddp, b->params[s]);
             if (status != TD_OK) {
                 return status;
@@ -336,15 +422,15 @@ launch_ready(td_ddp_t *ddp)
              * against 1.15-1.32 s). It still runs after the earlier
              * buckets (the group's queue keeps order). */
             b->work = NULL;
-            status = td_all_reduce(ddp->group, b->flat, TD_REDUCE_AVG);
+            status = td_all_reduce(ddp->group, flat, TD_REDUCE_AVG);
         } else {
-            status = hook(ddp->opts.comm_hook_arg, ddp->group, b->flat,
+            status = hook(ddp->opts.comm_hook_arg, ddp->group, flat,
                           &b->work);
         }
         if (status != TD_OK) {
             return status;
         }
-        atomic_store(&b->flat->storage->pending, 1);   /* DDP7 */
+        atomic_store(&flat->storage->pending, 1);   /* DDP7 */
         b->launched = 1;
         ddp->next_launch++;
     }
@@ -376,10 +462,23 @@ mark_ready(td_ddp_t *ddp, int pi)
     }
     b = &ddp->buckets[ddp->bucket_of[pi]];
     b->pending--;
-    status = launch_ready(ddp);
+    status = dist_mode(ddp) ? gather_context_grad(ddp, pi) : TD_OK;
+    if (status == TD_OK) {
+        status = launch_ready(ddp);
+    }
     if (status != TD_OK) {
         record_error(ddp, status);
     }
+}
+
+static const char *
+mode_str(int64_t mode, char *buf, size_t len)
+{
+    if (mode == TD_DIST_NO_CONTEXT) {
+        return "a local backward (.grad)";
+    }
+    snprintf(buf, len, "distributed autograd context %lld", (long long)mode);
+    return buf;
 }
 
 static td_status_t
@@ -387,10 +486,28 @@ post_accumulate(void *arg, td_tensor_t *leaf)
 {
     hook_ctx_t *c = arg;
     td_ddp_t *ddp = c->ddp;
+    int64_t ctx = td_dist_autograd_accumulating();
+    char name[32];
 
     (void)leaf;
     pthread_mutex_lock(&ddp->lock);
-    if (ddp->require_sync) {
+    if (ddp->mode == MODE_UNSET) {
+        ddp->mode = ctx;                     /* DDP9: the first one decides */
+    }
+    if (!ddp->require_sync) {
+        /* DDP5: nothing to reduce (a context keeps its own sums) */
+    } else if (ctx != ddp->mode) {
+        char got[48], want[48];
+
+        record_error(ddp, td_error(TD_ERR_STATE, "ddp: rank %d: the gradient "
+                     "of %s came from %s, but this iteration's backward is "
+                     "%s; run one backward per iteration, local "
+                     "(td_ddp_backward) or distributed (td_ddp_dist_backward)",
+                     td_group_rank(ddp->group),
+                     param_name(ddp, c->index, name, sizeof(name)),
+                     mode_str(ctx, got, sizeof(got)),
+                     mode_str(ddp->mode, want, sizeof(want))));
+    } else {
         mark_ready(ddp, c->index);
     }
     pthread_mutex_unlock(&ddp->lock);
@@ -470,8 +587,9 @@ out:
     return status;
 }
 
-td_status_t
-td_ddp_prepare_backward(td_ddp_t *ddp, td_tensor_t *const *outputs, int n)
+/* Start an iteration whose gradients come from MODE (DDP9). */
+static td_status_t
+prepare(td_ddp_t *ddp, int64_t mode, td_tensor_t *const *outputs, int n)
 {
     td_status_t status = TD_OK;
     int *used;
@@ -487,6 +605,7 @@ td_ddp_prepare_backward(td_ddp_t *ddp, td_tensor_t *const *outputs, int n)
                         "reduction; call td_ddp_wait after every backward");
     }
     iteration_reset(ddp);
+    ddp->mode = mode;
     ddp->in_backward = 1;
     if (ddp->require_sync && ddp->opts.find_unused_parameters) {
         if (n < 1 || outputs == NULL) {
@@ -512,6 +631,39 @@ td_ddp_prepare_backward(td_ddp_t *ddp, td_tensor_t *const *outputs, int n)
     }
     pthread_mutex_unlock(&ddp->lock);
     return status;
+}
+
+td_status_t
+td_ddp_prepare_backward(td_ddp_t *ddp, td_tensor_t *const *outputs, int n)
+{
+    return prepare(ddp, TD_DIST_NO_CONTEXT, outputs, n);
+}
+
+td_status_t
+td_ddp_prepare_dist_backward(td_ddp_t *ddp, int64_t ctx_id,
+                             td_tensor_t *const *outputs, int n)
+{
+    if (ctx_id == TD_DIST_NO_CONTEXT || ctx_id == MODE_UNSET) {
+        return td_error(TD_ERR_INVALID, "ddp: a distributed backward needs "
+                        "a distributed autograd context, got %lld",
+                        (long long)ctx_id);
+    }
+    return prepare(ddp, ctx_id, outputs, n);
+}
+
+td_status_t
+td_ddp_dist_backward(td_ddp_t *ddp, int64_t ctx_id, td_tensor_t *loss)
+{
+    td_status_t status, st;
+
+    status = td_ddp_prepare_dist_backward(ddp, ctx_id, &loss, 1);
+    if (status != TD_OK) {
+        return status;
+    }
+    status = td_dist_backward(ctx_id, &loss, 1, 0);
+    /* always: the peers take part in what was launched (DDP3) */
+    st = td_ddp_wait(ddp);
+    return status != TD_OK ? status : st;
 }
 
 td_status_t
@@ -635,8 +787,14 @@ td_ddp_wait(td_ddp_t *ddp)
         b->work = NULL;
     }
     for (int i = 0; i < ddp->next_launch; i++) {
-        td_tensor_bump_version(ddp->buckets[i].flat);
-        atomic_store(&ddp->buckets[i].flat->storage->pending, 0);
+        bucket_t *b = &ddp->buckets[i];
+        td_tensor_t *flat = dist_mode(ddp) ? b->ctx_flat : b->flat;
+
+        td_tensor_bump_version(flat);
+        atomic_store(&flat->storage->pending, 0);
+    }
+    if (status == TD_OK && dist_mode(ddp)) {
+        status = scatter_context_grads(ddp);         /* DDP9 */
     }
     ddp->in_backward = 0;
     if (status == TD_OK && !ddp->rebuilt) {

@@ -103,6 +103,9 @@ typedef struct {
 static _Thread_local td_dist_engine_t *tl_engine;
 static _Thread_local int64_t tl_ctx = TD_DIST_NO_CONTEXT;
 static _Thread_local pass_t *tl_pass;
+/* D12: the context whose leaf gradient this thread's post-accumulate
+ * hooks are seeing (NO_CONTEXT outside ctx_sink's hook calls). */
+static _Thread_local int64_t tl_accumulating = TD_DIST_NO_CONTEXT;
 
 static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
 static td_dist_engine_t *default_engine;
@@ -1115,7 +1118,24 @@ ctx_sink(void *arg, td_tensor_t *leaf, td_tensor_t *grad)
     }
     pthread_mutex_unlock(&c->lock);
     td_tensor_release(det);
+    if (status == TD_OK) {
+        /* D12: the leaf's post-accumulate hooks see the context's sum
+         * (data parallelism reduces it, as PyTorch's reducer does in a
+         * distributed backward); outside the context's lock, since a hook
+         * reads and replaces the gradient */
+        int64_t saved = tl_accumulating;
+
+        tl_accumulating = c->id;
+        status = td_tensor_run_post_accumulate_hooks(leaf);
+        tl_accumulating = saved;
+    }
     return status;
+}
+
+int64_t
+td_dist_autograd_accumulating(void)
+{
+    return tl_accumulating;
 }
 
 /* Run the local part of pass P (D4) and mark it done. */
@@ -1452,6 +1472,56 @@ td_dist_get_gradient(int64_t ctx_id, td_tensor_t *leaf, td_tensor_t **grad_p)
     }
     *grad_p = g;
     return TD_OK;
+}
+
+td_status_t
+td_dist_set_gradient(int64_t ctx_id, td_tensor_t *leaf, td_tensor_t *grad)
+{
+    td_dist_engine_t *e;
+    td_status_t status;
+    ctx_t *c;
+    int i;
+
+    if (leaf == NULL || grad == NULL || !td_tensor_is_leaf(leaf)) {
+        return td_error(TD_ERR_INVALID, "dist_autograd: set_gradient needs "
+                        "a leaf and a gradient");
+    }
+    if (td_tensor_dtype(grad) != td_tensor_dtype(leaf) ||
+        td_tensor_ndim(grad) != td_tensor_ndim(leaf) ||
+        memcmp(td_tensor_shape(grad), td_tensor_shape(leaf),
+               (size_t)td_tensor_ndim(leaf) * sizeof(int64_t)) != 0) {
+        return td_error(TD_ERR_SHAPE, "dist_autograd: set_gradient: the "
+                        "gradient's dtype or shape (%d-d, %lld elements) is "
+                        "not its leaf's (%d-d, %lld elements)",
+                        td_tensor_ndim(grad), (long long)td_tensor_numel(grad),
+                        td_tensor_ndim(leaf),
+                        (long long)td_tensor_numel(leaf));
+    }
+    status = engine_current(&e);
+    if (status != TD_OK) {
+        return status;
+    }
+    c = ctx_find(e, ctx_id);
+    if (c == NULL) {
+        return td_error(TD_ERR_NOT_FOUND, "dist_autograd: context %lld is not "
+                        "known on rank %d", (long long)ctx_id, e->rank);
+    }
+    pthread_mutex_lock(&c->lock);
+    for (i = 0; i < c->n_grads && c->table[i].leaf != leaf; i++) {
+    }
+    if (i < c->n_grads) {
+        td_tensor_release(c->table[i].grad);
+        c->table[i].grad = td_tensor_retain(grad);
+    } else if (grow((void **)&c->table, &c->cap_grads, c->n_grads + 1,
+                    sizeof(grad_entry_t)) != 0) {
+        status = td_error(TD_ERR_NO_MEMORY, "dist_autograd: out of memory");
+    } else {
+        c->table[c->n_grads].leaf = td_tensor_retain(leaf);
+        c->table[c->n_grads++].grad = td_tensor_retain(grad);
+    }
+    pthread_mutex_unlock(&c->lock);
+    ctx_unref(c);
+    return status;
 }
 
 td_status_t

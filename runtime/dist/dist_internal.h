@@ -65,6 +65,10 @@
  *     distributed backward) does nothing: gradients cross workers only in
  *     td_dist_backward. With td_grad on received tensors (an inner loop on
  *     a worker) the gradient is captured at the recv node's edge as usual.
+ * 12. After the sink summed a leaf's gradient into the context (6), the
+ *     leaf's post-accumulate hooks run on the same thread, outside the
+ *     context's lock, with td_dist_autograd_accumulating() naming the
+ *     context; a hook's error fails the pass. Elsewhere it names none.
  *
  * Threads: all functions are thread-safe; the wire's callbacks may be
  * called from any thread. */

@@ -43,6 +43,7 @@ struct td_remote_module {
     int     owner;
     int64_t id;
     int     n_params;
+    int     owns;       /* RM3: made by td_remote_module_create */
 };
 
 /* ---- the owner's side ---------------------------------------------------- */
@@ -355,6 +356,60 @@ td_remote_module_create(int owner, td_rm_kind_t kind, const int64_t *cfg,
     rm->owner = owner;
     rm->id = id;
     rm->n_params = (int)n;
+    rm->owns = 1;
+    *rm_p = rm;
+    return TD_OK;
+}
+
+td_status_t
+td_remote_module_add_to_list(const td_remote_module_t *rm,
+                             td_rpc_list_t *list)
+{
+    td_status_t st;
+
+    if (rm == NULL || list == NULL) {
+        return td_error(TD_ERR_INVALID, "remote_module: add_to_list needs a "
+                        "module and a list");
+    }
+    if ((st = td_rpc_list_add_int(list, rm->owner)) == TD_OK &&
+        (st = td_rpc_list_add_int(list, rm->id)) == TD_OK) {
+        st = td_rpc_list_add_int(list, rm->n_params);
+    }
+    return st;
+}
+
+td_status_t
+td_remote_module_from_list(const td_rpc_list_t *list, size_t index,
+                           td_remote_module_t **rm_p)
+{
+    int64_t owner, id, n;
+    td_remote_module_t *rm;
+    td_status_t st;
+
+    if (list == NULL || rm_p == NULL) {
+        return td_error(TD_ERR_INVALID, "remote_module: from_list needs a "
+                        "list and an output");
+    }
+    if ((st = td_rpc_list_int(list, index, &owner)) != TD_OK ||
+        (st = td_rpc_list_int(list, index + 1, &id)) != TD_OK ||
+        (st = td_rpc_list_int(list, index + 2, &n)) != TD_OK) {
+        return st;
+    }
+    /* a handle from the wire is checked like any decoded value */
+    if (owner < 0 || td_world() == NULL || owner >= td_world()->world_size ||
+        id < 1 || n < 1 || n > 2 * RM_SIZES_MAX) {
+        return td_error(TD_ERR_PROTOCOL, "remote_module: list items %zu..%zu "
+                        "(owner %lld, id %lld, %lld parameters) are not a "
+                        "module handle", index, index + 2, (long long)owner,
+                        (long long)id, (long long)n);
+    }
+    rm = calloc(1, sizeof(*rm));
+    if (rm == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "remote_module: out of memory");
+    }
+    rm->owner = (int)owner;
+    rm->id = id;
+    rm->n_params = (int)n;
     *rm_p = rm;
     return TD_OK;
 }
@@ -462,6 +517,10 @@ td_remote_module_free(td_remote_module_t *rm)
     td_status_t st;
 
     if (rm == NULL) {
+        return TD_OK;
+    }
+    if (!rm->owns) {
+        free(rm);                   /* RM3: the creator releases it */
         return TD_OK;
     }
     if ((st = td_rpc_list_create(&args)) == TD_OK &&

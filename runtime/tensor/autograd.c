@@ -448,7 +448,6 @@ td_status_t
 td_leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g, int create_graph)
 {
     td_tensor_t *sum = NULL, *old = NULL;
-    td_hook_t *h;
     td_status_t status = TD_OK;
     int was;
 
@@ -488,10 +487,25 @@ td_leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g, int create_graph)
             (td_operand_t){td_tensor_data(g), g->strides}, g->shape, g->ndim);
         td_tensor_bump_version(leaf->grad);
     }
-    h = leaf->post_hooks;
     pthread_mutex_unlock(&leaf->lock);
     td_grad_set_enabled(was);
     td_tensor_release(old);
+    if (status == TD_OK) {
+        status = td_tensor_run_post_accumulate_hooks(leaf);
+    }
+    return status;
+}
+
+td_status_t
+td_tensor_run_post_accumulate_hooks(td_tensor_t *leaf)
+{
+    td_status_t status = TD_OK;
+    td_hook_t *h;
+
+    pthread_mutex_lock(&leaf->lock);
+    h = leaf->post_hooks;
+    pthread_mutex_unlock(&leaf->lock);
+    /* the list is only changed while no backward runs (see remove) */
     for (; status == TD_OK && h != NULL; h = h->next) {
         status = h->post_fn(h->arg, leaf);
     }
