@@ -13,6 +13,7 @@
 #include "todist/todist.h"
 #include "kernels/device.h"
 #include "runtime/rpc/rpc_wire.h"
+#include "runtime/rpc/rpc_device.h"
 #include "tests/tap.h"
 
 #define CUDA(i) ((td_device_t){TD_DEVICE_CUDA, (i)})
@@ -307,13 +308,50 @@ wire(void)
     td_tensor_release(h);
 }
 
+/* The receiver's side (rpc_device.h): where a descriptor's tensor lands. */
+static void
+receiver(void)
+{
+    td_rpc_wire_tensor_t d;
+    td_tensor_t *t = NULL;
+    td_mem_type_t mem = TD_MEM_CUDA;
+
+    memset(&d, 0, sizeof(d));
+    d.dtype = TD_FLOAT32;
+    d.ndim = 1;
+    d.shape[0] = 4;
+    d.nbytes = 16;
+    d.device = CUDA(1);
+    is_int(td_rpc_device_rx_tensor(3, &d, &t, &mem), TD_OK,
+           "a direct body for cuda:1");
+    ok(t != NULL && on(t, CUDA(1)) && mem == TD_MEM_HOST,
+       "lands in cuda:1 memory, host memory to UCX on the test backend");
+    td_tensor_release(t);
+    t = NULL;
+    d.xfer = TD_RPC_WIRE_XFER_EAGER;
+    is_int(td_rpc_device_rx_tensor(3, &d, &t, &mem), TD_OK, "an eager body");
+    ok(t != NULL && on(t, TD_CPU), "arrives in host memory first (V5)");
+    td_tensor_release(t);
+    t = NULL;
+    d.xfer = td_rpc_wire_xfer_id(7, 0, CUDA(1));
+    like(td_rpc_device_rx_tensor(3, &d, &t, &mem) == TD_OK ? ""
+         : td_last_error(), "rank 3 names staged body .* which never came",
+         "a staged body that never came is a protocol error");
+    d.xfer = 0;
+    d.device = CUDA(5);
+    like(td_rpc_device_rx_tensor(3, &d, &t, &mem) == TD_OK ? ""
+         : td_last_error(), "rank 3 sent a tensor for cuda:5 here: .*not "
+         "below the device count 2", "a device this worker does not have "
+         "is refused, naming it and the sender");
+}
+
 int
 main(void)
 {
     td_tensor_t *t = NULL;
     int64_t shape[1] = {4};
 
-    plan(48);
+    plan(54);
     like(td_tensor_empty(shape, 1, TD_FLOAT32, CUDA(0), &t) == TD_OK ? ""
          : td_last_error(), "no CUDA device", "before the test backend, "
          "a cuda tensor is refused: no CUDA device");
@@ -327,6 +365,7 @@ main(void)
            "cuda:2 of 2 devices is out of range");
     tensors();
     wire();
+    receiver();
     is_int(td_device_test_live(0), 0, "every block of test device 0 was "
            "given back");
     is_int(td_device_test_live(1), 0, "every block of test device 1 was "
