@@ -1,13 +1,15 @@
 /* kernels/device.c: the per-device-type memory rows (see device.h). */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/device.h"
+#include "kernels/kernels.h"
 
-static const td_device_ops_t *const device_rows[TD_NUM_DEVICE_TYPES] = {
+static const td_device_ops_t *device_rows[TD_NUM_DEVICE_TYPES] = {
     NULL,                       /* cpu: handled inline below */
 #ifdef TD_HAVE_CUDA
     &td_cuda_device_ops,
@@ -132,4 +134,130 @@ td_device_memcpy(void *dst, td_device_t ddev, const void *src,
         return status;
     }
     return td_device_ops(dev.type)->memcpy(dst, ddev, src, sdev, nbytes);
+}
+
+td_status_t
+td_device_sync(td_device_t dev)
+{
+    td_status_t status;
+
+    if (dev.type == TD_DEVICE_CPU) {
+        return TD_OK;
+    }
+    if ((status = td_device_check(dev)) != TD_OK) {
+        return status;
+    }
+    return td_device_ops(dev.type)->synchronize(dev.index);
+}
+
+/* ---- the test backend (D4) ---------------------------------------------- */
+
+static int test_n;
+static long test_live[TD_DEVICE_TEST_MAX];
+static long test_allocs[TD_DEVICE_TEST_MAX];
+static pthread_mutex_t test_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static td_status_t
+test_count(int *n_p)
+{
+    *n_p = test_n;
+    return TD_OK;
+}
+
+static td_status_t
+test_alloc(int index, size_t nbytes, void **ptr_p)
+{
+    /* 64-byte aligned like cudaMalloc's 256, enough for every dtype */
+    void *p = aligned_alloc(64, (nbytes + 63) / 64 * 64 + 64);
+
+    if (p == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "device: cannot allocate %zu "
+                        "bytes on test device %d", nbytes, index);
+    }
+    pthread_mutex_lock(&test_lock);
+    test_live[index]++;
+    test_allocs[index]++;
+    pthread_mutex_unlock(&test_lock);
+    *ptr_p = p;
+    return TD_OK;
+}
+
+static void
+test_free(int index, void *ptr)
+{
+    pthread_mutex_lock(&test_lock);
+    test_live[index]--;
+    pthread_mutex_unlock(&test_lock);
+    free(ptr);
+}
+
+static td_status_t
+test_memcpy(void *dst, td_device_t ddev, const void *src, td_device_t sdev,
+            size_t nbytes)
+{
+    (void)ddev;
+    (void)sdev;
+    memcpy(dst, src, nbytes);
+    return TD_OK;
+}
+
+static td_status_t
+test_synchronize(int index)
+{
+    (void)index;
+    return TD_OK;
+}
+
+static const td_device_ops_t test_ops = {
+    .name = "cuda(test)", .count = test_count, .alloc = test_alloc,
+    .free = test_free, .memcpy = test_memcpy,
+    .synchronize = test_synchronize, .host_memory = 1,
+};
+
+td_status_t
+td_device_test_backend_install(int n_devices)
+{
+    if (n_devices < 1 || n_devices > TD_DEVICE_TEST_MAX) {
+        return td_error(TD_ERR_RANGE, "device: test backend of %d devices "
+                        "(1..%d)", n_devices, TD_DEVICE_TEST_MAX);
+    }
+    test_n = n_devices;
+    device_rows[TD_DEVICE_CUDA] = &test_ops;
+    /* host memory: the CPU loops are this backend's kernels */
+    td_kernels_register(TD_DEVICE_CUDA, &td_cpu_kernels);
+    return TD_OK;
+}
+
+int
+td_device_test_backend(void)
+{
+    return device_rows[TD_DEVICE_CUDA] == &test_ops;
+}
+
+long
+td_device_test_live(int index)
+{
+    long n;
+
+    if (index < 0 || index >= test_n) {
+        return -1;
+    }
+    pthread_mutex_lock(&test_lock);
+    n = test_live[index];
+    pthread_mutex_unlock(&test_lock);
+    return n;
+}
+
+long
+td_device_test_allocs(int index)
+{
+    long n;
+
+    if (index < 0 || index >= test_n) {
+        return -1;
+    }
+    pthread_mutex_lock(&test_lock);
+    n = test_allocs[index];
+    pthread_mutex_unlock(&test_lock);
+    return n;
 }

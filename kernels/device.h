@@ -17,6 +17,7 @@
  *      stream is ordered before the copy).
  *  D3. A machine without a usable device (no driver, no GPU) gets
  *      TD_ERR_UNSUPPORTED "no CUDA device" from every call, never a crash.
+ *  D4. (below) the test backend is reachable from test programs only.
  * Thread-safe: all functions. */
 #ifndef TD_KERNELS_DEVICE_H
 #define TD_KERNELS_DEVICE_H
@@ -39,6 +40,9 @@ typedef struct {
     td_status_t (*memcpy)(void *dst, td_device_t ddev, const void *src,
                           td_device_t sdev, size_t nbytes);
     td_status_t (*synchronize)(int index);
+    int          host_memory;  /* 1: its "device memory" is host memory
+                                * (the test backend): UCX moves it as host
+                                * memory */
 } td_device_ops_t;
 
 /* The row of device type TYPE (NULL: none compiled in). */
@@ -55,6 +59,26 @@ td_status_t td_device_alloc(td_device_t dev, size_t nbytes, void **ptr_p);
 void        td_device_free(td_device_t dev, void *ptr);
 td_status_t td_device_memcpy(void *dst, td_device_t ddev, const void *src,
                              td_device_t sdev, size_t nbytes);
+
+/* Order the host after the work queued on DEV (no-op for the cpu). */
+td_status_t td_device_sync(td_device_t dev);
+
+/* D4. The test backend (tests only; no environment variable, option or
+ * public header selects it): N_DEVICES "cuda" devices whose memory is
+ * host memory (malloc; copies by memcpy) and whose kernels are the CPU
+ * row, so every host-side part of the GPU path (RPC of device tensors,
+ * device maps, staging, collectives' routing) runs on a machine without
+ * a GPU. It replaces the cuda row for the rest of the process; call it
+ * before td_init. N_DEVICES <= TD_DEVICE_TEST_MAX. */
+#define TD_DEVICE_TEST_MAX 8
+td_status_t td_device_test_backend_install(int n_devices);
+/* 1 when the cuda row is the test backend. */
+int         td_device_test_backend(void);
+/* Test backend: blocks of device INDEX allocated and not yet freed, and
+ * allocations made so far (tests check where a tensor's memory came
+ * from). -1 for an index out of range. */
+long        td_device_test_live(int index);
+long        td_device_test_allocs(int index);
 
 #ifdef TD_HAVE_CUDA
 extern const td_device_ops_t td_cuda_device_ops;

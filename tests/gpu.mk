@@ -24,3 +24,16 @@ check_PROGRAMS += tests/device_maps_peer
 tests_device_maps_peer_LDADD = $(TD_LDADD)
 TESTS += tests/test_device_maps.sh
 EXTRA_DIST += tests/test_device_maps.sh
+# RPC of device tensors between two processes (test device backend)
+check_PROGRAMS += tests/rpc_device_peer
+tests_rpc_device_peer_LDADD = $(TD_TEST_LDADD) -lm
+TESTS += tests/test_rpc_device.sh
+EXTRA_DIST += tests/test_rpc_device.sh
+check_PROGRAMS += tests/test_device_backend
+TESTS += tests/test_device_backend
+tests_test_device_backend_LDADD = $(TD_TEST_LDADD)
+# collectives on device tensors: staged (test device backend), NCCL (GPUs)
+check_PROGRAMS += tests/coll_device_peer
+tests_coll_device_peer_LDADD = $(TD_TEST_LDADD) -lm
+TESTS += tests/test_coll_device.sh
+EXTRA_DIST += tests/test_coll_device.sh

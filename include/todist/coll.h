@@ -19,12 +19,20 @@
  *
  * Collectives. Every member calls the same collectives in the same order
  * (as in c10d). Each one is blocking or _async (a work handle). Tensors are
- * CPU, contiguous (a non-contiguous one is rejected with TD_ERR_INVALID:
+ * contiguous (a non-contiguous one is rejected with TD_ERR_INVALID:
  * make it contiguous with td_tensor_contiguous, which would hide that the
  * result does not land in the caller's tensor), of dtype float32, float64,
- * int32, int64 or uint8. A tensor on another device is rejected with
- * TD_ERR_UNSUPPORTED naming the device (a CUDA path will route to NCCL
- * through the same entry points). Shapes:
+ * int32, int64 or uint8, on the cpu or a GPU:
+ *   G1. GPU tensors of all_reduce, broadcast, reduce, all_gather and
+ *       reduce_scatter go through NCCL when every member of the group has
+ *       a CUDA device (published at td_init; members agree without a
+ *       message); a completed work handle means the result is in place
+ *       (the device stream was synchronised).
+ *   G2. Any other GPU tensor is staged: copied to the host, the host
+ *       algorithm, copied back only on success; members may mix cpu and
+ *       GPU tensors in one staged collective.
+ *   G3. A CUDA tensor where there is no device is TD_ERR_UNSUPPORTED
+ *       naming it. Shapes:
  *   all_reduce(t):            in place, every rank the same numel
  *   broadcast(t, root), reduce(t, root): in place (reduce: root's t only;
  *                             others' t unchanged)

@@ -21,6 +21,20 @@
  *       never given separately, so a reply lands where the call came from.
  * Every rejection names the map, the entry and the rule it broke.
  *
+ * Device tensors over RPC (calls, replies, remote references, distributed
+ * autograd):
+ *   M6. a tensor on device D sent to a peer lands on map(D) there; a cpu
+ *       tensor without an entry stays cpu; a device without an entry is
+ *       TD_ERR_NOT_FOUND naming the device and the peer, before anything
+ *       is sent;
+ *   M7. a call carries the reverse of the caller's map: the reply (and a
+ *       call back from that peer for a device its own map lacks, e.g.
+ *       distributed autograd's gradients) lands on the device each tensor
+ *       came from;
+ *   M8. bodies go GPU-direct when UCX moves CUDA memory, else through
+ *       pinned host buffers (staged, double-buffered); the result is the
+ *       same either way.
+ *
  * Environment form (read by td_init, after td_init_params_t.device_maps):
  *   TODIST_DEVICE_MAPS="worker1=cuda:0->cuda:1,cuda:1->cuda:0;2=cpu->cuda:0"
  * peers separated by ';', a peer named "workerN" or "N", pairs by ','.

@@ -13,6 +13,8 @@
 
 #include "todist/coll.h"
 #include "runtime/coll/coll_internal.h"
+#include "runtime/coll/nccl.h"
+#include "kernels/device.h"
 
 #define SMALL_BYTES (64u * 1024u)
 
@@ -37,10 +39,13 @@ check_tensor(const char *fn, const char *name, td_tensor_t *t)
                         name);
     }
     dev = td_tensor_device(t);
-    if (dev.type != TD_DEVICE_CPU) {
+    if (dev.type != TD_DEVICE_CPU &&
+        td_device_check(dev) != TD_OK) {      /* routed in coll_run */
+        char why[256];
+
+        snprintf(why, sizeof(why), "%s", td_last_error());
         return td_error(TD_ERR_UNSUPPORTED, "coll: %s: tensor '%s' is on "
-                        "cuda:%d; only cpu tensors are supported here", fn,
-                        name, dev.index);
+                        "cuda:%d: %s", fn, name, dev.index, why);
     }
     if ((unsigned)td_tensor_dtype(t) >= TD_NUM_DTYPES) {
         return td_error(TD_ERR_DTYPE, "coll: %s: tensor '%s' has an unknown "
@@ -145,8 +150,22 @@ coll_run(td_group_t *g, const coll_args_t *a)
     td_tensor_t *per = NULL;      /* the per-rank tensor the count is of */
     size_t count = 0, bytes;
     void *list_buf = NULL;
+    coll_stage_t sg;
+    coll_route_t route = coll_device_route(g, a);
     td_status_t st;
 
+    if (route == COLL_ROUTE_NCCL) {
+        st = coll_nccl_run(g, a);
+        if (st == TD_OK && a->t != NULL) {
+            td_tensor_bump_version(a->t);
+        }
+        return st;
+    }
+    /* device tensors not for NCCL: through host copies (nccl.h N1) */
+    memset(&sg, 0, sizeof(sg));
+    if (route == COLL_ROUTE_STAGED && (st = coll_stage_in(a, &sg)) != TD_OK) {
+        return st;
+    }
     memset(&op, 0, sizeof(op));
     op.g = g;
     switch (a->kind) {
@@ -186,6 +205,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
     op.desc.algo = (uint8_t)choose(a->kind, bytes, count, g->n);
     st = coll_op_begin(&op);
     if (st != TD_OK) {
+        coll_stage_free(&sg);
         return st;
     }
     switch (a->kind) {
@@ -193,16 +213,16 @@ coll_run(td_group_t *g, const coll_args_t *a)
         if (g->n == 1) {
             st = TD_OK;          /* AVG of one is itself */
         } else if (op.desc.algo == ALGO_RING) {
-            st = coll_all_reduce_ring(&op, data(a->t), count);
+            st = coll_all_reduce_ring(&op, coll_stage_ptr(&sg, a->t), count);
         } else {
-            st = coll_all_reduce_rd(&op, data(a->t), count);
+            st = coll_all_reduce_rd(&op, coll_stage_ptr(&sg, a->t), count);
         }
         break;
     case COLL_BROADCAST:
-        st = coll_broadcast_run(&op, data(a->t), bytes);
+        st = coll_broadcast_run(&op, coll_stage_ptr(&sg, a->t), bytes);
         break;
     case COLL_REDUCE:
-        st = coll_reduce_run(&op, data(a->t), count);
+        st = coll_reduce_run(&op, coll_stage_ptr(&sg, a->t), count);
         break;
     case COLL_ALL_GATHER:
         if (a->outs != NULL) {
@@ -212,28 +232,31 @@ coll_run(td_group_t *g, const coll_args_t *a)
                               "memory for %zu bytes", (size_t)g->n * bytes);
                 break;
             }
-            st = coll_all_gather_run(&op, list_buf, data(a->in), bytes);
+            st = coll_all_gather_run(&op, list_buf, coll_stage_ptr(&sg, a->in), bytes);
             for (int i = 0; st == TD_OK && i < g->n; i++) {
-                memcpy(data(a->outs[i]), (char *)list_buf + (size_t)i * bytes,
-                       bytes);
+                /* a plain memcpy for cpu outs; device outs are copied in */
+                st = td_device_memcpy(data(a->outs[i]),
+                                      td_tensor_device(a->outs[i]),
+                                      (char *)list_buf + (size_t)i * bytes,
+                                      TD_CPU, bytes);
                 td_tensor_bump_version(a->outs[i]);
             }
             free(list_buf);
         } else {
-            st = coll_all_gather_run(&op, data(a->t), data(a->in), bytes);
+            st = coll_all_gather_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), bytes);
         }
         break;
     case COLL_GATHER:
-        st = coll_gather_run(&op, data(a->t), data(a->in), bytes);
+        st = coll_gather_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), bytes);
         break;
     case COLL_SCATTER:
-        st = coll_scatter_run(&op, data(a->t), data(a->in), bytes);
+        st = coll_scatter_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), bytes);
         break;
     case COLL_REDUCE_SCATTER:
-        st = coll_reduce_scatter_run(&op, data(a->t), data(a->in), count);
+        st = coll_reduce_scatter_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), count);
         break;
     case COLL_ALL_TO_ALL:
-        st = coll_all_to_all_run(&op, data(a->t), data(a->in), bytes);
+        st = coll_all_to_all_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), bytes);
         break;
     case COLL_BARRIER:
         st = coll_barrier_run(&op);
@@ -243,6 +266,10 @@ coll_run(td_group_t *g, const coll_args_t *a)
                       (int)a->kind);
     }
     coll_op_end(&op);
+    if (st == TD_OK) {
+        st = coll_stage_out(&sg);        /* N1: only after success */
+    }
+    coll_stage_free(&sg);
     if (st == TD_OK && a->t != NULL) {
         td_tensor_bump_version(a->t);
     }

@@ -72,6 +72,7 @@
 #include "todist/world.h"
 #include "runtime/runtime.h"
 #include "runtime/coll/coll_internal.h"
+#include "runtime/coll/nccl.h"
 #include "base/byteorder.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -2082,6 +2083,7 @@ module_shutdown(void *arg)
     pthread_mutex_unlock(&C.lock);
     coll_groups_reset();
     coll_world_group_free();
+    coll_nccl_shutdown();            /* nccl.h N2 */
     C.tp = NULL;
 }
 

@@ -17,6 +17,7 @@
 #include "kernels/kernels.h"
 #include "runtime/tensor/tensor_internal.h"
 #include <todist/autograd.h>
+#include <todist/device.h>
 #include <todist/ddp.h>
 #include <todist/dist_autograd.h>
 
@@ -198,7 +199,14 @@ buckets_materialise(td_ddp_t *ddp, bucket_t *b, int nb)
         for (int s = 0; s < b[i].n_params; s++) {
             numel += td_tensor_numel(ddp->params[b[i].params[s]]);
         }
-        status = td_tensor_zeros(&numel, 1, b[i].dtype, &b[i].flat);
+        /* on the parameters' device: the gradients are views of it, and
+         * its all_reduce routes by device (coll/nccl.h) */
+        status = td_tensor_empty(&numel, 1, b[i].dtype,
+                                 td_tensor_device(ddp->params[b[i].params[0]]),
+                                 &b[i].flat);
+        if (status == TD_OK) {
+            status = td_tensor_zero_(b[i].flat);
+        }
         if (status != TD_OK) {
             return status;
         }
@@ -824,9 +832,15 @@ check_params(td_tensor_t *const *params, int n)
             return td_error(TD_ERR_INVALID, "ddp: parameter %d is not a leaf "
                             "that requires grad", i);
         }
-        if (td_tensor_device(p).type != TD_DEVICE_CPU) {
-            return td_error(TD_ERR_UNSUPPORTED, "ddp: parameter %d is on a "
-                            "device other than the CPU", i);
+        if (td_tensor_device(p).type != td_tensor_device(params[0]).type ||
+            td_tensor_device(p).index != td_tensor_device(params[0]).index) {
+            char a[24], b[24];
+
+            return td_error(TD_ERR_UNSUPPORTED, "ddp: parameter %d is on %s, "
+                            "parameter 0 on %s (one device per replica)", i,
+                            td_device_str(td_tensor_device(p), a, sizeof(a)),
+                            td_device_str(td_tensor_device(params[0]), b,
+                                          sizeof(b)));
         }
         if (!td_tensor_is_contiguous(p)) {
             return td_error(TD_ERR_INVALID, "ddp: parameter %d is not "

@@ -9,6 +9,7 @@
 
 #include "todist/device.h"
 #include "runtime/rpc/device_map.h"
+#include "kernels/device.h"
 
 #define DEV_STR(d) td_device_str((d), (char[24]){0}, 24)
 
@@ -370,6 +371,16 @@ td_device_maps_setup(td_store_t *store, const td_world_t *world,
     if (status != TD_OK) {
         return status;
     }
+#ifdef TD_HAVE_NCCL
+    /* NCCL-capable: a real device (not the test backend); collectives
+     * route to NCCL only when every member of a group says 1 (coll/nccl.h) */
+    snprintf(key, sizeof(key), "td/nccl/%d", world->rank);
+    status = td_store_set(store, key, local > 0 && !td_device_test_backend()
+                                      ? "1" : "0", 1);
+    if (status != TD_OK) {
+        return status;
+    }
+#endif
     memset(&maps, 0, sizeof(maps));
     for (int i = 0; given != NULL && i < given->n_maps; i++) {
         for (int k = 0; k < given->maps[i].n_pairs; k++) {

@@ -52,9 +52,11 @@
 #include "todist/rpc.h"
 #include "todist/init.h"
 #include "todist/world.h"
+#include "todist/device.h"
 #include "runtime/runtime.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rpc_wire.h"
+#include "runtime/rpc/rpc_device.h"
 #include "runtime/rpc/pool.h"
 #include "runtime/rpc/drive.h"
 #include "runtime/rpc/future.h"
@@ -702,21 +704,50 @@ send_done(void *arg, td_status_t status)
     atomic_fetch_sub(&rpc.busy, 1);
 }
 
+/* The staged bodies of S are in the receiver's device memory (or
+ * failed): now the message itself (rpc_device.h DV3). Engine thread. */
+static void
+staged_done(void *arg, td_status_t status)
+{
+    send_t *s = arg;
+
+    if (status == TD_OK) {
+        status = td_transport_send(rpc.tp, s->dst, RPC_TRANSPORT_ID,
+                                   s->out.header, s->out.header_len,
+                                   s->out.bodies, (size_t)s->out.n_bodies,
+                                   send_done, s);
+        if (status == TD_OK) {
+            return;
+        }
+    }
+    send_done(s, status);
+}
+
 /* Encode and send; on TD_OK the message is on its way. */
 static td_status_t
 send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
          uint64_t pending_id)
 {
     send_t *s;
+    td_rpc_device_route_t route;
     td_status_t status;
 
     s = slot_get(&send_slot, sizeof(*s));   /* encode sets what it uses */
     if (s == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a send");
     }
-    status = td_rpc_wire_encode(meta, args, dst, TD_TRANSPORT_HEADER_MAX,
-                                refs != NULL ? refs->rref_out : NULL,
-                                refs != NULL ? refs->arg : NULL, &s->out);
+    status = td_rpc_wire_encode_dev(meta, args, dst, TD_TRANSPORT_HEADER_MAX,
+                                    refs != NULL ? refs->rref_out : NULL,
+                                    refs != NULL ? refs->arg : NULL,
+                                    td_rpc_device_route(dst, meta->type,
+                                                        &route),
+                                    &s->out);
+    if (status == TD_OK) {
+        status = td_rpc_device_sync_out(&s->out);
+        if (status != TD_OK) {
+            td_rpc_wire_out_free(&s->out);
+        }
+    }
     if (status != TD_OK) {
         slot_put(&send_slot, s);
         return status;
@@ -724,9 +755,15 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
     s->id = pending_id;
     s->dst = dst;
     atomic_fetch_add(&rpc.busy, 1);
-    status = td_transport_send(rpc.tp, dst, RPC_TRANSPORT_ID, s->out.header,
-                               s->out.header_len, s->out.bodies,
-                               (size_t)s->out.n_bodies, send_done, s);
+    if (s->out.n_staged > 0) {
+        /* device bodies go ahead through the staging engine */
+        status = td_rpc_device_send_staged(dst, &s->out, staged_done, s);
+    } else {
+        status = td_transport_send(rpc.tp, dst, RPC_TRANSPORT_ID,
+                                   s->out.header, s->out.header_len,
+                                   s->out.bodies, (size_t)s->out.n_bodies,
+                                   send_done, s);
+    }
     if (status != TD_OK) {
         atomic_fetch_sub(&rpc.busy, 1);
         td_rpc_wire_out_free(&s->out);
@@ -1010,6 +1047,7 @@ typedef struct rx {
     uint8_t           hdr_small[RX_HDR_SMALL];  /* hdr_copy of small ones */
     uint8_t          *args_buf;      /* args body */
     td_tensor_t      *tensors[TD_RPC_MAX_TENSORS];
+    uint64_t          eager;         /* tensors still to move to a device */
     int               src;
 } rx_t;
 
@@ -1046,6 +1084,20 @@ rx_decode(rx_t *r, td_rpc_list_t **list_p)
             return status;
         }
     }
+    for (int k = 0; r->eager != 0 && k < r->msg.n_tensors; k++) {
+        td_tensor_t *d = NULL;
+
+        if (r->eager & (1ull << k)) {   /* rpc_wire.h V5 */
+            status = td_tensor_to(r->tensors[k], r->msg.tensors[k].device,
+                                  &d);
+            if (status != TD_OK) {
+                return status;
+            }
+            td_tensor_release(r->tensors[k]);
+            r->tensors[k] = d;
+        }
+    }
+    r->eager = 0;
     for (int k = 0; k < r->msg.n_tensors; k++) {
         if (r->msg.tensors[k].requires_grad) {
             td_tensor_set_requires_grad(r->tensors[k], 1);
@@ -1461,6 +1513,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     }
     r->hdr_copy = NULL;
     r->args_buf = NULL;
+    r->eager = 0;
     r->src = rx->src;
     status = td_rpc_wire_parse(rx->header, rx->header_len, rx->src, &r->msg);
     for (int k = 0; status == TD_OK && k < r->msg.n_tensors; k++) {
@@ -1490,18 +1543,30 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         r->msg.args = r->hdr_copy + (r->msg.args - (const uint8_t *)
                                      rx->header);
     }
+    if (r->msg.reply_map.n_pairs > 0) {
+        td_rpc_device_learn(rx->src, &r->msg.reply_map);
+    }
     for (int k = 0; k < r->msg.n_tensors; k++) {
         const td_rpc_wire_tensor_t *t = &r->msg.tensors[k];
+        td_mem_type_t mem = TD_MEM_HOST;
 
-        status = rx_tensor(t, &r->tensors[k]);
+        status = t->device.type == TD_DEVICE_CPU
+                 ? rx_tensor(t, &r->tensors[k])
+                 : td_rpc_device_rx_tensor(rx->src, t, &r->tensors[k], &mem);
         if (status != TD_OK) {
-            log_drop(rx->src, td_last_error());
+            char why[512];
+
+            snprintf(why, sizeof(why), "%s", td_last_error());
+            reject(rx, why);
             rx_free(r);
             return;
         }
+        if (t->xfer == TD_RPC_WIRE_XFER_EAGER) {
+            r->eager |= 1ull << k;
+        }
         if (t->body >= 0) {
             rx->dest[t->body].buf = td_tensor_data(r->tensors[k]);
-            rx->dest[t->body].mem = TD_MEM_HOST;
+            rx->dest[t->body].mem = mem;
         }
     }
     if (r->msg.args_body >= 0) {
@@ -1546,6 +1611,9 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     atomic_store(&rpc.next_id, 1);
     atomic_store(&rpc.busy, 0);
     status = td_transport_set_handler(tp, RPC_TRANSPORT_ID, rx_handler, NULL);
+    if (status == TD_OK) {
+        status = td_rpc_device_setup(tp, w);   /* device tensors' staging */
+    }
     if (status != TD_OK) {
         return status;
     }
@@ -1575,7 +1643,7 @@ module_outstanding(void *arg)
     pthread_mutex_lock(&rpc.plock);
     n = rpc.n_pending;
     pthread_mutex_unlock(&rpc.plock);
-    return n + (busy > 0 ? (size_t)busy : 0);
+    return n + (busy > 0 ? (size_t)busy : 0) + td_rpc_device_outstanding();
 }
 
 static void
@@ -1586,6 +1654,7 @@ module_peer_failed(void *arg, int rank, td_status_t why)
 
     (void)arg;
     (void)why;
+    td_rpc_device_peer_failed(rank);
     while (pc != NULL) {
         pending_t *next = pc->next;
         char msg[512];
@@ -1624,6 +1693,7 @@ module_shutdown(void *arg)
                      "this call pending", 0);
         pc = next;
     }
+    td_rpc_device_shutdown();     /* fails staged sends still in progress */
     td_rpc_pool_stop();
     buf_cache_clear();
     slot_clear(&send_slot);

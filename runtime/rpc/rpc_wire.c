@@ -4,12 +4,14 @@
  * field against the bytes received before use. */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "todist/rpc.h"
 #include "runtime/rpc/rpc_list.h"
 #include "runtime/rpc/rpc_wire.h"
+#include "kernels/device.h"
 #include "base/byteorder.h"
 
 /* ---- little-endian cursors --------------------------------------------- */
@@ -148,6 +150,8 @@ out_reset(td_rpc_wire_out_t *out)
     out->n_bodies = 0;
     out->n_tensors = 0;
     out->args_body = NULL;
+    out->n_staged = 0;
+    out->n_device_direct = 0;
 }
 
 void
@@ -164,12 +168,70 @@ td_rpc_wire_out_free(td_rpc_wire_out_t *out)
     out_reset(out);
 }
 
-/* Step 1: every tensor of ARGS made contiguous (retained in OUT), every
- * item checked against the wire's bounds; *DESC_LEN_P gets the bytes of
- * the tensor descriptors. */
+uint64_t
+td_rpc_wire_xfer_id(uint64_t xfer_seq, int k, td_device_t device)
+{
+    return xfer_seq << 16 | (uint64_t)k << 9 |
+           (uint64_t)(device.type == TD_DEVICE_CUDA) << 8 |
+           (uint64_t)(device.index & 0xff);
+}
+
+td_device_t
+td_rpc_wire_xfer_device(uint64_t id)
+{
+    return (id >> 8 & 1) ? (td_device_t){TD_DEVICE_CUDA, (int)(id & 0xff)}
+                         : TD_CPU;
+}
+
+static int
+dev_same(td_device_t a, td_device_t b)
+{
+    return a.type == b.type && (a.type == TD_DEVICE_CPU || a.index == b.index);
+}
+
+static int
+map_entry(const td_device_map_t *map, td_device_t from, td_device_t *to_p)
+{
+    for (int i = 0; map != NULL && i < map->n_pairs; i++) {
+        if (dev_same(map->pairs[i].from, from)) {
+            *to_p = map->pairs[i].to;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Where a tensor on FROM lands at DST (V1). */
+static td_status_t
+target_device(const td_rpc_wire_dev_t *dev, size_t item, int dst,
+              td_device_t from, td_device_t *to_p)
+{
+    char why[400];
+    td_status_t status;
+
+    if (from.type == TD_DEVICE_CPU && dev == NULL) {
+        *to_p = TD_CPU;                /* the common case: no maps at all */
+        return TD_OK;
+    }
+    if (dev != NULL && (map_entry(dev->map, from, to_p) ||
+                        map_entry(dev->fallback, from, to_p))) {
+        return TD_OK;
+    }
+    status = td_device_map_lookup(NULL, dst, from, to_p);
+    if (status != TD_OK) {
+        snprintf(why, sizeof(why), "%s", td_last_error());
+        return td_error(status, "rpc: list item %zu: %s", item, why);
+    }
+    return TD_OK;
+}
+
+/* Step 1: every tensor of ARGS made contiguous on its device (retained in
+ * OUT), its target device found (V1), every item checked against the
+ * wire's bounds; *DESC_LEN_P gets the bytes of the tensor descriptors. */
 static inline td_status_t
 encode_tensors(const td_rpc_list_t *args, size_t n_items, int dst,
-               td_rpc_wire_out_t *out, size_t *desc_len_p)
+               const td_rpc_wire_dev_t *dev, td_device_t *targets,
+               uint8_t *eager, td_rpc_wire_out_t *out, size_t *desc_len_p)
 {
     size_t desc_len = 0;
     td_status_t status;
@@ -177,6 +239,7 @@ encode_tensors(const td_rpc_list_t *args, size_t n_items, int dst,
     for (size_t i = 0; i < n_items; i++) {
         const td_value_t *v = &args->items[i];
         td_tensor_t *c;
+        td_device_t to;
 
         if (v->kind == TD_VALUE_BYTES || v->kind == TD_VALUE_STRING) {
             if (v->u.bytes.len > TD_RPC_MAX_BYTES_ITEM) {
@@ -193,31 +256,70 @@ encode_tensors(const td_rpc_list_t *args, size_t n_items, int dst,
             return td_error(TD_ERR_RANGE, "rpc: more than %d tensors in one "
                             "message to rank %d", TD_RPC_MAX_TENSORS, dst);
         }
-        if (td_tensor_device(v->u.tensor).type != TD_DEVICE_CPU) {
-            return td_error(TD_ERR_UNSUPPORTED, "rpc: list item %zu is a "
-                            "device tensor; only cpu tensors travel yet", i);
-        }
-        status = td_tensor_contiguous(v->u.tensor, &c);
+        status = target_device(dev, i, dst, td_tensor_device(v->u.tensor),
+                               &to);
         if (status != TD_OK) {
             return status;
         }
+        if (to.type == TD_DEVICE_CUDA && (to.index < 0 || to.index > 255)) {
+            return td_error(TD_ERR_RANGE, "rpc: list item %zu maps to "
+                            "cuda:%d at rank %d, beyond the wire's 255", i,
+                            to.index, dst);
+        }
+        eager[out->n_tensors] = dev != NULL && dev->staged &&
+            to.type != TD_DEVICE_CPU &&
+            td_tensor_nbytes(v->u.tensor) > 0 &&
+            td_tensor_nbytes(v->u.tensor) <= TD_RPC_WIRE_EAGER_MAX;
+        if ((to.type == TD_DEVICE_CPU || eager[out->n_tensors]) &&
+            td_tensor_device(v->u.tensor).type != TD_DEVICE_CPU) {
+            /* landing on the peer's cpu, or small on the staged route
+             * (V5): a host copy travels as a plain body */
+            status = td_tensor_to(v->u.tensor, TD_CPU, &c);
+        } else {
+            status = td_tensor_contiguous(v->u.tensor, &c);
+        }
+        if (status != TD_OK) {
+            return status;
+        }
+        targets[out->n_tensors] = to;
         out->tensors[out->n_tensors++] = c;
-        desc_len += 8 + 8 * (size_t)td_tensor_ndim(c);
+        desc_len += 8 + 8 * (size_t)td_tensor_ndim(c) +
+                    (to.type != TD_DEVICE_CPU ? 8 : 0);
     }
     *desc_len_p = desc_len;
     return TD_OK;
+}
+
+/* The memory type UCX sees for memory of DEVICE. */
+static td_mem_type_t
+mem_of(td_device_t device)
+{
+    const td_device_ops_t *ops;
+
+    if (device.type == TD_DEVICE_CPU) {
+        return TD_MEM_HOST;
+    }
+    ops = td_device_ops(device.type);
+    return ops != NULL && ops->host_memory ? TD_MEM_HOST : TD_MEM_CUDA;
 }
 
 /* Step 2: the fixed header (48 bytes) and one descriptor per tensor, each
  * tensor with bytes also a body. */
 static inline void
 encode_header(wbuf_t *w, const td_rpc_wire_meta_t *meta, size_t alen,
-              int inline_args, td_rpc_wire_out_t *out)
+              int inline_args, const td_rpc_wire_dev_t *dev,
+              const td_device_t *targets, const uint8_t *eager,
+              td_rpc_wire_out_t *out)
 {
+    const td_device_map_t *attach = dev != NULL && dev->attach != NULL &&
+                                    dev->attach->n_pairs > 0 ? dev->attach
+                                                             : NULL;
+
     put_u8(w, TD_RPC_WIRE_MAGIC);
     put_u8(w, TD_RPC_WIRE_VERSION);
     put_u8(w, meta->type);
-    put_u8(w, inline_args ? 0 : TD_RPC_WIRE_ARGS_IN_BODY);
+    put_u8(w, (inline_args ? 0 : TD_RPC_WIRE_ARGS_IN_BODY) |
+              (attach != NULL ? TD_RPC_WIRE_DEVMAP : 0));
     put_u16(w, (uint16_t)out->n_tensors);
     put_u16(w, 0);
     put_u32(w, (uint32_t)alen);
@@ -231,19 +333,49 @@ encode_header(wbuf_t *w, const td_rpc_wire_meta_t *meta, size_t alen,
         td_tensor_t *t = out->tensors[k];
         int nd = td_tensor_ndim(t);
 
+        td_device_t to = targets[k], from = td_tensor_device(t);
+        int on_dev = to.type != TD_DEVICE_CPU;
+        int device_body = on_dev || from.type != TD_DEVICE_CPU;
+        uint64_t xfer = 0;
+
         put_u8(w, (uint8_t)td_tensor_dtype(t));
         put_u8(w, (uint8_t)nd);
         put_u8(w, td_tensor_requires_grad(t) ? 1 : 0);
-        put_u8(w, 0);
-        put_u32(w, 0);
+        put_u8(w, on_dev ? 1 : 0);
+        put_u32(w, on_dev ? (uint32_t)to.index : 0);
         for (int d = 0; d < nd; d++) {
             put_u64(w, (uint64_t)td_tensor_shape(t)[d]);
         }
-        if (td_tensor_nbytes(t) > 0) {
+        if (eager[k]) {
+            xfer = TD_RPC_WIRE_XFER_EAGER;
             out->bodies[out->n_bodies].buf = td_tensor_data(t);
             out->bodies[out->n_bodies].len = td_tensor_nbytes(t);
             out->bodies[out->n_bodies].mem = TD_MEM_HOST;
             out->n_bodies++;
+        } else if (td_tensor_nbytes(t) > 0 && device_body && dev->staged) {
+            xfer = td_rpc_wire_xfer_id(dev->xfer_seq, k, to);
+            out->staged[out->n_staged].id = xfer;
+            out->staged[out->n_staged].buf = td_tensor_data(t);
+            out->staged[out->n_staged].len = td_tensor_nbytes(t);
+            out->n_staged++;
+        } else if (td_tensor_nbytes(t) > 0) {
+            out->bodies[out->n_bodies].buf = td_tensor_data(t);
+            out->bodies[out->n_bodies].len = td_tensor_nbytes(t);
+            out->bodies[out->n_bodies].mem = mem_of(from);
+            out->n_bodies++;
+            out->n_device_direct += device_body;
+        }
+        if (on_dev) {
+            put_u64(w, xfer);
+        }
+    }
+    if (attach != NULL) {
+        put_u8(w, (uint8_t)attach->n_pairs);
+        for (int i = 0; i < attach->n_pairs; i++) {
+            put_u8(w, (uint8_t)attach->pairs[i].from.type);
+            put_u8(w, (uint8_t)attach->pairs[i].from.index);
+            put_u8(w, (uint8_t)attach->pairs[i].to.type);
+            put_u8(w, (uint8_t)attach->pairs[i].to.index);
         }
     }
 }
@@ -304,8 +436,21 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
                    td_rpc_wire_rref_out_fn rref_out, void *rref_arg,
                    td_rpc_wire_out_t *out)
 {
+    return td_rpc_wire_encode_dev(meta, args, dst, header_max, rref_out,
+                                  rref_arg, NULL, out);
+}
+
+td_status_t
+td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
+                       const td_rpc_list_t *args, int dst,
+                       size_t header_max, td_rpc_wire_rref_out_fn rref_out,
+                       void *rref_arg, const td_rpc_wire_dev_t *dev,
+                       td_rpc_wire_out_t *out)
+{
     size_t n_items = td_rpc_list_len(args);
     size_t desc_len = 0, alen, hlen;
+    td_device_t targets[TD_RPC_MAX_TENSORS];
+    uint8_t eager[TD_RPC_MAX_TENSORS];
     td_status_t status;
     wbuf_t w;
     int inline_args;
@@ -315,9 +460,13 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
         return td_error(TD_ERR_RANGE, "rpc: %zu list items to rank %d, at "
                         "most %d", n_items, dst, TD_RPC_MAX_ITEMS);
     }
-    status = encode_tensors(args, n_items, dst, out, &desc_len);
+    status = encode_tensors(args, n_items, dst, dev, targets, eager, out,
+                            &desc_len);
     if (status != TD_OK) {
         goto err;
+    }
+    if (dev != NULL && dev->attach != NULL && dev->attach->n_pairs > 0) {
+        desc_len += 1 + 4 * (size_t)dev->attach->n_pairs;
     }
 
     /* The argument list goes in the header when both fit. */
@@ -341,7 +490,7 @@ td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
     out->header_len = hlen;
     w.p = out->header;
     w.end = out->header + hlen;
-    encode_header(&w, meta, alen, inline_args, out);
+    encode_header(&w, meta, alen, inline_args, dev, targets, eager, out);
 
     if (!inline_args) {
         out->args_body = malloc(alen);
@@ -423,7 +572,8 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
         return PROTO("rpc: message from rank %d has unknown type %u", src,
                      type);
     }
-    if ((flags & ~TD_RPC_WIRE_ARGS_IN_BODY) != 0 || reserved != 0) {
+    if ((flags & ~(TD_RPC_WIRE_ARGS_IN_BODY | TD_RPC_WIRE_DEVMAP)) != 0 ||
+        reserved != 0) {
         return PROTO("rpc: message from rank %d has unknown flags 0x%02x / "
                      "reserved 0x%04x", src, flags, reserved);
     }
@@ -435,6 +585,8 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
         return PROTO("rpc: message from rank %d claims %u tensors, at most "
                      "%d", src, n_tensors, TD_RPC_MAX_TENSORS);
     }
+    m->reply_map.peer = src;
+    m->reply_map.n_pairs = 0;
     m->meta.type = type;
     m->meta.flags = flags;
     m->meta.sender = (int32_t)sender;
@@ -456,10 +608,11 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
             return PROTO("rpc: message from rank %d: tensor %d has unknown "
                          "dtype %u", src, k, dtype);
         }
-        if (ndim > TD_MAX_DIMS || rg > 1 || pad8 != 0 || pad32 != 0) {
+        if (ndim > TD_MAX_DIMS || rg > 1 || pad8 > TD_DEVICE_CUDA ||
+            (pad8 == TD_DEVICE_CPU && pad32 != 0) || pad32 > 255) {
             return PROTO("rpc: message from rank %d: tensor %d has ndim %u "
-                         "(at most %d) or bad flags", src, k, ndim,
-                         TD_MAX_DIMS);
+                         "(at most %d), device %u:%u or bad flags", src, k,
+                         ndim, TD_MAX_DIMS, pad8, pad32);
         }
         if (rg && !td_dtype_is_float((td_dtype_t)dtype)) {
             return PROTO("rpc: message from rank %d: tensor %d of dtype %s "
@@ -490,7 +643,52 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
                          src, k);
         }
         t->nbytes = elems * esize;
-        t->body = t->nbytes > 0 ? m->n_bodies++ : -1;
+        t->device = pad8 == TD_DEVICE_CPU ? TD_CPU
+                        : (td_device_t){TD_DEVICE_CUDA, (int)pad32};
+        t->xfer = 0;
+        if (pad8 != TD_DEVICE_CPU && !get_u64(&r, &t->xfer)) {
+            return PROTO("rpc: message from rank %d ends inside the device "
+                         "part of tensor %d", src, k);
+        }
+        if (t->xfer == TD_RPC_WIRE_XFER_EAGER
+                ? t->nbytes == 0 || t->nbytes > TD_RPC_WIRE_EAGER_MAX
+                : t->xfer != 0 &&
+                  (t->nbytes == 0 ||
+                   !dev_same(td_rpc_wire_xfer_device(t->xfer),
+                             t->device))) {
+            return PROTO("rpc: message from rank %d: tensor %d of %zu bytes "
+                         "on cuda:%d names staged transfer %llx (V3)", src,
+                         k, t->nbytes, t->device.index,
+                         (unsigned long long)t->xfer);
+        }
+        t->body = t->nbytes > 0 && (t->xfer == 0 ||
+                                    t->xfer == TD_RPC_WIRE_XFER_EAGER)
+                  ? m->n_bodies++ : -1;
+    }
+    if (flags & TD_RPC_WIRE_DEVMAP) {
+        uint8_t n = 0, b[4];
+
+        if (!get_u8(&r, &n) || n == 0 || n > TD_DEVICE_MAP_PAIRS_MAX) {
+            return PROTO("rpc: message from rank %d has a reply map of %u "
+                         "entries (1..%d)", src, n, TD_DEVICE_MAP_PAIRS_MAX);
+        }
+        for (int i = 0; i < n; i++) {
+            if (!get_u8(&r, &b[0]) || !get_u8(&r, &b[1]) ||
+                !get_u8(&r, &b[2]) || !get_u8(&r, &b[3])) {
+                return PROTO("rpc: message from rank %d ends inside its "
+                             "reply map", src);
+            }
+            if (b[0] > TD_DEVICE_CUDA || b[2] > TD_DEVICE_CUDA ||
+                (b[0] == TD_DEVICE_CPU && b[1] != 0) ||
+                (b[2] == TD_DEVICE_CPU && b[3] != 0)) {
+                return PROTO("rpc: message from rank %d: reply map entry %d "
+                             "has device %u:%u -> %u:%u", src, i, b[0], b[1],
+                             b[2], b[3]);
+            }
+            m->reply_map.pairs[i].from = (td_device_t){b[0], b[1]};
+            m->reply_map.pairs[i].to = (td_device_t){b[2], b[3]};
+        }
+        m->reply_map.n_pairs = n;
     }
 
     if (flags & TD_RPC_WIRE_ARGS_IN_BODY) {

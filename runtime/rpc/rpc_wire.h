@@ -4,11 +4,41 @@
  * A message is one transport message: a header blob and bodies.
  *
  *   header blob = td_rpc_wire_hdr_t (48 bytes, little-endian)
- *               + n_tensors tensor descriptors (8 + 8 * ndim bytes each)
+ *               + n_tensors tensor descriptors (8 + 8 * ndim bytes each,
+ *                 + 8 for a tensor landing on a device)
+ *               + the reply map, when TD_RPC_WIRE_DEVMAP: u8 n (at most
+ *                 TD_DEVICE_MAP_PAIRS_MAX), n x (u8 from type, u8 from
+ *                 index, u8 to type, u8 to index)
  *               + the argument list, unless TD_RPC_WIRE_ARGS_IN_BODY
- *   bodies      = one per tensor with nbytes > 0, in descriptor order,
+ *   bodies      = one per tensor with nbytes > 0 whose body is not staged,
+ *                 in descriptor order,
  *                 + the argument list as the last body when it did not fit
  *                   in the header (TD_RPC_WIRE_ARGS_IN_BODY)
+ *
+ *   descriptor = u8 dtype, u8 ndim, u8 requires_grad, u8 device type on
+ *     the RECEIVER (0 cpu, 1 cuda), u32 device index there (0 for cpu),
+ *     u64 x ndim shape, and for a cuda device a u64 staging transfer id
+ *     (0: the body is in this message, GPU-direct; else the body went
+ *     ahead through the staging engine as that transfer, which names the
+ *     target device in its low bits, td_rpc_wire_xfer_device). A message
+ *     with cpu tensors only is byte for byte what it was before device
+ *     tensors travelled.
+ *
+ * Device tensors (V1-V4):
+ *  V1. The sender maps every tensor's device to the receiver's device
+ *      (td_rpc_wire_dev_t.map, then .fallback); a device with no entry is
+ *      an error naming the device and the peer; a cpu tensor without an
+ *      entry stays cpu.
+ *  V2. A call attaches the reverse of the sender's map for the receiver
+ *      (TD_RPC_WIRE_DEVMAP) so the receiver's reply (and calls back, e.g.
+ *      gradients) land on the devices the tensors came from (M5).
+ *  V3. A staged body's transfer id names its target device; the decoder
+ *      rejects a descriptor whose device disagrees with it.
+ *  V4. The decoder checks the device type and the map block's bounds; the
+ *      receiver checks the device index against its device count.
+ *  V5. An eager device body (TD_RPC_WIRE_XFER_EAGER) is host memory in
+ *      the message, at most TD_RPC_WIRE_EAGER_MAX bytes; the receiver
+ *      moves it to the descriptor's device before anyone sees the tensor.
  *
  *   argument list = u32 count, then per item: u8 kind and
  *     TENSOR: u32 tensor index    INT: i64    DOUBLE: f64
@@ -31,6 +61,7 @@
 #include <todist/status.h>
 #include <todist/tensor.h>
 #include <todist/rpc.h>
+#include <todist/device.h>
 #include "ucx_transport/transport.h"
 
 #define TD_RPC_WIRE_MAGIC      0xD7
@@ -41,6 +72,13 @@
 #define TD_RPC_MAX_BYTES_ITEM  (1u << 30)
 
 #define TD_RPC_WIRE_ARGS_IN_BODY 0x01u
+#define TD_RPC_WIRE_DEVMAP       0x02u   /* a reply map follows (V2) */
+/* A device body of at most TD_RPC_WIRE_EAGER_MAX bytes on the staged route
+ * travels in the message itself as a host copy (transfer id
+ * TD_RPC_WIRE_XFER_EAGER); the receiver copies it to its device: one
+ * message instead of the staging protocol's DATA, ACK and message (V5). */
+#define TD_RPC_WIRE_XFER_EAGER   1u
+#define TD_RPC_WIRE_EAGER_MAX    (64u << 10)
 
 /* Message types. */
 typedef enum {
@@ -74,7 +112,9 @@ typedef struct {
     int        requires_grad;
     int64_t    shape[TD_MAX_DIMS];
     size_t     nbytes;
-    int        body;      /* body index, -1 when nbytes == 0 */
+    int        body;      /* body index, -1 when nbytes == 0 or staged */
+    td_device_t device;   /* where it lands on the receiver */
+    uint64_t   xfer;      /* staging transfer id, 0: none, 1: eager (V5) */
 } td_rpc_wire_tensor_t;
 
 /* A parsed header: what the bodies must look like, and where the argument
@@ -88,6 +128,8 @@ typedef struct {
     const uint8_t        *args;
     size_t                args_len;
     int                   args_body;    /* -1 when inline */
+    td_device_map_t       reply_map;    /* TD_RPC_WIRE_DEVMAP: peer = the
+                                         * sender, pairs receiver -> sender */
 } td_rpc_wire_msg_t;
 
 /* ARGS flattened for sending: tensors made contiguous (retained), the
@@ -100,7 +142,31 @@ typedef struct {
     td_tensor_t  *tensors[TD_RPC_MAX_TENSORS];
     int           n_tensors;
     uint8_t      *args_body;       /* owned; NULL when the args are inline */
+    /* bodies that travel ahead through the staging engine (V3) */
+    struct {
+        uint64_t     id;
+        const void  *buf;
+        size_t       len;
+    }             staged[TD_RPC_MAX_TENSORS];
+    int           n_staged;
+    int           n_device_direct; /* device bodies in the message itself */
 } td_rpc_wire_out_t;
+
+/* Where the device tensors of one message go (NULL to the encoder: cpu
+ * tensors only, a device tensor is an error). */
+typedef struct {
+    const td_device_map_t *map;       /* ours for DST (calls), or DST's
+                                       * reverse map (replies) */
+    const td_device_map_t *fallback;  /* tried for devices MAP lacks */
+    const td_device_map_t *attach;    /* the reply map sent along (V2) */
+    int                    staged;    /* device bodies go ahead, staged */
+    uint64_t               xfer_seq;  /* > 0, unique per message (staged) */
+} td_rpc_wire_dev_t;
+
+/* The staging transfer id of tensor K of message XFER_SEQ landing on
+ * DEVICE, and back (V3). */
+uint64_t    td_rpc_wire_xfer_id(uint64_t xfer_seq, int k, td_device_t device);
+td_device_t td_rpc_wire_xfer_device(uint64_t id);
 
 /* How remote references cross the wire (the rref module provides them;
  * NULL: a reference in a list is an error). OUT runs at encode time for
@@ -121,6 +187,14 @@ td_status_t td_rpc_wire_encode(const td_rpc_wire_meta_t *meta,
                                size_t header_max,
                                td_rpc_wire_rref_out_fn rref_out,
                                void *rref_arg, td_rpc_wire_out_t *out);
+/* The same with device tensors routed by DEV (V1-V3). */
+td_status_t td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
+                                   const td_rpc_list_t *args, int dst,
+                                   size_t header_max,
+                                   td_rpc_wire_rref_out_fn rref_out,
+                                   void *rref_arg,
+                                   const td_rpc_wire_dev_t *dev,
+                                   td_rpc_wire_out_t *out);
 void        td_rpc_wire_out_free(td_rpc_wire_out_t *out);
 
 /* Validate the header blob HDR[LEN] received from SRC and describe it.

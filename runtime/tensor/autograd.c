@@ -945,13 +945,18 @@ out:
 static td_status_t
 root_gradient(td_tensor_t *root, td_tensor_t *grad, int i, td_tensor_t **g_p)
 {
+    td_status_t status;
+
     if (grad == NULL) {
         if (td_tensor_numel(root) != 1) {
             return td_error(TD_ERR_SHAPE, "backward: root %d has shape %s; a "
                             "gradient is needed for a non-scalar root", i,
                             TD_SHAPE_STR(root));
         }
-        return td_tensor_full(root->shape, root->ndim, root->dtype, 1.0, g_p);
+        /* on the root's device: the gradient flows through its ops */
+        status = td_tensor_empty(root->shape, root->ndim, root->dtype,
+                                 root->device, g_p);
+        return status == TD_OK ? td_tensor_fill_(*g_p, 1.0) : status;
     }
     if (!td_shape_equal(root, grad) || root->dtype != grad->dtype) {
         return td_error(TD_ERR_SHAPE, "backward: gradient %d is %s %s but its "

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/tensor/ops_internal.h"
+#include "todist/device.h"
 #include <todist/ops.h>
 
 /* ---- shared by the op families ---------------------------------------- */
@@ -89,7 +90,11 @@ td_op_check_pair(const char *op, td_tensor_t *a, td_tensor_t *b)
                         td_dtype_name(b->dtype), TD_SHAPE_STR(b));
     }
     if (a->device.type != b->device.type || a->device.index != b->device.index) {
-        return td_error(TD_ERR_INVALID, "%s: tensors on different devices", op);
+        char da[24], db[24];
+
+        return td_error(TD_ERR_INVALID, "%s: tensors on different devices: "
+                        "%s and %s", op, td_device_str(a->device, da, 24),
+                        td_device_str(b->device, db, 24));
     }
     return TD_OK;
 }

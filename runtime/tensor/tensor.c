@@ -13,6 +13,7 @@
 
 #include "runtime/tensor/tensor_internal.h"
 #include "kernels/device.h"
+#include "todist/device.h"
 
 void td_autograd_leaf_dying(td_tensor_t *t);
 
@@ -692,6 +693,53 @@ bad:
                     td_shape_str(shape, ndim, (char[96]){0}, 96));
 }
 
+static int
+same_device(td_device_t a, td_device_t b)
+{
+    return a.type == b.type && (a.type == TD_DEVICE_CPU || a.index == b.index);
+}
+
+/* copy_ from another device: SRC's values (broadcast to DST's shape,
+ * converted to DST's dtype) made contiguous on SRC's device, moved by
+ * td_device_memcpy, then copied into DST's strides on its own device. */
+static td_status_t
+copy_across(td_tensor_t *dst, td_tensor_t *src)
+{
+    td_tensor_t *a = NULL, *b = NULL;
+    int64_t sst[TD_MAX_DIMS];
+    td_status_t status;
+
+    status = broadcast_strides(src, dst->shape, dst->ndim, sst, "copy_");
+    if (status == TD_OK) {
+        status = td_tensor_empty(dst->shape, dst->ndim, dst->dtype,
+                                 src->device, &a);
+    }
+    if (status == TD_OK) {
+        status = td_tensor_empty(dst->shape, dst->ndim, dst->dtype,
+                                 dst->device, &b);
+    }
+    if (status != TD_OK) {
+        goto out;
+    }
+    td_kernels_get(src->device)->copy(dst->dtype,
+        (td_operand_t){td_tensor_data(a), a->strides}, src->dtype,
+        (td_operand_t){td_tensor_data(src), sst}, dst->shape, dst->ndim);
+    status = td_device_memcpy(td_tensor_data(b), dst->device,
+                              td_tensor_data(a), src->device,
+                              td_tensor_nbytes(a));
+    if (status != TD_OK) {
+        goto out;
+    }
+    td_kernels_get(dst->device)->copy(dst->dtype,
+        (td_operand_t){td_tensor_data(dst), dst->strides}, dst->dtype,
+        (td_operand_t){td_tensor_data(b), b->strides}, dst->shape, dst->ndim);
+    td_tensor_bump_version(dst);
+out:
+    td_tensor_release(a);
+    td_tensor_release(b);
+    return status;
+}
+
 td_status_t
 td_tensor_copy_(td_tensor_t *dst, td_tensor_t *src)
 {
@@ -702,10 +750,12 @@ td_tensor_copy_(td_tensor_t *dst, td_tensor_t *src)
     if (status != TD_OK) {
         return status;
     }
-    if (dst->device.type != TD_DEVICE_CPU || src->device.type != TD_DEVICE_CPU) {
-        return td_error(TD_ERR_UNSUPPORTED, "copy_: only cpu tensors here");
+    if (!same_device(dst->device, src->device)) {
+        /* across devices: through a contiguous copy of SRC on DST's
+         * device (td_device_memcpy), then the strided copy there */
+        return copy_across(dst, src);
     }
-    td_cpu_kernels.copy(dst->dtype,
+    td_kernels_get(dst->device)->copy(dst->dtype,
                         (td_operand_t){td_tensor_data(dst), dst->strides},
                         src->dtype, (td_operand_t){td_tensor_data(src), sst},
                         dst->shape, dst->ndim);
@@ -739,7 +789,8 @@ raw_contiguous_copy(td_tensor_t *t, td_dtype_t dtype, td_tensor_t **out)
     if (status != TD_OK) {
         return status;
     }
-    td_cpu_kernels.copy(dtype, (td_operand_t){td_tensor_data(c), c->strides},
+    td_kernels_get(t->device)->copy(dtype,
+                        (td_operand_t){td_tensor_data(c), c->strides},
                         t->dtype, (td_operand_t){td_tensor_data(t), t->strides},
                         t->shape, t->ndim);
     *out = c;
@@ -1316,6 +1367,14 @@ td_tensor_cat(td_tensor_t *const *ts, int n, int dim, td_tensor_t **out)
     shape[dim] = 0;
     for (int i = 0; i < n; i++) {
         bad_i = i;
+        if (!same_device(ts[i]->device, ts[0]->device)) {
+            char a[24], b[24];
+
+            return td_error(TD_ERR_INVALID, "cat: tensor %d is on %s, tensor "
+                            "0 on %s (move them to one device first)", i,
+                            td_device_str(ts[i]->device, a, sizeof(a)),
+                            td_device_str(ts[0]->device, b, sizeof(b)));
+        }
         if (ts[i]->ndim != ts[0]->ndim || ts[i]->dtype != ts[0]->dtype) {
             goto bad;
         }
@@ -1333,7 +1392,7 @@ td_tensor_cat(td_tensor_t *const *ts, int n, int dim, td_tensor_t **out)
     for (int i = 0; i < n; i++) {
         td_tensor_new_view(c, ts[i]->shape, c->strides, c->ndim,
                            start * c->strides[dim], &slice);
-        td_cpu_kernels.copy(c->dtype,
+        td_kernels_get(c->device)->copy(c->dtype,
                             (td_operand_t){td_tensor_data(slice), slice->strides},
                             ts[i]->dtype,
                             (td_operand_t){td_tensor_data(ts[i]), ts[i]->strides},

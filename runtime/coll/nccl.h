@@ -1,0 +1,62 @@
+/* runtime/coll/nccl.h: collectives on device tensors (internal to
+ * runtime/coll): the route (NCCL or staged through the host path), the
+ * staging of device tensors through host buffers, and the NCCL
+ * communicators, one per group, cached.
+ *
+ * Route of one collective (coll_device_route):
+ *   NCCL    the library has NCCL, the tensor is on a real CUDA device, and
+ *           every member of the group published "NCCL-capable" at td_init
+ *           (td/nccl/<rank> in the store: NCCL built, a CUDA device, not
+ *           the test backend); all_reduce, broadcast, reduce, all_gather
+ *           and reduce_scatter; the others are staged;
+ *   STAGED  any other device tensor: copied to host buffers, the host
+ *           algorithm (with its mismatch checks), copied back; exact, and
+ *           members with cpu and device tensors mix freely;
+ *   HOST    cpu tensors: the host path as it is.
+ * The members agree without a message: the capability of every member
+ * comes from the store, and the route depends only on it and on the
+ * tensor's device, which c10d's contract already fixes (members pass
+ * tensors on the same kind of device to one collective).
+ *
+ * Invariants:
+ *  N1. A staged collective reads its device inputs before the host
+ *      algorithm starts and writes its device outputs only after it
+ *      succeeded; on an error the device tensors are left as they were.
+ *  N2. One NCCL communicator per group, made at the group's first NCCL
+ *      collective from the unique id group rank 0 puts in the store
+ *      (td/nccl/id/<group id>/<digest>); kept until td_finalize.
+ *  N3. An NCCL collective is queued on the tensor's device stream (after
+ *      the kernels that made it) and the work completes after a stream
+ *      synchronise: a completed td_work means the result is in place.
+ * Thread safety: called on the group's operation thread (work.c); the
+ * communicator cache has its own lock. */
+#ifndef TD_RUNTIME_COLL_NCCL_H
+#define TD_RUNTIME_COLL_NCCL_H
+
+#include "runtime/coll/coll_internal.h"
+
+typedef enum { COLL_ROUTE_HOST, COLL_ROUTE_STAGED, COLL_ROUTE_NCCL }
+    coll_route_t;
+
+coll_route_t coll_device_route(td_group_t *g, const coll_args_t *a);
+
+/* Host copies of A's device tensors (N1). */
+typedef struct {
+    td_tensor_t *t, *in;             /* the device tensors staged (or NULL) */
+    void        *t_host, *in_host;
+} coll_stage_t;
+
+td_status_t coll_stage_in(const coll_args_t *a, coll_stage_t *s);
+/* Where the host algorithm reads/writes T: its host copy or its data. */
+void       *coll_stage_ptr(const coll_stage_t *s, td_tensor_t *t);
+td_status_t coll_stage_out(coll_stage_t *s);
+void        coll_stage_free(coll_stage_t *s);
+
+/* Run A through NCCL (N2, N3). */
+td_status_t coll_nccl_run(td_group_t *g, const coll_args_t *a);
+
+/* td_finalize: destroy the communicators. (The capability is published
+ * by td_init, runtime/rpc/device_map.c.) */
+void        coll_nccl_shutdown(void);
+
+#endif /* TD_RUNTIME_COLL_NCCL_H */
