@@ -18,35 +18,15 @@
 #include <unistd.h>
 
 #include <todist/todist.h>
+#include "peer_check.h"
 
 #define N_EL 4
 
-static int rank, n_fail;
+static int rank;
 static td_tensor_t *weights[2];   /* leaves (requires grad), made before
                                    * td_init: handlers may run at once */
 #define weight weights[td_world()->rank]
 #define me     (td_world()->rank)
-
-static void check(int cond, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-check(int cond, const char *name, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (cond) {
-        printf("PASS %s\n", name);
-    } else {
-        n_fail++;
-        printf("FAIL %s: ", name);
-        va_start(ap, fmt);
-        vprintf(fmt, ap);
-        va_end(ap);
-        printf("\n");
-    }
-    fflush(stdout);
-}
 
 static double
 w_of(int r)

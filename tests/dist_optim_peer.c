@@ -17,31 +17,11 @@
 #include <unistd.h>
 
 #include <todist/todist.h>
+#include "peer_check.h"
 
 #define NP 3                      /* parameters: two on rank 1, one on 2 */
 
-static int rank, n_fail;
-
-static void check(int cond, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-check(int cond, const char *name, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (cond) {
-        printf("PASS %s\n", name);
-    } else {
-        n_fail++;
-        printf("FAIL %s: ", name);
-        va_start(ap, fmt);
-        vprintf(fmt, ap);
-        va_end(ap);
-        printf("\n");
-    }
-    fflush(stdout);
-}
+static int rank;
 
 static td_tensor_t *
 rnd(int64_t r, int64_t c, uint64_t seed, int requires_grad)

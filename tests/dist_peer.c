@@ -19,29 +19,9 @@
 
 #include "runtime/dist/dist_internal.h"
 #include <todist/todist.h>
+#include "peer_check.h"
 
-static int rank, size, n_fail;
-
-static void check(int cond, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-check(int cond, const char *name, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (cond) {
-        printf("PASS %s\n", name);
-    } else {
-        n_fail++;
-        printf("FAIL %s: ", name);
-        va_start(ap, fmt);
-        vprintf(fmt, ap);
-        va_end(ap);
-        printf("\n");
-    }
-    fflush(stdout);
-}
+static int rank, size;
 
 static double
 now_s(void)

@@ -22,3 +22,4 @@ check_PROGRAMS += tests/rref_async_peer
 tests_rref_async_peer_LDADD = $(TD_TEST_LDADD) -lm
 TESTS += tests/test_rref_async.sh
 EXTRA_DIST += tests/test_rref_async.sh
+EXTRA_DIST += tests/peer_check.h

@@ -38,35 +38,14 @@
 #include <string.h>
 
 #include <todist/todist.h>
+#include "peer_check.h"
 
 #define N_EL      4
 #define GATES_MAX 64
 #define LR        0.1
 
-static int n_fail;
 static td_tensor_t *param;       /* this rank's parameter: a leaf made before
                                   * td_init (handlers may run at once) */
-
-static void check(int cond, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-check(int cond, const char *name, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (cond) {
-        printf("PASS %s\n", name);
-    } else {
-        n_fail++;
-        printf("FAIL %s: ", name);
-        va_start(ap, fmt);
-        vprintf(fmt, ap);
-        va_end(ap);
-        printf("\n");
-    }
-    fflush(stdout);
-}
 
 static const double xs[N_EL] = {0.5, 1.0, 1.5, 2.0};
 

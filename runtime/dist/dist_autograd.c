@@ -457,6 +457,25 @@ engine_current(td_dist_engine_t **e_p)
     return status;
 }
 
+/* This thread's engine and its context CTX_ID (a reference: ctx_unref),
+ * or an error naming the context and the rank, prefixed WHAT. */
+static td_status_t
+ctx_lookup(int64_t ctx_id, const char *what, td_dist_engine_t **e_p,
+           ctx_t **c_p)
+{
+    td_status_t status = engine_current(e_p);
+
+    if (status != TD_OK) {
+        return status;
+    }
+    *c_p = ctx_find(*e_p, ctx_id);
+    if (*c_p == NULL) {
+        return td_error(TD_ERR_NOT_FOUND, "%s: context %lld is not known on "
+                        "rank %d", what, (long long)ctx_id, (*e_p)->rank);
+    }
+    return TD_OK;
+}
+
 td_dist_engine_t *
 td_dist_engine_default(void)
 {
@@ -1300,14 +1319,9 @@ td_dist_backward(int64_t ctx_id, td_tensor_t *const *roots, int n,
                             "require grad and has no grad_fn", i);
         }
     }
-    status = engine_current(&e);
+    status = ctx_lookup(ctx_id, "dist_backward", &e, &c);
     if (status != TD_OK) {
         return status;
-    }
-    c = ctx_find(e, ctx_id);
-    if (c == NULL) {
-        return td_error(TD_ERR_NOT_FOUND, "dist_backward: context %lld is not "
-                        "known on rank %d", (long long)ctx_id, e->rank);
     }
     pthread_mutex_lock(&c->lock);
     if (c->graph_used) {                                   /* D7 */
@@ -1408,14 +1422,9 @@ td_dist_get_gradients(int64_t ctx_id, td_tensor_t ***leaves_p,
     ctx_t *c;
     int n;
 
-    status = engine_current(&e);
+    status = ctx_lookup(ctx_id, "dist_autograd", &e, &c);
     if (status != TD_OK) {
         return status;
-    }
-    c = ctx_find(e, ctx_id);
-    if (c == NULL) {
-        return td_error(TD_ERR_NOT_FOUND, "dist_autograd: context %lld is not "
-                        "known on rank %d", (long long)ctx_id, e->rank);
     }
     pthread_mutex_lock(&c->lock);
     n = c->n_grads;
@@ -1459,14 +1468,9 @@ td_dist_get_gradient(int64_t ctx_id, td_tensor_t *leaf, td_tensor_t **grad_p)
     td_status_t status;
     ctx_t *c;
 
-    status = engine_current(&e);
+    status = ctx_lookup(ctx_id, "dist_autograd", &e, &c);
     if (status != TD_OK) {
         return status;
-    }
-    c = ctx_find(e, ctx_id);
-    if (c == NULL) {
-        return td_error(TD_ERR_NOT_FOUND, "dist_autograd: context %lld is not "
-                        "known on rank %d", (long long)ctx_id, e->rank);
     }
     pthread_mutex_lock(&c->lock);
     for (int i = 0; i < c->n_grads; i++) {
@@ -1508,14 +1512,9 @@ td_dist_set_gradient(int64_t ctx_id, td_tensor_t *leaf, td_tensor_t *grad)
                         td_tensor_ndim(leaf),
                         (long long)td_tensor_numel(leaf));
     }
-    status = engine_current(&e);
+    status = ctx_lookup(ctx_id, "dist_autograd", &e, &c);
     if (status != TD_OK) {
         return status;
-    }
-    c = ctx_find(e, ctx_id);
-    if (c == NULL) {
-        return td_error(TD_ERR_NOT_FOUND, "dist_autograd: context %lld is not "
-                        "known on rank %d", (long long)ctx_id, e->rank);
     }
     pthread_mutex_lock(&c->lock);
     for (i = 0; i < c->n_grads && c->table[i].leaf != leaf; i++) {
