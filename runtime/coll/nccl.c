@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/device.h"
 #include "runtime/runtime.h"
 #include "runtime/coll/nccl.h"
+#include "base/clock.h"
 #include "base/log.h"
 #ifdef TD_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -281,6 +283,75 @@ nccl_op(td_reduce_op_t op, ncclRedOp_t *out)
     }
 }
 
+/* Abort G's communicator COMM and drop it from the cache (N4). */
+static void
+comm_abort(ncclComm_t comm)
+{
+    comm_t **pp, *c = NULL;
+
+    pthread_mutex_lock(&comm_lock);
+    for (pp = &comms; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->comm == comm) {
+            c = *pp;
+            *pp = c->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&comm_lock);
+    (void)ncclCommAbort(comm);
+    free(c);
+}
+
+/* Wait for the collective queued on STREAM, at most the collective
+ * timeout, watching NCCL's async error (N4). */
+static td_status_t
+bounded_sync(td_group_t *g, const coll_args_t *a, int device,
+             ncclComm_t comm, cudaStream_t stream)
+{
+    double deadline = td_now_s() + coll_timeout();
+    struct timespec nap = { 0, 20000 };        /* 20 us between polls */
+    char msg[COLL_ERR_MAX];
+    td_status_t code;
+    cudaError_t ce;
+    ncclResult_t ae = ncclSuccess;
+
+    for (;;) {
+        ce = cudaStreamQuery(stream);
+        if (ce == cudaSuccess) {
+            return td_cuda_sync(device);
+        }
+        if (ce != cudaErrorNotReady) {
+            (void)cudaGetLastError();
+            code = TD_ERR_IO;
+            snprintf(msg, sizeof(msg), "coll: %s through NCCL on group %u "
+                     "(rank %d of %d, cuda:%d): %s", coll_kind_name(a->kind),
+                     g->id, g->me, g->n, device, cudaGetErrorString(ce));
+            break;
+        }
+        if (ncclCommGetAsyncError(comm, &ae) == ncclSuccess &&
+            ae != ncclSuccess && ae != ncclInProgress) {
+            code = TD_ERR_IO;
+            snprintf(msg, sizeof(msg), "coll: %s through NCCL on group %u "
+                     "(rank %d of %d): %s", coll_kind_name(a->kind), g->id,
+                     g->me, g->n, ncclGetErrorString(ae));
+            break;
+        }
+        if (td_now_s() > deadline) {
+            code = TD_ERR_TIMEOUT;
+            snprintf(msg, sizeof(msg), "coll: %s through NCCL on group %u "
+                     "timed out after %.1f s on rank %d (a member did not "
+                     "call it, or called it with other arguments or a cpu "
+                     "tensor); the communicator is aborted",
+                     coll_kind_name(a->kind), g->id, coll_timeout(), g->me);
+            break;
+        }
+        nanosleep(&nap, NULL);
+    }
+    comm_abort(comm);
+    coll_group_fail(g, code, 0, 0, msg);
+    return td_error(code, "%s", msg);
+}
+
 coll_route_t
 coll_device_route(td_group_t *g, const coll_args_t *a)
 {
@@ -352,7 +423,7 @@ coll_nccl_run(td_group_t *g, const coll_args_t *a)
     if (r != ncclSuccess) {
         return nccl_error(coll_kind_name(a->kind), r, g);
     }
-    return td_cuda_sync(device);                     /* N3 */
+    return bounded_sync(g, a, device, comm, (cudaStream_t)stream);  /* N3 */
 }
 
 void

@@ -28,6 +28,13 @@
  *  N3. An NCCL collective is queued on the tensor's device stream (after
  *      the kernels that made it) and the work completes after a stream
  *      synchronise: a completed td_work means the result is in place.
+ *  N4. No NCCL call waits forever: the stream is polled until the
+ *      collective timeout (TODIST_COLL_TIMEOUT), watching NCCL's async
+ *      error; on either, the communicator is aborted (ncclCommAbort, and
+ *      dropped from the cache) and the group fails (coll.c C6) with an
+ *      error naming the group, the rank and the cause. A mismatched call
+ *      (a member that passes a cpu tensor, or never calls) thus ends in
+ *      an error, not NCCL's hang.
  * Thread safety: called on the group's operation thread (work.c); the
  * communicator cache has its own lock. */
 #ifndef TD_RUNTIME_COLL_NCCL_H
