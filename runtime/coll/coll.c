@@ -50,6 +50,11 @@
  *     blocked elsewhere (two ranks that irecv then send cannot deadlock).
  *     The resent body (COLL_F_RESEND) matches only the receive that
  *     answered, by sender and sequence number, so C7's order holds.
+ *     Limit: a p2p send that times out with its offer unanswered returns
+ *     its error while a receive posted later may still read the buffer
+ *     (collectives tell every member, C6; p2p timeouts are local): after
+ *     a td_send/td_isend timeout, keep the tensor unchanged until the
+ *     group is destroyed, as the README says.
  * C11 Group ids grow in td_group_new's order; a message for an id at or
  *     below the highest registered here whose group is gone is dropped,
  *     and destroying a group frees what was queued for it, so messages
