@@ -342,7 +342,10 @@ mp=$(field "$D/out/resv" MASTER_PORT | sort -u); sp=$(field "$D/out/resv" store 
 rv=$(field "$D/out/resv" resv | sort -u)
 ok "$([ "$(echo "$mp" | wc -l)$(echo "$sp" | wc -l)" = 11 ] && in_resv "$mp" && in_resv "$sp" && [ "$mp" != "$sp" ]; echo $?)" \
     "reserved ports ($rv): MASTER_PORT $mp and store $sp, distinct, in $resv_lo-$resv_hi"
-is "$mp-$sp" "$rv" "MASTER_PORT and the store are the step's two reserved ports"
+# Slurm writes two reserved ports as "lo-hi" when consecutive and "a,b"
+# when its rotation wrapped around the range between them.
+is "$mp-$sp" "$(printf '%s' "$rv" | tr ',' '-')" \
+   "MASTER_PORT and the store are the step's two reserved ports"
 # torchrun's elastic names, consistent with the world
 is "$(col "$D/out/resv" ROLE_RANK)|$(col "$D/out/resv" ROLE_WORLD_SIZE)" "0 1 2 3|4 4 4 4" \
     "ROLE_RANK = rank, ROLE_WORLD_SIZE = world size"
