@@ -373,6 +373,20 @@ posted_append(coll_req_t *r)
     C.posted_tail = r;
 }
 
+/* Take Q, whose predecessor is PREV (NULL: Q is the head), off the list. */
+static void
+posted_unlink(coll_req_t *prev, coll_req_t *q)
+{
+    if (prev != NULL) {
+        prev->next = q->next;
+    } else {
+        C.posted_head = q->next;
+    }
+    if (C.posted_tail == q) {
+        C.posted_tail = prev;
+    }
+}
+
 static int
 posted_remove(coll_req_t *r)
 {
@@ -380,14 +394,7 @@ posted_remove(coll_req_t *r)
 
     for (coll_req_t *q = C.posted_head; q != NULL; p = q, q = q->next) {
         if (q == r) {
-            if (p != NULL) {
-                p->next = q->next;
-            } else {
-                C.posted_head = q->next;
-            }
-            if (C.posted_tail == q) {
-                C.posted_tail = p;
-            }
+            posted_unlink(p, q);
             return 1;
         }
     }
@@ -474,14 +481,7 @@ group_fail_locked(td_group_t *g, td_status_t code, const char *msg)
     for (q = C.posted_head; q != NULL; q = next) {
         next = q->next;
         if (q->group_id == g->id) {
-            if (p != NULL) {
-                p->next = next;
-            } else {
-                C.posted_head = next;
-            }
-            if (C.posted_tail == q) {
-                C.posted_tail = p;
-            }
+            posted_unlink(p, q);
             q->next = out;
             out = q;
         } else {
@@ -1050,14 +1050,7 @@ posted_take(unsigned type, uint32_t gid, int src, uint32_t seq, uint32_t tag)
             hit = 0;
         }
         if (hit) {
-            if (p != NULL) {
-                p->next = q->next;
-            } else {
-                C.posted_head = q->next;
-            }
-            if (C.posted_tail == q) {
-                C.posted_tail = p;
-            }
+            posted_unlink(p, q);
             return q;
         }
     }

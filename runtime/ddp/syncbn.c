@@ -148,23 +148,6 @@ static const td_node_ops_t syncbn_ops = {
     syncbn_destroy
 };
 
-static void
-running_update(td_tensor_t *buf, const double *v, double m, int64_t c)
-{
-    if (buf->dtype == TD_FLOAT32) {
-        float *p = td_tensor_data(buf);
-        for (int64_t i = 0; i < c; i++) {
-            p[i] = (float)((1 - m) * p[i] + m * v[i]);
-        }
-    } else {
-        double *p = td_tensor_data(buf);
-        for (int64_t i = 0; i < c; i++) {
-            p[i] = (1 - m) * p[i] + m * v[i];
-        }
-    }
-    td_tensor_bump_version(buf);
-}
-
 td_status_t
 td_sync_batch_norm(td_group_t *group, td_tensor_t *x,
                    td_tensor_t *running_mean, td_tensor_t *running_var,
@@ -277,11 +260,11 @@ td_sync_batch_norm(td_group_t *group, td_tensor_t *x,
         invstd[i] = 1.0 / sqrt(r[i] / total + eps);
     }
     if (running_mean != NULL) {
-        running_update(running_mean, mean, momentum, c);
+        td_bn_running_update(running_mean, mean, momentum, c);
         for (int64_t i = 0; i < c; i++) {
             r[i] = r[i] / (total - 1);      /* unbiased */
         }
-        running_update(running_var, r, momentum, c);
+        td_bn_running_update(running_var, r, momentum, c);
     }
     status = td_tensor_empty(x->shape, 2, x->dtype, x->device, &out);
     if (status != TD_OK) {

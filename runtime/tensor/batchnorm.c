@@ -197,9 +197,9 @@ check_vec(const char *what, td_tensor_t *v, td_tensor_t *x, int contig)
     return TD_OK;
 }
 
-/* new = (1 - m) old + m v, in the buffer's dtype */
-static void
-running_update(td_tensor_t *buf, const double *v, double m, int64_t c)
+/* new = (1 - m) old + m v, in the buffer's dtype (also SyncBatchNorm's) */
+void
+td_bn_running_update(td_tensor_t *buf, const double *v, double m, int64_t c)
 {
     if (buf->dtype == TD_FLOAT32) {
         float *p = td_tensor_data(buf);
@@ -315,11 +315,11 @@ td_batch_norm(td_tensor_t *x, td_tensor_t *running_mean,
             invstd[i] = 1.0 / sqrt(var[i] + eps);
         }
         if (running_mean != NULL) {
-            running_update(running_mean, mean, momentum, c);
+            td_bn_running_update(running_mean, mean, momentum, c);
             for (int64_t i = 0; i < c; i++) {
                 var[i] *= (double)n / (double)(n - 1);
             }
-            running_update(running_var, var, momentum, c);
+            td_bn_running_update(running_var, var, momentum, c);
         }
     } else {
         load_doubles(running_mean, mean, c);

@@ -46,6 +46,11 @@ td_status_t td_op_finish(const td_node_ops_t *ops, td_op_state_t *st,
                          td_tensor_t **out_p);
 
 td_status_t td_op_check_float(const char *op, td_tensor_t *a);
+
+/* Batch norm's running statistics: BUF[i] = (1 - M) BUF[i] + M V[i] for
+ * C channels, in BUF's dtype (batchnorm.c; SyncBatchNorm uses it too). */
+void td_bn_running_update(td_tensor_t *buf, const double *v, double m,
+                          int64_t c);
 /* both float, one dtype, one device */
 td_status_t td_op_check_pair(const char *op, td_tensor_t *a, td_tensor_t *b);
 /* Broadcast A and B (numpy rules): SHAPE[*NDIM_P] and each operand's
