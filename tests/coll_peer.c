@@ -380,6 +380,7 @@ static const char *algo_sets[] = {
     "reduce_scatter:direct",
     "all_reduce:ring,broadcast:binomial,reduce:binomial,all_gather:ring,"
     "reduce_scatter:ring",
+    "all_reduce:shm,barrier:shm",         /* the segment at every size */
 };
 
 static int
@@ -414,7 +415,7 @@ mode_matrix(void)
             }
             if (td_group_rank(g) >= 0) {
                 matrix_group(g, a == 0 ? "auto" : a == 1 ? "rd/linear/direct"
-                                                         : "ring/binomial");
+                                : a == 2 ? "ring/binomial" : "shm");
             }
             td_group_destroy(g);
         }

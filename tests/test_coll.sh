@@ -6,7 +6,8 @@
 # point-to-point edge cases (tags out of order, TD_ANY_SOURCE, 200 in
 # flight, 0 B and 256 MiB, size and dtype mismatch on both sides, bad
 # input); subgroups concurrently with the world group, RPC and queued async
-# work; every kind of mismatched collective; a rank that never arrives
+# work; the shared-segment algorithms on and off, and their fallback;
+# every kind of mismatched collective; a rank that never arrives
 # (timeout naming it); a member SIGKILLed mid all_reduce. Each check must
 # PASS on every rank that makes it; any FAIL line fails. Runs are bounded by
 # timeout; lib.sh cleans up.
@@ -29,7 +30,7 @@ mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
-         $(count "$conc") + $(count "$mism") + $(count "$kill") + 53 ))
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 62 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -71,7 +72,7 @@ out=$(run 120 todist-run -n 3 "$PEER" mismatch 2>&1); rc=$?
 expect "$out" 3 $mism
 is "$(printf '%s\n' "$out" | grep -cx 'PASS timeout_names_ranks')" 2 \
    "timeout: both waiting ranks fail naming a rank"
-like "$out" 'rank 2 mismatch_size: coll: mismatched collectives in group [0-9]+ at call #0: rank [0-2] called all_reduce\(float32 x (8|16), sum, rd\), rank [0-2] called all_reduce\(float32 x (8|16), sum, rd\)' \
+like "$out" 'rank 2 mismatch_size: coll: mismatched collectives in group [0-9]+ at call #0: rank [0-2] called all_reduce\(float32 x (8|16), sum, (rd|shm)\), rank [0-2] called all_reduce\(float32 x (8|16), sum, (rd|shm)\)' \
      "a mismatch names both ranks and both calls, on an uninvolved rank too"
 like "$out" 'mismatch_root: .*root 0.*root 1' "a root mismatch names both roots"
 nofail "$out" "mismatch: no failed check"
@@ -98,7 +99,7 @@ exec "$PEER" one
 EOS
 chmod +x "$TD_TMP/one.sh"
 out=$(run 60 todist-run -n 2 "$TD_TMP/one.sh" 2>&1); rc=$?
-like "$out" "rank 0 one: TD_ERR_INVALID .*all_reduce\(float32 x 16, sum, (rd|ring)\).*all_reduce\(float32 x 16, sum, (rd|ring)\)" \
+like "$out" "rank 0 one: TD_ERR_INVALID .*all_reduce\(float32 x 16, sum, (rd|ring|shm)\).*all_reduce\(float32 x 16, sum, (rd|ring|shm)\)" \
      "a TODIST_COLL_ALGO set on one rank only fails naming both algorithms"
 [ "$rc" = 0 ] || diag "$out"
 out=$(TODIST_COLL_ALGO=all_reduce:nosuch run 60 todist-run -n 1 "$PEER" \
@@ -169,6 +170,47 @@ EOS
         like "$out" "cannot read [0-9]+ bytes in place from rank" \
              "offers across pid namespaces fall back to the body"
     fi
+done
+
+# all_reduce and barrier through a shared segment (runtime/coll/shm.c):
+# auto picks it on one node; TODIST_COLL_SHM=0 turns it off; and with rank
+# 1 behind its own /dev/shm, rank 0's segment is not there for it, so every
+# member runs the transport algorithms instead (shm.c S1) and the results
+# are still right.
+for cfg in default off private; do
+    case $cfg in
+    default) out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$PEER" \
+                   concurrent 2>&1); rc=$?
+             like "$out" "group 0: collectives through shared memory" \
+                  "one node: collectives through a shared segment" ;;
+    off) out=$(TODIST_COLL_SHM=0 TODIST_LOG=debug run 120 todist-run -n 4 \
+               "$PEER" concurrent 2>&1); rc=$?
+         unlike "$out" "through shared memory" \
+                "TODIST_COLL_SHM=0: no shared segment" ;;
+    private)
+        cat > "$TD_TMP/shm.sh" <<EOS
+#!/bin/sh
+if [ "\$TODIST_RANK" = 1 ]; then
+    exec unshare --mount sh -c 'mount -t tmpfs none /dev/shm && exec "$PEER" concurrent'
+fi
+exec "$PEER" concurrent
+EOS
+        chmod +x "$TD_TMP/shm.sh"
+        if unshare --mount sh -c 'mount -t tmpfs none /dev/shm' 2>/dev/null
+        then
+            out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$TD_TMP/shm.sh" \
+                  2>&1); rc=$?
+            like "$out" "group 0: no shared segment on every member" \
+                 "a member without the segment: every member falls back"
+        else
+            skip 3 "unshare --mount not permitted here"
+            continue
+        fi ;;
+    esac
+    is "$(printf '%s\n' "$out" | grep -c '^PASS')" 20 \
+       "concurrent: every check passes on every rank ($cfg)"
+    is "$rc" 0 "concurrent: every rank exits 0 ($cfg)"
+    [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | grep -v debug | tail -30)"
 done
 
 # examples/ring_allreduce: seed 004's ring from isend/irecv, checked

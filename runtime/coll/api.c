@@ -17,6 +17,7 @@
 #include "kernels/device.h"
 
 #define SMALL_BYTES (64u * 1024u)
+#define SHM_MAX     (4u << 20)    /* all_reduce through a segment to here */
 
 /* ---- checks --------------------------------------------------------------- */
 
@@ -105,14 +106,10 @@ check_pair(const char *fn, td_tensor_t *big, const char *bn, td_tensor_t *one,
 
 /* ---- the choice of algorithm ------------------------------------------------ */
 
+/* Through the transport: what auto picks without a shared segment. */
 static coll_algo_t
-choose(coll_kind_t k, size_t bytes, size_t count, int n)
+choose_transport(coll_kind_t k, size_t bytes, size_t count, int n)
 {
-    coll_algo_t f = coll_algo_forced(k);
-
-    if (f != ALGO_AUTO) {
-        return f;
-    }
     switch (k) {
     case COLL_ALL_REDUCE:
         return bytes <= SMALL_BYTES || count < (size_t)n ? ALGO_RD
@@ -135,6 +132,23 @@ choose(coll_kind_t k, size_t bytes, size_t count, int n)
     }
 }
 
+/* The algorithm of a call: the same on every member given the same call
+ * (the segment's state is agreed, shm.c S1). */
+static coll_algo_t
+choose(const td_group_t *g, coll_kind_t k, size_t bytes, size_t count)
+{
+    coll_algo_t f = coll_algo_forced(k);
+
+    if (f != ALGO_AUTO) {
+        return f;
+    }
+    if (coll_shm_eligible(g) &&
+        (k == COLL_BARRIER || (k == COLL_ALL_REDUCE && bytes <= SHM_MAX))) {
+        return ALGO_SHM;
+    }
+    return choose_transport(k, bytes, count, g->n);
+}
+
 /* ---- running one ---------------------------------------------------------------- */
 
 static void *
@@ -151,6 +165,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
     size_t count = 0, bytes;
     void *list_buf = NULL;
     coll_stage_t sg;
+    coll_algo_t algo;
     coll_route_t route = coll_device_route(g, a);
     td_status_t st;
 
@@ -202,17 +217,35 @@ coll_run(td_group_t *g, const coll_args_t *a)
                    ? a->root : -1;
     op.desc.count = count;
     bytes = count * td_dtype_size((td_dtype_t)op.desc.dtype);
-    op.desc.algo = (uint8_t)choose(a->kind, bytes, count, g->n);
+    op.desc.algo = (uint8_t)choose(g, a->kind, bytes, count);
     st = coll_op_begin(&op);
     if (st != TD_OK) {
         coll_stage_free(&sg);
         return st;
     }
+    algo = (coll_algo_t)op.desc.algo;
+    if (algo == ALGO_SHM && g->n > 1) {
+        int usable = 0;
+
+        /* The first shm call of G maps the segment on every member or on
+         * none; without it the call runs what auto would have (S1). */
+        st = coll_shm_attach(&op, &usable);
+        if (st != TD_OK) {
+            coll_op_end(&op);
+            coll_stage_free(&sg);
+            return st;
+        }
+        if (!usable) {
+            algo = choose_transport(a->kind, bytes, count, g->n);
+        }
+    }
     switch (a->kind) {
     case COLL_ALL_REDUCE:
         if (g->n == 1) {
             st = TD_OK;          /* AVG of one is itself */
-        } else if (op.desc.algo == ALGO_RING) {
+        } else if (algo == ALGO_SHM) {
+            st = coll_all_reduce_shm(&op, coll_stage_ptr(&sg, a->t), count);
+        } else if (algo == ALGO_RING) {
             st = coll_all_reduce_ring(&op, coll_stage_ptr(&sg, a->t), count);
         } else {
             st = coll_all_reduce_rd(&op, coll_stage_ptr(&sg, a->t), count);
@@ -259,7 +292,8 @@ coll_run(td_group_t *g, const coll_args_t *a)
         st = coll_all_to_all_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), bytes);
         break;
     case COLL_BARRIER:
-        st = coll_barrier_run(&op);
+        st = algo == ALGO_SHM && g->n > 1 ? coll_barrier_shm(&op)
+                                          : coll_barrier_run(&op);
         break;
     default:
         st = td_error(TD_ERR_INVALID, "coll: unknown collective %d",

@@ -97,7 +97,7 @@ static int32_t *cma_verified;      /* per world rank: pid checked, or 0 */
 
 /* Algorithms each collective has (bit per coll_algo_t). */
 static const unsigned algo_valid[COLL_NUM_KINDS] = {
-    [COLL_ALL_REDUCE]     = 1u << ALGO_RD | 1u << ALGO_RING,
+    [COLL_ALL_REDUCE]     = 1u << ALGO_RD | 1u << ALGO_RING | 1u << ALGO_SHM,
     [COLL_BROADCAST]      = 1u << ALGO_BINOMIAL | 1u << ALGO_LINEAR,
     [COLL_REDUCE]         = 1u << ALGO_BINOMIAL | 1u << ALGO_LINEAR,
     [COLL_ALL_GATHER]     = 1u << ALGO_DIRECT | 1u << ALGO_RING,
@@ -105,7 +105,7 @@ static const unsigned algo_valid[COLL_NUM_KINDS] = {
     [COLL_SCATTER]        = 1u << ALGO_LINEAR,
     [COLL_REDUCE_SCATTER] = 1u << ALGO_DIRECT | 1u << ALGO_RING,
     [COLL_ALL_TO_ALL]     = 1u << ALGO_PAIRWISE,
-    [COLL_BARRIER]        = 1u << ALGO_DISSEMINATION,
+    [COLL_BARRIER]        = 1u << ALGO_DISSEMINATION | 1u << ALGO_SHM,
 };
 
 typedef struct unexp {
@@ -162,6 +162,12 @@ coll_timeout(void)
     return C.cfg_timeout > 0 ? C.cfg_timeout : C.timeout;
 }
 
+int
+coll_stopped(void)
+{
+    return atomic_load_explicit(&C.stopped, memory_order_relaxed);
+}
+
 long
 coll_active_add(long d)
 {
@@ -176,7 +182,7 @@ static const char *kind_names[COLL_NUM_KINDS] = {
 };
 static const char *algo_names[ALGO_NUM] = {
     "auto", "rd", "ring", "binomial", "linear", "direct", "pairwise",
-    "dissemination"
+    "dissemination", "shm"
 };
 static const char *op_names[TD_REDUCE_NUM_OPS] = {
     "sum", "prod", "min", "max", "avg", "band", "bor", "bxor"
@@ -506,28 +512,60 @@ complete_list(coll_req_t *list, td_status_t code, const char *msg)
 
 static void cma_read(coll_req_t *r);
 static void send_cma_answer(int dst, const coll_req_t *r, uint32_t status);
-static td_status_t send_abort(td_group_t *g, uint32_t seq, td_status_t code,
-                              const char *msg);
+static size_t abort_hdr(uint8_t *h, const td_group_t *g, uint32_t seq,
+                        td_status_t code, const char *msg);
+
+/* Fail group G, or (G NULL) the group with id GID if it is still
+ * registered: transport callbacks pass the id, since td_group_destroy on
+ * another thread may free the group as soon as coll_lock is dropped. The
+ * abort's header and addressees are taken under the lock for that reason
+ * (C1: sent after it). */
+static void
+group_fail(td_group_t *g, uint32_t gid, td_status_t code, int tell,
+           uint32_t seq, const char *msg)
+{
+    uint8_t h[COLL_WIRE_BYTES + 2 + COLL_ERR_MAX];
+    size_t hlen = 0;
+    int *dst = NULL, n_dst = 0;
+    coll_req_t *list;
+    int first;
+
+    pthread_mutex_lock(&C.lock);
+    if (g == NULL && (g = group_find(gid)) == NULL) {
+        pthread_mutex_unlock(&C.lock);
+        return;
+    }
+    gid = g->id;
+    first = g->broken == TD_OK;
+    list = group_fail_locked(g, code, msg);
+    if (first && tell && (dst = malloc(sizeof(int) * (size_t)g->n)) != NULL) {
+        hlen = abort_hdr(h, g, seq, code, msg);
+        for (int i = 0; i < g->n; i++) {
+            if (i != g->me) {
+                dst[n_dst++] = g->ranks[i];
+            }
+        }
+    }
+    pthread_mutex_unlock(&C.lock);
+    complete_list(list, code, msg);
+    if (first) {
+        td_log_debug("coll: group %u broken: %s", gid, msg);
+        for (int i = 0; i < n_dst; i++) {
+            if (td_transport_peer_alive(C.tp, dst[i])) {
+                td_transport_send(C.tp, dst[i], COLL_TRANSPORT_ID, h, hlen,
+                                  NULL, 0, NULL, NULL);
+            }
+        }
+        wake_waiters();
+    }
+    free(dst);
+}
 
 void
 coll_group_fail(td_group_t *g, td_status_t code, int tell, uint32_t seq,
                 const char *msg)
 {
-    coll_req_t *list;
-    int first;
-
-    pthread_mutex_lock(&C.lock);
-    first = g->broken == TD_OK;
-    list = group_fail_locked(g, code, msg);
-    pthread_mutex_unlock(&C.lock);
-    complete_list(list, code, msg);
-    if (first) {
-        td_log_debug("coll: group %u broken: %s", g->id, msg);
-        if (tell) {
-            send_abort(g, seq, code, msg);
-        }
-        wake_waiters();
-    }
+    group_fail(g, 0, code, tell, seq, msg);
 }
 
 td_status_t
@@ -769,23 +807,18 @@ send_ack(int dst, uint32_t group_id, uint32_t digest, uint32_t seq,
     }
 }
 
-static td_status_t
-send_abort(td_group_t *g, uint32_t seq, td_status_t code, const char *msg)
+/* An MSG_ABORT for G at SEQ into H; its length. */
+static size_t
+abort_hdr(uint8_t *h, const td_group_t *g, uint32_t seq, td_status_t code,
+          const char *msg)
 {
-    uint8_t h[COLL_WIRE_BYTES + 2 + COLL_ERR_MAX];
     size_t len = strnlen(msg, COLL_ERR_MAX - 1);
 
     hdr_fixed(h, MSG_ABORT, 0, 0, g, seq, (uint32_t)(int32_t)code, 0);
     h[COLL_WIRE_BYTES] = (uint8_t)(len >> 8);
     h[COLL_WIRE_BYTES + 1] = (uint8_t)len;
     memcpy(h + COLL_WIRE_BYTES + 2, msg, len);
-    for (int i = 0; i < g->n; i++) {
-        if (i != g->me && td_transport_peer_alive(C.tp, g->ranks[i])) {
-            td_transport_send(C.tp, g->ranks[i], COLL_TRANSPORT_ID, h,
-                              COLL_WIRE_BYTES + 2 + len, NULL, 0, NULL, NULL);
-        }
-    }
-    return TD_OK;
+    return COLL_WIRE_BYTES + 2 + len;
 }
 
 /* ---- matching ----------------------------------------------------------- */
@@ -810,9 +843,10 @@ p2p_fits(const coll_req_t *r, int src, uint8_t dtype, int ndim,
 }
 
 /* Two calls at one sequence number (C5): the text naming both. */
-static void
-mismatch_text(char *msg, size_t len, const td_group_t *g, uint32_t seq,
-              int other, const coll_desc_t *theirs, const coll_desc_t *ours)
+void
+coll_mismatch_text(char *msg, size_t len, const td_group_t *g, uint32_t seq,
+                   int other, const coll_desc_t *theirs,
+                   const coll_desc_t *ours)
 {
     char a[160], b[160];
 
@@ -826,7 +860,8 @@ mismatch_text(char *msg, size_t len, const td_group_t *g, uint32_t seq,
 typedef struct {
     td_status_t code;
     char        msg[COLL_ERR_MAX];
-    td_group_t *g;
+    td_group_t *g;                 /* set: fail this group (by gid) */
+    uint32_t    gid;
     uint32_t    seq;
     int         tell;
 } fail_t;
@@ -956,7 +991,7 @@ coll_post_recv(coll_req_t *r)
                           f.msg, sizeof(f.msg));
     } else if (e->nbytes != r->nbytes || !desc_equal(&e->desc, r->desc)) {
         f.code = TD_ERR_INVALID;
-        mismatch_text(f.msg, sizeof(f.msg), r->g, r->seq, e->src, &e->desc,
+        coll_mismatch_text(f.msg, sizeof(f.msg), r->g, r->seq, e->src, &e->desc,
                       r->desc);
         f.tell = 1;
     }
@@ -1168,6 +1203,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
                  "every rank must call td_group_new with the same lists in "
                  "the same order", gid, rx->src, C.rank, digest, g->digest);
         f.g = g;
+        f.gid = gid;
         f.seq = seq;
         pthread_mutex_unlock(&C.lock);
         goto fail;
@@ -1216,6 +1252,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         snprintf(f.msg, sizeof(f.msg), "%.*s (reported by rank %d)", (int)len,
                  text, rx->src);
         f.g = g;
+        f.gid = gid;
         f.seq = seq;
         goto fail;
     }
@@ -1294,9 +1331,10 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     if (type == MSG_COLL && g != NULL && g->in_op && g->cur_seq == seq &&
         !desc_equal(&desc, &g->cur_desc)) {
         f.code = TD_ERR_INVALID;
-        mismatch_text(f.msg, sizeof(f.msg), g, seq, rx->src, &desc,
+        coll_mismatch_text(f.msg, sizeof(f.msg), g, seq, rx->src, &desc,
                       &g->cur_desc);
         f.g = g;
+        f.gid = gid;
         f.seq = seq;
         f.tell = 1;
         pthread_mutex_unlock(&C.lock);
@@ -1315,6 +1353,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
                      "expects %zu", rx->src, nbytes, tag, seq, gid, C.rank,
                      r->nbytes);
             f.g = g;
+            f.gid = gid;
             f.seq = seq;
             f.tell = 1;
         }
@@ -1413,7 +1452,9 @@ rx_handler(void *arg, td_transport_rx_t *rx)
 
 fail:
     if (f.g != NULL) {
-        coll_group_fail(f.g, f.code, f.tell, f.seq, f.msg);
+        /* by id: the group may be destroyed meanwhile (only read under
+         * the lock) */
+        group_fail(NULL, f.gid, f.code, f.tell, f.seq, f.msg);
     }
     return;
 reject:
@@ -1591,6 +1632,11 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         double now;
         td_status_t st = TD_OK;
 
+        if (is_coll && g != NULL && g->shm != NULL) {
+            /* a member waiting in the segment for another call (shm.c
+             * S4) fails the group here; the check below reports it */
+            (void)coll_shm_check(g, g->cur_seq, &g->cur_desc);
+        }
         cma_service(&w);
         if (all_done(&w)) {
             break;
@@ -1892,12 +1938,13 @@ coll_op_begin(coll_op_t *op)
         if (e->type == MSG_COLL && e->group_id == g->id &&
             e->seq == op->seq && !desc_equal(&e->desc, &op->desc)) {
             f.code = TD_ERR_INVALID;
-            mismatch_text(f.msg, sizeof(f.msg), g, op->seq, e->src, &e->desc,
+            coll_mismatch_text(f.msg, sizeof(f.msg), g, op->seq, e->src, &e->desc,
                           &op->desc);
             break;
         }
     }
     pthread_mutex_unlock(&C.lock);
+    coll_shm_announce(g, op->seq, &op->desc);       /* shm.c S4 */
     if (f.code != TD_OK) {
         coll_group_fail(g, f.code, 1, op->seq, f.msg);
         g->in_op = 0;
@@ -1949,6 +1996,7 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     }
     cma_token = ((uint64_t)getpid() << 32) ^ (uint64_t)(td_now_s() * 1e9) ^
                 (uint64_t)(uintptr_t)&cma_token;
+    coll_shm_setup(w);
     C.tp = tp;
     C.rank = w->rank;
     C.size = w->world_size;
@@ -1973,17 +2021,21 @@ module_outstanding(void *arg)
 static void
 module_peer_failed(void *arg, int rank, td_status_t why)
 {
-    td_group_t *hit[TD_GROUPS_MAX];
+    struct { uint32_t id; int grank, n; } hit[TD_GROUPS_MAX];
     int n_hit = 0;
 
     (void)arg;
     (void)why;
+    /* Ids, not pointers: a group may be destroyed once the lock is
+     * dropped (group_fail looks it up again). */
     pthread_mutex_lock(&C.lock);
     for (int i = 0; i < TD_GROUPS_MAX; i++) {
         td_group_t *g = C.groups[i];
 
         if (g != NULL && g->me >= 0 && rank < C.size && g->of_world[rank] >= 0) {
-            hit[n_hit++] = g;
+            hit[n_hit].id = g->id;
+            hit[n_hit].grank = g->of_world[rank];
+            hit[n_hit++].n = g->n;
         }
     }
     pthread_mutex_unlock(&C.lock);
@@ -1991,9 +2043,9 @@ module_peer_failed(void *arg, int rank, td_status_t why)
         char msg[COLL_ERR_MAX];
 
         snprintf(msg, sizeof(msg), "coll: rank %d (group rank %d of group "
-                 "%u, %d members) died", rank, hit[i]->of_world[rank],
-                 hit[i]->id, hit[i]->n);
-        coll_group_fail(hit[i], TD_ERR_PEER, 0, 0, msg);
+                 "%u, %d members) died", rank, hit[i].grank, hit[i].id,
+                 hit[i].n);
+        group_fail(NULL, hit[i].id, TD_ERR_PEER, 0, 0, msg);
     }
     /* Sends waiting for an ack from it in any group, too. */
     pthread_mutex_lock(&C.lock);

@@ -50,7 +50,7 @@ typedef enum {
 /* Algorithms. */
 typedef enum {
     ALGO_AUTO = 0, ALGO_RD, ALGO_RING, ALGO_BINOMIAL, ALGO_LINEAR,
-    ALGO_DIRECT, ALGO_PAIRWISE, ALGO_DISSEMINATION, ALGO_NUM
+    ALGO_DIRECT, ALGO_PAIRWISE, ALGO_DISSEMINATION, ALGO_SHM, ALGO_NUM
 } coll_algo_t;
 
 /* What one member called: every message of a collective carries it, and
@@ -78,6 +78,10 @@ typedef struct {
  *   ABORT: u16 text length | text (< COLL_ERR_MAX) */
 #define COLL_WIRE_BYTES 32
 
+/* A group's shared-memory segment (shm.c) and whether it has one. */
+typedef struct coll_shm coll_shm_t;
+enum { SHM_UNTRIED = 0, SHM_ON = 1, SHM_OFF = 2 };
+
 /* A group (todist/coll.h). */
 struct td_group {
     uint32_t        id;            /* 0: the world */
@@ -92,6 +96,8 @@ struct td_group {
     void           *scratch;
     size_t          scratch_len;
     int             watched;       /* endpoints to every member requested */
+    coll_shm_t     *shm;           /* shm.c: the segment, when SHM_ON */
+    int             shm_state;
     /* guarded by coll_lock */
     int             in_op;         /* a collective with seq cur_seq runs */
     uint32_t        cur_seq;
@@ -261,6 +267,33 @@ td_status_t coll_isend(coll_op_t *op, coll_req_t *r, int dst, uint32_t tag,
 td_status_t coll_sendrecv(coll_op_t *op, int dst, const void *sbuf,
                           size_t slen, int src, void *rbuf, size_t rlen,
                           uint32_t tag);
+
+/* Has the runtime shut down (pending operations fail)? */
+int         coll_stopped(void);
+/* The text naming two calls at one sequence number (C5). */
+void        coll_mismatch_text(char *msg, size_t len, const td_group_t *g,
+                               uint32_t seq, int other,
+                               const coll_desc_t *theirs,
+                               const coll_desc_t *ours);
+
+/* ---- shm.c: collectives through a shared segment ------------------------ */
+
+/* Read TODIST_COLL_SHM and whether the job is on one node (module setup). */
+void        coll_shm_setup(const td_world_t *w);
+/* May auto pick the shm algorithm for G? (same answer on every member) */
+int         coll_shm_eligible(const td_group_t *g);
+/* The handshake at G's first shm call (shm.c S1); *USABLE: 1 when every
+ * member has the segment, else the call runs another algorithm. */
+td_status_t coll_shm_attach(coll_op_t *op, int *usable);
+/* Announce the call SEQ/D in G's segment (S4); no-op without one. */
+void        coll_shm_announce(td_group_t *g, uint32_t seq,
+                              const coll_desc_t *d);
+/* Fail G as a mismatch if a member announced another call at SEQ. */
+td_status_t coll_shm_check(td_group_t *g, uint32_t seq,
+                           const coll_desc_t *mine);
+void        coll_shm_detach(td_group_t *g);
+td_status_t coll_all_reduce_shm(coll_op_t *op, void *buf, size_t count);
+td_status_t coll_barrier_shm(coll_op_t *op);
 
 /* ---- reduce.c: the reduction kernels ----------------------------------- */
 

@@ -42,6 +42,7 @@ group_free(td_group_t *g)
     if (g == NULL) {
         return;
     }
+    coll_shm_detach(g);
     pthread_mutex_destroy(&g->qlock);
     pthread_cond_destroy(&g->qcond);
     free(g->ranks);

@@ -1,0 +1,697 @@
+/* shm.c: all_reduce and barrier through one shared-memory segment per
+ * group, for groups whose members all run on one node (algorithm "shm").
+ *
+ * Why: on one node a collective is memory traffic plus synchronization.
+ * Through the transport each step is a UCX message (a few hundred ns of
+ * software each way, a wake-up when the receiver sleeps); through a
+ * segment every member writes its data once, raises a flag, and reads the
+ * others' directly, which is how Open MPI's shared-memory path gets its
+ * 0.3 us. Small vectors (<= SHM_SMALL) take one round: every member
+ * reduces all slots itself. Larger ones go in chunks of a slot, two rounds
+ * each: member r reduces sub-range r of every slot and publishes it in its
+ * own slot, then everyone copies the sub-ranges out (a reduce-scatter and
+ * an all-gather through memory, 3 copies of the data per member).
+ *
+ * The segment, made by group rank 0 at the group's first shm collective
+ * (a three-message handshake inside that call; shm_unlink once every
+ * member has it mapped, so nothing outlives the job):
+ *   header (magic, token, n, slot bytes; the futex word and sleepers)
+ *   n control lines: `post` (round << 32 | call digest) and the
+ *                    announced calls (seq + 1, description) of seq % 2
+ *   2 data buffers x n slots of `slot` bytes
+ *
+ * Invariants (S1..S7):
+ *  S1 The segment is used only when every member mapped it and checked the
+ *     token: the handshake ends with rank 0's decision sent to all, so
+ *     either all members use it or none does (then the call runs the
+ *     algorithm auto would have picked, and the group never tries again).
+ *  S2 Rounds and data epochs are counters every member advances by the
+ *     same amounts (a function of the call and the group), so the round a
+ *     member waits for is the one its peers post for the same call.
+ *  S3 A post carries the call's digest (seq and description); a member
+ *     that sees a peer at its round with another digest fails the group
+ *     as a mismatch (C5) naming both calls, from the peer's announcement.
+ *     A peer already past the round passed this check against our post,
+ *     so it made the same call.
+ *  S4 Every call on a group with a segment is announced there (op_begin),
+ *     so a member in a transport algorithm notices a peer waiting in the
+ *     segment for a different call (coll_shm_check, from coll_wait).
+ *  S5 Data buffers alternate by epoch: a member rewrites buffer b two
+ *     epochs later, after a round that every member posts only once it has
+ *     finished reading b (so no reader sees a half-overwritten slot).
+ *  S6 A post is a seq_cst store followed by a seq_cst load of the sleeper
+ *     count, and a sleeper raises the count before re-checking the posts:
+ *     a wake-up is never lost (and sleeps are bounded at 1 ms anyway).
+ *  S7 A waiter never blocks unbounded: it polls the group's broken state
+ *     (a dead member, an abort: C6) and the deadline, and times out
+ *     naming the members that did not post, as the transport path does.
+ *
+ * Thread safety: a group's segment belongs to the thread running its
+ * current operation (work.c serializes them). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+
+#include "runtime/coll/coll_internal.h"
+#include "base/clock.h"
+#include "base/log.h"
+
+#define SHM_MAGIC      0x746f646973746d31ull   /* "todistm1" */
+#define SHM_LINE       128                      /* against false sharing */
+#define SHM_SMALL      (16u * 1024u)            /* one round up to here */
+#define SHM_SLOT_MAX   (1u << 20)
+#define SHM_SLOT_MIN   (64u * 1024u)
+#define SHM_BUDGET     (4u << 20)               /* n x slot, per buffer */
+#define SHM_SPIN_S     50e-6                    /* pure spin this long */
+#define SHM_YIELD_S    2e-3                     /* then yield this long */
+#define SHM_SLEEP_NS   1000000                  /* then futex sleeps */
+
+/* Tags of the handshake (above every algorithm's step tags). */
+#define TAG_OFFER  0xfff00001u
+#define TAG_REPLY  0xfff00002u
+#define TAG_DECIDE 0xfff00003u
+
+typedef struct {
+    uint64_t         magic, token;
+    uint32_t         n, slot;
+    uint64_t         size;
+    char             pad0[SHM_LINE - 32];
+    _Atomic uint32_t wake;              /* futex word */
+    _Atomic uint32_t sleepers;
+    char             pad1[SHM_LINE - 8];
+} shm_hdr_t;
+
+typedef struct {
+    _Atomic uint64_t post;              /* round << 32 | call digest */
+    _Atomic uint32_t ann_seq[2];        /* seq + 1 announced in ann[seq%2] */
+    coll_desc_t      ann[2];
+    char             pad[SHM_LINE - 16 - 2 * sizeof(coll_desc_t)];
+} shm_ctl_t;
+
+struct coll_shm {
+    shm_hdr_t  *hdr;
+    shm_ctl_t  *ctl;
+    uint8_t    *data;                   /* 2 x n x slot */
+    size_t      size, slot;
+    uint32_t    round;                  /* S2 */
+    uint32_t    epoch;
+};
+
+/* The offer rank 0 sends (host byte order: one node). */
+typedef struct {
+    uint32_t ok, slot;
+    uint64_t token, size;
+    char     name[64];
+} shm_offer_t;
+
+static int  shm_auto = 1;       /* TODIST_COLL_SHM: auto may pick shm */
+static int  shm_one_node;       /* every rank of the job on this node */
+static int  shm_oversub;        /* more local ranks than cores */
+
+void
+coll_shm_setup(const td_world_t *w)
+{
+    const char *s = getenv("TODIST_COLL_SHM");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    shm_auto = !(s != NULL && strcmp(s, "0") == 0);
+    shm_one_node = w->nnodes <= 1 && w->local_world_size == w->world_size;
+    shm_oversub = cpus > 0 && w->local_world_size > cpus;
+}
+
+int
+coll_shm_eligible(const td_group_t *g)
+{
+    return shm_auto && shm_one_node && g->n > 1 && g->shm_state != SHM_OFF;
+}
+
+static size_t
+shm_slot_for(int n)
+{
+    size_t s = SHM_BUDGET / (size_t)n;
+
+    s = s > SHM_SLOT_MAX ? SHM_SLOT_MAX : s < SHM_SLOT_MIN ? SHM_SLOT_MIN : s;
+    return s & ~(size_t)4095;
+}
+
+static size_t
+shm_size_for(int n, size_t slot)
+{
+    size_t head = sizeof(shm_hdr_t) + (size_t)n * sizeof(shm_ctl_t);
+
+    head = (head + 4095) & ~(size_t)4095;
+    return head + 2 * (size_t)n * slot;
+}
+
+static void
+shm_layout(coll_shm_t *s, void *base, int n)
+{
+    size_t head = sizeof(shm_hdr_t) + (size_t)n * sizeof(shm_ctl_t);
+
+    s->hdr = base;
+    s->ctl = (shm_ctl_t *)((uint8_t *)base + sizeof(shm_hdr_t));
+    s->data = (uint8_t *)base + ((head + 4095) & ~(size_t)4095);
+}
+
+static uint8_t *
+slot_of(const coll_shm_t *s, uint32_t epoch, int n, int r)
+{
+    return s->data + ((size_t)(epoch & 1) * (size_t)n + (size_t)r) * s->slot;
+}
+
+void
+coll_shm_detach(td_group_t *g)
+{
+    if (g->shm != NULL) {
+        munmap(g->shm->hdr, g->shm->size);
+        free(g->shm);
+        g->shm = NULL;
+    }
+}
+
+/* ---- the handshake (S1) ----------------------------------------------------- */
+
+static int
+shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
+{
+    size_t slot = shm_slot_for(g->n), size = shm_size_for(g->n, slot);
+    uint64_t rnd = 0;
+    shm_hdr_t *h;
+    void *base;
+    int fd, err;
+
+    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+        rnd = ((uint64_t)getpid() << 32) ^ (uint64_t)(td_now_s() * 1e9);
+    }
+    snprintf(o->name, sizeof(o->name), "/todist.%d.%u.%016llx",
+             (int)getpid(), g->id, (unsigned long long)rnd);
+    fd = shm_open(o->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        td_log_debug("coll: shm_open(%s): %s: group %u runs collectives "
+                     "through the transport", o->name, strerror(errno),
+                     g->id);
+        return 0;
+    }
+    /* Reserve the pages now (ENOSPC here, not SIGBUS on a later touch). */
+    err = posix_fallocate(fd, 0, (off_t)size);
+    base = err == 0 ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                           fd, 0) : MAP_FAILED;
+    close(fd);
+    if (base == MAP_FAILED) {
+        td_log_info("coll: group %u: no shared segment of %zu bytes (%s); "
+                    "its collectives go through the transport", g->id, size,
+                    strerror(err != 0 ? err : errno));
+        shm_unlink(o->name);
+        return 0;
+    }
+    h = base;
+    h->n = (uint32_t)g->n;
+    h->slot = (uint32_t)slot;
+    h->size = size;
+    h->token = rnd ^ 0x5bd1e9955bd1e995ull;
+    h->magic = SHM_MAGIC;
+    o->ok = 1;
+    o->slot = (uint32_t)slot;
+    o->token = h->token;
+    o->size = size;
+    *base_p = base;
+    return 1;
+}
+
+static int
+shm_open_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
+{
+    struct stat st;
+    shm_hdr_t *h;
+    void *base;
+    int fd;
+
+    if (!o->ok || memchr(o->name, '\0', sizeof(o->name)) == NULL ||
+        o->size != shm_size_for(g->n, o->slot)) {
+        return 0;
+    }
+    fd = shm_open(o->name, O_RDWR, 0);
+    if (fd < 0) {
+        td_log_debug("coll: shm_open(%s): %s (another node?)", o->name,
+                     strerror(errno));
+        return 0;
+    }
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != o->size) {
+        close(fd);
+        return 0;
+    }
+    base = mmap(NULL, o->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        return 0;
+    }
+    h = base;
+    /* Same name on another node, say: not rank 0's segment. */
+    if (h->magic != SHM_MAGIC || h->token != o->token ||
+        h->n != (uint32_t)g->n || h->slot != o->slot) {
+        munmap(base, o->size);
+        return 0;
+    }
+    *base_p = base;
+    return 1;
+}
+
+static uint32_t
+call_digest(uint32_t seq, const coll_desc_t *d)
+{
+    uint32_t h = 2166136261u;
+    uint8_t b[24];
+
+    memcpy(b, &seq, 4);
+    b[4] = d->kind;
+    b[5] = d->dtype;
+    b[6] = d->op;
+    b[7] = d->algo;
+    memcpy(b + 8, &d->root, 4);
+    memcpy(b + 12, &d->count, 8);
+    b[20] = b[21] = b[22] = b[23] = 0;
+    for (size_t i = 0; i < sizeof(b); i++) {
+        h ^= b[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+void
+coll_shm_announce(td_group_t *g, uint32_t seq, const coll_desc_t *d)
+{
+    shm_ctl_t *c;
+    int k = (int)(seq & 1);
+
+    if (g->shm == NULL) {
+        return;
+    }
+    c = &g->shm->ctl[g->me];
+    atomic_store_explicit(&c->ann_seq[k], 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    c->ann[k] = *d;
+    atomic_store_explicit(&c->ann_seq[k], seq + 1, memory_order_release);
+}
+
+/* Group rank R's announced call at SEQ (a seqlock read); 0: none. */
+static int
+announced(const td_group_t *g, int r, uint32_t seq, coll_desc_t *out)
+{
+    shm_ctl_t *c = &g->shm->ctl[r];
+    int k = (int)(seq & 1);
+    uint32_t v1 = atomic_load_explicit(&c->ann_seq[k], memory_order_acquire);
+
+    if (v1 != seq + 1) {
+        return 0;
+    }
+    memcpy(out, (const void *)&c->ann[k], sizeof(*out));
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&c->ann_seq[k], memory_order_relaxed) == v1;
+}
+
+static td_status_t
+fail_mismatch(coll_op_t *op, int r, const coll_desc_t *theirs)
+{
+    char msg[COLL_ERR_MAX];
+
+    if (theirs != NULL) {
+        coll_mismatch_text(msg, sizeof(msg), op->g, op->seq, op->g->ranks[r],
+                           theirs, &op->desc);
+    } else {
+        snprintf(msg, sizeof(msg), "coll: mismatched collectives in group %u "
+                 "at call #%u: rank %d made another call than rank %d's %s",
+                 op->g->id, op->seq, op->g->ranks[r], coll_world_rank(),
+                 coll_kind_name(op->desc.kind));
+    }
+    coll_group_fail(op->g, TD_ERR_INVALID, 1, op->seq, msg);
+    return td_error(TD_ERR_INVALID, "%s", msg);
+}
+
+td_status_t
+coll_shm_check(td_group_t *g, uint32_t seq, const coll_desc_t *mine)
+{
+    coll_desc_t d;
+
+    if (g->shm == NULL || g->me < 0) {
+        return TD_OK;
+    }
+    for (int r = 0; r < g->n; r++) {
+        if (r != g->me && announced(g, r, seq, &d) &&
+            memcmp(&d, mine, sizeof(d)) != 0) {
+            coll_op_t op = { .g = g, .desc = *mine, .seq = seq };
+
+            return fail_mismatch(&op, r, &d);
+        }
+    }
+    return TD_OK;
+}
+
+/* The handshake inside OP, the group's first shm call; *USABLE: 1 when
+ * the segment is mapped by every member. Rank 0 offers, every member
+ * answers whether it mapped it, rank 0 decides for all (S1). */
+td_status_t
+coll_shm_attach(coll_op_t *op, int *usable)
+{
+    td_group_t *g = op->g;
+    void *base = NULL;
+    shm_offer_t offer;
+    uint32_t mine = 0, decision = 1;
+    td_status_t st = TD_OK;
+    int have = 0;
+
+    *usable = g->shm_state == SHM_ON;
+    if (g->shm_state != SHM_UNTRIED) {
+        return TD_OK;
+    }
+    memset(&offer, 0, sizeof(offer));
+    if (g->me == 0) {
+        int n = g->n;
+        coll_req_t *rq = calloc((size_t)(2 * n), sizeof(coll_req_t));
+        coll_req_t **wait = calloc((size_t)(2 * n), sizeof(coll_req_t *));
+        uint32_t *answers = calloc((size_t)n, sizeof(uint32_t));
+
+        if (rq == NULL || wait == NULL || answers == NULL) {
+            free(rq);
+            free(wait);
+            free(answers);
+            return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
+        }
+        have = shm_create(g, &offer, &base);
+        for (int r = 1; r < n && st == TD_OK; r++) {
+            st = coll_irecv(op, &rq[2 * r], r, TAG_REPLY, &answers[r], 4);
+            wait[2 * r] = st == TD_OK ? &rq[2 * r] : NULL;
+            if (st == TD_OK) {
+                st = coll_isend(op, &rq[2 * r + 1], r, TAG_OFFER, &offer,
+                                sizeof(offer));
+                wait[2 * r + 1] = st == TD_OK ? &rq[2 * r + 1] : NULL;
+            }
+        }
+        {
+            td_status_t w = coll_wait(g, wait, 2 * n, op->deadline);
+
+            st = st != TD_OK ? st : w;
+        }
+        if (have) {
+            shm_unlink(offer.name);  /* every member mapped it, or won't */
+        }
+        decision = have;
+        for (int r = 1; r < n; r++) {
+            decision &= answers[r] == 1;
+        }
+        memset(wait, 0, sizeof(coll_req_t *) * (size_t)(2 * n));
+        for (int r = 1; r < n && st == TD_OK; r++) {
+            st = coll_isend(op, &rq[2 * r], r, TAG_DECIDE, &decision, 4);
+            wait[2 * r] = st == TD_OK ? &rq[2 * r] : NULL;
+        }
+        {
+            td_status_t w = coll_wait(g, wait, 2 * n, op->deadline);
+
+            st = st != TD_OK ? st : w;
+        }
+        free(rq);
+        free(wait);
+        free(answers);
+    } else {
+        coll_req_t rq[2];
+
+        st = coll_sendrecv(op, -1, NULL, 0, 0, &offer, sizeof(offer),
+                           TAG_OFFER);
+        if (st == TD_OK) {
+            have = shm_open_offer(g, &offer, &base);
+            mine = (uint32_t)have;
+            st = coll_irecv(op, &rq[0], 0, TAG_DECIDE, &decision, 4);
+        }
+        if (st == TD_OK) {
+            coll_req_t *w[2] = { &rq[0], &rq[1] };
+
+            st = coll_isend(op, &rq[1], 0, TAG_REPLY, &mine, 4);
+            if (st != TD_OK) {
+                w[1] = NULL;
+            }
+            {
+                td_status_t w_st = coll_wait(g, w, 2, op->deadline);
+
+                st = st != TD_OK ? st : w_st;
+            }
+        }
+    }
+    if (st == TD_OK && decision == 1 && have) {
+        coll_shm_t *s = calloc(1, sizeof(*s));
+
+        if (s != NULL) {
+            shm_layout(s, base, g->n);
+            s->size = offer.size;
+            s->slot = offer.slot;
+            g->shm = s;
+            g->shm_state = SHM_ON;
+            coll_shm_announce(g, op->seq, &op->desc);
+            *usable = 1;
+            td_log_debug("coll: group %u: collectives through shared memory "
+                         "(%zu bytes, slots of %zu)", g->id, s->size, s->slot);
+            return TD_OK;
+        }
+        /* cannot happen in practice; the others would use it: fail loudly */
+        munmap(base, offer.size);
+        coll_group_fail(g, TD_ERR_NO_MEMORY, 1, op->seq, "coll: out of "
+                        "memory attaching the group's shared segment");
+        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
+    }
+    if (have) {
+        munmap(base, offer.size);
+    }
+    if (st == TD_OK) {
+        g->shm_state = SHM_OFF;
+        td_log_debug("coll: group %u: no shared segment on every member; "
+                     "collectives go through the transport", g->id);
+    }
+    return st;
+}
+
+/* ---- rounds ------------------------------------------------------------------ */
+
+static long
+futex(_Atomic uint32_t *addr, int cmd, uint32_t val,
+      const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, cmd, val, ts, NULL, 0);
+}
+
+static void
+post(coll_shm_t *s, int me, uint32_t round, uint32_t digest)
+{
+    atomic_store(&s->ctl[me].post, (uint64_t)round << 32 | digest);  /* S6 */
+    if (atomic_load(&s->hdr->sleepers) != 0) {
+        atomic_fetch_add(&s->hdr->wake, 1);
+        futex(&s->hdr->wake, FUTEX_WAKE, INT_MAX, NULL);
+    }
+}
+
+static inline void
+relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Which members have not posted ROUND: -1 when all have; -2 - r when
+ * member r posted it for another call (S3). */
+static int
+first_missing(const coll_shm_t *s, int n, int me, uint32_t round,
+              uint32_t digest)
+{
+    int missing = -1;
+
+    for (int r = 0; r < n; r++) {
+        uint64_t v;
+
+        if (r == me) {
+            continue;
+        }
+        v = atomic_load(&s->ctl[r].post);
+        if ((int32_t)((uint32_t)(v >> 32) - round) < 0) {
+            missing = missing < 0 ? r : missing;
+        } else if ((uint32_t)(v >> 32) == round && (uint32_t)v != digest) {
+            /* (a member past ROUND saw our post with its own digest) */
+            return -2 - r;
+        }
+    }
+    return missing;
+}
+
+/* Post our round and wait for everyone's (S6, S7). */
+static td_status_t
+round_trip(coll_op_t *op, uint32_t digest)
+{
+    td_group_t *g = op->g;
+    coll_shm_t *s = g->shm;
+    uint32_t round = ++s->round;
+    double t0 = 0, now;
+    unsigned spins = 0;
+    int m;
+
+    post(s, g->me, round, digest);
+    for (;;) {
+        m = first_missing(s, g->n, g->me, round, digest);
+        if (m == -1) {
+            return TD_OK;
+        }
+        if (m <= -2) {
+            coll_desc_t d;
+            int r = -2 - m;
+
+            return fail_mismatch(op, r, announced(g, r, op->seq, &d) ? &d
+                                                                     : NULL);
+        }
+        if (__atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
+            return coll_group_check(g);
+        }
+        if ((++spins & 63) != 0 && !shm_oversub) {
+            relax();
+            continue;
+        }
+        now = td_now_s();
+        if (t0 == 0) {
+            t0 = now;
+        }
+        if (coll_stopped()) {
+            return td_error(TD_ERR_CANCELED, "coll: the runtime shut down "
+                            "with this operation pending");
+        }
+        if (now > op->deadline) {
+            char who[160], msg[COLL_ERR_MAX];
+            size_t k = 0;
+
+            who[0] = '\0';
+            for (int r = 0; r < g->n && k < sizeof(who); r++) {
+                uint64_t v = atomic_load(&s->ctl[r].post);
+
+                if (r != g->me &&
+                    (int32_t)((uint32_t)(v >> 32) - round) < 0) {
+                    int w = snprintf(who + k, sizeof(who) - k, "%s%d",
+                                     k ? ", " : "", g->ranks[r]);
+
+                    k += w > 0 ? (size_t)w : 0;
+                }
+            }
+            snprintf(msg, sizeof(msg), "coll: %s timed out after %.1f s on "
+                     "rank %d waiting for rank(s) %s",
+                     coll_kind_name(op->desc.kind), coll_timeout(),
+                     coll_world_rank(), who);
+            coll_group_fail(g, TD_ERR_TIMEOUT, 1, op->seq, msg);
+            return td_error(TD_ERR_TIMEOUT, "%s", msg);
+        }
+        if (now - t0 < SHM_SPIN_S && !shm_oversub) {
+            continue;
+        }
+        if (now - t0 < SHM_YIELD_S) {
+            sched_yield();
+            continue;
+        }
+        /* Long wait: sleep on the futex word (bounded, S6/S7). */
+        {
+            uint32_t w = atomic_load(&s->hdr->wake);
+            struct timespec ts = { 0, SHM_SLEEP_NS };
+
+            atomic_fetch_add(&s->hdr->sleepers, 1);
+            if (first_missing(s, g->n, g->me, round, digest) >= 0) {
+                futex(&s->hdr->wake, FUTEX_WAIT, w, &ts);
+            }
+            atomic_fetch_sub(&s->hdr->sleepers, 1);
+        }
+    }
+}
+
+/* ---- the collectives ------------------------------------------------------------- */
+
+td_status_t
+coll_barrier_shm(coll_op_t *op)
+{
+    return round_trip(op, call_digest(op->seq, &op->desc));
+}
+
+td_status_t
+coll_all_reduce_shm(coll_op_t *op, void *buf, size_t count)
+{
+    td_group_t *g = op->g;
+    coll_shm_t *s = g->shm;
+    int n = g->n, me = g->me;
+    size_t es = op->esize, bytes = count * es;
+    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
+    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
+    uint32_t digest = call_digest(op->seq, &op->desc);
+    td_status_t st;
+
+    if (bytes <= SHM_SMALL && bytes <= s->slot) {
+        /* One round: every member reduces every slot, in rank order, so
+         * all get the same bits. */
+        uint32_t e = s->epoch++;
+
+        memcpy(slot_of(s, e, n, me), buf, bytes);
+        if ((st = round_trip(op, digest)) != TD_OK) {
+            return st;
+        }
+        if (me != 0) {
+            memcpy(buf, slot_of(s, e, n, 0), bytes);
+        }
+        for (int r = 1; r < n; r++) {
+            coll_reduce_into(buf, slot_of(s, e, n, r), count, dt, rop);
+        }
+        if (rop == TD_REDUCE_AVG) {
+            coll_divide(buf, count, dt, n);
+        }
+        return TD_OK;
+    }
+    for (size_t off = 0, ce = s->slot / es; off < count; off += ce) {
+        size_t c = count - off < ce ? count - off : ce;
+        size_t lo = c * (size_t)me / (size_t)n;
+        size_t hi = c * (size_t)(me + 1) / (size_t)n;
+        uint8_t *mine = (uint8_t *)buf + (off + lo) * es;
+        uint32_t e = s->epoch++;
+
+        memcpy(slot_of(s, e, n, me), (uint8_t *)buf + off * es, c * es);
+        if ((st = round_trip(op, digest)) != TD_OK) {
+            return st;
+        }
+        /* Sub-range ME of every slot, in rank order, published in ours. */
+        if (me != 0) {
+            memcpy(mine, slot_of(s, e, n, 0) + lo * es, (hi - lo) * es);
+        }
+        for (int r = 1; r < n; r++) {
+            coll_reduce_into(mine, slot_of(s, e, n, r) + lo * es, hi - lo,
+                             dt, rop);
+        }
+        if (rop == TD_REDUCE_AVG) {
+            coll_divide(mine, hi - lo, dt, n);
+        }
+        memcpy(slot_of(s, e, n, me) + lo * es, mine, (hi - lo) * es);
+        if ((st = round_trip(op, digest)) != TD_OK) {
+            return st;
+        }
+        for (int r = 0; r < n; r++) {
+            size_t rlo = c * (size_t)r / (size_t)n;
+            size_t rhi = c * (size_t)(r + 1) / (size_t)n;
+
+            if (r != me) {
+                memcpy((uint8_t *)buf + (off + rlo) * es,
+                       slot_of(s, e, n, r) + rlo * es, (rhi - rlo) * es);
+            }
+        }
+    }
+    return TD_OK;
+}
