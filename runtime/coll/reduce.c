@@ -14,6 +14,24 @@
 
 #include "runtime/coll/coll_internal.h"
 
+/* GCC 12's -O2 leaves these loops scalar (measured: a 512 KiB float sum
+ * took a third of a 1 MiB all_reduce): vectorize them, and pick the
+ * widest vector unit at load time. Element-wise, so the vector code gives
+ * the same bits as the scalar one. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", \
+                                                   "default")))
+#endif
+#endif
+#ifndef VECTOR_CLONES
+#define VECTOR_CLONES
+#endif
+
 #define LOOP(T, EXPR)                                                       \
     do {                                                                    \
         T *restrict d = dst;                                                \
@@ -58,7 +76,7 @@
     }
 
 /* uint8 sums wrap modulo 256, as in PyTorch. */
-void
+VECTOR_CLONES void
 coll_reduce_into(void *dst, const void *src, size_t count, td_dtype_t dtype,
                  td_reduce_op_t op)
 {
@@ -91,7 +109,7 @@ coll_reduce_into(void *dst, const void *src, size_t count, td_dtype_t dtype,
         }                                                                   \
     } while (0)
 
-void
+VECTOR_CLONES void
 coll_divide(void *dst, size_t count, td_dtype_t dtype, int n)
 {
     switch (dtype) {

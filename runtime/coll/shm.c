@@ -8,9 +8,10 @@
  * others' directly, which is how Open MPI's shared-memory path gets its
  * 0.3 us. Small vectors (<= SHM_SMALL) take one round: every member
  * reduces all slots itself. Larger ones go in chunks of a slot, two rounds
- * each: member r reduces sub-range r of every slot and publishes it in its
- * own slot, then everyone copies the sub-ranges out (a reduce-scatter and
- * an all-gather through memory, 3 copies of the data per member).
+ * each: member r reduces sub-range r (its own, in place, and every other
+ * slot's) and publishes it in its own slot, then everyone copies the
+ * sub-ranges out (a reduce-scatter and an all-gather through memory: each
+ * member copies (n-1)/n of the data in, 1/n back and (n-1)/n out).
  *
  * The segment, made by group rank 0 at the group's first shm collective
  * (a three-message handshake inside that call; shm_unlink once every
@@ -664,17 +665,21 @@ coll_all_reduce_shm(coll_op_t *op, void *buf, size_t count)
         uint8_t *mine = (uint8_t *)buf + (off + lo) * es;
         uint32_t e = s->epoch++;
 
-        memcpy(slot_of(s, e, n, me), (uint8_t *)buf + off * es, c * es);
+        /* The sub-ranges the others reduce; ours stays in BUF. */
+        memcpy(slot_of(s, e, n, me), (uint8_t *)buf + off * es, lo * es);
+        memcpy(slot_of(s, e, n, me) + hi * es, (uint8_t *)buf + (off + hi) * es,
+               (c - hi) * es);
         if ((st = round_trip(op, digest)) != TD_OK) {
             return st;
         }
-        /* Sub-range ME of every slot, in rank order, published in ours. */
-        if (me != 0) {
-            memcpy(mine, slot_of(s, e, n, 0) + lo * es, (hi - lo) * es);
-        }
-        for (int r = 1; r < n; r++) {
-            coll_reduce_into(mine, slot_of(s, e, n, r) + lo * es, hi - lo,
-                             dt, rop);
+        /* Sub-range ME: ours, then the others' in rank order (one member
+         * reduces each sub-range, so all get the same bits), published in
+         * our slot. */
+        for (int r = 0; r < n; r++) {
+            if (r != me) {
+                coll_reduce_into(mine, slot_of(s, e, n, r) + lo * es,
+                                 hi - lo, dt, rop);
+            }
         }
         if (rop == TD_REDUCE_AVG) {
             coll_divide(mine, hi - lo, dt, n);
