@@ -8,7 +8,7 @@
 # its timeout on every rank. A malformed TODIST_FAULT, or one naming an
 # unknown kind, is refused. Bounded by timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
-plan 28
+plan 34
 B=$top_builddir/tests
 run() { timeout -k 5 "$@"; }
 
@@ -72,10 +72,15 @@ scenario() { # what mode iters fault env...
 }
 
 # collectives and point-to-point: coll messages (data, acks, single-copy
-# offers, aborts) dropped, corrupted and delayed; a fresh group per round
+# offers, aborts, the shared segment's handshake) dropped, corrupted and
+# delayed; a fresh group per round. Then again with the shared segment off
+# (TODIST_COLL_SHM=0), so that all_reduce and barrier go through messages.
 scenario collectives coll 8 \
     "drop:coll:0.01,corrupt:coll:0.005,delay:coll:0.01:5,seed=2" \
     TODIST_COLL_TIMEOUT=2
+scenario "collectives (transport only)" coll 8 \
+    "drop:coll:0.01,corrupt:coll:0.005,delay:coll:0.01:5,seed=2" \
+    TODIST_COLL_TIMEOUT=2 TODIST_COLL_SHM=0
 
 # distributed backward: propagate and release calls dropped and corrupted,
 # replies lost, everything delayed now and then
