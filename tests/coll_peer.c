@@ -1140,6 +1140,38 @@ mode_destroyed(void)
     return 0;
 }
 
+/* 40 live groups of the whole world, an all_reduce on each (the world
+ * group has a segment too): past the 32 segments a process maps
+ * (shm.c), groups run through the transport, and every result is right. */
+static int
+mode_many_groups(void)
+{
+    td_group_t *g[40];
+    int ranks[64], bad = 0;
+    td_tensor_t *t = make(5000, TD_INT64);
+
+    for (int i = 0; i < size; i++) {
+        ranks[i] = i;
+    }
+    for (int k = 0; k < 40; k++) {
+        td_status_t st = td_group_new(ranks, size, &g[k]);
+
+        td_tensor_fill_(t, k + rank);
+        if (st == TD_OK) {
+            st = td_all_reduce(g[k], t, TD_REDUCE_SUM);
+        }
+        /* sum over ranks of (k + r) */
+        bad += st != TD_OK ||
+               get(t, 4999) != (double)(k * size + size * (size - 1) / 2);
+    }
+    check(bad == 0, "many_groups_right", "%d wrong", bad);
+    for (int k = 0; k < 40; k++) {
+        td_group_destroy(g[k]);
+    }
+    td_tensor_release(t);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1169,6 +1201,8 @@ main(int argc, char **argv)
         rc = mode_mismatch();
     } else if (strcmp(mode, "destroyed") == 0) {
         rc = mode_destroyed();
+    } else if (strcmp(mode, "many_groups") == 0) {
+        rc = mode_many_groups();
     } else if (strcmp(mode, "big") == 0) {
         /* bodies above the single-copy threshold (read in place, or sent
          * through UCX when that cannot be done) */

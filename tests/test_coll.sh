@@ -30,7 +30,7 @@ mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
-         $(count "$conc") + $(count "$mism") + $(count "$kill") + 62 ))
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 64 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -212,6 +212,15 @@ EOS
     is "$rc" 0 "concurrent: every rank exits 0 ($cfg)"
     [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | grep -v debug | tail -30)"
 done
+
+# A process maps at most 32 segments (up to 8 MiB each): with 40 live
+# groups the later ones go through the transport, and all are right.
+out=$(TODIST_LOG=debug run 120 todist-run -n 2 "$PEER" many_groups 2>&1); rc=$?
+like "$out" "32 shared segments mapped already" \
+     "past 32 segments per process, groups use the transport"
+is "$(printf '%s\n' "$out" | grep -cx 'PASS many_groups_right')" 2 \
+   "40 groups: every all_reduce right on both ranks"
+[ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | grep -v debug | tail -20)"
 
 # examples/ring_allreduce: seed 004's ring from isend/irecv, checked
 # against td_all_reduce on 3 and 4 ranks.

@@ -6,8 +6,8 @@
  * software each way, a wake-up when the receiver sleeps); through a
  * segment every member writes its data once, raises a flag, and reads the
  * others' directly, which is how Open MPI's shared-memory path gets its
- * 0.3 us. Small vectors (<= SHM_SMALL) take one round: every member
- * reduces all slots itself. Larger ones go in chunks of a slot, two rounds
+ * 0.3 us. Small vectors (<= SHM_SMALL, n x B <= SHM_SMALL_ALL) take one
+ * round: every member reduces all slots itself. Larger ones go in chunks of a slot, two rounds
  * each: member r reduces sub-range r (its own, in place, and every other
  * slot's) and publishes it in its own slot, then everyone copies the
  * sub-ranges out (a reduce-scatter and an all-gather through memory: each
@@ -55,6 +55,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,12 +74,14 @@
 #define SHM_MAGIC      0x746f646973746d31ull   /* "todistm1" */
 #define SHM_LINE       128                      /* against false sharing */
 #define SHM_SMALL      (16u * 1024u)            /* one round up to here */
+#define SHM_SMALL_ALL  (128u * 1024u)           /* ... and n x B to here */
 #define SHM_SLOT_MAX   (1u << 20)
 #define SHM_SLOT_MIN   (64u * 1024u)
 #define SHM_BUDGET     (4u << 20)               /* n x slot, per buffer */
 #define SHM_SPIN_S     50e-6                    /* pure spin this long */
 #define SHM_YIELD_S    2e-3                     /* then yield this long */
 #define SHM_SLEEP_NS   1000000                  /* then futex sleeps */
+#define SHM_LIVE_MAX   32                       /* segments per process */
 
 /* Tags of the handshake (above every algorithm's step tags). */
 #define TAG_OFFER  0xfff00001u
@@ -121,6 +124,7 @@ typedef struct {
 static int  shm_auto = 1;       /* TODIST_COLL_SHM: auto may pick shm */
 static int  shm_one_node;       /* every rank of the job on this node */
 static int  shm_oversub;        /* more local ranks than cores */
+static atomic_int shm_live;     /* segments mapped here (SHM_LIVE_MAX) */
 
 void
 coll_shm_setup(const td_world_t *w)
@@ -177,6 +181,7 @@ void
 coll_shm_detach(td_group_t *g)
 {
     if (g->shm != NULL) {
+        atomic_fetch_sub(&shm_live, 1);
         munmap(g->shm->hdr, g->shm->size);
         free(g->shm);
         g->shm = NULL;
@@ -194,6 +199,13 @@ shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
     void *base;
     int fd, err;
 
+    if (atomic_load(&shm_live) >= SHM_LIVE_MAX) {
+        /* each is up to 8 MiB of memory: many groups use the transport */
+        td_log_debug("coll: group %u: %d shared segments mapped already; "
+                     "its collectives go through the transport", g->id,
+                     SHM_LIVE_MAX);
+        return 0;
+    }
     if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
         rnd = ((uint64_t)getpid() << 32) ^ (uint64_t)(td_now_s() * 1e9);
     }
@@ -241,7 +253,8 @@ shm_open_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
     int fd;
 
     if (!o->ok || memchr(o->name, '\0', sizeof(o->name)) == NULL ||
-        o->size != shm_size_for(g->n, o->slot)) {
+        o->size != shm_size_for(g->n, o->slot) ||
+        atomic_load(&shm_live) >= SHM_LIVE_MAX) {
         return 0;
     }
     fd = shm_open(o->name, O_RDWR, 0);
@@ -453,6 +466,7 @@ coll_shm_attach(coll_op_t *op, int *usable)
         coll_shm_t *s = calloc(1, sizeof(*s));
 
         if (s != NULL) {
+            atomic_fetch_add(&shm_live, 1);
             shm_layout(s, base, g->n);
             s->size = offer.size;
             s->slot = offer.slot;
@@ -638,9 +652,9 @@ coll_all_reduce_shm(coll_op_t *op, void *buf, size_t count)
     uint32_t digest = call_digest(op->seq, &op->desc);
     td_status_t st;
 
-    if (bytes <= SHM_SMALL && bytes <= s->slot) {
+    if (bytes <= SHM_SMALL && bytes * (size_t)n <= SHM_SMALL_ALL) {
         /* One round: every member reduces every slot, in rank order, so
-         * all get the same bits. */
+         * all get the same bits (n x B read by each: only while small). */
         uint32_t e = s->epoch++;
 
         memcpy(slot_of(s, e, n, me), buf, bytes);
