@@ -49,7 +49,7 @@
  *   collective      default                         other (TODIST_COLL_ALGO)
  *   all_reduce      one node, B <= 4 MiB: shm       rd, ring, shm
  *                   else B <= 64 KiB or count < n: rd
- *                   else ring (reduce-scatter + all-gather, 256 KiB segments)
+ *                   else ring (reduce-scatter + all-gather, 1 MiB segments)
  *   broadcast       binomial                        linear
  *   reduce          binomial                        linear
  *   all_gather      n*B <= 64 KiB: direct, else ring   direct, ring
