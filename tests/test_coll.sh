@@ -174,9 +174,9 @@ done
 
 # all_reduce and barrier through a shared segment (runtime/coll/shm.c):
 # auto picks it on one node; TODIST_COLL_SHM=0 turns it off; and with rank
-# 1 behind its own /dev/shm, rank 0's segment is not there for it, so every
-# member runs the transport algorithms instead (shm.c S1) and the results
-# are still right.
+# 1 in its own pid namespace (its own /proc), rank 0's segment cannot be
+# opened there, so every member runs the transport algorithms instead
+# (shm.c S1) and the results are still right.
 for cfg in default off private; do
     case $cfg in
     default) out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$PEER" \
@@ -191,19 +191,18 @@ for cfg in default off private; do
         cat > "$TD_TMP/shm.sh" <<EOS
 #!/bin/sh
 if [ "\$TODIST_RANK" = 1 ]; then
-    exec unshare --mount sh -c 'mount -t tmpfs none /dev/shm && exec "$PEER" concurrent'
+    UCX_TLS=tcp,self exec unshare --pid --fork --mount-proc "$PEER" concurrent
 fi
 exec "$PEER" concurrent
 EOS
         chmod +x "$TD_TMP/shm.sh"
-        if unshare --mount sh -c 'mount -t tmpfs none /dev/shm' 2>/dev/null
-        then
+        if unshare --pid --fork --mount-proc true 2>/dev/null; then
             out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$TD_TMP/shm.sh" \
                   2>&1); rc=$?
             like "$out" "group 0: no shared segment on every member" \
                  "a member without the segment: every member falls back"
         else
-            skip 3 "unshare --mount not permitted here"
+            skip 3 "unshare --pid --mount-proc not permitted here"
             continue
         fi ;;
     esac

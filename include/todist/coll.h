@@ -66,9 +66,8 @@
  *
  * Shared segment (shm). When every rank of the job runs on one node
  * (LOCAL_WORLD_SIZE == WORLD_SIZE), a group's first all_reduce or barrier
- * maps one shared-memory segment on all its members (shm_open, removed
- * from /dev/shm as soon as every member has it; about 2 x n x 1 MiB, at
- * most 8 MiB); members then write their data there and read each other's
+ * maps one shared-memory segment on all its members (a memfd opened
+ * through /proc/PID/fd; about 2 x n x 1 MiB, at most 8 MiB); members then write their data there and read each other's
  * directly, with no message. If any member cannot map it, every member
  * goes on through the transport. TODIST_COLL_SHM=0 keeps auto from
  * picking it (set it on every rank, like TODIST_COLL_ALGO).

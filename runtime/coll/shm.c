@@ -14,8 +14,9 @@
  * member copies (n-1)/n of the data in, 1/n back and (n-1)/n out).
  *
  * The segment, made by group rank 0 at the group's first shm collective
- * (a three-message handshake inside that call; shm_unlink once every
- * member has it mapped, so nothing outlives the job):
+ * (a three-message handshake inside that call): a memfd, which members
+ * open through /proc/PID/fd/FD while rank 0 holds it open, so it has no
+ * name and nothing outlives the processes that map it:
  *   header (magic, token, n, slot bytes; the futex word and sleepers)
  *   n control lines: `post` (round << 32 | call digest) and the
  *                    announced calls (seq + 1, description) of seq % 2
@@ -124,7 +125,7 @@ struct coll_shm {
 typedef struct {
     uint32_t ok, slot;
     uint64_t token, size;
-    char     name[64];
+    int32_t  pid, fd;           /* open it as /proc/PID/fd/FD */
 } shm_offer_t;
 
 static int  shm_auto = 1;       /* TODIST_COLL_SHM: auto may pick shm */
@@ -215,25 +216,23 @@ shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
     if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
         rnd = ((uint64_t)getpid() << 32) ^ (uint64_t)(td_now_s() * 1e9);
     }
-    snprintf(o->name, sizeof(o->name), "/todist.%d.%u.%016llx",
-             (int)getpid(), g->id, (unsigned long long)rnd);
-    fd = shm_open(o->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    /* Nameless: nothing is left behind whatever happens to the job; the
+     * members open it through /proc/PID/fd/FD while we hold it open. */
+    fd = memfd_create("todist-coll", MFD_CLOEXEC);
     if (fd < 0) {
-        td_log_debug("coll: shm_open(%s): %s: group %u runs collectives "
-                     "through the transport", o->name, strerror(errno),
-                     g->id);
+        td_log_debug("coll: memfd_create: %s: group %u runs collectives "
+                     "through the transport", strerror(errno), g->id);
         return 0;
     }
     /* Reserve the pages now (ENOSPC here, not SIGBUS on a later touch). */
     err = posix_fallocate(fd, 0, (off_t)size);
     base = err == 0 ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
                            fd, 0) : MAP_FAILED;
-    close(fd);
     if (base == MAP_FAILED) {
         td_log_info("coll: group %u: no shared segment of %zu bytes (%s); "
                     "its collectives go through the transport", g->id, size,
                     strerror(err != 0 ? err : errno));
-        shm_unlink(o->name);
+        close(fd);
         return 0;
     }
     h = base;
@@ -246,6 +245,8 @@ shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
     o->slot = (uint32_t)slot;
     o->token = h->token;
     o->size = size;
+    o->pid = (int32_t)getpid();
+    o->fd = fd;
     *base_p = base;
     return 1;
 }
@@ -253,20 +254,23 @@ shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
 static int
 shm_open_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
 {
+    char path[64];
     struct stat st;
     shm_hdr_t *h;
     void *base;
     int fd;
 
-    if (!o->ok || memchr(o->name, '\0', sizeof(o->name)) == NULL ||
+    if (!o->ok || o->pid <= 0 || o->fd < 0 ||
         o->size != shm_size_for(g->n, o->slot) ||
         atomic_load(&shm_live) >= SHM_LIVE_MAX) {
         return 0;
     }
-    fd = shm_open(o->name, O_RDWR, 0);
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)o->pid, (int)o->fd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
-        td_log_debug("coll: shm_open(%s): %s (another node?)", o->name,
-                     strerror(errno));
+        td_log_debug("coll: group %u: cannot open rank %d's segment (%s: "
+                     "%s; another node or pid namespace?)", g->id,
+                     g->ranks[0], path, strerror(errno));
         return 0;
     }
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != o->size) {
@@ -279,7 +283,8 @@ shm_open_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
         return 0;
     }
     h = base;
-    /* Same name on another node, say: not rank 0's segment. */
+    /* The same pid and fd in another process (another node, another pid
+     * namespace): not rank 0's segment. */
     if (h->magic != SHM_MAGIC || h->token != o->token ||
         h->n != (uint32_t)g->n || h->slot != o->slot) {
         munmap(base, o->size);
@@ -407,6 +412,9 @@ coll_shm_attach(coll_op_t *op, int *usable)
             free(rq);
             free(wait);
             free(answers);
+            /* the others wait for our offer: tell them (C6) */
+            coll_group_fail(g, TD_ERR_NO_MEMORY, 1, op->seq, "coll: out of "
+                            "memory offering the group's shared segment");
             return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
         }
         have = shm_create(g, &offer, &base);
@@ -425,7 +433,7 @@ coll_shm_attach(coll_op_t *op, int *usable)
             st = st != TD_OK ? st : w;
         }
         if (have) {
-            shm_unlink(offer.name);  /* every member mapped it, or won't */
+            close(offer.fd);         /* every member mapped it, or won't */
         }
         decision = have;
         for (int r = 1; r < n; r++) {
