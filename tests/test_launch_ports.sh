@@ -66,7 +66,10 @@ ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 30)}'; echo $?)" "at once, not a
 # --- a store that cannot bind fails at once, naming the port and the fix.
 # Job A: rank 0 serves its store on port $P and waits for rank 1, which
 # never comes; job B then tries the same port.
-P=$(( 31000 + ($$ % 2000) * 2 ))
+# (a band of its own: test_spank_slurm's daemons take 30000-34999 and its
+# reservations 22000-29999, test_reach_init 38200-40203; make check runs
+# them side by side)
+P=$(( 36000 + ($$ % 1000) * 2 ))
 while ss -Htln 2>/dev/null | awk '{print $4}' | grep -Eq ":($P|$((P+1)))\$"; do P=$((P + 2)); done
 TODIST_INIT_TIMEOUT=120 todist-run -n 2 --master-port $((P - 1)) --store-port $P \
     sh -c 'if [ $TODIST_RANK = 0 ]; then exec "$0"; fi; sleep 120' "$B" \

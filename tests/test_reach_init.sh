@@ -22,7 +22,12 @@ two_nodes() {
     echo "node 1 exit $?"
     cat "$TD_TMP/node1"
 }
-port=$((20000 + $$ % 4000 * 2))
+# (a band of its own, apart from test_spank_slurm's 21000-34999 and
+# test_launch_ports' 35999-38099, which make check runs alongside)
+port=$((38200 + $$ % 1000 * 2))
+while ss -Htln 2>/dev/null | awk '{print $4}' | grep -Eq ":($port|$((port+1)))\$"; do
+    port=$((port + 2))
+done
 out=$(two_nodes 127.0.1.1 $port)
 like "$out" 'node 0 exit 0' "a two-host job on 127.0.1.1 still runs here (node 0)"
 like "$out" 'node 1 exit 0' "(node 1)"
