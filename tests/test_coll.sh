@@ -30,7 +30,7 @@ mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
-         $(count "$conc") + $(count "$mism") + $(count "$kill") + 64 ))
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -173,11 +173,11 @@ EOS
 done
 
 # all_reduce and barrier through a shared segment (runtime/coll/shm.c):
-# auto picks it on one node; TODIST_COLL_SHM=0 turns it off; and with rank
+# auto picks it, and a group gets it when all its members are on one host; TODIST_COLL_SHM=0 turns it off; and with rank
 # 1 in its own pid namespace (its own /proc), rank 0's segment cannot be
 # opened there, so every member runs the transport algorithms instead
 # (shm.c S1) and the results are still right.
-for cfg in default off private; do
+for cfg in default off private otherhost; do
     case $cfg in
     default) out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$PEER" \
                    concurrent 2>&1); rc=$?
@@ -203,6 +203,31 @@ EOS
                  "a member without the segment: every member falls back"
         else
             skip 3 "unshare --pid --mount-proc not permitted here"
+            continue
+        fi ;;
+    otherhost)
+        # rank 1 sees another kernel boot id, as on another host: groups
+        # with it fall back, the subgroup {0, 2} of one "host" keeps its
+        # segment
+        echo 00000000-0000-0000-0000-000000000001 > "$TD_TMP/boot_id"
+        cat > "$TD_TMP/host.sh" <<EOS
+#!/bin/sh
+if [ "\$TODIST_RANK" = 1 ]; then
+    exec unshare --mount sh -c 'mount --bind "$TD_TMP/boot_id" /proc/sys/kernel/random/boot_id && exec "$PEER" concurrent'
+fi
+exec "$PEER" concurrent
+EOS
+        chmod +x "$TD_TMP/host.sh"
+        if unshare --mount sh -c "mount --bind '$TD_TMP/boot_id' /proc/sys/kernel/random/boot_id" 2>/dev/null
+        then
+            out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$TD_TMP/host.sh" \
+                  2>&1); rc=$?
+            like "$out" "rank 1\]: coll: group 0: rank 0's segment is on another host" \
+                 "a member on another host: the world group falls back"
+            like "$out" "rank 2\]: coll: group 1: collectives through shared memory" \
+                 "and a subgroup on one host keeps its segment"
+        else
+            skip 4 "unshare --mount not permitted here"
             continue
         fi ;;
     esac

@@ -47,7 +47,7 @@
  *
  * Algorithms (n = group size, B = bytes of the tensor):
  *   collective      default                         other (TODIST_COLL_ALGO)
- *   all_reduce      one node, B <= 4 MiB: shm       rd, ring, shm
+ *   all_reduce      B <= 4 MiB: shm (one host)      rd, ring, shm
  *                   else B <= 64 KiB or count < n: rd
  *                   else ring (reduce-scatter + all-gather, 1 MiB segments)
  *   broadcast       binomial                        linear
@@ -56,7 +56,7 @@
  *   reduce_scatter  B <= 64 KiB: direct, else ring  direct, ring
  *   gather, scatter linear
  *   all_to_all      pairwise
- *   barrier         one node: shm, else dissemination   dissemination, shm
+ *   barrier         shm (one host), else dissemination  dissemination, shm
  *                   (ceil(log2 n) rounds of 0-byte messages)
  * rd is recursive doubling (non-powers of two fold the extra ranks into
  * their neighbours first, MPICH's way). TODIST_COLL_ALGO=coll:algo[,...]
@@ -64,13 +64,15 @@
  * choice; every member must use the same one (the choice travels in the
  * mismatch check, so differing overrides fail instead of hanging).
  *
- * Shared segment (shm). When every rank of the job runs on one node
- * (LOCAL_WORLD_SIZE == WORLD_SIZE), a group's first all_reduce or barrier
- * maps one shared-memory segment on all its members (a memfd opened
- * through /proc/PID/fd; about 2 x n x 1 MiB, at most 8 MiB); members then write their data there and read each other's
- * directly, with no message. If any member cannot map it, every member
- * goes on through the transport. TODIST_COLL_SHM=0 keeps auto from
- * picking it (set it on every rank, like TODIST_COLL_ALGO).
+ * Shared segment (shm). A group's first all_reduce or barrier tries to
+ * map one shared-memory segment on all its members (a memfd opened
+ * through /proc/PID/fd; about 2 x n x 1 MiB, at most 8 MiB); members
+ * then write their data there and read each other's directly, with no
+ * message. If any member cannot map it (another host, i.e. another
+ * kernel boot id; another pid namespace), every member goes on through
+ * the transport for good ("shm" then means what the rules below pick
+ * without it). TODIST_COLL_SHM=0 keeps auto from picking it (set it on
+ * every rank, like TODIST_COLL_ALGO).
  *
  * Single copy. Between ranks of one node, a collective body of 64 KiB or
  * more is read in place from the sender with process_vm_readv (one copy,

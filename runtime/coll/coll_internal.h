@@ -278,7 +278,7 @@ void        coll_mismatch_text(char *msg, size_t len, const td_group_t *g,
 
 /* ---- shm.c: collectives through a shared segment ------------------------ */
 
-/* Read TODIST_COLL_SHM and whether the job is on one node (module setup). */
+/* Read TODIST_COLL_SHM and this host's boot id (module setup). */
 void        coll_shm_setup(const td_world_t *w);
 /* May auto pick the shm algorithm for G? (same answer on every member) */
 int         coll_shm_eligible(const td_group_t *g);

@@ -1,5 +1,5 @@
 /* shm.c: all_reduce and barrier through one shared-memory segment per
- * group, for groups whose members all run on one node (algorithm "shm").
+ * group, for groups whose members all run on one host (algorithm "shm").
  *
  * Why: on one node a collective is memory traffic plus synchronization.
  * Through the transport each step is a UCX message (a few hundred ns of
@@ -23,10 +23,12 @@
  *   2 data buffers x n slots of `slot` bytes
  *
  * Invariants (S1..S7):
- *  S1 The segment is used only when every member mapped it and checked the
- *     token: the handshake ends with rank 0's decision sent to all, so
- *     either all members use it or none does (then the call runs the
- *     algorithm auto would have picked, and the group never tries again).
+ *  S1 The segment is used only when every member is on rank 0's host
+ *     (same kernel boot id), mapped it and checked the token: the
+ *     handshake ends with rank 0's decision sent to all, so either all
+ *     members use it or none does (then the call runs the algorithm auto
+ *     would have picked, and the group never tries again). Auto tries it
+ *     on every group: one that spans hosts pays the handshake once.
  *  S2 Rounds and data epochs are counters every member advances by the
  *     same amounts (a function of the call and the group), so the round a
  *     member waits for is the one its peers post for the same call.
@@ -121,15 +123,17 @@ struct coll_shm {
     uint32_t    epoch;
 };
 
-/* The offer rank 0 sends (host byte order: one node). */
+/* The offer rank 0 sends (host byte order: a member on another host,
+ * which may differ, stops at BOOT). */
 typedef struct {
+    char     boot[40];          /* rank 0's kernel boot id: its host */
     uint32_t ok, slot;
     uint64_t token, size;
     int32_t  pid, fd;           /* open it as /proc/PID/fd/FD */
 } shm_offer_t;
 
 static int  shm_auto = 1;       /* TODIST_COLL_SHM: auto may pick shm */
-static int  shm_one_node;       /* every rank of the job on this node */
+static char shm_boot[40];       /* this host's boot id, "" unknown */
 static int  shm_oversub;        /* more local ranks than cores */
 static atomic_int shm_live;     /* segments mapped here (SHM_LIVE_MAX) */
 
@@ -138,16 +142,24 @@ coll_shm_setup(const td_world_t *w)
 {
     const char *s = getenv("TODIST_COLL_SHM");
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
 
     shm_auto = !(s != NULL && strcmp(s, "0") == 0);
-    shm_one_node = w->nnodes <= 1 && w->local_world_size == w->world_size;
+    shm_boot[0] = '\0';
+    if (f != NULL) {
+        if (fgets(shm_boot, sizeof(shm_boot), f) == NULL) {
+            shm_boot[0] = '\0';
+        }
+        shm_boot[strcspn(shm_boot, "\n")] = '\0';
+        fclose(f);
+    }
     shm_oversub = cpus > 0 && w->local_world_size > cpus;
 }
 
 int
 coll_shm_eligible(const td_group_t *g)
 {
-    return shm_auto && shm_one_node && g->n > 1 && g->shm_state != SHM_OFF;
+    return shm_auto && g->n > 1 && g->shm_state != SHM_OFF;
 }
 
 static size_t
@@ -213,6 +225,11 @@ shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
                      SHM_LIVE_MAX);
         return 0;
     }
+    if (shm_boot[0] == '\0') {
+        td_log_debug("coll: group %u: no boot id to tell hosts apart; its "
+                     "collectives go through the transport", g->id);
+        return 0;
+    }
     if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
         rnd = ((uint64_t)getpid() << 32) ^ (uint64_t)(td_now_s() * 1e9);
     }
@@ -245,6 +262,7 @@ shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
     o->slot = (uint32_t)slot;
     o->token = h->token;
     o->size = size;
+    memcpy(o->boot, shm_boot, sizeof(o->boot));
     o->pid = (int32_t)getpid();
     o->fd = fd;
     *base_p = base;
@@ -260,6 +278,14 @@ shm_open_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
     void *base;
     int fd;
 
+    /* Another host first: opening /proc/PID/fd/FD there would reach an
+     * unrelated process's file (a device, say). */
+    if (shm_boot[0] == '\0' ||
+        strncmp(o->boot, shm_boot, sizeof(shm_boot)) != 0) {
+        td_log_debug("coll: group %u: rank %d's segment is on another host",
+                      g->id, g->ranks[0]);
+        return 0;
+    }
     if (!o->ok || o->pid <= 0 || o->fd < 0 ||
         o->size != shm_size_for(g->n, o->slot) ||
         atomic_load(&shm_live) >= SHM_LIVE_MAX) {
