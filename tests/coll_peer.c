@@ -380,7 +380,8 @@ static const char *algo_sets[] = {
     "reduce_scatter:direct",
     "all_reduce:ring,broadcast:binomial,reduce:binomial,all_gather:ring,"
     "reduce_scatter:ring",
-    "all_reduce:shm,barrier:shm",         /* the segment at every size */
+    "all_reduce:shm,barrier:shm,broadcast:shm,all_gather:shm,"
+    "reduce_scatter:shm",                 /* the segment at every size */
 };
 
 static int

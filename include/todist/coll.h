@@ -45,18 +45,21 @@
  * Ops: TD_REDUCE_SUM, PROD, MIN, MAX, AVG (integers: truncating division),
  * and BAND, BOR, BXOR on integer dtypes only.
  *
- * Algorithms (n = group size, B = bytes of the tensor):
+ * Algorithms (n = group size, B = bytes of the per-rank tensor; "shm"
+ * when the group's members are on one host, see below):
  *   collective      default                         other (TODIST_COLL_ALGO)
- *   all_reduce      B <= 4 MiB: shm (one host)      rd, ring, shm
+ *   all_reduce      B <= 4 MiB: shm                 rd, ring, shm
  *                   else B <= 64 KiB or count < n: rd
  *                   else ring (reduce-scatter + all-gather, 1 MiB segments)
- *   broadcast       binomial                        linear
+ *   broadcast       B <= 4 MiB: shm, else binomial  binomial, linear, shm
  *   reduce          binomial                        linear
- *   all_gather      n*B <= 64 KiB: direct, else ring   direct, ring
- *   reduce_scatter  B <= 64 KiB: direct, else ring  direct, ring
+ *   all_gather      n*B <= 4 MiB: shm               direct, ring, shm
+ *                   else n*B <= 64 KiB: direct, else ring
+ *   reduce_scatter  n*B <= 4 MiB: shm               direct, ring, shm
+ *                   else B <= 64 KiB: direct, else ring
  *   gather, scatter linear
  *   all_to_all      pairwise
- *   barrier         shm (one host), else dissemination  dissemination, shm
+ *   barrier         shm, else dissemination         dissemination, shm
  *                   (ceil(log2 n) rounds of 0-byte messages)
  * rd is recursive doubling (non-powers of two fold the extra ranks into
  * their neighbours first, MPICH's way). TODIST_COLL_ALGO=coll:algo[,...]
@@ -64,7 +67,7 @@
  * choice; every member must use the same one (the choice travels in the
  * mismatch check, so differing overrides fail instead of hanging).
  *
- * Shared segment (shm). A group's first all_reduce or barrier tries to
+ * Shared segment (shm). A group's first shm collective tries to
  * map one shared-memory segment on all its members (a memfd opened
  * through /proc/PID/fd; about 2 x n x 1 MiB, at most 8 MiB); members
  * then write their data there and read each other's directly, with no

@@ -143,7 +143,10 @@ choose(const td_group_t *g, coll_kind_t k, size_t bytes, size_t count)
         return f;
     }
     if (coll_shm_eligible(g) &&
-        (k == COLL_BARRIER || (k == COLL_ALL_REDUCE && bytes <= SHM_MAX))) {
+        (k == COLL_BARRIER ||
+         ((k == COLL_ALL_REDUCE || k == COLL_BROADCAST) && bytes <= SHM_MAX) ||
+         ((k == COLL_ALL_GATHER || k == COLL_REDUCE_SCATTER) &&
+          bytes * (size_t)g->n <= SHM_MAX))) {
         return ALGO_SHM;
     }
     return choose_transport(k, bytes, count, g->n);
@@ -155,6 +158,15 @@ static void *
 data(td_tensor_t *t)
 {
     return t != NULL ? td_tensor_data(t) : NULL;
+}
+
+static td_status_t
+run_all_gather(coll_op_t *op, coll_algo_t algo, void *out, const void *in,
+               size_t nbytes)
+{
+    return algo == ALGO_SHM && op->g->n > 1
+           ? coll_all_gather_shm(op, out, in, nbytes)
+           : coll_all_gather_run(op, out, in, nbytes);
 }
 
 td_status_t
@@ -239,6 +251,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
             algo = choose_transport(a->kind, bytes, count, g->n);
         }
     }
+    op.algo = algo;
     switch (a->kind) {
     case COLL_ALL_REDUCE:
         if (g->n == 1) {
@@ -252,7 +265,9 @@ coll_run(td_group_t *g, const coll_args_t *a)
         }
         break;
     case COLL_BROADCAST:
-        st = coll_broadcast_run(&op, coll_stage_ptr(&sg, a->t), bytes);
+        st = algo == ALGO_SHM && g->n > 1
+             ? coll_broadcast_shm(&op, coll_stage_ptr(&sg, a->t), bytes)
+             : coll_broadcast_run(&op, coll_stage_ptr(&sg, a->t), bytes);
         break;
     case COLL_REDUCE:
         st = coll_reduce_run(&op, coll_stage_ptr(&sg, a->t), count);
@@ -265,7 +280,8 @@ coll_run(td_group_t *g, const coll_args_t *a)
                               "memory for %zu bytes", (size_t)g->n * bytes);
                 break;
             }
-            st = coll_all_gather_run(&op, list_buf, coll_stage_ptr(&sg, a->in), bytes);
+            st = run_all_gather(&op, algo, list_buf,
+                                coll_stage_ptr(&sg, a->in), bytes);
             for (int i = 0; st == TD_OK && i < g->n; i++) {
                 /* a plain memcpy for cpu outs; device outs are copied in */
                 st = td_device_memcpy(data(a->outs[i]),
@@ -276,7 +292,8 @@ coll_run(td_group_t *g, const coll_args_t *a)
             }
             free(list_buf);
         } else {
-            st = coll_all_gather_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), bytes);
+            st = run_all_gather(&op, algo, coll_stage_ptr(&sg, a->t),
+                                coll_stage_ptr(&sg, a->in), bytes);
         }
         break;
     case COLL_GATHER:
@@ -286,7 +303,11 @@ coll_run(td_group_t *g, const coll_args_t *a)
         st = coll_scatter_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), bytes);
         break;
     case COLL_REDUCE_SCATTER:
-        st = coll_reduce_scatter_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), count);
+        st = algo == ALGO_SHM && g->n > 1
+             ? coll_reduce_scatter_shm(&op, coll_stage_ptr(&sg, a->t),
+                                       coll_stage_ptr(&sg, a->in), count)
+             : coll_reduce_scatter_run(&op, coll_stage_ptr(&sg, a->t),
+                                       coll_stage_ptr(&sg, a->in), count);
         break;
     case COLL_ALL_TO_ALL:
         st = coll_all_to_all_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), bytes);

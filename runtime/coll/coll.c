@@ -98,12 +98,15 @@ static int32_t *cma_verified;      /* per world rank: pid checked, or 0 */
 /* Algorithms each collective has (bit per coll_algo_t). */
 static const unsigned algo_valid[COLL_NUM_KINDS] = {
     [COLL_ALL_REDUCE]     = 1u << ALGO_RD | 1u << ALGO_RING | 1u << ALGO_SHM,
-    [COLL_BROADCAST]      = 1u << ALGO_BINOMIAL | 1u << ALGO_LINEAR,
+    [COLL_BROADCAST]      = 1u << ALGO_BINOMIAL | 1u << ALGO_LINEAR |
+                            1u << ALGO_SHM,
     [COLL_REDUCE]         = 1u << ALGO_BINOMIAL | 1u << ALGO_LINEAR,
-    [COLL_ALL_GATHER]     = 1u << ALGO_DIRECT | 1u << ALGO_RING,
+    [COLL_ALL_GATHER]     = 1u << ALGO_DIRECT | 1u << ALGO_RING |
+                            1u << ALGO_SHM,
     [COLL_GATHER]         = 1u << ALGO_LINEAR,
     [COLL_SCATTER]        = 1u << ALGO_LINEAR,
-    [COLL_REDUCE_SCATTER] = 1u << ALGO_DIRECT | 1u << ALGO_RING,
+    [COLL_REDUCE_SCATTER] = 1u << ALGO_DIRECT | 1u << ALGO_RING |
+                            1u << ALGO_SHM,
     [COLL_ALL_TO_ALL]     = 1u << ALGO_PAIRWISE,
     [COLL_BARRIER]        = 1u << ALGO_DISSEMINATION | 1u << ALGO_SHM,
 };

@@ -193,6 +193,8 @@ struct td_work {
 typedef struct {
     td_group_t   *g;
     coll_desc_t   desc;
+    coll_algo_t   algo;            /* what runs: desc.algo, or for "shm"
+                                    * without a segment, auto's choice */
     uint32_t      seq;
     double        deadline;
     size_t        esize;           /* bytes per element */
@@ -294,6 +296,11 @@ td_status_t coll_shm_check(td_group_t *g, uint32_t seq,
 void        coll_shm_detach(td_group_t *g);
 td_status_t coll_all_reduce_shm(coll_op_t *op, void *buf, size_t count);
 td_status_t coll_barrier_shm(coll_op_t *op);
+td_status_t coll_broadcast_shm(coll_op_t *op, void *buf, size_t nbytes);
+td_status_t coll_all_gather_shm(coll_op_t *op, void *out, const void *in,
+                                size_t nbytes);
+td_status_t coll_reduce_scatter_shm(coll_op_t *op, void *out, const void *in,
+                                    size_t count);
 
 /* ---- reduce.c: the reduction kernels ----------------------------------- */
 

@@ -66,7 +66,7 @@ coll_all_gather_run(coll_op_t *op, void *out, const void *in, size_t nbytes)
     if (n == 1) {
         return TD_OK;
     }
-    if (op->desc.algo == ALGO_RING) {
+    if (op->algo == ALGO_RING) {
         int right = (me + 1) % n, left = (me - 1 + n) % n;
 
         for (int s = 0; s < n - 1; s++) {
@@ -106,7 +106,7 @@ coll_reduce_scatter_run(coll_op_t *op, void *out, const void *in,
         }
         return TD_OK;
     }
-    if (op->desc.algo == ALGO_RING) {
+    if (op->algo == ALGO_RING) {
         int right = (me + 1) % n, left = (me - 1 + n) % n;
         char *acc, *tmp;
 

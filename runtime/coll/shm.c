@@ -1,17 +1,21 @@
-/* shm.c: all_reduce and barrier through one shared-memory segment per
- * group, for groups whose members all run on one host (algorithm "shm").
+/* shm.c: all_reduce, broadcast, all_gather, reduce_scatter and barrier
+ * through one shared-memory segment per group, for groups whose members
+ * all run on one host (algorithm "shm").
  *
  * Why: on one node a collective is memory traffic plus synchronization.
  * Through the transport each step is a UCX message (a few hundred ns of
  * software each way, a wake-up when the receiver sleeps); through a
  * segment every member writes its data once, raises a flag, and reads the
  * others' directly, which is how Open MPI's shared-memory path gets its
- * 0.3 us. Small vectors (<= SHM_SMALL, n x B <= SHM_SMALL_ALL) take one
- * round: every member reduces all slots itself. Larger ones go in chunks of a slot, two rounds
- * each: member r reduces sub-range r (its own, in place, and every other
- * slot's) and publishes it in its own slot, then everyone copies the
- * sub-ranges out (a reduce-scatter and an all-gather through memory: each
- * member copies (n-1)/n of the data in, 1/n back and (n-1)/n out).
+ * 0.3 us. all_reduce: small vectors (<= SHM_SMALL, n x B <= SHM_SMALL_ALL)
+ * take one round: every member reduces all slots itself. Larger ones go
+ * in chunks of a slot, two rounds each: member r reduces sub-range r (its
+ * own, in place, and every other slot's) and publishes it in its own
+ * slot, then everyone copies the sub-ranges out (a reduce-scatter and an
+ * all-gather through memory: each member copies (n-1)/n of the data in,
+ * 1/n back and (n-1)/n out). The others take one round per slot's worth:
+ * the root (broadcast) or every member writes, the others copy out;
+ * reduce_scatter's member r reduces its block of every slot in rank order.
  *
  * The segment, made by group rank 0 at the group's first shm collective
  * (a three-message handshake inside that call): a memfd, which members
@@ -752,5 +756,119 @@ coll_all_reduce_shm(coll_op_t *op, void *buf, size_t count)
             }
         }
     }
+    return TD_OK;
+}
+
+/* The root writes a slot's worth, one round, the others copy it out (S5:
+ * the root rewrites that buffer two epochs on, after a round every reader
+ * posts only once it has copied). */
+td_status_t
+coll_broadcast_shm(coll_op_t *op, void *buf, size_t nbytes)
+{
+    td_group_t *g = op->g;
+    coll_shm_t *s = g->shm;
+    int n = g->n, me = g->me, root = op->desc.root;
+    uint32_t digest = call_digest(op->seq, &op->desc);
+    size_t off = 0;
+    td_status_t st;
+
+    do {
+        size_t c = nbytes - off < s->slot ? nbytes - off : s->slot;
+        uint32_t e = s->epoch++;
+
+        if (me == root) {
+            memcpy(slot_of(s, e, n, root), (uint8_t *)buf + off, c);
+        }
+        if ((st = round_trip(op, digest)) != TD_OK) {
+            return st;
+        }
+        if (me != root) {
+            memcpy((uint8_t *)buf + off, slot_of(s, e, n, root), c);
+        }
+        off += c;
+    } while (off < nbytes);
+    return TD_OK;
+}
+
+/* Every member writes a slot's worth of its block, one round, everyone
+ * copies the others' out. */
+td_status_t
+coll_all_gather_shm(coll_op_t *op, void *out, const void *in, size_t nbytes)
+{
+    td_group_t *g = op->g;
+    coll_shm_t *s = g->shm;
+    int n = g->n, me = g->me;
+    uint32_t digest = call_digest(op->seq, &op->desc);
+    uint8_t *o = out;
+    size_t off = 0;
+    td_status_t st;
+
+    if (nbytes > 0) {
+        memmove(o + (size_t)me * nbytes, in, nbytes);
+    }
+    do {
+        size_t c = nbytes - off < s->slot ? nbytes - off : s->slot;
+        uint32_t e = s->epoch++;
+
+        memcpy(slot_of(s, e, n, me), o + (size_t)me * nbytes + off, c);
+        if ((st = round_trip(op, digest)) != TD_OK) {
+            return st;
+        }
+        for (int r = 0; r < n; r++) {
+            if (r != me) {
+                memcpy(o + (size_t)r * nbytes + off, slot_of(s, e, n, r), c);
+            }
+        }
+        off += c;
+    } while (off < nbytes);
+    return TD_OK;
+}
+
+/* Every member writes the same stretch of each of its n blocks, one
+ * round, member r reduces stretch r of every slot in rank order into its
+ * output. */
+td_status_t
+coll_reduce_scatter_shm(coll_op_t *op, void *out, const void *in,
+                        size_t count)
+{
+    td_group_t *g = op->g;
+    coll_shm_t *s = g->shm;
+    int n = g->n, me = g->me;
+    size_t es = op->esize, ce = s->slot / ((size_t)n * es), off = 0;
+    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
+    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
+    uint32_t digest = call_digest(op->seq, &op->desc);
+    const uint8_t *src = in;
+    uint8_t *o = out;
+    td_status_t st;
+
+    if (ce == 0) {                 /* cannot happen: slots >= 64 KiB */
+        return td_error(TD_ERR_INVALID, "coll: reduce_scatter: %d members "
+                        "do not fit the shared slots", n);
+    }
+    do {
+        size_t c = count - off < ce ? count - off : ce;
+        uint32_t e = s->epoch++;
+        uint8_t *mine = slot_of(s, e, n, me);
+
+        for (int b = 0; b < n; b++) {
+            memcpy(mine + (size_t)b * c * es,
+                   src + ((size_t)b * count + off) * es, c * es);
+        }
+        if ((st = round_trip(op, digest)) != TD_OK) {
+            return st;
+        }
+        memcpy(o + off * es, slot_of(s, e, n, 0) + (size_t)me * c * es,
+               c * es);
+        for (int r = 1; r < n; r++) {
+            coll_reduce_into(o + off * es,
+                             slot_of(s, e, n, r) + (size_t)me * c * es, c,
+                             dt, rop);
+        }
+        if (rop == TD_REDUCE_AVG) {
+            coll_divide(o + off * es, c, dt, n);
+        }
+        off += c;
+    } while (off < count);
     return TD_OK;
 }

@@ -52,7 +52,7 @@ coll_broadcast_run(coll_op_t *op, void *buf, size_t nbytes)
     if (n == 1) {
         return TD_OK;
     }
-    if (op->desc.algo == ALGO_LINEAR) {
+    if (op->algo == ALGO_LINEAR) {
         coll_req_t *reqs;
 
         if (me != root) {
@@ -143,7 +143,7 @@ coll_reduce_run(coll_op_t *op, void *buf, size_t count)
     if (me != root && bytes > 0) {
         memcpy(acc, buf, bytes);
     }
-    if (op->desc.algo == ALGO_LINEAR) {
+    if (op->algo == ALGO_LINEAR) {
         if (me != root) {
             return coll_sendrecv(op, root, acc, bytes, -1, NULL, 0, 0);
         }
