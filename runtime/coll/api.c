@@ -17,7 +17,7 @@
 #include "kernels/device.h"
 
 #define SMALL_BYTES (64u * 1024u)
-#define SHM_MAX     (4u << 20)    /* all_reduce through a segment to here */
+#define SHM_MAX     (4u << 20)    /* through a segment up to here (choose) */
 
 /* ---- checks --------------------------------------------------------------- */
 
