@@ -1,7 +1,8 @@
-/* tests/peer_check.h: the check every RPC-family peer prints (async_peer,
- * dist_peer, dist_optim_peer, remote_module_peer, rref_async_peer): one
- * line "PASS name" or "FAIL name: detail" on stdout, flushed at once, that
- * the shell test counts; n_fail counts the failures for the exit code. */
+/* tests/peer_check.h: the check every RPC-family peer prints (rpc_peer,
+ * async_peer, dist_peer, dist_optim_peer, remote_module_peer,
+ * rref_async_peer): one line "PASS name" or "FAIL name: detail" on
+ * stdout, flushed at once, that the shell test counts; n_fail counts the
+ * failures for the exit code. */
 #ifndef TD_TESTS_PEER_CHECK_H
 #define TD_TESTS_PEER_CHECK_H
 

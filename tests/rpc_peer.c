@@ -21,30 +21,9 @@
 #include "runtime/runtime.h"
 #include "runtime/rpc/rref_internal.h"
 
+#include "peer_check.h"
+
 static int rank, size;
-static int n_fail;
-
-static void
-check(int cond, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-check(int cond, const char *name, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (cond) {
-        printf("PASS %s\n", name);
-    } else {
-        n_fail++;
-        printf("FAIL %s: ", name);
-        va_start(ap, fmt);
-        vprintf(fmt, ap);
-        va_end(ap);
-        printf("\n");
-    }
-    fflush(stdout);
-}
 
 static double
 now_s(void)

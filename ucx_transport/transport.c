@@ -48,6 +48,7 @@
 
 #include "ucx_transport/transport.h"
 #include "base/clock.h"
+#include "base/cpu.h"
 #include "base/byteorder.h"
 #include "base/log.h"
 
@@ -256,18 +257,6 @@ token_drop(td_transport_t *tp)
     if (__atomic_exchange_n(&tp->token, 0, __ATOMIC_RELEASE) == 2) {
         syscall(SYS_futex, &tp->token, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     }
-}
-
-static inline void
-cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#else
-    __asm__ __volatile__("" ::: "memory");
-#endif
 }
 
 static ucs_memory_type_t
@@ -1284,7 +1273,7 @@ progress_main(void *arg)
             if ((++busy_spins & 63) == 0) {
                 sched_yield();      /* the holder may want this core */
             } else {
-                cpu_relax();
+                td_cpu_relax();
             }
             continue;
         }
@@ -1894,7 +1883,7 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
             break;
         }
         if (i < 64) {
-            cpu_relax();
+            td_cpu_relax();
         } else if (token_wait(tp, 20)) {
             /* Slept until the holder (maybe preempted on this core) let
              * go; re-check DONE every 20 us meanwhile. */

@@ -160,15 +160,6 @@ data(td_tensor_t *t)
     return t != NULL ? td_tensor_data(t) : NULL;
 }
 
-static td_status_t
-run_all_gather(coll_op_t *op, coll_algo_t algo, void *out, const void *in,
-               size_t nbytes)
-{
-    return algo == ALGO_SHM && op->g->n > 1
-           ? coll_all_gather_shm(op, out, in, nbytes)
-           : coll_all_gather_run(op, out, in, nbytes);
-}
-
 td_status_t
 coll_run(td_group_t *g, const coll_args_t *a)
 {
@@ -178,6 +169,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
     void *list_buf = NULL;
     coll_stage_t sg;
     coll_algo_t algo;
+    void *in;
     coll_route_t route = coll_device_route(g, a);
     td_status_t st;
 
@@ -236,12 +228,13 @@ coll_run(td_group_t *g, const coll_args_t *a)
         return st;
     }
     algo = (coll_algo_t)op.desc.algo;
-    if (algo == ALGO_SHM && g->n > 1) {
+    if (algo == ALGO_SHM) {
         int usable = 0;
 
         /* The first shm call of G maps the segment on every member or on
-         * none; without it the call runs what auto would have (S1). */
-        st = coll_shm_attach(&op, &usable);
+         * none; without it (or alone) the call runs what auto would have
+         * (S1). */
+        st = g->n > 1 ? coll_shm_attach(&op, &usable) : TD_OK;
         if (st != TD_OK) {
             coll_op_end(&op);
             coll_stage_free(&sg);
@@ -265,7 +258,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
         }
         break;
     case COLL_BROADCAST:
-        st = algo == ALGO_SHM && g->n > 1
+        st = algo == ALGO_SHM
              ? coll_broadcast_shm(&op, coll_stage_ptr(&sg, a->t), bytes)
              : coll_broadcast_run(&op, coll_stage_ptr(&sg, a->t), bytes);
         break;
@@ -280,8 +273,10 @@ coll_run(td_group_t *g, const coll_args_t *a)
                               "memory for %zu bytes", (size_t)g->n * bytes);
                 break;
             }
-            st = run_all_gather(&op, algo, list_buf,
-                                coll_stage_ptr(&sg, a->in), bytes);
+            in = coll_stage_ptr(&sg, a->in);
+            st = algo == ALGO_SHM
+                 ? coll_all_gather_shm(&op, list_buf, in, bytes)
+                 : coll_all_gather_run(&op, list_buf, in, bytes);
             for (int i = 0; st == TD_OK && i < g->n; i++) {
                 /* a plain memcpy for cpu outs; device outs are copied in */
                 st = td_device_memcpy(data(a->outs[i]),
@@ -292,8 +287,12 @@ coll_run(td_group_t *g, const coll_args_t *a)
             }
             free(list_buf);
         } else {
-            st = run_all_gather(&op, algo, coll_stage_ptr(&sg, a->t),
-                                coll_stage_ptr(&sg, a->in), bytes);
+            in = coll_stage_ptr(&sg, a->in);
+            st = algo == ALGO_SHM
+                 ? coll_all_gather_shm(&op, coll_stage_ptr(&sg, a->t), in,
+                                       bytes)
+                 : coll_all_gather_run(&op, coll_stage_ptr(&sg, a->t), in,
+                                       bytes);
         }
         break;
     case COLL_GATHER:
@@ -303,7 +302,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
         st = coll_scatter_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), bytes);
         break;
     case COLL_REDUCE_SCATTER:
-        st = algo == ALGO_SHM && g->n > 1
+        st = algo == ALGO_SHM
              ? coll_reduce_scatter_shm(&op, coll_stage_ptr(&sg, a->t),
                                        coll_stage_ptr(&sg, a->in), count)
              : coll_reduce_scatter_run(&op, coll_stage_ptr(&sg, a->t),
@@ -313,8 +312,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
         st = coll_all_to_all_run(&op, coll_stage_ptr(&sg, a->t), coll_stage_ptr(&sg, a->in), bytes);
         break;
     case COLL_BARRIER:
-        st = algo == ALGO_SHM && g->n > 1 ? coll_barrier_shm(&op)
-                                          : coll_barrier_run(&op);
+        st = algo == ALGO_SHM ? coll_barrier_shm(&op) : coll_barrier_run(&op);
         break;
     default:
         st = td_error(TD_ERR_INVALID, "coll: unknown collective %d",

@@ -82,6 +82,7 @@
 
 #include "runtime/coll/coll_internal.h"
 #include "base/clock.h"
+#include "base/cpu.h"
 #include "base/log.h"
 
 #define SHM_MAGIC      0x746f646973746d31ull   /* "todistm1" */
@@ -274,7 +275,7 @@ shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
 }
 
 static int
-shm_open_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
+shm_map_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
 {
     char path[64];
     struct stat st;
@@ -488,7 +489,7 @@ coll_shm_attach(coll_op_t *op, int *usable)
         st = coll_sendrecv(op, -1, NULL, 0, 0, &offer, sizeof(offer),
                            TAG_OFFER);
         if (st == TD_OK) {
-            have = shm_open_offer(g, &offer, &base);
+            have = shm_map_offer(g, &offer, &base);
             mine = (uint32_t)have;
             st = coll_irecv(op, &rq[0], 0, TAG_DECIDE, &decision, 4);
         }
@@ -558,16 +559,6 @@ post(coll_shm_t *s, int me, uint32_t round, uint32_t digest)
     }
 }
 
-static inline void
-relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
 /* Which members have not posted ROUND: -1 when all have; -2 - r when
  * member r posted it for another call (S3). */
 static int
@@ -621,7 +612,7 @@ round_trip(coll_op_t *op, uint32_t digest)
             return coll_group_check(g);
         }
         if ((++spins & 63) != 0 && !shm_oversub) {
-            relax();
+            td_cpu_relax();
             continue;
         }
         now = td_now_s();
