@@ -80,9 +80,11 @@
 #include "runtime/coll/nccl.h"
 #include "base/byteorder.h"
 #include "base/clock.h"
+#include "base/cpu.h"
 #include "base/log.h"
 
 #define SPIN_S 0.002       /* drive this long before sleeping */
+#define MBOX_SPIN_S 10e-6  /* poll mailboxes alone this long first */
 
 static uint64_t zero_body;   /* where 0-byte bodies of matched receives go */
 
@@ -127,6 +129,8 @@ typedef struct unexp {
     coll_req_t   *claim;           /* a receive matched before the body */
     int           orphan;          /* its group failed: free on arrival */
     int           cma;             /* an offer in place (C9), no body */
+    int           mbox_slot;       /* 1 + its slot: a mailbox message, its
+                                    * body in the slot (mbox.c M6) */
     int32_t       cma_pid;
     uint64_t      cma_addr, cma_token_addr, cma_token;
 } unexp_t;
@@ -149,6 +153,7 @@ static struct {
     atomic_long     active;            /* operations in flight */
     atomic_ulong    completions;       /* requests completed (progress) */
     uint32_t        id_max;            /* highest group id registered */
+    atomic_ulong    pokes;             /* MSG_POKE sent (mbox.c M5) */
 } C = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .wait_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -360,6 +365,11 @@ req_complete(coll_req_t *r, td_status_t status, const char *msg)
     if (atomic_fetch_sub(&r->pending, 1) == 1) {
         void (*on_done)(coll_req_t *) = r->on_done;
 
+        /* (only p2p.c's sends set it: a collective's stack requests
+         * are not zeroed) */
+        if (r->type == REQ_SEND_P2P && atomic_exchange(&r->tp_counted, 0)) {
+            coll_mbox_tp_end(r->peer);          /* mbox.c M2 */
+        }
         atomic_store(&r->done, 1);
         wake_waiters();
         if (on_done != NULL) {
@@ -434,6 +444,13 @@ ux_remove(unexp_t *e)
 static void
 ux_free(unexp_t *e)
 {
+    if (e->mbox_slot) {
+        /* M6: dropped unreceived; the sender gets its slot back (no
+         * poke: coll_lock may be held). */
+        coll_mbox_ack(e->src, e->mbox_slot - 1, TD_ERR_CANCELED, 0, 0, NULL,
+                      0);
+        e->body = NULL;
+    }
     free(e->body);
     free(e->text);
     free(e);
@@ -794,16 +811,22 @@ static void
 send_ack(int dst, uint32_t group_id, uint32_t digest, uint32_t seq,
          td_status_t status, uint8_t dtype, int ndim, const int64_t *shape)
 {
-    uint8_t h[COLL_WIRE_BYTES + 4 + 8 * TD_MAX_DIMS];
+    uint8_t h[COLL_WIRE_BYTES + 4 + 8 * TD_MAX_DIMS + MBOX_OFFER_BYTES];
     td_group_t gg = { .id = group_id, .digest = digest };
+    size_t len = COLL_WIRE_BYTES + 4 + 8 * (size_t)ndim, offer;
 
     hdr_fixed(h, MSG_ACK, dtype, (uint8_t)ndim, &gg, seq, 0, 0);
     td_put_be32(h + COLL_WIRE_BYTES, (uint32_t)(int32_t)status);
     for (int i = 0; i < ndim; i++) {
         td_put_be64(h + COLL_WIRE_BYTES + 4 + 8 * i, (uint64_t)shape[i]);
     }
-    if (td_transport_send(C.tp, dst, COLL_TRANSPORT_ID, h,
-                          COLL_WIRE_BYTES + 4 + 8 * (size_t)ndim, NULL, 0,
+    /* The first ack to a sender offers our inbox (mbox.c). */
+    offer = coll_mbox_offer(dst, h + len);
+    if (offer > 0) {
+        h[20] = COLL_F_MBOX;
+        len += offer;
+    }
+    if (td_transport_send(C.tp, dst, COLL_TRANSPORT_ID, h, len, NULL, 0,
                           NULL, NULL) != TD_OK) {
         td_log_debug("coll: ack to rank %d not sent: %s", dst,
                      td_last_error());
@@ -904,7 +927,12 @@ deliver(unexp_t *e, coll_req_t *r)
         if (e->nbytes > 0) {
             memcpy(r->buf, e->body, e->nbytes);
         }
-        if (r->type == REQ_RECV_P2P) {
+        if (e->mbox_slot) {
+            coll_mbox_ack(e->src, e->mbox_slot - 1, TD_OK, r->dtype, r->ndim,
+                          r->shape, 1);
+            e->mbox_slot = 0;
+            e->body = NULL;
+        } else if (r->type == REQ_RECV_P2P) {
             send_ack(e->src, e->group_id, e->digest, e->seq, TD_OK, r->dtype,
                      r->ndim, r->shape);
         }
@@ -1001,9 +1029,13 @@ coll_post_recv(coll_req_t *r)
     if (f.code != TD_OK) {
         if (r->type == REQ_RECV_P2P) {
             /* The sender learns it from the ack; its body is dropped. */
-            int src = e->src;
+            int src = e->src, slot = e->mbox_slot;
             uint32_t gid = e->group_id, dig = e->digest, seq = e->seq;
 
+            e->mbox_slot = 0;               /* acked below, not dropped */
+            if (slot) {
+                e->body = NULL;             /* in the slot */
+            }
             if (e->arrived) {
                 ux_remove(e);
                 ux_free(e);
@@ -1011,7 +1043,13 @@ coll_post_recv(coll_req_t *r)
                 e->orphan = 1;
             }
             pthread_mutex_unlock(&C.lock);
-            send_ack(src, gid, dig, seq, f.code, r->dtype, r->ndim, r->shape);
+            if (slot) {
+                coll_mbox_ack(src, slot - 1, f.code, r->dtype, r->ndim,
+                              r->shape, 1);
+            } else {
+                send_ack(src, gid, dig, seq, f.code, r->dtype, r->ndim,
+                         r->shape);
+            }
             req_complete(r, f.code, f.msg);
             return TD_OK;
         }
@@ -1127,7 +1165,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     seq = td_get_be32(h + 12);
     tag = td_get_be32(h + 16);
     nbytes = td_get_be64(h + 24);
-    if (type < MSG_P2P || type > MSG_CMA || ndim > TD_MAX_DIMS ||
+    if (type < MSG_P2P || type > MSG_POKE || ndim > TD_MAX_DIMS ||
         dtype >= TD_NUM_DTYPES) {
         goto reject;
     }
@@ -1140,7 +1178,13 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         }
         break;
     case MSG_ACK:
-        need += 4 + 8 * (size_t)ndim;
+        if ((h[20] & ~COLL_F_MBOX) != 0) {
+            goto reject;
+        }
+        need += 4 + 8 * (size_t)ndim +
+                (h[20] & COLL_F_MBOX ? MBOX_OFFER_BYTES : 0);
+        break;
+    case MSG_POKE:
         break;
     case MSG_COLL:
         need += 16 + (h[20] & COLL_F_CMA ? 32 : 0);
@@ -1177,6 +1221,19 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         cma_addr = td_get_be64(c + 8);
         cma_token_addr = td_get_be64(c + 16);
         cma_tok = td_get_be64(c + 24);
+    }
+    if (type == MSG_ACK && (h[20] & COLL_F_MBOX)) {
+        coll_mbox_offered(rx->src, h + COLL_WIRE_BYTES + 4 + 8 * (size_t)ndim);
+    }
+    if (type == MSG_P2P || type == MSG_POKE) {
+        /* mbox.c M2: what the sender wrote into its mailbox before this
+         * message comes first. */
+        coll_mbox_drain(rx->src);
+        if (type == MSG_POKE) {
+            coll_mbox_poll();           /* acks, too */
+            wake_waiters();
+            return;
+        }
     }
     if (type == MSG_COLL) {
         const uint8_t *d = h + COLL_WIRE_BYTES;
@@ -1309,26 +1366,10 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         return;
     }
     if (type == MSG_ACK) {
-        td_status_t st = (td_status_t)(int32_t)td_get_be32(h + COLL_WIRE_BYTES);
-
-        r = posted_take(MSG_ACK, gid, rx->src, seq, 0);
         pthread_mutex_unlock(&C.lock);
-        if (r != NULL) {
-            char a[160], b[160];
-
-            if (st != TD_OK) {
-                shape_text(a, sizeof(a), r->dtype, r->ndim, r->shape);
-                shape_text(b, sizeof(b), dtype, ndim, shape);
-                snprintf(f.msg, sizeof(f.msg), "coll: td_send to rank %d tag "
-                         "%u: rank %d sent %s (%zu bytes) but rank %d "
-                         "receives into %s", rx->src, r->tag, C.rank, a,
-                         r->nbytes, rx->src, b);
-                if (st != TD_ERR_SHAPE && st != TD_ERR_DTYPE) {
-                    st = TD_ERR_REMOTE;
-                }
-            }
-            req_complete(r, st, f.msg);
-        }
+        coll_p2p_acked(rx->src, gid, seq,
+                       (td_status_t)(int32_t)td_get_be32(h + COLL_WIRE_BYTES),
+                       dtype, ndim, shape);
         return;
     }
     if (type == MSG_COLL && g != NULL && g->in_op && g->cur_seq == seq &&
@@ -1465,6 +1506,152 @@ reject:
                 "header bytes)", rx->src, rx->header_len);
 }
 
+/* ---- point-to-point through mailboxes (mbox.c) --------------------------- */
+
+/* The ack of our p2p send SEQ in group GID came back from world rank SRC
+ * (a MSG_ACK, or a mailbox slot): complete the send (C2). */
+void
+coll_p2p_acked(int src, uint32_t gid, uint32_t seq, td_status_t st,
+               uint8_t dtype, int ndim, const int64_t *shape)
+{
+    char msg[COLL_ERR_MAX] = "";
+    coll_req_t *r;
+
+    pthread_mutex_lock(&C.lock);
+    r = posted_take(MSG_ACK, gid, src, seq, 0);
+    pthread_mutex_unlock(&C.lock);
+    if (r == NULL) {
+        return;
+    }
+    if (st == TD_ERR_CANCELED) {
+        snprintf(msg, sizeof(msg), "coll: td_send to rank %d tag %u: rank "
+                 "%d dropped the message unreceived (its group was "
+                 "destroyed or failed there)", src, r->tag, src);
+    } else if (st != TD_OK) {
+        char a[160], b[160];
+
+        shape_text(a, sizeof(a), r->dtype, r->ndim, r->shape);
+        shape_text(b, sizeof(b), dtype, ndim, shape);
+        snprintf(msg, sizeof(msg), "coll: td_send to rank %d tag %u: rank %d "
+                 "sent %s (%zu bytes) but rank %d receives into %s", src,
+                 r->tag, C.rank, a, r->nbytes, src, b);
+        if (st != TD_ERR_SHAPE && st != TD_ERR_DTYPE) {
+            st = TD_ERR_REMOTE;
+        }
+    }
+    req_complete(r, st, msg);
+}
+
+/* Send R through DST's mailbox: posted (for its ack) before the slot is
+ * published, since the ack may come at once. */
+void
+coll_p2p_post_mbox(coll_req_t *r, int dst)
+{
+    atomic_store(&r->done, 0);
+    r->status = TD_OK;
+    r->err[0] = '\0';
+    r->peer = dst;
+    r->cma_send = 0;
+    atomic_store(&r->tp_counted, 0);
+    atomic_store(&r->pending, 1);
+    pthread_mutex_lock(&C.lock);
+    posted_append(r);
+    pthread_mutex_unlock(&C.lock);
+}
+
+void
+coll_poke(int dst)
+{
+    uint8_t h[COLL_WIRE_BYTES];
+    td_group_t gg = { .id = 0 };
+
+    atomic_fetch_add_explicit(&C.pokes, 1, memory_order_relaxed);
+    hdr_fixed(h, MSG_POKE, 0, 0, &gg, 0, 0, 0);
+    if (td_transport_send(C.tp, dst, COLL_TRANSPORT_ID, h, sizeof(h), NULL,
+                          0, NULL, NULL) != TD_OK) {
+        td_log_debug("coll: poke to rank %d not sent: %s", dst,
+                     td_last_error());
+    }
+}
+
+/* A p2p message from world rank M->src read out of its mailbox (mbox.c,
+ * its drain lock held, M4): rx_handler's MSG_P2P path, with the body in
+ * the slot. Acks written here never poke (drain pokes after its lock). */
+void
+coll_p2p_arrive(const coll_mbox_msg_t *m)
+{
+    char msg[COLL_ERR_MAX];
+    td_status_t code;
+    td_group_t *g;
+    coll_req_t *r;
+    unexp_t *e;
+
+    pthread_mutex_lock(&C.lock);
+    g = group_find(m->gid);
+    if ((g == NULL && m->gid != 0 && m->gid <= C.id_max) ||
+        (g != NULL && (g->broken != TD_OK || g->of_world[m->src] < 0 ||
+                       g->me < 0))) {
+        pthread_mutex_unlock(&C.lock);       /* C11, C6: dropped */
+        coll_mbox_ack(m->src, m->slot, TD_ERR_CANCELED, 0, 0, NULL, 0);
+        return;
+    }
+    if (g != NULL && g->digest != m->digest) {
+        pthread_mutex_unlock(&C.lock);
+        snprintf(msg, sizeof(msg), "coll: group %u has different members on "
+                 "rank %d and rank %d (member digests %08x and %08x): every "
+                 "rank must call td_group_new with the same lists in the "
+                 "same order", m->gid, m->src, C.rank, m->digest, g->digest);
+        coll_mbox_ack(m->src, m->slot, TD_ERR_CANCELED, 0, 0, NULL, 0);
+        group_fail(NULL, m->gid, TD_ERR_INVALID, 0, m->seq, msg);
+        return;
+    }
+    r = posted_take(MSG_P2P, m->gid, m->src, m->seq, m->tag);
+    if (r != NULL) {
+        pthread_mutex_unlock(&C.lock);
+        r->from = m->src;
+        r->seq = m->seq;
+        code = p2p_fits(r, m->src, m->dtype, m->ndim, m->shape, m->nbytes, msg,
+                        sizeof(msg));
+        if (code == TD_OK && m->nbytes > 0) {
+            memcpy(r->buf, m->body, m->nbytes);
+        }
+        coll_mbox_ack(m->src, m->slot, code, r->dtype, r->ndim, r->shape, 0);
+        req_complete(r, code, code != TD_OK ? msg : NULL);
+        return;
+    }
+    /* Unexpected: kept in its slot (M6, C7) until its receive is posted. */
+    if (C.n_ux >= COLL_UNEXPECTED_MAX || (e = calloc(1, sizeof(*e))) == NULL) {
+        pthread_mutex_unlock(&C.lock);
+        td_log_error("coll: dropped a message from rank %d (group %u): %zu "
+                     "unmatched messages queued already", m->src, m->gid,
+                     C.n_ux);
+        coll_mbox_ack(m->src, m->slot, TD_ERR_CANCELED, 0, 0, NULL, 0);
+        return;
+    }
+    e->type = MSG_P2P;
+    e->dtype = m->dtype;
+    e->ndim = m->ndim;
+    e->group_id = m->gid;
+    e->digest = m->digest;
+    e->seq = m->seq;
+    e->tag = m->tag;
+    e->src = m->src;
+    e->nbytes = m->nbytes;
+    memcpy(e->shape, m->shape, sizeof(int64_t) * m->ndim);
+    e->body = (void *)m->body;
+    e->mbox_slot = m->slot + 1;
+    e->arrived = 1;
+    e->status = TD_OK;
+    if (C.ux_tail != NULL) {
+        C.ux_tail->next = e;
+    } else {
+        C.ux_head = e;
+    }
+    C.ux_tail = e;
+    C.n_ux++;
+    pthread_mutex_unlock(&C.lock);
+}
+
 /* ---- waiting ------------------------------------------------------------- */
 
 typedef struct {
@@ -1512,15 +1699,28 @@ cma_service(const wait_t *w)
     }
 }
 
+/* Is W's wait over (or has it work to do)? No polling: callable under
+ * wait_lock. */
+static int
+wait_check(const wait_t *w)
+{
+    return all_done(w) || cma_pending(w) ||
+           (w->g != NULL &&
+            __atomic_load_n(&w->g->broken, __ATOMIC_RELAXED) != TD_OK) ||
+           atomic_load_explicit(&C.stopped, memory_order_relaxed);
+}
+
+/* The transport's predicate while we drive: mailboxes are polled here. */
 static int
 wait_pred(void *arg)
 {
     const wait_t *w = arg;
 
-    return all_done(w) || cma_pending(w) ||
-           (w->g != NULL &&
-            __atomic_load_n(&w->g->broken, __ATOMIC_RELAXED) != TD_OK) ||
-           atomic_load_explicit(&C.stopped, memory_order_relaxed);
+    if (all_done(w)) {
+        return 1;
+    }
+    coll_mbox_poll();
+    return wait_check(w);
 }
 
 /* Drive or sleep until PRED holds or UNTIL (td_now_s) passes. */
@@ -1529,6 +1729,7 @@ wait_some(wait_t *w, double until, double t0)
 {
     double now = td_now_s();
     td_status_t st;
+    int sleep_cookie;
 
     if (now - t0 < w->spin) {
         double max = t0 + w->spin - now;
@@ -1542,10 +1743,13 @@ wait_some(wait_t *w, double until, double t0)
         }
     }
     /* Another thread drives, or we waited long: sleep until a completion
-     * wakes us (the progress thread delivers), then drive a little. */
+     * wakes us (the progress thread delivers), then drive a little.
+     * Mailbox writers poke us once told (mbox.c M5). */
+    sleep_cookie = coll_mbox_sleep_begin();
+    coll_mbox_poll();
     pthread_mutex_lock(&C.wait_lock);
     atomic_fetch_add(&C.waiters, 1);
-    if (!wait_pred(w)) {
+    if (!wait_check(w)) {
         struct timespec ts;
 
         td_deadline_after(0.002, &ts);
@@ -1553,6 +1757,7 @@ wait_some(wait_t *w, double until, double t0)
     }
     atomic_fetch_sub(&C.waiters, 1);
     pthread_mutex_unlock(&C.wait_lock);
+    coll_mbox_sleep_end(sleep_cookie);
     if (!wait_pred(w)) {
         td_transport_drive(C.tp, wait_pred, w, 50e-6);
     }
@@ -1630,6 +1835,18 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         /* Cannot drive from here: leave what is in flight to finish. */
         return td_error(TD_ERR_STATE, "coll: a wait inside a transport "
                         "callback would deadlock");
+    }
+    if (!is_coll && coll_mbox_active()) {
+        /* A peer on this host answers through its mailbox within a
+         * microsecond or two when it is waiting too: poll the mailboxes
+         * alone for a moment before driving the transport (mbox.c). */
+        for (unsigned i = 0; !all_done(&w); i++) {
+            coll_mbox_poll();
+            if ((i & 63) == 63 && td_now_s() - t0 > MBOX_SPIN_S) {
+                break;
+            }
+            td_cpu_relax();
+        }
     }
     while (!all_done(&w)) {
         double now;
@@ -2000,6 +2217,10 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     cma_token = ((uint64_t)getpid() << 32) ^ (uint64_t)(td_now_s() * 1e9) ^
                 (uint64_t)(uintptr_t)&cma_token;
     coll_shm_setup(w);
+    st = coll_mbox_setup(w->rank, w->world_size, coll_shm_boot_id());
+    if (st != TD_OK) {
+        return st;
+    }
     C.tp = tp;
     C.rank = w->rank;
     C.size = w->world_size;
@@ -2029,6 +2250,7 @@ module_peer_failed(void *arg, int rank, td_status_t why)
 
     (void)arg;
     (void)why;
+    coll_mbox_peer_dead(rank);          /* mbox.c M7 */
     /* Ids, not pointers: a group may be destroyed once the lock is
      * dropped (group_fail looks it up again). */
     pthread_mutex_lock(&C.lock);
@@ -2134,6 +2356,9 @@ module_shutdown(void *arg)
     C.n_ux = 0;
     C.id_max = 0;                    /* ids start again at the next init */
     pthread_mutex_unlock(&C.lock);
+    coll_mbox_shutdown();            /* after the queue: M6's acks, M7 */
+    td_log_debug("coll: %lu mailbox pokes sent", atomic_load(&C.pokes));
+    atomic_store(&C.pokes, 0);
     coll_groups_reset();
     coll_world_group_free();
     coll_nccl_shutdown();            /* nccl.h N2 */

@@ -29,9 +29,11 @@ enum {
     MSG_ACK   = 2,    /* the receiver matched a td_send (status, its shape) */
     MSG_COLL  = 3,    /* one step of a collective */
     MSG_ABORT = 4,    /* a member failed the collective at SEQ: text */
-    MSG_CMA   = 5     /* a body offered in place was read (status 0),
+    MSG_CMA   = 5,    /* a body offered in place was read (status 0),
                        * could not be (1: send it, and stop offering),
                        * or is not wanted in place (2: send it) */
+    MSG_POKE  = 6     /* look at the sender's mailbox: a message or an ack
+                       * is there and a waiter here sleeps (mbox.c M5) */
 };
 
 #define COLL_CMA_MIN  (64u * 1024u)   /* bodies read in place from here on */
@@ -39,6 +41,10 @@ enum {
 #define COLL_F_RESEND 0x02            /* P2P: the body of an offer answered
                                        * 1 or 2; matches only the receive
                                        * that answered (exact_seq) */
+#define COLL_F_MBOX   0x04            /* ACK: the receiver's inbox offer
+                                       * follows (MBOX_OFFER_BYTES) */
+#define MBOX_OFFER_BYTES 32
+#define MBOX_BODY     4096            /* bodies sent through a mailbox */
 
 /* Collective kinds (in the description). */
 typedef enum {
@@ -74,7 +80,10 @@ typedef struct {
  *         the body this time)
  *   P2P:  ndim x u64 dims; with COLL_F_CMA and no body, the same 32 bytes
  *         of offer as COLL
- *   ACK:  u32 status (two's complement) | ndim x u64 dims (the receiver's)
+ *   ACK:  u32 status (two's complement) | ndim x u64 dims (the receiver's);
+ *         with COLL_F_MBOX, 32 more: u32 pid | u32 fd | u64 token |
+ *         u64 boot id hash | u64 inbox size (mbox.c)
+ *   POKE: nothing more
  *   ABORT: u16 text length | text (< COLL_ERR_MAX) */
 #define COLL_WIRE_BYTES 32
 
@@ -156,6 +165,8 @@ typedef struct coll_req {
     int                cma_landed; /* ... and this says it was */
     int                exact_seq;  /* p2p recv re-posted for the resent
                                     * body of offer SEQ from PEER only */
+    atomic_int         tp_counted; /* p2p send through the transport,
+                                    * counted in mbox.c's tp_busy (M2) */
     size_t             hdr_len;
     char               err[COLL_ERR_MAX];
 } coll_req_t;
@@ -301,6 +312,61 @@ td_status_t coll_all_gather_shm(coll_op_t *op, void *out, const void *in,
                                 size_t nbytes);
 td_status_t coll_reduce_scatter_shm(coll_op_t *op, void *out, const void *in,
                                     size_t count);
+
+/* This host's boot id ("" unknown). */
+const char *coll_shm_boot_id(void);
+
+/* ---- mbox.c: point-to-point through shared memory ------------------------ */
+
+/* A message read from a mailbox (mbox.c), handed to coll_p2p_arrive. */
+typedef struct {
+    int            src, slot;      /* world rank, slot of its mailbox */
+    uint32_t       gid, digest, seq, tag;
+    uint8_t        dtype, ndim;
+    size_t         nbytes;
+    int64_t        shape[TD_MAX_DIMS];
+    const uint8_t *body;           /* in the slot */
+} coll_mbox_msg_t;
+
+td_status_t coll_mbox_setup(int rank, int size, const char *boot_id);
+void        coll_mbox_shutdown(void);
+/* Our inbox exists (a receive is posted: user thread). */
+void        coll_mbox_inbox_ensure(void);
+/* Our inbox's offer to DST into T for an ack; its length or 0. */
+size_t      coll_mbox_offer(int dst, uint8_t *t);
+/* SRC offered its inbox (T: MBOX_OFFER_BYTES from its ack). */
+void        coll_mbox_offered(int src, const uint8_t *t);
+/* Post p2p send R to world rank DST through its mailbox: 1, or 0 (use
+ * the transport). */
+int         coll_mbox_send(coll_req_t *r, int dst);
+/* A transport p2p send to DST begins / ends (M2's order). */
+void        coll_mbox_tp_begin(int dst);
+void        coll_mbox_tp_end(int dst);
+/* Ack slot SLOT of SRC's mailbox; POKE: wake a sleeping sender (never
+ * under coll_lock). */
+void        coll_mbox_ack(int src, int slot, td_status_t status,
+                          uint8_t dtype, int ndim, const int64_t *shape,
+                          int poke);
+/* Hand SRC's waiting mailbox messages to the matching engine (before a
+ * transport p2p message of SRC: M2). */
+void        coll_mbox_drain(int src);
+/* Drain every mailbox and take every ack that came back (any thread). */
+void        coll_mbox_poll(void);
+int         coll_mbox_active(void);
+/* A waiter goes to sleep / woke (M5): the cookie says what to undo. */
+int         coll_mbox_sleep_begin(void);
+void        coll_mbox_sleep_end(int cookie);
+void        coll_mbox_peer_dead(int rank);
+
+/* coll.c for mbox.c: a mailbox message arrived (matched or queued; its
+ * ack written when matched, M6); the ack of our send SEQ came back from
+ * SRC; R is posted as a mailbox send to DST; poke DST (MSG_POKE). */
+void        coll_p2p_arrive(const coll_mbox_msg_t *m);
+void        coll_p2p_acked(int src, uint32_t gid, uint32_t seq,
+                           td_status_t st, uint8_t dtype, int ndim,
+                           const int64_t *shape);
+void        coll_p2p_post_mbox(coll_req_t *r, int dst);
+void        coll_poke(int dst);
 
 /* ---- reduce.c: the reduction kernels ----------------------------------- */
 

@@ -76,6 +76,7 @@ post_send(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
 {
     uint8_t *h = r->hdr;
     int nd = td_tensor_ndim(t);
+    td_status_t st;
 
     fill(r, g, t, tag);
     r->type = REQ_SEND_P2P;
@@ -94,15 +95,28 @@ post_send(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
         td_put_be64(h + COLL_WIRE_BYTES + 8 * i, (uint64_t)r->shape[i]);
     }
     r->hdr_len = COLL_WIRE_BYTES + 8 * (size_t)nd;
+    /* Small bodies to a rank of this host go through its mailbox once it
+     * offered one (mbox.c); the rest through the transport, counted so
+     * the mailbox waits for them (M2). */
+    if (coll_mbox_send(r, g->ranks[dst])) {
+        return TD_OK;
+    }
+    coll_mbox_tp_begin(g->ranks[dst]);
+    atomic_store(&r->tp_counted, 1);
     /* Large bodies between ranks of one node are offered in place and
      * read by the receiver (coll.c C9, C10). */
-    return coll_post_send_offer(r, g->ranks[dst]);
+    st = coll_post_send_offer(r, g->ranks[dst]);
+    if (st != TD_OK && atomic_exchange(&r->tp_counted, 0)) {
+        coll_mbox_tp_end(g->ranks[dst]);
+    }
+    return st;
 }
 
 static td_status_t
 post_recv(td_group_t *g, td_tensor_t *t, int src, int tag, coll_req_t *r)
 {
     fill(r, g, t, tag);
+    coll_mbox_inbox_ensure();           /* offered in our acks (mbox.c) */
     r->type = REQ_RECV_P2P;
     r->peer = src == TD_ANY_SOURCE ? -1 : g->ranks[src];
     r->seq = 0;

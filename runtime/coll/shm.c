@@ -161,6 +161,12 @@ coll_shm_setup(const td_world_t *w)
     shm_oversub = cpus > 0 && w->local_world_size > cpus;
 }
 
+const char *
+coll_shm_boot_id(void)
+{
+    return shm_boot;
+}
+
 int
 coll_shm_eligible(const td_group_t *g)
 {

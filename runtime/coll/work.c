@@ -302,6 +302,11 @@ td_work_test(td_work_t *w, int *done_p)
                         w == NULL ? "work" : "done_p");
     }
     *done_p = atomic_load(&w->done);
+    if (!*done_p && w->p2p) {
+        /* Nobody else polls the mailboxes (mbox.c): a test must. */
+        coll_mbox_poll();
+        *done_p = atomic_load(&w->done);
+    }
     return TD_OK;
 }
 

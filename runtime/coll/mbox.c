@@ -1,0 +1,736 @@
+/* mbox.c: point-to-point messages through shared memory between ranks of
+ * one host: a mailbox per ordered pair of ranks, in the receiver's inbox.
+ *
+ * A small td_send (at most MBOX_BODY bytes) to a rank of this host is
+ * written into a slot of the receiver's mailbox for us, which the
+ * receiver polls while it waits; the receiver's ack (its status and
+ * shape, so that a mismatch still fails both sides) is written back into
+ * the slot, which the sender polls. A round trip is then two cache-line
+ * transfers instead of four active messages through the progress token.
+ *
+ * Setup: a rank creates its inbox (a memfd with a mailbox per world rank,
+ * sparse: only the pages of senders that write are ever touched) at its
+ * first receive, and offers it in the ack of each sender's first
+ * transport message (MSG_ACK with COLL_F_MBOX: pid, fd, token, boot id
+ * hash). At its next send the sender opens /proc/PID/fd/FD if the boot id
+ * is its own, maps its own mailbox and checks the token; failing that it
+ * keeps using the transport to that rank.
+ *
+ * Invariants (comments cite them as M1..M8):
+ *  M1 A slot is the sender's when FREE or ACKED, the receiver's when FULL.
+ *     The owner writes the fields, then the state (release); the other
+ *     side reads the state (acquire), then copies the fields once and
+ *     checks them before use (a peer's memory is not trusted).
+ *  M2 Messages of one sender to one receiver keep their order across the
+ *     two paths: the sender writes its mailbox only while none of its
+ *     transport p2p sends to that receiver is unacked (tp_busy), and the
+ *     receiver drains a sender's mailbox before it handles that sender's
+ *     transport p2p message (the mailbox write came first).
+ *  M3 Slots are written and consumed in ring order: the receiver takes
+ *     slot pos % MBOX_SLOTS only when its pos is the next one (rd), so a
+ *     reused slot is never read twice; a sender whose next slot is still
+ *     held (an unexpected message keeps it, M6) uses the transport.
+ *  M4 One thread at a time drains a mailbox (in lock) and one checks a
+ *     mailbox's acks (out lock), from reading the slot until the message
+ *     or ack is handed to the matching engine; lock order: mailbox lock,
+ *     then coll_lock.
+ *  M5 A waiter that sleeps says so first (its inbox's sleepers, and
+ *     s_sleep of every mailbox it writes), then polls once more; a side
+ *     that writes a message or an ack fences, then reads the flag and
+ *     pokes a sleeper with an empty transport message (MSG_POKE). Sleeps
+ *     are bounded (2 ms), so a lost poke costs time, never a hang.
+ *  M6 An unexpected mailbox message keeps its slot (its body is read in
+ *     place when matched); one that is dropped (its group destroyed or
+ *     broken, the runtime stopping) is acked TD_ERR_CANCELED, so the slot
+ *     comes back.
+ *  M7 Mappings live until the runtime shuts down; a dead peer's mailboxes
+ *     are skipped (dead), never unmapped under a poller.
+ *  M8 Bounded: MBOX_SLOTS slots per ordered pair, MBOX_BODY bytes per
+ *     body, worlds of at most MBOX_WORLD_MAX ranks (larger ones use the
+ *     transport only).
+ *
+ * Thread safety: all functions are thread-safe. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include "runtime/coll/coll_internal.h"
+#include "base/byteorder.h"
+#include "base/clock.h"
+#include "base/log.h"
+
+#define MBOX_SLOTS     8
+#define MBOX_WORLD_MAX 4096
+#define MBOX_MAGIC     0x746f6469737462ull      /* "todistb" */
+
+enum { SLOT_FREE = 0, SLOT_FULL = 1, SLOT_ACKED = 2 };
+
+/* One message. Line 0 is all a successful round trip touches besides the
+ * data (shape, then body). */
+typedef struct {
+    _Atomic uint32_t state;            /* M1 */
+    uint32_t pos;                      /* ring position (M3) */
+    uint32_t gid, digest, seq, tag;
+    uint8_t  dtype, ndim, ack_dtype, ack_ndim;
+    int32_t  ack_status;
+    uint64_t nbytes;
+    uint8_t  pad0[24];
+    int64_t  ack_shape[TD_MAX_DIMS];   /* the receiver's, on a mismatch */
+    uint8_t  data[8 * TD_MAX_DIMS + MBOX_BODY];   /* shape[ndim], body */
+} __attribute__((aligned(64))) slot_t;
+
+typedef struct {
+    _Atomic uint32_t s_sleep;          /* the sender's waiters asleep (M5) */
+    uint8_t  pad[60];
+    slot_t   slot[MBOX_SLOTS];
+} __attribute__((aligned(64))) mbox_t;
+
+typedef struct {
+    uint64_t magic, token;
+    uint32_t nworld, mbox_bytes;
+    _Atomic uint32_t sleepers;         /* our waiters asleep (M5) */
+} inbox_hdr_t;
+
+/* A sender's mailbox in our inbox. */
+typedef struct {
+    pthread_mutex_t lock;              /* M4 */
+    int      offered;                  /* polled (in poll_list) */
+    uint32_t rd;                       /* next ring position */
+} in_t;
+
+enum { OUT_NONE = 0, OUT_OFFERED, OUT_ATTACHED, OUT_NO };
+
+/* Our mailbox in a receiver's inbox. */
+typedef struct {
+    pthread_mutex_t lock;              /* M4; the fields below */
+    _Atomic int     st;                /* OUT_* */
+    int32_t         pid, fd;           /* the offer */
+    uint64_t        token, size;
+    inbox_hdr_t    *hdr;               /* mapped: the inbox's first page */
+    mbox_t         *mb;                /* mapped: our mailbox in it */
+    size_t          mb_map;            /* its mapping's length ... */
+    size_t          mb_skew;           /* ... and where mb sits in it */
+    uint32_t        wr;                /* next ring position */
+    int             npend;             /* slots FULL or ACKED (ours) */
+    uint8_t         handled[MBOX_SLOTS];   /* its ack was taken */
+    atomic_int      tp_busy;           /* transport p2p sends unacked (M2) */
+    _Atomic int     dead;              /* M7 */
+} out_t;
+
+static struct {
+    pthread_mutex_t lock;              /* setup, poll lists */
+    int             on;                /* TODIST_COLL_P2P_SHM */
+    int             rank, size;
+    uint64_t        boot_hash;
+    int             fd;                /* our inbox, or -1 */
+    uint8_t        *base;
+    size_t          len, mbox_bytes;
+    uint64_t        token;
+    in_t           *in;                /* per world rank */
+    out_t          *out;               /* per world rank */
+    int            *in_list, *out_list;
+    atomic_int      n_in, n_out;       /* entries published (append-only) */
+    atomic_int      active;            /* anything to poll */
+} M = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
+
+static size_t
+mbox_bytes(void)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t p = page > 0 ? (size_t)page : 4096;
+
+    return (sizeof(mbox_t) + p - 1) / p * p;
+}
+
+static size_t
+page_size(void)
+{
+    long page = sysconf(_SC_PAGESIZE);
+
+    return page > 0 ? (size_t)page : 4096;
+}
+
+/* ---- setup ------------------------------------------------------------- */
+
+td_status_t
+coll_mbox_setup(int rank, int size, const char *boot_id)
+{
+    const char *s = getenv("TODIST_COLL_P2P_SHM");
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    M.rank = rank;
+    M.size = size;
+    M.on = !(s != NULL && strcmp(s, "0") == 0) && size <= MBOX_WORLD_MAX &&
+           boot_id != NULL && boot_id[0] != '\0';
+    for (const char *p = boot_id != NULL ? boot_id : ""; *p; p++) {
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    }
+    M.boot_hash = h;
+    M.fd = -1;
+    M.base = NULL;
+    atomic_store(&M.n_in, 0);
+    atomic_store(&M.n_out, 0);
+    atomic_store(&M.active, 0);
+    M.mbox_bytes = mbox_bytes();
+    if (!M.on) {
+        return TD_OK;
+    }
+    M.in = calloc((size_t)size, sizeof(*M.in));
+    M.out = calloc((size_t)size, sizeof(*M.out));
+    M.in_list = calloc((size_t)size, sizeof(int));
+    M.out_list = calloc((size_t)size, sizeof(int));
+    if (M.in == NULL || M.out == NULL || M.in_list == NULL ||
+        M.out_list == NULL) {
+        coll_mbox_shutdown();
+        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
+    }
+    for (int i = 0; i < size; i++) {
+        pthread_mutex_init(&M.in[i].lock, NULL);
+        pthread_mutex_init(&M.out[i].lock, NULL);
+    }
+    return TD_OK;
+}
+
+void
+coll_mbox_shutdown(void)
+{
+    int n_out = M.out != NULL ? atomic_load(&M.n_out) : 0;
+
+    atomic_store(&M.active, 0);
+    for (int i = 0; i < n_out; i++) {
+        out_t *o = &M.out[M.out_list[i]];
+
+        if (o->hdr != NULL) {
+            munmap(o->hdr, page_size());
+        }
+        if (o->mb != NULL) {
+            munmap((uint8_t *)o->mb - o->mb_skew, o->mb_map);
+        }
+    }
+    if (M.base != NULL) {
+        munmap(M.base, M.len);
+    }
+    if (M.fd >= 0) {
+        close(M.fd);
+    }
+    if (M.in != NULL) {
+        for (int i = 0; i < M.size; i++) {
+            pthread_mutex_destroy(&M.in[i].lock);
+            pthread_mutex_destroy(&M.out[i].lock);
+        }
+    }
+    free(M.in);
+    free(M.out);
+    free(M.in_list);
+    free(M.out_list);
+    M.in = NULL;
+    M.out = NULL;
+    M.in_list = M.out_list = NULL;
+    M.base = NULL;
+    M.fd = -1;
+    M.on = 0;
+}
+
+/* Our inbox, made at the first receive (a user thread: never in a
+ * callback, where a syscall would hold the token). */
+void
+coll_mbox_inbox_ensure(void)
+{
+    inbox_hdr_t *h;
+    int fd;
+    size_t len;
+
+    if (!M.on || __atomic_load_n(&M.base, __ATOMIC_ACQUIRE) != NULL) {
+        return;
+    }
+    pthread_mutex_lock(&M.lock);
+    if (M.base != NULL || M.fd == -2) {
+        pthread_mutex_unlock(&M.lock);
+        return;
+    }
+    len = page_size() + M.mbox_bytes * (size_t)M.size;
+    fd = memfd_create("todist-p2p", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)len) != 0) {
+        td_log_debug("coll: no point-to-point inbox (%s): the transport "
+                     "carries every message", strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        M.fd = -2;                      /* do not try again */
+        pthread_mutex_unlock(&M.lock);
+        return;
+    }
+    h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED) {
+        close(fd);
+        M.fd = -2;
+        pthread_mutex_unlock(&M.lock);
+        return;
+    }
+    M.token = ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)h ^
+              (uint64_t)(td_now_s() * 1e9);
+    h->magic = MBOX_MAGIC;
+    h->token = M.token;
+    h->nworld = (uint32_t)M.size;
+    h->mbox_bytes = (uint32_t)M.mbox_bytes;
+    M.fd = fd;
+    M.len = len;
+    __atomic_store_n(&M.base, (uint8_t *)h, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&M.lock);
+}
+
+static mbox_t *
+in_mbox(int src)
+{
+    return (mbox_t *)(M.base + page_size() + M.mbox_bytes * (size_t)src);
+}
+
+/* The offer of our inbox to world rank DST, for the ack of its first
+ * transport message: its length into T (MBOX_OFFER_BYTES), or 0 (none,
+ * or offered before). From then on its mailbox is polled. */
+size_t
+coll_mbox_offer(int dst, uint8_t *t)
+{
+    in_t *in;
+
+    if (!M.on || dst == M.rank || dst < 0 || dst >= M.size ||
+        __atomic_load_n(&M.base, __ATOMIC_ACQUIRE) == NULL) {
+        return 0;
+    }
+    in = &M.in[dst];
+    pthread_mutex_lock(&M.lock);
+    if (in->offered) {
+        pthread_mutex_unlock(&M.lock);
+        return 0;
+    }
+    __atomic_store_n(&in->offered, 1, __ATOMIC_RELEASE);
+    M.in_list[atomic_load(&M.n_in)] = dst;
+    atomic_fetch_add(&M.n_in, 1);       /* publishes the entry */
+    atomic_store(&M.active, 1);
+    pthread_mutex_unlock(&M.lock);
+    td_put_be32(t, (uint32_t)getpid());
+    td_put_be32(t + 4, (uint32_t)M.fd);
+    td_put_be64(t + 8, M.token);
+    td_put_be64(t + 16, M.boot_hash);
+    td_put_be64(t + 24, (uint64_t)M.len);
+    return MBOX_OFFER_BYTES;
+}
+
+/* World rank SRC offered its inbox (T, from an ack; a callback: recorded
+ * only, mapped at our next send to it). */
+void
+coll_mbox_offered(int src, const uint8_t *t)
+{
+    out_t *o;
+
+    if (!M.on || src == M.rank || src < 0 || src >= M.size) {
+        return;
+    }
+    o = &M.out[src];
+    pthread_mutex_lock(&o->lock);
+    if (atomic_load(&o->st) == OUT_NONE) {
+        o->pid = (int32_t)td_get_be32(t);
+        o->fd = (int32_t)td_get_be32(t + 4);
+        o->token = td_get_be64(t + 8);
+        o->size = td_get_be64(t + 24);
+        /* Another host: opening /proc/PID/fd/FD there would reach an
+         * unrelated process's file. */
+        atomic_store(&o->st, td_get_be64(t + 16) == M.boot_hash &&
+                     o->pid > 0 && o->fd >= 0 ? OUT_OFFERED : OUT_NO);
+        td_log_debug("coll: rank %d offered its inbox (%s)", src,
+                     atomic_load(&o->st) == OUT_OFFERED ? "this host" :
+                     "another host: not used");
+    }
+    pthread_mutex_unlock(&o->lock);
+}
+
+/* Map our mailbox in DST's inbox (out lock held, user thread). */
+static void
+attach(int dst, out_t *o)
+{
+    size_t page = page_size(), off, skew;
+    char path[64];
+    struct stat sb;
+    inbox_hdr_t *h = MAP_FAILED;
+    void *mb = MAP_FAILED;
+    int fd;
+
+    atomic_store(&o->st, OUT_NO);        /* unless all goes well */
+    if (o->size != page + M.mbox_bytes * (size_t)M.size) {
+        td_log_debug("coll: rank %d's inbox has %" PRIu64 " bytes, not %zu: "
+                     "point-to-point messages to it use the transport", dst,
+                     o->size, page + M.mbox_bytes * (size_t)M.size);
+        return;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)o->pid, (int)o->fd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        td_log_debug("coll: cannot open rank %d's inbox (%s: %s): "
+                     "point-to-point messages to it use the transport", dst,
+                     path, strerror(errno));
+        return;
+    }
+    off = page + M.mbox_bytes * (size_t)M.rank;
+    skew = off % page;                   /* 0: mbox_bytes is whole pages */
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != o->size) {
+        goto out;
+    }
+    h = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    mb = mmap(NULL, M.mbox_bytes + skew, PROT_READ | PROT_WRITE, MAP_SHARED,
+              fd, (off_t)(off - skew));
+    if (h == MAP_FAILED || mb == MAP_FAILED) {
+        goto out;
+    }
+    /* The same pid and fd in another pid namespace: not DST's inbox. */
+    if (h->magic != MBOX_MAGIC || h->token != o->token ||
+        h->nworld != (uint32_t)M.size ||
+        h->mbox_bytes != (uint32_t)M.mbox_bytes) {
+        goto out;
+    }
+    o->hdr = h;
+    o->mb = (mbox_t *)((uint8_t *)mb + skew);
+    o->mb_map = M.mbox_bytes + skew;
+    o->mb_skew = skew;
+    o->wr = 0;
+    o->npend = 0;
+    for (int i = 0; i < MBOX_SLOTS; i++) {
+        if (atomic_load_explicit(&o->mb->slot[i].state,
+                                 memory_order_acquire) != SLOT_FREE) {
+            goto out_detach;            /* not fresh: not ours to use */
+        }
+    }
+    close(fd);
+    pthread_mutex_lock(&M.lock);
+    M.out_list[atomic_load(&M.n_out)] = dst;
+    atomic_fetch_add(&M.n_out, 1);
+    atomic_store(&M.active, 1);
+    pthread_mutex_unlock(&M.lock);
+    atomic_store(&o->st, OUT_ATTACHED);
+    td_log_debug("coll: point-to-point mailbox to rank %d attached", dst);
+    return;
+out_detach:
+    o->hdr = NULL;
+    o->mb = NULL;
+out:
+    td_log_debug("coll: rank %d's inbox (%s) is not one to use: "
+                 "point-to-point messages to it use the transport", dst,
+                 path);
+    if (mb != MAP_FAILED) {
+        munmap(mb, M.mbox_bytes + skew);
+    }
+    if (h != MAP_FAILED) {
+        munmap(h, page);
+    }
+    close(fd);
+}
+
+/* ---- the receiver's side --------------------------------------------- */
+
+/* Write the ack of slot SLOT of SRC's mailbox (M1); POKE: wake the sender
+ * if it sleeps (M5; never under coll_lock: it may send). */
+void
+coll_mbox_ack(int src, int slot, td_status_t status, uint8_t dtype,
+              int ndim, const int64_t *shape, int poke)
+{
+    slot_t *s = &in_mbox(src)->slot[slot];
+
+    s->ack_status = (int32_t)status;
+    s->ack_dtype = dtype;
+    s->ack_ndim = (uint8_t)ndim;
+    if (status != TD_OK) {
+        memcpy(s->ack_shape, shape, 8 * (size_t)ndim);
+    }
+    atomic_store_explicit(&s->state, SLOT_ACKED, memory_order_release);
+    if (poke) {
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&in_mbox(src)->s_sleep,
+                                 memory_order_relaxed) != 0) {
+            coll_poke(src);
+        }
+    }
+}
+
+/* Hand the messages waiting in SRC's mailbox to the matching engine, in
+ * order (M3, M4). WAIT: take the lock (M2's drain before a transport
+ * message), else give up if another thread drains. */
+static void
+drain(int src, int wait)
+{
+    in_t *in = &M.in[src];
+    mbox_t *mb = in_mbox(src);
+    int took = 0;
+
+    if (wait) {
+        pthread_mutex_lock(&in->lock);
+    } else if (pthread_mutex_trylock(&in->lock) != 0) {
+        return;
+    }
+    for (;;) {
+        int k = (int)(in->rd % MBOX_SLOTS);
+        slot_t *s = &mb->slot[k];
+        coll_mbox_msg_t m;
+
+        if (atomic_load_explicit(&s->state, memory_order_acquire) !=
+                SLOT_FULL || s->pos != in->rd) {
+            break;
+        }
+        /* M1: copied once, then checked. */
+        m.src = src;
+        m.slot = k;
+        m.gid = s->gid;
+        m.digest = s->digest;
+        m.seq = s->seq;
+        m.tag = s->tag;
+        m.dtype = s->dtype;
+        m.ndim = s->ndim;
+        m.nbytes = s->nbytes;
+        in->rd++;
+        if (m.ndim > TD_MAX_DIMS || m.dtype >= TD_NUM_DTYPES ||
+            m.nbytes > MBOX_BODY || m.tag > (uint32_t)TD_TAG_MAX) {
+            td_log_warn("coll: rejected a malformed mailbox message from "
+                        "rank %d", src);
+            coll_mbox_ack(src, k, TD_ERR_PROTOCOL, 0, 0, NULL, 0);
+            took++;
+            continue;
+        }
+        memcpy(m.shape, s->data, 8 * (size_t)m.ndim);
+        m.body = s->data + 8 * (size_t)m.ndim;
+        coll_p2p_arrive(&m);            /* acks it now, or when matched */
+        took++;
+    }
+    pthread_mutex_unlock(&in->lock);
+    /* M5, outside the lock: a poke is a transport send, and the
+     * transport's callbacks take this lock (coll_mbox_drain). */
+    if (took > 0) {
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&mb->s_sleep, memory_order_relaxed) != 0) {
+            coll_poke(src);
+        }
+    }
+}
+
+void
+coll_mbox_drain(int src)
+{
+    if (M.on && src >= 0 && src < M.size &&
+        __atomic_load_n(&M.in[src].offered, __ATOMIC_ACQUIRE) &&
+        __atomic_load_n(&M.base, __ATOMIC_ACQUIRE) != NULL) {
+        drain(src, 1);
+    }
+}
+
+/* ---- the sender's side -------------------------------------------------- */
+
+/* Acks that came back into DST's mailbox (out lock held): complete their
+ * sends (the one who takes a send off the posted list completes it, C2). */
+static void
+acks_locked(int dst, out_t *o)
+{
+    uint32_t first = o->wr - (uint32_t)o->npend;
+
+    /* Slots come back in ring order only: an earlier one may be held. */
+    for (uint32_t p = first; p != o->wr; p++) {
+        slot_t *s = &o->mb->slot[p % MBOX_SLOTS];
+        int64_t shape[TD_MAX_DIMS] = { 0 };
+        uint32_t state = atomic_load_explicit(&s->state,
+                                              memory_order_acquire);
+        uint8_t nd;
+        td_status_t st;
+
+        if (state != SLOT_ACKED || o->handled[p % MBOX_SLOTS]) {
+            continue;
+        }
+        st = (td_status_t)s->ack_status;
+        nd = s->ack_ndim;
+        if (st != TD_OK && nd <= TD_MAX_DIMS) {
+            memcpy(shape, s->ack_shape, 8 * (size_t)nd);
+        }
+        if (nd > TD_MAX_DIMS || st > TD_OK) {
+            st = TD_ERR_PROTOCOL;
+            nd = 0;
+        }
+        coll_p2p_acked(dst, s->gid, s->seq, st, s->ack_dtype, nd, shape);
+        o->handled[p % MBOX_SLOTS] = 1;    /* freed in ring order */
+    }
+    while (o->npend > 0) {
+        int k = (int)((o->wr - (uint32_t)o->npend) % MBOX_SLOTS);
+
+        if (!o->handled[k]) {
+            break;
+        }
+        o->handled[k] = 0;
+        atomic_store_explicit(&o->mb->slot[k].state, SLOT_FREE,
+                              memory_order_relaxed);
+        o->npend--;
+    }
+}
+
+/* Send R (a p2p send, header fields in R) to world rank DST through its
+ * mailbox: 1 when posted so (R in the posted list, completed by the ack),
+ * 0: use the transport. */
+int
+coll_mbox_send(coll_req_t *r, int dst)
+{
+    out_t *o;
+    slot_t *s;
+    int st;
+
+    if (!M.on || dst == M.rank || r->nbytes > MBOX_BODY) {
+        return 0;
+    }
+    o = &M.out[dst];
+    st = atomic_load_explicit(&o->st, memory_order_acquire);
+    if (st == OUT_NONE || st == OUT_NO ||
+        atomic_load_explicit(&o->tp_busy, memory_order_acquire) != 0 ||
+        atomic_load_explicit(&o->dead, memory_order_relaxed)) {
+        return 0;
+    }
+    pthread_mutex_lock(&o->lock);
+    if (atomic_load(&o->st) == OUT_OFFERED) {
+        attach(dst, o);
+    }
+    if (atomic_load(&o->st) != OUT_ATTACHED || atomic_load(&o->tp_busy)) {
+        pthread_mutex_unlock(&o->lock);
+        return 0;
+    }
+    if (o->npend > 0) {
+        acks_locked(dst, o);
+    }
+    s = &o->mb->slot[o->wr % MBOX_SLOTS];
+    if (o->npend >= MBOX_SLOTS ||
+        atomic_load_explicit(&s->state, memory_order_acquire) != SLOT_FREE) {
+        pthread_mutex_unlock(&o->lock);
+        return 0;                       /* M3: the transport, this time */
+    }
+    s->pos = o->wr;
+    s->gid = r->group_id;
+    s->digest = r->g->digest;
+    s->seq = r->seq;
+    s->tag = r->tag;
+    s->dtype = r->dtype;
+    s->ndim = r->ndim;
+    s->nbytes = r->nbytes;
+    memcpy(s->data, r->shape, 8 * (size_t)r->ndim);
+    if (r->nbytes > 0) {
+        memcpy(s->data + 8 * (size_t)r->ndim, r->buf, r->nbytes);
+    }
+    coll_p2p_post_mbox(r, dst);         /* posted before it can be acked */
+    o->wr++;
+    o->npend++;
+    atomic_store_explicit(&s->state, SLOT_FULL, memory_order_release);
+    pthread_mutex_unlock(&o->lock);
+    atomic_thread_fence(memory_order_seq_cst);         /* M5 */
+    if (atomic_load_explicit(&o->hdr->sleepers, memory_order_relaxed) != 0) {
+        coll_poke(dst);
+    }
+    return 1;
+}
+
+/* A transport p2p send to DST begins / ends (M2). */
+void
+coll_mbox_tp_begin(int dst)
+{
+    if (M.on && dst >= 0 && dst < M.size) {
+        atomic_fetch_add(&M.out[dst].tp_busy, 1);
+    }
+}
+
+void
+coll_mbox_tp_end(int dst)
+{
+    if (M.on && dst >= 0 && dst < M.size) {
+        atomic_fetch_sub(&M.out[dst].tp_busy, 1);
+    }
+}
+
+void
+coll_mbox_peer_dead(int rank)
+{
+    if (M.on && rank >= 0 && rank < M.size) {
+        atomic_store(&M.out[rank].dead, 1);
+    }
+}
+
+/* ---- polling and sleeping ----------------------------------------------- */
+
+int
+coll_mbox_active(void)
+{
+    return atomic_load_explicit(&M.active, memory_order_relaxed);
+}
+
+void
+coll_mbox_poll(void)
+{
+    int n;
+
+    if (!atomic_load_explicit(&M.active, memory_order_acquire)) {
+        return;
+    }
+    n = atomic_load_explicit(&M.n_in, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        int src = M.in_list[i];
+        in_t *in = &M.in[src];
+        slot_t *s = &in_mbox(src)->slot[in->rd % MBOX_SLOTS];
+
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) ==
+                SLOT_FULL) {
+            drain(src, 0);
+        }
+    }
+    n = atomic_load_explicit(&M.n_out, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        int dst = M.out_list[i];
+        out_t *o = &M.out[dst];
+
+        if (__atomic_load_n(&o->npend, __ATOMIC_RELAXED) > 0 &&
+            pthread_mutex_trylock(&o->lock) == 0) {
+            acks_locked(dst, o);
+            pthread_mutex_unlock(&o->lock);
+        }
+    }
+}
+
+/* A waiter goes to sleep (M5): announced in our inbox and in every
+ * mailbox we write. Returns what sleep_end takes back (the inbox and the
+ * mailboxes attached so far: more may be attached meanwhile). */
+int
+coll_mbox_sleep_begin(void)
+{
+    int n, inbox;
+
+    if (!atomic_load_explicit(&M.active, memory_order_acquire)) {
+        return 0;
+    }
+    inbox = __atomic_load_n(&M.base, __ATOMIC_ACQUIRE) != NULL;
+    if (inbox) {
+        atomic_fetch_add(&((inbox_hdr_t *)M.base)->sleepers, 1);
+    }
+    n = atomic_load_explicit(&M.n_out, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        atomic_fetch_add(&M.out[M.out_list[i]].mb->s_sleep, 1);
+    }
+    atomic_thread_fence(memory_order_seq_cst);
+    return n << 1 | inbox;
+}
+
+void
+coll_mbox_sleep_end(int cookie)
+{
+    if (cookie & 1) {
+        atomic_fetch_sub(&((inbox_hdr_t *)M.base)->sleepers, 1);
+    }
+    for (int i = 0; i < cookie >> 1; i++) {
+        atomic_fetch_sub(&M.out[M.out_list[i]].mb->s_sleep, 1);
+    }
+}
