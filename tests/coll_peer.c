@@ -965,6 +965,196 @@ mode_mismatch(void)
     return 0;
 }
 
+/* ---- point-to-point through the mailboxes (mbox.c) ------------------------ */
+
+/* Ranks 0 and 1. After one exchange each way small messages go through
+ * the receiver's mailbox (the shell test checks the "attached" lines):
+ * their order holds across mailbox and transport messages of one tag
+ * (M2, M3: 24 isends of mixed sizes, more than the slots, received late);
+ * a mismatch fails both sides naming both shapes; a receiver and a sender
+ * that sleep are woken (M5); a message dropped unreceived (its group
+ * destroyed) fails its send (M6); a size of MBOX_BODY and one past it. */
+static int
+mode_mbox(void)
+{
+    td_group_t *w = td_group_world(), *g = NULL;
+    td_status_t st;
+    int peer = 1 - rank, ok = 1;
+
+    if (rank > 1) {
+        return 0;
+    }
+    /* warm-up: the first message each way carries the inbox offer */
+    for (int k = 0; k < 2; k++) {
+        td_tensor_t *t = make(2, TD_FLOAT32);
+
+        td_tensor_fill_(t, 7);
+        st = (rank == k) ? td_send(w, t, peer, 1) : td_recv(w, t, peer, 1,
+                                                             NULL);
+        ok &= st == TD_OK && get(t, 1) == 7;
+        td_tensor_release(t);
+    }
+    check(ok, "mbox_warm_up", "%s", td_last_error());
+
+    /* order across the two paths: one tag, sizes around MBOX_BODY and
+     * the single-copy threshold, all sent before any is received */
+    {
+        enum { M = 24 };
+        static const int64_t n_of[6] = { 2, 1024, 1025, 20000, 0, 3 };
+        td_work_t *wk[M];
+        int good = 1;
+
+        if (rank == 0) {
+            for (int k = 0; k < M; k++) {
+                td_tensor_t *t = make(n_of[k % 6], TD_INT32);
+
+                td_tensor_fill_(t, 1000 + k);
+                good &= td_isend(w, t, 1, 2, &wk[k]) == TD_OK;
+                td_tensor_release(t);
+            }
+            for (int k = 0; k < M; k++) {
+                good &= td_work_wait(wk[k], 30) == TD_OK;
+                td_work_release(wk[k]);
+            }
+        } else {
+            usleep(50000);              /* let them pile up */
+            for (int k = 0; k < M; k++) {
+                td_tensor_t *t = make(n_of[k % 6], TD_INT32);
+
+                st = td_recv(w, t, 0, 2, NULL);
+                good &= st == TD_OK &&
+                        (n_of[k % 6] == 0 ||
+                         get(t, n_of[k % 6] - 1) == 1000 + k);
+                td_tensor_release(t);
+            }
+        }
+        check(good, "mbox_order_across_paths", "%s", td_last_error());
+    }
+
+    /* a mismatch through the mailbox: both sides, both shapes */
+    {
+        td_tensor_t *a = make(rank == 0 ? 4 : 2, TD_FLOAT32);
+
+        st = rank == 0 ? td_send(w, a, 1, 3) : td_recv(w, a, 0, 3, NULL);
+        check(st == TD_ERR_SHAPE && strstr(td_last_error(), "[4]") &&
+              strstr(td_last_error(), "[2]"), "mbox_size_mismatch",
+              "%d: %s", st, td_last_error());
+        td_tensor_release(a);
+    }
+
+    /* sleepers: the receiver waits 0.3 s (asleep after 2 ms), then the
+     * sender does */
+    for (int k = 0; k < 2; k++) {
+        td_tensor_t *t = make(1, TD_INT64);
+        double t0 = now_s();
+
+        td_tensor_fill_(t, rank == 0 ? 5 + k : 0);
+        if (rank == 0) {
+            if (k == 0) {
+                usleep(300000);
+            }
+            st = td_send(w, t, 1, 4);
+        } else {
+            if (k == 1) {
+                usleep(300000);
+            }
+            st = td_recv(w, t, 0, 4, NULL);
+        }
+        check(st == TD_OK && (rank == 0 || get(t, 0) == 5 + k),
+              k == 0 ? "mbox_sleeping_receiver" : "mbox_sleeping_sender",
+              "%s", td_last_error());
+        printf("# rank %d: %s case took %.3f s\n", rank,
+               k == 0 ? "sleeping receiver" : "sleeping sender",
+               now_s() - t0);
+    }
+
+    /* MBOX_BODY bytes and one element past it, both ways */
+    for (int k = 0; k < 2; k++) {
+        int64_t n = k == 0 ? 1024 : 1025;
+        td_tensor_t *t = make(n, TD_FLOAT32);
+
+        td_tensor_fill_(t, rank == 0 ? 9 : 0);
+        st = rank == 0 ? td_send(w, t, 1, 5) : td_recv(w, t, 0, 5, NULL);
+        check(st == TD_OK && (rank == 0 || get(t, n - 1) == 9),
+              k == 0 ? "mbox_body_max" : "mbox_body_max_plus_one", "%s",
+              td_last_error());
+        td_tensor_release(t);
+    }
+
+    /* dropped unreceived: rank 1 destroys the group with rank 0's
+     * message still in its mailbox; its later receive drains it (C11:
+     * a destroyed group's message), which fails rank 0's send */
+    st = td_group_new((int[]){0, 1}, 2, &g);
+    check(st == TD_OK, "mbox_group_new", "%s", td_last_error());
+    {
+        td_tensor_t *t = make(2, TD_FLOAT32);
+        td_work_t *wk = NULL;
+
+        if (rank == 0) {
+            st = td_isend(g, t, 1, 6, &wk);
+            td_group_barrier(w);
+            if (st == TD_OK) {
+                st = td_work_wait(wk, 20);
+                td_work_release(wk);
+            }
+            check(st == TD_ERR_CANCELED &&
+                  strstr(td_last_error(), "dropped") != NULL,
+                  "mbox_dropped_fails_send", "%s: %s", td_status_name(st),
+                  td_last_error());
+            td_tensor_fill_(t, 3);
+            st = td_send(w, t, 1, 7);
+        } else {
+            td_group_barrier(w);
+            td_group_destroy(g);
+            g = NULL;
+            st = td_recv(w, t, 0, 7, NULL);
+            check(st == TD_OK && get(t, 0) == 3, "mbox_dropped_then_recv",
+                  "%s", td_last_error());
+        }
+        td_tensor_release(t);
+    }
+    if (g != NULL) {
+        td_group_destroy(g);
+    }
+    td_group_barrier(w);
+    return 0;
+}
+
+/* Rank 1 is SIGKILLed with rank 0's send waiting in its mailbox: the
+ * send fails within 2 s naming it (the transport's failure detection
+ * fails sends through the mailbox too, M7). */
+static int
+mode_mbox_kill(void)
+{
+    td_group_t *w = td_group_world();
+    td_tensor_t *t = make(2, TD_FLOAT32);
+    td_status_t st;
+    double t0;
+
+    for (int k = 0; k < 2; k++) {
+        st = (rank == k) ? td_send(w, t, 1 - rank, 1)
+                         : td_recv(w, t, 1 - rank, 1, NULL);
+        check(st == TD_OK, "mbox_kill_warm_up", "%s", td_last_error());
+    }
+    td_group_barrier(w);
+    if (rank == 1) {
+        usleep(100000);                 /* rank 0's send is in our mailbox */
+        raise(SIGKILL);
+    }
+    t0 = now_s();
+    st = td_send(w, t, 1, 2);
+    check(st == TD_ERR_PEER && strstr(td_last_error(), "rank 1") != NULL,
+          "mbox_kill_send_fails_naming_it", "%s: %s", td_status_name(st),
+          td_last_error());
+    /* the death came 0.1 s after t0 */
+    check(now_s() - t0 <= 2.1, "mbox_kill_within_2s", "failed %.2f s later",
+          now_s() - t0);
+    printf("# rank 0: the send failed %.3f s after it began: %s\n",
+           now_s() - t0, td_last_error());
+    td_tensor_release(t);
+    return 0;
+}
+
 /* ---- a member SIGKILLed mid all_reduce ---------------------------------------- */
 
 static int
@@ -1185,7 +1375,7 @@ main(int argc, char **argv)
     int rc = 0;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (strcmp(mode, "kill") == 0) {
+    if (strcmp(mode, "kill") == 0 || strcmp(mode, "mbox_kill") == 0) {
         signal(SIGTERM, SIG_IGN);       /* finish the checks */
     }
     td_rpc_register("twice", fn_twice, NULL);
@@ -1206,6 +1396,13 @@ main(int argc, char **argv)
         rc = mode_mismatch();
     } else if (strcmp(mode, "destroyed") == 0) {
         rc = mode_destroyed();
+    } else if (strcmp(mode, "mbox") == 0) {
+        rc = mode_mbox();
+    } else if (strcmp(mode, "mbox_kill") == 0) {
+        rc = mode_mbox_kill();
+        fflush(stdout);
+        sleep(1);
+        _exit(n_fail ? 1 : 0);
     } else if (strcmp(mode, "many_groups") == 0) {
         rc = mode_many_groups();
     } else if (strcmp(mode, "big") == 0) {

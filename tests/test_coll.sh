@@ -7,7 +7,9 @@
 # flight, 0 B and 256 MiB, size and dtype mismatch on both sides, bad
 # input); subgroups concurrently with the world group, RPC and queued async
 # work; the shared-segment algorithms on and off, and their fallback;
-# every kind of mismatched collective; a rank that never arrives
+# point-to-point through the mailboxes (order, mismatch, sleepers,
+# drops, a dead receiver) and with them off; every kind of mismatched
+# collective; a rank that never arrives
 # (timeout naming it); a member SIGKILLed mid all_reduce. Each check must
 # PASS on every rank that makes it; any FAIL line fails. Runs are bounded by
 # timeout; lib.sh cleans up.
@@ -28,9 +30,13 @@ concurrent_async_queue async_every_collective"
 mism="mismatch_collective mismatch_size mismatch_dtype mismatch_op
 mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
+mbox2="mbox_warm_up mbox_order_across_paths mbox_size_mismatch
+mbox_sleeping_receiver mbox_sleeping_sender mbox_body_max
+mbox_body_max_plus_one mbox_group_new"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
-         $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 ))
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
+         $(count "$mbox2") + 2 + 4 + 3 + 2 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -62,6 +68,32 @@ expect "$out" 2 $p2p01
 nofail "$out" "p2p: no failed check"
 is "$rc" 0 "p2p: every rank exits 0"
 [ "$rc" = 0 ] || diag "$out"
+
+# Point-to-point through the mailboxes (mbox.c): after one exchange,
+# small messages to a rank of this host go through its inbox; order across
+# mailbox and transport, a mismatch, sleepers woken by a poke, a message
+# dropped unreceived, and a receiver SIGKILLed with a send in its mailbox.
+out=$(TODIST_LOG=debug run 120 todist-run -n 2 "$PEER" mbox 2>&1); rc=$?
+expect "$out" 2 $mbox2
+expect "$out" 1 mbox_dropped_fails_send mbox_dropped_then_recv
+nofail "$out" "mbox: no failed check"
+is "$rc" 0 "mbox: every rank exits 0"
+like "$out" "point-to-point mailbox to rank 1 attached" \
+     "mbox: rank 0 writes into rank 1's inbox"
+pokes=$(printf '%s\n' "$out" | sed -n 's/.*coll: \([0-9]*\) mailbox pokes sent.*/\1/p' |
+        awk '{ s += $1 } END { print s + 0 }')
+ok "$([ "$pokes" -ge 1 ]; echo $?)" "mbox: a sleeping receiver is poked ($pokes pokes)"
+[ "$rc" = 0 ] || diag "$out"
+
+out=$(TODIST_COLL_P2P_SHM=0 TODIST_LOG=debug run 120 todist-run -n 3 "$PEER" \
+      p2p 2>&1); rc=$?
+nofail "$out" "TODIST_COLL_P2P_SHM=0: p2p checks pass"
+is "$rc" 0 "TODIST_COLL_P2P_SHM=0: every rank exits 0"
+unlike "$out" "mailbox to rank" "TODIST_COLL_P2P_SHM=0: no mailbox attached"
+
+out=$(run 60 todist-run -n 2 "$PEER" mbox_kill 2>&1)
+expect "$out" 1 mbox_kill_send_fails_naming_it mbox_kill_within_2s
+printf '%s\n' "$out" | grep '^# rank 0: the send' || true
 
 out=$(run 120 todist-run -n 4 "$PEER" concurrent 2>&1); rc=$?
 expect "$out" 4 $conc

@@ -147,6 +147,7 @@ static struct {
     unexp_t        *ux_head, *ux_tail;
     size_t          n_ux;
     td_group_t     *groups[TD_GROUPS_MAX];
+    int             groups_hi;         /* slots used so far: the rest NULL */
     pthread_mutex_t wait_lock;
     pthread_cond_t  wait_cond;
     atomic_int      waiters;
@@ -370,7 +371,7 @@ req_complete(coll_req_t *r, td_status_t status, const char *msg)
         if (r->type == REQ_SEND_P2P && atomic_exchange(&r->tp_counted, 0)) {
             coll_mbox_tp_end(r->peer);          /* mbox.c M2 */
         }
-        atomic_store(&r->done, 1);
+        atomic_store(&r->done, 1);     /* seq_cst: then wake_waiters reads */
         wake_waiters();
         if (on_done != NULL) {
             on_done(r);            /* a work handle keeps R alive (C3) */
@@ -484,7 +485,8 @@ ux_drop_group_locked(uint32_t gid, int with_abort)
 static td_group_t *
 group_find(uint32_t id)
 {
-    for (int i = 0; i < TD_GROUPS_MAX; i++) {
+    /* every message looks its group up: scan the used slots only */
+    for (int i = 0; i < C.groups_hi; i++) {
         if (C.groups[i] != NULL && C.groups[i]->id == id) {
             return C.groups[i];
         }
@@ -602,6 +604,9 @@ coll_group_check(td_group_t *g)
         return td_error(TD_ERR_STATE, "coll: the runtime is not running "
                         "(td_init not called, or td_finalize was)");
     }
+    if (__atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) == TD_OK) {
+        return TD_OK;                   /* C6: once broken, it stays so */
+    }
     pthread_mutex_lock(&C.lock);
     st = g->broken;
     if (st != TD_OK) {
@@ -634,6 +639,9 @@ coll_group_register(td_group_t *g)
                         "destroy some", TD_GROUPS_MAX);
     }
     C.groups[slot] = g;
+    if (slot >= C.groups_hi) {
+        C.groups_hi = slot + 1;
+    }
     g->registered = 1;
     if (g->id > C.id_max) {
         C.id_max = g->id;
@@ -992,11 +1000,12 @@ coll_post_recv(coll_req_t *r)
     char msg[COLL_ERR_MAX];
     td_status_t st;
 
-    atomic_store(&r->done, 0);
-    atomic_store(&r->cma_ready_a, 0);
+    /* relaxed: published to other threads by coll_lock */
+    atomic_store_explicit(&r->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->cma_ready_a, 0, memory_order_relaxed);
     r->status = TD_OK;
     r->err[0] = '\0';
-    atomic_store(&r->pending, 1);
+    atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
     r->from = -1;
     r->exact_seq = 0;
     pthread_mutex_lock(&C.lock);
@@ -1547,13 +1556,14 @@ coll_p2p_acked(int src, uint32_t gid, uint32_t seq, td_status_t st,
 void
 coll_p2p_post_mbox(coll_req_t *r, int dst)
 {
-    atomic_store(&r->done, 0);
+    /* relaxed: published to other threads by coll_lock */
+    atomic_store_explicit(&r->done, 0, memory_order_relaxed);
     r->status = TD_OK;
     r->err[0] = '\0';
     r->peer = dst;
     r->cma_send = 0;
-    atomic_store(&r->tp_counted, 0);
-    atomic_store(&r->pending, 1);
+    atomic_store_explicit(&r->tp_counted, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
     pthread_mutex_lock(&C.lock);
     posted_append(r);
     pthread_mutex_unlock(&C.lock);
@@ -1840,8 +1850,19 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         /* A peer on this host answers through its mailbox within a
          * microsecond or two when it is waiting too: poll the mailboxes
          * alone for a moment before driving the transport (mbox.c). */
+        int what = 0;
+
+        /* Only what these requests wait for: a td_send's wait leaving the
+         * reply in the mailbox lets the td_recv that follows match it
+         * straight from there, not through the unexpected list. */
+        for (int i = 0; i < n; i++) {
+            if (reqs[i] != NULL) {
+                what |= reqs[i]->type == REQ_SEND_P2P ? MBOX_POLL_ACKS
+                                                      : MBOX_POLL_IN;
+            }
+        }
         for (unsigned i = 0; !all_done(&w); i++) {
-            coll_mbox_poll();
+            coll_mbox_poll_some(what);
             if ((i & 63) == 63 && td_now_s() - t0 > MBOX_SPIN_S) {
                 break;
             }
@@ -2338,6 +2359,7 @@ module_shutdown(void *arg)
             C.groups[i] = NULL;
         }
     }
+    C.groups_hi = 0;
     pthread_mutex_unlock(&C.lock);
     complete_list(list, TD_ERR_CANCELED, "coll: the runtime shut down");
     pthread_mutex_lock(&C.lock);

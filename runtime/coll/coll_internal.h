@@ -352,6 +352,8 @@ void        coll_mbox_ack(int src, int slot, td_status_t status,
 void        coll_mbox_drain(int src);
 /* Drain every mailbox and take every ack that came back (any thread). */
 void        coll_mbox_poll(void);
+enum { MBOX_POLL_IN = 1, MBOX_POLL_ACKS = 2 };
+void        coll_mbox_poll_some(int what);
 int         coll_mbox_active(void);
 /* A waiter goes to sleep / woke (M5): the cookie says what to undo. */
 int         coll_mbox_sleep_begin(void);

@@ -75,18 +75,17 @@
 
 enum { SLOT_FREE = 0, SLOT_FULL = 1, SLOT_ACKED = 2 };
 
-/* One message. Line 0 is all a successful round trip touches besides the
- * data (shape, then body). */
+/* One message. A small one (a vector of up to two float32s, one int64)
+ * is one cache line: the control fields, then its shape and body. */
 typedef struct {
     _Atomic uint32_t state;            /* M1 */
     uint32_t pos;                      /* ring position (M3) */
     uint32_t gid, digest, seq, tag;
+    uint64_t nbytes;
     uint8_t  dtype, ndim, ack_dtype, ack_ndim;
     int32_t  ack_status;
-    uint64_t nbytes;
-    uint8_t  pad0[24];
-    int64_t  ack_shape[TD_MAX_DIMS];   /* the receiver's, on a mismatch */
     uint8_t  data[8 * TD_MAX_DIMS + MBOX_BODY];   /* shape[ndim], body */
+    int64_t  ack_shape[TD_MAX_DIMS];   /* the receiver's, on a mismatch */
 } __attribute__((aligned(64))) slot_t;
 
 typedef struct {
@@ -134,7 +133,7 @@ static struct {
     uint64_t        boot_hash;
     int             fd;                /* our inbox, or -1 */
     uint8_t        *base;
-    size_t          len, mbox_bytes;
+    size_t          len, mbox_bytes, page;
     uint64_t        token;
     in_t           *in;                /* per world rank */
     out_t          *out;               /* per world rank */
@@ -155,9 +154,7 @@ mbox_bytes(void)
 static size_t
 page_size(void)
 {
-    long page = sysconf(_SC_PAGESIZE);
-
-    return page > 0 ? (size_t)page : 4096;
+    return M.page;
 }
 
 /* ---- setup ------------------------------------------------------------- */
@@ -182,6 +179,11 @@ coll_mbox_setup(int rank, int size, const char *boot_id)
     atomic_store(&M.n_out, 0);
     atomic_store(&M.active, 0);
     M.mbox_bytes = mbox_bytes();
+    {
+        long page = sysconf(_SC_PAGESIZE);
+
+        M.page = page > 0 ? (size_t)page : 4096;
+    }
     if (!M.on) {
         return TD_OK;
     }
@@ -292,7 +294,7 @@ coll_mbox_inbox_ensure(void)
 static mbox_t *
 in_mbox(int src)
 {
-    return (mbox_t *)(M.base + page_size() + M.mbox_bytes * (size_t)src);
+    return (mbox_t *)(M.base + M.page + M.mbox_bytes * (size_t)src);
 }
 
 /* The offer of our inbox to world rank DST, for the ack of its first
@@ -669,26 +671,18 @@ coll_mbox_active(void)
     return atomic_load_explicit(&M.active, memory_order_relaxed);
 }
 
+/* Drain our inbox's mailboxes (WHAT & MBOX_POLL_IN) and take the acks
+ * of our mailbox sends (WHAT & MBOX_POLL_ACKS). */
 void
-coll_mbox_poll(void)
+coll_mbox_poll_some(int what)
 {
     int n;
 
     if (!atomic_load_explicit(&M.active, memory_order_acquire)) {
         return;
     }
-    n = atomic_load_explicit(&M.n_in, memory_order_acquire);
-    for (int i = 0; i < n; i++) {
-        int src = M.in_list[i];
-        in_t *in = &M.in[src];
-        slot_t *s = &in_mbox(src)->slot[in->rd % MBOX_SLOTS];
-
-        if (atomic_load_explicit(&s->state, memory_order_relaxed) ==
-                SLOT_FULL) {
-            drain(src, 0);
-        }
-    }
-    n = atomic_load_explicit(&M.n_out, memory_order_acquire);
+    n = (what & MBOX_POLL_ACKS) ?
+        atomic_load_explicit(&M.n_out, memory_order_acquire) : 0;
     for (int i = 0; i < n; i++) {
         int dst = M.out_list[i];
         out_t *o = &M.out[dst];
@@ -699,6 +693,24 @@ coll_mbox_poll(void)
             pthread_mutex_unlock(&o->lock);
         }
     }
+    n = (what & MBOX_POLL_IN) ?
+        atomic_load_explicit(&M.n_in, memory_order_acquire) : 0;
+    for (int i = 0; i < n; i++) {
+        int src = M.in_list[i];
+        in_t *in = &M.in[src];
+        slot_t *s = &in_mbox(src)->slot[in->rd % MBOX_SLOTS];
+
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) ==
+                SLOT_FULL) {
+            drain(src, 0);
+        }
+    }
+}
+
+void
+coll_mbox_poll(void)
+{
+    coll_mbox_poll_some(MBOX_POLL_IN | MBOX_POLL_ACKS);
 }
 
 /* A waiter goes to sleep (M5): announced in our inbox and in every
