@@ -82,6 +82,13 @@
  * where UCX's shared-memory rendezvous makes two); where that cannot work
  * the body goes through UCX. TODIST_COLL_CMA=0 turns it off.
  *
+ * Mailboxes. A td_send/td_isend of at most 4 KiB to a rank of this host
+ * is written into that rank's inbox (shared memory, offered in the ack of
+ * the first message) and acked there, once the first message between the
+ * two went through the transport; order and the mismatch check hold as on
+ * the transport. Mailboxes are polled by threads waiting or testing in
+ * todist. TODIST_COLL_P2P_SHM=0 turns them off.
+ *
  * Failures. A collective carries its sequence number in the group and a
  * 16-byte description (collective, dtype, op, root, count, algorithm) in
  * every message; a member that sees another call at the same sequence

@@ -6,7 +6,9 @@
  * mismatch fails on both sides, naming both shapes. From COLL_CMA_MIN
  * bytes on, between ranks that can read each other's memory, the body is
  * offered in place instead and the receiver copies it once with
- * process_vm_readv (coll.c C9, C10); its answer completes the send. Receives match by
+ * process_vm_readv (coll.c C9, C10); its answer completes the send. Up to
+ * MBOX_BODY bytes to a rank of this host that offered its inbox go through
+ * its mailbox instead, acked in the slot (mbox.c). Receives match by
  * (source or TD_ANY_SOURCE, tag) in the order they were posted (coll.c).
  *
  * Thread safety: all functions are thread-safe. */
