@@ -362,10 +362,19 @@ req_complete(coll_req_t *r, td_status_t status, const char *msg)
         }
         pthread_mutex_unlock(&C.lock);
     }
-    atomic_fetch_add_explicit(&C.completions, 1, memory_order_relaxed);
-    if (atomic_fetch_sub(&r->pending, 1) == 1) {
+    /* a "something completed" hint for the waiters' spin (no locked
+     * instruction: a lost increment still changes the value) */
+    atomic_store_explicit(&C.completions,
+                          atomic_load_explicit(&C.completions,
+                                               memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    /* The last completion due (C3): when only ours is left nobody else
+     * touches `pending`, so no locked instruction is needed. */
+    if (atomic_load_explicit(&r->pending, memory_order_acquire) == 1 ||
+        atomic_fetch_sub(&r->pending, 1) == 1) {
         void (*on_done)(coll_req_t *) = r->on_done;
 
+        atomic_store_explicit(&r->pending, 0, memory_order_relaxed);
         /* (only p2p.c's sends set it: a collective's stack requests
          * are not zeroed) */
         if (r->type == REQ_SEND_P2P && atomic_exchange(&r->tp_counted, 0)) {
@@ -1825,7 +1834,7 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
              int is_coll, double give_up)
 {
     wait_t w = { reqs, n, g, SPIN_S };
-    double t0 = td_now_s(), t_spin = t0;
+    double t0, t_spin;
     unsigned long seen = atomic_load(&C.completions);
     char msg[COLL_ERR_MAX];
     size_t bytes = 0;
@@ -1849,7 +1858,9 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
     if (!is_coll && coll_mbox_active()) {
         /* A peer on this host answers through its mailbox within a
          * microsecond or two when it is waiting too: poll the mailboxes
-         * alone for a moment before driving the transport (mbox.c). */
+         * alone for a moment before driving the transport (mbox.c). The
+         * clock is read only once that takes long. */
+        double t_first = 0;
         int what = 0;
 
         /* Only what these requests wait for: a td_send's wait leaving the
@@ -1863,11 +1874,22 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         }
         for (unsigned i = 0; !all_done(&w); i++) {
             coll_mbox_poll_some(what);
-            if ((i & 63) == 63 && td_now_s() - t0 > MBOX_SPIN_S) {
-                break;
+            if ((i & 63) == 63) {
+                double now = td_now_s();
+
+                if (t_first == 0) {
+                    t_first = now;
+                } else if (now - t_first > MBOX_SPIN_S) {
+                    break;
+                }
             }
             td_cpu_relax();
         }
+    }
+    t0 = all_done(&w) ? 0 : td_now_s();     /* (done: no clock read) */
+    t_spin = t0;
+    if (deadline < 0) {
+        deadline = t0 + coll_timeout();
     }
     while (!all_done(&w)) {
         double now;

@@ -244,7 +244,8 @@ td_status_t coll_wait(td_group_t *g, coll_req_t **reqs, int n,
                       double deadline);
 /* coll_wait for one point-to-point operation (IS_COLL 0: a timeout fails
  * only these requests) or a collective (1: it breaks G); GIVE_UP > 0: the
- * caller stops waiting then (TD_ERR_TIMEOUT) and the operation goes on. */
+ * caller stops waiting then (TD_ERR_TIMEOUT) and the operation goes on.
+ * DEADLINE < 0: coll_timeout() after the wait begins. */
 td_status_t coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n,
                          double deadline, int is_coll, double give_up);
 /* Operations in flight (td_finalize's join waits for 0): add D. */

@@ -614,6 +614,11 @@ coll_mbox_send(coll_req_t *r, int dst)
         pthread_mutex_unlock(&o->lock);
         return 0;                       /* M3: the transport, this time */
     }
+    /* Posted first (the ack may come at once), then the slot written in
+     * one go: the receiver polls this line, and any locked instruction
+     * between the first store and the state would let it read the line
+     * back from under us (a second transfer). */
+    coll_p2p_post_mbox(r, dst);
     s->pos = o->wr;
     s->gid = r->group_id;
     s->digest = r->g->digest;
@@ -626,10 +631,9 @@ coll_mbox_send(coll_req_t *r, int dst)
     if (r->nbytes > 0) {
         memcpy(s->data + 8 * (size_t)r->ndim, r->buf, r->nbytes);
     }
-    coll_p2p_post_mbox(r, dst);         /* posted before it can be acked */
+    atomic_store_explicit(&s->state, SLOT_FULL, memory_order_release);
     o->wr++;
     o->npend++;
-    atomic_store_explicit(&s->state, SLOT_FULL, memory_order_release);
     pthread_mutex_unlock(&o->lock);
     atomic_thread_fence(memory_order_seq_cst);         /* M5 */
     if (atomic_load_explicit(&o->hdr->sleepers, memory_order_relaxed) != 0) {

@@ -83,6 +83,12 @@ post_send(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
     fill(r, g, t, tag);
     r->type = REQ_SEND_P2P;
     r->seq = __atomic_fetch_add(&g->send_seq[dst], 1, __ATOMIC_RELAXED);
+    /* Small bodies to a rank of this host go through its mailbox once it
+     * offered one (mbox.c); the rest through the transport, counted so
+     * the mailbox waits for them (M2). */
+    if (coll_mbox_send(r, g->ranks[dst])) {
+        return TD_OK;
+    }
     h[0] = COLL_WIRE_VERSION;
     h[1] = MSG_P2P;
     h[2] = r->dtype;
@@ -97,12 +103,6 @@ post_send(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
         td_put_be64(h + COLL_WIRE_BYTES + 8 * i, (uint64_t)r->shape[i]);
     }
     r->hdr_len = COLL_WIRE_BYTES + 8 * (size_t)nd;
-    /* Small bodies to a rank of this host go through its mailbox once it
-     * offered one (mbox.c); the rest through the transport, counted so
-     * the mailbox waits for them (M2). */
-    if (coll_mbox_send(r, g->ranks[dst])) {
-        return TD_OK;
-    }
     coll_mbox_tp_begin(g->ranks[dst]);
     atomic_store(&r->tp_counted, 1);
     /* Large bodies between ranks of one node are offered in place and
@@ -137,7 +137,7 @@ td_send(td_group_t *g, td_tensor_t *t, int dst, int tag)
     coll_active_add(1);
     st = post_send(g, t, dst, tag, &r);
     if (st == TD_OK) {
-        st = coll_wait_ex(g, &rp, 1, td_now_s() + coll_timeout(), 0, 0);
+        st = coll_wait_ex(g, &rp, 1, -1, 0, 0);   /* timeout: from now */
     }
     coll_active_add(-1);
     return st;
@@ -155,7 +155,7 @@ td_recv(td_group_t *g, td_tensor_t *t, int src, int tag, int *src_p)
     coll_active_add(1);
     st = post_recv(g, t, src, tag, &r);
     if (st == TD_OK) {
-        st = coll_wait_ex(g, &rp, 1, td_now_s() + coll_timeout(), 0, 0);
+        st = coll_wait_ex(g, &rp, 1, -1, 0, 0);   /* timeout: from now */
     }
     coll_active_add(-1);
     if (st == TD_OK) {
