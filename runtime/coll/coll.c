@@ -1001,6 +1001,20 @@ matches(const unexp_t *e, const coll_req_t *r)
            e->src == r->peer;
 }
 
+/* Is a p2p receive posted earlier (coll_lock held) that a message from
+ * R's source to R's group could match? */
+static int
+posted_p2p_from(const coll_req_t *r)
+{
+    for (const coll_req_t *q = C.posted_head; q != NULL; q = q->next) {
+        if (q->type == REQ_RECV_P2P && q->group_id == r->group_id &&
+            (q->peer < 0 || q->peer == r->peer)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 td_status_t
 coll_post_recv(coll_req_t *r)
 {
@@ -1028,6 +1042,27 @@ coll_post_recv(coll_req_t *r)
     for (e = C.ux_head; e != NULL; e = e->next) {
         if (matches(e, r)) {
             break;
+        }
+    }
+    if (e == NULL && r->type == REQ_RECV_P2P && r->peer >= 0 &&
+        !r->exact_seq && coll_mbox_active() && !posted_p2p_from(r)) {
+        /* The message may wait in its sender's mailbox already: take it
+         * for R at once, which nothing posted earlier could match
+         * (mbox.c M3), instead of posting R for the drain to match. */
+        coll_mbox_msg_t m;
+
+        if (coll_mbox_take(r->peer, r->group_id, r->g->digest, r->tag, &m)) {
+            pthread_mutex_unlock(&C.lock);
+            r->from = m.src;
+            r->seq = m.seq;
+            st = p2p_fits(r, m.src, m.dtype, m.ndim, m.shape, m.nbytes, msg,
+                          sizeof(msg));
+            if (st == TD_OK && m.nbytes > 0) {
+                memcpy(r->buf, m.body, m.nbytes);
+            }
+            coll_mbox_ack(m.src, m.slot, st, r->dtype, r->ndim, r->shape, 1);
+            req_complete(r, st, st != TD_OK ? msg : NULL);
+            return TD_OK;
         }
     }
     if (e == NULL) {

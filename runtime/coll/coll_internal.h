@@ -351,6 +351,10 @@ void        coll_mbox_ack(int src, int slot, td_status_t status,
 /* Hand SRC's waiting mailbox messages to the matching engine (before a
  * transport p2p message of SRC: M2). */
 void        coll_mbox_drain(int src);
+/* Take SRC's oldest mailbox message if it is for (GID, DIGEST, TAG): 1,
+ * else 0 (coll_lock held). */
+int         coll_mbox_take(int src, uint32_t gid, uint32_t digest,
+                           uint32_t tag, coll_mbox_msg_t *m);
 /* Drain every mailbox and take every ack that came back (any thread). */
 void        coll_mbox_poll(void);
 enum { MBOX_POLL_IN = 1, MBOX_POLL_ACKS = 2 };

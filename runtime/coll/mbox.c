@@ -521,6 +521,57 @@ drain(int src, int wait)
     }
 }
 
+/* The oldest waiting message of SRC's mailbox, if it is for group GID
+ * (members' digest DIGEST) and tag TAG: taken (M3) into *M for a receive
+ * that nothing posted earlier could match (coll_post_recv, coll_lock
+ * held: the drain lock is only tried, M4). 1 taken, 0 not. */
+int
+coll_mbox_take(int src, uint32_t gid, uint32_t digest, uint32_t tag,
+               coll_mbox_msg_t *m)
+{
+    in_t *in;
+    slot_t *s;
+    int k, took = 0;
+
+    if (!M.on || src < 0 || src >= M.size ||
+        !__atomic_load_n(&M.in[src].offered, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&M.base, __ATOMIC_ACQUIRE) == NULL) {
+        return 0;
+    }
+    in = &M.in[src];
+    k = (int)(in->rd % MBOX_SLOTS);
+    s = &in_mbox(src)->slot[k];
+    if (atomic_load_explicit(&s->state, memory_order_relaxed) != SLOT_FULL ||
+        pthread_mutex_trylock(&in->lock) != 0) {
+        return 0;
+    }
+    k = (int)(in->rd % MBOX_SLOTS);
+    s = &in_mbox(src)->slot[k];
+    if (atomic_load_explicit(&s->state, memory_order_acquire) == SLOT_FULL &&
+        s->pos == in->rd) {
+        /* M1: copied once, then checked; anything odd is left to drain */
+        m->src = src;
+        m->slot = k;
+        m->gid = s->gid;
+        m->digest = s->digest;
+        m->seq = s->seq;
+        m->tag = s->tag;
+        m->dtype = s->dtype;
+        m->ndim = s->ndim;
+        m->nbytes = s->nbytes;
+        if (m->gid == gid && m->digest == digest && m->tag == tag &&
+            m->ndim <= TD_MAX_DIMS && m->dtype < TD_NUM_DTYPES &&
+            m->nbytes <= MBOX_BODY) {
+            memcpy(m->shape, s->data, 8 * (size_t)m->ndim);
+            m->body = s->data + 8 * (size_t)m->ndim;
+            in->rd++;
+            took = 1;
+        }
+    }
+    pthread_mutex_unlock(&in->lock);
+    return took;
+}
+
 void
 coll_mbox_drain(int src)
 {
