@@ -1561,21 +1561,38 @@ reject:
 
 /* ---- point-to-point through mailboxes (mbox.c) --------------------------- */
 
-/* The ack of our p2p send SEQ in group GID came back from world rank SRC
- * (a MSG_ACK, or a mailbox slot): complete the send (C2). */
+void coll_lock(void) { pthread_mutex_lock(&C.lock); }
+void coll_unlock(void) { pthread_mutex_unlock(&C.lock); }
+
 void
-coll_p2p_acked(int src, uint32_t gid, uint32_t seq, td_status_t st,
-               uint8_t dtype, int ndim, const int64_t *shape)
+coll_req_complete(coll_req_t *r, td_status_t status, const char *msg)
+{
+    req_complete(r, status, status != TD_OK ? msg : NULL);
+}
+
+void
+coll_group_fail_id(uint32_t gid, td_status_t code, uint32_t seq,
+                   const char *msg)
+{
+    group_fail(NULL, gid, code, 0, seq, msg);
+}
+
+/* coll_lock held: the send SEQ of group GID to world rank SRC, whose ack
+ * came back, taken off the posted list (C2); NULL when it is gone. */
+coll_req_t *
+coll_p2p_ack_take_locked(int src, uint32_t gid, uint32_t seq)
+{
+    return posted_take(MSG_ACK, gid, src, seq, 0);
+}
+
+/* Complete send R (taken by its ack from SRC) with the ack's status ST and
+ * the receiver's DTYPE, NDIM, SHAPE (no lock held). */
+void
+coll_p2p_ack_complete(coll_req_t *r, int src, td_status_t st, uint8_t dtype,
+                      int ndim, const int64_t *shape)
 {
     char msg[COLL_ERR_MAX] = "";
-    coll_req_t *r;
 
-    pthread_mutex_lock(&C.lock);
-    r = posted_take(MSG_ACK, gid, src, seq, 0);
-    pthread_mutex_unlock(&C.lock);
-    if (r == NULL) {
-        return;
-    }
     if (st == TD_ERR_CANCELED) {
         snprintf(msg, sizeof(msg), "coll: td_send to rank %d tag %u: rank "
                  "%d dropped the message unreceived (its group was "
@@ -1595,10 +1612,26 @@ coll_p2p_acked(int src, uint32_t gid, uint32_t seq, td_status_t st,
     req_complete(r, st, msg);
 }
 
-/* Send R through DST's mailbox: posted (for its ack) before the slot is
- * published, since the ack may come at once. */
+/* The ack of our p2p send SEQ in group GID came back from world rank SRC
+ * (a MSG_ACK): complete the send (C2). */
 void
-coll_p2p_post_mbox(coll_req_t *r, int dst)
+coll_p2p_acked(int src, uint32_t gid, uint32_t seq, td_status_t st,
+               uint8_t dtype, int ndim, const int64_t *shape)
+{
+    coll_req_t *r;
+
+    pthread_mutex_lock(&C.lock);
+    r = posted_take(MSG_ACK, gid, src, seq, 0);
+    pthread_mutex_unlock(&C.lock);
+    if (r != NULL) {
+        coll_p2p_ack_complete(r, src, st, dtype, ndim, shape);
+    }
+}
+
+/* coll_lock held: send R through DST's mailbox, posted (for its ack)
+ * before the slot is published, since the ack may come at once. */
+void
+coll_p2p_post_mbox_locked(coll_req_t *r, int dst)
 {
     /* relaxed: published to other threads by coll_lock */
     atomic_store_explicit(&r->done, 0, memory_order_relaxed);
@@ -1608,9 +1641,7 @@ coll_p2p_post_mbox(coll_req_t *r, int dst)
     r->cma_send = 0;
     atomic_store_explicit(&r->tp_counted, 0, memory_order_relaxed);
     atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
-    pthread_mutex_lock(&C.lock);
     posted_append(r);
-    pthread_mutex_unlock(&C.lock);
 }
 
 void
@@ -1628,59 +1659,59 @@ coll_poke(int dst)
     }
 }
 
-/* A p2p message from world rank M->src read out of its mailbox (mbox.c,
- * its drain lock held, M4): rx_handler's MSG_P2P path, with the body in
- * the slot. Acks written here never poke (drain pokes after its lock). */
-void
-coll_p2p_arrive(const coll_mbox_msg_t *m)
+/* coll_lock held (mbox.c M4): a p2p message from world rank M->src read
+ * out of its mailbox; rx_handler's MSG_P2P path, with the body in the
+ * slot. Returns the receive it matched, to be completed after the unlock
+ * with A->code and A->msg (copied and acked here), or NULL (kept as
+ * unexpected, or dropped and acked; A->fail: fail group M->gid with
+ * A->msg after the unlock). Acks written here never poke. */
+coll_req_t *
+coll_p2p_arrive_locked(const coll_mbox_msg_t *m, coll_arrive_t *a)
 {
-    char msg[COLL_ERR_MAX];
-    td_status_t code;
     td_group_t *g;
     coll_req_t *r;
     unexp_t *e;
 
-    pthread_mutex_lock(&C.lock);
+    a->code = TD_OK;
+    a->fail = 0;
+    a->msg[0] = '\0';
     g = group_find(m->gid);
     if ((g == NULL && m->gid != 0 && m->gid <= C.id_max) ||
         (g != NULL && (g->broken != TD_OK || g->of_world[m->src] < 0 ||
                        g->me < 0))) {
-        pthread_mutex_unlock(&C.lock);       /* C11, C6: dropped */
         coll_mbox_ack(m->src, m->slot, TD_ERR_CANCELED, 0, 0, NULL, 0);
-        return;
+        return NULL;                          /* C11, C6: dropped */
     }
     if (g != NULL && g->digest != m->digest) {
-        pthread_mutex_unlock(&C.lock);
-        snprintf(msg, sizeof(msg), "coll: group %u has different members on "
-                 "rank %d and rank %d (member digests %08x and %08x): every "
-                 "rank must call td_group_new with the same lists in the "
-                 "same order", m->gid, m->src, C.rank, m->digest, g->digest);
+        snprintf(a->msg, sizeof(a->msg), "coll: group %u has different "
+                 "members on rank %d and rank %d (member digests %08x and "
+                 "%08x): every rank must call td_group_new with the same "
+                 "lists in the same order", m->gid, m->src, C.rank, m->digest,
+                 g->digest);
         coll_mbox_ack(m->src, m->slot, TD_ERR_CANCELED, 0, 0, NULL, 0);
-        group_fail(NULL, m->gid, TD_ERR_INVALID, 0, m->seq, msg);
-        return;
+        a->fail = 1;
+        return NULL;
     }
     r = posted_take(MSG_P2P, m->gid, m->src, m->seq, m->tag);
     if (r != NULL) {
-        pthread_mutex_unlock(&C.lock);
         r->from = m->src;
         r->seq = m->seq;
-        code = p2p_fits(r, m->src, m->dtype, m->ndim, m->shape, m->nbytes, msg,
-                        sizeof(msg));
-        if (code == TD_OK && m->nbytes > 0) {
+        a->code = p2p_fits(r, m->src, m->dtype, m->ndim, m->shape, m->nbytes,
+                           a->msg, sizeof(a->msg));
+        if (a->code == TD_OK && m->nbytes > 0) {
             memcpy(r->buf, m->body, m->nbytes);
         }
-        coll_mbox_ack(m->src, m->slot, code, r->dtype, r->ndim, r->shape, 0);
-        req_complete(r, code, code != TD_OK ? msg : NULL);
-        return;
+        coll_mbox_ack(m->src, m->slot, a->code, r->dtype, r->ndim, r->shape,
+                      0);
+        return r;
     }
     /* Unexpected: kept in its slot (M6, C7) until its receive is posted. */
     if (C.n_ux >= COLL_UNEXPECTED_MAX || (e = calloc(1, sizeof(*e))) == NULL) {
-        pthread_mutex_unlock(&C.lock);
         td_log_error("coll: dropped a message from rank %d (group %u): %zu "
                      "unmatched messages queued already", m->src, m->gid,
                      C.n_ux);
         coll_mbox_ack(m->src, m->slot, TD_ERR_CANCELED, 0, 0, NULL, 0);
-        return;
+        return NULL;
     }
     e->type = MSG_P2P;
     e->dtype = m->dtype;
@@ -1703,7 +1734,7 @@ coll_p2p_arrive(const coll_mbox_msg_t *m)
     }
     C.ux_tail = e;
     C.n_ux++;
-    pthread_mutex_unlock(&C.lock);
+    return NULL;
 }
 
 /* ---- waiting ------------------------------------------------------------- */

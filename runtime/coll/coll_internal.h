@@ -365,14 +365,36 @@ int         coll_mbox_sleep_begin(void);
 void        coll_mbox_sleep_end(int cookie);
 void        coll_mbox_peer_dead(int rank);
 
-/* coll.c for mbox.c: a mailbox message arrived (matched or queued; its
- * ack written when matched, M6); the ack of our send SEQ came back from
- * SRC; R is posted as a mailbox send to DST; poke DST (MSG_POKE). */
-void        coll_p2p_arrive(const coll_mbox_msg_t *m);
+/* coll.c for mbox.c (mbox.c M4: mailboxes are drained and their acks
+ * taken under coll_lock). */
+typedef struct {
+    td_status_t code;              /* the matched receive's status */
+    int         fail;              /* fail the message's group with msg */
+    char        msg[COLL_ERR_MAX];
+} coll_arrive_t;
+
+void        coll_lock(void);
+void        coll_unlock(void);
+/* A mailbox message arrived (coll_lock held): the receive it matched
+ * (copied and acked; complete it after the unlock), or NULL. */
+coll_req_t *coll_p2p_arrive_locked(const coll_mbox_msg_t *m,
+                                   coll_arrive_t *a);
+/* The send SEQ of group GID to SRC whose ack came (coll_lock held). */
+coll_req_t *coll_p2p_ack_take_locked(int src, uint32_t gid, uint32_t seq);
+/* Complete it with the ack (no lock held). */
+void        coll_p2p_ack_complete(coll_req_t *r, int src, td_status_t st,
+                                  uint8_t dtype, int ndim,
+                                  const int64_t *shape);
+/* A MSG_ACK: take and complete. */
 void        coll_p2p_acked(int src, uint32_t gid, uint32_t seq,
                            td_status_t st, uint8_t dtype, int ndim,
                            const int64_t *shape);
-void        coll_p2p_post_mbox(coll_req_t *r, int dst);
+/* Post R as a mailbox send to DST (coll_lock held). */
+void        coll_p2p_post_mbox_locked(coll_req_t *r, int dst);
+void        coll_req_complete(coll_req_t *r, td_status_t status,
+                              const char *msg);
+void        coll_group_fail_id(uint32_t gid, td_status_t code, uint32_t seq,
+                               const char *msg);
 void        coll_poke(int dst);
 
 /* ---- reduce.c: the reduction kernels ----------------------------------- */

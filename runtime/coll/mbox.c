@@ -30,10 +30,11 @@
  *     slot pos % MBOX_SLOTS only when its pos is the next one (rd), so a
  *     reused slot is never read twice; a sender whose next slot is still
  *     held (an unexpected message keeps it, M6) uses the transport.
- *  M4 One thread at a time drains a mailbox (in lock) and one checks a
- *     mailbox's acks (out lock), from reading the slot until the message
- *     or ack is handed to the matching engine; lock order: mailbox lock,
- *     then coll_lock.
+ *  M4 Mailboxes are drained, their acks taken and their slots written
+ *     under coll_lock (coll.c), from reading a slot until its message or
+ *     ack is in the matching engine: one lock per message, the one the
+ *     matching takes anyway. Completions, pokes and group failures come
+ *     after the unlock (C1).
  *  M5 A waiter that sleeps says so first (its inbox's sleepers, and
  *     s_sleep of every mailbox it writes), then polls once more; a side
  *     that writes a message or an ack fences, then reads the flag and
@@ -102,16 +103,15 @@ typedef struct {
 
 /* A sender's mailbox in our inbox. */
 typedef struct {
-    pthread_mutex_t lock;              /* M4 */
     int      offered;                  /* polled (in poll_list) */
-    uint32_t rd;                       /* next ring position */
+    uint32_t rd;                       /* next ring position (coll_lock) */
 } in_t;
 
 enum { OUT_NONE = 0, OUT_OFFERED, OUT_ATTACHED, OUT_NO };
 
 /* Our mailbox in a receiver's inbox. */
 typedef struct {
-    pthread_mutex_t lock;              /* M4; the fields below */
+    pthread_mutex_t lock;              /* the offer and attaching */
     _Atomic int     st;                /* OUT_* */
     int32_t         pid, fd;           /* the offer */
     uint64_t        token, size;
@@ -119,9 +119,11 @@ typedef struct {
     mbox_t         *mb;                /* mapped: our mailbox in it */
     size_t          mb_map;            /* its mapping's length ... */
     size_t          mb_skew;           /* ... and where mb sits in it */
+    /* under coll_lock (M4) */
     uint32_t        wr;                /* next ring position */
     int             npend;             /* slots FULL or ACKED (ours) */
     uint8_t         handled[MBOX_SLOTS];   /* its ack was taken */
+    uint32_t        gid[MBOX_SLOTS], seq[MBOX_SLOTS];  /* what each is for */
     atomic_int      tp_busy;           /* transport p2p sends unacked (M2) */
     _Atomic int     dead;              /* M7 */
 } out_t;
@@ -197,7 +199,6 @@ coll_mbox_setup(int rank, int size, const char *boot_id)
         return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
     }
     for (int i = 0; i < size; i++) {
-        pthread_mutex_init(&M.in[i].lock, NULL);
         pthread_mutex_init(&M.out[i].lock, NULL);
     }
     return TD_OK;
@@ -227,7 +228,6 @@ coll_mbox_shutdown(void)
     }
     if (M.in != NULL) {
         for (int i = 0; i < M.size; i++) {
-            pthread_mutex_destroy(&M.in[i].lock);
             pthread_mutex_destroy(&M.out[i].lock);
         }
     }
@@ -462,57 +462,89 @@ coll_mbox_ack(int src, int slot, td_status_t status, uint8_t dtype,
     }
 }
 
+/* Read the message in slot K of SRC's mailbox into *M (M1: copied once,
+ * then checked); 0 when it is malformed. */
+static int
+slot_read(int src, int k, const slot_t *s, coll_mbox_msg_t *m)
+{
+    m->src = src;
+    m->slot = k;
+    m->gid = s->gid;
+    m->digest = s->digest;
+    m->seq = s->seq;
+    m->tag = s->tag;
+    m->dtype = s->dtype;
+    m->ndim = s->ndim;
+    m->nbytes = s->nbytes;
+    if (m->ndim > TD_MAX_DIMS || m->dtype >= TD_NUM_DTYPES ||
+        m->nbytes > MBOX_BODY || m->tag > (uint32_t)TD_TAG_MAX) {
+        return 0;
+    }
+    memcpy(m->shape, s->data, 8 * (size_t)m->ndim);
+    m->body = s->data + 8 * (size_t)m->ndim;
+    return 1;
+}
+
+/* Is the next message of SRC's mailbox there? (a hint: re-checked under
+ * coll_lock) */
+static int
+next_full(int src, slot_t **s_p)
+{
+    in_t *in = &M.in[src];
+    slot_t *s = &in_mbox(src)->slot[__atomic_load_n(&in->rd,
+                                                   __ATOMIC_RELAXED) %
+                                    MBOX_SLOTS];
+
+    *s_p = s;
+    return atomic_load_explicit(&s->state, memory_order_acquire) ==
+               SLOT_FULL && s->pos == __atomic_load_n(&in->rd,
+                                                      __ATOMIC_RELAXED);
+}
+
 /* Hand the messages waiting in SRC's mailbox to the matching engine, in
- * order (M3, M4). WAIT: take the lock (M2's drain before a transport
- * message), else give up if another thread drains. */
+ * order (M3), one at a time under coll_lock (M4). */
 static void
-drain(int src, int wait)
+drain(int src)
 {
     in_t *in = &M.in[src];
     mbox_t *mb = in_mbox(src);
     int took = 0;
+    slot_t *s;
 
-    if (wait) {
-        pthread_mutex_lock(&in->lock);
-    } else if (pthread_mutex_trylock(&in->lock) != 0) {
-        return;
-    }
-    for (;;) {
-        int k = (int)(in->rd % MBOX_SLOTS);
-        slot_t *s = &mb->slot[k];
+    while (next_full(src, &s)) {
         coll_mbox_msg_t m;
+        coll_arrive_t a;
+        coll_req_t *r;
+        int k;
 
+        coll_lock();
+        k = (int)(in->rd % MBOX_SLOTS);
+        s = &mb->slot[k];
         if (atomic_load_explicit(&s->state, memory_order_acquire) !=
                 SLOT_FULL || s->pos != in->rd) {
-            break;
-        }
-        /* M1: copied once, then checked. */
-        m.src = src;
-        m.slot = k;
-        m.gid = s->gid;
-        m.digest = s->digest;
-        m.seq = s->seq;
-        m.tag = s->tag;
-        m.dtype = s->dtype;
-        m.ndim = s->ndim;
-        m.nbytes = s->nbytes;
-        in->rd++;
-        if (m.ndim > TD_MAX_DIMS || m.dtype >= TD_NUM_DTYPES ||
-            m.nbytes > MBOX_BODY || m.tag > (uint32_t)TD_TAG_MAX) {
-            td_log_warn("coll: rejected a malformed mailbox message from "
-                        "rank %d", src);
-            coll_mbox_ack(src, k, TD_ERR_PROTOCOL, 0, 0, NULL, 0);
-            took++;
+            coll_unlock();              /* another thread took it */
             continue;
         }
-        memcpy(m.shape, s->data, 8 * (size_t)m.ndim);
-        m.body = s->data + 8 * (size_t)m.ndim;
-        coll_p2p_arrive(&m);            /* acks it now, or when matched */
+        __atomic_store_n(&in->rd, in->rd + 1, __ATOMIC_RELAXED);
         took++;
+        if (!slot_read(src, k, s, &m)) {
+            coll_mbox_ack(src, k, TD_ERR_PROTOCOL, 0, 0, NULL, 0);
+            coll_unlock();
+            td_log_warn("coll: rejected a malformed mailbox message from "
+                        "rank %d", src);
+            continue;
+        }
+        r = coll_p2p_arrive_locked(&m, &a);   /* acked, or kept (M6) */
+        coll_unlock();
+        if (r != NULL) {
+            coll_req_complete(r, a.code, a.msg);
+        }
+        if (a.fail) {
+            coll_group_fail_id(m.gid, TD_ERR_INVALID, m.seq, a.msg);
+        }
     }
-    pthread_mutex_unlock(&in->lock);
-    /* M5, outside the lock: a poke is a transport send, and the
-     * transport's callbacks take this lock (coll_mbox_drain). */
+    /* M5: a sender asleep for its ack is poked (outside coll_lock: a
+     * poke is a transport send, C1). */
     if (took > 0) {
         atomic_thread_fence(memory_order_seq_cst);
         if (atomic_load_explicit(&mb->s_sleep, memory_order_relaxed) != 0) {
@@ -523,15 +555,15 @@ drain(int src, int wait)
 
 /* The oldest waiting message of SRC's mailbox, if it is for group GID
  * (members' digest DIGEST) and tag TAG: taken (M3) into *M for a receive
- * that nothing posted earlier could match (coll_post_recv, coll_lock
- * held: the drain lock is only tried, M4). 1 taken, 0 not. */
+ * that nothing posted earlier could match (coll_post_recv; coll_lock
+ * held, M4). 1 taken, 0 not (anything odd is left to drain). */
 int
 coll_mbox_take(int src, uint32_t gid, uint32_t digest, uint32_t tag,
                coll_mbox_msg_t *m)
 {
     in_t *in;
     slot_t *s;
-    int k, took = 0;
+    int k;
 
     if (!M.on || src < 0 || src >= M.size ||
         !__atomic_load_n(&M.in[src].offered, __ATOMIC_ACQUIRE) ||
@@ -541,35 +573,13 @@ coll_mbox_take(int src, uint32_t gid, uint32_t digest, uint32_t tag,
     in = &M.in[src];
     k = (int)(in->rd % MBOX_SLOTS);
     s = &in_mbox(src)->slot[k];
-    if (atomic_load_explicit(&s->state, memory_order_relaxed) != SLOT_FULL ||
-        pthread_mutex_trylock(&in->lock) != 0) {
+    if (atomic_load_explicit(&s->state, memory_order_acquire) != SLOT_FULL ||
+        s->pos != in->rd || !slot_read(src, k, s, m) || m->gid != gid ||
+        m->digest != digest || m->tag != tag) {
         return 0;
     }
-    k = (int)(in->rd % MBOX_SLOTS);
-    s = &in_mbox(src)->slot[k];
-    if (atomic_load_explicit(&s->state, memory_order_acquire) == SLOT_FULL &&
-        s->pos == in->rd) {
-        /* M1: copied once, then checked; anything odd is left to drain */
-        m->src = src;
-        m->slot = k;
-        m->gid = s->gid;
-        m->digest = s->digest;
-        m->seq = s->seq;
-        m->tag = s->tag;
-        m->dtype = s->dtype;
-        m->ndim = s->ndim;
-        m->nbytes = s->nbytes;
-        if (m->gid == gid && m->digest == digest && m->tag == tag &&
-            m->ndim <= TD_MAX_DIMS && m->dtype < TD_NUM_DTYPES &&
-            m->nbytes <= MBOX_BODY) {
-            memcpy(m->shape, s->data, 8 * (size_t)m->ndim);
-            m->body = s->data + 8 * (size_t)m->ndim;
-            in->rd++;
-            took = 1;
-        }
-    }
-    pthread_mutex_unlock(&in->lock);
-    return took;
+    __atomic_store_n(&in->rd, in->rd + 1, __ATOMIC_RELAXED);
+    return 1;
 }
 
 void
@@ -578,42 +588,51 @@ coll_mbox_drain(int src)
     if (M.on && src >= 0 && src < M.size &&
         __atomic_load_n(&M.in[src].offered, __ATOMIC_ACQUIRE) &&
         __atomic_load_n(&M.base, __ATOMIC_ACQUIRE) != NULL) {
-        drain(src, 1);
+        drain(src);
     }
 }
 
 /* ---- the sender's side -------------------------------------------------- */
 
-/* Acks that came back into DST's mailbox (out lock held): complete their
- * sends (the one who takes a send off the posted list completes it, C2). */
+/* Acks that came back into DST's mailbox: their sends taken off the
+ * posted list under coll_lock (M4) and completed after it (the one who
+ * takes a send off the posted list completes it, C2). */
 static void
-acks_locked(int dst, out_t *o)
+acks(int dst, out_t *o)
 {
-    uint32_t first = o->wr - (uint32_t)o->npend;
-
-    /* Slots come back in ring order only: an earlier one may be held. */
-    for (uint32_t p = first; p != o->wr; p++) {
-        slot_t *s = &o->mb->slot[p % MBOX_SLOTS];
-        int64_t shape[TD_MAX_DIMS] = { 0 };
-        uint32_t state = atomic_load_explicit(&s->state,
-                                              memory_order_acquire);
-        uint8_t nd;
+    struct {
+        coll_req_t *r;
         td_status_t st;
+        uint8_t     dtype, nd;
+        int64_t     shape[TD_MAX_DIMS];
+    } done[MBOX_SLOTS];
+    int n = 0;
 
-        if (state != SLOT_ACKED || o->handled[p % MBOX_SLOTS]) {
+    coll_lock();
+    /* Slots come back in ring order only: an earlier one may be held. */
+    for (uint32_t p = o->wr - (uint32_t)o->npend; p != o->wr; p++) {
+        int k = (int)(p % MBOX_SLOTS);
+        slot_t *s = &o->mb->slot[k];
+
+        if (o->handled[k] || atomic_load_explicit(&s->state,
+                                                  memory_order_acquire) !=
+                                 SLOT_ACKED) {
             continue;
         }
-        st = (td_status_t)s->ack_status;
-        nd = s->ack_ndim;
-        if (st != TD_OK && nd <= TD_MAX_DIMS) {
-            memcpy(shape, s->ack_shape, 8 * (size_t)nd);
+        done[n].st = (td_status_t)s->ack_status;
+        done[n].dtype = s->ack_dtype;
+        done[n].nd = s->ack_ndim;
+        if (done[n].st != TD_OK && done[n].nd <= TD_MAX_DIMS) {
+            memcpy(done[n].shape, s->ack_shape, 8 * (size_t)done[n].nd);
         }
-        if (nd > TD_MAX_DIMS || st > TD_OK) {
-            st = TD_ERR_PROTOCOL;
-            nd = 0;
+        if (done[n].nd > TD_MAX_DIMS || done[n].st > TD_OK) {
+            done[n].st = TD_ERR_PROTOCOL;       /* M1: not trusted */
+            done[n].nd = 0;
         }
-        coll_p2p_acked(dst, s->gid, s->seq, st, s->ack_dtype, nd, shape);
-        o->handled[p % MBOX_SLOTS] = 1;    /* freed in ring order */
+        /* our own copy of what the slot was for, not the peer's */
+        done[n].r = coll_p2p_ack_take_locked(dst, o->gid[k], o->seq[k]);
+        n += done[n].r != NULL;
+        o->handled[k] = 1;                      /* freed in ring order */
     }
     while (o->npend > 0) {
         int k = (int)((o->wr - (uint32_t)o->npend) % MBOX_SLOTS);
@@ -624,7 +643,12 @@ acks_locked(int dst, out_t *o)
         o->handled[k] = 0;
         atomic_store_explicit(&o->mb->slot[k].state, SLOT_FREE,
                               memory_order_relaxed);
-        o->npend--;
+        __atomic_store_n(&o->npend, o->npend - 1, __ATOMIC_RELAXED);
+    }
+    coll_unlock();
+    for (int i = 0; i < n; i++) {
+        coll_p2p_ack_complete(done[i].r, dst, done[i].st, done[i].dtype,
+                              done[i].nd, done[i].shape);
     }
 }
 
@@ -636,7 +660,7 @@ coll_mbox_send(coll_req_t *r, int dst)
 {
     out_t *o;
     slot_t *s;
-    int st;
+    int st, k;
 
     if (!M.on || dst == M.rank || r->nbytes > MBOX_BODY) {
         return 0;
@@ -648,28 +672,31 @@ coll_mbox_send(coll_req_t *r, int dst)
         atomic_load_explicit(&o->dead, memory_order_relaxed)) {
         return 0;
     }
-    pthread_mutex_lock(&o->lock);
-    if (atomic_load(&o->st) == OUT_OFFERED) {
-        attach(dst, o);
-    }
-    if (atomic_load(&o->st) != OUT_ATTACHED || atomic_load(&o->tp_busy)) {
+    if (st == OUT_OFFERED) {
+        pthread_mutex_lock(&o->lock);           /* syscalls: not coll_lock */
+        if (atomic_load(&o->st) == OUT_OFFERED) {
+            attach(dst, o);
+        }
         pthread_mutex_unlock(&o->lock);
-        return 0;
+        if (atomic_load(&o->st) != OUT_ATTACHED) {
+            return 0;
+        }
     }
-    if (o->npend > 0) {
-        acks_locked(dst, o);
-    }
-    s = &o->mb->slot[o->wr % MBOX_SLOTS];
-    if (o->npend >= MBOX_SLOTS ||
+    coll_lock();
+    k = (int)(o->wr % MBOX_SLOTS);
+    s = &o->mb->slot[k];
+    if (atomic_load(&o->tp_busy) != 0 || o->npend >= MBOX_SLOTS ||
         atomic_load_explicit(&s->state, memory_order_acquire) != SLOT_FREE) {
-        pthread_mutex_unlock(&o->lock);
-        return 0;                       /* M3: the transport, this time */
+        coll_unlock();
+        return 0;                       /* M2, M3: the transport, this time */
     }
     /* Posted first (the ack may come at once), then the slot written in
      * one go: the receiver polls this line, and any locked instruction
      * between the first store and the state would let it read the line
      * back from under us (a second transfer). */
-    coll_p2p_post_mbox(r, dst);
+    coll_p2p_post_mbox_locked(r, dst);
+    o->gid[k] = r->group_id;
+    o->seq[k] = r->seq;
     s->pos = o->wr;
     s->gid = r->group_id;
     s->digest = r->g->digest;
@@ -684,8 +711,8 @@ coll_mbox_send(coll_req_t *r, int dst)
     }
     atomic_store_explicit(&s->state, SLOT_FULL, memory_order_release);
     o->wr++;
-    o->npend++;
-    pthread_mutex_unlock(&o->lock);
+    __atomic_store_n(&o->npend, o->npend + 1, __ATOMIC_RELAXED);
+    coll_unlock();
     atomic_thread_fence(memory_order_seq_cst);         /* M5 */
     if (atomic_load_explicit(&o->hdr->sleepers, memory_order_relaxed) != 0) {
         coll_poke(dst);
@@ -742,22 +769,18 @@ coll_mbox_poll_some(int what)
         int dst = M.out_list[i];
         out_t *o = &M.out[dst];
 
-        if (__atomic_load_n(&o->npend, __ATOMIC_RELAXED) > 0 &&
-            pthread_mutex_trylock(&o->lock) == 0) {
-            acks_locked(dst, o);
-            pthread_mutex_unlock(&o->lock);
+        if (__atomic_load_n(&o->npend, __ATOMIC_RELAXED) > 0) {
+            acks(dst, o);
         }
     }
     n = (what & MBOX_POLL_IN) ?
         atomic_load_explicit(&M.n_in, memory_order_acquire) : 0;
     for (int i = 0; i < n; i++) {
         int src = M.in_list[i];
-        in_t *in = &M.in[src];
-        slot_t *s = &in_mbox(src)->slot[in->rd % MBOX_SLOTS];
+        slot_t *s;
 
-        if (atomic_load_explicit(&s->state, memory_order_relaxed) ==
-                SLOT_FULL) {
-            drain(src, 0);
+        if (next_full(src, &s)) {
+            drain(src);
         }
     }
 }
