@@ -1933,12 +1933,21 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
          * reply in the mailbox lets the td_recv that follows match it
          * straight from there, not through the unexpected list. */
         for (int i = 0; i < n; i++) {
-            if (reqs[i] != NULL) {
-                what |= reqs[i]->type == REQ_SEND_P2P ? MBOX_POLL_ACKS
-                                                      : MBOX_POLL_IN;
+            const coll_req_t *r = reqs[i];
+
+            if (r == NULL || atomic_load(&r->done)) {
+                continue;
             }
+            /* only when each answer comes through a mailbox: a message
+             * over the network needs the transport driven at once */
+            if ((r->type == REQ_SEND_P2P && atomic_load(&r->tp_counted)) ||
+                r->peer < 0 || !coll_mbox_local(r->peer)) {
+                what = 0;
+                break;
+            }
+            what |= r->type == REQ_SEND_P2P ? MBOX_POLL_ACKS : MBOX_POLL_IN;
         }
-        for (unsigned i = 0; !all_done(&w); i++) {
+        for (unsigned i = 0; what != 0 && !all_done(&w); i++) {
             coll_mbox_poll_some(what);
             if ((i & 63) == 63) {
                 double now = td_now_s();

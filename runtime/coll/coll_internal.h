@@ -360,6 +360,7 @@ void        coll_mbox_poll(void);
 enum { MBOX_POLL_IN = 1, MBOX_POLL_ACKS = 2 };
 void        coll_mbox_poll_some(int what);
 int         coll_mbox_active(void);
+int         coll_mbox_local(int rank);
 /* A waiter goes to sleep / woke (M5): the cookie says what to undo. */
 int         coll_mbox_sleep_begin(void);
 void        coll_mbox_sleep_end(int cookie);

@@ -104,6 +104,7 @@ typedef struct {
 /* A sender's mailbox in our inbox. */
 typedef struct {
     int      offered;                  /* polled (in poll_list) */
+    int      used;                     /* it wrote to us: on this host */
     uint32_t rd;                       /* next ring position (coll_lock) */
 } in_t;
 
@@ -496,9 +497,12 @@ next_full(int src, slot_t **s_p)
                                     MBOX_SLOTS];
 
     *s_p = s;
-    return atomic_load_explicit(&s->state, memory_order_acquire) ==
-               SLOT_FULL && s->pos == __atomic_load_n(&in->rd,
-                                                      __ATOMIC_RELAXED);
+    if (atomic_load_explicit(&s->state, memory_order_acquire) != SLOT_FULL ||
+        s->pos != __atomic_load_n(&in->rd, __ATOMIC_RELAXED)) {
+        return 0;
+    }
+    __builtin_prefetch(s, 1);   /* the ack goes here: own the line early */
+    return 1;
 }
 
 /* Hand the messages waiting in SRC's mailbox to the matching engine, in
@@ -526,6 +530,7 @@ drain(int src)
             continue;
         }
         __atomic_store_n(&in->rd, in->rd + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&in->used, 1, __ATOMIC_RELAXED);
         took++;
         if (!slot_read(src, k, s, &m)) {
             coll_mbox_ack(src, k, TD_ERR_PROTOCOL, 0, 0, NULL, 0);
@@ -579,6 +584,7 @@ coll_mbox_take(int src, uint32_t gid, uint32_t digest, uint32_t tag,
         return 0;
     }
     __atomic_store_n(&in->rd, in->rd + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->used, 1, __ATOMIC_RELAXED);
     return 1;
 }
 
@@ -593,6 +599,26 @@ coll_mbox_drain(int src)
 }
 
 /* ---- the sender's side -------------------------------------------------- */
+
+/* Has an ack come back that was not taken yet? (a hint, without the
+ * lock: re-checked under it) */
+static int
+acks_ready(const out_t *o)
+{
+    uint32_t wr = __atomic_load_n(&o->wr, __ATOMIC_RELAXED);
+    int n = __atomic_load_n(&o->npend, __ATOMIC_RELAXED);
+
+    for (uint32_t p = wr - (uint32_t)n; p != wr; p++) {
+        int k = (int)(p % MBOX_SLOTS);
+
+        if (atomic_load_explicit(&o->mb->slot[k].state,
+                                 memory_order_relaxed) == SLOT_ACKED &&
+            !__atomic_load_n(&o->handled[k], __ATOMIC_RELAXED)) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 /* Acks that came back into DST's mailbox: their sends taken off the
  * posted list under coll_lock (M4) and completed after it (the one who
@@ -632,7 +658,8 @@ acks(int dst, out_t *o)
         /* our own copy of what the slot was for, not the peer's */
         done[n].r = coll_p2p_ack_take_locked(dst, o->gid[k], o->seq[k]);
         n += done[n].r != NULL;
-        o->handled[k] = 1;                      /* freed in ring order */
+        __atomic_store_n(&o->handled[k], 1, __ATOMIC_RELAXED);
+                                                /* freed in ring order */
     }
     while (o->npend > 0) {
         int k = (int)((o->wr - (uint32_t)o->npend) % MBOX_SLOTS);
@@ -640,7 +667,7 @@ acks(int dst, out_t *o)
         if (!o->handled[k]) {
             break;
         }
-        o->handled[k] = 0;
+        __atomic_store_n(&o->handled[k], 0, __ATOMIC_RELAXED);
         atomic_store_explicit(&o->mb->slot[k].state, SLOT_FREE,
                               memory_order_relaxed);
         __atomic_store_n(&o->npend, o->npend - 1, __ATOMIC_RELAXED);
@@ -710,7 +737,7 @@ coll_mbox_send(coll_req_t *r, int dst)
         memcpy(s->data + 8 * (size_t)r->ndim, r->buf, r->nbytes);
     }
     atomic_store_explicit(&s->state, SLOT_FULL, memory_order_release);
-    o->wr++;
+    __atomic_store_n(&o->wr, o->wr + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&o->npend, o->npend + 1, __ATOMIC_RELAXED);
     coll_unlock();
     atomic_thread_fence(memory_order_seq_cst);         /* M5 */
@@ -747,6 +774,18 @@ coll_mbox_peer_dead(int rank)
 
 /* ---- polling and sleeping ----------------------------------------------- */
 
+/* Do messages from or to world rank RANK go through mailboxes? (We offer
+ * our inbox to every sender, those on other hosts too: only one that
+ * wrote into it is known to be on this host.) */
+int
+coll_mbox_local(int rank)
+{
+    return M.on && rank >= 0 && rank < M.size &&
+           (__atomic_load_n(&M.in[rank].used, __ATOMIC_RELAXED) ||
+            atomic_load_explicit(&M.out[rank].st, memory_order_relaxed) ==
+                OUT_ATTACHED);
+}
+
 int
 coll_mbox_active(void)
 {
@@ -769,7 +808,8 @@ coll_mbox_poll_some(int what)
         int dst = M.out_list[i];
         out_t *o = &M.out[dst];
 
-        if (__atomic_load_n(&o->npend, __ATOMIC_RELAXED) > 0) {
+        if (__atomic_load_n(&o->npend, __ATOMIC_RELAXED) > 0 &&
+            acks_ready(o)) {
             acks(dst, o);
         }
     }
