@@ -44,8 +44,9 @@
  *     place when matched); one that is dropped (its group destroyed or
  *     broken, the runtime stopping) is acked TD_ERR_CANCELED, so the slot
  *     comes back.
- *  M7 Mappings live until the runtime shuts down; a dead peer's mailboxes
- *     are skipped (dead), never unmapped under a poller.
+ *  M7 Mappings live until the next td_init (the progress thread may still
+ *     handle a message after the modules shut down); a dead peer's
+ *     mailboxes are skipped (dead), never unmapped under a poller.
  *  M8 Bounded: MBOX_SLOTS slots per ordered pair, MBOX_BODY bytes per
  *     body, worlds of at most MBOX_WORLD_MAX ranks (larger ones use the
  *     transport only).
@@ -162,12 +163,15 @@ page_size(void)
 
 /* ---- setup ------------------------------------------------------------- */
 
+static void mbox_free(void);
+
 td_status_t
 coll_mbox_setup(int rank, int size, const char *boot_id)
 {
     const char *s = getenv("TODIST_COLL_P2P_SHM");
     uint64_t h = 0xcbf29ce484222325ull;
 
+    mbox_free();                        /* the last td_init's (M7) */
     M.rank = rank;
     M.size = size;
     M.on = !(s != NULL && strcmp(s, "0") == 0) && size <= MBOX_WORLD_MAX &&
@@ -196,7 +200,7 @@ coll_mbox_setup(int rank, int size, const char *boot_id)
     M.out_list = calloc((size_t)size, sizeof(int));
     if (M.in == NULL || M.out == NULL || M.in_list == NULL ||
         M.out_list == NULL) {
-        coll_mbox_shutdown();
+        mbox_free();
         return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
     }
     for (int i = 0; i < size; i++) {
@@ -205,8 +209,9 @@ coll_mbox_setup(int rank, int size, const char *boot_id)
     return TD_OK;
 }
 
-void
-coll_mbox_shutdown(void)
+/* Unmap and free what the last td_init's mailboxes held. */
+static void
+mbox_free(void)
 {
     int n_out = M.out != NULL ? atomic_load(&M.n_out) : 0;
 
@@ -242,6 +247,19 @@ coll_mbox_shutdown(void)
     M.base = NULL;
     M.fd = -1;
     M.on = 0;
+}
+
+/* The runtime shuts down: mailboxes are no longer used. Their memory is
+ * freed at the next td_init (M7): the transport's progress thread runs
+ * until after the modules shut down, and a message it handles meanwhile
+ * may still look at a mailbox. */
+void
+coll_mbox_shutdown(void)
+{
+    coll_lock();
+    M.on = 0;
+    atomic_store(&M.active, 0);
+    coll_unlock();
 }
 
 /* Our inbox, made at the first receive (a user thread: never in a
