@@ -1842,10 +1842,12 @@ wait_some(wait_t *w, double until, double t0)
     }
     atomic_fetch_sub(&C.waiters, 1);
     pthread_mutex_unlock(&C.wait_lock);
-    coll_mbox_sleep_end(sleep_cookie);
     if (!wait_pred(w)) {
         td_transport_drive(C.tp, wait_pred, w, 50e-6);
     }
+    /* (still announced while it drives: a mailbox writer pokes then,
+     * harmlessly, and so the whole slow path is covered) */
+    coll_mbox_sleep_end(sleep_cookie);
 }
 
 /* Take the not-yet-matched requests of W off the posted list and
