@@ -1943,7 +1943,8 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
             /* only when each answer comes through a mailbox: a message
              * over the network needs the transport driven at once */
             if ((r->type == REQ_SEND_P2P && atomic_load(&r->tp_counted)) ||
-                r->peer < 0 || !coll_mbox_local(r->peer)) {
+                r->nbytes > MBOX_BODY || r->peer < 0 ||
+                !coll_mbox_local(r->peer)) {
                 what = 0;
                 break;
             }
