@@ -431,6 +431,19 @@ posted_remove(coll_req_t *r)
 }
 
 static void
+ux_append(unexp_t *e)
+{
+    e->next = NULL;
+    if (C.ux_tail != NULL) {
+        C.ux_tail->next = e;
+    } else {
+        C.ux_head = e;
+    }
+    C.ux_tail = e;
+    C.n_ux++;
+}
+
+static void
 ux_remove(unexp_t *e)
 {
     unexp_t *p = NULL;
@@ -1341,13 +1354,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
                 e->code = (int32_t)tag;
                 e->arrived = 1;
                 e->src = rx->src;
-                if (C.ux_tail != NULL) {
-                    C.ux_tail->next = e;
-                } else {
-                    C.ux_head = e;
-                }
-                C.ux_tail = e;
-                C.n_ux++;
+                ux_append(e);
                 e = NULL;
             }
             if (e != NULL) {
@@ -1533,13 +1540,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         e->cma_token_addr = cma_token_addr;
         e->cma_token = cma_tok;
     }
-    if (C.ux_tail != NULL) {
-        C.ux_tail->next = e;
-    } else {
-        C.ux_head = e;
-    }
-    C.ux_tail = e;
-    C.n_ux++;
+    ux_append(e);
     pthread_mutex_unlock(&C.lock);
     if (!cma) {
         rx->done = unexp_done;
@@ -1727,13 +1728,7 @@ coll_p2p_arrive_locked(const coll_mbox_msg_t *m, coll_arrive_t *a)
     e->mbox_slot = m->slot + 1;
     e->arrived = 1;
     e->status = TD_OK;
-    if (C.ux_tail != NULL) {
-        C.ux_tail->next = e;
-    } else {
-        C.ux_head = e;
-    }
-    C.ux_tail = e;
-    C.n_ux++;
+    ux_append(e);
     return NULL;
 }
 
