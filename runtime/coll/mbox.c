@@ -394,7 +394,7 @@ attach(int dst, out_t *o)
         return;
     }
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)o->pid, (int)o->fd);
-    fd = open(path, O_RDWR | O_CLOEXEC);
+    fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         td_log_debug("coll: cannot open rank %d's inbox (%s: %s): "
                      "point-to-point messages to it use the transport", dst,
@@ -403,7 +403,10 @@ attach(int dst, out_t *o)
     }
     off = page + M.mbox_bytes * (size_t)M.rank;
     skew = off % page;                   /* 0: mbox_bytes is whole pages */
-    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != o->size) {
+    /* (non-blocking, and a regular file only: a damaged offer must not
+     * open someone's FIFO or device and wait on it) */
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+        (uint64_t)sb.st_size != o->size) {
         goto out;
     }
     h = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -303,14 +303,17 @@ shm_map_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
         return 0;
     }
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)o->pid, (int)o->fd);
-    fd = open(path, O_RDWR | O_CLOEXEC);
+    fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         td_log_debug("coll: group %u: cannot open rank %d's segment (%s: "
                      "%s; another node or pid namespace?)", g->id,
                      g->ranks[0], path, strerror(errno));
         return 0;
     }
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != o->size) {
+    /* (opened non-blocking, a regular file only: a damaged offer must
+     * not open someone's FIFO or device and wait on it) */
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        (uint64_t)st.st_size != o->size) {
         close(fd);
         return 0;
     }
