@@ -1155,6 +1155,72 @@ mode_mbox_kill(void)
     return 0;
 }
 
+/* Under TODIST_FAULT=corrupt:mbox:RATE (tests/test_faults.sh): after a
+ * warm-up through the transport (not "mbox", so never faulted), rank 0
+ * sends 60 small messages to rank 1 through its mailbox. A corrupted one
+ * is rejected by rank 1's decoder and fails rank 0's send naming it
+ * malformed; every other one arrives whole and in order, and none is
+ * lost: rank 1 receives exactly as many as rank 0 sent successfully. */
+static int
+mode_mbox_fault(void)
+{
+    enum { K = 60 };
+    td_group_t *w = td_group_world();
+    td_tensor_t *t = make(2, TD_INT64), *n = make(2, TD_INT64);
+    int sent = 0, failed = 0, named = 0, got = 0, bad = 0;
+    td_status_t st = TD_OK;
+
+    for (int k = 0; k < 2; k++) {
+        st = (rank == k) ? td_send(w, t, 1 - rank, 1)
+                         : td_recv(w, t, 1 - rank, 1, NULL);
+        check(st == TD_OK, "mbox_fault_warm_up", "%s", td_last_error());
+    }
+    if (rank == 0) {
+        for (int k = 0; k < K; k++) {
+            set(t, 0, k);
+            set(t, 1, -k);
+            st = td_send(w, t, 1, 2);
+            if (st == TD_OK) {
+                sent++;
+            } else {
+                failed++;
+                named += st == TD_ERR_PROTOCOL &&
+                         strstr(td_last_error(), "malformed") != NULL;
+                printf("# rank 0: send %d: %s\n", k, td_last_error());
+            }
+        }
+        check(failed > 0 && named == failed, "mbox_fault_sender_told",
+              "%d of %d sends failed, %d naming a malformed message", failed,
+              K, named);
+    } else {
+        double last = -1;
+
+        /* until TODIST_COLL_TIMEOUT passes with nothing more */
+        while ((st = td_recv(w, t, 0, 2, NULL)) == TD_OK) {
+            bad += get(t, 1) != -get(t, 0) || get(t, 0) <= last;
+            last = get(t, 0);
+            got++;
+        }
+        check(bad == 0 && got > 0 && st == TD_ERR_TIMEOUT,
+              "mbox_fault_received_whole", "%d received, %d damaged or out "
+              "of order, ended with %s", got, bad, td_status_name(st));
+    }
+    /* (a collective: through the shared segment, not faulted; rank 0
+     * waits for rank 1's last receive to time out) */
+    td_coll_set_timeout(30);
+    set(n, 0, rank == 0 ? sent : 0);
+    set(n, 1, rank == 1 ? got : 0);
+    st = td_all_reduce(w, n, TD_REDUCE_SUM);
+    check(st == TD_OK && get(n, 0) == get(n, 1), "mbox_fault_none_lost",
+          "rank 0 sent %g, rank 1 received %g: %s", get(n, 0), get(n, 1),
+          st ? td_last_error() : "ok");
+    printf("# rank %d: %g sent, %d rejected, %g received\n", rank, get(n, 0),
+           failed, get(n, 1));
+    td_tensor_release(t);
+    td_tensor_release(n);
+    return 0;
+}
+
 /* ---- a member SIGKILLed mid all_reduce ---------------------------------------- */
 
 static int
@@ -1398,6 +1464,8 @@ main(int argc, char **argv)
         rc = mode_destroyed();
     } else if (strcmp(mode, "mbox") == 0) {
         rc = mode_mbox();
+    } else if (strcmp(mode, "mbox_fault") == 0) {
+        rc = mode_mbox_fault();
     } else if (strcmp(mode, "mbox_kill") == 0) {
         rc = mode_mbox_kill();
         fflush(stdout);

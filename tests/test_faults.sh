@@ -8,7 +8,7 @@
 # its timeout on every rank. A malformed TODIST_FAULT, or one naming an
 # unknown kind, is refused. Bounded by timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
-plan 34
+plan 40
 B=$top_builddir/tests
 run() { timeout -k 5 "$@"; }
 
@@ -72,16 +72,30 @@ scenario() { # what mode iters fault env...
 }
 
 # collectives and point-to-point: coll messages (data, acks, single-copy
-# offers, aborts, the shared segment's handshake) dropped, corrupted and
-# delayed; a fresh group per round. Then again with the shared segment and
+# offers, aborts, the shared segment's handshake) and mailbox messages
+# dropped, corrupted and delayed; a fresh group per round. Then again with the shared segment and
 # the point-to-point mailboxes off (TODIST_COLL_SHM=0,
 # TODIST_COLL_P2P_SHM=0), so that every byte goes through messages.
 scenario collectives coll 8 \
-    "drop:coll:0.01,corrupt:coll:0.005,delay:coll:0.01:5,seed=2" \
+    "drop:coll:0.01,corrupt:coll:0.005,delay:coll:0.01:5,drop:mbox:0.02,corrupt:mbox:0.02,seed=2" \
     TODIST_COLL_TIMEOUT=2
 scenario "collectives (transport only)" coll 8 \
     "drop:coll:0.01,corrupt:coll:0.005,delay:coll:0.01:5,seed=2" \
     TODIST_COLL_TIMEOUT=2 TODIST_COLL_SHM=0 TODIST_COLL_P2P_SHM=0
+
+# point-to-point through the mailboxes (runtime/coll/mbox.c): corrupted
+# mailbox messages are rejected by the receiver (TD_ERR_PROTOCOL on the
+# sender, naming it malformed), intact ones arrive whole and in order,
+# none is lost; the receiver logs each one it rejected.
+out=$(TODIST_FAULT=corrupt:mbox:0.2,seed=4 TODIST_COLL_TIMEOUT=1 \
+      run 60 todist-run -n 2 "$B/coll_peer" mbox_fault 2>&1); rc=$?
+ended "$rc" "$out" "mailbox messages under faults"
+expect "$out" mbox_fault_sender_told mbox_fault_received_whole \
+    mbox_fault_none_lost
+like "$out" "rejected a malformed mailbox message from rank 0" \
+     "mailbox faults: the receiver names the sender of a malformed message"
+printf '%s\n' "$out" | grep '^# rank [01]: [0-9]* sent' || true
+[ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -30)"
 
 # distributed backward: propagate and release calls dropped and corrupted,
 # replies lost, everything delayed now and then

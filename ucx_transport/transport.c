@@ -136,7 +136,8 @@ enum { FAULT_DROP, FAULT_CORRUPT, FAULT_DELAY, FAULT_ACTIONS };
 
 typedef struct {
     int    action;
-    char   kind[64];      /* any, call, reply, rref, coll, other, fn=PREFIX */
+    char   kind[64];      /* any, call, reply, rref, coll, mbox, other,
+                           * fn=PREFIX */
     double rate;
     double delay_s;
 } fault_rule_t;
@@ -144,7 +145,8 @@ typedef struct {
 typedef struct {
     fault_rule_t             rules[FAULT_RULES_MAX];
     int                      n;
-    uint64_t                 rng;           /* token holder */
+    pthread_mutex_t          lock;          /* rng, count (with rules) */
+    uint64_t                 rng;
     uint64_t                 count[FAULT_ACTIONS];
     td_transport_classify_fn classify;
     void                    *classify_arg;
@@ -439,7 +441,7 @@ static bool
 fault_kind_known(const char *kind)
 {
     static const char *kinds[] = { "any", "call", "reply", "rref", "coll",
-                                   "other" };
+                                   "mbox", "other" };
 
     if (strncmp(kind, "fn=", 3) == 0) {
         return kind[3] != '\0' && strlen(kind) < 64;
@@ -469,10 +471,17 @@ fault_apply(td_transport_t *tp, send_op_t *op)
     }
     for (int i = 0; i < f->n; i++) {
         const fault_rule_t *r = &f->rules[i];
-        if (!fault_matches(r, &k) || fault_rand(f) >= r->rate) {
+        int fire;
+
+        pthread_mutex_lock(&f->lock);   /* td_transport_fault_roll too */
+        fire = fault_matches(r, &k) && fault_rand(f) < r->rate;
+        if (fire) {
+            f->count[r->action]++;
+        }
+        pthread_mutex_unlock(&f->lock);
+        if (!fire) {
             continue;
         }
-        f->count[r->action]++;
         if (r->action == FAULT_DROP) {
             op->faulted = 1;
             op_defer(tp, op, TD_OK);
@@ -552,7 +561,7 @@ fault_parse(td_transport_t *tp, const char *spec)
 bad:
     return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT='%s' is not a "
                     "list of drop|corrupt:KIND:RATE, delay:KIND:RATE:MS "
-                    "(at most %d, KIND any|call|reply|rref|coll|other|"
+                    "(at most %d, KIND any|call|reply|rref|coll|mbox|other|"
                     "fn=PREFIX, RATE in [0, 1], MS <= 10000) and seed=N",
                     spec, FAULT_RULES_MAX);
 }
@@ -571,6 +580,39 @@ td_transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind)
     if (id < TD_TRANSPORT_HANDLERS_MAX) {
         tp->faults.id_kind[id] = kind;
     }
+}
+
+int
+td_transport_fault_roll(td_transport_t *tp, const char *kind)
+{
+    faults_t *f = &tp->faults;
+    td_transport_kind_t k = { kind, NULL };
+    int action = -1;
+    double delay_s = 0;
+
+    if (f->n == 0) {
+        return TD_TRANSPORT_FAULT_NONE;
+    }
+    pthread_mutex_lock(&f->lock);
+    for (int i = 0; i < f->n && action < 0; i++) {
+        const fault_rule_t *r = &f->rules[i];
+
+        if (fault_matches(r, &k) && fault_rand(f) < r->rate) {
+            f->count[r->action]++;
+            action = r->action;
+            delay_s = r->delay_s;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    if (action == FAULT_DELAY) {
+        struct timespec ts = { (time_t)delay_s,
+            (long)((delay_s - (time_t)delay_s) * 1e9) };
+
+        nanosleep(&ts, NULL);
+    }
+    return action == FAULT_DROP ? TD_TRANSPORT_FAULT_DROP :
+           action == FAULT_CORRUPT ? TD_TRANSPORT_FAULT_CORRUPT :
+           TD_TRANSPORT_FAULT_NONE;
 }
 
 void
@@ -1492,6 +1534,7 @@ teardown(td_transport_t *tp)
         ucp_cleanup(tp->ctx);
     }
     pthread_mutex_destroy(&tp->lock);
+    pthread_mutex_destroy(&tp->faults.lock);
     pthread_cond_destroy(&tp->drv_cond);
     pthread_mutex_destroy(&tp->drv_lock);
     free(tp->peers);
@@ -1563,6 +1606,7 @@ td_transport_create(const td_transport_params_t *params,
     tp->efd = -1;
     tp->close_timeout = 2.0;
     pthread_mutex_init(&tp->lock, NULL);
+    pthread_mutex_init(&tp->faults.lock, NULL);
     pthread_mutex_init(&tp->drv_lock, NULL);
     {
         pthread_condattr_t ca;

@@ -189,9 +189,10 @@ size_t td_transport_dropped(td_transport_t *tp);
 
 /* Fault injection (tests only): TODIST_FAULT="RULE[,RULE...][,seed=N]",
  * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS, KIND =
- * any | call | reply | rref | coll | other | fn=PREFIX (calls to functions
- * whose name starts with PREFIX), RATE in [0, 1]; an unknown KIND is
- * refused. Applied to outgoing messages
+ * any | call | reply | rref | coll | mbox | other | fn=PREFIX (calls to
+ * functions whose name starts with PREFIX), RATE in [0, 1]; an unknown
+ * KIND is refused. ("mbox": messages that do not go through UCX, rolled
+ * for by their layer with td_transport_fault_roll.) Applied to outgoing messages
  * on the token holder with a PRNG seeded by seed and the rank, so a run is
  * reproducible up to thread timing. A dropped message completes as sent
  * (as on a lossy link) but is not counted by the join; a corrupted one has
@@ -215,6 +216,13 @@ void td_transport_set_classifier(td_transport_t *tp,
 /* Every message to handler ID is of KIND (a static string, e.g. "coll"),
  * without asking the classifier. Before td_init ends. */
 void td_transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind);
+
+/* TODIST_FAULT for a message of KIND that does not go through UCX (a
+ * point-to-point mailbox in shared memory): what its layer must do to it,
+ * counted with the rest; a delay is slept here. Any thread. */
+enum { TD_TRANSPORT_FAULT_NONE = 0, TD_TRANSPORT_FAULT_DROP,
+       TD_TRANSPORT_FAULT_CORRUPT };
+int td_transport_fault_roll(td_transport_t *tp, const char *kind);
 
 /* Messages dropped, corrupted and delayed by TODIST_FAULT so far. */
 void td_transport_fault_counts(td_transport_t *tp, uint64_t counts[3]);

@@ -1598,6 +1598,9 @@ coll_p2p_ack_complete(coll_req_t *r, int src, td_status_t st, uint8_t dtype,
         snprintf(msg, sizeof(msg), "coll: td_send to rank %d tag %u: rank "
                  "%d dropped the message unreceived (its group was "
                  "destroyed or failed there)", src, r->tag, src);
+    } else if (st == TD_ERR_PROTOCOL) {
+        snprintf(msg, sizeof(msg), "coll: td_send to rank %d tag %u: rank "
+                 "%d rejected the message as malformed", src, r->tag, src);
     } else if (st != TD_OK) {
         char a[160], b[160];
 
@@ -1643,6 +1646,13 @@ coll_p2p_post_mbox_locked(coll_req_t *r, int dst)
     atomic_store_explicit(&r->tp_counted, 0, memory_order_relaxed);
     atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
     posted_append(r);
+}
+
+/* TODIST_FAULT's verdict on a mailbox message (tests only). */
+int
+coll_fault_roll(void)
+{
+    return C.tp != NULL ? td_transport_fault_roll(C.tp, "mbox") : 0;
 }
 
 void

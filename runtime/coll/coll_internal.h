@@ -397,6 +397,8 @@ void        coll_req_complete(coll_req_t *r, td_status_t status,
 void        coll_group_fail_id(uint32_t gid, td_status_t code, uint32_t seq,
                                const char *msg);
 void        coll_poke(int dst);
+/* TODIST_FAULT for a mailbox message: TD_TRANSPORT_FAULT_* (tests only). */
+int         coll_fault_roll(void);
 
 /* ---- reduce.c: the reduction kernels ----------------------------------- */
 

@@ -708,7 +708,7 @@ coll_mbox_send(coll_req_t *r, int dst)
 {
     out_t *o;
     slot_t *s;
-    int st, k;
+    int st, k, fault;
 
     if (!M.on || dst == M.rank || r->nbytes > MBOX_BODY) {
         return 0;
@@ -730,6 +730,7 @@ coll_mbox_send(coll_req_t *r, int dst)
             return 0;
         }
     }
+    fault = coll_fault_roll();          /* TODIST_FAULT "mbox" (tests) */
     coll_lock();
     k = (int)(o->wr % MBOX_SLOTS);
     s = &o->mb->slot[k];
@@ -743,6 +744,10 @@ coll_mbox_send(coll_req_t *r, int dst)
      * between the first store and the state would let it read the line
      * back from under us (a second transfer). */
     coll_p2p_post_mbox_locked(r, dst);
+    if (fault == TD_TRANSPORT_FAULT_DROP) {
+        coll_unlock();                  /* lost: the send times out */
+        return 1;
+    }
     o->gid[k] = r->group_id;
     o->seq[k] = r->seq;
     s->pos = o->wr;
@@ -756,6 +761,9 @@ coll_mbox_send(coll_req_t *r, int dst)
     memcpy(s->data, r->shape, 8 * (size_t)r->ndim);
     if (r->nbytes > 0) {
         memcpy(s->data + 8 * (size_t)r->ndim, r->buf, r->nbytes);
+    }
+    if (fault == TD_TRANSPORT_FAULT_CORRUPT) {
+        s->ndim = 0xff;                 /* the receiver must reject it */
     }
     atomic_store_explicit(&s->state, SLOT_FULL, memory_order_release);
     __atomic_store_n(&o->wr, o->wr + 1, __ATOMIC_RELAXED);
