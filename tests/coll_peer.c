@@ -965,7 +965,7 @@ mode_mismatch(void)
     return 0;
 }
 
-/* ---- point-to-point through the mailboxes (mbox.c) ------------------------ */
+/* ---- point-to-point through the mailboxes (mbox.c) -------------------- */
 
 /* Ranks 0 and 1. After one exchange each way small messages go through
  * the receiver's mailbox (the shell test checks the "attached" lines):

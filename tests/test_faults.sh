@@ -73,11 +73,12 @@ scenario() { # what mode iters fault env...
 
 # collectives and point-to-point: coll messages (data, acks, single-copy
 # offers, aborts, the shared segment's handshake) and mailbox messages
-# dropped, corrupted and delayed; a fresh group per round. Then again with the shared segment and
-# the point-to-point mailboxes off (TODIST_COLL_SHM=0,
-# TODIST_COLL_P2P_SHM=0), so that every byte goes through messages.
-scenario collectives coll 8 \
-    "drop:coll:0.01,corrupt:coll:0.005,delay:coll:0.01:5,drop:mbox:0.02,corrupt:mbox:0.02,seed=2" \
+# dropped, corrupted and delayed; a fresh group per round. Then again with
+# the shared segment and the point-to-point mailboxes off
+# (TODIST_COLL_SHM=0, TODIST_COLL_P2P_SHM=0), so that every byte goes
+# through messages.
+F="drop:coll:0.01,corrupt:coll:0.005,delay:coll:0.01:5"
+scenario collectives coll 8 "$F,drop:mbox:0.02,corrupt:mbox:0.02,seed=2" \
     TODIST_COLL_TIMEOUT=2
 scenario "collectives (transport only)" coll 8 \
     "drop:coll:0.01,corrupt:coll:0.005,delay:coll:0.01:5,seed=2" \

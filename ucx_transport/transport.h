@@ -191,9 +191,10 @@ size_t td_transport_dropped(td_transport_t *tp);
  * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS, KIND =
  * any | call | reply | rref | coll | mbox | other | fn=PREFIX (calls to
  * functions whose name starts with PREFIX), RATE in [0, 1]; an unknown
- * KIND is refused. ("mbox": messages that do not go through UCX, rolled
- * for by their layer with td_transport_fault_roll.) Applied to outgoing messages
- * on the token holder with a PRNG seeded by seed and the rank, so a run is
+ * KIND is refused ("mbox": messages that do not go through UCX, rolled
+ * for by their layer with td_transport_fault_roll). Applied to outgoing
+ * messages on the token holder with a PRNG seeded by seed and the rank, so
+ * a run is
  * reproducible up to thread timing. A dropped message completes as sent
  * (as on a lossy link) but is not counted by the join; a corrupted one has
  * the first byte of its user header flipped (the upper layer's version or
