@@ -232,7 +232,7 @@ mbox_free(void)
     if (M.fd >= 0) {
         close(M.fd);
     }
-    if (M.in != NULL) {
+    if (M.out != NULL) {
         for (int i = 0; i < M.size; i++) {
             pthread_mutex_destroy(&M.out[i].lock);
         }
