@@ -454,6 +454,36 @@ fault_kind_known(const char *kind)
     return false;
 }
 
+/* The first rule for a message of kind K that fires (counted): its
+ * action, or -1; its delay into *DELAY_S. Any thread (fault_apply on the
+ * token holder, td_transport_fault_roll on others). */
+static int
+fault_pick(faults_t *f, const td_transport_kind_t *k, double *delay_s)
+{
+    int action = -1;
+
+    pthread_mutex_lock(&f->lock);
+    for (int i = 0; i < f->n && action < 0; i++) {
+        const fault_rule_t *r = &f->rules[i];
+
+        if (fault_matches(r, k) && fault_rand(f) < r->rate) {
+            f->count[r->action]++;
+            action = r->action;
+            *delay_s = r->delay_s;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    return action;
+}
+
+static void
+fault_sleep(double s)
+{
+    struct timespec ts = { (time_t)s, (long)((s - (time_t)s) * 1e9) };
+
+    nanosleep(&ts, NULL);
+}
+
 /* Apply the first matching rule that fires to OP: 1 = dropped (done). */
 static int
 fault_apply(td_transport_t *tp, send_op_t *op)
@@ -463,38 +493,24 @@ fault_apply(td_transport_t *tp, send_op_t *op)
     uint32_t ulen = td_get_be32(op->wire + 8);
     uint16_t id = (uint16_t)(op->wire[2] << 8 | op->wire[3]);
     td_transport_kind_t k = { "other", NULL };
+    double delay_s = 0;
+    int action;
 
     if (id < TD_TRANSPORT_HANDLERS_MAX && f->id_kind[id] != NULL) {
         k.kind = f->id_kind[id];
     } else if (f->classify != NULL) {
         k = f->classify(f->classify_arg, id, op->wire + hoff, ulen);
     }
-    for (int i = 0; i < f->n; i++) {
-        const fault_rule_t *r = &f->rules[i];
-        int fire;
-
-        pthread_mutex_lock(&f->lock);   /* td_transport_fault_roll too */
-        fire = fault_matches(r, &k) && fault_rand(f) < r->rate;
-        if (fire) {
-            f->count[r->action]++;
-        }
-        pthread_mutex_unlock(&f->lock);
-        if (!fire) {
-            continue;
-        }
-        if (r->action == FAULT_DROP) {
-            op->faulted = 1;
-            op_defer(tp, op, TD_OK);
-            return 1;
-        }
-        if (r->action == FAULT_CORRUPT && ulen > 0) {
-            op->wire[hoff] ^= 0xff;
-        } else if (r->action == FAULT_DELAY) {
-            struct timespec ts = { (time_t)r->delay_s,
-                (long)((r->delay_s - (time_t)r->delay_s) * 1e9) };
-            nanosleep(&ts, NULL);
-        }
-        return 0;
+    action = fault_pick(f, &k, &delay_s);
+    if (action == FAULT_DROP) {
+        op->faulted = 1;
+        op_defer(tp, op, TD_OK);
+        return 1;
+    }
+    if (action == FAULT_CORRUPT && ulen > 0) {
+        op->wire[hoff] ^= 0xff;
+    } else if (action == FAULT_DELAY) {
+        fault_sleep(delay_s);
     }
     return 0;
 }
@@ -587,28 +603,15 @@ td_transport_fault_roll(td_transport_t *tp, const char *kind)
 {
     faults_t *f = &tp->faults;
     td_transport_kind_t k = { kind, NULL };
-    int action = -1;
     double delay_s = 0;
+    int action;
 
     if (f->n == 0) {
         return TD_TRANSPORT_FAULT_NONE;
     }
-    pthread_mutex_lock(&f->lock);
-    for (int i = 0; i < f->n && action < 0; i++) {
-        const fault_rule_t *r = &f->rules[i];
-
-        if (fault_matches(r, &k) && fault_rand(f) < r->rate) {
-            f->count[r->action]++;
-            action = r->action;
-            delay_s = r->delay_s;
-        }
-    }
-    pthread_mutex_unlock(&f->lock);
+    action = fault_pick(f, &k, &delay_s);
     if (action == FAULT_DELAY) {
-        struct timespec ts = { (time_t)delay_s,
-            (long)((delay_s - (time_t)delay_s) * 1e9) };
-
-        nanosleep(&ts, NULL);
+        fault_sleep(delay_s);
     }
     return action == FAULT_DROP ? TD_TRANSPORT_FAULT_DROP :
            action == FAULT_CORRUPT ? TD_TRANSPORT_FAULT_CORRUPT :

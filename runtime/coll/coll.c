@@ -1014,6 +1014,26 @@ matches(const unexp_t *e, const coll_req_t *r)
            e->src == r->peer;
 }
 
+/* Mailbox message M matched receive R: copy it in when it fits, and ack
+ * it in its slot (POKE: wake a sleeping sender; never under coll_lock).
+ * R's status, with MSG naming both shapes when it does not fit. */
+static td_status_t
+mbox_receive(coll_req_t *r, const coll_mbox_msg_t *m, char *msg, size_t len,
+             int poke)
+{
+    td_status_t code;
+
+    r->from = m->src;
+    r->seq = m->seq;                /* the ack names the sender's seq */
+    code = p2p_fits(r, m->src, m->dtype, m->ndim, m->shape, m->nbytes, msg,
+                    len);
+    if (code == TD_OK && m->nbytes > 0) {
+        memcpy(r->buf, m->body, m->nbytes);
+    }
+    coll_mbox_ack(m->src, m->slot, code, r->dtype, r->ndim, r->shape, poke);
+    return code;
+}
+
 /* Is a p2p receive posted earlier (coll_lock held) that a message from
  * R's source to R's group could match? */
 static int
@@ -1066,14 +1086,7 @@ coll_post_recv(coll_req_t *r)
 
         if (coll_mbox_take(r->peer, r->group_id, r->g->digest, r->tag, &m)) {
             pthread_mutex_unlock(&C.lock);
-            r->from = m.src;
-            r->seq = m.seq;
-            st = p2p_fits(r, m.src, m.dtype, m.ndim, m.shape, m.nbytes, msg,
-                          sizeof(msg));
-            if (st == TD_OK && m.nbytes > 0) {
-                memcpy(r->buf, m.body, m.nbytes);
-            }
-            coll_mbox_ack(m.src, m.slot, st, r->dtype, r->ndim, r->shape, 1);
+            st = mbox_receive(r, &m, msg, sizeof(msg), 1);
             req_complete(r, st, st != TD_OK ? msg : NULL);
             return TD_OK;
         }
@@ -1088,8 +1101,8 @@ coll_post_recv(coll_req_t *r)
                           f.msg, sizeof(f.msg));
     } else if (e->nbytes != r->nbytes || !desc_equal(&e->desc, r->desc)) {
         f.code = TD_ERR_INVALID;
-        coll_mismatch_text(f.msg, sizeof(f.msg), r->g, r->seq, e->src, &e->desc,
-                      r->desc);
+        coll_mismatch_text(f.msg, sizeof(f.msg), r->g, r->seq, e->src,
+                           &e->desc, r->desc);
         f.tell = 1;
     }
     if (f.code != TD_OK) {
@@ -1436,7 +1449,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         !desc_equal(&desc, &g->cur_desc)) {
         f.code = TD_ERR_INVALID;
         coll_mismatch_text(f.msg, sizeof(f.msg), g, seq, rx->src, &desc,
-                      &g->cur_desc);
+                           &g->cur_desc);
         f.g = g;
         f.gid = gid;
         f.seq = seq;
@@ -1705,15 +1718,7 @@ coll_p2p_arrive_locked(const coll_mbox_msg_t *m, coll_arrive_t *a)
     }
     r = posted_take(MSG_P2P, m->gid, m->src, m->seq, m->tag);
     if (r != NULL) {
-        r->from = m->src;
-        r->seq = m->seq;
-        a->code = p2p_fits(r, m->src, m->dtype, m->ndim, m->shape, m->nbytes,
-                           a->msg, sizeof(a->msg));
-        if (a->code == TD_OK && m->nbytes > 0) {
-            memcpy(r->buf, m->body, m->nbytes);
-        }
-        coll_mbox_ack(m->src, m->slot, a->code, r->dtype, r->ndim, r->shape,
-                      0);
+        a->code = mbox_receive(r, m, a->msg, sizeof(a->msg), 0);
         return r;
     }
     /* Unexpected: kept in its slot (M6, C7) until its receive is posted. */
@@ -2284,8 +2289,8 @@ coll_op_begin(coll_op_t *op)
         if (e->type == MSG_COLL && e->group_id == g->id &&
             e->seq == op->seq && !desc_equal(&e->desc, &op->desc)) {
             f.code = TD_ERR_INVALID;
-            coll_mismatch_text(f.msg, sizeof(f.msg), g, op->seq, e->src, &e->desc,
-                          &op->desc);
+            coll_mismatch_text(f.msg, sizeof(f.msg), g, op->seq, e->src,
+                               &e->desc, &op->desc);
             break;
         }
     }
@@ -2406,14 +2411,7 @@ module_peer_failed(void *arg, int rank, td_status_t why)
         for (coll_req_t *q = C.posted_head; q != NULL; q = next) {
             next = q->next;
             if (q->peer == rank) {
-                if (p != NULL) {
-                    p->next = next;
-                } else {
-                    C.posted_head = next;
-                }
-                if (C.posted_tail == q) {
-                    C.posted_tail = p;
-                }
+                posted_unlink(p, q);
                 q->next = out;
                 out = q;
             } else {
