@@ -1042,6 +1042,39 @@ mode_mbox(void)
         td_tensor_release(a);
     }
 
+    /* an unexpected message first (M10): A (tag 8) is drained into the
+     * unexpected list by the wait for C (tag 9); B (tag 8) is sent after
+     * C and waits in the mailbox. A blocking receive of tag 8 must match
+     * A, though B is the one in the mailbox where its fast path looks. */
+    {
+        td_tensor_t *a = make(1, TD_INT32), *b = make(1, TD_INT32),
+                    *c = make(1, TD_INT32);
+        td_work_t *wa = NULL, *wb = NULL;
+        int good = 1;
+
+        if (rank == 0) {
+            td_tensor_fill_(a, 1);
+            td_tensor_fill_(b, 2);
+            good &= td_isend(w, a, 1, 8, &wa) == TD_OK;
+            good &= td_send(w, c, 1, 9) == TD_OK;
+            good &= td_isend(w, b, 1, 8, &wb) == TD_OK;
+            good &= wa != NULL && td_work_wait(wa, 30) == TD_OK;
+            good &= wb != NULL && td_work_wait(wb, 30) == TD_OK;
+            td_work_release(wa);
+            td_work_release(wb);
+        } else {
+            good &= td_recv(w, c, 0, 9, NULL) == TD_OK;
+            usleep(20000);              /* B is in the mailbox by now */
+            good &= td_recv(w, a, 0, 8, NULL) == TD_OK && get(a, 0) == 1;
+            good &= td_recv(w, b, 0, 8, NULL) == TD_OK && get(b, 0) == 2;
+        }
+        check(good, "mbox_unexpected_first", "%s (got %g then %g)",
+              td_last_error(), get(a, 0), get(b, 0));
+        td_tensor_release(a);
+        td_tensor_release(b);
+        td_tensor_release(c);
+    }
+
     /* sleepers: the receiver waits 0.3 s (asleep after 2 ms), then the
      * sender does */
     for (int k = 0; k < 2; k++) {

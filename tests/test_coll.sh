@@ -31,12 +31,12 @@ mism="mismatch_collective mismatch_size mismatch_dtype mismatch_op
 mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
 mbox2="mbox_warm_up mbox_order_across_paths mbox_size_mismatch
-mbox_sleeping_receiver mbox_sleeping_sender mbox_body_max
+mbox_unexpected_first mbox_sleeping_receiver mbox_sleeping_sender mbox_body_max
 mbox_body_max_plus_one mbox_group_new"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
-         $(count "$mbox2") + 2 + 5 + 3 + 2 ))
+         $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -88,6 +88,14 @@ for r in 0 1; do
     ok "$([ "${pokes:-0}" -ge 1 ]; echo $?)" \
        "mbox: rank $r pokes a sleeping peer (${pokes:-0} pokes)"
 done
+# rank 0's blocking sends and rank 1's blocking receives polled the
+# mailbox themselves (mbox.c M9, M10)
+fast0=$(printf '%s\n' "$out" | sed -n "s/^todist\[rank 0\]: coll: \([0-9]*\) sends and [0-9]* receives done on the fast path.*/\1/p")
+fast1=$(printf '%s\n' "$out" | sed -n "s/^todist\[rank 1\]: coll: [0-9]* sends and \([0-9]*\) receives done on the fast path.*/\1/p")
+ok "$([ "${fast0:-0}" -ge 1 ]; echo $?)" \
+   "mbox: rank 0 sends on the fast path (${fast0:-none})"
+ok "$([ "${fast1:-0}" -ge 1 ]; echo $?)" \
+   "mbox: rank 1 receives on the fast path (${fast1:-none})"
 [ "$rc" = 0 ] || diag "$out"
 
 out=$(TODIST_COLL_P2P_SHM=0 TODIST_LOG=debug run 120 todist-run -n 3 "$PEER" \
@@ -95,6 +103,8 @@ out=$(TODIST_COLL_P2P_SHM=0 TODIST_LOG=debug run 120 todist-run -n 3 "$PEER" \
 nofail "$out" "TODIST_COLL_P2P_SHM=0: p2p checks pass"
 is "$rc" 0 "TODIST_COLL_P2P_SHM=0: every rank exits 0"
 unlike "$out" "mailbox to rank" "TODIST_COLL_P2P_SHM=0: no mailbox attached"
+nfast=$(printf '%s\n' "$out" | grep -c ": coll: 0 sends and 0 receives done on the fast path")
+is "$nfast" 3 "TODIST_COLL_P2P_SHM=0: nothing on the fast path, on each rank"
 
 out=$(run 60 todist-run -n 2 "$PEER" mbox_kill 2>&1)
 expect "$out" 1 mbox_kill_send_fails_naming_it mbox_kill_within_2s

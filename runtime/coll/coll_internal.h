@@ -45,6 +45,8 @@ enum {
                                        * follows (MBOX_OFFER_BYTES) */
 #define MBOX_OFFER_BYTES 32
 #define MBOX_BODY     4096            /* bodies sent through a mailbox */
+#define MBOX_SPIN_S   10e-6           /* poll mailboxes alone this long */
+#define MBOX_RECHECK_S 50e-6          /* a sleeper's first nap (mbox.c M5) */
 
 /* Collective kinds (in the description). */
 typedef enum {
@@ -228,6 +230,10 @@ const char     *coll_algo_name(coll_algo_t a);
 /* Post a receive (its fields filled by the caller; done/status set here):
  * matched at once against unexpected messages, else when one arrives. */
 td_status_t coll_post_recv(coll_req_t *r);
+/* td_recv's fast path (mbox.c M10): R, a p2p receive from one rank of
+ * this host, taken straight from its sender's mailbox while this thread
+ * polls it: 1 done (R's status and err set), 0 not (use coll_post_recv). */
+int         coll_p2p_recv_fast(coll_req_t *r);
 /* Send HDR (its header bytes) and BUF[0..NBYTES) to world rank DST as R
  * (R->pending is set: 1, or 2 for a p2p send that also waits for its
  * ack, posted before the message leaves). */
@@ -340,6 +346,9 @@ void        coll_mbox_offered(int src, const uint8_t *t);
 /* Post p2p send R to world rank DST through its mailbox: 1, or 0 (use
  * the transport). */
 int         coll_mbox_send(coll_req_t *r, int dst);
+/* td_send's fast path (M9): 1 done (R's status set), 2 sent and posted
+ * (wait for R), 0 not sent (use coll_mbox_send or the transport). */
+int         coll_mbox_send_fast(coll_req_t *r, int dst);
 /* A transport p2p send to DST begins / ends (M2's order). */
 void        coll_mbox_tp_begin(int dst);
 void        coll_mbox_tp_end(int dst);
@@ -355,6 +364,10 @@ void        coll_mbox_drain(int src);
  * else 0 (coll_lock held). */
 int         coll_mbox_take(int src, uint32_t gid, uint32_t digest,
                            uint32_t tag, coll_mbox_msg_t *m);
+/* Has SRC written into our inbox (so it is on this host, M10)? */
+int         coll_mbox_from(int src);
+/* Is SRC's next message in our inbox? (a hint: taken under coll_lock) */
+int         coll_mbox_ready(int src);
 /* Drain every mailbox and take every ack that came back (any thread). */
 void        coll_mbox_poll(void);
 enum { MBOX_POLL_IN = 1, MBOX_POLL_ACKS = 2 };
@@ -397,6 +410,9 @@ void        coll_req_complete(coll_req_t *r, td_status_t status,
 void        coll_group_fail_id(uint32_t gid, td_status_t code, uint32_t seq,
                                const char *msg);
 void        coll_poke(int dst);
+/* One more send (SEND) or receive done on the fast path (a debug count,
+ * logged at shutdown). */
+void        coll_fast_count(int send);
 /* TODIST_FAULT for a mailbox message: TD_TRANSPORT_FAULT_* (tests only). */
 int         coll_fault_roll(void);
 

@@ -36,10 +36,16 @@
  *     matching takes anyway. Completions, pokes and group failures come
  *     after the unlock (C1).
  *  M5 A waiter that sleeps says so first (its inbox's sleepers, and
- *     s_sleep of every mailbox it writes), then polls once more; a side
- *     that writes a message or an ack fences, then reads the flag and
- *     pokes a sleeper with an empty transport message (MSG_POKE). Sleeps
- *     are bounded (2 ms), so a lost poke costs time, never a hang.
+ *     s_sleep of every mailbox it writes), then polls, sleeps at most
+ *     MBOX_RECHECK_S (coll.c) and polls again before it sleeps longer; a
+ *     side that writes a message or an ack then reads the flag, with no
+ *     fence, and pokes a sleeper with an empty transport message
+ *     (MSG_POKE). Without a fence the flag may be read before the write
+ *     is seen, but a store is seen within nanoseconds, far less than the
+ *     recheck: a write that missed the announcement is found by the
+ *     second poll. (A fence would cost every message the time its line
+ *     takes to move, ~50-100 ns here.) Sleeps are bounded (2 ms), so a
+ *     lost poke costs time, never a hang.
  *  M6 An unexpected mailbox message keeps its slot (its body is read in
  *     place when matched); one that is dropped (its group destroyed or
  *     broken, the runtime stopping) is acked TD_ERR_CANCELED, so the slot
@@ -50,6 +56,18 @@
  *  M8 Bounded: MBOX_SLOTS slots per ordered pair, MBOX_BODY bytes per
  *     body, worlds of at most MBOX_WORLD_MAX ranks (larger ones use the
  *     transport only).
+ *  M9 A blocking td_send's slot may be left to its thread (lean): the
+ *     thread polls the slot for its ack itself, with no posted request;
+ *     acks() leaves a lean slot alone. A slot is freed (its ring position
+ *     given back) only once its ack was taken (handled), oldest first,
+ *     under coll_lock; a freed slot keeps its ACKED state (M1: the
+ *     sender's), so freeing writes nothing the receiver polls. A lean
+ *     send not acked within MBOX_SPIN_S is posted under coll_lock, after
+ *     a last look at its slot, and waited for like any other.
+ * M10 A blocking td_recv may take its message from the mailbox itself
+ *     (coll_p2p_recv_fast), under coll_lock, only when no receive posted
+ *     earlier and no unexpected message could match it, and only the
+ *     oldest message (M3): what any other receive would have matched.
  *
  * Thread safety: all functions are thread-safe. */
 #include "config.h"
@@ -69,6 +87,7 @@
 #include "runtime/coll/coll_internal.h"
 #include "base/byteorder.h"
 #include "base/clock.h"
+#include "base/cpu.h"
 #include "base/log.h"
 
 #define MBOX_SLOTS     8
@@ -125,6 +144,7 @@ typedef struct {
     uint32_t        wr;                /* next ring position */
     int             npend;             /* slots FULL or ACKED (ours) */
     uint8_t         handled[MBOX_SLOTS];   /* its ack was taken */
+    uint8_t         lean[MBOX_SLOTS];      /* its sender polls it (M9) */
     uint32_t        gid[MBOX_SLOTS], seq[MBOX_SLOTS];  /* what each is for */
     atomic_int      tp_busy;           /* transport p2p sends unacked (M2) */
     _Atomic int     dead;              /* M7 */
@@ -476,7 +496,7 @@ coll_mbox_ack(int src, int slot, td_status_t status, uint8_t dtype,
     }
     atomic_store_explicit(&s->state, SLOT_ACKED, memory_order_release);
     if (poke) {
-        atomic_thread_fence(memory_order_seq_cst);
+        atomic_signal_fence(memory_order_seq_cst);      /* M5: no fence */
         if (atomic_load_explicit(&in_mbox(src)->s_sleep,
                                  memory_order_relaxed) != 0) {
             coll_poke(src);
@@ -572,7 +592,7 @@ drain(int src)
     /* M5: a sender asleep for its ack is poked (outside coll_lock: a
      * poke is a transport send, C1). */
     if (took > 0) {
-        atomic_thread_fence(memory_order_seq_cst);
+        atomic_signal_fence(memory_order_seq_cst);      /* M5: no fence */
         if (atomic_load_explicit(&mb->s_sleep, memory_order_relaxed) != 0) {
             coll_poke(src);
         }
@@ -609,6 +629,22 @@ coll_mbox_take(int src, uint32_t gid, uint32_t digest, uint32_t tag,
     return 1;
 }
 
+int
+coll_mbox_from(int src)
+{
+    return M.on && src >= 0 && src < M.size &&
+           __atomic_load_n(&M.in[src].used, __ATOMIC_RELAXED) &&
+           __atomic_load_n(&M.base, __ATOMIC_ACQUIRE) != NULL;
+}
+
+int
+coll_mbox_ready(int src)
+{
+    slot_t *s;
+
+    return next_full(src, &s);
+}
+
 void
 coll_mbox_drain(int src)
 {
@@ -620,6 +656,39 @@ coll_mbox_drain(int src)
 }
 
 /* ---- the sender's side -------------------------------------------------- */
+
+/* An ack's fields out of slot S (M1: copied once, then checked). */
+static void
+ack_read(const slot_t *s, td_status_t *st, uint8_t *dtype, uint8_t *nd,
+         int64_t *shape)
+{
+    *st = (td_status_t)s->ack_status;
+    *dtype = s->ack_dtype;
+    *nd = s->ack_ndim;
+    if (*st != TD_OK && *nd <= TD_MAX_DIMS) {
+        memcpy(shape, s->ack_shape, 8 * (size_t)*nd);
+    }
+    if (*nd > TD_MAX_DIMS || *st > TD_OK) {
+        *st = TD_ERR_PROTOCOL;
+        *nd = 0;
+    }
+}
+
+/* Free the slots whose acks were taken, oldest first (M9; coll_lock). */
+static void
+ring_free_locked(out_t *o)
+{
+    while (o->npend > 0) {
+        int k = (int)((o->wr - (uint32_t)o->npend) % MBOX_SLOTS);
+
+        if (!__atomic_load_n(&o->handled[k], __ATOMIC_ACQUIRE)) {
+            break;
+        }
+        __atomic_store_n(&o->handled[k], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&o->lean[k], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&o->npend, o->npend - 1, __ATOMIC_RELAXED);
+    }
+}
 
 /* Has an ack come back that was not taken yet? (a hint, without the
  * lock: re-checked under it) */
@@ -634,7 +703,8 @@ acks_ready(const out_t *o)
 
         if (atomic_load_explicit(&o->mb->slot[k].state,
                                  memory_order_relaxed) == SLOT_ACKED &&
-            !__atomic_load_n(&o->handled[k], __ATOMIC_RELAXED)) {
+            !__atomic_load_n(&o->handled[k], __ATOMIC_RELAXED) &&
+            !__atomic_load_n(&o->lean[k], __ATOMIC_RELAXED)) {
             return 1;
         }
     }
@@ -661,38 +731,19 @@ acks(int dst, out_t *o)
         int k = (int)(p % MBOX_SLOTS);
         slot_t *s = &o->mb->slot[k];
 
-        if (o->handled[k] || atomic_load_explicit(&s->state,
-                                                  memory_order_acquire) !=
-                                 SLOT_ACKED) {
-            continue;
+        if (o->handled[k] || __atomic_load_n(&o->lean[k], __ATOMIC_RELAXED) ||
+            atomic_load_explicit(&s->state, memory_order_acquire) !=
+                SLOT_ACKED) {
+            continue;                   /* taken, or its thread's (M9) */
         }
-        done[n].st = (td_status_t)s->ack_status;
-        done[n].dtype = s->ack_dtype;
-        done[n].nd = s->ack_ndim;
-        if (done[n].st != TD_OK && done[n].nd <= TD_MAX_DIMS) {
-            memcpy(done[n].shape, s->ack_shape, 8 * (size_t)done[n].nd);
-        }
-        if (done[n].nd > TD_MAX_DIMS || done[n].st > TD_OK) {
-            done[n].st = TD_ERR_PROTOCOL;       /* M1: not trusted */
-            done[n].nd = 0;
-        }
+        ack_read(s, &done[n].st, &done[n].dtype, &done[n].nd, done[n].shape);
         /* our own copy of what the slot was for, not the peer's */
         done[n].r = coll_p2p_ack_take_locked(dst, o->gid[k], o->seq[k]);
         n += done[n].r != NULL;
         __atomic_store_n(&o->handled[k], 1, __ATOMIC_RELAXED);
                                                 /* freed in ring order */
     }
-    while (o->npend > 0) {
-        int k = (int)((o->wr - (uint32_t)o->npend) % MBOX_SLOTS);
-
-        if (!o->handled[k]) {
-            break;
-        }
-        __atomic_store_n(&o->handled[k], 0, __ATOMIC_RELAXED);
-        atomic_store_explicit(&o->mb->slot[k].state, SLOT_FREE,
-                              memory_order_relaxed);
-        __atomic_store_n(&o->npend, o->npend - 1, __ATOMIC_RELAXED);
-    }
+    ring_free_locked(o);
     coll_unlock();
     for (int i = 0; i < n; i++) {
         coll_p2p_ack_complete(done[i].r, dst, done[i].st, done[i].dtype,
@@ -700,25 +751,24 @@ acks(int dst, out_t *o)
     }
 }
 
-/* Send R (a p2p send, header fields in R) to world rank DST through its
- * mailbox: 1 when posted so (R in the posted list, completed by the ack),
- * 0: use the transport. */
-int
-coll_mbox_send(coll_req_t *r, int dst)
+/* Can R go to world rank DST through its mailbox? Attaches it at the
+ * first send after its offer. */
+static out_t *
+out_usable(const coll_req_t *r, int dst)
 {
     out_t *o;
-    slot_t *s;
-    int st, k, fault;
+    int st;
 
-    if (!M.on || dst == M.rank || r->nbytes > MBOX_BODY) {
-        return 0;
+    if (!M.on || dst == M.rank || dst < 0 || dst >= M.size ||
+        r->nbytes > MBOX_BODY) {
+        return NULL;
     }
     o = &M.out[dst];
     st = atomic_load_explicit(&o->st, memory_order_acquire);
     if (st == OUT_NONE || st == OUT_NO ||
         atomic_load_explicit(&o->tp_busy, memory_order_acquire) != 0 ||
         atomic_load_explicit(&o->dead, memory_order_relaxed)) {
-        return 0;
+        return NULL;
     }
     if (st == OUT_OFFERED) {
         pthread_mutex_lock(&o->lock);           /* syscalls: not coll_lock */
@@ -727,30 +777,46 @@ coll_mbox_send(coll_req_t *r, int dst)
         }
         pthread_mutex_unlock(&o->lock);
         if (atomic_load(&o->st) != OUT_ATTACHED) {
-            return 0;
+            return NULL;
         }
     }
-    fault = coll_fault_roll();          /* TODIST_FAULT "mbox" (tests) */
-    coll_lock();
-    k = (int)(o->wr % MBOX_SLOTS);
-    s = &o->mb->slot[k];
-    if (atomic_load(&o->tp_busy) != 0 || o->npend >= MBOX_SLOTS ||
-        atomic_load_explicit(&s->state, memory_order_acquire) != SLOT_FREE) {
-        coll_unlock();
-        return 0;                       /* M2, M3: the transport, this time */
-    }
-    /* Posted first (the ack may come at once), then the slot written in
-     * one go: the receiver polls this line, and any locked instruction
-     * between the first store and the state would let it read the line
-     * back from under us (a second transfer). */
-    coll_p2p_post_mbox_locked(r, dst);
-    if (fault == TD_TRANSPORT_FAULT_DROP) {
-        coll_unlock();                  /* lost: the send times out */
-        return 1;
-    }
-    o->gid[k] = r->group_id;
+    return o;
+}
+
+/* The next slot of O for a send (coll_lock held): its index in *K, or 0
+ * (a transport send unacked, M2; every slot pending or held, M3). */
+static int
+slot_reserve(out_t *o, int *k)
+{
+    ring_free_locked(o);
+    *k = (int)(o->wr % MBOX_SLOTS);
+    return atomic_load(&o->tp_busy) == 0 && o->npend < MBOX_SLOTS &&
+           atomic_load_explicit(&o->mb->slot[*k].state,
+                                memory_order_acquire) != SLOT_FULL;
+}
+
+/* Take the next ring position of O for R in slot K, reserved (coll_lock
+ * held). */
+static uint32_t
+slot_take(out_t *o, int k, const coll_req_t *r)
+{
+    uint32_t pos = o->wr;
+
+    o->gid[k] = r->group_id;            /* our own copy of what it is for */
     o->seq[k] = r->seq;
-    s->pos = o->wr;
+    __atomic_store_n(&o->wr, pos + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->npend, o->npend + 1, __ATOMIC_RELAXED);
+    return pos;
+}
+
+/* Write R into slot S at ring position POS (M1). All in one go: the
+ * receiver polls this line, and a locked instruction between the first
+ * store and the state would let it read the line back from under us (a
+ * second transfer). */
+static void
+slot_write(slot_t *s, uint32_t pos, const coll_req_t *r, int fault)
+{
+    s->pos = pos;
     s->gid = r->group_id;
     s->digest = r->g->digest;
     s->seq = r->seq;
@@ -766,12 +832,133 @@ coll_mbox_send(coll_req_t *r, int dst)
         s->ndim = 0xff;                 /* the receiver must reject it */
     }
     atomic_store_explicit(&s->state, SLOT_FULL, memory_order_release);
-    __atomic_store_n(&o->wr, o->wr + 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&o->npend, o->npend + 1, __ATOMIC_RELAXED);
-    coll_unlock();
-    atomic_thread_fence(memory_order_seq_cst);         /* M5 */
+}
+
+/* A message is in DST's inbox: poke its waiters if they sleep (M5: no
+ * fence; never under coll_lock: a poke is a transport send). */
+static void
+slot_published(out_t *o, int dst)
+{
+    atomic_signal_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&o->hdr->sleepers, memory_order_relaxed) != 0) {
         coll_poke(dst);
+    }
+}
+
+/* Post R to DST through its mailbox with TODIST_FAULT's verdict FAULT. */
+static int
+mbox_send(coll_req_t *r, int dst, out_t *o, int fault)
+{
+    slot_t *s;
+    uint32_t pos;
+    int k;
+
+    coll_lock();
+    if (!slot_reserve(o, &k)) {
+        coll_unlock();
+        return 0;                       /* M2, M3: the transport, this time */
+    }
+    s = &o->mb->slot[k];
+    /* Posted first (the ack may come at once), then the slot written in
+     * one go: the receiver polls this line, and any locked instruction
+     * between the first store and the state would let it read the line
+     * back from under us (a second transfer). */
+    coll_p2p_post_mbox_locked(r, dst);
+    if (fault == TD_TRANSPORT_FAULT_DROP) {
+        coll_unlock();                  /* lost: the send times out */
+        return 1;
+    }
+    pos = slot_take(o, k, r);
+    slot_write(s, pos, r, fault);
+    coll_unlock();
+    slot_published(o, dst);
+    return 1;
+}
+
+/* Send R (a p2p send, header fields in R) to world rank DST through its
+ * mailbox: 1 when posted so (R in the posted list, completed by the ack),
+ * 0: use the transport. */
+int
+coll_mbox_send(coll_req_t *r, int dst)
+{
+    out_t *o = out_usable(r, dst);
+
+    return o != NULL && mbox_send(r, dst, o, coll_fault_roll());
+}
+
+/* td_send's fast path (M9): R (a p2p send, its seq taken) to world rank
+ * DST through its mailbox, this thread polling the slot for the ack.
+ * 1: done, R's status and err set; 2: sent and posted (wait for R); 0:
+ * not sent (the full path). G: R's group, checked while it spins. */
+int
+coll_mbox_send_fast(coll_req_t *r, int dst)
+{
+    out_t *o = out_usable(r, dst);
+    slot_t *s;
+    double t_first = 0;
+    uint32_t pos;
+    int fault, k;
+    td_status_t st;
+    uint8_t dtype, nd;
+    int64_t shape[TD_MAX_DIMS];
+
+    if (o == NULL) {
+        return 0;
+    }
+    fault = coll_fault_roll();          /* TODIST_FAULT "mbox" (tests) */
+    if (fault != TD_TRANSPORT_FAULT_NONE) {
+        return mbox_send(r, dst, o, fault) ? 2 : 0;
+    }
+    coll_lock();
+    if (!slot_reserve(o, &k)) {
+        coll_unlock();
+        return 0;
+    }
+    __atomic_store_n(&o->lean[k], 1, __ATOMIC_RELAXED);
+    pos = slot_take(o, k, r);
+    coll_unlock();
+    /* The slot is this thread's (lean) from here: written after the
+     * unlock, so that no locked instruction waits for its line to move. */
+    s = &o->mb->slot[k];
+    slot_write(s, pos, r, 0);
+    slot_published(o, dst);
+    for (unsigned i = 0; atomic_load_explicit(&s->state,
+                                              memory_order_acquire) !=
+                         SLOT_ACKED; i++) {
+        if ((i & 63) == 63) {
+            double now = td_now_s();
+
+            if (t_first == 0) {
+                t_first = now;
+            } else if (now - t_first > MBOX_SPIN_S ||
+                       atomic_load_explicit(&o->dead, memory_order_relaxed) ||
+                       coll_stopped() ||
+                       __atomic_load_n(&r->g->broken, __ATOMIC_RELAXED) !=
+                           TD_OK) {
+                break;
+            }
+        }
+        td_cpu_relax();
+    }
+    if (atomic_load_explicit(&s->state, memory_order_acquire) != SLOT_ACKED) {
+        coll_lock();
+        if (atomic_load_explicit(&s->state, memory_order_acquire) !=
+                SLOT_ACKED) {
+            /* M9: posted before the slot is let go, so its ack finds it */
+            coll_p2p_post_mbox_locked(r, dst);
+            __atomic_store_n(&o->lean[k], 0, __ATOMIC_RELAXED);
+            coll_unlock();
+            return 2;
+        }
+        coll_unlock();
+    }
+    ack_read(s, &st, &dtype, &nd, shape);
+    __atomic_store_n(&o->handled[k], 1, __ATOMIC_RELEASE);   /* M9 */
+    coll_fast_count(1);
+    r->status = TD_OK;
+    if (st != TD_OK) {
+        atomic_store(&r->pending, 1);
+        coll_p2p_ack_complete(r, dst, st, dtype, nd, shape);
     }
     return 1;
 }

@@ -73,16 +73,22 @@ fill(coll_req_t *r, td_group_t *g, td_tensor_t *t, int tag)
     memcpy(r->shape, td_tensor_shape(t), sizeof(int64_t) * (size_t)nd);
 }
 
-static td_status_t
-post_send(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
+static void
+send_fill(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
 {
-    uint8_t *h = r->hdr;
-    int nd = td_tensor_ndim(t);
-    td_status_t st;
-
     fill(r, g, t, tag);
     r->type = REQ_SEND_P2P;
     r->seq = __atomic_fetch_add(&g->send_seq[dst], 1, __ATOMIC_RELAXED);
+}
+
+/* Post send R (send_fill'ed) to group rank DST. */
+static td_status_t
+send_post(td_group_t *g, int dst, coll_req_t *r)
+{
+    uint8_t *h = r->hdr;
+    int nd = r->ndim;
+    td_status_t st;
+
     /* Small bodies to a rank of this host go through its mailbox once it
      * offered one (mbox.c); the rest through the transport, counted so
      * the mailbox waits for them (M2). */
@@ -96,7 +102,7 @@ post_send(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
     td_put_be32(h + 4, g->id);
     td_put_be32(h + 8, g->digest);
     td_put_be32(h + 12, r->seq);
-    td_put_be32(h + 16, (uint32_t)tag);
+    td_put_be32(h + 16, r->tag);
     td_put_be32(h + 20, 0);
     td_put_be64(h + 24, r->nbytes);
     for (int i = 0; i < nd; i++) {
@@ -115,14 +121,34 @@ post_send(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
 }
 
 static td_status_t
-post_recv(td_group_t *g, td_tensor_t *t, int src, int tag, coll_req_t *r)
+post_send(td_group_t *g, td_tensor_t *t, int dst, int tag, coll_req_t *r)
+{
+    send_fill(g, t, dst, tag, r);
+    return send_post(g, dst, r);
+}
+
+static void
+recv_fill(td_group_t *g, td_tensor_t *t, int src, int tag, coll_req_t *r)
 {
     fill(r, g, t, tag);
     coll_mbox_inbox_ensure();           /* offered in our acks (mbox.c) */
     r->type = REQ_RECV_P2P;
     r->peer = src == TD_ANY_SOURCE ? -1 : g->ranks[src];
     r->seq = 0;
+}
+
+static td_status_t
+post_recv(td_group_t *g, td_tensor_t *t, int src, int tag, coll_req_t *r)
+{
+    recv_fill(g, t, src, tag, r);
     return coll_post_recv(r);
+}
+
+/* R's error, done on this thread's fast path (mbox.c M9, M10). */
+static td_status_t
+fast_status(const coll_req_t *r)
+{
+    return r->status == TD_OK ? TD_OK : td_error(r->status, "%s", r->err);
 }
 
 td_status_t
@@ -130,12 +156,20 @@ td_send(td_group_t *g, td_tensor_t *t, int dst, int tag)
 {
     coll_req_t r = { 0 }, *rp = &r;
     td_status_t st = check("td_send", g, t, dst, tag, 0);
+    int fast;
 
     if (st != TD_OK) {
         return st;
     }
+    send_fill(g, t, dst, tag, &r);
+    /* A peer of this host that waits acks within a microsecond: the
+     * ack is polled here, nothing posted (mbox.c M9) */
+    fast = coll_mbox_send_fast(&r, g->ranks[dst]);
+    if (fast == 1) {
+        return fast_status(&r);
+    }
     coll_active_add(1);
-    st = post_send(g, t, dst, tag, &r);
+    st = fast == 2 ? TD_OK : send_post(g, dst, &r);
     if (st == TD_OK) {
         st = coll_wait_ex(g, &rp, 1, -1, 0, 0);   /* timeout: from now */
     }
@@ -152,12 +186,17 @@ td_recv(td_group_t *g, td_tensor_t *t, int src, int tag, int *src_p)
     if (st != TD_OK) {
         return st;
     }
-    coll_active_add(1);
-    st = post_recv(g, t, src, tag, &r);
-    if (st == TD_OK) {
-        st = coll_wait_ex(g, &rp, 1, -1, 0, 0);   /* timeout: from now */
+    recv_fill(g, t, src, tag, &r);
+    if (coll_p2p_recv_fast(&r)) {                /* mbox.c M10 */
+        st = fast_status(&r);
+    } else {
+        coll_active_add(1);
+        st = coll_post_recv(&r);
+        if (st == TD_OK) {
+            st = coll_wait_ex(g, &rp, 1, -1, 0, 0);   /* timeout: from now */
+        }
+        coll_active_add(-1);
     }
-    coll_active_add(-1);
     if (st == TD_OK) {
         td_tensor_bump_version(t);
         if (src_p != NULL) {
