@@ -127,9 +127,9 @@ bench(what_t what, size_t bytes)
     if (rank == 0) {
         size_t sz = (size_t)count * 4;
 
-        printf("%s ranks=%d size=%zu median_us=%.1f busbw_MBps=%.0f\n"
+        printf("%s ranks=%d size=%zu median_us=%.*f busbw_MBps=%.0f\n"
                "# spread min_us=%.1f max_us=%.1f iters=%d\n", names[what], n,
-               what == ALLREDUCE ? bytes : sz, med * 1e6,
+               what == ALLREDUCE ? bytes : sz, med < 10e-6 ? 2 : 1, med * 1e6,
                (double)(what == ALLREDUCE ? bytes : sz) / med * factor / 1e6,
                t[0] * 1e6, t[iters - 1] * 1e6, iters);
         fflush(stdout);

@@ -62,9 +62,9 @@ main(int argc, char **argv)
         qsort(t, (size_t)iters, sizeof(double), cmp_d);
         med = t[iters / 2];
         if (rank == 0) {
-            printf("allreduce ranks=%d size=%zu median_us=%.1f busbw_MBps=%.0f\n"
+            printf("allreduce ranks=%d size=%zu median_us=%.*f busbw_MBps=%.0f\n"
                    "# spread min_us=%.1f max_us=%.1f iters=%d\n", n, bytes,
-                   med * 1e6,
+                   med < 10e-6 ? 2 : 1, med * 1e6,
                    (double)bytes / med * 2.0 * (n - 1) / n / 1e6, t[0] * 1e6,
                    t[iters - 1] * 1e6, iters);
             fflush(stdout);
