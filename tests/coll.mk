@@ -3,3 +3,7 @@ check_PROGRAMS += tests/coll_peer
 tests_coll_peer_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/test_coll.sh
 EXTRA_DIST += tests/test_coll.sh
+# the wire decoder alone (wire.c W1-W3)
+check_PROGRAMS += tests/test_coll_wire
+tests_test_coll_wire_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_coll_wire

@@ -1,6 +1,6 @@
 #!/bin/sh
-# The store frame decoder, the safetensors reader and the IDX reader under
-# libFuzzer (ASan + UBSan), each for a bounded time from its kept corpus.
+# The store frame decoder, the safetensors reader, the IDX reader and the
+# collectives' wire decoder under libFuzzer (ASan + UBSan), each for a bounded time from its kept corpus.
 # Skipped when clang cannot build fuzzers.
 . "$top_srcdir/tests/lib.sh"
 printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n)'\
@@ -9,8 +9,8 @@ if ! clang -fsanitize=fuzzer -o "$TD_TMP/probe" "$TD_TMP/probe.c" \
         >/dev/null 2>&1; then
     skip_all "clang cannot build libFuzzer targets (-fsanitize=fuzzer)"
 fi
-plan 9
-for t in store_frame safetensors idx; do
+plan 12
+for t in store_frame safetensors idx coll_wire; do
     ${TD_MAKE:-make} -s -C "$top_builddir" "fuzz/${t}_fuzz" \
         >"$TD_TMP/build.log" 2>&1
     rc=$?

@@ -1262,10 +1262,10 @@ static void
 rx_handler(void *arg, td_transport_rx_t *rx)
 {
     const uint8_t *h = rx->header;
+    coll_wire_t m;
     uint8_t type, dtype, ndim;
     uint32_t gid, digest, seq, tag;
     uint64_t nbytes;
-    size_t need = COLL_WIRE_BYTES;
     coll_desc_t desc = { 0 };
     int64_t shape[TD_MAX_DIMS] = { 0 };
     td_group_t *g;
@@ -1277,76 +1277,27 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     uint64_t cma_addr = 0, cma_token_addr = 0, cma_tok = 0;
 
     (void)arg;
-    if (rx->header_len < COLL_WIRE_BYTES || h[0] != COLL_WIRE_VERSION) {
-        goto reject;
+    if (coll_wire_parse(h, rx->header_len, rx->n_bodies,
+                        rx->n_bodies > 0 ? rx->body_len[0] : 0, &m) != TD_OK) {
+        goto reject;                    /* wire.c W1-W3 */
     }
-    type = h[1];
-    dtype = h[2];
-    ndim = h[3];
-    gid = td_get_be32(h + 4);
-    digest = td_get_be32(h + 8);
-    seq = td_get_be32(h + 12);
-    tag = td_get_be32(h + 16);
-    nbytes = td_get_be64(h + 24);
-    if (type < MSG_P2P || type > MSG_POKE || ndim > TD_MAX_DIMS ||
-        dtype >= TD_NUM_DTYPES) {
-        goto reject;
-    }
-    switch (type) {
-    case MSG_P2P:
-        need += 8 * (size_t)ndim + (h[20] & COLL_F_CMA ? 32 : 0);
-        if ((h[20] & ~(COLL_F_CMA | COLL_F_RESEND)) != 0 ||
-            h[20] == (COLL_F_CMA | COLL_F_RESEND)) {
-            goto reject;
-        }
-        break;
-    case MSG_ACK:
-        if ((h[20] & ~COLL_F_MBOX) != 0) {
-            goto reject;
-        }
-        need += 4 + 8 * (size_t)ndim +
-                (h[20] & COLL_F_MBOX ? MBOX_OFFER_BYTES : 0);
-        break;
-    case MSG_POKE:
-        break;
-    case MSG_COLL:
-        need += 16 + (h[20] & COLL_F_CMA ? 32 : 0);
-        break;
-    case MSG_CMA:
-        need += 4;
-        break;
-    case MSG_ABORT:
-        need += 2;
-        if (rx->header_len >= need) {
-            need += (size_t)(h[COLL_WIRE_BYTES] << 8 | h[COLL_WIRE_BYTES + 1]);
-        }
-        break;
-    }
-    if (rx->header_len != need ||
-        rx->n_bodies != ((type == MSG_P2P || type == MSG_COLL) &&
-                         !(h[20] & COLL_F_CMA) ? 1u : 0u) ||
-        (rx->n_bodies == 1 && rx->body_len[0] != nbytes)) {
-        goto reject;
-    }
-    if (type == MSG_P2P || type == MSG_ACK) {
-        const uint8_t *s = h + COLL_WIRE_BYTES + (type == MSG_ACK ? 4 : 0);
-
-        for (int i = 0; i < ndim; i++) {
-            shape[i] = (int64_t)td_get_be64(s + 8 * i);
-        }
-    }
-    if ((type == MSG_COLL || type == MSG_P2P) && (h[20] & COLL_F_CMA)) {
-        const uint8_t *c = h + COLL_WIRE_BYTES +
-                           (type == MSG_COLL ? 16 : 8 * (size_t)ndim);
-
-        cma = 1;
-        cma_pid = (int32_t)td_get_be32(c);
-        cma_addr = td_get_be64(c + 8);
-        cma_token_addr = td_get_be64(c + 16);
-        cma_tok = td_get_be64(c + 24);
-    }
-    if (type == MSG_ACK && (h[20] & COLL_F_MBOX)) {
-        coll_mbox_offered(rx->src, h + COLL_WIRE_BYTES + 4 + 8 * (size_t)ndim);
+    type = m.type;
+    dtype = m.dtype;
+    ndim = m.ndim;
+    gid = m.gid;
+    digest = m.digest;
+    seq = m.seq;
+    tag = m.tag;
+    nbytes = m.nbytes;
+    memcpy(shape, m.shape, sizeof(shape));
+    desc = m.desc;
+    cma = m.cma;
+    cma_pid = m.cma_pid;
+    cma_addr = m.cma_addr;
+    cma_token_addr = m.cma_token_addr;
+    cma_tok = m.cma_token;
+    if (m.offer != NULL) {
+        coll_mbox_offered(rx->src, m.offer);
     }
     if (type == MSG_P2P || type == MSG_POKE) {
         /* mbox.c M2: what the sender wrote into its mailbox before this
@@ -1358,17 +1309,6 @@ rx_handler(void *arg, td_transport_rx_t *rx)
             return;
         }
     }
-    if (type == MSG_COLL) {
-        const uint8_t *d = h + COLL_WIRE_BYTES;
-
-        desc.kind = d[0];
-        desc.dtype = d[1];
-        desc.op = d[2];
-        desc.algo = d[3];
-        desc.root = (int32_t)td_get_be32(d + 4);
-        desc.count = td_get_be64(d + 8);
-    }
-
     pthread_mutex_lock(&C.lock);
     g = group_find(gid);
     if (g == NULL && gid != 0 && gid <= C.id_max) {
@@ -1397,8 +1337,8 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         return;                         /* C6: dropped */
     }
     if (type == MSG_ABORT) {
-        const char *text = (const char *)h + COLL_WIRE_BYTES + 2;
-        size_t len = need - COLL_WIRE_BYTES - 2;
+        const char *text = m.text;
+        size_t len = m.text_len;
 
         if (g == NULL) {
             /* Not made here yet: applied when it is. */
@@ -1434,7 +1374,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         goto fail;
     }
     if (type == MSG_CMA) {
-        uint32_t answer = td_get_be32(h + COLL_WIRE_BYTES);
+        uint32_t answer = m.word;
 
         r = posted_take(MSG_CMA, gid, rx->src, seq, tag);
         pthread_mutex_unlock(&C.lock);
@@ -1485,7 +1425,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     if (type == MSG_ACK) {
         pthread_mutex_unlock(&C.lock);
         coll_p2p_acked(rx->src, gid, seq,
-                       (td_status_t)(int32_t)td_get_be32(h + COLL_WIRE_BYTES),
+                       (td_status_t)(int32_t)m.word,
                        dtype, ndim, shape);
         return;
     }
@@ -1501,7 +1441,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         pthread_mutex_unlock(&C.lock);
         goto fail;
     }
-    r = posted_take(type == MSG_P2P && (h[20] & COLL_F_RESEND) ?
+    r = posted_take(type == MSG_P2P && (m.flags & COLL_F_RESEND) ?
                     MSG_P2P_RESEND : type, gid, rx->src, seq, tag);
     if (r != NULL) {
         if (type == MSG_P2P) {
@@ -1563,7 +1503,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         rx->done_arg = r;
         return;
     }
-    if (type == MSG_P2P && (h[20] & COLL_F_RESEND)) {
+    if (type == MSG_P2P && (m.flags & COLL_F_RESEND)) {
         /* C10: its receive was withdrawn (timeout, failure) meanwhile. */
         pthread_mutex_unlock(&C.lock);
         td_log_debug("coll: dropped a resent body from rank %d (group %u, "

@@ -89,6 +89,28 @@ typedef struct {
  *   ABORT: u16 text length | text (< COLL_ERR_MAX) */
 #define COLL_WIRE_BYTES 32
 
+/* A wire header, decoded and checked (wire.c). */
+typedef struct {
+    uint8_t        type, dtype, ndim, flags;
+    uint32_t       gid, digest, seq, tag;
+    uint64_t       nbytes;
+    int64_t        shape[TD_MAX_DIMS];  /* P2P, ACK */
+    coll_desc_t    desc;                /* COLL */
+    uint32_t       word;                /* ACK: status; CMA: answer */
+    int            cma;                 /* P2P, COLL: offered in place */
+    int32_t        cma_pid;
+    uint64_t       cma_addr, cma_token_addr, cma_token;
+    const uint8_t *offer;               /* ACK + COLL_F_MBOX: its 32 bytes */
+    const char    *text;                /* ABORT: TEXT_LEN bytes */
+    size_t         text_len;
+} coll_wire_t;
+
+/* Decode header H of LEN bytes that came with N_BODIES bodies (the first
+ * BODY_LEN bytes long) into *M: TD_OK, or TD_ERR_PROTOCOL when anything
+ * is malformed (wire.c W1-W3). */
+td_status_t coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
+                            size_t body_len, coll_wire_t *m);
+
 /* A group's shared-memory segment (shm.c) and whether it has one. */
 typedef struct coll_shm coll_shm_t;
 enum { SHM_UNTRIED = 0, SHM_ON = 1, SHM_OFF = 2 };

@@ -1,0 +1,132 @@
+/* wire.c: decoding the collectives' wire header (the layout is in
+ * coll_internal.h). Everything another process sends goes through
+ * coll_wire_parse before coll.c acts on it, so the checks live in one
+ * place that fuzz/coll_wire_fuzz.c can drive without a transport.
+ *
+ * Invariants (W1..W3):
+ *  W1 A header is accepted only when its length is exactly what its type,
+ *     ndim and flags call for, and its body count and length match what
+ *     it says: nothing is read past the header, and no field is trusted
+ *     before its range is checked (type, dtype, ndim, flags).
+ *  W2 Flags are accepted only on the types that define them (CMA on P2P
+ *     and COLL, RESEND on P2P and never with CMA, MBOX on ACK).
+ *  W3 Pointers into the header (the inbox offer, the abort text) are
+ *     returned with their lengths and stay within it.
+ *
+ * Thread safety: pure functions. */
+#include "config.h"
+
+#include <string.h>
+
+#include "runtime/coll/coll_internal.h"
+#include "base/byteorder.h"
+
+td_status_t
+coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
+                size_t body_len, coll_wire_t *m)
+{
+    size_t need = COLL_WIRE_BYTES;
+    unsigned bodies;
+
+    memset(m, 0, sizeof(*m));
+    if (len < COLL_WIRE_BYTES || h[0] != COLL_WIRE_VERSION) {
+        return TD_ERR_PROTOCOL;
+    }
+    m->type = h[1];
+    m->dtype = h[2];
+    m->ndim = h[3];
+    m->gid = td_get_be32(h + 4);
+    m->digest = td_get_be32(h + 8);
+    m->seq = td_get_be32(h + 12);
+    m->tag = td_get_be32(h + 16);
+    m->flags = h[20];
+    m->nbytes = td_get_be64(h + 24);
+    if (m->type < MSG_P2P || m->type > MSG_POKE || m->ndim > TD_MAX_DIMS ||
+        m->dtype >= TD_NUM_DTYPES) {
+        return TD_ERR_PROTOCOL;
+    }
+    switch (m->type) {                  /* W2, then the length (W1) */
+    case MSG_P2P:
+        if ((m->flags & ~(COLL_F_CMA | COLL_F_RESEND)) != 0 ||
+            m->flags == (COLL_F_CMA | COLL_F_RESEND)) {
+            return TD_ERR_PROTOCOL;
+        }
+        need += 8 * (size_t)m->ndim + (m->flags & COLL_F_CMA ? 32 : 0);
+        break;
+    case MSG_ACK:
+        if ((m->flags & ~COLL_F_MBOX) != 0) {
+            return TD_ERR_PROTOCOL;
+        }
+        need += 4 + 8 * (size_t)m->ndim +
+                (m->flags & COLL_F_MBOX ? MBOX_OFFER_BYTES : 0);
+        break;
+    case MSG_COLL:
+        if ((m->flags & ~COLL_F_CMA) != 0) {
+            return TD_ERR_PROTOCOL;
+        }
+        need += 16 + (m->flags & COLL_F_CMA ? 32 : 0);
+        break;
+    case MSG_CMA:
+    case MSG_ABORT:
+    case MSG_POKE:
+        if (m->flags != 0) {
+            return TD_ERR_PROTOCOL;
+        }
+        need += m->type == MSG_CMA ? 4 : m->type == MSG_ABORT ? 2 : 0;
+        if (m->type == MSG_ABORT && len >= need) {
+            m->text_len = (size_t)(h[COLL_WIRE_BYTES] << 8 |
+                                   h[COLL_WIRE_BYTES + 1]);
+            if (m->text_len >= COLL_ERR_MAX) {
+                return TD_ERR_PROTOCOL;
+            }
+            need += m->text_len;
+        }
+        break;
+    }
+    bodies = (m->type == MSG_P2P || m->type == MSG_COLL) &&
+             !(m->flags & COLL_F_CMA) ? 1u : 0u;
+    if (len != need || n_bodies != bodies ||
+        (bodies == 1 && body_len != m->nbytes)) {
+        return TD_ERR_PROTOCOL;
+    }
+
+    /* The extras (W3: all within NEED bytes, checked above). */
+    if (m->type == MSG_P2P || m->type == MSG_ACK) {
+        const uint8_t *s = h + COLL_WIRE_BYTES + (m->type == MSG_ACK ? 4 : 0);
+
+        for (int i = 0; i < m->ndim; i++) {
+            m->shape[i] = (int64_t)td_get_be64(s + 8 * i);
+        }
+    }
+    if (m->type == MSG_ACK || m->type == MSG_CMA) {
+        m->word = td_get_be32(h + COLL_WIRE_BYTES);
+    }
+    if (m->type == MSG_ACK && (m->flags & COLL_F_MBOX)) {
+        m->offer = h + COLL_WIRE_BYTES + 4 + 8 * (size_t)m->ndim;
+    }
+    if ((m->type == MSG_COLL || m->type == MSG_P2P) &&
+        (m->flags & COLL_F_CMA)) {
+        const uint8_t *c = h + COLL_WIRE_BYTES +
+                           (m->type == MSG_COLL ? 16 : 8 * (size_t)m->ndim);
+
+        m->cma = 1;
+        m->cma_pid = (int32_t)td_get_be32(c);
+        m->cma_addr = td_get_be64(c + 8);
+        m->cma_token_addr = td_get_be64(c + 16);
+        m->cma_token = td_get_be64(c + 24);
+    }
+    if (m->type == MSG_COLL) {
+        const uint8_t *d = h + COLL_WIRE_BYTES;
+
+        m->desc.kind = d[0];
+        m->desc.dtype = d[1];
+        m->desc.op = d[2];
+        m->desc.algo = d[3];
+        m->desc.root = (int32_t)td_get_be32(d + 4);
+        m->desc.count = td_get_be64(d + 8);
+    }
+    if (m->type == MSG_ABORT) {
+        m->text = (const char *)h + COLL_WIRE_BYTES + 2;
+    }
+    return TD_OK;
+}
