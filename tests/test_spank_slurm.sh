@@ -81,9 +81,12 @@ die_setup() {
 }
 
 # Ports: pick a base from our pid so that concurrent runs (make check and
-# distcheck) do not collide, and check it is free.
-base=$(( 30000 + ($$ % 500) * 10 ))
-while ss -Htln 2>/dev/null | awk '{print $4}' | grep -Eq ":($base|$((base+1))|$((base+2))|$((base+3))|$((base+4)))\$"; do
+# distcheck) do not collide, below Linux's ephemeral range (32768-), where
+# an outgoing connection of a test running beside us may hold the port a
+# slurmd then fails to bind (a node that never registers), and check that
+# no socket in any state uses it.
+base=$(( 10000 + ($$ % 500) * 10 ))
+while ss -Htan 2>/dev/null | awk '{print $4}' | grep -Eq ":($base|$((base+1))|$((base+2))|$((base+3))|$((base+4)))\$"; do
     base=$((base + 10))
 done
 
