@@ -47,9 +47,14 @@
  *  S5 Data buffers alternate by epoch: a member rewrites buffer b two
  *     epochs later, after a round that every member posts only once it has
  *     finished reading b (so no reader sees a half-overwritten slot).
- *  S6 A post is a seq_cst store followed by a seq_cst load of the sleeper
- *     count, and a sleeper raises the count before re-checking the posts:
- *     a wake-up is never lost (and sleeps are bounded at 1 ms anyway).
+ *  S6 A post is a release store followed by a plain read of the sleeper
+ *     count, with no fence between (a fence would make the poster wait
+ *     for its line to leave before it reads the others' posts); a sleeper
+ *     raises the count (kept raised until its round is complete), re-
+ *     checks the posts, and sleeps first for SHM_NAP_NS only: a post
+ *     whose read of the count came before the raise is visible within
+ *     nanoseconds, so the check after the nap sees it. Later sleeps are
+ *     bounded at SHM_SLEEP_NS; a wake-up is never lost for longer.
  *     A waiter spins only SHM_SPIN_S before yielding its core: with two
  *     members on one core (the scheduler does that for a while now and
  *     then), a longer spin made every round cost it (1 MiB all_reduce on
@@ -95,6 +100,7 @@
 #define SHM_SPIN_S     3e-6                     /* pure spin this long */
 #define SHM_YIELD_S    2e-3                     /* then yield this long */
 #define SHM_SLEEP_NS   1000000                  /* then futex sleeps */
+#define SHM_NAP_NS     50000                    /* the first of them (S6) */
 #define SHM_LIVE_MAX   32                       /* segments per process */
 
 /* Tags of the handshake (above every algorithm's step tags). */
@@ -561,8 +567,12 @@ futex(_Atomic uint32_t *addr, int cmd, uint32_t val,
 static void
 post(coll_shm_t *s, int me, uint32_t round, uint32_t digest)
 {
-    atomic_store(&s->ctl[me].post, (uint64_t)round << 32 | digest);  /* S6 */
-    if (atomic_load(&s->hdr->sleepers) != 0) {
+    /* S6: a release store and a plain read of the sleepers, no fence:
+     * the poller's read of the posts need not wait for ours to leave */
+    atomic_store_explicit(&s->ctl[me].post, (uint64_t)round << 32 | digest,
+                          memory_order_release);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&s->hdr->sleepers, memory_order_relaxed) != 0) {
         atomic_fetch_add(&s->hdr->wake, 1);
         futex(&s->hdr->wake, FUTEX_WAKE, INT_MAX, NULL);
     }
@@ -582,7 +592,7 @@ first_missing(const coll_shm_t *s, int n, int me, uint32_t round,
         if (r == me) {
             continue;
         }
-        v = atomic_load(&s->ctl[r].post);
+        v = atomic_load_explicit(&s->ctl[r].post, memory_order_acquire);
         if ((int32_t)((uint32_t)(v >> 32) - round) < 0) {
             missing = missing < 0 ? r : missing;
         } else if ((uint32_t)(v >> 32) == round && (uint32_t)v != digest) {
@@ -593,18 +603,17 @@ first_missing(const coll_shm_t *s, int n, int me, uint32_t round,
     return missing;
 }
 
-/* Post our round and wait for everyone's (S6, S7). */
+/* Wait for everyone's post of ROUND (S6, S7); *ASLEEP: we raised the
+ * sleepers count (kept raised until the caller lowers it). */
 static td_status_t
-round_trip(coll_op_t *op, uint32_t digest)
+round_wait(coll_op_t *op, uint32_t digest, uint32_t round, int *asleep)
 {
     td_group_t *g = op->g;
     coll_shm_t *s = g->shm;
-    uint32_t round = ++s->round;
     double t0 = 0, now;
     unsigned spins = 0;
     int m;
 
-    post(s, g->me, round, digest);
     for (;;) {
         m = first_missing(s, g->n, g->me, round, digest);
         if (m == -1) {
@@ -662,18 +671,39 @@ round_trip(coll_op_t *op, uint32_t digest)
             sched_yield();
             continue;
         }
-        /* Long wait: sleep on the futex word (bounded, S6/S7). */
+        /* Long wait: sleep on the futex word (bounded, S6/S7). The first
+         * sleep after raising the count is a nap: a post that read the
+         * count just before (no fence, S6) is seen after it. */
         {
             uint32_t w = atomic_load(&s->hdr->wake);
-            struct timespec ts = { 0, SHM_SLEEP_NS };
+            struct timespec ts = { 0, *asleep ? SHM_SLEEP_NS : SHM_NAP_NS };
 
-            atomic_fetch_add(&s->hdr->sleepers, 1);
+            if (!*asleep) {
+                atomic_fetch_add(&s->hdr->sleepers, 1);
+                *asleep = 1;
+            }
             if (first_missing(s, g->n, g->me, round, digest) >= 0) {
                 futex(&s->hdr->wake, FUTEX_WAIT, w, &ts);
             }
-            atomic_fetch_sub(&s->hdr->sleepers, 1);
         }
     }
+}
+
+/* Post our round and wait for everyone's (S6, S7). */
+static td_status_t
+round_trip(coll_op_t *op, uint32_t digest)
+{
+    coll_shm_t *s = op->g->shm;
+    uint32_t round = ++s->round;
+    int asleep = 0;
+    td_status_t st;
+
+    post(s, op->g->me, round, digest);
+    st = round_wait(op, digest, round, &asleep);
+    if (asleep) {
+        atomic_fetch_sub(&s->hdr->sleepers, 1);
+    }
+    return st;
 }
 
 /* ---- the collectives ------------------------------------------------------------- */
