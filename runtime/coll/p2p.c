@@ -144,6 +144,14 @@ post_recv(td_group_t *g, td_tensor_t *t, int src, int tag, coll_req_t *r)
     return coll_post_recv(r);
 }
 
+/* A request on the stack: all but its header and error (COLL_REQ_ZERO). */
+static void
+req_init(coll_req_t *r)
+{
+    memset(r, 0, COLL_REQ_ZERO);
+    r->err[0] = '\0';
+}
+
 /* R's error, done on this thread's fast path (mbox.c M9, M10). */
 static td_status_t
 fast_status(const coll_req_t *r)
@@ -154,13 +162,14 @@ fast_status(const coll_req_t *r)
 td_status_t
 td_send(td_group_t *g, td_tensor_t *t, int dst, int tag)
 {
-    coll_req_t r = { 0 }, *rp = &r;
+    coll_req_t r, *rp = &r;
     td_status_t st = check("td_send", g, t, dst, tag, 0);
     int fast;
 
     if (st != TD_OK) {
         return st;
     }
+    req_init(&r);
     send_fill(g, t, dst, tag, &r);
     /* A peer of this host that waits acks within a microsecond: the
      * ack is polled here, nothing posted (mbox.c M9) */
@@ -180,12 +189,13 @@ td_send(td_group_t *g, td_tensor_t *t, int dst, int tag)
 td_status_t
 td_recv(td_group_t *g, td_tensor_t *t, int src, int tag, int *src_p)
 {
-    coll_req_t r = { 0 }, *rp = &r;
+    coll_req_t r, *rp = &r;
     td_status_t st = check("td_recv", g, t, src, tag, 1);
 
     if (st != TD_OK) {
         return st;
     }
+    req_init(&r);
     recv_fill(g, t, src, tag, &r);
     if (coll_p2p_recv_fast(&r)) {                /* mbox.c M10 */
         st = fast_status(&r);
