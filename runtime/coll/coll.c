@@ -154,8 +154,9 @@ static struct {
     atomic_ulong    completions;       /* requests completed (progress) */
     uint32_t        id_max;            /* highest group id registered */
     atomic_ulong    pokes;             /* MSG_POKE sent (mbox.c M5) */
-    atomic_ulong    fast[2];           /* receives, sends on the fast path
-                                        * (mbox.c M9, M10): a debug count */
+    atomic_ulong    fast[2];           /* receives taken, sends written on
+                                        * the fast path (mbox.c M9, M10): a
+                                        * debug count */
 } C = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .wait_lock = PTHREAD_MUTEX_INITIALIZER,

@@ -922,6 +922,7 @@ coll_mbox_send_fast(coll_req_t *r, int dst)
     s = &o->mb->slot[k];
     slot_write(s, pos, r, 0);
     slot_published(o, dst);
+    coll_fast_count(1);                 /* (whether acked in the spin or not) */
     for (unsigned i = 0; atomic_load_explicit(&s->state,
                                               memory_order_acquire) !=
                          SLOT_ACKED; i++) {
@@ -954,7 +955,6 @@ coll_mbox_send_fast(coll_req_t *r, int dst)
     }
     ack_read(s, &st, &dtype, &nd, shape);
     __atomic_store_n(&o->handled[k], 1, __ATOMIC_RELEASE);   /* M9 */
-    coll_fast_count(1);
     r->status = TD_OK;
     if (st != TD_OK) {
         atomic_store(&r->pending, 1);
