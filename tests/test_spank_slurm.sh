@@ -412,7 +412,10 @@ kill -TERM $holder 2>/dev/null; wait $holder 2>/dev/null
 
 # 13. a failing task stops the step (kill_on_fail, the default)
 t0=$(td_now)
-run_srun fail3 -N2 -n4 --todist sh -c 'if [ $TODIST_RANK = 1 ]; then exit 3; fi; sleep 60'
+# (exec: the task is the sleep itself; a sleep forked by the shell may be
+# missed by proctrack/linuxproc's walk of /proc and hold srun's output
+# open for its 60 s: once under make -j2 check, task 3 on n2)
+run_srun fail3 -N2 -n4 --todist sh -c 'if [ $TODIST_RANK = 1 ]; then exit 3; fi; exec sleep 60'
 t1=$(td_now)
 el=$(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.1f", b-a}')
 ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "a task exiting 3 fails the step (srun status $rc)"
