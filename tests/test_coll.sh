@@ -36,7 +36,7 @@ mbox_body_max_plus_one mbox_group_new"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
-         $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 ))
+         $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -108,6 +108,38 @@ is "$rc" 0 "TODIST_COLL_P2P_SHM=0: every rank exits 0"
 unlike "$out" "mailbox to rank" "TODIST_COLL_P2P_SHM=0: no mailbox attached"
 nfast=$(printf '%s\n' "$out" | grep -c ": coll: 0 sends and 0 receives done on the fast path")
 is "$nfast" 3 "TODIST_COLL_P2P_SHM=0: nothing on the fast path, on each rank"
+
+# Across "hosts": rank 1 sees another kernel boot id (its own mount of
+# /proc/sys/kernel/random/boot_id, as the shared-segment test below does),
+# so the inboxes rank 0 and rank 1 offer each other are refused, while
+# rank 2, on rank 0's "host", attaches rank 0's; every p2p check passes.
+echo 00000000-0000-4000-8000-00000000beef > "$TD_TMP/boot_p2p"
+cat > "$TD_TMP/host_p2p.sh" <<EOS
+#!/bin/sh
+if [ "\$TODIST_RANK" = 1 ]; then
+    exec unshare --mount sh -c 'mount --bind "$TD_TMP/boot_p2p" /proc/sys/kernel/random/boot_id && exec "$PEER" p2p'
+fi
+exec "$PEER" p2p
+EOS
+chmod +x "$TD_TMP/host_p2p.sh"
+if unshare --mount sh -c "mount --bind '$TD_TMP/boot_p2p' /proc/sys/kernel/random/boot_id" 2>/dev/null
+then
+    out=$(TODIST_LOG=debug run 120 todist-run -n 3 "$TD_TMP/host_p2p.sh" 2>&1)
+    rc=$?
+    nofail "$out" "two hosts: p2p checks pass"
+    is "$rc" 0 "two hosts: every rank exits 0"
+    like "$out" "rank 0\]: coll: rank 1 offered its inbox \(another host: not used\)" \
+         "two hosts: rank 0 refuses rank 1's inbox"
+    like "$out" "rank 1\]: coll: rank 0 offered its inbox \(another host: not used\)" \
+         "two hosts: rank 1 refuses rank 0's inbox"
+    unlike "$out" "rank [01]\]: coll: point-to-point mailbox to rank [01] attached" \
+           "two hosts: no mailbox between them"
+    like "$out" "rank 2\]: coll: point-to-point mailbox to rank 0 attached" \
+         "two hosts: rank 2 on rank 0's host attaches its mailbox"
+    [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | grep -v debug | tail -30)"
+else
+    skip 6 "unshare --mount not permitted here"
+fi
 
 out=$(run 60 todist-run -n 2 "$PEER" mbox_kill 2>&1)
 expect "$out" 1 mbox_kill_send_fails_naming_it mbox_kill_within_2s
