@@ -7,3 +7,7 @@ EXTRA_DIST += tests/test_coll.sh
 check_PROGRAMS += tests/test_coll_wire
 tests_test_coll_wire_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/test_coll_wire
+# the mailboxes' bounds and switches (mbox.c M8)
+check_PROGRAMS += tests/test_coll_mbox
+tests_test_coll_mbox_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_coll_mbox
