@@ -234,7 +234,8 @@ coll_run(td_group_t *g, const coll_args_t *a)
         /* The first shm call of G maps the segment on every member or on
          * none; without it (or alone) the call runs what auto would have
          * (S1). */
-        st = g->n > 1 ? coll_shm_attach(&op, &usable) : TD_OK;
+        usable = g->shm_state == SHM_ON;       /* (the common case) */
+        st = g->n > 1 && !usable ? coll_shm_attach(&op, &usable) : TD_OK;
         if (st != TD_OK) {
             coll_op_end(&op);
             coll_stage_free(&sg);

@@ -1430,7 +1430,8 @@ rx_handler(void *arg, td_transport_rx_t *rx)
                        dtype, ndim, shape);
         return;
     }
-    if (type == MSG_COLL && g != NULL && g->in_op && g->cur_seq == seq &&
+    if (type == MSG_COLL && g != NULL &&
+        __atomic_load_n(&g->in_op, __ATOMIC_RELAXED) && g->cur_seq == seq &&
         !desc_equal(&desc, &g->cur_desc)) {
         f.code = TD_ERR_INVALID;
         coll_mismatch_text(f.msg, sizeof(f.msg), g, seq, rx->src, &desc,
@@ -2284,7 +2285,7 @@ coll_op_begin(coll_op_t *op)
         pthread_mutex_unlock(&C.lock);
         return coll_group_check(g);
     }
-    g->in_op = 1;
+    __atomic_store_n(&g->in_op, 1, __ATOMIC_RELAXED);
     g->cur_seq = op->seq;
     g->cur_desc = op->desc;
     /* C5: what arrived for this call before we made it. */
@@ -2301,7 +2302,7 @@ coll_op_begin(coll_op_t *op)
     coll_shm_announce(g, op->seq, &op->desc);       /* shm.c S4 */
     if (f.code != TD_OK) {
         coll_group_fail(g, f.code, 1, op->seq, f.msg);
-        g->in_op = 0;
+        __atomic_store_n(&g->in_op, 0, __ATOMIC_RELEASE);
         return td_error(f.code, "%s", f.msg);
     }
     return TD_OK;
@@ -2310,9 +2311,9 @@ coll_op_begin(coll_op_t *op)
 void
 coll_op_end(coll_op_t *op)
 {
-    pthread_mutex_lock(&C.lock);
-    op->g->in_op = 0;
-    pthread_mutex_unlock(&C.lock);
+    /* no lock: a message read under it meanwhile compares with the call
+     * that just ended, as it would have a moment before */
+    __atomic_store_n(&op->g->in_op, 0, __ATOMIC_RELEASE);
 }
 
 /* ---- the runtime module ---------------------------------------------------- */

@@ -142,7 +142,8 @@ struct td_group {
     pthread_mutex_t qlock;
     pthread_cond_t  qcond;
     struct td_work *q_head, *q_tail;
-    int             running;       /* an operation of this group runs */
+    atomic_int      running;       /* an operation of this group runs
+                                    * (claimed by compare-and-swap) */
     int             thread_started;
     int             thread_stop;
     pthread_t       thread;

@@ -340,25 +340,28 @@ shm_map_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
     return 1;
 }
 
+static uint64_t
+mix64(uint64_t h)
+{
+    h ^= h >> 31;
+    h *= 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+    return h;
+}
+
+/* The call's digest (S3): every field of its description and its seq,
+ * mixed a word at a time (a byte-wise hash cost 155 instructions a call,
+ * a tenth of an 8 B all_reduce's). */
 static uint32_t
 call_digest(uint32_t seq, const coll_desc_t *d)
 {
-    uint32_t h = 2166136261u;
-    uint8_t b[24];
+    uint64_t h = (uint64_t)seq << 32 | (uint64_t)d->kind << 24 |
+                 (uint64_t)d->dtype << 16 | (uint64_t)d->op << 8 | d->algo;
 
-    memcpy(b, &seq, 4);
-    b[4] = d->kind;
-    b[5] = d->dtype;
-    b[6] = d->op;
-    b[7] = d->algo;
-    memcpy(b + 8, &d->root, 4);
-    memcpy(b + 12, &d->count, 8);
-    b[20] = b[21] = b[22] = b[23] = 0;
-    for (size_t i = 0; i < sizeof(b); i++) {
-        h ^= b[i];
-        h *= 16777619u;
-    }
-    return h;
+    h = mix64(h);
+    h = mix64(h ^ d->count);
+    h = mix64(h ^ (uint32_t)d->root);
+    return (uint32_t)(h ^ h >> 32);
 }
 
 void

@@ -111,18 +111,20 @@ group_main(void *arg)
         td_work_t *w;
         td_status_t st;
 
-        while (g->q_head == NULL ? !g->thread_stop : g->running) {
+        /* `running` is claimed by compare-and-swap: a blocking call on an
+         * idle group claims it without qlock (coll_submit) */
+        while (g->q_head == NULL ? !g->thread_stop :
+               !atomic_compare_exchange_strong(&g->running, &(int){ 0 }, 1)) {
             pthread_cond_wait(&g->qcond, &g->qlock);
         }
         if (g->q_head == NULL) {
             break;                      /* stopping, queue drained */
         }
         w = g->q_head;
-        g->q_head = w->next;
+        __atomic_store_n(&g->q_head, w->next, __ATOMIC_SEQ_CST);
         if (g->q_head == NULL) {
             g->q_tail = NULL;
         }
-        g->running = 1;
         pthread_mutex_unlock(&g->qlock);
         st = coll_run(g, &w->args);
         args_release(&w->args);         /* the tensors are the caller's now */
@@ -130,7 +132,7 @@ group_main(void *arg)
         coll_active_add(-1);
         work_unref(w);
         pthread_mutex_lock(&g->qlock);
-        g->running = 0;
+        atomic_store(&g->running, 0);
         pthread_cond_broadcast(&g->qcond);
     }
     pthread_mutex_unlock(&g->qlock);
@@ -162,20 +164,26 @@ coll_submit(td_group_t *g, const coll_args_t *a, td_work_t **work_p)
     td_work_t *w;
     td_status_t st;
 
-    pthread_mutex_lock(&g->qlock);
-    if (work_p == NULL && !g->running && g->q_head == NULL) {
-        g->running = 1;
-        pthread_mutex_unlock(&g->qlock);
+    /* A blocking call on an idle group runs here, claimed without qlock
+     * (two lock pairs a call less): the group's thread claims `running`
+     * by the same compare-and-swap, and is woken if work was queued
+     * meanwhile. All seq_cst: the queue's head is stored before that
+     * thread reads `running`, and read here after `running` is cleared,
+     * so one of the two sees the other. */
+    if (work_p == NULL &&
+        __atomic_load_n(&g->q_head, __ATOMIC_SEQ_CST) == NULL &&
+        atomic_compare_exchange_strong(&g->running, &(int){ 0 }, 1)) {
         coll_active_add(1);
         st = coll_run(g, a);
         coll_active_add(-1);
-        pthread_mutex_lock(&g->qlock);
-        g->running = 0;
-        pthread_cond_broadcast(&g->qcond);
-        pthread_mutex_unlock(&g->qlock);
+        atomic_store(&g->running, 0);
+        if (__atomic_load_n(&g->q_head, __ATOMIC_SEQ_CST) != NULL) {
+            pthread_mutex_lock(&g->qlock);
+            pthread_cond_broadcast(&g->qcond);
+            pthread_mutex_unlock(&g->qlock);
+        }
         return st;
     }
-    pthread_mutex_unlock(&g->qlock);
 
     w = work_new();
     if (w == NULL) {
@@ -203,7 +211,7 @@ coll_submit(td_group_t *g, const coll_args_t *a, td_work_t **work_p)
     if (g->q_tail != NULL) {
         g->q_tail->next = w;
     } else {
-        g->q_head = w;
+        __atomic_store_n(&g->q_head, w, __ATOMIC_SEQ_CST);
     }
     g->q_tail = w;
     coll_active_add(1);
