@@ -2278,7 +2278,11 @@ coll_op_begin(coll_op_t *op)
         g->watched = 1;
     }
     op->seq = g->seq++;
-    op->deadline = td_now_s() + coll_timeout();
+    /* Through a segment already mapped the deadline is set by the wait's
+     * first look at the clock (shm.c): a call that waits less reads no
+     * clock at all (25 ns of a 190 ns all_reduce here). */
+    op->deadline = op->desc.algo == ALGO_SHM && g->shm_state == SHM_ON
+                   ? 0 : td_now_s() + coll_timeout();
     op->esize = td_dtype_size((td_dtype_t)op->desc.dtype);
     pthread_mutex_lock(&C.lock);
     if (g->broken != TD_OK) {

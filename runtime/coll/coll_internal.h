@@ -237,7 +237,8 @@ typedef struct {
     coll_algo_t   algo;            /* what runs: desc.algo, or for "shm"
                                     * without a segment, auto's choice */
     uint32_t      seq;
-    double        deadline;
+    double        deadline;        /* td_now_s; 0 through a mapped segment
+                                    * until its wait first reads the clock */
     size_t        esize;           /* bytes per element */
 } coll_op_t;
 

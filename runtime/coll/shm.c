@@ -639,6 +639,9 @@ round_wait(coll_op_t *op, uint32_t digest, uint32_t round, int *asleep)
         now = td_now_s();
         if (t0 == 0) {
             t0 = now;
+            if (op->deadline == 0) {
+                op->deadline = now + coll_timeout();    /* (coll_op_begin) */
+            }
         }
         if (coll_stopped()) {
             return td_error(TD_ERR_CANCELED, "coll: the runtime shut down "
