@@ -64,6 +64,10 @@
  *  S7 A waiter never blocks unbounded: it polls the group's broken state
  *     (a dead member, an abort: C6) and the deadline, and times out
  *     naming the members that did not post, as the transport path does.
+ *  S8 An all_reduce of at most SHM_INLINE bytes travels in the member's
+ *     control line, next to its post, in the half of the epoch's parity
+ *     (S5 holds as for the data buffers): a reader that sees the post has
+ *     the data in the same cache line, one transfer instead of two.
  *
  * Thread safety: a group's segment belongs to the thread running its
  * current operation (work.c serializes them). */
@@ -93,6 +97,7 @@
 #define SHM_MAGIC      0x746f646973746d31ull   /* "todistm1" */
 #define SHM_LINE       128                      /* against false sharing */
 #define SHM_SMALL      (16u * 1024u)            /* one round up to here */
+#define SHM_INLINE     24                       /* in the control line */
 #define SHM_SMALL_ALL  (128u * 1024u)           /* ... and n x B to here */
 #define SHM_SLOT_MAX   (1u << 20)
 #define SHM_SLOT_MIN   (64u * 1024u)
@@ -118,11 +123,17 @@ typedef struct {
     char             pad1[SHM_LINE - 8];
 } shm_hdr_t;
 
+/* A member's control lines. The first cache line is the one the others
+ * poll: the post and, for a vector of at most SHM_INLINE bytes, the data
+ * itself (S8). The announcements, read only when a call looks wrong, are
+ * in the second, so writing them does not take the polled line away. */
 typedef struct {
     _Atomic uint64_t post;              /* round << 32 | call digest */
+    uint8_t          small[2][SHM_INLINE];  /* by epoch parity (S5, S8) */
+    char             pad0[64 - 8 - 2 * SHM_INLINE];
     _Atomic uint32_t ann_seq[2];        /* seq + 1 announced in ann[seq%2] */
     coll_desc_t      ann[2];
-    char             pad[SHM_LINE - 16 - 2 * sizeof(coll_desc_t)];
+    char             pad[SHM_LINE - 64 - 8 - 2 * sizeof(coll_desc_t)];
 } shm_ctl_t;
 
 struct coll_shm {
@@ -211,6 +222,15 @@ static uint8_t *
 slot_of(const coll_shm_t *s, uint32_t epoch, int n, int r)
 {
     return s->data + ((size_t)(epoch & 1) * (size_t)n + (size_t)r) * s->slot;
+}
+
+/* Where member R's vector of BYTES for EPOCH is: its control line when
+ * it fits there (S8), else its slot. */
+static uint8_t *
+small_of(const coll_shm_t *s, uint32_t epoch, int n, int r, size_t bytes)
+{
+    return bytes <= SHM_INLINE ? s->ctl[r].small[epoch & 1]
+                               : slot_of(s, epoch, n, r);
 }
 
 void
@@ -737,15 +757,16 @@ coll_all_reduce_shm(coll_op_t *op, void *buf, size_t count)
          * all get the same bits (n x B read by each: only while small). */
         uint32_t e = s->epoch++;
 
-        memcpy(slot_of(s, e, n, me), buf, bytes);
+        memcpy(small_of(s, e, n, me, bytes), buf, bytes);
         if ((st = round_trip(op, digest)) != TD_OK) {
             return st;
         }
         if (me != 0) {
-            memcpy(buf, slot_of(s, e, n, 0), bytes);
+            memcpy(buf, small_of(s, e, n, 0, bytes), bytes);
         }
         for (int r = 1; r < n; r++) {
-            coll_reduce_into(buf, slot_of(s, e, n, r), count, dt, rop);
+            coll_reduce_into(buf, small_of(s, e, n, r, bytes), count, dt,
+                             rop);
         }
         if (rop == TD_REDUCE_AVG) {
             coll_divide(buf, count, dt, n);
