@@ -141,7 +141,8 @@ struct td_group {
     /* the operation queue (work.c) */
     pthread_mutex_t qlock;
     pthread_cond_t  qcond;
-    struct td_work *q_head, *q_tail;
+    struct td_work *q_head, *q_tail;   /* under qlock; q_head also read
+                                        * without it (seq_cst, work.c) */
     atomic_int      running;       /* an operation of this group runs
                                     * (claimed by compare-and-swap) */
     int             thread_started;

@@ -8,7 +8,9 @@
  * wrap one request and complete from the receive path.
  *
  * Thread safety: everything here is thread-safe; a group's queue is
- * guarded by its qlock. */
+ * guarded by its qlock, except that whoever runs an operation claims the
+ * group's `running` by compare-and-swap (a blocking call on an idle group
+ * without taking qlock). */
 #include "config.h"
 
 #include <errno.h>
