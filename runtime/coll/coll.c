@@ -1264,71 +1264,49 @@ rx_handler(void *arg, td_transport_rx_t *rx)
 {
     const uint8_t *h = rx->header;
     coll_wire_t m;
-    uint8_t type, dtype, ndim;
-    uint32_t gid, digest, seq, tag;
-    uint64_t nbytes;
-    coll_desc_t desc = { 0 };
-    int64_t shape[TD_MAX_DIMS] = { 0 };
     td_group_t *g;
     coll_req_t *r;
     unexp_t *e;
     fail_t f = { .code = TD_OK };
-    int cma = 0;
-    int32_t cma_pid = 0;
-    uint64_t cma_addr = 0, cma_token_addr = 0, cma_tok = 0;
 
     (void)arg;
     if (coll_wire_parse(h, rx->header_len, rx->n_bodies,
                         rx->n_bodies > 0 ? rx->body_len[0] : 0, &m) != TD_OK) {
         goto reject;                    /* wire.c W1-W3 */
     }
-    type = m.type;
-    dtype = m.dtype;
-    ndim = m.ndim;
-    gid = m.gid;
-    digest = m.digest;
-    seq = m.seq;
-    tag = m.tag;
-    nbytes = m.nbytes;
-    memcpy(shape, m.shape, sizeof(shape));
-    desc = m.desc;
-    cma = m.cma;
-    cma_pid = m.cma_pid;
-    cma_addr = m.cma_addr;
-    cma_token_addr = m.cma_token_addr;
-    cma_tok = m.cma_token;
     if (m.offer != NULL) {
         coll_mbox_offered(rx->src, m.offer);
     }
-    if (type == MSG_P2P || type == MSG_POKE) {
+    if (m.type == MSG_P2P || m.type == MSG_POKE) {
         /* mbox.c M2: what the sender wrote into its mailbox before this
          * message comes first. */
         coll_mbox_drain(rx->src);
-        if (type == MSG_POKE) {
+        if (m.type == MSG_POKE) {
             coll_mbox_poll();           /* acks, too */
             wake_waiters();
             return;
         }
     }
     pthread_mutex_lock(&C.lock);
-    g = group_find(gid);
-    if (g == NULL && gid != 0 && gid <= C.id_max) {
+    g = group_find(m.gid);
+    if (g == NULL && m.gid != 0 && m.gid <= C.id_max) {
         /* C11: a group made here and destroyed since (ids grow in the
          * order td_group_new is called, the same on every rank) */
         pthread_mutex_unlock(&C.lock);
         td_log_debug("coll: dropped a message from rank %d for group %u, "
-                     "destroyed here", rx->src, gid);
+                     "destroyed here", rx->src, m.gid);
         return;
     }
-    if (g != NULL && g->digest != digest) {
+    if (g != NULL && g->digest != m.digest) {
         f.code = TD_ERR_INVALID;
         snprintf(f.msg, sizeof(f.msg), "coll: group %u has different members "
                  "on rank %d and rank %d (member digests %08x and %08x): "
                  "every rank must call td_group_new with the same lists in "
-                 "the same order", gid, rx->src, C.rank, digest, g->digest);
+                 "the same order", m.gid, rx->src, C.rank, m.digest,
+                 g->digest);
         f.g = g;
-        f.gid = gid;
-        f.seq = seq;
+        f.gid = m.gid;
+        f.seq = m.seq;
         pthread_mutex_unlock(&C.lock);
         goto fail;
     }
@@ -1337,7 +1315,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         pthread_mutex_unlock(&C.lock);
         return;                         /* C6: dropped */
     }
-    if (type == MSG_ABORT) {
+    if (m.type == MSG_ABORT) {
         const char *text = m.text;
         size_t len = m.text_len;
 
@@ -1347,9 +1325,9 @@ rx_handler(void *arg, td_transport_rx_t *rx)
             if (e != NULL && (e->text = strndup(text, len)) != NULL &&
                 C.n_ux < COLL_UNEXPECTED_MAX) {
                 e->type = MSG_ABORT;
-                e->group_id = gid;
-                e->seq = seq;
-                e->code = (int32_t)tag;
+                e->group_id = m.gid;
+                e->seq = m.seq;
+                e->code = (int32_t)m.tag;
                 e->arrived = 1;
                 e->src = rx->src;
                 ux_append(e);
@@ -1363,21 +1341,21 @@ rx_handler(void *arg, td_transport_rx_t *rx)
             return;
         }
         pthread_mutex_unlock(&C.lock);
-        f.code = (td_status_t)(int32_t)tag;
+        f.code = (td_status_t)(int32_t)m.tag;
         if (f.code >= TD_OK) {
             f.code = TD_ERR_REMOTE;
         }
         snprintf(f.msg, sizeof(f.msg), "%.*s (reported by rank %d)", (int)len,
                  text, rx->src);
         f.g = g;
-        f.gid = gid;
-        f.seq = seq;
+        f.gid = m.gid;
+        f.seq = m.seq;
         goto fail;
     }
-    if (type == MSG_CMA) {
+    if (m.type == MSG_CMA) {
         uint32_t answer = m.word;
 
-        r = posted_take(MSG_CMA, gid, rx->src, seq, tag);
+        r = posted_take(MSG_CMA, m.gid, rx->src, m.seq, m.tag);
         pthread_mutex_unlock(&C.lock);
         if (r == NULL) {
             return;
@@ -1423,47 +1401,47 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         }
         return;
     }
-    if (type == MSG_ACK) {
+    if (m.type == MSG_ACK) {
         pthread_mutex_unlock(&C.lock);
-        coll_p2p_acked(rx->src, gid, seq,
+        coll_p2p_acked(rx->src, m.gid, m.seq,
                        (td_status_t)(int32_t)m.word,
-                       dtype, ndim, shape);
+                       m.dtype, m.ndim, m.shape);
         return;
     }
-    if (type == MSG_COLL && g != NULL &&
-        __atomic_load_n(&g->in_op, __ATOMIC_RELAXED) && g->cur_seq == seq &&
-        !desc_equal(&desc, &g->cur_desc)) {
+    if (m.type == MSG_COLL && g != NULL &&
+        __atomic_load_n(&g->in_op, __ATOMIC_RELAXED) && g->cur_seq == m.seq &&
+        !desc_equal(&m.desc, &g->cur_desc)) {
         f.code = TD_ERR_INVALID;
-        coll_mismatch_text(f.msg, sizeof(f.msg), g, seq, rx->src, &desc,
+        coll_mismatch_text(f.msg, sizeof(f.msg), g, m.seq, rx->src, &m.desc,
                            &g->cur_desc);
         f.g = g;
-        f.gid = gid;
-        f.seq = seq;
+        f.gid = m.gid;
+        f.seq = m.seq;
         f.tell = 1;
         pthread_mutex_unlock(&C.lock);
         goto fail;
     }
-    r = posted_take(type == MSG_P2P && (m.flags & COLL_F_RESEND) ?
-                    MSG_P2P_RESEND : type, gid, rx->src, seq, tag);
+    r = posted_take(m.type == MSG_P2P && (m.flags & COLL_F_RESEND) ?
+                    MSG_P2P_RESEND : m.type, m.gid, rx->src, m.seq, m.tag);
     if (r != NULL) {
-        if (type == MSG_P2P) {
-            f.code = p2p_fits(r, rx->src, dtype, ndim, shape, nbytes, f.msg,
-                              sizeof(f.msg));
-        } else if (nbytes != r->nbytes) {
+        if (m.type == MSG_P2P) {
+            f.code = p2p_fits(r, rx->src, m.dtype, m.ndim, m.shape,
+                              m.nbytes, f.msg, sizeof(f.msg));
+        } else if (m.nbytes != r->nbytes) {
             f.code = TD_ERR_PROTOCOL;
             snprintf(f.msg, sizeof(f.msg), "coll: rank %d sent %" PRIu64
                      " bytes for step %u of call #%u in group %u, rank %d "
-                     "expects %zu", rx->src, nbytes, tag, seq, gid, C.rank,
-                     r->nbytes);
+                     "expects %zu", rx->src, m.nbytes, m.tag, m.seq, m.gid,
+                     C.rank, r->nbytes);
             f.g = g;
-            f.gid = gid;
-            f.seq = seq;
+            f.gid = m.gid;
+            f.seq = m.seq;
             f.tell = 1;
         }
         pthread_mutex_unlock(&C.lock);
         if (f.code != TD_OK) {
-            if (type == MSG_P2P) {
-                send_ack(rx->src, gid, digest, seq, f.code, r->dtype,
+            if (m.type == MSG_P2P) {
+                send_ack(rx->src, m.gid, m.digest, m.seq, f.code, r->dtype,
                          r->ndim, r->shape);
                 req_complete(r, f.code, f.msg);     /* body dropped */
                 return;
@@ -1471,15 +1449,15 @@ rx_handler(void *arg, td_transport_rx_t *rx)
             req_complete(r, f.code, f.msg);
             goto fail;
         }
-        if (cma) {
+        if (m.cma) {
             /* C9: the waiter reads it in place. */
             r->from = rx->src;
-            r->cma_pid = cma_pid;
-            r->cma_addr = cma_addr;
-            r->cma_token_addr = cma_token_addr;
-            r->cma_token = cma_tok;
-            if (type == MSG_P2P) {
-                r->seq = seq;           /* the answer names it */
+            r->cma_pid = m.cma_pid;
+            r->cma_addr = m.cma_addr;
+            r->cma_token_addr = m.cma_token_addr;
+            r->cma_token = m.cma_token;
+            if (m.type == MSG_P2P) {
+                r->seq = m.seq;         /* the answer names it */
                 if (r->on_done != NULL) {
                     /* C10: an irecv posted earlier; nobody may be
                      * waiting for it: have the body sent. */
@@ -1496,7 +1474,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
             wake_waiters();
             return;
         }
-        r->seq = seq;                   /* the ack names the sender's seq */
+        r->seq = m.seq;                 /* the ack names the sender's seq */
         /* A 0-byte body still needs a buffer, or the transport would
          * allocate one and hand it to us. */
         rx->dest[0].buf = r->buf != NULL ? r->buf : (void *)&zero_body;
@@ -1505,43 +1483,43 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         rx->done_arg = r;
         return;
     }
-    if (type == MSG_P2P && (m.flags & COLL_F_RESEND)) {
+    if (m.type == MSG_P2P && (m.flags & COLL_F_RESEND)) {
         /* C10: its receive was withdrawn (timeout, failure) meanwhile. */
         pthread_mutex_unlock(&C.lock);
         td_log_debug("coll: dropped a resent body from rank %d (group %u, "
-                     "#%u): its receive is gone", rx->src, gid, seq);
+                     "#%u): its receive is gone", rx->src, m.gid, m.seq);
         return;
     }
     /* Unexpected: kept (C7) until its receive is posted. */
     if (C.n_ux >= COLL_UNEXPECTED_MAX || (e = calloc(1, sizeof(*e))) == NULL) {
         pthread_mutex_unlock(&C.lock);
         td_log_error("coll: dropped a message from rank %d (group %u): %zu "
-                     "unmatched messages queued already", rx->src, gid,
+                     "unmatched messages queued already", rx->src, m.gid,
                      C.n_ux);
         return;
     }
-    e->type = type;
-    e->dtype = dtype;
-    e->ndim = ndim;
-    e->group_id = gid;
-    e->digest = digest;
-    e->seq = seq;
-    e->tag = tag;
+    e->type = m.type;
+    e->dtype = m.dtype;
+    e->ndim = m.ndim;
+    e->group_id = m.gid;
+    e->digest = m.digest;
+    e->seq = m.seq;
+    e->tag = m.tag;
     e->src = rx->src;
-    e->nbytes = nbytes;
-    e->desc = desc;
-    memcpy(e->shape, shape, sizeof(shape));
-    if (cma) {
+    e->nbytes = m.nbytes;
+    e->desc = m.desc;
+    memcpy(e->shape, m.shape, sizeof(m.shape));
+    if (m.cma) {
         e->cma = 1;
         e->arrived = 1;
-        e->cma_pid = cma_pid;
-        e->cma_addr = cma_addr;
-        e->cma_token_addr = cma_token_addr;
-        e->cma_token = cma_tok;
+        e->cma_pid = m.cma_pid;
+        e->cma_addr = m.cma_addr;
+        e->cma_token_addr = m.cma_token_addr;
+        e->cma_token = m.cma_token;
     }
     ux_append(e);
     pthread_mutex_unlock(&C.lock);
-    if (!cma) {
+    if (!m.cma) {
         rx->done = unexp_done;
         rx->done_arg = e;
     }
