@@ -109,22 +109,29 @@ unlike "$out" "mailbox to rank" "TODIST_COLL_P2P_SHM=0: no mailbox attached"
 nfast=$(printf '%s\n' "$out" | grep -c ": coll: 0 sends and 0 receives done on the fast path")
 is "$nfast" 3 "TODIST_COLL_P2P_SHM=0: nothing on the fast path, on each rank"
 
-# Across "hosts": rank 1 sees another kernel boot id (its own mount of
-# /proc/sys/kernel/random/boot_id, as the shared-segment test below does),
-# so the inboxes rank 0 and rank 1 offer each other are refused, while
-# rank 2, on rank 0's "host", attaches rank 0's; every p2p check passes.
-echo 00000000-0000-4000-8000-00000000beef > "$TD_TMP/boot_p2p"
-cat > "$TD_TMP/host_p2p.sh" <<EOS
+# other_host MODE: the path of a wrapper that runs "$PEER MODE" with rank 1
+# on another "host": in its own mount namespace, where
+# /proc/sys/kernel/random/boot_id (how todist tells hosts apart) says
+# something else. Fails (status 1) where unshare --mount is not allowed.
+echo 00000000-0000-4000-8000-00000000beef > "$TD_TMP/boot_id"
+other_host() {
+    cat > "$TD_TMP/host_$1.sh" <<EOS
 #!/bin/sh
 if [ "\$TODIST_RANK" = 1 ]; then
-    exec unshare --mount sh -c 'mount --bind "$TD_TMP/boot_p2p" /proc/sys/kernel/random/boot_id && exec "$PEER" p2p'
+    exec unshare --mount sh -c 'mount --bind "$TD_TMP/boot_id" /proc/sys/kernel/random/boot_id && exec "$PEER" $1'
 fi
-exec "$PEER" p2p
+exec "$PEER" $1
 EOS
-chmod +x "$TD_TMP/host_p2p.sh"
-if unshare --mount sh -c "mount --bind '$TD_TMP/boot_p2p' /proc/sys/kernel/random/boot_id" 2>/dev/null
-then
-    out=$(TODIST_LOG=debug run 120 todist-run -n 3 "$TD_TMP/host_p2p.sh" 2>&1)
+    chmod +x "$TD_TMP/host_$1.sh"
+    unshare --mount sh -c "mount --bind '$TD_TMP/boot_id' /proc/sys/kernel/random/boot_id" 2>/dev/null &&
+        echo "$TD_TMP/host_$1.sh"
+}
+
+# Across "hosts" (other_host): the inboxes rank 0 and rank 1 offer each
+# other are refused, while rank 2, on rank 0's "host", attaches rank 0's;
+# every p2p check passes.
+if host_p2p=$(other_host p2p); then
+    out=$(TODIST_LOG=debug run 120 todist-run -n 3 "$host_p2p" 2>&1)
     rc=$?
     nofail "$out" "two hosts: p2p checks pass"
     is "$rc" 0 "two hosts: every rank exits 0"
@@ -288,21 +295,10 @@ EOS
             continue
         fi ;;
     otherhost)
-        # rank 1 sees another kernel boot id, as on another host: groups
-        # with it fall back, the subgroup {0, 2} of one "host" keeps its
-        # segment
-        echo 00000000-0000-0000-0000-000000000001 > "$TD_TMP/boot_id"
-        cat > "$TD_TMP/host.sh" <<EOS
-#!/bin/sh
-if [ "\$TODIST_RANK" = 1 ]; then
-    exec unshare --mount sh -c 'mount --bind "$TD_TMP/boot_id" /proc/sys/kernel/random/boot_id && exec "$PEER" concurrent'
-fi
-exec "$PEER" concurrent
-EOS
-        chmod +x "$TD_TMP/host.sh"
-        if unshare --mount sh -c "mount --bind '$TD_TMP/boot_id' /proc/sys/kernel/random/boot_id" 2>/dev/null
-        then
-            out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$TD_TMP/host.sh" \
+        # rank 1 on another "host" (other_host): groups with it fall
+        # back, the subgroup {0, 2} of one "host" keeps its segment
+        if host_conc=$(other_host concurrent); then
+            out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$host_conc" \
                   2>&1); rc=$?
             like "$out" "rank 1\]: coll: group 0: rank 0's segment is on another host" \
                  "a member on another host: the world group falls back"
