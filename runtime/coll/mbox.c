@@ -34,7 +34,10 @@
  *     under coll_lock (coll.c), from reading a slot until its message or
  *     ack is in the matching engine: one lock per message, the one the
  *     matching takes anyway. Completions, pokes and group failures come
- *     after the unlock (C1).
+ *     after the unlock (C1). A sender's ring (positions, pending slots,
+ *     what each is for) is under that mailbox's own spinlock, taken
+ *     inside coll_lock where both are needed: a blocking send (M9), which
+ *     posts nothing, takes only the spinlock.
  *  M5 A waiter that sleeps says so first (its inbox's sleepers, and
  *     s_sleep of every mailbox it writes), then polls, sleeps at most
  *     MBOX_RECHECK_S (coll.c) and polls again before it sleeps longer; a
@@ -60,7 +63,7 @@
  *     thread polls the slot for its ack itself, with no posted request;
  *     acks() leaves a lean slot alone. A slot is freed (its ring position
  *     given back) only once its ack was taken (handled), oldest first,
- *     under coll_lock; a freed slot keeps its ACKED state (M1: the
+ *     under the ring's lock; a freed slot keeps its ACKED state (M1: the
  *     sender's), so freeing writes nothing the receiver polls. A lean
  *     send not acked within MBOX_SPIN_S is posted under coll_lock, after
  *     a last look at its slot, and waited for like any other.
@@ -140,7 +143,8 @@ typedef struct {
     mbox_t         *mb;                /* mapped: our mailbox in it */
     size_t          mb_map;            /* its mapping's length ... */
     size_t          mb_skew;           /* ... and where mb sits in it */
-    /* under coll_lock (M4) */
+    /* under ring (M4): taken inside coll_lock where both are held */
+    atomic_int      ring;              /* a spinlock: a few stores inside */
     uint32_t        wr;                /* next ring position */
     int             npend;             /* slots FULL or ACKED (ours) */
     uint8_t         handled[MBOX_SLOTS];   /* its ack was taken */
@@ -674,7 +678,23 @@ ack_read(const slot_t *s, td_status_t *st, uint8_t *dtype, uint8_t *nd,
     }
 }
 
-/* Free the slots whose acks were taken, oldest first (M9; coll_lock). */
+static void
+ring_lock(out_t *o)
+{
+    while (atomic_exchange_explicit(&o->ring, 1, memory_order_acquire)) {
+        while (atomic_load_explicit(&o->ring, memory_order_relaxed)) {
+            td_cpu_relax();
+        }
+    }
+}
+
+static void
+ring_unlock(out_t *o)
+{
+    atomic_store_explicit(&o->ring, 0, memory_order_release);
+}
+
+/* Free the slots whose acks were taken, oldest first (M9; ring held). */
 static void
 ring_free_locked(out_t *o)
 {
@@ -726,6 +746,7 @@ acks(int dst, out_t *o)
     int n = 0;
 
     coll_lock();
+    ring_lock(o);
     /* Slots come back in ring order only: an earlier one may be held. */
     for (uint32_t p = o->wr - (uint32_t)o->npend; p != o->wr; p++) {
         int k = (int)(p % MBOX_SLOTS);
@@ -744,6 +765,7 @@ acks(int dst, out_t *o)
                                                 /* freed in ring order */
     }
     ring_free_locked(o);
+    ring_unlock(o);
     coll_unlock();
     for (int i = 0; i < n; i++) {
         coll_p2p_ack_complete(done[i].r, dst, done[i].st, done[i].dtype,
@@ -783,7 +805,7 @@ out_usable(const coll_req_t *r, int dst)
     return o;
 }
 
-/* The next slot of O for a send (coll_lock held): its index in *K, or 0
+/* The next slot of O for a send (ring held): its index in *K, or 0
  * (a transport send unacked, M2; every slot pending or held, M3). */
 static int
 slot_reserve(out_t *o, int *k)
@@ -795,7 +817,7 @@ slot_reserve(out_t *o, int *k)
                                 memory_order_acquire) != SLOT_FULL;
 }
 
-/* Take the next ring position of O for R in slot K, reserved (coll_lock
+/* Take the next ring position of O for R in slot K, reserved (ring
  * held). */
 static uint32_t
 slot_take(out_t *o, int k, const coll_req_t *r)
@@ -854,7 +876,9 @@ mbox_send(coll_req_t *r, int dst, out_t *o, int fault)
     int k;
 
     coll_lock();
+    ring_lock(o);
     if (!slot_reserve(o, &k)) {
+        ring_unlock(o);
         coll_unlock();
         return 0;                       /* M2, M3: the transport, this time */
     }
@@ -865,11 +889,13 @@ mbox_send(coll_req_t *r, int dst, out_t *o, int fault)
      * back from under us (a second transfer). */
     coll_p2p_post_mbox_locked(r, dst);
     if (fault == TD_TRANSPORT_FAULT_DROP) {
+        ring_unlock(o);
         coll_unlock();                  /* lost: the send times out */
         return 1;
     }
     pos = slot_take(o, k, r);
     slot_write(s, pos, r, fault);
+    ring_unlock(o);
     coll_unlock();
     slot_published(o, dst);
     return 1;
@@ -909,14 +935,14 @@ coll_mbox_send_fast(coll_req_t *r, int dst)
     if (fault != TD_TRANSPORT_FAULT_NONE) {
         return mbox_send(r, dst, o, fault) ? 2 : 0;
     }
-    coll_lock();
+    ring_lock(o);                       /* (no posted request: not coll_lock) */
     if (!slot_reserve(o, &k)) {
-        coll_unlock();
+        ring_unlock(o);
         return 0;
     }
     __atomic_store_n(&o->lean[k], 1, __ATOMIC_RELAXED);
     pos = slot_take(o, k, r);
-    coll_unlock();
+    ring_unlock(o);
     /* The slot is this thread's (lean) from here: written after the
      * unlock, so that no locked instruction waits for its line to move. */
     s = &o->mb->slot[k];
