@@ -752,7 +752,8 @@ acks(int dst, out_t *o)
         int k = (int)(p % MBOX_SLOTS);
         slot_t *s = &o->mb->slot[k];
 
-        if (o->handled[k] || __atomic_load_n(&o->lean[k], __ATOMIC_RELAXED) ||
+        if (__atomic_load_n(&o->handled[k], __ATOMIC_RELAXED) ||
+            __atomic_load_n(&o->lean[k], __ATOMIC_RELAXED) ||
             atomic_load_explicit(&s->state, memory_order_acquire) !=
                 SLOT_ACKED) {
             continue;                   /* taken, or its thread's (M9) */
