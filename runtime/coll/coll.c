@@ -1179,18 +1179,8 @@ coll_p2p_recv_fast(coll_req_t *r)
         return 0;
     }
     for (unsigned i = 0; !coll_mbox_ready(r->peer); i++) {
-        if ((i & 63) == 63) {
-            double now = td_now_s();
-
-            if (t_first == 0) {
-                t_first = now;
-            } else if (now - t_first > MBOX_SPIN_S ||
-                       atomic_load_explicit(&C.stopped,
-                                            memory_order_relaxed) ||
-                       __atomic_load_n(&r->g->broken, __ATOMIC_RELAXED) !=
-                           TD_OK) {
-                return 0;
-            }
+        if ((i & 63) == 63 && coll_spin_over(&t_first, r->g)) {
+            return 0;
         }
         td_cpu_relax();
     }
@@ -1632,6 +1622,21 @@ coll_fault_roll(void)
     return C.tp != NULL ? td_transport_fault_roll(C.tp, "mbox") : 0;
 }
 
+int
+coll_spin_over(double *t_first, const td_group_t *g)
+{
+    double now = td_now_s();
+
+    if (*t_first == 0) {
+        *t_first = now;                 /* (the clock is read only now) */
+        return 0;
+    }
+    return now - *t_first > MBOX_SPIN_S ||
+           atomic_load_explicit(&C.stopped, memory_order_relaxed) ||
+           (g != NULL && __atomic_load_n(&g->broken, __ATOMIC_RELAXED) !=
+                             TD_OK);
+}
+
 void
 coll_fast_count(int send)
 {
@@ -1944,14 +1949,8 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         }
         for (unsigned i = 0; what != 0 && !all_done(&w); i++) {
             coll_mbox_poll_some(what);
-            if ((i & 63) == 63) {
-                double now = td_now_s();
-
-                if (t_first == 0) {
-                    t_first = now;
-                } else if (now - t_first > MBOX_SPIN_S) {
-                    break;
-                }
+            if ((i & 63) == 63 && coll_spin_over(&t_first, NULL)) {
+                break;
             }
             td_cpu_relax();
         }

@@ -440,6 +440,9 @@ void        coll_req_complete(coll_req_t *r, td_status_t status,
 void        coll_group_fail_id(uint32_t gid, td_status_t code, uint32_t seq,
                                const char *msg);
 void        coll_poke(int dst);
+/* A mailbox spin looks at the clock (every 64th turn): 1 once MBOX_SPIN_S
+ * passed since its first look, the runtime stopped or G (or NULL) broke. */
+int         coll_spin_over(double *t_first, const td_group_t *g);
 /* One more send (SEND) or receive done on the fast path (a debug count,
  * logged at shutdown). */
 void        coll_fast_count(int send);

@@ -531,6 +531,15 @@ slot_read(int src, int k, const slot_t *s, coll_mbox_msg_t *m)
     return 1;
 }
 
+/* Is SRC's mailbox in our inbox polled (offered to SRC, inbox made)? */
+static int
+in_polled(int src)
+{
+    return M.on && src >= 0 && src < M.size &&
+           __atomic_load_n(&M.in[src].offered, __ATOMIC_ACQUIRE) &&
+           __atomic_load_n(&M.base, __ATOMIC_ACQUIRE) != NULL;
+}
+
 /* Is the next message of SRC's mailbox there? (a hint: re-checked under
  * coll_lock) */
 static int
@@ -615,17 +624,13 @@ coll_mbox_take(int src, uint32_t gid, uint32_t digest, uint32_t tag,
     slot_t *s;
     int k;
 
-    if (!M.on || src < 0 || src >= M.size ||
-        !__atomic_load_n(&M.in[src].offered, __ATOMIC_ACQUIRE) ||
-        __atomic_load_n(&M.base, __ATOMIC_ACQUIRE) == NULL) {
+    if (!in_polled(src) || !next_full(src, &s)) {
         return 0;
     }
     in = &M.in[src];
     k = (int)(in->rd % MBOX_SLOTS);
-    s = &in_mbox(src)->slot[k];
-    if (atomic_load_explicit(&s->state, memory_order_acquire) != SLOT_FULL ||
-        s->pos != in->rd || !slot_read(src, k, s, m) || m->gid != gid ||
-        m->digest != digest || m->tag != tag) {
+    if (!slot_read(src, k, s, m) || m->gid != gid || m->digest != digest ||
+        m->tag != tag) {
         return 0;
     }
     __atomic_store_n(&in->rd, in->rd + 1, __ATOMIC_RELAXED);
@@ -652,9 +657,7 @@ coll_mbox_ready(int src)
 void
 coll_mbox_drain(int src)
 {
-    if (M.on && src >= 0 && src < M.size &&
-        __atomic_load_n(&M.in[src].offered, __ATOMIC_ACQUIRE) &&
-        __atomic_load_n(&M.base, __ATOMIC_ACQUIRE) != NULL) {
+    if (in_polled(src)) {
         drain(src);
     }
 }
@@ -953,18 +956,10 @@ coll_mbox_send_fast(coll_req_t *r, int dst)
     for (unsigned i = 0; atomic_load_explicit(&s->state,
                                               memory_order_acquire) !=
                          SLOT_ACKED; i++) {
-        if ((i & 63) == 63) {
-            double now = td_now_s();
-
-            if (t_first == 0) {
-                t_first = now;
-            } else if (now - t_first > MBOX_SPIN_S ||
-                       atomic_load_explicit(&o->dead, memory_order_relaxed) ||
-                       coll_stopped() ||
-                       __atomic_load_n(&r->g->broken, __ATOMIC_RELAXED) !=
-                           TD_OK) {
-                break;
-            }
+        if ((i & 63) == 63 && (coll_spin_over(&t_first, r->g) ||
+                               atomic_load_explicit(&o->dead,
+                                                    memory_order_relaxed))) {
+            break;
         }
         td_cpu_relax();
     }
