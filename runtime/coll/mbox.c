@@ -495,7 +495,7 @@ coll_mbox_ack(int src, int slot, td_status_t status, uint8_t dtype,
     s->ack_status = (int32_t)status;
     s->ack_dtype = dtype;
     s->ack_ndim = (uint8_t)ndim;
-    if (status != TD_OK) {
+    if (status != TD_OK && ndim > 0) {     /* an error ack may carry no shape */
         memcpy(s->ack_shape, shape, 8 * (size_t)ndim);
     }
     atomic_store_explicit(&s->state, SLOT_ACKED, memory_order_release);
