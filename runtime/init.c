@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "todist/init.h"
 #include "todist/store.h"
@@ -32,6 +33,7 @@
 #include "runtime/runtime.h"
 #include "runtime/rpc/device_map.h"
 #include "runtime/modules.h"
+#include "kernels/device.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "runtime/world/pmix.h"
@@ -67,6 +69,44 @@ sleep_s(double s)
     struct timespec ts = { (time_t)s, (long)((s - (time_t)s) * 1e9) };
 
     nanosleep(&ts, NULL);
+}
+
+/* ---- devices at start-up ----------------------------------------------- */
+
+/* Whether this rank wants its device backend at td_init (kernels/module.h:
+ * the CUDA module is 160 MB of mappings a CPU rank must not pay for).
+ * TODIST_DEVICE=cpu: no; =cuda: yes, and a failure fails td_init naming
+ * what is missing; unset or "auto": when device maps are given, or the
+ * NVIDIA driver is on this node (its /proc entry: a cheap look, no
+ * library). Anything else: TD_ERR_INVALID. Later requests (a CUDA tensor)
+ * still load the module on first use. After this, the device count start-up
+ * publishes is td_device_count_loaded()'s, which never loads. */
+static td_status_t
+devices_at_init(const td_device_maps_t *given)
+{
+    const char *want = getenv("TODIST_DEVICE");
+    const char *maps = getenv("TODIST_DEVICE_MAPS");
+    int n;
+
+    if (want != NULL && strcmp(want, "cpu") == 0) {
+        return TD_OK;
+    }
+    if (want != NULL && strcmp(want, "cuda") == 0) {
+        return td_device_count_of(TD_DEVICE_CUDA, &n);
+    }
+    if (want != NULL && want[0] != '\0' && strcmp(want, "auto") != 0) {
+        return td_error(TD_ERR_INVALID, "init: TODIST_DEVICE=%s on rank %d "
+                        "is not one of cpu, cuda, auto", want,
+                        rt.world.rank);
+    }
+    if (given != NULL || (maps != NULL && maps[0] != '\0') ||
+        access("/proc/driver/nvidia/version", F_OK) == 0) {
+        if (td_device_count_of(TD_DEVICE_CUDA, &n) != TD_OK) {
+            td_log_debug("init: no device (%s)", td_last_error());
+            td_error_clear();           /* cpu tensors only */
+        }
+    }
+    return TD_OK;
 }
 
 /* ---- handles ------------------------------------------------------------ */
@@ -424,6 +464,12 @@ td_init(const td_init_params_t *params)
         if (status != TD_OK) {
             return status;
         }
+    }
+    /* After placement: CUDA reads CUDA_VISIBLE_DEVICES when it starts. */
+    status = devices_at_init(rt.params.device_maps);
+    if (status != TD_OK) {
+        td_log_set_rank(-1);
+        return status;
     }
     rt.addrs = calloc(rt.world.world_size, sizeof(*rt.addrs));
     if (rt.addrs == NULL) {

@@ -37,3 +37,8 @@ check_PROGRAMS += tests/coll_device_peer
 tests_coll_device_peer_LDADD = $(TD_TEST_LDADD) -lm
 TESTS += tests/test_coll_device.sh
 EXTRA_DIST += tests/test_coll_device.sh
+# the CUDA module: never mapped by a cpu run, loaded on the first request
+check_PROGRAMS += tests/device_module_peer
+tests_device_module_peer_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_device_module.sh
+EXTRA_DIST += tests/test_device_module.sh

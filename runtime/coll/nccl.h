@@ -4,7 +4,8 @@
  * communicators, one per group, cached.
  *
  * Route of one collective (coll_device_route):
- *   NCCL    the library has NCCL, the tensor is on a real CUDA device, and
+ *   NCCL    the CUDA module (kernels/module.h) has NCCL, the tensor is on a
+ *           real CUDA device, and
  *           every member of the group published "NCCL-capable" at td_init
  *           (td/nccl/<rank> in the store: NCCL built, a CUDA device, not
  *           the test backend); all_reduce, broadcast, reduce, all_gather

@@ -10,6 +10,7 @@
 #include "todist/device.h"
 #include "runtime/rpc/device_map.h"
 #include "kernels/device.h"
+#include "kernels/module.h"
 
 #define DEV_STR(d) td_device_str((d), (char[24]){0}, 24)
 
@@ -361,26 +362,24 @@ td_device_maps_setup(td_store_t *store, const td_world_t *world,
     td_status_t status;
 
     td_device_maps_reset();
-    if (td_device_count(TD_DEVICE_CUDA, &local) != TD_OK) {
-        local = 0;                     /* no device: cpu entries only */
-        td_error_clear();
-    }
+    /* what td_init loaded (runtime/init.c); never loads a module here */
+    local = td_device_count_loaded(TD_DEVICE_CUDA);
     snprintf(key, sizeof(key), "td/devcount/%d", world->rank);
     snprintf(val, sizeof(val), "%d", local);
     status = td_store_set(store, key, val, strlen(val));
     if (status != TD_OK) {
         return status;
     }
-#ifdef TD_HAVE_NCCL
-    /* NCCL-capable: a real device (not the test backend); collectives
-     * route to NCCL only when every member of a group says 1 (coll/nccl.h) */
+    /* NCCL-capable: a real device (not the test backend) and a module with
+     * NCCL; collectives route to NCCL only when every member of a group
+     * says 1 (coll/nccl.h) */
     snprintf(key, sizeof(key), "td/nccl/%d", world->rank);
     status = td_store_set(store, key, local > 0 && !td_device_test_backend()
-                                      ? "1" : "0", 1);
+                                      && td_device_module_nccl(TD_DEVICE_CUDA)
+                                      != NULL ? "1" : "0", 1);
     if (status != TD_OK) {
         return status;
     }
-#endif
     memset(&maps, 0, sizeof(maps));
     for (int i = 0; given != NULL && i < given->n_maps; i++) {
         for (int k = 0; k < given->maps[i].n_pairs; k++) {
