@@ -18,7 +18,6 @@ static const td_device_host_t host = {
     .log_print = td_log_print,
     .device_alloc = td_device_alloc,
     .device_free = td_device_free,
-    .dtype_size = td_dtype_size,
 };
 
 static const char *

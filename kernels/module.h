@@ -65,7 +65,6 @@ typedef struct {
     td_status_t      (*device_alloc)(td_device_t dev, size_t nbytes,
                                      void **ptr_p);
     void             (*device_free)(td_device_t dev, void *ptr);
-    size_t           (*dtype_size)(td_dtype_t dtype);
 } td_device_host_t;
 
 /* The collectives a backend's communication library runs (NCCL): raw

@@ -1,0 +1,86 @@
+#!/bin/bash
+# bench/startup.sh: start-up and shutdown at scale, in one invocation.
+#
+#   bench/startup.sh [BUILD] [BEFORE_LIBDIR]
+#
+# For each size in SIZES (default "1 16 64 256") and REPS repetitions
+# (default 3), interleaved: todist's ranks under todist-run running
+# BUILD/bench/startup against BUILD's libtodist and, if given, against
+# BEFORE_LIBDIR's (another build's .libs: each build's library in its own
+# ranks, `env LD_LIBRARY_PATH=DIR` inside todist-run, never libtool's
+# wrapper; see bench/RESULTS.md's correction); then torch 1.13's
+# init_process_group(gloo) and init_rpc at the same sizes (TORCH=0: not;
+# TORCH_SIZES, default "16 64", since 256 torch processes need ~80 GB).
+# A world of one runs the program directly (no launcher): its wall time
+# is the process's whole life, exec to exit.
+#
+# One line per run: what, size, wall s, slowest td_init, slowest
+# td_finalize (ms), resident memory per rank after td_init (median and
+# max, MB), virtual size (median, MB).
+set -u
+B=$(cd "${1:-build}" && pwd)
+BEFORE=${2:-}
+SIZES=${SIZES:-"1 16 64 256"}
+REPS=${REPS:-3}
+TORCH=${TORCH:-1}
+TORCH_SIZES=${TORCH_SIZES:-"16 64"}
+PY=${PYTHON:-/usr/bin/python3}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+PROBE=$B/bench/.libs/startup
+[ -x "$PROBE" ] || PROBE=$B/bench/startup
+LAUNCH=$B/tools/.libs/todist-run
+[ -x "$LAUNCH" ] || LAUNCH=$B/tools/todist-run
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/todist-startup.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT
+
+now() { echo "$EPOCHREALTIME"; }
+
+# summarise FILE of "rank=.. init_ms=.. fin_ms=.. rss_kb=.. vsz_kb=.." lines
+summary() {
+    awk -v n="$2" '
+        { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+          k++; if (v["init_ms"] > mi) mi = v["init_ms"]
+          if (v["fin_ms"] > mf) mf = v["fin_ms"]
+          rss[k] = v["rss_kb"] / 1024; vsz[k] = v["vsz_kb"] / 1024 }
+        END {
+          if (k < n) { printf "only %d of %d ranks reported", k, n; exit }
+          asort(rss); asort(vsz)
+          printf "init max %7.1f ms  fin max %7.1f ms  RSS %5.1f / %5.1f MB  VSZ %6.0f MB",
+                 mi, mf, rss[int((k + 1) / 2)], rss[k], vsz[int((k + 1) / 2)]
+        }' "$1"
+}
+
+# one run: LABEL N LIBDIR CMD...
+run_one() {
+    local label=$1 n=$2 dir=$3 t0 t1 rc
+    shift 3
+    t0=$(now)
+    if [ "$n" = 1 ] && [ "$label" != torch-gloo ] && [ "$label" != torch-rpc ]; then
+        env LD_LIBRARY_PATH="$dir" "$@" > "$OUT/run" 2> "$OUT/err"
+    else
+        LD_LIBRARY_PATH="$B/.libs" timeout 600 "$LAUNCH" -n "$n" \
+            env LD_LIBRARY_PATH="$dir" "$@" > "$OUT/run" 2> "$OUT/err"
+    fi
+    rc=$?
+    t1=$(now)
+    printf '%-12s %4d  wall %7.3f s  %s%s\n' "$label" "$n" \
+        "$(echo "$t1 - $t0" | bc -l)" "$(summary "$OUT/run" "$n")" \
+        "$([ $rc = 0 ] || echo "  (exit $rc: $(head -c 200 "$OUT/err" | tr '\n' ' '))")"
+}
+
+echo "# bench/startup.sh $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# after:  $B/.libs ($(git -C "$SRC" rev-parse --short HEAD 2>/dev/null))"
+[ -n "$BEFORE" ] && echo "# before: $BEFORE"
+for rep in $(seq "$REPS"); do
+    echo "# repetition $rep"
+    for n in $SIZES; do
+        [ -n "$BEFORE" ] && run_one before "$n" "$BEFORE" "$PROBE"
+        run_one after "$n" "$B/.libs" "$PROBE"
+    done
+done
+if [ "$TORCH" = 1 ] && "$PY" -c 'import torch' 2>/dev/null; then
+    for n in $TORCH_SIZES; do
+        run_one torch-gloo "$n" "" "$PY" "$SRC/bench/startup_torch.py" gloo
+        run_one torch-rpc "$n" "" "$PY" "$SRC/bench/startup_torch.py" rpc
+    done
+fi
