@@ -19,7 +19,7 @@
 # max, MB), virtual size (median, MB).
 set -u
 B=$(cd "${1:-build}" && pwd)
-BEFORE=${2:-}
+BEFORE=${2:+$(cd "$2" && pwd)}
 SIZES=${SIZES:-"1 16 64 256"}
 REPS=${REPS:-3}
 TORCH=${TORCH:-1}
@@ -36,18 +36,27 @@ trap 'rm -rf "$OUT"' EXIT
 now() { echo "$EPOCHREALTIME"; }
 
 # summarise FILE of "rank=.. init_ms=.. fin_ms=.. rss_kb=.. vsz_kb=.." lines
+# from N ranks
 summary() {
-    awk -v n="$2" '
-        { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-          k++; if (v["init_ms"] > mi) mi = v["init_ms"]
-          if (v["fin_ms"] > mf) mf = v["fin_ms"]
-          rss[k] = v["rss_kb"] / 1024; vsz[k] = v["vsz_kb"] / 1024 }
-        END {
-          if (k < n) { printf "only %d of %d ranks reported", k, n; exit }
-          asort(rss); asort(vsz)
-          printf "init max %7.1f ms  fin max %7.1f ms  RSS %5.1f / %5.1f MB  VSZ %6.0f MB",
-                 mi, mf, rss[int((k + 1) / 2)], rss[k], vsz[int((k + 1) / 2)]
-        }' "$1"
+    "$PY" - "$1" "$2" <<'PYEOF'
+import sys
+rows = []
+for line in open(sys.argv[1]):
+    kv = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    if "init_ms" in kv:
+        rows.append(kv)
+n = int(sys.argv[2])
+if len(rows) < n:
+    print("only %d of %d ranks reported" % (len(rows), n), end="")
+    sys.exit()
+med = lambda v: sorted(v)[(len(v) - 1) // 2]
+rss = [float(r["rss_kb"]) / 1024 for r in rows]
+vsz = [float(r["vsz_kb"]) / 1024 for r in rows]
+print("init max %7.1f ms  fin max %7.1f ms  RSS %5.1f / %5.1f MB  VSZ %6.0f MB"
+      % (max(float(r["init_ms"]) for r in rows),
+         max(float(r["fin_ms"]) for r in rows), med(rss), max(rss), med(vsz)),
+      end="")
+PYEOF
 }
 
 # one run: LABEL N LIBDIR CMD...

@@ -5,7 +5,10 @@
  * in reverse after the join.
  *
  * Store keys used (all under "td/"):
- *   td/addr/<r>           rank r's UCX worker address
+ *   td/addr/<r>           rank r's UCX worker address (also its arrival
+ *                         at the start-up barrier)
+ *   td/dev/<r>            rank r's device count and NCCL capability
+ *                         (runtime/rpc/device_map.c)
  *   td/init/...           the start-up barrier
  *   td/barrier/<g>/...    td_barrier generation g
  *   td/fin/in/<r>         rank r entered td_finalize
@@ -40,6 +43,8 @@
 #include "runtime/world/reach.h"
 
 #define JOIN_POLL_S 0.001
+/* The resolver's connection, made at the first lookup, gives up after. */
+#define RESOLVER_CONNECT_S 10.0
 /* A barrier waits in slices this long, checking for dead ranks between. */
 #define DEAD_CHECK_S 0.25
 
@@ -54,7 +59,13 @@ static struct {
     td_init_params_t    params;
     td_store_server_t  *server;
     td_store_t         *store;         /* the application thread's */
-    td_store_t         *resolver;      /* the progress thread's lookups */
+    td_store_t         *resolver;      /* the progress thread's lookups:
+                                        * connected at the first one, under
+                                        * addr_lock (a rank that talks to
+                                        * nobody costs the store nothing) */
+    char                store_host[256];
+    uint16_t            store_port;
+    char               *token;         /* TODIST_JOB_TOKEN's copy or NULL */
     td_transport_t     *tp;
     pthread_mutex_t     addr_lock;
     addr_t             *addrs;
@@ -146,7 +157,21 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
     td_status_t status = TD_OK;
 
     pthread_mutex_lock(&rt.addr_lock);
-    if (rt.addrs[rank].addr == NULL) {
+    if (rt.addrs[rank].addr == NULL && !rt.pmix && rt.resolver == NULL) {
+        /* The store was up at td_init: no long retries (this may be the
+         * progress thread), and a refusal means rank 0 is gone. */
+        status = td_store_connect(rt.store_host, rt.store_port, rt.token,
+                                  RESOLVER_CONNECT_S, &rt.resolver);
+        if (status != TD_OK) {
+            char why[512];
+            snprintf(why, sizeof(why), "%s", td_last_error());
+            status = td_error(TD_ERR_PEER, "runtime: rank 0, which holds the "
+                              "store, is gone: cannot reach rank %d, whose "
+                              "address this rank never fetched (%s)", rank,
+                              why);
+        }
+    }
+    if (rt.addrs[rank].addr == NULL && status == TD_OK) {
         snprintf(key, sizeof(key), "td/addr/%d", rank);
         status = rt.pmix ? td_pmix_lookup(rank, &v, &len)
                          : td_store_get(rt.resolver, key,
@@ -288,21 +313,30 @@ watched_barrier(const char *name, double timeout, const char *what)
 }
 
 /* Barrier NAME where each rank first sets "NAME/in/<rank>", so a timeout
- * can say who is missing. */
+ * can say who is missing. ARRIVED: the prefix of per-rank keys every rank
+ * has set already ("PREFIX/<rank>", e.g. its address), which then serve
+ * as the arrivals and save the set (NULL: NAME/in). */
 static td_status_t
-named_barrier(const char *name, double timeout, const char *what)
+named_barrier(const char *name, const char *arrived, double timeout,
+              const char *what)
 {
     char key[128], missing[256];
     td_status_t status;
 
-    snprintf(key, sizeof(key), "%s/in/%d", name, rt.world.rank);
-    status = td_store_set(rt.store, key, "1", 1);
-    if (status != TD_OK) {
-        return status;
+    if (arrived == NULL) {
+        snprintf(key, sizeof(key), "%s/in/%d", name, rt.world.rank);
+        status = td_store_set(rt.store, key, "1", 1);
+        if (status != TD_OK) {
+            return status;
+        }
     }
     status = watched_barrier(name, timeout, what);
     if (status == TD_ERR_TIMEOUT) {
-        snprintf(key, sizeof(key), "%s/in", name);
+        if (arrived != NULL) {
+            snprintf(key, sizeof(key), "%s", arrived);
+        } else {
+            snprintf(key, sizeof(key), "%s/in", name);
+        }
         missing_ranks(key, missing, sizeof(missing));
         status = td_error(TD_ERR_TIMEOUT, "%s: rank%s %s did not arrive "
                           "within %.3g s", what, strchr(missing, ',') ||
@@ -321,7 +355,8 @@ td_barrier(double timeout)
         return td_error(TD_ERR_STATE, "barrier: td_init has not been called");
     }
     snprintf(name, sizeof(name), "td/barrier/%u", rt.barrier_gen++);
-    return named_barrier(name, timeout < 0 ? rt.params.init_timeout : timeout,
+    return named_barrier(name, NULL,
+                         timeout < 0 ? rt.params.init_timeout : timeout,
                          "barrier");
 }
 
@@ -514,9 +549,13 @@ td_init(const td_init_params_t *params)
         status = store_port_error(status, port, false);
         goto err_server;
     }
-    status = td_store_connect(host, port, token, rt.params.connect_timeout,
-                              &rt.resolver);
-    if (status != TD_OK) {
+    /* the resolver connects at the first address lookup (fetch_address) */
+    snprintf(rt.store_host, sizeof(rt.store_host), "%s", host);
+    rt.store_port = port;
+    free(rt.token);
+    rt.token = token != NULL && token[0] != '\0' ? strdup(token) : NULL;
+    if (token != NULL && token[0] != '\0' && rt.token == NULL) {
+        status = td_error(TD_ERR_NO_MEMORY, "init: out of memory");
         goto err_store;
     }
 
@@ -567,7 +606,9 @@ td_init(const td_init_params_t *params)
         goto err_modules;
     }
     rt.initialized = 1;
-    status = named_barrier("td/init", rt.params.init_timeout, "init");
+    /* every rank's address is its arrival (one set fewer per rank) */
+    status = named_barrier("td/init", "td/addr", rt.params.init_timeout,
+                           "init");
     if (status != TD_OK) {
         rt.initialized = 0;
         goto err_modules;
@@ -586,6 +627,8 @@ err_resolver:
 err_store:
     td_store_close(rt.store);
     rt.store = NULL;
+    free(rt.token);
+    rt.token = NULL;
 err_server:
     td_store_server_stop(rt.server);
     rt.server = NULL;
@@ -737,6 +780,8 @@ td_finalize(void)
     td_store_server_stop(rt.server);
     rt.resolver = rt.store = NULL;
     rt.server = NULL;
+    free(rt.token);
+    rt.token = NULL;
     for (int r = 0; r < rt.world.world_size; r++) {
         free(rt.addrs[r].addr);
     }

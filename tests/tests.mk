@@ -30,3 +30,8 @@ EXTRA_DIST += tests/test_reach_init.sh
 TESTS += tests/test_docs.sh tests/test_docs_commands.sh
 EXTRA_DIST += tests/test_docs.sh tests/test_docs_commands.sh tests/doc_blocks.sh \
 	tests/data/readme-terms.txt docs
+# start-up writes a fixed number of store keys per rank (issue 29.2)
+check_PROGRAMS += tests/startup_keys_peer
+tests_startup_keys_peer_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/test_startup.sh
+EXTRA_DIST += tests/test_startup.sh

@@ -11,3 +11,6 @@ EXTRA_DIST += bench/launch.sh
 check_PROGRAMS += bench/startup
 EXTRA_DIST += bench/startup.sh bench/startup_torch.py
 bench_startup_LDADD = $(TD_LDADD)
+# bench/store_ops: the store's per-operation costs (docs/startup.md).
+check_PROGRAMS += bench/store_ops
+bench_store_ops_LDADD = $(TD_LDADD)

@@ -14,6 +14,7 @@
 #include "kernels/module.h"
 #include "runtime/runtime.h"
 #include "runtime/coll/nccl.h"
+#include "runtime/rpc/device_map.h"
 #include "base/clock.h"
 #include "base/log.h"
 
@@ -149,7 +150,7 @@ nccl_kind(coll_kind_t k, td_nccl_kind_t *out)
     }
 }
 
-/* Every member published "1" under td/nccl/<rank> (device_map.c). */
+/* Every member published NCCL-capable under td/dev/<rank> (device_map.c). */
 static int
 group_capable(td_group_t *g)
 {
@@ -164,18 +165,13 @@ group_capable(td_group_t *g)
     }
     pthread_mutex_unlock(&comm_lock);
     for (int i = 0; i < g->n && cap && store != NULL; i++) {
-        char key[48];
-        void *v = NULL;
-        size_t len = 0;
+        int count = 0;
 
-        snprintf(key, sizeof(key), "td/nccl/%d", g->ranks[i]);
-        if (td_store_get(store, key, coll_timeout(), &v, &len) != TD_OK) {
+        if (td_device_maps_peer(store, g->ranks[i], coll_timeout(), &count,
+                                &cap) != TD_OK) {
             td_error_clear();
             cap = 0;
-        } else {
-            cap = len == 1 && ((char *)v)[0] == '1';
         }
-        free(v);
     }
     pthread_mutex_lock(&comm_lock);
     cap_digest[slot] = g->digest;
