@@ -12,7 +12,10 @@
 # init_process_group(gloo) and init_rpc at the same sizes (TORCH=0: not;
 # TORCH_SIZES, default "16 64", since 256 torch processes need ~80 GB).
 # A world of one runs the program directly (no launcher): its wall time
-# is the process's whole life, exec to exit.
+# is the process's whole life, exec to exit. SRUN=1: also srun --todist
+# with and without --mpi=pmix on tests/test_spank_slurm.sh's four-node
+# test cluster (needs root and Slurm's daemons; that test's
+# TD_BENCH_STARTUP hook runs the same program there).
 #
 # One line per run: what, size, wall s, slowest td_init, slowest
 # td_finalize (ms), resident memory per rank after td_init (median and
@@ -21,6 +24,7 @@ set -u
 B=$(cd "${1:-build}" && pwd)
 BEFORE=${2:+$(cd "$2" && pwd)}
 SIZES=${SIZES:-"1 16 64 256"}
+SRUN=${SRUN:-0}
 REPS=${REPS:-3}
 TORCH=${TORCH:-1}
 TORCH_SIZES=${TORCH_SIZES:-"16 64"}
@@ -92,4 +96,11 @@ if [ "$TORCH" = 1 ] && "$PY" -c 'import torch' 2>/dev/null; then
         run_one torch-gloo "$n" "" "$PY" "$SRC/bench/startup_torch.py" gloo
         run_one torch-rpc "$n" "" "$PY" "$SRC/bench/startup_torch.py" rpc
     done
+fi
+if [ "$SRUN" = 1 ]; then
+    echo "# srun --todist on tests/test_spank_slurm.sh's cluster (4 nodes on this machine)"
+    TD_BENCH_STARTUP=1 TD_BENCH_STARTUP_SIZES="$(echo " $SIZES " | sed 's/ 1 / /')" \
+        TD_BENCH_STARTUP_BEFORE="$BEFORE" \
+        make -C "$B" check TESTS=tests/test_spank_slurm.sh > "$OUT/srun" 2>&1
+    grep -h 'startup srun' "$B/tests/test_spank_slurm.log" | sed 's/^# //'
 fi

@@ -3,7 +3,8 @@
  * does anything else (the others wait for its "t/counted"): each rank's
  * start-up writes a fixed number of keys, so the count is a linear
  * function of the world whose slope is the per-rank store writes.
- * Prints "keys=K world=N". */
+ * Prints "keys=K world=N addr_bytes=A" (A: the size of rank 0's worker
+ * address, a figure docs/startup.md's model uses). */
 #include "config.h"
 
 #include <stdio.h>
@@ -32,7 +33,14 @@ main(void)
             printf("FAIL store: %s\n", td_last_error());
             rc = 1;
         }
-        printf("keys=%lld world=%d\n", (long long)n, td_world()->world_size);
+        if (td_store_get(store, "td/addr/0", 0, &v, &len) != TD_OK) {
+            printf("FAIL address: %s\n", td_last_error());
+            rc = 1;
+        }
+        printf("keys=%lld world=%d addr_bytes=%zu\n", (long long)n,
+               td_world()->world_size, len);
+        free(v);
+        v = NULL;
     } else if (td_store_get(store, "t/counted", 60, &v, &len) != TD_OK) {
         printf("FAIL wait: %s\n", td_last_error());
         rc = 1;
