@@ -25,3 +25,8 @@ check_PROGRAMS += tests/test_reach
 tests_test_reach_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/test_reach tests/test_reach_init.sh
 EXTRA_DIST += tests/test_reach_init.sh
+# the documentation: links, the map of docs/, nothing lost from the old
+# README, every variable and option documented (tests/test_docs.sh)
+TESTS += tests/test_docs.sh tests/test_docs_commands.sh
+EXTRA_DIST += tests/test_docs.sh tests/test_docs_commands.sh tests/doc_blocks.sh \
+	tests/data/readme-terms.txt docs
