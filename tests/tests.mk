@@ -30,3 +30,6 @@ EXTRA_DIST += tests/test_reach_init.sh
 TESTS += tests/test_docs.sh tests/test_docs_commands.sh
 EXTRA_DIST += tests/test_docs.sh tests/test_docs_commands.sh tests/doc_blocks.sh \
 	tests/data/readme-terms.txt docs
+# the demo's picture: two runs' metrics drawn together (scripts/plot-metrics.sh)
+TESTS += tests/test_plot_metrics.sh
+EXTRA_DIST += tests/test_plot_metrics.sh scripts/plot-metrics.sh
