@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/dist/dist_internal.h"
+#include "runtime/dist_autograd/dist_internal.h"
 #include <todist/todist.h>
 #include "tests/peer_check.h"
 

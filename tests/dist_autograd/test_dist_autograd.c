@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "tests/tap.h"
-#include "runtime/dist/dist_internal.h"
-#include "runtime/dist/dist_wire.h"
+#include "runtime/dist_autograd/dist_internal.h"
+#include "runtime/dist_autograd/dist_wire.h"
 #include <todist/ops.h>
 #include <todist/optim.h>
 

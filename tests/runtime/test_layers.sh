@@ -1,5 +1,5 @@
 #!/bin/sh
-# No call circle between the files of runtime/rpc/ and runtime/dist/: the
+# No call circle between the files of runtime/rpc/ and runtime/dist_autograd/: the
 # graph "A.o calls a function B.o defines" over their objects in the build
 # tree (nm) has no loop (tsort). Remote references, futures, value lists,
 # the wire codec, the pool and the driver each sit below what uses them.
@@ -14,9 +14,9 @@ objects() {
     [ -e "$1" ] || set -- "$top_builddir/$1"/libtodist_core_la-*.o
     for o in "$@"; do [ -e "$o" ] && echo "$o"; done
 }
-objs=$( (objects runtime/rpc; objects runtime/dist) | tr '\n' ' ')
+objs=$( (objects runtime/rpc; objects runtime/dist_autograd) | tr '\n' ' ')
 n=$(echo $objs | wc -w)
-ok "$([ "$n" -ge 12 ]; echo $?)" "$n objects in runtime/rpc and runtime/dist"
+ok "$([ "$n" -ge 12 ]; echo $?)" "$n objects in runtime/rpc and runtime/dist_autograd"
 
 name() { basename "$1" .o | sed 's/^libtodist_core_la-//'; }
 for o in $objs; do
@@ -37,5 +37,5 @@ like "$(cat "$TD_TMP/selftest")" "loop" "tsort reports a loop it is given"
 tsort "$TD_TMP/edges" >/dev/null 2>"$TD_TMP/loops"
 is "$(grep -v 'input contains a loop' "$TD_TMP/loops" |
       sed 's/^tsort: //' | tr '\n' ' ')" "" \
-   "no call circle in runtime/rpc and runtime/dist"
+   "no call circle in runtime/rpc and runtime/dist_autograd"
 done_testing

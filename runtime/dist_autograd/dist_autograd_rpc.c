@@ -1,4 +1,4 @@
-/* runtime/dist/dist_autograd_rpc.c: distributed autograd over RPC, the
+/* runtime/dist_autograd/dist_autograd_rpc.c: distributed autograd over RPC, the
  * engine's adapter. A runtime module (td_dist_autograd_module, after RPC
  * and rref in runtime/modules.c) whose attach plugs into RPC like remote
  * references do (td_rpc_plug: record send/recv nodes, the current context
@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/dist/dist_internal.h"
-#include "runtime/dist/dist_wire.h"
+#include "runtime/dist_autograd/dist_internal.h"
+#include "runtime/dist_autograd/dist_wire.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/pool.h"
 #include "runtime/runtime.h"

@@ -1,4 +1,4 @@
-/* runtime/dist/dist_internal.h: the distributed autograd engine's internal side
+/* runtime/dist_autograd/dist_internal.h: the distributed autograd engine's internal side
  * (not installed): one engine per worker, the hooks the RPC layer calls
  * when it sends or receives tensors, and the messages the engine asks the
  * RPC layer to carry (a "wire": propagate gradients, release a context).
@@ -21,10 +21,10 @@
  *   - a dead peer: td_dist_peer_failed().
  * The propagate header (context id, message id, flags, gradient count and
  * which gradients are present) has its own versioned codec in the RPC
- * adapter's runtime/dist/dist_wire.h; the gradient tensors travel as the
+ * adapter's runtime/dist_autograd/dist_wire.h; the gradient tensors travel as the
  * RPC layer's ordinary tensor bodies.
  *
- * Invariants of the engine (runtime/dist/dist_autograd.c keeps them):
+ * Invariants of the engine (runtime/dist_autograd/dist_autograd.c keeps them):
  *  1. A context id is (rank << 48) | counter with counter >= 1; a thread
  *     has at most one current context, begin inside one is TD_ERR_STATE.
  *  2. A send node is recorded only inside a context and only when at least
@@ -139,11 +139,11 @@ void        td_dist_engine_leave(const td_dist_scope_t *saved);
  * returns the previous one. RPC calls this around handlers. */
 int64_t     td_dist_set_current(int64_t ctx_id);
 
-/* Distributed autograd over RPC (runtime/dist/dist_autograd_rpc.c): the
+/* Distributed autograd over RPC (runtime/dist_autograd/dist_autograd_rpc.c): the
  * runtime module that plugs the engine into RPC (hooks, internal
  * functions) and makes this worker's engine at td_init. */
 extern const td_runtime_module_t td_dist_autograd_module;
-/* The optimizer over remote references (runtime/dist/dist_optim_remote.c):
+/* The optimizer over remote references (runtime/dist_autograd/dist_optim_remote.c):
  * its internal functions, so any worker may own parameters. */
 extern const td_runtime_module_t td_dist_optim_module;
 extern const td_runtime_module_t td_remote_module_module;  /* remote_module.c */

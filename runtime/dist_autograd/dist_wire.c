@@ -1,11 +1,11 @@
-/* runtime/dist/dist_wire.c: the propagate-gradients header codec of
+/* runtime/dist_autograd/dist_wire.c: the propagate-gradients header codec of
  * distributed autograd's RPC adapter (see dist_wire.h). */
 #include "config.h"
 
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime/dist/dist_wire.h"
+#include "runtime/dist_autograd/dist_wire.h"
 #include "base/byteorder.h"
 
 size_t

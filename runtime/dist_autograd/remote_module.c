@@ -1,4 +1,4 @@
-/* runtime/dist/remote_module.c: RemoteModule (todist/remote_module.h). The
+/* runtime/dist_autograd/remote_module.c: RemoteModule (todist/remote_module.h). The
  * owner keeps a bounded table of modules (RM1) behind one lock; the
  * internal functions "_td.rm.create", "_td.rm.forward", "_td.rm.param" and
  * "_td.rm.release" are registered by this runtime module's attach, before
@@ -17,7 +17,7 @@
 #include <todist/nn.h>
 #include <todist/dist_autograd.h>
 #include <todist/ops.h>
-#include "runtime/dist/dist_internal.h"
+#include "runtime/dist_autograd/dist_internal.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "base/log.h"
 

@@ -1,4 +1,4 @@
-/* runtime/dist/dist_optim.c: the per-owner part of the distributed optimizer:
+/* runtime/dist_autograd/dist_optim.c: the per-owner part of the distributed optimizer:
  * SGD, Adam and AdamW (PyTorch 1.13 rules, per-parameter state) over the gradients of a distributed
  * autograd context. State is kept in float64 per parameter element. */
 #include "config.h"

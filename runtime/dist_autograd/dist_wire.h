@@ -1,4 +1,4 @@
-/* runtime/dist/dist_wire.h: the propagate-gradients header, the one
+/* runtime/dist_autograd/dist_wire.h: the propagate-gradients header, the one
  * message format of distributed autograd's own (internal, not installed).
  * The RPC adapter (dist_autograd_rpc.c) sends it as the first value of a
  * "_td.dist.propagate" call; the gradients follow as tensors.
@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/dist/dist_internal.h"
+#include "runtime/dist_autograd/dist_internal.h"
 
 /* ---- the propagate-gradients header on the wire ----------------------
  * version(1) flags(1: bit0 retain_graph) n(2, LE) ctx_id(8, LE)

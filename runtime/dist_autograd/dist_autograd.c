@@ -1,5 +1,5 @@
-/* runtime/dist/dist_autograd.c: contexts, send/recv nodes and the distributed
- * backward protocol. The invariants are listed in runtime/dist/dist_internal.h;
+/* runtime/dist_autograd/dist_autograd.c: contexts, send/recv nodes and the distributed
+ * backward protocol. The invariants are listed in runtime/dist_autograd/dist_internal.h;
  * comments below say which one a piece of code keeps ("D4" = invariant 4). */
 #include "config.h"
 
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/dist/dist_internal.h"
+#include "runtime/dist_autograd/dist_internal.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/pool.h"
 #include "base/clock.h"

@@ -1,4 +1,4 @@
-/* runtime/dist/dist_optim_remote.c: the distributed optimizer over remote
+/* runtime/dist_autograd/dist_optim_remote.c: the distributed optimizer over remote
  * references: the caller's side (group by owner, one call per owner) and
  * the owner's side (internal functions keeping per-owner optimizers in a
  * table by id).
@@ -21,7 +21,7 @@
 #include <todist/rpc.h>
 #include <todist/rref.h>
 
-#include "runtime/dist/dist_internal.h"
+#include "runtime/dist_autograd/dist_internal.h"
 #include "runtime/runtime.h"
 #include "runtime/rpc/rref_internal.h"
 
