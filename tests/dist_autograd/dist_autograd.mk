@@ -1,5 +1,5 @@
 # tests of distributed autograd, the distributed optimizers and
-# RemoteModule (runtime/dist, to be runtime/dist_autograd).
+# RemoteModule (runtime/dist_autograd/).
 check_PROGRAMS += tests/dist_autograd/test_dist_autograd \
 	tests/dist_autograd/test_dist_optim
 tests_dist_autograd_test_dist_autograd_LDADD = $(TD_TEST_LDADD)

@@ -29,16 +29,16 @@ ended() { # rc output what
     unlike "$2" 'Assertion|Segmentation|killed by signal (6|11)|Aborted' "$3: no crash"
 }
 
-out=$(TODIST_FAULT=drop:call run 30 "$B/transport_peer" barrier 2>&1)
+out=$(TODIST_FAULT=drop:call run 30 "$B/transport/transport_peer" barrier 2>&1)
 like "$out" "TODIST_FAULT='drop:call' is not a list" \
      "a malformed TODIST_FAULT makes td_init fail, naming it"
-out=$(TODIST_FAULT=drop:colll:0.1 run 30 "$B/transport_peer" barrier 2>&1)
+out=$(TODIST_FAULT=drop:colll:0.1 run 30 "$B/transport/transport_peer" barrier 2>&1)
 like "$out" "TODIST_FAULT='drop:colll:0.1' is not a list.*KIND any\|call" \
      "an unknown message kind is refused (a rule that could never fire)"
 
 F="drop:call:0.03,drop:reply:0.03,corrupt:any:0.03,delay:any:0.02:20,seed=7"
 out=$(TODIST_RPC_TIMEOUT=5 TODIST_FINALIZE_TIMEOUT=60 TODIST_FAULT=$F \
-      run 240 todist-run -n 3 "$B/rpc_peer" faults 2>&1); rc=$?
+      run 240 todist-run -n 3 "$B/rpc/rpc_peer" faults 2>&1); rc=$?
 is "$rc" 0 "rpc under faults: every rank exits 0"
 expect "$out" fault_rpc_no_wrong_result fault_rpc_bounded \
     fault_rref_no_wrong_result fault_rref_bounded
@@ -57,7 +57,7 @@ is "$(printf '%s\n' "$out" | sed -n 's/.*td_finalize ended in \([0-9.]*\) s.*/\1
 scenario() { # what mode iters fault env...
     _what=$1 _mode=$2 _n=$3 _f=$4; shift 4
     _out=$(env TODIST_FINALIZE_TIMEOUT=30 TODIST_FAULT=$_f "$@" \
-           timeout -k 5 240 todist-run -n 3 "$B/fault_peer" "$_mode" "$_n" 2>&1)
+           timeout -k 5 240 todist-run -n 3 "$B/transport/fault_peer" "$_mode" "$_n" 2>&1)
     _rc=$?
     ended "$_rc" "$_out" "$_what under faults"
     unlike "$_out" '^(WRONG|SETUP FAILED)' \
@@ -89,7 +89,7 @@ scenario "collectives (transport only)" coll 8 \
 # sender, naming it malformed), intact ones arrive whole and in order,
 # none is lost; the receiver logs each one it rejected.
 out=$(TODIST_FAULT=corrupt:mbox:0.2,seed=4 TODIST_COLL_TIMEOUT=1 \
-      run 60 todist-run -n 2 "$B/coll_peer" mbox_fault 2>&1); rc=$?
+      run 60 todist-run -n 2 "$B/coll/coll_peer" mbox_fault 2>&1); rc=$?
 ended "$rc" "$out" "mailbox messages under faults"
 expect "$out" mbox_fault_sender_told mbox_fault_received_whole \
     mbox_fault_none_lost
