@@ -20,3 +20,4 @@ include $(srcdir)/tests/runtime/runtime.mk
 include $(srcdir)/tests/spank/spank.mk
 include $(srcdir)/tests/tools/tools.mk
 include $(srcdir)/tests/tree/tree.mk
+include $(srcdir)/tests/docs/docs.mk
