@@ -4,3 +4,4 @@ check_PROGRAMS += examples/pipeline_mlp
 examples_pipeline_mlp_LDADD = $(TD_LDADD) $(BLAS_LIBS) -lm
 TESTS += tests/pipe/test_pipeline_mlp.sh
 EXTRA_DIST += tests/pipe/test_pipeline_mlp.sh
+EXTRA_DIST += bench/pipeline.sh
