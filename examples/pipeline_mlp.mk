@@ -5,3 +5,4 @@ examples_pipeline_mlp_LDADD = $(TD_LDADD) $(BLAS_LIBS) -lm
 TESTS += tests/pipe/test_pipeline_mlp.sh
 EXTRA_DIST += tests/pipe/test_pipeline_mlp.sh
 EXTRA_DIST += bench/pipeline.sh
+EXTRA_DIST += bench/pipeline_rpc_torch.py
