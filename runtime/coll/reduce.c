@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/reduce.h"
 
 /* GCC 12's -O2 leaves these loops scalar (measured: a 512 KiB float sum
  * took a third of a 1 MiB all_reduce): vectorize them, and pick the
