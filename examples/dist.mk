@@ -17,6 +17,9 @@ check_PROGRAMS += examples/fashion_mnist_ddp
 examples_fashion_mnist_ddp_LDADD = $(TD_LDADD) $(BLAS_LIBS)
 TESTS += tests/examples/test_fashion_mnist_ddp.sh
 EXTRA_DIST += tests/examples/test_fashion_mnist_ddp.sh scripts/plot-metrics.sh
+# the demo's picture: two runs' metrics drawn together (scripts/plot-metrics.sh)
+TESTS += tests/examples/test_plot_metrics.sh
+EXTRA_DIST += tests/examples/test_plot_metrics.sh
 # ring_allreduce: seed 004's ring all-reduce from send/recv, checked
 # against td_all_reduce (tests/coll/test_coll.sh runs it).
 check_PROGRAMS += examples/ring_allreduce

@@ -1,5 +1,6 @@
-/* runtime/coll/reduce.h: the reduction kernels the algorithms use
- * (internal; reduce.c). Pure functions on host memory. */
+/* runtime/coll/reduce.h: the reductions the algorithms use (internal;
+ * reduce.c dispatches them to the kernel table's CPU row). Pure functions
+ * on host memory. */
 #ifndef TD_RUNTIME_COLL_REDUCE_H
 #define TD_RUNTIME_COLL_REDUCE_H
 

@@ -74,6 +74,13 @@ struct td_node {
 };
 
 /* internal helpers shared by tensor.c, ops_*.c, autograd.c */
+/* Same device (cpu has one). */
+static inline int
+td__device_same(td_device_t a, td_device_t b)
+{
+    return a.type == b.type && (a.type == TD_DEVICE_CPU || a.index == b.index);
+}
+
 td_status_t td_tensor_new_view(td_tensor_t *base, const int64_t *shape,
                                const int64_t *strides, int ndim,
                                int64_t offset, td_tensor_t **out);

@@ -5,9 +5,9 @@
 # stays a landing page, nothing the old 1,139-line README documented was
 # lost in the move to docs/ (tests/data/readme-terms.txt), and every
 # TODIST_* variable the code reads and every option the tools accept is
-# documented somewhere in docs/.
+# documented somewhere in docs/, and every path of the tree they name exists.
 . "$top_srcdir/tests/lib.sh"
-plan 12
+plan 13
 S=$top_srcdir
 
 # Markdown without fenced code blocks and inline code spans (a link inside
@@ -125,7 +125,21 @@ for tool in todist-run todist-info todist-topo; do
     is "$undoc" "" "every option of $tool --help is in docs/ ($(echo $opts | wc -w) options)"
 done
 
-# 12. The manual pages the docs point at are in the tree.
+# 12. Every path of the tree the prose names in code (`runtime/coll/shm.c`,
+# `tests/test_faults.sh`, `bench/rpc_latency`) exists, in the source tree or,
+# for programs, in the build.
+stale=
+for f in $pages; do
+    awk '/^[ ]*```/ { f = !f; next } !f' "$f" | grep -oE '`[^`]+`' | tr -d '`' |
+        awk '{ print $1 }' |
+        grep -E '^(base|runtime|ucx_transport|kernels|topology|tools|examples|bench|fuzz|spank|include|tests|scripts|man|contrib|docs|python)/[A-Za-z0-9_./-]*$'
+done | sort -u > "$TD_TMP/paths"
+while IFS= read -r p; do
+    [ -e "$S/$p" ] || [ -e "$top_builddir/$p" ] || stale="$stale $p"
+done < "$TD_TMP/paths"
+is "$stale" "" "every tree path the docs name exists ($(wc -l < "$TD_TMP/paths") paths)"
+
+# 13. The manual pages the docs point at are in the tree.
 ok "$(for m in todist-run.1 todist-info.1 todist-topo.1 todist.spank.8; do
           [ -f "$S/man/$m" ] || exit 1; done; echo 0)" \
    "man/ holds the pages docs/ names (man -l man/todist-run.1 ...)"
