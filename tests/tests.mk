@@ -22,3 +22,4 @@ include $(srcdir)/tests/spank/spank.mk
 include $(srcdir)/tests/tools/tools.mk
 include $(srcdir)/tests/tree/tree.mk
 include $(srcdir)/tests/docs/docs.mk
+include $(srcdir)/tests/hosts/hosts.mk
