@@ -14,6 +14,8 @@
 #include "kernels/module.h"
 #include "runtime/runtime.h"
 #include "runtime/coll/nccl.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/tx.h"
 #include "runtime/rpc/device_map.h"
 #include "base/clock.h"
 #include "base/log.h"

@@ -4,7 +4,8 @@
  * the kernels that produced the data, cuda_device.h G2), and a stream
  * synchronise as the wait. For CUDA these are the CUDA module's; for the
  * test backend (device.h D4) malloc and memcpy, so the same code runs on
- * every machine. TD_ERR_UNSUPPORTED "no CUDA device: ..." without a
+ * every machine (the engine: tests/transport/staging_peer.c).
+ * TD_ERR_UNSUPPORTED "no CUDA device: ..." without a
  * device. The CUDA copies have run on no GPU yet (see bench/RESULTS.md).
  * Thread-safe. */
 #ifndef TD_RUNTIME_RPC_STAGING_CUDA_H
