@@ -7,13 +7,20 @@ pkgs="autoconf automake libtool pkg-config make gcc
   dataset-fashion-mnist
   libslurm-dev slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
   libpmix-dev
-  valgrind procps iproute2 ca-certificates
-  valgrind procps iproute2 ca-certificates gnuplot-nox
+  valgrind procps iproute2 ca-certificates gnuplot-nox man-db
   lmod"
 # PyTorch gives reference values and benchmark baselines; tests pass without.
-[ "${TODIST_WITH_TORCH:-0}" = 1 ] && pkgs="$pkgs python3-torch python3-numpy"
+torch="python3-torch python3-numpy"
+[ "${TODIST_WITH_TORCH:-0}" = 1 ] && pkgs="$pkgs $torch"
 # Open MPI and gloo (torch) are the baselines of bench/collectives.sh.
-[ "${TODIST_WITH_BASELINES:-0}" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev python3-torch python3-numpy"
+[ "${TODIST_WITH_BASELINES:-0}" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev $torch"
+# Each package once (both options may be given).
+pkgs=$(printf '%s\n' $pkgs | awk '!seen[$0]++')
+# TODIST_DEPS_LIST=1: print the list and install nothing (tests/tree/test_install_deps.sh).
+if [ "${TODIST_DEPS_LIST:-0}" = 1 ]; then
+    printf '%s\n' $pkgs
+    exit 0
+fi
 
 missing=""
 for p in $pkgs; do
