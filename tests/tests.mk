@@ -16,8 +16,10 @@ include $(srcdir)/tests/rpc/rpc.mk
 include $(srcdir)/tests/coll/coll.mk
 include $(srcdir)/tests/dist_autograd/dist_autograd.mk
 include $(srcdir)/tests/ddp/ddp.mk
+include $(srcdir)/tests/pipe/pipe.mk
 include $(srcdir)/tests/runtime/runtime.mk
 include $(srcdir)/tests/spank/spank.mk
 include $(srcdir)/tests/tools/tools.mk
 include $(srcdir)/tests/tree/tree.mk
 include $(srcdir)/tests/docs/docs.mk
+include $(srcdir)/tests/hosts/hosts.mk

@@ -2,8 +2,11 @@
  * Gradients come from real distributed-autograd contexts (a local engine),
  * and the parameters after every step must equal torch.optim's (reference
  * values from tests/dist_autograd/gen_dist_optim_ref.py, committed in
- * tests/dist_autograd/dist_optim_ref.h). Also: skipped parameters, concurrent steps on
- * one optimizer are serialized, bad hyper-parameters are rejected. */
+ * tests/dist_autograd/dist_optim_ref.h), on the cpu and on a device (the
+ * test backend's "cuda:1", host memory behind the kernel table: the
+ * optimizer takes device tensors, its state lives beside them). Also:
+ * skipped parameters, concurrent steps on one optimizer are serialized,
+ * bad hyper-parameters are rejected. */
 #include "config.h"
 
 #include <math.h>
@@ -11,18 +14,25 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/device.h"
 #include "tests/tap.h"
 #include "tests/dist_autograd/dist_optim_ref.h"
 #include <todist/dist_autograd.h>
 #include <todist/dist_optim.h>
 #include <todist/ops.h>
 
+#define DEV1 ((td_device_t){TD_DEVICE_CUDA, 1})
+
+static td_device_t on_device = {TD_DEVICE_CPU, 0};  /* where vec puts it */
+
 static td_tensor_t *
 vec(const double *v, int64_t n, int requires_grad)
 {
-    td_tensor_t *t = NULL;
+    td_tensor_t *c = NULL, *t = NULL;
 
-    td_tensor_from_data(v, &n, 1, TD_FLOAT64, &t);
+    td_tensor_from_data(v, &n, 1, TD_FLOAT64, &c);
+    td_tensor_to(c, on_device, &t);
+    td_tensor_release(c);
     if (requires_grad) {
         td_tensor_set_requires_grad(t, 1);
     }
@@ -42,14 +52,23 @@ dot(td_tensor_t *p, const double *g, int64_t n)
     return s;
 }
 
+/* the largest |t - want| (T on any device); infinity when T is not on
+ * ON_DEVICE (the optimizer must update it where it lives) */
 static double
 maxdiff(td_tensor_t *t, const double *want, int64_t n)
 {
+    td_device_t d = td_tensor_device(t);
+    td_tensor_t *h = NULL;
     double m = 0;
 
-    for (int64_t i = 0; i < n; i++) {
-        m = fmax(m, fabs(((double *)td_tensor_data(t))[i] - want[i]));
+    if (d.type != on_device.type || d.index != on_device.index ||
+        td_tensor_to(t, TD_CPU, &h) != TD_OK) {
+        return INFINITY;
     }
+    for (int64_t i = 0; i < n; i++) {
+        m = fmax(m, fabs(((double *)td_tensor_data(h))[i] - want[i]));
+    }
+    td_tensor_release(h);
     return m;
 }
 
@@ -100,7 +119,7 @@ static const char *names[REF_CONFIGS] = {
     "Adam", "Adam amsgrad+weight_decay+betas", "AdamW"};
 
 static void
-test_against_torch(int c)
+test_against_torch(int c, const char *where)
 {
     double a0[6], b0[3] = {0.5, -0.25, 0.125};
     td_tensor_t *a, *b;
@@ -114,7 +133,15 @@ test_against_torch(int c)
     a = vec(a0, 6, 1);
     b = vec(b0, 3, 1);
     is_int(create(c, (td_tensor_t *[]){a, b}, 2, &o), TD_OK,
-           "%s: create", names[c]);
+           "%s on %s: create", names[c], where);
+    if (o == NULL) {
+        for (int i = 0; i < 4; i++) {
+            ok(0, "%s on %s: no optimizer to step", names[c], where);
+        }
+        td_tensor_release(a);
+        td_tensor_release(b);
+        return;
+    }
     for (int k = 0; k < REF_STEPS; k++) {
         double ga[6], gb[3];
         td_tensor_t *loss, *lb, *sum = NULL;
@@ -142,15 +169,49 @@ test_against_torch(int c)
         worst_a = fmax(worst_a, maxdiff(a, ref_a[c][k], 6));
         worst_b = fmax(worst_b, maxdiff(b, ref_b[c][k], 3));
     }
-    is_int(bad, 0, "%s: %d backwards and steps", names[c], REF_STEPS);
-    ok(worst_a <= 1e-12, "%s: A equals torch.optim after every step (%.2g)",
-       names[c], worst_a);
-    ok(worst_b <= 1e-12, "%s: B (no gradient at steps 1, 3) equals torch "
-       "(%.2g)", names[c], worst_b);
-    ok(td_tensor_grad(a) == NULL, "%s: .grad untouched", names[c]);
+    is_int(bad, 0, "%s on %s: %d backwards and steps", names[c], where,
+           REF_STEPS);
+    ok(worst_a <= 1e-12, "%s on %s: A equals torch.optim after every step "
+       "(%.2g)", names[c], where, worst_a);
+    ok(worst_b <= 1e-12, "%s on %s: B (no gradient at steps 1, 3) equals "
+       "torch (%.2g)", names[c], where, worst_b);
+    ok(td_tensor_grad(a) == NULL, "%s on %s: .grad untouched", names[c],
+       where);
     td_dist_optim_destroy(o);
     td_tensor_release(a);
     td_tensor_release(b);
+}
+
+/* The state of a parameter on a device lives on that device: SGD with
+ * momentum keeps one buffer per parameter, made at the first step and
+ * freed with the optimizer. */
+static void
+test_device_state(void)
+{
+    double v[4] = {1, 2, 3, 4};
+    td_tensor_t *p = vec(v, 4, 1), *loss = NULL;
+    td_sgd_opts_t hp = {.lr = 0.5, .momentum = 0.9};
+    td_dist_optim_t *o = NULL;
+    long live0, live1, live2;
+    int64_t ctx;
+
+    td_dist_optim_sgd(&p, 1, &hp, &o);
+    live0 = td_device_test_live(1);
+    td_sum(p, &loss);
+    td_dist_autograd_begin(&ctx);
+    td_dist_backward(ctx, &loss, 1, 0);
+    is_int(td_dist_optim_step(o, ctx), TD_OK, "a step on cuda:1");
+    td_dist_autograd_end(ctx);
+    td_tensor_release(loss);
+    live1 = td_device_test_live(1);
+    td_dist_optim_destroy(o);
+    live2 = td_device_test_live(1);
+    ok(maxdiff(p, (double[]){0.5, 1.5, 2.5, 3.5}, 4) == 0,
+       "... p -= 0.5 on cuda:1");
+    is_int((int)(live1 - live0), 1, "the momentum buffer is a block of "
+           "cuda:1");
+    is_int((int)(live1 - live2), 1, "... freed with the optimizer");
+    td_tensor_release(p);
 }
 
 /* ---- concurrent steps ---------------------------------------------------- */
@@ -257,10 +318,20 @@ test_rejects(void)
 int
 main(void)
 {
-    plan(REF_CONFIGS * 4 + 3 + 16);
+    plan(REF_CONFIGS * 5 * 2 + 1 + 4 + 3 + 10);
     for (int c = 0; c < REF_CONFIGS; c++) {
-        test_against_torch(c);
+        test_against_torch(c, "cpu");
     }
+    /* before anything touches a device; then the ops, the gradients and
+     * the optimizer's updates run behind the test backend's kernel row */
+    is_int(td_device_test_backend_install(2), TD_OK,
+           "test device backend installed");
+    on_device = DEV1;
+    for (int c = 0; c < REF_CONFIGS; c++) {
+        test_against_torch(c, "cuda:1");
+    }
+    test_device_state();
+    on_device = TD_CPU;
     test_concurrent();
     test_rejects();
     return exit_status();

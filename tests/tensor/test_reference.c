@@ -487,6 +487,65 @@ test_optim(const char *name)
     td_tensor_release(y);
 }
 
+/* State is per parameter, as in torch: B gets its first gradient at step
+ * 2, so its momentum buffer starts there as that gradient (not from zero
+ * with dampening) and its Adam step count is 1 (values from torch 1.13:
+ * a.sum() at step 1, (a + b).sum() at step 2, float64). */
+static void
+test_optim_late_param(void)
+{
+    static const double want[2][2] = {{0.76, 1.9},
+                                      {0.9800000002000001, 1.9900000001}};
+    static const char *what[2] = {"SGD momentum 0.9 dampening 0.5",
+                                  "Adam lr 0.01"};
+
+    for (int k = 0; k < 2; k++) {
+        int64_t one = 1;
+        td_tensor_t *a = NULL, *b = NULL, *sum = NULL, *loss = NULL;
+        td_optim_t *opt = NULL;
+        td_status_t st;
+        double av = 0, bv = 0;
+
+        td_tensor_full(&one, 1, TD_FLOAT64, 1.0, &a);
+        td_tensor_full(&one, 1, TD_FLOAT64, 2.0, &b);
+        td_tensor_set_requires_grad(a, 1);
+        td_tensor_set_requires_grad(b, 1);
+        if (k == 0) {
+            td_sgd_opts_t o = {0.1, 0.9, 0.5, 0, 0};
+            st = td_optim_sgd((td_tensor_t *[]){a, b}, 2, &o, &opt);
+        } else {
+            td_adam_opts_t o = td_adam_defaults();
+            o.lr = 0.01;
+            st = td_optim_adam((td_tensor_t *[]){a, b}, 2, &o, &opt);
+        }
+        for (int s = 0; st == TD_OK && s < 2; s++) {
+            td_tensor_set_grad(a, NULL);
+            td_tensor_set_grad(b, NULL);
+            st = s == 0 ? td_sum(a, &loss) : td_add(a, b, &sum);
+            if (st == TD_OK && s == 1) {
+                st = td_sum(sum, &loss);
+                td_tensor_release(sum);
+            }
+            if (st == TD_OK) {
+                st = td_backward(&loss, NULL, 1, 0, 0);
+                td_tensor_release(loss);
+            }
+            if (st == TD_OK) {
+                st = td_optim_step(opt);
+            }
+        }
+        td_tensor_item(a, &av);
+        td_tensor_item(b, &bv);
+        ok(st == TD_OK && fabs(av - want[k][0]) < 1e-12 &&
+           fabs(bv - want[k][1]) < 1e-12, "%s: a parameter first given a "
+           "gradient at step 2 gets its own state (a %.10g, b %.10g; torch "
+           "%.10g, %.10g)", what[k], av, bv, want[k][0], want[k][1]);
+        td_optim_free(opt);
+        td_tensor_release(a);
+        td_tensor_release(b);
+    }
+}
+
 int
 main(void)
 {
@@ -497,7 +556,7 @@ main(void)
 
     snprintf(ref_path, sizeof(ref_path), "%s/tests/data/reference.safetensors",
              src ? src : ".");
-    plan(2 * ncase + 4 + 3 + 12 + 2);
+    plan(2 * ncase + 4 + 3 + 12 + 2 + 2);
     idx_t = get("ce.idx");
     bag_idx = get("bag.idx");
     bag_off = get("bag.off");
@@ -518,6 +577,7 @@ main(void)
     for (int i = 0; i < 6; i++) {
         test_optim(opts[i]);
     }
+    test_optim_late_param();
     td_tensor_release(idx_t);
     td_tensor_release(bag_idx);
     td_tensor_release(bag_off);
