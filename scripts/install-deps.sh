@@ -7,9 +7,7 @@ pkgs="autoconf automake libtool pkg-config make gcc
   dataset-fashion-mnist
   libslurm-dev slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
   libpmix-dev
-  valgrind procps iproute2 ca-certificates gnuplot-nox man-db
-  valgrind procps iproute2 ca-certificates
-  valgrind procps iproute2 ca-certificates gnuplot-nox strace
+  valgrind procps iproute2 ca-certificates gnuplot-nox man-db strace
   lmod"
 # PyTorch gives reference values and benchmark baselines; tests pass without.
 torch="python3-torch python3-numpy"
