@@ -2,5 +2,5 @@
 # Built by `make check` (its test runs it) or `make examples/fashion_mnist`.
 check_PROGRAMS += examples/fashion_mnist
 examples_fashion_mnist_LDADD = $(TD_LDADD) $(BLAS_LIBS)
-TESTS += tests/test_fashion_mnist.sh
-EXTRA_DIST += tests/test_fashion_mnist.sh examples/fmnist_options.h
+TESTS += tests/examples/test_fashion_mnist.sh
+EXTRA_DIST += tests/examples/test_fashion_mnist.sh examples/fmnist_options.h

@@ -7,9 +7,17 @@
  * with all_reduce. Run it with `todist-run -n N` or `srun --todist`:
  *   step=100 loss=0.6123 samples_per_s=84500
  *   epoch=1 train_loss=0.5123 test_accuracy=0.8531 seconds=0.7
+ * (step counts this rank's steps from the start of the run, loss is the mean
+ * over the steps since the last line).
  * Options: those of examples/fashion_mnist (--epochs --batch-size (per
  * rank) --lr --optimizer --threads --seed --data --hidden --max-batches)
- * and --log-every N (steps; 0: off), --metrics FILE (JSON lines, rank 0),
+ * and --log-every N (steps; 0: off), --metrics FILE (JSON lines, rank 0: a
+ * first record {"workers", "batch_per_worker", "cores"}, then one per
+ * progress line {"epoch", "step", "time", "loss", "samples_per_s"} and one
+ * per epoch {"epoch", "train_loss", "test_accuracy", "samples_per_s",
+ * "time", "seconds"}; time is wall-clock seconds since training started,
+ * what scripts/plot-metrics.sh draws runs of different sizes against),
+ * --metrics-every N (steps between progress records; default --log-every),
  * --checkpoint FILE (rank 0 saves the model and the epoch after every
  * epoch), --resume (start from FILE's epoch when it exists: restarted jobs,
  * `todist-run --max-restarts`, continue where they stopped). */
@@ -40,13 +48,46 @@ now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The steps since the last progress line or metrics record: their mean
+ * loss and their samples per second. */
+typedef struct {
+    long    every;       /* steps between reports; 0: none */
+    double  loss, t;     /* sum of the losses; when the window opened */
+    int64_t samples;     /* this rank's samples in the window */
+} window_t;
+
+static void
+window_add(window_t *w, double loss, int64_t samples)
+{
+    w->loss += loss;
+    w->samples += samples;
+}
+
+/* Report due at STEP? Then the window's mean loss and samples/s (RANKS
+ * ranks alike), and a new window opens at NOW. */
+static int
+window_due(window_t *w, int64_t step, int ranks, double now_s,
+           double *mean_p, double *sps_p)
+{
+    if (w->every <= 0 || step % w->every != 0) {
+        return 0;
+    }
+    *mean_p = w->loss / (double)w->every;
+    *sps_p = now_s > w->t ? (double)(w->samples * ranks) / (now_s - w->t) : 0;
+    w->loss = 0;
+    w->samples = 0;
+    w->t = now_s;
+    return 1;
+}
+
 static void
 usage(FILE *f)
 {
     fprintf(f, "usage: fashion_mnist_ddp [--epochs N] [--batch-size N] "
             "[--lr X] [--optimizer sgd|adam] [--threads N] [--seed N] "
             "[--data DIR] [--hidden N] [--max-batches N] [--log-every N] "
-            "[--metrics FILE] [--checkpoint FILE] [--resume]\n"
+            "[--metrics FILE] [--metrics-every N] [--checkpoint FILE] "
+            "[--resume]\n"
             "run under todist-run -n N or srun --todist\n");
 }
 
@@ -126,8 +167,8 @@ evaluate(td_mlp_t *m, td_tensor_t *images, td_tensor_t *labels, double *acc)
 /* Pull this example's own options out of ARGV (the rest are
  * fashion_mnist's); returns 2 on a bad value. */
 static int
-own_options(int *argc, char **argv, long *log_every, const char **metrics,
-            const char **ckpt, int *resume)
+own_options(int *argc, char **argv, long *log_every, long *metrics_every,
+            const char **metrics, const char **ckpt, int *resume)
 {
     int k = 1;
 
@@ -136,21 +177,24 @@ own_options(int *argc, char **argv, long *log_every, const char **metrics,
         if (strcmp(a, "--resume") == 0) {
             *resume = 1;
         } else if (strcmp(a, "--log-every") == 0 ||
+                   strcmp(a, "--metrics-every") == 0 ||
                    strcmp(a, "--metrics") == 0 ||
                    strcmp(a, "--checkpoint") == 0) {
             if (v == NULL) {
                 fprintf(stderr, "fashion_mnist_ddp: %s needs a value\n", a);
                 return 2;
             }
-            if (a[2] == 'l') {
+            if (strcmp(a, "--log-every") == 0 ||
+                strcmp(a, "--metrics-every") == 0) {
                 char *end;
-                *log_every = strtol(v, &end, 10);
-                if (*end != '\0' || *log_every < 0) {
-                    fprintf(stderr, "fashion_mnist_ddp: --log-every %s: not "
-                            "a step count\n", v);
+                long n = strtol(v, &end, 10);
+                if (*end != '\0' || n < 0) {
+                    fprintf(stderr, "fashion_mnist_ddp: %s %s: not "
+                            "a step count\n", a, v);
                     return 2;
                 }
-            } else if (a[2] == 'm') {
+                *(a[2] == 'l' ? log_every : metrics_every) = n;
+            } else if (strcmp(a, "--metrics") == 0) {
                 *metrics = v;
             } else {
                 *ckpt = v;
@@ -201,7 +245,7 @@ int
 main(int argc, char **argv)
 {
     fmnist_opts_t o;
-    long log_every = 100;
+    long log_every = 100, metrics_every = -1;   /* -1: as --log-every */
     const char *metrics = NULL, *ckpt = NULL;
     int resume = 0, first_epoch = 1, rc;
     td_tensor_t *tr_x, *tr_y, *te_x, *te_y;
@@ -214,7 +258,8 @@ main(int argc, char **argv)
     FILE *mf = NULL;
     td_status_t status;
 
-    rc = own_options(&argc, argv, &log_every, &metrics, &ckpt, &resume);
+    rc = own_options(&argc, argv, &log_every, &metrics_every, &metrics, &ckpt,
+                     &resume);
     if (rc >= 0) {
         return rc;
     }
@@ -292,9 +337,21 @@ main(int argc, char **argv)
         perror(metrics);
         return 1;
     }
+    if (mf != NULL) {
+        fprintf(mf, "{\"workers\": %d, \"batch_per_worker\": %d, "
+                "\"cores\": %ld}\n", world, (int)o.batch,
+                sysconf(_SC_NPROCESSORS_ONLN));
+        fflush(mf);
+    }
+    double t_start = now();          /* the wall clock of the metrics */
+    int64_t step = 0;                /* this rank's steps since the start */
+    window_t logw = {log_every, 0, t_start, 0};
+    window_t metw = {metrics_every < 0 ? log_every : metrics_every, 0,
+                     t_start, 0};
     for (int ep = first_epoch; ep <= o.epochs; ep++) {
-        double t0 = now(), tl = t0, loss_sum = 0, acc = 0;
-        int64_t nb = 0, step_samples = 0;
+        double t0 = now(), loss_sum = 0, acc = 0;
+        double t_eval;
+        int64_t nb = 0, epoch_samples = 0;
         td_tensor_t *x, *y, *logits, *loss;
         int r;
 
@@ -306,7 +363,7 @@ main(int argc, char **argv)
         }
         while ((r = td_batcher_next(batcher, &x, &y)) == 1) {
             double lv = 0;
-            step_samples += td_tensor_numel(y);
+            epoch_samples += td_tensor_numel(y);
             status = td_mlp_forward(mlp, x, &logits);
             if (status == TD_OK) {
                 status = td_cross_entropy(logits, y, TD_REDUCTION_MEAN, &loss);
@@ -316,6 +373,8 @@ main(int argc, char **argv)
                 status = td_ddp_backward(ddp, loss);
                 td_tensor_item(loss, &lv);
                 loss_sum += lv;
+                window_add(&logw, lv, td_tensor_numel(y));
+                window_add(&metw, lv, td_tensor_numel(y));
                 td_tensor_release(loss);
             }
             if (status == TD_OK) {
@@ -333,18 +392,18 @@ main(int argc, char **argv)
                 return die("training step");
             }
             nb++;
-            if (rank == 0 && log_every > 0 && nb % log_every == 0) {
-                double t = now();
+            step++;
+            double t = now(), mean, sps;
+            if (window_due(&logw, step, world, t, &mean, &sps) && rank == 0) {
                 printf("step=%lld loss=%.4f samples_per_s=%.0f\n",
-                       (long long)nb, lv, step_samples * world / (t - tl));
+                       (long long)step, mean, sps);
                 fflush(stdout);
-                if (mf != NULL) {
-                    fprintf(mf, "{\"epoch\": %d, \"step\": %lld, \"loss\": "
-                            "%.6f}\n", ep, (long long)nb, lv);
-                    fflush(mf);
-                }
-                tl = t;
-                step_samples = 0;
+            }
+            if (window_due(&metw, step, world, t, &mean, &sps) && mf != NULL) {
+                fprintf(mf, "{\"epoch\": %d, \"step\": %lld, \"time\": %.3f, "
+                        "\"loss\": %.6f, \"samples_per_s\": %.0f}\n", ep,
+                        (long long)step, t - t_start, mean, sps);
+                fflush(mf);
             }
             if (nb == o.max_batches) {
                 break;
@@ -353,6 +412,7 @@ main(int argc, char **argv)
         if (r < 0) {
             return die("batch");
         }
+        t_eval = now();
         if (evaluate(mlp, te_x, te_y, &acc) != TD_OK) {
             return die("evaluation");
         }
@@ -363,8 +423,11 @@ main(int argc, char **argv)
             fflush(stdout);
             if (mf != NULL) {
                 fprintf(mf, "{\"epoch\": %d, \"train_loss\": %.6f, "
-                        "\"test_accuracy\": %.6f, \"seconds\": %.3f}\n", ep,
-                        nb > 0 ? loss_sum / (double)nb : 0.0, acc, secs);
+                        "\"test_accuracy\": %.6f, \"samples_per_s\": %.0f, "
+                        "\"time\": %.3f, \"seconds\": %.3f}\n", ep,
+                        nb > 0 ? loss_sum / (double)nb : 0.0, acc,
+                        epoch_samples * world / (t_eval - t0),
+                        now() - t_start, secs);
                 fflush(mf);
             }
             if (ckpt != NULL && save_checkpoint(ckpt, mlp, ep) != TD_OK) {

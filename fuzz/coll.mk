@@ -2,7 +2,7 @@
 # fuzz/README); same flags as fuzz/rpc.mk.
 #   make fuzz/coll_wire_fuzz         build it
 #   make fuzz-coll [FUZZ_TIME=60]    run it, growing its corpus
-# tests/test_fuzz_targets.sh runs it briefly in `make check` when clang
+# tests/fuzz/test_fuzz_targets.sh runs it briefly in `make check` when clang
 # can build fuzzers.
 fuzz/coll_wire_fuzz: $(top_srcdir)/fuzz/coll_wire_fuzz.c \
 		$(top_srcdir)/runtime/coll/wire.c libtodist_core.la

@@ -2,7 +2,7 @@
 # reader and the IDX reader (see fuzz/README); same flags as fuzz/rpc.mk.
 #   make fuzz/store_frame_fuzz fuzz/safetensors_fuzz fuzz/idx_fuzz
 #   make fuzz-files [FUZZ_TIME=60]   run each, growing its corpus
-# tests/test_fuzz_targets.sh runs each briefly in `make check` when clang
+# tests/fuzz/test_fuzz_targets.sh runs each briefly in `make check` when clang
 # can build fuzzers.
 TD_FUZZ_BUILD = $(FUZZ_CC) $(FUZZ_FLAGS) $(DEFS) -I$(top_builddir) \
 	-I$(top_srcdir) -I$(top_srcdir)/include $(UCX_CFLAGS) $(CRYPTO_CFLAGS)
@@ -33,5 +33,5 @@ CLEANFILES += fuzz/store_frame_fuzz fuzz/safetensors_fuzz fuzz/idx_fuzz
 EXTRA_DIST += fuzz/store_frame_fuzz.c fuzz/safetensors_fuzz.c \
 	fuzz/idx_fuzz.c fuzz/file_fuzz.h fuzz/make_corpus_files.py \
 	fuzz/files.mk
-TESTS += tests/test_fuzz_targets.sh
-EXTRA_DIST += tests/test_fuzz_targets.sh
+TESTS += tests/fuzz/test_fuzz_targets.sh
+EXTRA_DIST += tests/fuzz/test_fuzz_targets.sh

@@ -2,7 +2,7 @@
 #   make fuzz/rpc_wire_fuzz          build it (clang -fsanitize=fuzzer)
 #   make fuzz-rpc [FUZZ_TIME=60]     run it, adding new inputs to the
 #                                    corpus in the source tree
-# tests/test_rpc_fuzz.sh runs it for a bounded time in `make check` when
+# tests/fuzz/test_rpc_fuzz.sh runs it for a bounded time in `make check` when
 # clang can build fuzzers (TAP SKIP otherwise).
 FUZZ_CC = clang
 FUZZ_TIME = 60
@@ -24,3 +24,5 @@ fuzz-rpc: fuzz/rpc_wire_fuzz
 CLEANFILES += fuzz/rpc_wire_fuzz
 EXTRA_DIST += fuzz/rpc_wire_fuzz.c fuzz/make_corpus.py fuzz/README \
 	fuzz/corpus
+TESTS += tests/fuzz/test_rpc_fuzz.sh
+EXTRA_DIST += tests/fuzz/test_rpc_fuzz.sh

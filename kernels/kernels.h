@@ -4,8 +4,9 @@
  * runtime/tensor/ only wire autograd and call one kernel per tensor, never
  * one per element. kernels/cpu/ fills the CPU row (kernels/cpu/cpu.c holds
  * the table; one file per family: elementwise, reduce, index, random,
- * optim); a CUDA backend fills its row with td_kernels_register(), so no op
- * needs a second code path. Kernels take raw pointers, dtypes and shapes:
+ * optim, norm, and coll for the collectives' reductions); a CUDA backend
+ * fills its row with td_kernels_register(), so no op needs a second code
+ * path. Kernels take raw pointers, dtypes and shapes:
  * this layer uses base/ and the public tensor types only, nothing from
  * runtime/.
  *
@@ -13,7 +14,8 @@
  *  1. A kernel never fails: its caller has checked shapes, dtypes and
  *     index ranges (index_check and bag_plan are the checks themselves).
  *  2. copy, fill and index_select take any dtype, batch_u8 and the
- *     index/offset arrays fixed ones; every other kernel takes TD_FLOAT32
+ *     index/offset arrays fixed ones, reduce_into and divide the five
+ *     dtypes of the collectives; every other kernel takes TD_FLOAT32
  *     or TD_FLOAT64 and computes in that dtype, accumulating
  *     sums as the CPU sum_mid does (double when inner == 1), so a fused
  *     kernel gives the same bits as the composed ops it replaces.
@@ -25,6 +27,7 @@
 #ifndef TD_KERNELS_KERNELS_H
 #define TD_KERNELS_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <todist/tensor.h>
 
@@ -57,6 +60,13 @@ typedef struct {
     double bc1, bc2;
     int    decoupled;
 } td_adam_args_t;
+
+/* The collectives' element-wise reductions (todist/coll.h's ops; an
+ * average is a sum, then divide). Bitwise ops take integer dtypes only. */
+typedef enum {
+    TD_ACC_SUM, TD_ACC_PROD, TD_ACC_MIN, TD_ACC_MAX,
+    TD_ACC_BAND, TD_ACC_BOR, TD_ACC_BXOR
+} td_accumulate_op_t;
 
 /* A strided operand: first-element pointer and per-dim strides over the
  * common SHAPE of the kernel call. */
@@ -179,6 +189,16 @@ typedef struct {
                               const double *mean, const double *invstd,
                               const void *weight, const double *sum_dy,
                               const double *sum_dy_xmu, double count);
+
+    /* ---- the collectives' reductions (contiguous; float32, float64,
+     * int32, int64, uint8; integer sums and products wrap). CPU only for
+     * now: the collectives reduce in host memory (device tensors are
+     * staged or go through NCCL), so the CUDA row leaves them NULL. ---- */
+    /* dst[i] = dst[i] OP src[i], i < COUNT; DST and SRC do not overlap */
+    void (*reduce_into)(td_dtype_t dtype, td_accumulate_op_t op, void *dst,
+                        const void *src, size_t count);
+    /* dst[i] = dst[i] / n (integers: truncating) */
+    void (*divide)(td_dtype_t dtype, void *dst, size_t count, int n);
 } td_kernels_t;
 
 const td_kernels_t *td_kernels_get(td_device_t device);

@@ -5,7 +5,8 @@
  * in reverse after the join.
  *
  * Store keys used (all under "td/"):
- *   td/addr/<r>           rank r's UCX worker address
+ *   td/addr/<r>           rank r's host id and UCX worker address
+ *                         (hostmap.h)
  *   td/init/...           the start-up barrier
  *   td/barrier/<g>/...    td_barrier generation g
  *   td/fin/in/<r>         rank r entered td_finalize
@@ -34,6 +35,7 @@
 #include "runtime/modules.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "runtime/hostmap.h"
 #include "runtime/world/pmix.h"
 #include "runtime/world/reach.h"
 
@@ -42,8 +44,10 @@
 #define DEAD_CHECK_S 0.25
 
 typedef struct {
-    void  *addr;
-    size_t len;
+    void    *value;      /* as published (hostmap_pack), NULL not fetched */
+    const void *addr;    /* the worker address inside it */
+    size_t   len;
+    uint64_t host;       /* its host id (hostmap.h), 0 unknown */
 } addr_t;
 
 static struct {
@@ -106,14 +110,21 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
     td_status_t status = TD_OK;
 
     pthread_mutex_lock(&rt.addr_lock);
-    if (rt.addrs[rank].addr == NULL) {
+    if (rt.addrs[rank].value == NULL) {
         snprintf(key, sizeof(key), "td/addr/%d", rank);
         status = rt.pmix ? td_pmix_lookup(rank, &v, &len)
                          : td_store_get(rt.resolver, key,
                                         rt.params.init_timeout, &v, &len);
         if (status == TD_OK) {
-            rt.addrs[rank].addr = v;
-            rt.addrs[rank].len = len;
+            addr_t *a = &rt.addrs[rank];
+
+            status = hostmap_unpack(rank, v, len, &a->addr, &a->len,
+                                    &a->host);
+            if (status == TD_OK) {
+                a->value = v;
+            } else {
+                free(v);
+            }
         } else if (status == TD_ERR_TIMEOUT) {
             status = td_error(TD_ERR_TIMEOUT, "runtime: rank %d never "
                               "published its address (%.3g s)", rank,
@@ -128,7 +139,9 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
                               why);
         }
     }
-    if (status == TD_OK) {
+    if (status == TD_OK && addr_p == NULL) {
+        *len_p = 0;
+    } else if (status == TD_OK) {
         len = rt.addrs[rank].len;
         copy = malloc(len ? len : 1);
         if (copy == NULL) {
@@ -160,6 +173,28 @@ td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
                         "world of %d", rank, rt.world.world_size);
     }
     return fetch_address(rank, addr_p, len_p);
+}
+
+int
+td_runtime_same_host(int rank)
+{
+    size_t len;
+    int same;
+
+    if (!rt.initialized || rank < 0 || rank >= rt.world.world_size) {
+        return 0;
+    }
+    if (rank == rt.world.rank) {
+        return 1;
+    }
+    /* Learnt with the address (fetched once; this rank talks to it). */
+    if (fetch_address(rank, NULL, &len) != TD_OK) {
+        return 0;
+    }
+    pthread_mutex_lock(&rt.addr_lock);
+    same = rt.addrs[rank].host != 0 && rt.addrs[rank].host == hostmap_self();
+    pthread_mutex_unlock(&rt.addr_lock);
+    return same;
 }
 
 static void
@@ -361,6 +396,8 @@ td_init(const td_init_params_t *params)
     const char *host;
     const void *addr;
     size_t addr_len;
+    void *packed;
+    size_t packed_len;
     char key[64];
     td_status_t status;
 
@@ -501,6 +538,11 @@ td_init(const td_init_params_t *params)
         goto err_modules;
     }
     td_transport_address(rt.tp, &addr, &addr_len);
+    status = hostmap_pack(addr, addr_len, hostmap_self(), &packed,
+                          &packed_len);
+    if (status != TD_OK) {
+        goto err_modules;
+    }
     if (rt.pmix) {
         /* Initialised before the fence, as before the store's barrier: a
          * peer out of the fence first may call us at once, and handlers
@@ -508,7 +550,9 @@ td_init(const td_init_params_t *params)
          * 8 when this came after the fence). */
         rt.initialized = 1;
         /* Put, commit and one fence: the start-up barrier included. */
-        status = td_pmix_exchange(addr, addr_len, rt.params.init_timeout);
+        status = td_pmix_exchange(packed, packed_len,
+                                  rt.params.init_timeout);
+        free(packed);
         if (status != TD_OK) {
             rt.initialized = 0;
             goto err_modules;
@@ -516,7 +560,8 @@ td_init(const td_init_params_t *params)
         return TD_OK;
     }
     snprintf(key, sizeof(key), "td/addr/%d", rt.world.rank);
-    status = td_store_set(rt.store, key, addr, addr_len);
+    status = td_store_set(rt.store, key, packed, packed_len);
+    free(packed);
     if (status != TD_OK) {
         goto err_modules;
     }
@@ -692,7 +737,7 @@ td_finalize(void)
     rt.resolver = rt.store = NULL;
     rt.server = NULL;
     for (int r = 0; r < rt.world.world_size; r++) {
-        free(rt.addrs[r].addr);
+        free(rt.addrs[r].value);
     }
     free(rt.addrs);
     rt.addrs = NULL;

@@ -12,7 +12,7 @@
 #include "runtime/rpc/rref_internal.h"
 #include "runtime/rpc/mapreduce_internal.h"
 #include "runtime/coll/coll_internal.h"
-#include "runtime/dist/dist_internal.h"
+#include "runtime/dist_autograd/dist_internal.h"
 
 /* The runtime, bottom layer first (M1). */
 static const td_runtime_module_t *const table[] = {

@@ -68,6 +68,13 @@ td_store_t     *td_runtime_store(void);
 /* Rank RANK's worker address from the store (cached), malloc'ed copy. */
 td_status_t td_runtime_peer_address(int rank, void **addr_p, size_t *len_p);
 
+/* 1 when world rank RANK runs on this rank's host (runtime/hostmap.h: one
+ * kernel and PID namespace), so shared memory, /proc/PID and
+ * process_vm_readv reach it; 0 when it runs elsewhere or that is unknown
+ * (its address could not be fetched: the error is logged by whoever
+ * sends to it). Fetches the address on first use (blocking). */
+int td_runtime_same_host(int rank);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,5 @@
 # runtime: td_init / td_finalize and what the upper layers get from them.
 libtodist_core_la_SOURCES += runtime/init.c runtime/runtime.h \
-	runtime/modules.c runtime/modules.h
+	runtime/modules.c runtime/modules.h \
+	runtime/hostmap.c runtime/hostmap.h
 todistinclude_HEADERS += include/todist/todist.h include/todist/init.h

@@ -5,7 +5,7 @@
 # INCLUDEDIR/todist/ counts; a name followed by "(" is a function unless
 # "(*" comes before it (a pointer type) or after it (a type returning
 # a pointer to function). libtodist exports exactly these
-# (Makefile.am builds libtodist.sym from them; tests/test_exports.sh checks
+# (Makefile.am builds libtodist.sym from them; tests/tree/test_exports.sh checks
 # the built library against them).
 set -e
 cpp=$1

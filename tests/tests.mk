@@ -1,27 +1,25 @@
-# tests: every test prints TAP (tests/tap.h for C, tests/lib.sh for shell).
+# tests/: one folder per source folder (tests/coll tests runtime/coll, ...).
+# Shared by all of them and kept here at the top: tap.h (TAP for C),
+# lib.sh (TAP for shell), peer_check.h and peer_agree.h (multi-process
+# peers' checks), data/ (reference files, also read by examples and bench).
 TD_TEST_CFLAGS = $(AM_CFLAGS)
+EXTRA_DIST += tests/tap.h tests/lib.sh tests/peer_check.h tests/peer_agree.h
 
-check_PROGRAMS += tests/test_hostlist tests/test_world
-tests_test_hostlist_LDADD = $(TD_TEST_LDADD)
-tests_test_world_LDADD = $(TD_TEST_LDADD)
-
-TESTS += tests/test_hostlist tests/test_world \
-	tests/test_info.sh tests/test_launcher.sh tests/test_install.sh
-
-EXTRA_DIST += tests/tap.h tests/lib.sh tests/test_info.sh \
-	tests/test_launcher.sh tests/test_install.sh
-
-# the library's exports and the tracked tree (tests/test_exports.sh,
-# tests/test_tree.sh).
-TESTS += tests/test_exports.sh tests/test_tree.sh
-EXTRA_DIST += tests/test_exports.sh tests/test_tree.sh
-# the logging facility (base/log.c)
-check_PROGRAMS += tests/test_log
-tests_test_log_LDADD = $(TD_TEST_LDADD)
-TESTS += tests/test_log
-# the loopback check of the master address (runtime/world/reach.c): the
-# function, and td_init's warning in a two-host job on one machine
-check_PROGRAMS += tests/test_reach
-tests_test_reach_LDADD = $(TD_TEST_LDADD)
-TESTS += tests/test_reach tests/test_reach_init.sh
-EXTRA_DIST += tests/test_reach_init.sh
+include $(srcdir)/tests/base/base.mk
+include $(srcdir)/tests/kernels/kernels.mk
+include $(srcdir)/tests/topology/topology.mk
+include $(srcdir)/tests/transport/transport.mk
+include $(srcdir)/tests/world/world.mk
+include $(srcdir)/tests/tensor/tensor.mk
+include $(srcdir)/tests/store/store.mk
+include $(srcdir)/tests/rpc/rpc.mk
+include $(srcdir)/tests/coll/coll.mk
+include $(srcdir)/tests/dist_autograd/dist_autograd.mk
+include $(srcdir)/tests/ddp/ddp.mk
+include $(srcdir)/tests/pipe/pipe.mk
+include $(srcdir)/tests/runtime/runtime.mk
+include $(srcdir)/tests/spank/spank.mk
+include $(srcdir)/tests/tools/tools.mk
+include $(srcdir)/tests/tree/tree.mk
+include $(srcdir)/tests/docs/docs.mk
+include $(srcdir)/tests/hosts/hosts.mk

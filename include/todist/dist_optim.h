@@ -4,7 +4,8 @@
  * that owns some of the parameters, and step(ctx) asks each owner to apply
  * the gradients that distributed autograd accumulated in the context on
  * that owner. td_dist_optim_t is that per-owner optimizer: it holds local
- * parameters (leaf tensors, float32 or float64, contiguous) and
+ * parameters (leaf tensors, float32 or float64, contiguous, on any
+ * device: the updates are todist/optim.h's) and
  * td_dist_optim_step() applies the context's gradients to them with SGD,
  * Adam or AdamW, exactly by PyTorch 1.13's rules (torch.optim.SGD / Adam /
  * AdamW, including momentum, dampening, nesterov, weight decay, amsgrad). Parameters no
@@ -29,12 +30,12 @@ typedef struct td_dist_optim td_dist_optim_t;
 
 /* An optimizer over PARAMS[N] (retained) with the options of todist/optim.h
  * (PyTorch's meaning and defaults: td_adam_defaults(), td_adamw_defaults()).
- * Unlike td_optim_t, state is per parameter, as in PyTorch: a parameter
+ * State is per parameter and on its device, as in PyTorch: a parameter
  * skipped at some steps (no gradient in that context) keeps its own Adam
  * step count and starts its momentum buffer when it first gets a gradient.
  * Rejects bad options (negative lr or weight decay, betas outside [0, 1),
  * nesterov without momentum or with dampening) and parameters that are not
- * contiguous float32/float64 cpu leaves. */
+ * contiguous float32/float64 leaves. */
 td_status_t td_dist_optim_sgd(td_tensor_t *const *params, int n,
                               const td_sgd_opts_t *opts,
                               td_dist_optim_t **optim_p);

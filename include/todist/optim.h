@@ -1,10 +1,14 @@
 /* todist/optim.h: optimizers with PyTorch 1.13's exact update rules (SGD
- * with momentum/dampening/nesterov/weight decay, Adam, AdamW), their state
- * in one flat buffer per kind, and TorchOpt's differentiable MetaSGD step
- * for inner loops.
+ * with momentum/dampening/nesterov/weight decay, Adam, AdamW), and
+ * TorchOpt's differentiable MetaSGD step for inner loops.
  *
  * An optimizer updates its parameters in place from their .grad (params
  * without a .grad are skipped, as in PyTorch) and bumps their version.
+ * Parameters may live on any device (cpu, cuda); each keeps its own state
+ * on its device, as in PyTorch: a parameter skipped at some steps keeps
+ * its own Adam step count and starts its momentum buffer when it first
+ * gets a gradient. A step checks every gradient before it changes any
+ * parameter.
  * Threads: one optimizer is used by one thread at a time; distinct
  * optimizers are independent. */
 #ifndef TODIST_OPTIM_H

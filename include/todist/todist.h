@@ -33,5 +33,6 @@
 #include <todist/join.h>
 #include <todist/zero.h>
 #include <todist/remote_module.h>
+#include <todist/pipe.h>
 
 #endif /* TODIST_TODIST_H */

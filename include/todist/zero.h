@@ -18,7 +18,7 @@
  * td_zero_step_averaged, which skips step 1 and reads the rank's shard of
  * the .grads (DDP's buckets) directly.
  * The result equals the same optimizer over the whole model after an
- * all_reduce average of the gradients (tests/test_zero.sh: 1..4 ranks).
+ * all_reduce average of the gradients (tests/ddp/test_zero.sh: 1..4 ranks).
  *
  * Invariants:
  *  Z1 shard lengths differ by at most one element and sum to T; shard r

@@ -29,4 +29,6 @@ const td_kernels_t td_cpu_kernels = {
     .bn_apply = td_cpu_bn_apply,
     .bn_backward_reduce = td_cpu_bn_backward_reduce,
     .bn_backward_elemt = td_cpu_bn_backward_elemt,
+    .reduce_into = td_cpu_reduce_into,
+    .divide = td_cpu_divide,
 };

@@ -449,7 +449,7 @@ void        coll_fast_count(int send);
 /* TODIST_FAULT for a mailbox message: TD_TRANSPORT_FAULT_* (tests only). */
 int         coll_fault_roll(void);
 
-/* ---- reduce.c: the reduction kernels ----------------------------------- */
+/* ---- reduce.c: the reductions, dispatched to the kernel table ---------- */
 
 /* DST[i] = DST[i] op SRC[i], i < COUNT (AVG sums). */
 void        coll_reduce_into(void *dst, const void *src, size_t count,

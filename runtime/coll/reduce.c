@@ -1,10 +1,9 @@
-/* reduce.c: the reduction kernels of the collectives (dst op= src) for
- * every dtype and op of todist/coll.h, written as plain loops the compiler
- * vectorizes (they run where a received segment lands, while the next one
- * is still in flight).
- *
- * They belong behind the per-device kernel table (kernels/) once its split
- * lands; the table has no reduction-into entry yet.
+/* reduce.c: the collectives' reductions (dst op= src, an average's final
+ * division) dispatched to the CPU row of the kernel table
+ * (kernels/cpu/cpu_coll.c holds the vectorized loops): the collectives
+ * reduce in host memory. The CPU row is named directly, not looked up
+ * with td_kernels_get: this runs once per received segment, 8 B ones
+ * included. Also which op a dtype allows.
  *
  * Thread safety: pure functions. */
 #include "config.h"
@@ -12,125 +11,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "runtime/coll/coll_internal.h"
 
-/* GCC 12's -O2 leaves these loops scalar (measured: a 512 KiB float sum
- * took a third of a 1 MiB all_reduce): vectorize them, and pick the
- * widest vector unit at load time. Element-wise, so the vector code gives
- * the same bits as the scalar one. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O3")
-#endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", \
-                                                   "default")))
-#endif
-#endif
-#ifndef VECTOR_CLONES
-#define VECTOR_CLONES
-#endif
+/* todist/coll.h's op as the kernel's (an average sums, then divides). */
+static const td_accumulate_op_t accumulate_op[TD_REDUCE_NUM_OPS] = {
+    [TD_REDUCE_SUM] = TD_ACC_SUM,   [TD_REDUCE_PROD] = TD_ACC_PROD,
+    [TD_REDUCE_MIN] = TD_ACC_MIN,   [TD_REDUCE_MAX] = TD_ACC_MAX,
+    [TD_REDUCE_AVG] = TD_ACC_SUM,   [TD_REDUCE_BAND] = TD_ACC_BAND,
+    [TD_REDUCE_BOR] = TD_ACC_BOR,   [TD_REDUCE_BXOR] = TD_ACC_BXOR,
+};
 
-#define LOOP(T, EXPR)                                                       \
-    do {                                                                    \
-        T *restrict d = dst;                                                \
-        const T *restrict s = src;                                          \
-        for (size_t i = 0; i < count; i++) {                                \
-            d[i] = (EXPR);                                                  \
-        }                                                                   \
-    } while (0)
-
-#define ARITH(T)                                                            \
-    switch (op) {                                                           \
-    case TD_REDUCE_SUM:                                                     \
-    case TD_REDUCE_AVG:                                                     \
-        LOOP(T, (T)(d[i] + s[i]));                                          \
-        break;                                                              \
-    case TD_REDUCE_PROD:                                                    \
-        LOOP(T, (T)(d[i] * s[i]));                                          \
-        break;                                                              \
-    case TD_REDUCE_MIN:                                                     \
-        LOOP(T, s[i] < d[i] ? s[i] : d[i]);                                 \
-        break;                                                              \
-    case TD_REDUCE_MAX:                                                     \
-        LOOP(T, s[i] > d[i] ? s[i] : d[i]);                                 \
-        break;                                                              \
-    default:                                                                \
-        break;                                                              \
-    }
-
-#define BITWISE(T)                                                          \
-    switch (op) {                                                           \
-    case TD_REDUCE_BAND:                                                    \
-        LOOP(T, d[i] & s[i]);                                               \
-        break;                                                              \
-    case TD_REDUCE_BOR:                                                     \
-        LOOP(T, d[i] | s[i]);                                               \
-        break;                                                              \
-    case TD_REDUCE_BXOR:                                                    \
-        LOOP(T, d[i] ^ s[i]);                                               \
-        break;                                                              \
-    default:                                                                \
-        ARITH(T);                                                           \
-    }
-
-/* uint8 sums wrap modulo 256, as in PyTorch. */
-VECTOR_CLONES void
+/* An op coll_op_valid refuses changes nothing, as before the table. */
+void
 coll_reduce_into(void *dst, const void *src, size_t count, td_dtype_t dtype,
                  td_reduce_op_t op)
 {
-    switch (dtype) {
-    case TD_FLOAT32:
-        ARITH(float);
-        break;
-    case TD_FLOAT64:
-        ARITH(double);
-        break;
-    case TD_INT32:
-        BITWISE(int32_t);
-        break;
-    case TD_INT64:
-        BITWISE(int64_t);
-        break;
-    case TD_UINT8:
-        BITWISE(uint8_t);
-        break;
-    default:
-        break;
+    if ((unsigned)op < TD_REDUCE_NUM_OPS) {
+        td_cpu_kernels.reduce_into(dtype, accumulate_op[op], dst, src, count);
     }
 }
 
-#define DIV(T)                                                              \
-    do {                                                                    \
-        T *restrict d = dst;                                                \
-        for (size_t i = 0; i < count; i++) {                                \
-            d[i] = (T)(d[i] / (T)n);                                        \
-        }                                                                   \
-    } while (0)
-
-VECTOR_CLONES void
+void
 coll_divide(void *dst, size_t count, td_dtype_t dtype, int n)
 {
-    switch (dtype) {
-    case TD_FLOAT32:
-        DIV(float);
-        break;
-    case TD_FLOAT64:
-        DIV(double);
-        break;
-    case TD_INT32:
-        DIV(int32_t);
-        break;
-    case TD_INT64:
-        DIV(int64_t);
-        break;
-    case TD_UINT8:
-        DIV(uint8_t);
-        break;
-    default:
-        break;
-    }
+    td_cpu_kernels.divide(dtype, dst, count, n);
 }
 
 int

@@ -4,7 +4,7 @@
  * kernels that produced the data, cuda_device.h G2), and a stream
  * synchronise as the wait. TD_ERR_UNSUPPORTED "no CUDA device" without a
  * device or without CUDA in the build. The engine itself is tested with
- * host memory (tests/staging_peer.c); these functions have run on no GPU
+ * host memory (tests/transport/staging_peer.c); these functions have run on no GPU
  * yet (see bench/RESULTS.md). Thread-safe. */
 #ifndef TD_RUNTIME_RPC_STAGING_CUDA_H
 #define TD_RUNTIME_RPC_STAGING_CUDA_H

@@ -808,6 +808,25 @@ push_ready(task_t *task, entry_t *e)
     return TD_OK;
 }
 
+/* The pass whose backward function runs on this thread, for
+ * td__autograd_output_needed (saved and restored: passes may nest). */
+static __thread task_t *running_task;
+
+int
+td__autograd_output_needed(const td_node_t *node, int i)
+{
+    entry_t *ne;
+
+    if (i < 0 || i >= node->n_next || node->next[i].node == NULL) {
+        return 0;
+    }
+    if (running_task == NULL || running_task->opts->n_inputs == 0) {
+        return 1;
+    }
+    ne = task_find(running_task, node->next[i].node);
+    return ne == NULL || ne->needed != 0;      /* I9: unneeded is dropped */
+}
+
 static td_status_t
 run_pre_hooks(entry_t *e)
 {
@@ -895,8 +914,12 @@ run_node(task_t *task, entry_t *e)
                               node->ops->name);
             goto out;
         }
+        task_t *outer = running_task;
+
         was = td_grad_set_enabled(o->create_graph);   /* I8 */
+        running_task = task;
         status = node->ops->backward(node, e->buf, gout);
+        running_task = outer;
         td_grad_set_enabled(was);
         if (status != TD_OK) {
             goto out;

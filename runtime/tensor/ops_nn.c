@@ -126,12 +126,12 @@ matmul_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
 
     TD_OP_TRY(td_saved_unpack(&st->sv[0], node, &a));
     TD_OP_TRY(td_saved_unpack(&st->sv[1], node, &b));
-    if (node->next[0].node != NULL) {
+    if (td__autograd_output_needed(node, 0)) {
         TD_OP_TRY(td_tensor_transpose(b, -1, -2, &t1));
         TD_OP_TRY(td_matmul(g, t1, &t2));
         TD_OP_TRY(td_sum_to(t2, a->shape, a->ndim, &gout[0]));
     }
-    if (node->next[1].node != NULL) {
+    if (td__autograd_output_needed(node, 1)) {
         TD_OP_TRY(td_tensor_transpose(a, -1, -2, &t3));
         TD_OP_TRY(td_matmul(t3, g, &t4));
         TD_OP_TRY(td_sum_to(t4, b->shape, b->ndim, &gout[1]));
@@ -218,14 +218,14 @@ linear_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
 
     TD_OP_TRY(td_saved_unpack(&st->sv[0], node, &x));
     TD_OP_TRY(td_saved_unpack(&st->sv[1], node, &w));
-    if (node->next[0].node != NULL) {
+    if (td__autograd_output_needed(node, 0)) {
         TD_OP_TRY(td_matmul(g, w, &gout[0]));
     }
-    if (node->next[1].node != NULL) {
+    if (td__autograd_output_needed(node, 1)) {
         TD_OP_TRY(td_tensor_transpose(g, 0, 1, &t1));
         TD_OP_TRY(td_matmul(t1, x, &gout[1]));
     }
-    if (node->n_next > 2 && node->next[2].node != NULL) {
+    if (td__autograd_output_needed(node, 2)) {
         TD_OP_TRY(td_sum_dims(g, dims, 1, 0, &gout[2]));
     }
 out:

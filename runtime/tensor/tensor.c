@@ -693,12 +693,6 @@ bad:
                     td_shape_str(shape, ndim, (char[96]){0}, 96));
 }
 
-static int
-same_device(td_device_t a, td_device_t b)
-{
-    return a.type == b.type && (a.type == TD_DEVICE_CPU || a.index == b.index);
-}
-
 /* copy_ from another device: SRC's values (broadcast to DST's shape,
  * converted to DST's dtype) made contiguous on SRC's device, moved by
  * td_device_memcpy, then copied into DST's strides on its own device. */
@@ -750,7 +744,7 @@ td_tensor_copy_(td_tensor_t *dst, td_tensor_t *src)
     if (status != TD_OK) {
         return status;
     }
-    if (!same_device(dst->device, src->device)) {
+    if (!td__device_same(dst->device, src->device)) {
         /* across devices: through a contiguous copy of SRC on DST's
          * device (td_device_memcpy), then the strided copy there */
         return copy_across(dst, src);
@@ -1367,7 +1361,7 @@ td_tensor_cat(td_tensor_t *const *ts, int n, int dim, td_tensor_t **out)
     shape[dim] = 0;
     for (int i = 0; i < n; i++) {
         bad_i = i;
-        if (!same_device(ts[i]->device, ts[0]->device)) {
+        if (!td__device_same(ts[i]->device, ts[0]->device)) {
             char a[24], b[24];
 
             return td_error(TD_ERR_INVALID, "cat: tensor %d is on %s, tensor "

@@ -5,7 +5,7 @@ libtodist_core_la_SOURCES += runtime/tensor/tensor.c runtime/tensor/to_device.c 
 	runtime/tensor/ops_internal.h runtime/tensor/ops_elementwise.c \
 	runtime/tensor/ops_reduce.c runtime/tensor/ops_nn.c \
 	runtime/tensor/ops_index.c runtime/tensor/ops_loss.c \
-	runtime/tensor/optim.c runtime/tensor/nn.c \
+	runtime/tensor/optim.c runtime/tensor/optim_internal.h runtime/tensor/nn.c \
 	runtime/tensor/data.c runtime/tensor/safetensors.c \
 	runtime/tensor/batchnorm.c
 todistinclude_HEADERS += include/todist/tensor.h include/todist/autograd.h \

@@ -74,6 +74,13 @@ struct td_node {
 };
 
 /* internal helpers shared by tensor.c, ops_*.c, autograd.c */
+/* Same device (cpu has one). */
+static inline int
+td__device_same(td_device_t a, td_device_t b)
+{
+    return a.type == b.type && (a.type == TD_DEVICE_CPU || a.index == b.index);
+}
+
 td_status_t td_tensor_new_view(td_tensor_t *base, const int64_t *shape,
                                const int64_t *strides, int ndim,
                                int64_t offset, td_tensor_t **out);
@@ -100,5 +107,10 @@ int td_any_requires_grad(td_tensor_t *const *ts, int n);
 /* Accumulate G into leaf->grad (thread-safe), then run post hooks. */
 td_status_t td_leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g,
                                int create_graph);
+/* For a backward function: 1 if this pass needs the gradient of NODE's
+ * I-th next edge (it has a node and, in td_grad mode, leads to an input:
+ * I9), so ops skip the others' products (the pipeline's input-gradient and
+ * weight-gradient passes each compute only their half). */
+int td__autograd_output_needed(const td_node_t *node, int i);
 
 #endif /* TD_RUNTIME_TENSOR_INTERNAL_H */

@@ -30,12 +30,6 @@ td_device_str(td_device_t device, char *buf, size_t len)
     return buf;
 }
 
-static int
-same_device(td_device_t a, td_device_t b)
-{
-    return a.type == b.type && (a.type == TD_DEVICE_CPU || a.index == b.index);
-}
-
 /* A contiguous copy of T on its own device, no autograd. */
 static td_status_t
 contiguous_on_device(td_tensor_t *t, td_tensor_t **out)
@@ -113,7 +107,7 @@ td_tensor_to(td_tensor_t *t, td_device_t device, td_tensor_t **out)
     to_state_t *st;
     td_status_t status;
 
-    if (same_device(t->device, device)) {
+    if (td__device_same(t->device, device)) {
         *out = td_tensor_retain(t);
         return TD_OK;
     }

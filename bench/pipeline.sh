@@ -1,0 +1,63 @@
+#!/bin/sh
+# pipeline.sh [BUILDDIR]: pipeline parallelism (examples/pipeline_mlp) in
+# one invocation: per schedule (gpipe, 1f1b, zb) at S stages and M
+# micro-batches, throughput against the same model on one rank, the
+# measured bubble of every stage (idle / step, idle = the step's wall time
+# less its forwards and backwards) against the schedule's theory, the
+# micro-batches in flight and the peak heap growth per stage; then S
+# stages x 2 replicas against S stages alone. REPS repetitions (min-max).
+# The torch side (bench/pipeline_rpc_torch.py: the RPC tutorial's form on
+# torch 1.13, two remote shards, distributed autograd and optimizer) runs
+# in the same invocation where /usr/bin/python3 has torch.
+# Env: STAGES (2), MICRO (8), STEPS (60), LAYERS (8), HIDDEN (512),
+# BATCH (64), REPS (3). Figures go to bench/RESULTS.md.
+B=${1:-build}
+B=$(cd "$B" && pwd)
+S=$(cd "$(dirname "$0")" && pwd)
+PATH="$B/tools:$PATH"
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+ST=${STAGES:-2} MI=${MICRO:-8} STEPS=${STEPS:-60} REPS=${REPS:-3}
+MODEL="--layers ${LAYERS:-8} --hidden ${HIDDEN:-512} --batch-size ${BATCH:-64}"
+EX="$B/examples/pipeline_mlp"
+out=$(mktemp); trap 'rm -f "$out"' EXIT
+
+# run NAME RANKS ARGS...: one line per rank's stats and the throughput
+run() {
+    name=$1 n=$2; shift 2
+    todist-run -n "$n" "$EX" $MODEL --max-steps "$STEPS" --warmup 3 "$@" \
+        2>&1 | awk -v n="$name" '/^epoch=/ { sub(/.*samples_per_s=/, ""); print n, "sps", $1 }
+                                 /^stats / { print n, $0 }' >> "$out"
+}
+for r in $(seq "$REPS"); do
+    run one 1 --stages 1 --microbatches "$MI" --schedule gpipe
+    for sc in gpipe 1f1b zb; do
+        run "$sc" "$ST" --stages "$ST" --microbatches "$MI" --schedule "$sc"
+    done
+    run hybrid-1f1b $((2 * ST)) --stages "$ST" --replicas 2 --microbatches "$MI" --schedule 1f1b
+done
+minmax() { awk '{ v = $1 + 0; if (NR == 1 || v < lo) lo = v; if (NR == 1 || v > hi) hi = v }
+                END { printf "%s-%s", lo, hi }'; }
+med() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+one=$(awk '$1 == "one" && $2 == "sps" { print $3 }' "$out" | med)
+echo "pipeline: model 784-${HIDDEN:-512}x${LAYERS:-8}-10, batch ${BATCH:-64}, $STEPS steps, S=$ST M=$MI, $REPS runs (min-max; ratio of medians)"
+echo "one rank: samples_per_s $(awk '$1 == "one" && $2 == "sps" { print $3 }' "$out" | minmax)"
+for sc in gpipe 1f1b zb hybrid-1f1b; do
+    sps=$(awk -v s="$sc" '$1 == s && $2 == "sps" { print $3 }' "$out")
+    m=$(printf '%s\n' "$sps" | med)
+    echo "$sc: samples_per_s $(printf '%s\n' "$sps" | minmax) vs one rank x$(awk -v a="$m" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
+    for s in $(seq 0 $((ST - 1))); do
+        f() { awk -v s="$sc" -v st="stage=$s" -v k="$1" '$1 == s && $3 == st && $4 == "replica=0" {
+                 for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) print kv[2] } }' "$out"; }
+        echo "  stage $s: bubble $(f bubble | minmax) theory $(f theory | head -1) step_ms $(f step_ms | minmax) busy_ms $(f busy_ms | minmax) in_flight $(f peak_in_flight | minmax) peak_act_mib $(f peak_act_mib | minmax)"
+    done
+done
+if /usr/bin/python3 -c 'import torch.distributed.rpc' 2>/dev/null &&
+   [ -f "$S/pipeline_rpc_torch.py" ]; then
+    for r in $(seq "$REPS"); do
+        /usr/bin/python3 "$S/pipeline_rpc_torch.py" --layers "${LAYERS:-8}" \
+            --hidden "${HIDDEN:-512}" --batch-size "${BATCH:-64}" \
+            --microbatches "$MI" --steps "$STEPS" 2>/dev/null | grep '^torch'
+    done
+else
+    echo "torch: not measured (no torch.distributed.rpc in /usr/bin/python3, or no bench/pipeline_rpc_torch.py)"
+fi

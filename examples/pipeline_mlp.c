@@ -1,0 +1,493 @@
+/* examples/pipeline_mlp: a deep MLP (784, then --layers hidden layers of
+ * --hidden, then 10) on Fashion-MNIST, its linear layers split over the
+ * stages of a pipeline (todist/pipe.h), optionally replicated:
+ *   todist-run -n S*R pipeline_mlp --stages S --microbatches M
+ *       --schedule gpipe|1f1b|zb [--replicas R] [--check]
+ *       [--layers 8] [--hidden 256] [--batch-size 64] [--lr 0.05]
+ *       [--epochs 1] [--max-steps N] [--warmup 2] [--threads 1]
+ *       [--seed 1] [--data DIR]
+ * Training prints, from the last stage of replica 0, one line per epoch:
+ *   epoch=1 train_loss=0.61 test_accuracy=0.83 seconds=12.3 steps=937
+ *   samples_per_s=4870
+ * and every rank prints its stage's figures (mean over the steps after
+ * --warmup): stats stage=0 replica=0 step_ms=.. busy_ms=.. bubble=..
+ * theory=.. peak_in_flight=.. peak_act_mib=.. allreduce_ms=..
+ * --check runs one mini-batch through the pipeline, computes the same
+ * gradients in this process by single-process accumulation over the same
+ * micro-batches (every replica's, averaged), compares this stage's, and
+ * rank 0 prints "check=ok max_abs_diff=X" (or "check=FAIL ...", exit 1). */
+#include "config.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <todist/todist.h>
+
+extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
+
+#define FMNIST_MEAN 0.2860
+#define FMNIST_STD  0.3530
+#define LMAX        64
+
+typedef struct {
+    int          n;                  /* linear layers */
+    td_tensor_t *w[LMAX], *b[LMAX];
+} model_t;
+
+typedef struct {
+    model_t *m;
+    int      lo, hi;
+} stage_t;
+
+static int rank, size;
+
+static double
+now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int
+die(const char *what)
+{
+    fprintf(stderr, "pipeline_mlp: rank %d: %s: %s\n", rank, what,
+            td_last_error());
+    return 1;
+}
+
+/* Layer l: [out, in] weights uniform in +-1/sqrt(in) (torch's default
+ * bound), seeded by (seed, l): every rank can build any layer. */
+static td_status_t
+model_init(model_t *m, int layers, int64_t hidden, uint64_t seed, int lo,
+           int hi)
+{
+    memset(m, 0, sizeof(*m));
+    m->n = layers + 1;
+    for (int l = lo; l < hi; l++) {
+        int64_t in = l == 0 ? 784 : hidden, out = l == m->n - 1 ? 10 : hidden;
+        int64_t ws[2] = {out, in}, bs[1] = {out};
+        double k = 1.0 / sqrt((double)in);
+        td_status_t st = td_tensor_empty(ws, 2, TD_FLOAT32, TD_CPU, &m->w[l]);
+        if (st == TD_OK) {
+            st = td_tensor_empty(bs, 1, TD_FLOAT32, TD_CPU, &m->b[l]);
+        }
+        if (st != TD_OK) {
+            return st;
+        }
+        td_tensor_uniform_(m->w[l], -k, k, seed * 1000 + 2 * l);
+        td_tensor_uniform_(m->b[l], -k, k, seed * 1000 + 2 * l + 1);
+        td_tensor_set_requires_grad(m->w[l], 1);
+        td_tensor_set_requires_grad(m->b[l], 1);
+    }
+    return TD_OK;
+}
+
+static void
+model_free(model_t *m)
+{
+    for (int l = 0; l < m->n; l++) {
+        td_tensor_release(m->w[l]);
+        td_tensor_release(m->b[l]);
+    }
+}
+
+/* layers LO..HI-1 on X (relu between); the loss against Y at the end */
+static td_status_t
+layers_forward(model_t *m, int lo, int hi, td_tensor_t *x, td_tensor_t *y,
+               td_tensor_t **out)
+{
+    td_tensor_t *h = td_tensor_retain(x), *n;
+    td_status_t st = TD_OK;
+
+    for (int l = lo; l < hi && st == TD_OK; l++) {
+        st = td_linear(h, m->w[l], m->b[l], &n);
+        td_tensor_release(h);
+        h = st == TD_OK ? n : NULL;
+        if (st == TD_OK && l < m->n - 1) {
+            st = td_relu(h, &n);
+            td_tensor_release(h);
+            h = st == TD_OK ? n : NULL;
+        }
+    }
+    if (st == TD_OK && y != NULL) {
+        st = td_cross_entropy(h, y, TD_REDUCTION_MEAN, &n);
+        td_tensor_release(h);
+        h = st == TD_OK ? n : NULL;
+    }
+    if (st == TD_OK) {
+        *out = h;
+    }
+    return st;
+}
+
+static td_status_t
+stage_forward(void *arg, td_tensor_t *x, td_tensor_t *target, int micro,
+              td_tensor_t **out)
+{
+    stage_t *s = arg;
+
+    (void)micro;
+    return layers_forward(s->m, s->lo, s->hi, x, target, out);
+}
+
+/* Test accuracy through replica 0's stages with plain td_send/td_recv
+ * (no grad); the last stage returns it. */
+static td_status_t
+evaluate(stage_t *s, int S, int stage, int64_t hidden, td_tensor_t *images,
+         td_tensor_t *labels, double *acc)
+{
+    td_batcher_t *b;
+    td_tensor_t *x, *y;
+    int64_t correct = 0, total = 0, rows = 1000;
+    int was = td_grad_set_enabled(0), r;
+    td_status_t st;
+
+    st = td_batcher_create(images, labels, rows, 0, 0, FMNIST_MEAN,
+                           FMNIST_STD, &b);
+    while (st == TD_OK && (r = td_batcher_next(b, &x, &y)) == 1) {
+        td_tensor_t *in = NULL, *out = NULL;
+        int64_t hs[2] = {td_tensor_size(x, 0), hidden};
+        if (stage == 0) {
+            in = td_tensor_retain(x);
+        } else {
+            st = td_tensor_empty(hs, 2, TD_FLOAT32, TD_CPU, &in);
+            if (st == TD_OK) {
+                st = td_recv(td_group_world(), in, rank - 1, 77, NULL);
+            }
+        }
+        if (st == TD_OK) {
+            st = layers_forward(s->m, s->lo, s->hi, in, NULL, &out);
+        }
+        if (st == TD_OK && stage < S - 1) {
+            st = td_send(td_group_world(), out, rank + 1, 77);
+        } else if (st == TD_OK) {
+            td_tensor_t *val, *idx;
+            st = td_max_dim(out, 1, 0, &val, &idx);
+            if (st == TD_OK) {
+                const int64_t *p = td_tensor_data(idx), *t = td_tensor_data(y);
+                for (int64_t i = 0; i < td_tensor_numel(y); i++) {
+                    correct += p[i] == t[i];
+                }
+                total += td_tensor_numel(y);
+                td_tensor_release(val);
+                td_tensor_release(idx);
+            }
+        }
+        td_tensor_release(in);
+        td_tensor_release(out);
+        td_tensor_release(x);
+        td_tensor_release(y);
+    }
+    td_batcher_free(b);
+    td_grad_set_enabled(was);
+    *acc = total ? (double)correct / (double)total : 0;
+    return st;
+}
+
+/* Next full batch of replica REP (every R-th batch): 1, 0 at the end. */
+static int
+next_batch(td_batcher_t *b, int R, int rep, int64_t batch, td_tensor_t **x,
+           td_tensor_t **y)
+{
+    for (;;) {
+        int r = 0;
+        for (int k = 0; k < R; k++) {
+            td_tensor_t *bx, *by;
+            r = td_batcher_next(b, &bx, &by);
+            if (r != 1) {
+                return r;
+            }
+            if (k == rep) {
+                *x = bx;
+                *y = by;
+            } else {
+                td_tensor_release(bx);
+                td_tensor_release(by);
+            }
+        }
+        if (td_tensor_size(*x, 0) == batch) {
+            return 1;
+        }
+        td_tensor_release(*x);   /* a short last batch: shapes are static */
+        td_tensor_release(*y);
+    }
+}
+
+static int
+check(stage_t *st, int S, int R, int M, td_pipe_t *p, td_batcher_t *b,
+      int64_t batch, int layers, int64_t hidden, uint64_t seed)
+{
+    int stage = rank % S, rep = rank / S;
+    td_tensor_t *x = NULL, *y = NULL, *xs[16], *ys[16];
+    model_t ref;
+    double loss, d = 0;
+    int64_t one = 1, mb = batch / M;
+    td_tensor_t *t;
+
+    if (R > 16) {
+        fprintf(stderr, "pipeline_mlp: --check takes at most 16 replicas\n");
+        return 1;
+    }
+    td_batcher_start_epoch(b, 1);
+    for (int r = 0; r < R; r++) {
+        if (next_batch(b, 1, 0, batch, &xs[r], &ys[r]) != 1) {
+            return die("check batch");
+        }
+    }
+    x = xs[rep];
+    y = ys[rep];
+    if (td_pipe_step(p, stage == 0 ? x : NULL, stage == S - 1 ? y : NULL,
+                     &loss) != TD_OK) {
+        return die("pipeline step");
+    }
+    if (model_init(&ref, layers, hidden, seed, 0, layers + 1) != TD_OK) {
+        return die("reference model");
+    }
+    for (int r = 0; r < R; r++) {
+        for (int k = 0; k < M; k++) {
+            td_tensor_t *mx, *my, *l, *g;
+            td_tensor_narrow(xs[r], 0, k * mb, mb, &mx);
+            td_tensor_narrow(ys[r], 0, k * mb, mb, &my);
+            if (layers_forward(&ref, 0, ref.n, mx, my, &l) != TD_OK) {
+                return die("reference forward");
+            }
+            td_tensor_full(td_tensor_shape(l), td_tensor_ndim(l),
+                           TD_FLOAT32, 1.0 / ((double)M * R), &g);
+            if (td_backward(&l, &g, 1, 0, 0) != TD_OK) {
+                return die("reference backward");
+            }
+            td_tensor_release(g);
+            td_tensor_release(l);
+            td_tensor_release(mx);
+            td_tensor_release(my);
+        }
+    }
+    for (int l = st->lo; l < st->hi; l++) {
+        td_tensor_t *pairs[2][2] = {
+            {td_tensor_grad(st->m->w[l]), td_tensor_grad(ref.w[l])},
+            {td_tensor_grad(st->m->b[l]), td_tensor_grad(ref.b[l])}};
+        for (int k = 0; k < 2; k++) {
+            const float *a = td_tensor_data(pairs[k][0]);
+            const float *c = td_tensor_data(pairs[k][1]);
+            for (int64_t i = 0; i < td_tensor_numel(pairs[k][0]); i++) {
+                double e = fabs((double)a[i] - (double)c[i]);
+                d = e > d || isnan(e) ? e : d;
+            }
+        }
+    }
+    td_tensor_full(&one, 1, TD_FLOAT64, d, &t);
+    if (td_all_reduce(td_group_world(), t, TD_REDUCE_MAX) != TD_OK) {
+        return die("all_reduce of the difference");
+    }
+    d = ((double *)td_tensor_data(t))[0];
+    td_tensor_release(t);
+    if (rank == 0) {
+        printf("check=%s max_abs_diff=%.3g\n", d <= 1e-5 ? "ok" : "FAIL", d);
+    }
+    for (int r = 0; r < R; r++) {
+        td_tensor_release(xs[r]);
+        td_tensor_release(ys[r]);
+    }
+    model_free(&ref);
+    return d <= 1e-5 ? 0 : 1;
+}
+
+int
+main(int argc, char **argv)
+{
+    int S = 1, R = 1, M = 4, layers = 8, epochs = 1, threads = 1, warmup = 2;
+    int do_check = 0, rc = 0;
+    int64_t hidden = 256, batch = 64, max_steps = -1;
+    double lr = 0.05;
+    uint64_t seed = 1;
+    const char *data = TD_FASHION_MNIST_DIR, *sched_name = "1f1b";
+    td_pipe_schedule_t sched;
+    static const struct option lopts[] = {
+        {"stages", 1, 0, 's'}, {"microbatches", 1, 0, 'm'},
+        {"schedule", 1, 0, 'S'}, {"replicas", 1, 0, 'r'},
+        {"check", 0, 0, 'c'}, {"layers", 1, 0, 'L'}, {"hidden", 1, 0, 'H'},
+        {"batch-size", 1, 0, 'b'}, {"lr", 1, 0, 'l'}, {"epochs", 1, 0, 'e'},
+        {"max-steps", 1, 0, 'x'}, {"warmup", 1, 0, 'w'},
+        {"threads", 1, 0, 't'}, {"seed", 1, 0, 'd'}, {"data", 1, 0, 'D'},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    td_tensor_t *tr_x, *tr_y, *te_x, *te_y, *params[2 * LMAX];
+    td_batcher_t *batcher;
+    td_pipe_opts_t po = {0};
+    td_pipe_t *p;
+    td_optim_t *opt;
+    model_t m;
+    stage_t st;
+    int c, stage, rep, n_params = 0;
+
+    while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
+        switch (c) {
+        case 's': S = atoi(optarg); break;
+        case 'm': M = atoi(optarg); break;
+        case 'S': sched_name = optarg; break;
+        case 'r': R = atoi(optarg); break;
+        case 'c': do_check = 1; break;
+        case 'L': layers = atoi(optarg); break;
+        case 'H': hidden = atoll(optarg); break;
+        case 'b': batch = atoll(optarg); break;
+        case 'l': lr = atof(optarg); break;
+        case 'e': epochs = atoi(optarg); break;
+        case 'x': max_steps = atoll(optarg); break;
+        case 'w': warmup = atoi(optarg); break;
+        case 't': threads = atoi(optarg); break;
+        case 'd': seed = (uint64_t)atoll(optarg); break;
+        case 'D': data = optarg; break;
+        case 'h':
+            printf("usage: pipeline_mlp --stages S --microbatches M --schedule "
+                   "gpipe|1f1b|zb [--replicas R] [--check] [--layers N] "
+                   "[--hidden N] [--batch-size N] [--lr X] [--epochs N] "
+                   "[--max-steps N] [--warmup N] [--threads N] [--seed N] "
+                   "[--data DIR]\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (td_pipe_schedule_parse(sched_name, &sched) != TD_OK) {
+        fprintf(stderr, "pipeline_mlp: %s\n", td_last_error());
+        return 2;
+    }
+    if (layers < 0 || layers + 1 > LMAX || hidden < 1 || S < 1 ||
+        S > layers + 1) {
+        fprintf(stderr, "pipeline_mlp: --layers %d must be in 0..%d and give "
+                "every one of --stages %d stages a layer\n", layers, LMAX - 1,
+                S);
+        return 2;
+    }
+    if (openblas_set_num_threads != NULL) {
+        openblas_set_num_threads(threads);
+    }
+    if (td_init(NULL) != TD_OK) {
+        fprintf(stderr, "pipeline_mlp: td_init: %s\n", td_last_error());
+        return 1;
+    }
+    rank = td_world()->rank;
+    size = td_world()->world_size;
+    stage = rank % S;
+    rep = rank / S;
+    st.m = &m;
+    st.lo = stage * (layers + 1) / S;
+    st.hi = (stage + 1) * (layers + 1) / S;
+    if (td_fashion_mnist_load(data, 1, &tr_x, &tr_y) != TD_OK ||
+        td_fashion_mnist_load(data, 0, &te_x, &te_y) != TD_OK) {
+        return die("data");
+    }
+    if (model_init(&m, layers, hidden, seed, st.lo, st.hi) != TD_OK) {
+        return die("model");
+    }
+    for (int l = st.lo; l < st.hi; l++) {
+        params[n_params++] = m.w[l];
+        params[n_params++] = m.b[l];
+    }
+    po.n_stages = S;
+    po.n_replicas = R;
+    po.n_micro = M;
+    po.schedule = sched;
+    po.forward = stage_forward;
+    po.arg = &st;
+    po.params = params;
+    po.n_params = n_params;
+    if (td_pipe_create(&po, &p) != TD_OK) {
+        return die("pipeline");
+    }
+    if (td_batcher_create(tr_x, tr_y, batch, 1, seed, FMNIST_MEAN, FMNIST_STD,
+                          &batcher) != TD_OK) {
+        return die("batcher");
+    }
+    if (do_check) {
+        rc = check(&st, S, R, M, p, batcher, batch, layers, hidden, seed);
+        goto out;
+    }
+    {
+        td_sgd_opts_t so = {lr, 0.9, 0, 0, 0};   /* momentum 0.9 */
+        if (td_optim_sgd(params, n_params, &so, &opt) != TD_OK) {
+            return die("optimizer");
+        }
+    }
+    for (int ep = 1; ep <= epochs; ep++) {
+        double t0 = now(), loss_sum = 0, acc = 0, sum[4] = {0}, t_meas = 0;
+        int64_t steps = 0, measured = 0;
+        td_pipe_stats_t s, peak = {0};
+        td_tensor_t *x = NULL, *y = NULL;
+        int r;
+
+        td_batcher_start_epoch(batcher, ep);
+        while ((max_steps < 0 || steps < max_steps) &&
+               (r = next_batch(batcher, R, rep, batch, &x, &y)) == 1) {
+            double loss;
+            if (steps == warmup) {
+                t_meas = now();
+            }
+            td_optim_zero_grad(opt);
+            if (td_pipe_step(p, stage == 0 ? x : NULL,
+                             stage == S - 1 ? y : NULL, &loss) != TD_OK) {
+                return die("pipeline step");
+            }
+            if (td_optim_step(opt) != TD_OK) {
+                return die("optimizer step");
+            }
+            td_tensor_release(x);
+            td_tensor_release(y);
+            loss_sum += stage == S - 1 ? loss : 0;
+            if (++steps > warmup) {
+                td_pipe_stats(p, &s);
+                sum[0] += s.step_s;
+                sum[1] += s.busy_s;
+                sum[2] += s.allreduce_s;
+                measured++;
+                peak.peak_in_flight = s.peak_in_flight > peak.peak_in_flight
+                                          ? s.peak_in_flight
+                                          : peak.peak_in_flight;
+                peak.peak_act_bytes = s.peak_act_bytes > peak.peak_act_bytes
+                                          ? s.peak_act_bytes
+                                          : peak.peak_act_bytes;
+                peak.theory = s.theory;
+            }
+        }
+        t_meas = measured ? now() - t_meas : 0;
+        if (rep == 0 && evaluate(&st, S, stage, hidden, te_x, te_y, &acc) !=
+                            TD_OK) {
+            return die("evaluation");
+        }
+        if (rep == 0 && stage == S - 1) {
+            printf("epoch=%d train_loss=%.4f test_accuracy=%.4f seconds=%.1f "
+                   "steps=%lld samples_per_s=%.0f\n", ep,
+                   steps ? loss_sum / (double)steps : 0.0, acc, now() - t0,
+                   (long long)steps,
+                   t_meas > 0 ? (double)measured * batch * R / t_meas : 0.0);
+        }
+        if (measured > 0) {
+            printf("stats stage=%d replica=%d step_ms=%.2f busy_ms=%.2f "
+                   "bubble=%.3f theory=%.3f peak_in_flight=%d "
+                   "peak_act_mib=%.1f allreduce_ms=%.2f\n", stage, rep,
+                   1e3 * sum[0] / measured, 1e3 * sum[1] / measured,
+                   (sum[0] - sum[1]) / sum[0], peak.theory,
+                   peak.peak_in_flight, peak.peak_act_bytes / 1048576.0,
+                   1e3 * sum[2] / measured);
+        }
+        fflush(stdout);
+        td_group_barrier(td_group_world());
+    }
+    td_optim_free(opt);
+out:
+    td_batcher_free(batcher);
+    td_pipe_destroy(p);
+    model_free(&m);
+    td_tensor_release(tr_x);
+    td_tensor_release(tr_y);
+    td_tensor_release(te_x);
+    td_tensor_release(te_y);
+    td_finalize();
+    return rc;
+}

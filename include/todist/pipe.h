@@ -1,0 +1,152 @@
+/* todist/pipe.h: pipeline parallelism (torch.distributed.pipelining in C):
+ * a model split into S stages, one per rank of a pipeline group, each the
+ * user's forward function over its own parameters with local autograd; a
+ * mini-batch split into M micro-batches; activations forward and gradients
+ * backward over point-to-point messages (td_isend / td_irecv).
+ *
+ * Ranks. td_pipe_create is called by every rank of the world, which must
+ * have exactly S x R ranks: world rank r is stage r % S of replica r / S.
+ * Replica k's stages form one pipeline group; stage s's R replicas form a
+ * data-parallel group whose gradients are averaged (PipeDream's hybrid).
+ *
+ * A step (td_pipe_step, once per mini-batch, on every rank):
+ *   stage 0 splits INPUT [B, ...] into M micro-batches along dim 0, the
+ *   last stage splits TARGET [B, ...] the same way (B % M == 0, so every
+ *   micro-batch has one shape); stage s calls FORWARD(arg, x, target, m)
+ *   for each micro-batch m: x is stage 0's slice, or the activation stage
+ *   s-1 sent (a leaf that requires grad); target is the last stage's slice
+ *   (NULL on other stages), where FORWARD returns the micro-batch's loss
+ *   (one element). Backward runs from loss / M, so the parameters' .grad
+ *   gets (added to it) the gradient of the mini-batch's mean loss, summed
+ *   over micro-batches in order 0..M-1 as single-process gradient
+ *   accumulation would. With R > 1 it is then averaged over the replicas
+ *   (an async all_reduce per parameter, started as soon as the stage's
+ *   last backward is done, so it overlaps the other stages' drain).
+ *   Zero .grad and step the optimizer around td_pipe_step, once per
+ *   mini-batch.
+ *
+ * Shapes are agreed once: in the first step, stage s sends stage s+1 its
+ * output's dtype and shape (one small message); every later activation and
+ * gradient travels as bare bytes of that shape. An output of another shape
+ * or dtype (in any micro-batch of any later step) fails the step, naming
+ * the stage, rank, micro-batch and both shapes. Static shapes: the last
+ * mini-batch of an epoch must have the same size (drop it if it is short).
+ *
+ * Schedules (S stages, stage s, M micro-batches; F forward, B backward of
+ * the input gradient, W backward of the weight gradients, BW both):
+ *   GPIPE  F0..F(M-1), then BW0..BW(M-1).
+ *   1F1B   (PipeDream-flush) min(S-1-s, M) warm-up forwards, then one
+ *          forward and one backward in turn, then the remaining backwards.
+ *   ZB_H1  (zero bubble, Qi et al. 2024) 1F1B's order of F and B; each W
+ *          is deferred: it runs when the stage would otherwise wait for a
+ *          message, or before a forward that would make more than S
+ *          micro-batches in flight, or at the end. The backward is split
+ *          by the autograd engine's input mode: B is td_grad to the input
+ *          and to the gradient entering every "weight node" (a node with
+ *          an edge to a parameter), keeping the graph; W runs each weight
+ *          node alone from that gradient to its parameters. Linear and
+ *          matmul compute only the half a pass needs, so B + W costs what
+ *          BW costs. A parameter reached twice in one stage's graph (a tied
+ *          weight) fails W with the engine's "second time" error.
+ * Invariants of the schedules (runtime/pipe/schedule.c, stage.c):
+ *   P1 Every stage runs forwards in micro-batch order 0..M-1 and input
+ *      backwards (B or BW) in order 0..M-1, so neighbours post and match
+ *      their messages in one order: one tag per direction, no metadata.
+ *   P2 F(m) before B(m) before W(m) on a stage; W's run in order 0..M-1,
+ *      so .grad sums micro-batches in single-process order.
+ *   P3 Micro-batches in flight on stage s (forward done, W or BW not yet):
+ *      GPIPE at most M, 1F1B at most min(S-s, M), ZB_H1 at most min(S, M)
+ *      (1F1B's peak, stage 0's).
+ *   P4 A message is sent only with td_isend and waited for at the end of
+ *      the step (or when its buffer is needed again), and each receive is
+ *      posted before the op that needs it waits, so no two stages wait on
+ *      each other.
+ *   P5 The step's outcome is agreed: a stage whose forward, backward or
+ *      message fails breaks the pipeline group (and its data-parallel
+ *      group), telling every member, so every stage's step fails with an
+ *      error naming the failed stage and its rank; a dead rank fails them
+ *      too (within about a second, the transport's keepalive). After a
+ *      failure the pipe is broken: make a new one.
+ * Idle time: td_pipe_stats reports per stage the step's wall time, the
+ * time spent computing (F, B, W, BW) and the rest (waiting: the bubble).
+ *
+ * Threads: one thread drives a pipe; different pipes are independent. */
+#ifndef TODIST_PIPE_H
+#define TODIST_PIPE_H
+
+#include <stddef.h>
+#include <todist/status.h>
+#include <todist/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct td_pipe td_pipe_t;
+
+typedef enum {
+    TD_PIPE_GPIPE = 0,
+    TD_PIPE_1F1B  = 1,
+    TD_PIPE_ZB_H1 = 2
+} td_pipe_schedule_t;
+
+/* "gpipe", "1f1b", "zb" ("?" outside the table). */
+const char *td_pipe_schedule_name(td_pipe_schedule_t s);
+/* "gpipe", "1f1b", "zb" (or "zb-h1") -> *S; TD_ERR_INVALID naming NAME. */
+td_status_t td_pipe_schedule_parse(const char *name, td_pipe_schedule_t *s);
+
+/* One stage's forward for micro-batch MICRO (see above): *OUT_P gets a new
+ * reference (the loss on the last stage). An error fails every stage's
+ * step (P5). */
+typedef td_status_t (*td_pipe_forward_fn)(void *arg, td_tensor_t *x,
+                                          td_tensor_t *target, int micro,
+                                          td_tensor_t **out_p);
+
+typedef struct {
+    int                n_stages;     /* S >= 1 */
+    int                n_replicas;   /* R >= 1 (0 means 1) */
+    int                n_micro;      /* M >= 1 */
+    td_pipe_schedule_t schedule;
+    td_pipe_forward_fn forward;
+    void              *arg;
+    /* This stage's parameters (leaves that require grad, contiguous);
+     * retained by the pipe. */
+    td_tensor_t *const *params;
+    int                 n_params;
+} td_pipe_opts_t;
+
+/* Collective over the world (every rank, same S, R, M and schedule; each
+ * its own stage's forward and parameters). Makes R pipeline groups and,
+ * with R > 1, S data-parallel groups. */
+td_status_t td_pipe_create(const td_pipe_opts_t *opts, td_pipe_t **pipe_p);
+/* This rank's stage and replica. */
+int         td_pipe_stage(const td_pipe_t *p);
+int         td_pipe_replica(const td_pipe_t *p);
+/* One mini-batch (see above). INPUT on stage 0, TARGET on the last stage
+ * (NULL elsewhere; on a one-stage pipe both). *LOSS_P (may be NULL): the
+ * mean of the micro-batch losses on the last stage, NAN elsewhere. */
+td_status_t td_pipe_step(td_pipe_t *p, td_tensor_t *input,
+                         td_tensor_t *target, double *loss_p);
+
+typedef struct {
+    double step_s;         /* wall time of the last step */
+    double busy_s;         /* of which computing F, B, W, BW */
+    double bubble;         /* (step_s - busy_s) / step_s */
+    double theory;         /* the schedule's bubble with equal stage times:
+                              (S-1)/(M+S-1); ZB_H1 (S-1)/(3M+S-1) */
+    int    peak_in_flight; /* micro-batches holding activations (P3) */
+    size_t peak_act_bytes; /* heap growth at the peak over the step's start
+                              (glibc mallinfo2: the process, every thread) */
+    double allreduce_s;    /* waiting for the replicas' all_reduce (R > 1) */
+} td_pipe_stats_t;
+
+/* Figures of this rank's last step. */
+td_status_t td_pipe_stats(const td_pipe_t *p, td_pipe_stats_t *stats);
+/* Frees P and its groups (waits for nothing: call after a step ended).
+ * NULL is a no-op. */
+void        td_pipe_destroy(td_pipe_t *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TODIST_PIPE_H */

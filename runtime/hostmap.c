@@ -1,0 +1,106 @@
+/* hostmap.c: host ids and their place in the published worker address
+ * (hostmap.h says what a host is). */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "runtime/hostmap.h"
+#include "base/byteorder.h"
+
+static pthread_once_t self_once = PTHREAD_ONCE_INIT;
+static uint64_t       self_id;
+
+/* FNV-1a, 64 bits, over LEN bytes of P, continuing from H. */
+static uint64_t
+fnv1a(uint64_t h, const void *p, size_t len)
+{
+    const unsigned char *b = p;
+
+    for (size_t i = 0; i < len; i++) {
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+uint64_t
+hostmap_id(const char *boot_id, uint64_t ns_dev, uint64_t ns_ino)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    uint8_t ns[16];
+
+    if (boot_id == NULL || boot_id[0] == '\0') {
+        return 0;
+    }
+    h = fnv1a(h, boot_id, strlen(boot_id));
+    td_put_be64(ns, ns_dev);
+    td_put_be64(ns + 8, ns_ino);
+    h = fnv1a(h, ns, sizeof(ns));
+    return h != 0 ? h : 1;
+}
+
+static void
+self_compute(void)
+{
+    char boot[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    struct stat st;
+
+    if (f != NULL) {
+        if (fgets(boot, sizeof(boot), f) == NULL) {
+            boot[0] = '\0';
+        }
+        fclose(f);
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    /* Without a PID namespace to name (old kernels), the boot id alone. */
+    if (stat("/proc/self/ns/pid", &st) != 0) {
+        memset(&st, 0, sizeof(st));
+    }
+    self_id = hostmap_id(boot, (uint64_t)st.st_dev, (uint64_t)st.st_ino);
+}
+
+uint64_t
+hostmap_self(void)
+{
+    pthread_once(&self_once, self_compute);
+    return self_id;
+}
+
+td_status_t
+hostmap_pack(const void *addr, size_t len, uint64_t host, void **out,
+             size_t *out_len)
+{
+    uint8_t *v = malloc(HOSTMAP_HDR + len);
+
+    if (v == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "runtime: out of memory for a "
+                        "%zu-byte address", len);
+    }
+    td_put_be32(v, HOSTMAP_MAGIC);
+    td_put_be64(v + 4, host);
+    memcpy(v + HOSTMAP_HDR, addr, len);
+    *out = v;
+    *out_len = HOSTMAP_HDR + len;
+    return TD_OK;
+}
+
+td_status_t
+hostmap_unpack(int rank, const void *v, size_t len, const void **addr_p,
+               size_t *addr_len, uint64_t *host_p)
+{
+    const uint8_t *b = v;
+
+    if (b == NULL || len <= HOSTMAP_HDR || td_get_be32(b) != HOSTMAP_MAGIC) {
+        return td_error(TD_ERR_PROTOCOL, "runtime: rank %d published %zu "
+                        "bytes that are not a todist worker address (another "
+                        "todist version?)", rank, len);
+    }
+    *host_p = td_get_be64(b + 4);
+    *addr_p = b + HOSTMAP_HDR;
+    *addr_len = len - HOSTMAP_HDR;
+    return TD_OK;
+}

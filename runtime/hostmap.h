@@ -1,0 +1,45 @@
+/* runtime/hostmap.h: which host each rank runs on (internal).
+ *
+ * A host, to todist, is what shared memory and /proc/PID reach: one kernel
+ * (its boot id) and one PID namespace. Two ranks with equal host ids may
+ * share a memfd through /proc/PID/fd, read each other with
+ * process_vm_readv and share a futex; ranks with different ids, or an
+ * unknown one (0), may not: everything between them goes over the
+ * transport. The id travels in front of each rank's published worker
+ * address (hostmap_pack), so a rank learns a peer's host with its address,
+ * once, at the first contact (td_runtime_same_host, runtime.h).
+ *
+ * Thread-safe: hostmap_self computes its id once (pthread_once); the
+ * others are pure. */
+#ifndef TD_RUNTIME_HOSTMAP_H
+#define TD_RUNTIME_HOSTMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <todist/status.h>
+
+#define HOSTMAP_MAGIC 0x54444831u           /* "TDH1" */
+#define HOSTMAP_HDR   12                    /* magic, be64 host id */
+
+/* The id of the host BOOT_ID (the kernel's boot id text, "" unknown) and
+ * PID namespace (device, inode of /proc/self/ns/pid): nonzero, or 0 when
+ * BOOT_ID is empty (unknown: shares nothing). */
+uint64_t hostmap_id(const char *boot_id, uint64_t ns_dev, uint64_t ns_ino);
+
+/* This process's host id (0 when its boot id cannot be read). */
+uint64_t hostmap_self(void);
+
+/* Write into *OUT (malloc'ed, *OUT_LEN bytes) the published form of the
+ * worker address ADDR: HOSTMAP_HDR bytes, then ADDR. */
+td_status_t hostmap_pack(const void *addr, size_t len, uint64_t host,
+                         void **out, size_t *out_len);
+
+/* Read rank RANK's published value V: its worker address (*ADDR_P, a
+ * pointer into V, *ADDR_LEN bytes) and host id. TD_ERR_PROTOCOL, naming
+ * the rank, when V is not one. */
+td_status_t hostmap_unpack(int rank, const void *v, size_t len,
+                           const void **addr_p, size_t *addr_len,
+                           uint64_t *host_p);
+
+#endif /* TD_RUNTIME_HOSTMAP_H */

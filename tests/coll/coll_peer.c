@@ -1,0 +1,1565 @@
+/* coll_peer.c: one rank of the multi-process tests of collectives and
+ * point-to-point (tests/coll/test_coll.sh). Run as `todist-run -n N coll_peer
+ * MODE`. Checks print "PASS name" or "FAIL name: detail" (rank 0 prints
+ * the job-wide verdict of the matrix; other modes print from every rank
+ * that checks something); the script matches them.
+ *
+ * Every expected value is computed here naively from the formula that made
+ * the inputs (integer-valued, so float sums are exact), never by the
+ * library. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "todist/todist.h"
+
+static int rank, size;
+static int n_fail;
+
+static void check(int cond, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+check(int cond, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (cond) {
+        printf("PASS %s\n", name);
+    } else {
+        n_fail++;
+        printf("FAIL %s: rank %d: ", name, rank);
+        va_start(ap, fmt);
+        vprintf(fmt, ap);
+        va_end(ap);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static td_tensor_t *
+make(int64_t n, td_dtype_t dt)
+{
+    td_tensor_t *t = NULL;
+    int64_t shape[1] = { n };
+
+    if (td_tensor_zeros(shape, 1, dt, &t) != TD_OK) {
+        fprintf(stderr, "rank %d: cannot make a tensor of %" PRId64 ": %s\n",
+                rank, n, td_last_error());
+        exit(2);
+    }
+    return t;
+}
+
+/* ---- typed element access ---------------------------------------------- */
+
+static double
+get(const td_tensor_t *t, int64_t i)
+{
+    const void *p = td_tensor_data(t);
+
+    switch (td_tensor_dtype(t)) {
+    case TD_FLOAT32: return ((const float *)p)[i];
+    case TD_FLOAT64: return ((const double *)p)[i];
+    case TD_INT32:   return ((const int32_t *)p)[i];
+    case TD_INT64:   return (double)((const int64_t *)p)[i];
+    case TD_UINT8:   return ((const uint8_t *)p)[i];
+    default:         return -1;
+    }
+}
+
+static void
+set(td_tensor_t *t, int64_t i, double v)
+{
+    void *p = td_tensor_data(t);
+
+    switch (td_tensor_dtype(t)) {
+    case TD_FLOAT32: ((float *)p)[i] = (float)v; break;
+    case TD_FLOAT64: ((double *)p)[i] = v; break;
+    case TD_INT32:   ((int32_t *)p)[i] = (int32_t)v; break;
+    case TD_INT64:   ((int64_t *)p)[i] = (int64_t)v; break;
+    case TD_UINT8:   ((uint8_t *)p)[i] = (uint8_t)v; break;
+    default: break;
+    }
+}
+
+/* Rank R's input element I for reduce op OP: small integers (1..2 for
+ * PROD so that 8 ranks stay exact in float32 and uint8). */
+static int64_t
+val(int r, int64_t i, int op)
+{
+    if (op == TD_REDUCE_PROD) {
+        return 1 + (r + i) % 2;
+    }
+    return ((r + 1) * 3 + i * 7) % 11 + 1 + (op >= TD_REDUCE_BAND ? r : 0);
+}
+
+/* The reduction of val(0..n-1, i, op) in DT, computed naively. */
+static double
+expect_reduce(int n, int64_t i, int op, td_dtype_t dt)
+{
+    int64_t acc = val(0, i, op);
+
+    for (int r = 1; r < n; r++) {
+        int64_t v = val(r, i, op);
+
+        switch (op) {
+        case TD_REDUCE_SUM: case TD_REDUCE_AVG: acc += v; break;
+        case TD_REDUCE_PROD: acc *= v; break;
+        case TD_REDUCE_MIN: acc = v < acc ? v : acc; break;
+        case TD_REDUCE_MAX: acc = v > acc ? v : acc; break;
+        case TD_REDUCE_BAND: acc &= v; break;
+        case TD_REDUCE_BOR: acc |= v; break;
+        case TD_REDUCE_BXOR: acc ^= v; break;
+        }
+    }
+    if (dt == TD_UINT8) {
+        acc &= 0xff;
+    }
+    if (op == TD_REDUCE_AVG) {
+        if (dt == TD_FLOAT32) {
+            return (double)((float)acc / (float)n);
+        }
+        if (dt == TD_FLOAT64) {
+            return (double)acc / (double)n;
+        }
+        return (double)(acc / n);
+    }
+    return (double)acc;
+}
+
+/* First index where T differs from WANT(i) (-1: none). */
+#define FIRST_BAD(t, n, want_expr, bad_p)                                   \
+    do {                                                                    \
+        *(bad_p) = -1;                                                      \
+        for (int64_t i = 0; i < (n); i++) {                                 \
+            if (get((t), i) != (want_expr)) {                               \
+                *(bad_p) = i;                                               \
+                break;                                                      \
+            }                                                               \
+        }                                                                   \
+    } while (0)
+
+/* ---- the matrix ---------------------------------------------------------- */
+
+static const td_dtype_t dtypes[] = { TD_FLOAT32, TD_FLOAT64, TD_INT32,
+                                     TD_INT64, TD_UINT8 };
+static const int64_t counts[] = { 0, 1, 7, 4097, 1048579 };
+#define BIG 1048579
+
+static long m_fail[16];          /* per collective */
+static long m_runs[16];
+static const char *m_names[] = { "all_reduce", "broadcast", "reduce",
+    "all_gather", "gather", "scatter", "reduce_scatter", "all_to_all",
+    "barrier", "all_gather_list" };
+
+static void
+m_check(int which, int ok, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+m_check(int which, int ok, const char *fmt, ...)
+{
+    va_list ap;
+
+    m_runs[which]++;
+    if (ok) {
+        return;
+    }
+    if (m_fail[which]++ < 5) {
+        fprintf(stderr, "rank %d: matrix %s: ", rank, m_names[which]);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "\n");
+    }
+}
+
+/* Whether to run count C for dtype DT and op OP: the 1,048,579 count
+ * (4 MiB a rank, up to 32 MiB for all_to_all on 8 ranks) only for float32
+ * SUM and the data movers, so the matrix (about 14 x 1200 calls) stays
+ * near a minute with 8 ranks on two loaded cores; the small counts
+ * {0, 1, 7, 4097} run every op and dtype. */
+static int
+want(int64_t c, td_dtype_t dt, int op)
+{
+    if (c != BIG) {
+        return 1;
+    }
+    return dt == TD_FLOAT32 && (op == TD_REDUCE_SUM || op < 0);
+}
+
+static void
+matrix_group(td_group_t *g, const char *algo_tag)
+{
+    int n = td_group_size(g), me = td_group_rank(g);
+    char what[160];
+
+    for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
+        td_dtype_t dt = dtypes[di];
+        int nops = td_dtype_is_float(dt) ? TD_REDUCE_BAND : TD_REDUCE_NUM_OPS;
+
+        for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+            int64_t c = counts[ci];
+            int64_t bad;
+            td_status_t st;
+
+            /* reductions: all_reduce, reduce (root n-1), reduce_scatter */
+            for (int op = 0; op < nops; op++) {
+                if (!want(c, dt, op)) {
+                    continue;
+                }
+                snprintf(what, sizeof(what), "%s n=%d %s count=%" PRId64
+                         " op=%s", algo_tag, n, td_dtype_name(dt), c,
+                         td_reduce_op_name((td_reduce_op_t)op));
+                td_tensor_t *t = make(c, dt);
+
+                for (int64_t i = 0; i < c; i++) {
+                    set(t, i, (double)val(me, i, op));
+                }
+                st = td_all_reduce(g, t, (td_reduce_op_t)op);
+                FIRST_BAD(t, c, expect_reduce(n, i, op, dt), &bad);
+                m_check(0, st == TD_OK && bad < 0, "%s: %s, [%" PRId64 "]=%g "
+                        "want %g", what, st ? td_last_error() : "ok", bad,
+                        bad >= 0 ? get(t, bad) : 0,
+                        bad >= 0 ? expect_reduce(n, bad, op, dt) : 0);
+
+                for (int64_t i = 0; i < c; i++) {
+                    set(t, i, (double)val(me, i, op));
+                }
+                st = td_reduce(g, t, n - 1, (td_reduce_op_t)op);
+                if (me == n - 1) {
+                    FIRST_BAD(t, c, expect_reduce(n, i, op, dt), &bad);
+                } else {
+                    FIRST_BAD(t, c, (double)val(me, i, op), &bad);
+                }
+                m_check(2, st == TD_OK && bad < 0, "%s: %s, [%" PRId64 "]=%g",
+                        what, st ? td_last_error() : "ok", bad,
+                        bad >= 0 ? get(t, bad) : 0);
+                td_tensor_release(t);
+
+                td_tensor_t *in = make(c * n, dt), *out = make(c, dt);
+
+                for (int64_t i = 0; i < c * n; i++) {
+                    set(in, i, (double)val(me, i, op));
+                }
+                st = td_reduce_scatter(g, out, in, (td_reduce_op_t)op);
+                FIRST_BAD(out, c, expect_reduce(n, me * c + i, op, dt), &bad);
+                m_check(6, st == TD_OK && bad < 0, "%s: %s, [%" PRId64 "]=%g "
+                        "want %g", what, st ? td_last_error() : "ok", bad,
+                        bad >= 0 ? get(out, bad) : 0,
+                        bad >= 0 ? expect_reduce(n, me * c + bad, op, dt) : 0);
+                td_tensor_release(in);
+                td_tensor_release(out);
+            }
+            if (!want(c, dt, -1)) {
+                continue;
+            }
+            snprintf(what, sizeof(what), "%s n=%d %s count=%" PRId64,
+                     algo_tag, n, td_dtype_name(dt), c);
+            /* data movers: value = 100 * rank + i mod 97 (fits uint8? no:
+             * reduced mod 256 consistently by set/get through the dtype) */
+#define MV(r, i) ((double)(((r) * 37 + (i) * 5) % 101))
+            {
+                int root = n > 1 ? 1 : 0;
+                td_tensor_t *t = make(c, dt);
+
+                for (int64_t i = 0; i < c; i++) {
+                    set(t, i, me == root ? MV(root, i) : -1 + 0 * i);
+                }
+                if (dt == TD_UINT8 && me != root) {
+                    for (int64_t i = 0; i < c; i++) {
+                        set(t, i, 255);
+                    }
+                }
+                st = td_broadcast(g, t, root);
+                FIRST_BAD(t, c, MV(root, i), &bad);
+                m_check(1, st == TD_OK && bad < 0, "%s: %s, [%" PRId64 "]=%g",
+                        what, st ? td_last_error() : "ok", bad,
+                        bad >= 0 ? get(t, bad) : 0);
+                td_tensor_release(t);
+            }
+            {
+                td_tensor_t *in = make(c, dt), *out = make(c * n, dt);
+
+                for (int64_t i = 0; i < c; i++) {
+                    set(in, i, MV(me, i));
+                }
+                st = td_all_gather(g, out, in);
+                FIRST_BAD(out, c * n, MV(i / (c ? c : 1), i % (c ? c : 1)),
+                          &bad);
+                m_check(3, st == TD_OK && bad < 0, "%s: %s, [%" PRId64 "]=%g",
+                        what, st ? td_last_error() : "ok", bad,
+                        bad >= 0 ? get(out, bad) : 0);
+
+                td_tensor_zero_(out);
+                st = td_gather(g, me == 0 ? out : NULL, in, 0);
+                if (me == 0) {
+                    FIRST_BAD(out, c * n, MV(i / (c ? c : 1), i % (c ? c : 1)),
+                              &bad);
+                } else {
+                    bad = -1;
+                }
+                m_check(4, st == TD_OK && bad < 0, "%s: %s, [%" PRId64 "]=%g",
+                        what, st ? td_last_error() : "ok", bad,
+                        bad >= 0 ? get(out, bad) : 0);
+
+                /* scatter from the last rank: block j is MV(j, i) */
+                for (int64_t i = 0; i < c * n; i++) {
+                    set(out, i, MV(i / (c ? c : 1), i % (c ? c : 1)));
+                }
+                td_tensor_zero_(in);
+                st = td_scatter(g, in, me == n - 1 ? out : NULL, n - 1);
+                FIRST_BAD(in, c, MV(me, i), &bad);
+                m_check(5, st == TD_OK && bad < 0, "%s: %s, [%" PRId64 "]=%g",
+                        what, st ? td_last_error() : "ok", bad,
+                        bad >= 0 ? get(in, bad) : 0);
+
+                /* all_to_all: block j of rank r's input is MV(r * n + j, i);
+                 * block i of rank me's output came from rank i's block me */
+                td_tensor_t *a = make(c * n, dt), *b = make(c * n, dt);
+
+                for (int64_t i = 0; i < c * n; i++) {
+                    set(a, i, MV(me * n + i / (c ? c : 1), i % (c ? c : 1)));
+                }
+                st = td_all_to_all(g, b, a);
+                FIRST_BAD(b, c * n, MV((i / (c ? c : 1)) * n + me,
+                                       i % (c ? c : 1)), &bad);
+                m_check(7, st == TD_OK && bad < 0, "%s: %s, [%" PRId64 "]=%g",
+                        what, st ? td_last_error() : "ok", bad,
+                        bad >= 0 ? get(b, bad) : 0);
+                td_tensor_release(a);
+                td_tensor_release(b);
+
+                if (c < BIG) {
+                    td_tensor_t *outs[8];
+
+                    for (int j = 0; j < n; j++) {
+                        outs[j] = make(c, dt);
+                    }
+                    st = td_all_gather_list(g, outs, in);
+                    bad = -1;
+                    for (int j = 0; j < n && bad < 0; j++) {
+                        FIRST_BAD(outs[j], c, MV(j, i), &bad);
+                    }
+                    m_check(9, st == TD_OK && bad < 0, "%s: %s", what,
+                            st ? td_last_error() : "ok");
+                    for (int j = 0; j < n; j++) {
+                        td_tensor_release(outs[j]);
+                    }
+                }
+                td_tensor_release(in);
+                td_tensor_release(out);
+            }
+        }
+    }
+    m_check(8, td_group_barrier(g) == TD_OK, "%s n=%d: %s", algo_tag, n,
+            td_last_error());
+}
+
+static const char *algo_sets[] = {
+    "",                                   /* the defaults by size */
+    "all_reduce:rd,broadcast:linear,reduce:linear,all_gather:direct,"
+    "reduce_scatter:direct",
+    "all_reduce:ring,broadcast:binomial,reduce:binomial,all_gather:ring,"
+    "reduce_scatter:ring",
+    "all_reduce:shm,barrier:shm,broadcast:shm,all_gather:shm,"
+    "reduce_scatter:shm",                 /* the segment at every size */
+};
+
+static int
+mode_matrix(void)
+{
+    static const int sizes[] = { 1, 2, 3, 4, 5, 8 };
+    int64_t total[16];
+    td_tensor_t *t;
+    double t0 = now_s();
+
+    for (size_t a = 0; a < sizeof(algo_sets) / sizeof(algo_sets[0]); a++) {
+        if (td_coll_set_algo(algo_sets[a]) != TD_OK) {
+            check(0, "matrix_set_algo", "%s", td_last_error());
+        }
+        for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+            int ranks[8], k = sizes[si];
+            td_group_t *g;
+
+            /* The forced sets skip sizes 1 (no algorithm runs) and 4 (a
+             * power of two like 2 and 8): the matrix's time stays near a
+             * minute on two loaded cores. */
+            if (k > size || (a > 0 && (k == 1 || k == 4))) {
+                continue;
+            }
+            /* A different slice of the world each time (not always 0..). */
+            for (int i = 0; i < k; i++) {
+                ranks[i] = (i + (int)a + (int)si) % size;
+            }
+            if (td_group_new(ranks, k, &g) != TD_OK) {
+                check(0, "matrix_group_new", "%s", td_last_error());
+                return 1;
+            }
+            if (td_group_rank(g) >= 0) {
+                matrix_group(g, a == 0 ? "auto" : a == 1 ? "rd/linear/direct"
+                                : a == 2 ? "ring/binomial" : "shm");
+            }
+            td_group_destroy(g);
+        }
+    }
+    td_coll_set_algo(NULL);
+    /* The verdict: failures summed over the world with the defaults. */
+    t = make(20, TD_INT64);
+    for (int i = 0; i < 10; i++) {
+        set(t, i, (double)m_fail[i]);
+        set(t, 10 + i, (double)m_runs[i]);
+    }
+    if (td_all_reduce(td_group_world(), t, TD_REDUCE_SUM) != TD_OK) {
+        check(0, "matrix_verdict", "%s", td_last_error());
+        return 1;
+    }
+    for (int i = 0; i < 20; i++) {
+        total[i % 16] = 0;
+    }
+    if (rank == 0) {
+        for (int i = 0; i < 10; i++) {
+            char name[64];
+            int64_t f = (int64_t)get(t, i), r = (int64_t)get(t, 10 + i);
+
+            snprintf(name, sizeof(name), "matrix_%s", m_names[i]);
+            check(f == 0 && r > 0, name, "%" PRId64 " of %" PRId64 " calls "
+                  "failed (details on stderr)", f, r);
+            printf("# %s: %" PRId64 " calls checked\n", m_names[i], r);
+        }
+        printf("# matrix took %.1f s\n", now_s() - t0);
+    }
+    (void)total;
+    td_tensor_release(t);
+    return 0;
+}
+
+/* ---- point-to-point ---------------------------------------------------------- */
+
+static int
+mode_p2p(void)
+{
+    td_group_t *w = td_group_world();
+    td_status_t st;
+    int src = -2;
+
+    /* tags out of order: 1 sends tags 5, 6, 7; 0 receives 7, 5, 6 */
+    if (rank == 1) {
+        td_work_t *ws[3];
+
+        for (int k = 0; k < 3; k++) {
+            td_tensor_t *t = make(4, TD_INT32);
+
+            td_tensor_fill_(t, 50 + k);
+            td_isend(w, t, 0, 5 + k, &ws[k]);
+            td_tensor_release(t);           /* the work keeps it */
+        }
+        for (int k = 0; k < 3; k++) {
+            st = td_work_wait(ws[k], 30);
+            check(st == TD_OK, "p2p_tags_out_of_order_send", "%s",
+                  td_last_error());
+            td_work_release(ws[k]);
+        }
+    } else if (rank == 0) {
+        int order[3] = { 7, 5, 6 };
+        int ok = 1;
+
+        for (int k = 0; k < 3; k++) {
+            td_tensor_t *t = make(4, TD_INT32);
+
+            st = td_recv(w, t, 1, order[k], &src);
+            ok &= st == TD_OK && get(t, 3) == 50 + order[k] - 5 && src == 1;
+            td_tensor_release(t);
+        }
+        check(ok, "p2p_tags_out_of_order", "a receive got the wrong message");
+    }
+
+    /* TD_ANY_SOURCE: 1 and 2 send to 0, which reports who sent */
+    if (rank == 1 || rank == 2) {
+        td_tensor_t *t = make(3, TD_FLOAT64);
+
+        td_tensor_fill_(t, rank * 10);
+        st = td_send(w, t, 0, 9);
+        check(st == TD_OK, "p2p_any_source_send", "%s", td_last_error());
+        td_tensor_release(t);
+    } else if (rank == 0) {
+        int seen = 0, ok = 1;
+
+        for (int k = 0; k < 2; k++) {
+            td_tensor_t *t = make(3, TD_FLOAT64);
+
+            st = td_recv(w, t, TD_ANY_SOURCE, 9, &src);
+            ok &= st == TD_OK && (src == 1 || src == 2) &&
+                  get(t, 0) == src * 10;
+            seen |= 1 << src;
+            td_tensor_release(t);
+        }
+        check(ok && seen == 6, "p2p_any_source", "senders seen 0x%x", seen);
+    }
+
+    /* td_irecv from TD_ANY_SOURCE: td_work_test before and after,
+     * td_work_source names the sender */
+    if (rank == 2) {
+        td_tensor_t *t = make(2, TD_INT64);
+
+        td_tensor_fill_(t, 5);
+        st = td_send(w, t, 0, 11);
+        td_tensor_release(t);
+    } else if (rank == 0) {
+        td_tensor_t *t = make(2, TD_INT64);
+        td_work_t *wk = NULL;
+        int done = -1, before = -1, from = -1;
+
+        st = td_irecv(w, t, TD_ANY_SOURCE, 11, &wk);
+        td_work_test(wk, &before);
+        if (st == TD_OK) {
+            st = td_work_wait(wk, 30);
+        }
+        td_work_test(wk, &done);
+        td_work_source(wk, &from);
+        check(st == TD_OK && done == 1 && from == 2 && get(t, 1) == 5,
+              "p2p_irecv_any_source", "st %d done %d from %d (test before: "
+              "%d)", st, done, from, before);
+        td_work_release(wk);
+        td_tensor_release(t);
+    }
+
+    /* many in flight: 200 isends each way between 0 and 1, irecv'd
+     * before or after */
+    if (rank <= 1) {
+        enum { M = 200 };
+        td_work_t *sw[M], *rw[M];
+        td_tensor_t *rs[M];
+        int peer = 1 - rank, ok = 1;
+
+        for (int k = 0; k < M; k++) {
+            td_tensor_t *t = make(16, TD_INT64);
+
+            td_tensor_fill_(t, rank * 1000 + k);
+            ok &= td_isend(w, t, peer, 100 + k, &sw[k]) == TD_OK;
+            td_tensor_release(t);
+        }
+        for (int k = M - 1; k >= 0; k--) {
+            rs[k] = make(16, TD_INT64);
+            ok &= td_irecv(w, rs[k], peer, 100 + k, &rw[k]) == TD_OK;
+        }
+        for (int k = 0; k < M; k++) {
+            ok &= td_work_wait(rw[k], 30) == TD_OK &&
+                  get(rs[k], 15) == peer * 1000 + k;
+            ok &= td_work_wait(sw[k], 30) == TD_OK;
+            td_work_release(rw[k]);
+            td_work_release(sw[k]);
+            td_tensor_release(rs[k]);
+        }
+        check(ok, "p2p_many_in_flight", "%s", td_last_error());
+    }
+
+    /* 0 B and 256 MiB */
+    if (rank <= 1) {
+        td_tensor_t *z = make(0, TD_FLOAT32);
+        td_tensor_t *big = make((int64_t)64 << 20, TD_FLOAT32);   /* 256 MiB */
+        float *p = td_tensor_data(big);
+        int ok;
+
+        if (rank == 0) {
+            st = td_send(w, z, 1, 1);
+            check(st == TD_OK, "p2p_zero_bytes", "%s", td_last_error());
+            for (int64_t i = 0; i < ((int64_t)64 << 20); i += 4093) {
+                p[i] = (float)(i % 1000);
+            }
+            p[((int64_t)64 << 20) - 1] = 7;
+            st = td_send(w, big, 1, 2);
+            check(st == TD_OK, "p2p_256MiB_send", "%s", td_last_error());
+        } else {
+            st = td_recv(w, z, 0, 1, &src);
+            check(st == TD_OK && src == 0, "p2p_zero_bytes", "%s",
+                  td_last_error());
+            st = td_recv(w, big, 0, 2, NULL);
+            ok = st == TD_OK && p[((int64_t)64 << 20) - 1] == 7;
+            for (int64_t i = 0; ok && i < ((int64_t)64 << 20); i += 4093) {
+                ok &= p[i] == (float)(i % 1000);
+            }
+            check(ok, "p2p_256MiB_send", "%s", st ? td_last_error() :
+                  "wrong data");
+        }
+        td_tensor_release(z);
+        td_tensor_release(big);
+    }
+
+    /* size and dtype mismatch: an error on both sides naming both shapes */
+    if (rank <= 1) {
+        td_tensor_t *a = make(rank == 0 ? 8 : 4, TD_FLOAT32);
+        td_tensor_t *b = make(4, rank == 0 ? TD_FLOAT32 : TD_INT32);
+
+        st = rank == 0 ? td_send(w, a, 1, 3) : td_recv(w, a, 0, 3, NULL);
+        check(st == TD_ERR_SHAPE && strstr(td_last_error(), "[8]") &&
+              strstr(td_last_error(), "[4]"), "p2p_size_mismatch",
+              "%d: %s", st, td_last_error());
+        st = rank == 0 ? td_send(w, b, 1, 4) : td_recv(w, b, 0, 4, NULL);
+        check(st == TD_ERR_DTYPE && strstr(td_last_error(), "int32") &&
+              strstr(td_last_error(), "float32"), "p2p_dtype_mismatch",
+              "%d: %s", st, td_last_error());
+        /* and the pair still works after */
+        {
+            td_tensor_t *c = make(4, TD_FLOAT32);
+
+            td_tensor_fill_(c, rank == 0 ? 42 : 0);
+            st = rank == 0 ? td_send(w, c, 1, 5) : td_recv(w, c, 0, 5, NULL);
+            check(st == TD_OK && get(c, 3) == 42, "p2p_after_mismatch",
+                  "%d: %s", st, td_last_error());
+            td_tensor_release(c);
+        }
+        td_tensor_release(a);
+        td_tensor_release(b);
+    }
+
+    /* bad input: clear errors, nothing sent */
+    if (rank == 0) {
+        td_tensor_t *t = make(6, TD_FLOAT32), *tt = NULL, *cu = NULL;
+        float blob[4];
+        int64_t shape[2] = { 2, 3 };
+        td_device_t cuda = { TD_DEVICE_CUDA, 0 };
+        td_work_t *wk = NULL;
+
+        check(td_send(w, NULL, 1, 0) == TD_ERR_INVALID &&
+              strstr(td_last_error(), "NULL"), "bad_null_tensor", "%s",
+              td_last_error());
+        check(td_send(w, t, size, 0) == TD_ERR_RANGE &&
+              strstr(td_last_error(), "rank"), "bad_rank", "%s",
+              td_last_error());
+        check(td_recv(w, t, -5, 0, NULL) == TD_ERR_RANGE, "bad_src_rank",
+              "%s", td_last_error());
+        check(td_isend(w, t, 1, -1, &wk) == TD_ERR_RANGE &&
+              strstr(td_last_error(), "tag"), "bad_tag", "%s",
+              td_last_error());
+        td_tensor_view(t, shape, 2, &tt);
+        {
+            td_tensor_t *tr = NULL;
+
+            td_tensor_transpose(tt, 0, 1, &tr);
+            check(td_all_reduce(w, tr, TD_REDUCE_SUM) == TD_ERR_INVALID &&
+                  strstr(td_last_error(), "contiguous"), "bad_noncontiguous",
+                  "%s", td_last_error());
+            td_tensor_release(tr);
+        }
+        check(td_broadcast(w, t, size + 3) == TD_ERR_RANGE &&
+              strstr(td_last_error(), "root"), "bad_root", "%s",
+              td_last_error());
+        check(td_all_reduce(w, t, TD_REDUCE_BXOR) == TD_ERR_INVALID,
+              "bad_op_on_float", "%s", td_last_error());
+        if (td_tensor_from_blob(blob, (int64_t[]){ 4 }, 1, TD_FLOAT32, cuda,
+                                NULL, NULL, &cu) == TD_OK) {
+            check(td_all_reduce(w, cu, TD_REDUCE_SUM) == TD_ERR_UNSUPPORTED &&
+                  strstr(td_last_error(), "cuda:0"), "bad_device", "%s",
+                  td_last_error());
+            td_tensor_release(cu);
+        } else {
+            check(1, "bad_device", "no cuda tensor can be made here");
+        }
+        td_tensor_release(tt);
+        td_tensor_release(t);
+    }
+    /* a group this rank is not in */
+    {
+        int r[1] = { 1 };
+        td_group_t *g;
+        td_tensor_t *t = make(1, TD_FLOAT32);
+
+        td_group_new(r, 1, &g);
+        if (rank == 0) {
+            check(td_all_reduce(g, t, TD_REDUCE_SUM) == TD_ERR_STATE &&
+                  td_group_rank(g) == -1, "bad_not_member", "%s",
+                  td_last_error());
+        }
+        td_group_destroy(g);
+        td_tensor_release(t);
+    }
+    td_group_barrier(w);
+    return 0;
+}
+
+/* ---- subgroups concurrently with the world group and RPC ------------------- */
+
+static td_status_t
+fn_twice(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
+         td_rpc_list_t *result)
+{
+    int64_t v = 0;
+
+    (void)arg;
+    (void)info;
+    td_rpc_list_int(args, 0, &v);
+    return td_rpc_list_add_int(result, 2 * v);
+}
+
+typedef struct {
+    td_group_t *g;
+    int         ok;
+    int         rounds;
+    int         rpc;      /* make RPC calls instead */
+} conc_t;
+
+static void *
+conc_main(void *arg)
+{
+    conc_t *c = arg;
+
+    c->ok = 1;
+    for (int k = 0; k < c->rounds; k++) {
+        if (c->rpc) {
+            td_rpc_list_t *a = NULL, *res = NULL;
+            int64_t v = 0;
+
+            td_rpc_list_create(&a);
+            td_rpc_list_add_int(a, k);
+            if (td_rpc_sync((rank + 1) % size, "twice", a, 30, &res) != TD_OK ||
+                td_rpc_list_int(res, 0, &v) != TD_OK || v != 2 * k) {
+                c->ok = 0;
+            }
+            td_rpc_list_free(a);
+            td_rpc_list_free(res);
+            continue;
+        }
+        int n = td_group_size(c->g);
+        int64_t cnt = k % 2 ? 70000 : 5;        /* ring and rd */
+        td_tensor_t *t = make(cnt, TD_FLOAT32);
+
+        for (int64_t i = 0; i < cnt; i++) {
+            set(t, i, td_group_rank(c->g) + k + i % 3);
+        }
+        if (td_all_reduce(c->g, t, TD_REDUCE_SUM) != TD_OK) {
+            fprintf(stderr, "rank %d: concurrent: %s\n", rank,
+                    td_last_error());
+            c->ok = 0;
+        }
+        for (int64_t i = 0; i < cnt && c->ok; i++) {
+            c->ok &= get(t, i) == n * (n - 1) / 2 + n * (k + i % 3);
+        }
+        td_tensor_release(t);
+    }
+    return NULL;
+}
+
+static int
+mode_concurrent(void)
+{
+    int even[2] = { 0, 2 }, odd[2] = { 1, 3 };
+    td_group_t *ge, *go;
+    conc_t c[3];
+    pthread_t th[3];
+    td_work_t *wk[10];
+    td_tensor_t *ts[10];
+    int ok = 1;
+
+    td_group_new(even, 2, &ge);
+    td_group_new(odd, 2, &go);
+    c[0] = (conc_t){ rank % 2 == 0 ? ge : go, 0, 40, 0 };
+    c[1] = (conc_t){ td_group_world(), 0, 40, 0 };
+    c[2] = (conc_t){ NULL, 0, 200, 1 };
+    for (int i = 0; i < 3; i++) {
+        pthread_create(&th[i], NULL, conc_main, &c[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+    }
+    check(c[0].ok, "concurrent_subgroup", "subgroup all_reduce wrong");
+    check(c[1].ok, "concurrent_world", "world all_reduce wrong");
+    check(c[2].ok, "concurrent_rpc", "rpc wrong");
+    /* async: 10 all_reduces queued on the subgroup, completed in order */
+    for (int k = 0; k < 10; k++) {
+        ts[k] = make(1000, TD_INT64);
+        td_tensor_fill_(ts[k], k + rank);
+        wk[k] = NULL;
+        ok &= td_all_reduce_async(c[0].g, ts[k], TD_REDUCE_SUM, &wk[k]) ==
+              TD_OK;
+    }
+    for (int k = 0; k < 10; k++) {
+        int pr = rank % 2 == 0 ? 0 + 2 : 1 + 3;
+
+        /* (a failed call leaves no handle to wait for) */
+        ok &= wk[k] != NULL && td_work_wait(wk[k], 60) == TD_OK &&
+              get(ts[k], 999) == 2 * k + pr;
+        if (wk[k] != NULL) {
+            td_work_release(wk[k]);
+        }
+        td_tensor_release(ts[k]);
+    }
+    check(ok, "concurrent_async_queue", "%s", td_last_error());
+
+    /* every _async entry point once on the world, queued back to back,
+     * then waited for in reverse (they complete in issue order anyway) */
+    {
+        td_group_t *w = td_group_world();
+        int n = size;
+        td_work_t *aw[9];
+        td_tensor_t *b = make(5, TD_INT32), *r = make(5, TD_INT32);
+        td_tensor_t *gi = make(3, TD_INT32), *go_ = make(3 * n, TD_INT32);
+        td_tensor_t *ga = make(3 * n, TD_INT32), *sc = make(3, TD_INT32);
+        td_tensor_t *rs = make(3, TD_INT32), *a2a = make(3 * n, TD_INT32);
+        td_tensor_t *gat = make(3 * n, TD_INT32);
+        int done = 0, okk = 1;
+
+        td_tensor_fill_(b, rank == 0 ? 77 : 0);
+        td_tensor_fill_(r, rank + 1);
+        td_tensor_fill_(gi, rank);
+        for (int64_t i = 0; i < 3 * n; i++) {
+            set(go_, i, (double)(i / 3));
+        }
+        okk &= td_broadcast_async(w, b, 0, &aw[0]) == TD_OK;
+        okk &= td_reduce_async(w, r, 0, TD_REDUCE_SUM, &aw[1]) == TD_OK;
+        okk &= td_all_gather_async(w, ga, gi, &aw[2]) == TD_OK;
+        okk &= td_gather_async(w, rank == 0 ? gat : NULL, gi, 0, &aw[3]) ==
+               TD_OK;
+        okk &= td_scatter_async(w, sc, rank == 0 ? go_ : NULL, 0, &aw[4]) ==
+               TD_OK;
+        okk &= td_reduce_scatter_async(w, rs, go_, TD_REDUCE_SUM, &aw[5]) ==
+               TD_OK;
+        okk &= td_all_to_all_async(w, a2a, go_, &aw[6]) == TD_OK;
+        okk &= td_group_barrier_async(w, &aw[7]) == TD_OK;
+        okk &= td_all_reduce_async(w, gi, TD_REDUCE_MAX, &aw[8]) == TD_OK;
+        for (int k = 8; k >= 0; k--) {
+            okk &= td_work_wait(aw[k], 60) == TD_OK;
+            td_work_test(aw[k], &done);
+            okk &= done == 1;
+            td_work_release(aw[k]);
+        }
+        okk &= get(b, 4) == 77;
+        okk &= rank != 0 || get(r, 4) == n * (n + 1) / 2;
+        okk &= get(ga, 3 * n - 1) == n - 1;
+        okk &= rank != 0 || get(gat, 3 * n - 1) == n - 1;
+        okk &= get(sc, 2) == rank;
+        okk &= get(rs, 0) == n * rank;
+        okk &= get(a2a, 3 * n - 1) == rank;
+        okk &= get(gi, 0) == n - 1;
+        check(okk, "async_every_collective", "%s", td_last_error());
+        td_tensor_release(b);
+        td_tensor_release(r);
+        td_tensor_release(gi);
+        td_tensor_release(go_);
+        td_tensor_release(ga);
+        td_tensor_release(sc);
+        td_tensor_release(rs);
+        td_tensor_release(a2a);
+        td_tensor_release(gat);
+    }
+    td_group_destroy(ge);
+    td_group_destroy(go);
+    return 0;
+}
+
+/* ---- mismatches ----------------------------------------------------------------- */
+
+static void
+mismatch_case(const char *name, int odd_rank)
+{
+    int ranks[16];
+    td_group_t *g;
+    td_tensor_t *t = make(16, TD_FLOAT32), *o = make(16 * size, TD_FLOAT32);
+    td_tensor_t *ti = make(16, TD_INT32), *t8 = make(8, TD_FLOAT32);
+    td_status_t st = TD_OK, st2;
+    int me_odd = rank == odd_rank;
+    char err[1024];
+
+    for (int i = 0; i < size; i++) {
+        ranks[i] = i;
+    }
+    td_group_new(ranks, size, &g);
+    if (strcmp(name, "mismatch_collective") == 0) {
+        st = me_odd ? td_all_gather(g, o, t)
+                    : td_all_reduce(g, t, TD_REDUCE_SUM);
+    } else if (strcmp(name, "mismatch_size") == 0) {
+        st = td_all_reduce(g, me_odd ? t8 : t, TD_REDUCE_SUM);
+    } else if (strcmp(name, "mismatch_dtype") == 0) {
+        st = td_all_reduce(g, me_odd ? ti : t, TD_REDUCE_SUM);
+    } else if (strcmp(name, "mismatch_op") == 0) {
+        st = td_all_reduce(g, t, me_odd ? TD_REDUCE_MAX : TD_REDUCE_SUM);
+    } else if (strcmp(name, "mismatch_root") == 0) {
+        st = td_broadcast(g, t, me_odd ? 1 : 0);
+    }
+    snprintf(err, sizeof(err), "%s", td_last_error());
+    /* The call itself, or (for a root whose sends completed before the
+     * others noticed) the next one on the group, fails. */
+    st2 = td_group_barrier(g);
+    if (st == TD_OK) {
+        st = st2;
+        snprintf(err, sizeof(err), "%s", td_last_error());
+    }
+    check(st == TD_ERR_INVALID && strstr(err, "mismatched collectives") &&
+          strstr(err, "rank"), name, "%d: %s", st, err);
+    printf("# rank %d %s: %s\n", rank, name, err);
+    td_group_destroy(g);
+    td_tensor_release(t);
+    td_tensor_release(o);
+    td_tensor_release(ti);
+    td_tensor_release(t8);
+}
+
+static int
+mode_mismatch(void)
+{
+    mismatch_case("mismatch_collective", size - 1);
+    mismatch_case("mismatch_size", 1);
+    mismatch_case("mismatch_dtype", size - 1);
+    mismatch_case("mismatch_op", 0);
+    mismatch_case("mismatch_root", size - 1);
+    /* the world group still works after all that */
+    {
+        td_tensor_t *t = make(3, TD_INT64);
+
+        td_tensor_fill_(t, 1);
+        check(td_all_reduce(td_group_world(), t, TD_REDUCE_SUM) == TD_OK &&
+              get(t, 2) == size, "mismatch_world_still_works", "%s",
+              td_last_error());
+        td_tensor_release(t);
+    }
+    /* a rank that never arrives: the timeout names it */
+    {
+        int ranks[16];
+        td_group_t *g;
+        td_tensor_t *t = make(4, TD_FLOAT32);
+        double t0;
+        td_status_t st;
+
+        for (int i = 0; i < size; i++) {
+            ranks[i] = i;
+        }
+        td_group_new(ranks, size, &g);
+        td_coll_set_timeout(1.5);
+        if (rank != size - 1) {
+            char want[32];
+
+            t0 = now_s();
+            st = td_all_reduce(g, t, TD_REDUCE_SUM);
+            snprintf(want, sizeof(want), "rank(s) %d", size - 1);
+            /* with recursive doubling a rank waits for its partner, which
+             * may be a rank that is itself waiting: name any rank */
+            check(st == TD_ERR_TIMEOUT && strstr(td_last_error(), "rank(s)") &&
+                  now_s() - t0 < 30, "timeout_names_ranks", "%d: %s", st,
+                  td_last_error());
+            printf("# rank %d timeout: %s\n", rank, td_last_error());
+            (void)want;
+        }
+        td_coll_set_timeout(60);
+        td_group_destroy(g);
+        td_tensor_release(t);
+    }
+    td_barrier(60);
+    return 0;
+}
+
+/* ---- point-to-point through the mailboxes (mbox.c) -------------------- */
+
+/* Ranks 0 and 1. After one exchange each way small messages go through
+ * the receiver's mailbox (the shell test checks the "attached" lines):
+ * their order holds across mailbox and transport messages of one tag
+ * (M2, M3: 24 isends of mixed sizes, more than the slots, received late);
+ * a mismatch fails both sides naming both shapes; a receiver and a sender
+ * that sleep are woken (M5); a message dropped unreceived (its group
+ * destroyed) fails its send (M6); a size of MBOX_BODY and one past it. */
+static int
+mode_mbox(void)
+{
+    td_group_t *w = td_group_world(), *g = NULL;
+    td_status_t st;
+    int peer = 1 - rank, ok = 1;
+
+    if (rank > 1) {
+        return 0;
+    }
+    /* warm-up: the first message each way carries the inbox offer */
+    for (int k = 0; k < 2; k++) {
+        td_tensor_t *t = make(2, TD_FLOAT32);
+
+        td_tensor_fill_(t, 7);
+        st = (rank == k) ? td_send(w, t, peer, 1) : td_recv(w, t, peer, 1,
+                                                             NULL);
+        ok &= st == TD_OK && get(t, 1) == 7;
+        td_tensor_release(t);
+    }
+    check(ok, "mbox_warm_up", "%s", td_last_error());
+
+    /* order across the two paths: one tag, sizes around MBOX_BODY and
+     * the single-copy threshold, all sent before any is received */
+    {
+        enum { M = 24 };
+        static const int64_t n_of[6] = { 2, 1024, 1025, 20000, 0, 3 };
+        td_work_t *wk[M];
+        int good = 1;
+
+        if (rank == 0) {
+            for (int k = 0; k < M; k++) {
+                td_tensor_t *t = make(n_of[k % 6], TD_INT32);
+
+                td_tensor_fill_(t, 1000 + k);
+                good &= td_isend(w, t, 1, 2, &wk[k]) == TD_OK;
+                td_tensor_release(t);
+            }
+            for (int k = 0; k < M; k++) {
+                good &= td_work_wait(wk[k], 30) == TD_OK;
+                td_work_release(wk[k]);
+            }
+        } else {
+            usleep(50000);              /* let them pile up */
+            for (int k = 0; k < M; k++) {
+                td_tensor_t *t = make(n_of[k % 6], TD_INT32);
+
+                st = td_recv(w, t, 0, 2, NULL);
+                good &= st == TD_OK &&
+                        (n_of[k % 6] == 0 ||
+                         get(t, n_of[k % 6] - 1) == 1000 + k);
+                td_tensor_release(t);
+            }
+        }
+        check(good, "mbox_order_across_paths", "%s", td_last_error());
+    }
+
+    /* a mismatch through the mailbox: both sides, both shapes */
+    {
+        td_tensor_t *a = make(rank == 0 ? 4 : 2, TD_FLOAT32);
+
+        st = rank == 0 ? td_send(w, a, 1, 3) : td_recv(w, a, 0, 3, NULL);
+        check(st == TD_ERR_SHAPE && strstr(td_last_error(), "[4]") &&
+              strstr(td_last_error(), "[2]"), "mbox_size_mismatch",
+              "%d: %s", st, td_last_error());
+        td_tensor_release(a);
+    }
+
+    /* an unexpected message first (M10): A (tag 8) is drained into the
+     * unexpected list by the wait for C (tag 9); B (tag 8) is sent after
+     * C and waits in the mailbox. A blocking receive of tag 8 must match
+     * A, though B is the one in the mailbox where its fast path looks. */
+    {
+        td_tensor_t *a = make(1, TD_INT32), *b = make(1, TD_INT32),
+                    *c = make(1, TD_INT32);
+        td_work_t *wa = NULL, *wb = NULL;
+        int good = 1;
+
+        if (rank == 0) {
+            td_tensor_fill_(a, 1);
+            td_tensor_fill_(b, 2);
+            good &= td_isend(w, a, 1, 8, &wa) == TD_OK;
+            good &= td_send(w, c, 1, 9) == TD_OK;
+            good &= td_isend(w, b, 1, 8, &wb) == TD_OK;
+            good &= wa != NULL && td_work_wait(wa, 30) == TD_OK;
+            good &= wb != NULL && td_work_wait(wb, 30) == TD_OK;
+            td_work_release(wa);
+            td_work_release(wb);
+        } else {
+            good &= td_recv(w, c, 0, 9, NULL) == TD_OK;
+            usleep(20000);              /* B is in the mailbox by now */
+            good &= td_recv(w, a, 0, 8, NULL) == TD_OK && get(a, 0) == 1;
+            good &= td_recv(w, b, 0, 8, NULL) == TD_OK && get(b, 0) == 2;
+        }
+        check(good, "mbox_unexpected_first", "%s (got %g then %g)",
+              td_last_error(), get(a, 0), get(b, 0));
+        td_tensor_release(a);
+        td_tensor_release(b);
+        td_tensor_release(c);
+    }
+
+    /* sleepers: the receiver waits 0.3 s (asleep after 2 ms), then the
+     * sender does */
+    for (int k = 0; k < 2; k++) {
+        td_tensor_t *t = make(1, TD_INT64);
+        double t0 = now_s();
+
+        td_tensor_fill_(t, rank == 0 ? 5 + k : 0);
+        if (rank == 0) {
+            if (k == 0) {
+                usleep(300000);
+            }
+            st = td_send(w, t, 1, 4);
+        } else {
+            if (k == 1) {
+                usleep(300000);
+            }
+            st = td_recv(w, t, 0, 4, NULL);
+        }
+        check(st == TD_OK && (rank == 0 || get(t, 0) == 5 + k),
+              k == 0 ? "mbox_sleeping_receiver" : "mbox_sleeping_sender",
+              "%s", td_last_error());
+        printf("# rank %d: %s case took %.3f s\n", rank,
+               k == 0 ? "sleeping receiver" : "sleeping sender",
+               now_s() - t0);
+    }
+
+    /* MBOX_BODY bytes and one element past it, both ways */
+    for (int k = 0; k < 2; k++) {
+        int64_t n = k == 0 ? 1024 : 1025;
+        td_tensor_t *t = make(n, TD_FLOAT32);
+
+        td_tensor_fill_(t, rank == 0 ? 9 : 0);
+        st = rank == 0 ? td_send(w, t, 1, 5) : td_recv(w, t, 0, 5, NULL);
+        check(st == TD_OK && (rank == 0 || get(t, n - 1) == 9),
+              k == 0 ? "mbox_body_max" : "mbox_body_max_plus_one", "%s",
+              td_last_error());
+        td_tensor_release(t);
+    }
+
+    /* dropped unreceived: rank 1 destroys the group with rank 0's
+     * message still in its mailbox; its later receive drains it (C11:
+     * a destroyed group's message), which fails rank 0's send */
+    st = td_group_new((int[]){0, 1}, 2, &g);
+    check(st == TD_OK, "mbox_group_new", "%s", td_last_error());
+    {
+        td_tensor_t *t = make(2, TD_FLOAT32);
+        td_work_t *wk = NULL;
+
+        if (rank == 0) {
+            st = td_isend(g, t, 1, 6, &wk);
+            td_group_barrier(w);
+            if (st == TD_OK) {
+                st = td_work_wait(wk, 20);
+                td_work_release(wk);
+            }
+            check(st == TD_ERR_CANCELED &&
+                  strstr(td_last_error(), "dropped") != NULL,
+                  "mbox_dropped_fails_send", "%s: %s", td_status_name(st),
+                  td_last_error());
+            td_tensor_fill_(t, 3);
+            st = td_send(w, t, 1, 7);
+        } else {
+            td_group_barrier(w);
+            td_group_destroy(g);
+            g = NULL;
+            st = td_recv(w, t, 0, 7, NULL);
+            check(st == TD_OK && get(t, 0) == 3, "mbox_dropped_then_recv",
+                  "%s", td_last_error());
+        }
+        td_tensor_release(t);
+    }
+    if (g != NULL) {
+        td_group_destroy(g);
+    }
+    td_group_barrier(w);
+    return 0;
+}
+
+/* Rank 1 is SIGKILLed with rank 0's send waiting in its mailbox: the
+ * send fails within 2 s naming it (the transport's failure detection
+ * fails sends through the mailbox too, M7). */
+static int
+mode_mbox_kill(void)
+{
+    td_group_t *w = td_group_world();
+    td_tensor_t *t = make(2, TD_FLOAT32);
+    td_status_t st;
+    double t0;
+
+    for (int k = 0; k < 2; k++) {
+        st = (rank == k) ? td_send(w, t, 1 - rank, 1)
+                         : td_recv(w, t, 1 - rank, 1, NULL);
+        check(st == TD_OK, "mbox_kill_warm_up", "%s", td_last_error());
+    }
+    td_group_barrier(w);
+    if (rank == 1) {
+        usleep(100000);                 /* rank 0's send is in our mailbox */
+        raise(SIGKILL);
+    }
+    t0 = now_s();
+    st = td_send(w, t, 1, 2);
+    check(st == TD_ERR_PEER && strstr(td_last_error(), "rank 1") != NULL,
+          "mbox_kill_send_fails_naming_it", "%s: %s", td_status_name(st),
+          td_last_error());
+    /* the death came 0.1 s after t0 */
+    check(now_s() - t0 <= 2.1, "mbox_kill_within_2s", "failed %.2f s later",
+          now_s() - t0);
+    printf("# rank 0: the send failed %.3f s after it began: %s\n",
+           now_s() - t0, td_last_error());
+    td_tensor_release(t);
+    return 0;
+}
+
+/* Under TODIST_FAULT=corrupt:mbox:RATE (tests/transport/test_faults.sh): after a
+ * warm-up through the transport (not "mbox", so never faulted), rank 0
+ * sends 60 small messages to rank 1 through its mailbox. A corrupted one
+ * is rejected by rank 1's decoder and fails rank 0's send naming it
+ * malformed; every other one arrives whole and in order, and none is
+ * lost: rank 1 receives exactly as many as rank 0 sent successfully. */
+static int
+mode_mbox_fault(void)
+{
+    enum { K = 60 };
+    td_group_t *w = td_group_world();
+    td_tensor_t *t = make(2, TD_INT64), *n = make(2, TD_INT64);
+    int sent = 0, failed = 0, named = 0, got = 0, bad = 0;
+    td_status_t st = TD_OK;
+
+    for (int k = 0; k < 2; k++) {
+        st = (rank == k) ? td_send(w, t, 1 - rank, 1)
+                         : td_recv(w, t, 1 - rank, 1, NULL);
+        check(st == TD_OK, "mbox_fault_warm_up", "%s", td_last_error());
+    }
+    if (rank == 0) {
+        for (int k = 0; k < K; k++) {
+            set(t, 0, k);
+            set(t, 1, -k);
+            st = td_send(w, t, 1, 2);
+            if (st == TD_OK) {
+                sent++;
+            } else {
+                failed++;
+                named += st == TD_ERR_PROTOCOL &&
+                         strstr(td_last_error(), "malformed") != NULL;
+                printf("# rank 0: send %d: %s\n", k, td_last_error());
+            }
+        }
+        check(failed > 0 && named == failed, "mbox_fault_sender_told",
+              "%d of %d sends failed, %d naming a malformed message", failed,
+              K, named);
+    } else {
+        double last = -1;
+
+        /* until TODIST_COLL_TIMEOUT passes with nothing more */
+        while ((st = td_recv(w, t, 0, 2, NULL)) == TD_OK) {
+            bad += get(t, 1) != -get(t, 0) || get(t, 0) <= last;
+            last = get(t, 0);
+            got++;
+        }
+        check(bad == 0 && got > 0 && st == TD_ERR_TIMEOUT,
+              "mbox_fault_received_whole", "%d received, %d damaged or out "
+              "of order, ended with %s", got, bad, td_status_name(st));
+    }
+    /* (a collective: through the shared segment, not faulted; rank 0
+     * waits for rank 1's last receive to time out) */
+    td_coll_set_timeout(30);
+    set(n, 0, rank == 0 ? sent : 0);
+    set(n, 1, rank == 1 ? got : 0);
+    st = td_all_reduce(w, n, TD_REDUCE_SUM);
+    check(st == TD_OK && get(n, 0) == get(n, 1), "mbox_fault_none_lost",
+          "rank 0 sent %g, rank 1 received %g: %s", get(n, 0), get(n, 1),
+          st ? td_last_error() : "ok");
+    printf("# rank %d: %g sent, %d rejected, %g received\n", rank, get(n, 0),
+           failed, get(n, 1));
+    td_tensor_release(t);
+    td_tensor_release(n);
+    return 0;
+}
+
+/* ---- a member SIGKILLed mid all_reduce ---------------------------------------- */
+
+static int
+mode_kill(void)
+{
+    td_tensor_t *t = make(1 << 20, TD_FLOAT32);
+    td_status_t st = TD_OK;
+    double t_dead = 0, t_fail;
+    int k;
+
+    td_coll_set_timeout(60);
+    for (k = 0; k < 1000000; k++) {
+        if (rank == size - 1 && k == 20) {
+            raise(SIGKILL);
+        }
+        if (k == 19) {
+            /* It dies after its call 19, which cannot end before ours
+             * began: the time from here bounds the detection delay (our
+             * call 19 may itself fail: it may still wait on another rank
+             * when the group breaks). */
+            t_dead = now_s();
+        }
+        st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+        if (st != TD_OK) {
+            break;
+        }
+    }
+    t_fail = now_s();
+    {
+        char want[32];
+
+        snprintf(want, sizeof(want), "rank %d", size - 1);
+        check(st == TD_ERR_PEER && strstr(td_last_error(), want) != NULL,
+              "kill_fails_naming_it", "%d: %s", st, td_last_error());
+        check(t_dead > 0 && t_fail - t_dead <= 2.0, "kill_within_2s",
+              "failed %.2f s after the death", t_fail - t_dead);
+        printf("# rank %d: failed %.3f s after starting call 19: %s\n", rank,
+               t_fail - t_dead, td_last_error());
+    }
+    /* later operations fail at once too */
+    st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    check(st == TD_ERR_PEER, "kill_later_ops_fail", "%d: %s", st,
+          td_last_error());
+    td_tensor_release(t);
+    return 0;
+}
+
+/* Point-to-point bodies above the single-copy threshold between ranks 0
+ * and 1 (coll.c C9, C10): blocking send/recv both ways; both ranks irecv
+ * then send (an offer matching an irecv posted earlier must not wait for
+ * a thread that is blocked in its own send); an irecv posted after the
+ * offer arrived (read by td_irecv itself). Content checked each time. */
+static int
+big_p2p(int64_t c)
+{
+    td_group_t *w = td_group_world();
+    td_tensor_t *s, *r;
+    td_work_t *wk = NULL;
+    td_status_t st = TD_OK, st2;
+    int64_t bad;
+    int peer = 1 - rank;
+
+    if (rank > 1) {
+        td_group_barrier(w);
+        return 0;
+    }
+    s = make(c, TD_FLOAT32);
+    r = make(c, TD_FLOAT32);
+    for (int64_t i = 0; i < c; i++) {
+        set(s, i, (double)(rank * 1000 + i % 997));
+    }
+    /* blocking, 0 -> 1 then 1 -> 0 */
+    for (int dir = 0; dir < 2; dir++) {
+        td_tensor_fill_(r, -1);
+        if (rank == dir) {
+            st = td_send(w, s, peer, 5);
+        } else {
+            st = td_recv(w, r, peer, 5, NULL);
+            FIRST_BAD(r, c, (double)(peer * 1000 + i % 997), &bad);
+            check(st == TD_OK && bad < 0, dir ? "big_p2p_recv_1to0" :
+                  "big_p2p_recv_0to1", "%s [%" PRId64 "]",
+                  st ? td_last_error() : "ok", bad);
+        }
+        if (rank == dir) {
+            check(st == TD_OK, dir ? "big_p2p_send_1to0" :
+                  "big_p2p_send_0to1", "%s", st ? td_last_error() : "ok");
+        }
+    }
+    /* both irecv, then both send, then wait */
+    td_tensor_fill_(r, -1);
+    st = td_irecv(w, r, peer, 6, &wk);
+    st2 = st == TD_OK ? td_send(w, s, peer, 6) : st;
+    if (st == TD_OK) {
+        st = td_work_wait(wk, -1);
+        td_work_release(wk);
+    }
+    FIRST_BAD(r, c, (double)(peer * 1000 + i % 997), &bad);
+    check(st == TD_OK && st2 == TD_OK && bad < 0, "big_p2p_irecv_then_send",
+          "%s / %s [%" PRId64 "]", td_status_name(st), td_status_name(st2),
+          bad);
+    /* an irecv posted after the offer arrived: rank 1 receives only after
+     * a zero-byte message rank 0 sends after its large isend, which the
+     * transport delivers after the offer (one endpoint, in order, C7) */
+    td_tensor_fill_(r, -1);
+    {
+        td_tensor_t *z = make(0, TD_FLOAT32);
+
+        if (rank == 0) {
+            st = td_isend(w, s, 1, 7, &wk);
+            st2 = st == TD_OK ? td_send(w, z, 1, 8) : st;
+            if (st == TD_OK) {
+                st = td_work_wait(wk, -1);
+                td_work_release(wk);
+            }
+            check(st == TD_OK && st2 == TD_OK, "big_p2p_late_irecv_send",
+                  "%s / %s", td_status_name(st), td_status_name(st2));
+        } else {
+            st = td_recv(w, z, 0, 8, NULL);
+            st2 = st == TD_OK ? td_irecv(w, r, 0, 7, &wk) : st;
+            if (st2 == TD_OK && st == TD_OK) {
+                st = td_work_wait(wk, -1);
+                td_work_release(wk);
+            }
+            FIRST_BAD(r, c, (double)(i % 997), &bad);
+            check(st == TD_OK && st2 == TD_OK && bad < 0,
+                  "big_p2p_late_irecv", "%s / %s [%" PRId64 "]",
+                  td_status_name(st), td_status_name(st2), bad);
+        }
+        td_tensor_release(z);
+    }
+    td_tensor_release(s);
+    td_tensor_release(r);
+    td_group_barrier(w);
+    return 0;
+}
+
+/* Messages for a destroyed group (coll.c C11): rank 1 isends on G = {0,1}
+ * twice; rank 0 never receives. The first is queued on rank 0 when it
+ * destroys G (freed then); the second arrives after (dropped). rank 1's
+ * sends time out (TODIST_COLL_TIMEOUT, set short by the test). The test
+ * reads the debug log for both. */
+static int
+mode_destroyed(void)
+{
+    td_group_t *w = td_group_world(), *g = NULL;
+    td_tensor_t *t = make(1000, TD_FLOAT32);
+    td_work_t *wk[2] = { NULL, NULL };
+    td_status_t st;
+
+    st = td_group_new((int[]){0, 1}, 2, &g);
+    check(st == TD_OK, "destroyed_group_new", "%s", td_last_error());
+    if (rank == 1) {
+        st = td_isend(g, t, 0, 3, &wk[0]);
+        check(st == TD_OK, "destroyed_isend_1", "%s", td_last_error());
+    }
+    td_group_barrier(w);        /* after the isend's message, on rank 0 */
+    if (rank == 0) {
+        td_group_destroy(g);
+        g = NULL;
+    }
+    td_group_barrier(w);
+    if (rank == 1) {
+        st = td_isend(g, t, 0, 4, &wk[1]);
+        check(st == TD_OK, "destroyed_isend_2", "%s", td_last_error());
+    }
+    td_group_barrier(w);        /* the second message was handled */
+    if (rank == 1) {
+        for (int i = 0; i < 2; i++) {
+            st = td_work_wait(wk[i], -1);
+            check(st == TD_ERR_TIMEOUT, "destroyed_send_times_out",
+                  "%s", td_status_name(st));
+            td_work_release(wk[i]);
+        }
+        td_group_destroy(g);
+    }
+    td_tensor_release(t);
+    td_group_barrier(w);
+    return 0;
+}
+
+/* 40 live groups of the whole world, an all_reduce on each (the world
+ * group has a segment too): past the 32 segments a process maps
+ * (shm.c), groups run through the transport, and every result is right. */
+static int
+mode_many_groups(void)
+{
+    td_group_t *g[40];
+    int ranks[64], bad = 0;
+    td_tensor_t *t = make(5000, TD_INT64);
+
+    for (int i = 0; i < size; i++) {
+        ranks[i] = i;
+    }
+    for (int k = 0; k < 40; k++) {
+        td_status_t st = td_group_new(ranks, size, &g[k]);
+
+        td_tensor_fill_(t, k + rank);
+        if (st == TD_OK) {
+            st = td_all_reduce(g[k], t, TD_REDUCE_SUM);
+        }
+        /* sum over ranks of (k + r) */
+        bad += st != TD_OK ||
+               get(t, 4999) != (double)(k * size + size * (size - 1) / 2);
+    }
+    check(bad == 0, "many_groups_right", "%d wrong", bad);
+    for (int k = 0; k < 40; k++) {
+        td_group_destroy(g[k]);
+    }
+    td_tensor_release(t);
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "matrix";
+    td_status_t st;
+    int rc = 0;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (strcmp(mode, "kill") == 0 || strcmp(mode, "mbox_kill") == 0) {
+        signal(SIGTERM, SIG_IGN);       /* finish the checks */
+    }
+    td_rpc_register("twice", fn_twice, NULL);
+    st = td_init(NULL);
+    if (st != TD_OK) {
+        fprintf(stderr, "td_init: %s\n", td_last_error());
+        return 2;
+    }
+    rank = td_world()->rank;
+    size = td_world()->world_size;
+    if (strcmp(mode, "matrix") == 0) {
+        rc = mode_matrix();
+    } else if (strcmp(mode, "p2p") == 0) {
+        rc = mode_p2p();
+    } else if (strcmp(mode, "concurrent") == 0) {
+        rc = mode_concurrent();
+    } else if (strcmp(mode, "mismatch") == 0) {
+        rc = mode_mismatch();
+    } else if (strcmp(mode, "destroyed") == 0) {
+        rc = mode_destroyed();
+    } else if (strcmp(mode, "mbox") == 0) {
+        rc = mode_mbox();
+    } else if (strcmp(mode, "mbox_fault") == 0) {
+        rc = mode_mbox_fault();
+    } else if (strcmp(mode, "mbox_kill") == 0) {
+        rc = mode_mbox_kill();
+        fflush(stdout);
+        sleep(1);
+        _exit(n_fail ? 1 : 0);
+    } else if (strcmp(mode, "many_groups") == 0) {
+        rc = mode_many_groups();
+    } else if (strcmp(mode, "big") == 0) {
+        /* bodies above the single-copy threshold (read in place, or sent
+         * through UCX when that cannot be done) */
+        int64_t c = 300007;
+        td_tensor_t *t = make(c, TD_FLOAT32);
+        int64_t bad;
+
+        for (int64_t i = 0; i < c; i++) {
+            set(t, i, (double)val(rank, i, TD_REDUCE_SUM));
+        }
+        st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+        FIRST_BAD(t, c, expect_reduce(size, i, TD_REDUCE_SUM, TD_FLOAT32),
+                  &bad);
+        check(st == TD_OK && bad < 0, "big_all_reduce", "%s [%" PRId64 "]",
+              st ? td_last_error() : "ok", bad);
+        for (int64_t i = 0; i < c; i++) {
+            set(t, i, rank == 0 ? (double)(i % 1000) : -1);
+        }
+        st = td_broadcast(td_group_world(), t, 0);
+        FIRST_BAD(t, c, (double)(i % 1000), &bad);
+        check(st == TD_OK && bad < 0, "big_broadcast", "%s [%" PRId64 "]",
+              st ? td_last_error() : "ok", bad);
+        td_tensor_release(t);
+        rc = big_p2p(c);
+    } else if (strcmp(mode, "one") == 0 || strcmp(mode, "late") == 0) {
+        /* one all_reduce of 16 floats; prints what happened ("late": the
+         * last rank calls it 3 s after the others) */
+        td_tensor_t *t = make(16, TD_FLOAT32);
+
+        if (strcmp(mode, "late") == 0 && rank == size - 1) {
+            sleep(3);
+        }
+        td_tensor_fill_(t, 1);
+        st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+        printf("# rank %d one: %s %s\n", rank, td_status_name(st),
+               st ? td_last_error() : "");
+        check(st != TD_OK || get(t, 15) == size, "one_result", "%g",
+              get(t, 15));
+        td_tensor_release(t);
+    } else if (strcmp(mode, "kill") == 0) {
+        rc = mode_kill();
+        /* the survivors leave without the join (a member is dead), late
+         * enough that no survivor sees another survivor leave first */
+        fflush(stdout);
+        sleep(3);
+        _exit(n_fail ? 1 : 0);
+    } else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        rc = 2;
+    }
+    st = td_finalize();
+    if (st != TD_OK) {
+        fprintf(stderr, "rank %d: td_finalize: %s\n", rank, td_last_error());
+        rc = rc ? rc : 1;
+    }
+    return rc ? rc : (n_fail ? 1 : 0);
+}

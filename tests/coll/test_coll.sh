@@ -1,0 +1,336 @@
+#!/bin/sh
+# Collectives and point-to-point, multi-process through todist-run
+# (tests/coll/coll_peer.c): every collective x op x dtype x count x group size
+# {1,2,3,4,5,8} against naive references, then again with each algorithm
+# forced in turn (sizes {2,3,5,8});
+# point-to-point edge cases (tags out of order, TD_ANY_SOURCE, 200 in
+# flight, 0 B and 256 MiB, size and dtype mismatch on both sides, bad
+# input); subgroups concurrently with the world group, RPC and queued async
+# work; the shared-segment algorithms on and off, and their fallback;
+# point-to-point through the mailboxes (order, mismatch, sleepers,
+# drops, a dead receiver) and with them off; every kind of mismatched
+# collective; a rank that never arrives
+# (timeout naming it); a member SIGKILLed mid all_reduce. Each check must
+# PASS on every rank that makes it; any FAIL line fails. Runs are bounded by
+# timeout; lib.sh cleans up.
+. "$top_srcdir/tests/lib.sh"
+PEER="$top_builddir/tests/coll/coll_peer"
+run() { timeout -k 5 "$@"; }
+
+matrix="matrix_all_reduce matrix_broadcast matrix_reduce matrix_all_gather
+matrix_gather matrix_scatter matrix_reduce_scatter matrix_all_to_all
+matrix_barrier matrix_all_gather_list"
+p2p0="p2p_tags_out_of_order p2p_any_source p2p_irecv_any_source bad_null_tensor bad_rank
+bad_src_rank bad_tag bad_noncontiguous bad_root bad_op_on_float bad_device
+bad_not_member"
+p2p01="p2p_many_in_flight p2p_zero_bytes p2p_256MiB_send p2p_size_mismatch
+p2p_dtype_mismatch p2p_after_mismatch"
+conc="concurrent_subgroup concurrent_world concurrent_rpc
+concurrent_async_queue async_every_collective"
+mism="mismatch_collective mismatch_size mismatch_dtype mismatch_op
+mismatch_root mismatch_world_still_works"
+kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
+mbox2="mbox_warm_up mbox_order_across_paths mbox_size_mismatch
+mbox_unexpected_first mbox_sleeping_receiver mbox_sleeping_sender mbox_body_max
+mbox_body_max_plus_one mbox_group_new"
+count() { set -- $1; echo $#; }
+plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
+         $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
+         $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 ))
+
+# expect OUTPUT N names...: "PASS name" printed exactly N times.
+expect() {
+    _out=$1; _n=$2; shift 2
+    for _c in "$@"; do
+        _got=$(printf '%s\n' "$_out" | grep -cx "PASS $_c")
+        if [ "$_got" = "$_n" ]; then
+            ok 0 "$_c"
+        else
+            ok 1 "$_c"
+            diag "PASS lines: $_got, want $_n"
+            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
+        fi
+    done
+}
+nofail() { # output desc
+    is "$(printf '%s\n' "$1" | grep -c '^FAIL')" 0 "$2"
+}
+
+out=$(run 300 todist-run -n 8 "$PEER" matrix 2>&1); rc=$?
+expect "$out" 1 $matrix
+is "$rc" 0 "matrix: every rank exits 0"
+printf '%s\n' "$out" | grep '^# ' || true
+[ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -40)"
+
+out=$(run 120 todist-run -n 3 "$PEER" p2p 2>&1); rc=$?
+expect "$out" 1 $p2p0
+expect "$out" 2 $p2p01
+nofail "$out" "p2p: no failed check"
+is "$rc" 0 "p2p: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+
+# Point-to-point through the mailboxes (mbox.c): after one exchange,
+# small messages to a rank of this host go through its inbox; order across
+# mailbox and transport, a mismatch, sleepers woken by a poke, a message
+# dropped unreceived, and a receiver SIGKILLed with a send in its mailbox.
+out=$(TODIST_LOG=debug run 120 todist-run -n 2 "$PEER" mbox 2>&1); rc=$?
+expect "$out" 2 $mbox2
+expect "$out" 1 mbox_dropped_fails_send mbox_dropped_then_recv
+nofail "$out" "mbox: no failed check"
+is "$rc" 0 "mbox: every rank exits 0"
+like "$out" "point-to-point mailbox to rank 1 attached" \
+     "mbox: rank 0 writes into rank 1's inbox"
+# rank 0 pokes rank 1, asleep in td_recv; rank 1 pokes rank 0, asleep
+# waiting for its send's ack (mbox.c M5)
+for r in 0 1; do
+    pokes=$(printf '%s\n' "$out" |
+            sed -n "s/^todist\[rank $r\]: coll: \([0-9]*\) mailbox pokes sent.*/\1/p")
+    ok "$([ "${pokes:-0}" -ge 1 ]; echo $?)" \
+       "mbox: rank $r pokes a sleeping peer (${pokes:-0} pokes)"
+done
+# rank 0's blocking sends and rank 1's blocking receives used the mailbox
+# themselves (mbox.c M9, M10). Not a matter of timing: a blocking send to
+# an attached mailbox with no transport send unacked is written on the
+# fast path (counted whether its ack comes within the spin or not), and
+# mbox_unexpected_first's last receive finds its message already there.
+fast0=$(printf '%s\n' "$out" | sed -n "s/^todist\[rank 0\]: coll: \([0-9]*\) sends and [0-9]* receives done on the fast path.*/\1/p")
+fast1=$(printf '%s\n' "$out" | sed -n "s/^todist\[rank 1\]: coll: [0-9]* sends and \([0-9]*\) receives done on the fast path.*/\1/p")
+ok "$([ "${fast0:-0}" -ge 1 ]; echo $?)" \
+   "mbox: rank 0 sends on the fast path (${fast0:-none})"
+ok "$([ "${fast1:-0}" -ge 1 ]; echo $?)" \
+   "mbox: rank 1 receives on the fast path (${fast1:-none})"
+[ "$rc" = 0 ] || diag "$out"
+
+out=$(TODIST_COLL_P2P_SHM=0 TODIST_LOG=debug run 120 todist-run -n 3 "$PEER" \
+      p2p 2>&1); rc=$?
+nofail "$out" "TODIST_COLL_P2P_SHM=0: p2p checks pass"
+is "$rc" 0 "TODIST_COLL_P2P_SHM=0: every rank exits 0"
+unlike "$out" "mailbox to rank" "TODIST_COLL_P2P_SHM=0: no mailbox attached"
+nfast=$(printf '%s\n' "$out" | grep -c ": coll: 0 sends and 0 receives done on the fast path")
+is "$nfast" 3 "TODIST_COLL_P2P_SHM=0: nothing on the fast path, on each rank"
+
+# other_host MODE: the path of a wrapper that runs "$PEER MODE" with rank 1
+# on another "host": in its own mount namespace, where
+# /proc/sys/kernel/random/boot_id (how todist tells hosts apart) says
+# something else. Fails (status 1) where unshare --mount is not allowed.
+echo 00000000-0000-4000-8000-00000000beef > "$TD_TMP/boot_id"
+other_host() {
+    cat > "$TD_TMP/host_$1.sh" <<EOS
+#!/bin/sh
+if [ "\$TODIST_RANK" = 1 ]; then
+    exec unshare --mount sh -c 'mount --bind "$TD_TMP/boot_id" /proc/sys/kernel/random/boot_id && exec "$PEER" $1'
+fi
+exec "$PEER" $1
+EOS
+    chmod +x "$TD_TMP/host_$1.sh"
+    unshare --mount sh -c "mount --bind '$TD_TMP/boot_id' /proc/sys/kernel/random/boot_id" 2>/dev/null &&
+        echo "$TD_TMP/host_$1.sh"
+}
+
+# Across "hosts" (other_host): the inboxes rank 0 and rank 1 offer each
+# other are refused, while rank 2, on rank 0's "host", attaches rank 0's;
+# every p2p check passes.
+if host_p2p=$(other_host p2p); then
+    out=$(TODIST_LOG=debug run 120 todist-run -n 3 "$host_p2p" 2>&1)
+    rc=$?
+    nofail "$out" "two hosts: p2p checks pass"
+    is "$rc" 0 "two hosts: every rank exits 0"
+    like "$out" "rank 0\]: coll: rank 1 offered its inbox \(another host: not used\)" \
+         "two hosts: rank 0 refuses rank 1's inbox"
+    like "$out" "rank 1\]: coll: rank 0 offered its inbox \(another host: not used\)" \
+         "two hosts: rank 1 refuses rank 0's inbox"
+    unlike "$out" "rank [01]\]: coll: point-to-point mailbox to rank [01] attached" \
+           "two hosts: no mailbox between them"
+    like "$out" "rank 2\]: coll: point-to-point mailbox to rank 0 attached" \
+         "two hosts: rank 2 on rank 0's host attaches its mailbox"
+    [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | grep -v debug | tail -30)"
+else
+    skip 6 "unshare --mount not permitted here"
+fi
+
+out=$(run 60 todist-run -n 2 "$PEER" mbox_kill 2>&1)
+expect "$out" 1 mbox_kill_send_fails_naming_it mbox_kill_within_2s
+printf '%s\n' "$out" | grep '^# rank 0: the send' || true
+
+out=$(run 120 todist-run -n 4 "$PEER" concurrent 2>&1); rc=$?
+expect "$out" 4 $conc
+is "$rc" 0 "concurrent: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+
+out=$(run 120 todist-run -n 3 "$PEER" mismatch 2>&1); rc=$?
+expect "$out" 3 $mism
+is "$(printf '%s\n' "$out" | grep -cx 'PASS timeout_names_ranks')" 2 \
+   "timeout: both waiting ranks fail naming a rank"
+like "$out" 'rank 2 mismatch_size: coll: mismatched collectives in group [0-9]+ at call #0: rank [0-2] called all_reduce\(float32 x (8|16), sum, (rd|shm)\), rank [0-2] called all_reduce\(float32 x (8|16), sum, (rd|shm)\)' \
+     "a mismatch names both ranks and both calls, on an uninvolved rank too"
+like "$out" 'mismatch_root: .*root 0.*root 1' "a root mismatch names both roots"
+nofail "$out" "mismatch: no failed check"
+is "$rc" 0 "mismatch: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+
+# Rank 2 SIGKILLs itself in its 21st 4 MiB all_reduce.
+out=$(run 60 todist-run -n 3 --grace-period 20 "$PEER" kill 2>&1); rc=$?
+expect "$out" 2 $kill
+nofail "$out" "kill: no failed check"
+is "$rc" 137 "kill: the killed rank's status is reported"
+[ "$rc" = 137 ] || diag "$out"
+
+# TODIST_COLL_ALGO from the environment: everywhere the same, the job
+# runs with it; on one rank only, the choice differs and the mismatch
+# check names both algorithms instead of mixing data.
+out=$(TODIST_COLL_ALGO=all_reduce:ring run 120 todist-run -n 4 "$PEER" \
+      concurrent 2>&1); rc=$?
+is "$rc" 0 "TODIST_COLL_ALGO=all_reduce:ring: concurrent runs pass"
+cat > "$TD_TMP/one.sh" <<EOS
+#!/bin/sh
+[ "\$TODIST_RANK" = 1 ] && export TODIST_COLL_ALGO=all_reduce:ring
+exec "$PEER" one
+EOS
+chmod +x "$TD_TMP/one.sh"
+out=$(run 60 todist-run -n 2 "$TD_TMP/one.sh" 2>&1); rc=$?
+like "$out" "rank 0 one: TD_ERR_INVALID .*all_reduce\(float32 x 16, sum, (rd|ring|shm)\).*all_reduce\(float32 x 16, sum, (rd|ring|shm)\)" \
+     "a TODIST_COLL_ALGO set on one rank only fails naming both algorithms"
+[ "$rc" = 0 ] || diag "$out"
+out=$(TODIST_COLL_ALGO=all_reduce:nosuch run 60 todist-run -n 1 "$PEER" \
+      concurrent 2>&1); rc=$?
+like "$out" "TODIST_COLL_ALGO: all_reduce has no algorithm 'nosuch'|unknown algorithm 'nosuch'" \
+     "a bad TODIST_COLL_ALGO is named at td_init"
+out=$(TODIST_COLL_TIMEOUT=soon run 60 todist-run -n 1 "$PEER" one 2>&1)
+like "$out" "TODIST_COLL_TIMEOUT='soon' is not a positive number" \
+     "a bad TODIST_COLL_TIMEOUT is named at td_init"
+out=$(TODIST_COLL_TIMEOUT=0.5 run 60 todist-run -n 2 "$PEER" late 2>&1)
+like "$out" "rank 0 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s on rank 0 waiting for rank\\(s\\) 1" \
+     "TODIST_COLL_TIMEOUT=0.5: a late rank is named after half a second"
+like "$out" "rank 1 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s on rank 0 waiting for rank\\(s\\) 1 \\(reported by rank 0\\)" \
+     "and the late rank fails its call with that error too"
+# Messages for a group destroyed here (coll.c C11): queued ones freed at
+# td_group_destroy, later ones dropped on arrival; nothing kept.
+out=$(TODIST_COLL_TIMEOUT=2 TODIST_LOG=debug run 60 todist-run -n 2 "$PEER" \
+      destroyed 2>&1); rc=$?
+is "$rc" 0 "destroyed group: every rank exits 0"
+like "$out" "group 1 destroyed with 1 unreceived messages: freed" \
+     "destroying a group frees the messages queued for it"
+like "$out" "dropped a message from rank 1 for group 1, destroyed here" \
+     "a message for a destroyed group is dropped on arrival"
+is "$(printf '%s\n' "$out" | grep -cx 'PASS destroyed_send_times_out')" 2 \
+   "and the sender's sends fail by their timeout"
+[ "$rc" = 0 ] || diag "$out"
+# The single-copy path (process_vm_readv) for bodies of 64 KiB and more:
+# on by default; off with TODIST_COLL_CMA=0; and with rank 1 in its own
+# pid namespace, where the pids in offers name nobody (or the wrong
+# process: the token check refuses it), every offer falls back to the body
+# through UCX, and the results are still right.
+for cfg in default off netns; do
+    case $cfg in
+    default) out=$(TODIST_LOG=debug run 60 todist-run -n 3 "$PEER" big 2>&1)
+             rc=$?
+             like "$out" "p2p body of 1200028 bytes from rank 0 read in place" \
+                  "large p2p bodies are read in place by default" ;;
+    off) out=$(TODIST_COLL_CMA=0 TODIST_LOG=debug run 60 todist-run -n 3 \
+               "$PEER" big 2>&1); rc=$?
+         unlike "$out" "read in place" "TODIST_COLL_CMA=0: nothing read in place" ;;
+    netns)
+        cat > "$TD_TMP/ns.sh" <<EOS
+#!/bin/sh
+if [ "\$TODIST_RANK" = 1 ]; then exec unshare --pid --fork "$PEER" big; fi
+exec "$PEER" big
+EOS
+        chmod +x "$TD_TMP/ns.sh"
+        if unshare --pid --fork true 2>/dev/null; then
+            out=$(TODIST_LOG=debug run 60 todist-run -n 3 "$TD_TMP/ns.sh" 2>&1)
+            rc=$?
+        else
+            skip 10 "unshare --pid not permitted here"
+            continue
+        fi ;;
+    esac
+    is "$(printf '%s\n' "$out" | grep -cx 'PASS big_all_reduce')" 3 \
+       "large all_reduce right ($cfg)"
+    is "$(printf '%s\n' "$out" | grep -cx 'PASS big_broadcast')" 3 \
+       "large broadcast right ($cfg)"
+    for c in big_p2p_recv_0to1 big_p2p_recv_1to0 big_p2p_send_0to1 \
+             big_p2p_send_1to0 big_p2p_late_irecv big_p2p_late_irecv_send; do
+        is "$(printf '%s\n' "$out" | grep -cx "PASS $c")" 1 "$c ($cfg)"
+    done
+    is "$(printf '%s\n' "$out" | grep -cx 'PASS big_p2p_irecv_then_send')" 2 \
+       "large irecv-then-send on both ranks: no deadlock, right ($cfg)"
+    [ "$rc" = 0 ] || diag "$out"
+    if [ $cfg = netns ]; then
+        like "$out" "cannot read [0-9]+ bytes in place from rank" \
+             "offers across pid namespaces fall back to the body"
+    fi
+done
+
+# all_reduce and barrier through a shared segment (runtime/coll/shm.c):
+# auto picks it, and a group gets it when all its members are on one host; TODIST_COLL_SHM=0 turns it off; and with rank
+# 1 in its own pid namespace (its own /proc), rank 0's segment cannot be
+# opened there, so every member runs the transport algorithms instead
+# (shm.c S1) and the results are still right.
+for cfg in default off private otherhost; do
+    case $cfg in
+    default) out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$PEER" \
+                   concurrent 2>&1); rc=$?
+             like "$out" "group 0: collectives through shared memory" \
+                  "one node: collectives through a shared segment" ;;
+    off) out=$(TODIST_COLL_SHM=0 TODIST_LOG=debug run 120 todist-run -n 4 \
+               "$PEER" concurrent 2>&1); rc=$?
+         unlike "$out" "through shared memory" \
+                "TODIST_COLL_SHM=0: no shared segment" ;;
+    private)
+        cat > "$TD_TMP/shm.sh" <<EOS
+#!/bin/sh
+if [ "\$TODIST_RANK" = 1 ]; then
+    UCX_TLS=tcp,self exec unshare --pid --fork --mount-proc "$PEER" concurrent
+fi
+exec "$PEER" concurrent
+EOS
+        chmod +x "$TD_TMP/shm.sh"
+        if unshare --pid --fork --mount-proc true 2>/dev/null; then
+            out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$TD_TMP/shm.sh" \
+                  2>&1); rc=$?
+            like "$out" "group 0: no shared segment on every member" \
+                 "a member without the segment: every member falls back"
+        else
+            skip 3 "unshare --pid --mount-proc not permitted here"
+            continue
+        fi ;;
+    otherhost)
+        # rank 1 on another "host" (other_host): groups with it fall
+        # back, the subgroup {0, 2} of one "host" keeps its segment
+        if host_conc=$(other_host concurrent); then
+            out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$host_conc" \
+                  2>&1); rc=$?
+            like "$out" "rank 1\]: coll: group 0: rank 0's segment is on another host" \
+                 "a member on another host: the world group falls back"
+            like "$out" "rank 2\]: coll: group 1: collectives through shared memory" \
+                 "and a subgroup on one host keeps its segment"
+        else
+            skip 4 "unshare --mount not permitted here"
+            continue
+        fi ;;
+    esac
+    is "$(printf '%s\n' "$out" | grep -c '^PASS')" 20 \
+       "concurrent: every check passes on every rank ($cfg)"
+    is "$rc" 0 "concurrent: every rank exits 0 ($cfg)"
+    [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | grep -v debug | tail -30)"
+done
+
+# A process maps at most 32 segments (up to 8 MiB each): with 40 live
+# groups the later ones go through the transport, and all are right.
+out=$(TODIST_LOG=debug run 120 todist-run -n 2 "$PEER" many_groups 2>&1); rc=$?
+like "$out" "32 shared segments mapped already" \
+     "past 32 segments per process, groups use the transport"
+is "$(printf '%s\n' "$out" | grep -cx 'PASS many_groups_right')" 2 \
+   "40 groups: every all_reduce right on both ranks"
+[ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | grep -v debug | tail -20)"
+
+# examples/ring_allreduce: seed 004's ring from isend/irecv, checked
+# against td_all_reduce on 3 and 4 ranks.
+for n in 3 4; do
+    out=$(run 120 todist-run -n $n "$top_builddir/examples/ring_allreduce" \
+          100003 2>&1); rc=$?
+    like "$out" "ring_allreduce: ranks=$n count=100003 max_abs_diff=0 ranks_disagreeing=0" \
+         "examples/ring_allreduce on $n ranks agrees with td_all_reduce"
+    [ "$rc" = 0 ] || diag "$out"
+done
+done_testing

@@ -1,0 +1,129 @@
+#!/bin/sh
+# Across real network stacks (tests/hosts.sh): first the test bed itself
+# (names, boot ids, PID namespaces, private /dev/shm and /tmp, byte
+# counters, a cut link, a rate limit, a killed host, nothing left behind),
+# then todist across its hosts at 2 hosts x 2 ranks, 3 hosts with 2+1+1
+# ranks and 1+1: the collectives' matrix and point-to-point, RPC, remote
+# references, distributed autograd (the my_add example), DDP, with the
+# store on host 1 and large bodies checked to have crossed the link.
+# Runs are bounded by timeout; hosts.sh tears the bed down on exit.
+. "$top_srcdir/tests/lib.sh"
+. "$top_srcdir/tests/hosts.sh"
+B="$top_builddir/tests"   # peers in their folders
+
+if ! hosts_supported; then
+    skip_all "$HOSTS_WHY"
+fi
+plan 47
+
+# ---- the bed -----------------------------------------------------------------
+hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+is "$(hosts_run 1 cat /proc/sys/kernel/hostname) $(hosts_run 2 hostname)" \
+   "h1 h2" "each host has its own name"
+b1=$(hosts_run 1 cat /proc/sys/kernel/random/boot_id)
+b2=$(hosts_run 2 cat /proc/sys/kernel/random/boot_id)
+b0=$(cat /proc/sys/kernel/random/boot_id)
+ok "$([ "$b1" != "$b2" ] && [ "$b1" != "$b0" ] && [ "$b2" != "$b0" ]; echo $?)" \
+   "each host has its own boot id ($b1, $b2)"
+like "$(hosts_run 1 getent hosts h2)" "^10\.91\.0\.2 +h2" \
+     "host 1's /etc/hosts names host 2"
+hosts_run 1 sh -c "echo \$\$ > '$TD_TMP/spid'; exec sleep 600" > /dev/null 2>&1 &
+sleeper=$!
+td_track_pid $sleeper
+t=0
+while [ ! -s "$TD_TMP/spid" ] && [ $t -lt 100 ]; do sleep 0.1; t=$((t + 1)); done
+spid=$(cat "$TD_TMP/spid")
+cmd() { hosts_run "$1" cat "/proc/$spid/cmdline" 2>/dev/null | tr '\0' ' '; }
+is "$(cmd 1)" "sleep 600 " "a process of host 1 is seen on host 1 (pid $spid)"
+is "$(cmd 2)" "" "...and not on host 2 (its own PID namespace)"
+hosts_run 1 sh -c 'echo one > /dev/shm/x; echo one > /tmp/x'
+is "$(hosts_run 2 sh -c 'cat /dev/shm/x /tmp/x 2>/dev/null | wc -l')" 0 \
+   "host 2 sees neither host 1's /dev/shm nor its /tmp"
+is "$(hosts_run 1 cat /dev/shm/x /tmp/x | tr '\n' ' ')" "one one " \
+   "host 1 sees its own again (one /dev/shm and /tmp per host)"
+ok "$([ ! -e /dev/shm/x ] && [ ! -e /tmp/x ]; echo $?)" \
+   "nothing reached the machine's own /dev/shm or /tmp"
+hosts_run 2 sh -c "echo shared > '$TD_TMP/from2'"
+is "$(cat "$TD_TMP/from2" 2>/dev/null)" "shared" \
+   "the test's folder is shared with the hosts at its own path"
+
+# Bytes through host 1's interface: a TCP connection to host 2 (refused,
+# nothing listens) counts; with the link cut, a connect waits instead.
+set -- $(hosts_bytes 1); tx0=$1
+hosts_run 1 bash -c 'exec 3<>/dev/tcp/10.91.0.2/9' > /dev/null 2>&1
+is "$?" 1 "a connection to host 2 is refused (the link carries it)"
+set -- $(hosts_bytes 1)
+ok "$([ "$1" -gt "$tx0" ]; echo $?)" "host 1's byte counters count it ($tx0 -> $1)"
+hosts_cut 2
+hosts_run 1 timeout 2 bash -c 'exec 3<>/dev/tcp/10.91.0.2/9' > /dev/null 2>&1
+is "$?" 124 "with host 2's link cut, a connection is lost, not refused"
+hosts_restore 2
+hosts_run 1 timeout 5 bash -c 'exec 3<>/dev/tcp/10.91.0.2/9' > /dev/null 2>&1
+is "$?" 1 "restored, it is refused again"
+hosts_rate 2 10gbit
+like "$(ip netns exec "$(_hosts_ns 2)" tc qdisc show dev eth0)" "tbf .*rate 10Gbit" \
+     "host 2's link is shaped (tc tbf)"
+hosts_rate 2 ""
+hosts_kill 1
+t=0
+while kill -0 $sleeper 2>/dev/null && [ $t -lt 50 ]; do sleep 0.1; t=$((t + 1)); done
+ok "$(! kill -0 $sleeper 2>/dev/null; echo $?)" "killing host 1 ends its processes"
+id1=$HOSTS_ID
+hosts_down
+is "$(ip netns list | grep -c "^$id1")" 0 "hosts_down leaves no namespace"
+
+# ---- todist across hosts ------------------------------------------------------
+# job DESC LAYOUT PROG ARGS: runs it, checks every rank exits 0 with no
+# FAIL line and some PASS lines (PASS_MIN, default 1). OUT holds the output.
+job() {
+    _d=$1; shift
+    OUT=$(hosts_launch "$@" 2>&1); _rc=$?
+    is "$_rc" 0 "$_d: every rank exits 0"
+    _f=$(printf '%s\n' "$OUT" | grep -c '^FAIL')
+    _p=$(printf '%s\n' "$OUT" | grep -c '^PASS')
+    ok "$([ "$_f" = 0 ] && [ "$_p" -ge "${PASS_MIN:-1}" ]; echo $?)" \
+       "$_d: no failed check ($_p passed, $_f failed)"
+    [ "$_rc" = 0 ] && [ "$_f" = 0 ] || diag "$(printf '%s\n' "$OUT" | tail -30)"
+}
+# crossed I MIN: host I's interface sent and received at least MIN bytes
+# since the last mark.
+mark() { set -- $(hosts_bytes "$1"); tx0=$1; rx0=$2; }
+crossed() {
+    set -- "$1" "$2" $(hosts_bytes "$1")
+    ok "$([ $(($3 - tx0)) -ge "$2" ] && [ $(($4 - rx0)) -ge "$2" ]; echo $?)" \
+       "host $1 sent $(($3 - tx0)) and received $(($4 - rx0)) bytes (>= $2)"
+}
+
+hosts_up 3 || { diag "hosts_up failed"; exit 1; }
+export HOSTS_TIMEOUT=240
+
+mark 2
+PASS_MIN=10 job "2x2 collectives matrix" 2,2 "$B/coll/coll_peer" matrix
+crossed 2 1000000
+PASS_MIN=10 job "2+1+1 collectives matrix" 2,1,1 "$B/coll/coll_peer" matrix
+
+# Large bodies (1.2 MB, above the single-copy threshold) between ranks on
+# two hosts: they cross the link, and no in-place read is offered across.
+mark 2
+TODIST_LOG=debug job "1+1 large bodies" 1,1 "$B/coll/coll_peer" big
+crossed 2 2400000
+TODIST_LOG=debug job "2+1 large bodies" 2,1 "$B/coll/coll_peer" big
+like "$OUT" "p2p body of [0-9]+ bytes from rank [01] read in place" \
+     "2+1 large bodies: ranks 0 and 1, on host 1, read in place"
+
+job "2+1 point-to-point" 2,1 "$B/coll/coll_peer" p2p
+job "1+1+1 point-to-point" 1,1,1 "$B/coll/coll_peer" p2p
+job "1+1 RPC" 1,1 "$B/rpc/rpc_peer" basic
+job "2+1 RPC barrier" 2,1 "$B/rpc/rpc_peer" barrier
+job "1+1+1 remote references" 1,1,1 "$B/rpc/rpc_peer" rref
+job "2+1 map-reduce" 2,1 "$B/rpc/rpc_peer" mapreduce
+job "1+1+1 distributed autograd" 1,1,1 "$B/dist_autograd/dist_peer" basic
+
+OUT=$(hosts_launch 1,1 "$top_builddir/examples/my_add" --seed 7 2>&1)
+is "$?" 0 "1+1 my_add: exits 0"
+like "$OUT" "^check=ok$" "1+1 my_add: gradients check"
+
+job "2x2 DDP" 2,2 "$B/ddp/ddp_peer"
+job "2+1+1 DDP" 2,1,1 "$B/ddp/ddp_peer"
+
+done_testing

@@ -1,0 +1,14 @@
+# tests of kernels/: the CPU kernel table, the caching allocator, CUDA
+# tensors and kernels (skip without a device), the test device backend.
+check_PROGRAMS += tests/kernels/test_kernels
+tests_kernels_test_kernels_LDADD = $(TD_TEST_LDADD) $(BLAS_LIBS)
+TESTS += tests/kernels/test_kernels
+check_PROGRAMS += tests/kernels/test_block_cache
+TESTS += tests/kernels/test_block_cache
+tests_kernels_test_block_cache_LDADD = $(TD_TEST_LDADD)
+check_PROGRAMS += tests/kernels/test_cuda
+TESTS += tests/kernels/test_cuda
+tests_kernels_test_cuda_LDADD = $(TD_TEST_LDADD)
+check_PROGRAMS += tests/kernels/test_device_backend
+TESTS += tests/kernels/test_device_backend
+tests_kernels_test_device_backend_LDADD = $(TD_TEST_LDADD)

@@ -1,0 +1,576 @@
+/* pipe_peer.c: one rank of the pipeline tests (tests/pipe/test_pipe.sh),
+ * over real point-to-point and UCX. Run as `todist-run -n N pipe_peer MODE`.
+ *
+ * The model: 6 linear layers 5-7-7-7-7-7-3 with tanh between, an MSE loss;
+ * stage s of S owns layers [6s/S, 6(s+1)/S). Every rank also builds the
+ * whole model (same values, its own tensors) and computes the reference:
+ * single-process gradient accumulation over the same micro-batches, in
+ * order, of loss / M.
+ *
+ * Modes (world size S, or S x R for hybrid):
+ *   grad         every schedule x M in {1, 4, 7} x {float64, float32}, two
+ *                steps each (the second without shape messages): .grad of
+ *                the stage's layers equals the reference (1e-12 / 1e-5),
+ *                the loss too, and the micro-batches in flight stay within
+ *                the schedule's bound (P3). Rank 0 prints PASS/FAIL lines.
+ *   hybrid R     S = size / R stages x R replicas, 1F1B and ZB, M = 4: the
+ *                gradients equal the average over the replicas' batches.
+ *   error        stage 1's forward fails at micro-batch 2: every rank's
+ *                step fails naming stage 1 (rank 1); the next step fails
+ *                at once (broken).
+ *   kill         stage 1 SIGKILLs itself at micro-batch 2 of the second
+ *                step: every other rank's step fails naming it, within 2 s.
+ *   badargs      M = 0, more stages than ranks, a batch M does not divide,
+ *                an output whose shape changes between micro-batches (and
+ *                between mini-batches): clear errors on every rank. */
+#include "config.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <todist/todist.h>
+#include "tests/peer_agree.h"
+
+#define L      6
+#define ROWS   3          /* rows per micro-batch */
+#define NIN    5
+#define NOUT   3
+
+static const int64_t width[L + 1] = {NIN, 7, 7, 7, 7, 7, NOUT};
+static int rank, size;
+
+typedef struct {
+    td_tensor_t *w[L], *b[L];
+} model_t;
+
+typedef struct {
+    model_t *m;
+    int      lo, hi;       /* layers of this stage */
+    int      stage;
+    int      fail_micro;   /* error mode: fail at this micro-batch */
+    int      kill_micro;   /* kill mode */
+    int      kill_step, step;
+    int      shape_bug;    /* badargs: micro-batch 1 narrower */
+} stage_arg_t;
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void
+model_init(model_t *m, td_dtype_t dt)
+{
+    for (int l = 0; l < L; l++) {
+        int64_t ws[2] = {width[l + 1], width[l]}, bs[1] = {width[l + 1]};
+        td_tensor_empty(ws, 2, dt, TD_CPU, &m->w[l]);
+        td_tensor_empty(bs, 1, dt, TD_CPU, &m->b[l]);
+        td_tensor_uniform_(m->w[l], -0.6, 0.6, 100 + l);
+        td_tensor_uniform_(m->b[l], -0.2, 0.2, 200 + l);
+        td_tensor_set_requires_grad(m->w[l], 1);
+        td_tensor_set_requires_grad(m->b[l], 1);
+    }
+}
+
+static void
+model_free(model_t *m)
+{
+    for (int l = 0; l < L; l++) {
+        td_tensor_release(m->w[l]);
+        td_tensor_release(m->b[l]);
+    }
+}
+
+static void
+zero_grads(model_t *m)
+{
+    for (int l = 0; l < L; l++) {
+        td_tensor_set_grad(m->w[l], NULL);
+        td_tensor_set_grad(m->b[l], NULL);
+    }
+}
+
+/* layers LO..HI-1 of M on X; the loss against T when HI == L */
+static td_status_t
+run_layers(model_t *m, int lo, int hi, td_tensor_t *x, td_tensor_t *t,
+           td_tensor_t **out)
+{
+    td_tensor_t *h = td_tensor_retain(x), *n;
+    td_status_t st = TD_OK;
+
+    for (int l = lo; l < hi && st == TD_OK; l++) {
+        st = td_linear(h, m->w[l], m->b[l], &n);
+        td_tensor_release(h);
+        h = st == TD_OK ? n : NULL;
+        if (st == TD_OK && l < L - 1) {
+            st = td_tanh(h, &n);
+            td_tensor_release(h);
+            h = st == TD_OK ? n : NULL;
+        }
+    }
+    if (st == TD_OK && hi == L) {
+        st = td_mse_loss(h, t, TD_REDUCTION_MEAN, &n);
+        td_tensor_release(h);
+        h = st == TD_OK ? n : NULL;
+    }
+    if (st == TD_OK) {
+        *out = h;
+    }
+    return st;
+}
+
+static td_status_t
+stage_forward(void *arg, td_tensor_t *x, td_tensor_t *target, int micro,
+              td_tensor_t **out)
+{
+    stage_arg_t *a = arg;
+    td_status_t st;
+
+    if (micro == a->fail_micro) {
+        return td_error(TD_ERR_INVALID, "injected failure in the test's "
+                        "forward");
+    }
+    if (micro == a->kill_micro && a->step == a->kill_step) {
+        fflush(stdout);
+        raise(SIGKILL);
+    }
+    st = run_layers(a->m, a->lo, a->hi, x, target, out);
+    if (st == TD_OK && a->shape_bug && micro == 1) {
+        td_tensor_t *n;
+        st = td_tensor_narrow(*out, 0, 0, ROWS - 1, &n);
+        td_tensor_release(*out);
+        *out = st == TD_OK ? n : NULL;
+    }
+    return st;
+}
+
+static void
+make_batch(int n_micro, td_dtype_t dt, int seed, td_tensor_t **x,
+           td_tensor_t **t)
+{
+    int64_t xs[2] = {n_micro * ROWS, NIN}, ts[2] = {n_micro * ROWS, NOUT};
+
+    td_tensor_empty(xs, 2, dt, TD_CPU, x);
+    td_tensor_empty(ts, 2, dt, TD_CPU, t);
+    td_tensor_uniform_(*x, -1, 1, 1000 + seed);
+    td_tensor_uniform_(*t, -1, 1, 2000 + seed);
+}
+
+/* Single-process accumulation of loss_m / M over the micro-batches; the
+ * mean loss. */
+static double
+reference(model_t *m, td_tensor_t *x, td_tensor_t *t, int n_micro)
+{
+    double sum = 0;
+
+    for (int k = 0; k < n_micro; k++) {
+        td_tensor_t *xs, *ts, *loss, *g;
+        double v;
+        td_tensor_narrow(x, 0, k * ROWS, ROWS, &xs);
+        td_tensor_narrow(t, 0, k * ROWS, ROWS, &ts);
+        run_layers(m, 0, L, xs, ts, &loss);
+        td_tensor_item(loss, &v);
+        sum += v;
+        td_tensor_full(td_tensor_shape(loss), td_tensor_ndim(loss),
+                       td_tensor_dtype(loss), 1.0 / n_micro, &g);
+        td_backward(&loss, &g, 1, 0, 0);
+        td_tensor_release(g);
+        td_tensor_release(loss);
+        td_tensor_release(xs);
+        td_tensor_release(ts);
+    }
+    return sum / n_micro;
+}
+
+static double
+max_diff(td_tensor_t *a, td_tensor_t *b)
+{
+    td_tensor_t *a64, *b64;
+    double d = 0;
+
+    if (a == NULL || b == NULL) {
+        return a == b ? 0 : INFINITY;
+    }
+    td_tensor_to_dtype(a, TD_FLOAT64, &a64);
+    td_tensor_to_dtype(b, TD_FLOAT64, &b64);
+    for (int64_t i = 0; i < td_tensor_numel(a64); i++) {
+        double e = fabs(((double *)td_tensor_data(a64))[i] -
+                        ((double *)td_tensor_data(b64))[i]);
+        if (!(e <= d)) {
+            d = e;
+        }
+    }
+    td_tensor_release(a64);
+    td_tensor_release(b64);
+    return d;
+}
+
+static void
+scale_(td_tensor_t *t, double c)
+{
+    td_tensor_t *n;
+
+    td_mul_scalar(t, c, &n);
+    td_tensor_copy_(t, n);
+    td_tensor_release(n);
+}
+
+static void
+stage_of(int S, int s, stage_arg_t *a, model_t *m)
+{
+    memset(a, 0, sizeof(*a));
+    a->m = m;
+    a->stage = s;
+    a->lo = s * L / S;
+    a->hi = (s + 1) * L / S;
+    a->fail_micro = a->kill_micro = -1;
+}
+
+static td_status_t
+make_pipe(int S, int R, int M, td_pipe_schedule_t sched, stage_arg_t *a,
+          td_pipe_t **p)
+{
+    td_tensor_t *params[2 * L];
+    td_pipe_opts_t o = {0};
+    int n = 0;
+
+    for (int l = a->lo; l < a->hi; l++) {
+        params[n++] = a->m->w[l];
+        params[n++] = a->m->b[l];
+    }
+    o.n_stages = S;
+    o.n_replicas = R;
+    o.n_micro = M;
+    o.schedule = sched;
+    o.forward = stage_forward;
+    o.arg = a;
+    o.params = params;
+    o.n_params = n;
+    return td_pipe_create(&o, p);
+}
+
+/* Two steps of one configuration; returns 1 when every check held. */
+static int
+one_config(int S, int R, int M, td_pipe_schedule_t sched, td_dtype_t dt,
+           double tol)
+{
+    model_t m, ref;
+    stage_arg_t a;
+    td_pipe_t *p = NULL;
+    int s = rank % S, rep = rank / S, good = 1;
+    td_status_t st;
+
+    model_init(&m, dt);
+    model_init(&ref, dt);
+    stage_of(S, s, &a, &m);
+    st = make_pipe(S, R, M, sched, &a, &p);
+    if (st != TD_OK) {
+        fail_detail("create: %s", td_last_error());
+        good = 0;
+    }
+    for (int step = 0; step < 2 && good; step++) {
+        td_tensor_t *x, *t, *rx, *rt;
+        td_pipe_stats_t stats;
+        double loss = 0, want = 0, d = 0;
+
+        zero_grads(&m);
+        zero_grads(&ref);
+        make_batch(M, dt, 10 * step + rep, &x, &t);
+        st = td_pipe_step(p, s == 0 ? x : NULL, s == S - 1 ? t : NULL, &loss);
+        if (st != TD_OK) {
+            fail_detail("step %d: %s", step, td_last_error());
+            good = 0;
+        }
+        /* reference: every replica's batch, averaged over replicas (the
+         * mean of the per-replica means) */
+        for (int r = 0; r < R && good; r++) {
+            double l;
+            make_batch(M, dt, 10 * step + r, &rx, &rt);
+            l = reference(&ref, rx, rt, M);
+            if (r == rep) {
+                want = l;
+            }
+            td_tensor_release(rx);
+            td_tensor_release(rt);
+        }
+        for (int l = a.lo; l < a.hi && good; l++) {
+            td_tensor_t *gw = td_tensor_grad(ref.w[l]);
+            td_tensor_t *gb = td_tensor_grad(ref.b[l]);
+            double e;
+            if (R > 1) {
+                scale_(gw, 1.0 / R);
+                scale_(gb, 1.0 / R);
+            }
+            e = max_diff(td_tensor_grad(m.w[l]), gw);
+            d = e > d ? e : d;
+            e = max_diff(td_tensor_grad(m.b[l]), gb);
+            d = e > d ? e : d;
+        }
+        if (good && !(d <= tol)) {
+            fail_detail("stage %d step %d: max |grad - reference| = %g > %g",
+                        s, step, d, tol);
+            good = 0;
+        }
+        if (good && s == S - 1 && !(fabs(loss - want) <= tol)) {
+            fail_detail("stage %d step %d: loss %.17g, reference %.17g", s,
+                        step, loss, want);
+            good = 0;
+        }
+        if (good) {
+            int cap = sched == TD_PIPE_GPIPE ? M
+                    : sched == TD_PIPE_1F1B ? (S - s < M ? S - s : M)
+                    : (S < M ? S : M);
+            td_pipe_stats(p, &stats);
+            if (stats.peak_in_flight > cap ||
+                (sched == TD_PIPE_GPIPE && stats.peak_in_flight != M)) {
+                fail_detail("stage %d: %d micro-batches in flight, bound %d",
+                            s, stats.peak_in_flight, cap);
+                good = 0;
+            }
+        }
+        if (good && rank == 0 && step == 1) {
+            printf("# S=%d R=%d M=%d %s %s: max diff %g\n", S, R, M,
+                   td_pipe_schedule_name(sched), td_dtype_name(dt), d);
+        }
+        td_tensor_release(x);
+        td_tensor_release(t);
+    }
+    td_pipe_destroy(p);
+    model_free(&m);
+    model_free(&ref);
+    return good;
+}
+
+static int
+mode_grad(void)
+{
+    static const int Ms[3] = {1, 4, 7};
+    char name[96];
+
+    for (int sc = 0; sc < 3; sc++) {
+        for (int i = 0; i < 3; i++) {
+            for (int f = 0; f < 2; f++) {
+                td_dtype_t dt = f ? TD_FLOAT32 : TD_FLOAT64;
+                snprintf(name, sizeof(name), "grad_S%d_M%d_%s_%s", size,
+                         Ms[i], td_pipe_schedule_name((td_pipe_schedule_t)sc),
+                         f ? "f32" : "f64");
+                agree(one_config(size, 1, Ms[i], (td_pipe_schedule_t)sc, dt,
+                                 f ? 1e-5 : 1e-12), name);
+            }
+        }
+    }
+    return 0;
+}
+
+static int
+mode_hybrid(int R)
+{
+    char name[64];
+
+    for (int sc = 1; sc < 3; sc++) {
+        snprintf(name, sizeof(name), "hybrid_S%d_R%d_%s", size / R, R,
+                 td_pipe_schedule_name((td_pipe_schedule_t)sc));
+        agree(one_config(size / R, R, 4, (td_pipe_schedule_t)sc, TD_FLOAT64,
+                         1e-12), name);
+    }
+    return 0;
+}
+
+/* Every rank's step fails naming stage 1 (rank 1). */
+static int
+mode_error(void)
+{
+    model_t m;
+    stage_arg_t a;
+    td_pipe_t *p = NULL;
+    td_tensor_t *x, *t;
+    td_status_t st;
+    double loss;
+    int M = 4;
+
+    model_init(&m, TD_FLOAT64);
+    stage_of(size, rank, &a, &m);
+    if (rank == 1) {
+        a.fail_micro = 2;
+    }
+    make_pipe(size, 1, M, TD_PIPE_1F1B, &a, &p);
+    make_batch(M, TD_FLOAT64, 0, &x, &t);
+    st = td_pipe_step(p, rank == 0 ? x : NULL, rank == size - 1 ? t : NULL,
+                      &loss);
+    fail_detail("status %d: %s", st, td_last_error());
+    agree(st != TD_OK && strstr(td_last_error(), "stage 1 (rank 1) failed "
+                                "in the forward of micro-batch 2") != NULL &&
+          strstr(td_last_error(), "injected failure") != NULL,
+          "error_fails_every_stage_naming_it");
+    printf("# rank %d: %s\n", rank, td_last_error());
+    st = td_pipe_step(p, rank == 0 ? x : NULL, rank == size - 1 ? t : NULL,
+                      &loss);
+    fail_detail("status %d: %s", st, td_last_error());
+    agree(st == TD_ERR_STATE && strstr(td_last_error(), "broken") != NULL,
+          "error_next_step_fails_at_once");
+    td_pipe_destroy(p);
+    td_tensor_release(x);
+    td_tensor_release(t);
+    model_free(&m);
+    return 0;
+}
+
+/* Stage 1 dies in its second step; the others print KILL lines (no
+ * agreement is possible any more: the test script checks each). */
+static int
+mode_kill(void)
+{
+    model_t m;
+    stage_arg_t a;
+    td_pipe_t *p = NULL;
+    td_tensor_t *x, *t;
+    td_status_t st = TD_OK;
+    double loss, t0 = 0;
+    int M = 4;
+
+    signal(SIGTERM, SIG_IGN);   /* todist-run stops us: finish the checks */
+    model_init(&m, TD_FLOAT64);
+    stage_of(size, rank, &a, &m);
+    if (rank == 1) {
+        a.kill_micro = 2;
+        a.kill_step = 1;
+    }
+    make_pipe(size, 1, M, TD_PIPE_1F1B, &a, &p);
+    make_batch(M, TD_FLOAT64, 0, &x, &t);
+    for (a.step = 0; a.step < 2; a.step++) {
+        /* the second step cannot end before rank 1 started it, and rank 1
+         * dies early in it: time from its start bounds the detection */
+        t0 = now_s();
+        st = td_pipe_step(p, rank == 0 ? x : NULL,
+                          rank == size - 1 ? t : NULL, &loss);
+        if (st != TD_OK) {
+            break;
+        }
+    }
+    printf("KILL rank=%d step=%d failed=%d after=%.3f msg=%s\n", rank, a.step,
+           st != TD_OK, now_s() - t0, st != TD_OK ? td_last_error() : "");
+    fflush(stdout);
+    td_pipe_destroy(p);
+    td_tensor_release(x);
+    td_tensor_release(t);
+    model_free(&m);
+    return 0;
+}
+
+static int
+mode_badargs(void)
+{
+    model_t m;
+    stage_arg_t a;
+    td_pipe_t *p = NULL;
+    td_tensor_t *x, *t, *x2, *t2;
+    td_status_t st;
+    double loss;
+
+    model_init(&m, TD_FLOAT64);
+    stage_of(size, rank, &a, &m);
+    st = make_pipe(size, 1, 0, TD_PIPE_1F1B, &a, &p);
+    fail_detail("status %d: %s", st, td_last_error());
+    agree(st == TD_ERR_INVALID && strstr(td_last_error(), "n_micro=0") != NULL,
+          "bad_zero_microbatches");
+    st = make_pipe(size + 1, 1, 2, TD_PIPE_1F1B, &a, &p);
+    fail_detail("status %d: %s", st, td_last_error());
+    agree(st == TD_ERR_INVALID && strstr(td_last_error(), "more stages than "
+                                         "ranks") != NULL,
+          "bad_more_stages_than_ranks");
+    /* a batch of 8 rows into 3 micro-batches */
+    st = make_pipe(size, 1, 3, TD_PIPE_GPIPE, &a, &p);
+    if (st == TD_OK) {
+        make_batch(3, TD_FLOAT64, 0, &x, &t);
+        td_tensor_narrow(x, 0, 0, 8, &x2);
+        td_tensor_narrow(t, 0, 0, 8, &t2);
+        st = td_pipe_step(p, rank == 0 ? x2 : NULL,
+                          rank == size - 1 ? t2 : NULL, &loss);
+        td_tensor_release(x);
+        td_tensor_release(t);
+        td_tensor_release(x2);
+        td_tensor_release(t2);
+        td_pipe_destroy(p);
+    }
+    fail_detail("status %d: %s", st, td_last_error());
+    agree(st != TD_OK && strstr(td_last_error(), "batch of 8 does not split "
+                                "into 3 micro-batches") != NULL,
+          "bad_batch_not_divisible");
+    /* stage 0's output of micro-batch 1 is narrower */
+    a.shape_bug = rank == 0;
+    st = make_pipe(size, 1, 3, TD_PIPE_1F1B, &a, &p);
+    if (st == TD_OK) {
+        make_batch(3, TD_FLOAT64, 0, &x, &t);
+        st = td_pipe_step(p, rank == 0 ? x : NULL, rank == size - 1 ? t : NULL,
+                          &loss);
+        td_tensor_release(x);
+        td_tensor_release(t);
+        td_pipe_destroy(p);
+    }
+    fail_detail("status %d: %s", st, td_last_error());
+    agree(st != TD_OK &&
+          strstr(td_last_error(), "stage 0 (rank 0) failed in the forward of "
+                 "micro-batch 1") != NULL &&
+          strstr(td_last_error(), "[2, 7] but the shape agreed in the first "
+                 "step is float64 [3, 7]") != NULL,
+          "bad_shape_changes_between_microbatches");
+    /* a later mini-batch of another size */
+    a.shape_bug = 0;
+    st = make_pipe(size, 1, 2, TD_PIPE_ZB_H1, &a, &p);
+    if (st == TD_OK) {
+        for (int k = 0; k < 2 && st == TD_OK; k++) {
+            make_batch(2 * (1 + k), TD_FLOAT64, k, &x, &t);
+            st = td_pipe_step(p, rank == 0 ? x : NULL,
+                              rank == size - 1 ? t : NULL, &loss);
+            td_tensor_release(x);
+            td_tensor_release(t);
+        }
+        td_pipe_destroy(p);
+    }
+    fail_detail("status %d: %s", st, td_last_error());
+    agree(st != TD_OK && strstr(td_last_error(), "shapes must be static") !=
+                             NULL,
+          "bad_shape_changes_between_minibatches");
+    model_free(&m);
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "grad";
+    int rc = 0;
+
+    (void)maxdiff;             /* peer_agree.h's: float64 only; max_diff casts */
+    if (td_init(NULL) != TD_OK) {
+        fprintf(stderr, "td_init: %s\n", td_last_error());
+        return 1;
+    }
+    rank = td_world()->rank;
+    size = td_world()->world_size;
+    if (strcmp(mode, "grad") == 0) {
+        rc = mode_grad();
+    } else if (strcmp(mode, "hybrid") == 0) {
+        rc = mode_hybrid(argc > 2 ? atoi(argv[2]) : 2);
+    } else if (strcmp(mode, "error") == 0) {
+        rc = mode_error();
+    } else if (strcmp(mode, "kill") == 0) {
+        rc = mode_kill();
+    } else if (strcmp(mode, "badargs") == 0) {
+        rc = mode_badargs();
+    } else {
+        fprintf(stderr, "pipe_peer: unknown mode %s\n", mode);
+        rc = 2;
+    }
+    fflush(stdout);
+    td_finalize();
+    return rc;
+}

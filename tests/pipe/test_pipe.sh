@@ -1,0 +1,65 @@
+#!/bin/sh
+# Pipeline parallelism over real point-to-point and UCX, through todist-run
+# (tests/pipe/pipe_peer): gradients of every schedule equal single-process
+# accumulation over the same micro-batches (float64 1e-12, float32 1e-5)
+# for S = 1, 2, 3 stages and M = 1, 4, 7 micro-batches, two steps each;
+# 2 stages x 2 replicas average over the replicas; a stage whose forward
+# fails fails every stage's step naming it; a stage killed mid-step fails
+# every other stage within 2 s naming it; bad arguments are refused with
+# clear errors. Bounded by timeout; lib.sh cleans up.
+. "$top_srcdir/tests/lib.sh"
+PEER="$top_builddir/tests/pipe/pipe_peer"
+run() { timeout -k 5 "$@"; }
+
+grads=""
+for sc in gpipe 1f1b zb; do
+    for m in 1 4 7; do
+        grads="$grads grad_M${m}_${sc}_f64 grad_M${m}_${sc}_f32"
+    done
+done
+count() { set -- $1; echo $#; }
+plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 5 + 1 ))
+
+expect() { # output names...
+    _out=$1; shift
+    for _c in "$@"; do
+        if printf '%s\n' "$_out" | grep -qx "PASS $_c"; then
+            ok 0 "$_c"
+        else
+            ok 1 "$_c"
+            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
+        fi
+    done
+}
+
+for S in 1 2 3; do
+    out=$(run 240 todist-run -n $S "$PEER" grad 2>&1); rc=$?
+    names=$(for g in $grads; do echo "$g" | sed "s/^grad_/grad_S${S}_/"; done)
+    expect "$out" $names
+    is "$rc" 0 "S=$S: every rank exits 0"
+    [ "$rc" = 0 ] || diag "$out"
+done
+
+out=$(run 120 todist-run -n 4 "$PEER" hybrid 2 2>&1); rc=$?
+expect "$out" hybrid_S2_R2_1f1b hybrid_S2_R2_zb
+is "$rc" 0 "hybrid: every rank exits 0"
+
+out=$(run 60 todist-run -n 3 "$PEER" error 2>&1); rc=$?
+expect "$out" error_fails_every_stage_naming_it error_next_step_fails_at_once
+is "$rc" 0 "error: every rank exits 0"
+
+out=$(run 60 todist-run -n 3 --grace-period 20 "$PEER" kill 2>&1); rc=$?
+is "$(printf '%s\n' "$out" | grep -c '^KILL rank=[02] step=1 failed=1 ')" 2 \
+   "kill: both survivors' second step failed"
+is "$(printf '%s\n' "$out" | grep '^KILL' | grep -c 'stage 1 (rank 1, replica 0) died')" 2 \
+   "kill: each names the dead stage and rank"
+is "$(printf '%s\n' "$out" | sed -n 's/^KILL .* after=\([0-9.]*\) .*/\1/p' |
+      awk '$1 <= 2.0' | wc -l)" 2 "kill: each failed within 2 s"
+[ "$(printf '%s\n' "$out" | grep -c '^KILL')" = 2 ] || diag "$out"
+
+out=$(run 60 todist-run -n 2 "$PEER" badargs 2>&1); rc=$?
+expect "$out" bad_zero_microbatches bad_more_stages_than_ranks \
+    bad_batch_not_divisible bad_shape_changes_between_microbatches \
+    bad_shape_changes_between_minibatches
+is "$rc" 0 "badargs: every rank exits 0"
+done_testing

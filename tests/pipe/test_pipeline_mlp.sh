@@ -1,0 +1,32 @@
+#!/bin/sh
+# examples/pipeline_mlp on the real Fashion-MNIST data: --check (one
+# mini-batch's gradients through the pipeline equal single-process
+# accumulation over the same micro-batches) at 1, 2 and 4 stages, every
+# schedule, and 2 stages x 2 replicas; a short training run over 2 stages
+# learns (test accuracy far above chance); a bad schedule is refused.
+. "$top_srcdir/tests/lib.sh"
+EX="$top_builddir/examples/pipeline_mlp"
+data=/usr/share/datasets/fashion-mnist
+run() { timeout -k 5 "$@"; }
+cmp_ok() { awk -v x="$1" "BEGIN { exit !(x $2) }"; echo $?; }
+plan 9
+if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+    skip 9 "dataset-fashion-mnist is not installed"
+    done_testing
+fi
+small="--layers 4 --hidden 64"
+for c in "1 1 gpipe" "2 1 gpipe" "2 1 1f1b" "2 1 zb" "4 1 zb" "2 2 1f1b"; do
+    set -- $c
+    out=$(run 120 todist-run -n $(($1 * $2)) "$EX" --stages $1 --replicas $2 \
+          --microbatches 4 --schedule $3 --check $small 2>&1)
+    like "$out" '^check=ok max_abs_diff=' "--check: $1 stage(s) x $2 replica(s), $3"
+done
+out=$(run 240 todist-run -n 2 "$EX" --stages 2 --microbatches 4 --schedule zb \
+      --max-steps 300 $small 2>&1)
+acc=$(printf '%s\n' "$out" | sed -n 's/^epoch=1 .*test_accuracy=\([0-9.]*\).*/\1/p')
+ok "$(cmp_ok "${acc:-0}" '>= 0.70')" "2 stages, zb, 300 steps: test accuracy ${acc:-none} >= 0.70"
+[ -n "$acc" ] || diag "$out"
+like "$out" 'stats stage=1 replica=0 step_ms=[0-9.]+ busy_ms=[0-9.]+ bubble=' "per-stage figures are printed"
+out=$(run 30 "$EX" --schedule pipedream 2>&1); rc=$?
+like "$out rc=$rc" "schedule 'pipedream' is not gpipe, 1f1b or zb rc=2" "a bad schedule is refused, naming it"
+done_testing

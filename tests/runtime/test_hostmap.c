@@ -1,0 +1,61 @@
+/* test_hostmap: host ids (runtime/hostmap.h) and their place in front of a
+ * published worker address: equal only for one boot id and PID namespace,
+ * unknown (0) without a boot id, a round trip through pack and unpack, and
+ * every malformed value refused naming the rank. Across real hosts,
+ * tests/hosts/test_hosts.sh. */
+#include "config.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/tap.h"
+#include "runtime/hostmap.h"
+
+int
+main(void)
+{
+    const char *b1 = "d62b66f9-cb51-41b2-9f8a-a281353ebc40";
+    const char *b2 = "8683d8fe-89fe-401a-a51e-5789bb77ca50";
+    uint8_t ucx[40], bad[64];
+    void *v = NULL;
+    size_t len = 0, alen = 0;
+    const void *a = NULL;
+    uint64_t host = 0;
+
+    plan(14);
+    ok(hostmap_id(b1, 4, 4026531836u) == hostmap_id(b1, 4, 4026531836u),
+       "one boot id and PID namespace: one host");
+    ok(hostmap_id(b1, 4, 4026531836u) != hostmap_id(b2, 4, 4026531836u),
+       "another boot id: another host");
+    ok(hostmap_id(b1, 4, 4026531836u) != hostmap_id(b1, 4, 4026532100u),
+       "another PID namespace of one kernel: another host");
+    ok(hostmap_id(b1, 4, 1) != hostmap_id(b1, 5, 1),
+       "another namespace device: another host");
+    is_int(hostmap_id("", 4, 1), 0, "no boot id: unknown (0)");
+    is_int(hostmap_id(NULL, 4, 1), 0, "NULL boot id: unknown (0)");
+    ok(hostmap_self() != 0 && hostmap_self() == hostmap_self(),
+       "this process has a host id, the same each time");
+
+    for (size_t i = 0; i < sizeof(ucx); i++) {
+        ucx[i] = (uint8_t)(i * 7 + 1);
+    }
+    is_int(hostmap_pack(ucx, sizeof(ucx), 0x1122334455667788ull, &v, &len),
+           TD_OK, "pack");
+    is_int(hostmap_unpack(3, v, len, &a, &alen, &host), TD_OK, "unpack");
+    ok(host == 0x1122334455667788ull && alen == sizeof(ucx) &&
+       memcmp(a, ucx, sizeof(ucx)) == 0,
+       "the host id and the address come back unchanged");
+
+    is_int(hostmap_unpack(3, v, HOSTMAP_HDR, &a, &alen, &host),
+           TD_ERR_PROTOCOL, "a header with no address is refused");
+    memcpy(bad, v, len < sizeof(bad) ? len : sizeof(bad));
+    bad[0] ^= 1;
+    is_int(hostmap_unpack(5, bad, len, &a, &alen, &host), TD_ERR_PROTOCOL,
+           "a bad magic (a bare UCX address, another version) is refused");
+    like(td_last_error(), "rank 5 published", "...naming the rank");
+    is_int(hostmap_unpack(5, NULL, 0, &a, &alen, &host), TD_ERR_PROTOCOL,
+           "nothing at all is refused");
+    free(v);
+    return exit_status();
+}

@@ -1,0 +1,539 @@
+#!/bin/sh
+# srun --todist on a real Slurm cluster started by this test: munged with
+# its own key and socket, slurmctld and four slurmd nodes (n1..n4, all on
+# this host, each in a mount namespace whose /etc/hosts names them), fake
+# GPUs through gres, everything under a temp dir. Daemons are stopped by
+# the pids in their pid files on any exit. Needs root and Slurm's daemons;
+# skips otherwise.
+. "$top_srcdir/tests/lib.sh"
+
+plugin=$top_builddir/spank/.libs/todist.so
+[ -f "$plugin" ] || skip_all "SPANK plugin not built (no slurm/spank.h)"
+[ "$(id -u)" = 0 ] || skip_all "needs root to run slurmd and munged"
+for b in munged mungekey slurmctld slurmd srun sbatch salloc squeue sinfo scontrol unshare; do
+    command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] ||
+        skip_all "$b not installed (scripts/install-deps.sh installs Slurm)"
+done
+PATH=$PATH:/usr/sbin
+unshare --mount true 2>/dev/null || skip_all "cannot make mount namespaces"
+
+# A sanitizer build's plugin needs the ASan runtime loaded first, which
+# Slurm's programs lack. TD_SPANK_ASAN=1 preloads it into srun and the
+# daemons (the plugin then runs under ASan for real), but ASan in the
+# multi-threaded, forking slurmstepd can deadlock, so it is opt-in.
+if readelf -d "$plugin" 2>/dev/null | grep -q 'libasan'; then
+    [ "${TD_SPANK_ASAN:-0}" = 1 ] ||
+        skip_all "sanitizer build: todist.so needs ASan preloaded into Slurm (set TD_SPANK_ASAN=1)"
+    LD_PRELOAD="$(${TD_CC:-cc} -print-file-name=libasan.so) $(${TD_CC:-cc} -print-file-name=libubsan.so)"
+    ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
+    export LD_PRELOAD ASAN_OPTIONS
+fi
+
+D=$TD_TMP/cluster
+mkdir -p "$D/munge" "$D/state" "$D/spool" "$D/tmpfs" "$D/out"
+chmod 0700 "$D/munge"
+
+# ---- cleanup: kill what the pid files name, never by process name --------
+# Everything this cluster started (daemons, slurmstepd, tasks) inherits
+# SLURM_CONF=$D/slurm.conf: a step left hanging is found by it.
+_pidfiles="$D/munged.pid $D/slurmctld.pid $D/slurmd-n1.pid $D/slurmd-n2.pid \
+$D/slurmd-n3.pid $D/slurmd-n4.pid"
+pids_of_cluster() {
+    for f in $_pidfiles; do
+        p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && echo "$p"
+    done
+    for e in /proc/[0-9]*/environ; do
+        p=${e#/proc/}; p=${p%/environ}
+        [ "$p" != $$ ] &&
+            { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "SLURM_CONF=$D/slurm.conf" &&
+            echo "$p"
+    done
+}
+any_alive() {
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done
+    return 1
+}
+stop_daemons() {
+    pids=$(pids_of_cluster | sort -u)
+    [ -n "$pids" ] && kill -TERM $pids 2>/dev/null
+    t=0     # wait (bounded) so nothing holds the temp dir when it goes
+    while [ $t -lt 100 ] && any_alive $pids; do
+        sleep 0.1; t=$((t + 1))
+    done
+    pids=$(pids_of_cluster | sort -u)
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+}
+trap "stop_daemons; [ -n \"\$TD_KEEP\" ] || _td_cleanup" EXIT
+
+# Poll CMD until it succeeds or SECONDS pass.
+wait_for() { # seconds cmd...
+    end=$(( $(date +%s) + $1 )); shift
+    while ! "$@" >/dev/null 2>&1; do
+        [ "$(date +%s)" -ge "$end" ] && return 1
+        sleep 0.2
+    done
+}
+
+die_setup() {
+    echo "Bail out! cluster setup failed: $1"
+    for f in "$D"/*.log; do [ -f "$f" ] && diag "== $f" "$(tail -15 "$f")"; done
+    exit 1
+}
+
+# Ports: pick a base from our pid so that concurrent runs (make check and
+# distcheck) do not collide, below Linux's ephemeral range (32768-), where
+# an outgoing connection of a test running beside us may hold the port a
+# slurmd then fails to bind (a node that never registers), and check that
+# no socket in any state uses it.
+base=$(( 10000 + ($$ % 500) * 10 ))
+while ss -Htan 2>/dev/null | awk '{print $4}' | grep -Eq ":($base|$((base+1))|$((base+2))|$((base+3))|$((base+4)))\$"; do
+    base=$((base + 10))
+done
+
+# Slurm's port reservation (srun --resv-ports): a range of our own too,
+# below Linux's ephemeral range (32768-) where UCX and every outgoing
+# connection take ports, and apart from the daemons' ports above.
+resv_lo=$(( 22000 + ($$ % 400) * 20 )); resv_hi=$((resv_lo + 19))
+
+# ---- munge: own key, own socket ------------------------------------------
+mungekey --create --keyfile="$D/munge/munge.key" --bits=1024 2>"$D/mungekey.log" ||
+    die_setup "mungekey"
+chmod 0400 "$D/munge/munge.key"
+munged --force --socket="$D/munge/munge.sock" --key-file="$D/munge/munge.key" \
+    --pid-file="$D/munged.pid" --log-file="$D/munged.log" \
+    --seed-file="$D/munge/seed" >"$D/munged.out" 2>&1 || die_setup "munged"
+wait_for 10 sh -c "munge -S '$D/munge/munge.sock' -n | unmunge -S '$D/munge/munge.sock'" ||
+    die_setup "munge does not answer"
+
+# ---- fake GPUs and the configuration --------------------------------------
+for i in 0 1 2 3; do
+    mknod "$D/fakegpu$i" c 195 $i || die_setup "mknod"
+done
+printf '127.0.0.1 localhost\n127.0.0.1 n1 n2 n3 n4\n127.0.0.1 %s\n' \
+    "$(hostname)" > "$D/hosts"
+cat > "$D/gres.conf" <<GRES
+Name=gpu File=$D/fakegpu[0-3]
+GRES
+cat > "$D/slurm.conf" <<CONF
+ClusterName=tdtest
+SlurmctldHost=$(hostname)(127.0.0.1)
+SlurmctldPort=$base
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$D/munge/munge.sock
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool/%n
+SlurmctldPidFile=$D/slurmctld.pid
+SlurmdPidFile=$D/slurmd-%n.pid
+SlurmctldLogFile=$D/slurmctld.log
+SlurmdLogFile=$D/slurmd-%n.log
+MpiDefault=none
+MpiParams=ports=$resv_lo-$resv_hi
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+ReturnToService=2
+MailProg=/bin/true
+TmpFS=$D/tmpfs/%n
+PlugStackConfig=$D/plugstack.conf
+GresTypes=gpu
+NodeName=n[1-4] NodeHostname=$(hostname) NodeAddr=127.0.0.1 Port=[$((base+1))-$((base+4))] CPUs=4 Gres=gpu:4
+PartitionName=test Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
+CONF
+# slurmstepd reads plugstack.conf at each step start, so tests rewrite it.
+plugstack() { echo "required $plugin $*" > "$D/plugstack.conf"; }
+plugstack port_range=21000-21999
+export SLURM_CONF=$D/slurm.conf
+for n in 1 2 3 4; do mkdir -p "$D/tmpfs/n$n" "$D/spool/n$n"; done
+
+# ---- daemons -----------------------------------------------------------
+slurmctld -i >"$D/slurmctld.out" 2>&1 || die_setup "slurmctld"
+for n in 1 2 3 4; do
+    unshare --mount sh -c "mount --bind '$D/hosts' /etc/hosts && exec slurmd -N n$n" \
+        >"$D/slurmd-n$n.out" 2>&1 || die_setup "slurmd n$n"
+done
+nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
+wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
+
+# ---- the tests ----------------------------------------------------------
+plan 85
+
+# One line per task: todist-info's view plus the raw variables.
+probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
+run_srun() { # name srun-args... ; output in $D/out/NAME, status in $rc
+    name=$1; shift
+    timeout 120 srun "$@" >"$D/out/$name" 2>"$D/out/$name.err"
+    rc=$?
+    sort -t= -k2 -n "$D/out/$name" -o "$D/out/$name"
+}
+field() { # file key -> one value per line, in rank order
+    sed -n "s/.*[ ^]$2=\([^ ]*\).*/\1/p; s/^$2=\([^ ]*\).*/\1/p" "$1" | head -n 64
+}
+col() { field "$1" "$2" | tr '\n' ' ' | sed 's/ $//'; }
+by_rank() { # file -> lines sorted by rank
+    sed 's/^rank=\([0-9]*\) /\1 &/' "$1" | sort -n | cut -d' ' -f2-
+}
+sorted() { by_rank "$1" > "$1.s"; mv "$1.s" "$1"; }
+
+# 1. one node, -n4
+run_srun one -N1 -n4 -w n1 --todist sh -c "$probe"
+sorted "$D/out/one"
+is "$rc" 0 "srun -N1 -n4 --todist succeeds"
+is "$(col "$D/out/one" rank)" "0 1 2 3" "ranks 0-3"
+is "$(col "$D/out/one" local_rank)" "0 1 2 3" "local ranks 0-3"
+is "$(col "$D/out/one" world_size)" "4 4 4 4" "world size 4"
+is "$(col "$D/out/one" master_addr)" "n1 n1 n1 n1" "master is the step's node"
+is "$(col "$D/out/one" source)" "todist todist todist todist" "resolved from TODIST_*"
+port=$(field "$D/out/one" master_port | sort -u)
+ok "$([ "$(echo "$port" | wc -l)" = 1 ] && [ "$port" -ge $resv_lo ] && [ "$port" -le $resv_hi ]; echo $?)" \
+    "one store port ($port), reserved by Slurm (MpiParams=ports=$resv_lo-$resv_hi)"
+tok=$(field "$D/out/one" token | sort -u)
+ok "$([ "$(echo "$tok" | wc -l)" = 1 ] && echo "$tok" | grep -Eqx '[0-9a-f]{64}'; echo $?)" \
+    "one 64-hex-digit token in all tasks"
+is "$(col "$D/out/one" omp)" "1 1 1 1" "OMP_NUM_THREADS = the task's CPUs (4 CPUs / 4 tasks)"
+
+# Without a reservation (--resv-ports=0) the pair is derived from the ids.
+run_srun derived -N1 -n2 -w n1 --resv-ports=0 --todist sh -c "$probe"
+port=$(field "$D/out/derived" master_port | sort -u); tport=$(field "$D/out/derived" MASTER_PORT | sort -u)
+ok "$([ "$(echo "$port" | wc -l)" = 1 ] && [ "$port" -ge 21000 ] && [ "$port" -le 21999 ] && [ "$tport" = $((port - 1)) ]; echo $?)" \
+    "no reservation: store port $port derived within port_range 21000-21999, MASTER_PORT $tport below it"
+
+run_srun cpt -N1 -n2 -c2 -w n1 --todist sh -c "$probe"
+is "$(col "$D/out/cpt" omp)" "2 2" "OMP_NUM_THREADS = --cpus-per-task (2)"
+
+# 2. a second step gets another token and another port
+run_srun one2 -N1 -n4 -w n1 --todist sh -c "$probe"
+tok2=$(field "$D/out/one2" token | sort -u)
+port2=$(field "$D/out/one2" master_port | sort -u)
+ok "$([ -n "$tok2" ] && [ "$tok2" != "$tok" ]; echo $?)" "a new step has a new token"
+ok "$([ -n "$port2" ] && [ "$port2" != "$port" ]; echo $?)" "a new step has another port ($port2)"
+
+# Check a step's mapping against where Slurm really ran each task: node
+# ranks follow the step's node list, local ranks count up on each node in
+# rank order, local world sizes are the tasks per node, one master.
+consistent() { # file -> "ok" or what is wrong
+    awk '{
+        for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+        n++; node[n] = v["node"]; nr[n] = v["node_rank"]; lr[n] = v["local_rank"]
+        lws[n] = v["local_world_size"]; r[n] = v["rank"]; m[v["master_addr"]] = 1
+        cnt[v["node"]]++
+    } END {
+        k = 0; for (x in cnt) names[++k] = x
+        for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++)
+            if (names[j] < names[i]) { t = names[i]; names[i] = names[j]; names[j] = t }
+        for (i = 1; i <= k; i++) idx[names[i]] = i - 1
+        for (i = 1; i <= n; i++) {
+            if (r[i] != i - 1) { print "rank " r[i] " at line " i; exit }
+            if (nr[i] != idx[node[i]]) { print "rank " r[i] " on " node[i] " has node_rank " nr[i]; exit }
+            if (lr[i] != seen[node[i]]++) { print "rank " r[i] " has local_rank " lr[i]; exit }
+            if (lws[i] != cnt[node[i]]) { print "rank " r[i] " has local_world_size " lws[i] " but " node[i] " runs " cnt[node[i]]; exit }
+        }
+        nm = 0; for (x in m) nm++
+        if (nm != 1 || !((names[1]) in m)) { print "masters:"; for (x in m) print x; exit }
+        print "ok"
+    }' "$1"
+}
+
+# 3. four nodes, eight tasks
+run_srun four -N4 -n8 --ntasks-per-node=2 --todist sh -c "$probe"
+sorted "$D/out/four"
+is "$rc" 0 "srun -N4 -n8 --todist succeeds"
+is "$(col "$D/out/four" rank)" "0 1 2 3 4 5 6 7" "ranks 0-7"
+is "$(col "$D/out/four" node)" "n1 n1 n2 n2 n3 n3 n4 n4" "tasks ran on four slurmd nodes"
+is "$(col "$D/out/four" node_rank)" "0 0 1 1 2 2 3 3" "node ranks"
+is "$(col "$D/out/four" local_rank)" "0 1 0 1 0 1 0 1" "local ranks"
+is "$(col "$D/out/four" local_world_size)" "2 2 2 2 2 2 2 2" "local world sizes"
+is "$(col "$D/out/four" nnodes)" "4 4 4 4 4 4 4 4" "4 nodes"
+is "$(field "$D/out/four" master_addr | sort -u) $(field "$D/out/four" master_port | sort -u | wc -l)" \
+    "n1 1" "one master (n1), one port"
+
+# 4. uneven: -N4 -n8 as Slurm packs it, and -N3 -n7 cyclic (3,2,2)
+run_srun packed -N4 -n8 --todist sh -c "$probe"
+sorted "$D/out/packed"
+is "$(consistent "$D/out/packed")" ok "-N4 -n8 packed by Slurm: mapping matches placement"
+run_srun three -N3 -n7 -w "n[2-4]" -m cyclic --todist sh -c "$probe"
+sorted "$D/out/three"
+is "$(consistent "$D/out/three")" ok "-N3 -n7 cyclic: mapping matches placement"
+is "$(field "$D/out/three" node_rank | sort -u | tr '\n' ' ')" "0 1 2 " "-N3 -n7 spans three nodes"
+ok "$([ "$(field "$D/out/three" local_world_size | sort -u | wc -l)" -gt 1 ]; echo $?)" \
+    "-N3 -n7 layout is uneven ($(col "$D/out/three" local_world_size))"
+is "$(field "$D/out/three" master_addr | sort -u)" "n2" "master is the step's first node n2"
+
+# 5. torchrun names, and torchrun=no
+is "$(col "$D/out/three" RANK)" "0 1 2 3 4 5 6" "torchrun RANK"
+is "$(col "$D/out/three" GROUP_RANK)" "$(col "$D/out/three" node_rank)" "torchrun GROUP_RANK = node rank"
+is "$(field "$D/out/three" MASTER_ADDR | sort -u) $(col "$D/out/three" LOCAL_WORLD_SIZE)" \
+    "n2 $(col "$D/out/three" local_world_size)" "torchrun MASTER_ADDR and LOCAL_WORLD_SIZE"
+run_srun notr -N2 -n2 --todist=torchrun=no,port=23456 sh -c "$probe"
+sorted "$D/out/notr"
+is "$(field "$D/out/notr" RANK | tr -d '\n')$(field "$D/out/notr" MASTER_PORT | tr -d '\n')" "" \
+    "torchrun=no: no torchrun names"
+is "$(col "$D/out/notr" master_port)" "23457 23457" "port=N: the store takes N + 1 (MASTER_PORT is N)"
+
+# 6. a bad option fails srun with the plugin's message
+timeout 60 srun -n1 --todist=bogus true >"$D/out/bogus" 2>&1
+rc=$?
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "--todist=bogus: srun fails (status $rc)"
+like "$(cat "$D/out/bogus")" "todist: --todist: unknown or malformed option 'bogus'" \
+    "message starts todist: and names the option"
+
+# 7. fake GPUs: --gpus-per-node=4 -n4 gives each task its own
+run_srun gpn -N1 -n4 --gpus-per-node=4 --todist=verbose sh -c "$probe"
+sorted "$D/out/gpn"
+is "$(col "$D/out/gpn" cvd)" "0 1 2 3" "--gpus-per-node=4: one GPU per task by local rank"
+is "$(col "$D/out/gpn" tgpu)" "0 1 2 3" "TODIST_GPU records the choice"
+like "$(cat "$D/out/gpn.err")" "todist: job [0-9]+ step [0-9]+: rank 3/4 local 3/4 node 0/1 master n[0-9]:[0-9]+ gpu 3 \(chosen\)" \
+    "verbose prints each task's mapping"
+run_srun gpt -N1 -n4 --gpus-per-task=1 --todist sh -c "$probe"
+sorted "$D/out/gpt"
+is "$(col "$D/out/gpt" cvd)|$(col "$D/out/gpt" tgpu)" "0 1 2 3|0 1 2 3" \
+    "--gpus-per-task=1: Slurm's binding kept"
+
+# 8. sbatch --todist: the batch step untouched, inner srun steps wired
+cat > "$D/job.sh" <<JOB
+#!/bin/sh
+echo "batch token=\${TODIST_JOB_TOKEN-} rank=\${TODIST_RANK-} RANK=\${RANK-}" > "$D/out/batch"
+srun -N2 -n4 sh -c '$probe' > "$D/out/inner"
+srun -N1 -n2 --exact sh -c '$probe; sleep 1' > "$D/out/conc-a" &
+srun -N1 -n2 --exact sh -c '$probe; sleep 1' > "$D/out/conc-b" &
+wait
+JOB
+jid=$(sbatch --parsable -N2 -n4 --todist -o "$D/out/sbatch.log" "$D/job.sh")
+job_done() { ! squeue -h -j "$jid" 2>/dev/null | grep -q .; }
+wait_for 120 job_done
+is "$(cat "$D/out/batch" 2>/dev/null)" "batch token= rank= RANK=" "batch step left alone"
+sorted "$D/out/inner"
+is "$(col "$D/out/inner" rank)|$(field "$D/out/inner" nnodes | sort -u)" "0 1 2 3|2" \
+    "inner srun step wired: 4 ranks on 2 nodes"
+is "$(consistent "$D/out/inner")" ok "inner step's mapping matches placement"
+pa=$(field "$D/out/conc-a" master_port | sort -u); pb=$(field "$D/out/conc-b" master_port | sort -u)
+ok "$([ -n "$pa" ] && [ -n "$pb" ] && [ "$pa" != "$pb" ]; echo $?)" \
+    "two concurrent steps of one job: different ports ($pa, $pb)"
+ta=$(field "$D/out/conc-a" token | sort -u); tb=$(field "$D/out/conc-b" token | sort -u)
+ok "$([ -n "$ta" ] && [ "$ta" != "$tb" ]; echo $?)" "and different tokens"
+
+# salloc --todist: the srun steps inside the allocation are wired
+timeout 120 salloc -N2 -n2 --todist srun sh -c "$probe" >"$D/out/salloc" 2>"$D/out/salloc.err"
+sorted "$D/out/salloc"
+is "$(col "$D/out/salloc" rank)|$(col "$D/out/salloc" node_rank)" "0 1|0 1" \
+    "salloc --todist: its srun step is wired"
+
+# 10. a distributed program under srun --todist: remote calls between
+# every pair of ranks, over UCX, with the store on the step's first node.
+run_srun rpc -N2 -n4 --todist "$top_builddir/tests/spank/rpc_allpairs"
+sorted "$D/out/rpc"
+is "$rc" 0 "srun -N2 -n4 --todist rpc_allpairs succeeds"
+is "$(col "$D/out/rpc" calls_ok)" "4 4 4 4" "every rank called all 4 ranks and got their answers"
+is "$(field "$D/out/rpc" node | sort -u | wc -l)" 2 \
+    "the ranks ran on two slurmd nodes ($(field "$D/out/rpc" node | sort -u | tr '\n' ' '))"
+
+# 11. ports that never collide: Slurm's reservation (MpiParams=ports= and
+# srun --resv-ports), torch's MASTER_PORT and todist's store distinct.
+probe2='echo "rank=$TODIST_RANK resv=${SLURM_STEP_RESV_PORTS-} MASTER_PORT=$MASTER_PORT store=$TODIST_MASTER_PORT ROLE_RANK=${ROLE_RANK-} ROLE_WORLD_SIZE=${ROLE_WORLD_SIZE-} ROLE_NAME=${ROLE_NAME-} GROUP_RANK=${GROUP_RANK-} GROUP_WORLD_SIZE=${GROUP_WORLD_SIZE-} RUN_ID=${TORCHELASTIC_RUN_ID-} RESTARTS=${TORCHELASTIC_RESTART_COUNT-}/${TORCHELASTIC_MAX_RESTARTS-} job=$SLURM_JOB_ID.$SLURM_STEP_ID"; sleep 2'
+in_resv() { [ "$1" -ge $resv_lo ] 2>/dev/null && [ "$1" -le $resv_hi ]; }
+run_srun resv -N2 -n4 --resv-ports=2 --todist sh -c "$probe2"
+sorted "$D/out/resv"
+is "$rc" 0 "srun --resv-ports=2 --todist succeeds"
+mp=$(field "$D/out/resv" MASTER_PORT | sort -u); sp=$(field "$D/out/resv" store | sort -u)
+rv=$(field "$D/out/resv" resv | sort -u)
+ok "$([ "$(echo "$mp" | wc -l)$(echo "$sp" | wc -l)" = 11 ] && in_resv "$mp" && in_resv "$sp" && [ "$mp" != "$sp" ]; echo $?)" \
+    "reserved ports ($rv): MASTER_PORT $mp and store $sp, distinct, in $resv_lo-$resv_hi"
+# Slurm writes two reserved ports as "lo-hi" when consecutive and "a,b"
+# when its rotation wrapped around the range between them.
+is "$mp-$sp" "$(printf '%s' "$rv" | tr ',' '-')" \
+   "MASTER_PORT and the store are the step's two reserved ports"
+# torchrun's elastic names, consistent with the world
+is "$(col "$D/out/resv" ROLE_RANK)|$(col "$D/out/resv" ROLE_WORLD_SIZE)" "0 1 2 3|4 4 4 4" \
+    "ROLE_RANK = rank, ROLE_WORLD_SIZE = world size"
+is "$(field "$D/out/resv" ROLE_NAME | sort -u) $(field "$D/out/resv" GROUP_WORLD_SIZE | sort -u) $(field "$D/out/resv" GROUP_RANK | sort -u | tr '\n' ' ')" \
+    "default 2 0 1 " "ROLE_NAME default, GROUP_WORLD_SIZE 2 nodes, GROUP_RANK 0 and 1"
+is "$(field "$D/out/resv" RUN_ID | sort -u)|$(field "$D/out/resv" RESTARTS | sort -u)" \
+    "$(field "$D/out/resv" job | sort -u)|0/0" "TORCHELASTIC_RUN_ID = job.step; restarts 0/0"
+
+# two concurrent jobs, and two concurrent steps of one job, all reserved
+timeout 120 srun -N1 -n2 -w n1 --resv-ports=2 --todist sh -c "$probe2" >"$D/out/cj1" 2>&1 &
+p1=$!
+timeout 120 srun -N1 -n2 -w n2 --resv-ports=2 --todist sh -c "$probe2" >"$D/out/cj2" 2>&1 &
+p2=$!
+wait $p1; r1=$?; wait $p2; r2=$?
+is "$r1 $r2" "0 0" "two concurrent jobs with reserved ports succeed"
+a=$(field "$D/out/cj1" resv | sort -u); b=$(field "$D/out/cj2" resv | sort -u)
+ok "$([ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] && [ "$(field "$D/out/cj1" job | sort -u | cut -d. -f1)" != "$(field "$D/out/cj2" job | sort -u | cut -d. -f1)" ]; echo $?)" \
+    "two concurrent jobs get different reserved ports ($a, $b)"
+cat > "$D/steps.sh" <<JOB
+#!/bin/sh
+srun -N1 -n2 --exact --resv-ports=2 sh -c '$probe2' > "$D/out/cs-a" 2>&1 &
+srun -N1 -n2 --exact --resv-ports=2 sh -c '$probe2' > "$D/out/cs-b" 2>&1 &
+wait
+JOB
+timeout 120 sbatch --wait -N2 -n4 --todist -o "$D/out/steps.log" "$D/steps.sh" >/dev/null 2>&1
+a=$(field "$D/out/cs-a" resv | sort -u); b=$(field "$D/out/cs-b" resv | sort -u)
+ok "$([ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ]; echo $?)" \
+    "two concurrent steps of one job get different reserved ports ($a, $b)"
+is "$(field "$D/out/cs-a" MASTER_PORT | sort -u)-$(field "$D/out/cs-a" store | sort -u)" "$a" \
+    "and each step uses its own reservation"
+
+# 12. a forced collision without reservation fails at once, naming the
+# port, the job and the fix: job A's store holds port P; job B is told to
+# use P too (store_port=P).
+P=$((resv_lo - 2))
+timeout 120 srun -N1 -n2 -w n1 --todist=store_port=$P env TODIST_INIT_TIMEOUT=100 sh -c \
+    'if [ $TODIST_RANK = 0 ]; then exec "$0"; fi; sleep 100' "$top_builddir/tests/runtime/init_bind" \
+    >"$D/out/holder" 2>&1 &
+holder=$!
+td_track_pid $holder
+wait_for 30 sh -c "ss -Htln | awk '{print \$4}' | grep -q ':$P\$'"
+ok "$(ss -Htln | awk '{print $4}' | grep -q ":$P\$"; echo $?)" "job A's store listens on $P"
+t0=$(td_now)
+run_srun clash -N1 -n1 -w n2 --todist=store_port=$P "$top_builddir/tests/runtime/init_bind"
+t1=$(td_now)
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "job B fails (status $rc)"
+like "$(cat "$D/out/clash.err")" "store cannot listen on port $P \(TODIST_MASTER_PORT\) for Slurm job [0-9]+ step [0-9]+.*--resv-ports" \
+    "message names the port, the job and the fix"
+ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 30)}'; echo $?)" \
+    "at once ($(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.1f", b-a}') s), not after a timeout"
+# A rank of job C on another node reaching A's store (token rejected)
+t0=$(td_now)
+run_srun wrongtok -N2 -n2 --todist=store_port=$P sh -c \
+    'if [ $TODIST_RANK = 0 ]; then sleep 30; exit 0; fi; exec "$0"' "$top_builddir/tests/runtime/init_bind"
+t1=$(td_now)
+like "$(cat "$D/out/wrongtok.err")" "rank 1 reached a store on port $P that is not this job's" \
+    "a rank reaching another job's store says so"
+ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 30)}'; echo $?)" \
+    "and the step ends at once ($(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.1f", b-a}') s; kill_on_fail stops rank 0's sleep)"
+kill -TERM $holder 2>/dev/null; wait $holder 2>/dev/null
+
+# 13. a failing task stops the step (kill_on_fail, the default)
+t0=$(td_now)
+# (exec: the task is the sleep itself; a sleep forked by the shell may be
+# missed by proctrack/linuxproc's walk of /proc and hold srun's output
+# open for its 60 s: once under make -j2 check, task 3 on n2)
+run_srun fail3 -N2 -n4 --todist sh -c 'if [ $TODIST_RANK = 1 ]; then exit 3; fi; exec sleep 60'
+t1=$(td_now)
+el=$(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.1f", b-a}')
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "a task exiting 3 fails the step (srun status $rc)"
+ok "$(awk -v e=$el 'BEGIN{exit !(e < 30)}'; echo $?)" \
+    "the other tasks are stopped ($el s; they would sleep 60 s)"
+like "$(cat "$D/out/fail3.err")" "task 1: Exited with exit code 3" "srun names the failing task and its code"
+like "$(cat "$D"/slurmd-n*.log)" "todist: job [0-9]+ step [0-9]+: rank 1 exited with code 3; stopping the step" \
+    "the plugin logs the rank and code it stopped the step for"
+# Slurm gives srun 128 + the signal of the stopped tasks (as with srun -K),
+# not the failing task's code; the code is in the lines checked above.
+is "$rc" 143 "srun's status is 143 (the others got SIGTERM), as documented"
+t0=$(td_now)
+run_srun keep -N1 -n2 --todist=kill_on_fail=no sh -c 'if [ $TODIST_RANK = 1 ]; then exit 3; fi; sleep 3; echo survived'
+t1=$(td_now)
+is "$(cat "$D/out/keep")|$rc" "survived|3" "kill_on_fail=no: the others run on; srun returns 3"
+plugstack kill_on_fail=maybe
+timeout 60 srun -n1 true >"$D/out/badkill" 2>&1
+rc=$?
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "bad plugstack kill_on_fail: srun fails"
+like "$(cat "$D/out/badkill")" "todist: plugstack.conf: unknown or malformed argument 'kill_on_fail=maybe'" \
+    "the bad value is named"
+plugstack
+timeout 60 srun -n1 --todist=store_port=0 true >"$D/out/badsp" 2>&1
+rc=$?
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "--todist=store_port=0: srun fails"
+like "$(cat "$D/out/badsp")" "todist: --todist: 'store_port=0' is not store_port=N" "the bad value is named"
+
+# 14. PyTorch: gloo init_process_group(env://) + all_reduce under srun
+# --todist and todist-run (skipped without torch)
+torch_prog='import os, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+# one write per line: three ranks share the pipe, print() may split it
+os.write(1, ("rank=%d sum=%g world=%d\n" % (dist.get_rank(), t.item(), dist.get_world_size())).encode())
+dist.destroy_process_group()'
+if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+    run_srun torch -N2 -n3 --todist /usr/bin/python3 -c "$torch_prog"
+    sorted "$D/out/torch"
+    is "$(cat "$D/out/torch" | tr '\n' ' ')" "rank=0 sum=6 world=3 rank=1 sum=6 world=3 rank=2 sum=6 world=3 " \
+        "srun --todist: gloo all_reduce over 3 ranks on 2 nodes"
+    # --label: whole lines only (three processes share one pipe)
+    out=$(timeout 120 todist-run -n 3 --label /usr/bin/python3 -c "$torch_prog" |
+          sed 's/^\[[0-9]*\]: //' | sort | tr '\n' ' ')
+    is "$out" "rank=0 sum=6 world=3 rank=1 sum=6 world=3 rank=2 sum=6 world=3 " \
+        "todist-run: gloo all_reduce over 3 ranks"
+else
+    skip 2 "PyTorch (/usr/bin/python3 -c 'import torch') not installed"
+fi
+
+# 15. PMIx wire-up (srun --mpi=pmix): worker addresses and the start-up
+# barrier through PMIx (put, commit, fence, get), not the TCP store.
+if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
+   srun --mpi=list 2>&1 | grep -qw pmix; then
+    run_srun pmix -N2 -n4 --mpi=pmix --todist env TODIST_LOG=info "$top_builddir/tests/spank/rpc_allpairs"
+    sorted "$D/out/pmix"
+    is "$rc" 0 "srun --mpi=pmix --todist rpc_allpairs succeeds"
+    is "$(col "$D/out/pmix" calls_ok)" "4 4 4 4" "every rank called all 4 over addresses from PMIx"
+    is "$(grep -c 'worker addresses through PMIx' "$D/out/pmix.err")" 4 "all 4 ranks wired up through PMIx"
+    run_srun nopmix -N2 -n4 --mpi=pmix --todist env TODIST_LOG=info TODIST_PMIX=0 "$top_builddir/tests/spank/rpc_allpairs"
+    sorted "$D/out/nopmix"
+    is "$(col "$D/out/nopmix" calls_ok)|$(grep -c 'through PMIx' "$D/out/nopmix.err")" "4 4 4 4|0" \
+        "TODIST_PMIX=0: the store path instead"
+    # Start-up figures for bench/RESULTS.md (TD_BENCH_STARTUP=1): td_init
+    # per rank, median and max, store against PMIx, 4, 16 and 64 ranks.
+    if [ "${TD_BENCH_STARTUP:-0}" = 1 ]; then
+        for n in 4 16 64; do
+            for mode in store pmix; do
+                m=; [ $mode = pmix ] && m=--mpi=pmix
+                timeout 300 srun -N4 -n$n -O $m --todist "$top_builddir/bench/startup" \
+                    > "$D/out/st-$mode-$n" 2>"$D/out/st-$mode-$n.err"
+                diag "startup $mode $n ranks: $(sed -n 's/.*init_ms=//p' "$D/out/st-$mode-$n" | sort -n |
+                    awk '{a[NR]=$1} END {if (NR) printf "%d ranks, median %.1f ms, max %.1f ms", NR, a[int((NR+1)/2)], a[NR]; else print "failed"}')"
+            done
+        done
+    fi
+else
+    skip 4 "no PMIx (configure found no pmix.pc, or Slurm has no mpi/pmix)"
+fi
+
+# 9. site default=on: no --todist needed; bad plugstack argument reported
+plugstack default=on torchrun=no
+run_srun def -n2 -N1 sh -c "$probe"
+sorted "$D/out/def"
+is "$(col "$D/out/def" rank)|$(field "$D/out/def" RANK | tr -d '\n')" "0 1|" "default=on wires every step (site torchrun=no)"
+# Failures surface from task_init: an srun whose host lacks the plugin
+# makes no token, so every task fails with the plugin's message and srun
+# exits non-zero (a user_init failure would not reach srun's status).
+: > "$D/plugstack-empty.conf"
+sed "s|^PlugStackConfig=.*|PlugStackConfig=$D/plugstack-empty.conf|" "$D/slurm.conf" \
+    > "$D/slurm-noplugin.conf"
+SLURM_CONF=$D/slurm-noplugin.conf timeout 60 srun -N1 -n2 true >"$D/out/notoken" 2>&1
+rc=$?
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "no token from srun: the step fails (status $rc)"
+like "$(cat "$D/out/notoken")" "todist: job [0-9]+ step [0-9]+: TODIST_JOB_TOKEN is not set" \
+    "the task reports the missing token"
+plugstack colour=blue
+timeout 60 srun -n1 true >"$D/out/badconf" 2>&1
+rc=$?
+ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "bad plugstack argument: srun fails (status $rc)"
+like "$(cat "$D/out/badconf")" "todist: plugstack.conf: unknown or malformed argument 'colour=blue'" \
+    "the bad argument is named"
+plugstack
+
+# 12. seed 002's program (examples/ddp_rpc: DDP + RPC, 4 roles) checked
+# against PyTorch's run of the same steps, across two nodes. Last: every
+# step takes the next ports of Slurm's reservation, and the checks of
+# section 11 expect the ports where the steps before them leave them.
+run_srun ddprpc -N2 -n4 --todist "$top_builddir/examples/ddp_rpc" \
+    --ref "$top_srcdir/tests/data/ddp_rpc_ref.safetensors"
+is "$rc" 0 "srun -N2 -n4 --todist examples/ddp_rpc --ref succeeds"
+like "$(cat "$D/out/ddprpc")" "check=ok " "ddp_rpc under srun matches PyTorch"
+
+# On failure, show what srun and the daemons said.
+if [ "$_tap_failed" != 0 ]; then
+    for f in "$D"/out/*.err "$D"/out/sbatch.log; do
+        [ -s "$f" ] && diag "== $f" "$(tail -20 "$f")"
+    done
+    diag "== slurmd-n1.log" "$(tail -20 "$D/slurmd-n1.log")"
+fi
+done_testing
