@@ -4,3 +4,8 @@
 TESTS += tests/torch/test_torch_backend.sh tests/torch/test_run_python.sh
 EXTRA_DIST += tests/torch/test_torch_backend.sh tests/torch/backend_peer.py \
 	tests/torch/test_run_python.sh
+TESTS += tests/torch/test_torch_ddp_example.sh
+EXTRA_DIST += tests/torch/test_torch_ddp_example.sh examples/torch_ddp.py \
+	bench/torch_backend.sh bench/torch_backend.py
+TESTS += tests/torch/test_python_install.sh
+EXTRA_DIST += tests/torch/test_python_install.sh
