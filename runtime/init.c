@@ -430,6 +430,7 @@ td_init(const td_init_params_t *params)
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
     td_log_set_rank(rt.world.rank);
+    td_log_init();            /* a bad TODIST_LOG is named even if all is quiet */
     if (rt.world.local_rank == 0) {
         td_reach_warn_loopback(&rt.world);   /* once a host */
     }

@@ -11,7 +11,7 @@
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rref_internal.h"
 #include "runtime/rpc/mapreduce_internal.h"
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/module.h"
 #include "runtime/dist_autograd/dist_internal.h"
 
 /* The runtime, bottom layer first (M1). */

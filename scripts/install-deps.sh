@@ -14,6 +14,9 @@ pkgs="autoconf automake libtool pkg-config make gcc
 # PyTorch (python3-torch, 1.13) runs the c10d backend's tests
 # (tests/torch/) and gives reference values and benchmark baselines; the
 # tests skip cleanly without it. TODIST_WITH_TORCH is kept for old callers.
+  valgrind procps iproute2 ca-certificates gnuplot-nox strace
+  lmod"
+# PyTorch gives reference values and benchmark baselines; tests pass without.
 [ "${TODIST_WITH_TORCH:-0}" = 1 ] && pkgs="$pkgs python3-torch python3-numpy"
 # Open MPI and gloo (torch) are the baselines of bench/collectives.sh.
 [ "${TODIST_WITH_BASELINES:-0}" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev python3-torch python3-numpy"

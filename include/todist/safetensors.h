@@ -14,7 +14,12 @@
 extern "C" {
 #endif
 
-/* Write TENSORS[n] under NAMES[n] (names unique, printable, no quotes). */
+/* Write TENSORS[n] under NAMES[n] (names unique, printable, no quotes).
+ * Atomic and durable, fit for checkpoints: the file is written beside PATH
+ * (PATH.tmp.PID.N), fsync'ed, renamed over PATH, and PATH's folder
+ * fsync'ed; PATH holds the old file or the whole new one whatever kills
+ * the writer, and a failed save leaves PATH as it was. A writer killed
+ * mid-save may leave its PATH.tmp.* file behind. */
 td_status_t td_safetensors_save(const char *path, const char *const *names,
                                 td_tensor_t *const *tensors, int n);
 /* Copy the stored tensors NAMES[n] into DST[n] in place; the dtype and

@@ -16,7 +16,9 @@
  *   3. the updated shards are all-gathered back into every parameter.
  * With DDP the gradients are already averaged (td_ddp_wait): use
  * td_zero_step_averaged, which skips step 1 and reads the rank's shard of
- * the .grads (DDP's buckets) directly.
+ * the .grads (DDP's buckets) directly. In a distributed autograd context
+ * the gradients are the context's: td_zero_dist_step and
+ * td_zero_dist_step_averaged.
  * The result equals the same optimizer over the whole model after an
  * all_reduce average of the gradients (tests/ddp/test_zero.sh: 1..4 ranks).
  *
@@ -68,6 +70,14 @@ td_status_t td_zero_create(td_tensor_t *const *params, int n,
 td_status_t td_zero_step(td_zero_t *zero);
 /* Steps 2-3 from .grads already averaged over the group (DDP). */
 td_status_t td_zero_step_averaged(td_zero_t *zero);
+/* The same two from the parameters' gradients in distributed autograd
+ * context CTX_ID (todist/dist_autograd.h) instead of .grad, which is
+ * neither read nor written: after td_dist_backward (steps 1-3), or after
+ * DDP's td_ddp_dist_backward, which leaves the averages in the context
+ * (steps 2-3). A parameter without a gradient in the context is an error
+ * naming it. */
+td_status_t td_zero_dist_step(td_zero_t *zero, int64_t ctx_id);
+td_status_t td_zero_dist_step_averaged(td_zero_t *zero, int64_t ctx_id);
 /* Zero every parameter's .grad in place. */
 td_status_t td_zero_zero_grad(td_zero_t *zero);
 /* This rank's shard: first element in the flat vector and length; and the

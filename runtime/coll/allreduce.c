@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/allreduce.h"
+#include "runtime/coll/reduce.h"
 
 /* One offer / read / answer per segment: 1 MiB (this VM's L2, still read
  * hot by the reduction) took 64 MiB on 2 ranks from 20 ms to 11-13 ms and
@@ -137,7 +138,7 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
         max_segs = (max_chunk + seg - 1) / seg;
     }
     /* the chunk's landing area, then one segment of hot buffer: a body
-     * read in place (coll.c C9) lands there and is reduced at once, from
+     * read in place (cma.h C9) lands there and is reduced at once, from
      * cache, instead of through the chunk-sized area */
     tmp = coll_scratch(g, max_chunk * es + 64 + seg * es);
     rr = calloc(max_segs, sizeof(*rr));
@@ -190,22 +191,22 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
                 for (size_t i = 0; i < nr; i++) {
                     ptr[i] = &rr[i];
                 }
-                coll_wait(g, ptr, (int)nr, op->deadline);
+                coll_step_wait(op, ptr, (int)nr);
                 for (size_t i = 0; i < ns; i++) {
                     ptr[i] = &sr[i];
                 }
-                coll_wait(g, ptr, (int)ns, op->deadline);
+                coll_step_wait(op, ptr, (int)ns);
                 break;
             }
             for (size_t i = 0; i < nr; i++) {
                 coll_req_t *one = &rr[i];
-                td_status_t s2 = coll_wait(g, &one, 1, op->deadline);
+                td_status_t s2 = coll_step_wait(op, &one, 1);
 
                 if (s2 != TD_OK) {
                     st = s2;
                     for (size_t j = i + 1; j < nr; j++) {
                         one = &rr[j];
-                        coll_wait(g, &one, 1, op->deadline);
+                        coll_step_wait(op, &one, 1);
                     }
                     break;
                 }
@@ -223,7 +224,7 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
                 ptr[i] = &sr[i];
             }
             {
-                td_status_t s3 = coll_wait(g, ptr, (int)ns, op->deadline);
+                td_status_t s3 = coll_step_wait(op, ptr, (int)ns);
 
                 if (st == TD_OK) {
                     st = s3;

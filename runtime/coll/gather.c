@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/gather.h"
+#include "runtime/coll/reduce.h"
 
 /* Post receives of block i from every i != me into RBASE + i * RLEN and
  * sends of SBASE + i * SLEN (or SBASE when SLEN is 0 and SAME) to every
@@ -47,7 +48,7 @@ exchange_all(coll_op_t *op, char *rbase, size_t rlen, const char *sbase,
             p[n + i] = &reqs[n + i];
         }
     }
-    s2 = coll_wait(g, p, 2 * n, op->deadline);
+    s2 = coll_step_wait(op, p, 2 * n);
     free(reqs);
     free(p);
     return st != TD_OK ? st : s2;

@@ -2,7 +2,7 @@
  * made by td_group_new, which every world rank calls with the same list in
  * the same order. No message is exchanged: the id is the count of
  * td_group_new calls, and the FNV-1a digest of the member list travels in
- * every message so that ranks which built different lists fail (coll.c).
+ * every message so that ranks which built different lists fail (rx.c).
  *
  * Thread safety: td_group_new and td_group_destroy may be called from any
  * thread (ids are taken atomically; callers must still call td_group_new
@@ -15,7 +15,11 @@
 #include <string.h>
 
 #include "todist/coll.h"
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/group.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/match.h"
+#include "runtime/coll/shm.h"
+#include "runtime/coll/work.h"
 
 static td_group_t *world_group;
 static atomic_uint next_id = 1;

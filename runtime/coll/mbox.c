@@ -31,7 +31,7 @@
  *     reused slot is never read twice; a sender whose next slot is still
  *     held (an unexpected message keeps it, M6) uses the transport.
  *  M4 Mailboxes are drained, their acks taken and their slots written
- *     under coll_lock (coll.c), from reading a slot until its message or
+ *     under coll_lock (match.c, L1-L5), from reading a slot until its message or
  *     ack is in the matching engine: one lock per message, the one the
  *     matching takes anyway. Completions, pokes and group failures come
  *     after the unlock (C1). A sender's ring (positions, pending slots,
@@ -40,7 +40,7 @@
  *     posts nothing, takes only the spinlock.
  *  M5 A waiter that sleeps says so first (its inbox's sleepers, and
  *     s_sleep of every mailbox it writes), then polls, sleeps at most
- *     MBOX_RECHECK_S (coll.c) and polls again before it sleeps longer; a
+ *     MBOX_RECHECK_S (wait.c) and polls again before it sleeps longer; a
  *     side that writes a message or an ack then reads the flag, with no
  *     fence, and pokes a sleeper with an empty transport message
  *     (MSG_POKE). Without a fence the flag may be read before the write
@@ -87,7 +87,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/mbox.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/wire.h"
 #include "base/byteorder.h"
 #include "base/clock.h"
 #include "base/cpu.h"
@@ -170,6 +172,11 @@ static struct {
     atomic_int      active;            /* anything to poll */
 } M = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
 
+static atomic_ulong pokes;            /* MSG_POKE sent (M5) */
+static atomic_ulong fast[2];          /* receives taken, sends written on
+                                       * the fast path (M9, M10): a debug
+                                       * count */
+
 static size_t
 mbox_bytes(void)
 {
@@ -188,6 +195,55 @@ page_size(void)
 /* ---- setup ------------------------------------------------------------- */
 
 static void mbox_free(void);
+static void slot_drop(int src, int slot);
+
+/* Wake a sleeper of DST (M5): an empty transport message. */
+static void
+send_poke(int dst)
+{
+    uint8_t h[COLL_WIRE_BYTES];
+
+    atomic_fetch_add_explicit(&pokes, 1, memory_order_relaxed);
+    coll_wire_fixed(h, MSG_POKE, 0, 0, 0, 0, 0, 0, 0);
+    if (td_transport_send(coll_transport(), dst, COLL_TRANSPORT_ID, h,
+                          sizeof(h), NULL, 0, NULL, NULL) != TD_OK) {
+        td_log_debug("coll: poke to rank %d not sent: %s", dst,
+                     td_last_error());
+    }
+}
+
+/* TODIST_FAULT's verdict on a mailbox message (tests only). */
+static int
+fault_roll(void)
+{
+    td_transport_t *tp = coll_transport();
+
+    return tp != NULL ? td_transport_fault_roll(tp, "mbox") : 0;
+}
+
+int
+coll_spin_over(double *t_first, const td_group_t *g)
+{
+    double now = td_now_s();
+
+    if (*t_first == 0) {
+        *t_first = now;                 /* (the clock is read only now) */
+        return 0;
+    }
+    return now - *t_first > MBOX_SPIN_S || coll_stopped() ||
+           (g != NULL && __atomic_load_n(&g->broken, __ATOMIC_RELAXED) !=
+                             TD_OK);
+}
+
+void
+coll_mbox_fast_count(int send)
+{
+    /* no locked instruction: a lost count is harmless (a debug figure) */
+    atomic_store_explicit(&fast[send != 0],
+                          atomic_load_explicit(&fast[send != 0],
+                                               memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
 
 td_status_t
 coll_mbox_setup(int rank, int size, const char *boot_id)
@@ -195,6 +251,9 @@ coll_mbox_setup(int rank, int size, const char *boot_id)
     const char *s = getenv("TODIST_COLL_P2P_SHM");
     uint64_t h = 0xcbf29ce484222325ull;
 
+    coll_match_hooks_t hooks = { coll_mbox_tp_end, slot_drop };
+
+    coll_match_set_hooks(&hooks);       /* match.h: M2, M6 */
     mbox_free();                        /* the last td_init's (M7) */
     M.rank = rank;
     M.size = size;
@@ -284,6 +343,12 @@ coll_mbox_shutdown(void)
     M.on = 0;
     atomic_store(&M.active, 0);
     coll_unlock();
+    td_log_debug("coll: %lu mailbox pokes sent", atomic_load(&pokes));
+    td_log_debug("coll: %lu sends and %lu receives done on the fast path",
+                 atomic_load(&fast[1]), atomic_load(&fast[0]));
+    atomic_store(&pokes, 0);
+    atomic_store(&fast[0], 0);
+    atomic_store(&fast[1], 0);
 }
 
 /* Our inbox, made at the first receive (a user thread: never in a
@@ -503,7 +568,7 @@ coll_mbox_ack(int src, int slot, td_status_t status, uint8_t dtype,
         atomic_signal_fence(memory_order_seq_cst);      /* M5: no fence */
         if (atomic_load_explicit(&in_mbox(src)->s_sleep,
                                  memory_order_relaxed) != 0) {
-            coll_poke(src);
+            send_poke(src);
         }
     }
 }
@@ -559,6 +624,102 @@ next_full(int src, slot_t **s_p)
     return 1;
 }
 
+/* M6: a dropped message's slot comes back (match.h hook; no poke: coll_lock
+ * may be held). */
+static void
+slot_drop(int src, int slot)
+{
+    coll_mbox_ack(src, slot, TD_ERR_CANCELED, 0, 0, NULL, 0);
+}
+
+td_status_t
+coll_mbox_receive(coll_req_t *r, const coll_mbox_msg_t *m, char *msg,
+                  size_t len, int poke)
+{
+    td_status_t code;
+
+    r->from = m->src;
+    r->seq = m->seq;                /* the ack names the sender's seq */
+    code = coll_p2p_fits(r, m->src, m->dtype, m->ndim, m->shape, m->nbytes,
+                         msg, len);
+    if (code == TD_OK && m->nbytes > 0) {
+        memcpy(r->buf, m->body, m->nbytes);
+    }
+    coll_mbox_ack(m->src, m->slot, code, r->dtype, r->ndim, r->shape, poke);
+    return code;
+}
+
+/* What a mailbox message came to (arrive_locked). */
+typedef struct {
+    td_status_t code;              /* the matched receive's status */
+    int         fail;              /* fail the message's group with msg */
+    char        msg[COLL_ERR_MAX];
+} arrive_t;
+
+/* coll_lock held (M4): a p2p message from world rank M->src read out of
+ * its mailbox; rx.c's MSG_P2P path, with the body in the slot. Returns
+ * the receive it matched, to be completed after the unlock with A->code
+ * and A->msg (copied and acked here), or NULL (kept as unexpected, or
+ * dropped and acked; A->fail: fail group M->gid with A->msg after the
+ * unlock). Acks written here never poke (L4). */
+static coll_req_t *
+arrive_locked(const coll_mbox_msg_t *m, arrive_t *a)
+{
+    td_group_t *g;
+    coll_req_t *r;
+    coll_unexp_t *e;
+
+    a->code = TD_OK;
+    a->fail = 0;
+    a->msg[0] = '\0';
+    g = coll_group_find_locked(m->gid);
+    if ((g == NULL && coll_group_gone_locked(m->gid)) ||
+        (g != NULL && (g->broken != TD_OK || g->of_world[m->src] < 0 ||
+                       g->me < 0))) {
+        coll_mbox_ack(m->src, m->slot, TD_ERR_CANCELED, 0, 0, NULL, 0);
+        return NULL;                          /* C11, C6: dropped */
+    }
+    if (g != NULL && g->digest != m->digest) {
+        snprintf(a->msg, sizeof(a->msg), "coll: group %u has different "
+                 "members on rank %d and rank %d (member digests %08x and "
+                 "%08x): every rank must call td_group_new with the same "
+                 "lists in the same order", m->gid, m->src, M.rank,
+                 m->digest, g->digest);
+        coll_mbox_ack(m->src, m->slot, TD_ERR_CANCELED, 0, 0, NULL, 0);
+        a->fail = 1;
+        return NULL;
+    }
+    r = coll_posted_take_locked(MSG_P2P, m->gid, m->src, m->seq, m->tag);
+    if (r != NULL) {
+        a->code = coll_mbox_receive(r, m, a->msg, sizeof(a->msg), 0);
+        return r;
+    }
+    /* Unexpected: kept in its slot (M6, C7) until its receive is posted. */
+    if ((e = coll_ux_new_locked()) == NULL) {
+        td_log_error("coll: dropped a message from rank %d (group %u): %zu "
+                     "unmatched messages queued already", m->src, m->gid,
+                     coll_ux_count_locked());
+        coll_mbox_ack(m->src, m->slot, TD_ERR_CANCELED, 0, 0, NULL, 0);
+        return NULL;
+    }
+    e->type = MSG_P2P;
+    e->dtype = m->dtype;
+    e->ndim = m->ndim;
+    e->group_id = m->gid;
+    e->digest = m->digest;
+    e->seq = m->seq;
+    e->tag = m->tag;
+    e->src = m->src;
+    e->nbytes = m->nbytes;
+    memcpy(e->shape, m->shape, sizeof(int64_t) * m->ndim);
+    e->body = (void *)m->body;
+    e->mbox_slot = m->slot + 1;
+    e->arrived = 1;
+    e->status = TD_OK;
+    coll_ux_append_locked(e);
+    return NULL;
+}
+
 /* Hand the messages waiting in SRC's mailbox to the matching engine, in
  * order (M3), one at a time under coll_lock (M4). */
 static void
@@ -571,7 +732,7 @@ drain(int src)
 
     while (next_full(src, &s)) {
         coll_mbox_msg_t m;
-        coll_arrive_t a;
+        arrive_t a;
         coll_req_t *r;
         int k;
 
@@ -593,13 +754,13 @@ drain(int src)
                         "rank %d", src);
             continue;
         }
-        r = coll_p2p_arrive_locked(&m, &a);   /* acked, or kept (M6) */
+        r = arrive_locked(&m, &a);      /* acked, or kept (M6) */
         coll_unlock();
         if (r != NULL) {
-            coll_req_complete(r, a.code, a.msg);
+            coll_req_complete(r, a.code, a.code != TD_OK ? a.msg : NULL);
         }
         if (a.fail) {
-            coll_group_fail_id(m.gid, TD_ERR_INVALID, m.seq, a.msg);
+            coll_group_fail_quiet(NULL, m.gid, TD_ERR_INVALID, a.msg);
         }
     }
     /* M5: a sender asleep for its ack is poked (outside coll_lock: a
@@ -607,7 +768,7 @@ drain(int src)
     if (took > 0) {
         atomic_signal_fence(memory_order_seq_cst);      /* M5: no fence */
         if (atomic_load_explicit(&mb->s_sleep, memory_order_relaxed) != 0) {
-            coll_poke(src);
+            send_poke(src);
         }
     }
 }
@@ -763,7 +924,8 @@ acks(int dst, out_t *o)
         }
         ack_read(s, &done[n].st, &done[n].dtype, &done[n].nd, done[n].shape);
         /* our own copy of what the slot was for, not the peer's */
-        done[n].r = coll_p2p_ack_take_locked(dst, o->gid[k], o->seq[k]);
+        done[n].r = coll_posted_take_locked(MSG_ACK, o->gid[k], dst,
+                                            o->seq[k], 0);
         n += done[n].r != NULL;
         __atomic_store_n(&o->handled[k], 1, __ATOMIC_RELAXED);
                                                 /* freed in ring order */
@@ -772,7 +934,7 @@ acks(int dst, out_t *o)
     ring_unlock(o);
     coll_unlock();
     for (int i = 0; i < n; i++) {
-        coll_p2p_ack_complete(done[i].r, dst, done[i].st, done[i].dtype,
+        coll_ack_complete(done[i].r, dst, done[i].st, done[i].dtype,
                               done[i].nd, done[i].shape);
     }
 }
@@ -867,8 +1029,24 @@ slot_published(out_t *o, int dst)
 {
     atomic_signal_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&o->hdr->sleepers, memory_order_relaxed) != 0) {
-        coll_poke(dst);
+        send_poke(dst);
     }
+}
+
+/* coll_lock held: R, a send through DST's mailbox, posted (for its ack)
+ * before the slot is published, since the ack may come at once. */
+static void
+post_locked(coll_req_t *r, int dst)
+{
+    /* relaxed: published to other threads by coll_lock */
+    atomic_store_explicit(&r->done, 0, memory_order_relaxed);
+    r->status = TD_OK;
+    r->err[0] = '\0';
+    r->peer = dst;
+    r->cma_send = 0;
+    atomic_store_explicit(&r->tp_counted, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
+    coll_posted_append_locked(r);
 }
 
 /* Post R to DST through its mailbox with TODIST_FAULT's verdict FAULT. */
@@ -891,7 +1069,7 @@ mbox_send(coll_req_t *r, int dst, out_t *o, int fault)
      * one go: the receiver polls this line, and any locked instruction
      * between the first store and the state would let it read the line
      * back from under us (a second transfer). */
-    coll_p2p_post_mbox_locked(r, dst);
+    post_locked(r, dst);
     if (fault == TD_TRANSPORT_FAULT_DROP) {
         ring_unlock(o);
         coll_unlock();                  /* lost: the send times out */
@@ -913,7 +1091,7 @@ coll_mbox_send(coll_req_t *r, int dst)
 {
     out_t *o = out_usable(r, dst);
 
-    return o != NULL && mbox_send(r, dst, o, coll_fault_roll());
+    return o != NULL && mbox_send(r, dst, o, fault_roll());
 }
 
 /* td_send's fast path (M9): R (a p2p send, its seq taken) to world rank
@@ -935,7 +1113,7 @@ coll_mbox_send_fast(coll_req_t *r, int dst)
     if (o == NULL) {
         return 0;
     }
-    fault = coll_fault_roll();          /* TODIST_FAULT "mbox" (tests) */
+    fault = fault_roll();          /* TODIST_FAULT "mbox" (tests) */
     if (fault != TD_TRANSPORT_FAULT_NONE) {
         return mbox_send(r, dst, o, fault) ? 2 : 0;
     }
@@ -952,7 +1130,7 @@ coll_mbox_send_fast(coll_req_t *r, int dst)
     s = &o->mb->slot[k];
     slot_write(s, pos, r, 0);
     slot_published(o, dst);
-    coll_fast_count(1);                 /* (whether acked in the spin or not) */
+    coll_mbox_fast_count(1);                 /* (whether acked in the spin or not) */
     for (unsigned i = 0; atomic_load_explicit(&s->state,
                                               memory_order_acquire) !=
                          SLOT_ACKED; i++) {
@@ -968,7 +1146,7 @@ coll_mbox_send_fast(coll_req_t *r, int dst)
         if (atomic_load_explicit(&s->state, memory_order_acquire) !=
                 SLOT_ACKED) {
             /* M9: posted before the slot is let go, so its ack finds it */
-            coll_p2p_post_mbox_locked(r, dst);
+            post_locked(r, dst);
             __atomic_store_n(&o->lean[k], 0, __ATOMIC_RELAXED);
             coll_unlock();
             return 2;
@@ -980,7 +1158,7 @@ coll_mbox_send_fast(coll_req_t *r, int dst)
     r->status = TD_OK;
     if (st != TD_OK) {
         atomic_store(&r->pending, 1);
-        coll_p2p_ack_complete(r, dst, st, dtype, nd, shape);
+        coll_ack_complete(r, dst, st, dtype, nd, shape);
     }
     return 1;
 }

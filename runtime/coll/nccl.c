@@ -11,6 +11,8 @@
 #include "kernels/device.h"
 #include "runtime/runtime.h"
 #include "runtime/coll/nccl.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/tx.h"
 #include "base/clock.h"
 #include "base/log.h"
 #ifdef TD_HAVE_NCCL

@@ -40,7 +40,7 @@
 #ifndef TD_RUNTIME_COLL_NCCL_H
 #define TD_RUNTIME_COLL_NCCL_H
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/args.h"
 
 typedef enum { COLL_ROUTE_HOST, COLL_ROUTE_STAGED, COLL_ROUTE_NCCL }
     coll_route_t;

@@ -6,10 +6,10 @@
  * mismatch fails on both sides, naming both shapes. From COLL_CMA_MIN
  * bytes on, between ranks that can read each other's memory, the body is
  * offered in place instead and the receiver copies it once with
- * process_vm_readv (coll.c C9, C10); its answer completes the send. Up to
+ * process_vm_readv (cma.h C9, C10); its answer completes the send. Up to
  * MBOX_BODY bytes to a rank of this host that offered its inbox go through
  * its mailbox instead, acked in the slot (mbox.c). Receives match by
- * (source or TD_ANY_SOURCE, tag) in the order they were posted (coll.c).
+ * (source or TD_ANY_SOURCE, tag) in the order they were posted (match.h).
  *
  * Thread safety: all functions are thread-safe. */
 #include "config.h"
@@ -17,7 +17,12 @@
 #include <string.h>
 
 #include "todist/coll.h"
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/cma.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/mbox.h"
+#include "runtime/coll/recv.h"
+#include "runtime/coll/wait.h"
+#include "runtime/coll/work.h"
 #include "base/byteorder.h"
 #include "base/clock.h"
 
@@ -112,7 +117,7 @@ send_post(td_group_t *g, int dst, coll_req_t *r)
     coll_mbox_tp_begin(g->ranks[dst]);
     atomic_store(&r->tp_counted, 1);
     /* Large bodies between ranks of one node are offered in place and
-     * read by the receiver (coll.c C9, C10). */
+     * read by the receiver (cma.h C9, C10). */
     st = coll_post_send_offer(r, g->ranks[dst]);
     if (st != TD_OK && atomic_exchange(&r->tp_counted, 0)) {
         coll_mbox_tp_end(g->ranks[dst]);

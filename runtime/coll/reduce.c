@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/reduce.h"
 
 /* todist/coll.h's op as the kernel's (an average sums, then divides). */
 static const td_accumulate_op_t accumulate_op[TD_REDUCE_NUM_OPS] = {

@@ -43,7 +43,7 @@
  *     so it made the same call.
  *  S4 Every call on a group with a segment is announced there (op_begin),
  *     so a member in a transport algorithm notices a peer waiting in the
- *     segment for a different call (coll_shm_check, from coll_wait).
+ *     segment for a different call (coll_shm_check, from coll_wait: wait.h's group check).
  *  S5 Data buffers alternate by epoch: a member rewrites buffer b two
  *     epochs later, after a round that every member posts only once it has
  *     finished reading b (so no reader sees a half-overwritten slot).
@@ -89,7 +89,11 @@
 #include <sys/random.h>
 #include <sys/syscall.h>
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/shm.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/reduce.h"
+#include "runtime/coll/tx.h"
+#include "runtime/coll/wait.h"
 #include "base/clock.h"
 #include "base/cpu.h"
 #include "base/log.h"
@@ -159,6 +163,8 @@ static char shm_boot[40];       /* this host's boot id, "" unknown */
 static int  shm_oversub;        /* more local ranks than cores */
 static atomic_int shm_live;     /* segments mapped here (SHM_LIVE_MAX) */
 
+static void wait_check(td_group_t *g);
+
 void
 coll_shm_setup(const td_world_t *w)
 {
@@ -176,6 +182,7 @@ coll_shm_setup(const td_world_t *w)
         fclose(f);
     }
     shm_oversub = cpus > 0 && w->local_world_size > cpus;
+    coll_wait_set_group_check(wait_check);      /* S4 while waiting */
 }
 
 const char *
@@ -422,8 +429,9 @@ fail_mismatch(coll_op_t *op, int r, const coll_desc_t *theirs)
     char msg[COLL_ERR_MAX];
 
     if (theirs != NULL) {
-        coll_mismatch_text(msg, sizeof(msg), op->g, op->seq, op->g->ranks[r],
-                           theirs, &op->desc);
+        coll_mismatch_text(msg, sizeof(msg), op->g->id, op->seq,
+                           op->g->ranks[r], coll_world_rank(), theirs,
+                           &op->desc);
     } else {
         snprintf(msg, sizeof(msg), "coll: mismatched collectives in group %u "
                  "at call #%u: rank %d made another call than rank %d's %s",
@@ -451,6 +459,13 @@ coll_shm_check(td_group_t *g, uint32_t seq, const coll_desc_t *mine)
         }
     }
     return TD_OK;
+}
+
+/* The wait's check of a running call (wait.h): S4. */
+static void
+wait_check(td_group_t *g)
+{
+    (void)coll_shm_check(g, g->cur_seq, &g->cur_desc);
 }
 
 /* The handshake inside OP, the group's first shm call; *USABLE: 1 when
@@ -497,7 +512,7 @@ coll_shm_attach(coll_op_t *op, int *usable)
             }
         }
         {
-            td_status_t w = coll_wait(g, wait, 2 * n, op->deadline);
+            td_status_t w = coll_step_wait(op, wait, 2 * n);
 
             st = st != TD_OK ? st : w;
         }
@@ -514,7 +529,7 @@ coll_shm_attach(coll_op_t *op, int *usable)
             wait[2 * r] = st == TD_OK ? &rq[2 * r] : NULL;
         }
         {
-            td_status_t w = coll_wait(g, wait, 2 * n, op->deadline);
+            td_status_t w = coll_step_wait(op, wait, 2 * n);
 
             st = st != TD_OK ? st : w;
         }
@@ -539,7 +554,7 @@ coll_shm_attach(coll_op_t *op, int *usable)
                 w[1] = NULL;
             }
             {
-                td_status_t w_st = coll_wait(g, w, 2, op->deadline);
+                td_status_t w_st = coll_step_wait(op, w, 2);
 
                 st = st != TD_OK ? st : w_st;
             }

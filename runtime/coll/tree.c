@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/tree.h"
+#include "runtime/coll/reduce.h"
 
 /* Wait for REQS[0..N) and return the first error. */
 static td_status_t
@@ -24,7 +25,7 @@ wait_all(coll_op_t *op, coll_req_t *reqs, int n)
         st = TD_OK;
         for (int i = 0; i < n; i++) {
             coll_req_t *one = &reqs[i];
-            td_status_t s = coll_wait(op->g, &one, 1, op->deadline);
+            td_status_t s = coll_step_wait(op, &one, 1);
 
             st = st != TD_OK ? st : s;
         }
@@ -34,7 +35,7 @@ wait_all(coll_op_t *op, coll_req_t *reqs, int n)
         p[i] = (reqs[i].type == REQ_RECV_COLL || reqs[i].type ==
                 REQ_SEND_COLL) && reqs[i].g != NULL ? &reqs[i] : NULL;
     }
-    st = coll_wait(op->g, p, n, op->deadline);
+    st = coll_step_wait(op, p, n);
     if (p != stackp) {
         free(p);
     }

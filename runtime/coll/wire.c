@@ -1,6 +1,6 @@
-/* wire.c: decoding the collectives' wire header (the layout is in
- * coll_internal.h). Everything another process sends goes through
- * coll_wire_parse before coll.c acts on it, so the checks live in one
+/* wire.c: the collectives' wire header (the layout is in wire.h): its
+ * decoder and its builders. Everything another process sends goes through
+ * coll_wire_parse before rx.c acts on it, so the checks live in one
  * place that fuzz/coll_wire_fuzz.c can drive without a transport.
  *
  * Invariants (W1..W3):
@@ -18,7 +18,7 @@
 
 #include <string.h>
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/wire.h"
 #include "base/byteorder.h"
 
 td_status_t
@@ -129,4 +129,86 @@ coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
         m->text = (const char *)h + COLL_WIRE_BYTES + 2;
     }
     return TD_OK;
+}
+
+/* ---- builders --------------------------------------------------------- */
+
+void
+coll_wire_fixed(uint8_t *h, uint8_t type, uint8_t dtype, uint8_t ndim,
+                uint32_t gid, uint32_t digest, uint32_t seq, uint32_t tag,
+                uint64_t nbytes)
+{
+    h[0] = COLL_WIRE_VERSION;
+    h[1] = type;
+    h[2] = dtype;
+    h[3] = ndim;
+    td_put_be32(h + 4, gid);
+    td_put_be32(h + 8, digest);
+    td_put_be32(h + 12, seq);
+    td_put_be32(h + 16, tag);
+    td_put_be32(h + 20, 0);
+    td_put_be64(h + 24, nbytes);
+}
+
+size_t
+coll_wire_coll(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
+               uint32_t tag, uint64_t nbytes, const coll_desc_t *d)
+{
+    coll_wire_fixed(h, MSG_COLL, d->dtype, 0, gid, digest, seq, tag, nbytes);
+    h[32] = d->kind;
+    h[33] = d->dtype;
+    h[34] = d->op;
+    h[35] = d->algo;
+    td_put_be32(h + 36, (uint32_t)d->root);
+    td_put_be64(h + 40, d->count);
+    return COLL_WIRE_BYTES + 16;
+}
+
+size_t
+coll_wire_ack(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
+              td_status_t status, uint8_t dtype, int ndim,
+              const int64_t *shape)
+{
+    coll_wire_fixed(h, MSG_ACK, dtype, (uint8_t)ndim, gid, digest, seq, 0, 0);
+    td_put_be32(h + COLL_WIRE_BYTES, (uint32_t)(int32_t)status);
+    for (int i = 0; i < ndim; i++) {
+        td_put_be64(h + COLL_WIRE_BYTES + 4 + 8 * i, (uint64_t)shape[i]);
+    }
+    return COLL_WIRE_BYTES + 4 + 8 * (size_t)ndim;
+}
+
+size_t
+coll_wire_abort(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
+                td_status_t code, const char *msg)
+{
+    size_t len = strnlen(msg, COLL_ERR_MAX - 1);
+
+    coll_wire_fixed(h, MSG_ABORT, 0, 0, gid, digest, seq,
+                    (uint32_t)(int32_t)code, 0);
+    h[COLL_WIRE_BYTES] = (uint8_t)(len >> 8);
+    h[COLL_WIRE_BYTES + 1] = (uint8_t)len;
+    memcpy(h + COLL_WIRE_BYTES + 2, msg, len);
+    return COLL_WIRE_BYTES + 2 + len;
+}
+
+size_t
+coll_wire_cma(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
+              uint32_t tag, uint32_t status)
+{
+    coll_wire_fixed(h, MSG_CMA, 0, 0, gid, digest, seq, tag, 0);
+    td_put_be32(h + COLL_WIRE_BYTES, status);
+    return COLL_WIRE_BYTES + 4;
+}
+
+size_t
+coll_wire_offer(uint8_t *h, size_t hlen, uint32_t pid, uint64_t addr,
+                uint64_t token_addr, uint64_t token)
+{
+    h[COLL_FLAGS_AT] = COLL_F_CMA;
+    td_put_be32(h + hlen, pid);
+    td_put_be32(h + hlen + 4, 0);
+    td_put_be64(h + hlen + 8, addr);
+    td_put_be64(h + hlen + 16, token_addr);
+    td_put_be64(h + hlen + 24, token);
+    return hlen + COLL_OFFER_BYTES;
 }

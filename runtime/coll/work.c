@@ -21,7 +21,11 @@
 #include <time.h>
 
 #include "todist/coll.h"
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/work.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/mbox.h"
+#include "runtime/coll/run.h"
+#include "runtime/coll/wait.h"
 #include "base/clock.h"
 
 static td_work_t *

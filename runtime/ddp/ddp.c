@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "kernels/kernels.h"
+#include "runtime/ddp/ddp_internal.h"
 #include "runtime/tensor/tensor_internal.h"
 #include <todist/autograd.h>
 #include <todist/device.h>
@@ -732,6 +733,25 @@ rebuild_from_arrival(td_ddp_t *ddp)
 td_status_t
 td_ddp_wait(td_ddp_t *ddp)
 {
+    return td__ddp_wait_scaled(ddp, 1.0);
+}
+
+/* FLAT *= SCALE on its device (Join's divisor, before the averages are
+ * read or go back into a context). */
+static void
+scale_flat(td_tensor_t *flat, double scale)
+{
+    int64_t n = td_tensor_numel(flat);
+    td_operand_t in = {td_tensor_data(flat), (const int64_t[]){1}};
+
+    td_kernels_get(td_tensor_device(flat))->unary(
+        TD_UN_MUL_SCALAR, td_tensor_dtype(flat), td_tensor_data(flat), in,
+        scale, &n, 1);
+}
+
+td_status_t
+td__ddp_wait_scaled(td_ddp_t *ddp, double scale)
+{
     td_status_t status = TD_OK;
     char name[32];
     double wait_s;
@@ -790,6 +810,9 @@ td_ddp_wait(td_ddp_t *ddp)
         bucket_t *b = &ddp->buckets[i];
         td_tensor_t *flat = dist_mode(ddp) ? b->ctx_flat : b->flat;
 
+        if (status == TD_OK && scale != 1.0) {
+            scale_flat(flat, scale);
+        }
         td_tensor_bump_version(flat);
         atomic_store(&flat->storage->pending, 0);
     }

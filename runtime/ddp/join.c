@@ -17,13 +17,14 @@
  *      all_reduces (MAX of iterations, MIN of candidate ranks) and one
  *      broadcast per parameter, in registration order.
  *   J5 with divide_by_initial_world_size = 0 the averaged gradients are
- *      multiplied by size / active after td_ddp_wait, so they are the sum
- *      over the active ranks divided by their number. */
+ *      multiplied by size / active inside the wait, before anyone reads
+ *      them (.grad, or the distributed autograd context of DDP9), so they
+ *      are the sum over the active ranks divided by their number. */
 #include "config.h"
 
 #include <stdlib.h>
 
-#include "kernels/kernels.h"
+#include "runtime/ddp/ddp_internal.h"
 #include <todist/join.h>
 
 struct td_ddp_join {
@@ -119,24 +120,13 @@ td_ddp_join_step(td_ddp_join_t *j)
 td_status_t
 td_ddp_join_wait(td_ddp_join_t *j)
 {
-    td_status_t status = td_ddp_wait(j->ddp);
     int size = td_group_size(j->group);
 
-    if (status != TD_OK || j->divide_by_initial || j->active == size) {
-        return status;
-    }
-    /* J5: from sum / size to sum / active */
-    for (int b = 0; b < td_ddp_num_buckets(j->ddp); b++) {
-        td_tensor_t *flat = td_ddp_bucket_tensor(j->ddp, b);
-        int64_t n = td_tensor_numel(flat);
-        td_operand_t in = {td_tensor_data(flat), (const int64_t[]){1}};
-
-        td_kernels_get(td_tensor_device(flat))->unary(
-            TD_UN_MUL_SCALAR, td_tensor_dtype(flat), td_tensor_data(flat), in,
-            (double)size / j->active, &n, 1);
-        td_tensor_bump_version(flat);
-    }
-    return TD_OK;
+    /* J5: from sum / size to sum / active, inside the wait: in a
+     * distributed backward the averages go into the context there */
+    return td__ddp_wait_scaled(j->ddp, j->divide_by_initial ||
+                                       j->active == size
+                                       ? 1.0 : (double)size / j->active);
 }
 
 /* J2: zeros through every bucket's reduction, in bucket order. */

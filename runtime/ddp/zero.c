@@ -5,12 +5,15 @@
  * list of segments (parameter, offset in it, offset in the buffer, count)
  * maps parameters to blocks: a parameter spanning shards has one segment
  * per shard. The shard's optimizer is an ordinary td_optim_t over one
- * shard-length leaf whose .grad is a view of the reduce-scatter output. */
+ * shard-length leaf whose .grad is a view of the reduce-scatter output.
+ * The parameters' gradients are their .grad, or (td_zero_dist_step*)
+ * their gradients in a distributed autograd context. */
 #include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include <todist/dist_autograd.h>
 #include <todist/zero.h>
 #include <todist/ops.h>
 #include "base/log.h"
@@ -222,32 +225,70 @@ fail:
     return st;
 }
 
-/* Copy parameter I's .grad segments into the padded buffer (ALL) or only
- * this rank's shard straight into rs_out. */
+/* The gradient of parameter I: its .grad (CTX TD_DIST_NO_CONTEXT,
+ * borrowed into *HELD NULL) or its gradient in distributed autograd
+ * context CTX (a new reference in *HELD). */
 static td_status_t
-pack_grads(td_zero_t *z, int all)
+grad_of(td_zero_t *z, int i, int64_t ctx, td_tensor_t **grad_p,
+        td_tensor_t **held)
+{
+    td_tensor_t *grad;
+
+    *held = NULL;
+    if (ctx == TD_DIST_NO_CONTEXT) {
+        grad = td_tensor_grad(z->params[i]);
+    } else if (td_dist_get_gradient(ctx, z->params[i], held) == TD_OK) {
+        grad = *held;
+    } else {
+        td_error_clear();
+        grad = NULL;
+    }
+    if (grad == NULL || !td_tensor_is_contiguous(grad) ||
+        td_tensor_dtype(grad) != z->dtype ||
+        td_tensor_numel(grad) != td_tensor_numel(z->params[i])) {
+        td_tensor_release(*held);
+        *held = NULL;
+        if (ctx != TD_DIST_NO_CONTEXT) {
+            return td_error(TD_ERR_INVALID, "zero: parameter %d has %s in "
+                            "distributed autograd context %lld on rank %d",
+                            i, grad == NULL ? "no gradient" : "a gradient "
+                            "that is not a contiguous tensor of its shape "
+                            "and dtype", (long long)ctx, z->rank);
+        }
+        return td_error(TD_ERR_INVALID, "zero: parameter %d has %s on "
+                        "rank %d", i, grad == NULL ? "no .grad" :
+                        "a .grad that is not a contiguous tensor of its "
+                        "shape and dtype", z->rank);
+    }
+    *grad_p = grad;
+    return TD_OK;
+}
+
+/* Copy the parameters' gradient segments (.grad, or context CTX's) into
+ * the padded buffer (ALL) or only this rank's shard straight into
+ * rs_out. */
+static td_status_t
+pack_grads(td_zero_t *z, int all, int64_t ctx)
 {
     char *buf = td_tensor_data(all ? z->buf : z->rs_out);
     int64_t base = all ? 0 : z->rank * z->block;
 
     for (int s = 0; s < z->n_segs; s++) {
         const seg_t *g = &z->segs[s];
-        td_tensor_t *grad = td_tensor_grad(z->params[g->param]);
+        td_tensor_t *grad = NULL, *held;
+        td_status_t st;
 
         if (!all && g->owner != z->rank) {
             continue;
         }
-        if (grad == NULL || !td_tensor_is_contiguous(grad) ||
-            td_tensor_dtype(grad) != z->dtype ||
-            td_tensor_numel(grad) != td_tensor_numel(z->params[g->param])) {
-            return td_error(TD_ERR_INVALID, "zero: parameter %d has %s on "
-                            "rank %d", g->param, grad == NULL ? "no .grad" :
-                            "a .grad that is not a contiguous tensor of its "
-                            "shape and dtype", z->rank);
+        st = grad_of(z, g->param, ctx, &grad, &held);
+        if (st != TD_OK) {
+            return st;
         }
         memcpy(buf + (size_t)(g->in_buf - base) * z->esize,
                (char *)td_tensor_data(grad) + (size_t)g->in_param * z->esize,
                (size_t)g->count * z->esize);
+        td_tensor_release(held);
     }
     return TD_OK;
 }
@@ -280,34 +321,55 @@ step_and_gather(td_zero_t *z)
     return TD_OK;
 }
 
-td_status_t
-td_zero_step(td_zero_t *z)
+/* Steps 1-3 (AVERAGED 0) or 2-3 from the gradients of CTX. */
+static td_status_t
+zero_step(td_zero_t *z, int averaged, int64_t ctx)
 {
     td_status_t st;
 
     if (z == NULL) {
         return td_error(TD_ERR_INVALID, "zero: step of NULL");
     }
-    if ((st = pack_grads(z, 1)) != TD_OK ||
-        (st = td_reduce_scatter(z->group, z->rs_out, z->buf,
-                                TD_REDUCE_AVG)) != TD_OK) {
-        return st;
+    if (averaged) {
+        st = pack_grads(z, 0, ctx);
+    } else if ((st = pack_grads(z, 1, ctx)) == TD_OK) {
+        st = td_reduce_scatter(z->group, z->rs_out, z->buf, TD_REDUCE_AVG);
     }
-    return step_and_gather(z);
+    return st != TD_OK ? st : step_and_gather(z);
+}
+
+td_status_t
+td_zero_step(td_zero_t *z)
+{
+    return zero_step(z, 0, TD_DIST_NO_CONTEXT);
 }
 
 td_status_t
 td_zero_step_averaged(td_zero_t *z)
 {
-    td_status_t st;
+    return zero_step(z, 1, TD_DIST_NO_CONTEXT);
+}
 
-    if (z == NULL) {
-        return td_error(TD_ERR_INVALID, "zero: step of NULL");
+td_status_t
+td_zero_dist_step(td_zero_t *z, int64_t ctx_id)
+{
+    if (ctx_id == TD_DIST_NO_CONTEXT) {
+        return td_error(TD_ERR_INVALID, "zero: td_zero_dist_step needs a "
+                        "distributed autograd context, got %lld",
+                        (long long)ctx_id);
     }
-    if ((st = pack_grads(z, 0)) != TD_OK) {
-        return st;
+    return zero_step(z, 0, ctx_id);
+}
+
+td_status_t
+td_zero_dist_step_averaged(td_zero_t *z, int64_t ctx_id)
+{
+    if (ctx_id == TD_DIST_NO_CONTEXT) {
+        return td_error(TD_ERR_INVALID, "zero: td_zero_dist_step_averaged "
+                        "needs a distributed autograd context, got %lld",
+                        (long long)ctx_id);
     }
-    return step_and_gather(z);
+    return zero_step(z, 1, ctx_id);
 }
 
 td_status_t

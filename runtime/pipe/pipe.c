@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/clock.h"
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/tx.h"      /* coll_group_fail */
 #include "runtime/pipe/pipe_internal.h"
 #include <todist/coll.h>
 #include <todist/ops.h>

@@ -7,9 +7,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/tensor/tensor_internal.h"
 #include <todist/safetensors.h>
@@ -29,15 +32,58 @@ st_dtype(td_dtype_t d)
     }
 }
 
+/* Flush PATH's folder to disk, so that a rename into it survives a power
+ * loss. A file system that cannot sync a folder (EINVAL) has nothing more
+ * to do. */
+static td_status_t
+st_sync_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    int fd;
+
+    if (slash == NULL) {
+        strcpy(dir, ".");
+    } else if (slash == path) {
+        strcpy(dir, "/");
+    } else if ((size_t)(slash - path) < sizeof(dir)) {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+    } else {
+        return td_error(TD_ERR_INVALID, "safetensors: path too long: %s", path);
+    }
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        return td_error(TD_ERR_IO, "safetensors: cannot open folder %s to "
+                        "sync it: %s", dir, strerror(errno));
+    }
+    if (fsync(fd) != 0 && errno != EINVAL) {
+        int e = errno;
+        close(fd);
+        return td_error(TD_ERR_IO, "safetensors: syncing folder %s: %s", dir,
+                        strerror(e));
+    }
+    close(fd);
+    return TD_OK;
+}
+
+/* S1 atomic: the file is written beside PATH under a name of its own
+ *    (PATH.tmp.PID.N) and renamed over PATH only once complete, so PATH is
+ *    always the old file or the new one, whatever kills the writer.
+ * S2 durable: the new file is fsync'ed before the rename and PATH's folder
+ *    after it, so a power loss after success cannot lose either.
+ * S3 a failed save removes its temporary file and leaves PATH untouched. */
 td_status_t
 td_safetensors_save(const char *path, const char *const *names,
                     td_tensor_t *const *tensors, int n)
 {
-    char *hdr = NULL, tmp[4096];
+    static atomic_uint seq;
+    char *hdr = NULL, tmp[4096], part[4096];
     size_t cap = 256, len = 0;
     uint64_t off = 0, hlen;
     td_status_t status = TD_OK;
     FILE *f = NULL;
+    int fd, made = 0;
 
 #define APPEND(...)                                                         \
     do {                                                                    \
@@ -93,12 +139,23 @@ td_safetensors_save(const char *path, const char *const *names,
     while (len % 8 != 0) {      /* pad to 8 bytes with spaces, as Python */
         hdr[len++] = ' ';
     }
-    f = fopen(path, "wb");
-    if (f == NULL) {
-        status = td_error(TD_ERR_IO, "safetensors: cannot create %s: %s", path,
-                          strerror(errno));
+    if (snprintf(part, sizeof(part), "%s.tmp.%ld.%u", path, (long)getpid(),
+                 atomic_fetch_add(&seq, 1)) >= (int)sizeof(part)) {
+        status = td_error(TD_ERR_INVALID, "safetensors: path too long: %s",
+                          path);
         goto out;
     }
+    fd = open(part, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 || (f = fdopen(fd, "wb")) == NULL) {
+        status = td_error(TD_ERR_IO, "safetensors: cannot create %s: %s", part,
+                          strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(part);
+        }
+        goto out;
+    }
+    made = 1;
     hlen = len;
     if (fwrite(&hlen, 8, 1, f) != 1 || fwrite(hdr, 1, len, f) != len) {
         goto io;
@@ -116,18 +173,31 @@ td_safetensors_save(const char *path, const char *const *names,
         }
         td_tensor_release(c);
     }
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        goto io;
+    }
     if (fclose(f) != 0) {
         f = NULL;
         goto io;
     }
     f = NULL;
+    if (rename(part, path) != 0) {
+        status = td_error(TD_ERR_IO, "safetensors: cannot rename %s to %s: %s",
+                          part, path, strerror(errno));
+        goto out;
+    }
+    made = 0;
+    status = st_sync_dir(path);
     goto out;
 io:
-    status = td_error(TD_ERR_IO, "safetensors: writing %s: %s", path,
+    status = td_error(TD_ERR_IO, "safetensors: writing %s: %s", part,
                       strerror(errno));
 out:
     if (f != NULL) {
         fclose(f);
+    }
+    if (made) {
+        unlink(part);
     }
     free(hdr);
     return status;

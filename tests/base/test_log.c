@@ -51,6 +51,35 @@ run(const char *level, int rank)
     unlink(path);
 }
 
+/* A quiet process under TODIST_LOG=LEVEL: it only asks whether info is
+ * enabled (as the library does before costly formatting) and, with INIT,
+ * calls td_log_init twice (as td_init does); it logs nothing. */
+static void
+run_quiet(const char *level, int init)
+{
+    char path[] = "/tmp/todist-test-log.XXXXXX";
+    int fd = mkstemp(path), st;
+    pid_t pid;
+    ssize_t n;
+
+    pid = fork();
+    if (pid == 0) {
+        setenv("TODIST_LOG", level, 1);
+        dup2(fd, 2);
+        if (init) {
+            td_log_init();
+            td_log_init();
+        }
+        _exit(td_log_enabled(TD_LOG_INFO) ? 3 : 0);
+    }
+    waitpid(pid, &st, 0);
+    lseek(fd, 0, SEEK_SET);
+    n = read(fd, out, sizeof(out) - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+}
+
 static int
 lines(const char *s)
 {
@@ -64,7 +93,7 @@ lines(const char *s)
 int
 main(void)
 {
-    plan(12);
+    plan(17);
 
     run(NULL, 3);
     is_str(out, "todist[rank 3]: error: E 1\ntodist[rank 3]: W 2\n",
@@ -83,6 +112,18 @@ main(void)
     like(out, "TODIST_LOG=loud is not one of error, warn, info, debug",
          "an unknown level is named");
     is_int(lines(out), 3, "reported once, then warn kept (error + warn)");
+    /* issue 36 defect 3: a process that logs nothing still hears of it */
+    run_quiet("bogus", 0);
+    is_str(out, "todist: TODIST_LOG=bogus is not one of error, warn, info, "
+           "debug; using warn\n", "a quiet process: the bad value is named "
+           "when the level is first read, with no message logged");
+    run_quiet("bogus", 1);
+    is_int(lines(out), 1, "td_log_init reports it, once however often called");
+    like(out, "TODIST_LOG=bogus", "td_log_init names the value");
+    run_quiet("info", 1);
+    is_str(out, "", "a good value: td_log_init prints nothing");
+    run_quiet("", 1);
+    is_str(out, "", "an empty value is the default, not reported");
 
     /* one line, whatever the length */
     {

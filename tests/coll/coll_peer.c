@@ -1302,7 +1302,7 @@ mode_kill(void)
 }
 
 /* Point-to-point bodies above the single-copy threshold between ranks 0
- * and 1 (coll.c C9, C10): blocking send/recv both ways; both ranks irecv
+ * and 1 (cma.h C9, C10): blocking send/recv both ways; both ranks irecv
  * then send (an offer matching an irecv posted earlier must not wait for
  * a thread that is blocked in its own send); an irecv posted after the
  * offer arrived (read by td_irecv itself). Content checked each time. */
@@ -1390,7 +1390,7 @@ big_p2p(int64_t c)
     return 0;
 }
 
-/* Messages for a destroyed group (coll.c C11): rank 1 isends on G = {0,1}
+/* Messages for a destroyed group (match.h C11): rank 1 isends on G = {0,1}
  * twice; rank 0 never receives. The first is queued on rank 0 when it
  * destroys G (freed then); the second arrives after (dropped). rank 1's
  * sends time out (TODIST_COLL_TIMEOUT, set short by the test). The test

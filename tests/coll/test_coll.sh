@@ -203,7 +203,7 @@ like "$out" "rank 0 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s o
      "TODIST_COLL_TIMEOUT=0.5: a late rank is named after half a second"
 like "$out" "rank 1 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s on rank 0 waiting for rank\\(s\\) 1 \\(reported by rank 0\\)" \
      "and the late rank fails its call with that error too"
-# Messages for a group destroyed here (coll.c C11): queued ones freed at
+# Messages for a group destroyed here (match.h C11): queued ones freed at
 # td_group_destroy, later ones dropped on arrival; nothing kept.
 out=$(TODIST_COLL_TIMEOUT=2 TODIST_LOG=debug run 60 todist-run -n 2 "$PEER" \
       destroyed 2>&1); rc=$?

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/mbox.h"
 #include "base/byteorder.h"
 #include "tests/tap.h"
 

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "runtime/coll/coll_internal.h"
+#include "runtime/coll/wire.h"
 #include "base/byteorder.h"
 #include "tests/tap.h"
 

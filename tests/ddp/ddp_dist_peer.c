@@ -11,8 +11,10 @@
  * td_ddp_dist_backward runs the distributed backward. The expected values
  * come from the same computation done locally (td_grad) on each rank,
  * averaged with an all_reduce (with find_unused_parameters, an unused
- * parameter's context gradient is zero). Each check is agreed over both ranks; rank 0
- * prints "PASS name" or "FAIL name: detail". */
+ * parameter's context gradient is zero). Join (uneven inputs, divided by
+ * the active ranks) and ZeRO step from the context's gradients too. Each
+ * check is agreed over both ranks; rank 0 prints "PASS name" or
+ * "FAIL name: detail". */
 #include "config.h"
 
 #include <math.h>
@@ -197,6 +199,197 @@ release_all(td_tensor_t **t, int n)
         td_tensor_release(t[i]);
         t[i] = NULL;
     }
+}
+
+/* This rank's local gradients of step IT, not averaged (new references in
+ * G[NP]). */
+static td_status_t
+own_grads(td_mlp_t *mlp, int it, td_tensor_t **g)
+{
+    td_tensor_t *x = NULL, *w = NULL, *h = NULL, *loss = NULL;
+    td_status_t st;
+
+    inputs(it, &x, &w);
+    memset(g, 0, NP * sizeof(*g));
+    if ((st = td_mul_scalar(x, 2.0, &h)) == TD_OK &&
+        (st = loss_of(mlp, h, w, &loss)) == TD_OK) {
+        st = td_grad(&loss, NULL, 1, td_mlp_params(mlp), NP, 0, 0, 0, g);
+    }
+    td_tensor_release(x);
+    td_tensor_release(w);
+    td_tensor_release(h);
+    td_tensor_release(loss);
+    return st;
+}
+
+/* Step IT's loss, computed here (no RPC hop), announced to DDP and run
+ * backward in context CTX; DDP is not waited for. */
+static td_status_t
+local_dist_backward(td_ddp_t *ddp, td_mlp_t *mlp, int it, int64_t ctx)
+{
+    td_tensor_t *x = NULL, *w = NULL, *h = NULL, *loss = NULL;
+    td_status_t st;
+
+    inputs(it, &x, &w);
+    if ((st = td_mul_scalar(x, 2.0, &h)) == TD_OK &&
+        (st = loss_of(mlp, h, w, &loss)) == TD_OK &&
+        (st = td_ddp_prepare_dist_backward(ddp, ctx, &loss, 1)) == TD_OK) {
+        st = td_dist_backward(ctx, &loss, 1, 0);
+    }
+    td_tensor_release(x);
+    td_tensor_release(w);
+    td_tensor_release(h);
+    td_tensor_release(loss);
+    return st;
+}
+
+/* PARAMS' values minus LR * G (new references in OUT[NP]). */
+static td_status_t
+sgd_expect(td_tensor_t *const *before, td_tensor_t *const *g, double lr,
+           td_tensor_t **out)
+{
+    td_status_t st = TD_OK;
+
+    memset(out, 0, NP * sizeof(*out));
+    for (int i = 0; st == TD_OK && i < NP; i++) {
+        td_tensor_t *step = NULL;
+
+        if ((st = td_mul_scalar(g[i], lr, &step)) == TD_OK) {
+            st = td_sub(before[i], step, &out[i]);
+        }
+        td_tensor_release(step);
+    }
+    return st;
+}
+
+/* 7. Join in a distributed backward, divide_by_initial_world_size = 0:
+ * rank 0 trains two iterations, rank 1 one; in the second only rank 0
+ * trains, so the context must hold its own gradients (the sum over the
+ * one active rank), not half of them; .grad stays untouched. */
+static void
+test_join_in_context(td_mlp_t *mlp)
+{
+    td_ddp_opts_t o = td_ddp_defaults();
+    td_ddp_join_opts_t jo = {.divide_by_initial_world_size = 0};
+    td_ddp_t *ddp = NULL;
+    td_ddp_join_t *j = NULL;
+    td_tensor_t *want[NP] = {0}, *got[NP] = {0};
+    td_status_t st;
+    double d = 0, dg = 0;
+    int iters = rank == 0 ? 2 : 1;
+
+    o.first_bucket_bytes = 1;
+    o.bucket_cap_bytes = 1;
+    for (int i = 0; i < NP; i++) {
+        td_tensor_set_grad(td_mlp_params(mlp)[i], NULL);   /* from step 4 */
+    }
+    st = td_ddp_create_mlp(mlp, &o, &ddp);
+    if (st == TD_OK) {
+        st = td_ddp_join_begin(ddp, &jo, &j);
+    }
+    for (int it = 0; st == TD_OK && it < iters; it++) {
+        int64_t ctx;
+
+        st = it == 0 ? expected(mlp, 10, want) : own_grads(mlp, 11, want);
+        if (st == TD_OK) {
+            st = td_ddp_join_step(j);
+        }
+        if (st == TD_OK && (st = td_dist_autograd_begin(&ctx)) == TD_OK) {
+            if ((st = local_dist_backward(ddp, mlp, 10 + it, ctx)) == TD_OK) {
+                st = td_ddp_join_wait(j);
+            }
+            for (int i = 0; st == TD_OK && i < NP; i++) {
+                st = td_dist_get_gradient(ctx, td_mlp_params(mlp)[i],
+                                          &got[i]);
+            }
+            td_dist_autograd_end(ctx);
+        }
+        for (int i = 0; i < NP; i++) {
+            d = fmax(d, st == TD_OK ? maxdiff(got[i], want[i]) : INFINITY);
+            dg = fmax(dg, grad_abs_max(td_mlp_params(mlp)[i]));
+        }
+        release_all(want, NP);
+        release_all(got, NP);
+    }
+    if (st == TD_OK) {
+        st = td_ddp_join_end(j);
+    }
+    fail_detail("rank %d: %s |context - sum / active| %g, max |.grad| %g",
+                rank, st == TD_OK ? "" : td_last_error(), d, dg);
+    agree(st == TD_OK && d < TOL && dg == 0,
+          "join_divides_the_context_gradients_by_the_active_ranks");
+    td_ddp_join_destroy(j);
+    td_ddp_destroy(ddp);
+}
+
+/* 8. ZeRO in a distributed backward: the shards step from the context's
+ * gradients, .grad is not needed: after td_ddp_dist_backward (averaged in
+ * the context) and after a plain td_dist_backward (ZeRO averages). */
+static void
+test_zero_in_context(td_mlp_t *mlp)
+{
+    td_ddp_opts_t o = td_ddp_defaults();
+    td_zero_opts_t zo = {.optim = TD_ZERO_SGD, .sgd = {0.1, 0, 0, 0, 0}};
+    td_ddp_t *ddp = NULL;
+    td_zero_t *z = NULL;
+    td_status_t st;
+
+    st = td_ddp_create_mlp(mlp, &o, &ddp);
+    if (st == TD_OK) {
+        st = td_zero_create(td_mlp_params(mlp), NP, &zo, &z);
+    }
+    for (int with_ddp = 1; with_ddp >= 0; with_ddp--) {
+        td_tensor_t *before[NP] = {0}, *avg[NP] = {0}, *want[NP] = {0};
+        double d = 0, dr = 0;
+        int64_t ctx;
+        int it = 20 + with_ddp;
+
+        for (int i = 0; st == TD_OK && i < NP; i++) {
+            st = td_tensor_clone(td_mlp_params(mlp)[i], &before[i]);
+        }
+        if (st == TD_OK && (st = expected(mlp, it, avg)) == TD_OK) {
+            st = sgd_expect(before, avg, zo.sgd.lr, want);
+        }
+        if (st == TD_OK && (st = td_dist_autograd_begin(&ctx)) == TD_OK) {
+            if (with_ddp) {
+                if ((st = local_dist_backward(ddp, mlp, it, ctx)) == TD_OK &&
+                    (st = td_ddp_wait(ddp)) == TD_OK) {
+                    st = td_zero_dist_step_averaged(z, ctx);
+                }
+            } else {
+                td_tensor_t *x = NULL, *w = NULL, *h = NULL, *loss = NULL;
+
+                inputs(it, &x, &w);
+                if ((st = td_mul_scalar(x, 2.0, &h)) == TD_OK &&
+                    (st = loss_of(mlp, h, w, &loss)) == TD_OK &&
+                    (st = td_dist_backward(ctx, &loss, 1, 0)) == TD_OK) {
+                    st = td_zero_dist_step(z, ctx);
+                }
+                td_tensor_release(x);
+                td_tensor_release(w);
+                td_tensor_release(h);
+                td_tensor_release(loss);
+            }
+            td_dist_autograd_end(ctx);
+        }
+        for (int i = 0; i < NP; i++) {
+            d = fmax(d, st == TD_OK ? maxdiff(td_mlp_params(mlp)[i], want[i])
+                                    : INFINITY);
+            dr = fmax(dr, st == TD_OK ? diff_to_rank0(td_mlp_params(mlp)[i])
+                                      : INFINITY);
+        }
+        fail_detail("rank %d: %s |param - (before - lr avg)| %g, |rank - "
+                    "rank 0| %g", rank, st == TD_OK ? "" : td_last_error(),
+                    d, dr);
+        agree(st == TD_OK && d < TOL && dr == 0, with_ddp
+              ? "zero_steps_from_the_context_after_ddp_dist_backward"
+              : "zero_steps_from_the_context_after_dist_backward");
+        release_all(before, NP);
+        release_all(avg, NP);
+        release_all(want, NP);
+    }
+    td_zero_free(z);
+    td_ddp_destroy(ddp);
 }
 
 int
@@ -441,6 +634,8 @@ main(void)
         td_ddp_destroy(ddp);
         td_tensor_release(extra);
     }
+    test_join_in_context(mlp);
+    test_zero_in_context(mlp);
     td_mlp_free(mlp);
     if (td_finalize() != TD_OK) {
         fprintf(stderr, "rank %d: td_finalize: %s\n", rank, td_last_error());

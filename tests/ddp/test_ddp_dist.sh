@@ -8,7 +8,11 @@
 # the context keeps the replicas equal, a local backward afterwards still
 # averages .grad, and mixing a local announcement with a distributed
 # backward is an error naming both; with find_unused_parameters an unused
-# parameter's context gradient is zero. Bounded by timeout.
+# parameter's context gradient is zero; Join with
+# divide_by_initial_world_size = 0 divides the context's gradients by the
+# ranks still training, and ZeRO steps from the context's gradients (after
+# td_ddp_dist_backward and after a plain td_dist_backward). Bounded by
+# timeout.
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/ddp/ddp_dist_peer"
 
@@ -18,7 +22,10 @@ dist_optimizer_steps_replicas_by_the_average
 local_backward_after_dist_averages_grad
 mixed_local_and_dist_is_an_error_naming_both
 next_dist_iteration_after_error_works
-find_unused_in_dist_backward_gives_zeros_and_averages"
+find_unused_in_dist_backward_gives_zeros_and_averages
+join_divides_the_context_gradients_by_the_active_ranks
+zero_steps_from_the_context_after_ddp_dist_backward
+zero_steps_from_the_context_after_dist_backward"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$checks") + 1 ))
 

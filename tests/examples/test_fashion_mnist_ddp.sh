@@ -4,16 +4,18 @@
 # accuracy >= 0.84 with progress lines, JSON metrics and a checkpoint; a
 # restart with --resume continues after the checkpoint's epoch; the metrics
 # plot is a PNG (when gnuplot is installed); bad options exit 2, missing
-# data fails without hanging.
+# data fails without hanging. The checkpoint is replaced atomically: rank
+# 0 killed in the middle of writing it (a file size limit, SIGXFSZ) leaves
+# the old one whole, and the resume reads it.
 . "$top_srcdir/tests/lib.sh"
-plan 12
+plan 16
 ex="$top_builddir/examples/fashion_mnist_ddp"
 data=/usr/share/datasets/fashion-mnist
 cmp_ok() { awk -v x="$1" "BEGIN { exit !(x $2) }"; echo $?; }
 field() { printf '%s\n' "$1" | grep '^epoch=' | tail -1 |
           sed -n "s/.*$2=\([0-9.]*\).*/\1/p"; }
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 12 "dataset-fashion-mnist is not installed"
+    skip 16 "dataset-fashion-mnist is not installed"
     done_testing
 fi
 m="$TD_TMP/metrics.jsonl"; ck="$TD_TMP/ckpt.safetensors"
@@ -28,6 +30,18 @@ acc=$(field "$out" test_accuracy)
 ok "$(cmp_ok "$acc" '>= 0.83')" "one epoch on 2 workers reaches test accuracy $acc >= 0.83"
 ok "$(grep -q '"test_accuracy": 0\.' "$m"; echo $?)" "metrics file has the epoch record"
 ok "$([ -s "$ck" ]; echo $?)" "rank 0 wrote the checkpoint"
+# Kill rank 0 mid-write: files may not pass 100 KiB (the checkpoint is
+# ~800 KiB). Shared-memory files count too, so the run uses TCP and no
+# collective segment, and the only file it writes is the checkpoint.
+cp "$ck" "$TD_TMP/ckpt.before"
+out=$( (ulimit -f 200; UCX_TLS=tcp,self TODIST_COLL_SHM=0         timeout -k 5 600 todist-run -n 2 "$ex" --epochs 2 --max-batches 5         --log-every 0 --checkpoint "$ck" --resume) 2>&1)
+like "$out" 'rank 0 \(pid [0-9]+\) was killed by signal 25' \
+     "rank 0 is killed by the file size limit"
+like "$out" '^epoch=2 ' "after epoch 2, that is while saving its checkpoint"
+is "$(ls "$TD_TMP" | grep -c '^ckpt\.safetensors\.tmp\.')" 1 \
+   "the cut write went to a file of its own beside the checkpoint"
+ok "$(cmp -s "$ck" "$TD_TMP/ckpt.before"; echo $?)" \
+   "the checkpoint is the old one, byte for byte"
 out=$(timeout -k 5 600 todist-run -n 2 "$ex" --epochs 2 --log-every 0 \
       --checkpoint "$ck" --resume 2>&1); rc=$?
 like "$out" 'resumed from .* after epoch 1' "--resume starts after the saved epoch"

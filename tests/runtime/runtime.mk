@@ -6,8 +6,8 @@ TESTS += tests/runtime/test_modules tests/runtime/test_layers.sh
 EXTRA_DIST += tests/runtime/test_layers.sh
 check_PROGRAMS += tests/runtime/init_bind
 tests_runtime_init_bind_LDADD = $(TD_LDADD)
-TESTS += tests/runtime/test_init_bind.sh
-EXTRA_DIST += tests/runtime/test_init_bind.sh
+TESTS += tests/runtime/test_init_bind.sh tests/runtime/test_log_init.sh
+EXTRA_DIST += tests/runtime/test_init_bind.sh tests/runtime/test_log_init.sh
 # the host map (hostmap.c): ids and the published address's header
 check_PROGRAMS += tests/runtime/test_hostmap
 tests_runtime_test_hostmap_LDADD = $(TD_TEST_LDADD)

@@ -14,3 +14,8 @@ tests_tensor_test_safetensors_LDADD = $(TD_TEST_LDADD)
 tests_tensor_test_nn_LDADD = $(TD_TEST_LDADD)
 EXTRA_DIST += tests/tensor/test_tensor_layers.sh tests/tensor/gradcheck.h \
 	tests/data/gen_reference.py tests/data/reference.safetensors
+# a checkpoint is written aside, fsync'ed, renamed, its folder fsync'ed
+check_PROGRAMS += tests/tensor/save_file
+tests_tensor_save_file_LDADD = $(TD_LDADD)
+TESTS += tests/tensor/test_checkpoint_sync.sh
+EXTRA_DIST += tests/tensor/test_checkpoint_sync.sh

@@ -1,10 +1,17 @@
 /* test_safetensors: save/load round trip of every dtype, the checks on
- * load (name, dtype, shape), and malformed files rejected, never trusted.
+ * load (name, dtype, shape), and malformed files rejected, never trusted;
+ * a save killed mid-write leaves the old file whole (S1), a failed one
+ * leaves no temporary file (S3).
  * (Files written by Python in the format are read in test_reference.) */
 #include "config.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/tap.h"
@@ -41,6 +48,49 @@ raw_file(const char *name, uint64_t claimed, const char *header,
     return p;
 }
 
+/* Files in DIR whose name starts with PREFIX. */
+static int
+count_prefixed(const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
+/* Save a 256 KiB tensor to PATH in a child whose files may not pass
+ * 64 KiB (RLIMIT_FSIZE): with SIGXFSZ at its default the kernel kills it
+ * mid-write; with it ignored the write fails (EFBIG). Returns the wait
+ * status; with IGNORE the child exits 0 when the save returned TD_ERR_IO. */
+static int
+save_cut(const char *path, int ignore)
+{
+    int st = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        struct rlimit rl = {65536, 65536};
+        const char *nm[] = {"w"};
+        td_tensor_t *big;
+
+        if (ignore) {
+            signal(SIGXFSZ, SIG_IGN);
+        }
+        td_tensor_full((int64_t[]){1 << 16}, 1, TD_FLOAT32, 1.0, &big);
+        setrlimit(RLIMIT_FSIZE, &rl);
+        _exit(td_safetensors_save(path, nm, &big, 1) == TD_ERR_IO ? 0 : 1);
+    }
+    waitpid(pid, &st, 0);
+    return st;
+}
+
 int
 main(void)
 {
@@ -48,7 +98,7 @@ main(void)
     const char *names[] = {"layer.weight", "layer.bias", "steps", "mask"};
     const char *p;
 
-    plan(28);
+    plan(36);
     snprintf(dir, sizeof(dir), "%s/td_st_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (mkdtemp(dir) == NULL) {
         plan_skip_all("no temp dir");
@@ -174,6 +224,38 @@ main(void)
     td_tensor_release(rb);
     td_tensor_release(rc);
     td_tensor_release(rd);
+    /* S1-S3 (issue 36 defect 4): a checkpoint is replaced atomically */
+    {
+        const char *nm[] = {"w"};
+        td_tensor_t *old, *back = NULL;
+        char ck[600];
+        int st;
+
+        snprintf(ck, sizeof(ck), "%s", path_of("ckpt.safetensors"));
+        td_tensor_full((int64_t[]){4}, 1, TD_FLOAT32, 7.0, &old);
+        is_int(td_safetensors_save(ck, nm, &old, 1), TD_OK,
+               "the old checkpoint is written");
+        is_int(count_prefixed("ckpt.safetensors.tmp"), 0,
+               "a successful save leaves no temporary file");
+        st = save_cut(ck, 0);
+        ok(WIFSIGNALED(st) && WTERMSIG(st) == SIGXFSZ, "a new save is "
+           "killed mid-write (SIGXFSZ at 64 KiB of 256 KiB; status %#x)", st);
+        is_int(td_safetensors_get(ck, "w", &back), TD_OK,
+               "after it the checkpoint still loads");
+        ok(back != NULL && td_tensor_numel(back) == 4 &&
+           ((float *)td_tensor_data(back))[3] == 7.0f,
+           "and it is the old one, whole (4 elements of 7)");
+        td_tensor_release(back);
+        back = NULL;
+        is_int(count_prefixed("ckpt.safetensors.tmp"), 1,
+               "the killed writer's temporary file is beside it, not it");
+        st = save_cut(ck, 1);
+        ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+           "a save whose write fails (EFBIG) returns TD_ERR_IO");
+        is_int(count_prefixed("ckpt.safetensors.tmp"), 1,
+               "a failed save removes its temporary file (S3)");
+        td_tensor_release(old);
+    }
     {
         char cmd[600];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

@@ -1,0 +1,189 @@
+/* cma.c: bodies read in place (cma.h: C9, C10). The receiver reads
+ * CMA_TOKEN at &cma_token in the sender before trusting a pid, to be sure
+ * the pid is the sender (not another process of another pid namespace). */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/uio.h>
+
+#include "runtime/coll/cma.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/tx.h"
+#include "runtime/coll/wire.h"
+#include "base/clock.h"
+#include "base/log.h"
+
+static uint64_t cma_token;
+static int      cma_enabled;
+static uint8_t *cma_off;           /* per world rank: it cannot read ours */
+static int32_t *cma_verified;      /* per world rank: pid checked, or 0 */
+
+td_status_t
+coll_cma_setup(int size)
+{
+    const char *s = getenv("TODIST_COLL_CMA");
+
+    cma_enabled = !(s != NULL && strcmp(s, "0") == 0);
+    free(cma_off);
+    free(cma_verified);
+    cma_off = calloc((size_t)size, 1);
+    cma_verified = calloc((size_t)size, sizeof(int32_t));
+    if (cma_off == NULL || cma_verified == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
+    }
+    cma_token = ((uint64_t)getpid() << 32) ^ (uint64_t)(td_now_s() * 1e9) ^
+                (uint64_t)(uintptr_t)&cma_token;
+    return TD_OK;
+}
+
+td_status_t
+coll_post_send_offer(coll_req_t *r, int wdst)
+{
+    uint8_t h[sizeof(r->hdr) + COLL_OFFER_BYTES];
+    size_t len;
+    td_status_t st;
+
+    r->cma_send = 0;
+    atomic_store(&r->cma_ready_a, 0);
+    if (!cma_enabled || r->nbytes < COLL_CMA_MIN ||
+        wdst == coll_world_rank() ||
+        __atomic_load_n(&cma_off[wdst], __ATOMIC_RELAXED)) {
+        return coll_post_send(r, wdst, r->hdr, r->hdr_len);
+    }
+    /* C9: offer the buffer; the reader's MSG_CMA completes the send. */
+    memcpy(h, r->hdr, r->hdr_len);
+    len = coll_wire_offer(h, r->hdr_len, (uint32_t)getpid(),
+                          (uint64_t)(uintptr_t)r->buf,
+                          (uint64_t)(uintptr_t)&cma_token, cma_token);
+    atomic_store(&r->done, 0);
+    r->status = TD_OK;
+    r->err[0] = '\0';
+    r->peer = wdst;
+    r->cma_send = 1;
+    atomic_store(&r->pending, 1);
+    coll_post(r);
+    st = coll_tx_send_hdr(wdst, h, len);
+    if (st != TD_OK) {
+        if (coll_unpost(r)) {
+            coll_req_complete(r, st, td_last_error());
+        }
+        return st;
+    }
+    return TD_OK;
+}
+
+void
+coll_cma_answer(int dst, const coll_req_t *r, uint32_t status)
+{
+    uint8_t h[COLL_WIRE_BYTES + 4];
+    size_t len = coll_wire_cma(h, r->group_id, r->g->digest, r->seq, r->tag,
+                               status);
+
+    if (coll_tx_send_hdr(dst, h, len) != TD_OK) {
+        td_log_debug("coll: answer to rank %d not sent: %s", dst,
+                     td_last_error());
+    }
+}
+
+void
+coll_cma_read(coll_req_t *r)
+{
+    int src = r->from;
+    pid_t pid = (pid_t)r->cma_pid;
+    size_t done = 0;
+    int ok = 1;
+
+    if (__atomic_load_n(&cma_verified[src], __ATOMIC_RELAXED) != r->cma_pid) {
+        uint64_t tok = 0;
+        struct iovec l = { &tok, sizeof(tok) };
+        struct iovec rv = { (void *)(uintptr_t)r->cma_token_addr,
+                            sizeof(tok) };
+
+        ok = process_vm_readv(pid, &l, 1, &rv, 1, 0) == (ssize_t)sizeof(tok) &&
+             tok == r->cma_token;
+        if (ok) {
+            __atomic_store_n(&cma_verified[src], r->cma_pid,
+                             __ATOMIC_RELAXED);
+        }
+    }
+    char *dst = r->cma_dst != NULL ? r->cma_dst : r->buf;
+
+    while (ok && done < r->nbytes) {
+        struct iovec l = { dst + done, r->nbytes - done };
+        struct iovec rv = { (void *)(uintptr_t)(r->cma_addr + done),
+                            r->nbytes - done };
+        ssize_t got = process_vm_readv(pid, &l, 1, &rv, 1, 0);
+
+        if (got <= 0) {
+            ok = 0;
+            break;
+        }
+        done += (size_t)got;
+    }
+    if (ok) {
+        if (r->type == REQ_RECV_P2P) {
+            td_log_debug("coll: p2p body of %zu bytes from rank %d read in "
+                         "place", r->nbytes, src);
+        }
+        r->cma_landed = r->cma_dst != NULL;
+        coll_cma_answer(src, r, 0);
+        coll_req_complete(r, TD_OK, NULL);
+        return;
+    }
+    /* Not readable (another node, no permission): the body comes through
+     * UCX into this receive, posted again. */
+    td_log_debug("coll: cannot read %zu bytes in place from rank %d (pid "
+                 "%d): asking for the body", r->nbytes, src, (int)pid);
+    if (r->type == REQ_RECV_P2P) {
+        r->peer = src;                        /* C10 */
+        r->exact_seq = 1;
+    }
+    coll_lock();
+    if (r->g->broken == TD_OK) {
+        coll_posted_append_locked(r);
+        coll_unlock();
+        coll_cma_answer(src, r, 1);
+        return;
+    }
+    coll_unlock();
+    coll_cma_answer(src, r, 1);
+    coll_req_complete(r, r->g->broken, r->g->broken_msg);
+}
+
+void
+coll_cma_answered(coll_req_t *r, int src, uint32_t answer)
+{
+    td_status_t st;
+
+    if (answer == 0) {
+        coll_req_complete(r, TD_OK, NULL);
+        return;
+    }
+    /* C9: it cannot read us (1: and stop offering) or does not want to
+     * now (2); resend through UCX. */
+    if (answer == 1) {
+        __atomic_store_n(&cma_off[src], 1, __ATOMIC_RELAXED);
+    }
+    r->cma_send = 0;
+    if (r->type == REQ_SEND_P2P) {
+        /* C10: matched by the receive that answered; completes with the
+         * transport's completion and the ack (C3). */
+        r->hdr[COLL_FLAGS_AT] = COLL_F_RESEND;
+        atomic_store(&r->pending, 2);
+        coll_post(r);
+    }
+    st = coll_tx_send_body(r, src);
+    if (st != TD_OK) {
+        int took = 1;
+
+        if (r->type == REQ_SEND_P2P) {
+            took = coll_unpost(r);
+            atomic_store(&r->pending, 1);
+        }
+        if (took) {
+            coll_req_complete(r, st, td_last_error());
+        }
+    }
+}

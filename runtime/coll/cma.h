@@ -1,0 +1,50 @@
+/* runtime/coll/cma.h: bodies read in place (internal): a large body is
+ * offered (pid, address) instead of sent, and its receiver copies it with
+ * process_vm_readv. A channel above the transport's sending side (tx.h).
+ *
+ * Invariants (comments cite them as C9, C10):
+ *  C9 A body offered in place (COLL_F_CMA) stays untouched until its
+ *     reader's MSG_CMA (or, p2p, an error ack) arrives (the send completes
+ *     only then); the reader copies it on the waiting thread, never in a
+ *     callback, and answers exactly once: 0 (read), 1 (could not: the
+ *     sender resends the body through UCX and stops offering to that
+ *     rank) or 2 (p2p only: not now, send the body).
+ * C10 A p2p offer is read in place only by a thread that is waiting for
+ *     that receive (td_recv), or by td_irecv itself when the offer was
+ *     there first; an offer matching an irecv posted earlier is answered
+ *     2 from the callback. So no offer waits on a thread that may be
+ *     blocked elsewhere (two ranks that irecv then send cannot deadlock).
+ *     The resent body (COLL_F_RESEND) matches only the receive that
+ *     answered, by sender and sequence number, so C7's order holds.
+ *     Limit: a p2p send that times out with its offer unanswered returns
+ *     its error while a receive posted later may still read the buffer
+ *     (collectives tell every member, C6; p2p timeouts are local): after
+ *     a td_send/td_isend timeout, keep the tensor unchanged until the
+ *     group is destroyed, as the README says.
+ *
+ * Thread safety: all functions are thread-safe; none may be called with
+ * coll_lock held. */
+#ifndef TD_RUNTIME_COLL_CMA_H
+#define TD_RUNTIME_COLL_CMA_H
+
+#include "runtime/coll/match.h"
+
+#define COLL_CMA_MIN  (64u * 1024u)   /* bodies read in place from here on */
+
+/* td_init: TODIST_COLL_CMA, a new token, per-rank state for SIZE ranks. */
+td_status_t coll_cma_setup(int size);
+/* Send R (its header in r->hdr, r->hdr_len bytes) to world rank WDST:
+ * offered in place when the single-copy path may serve it (C9), else
+ * with its body. */
+td_status_t coll_post_send_offer(coll_req_t *r, int wdst);
+/* Copy R's offered body from its sender (C9), on the waiting thread, and
+ * answer; R completes (or is posted again for the body). */
+void        coll_cma_read(coll_req_t *r);
+/* Tell world rank DST what became of its offer R (0 read, 1 resend and
+ * stop offering, 2 resend). */
+void        coll_cma_answer(int dst, const coll_req_t *r, uint32_t status);
+/* Our offer R to SRC was answered ANSWER (MSG_CMA, R taken off the posted
+ * list): completed, or its body resent. */
+void        coll_cma_answered(coll_req_t *r, int src, uint32_t answer);
+
+#endif /* TD_RUNTIME_COLL_CMA_H */

@@ -1,0 +1,111 @@
+/* conf.c: the collectives module's settings and running state (conf.h). */
+#include "config.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "runtime/coll/conf.h"
+
+static struct {
+    td_transport_t *tp;
+    int             rank, size;
+    double          timeout;           /* > 0 */
+    double          cfg_timeout;       /* td_coll_set_timeout, 0: none */
+    coll_algo_t     forced[COLL_NUM_KINDS];
+    atomic_int      stopped;
+    atomic_long     active;            /* operations in flight */
+} K;
+
+td_transport_t *coll_transport(void) { return K.tp; }
+int coll_world_rank(void) { return K.rank; }
+int coll_world_size(void) { return K.size; }
+
+double
+coll_timeout(void)
+{
+    return K.cfg_timeout > 0 ? K.cfg_timeout : K.timeout;
+}
+
+int
+coll_stopped(void)
+{
+    return atomic_load_explicit(&K.stopped, memory_order_relaxed);
+}
+
+long
+coll_active_add(long d)
+{
+    return atomic_fetch_add(&K.active, d) + d;
+}
+
+td_status_t
+coll_conf_setup(void)
+{
+    const char *s = getenv("TODIST_COLL_TIMEOUT");
+
+    K.timeout = 60;
+    if (s != NULL && *s != '\0') {
+        char *end;
+        double v = strtod(s, &end);
+
+        if (*end != '\0' || !(v > 0)) {
+            return td_error(TD_ERR_INVALID, "coll: TODIST_COLL_TIMEOUT='%s' "
+                            "is not a positive number of seconds", s);
+        }
+        K.timeout = v;
+    }
+    return coll_algo_parse(getenv("TODIST_COLL_ALGO"), K.forced);
+}
+
+void
+coll_conf_start(td_transport_t *tp, int rank, int size)
+{
+    K.tp = tp;
+    K.rank = rank;
+    K.size = size;
+    atomic_store(&K.stopped, 0);
+}
+
+void
+coll_conf_stop(void)
+{
+    atomic_store(&K.stopped, 1);
+}
+
+void
+coll_conf_clear(void)
+{
+    K.tp = NULL;
+}
+
+td_status_t
+td_coll_set_algo(const char *spec)
+{
+    coll_algo_t f[COLL_NUM_KINDS];
+    td_status_t st = coll_algo_parse(spec, f);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    for (int k = 0; k < COLL_NUM_KINDS; k++) {
+        __atomic_store_n(&K.forced[k], f[k], __ATOMIC_RELAXED);
+    }
+    return TD_OK;
+}
+
+coll_algo_t
+coll_algo_forced(coll_kind_t kind)
+{
+    return __atomic_load_n(&K.forced[kind], __ATOMIC_RELAXED);
+}
+
+td_status_t
+td_coll_set_timeout(double seconds)
+{
+    if (!(seconds > 0)) {
+        return td_error(TD_ERR_RANGE, "coll: timeout %g s is not positive",
+                        seconds);
+    }
+    K.cfg_timeout = seconds;
+    return TD_OK;
+}

@@ -1,0 +1,36 @@
+/* runtime/coll/conf.h: what the collectives module runs with (internal):
+ * the transport, this rank and the world's size, the timeout, the forced
+ * algorithms, whether the runtime stopped, and the count of operations in
+ * flight. Set by module.c (td_init / td_finalize); read by every layer.
+ *
+ * Thread safety: the getters are; coll_conf_start/stop are called by the
+ * runtime's module table only. */
+#ifndef TD_RUNTIME_COLL_CONF_H
+#define TD_RUNTIME_COLL_CONF_H
+
+#include "runtime/coll/desc.h"
+#include "runtime/runtime.h"
+
+#define COLL_TRANSPORT_ID  2          /* transport handler id (rpc is 1) */
+
+/* Read TODIST_COLL_TIMEOUT and TODIST_COLL_ALGO (an error names the bad
+ * value). */
+td_status_t     coll_conf_setup(void);
+/* The module runs on TP as RANK of SIZE / stops (pending waits fail). */
+void            coll_conf_start(td_transport_t *tp, int rank, int size);
+void            coll_conf_stop(void);
+/* After the module shut down: no transport. */
+void            coll_conf_clear(void);
+
+td_transport_t *coll_transport(void);
+int             coll_world_rank(void);
+int             coll_world_size(void);
+double          coll_timeout(void);
+coll_algo_t     coll_algo_forced(coll_kind_t kind);
+/* Has the runtime shut down (pending operations fail)? */
+int             coll_stopped(void);
+/* Operations in flight (td_finalize's join waits for 0): add D, the new
+ * count. */
+long            coll_active_add(long d);
+
+#endif /* TD_RUNTIME_COLL_CONF_H */

@@ -1,0 +1,242 @@
+/* recv.c: posting receives and delivering matched messages (recv.h). */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/coll/recv.h"
+#include "runtime/coll/cma.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/mbox.h"
+#include "runtime/coll/tx.h"
+#include "base/cpu.h"
+
+void
+coll_recv_matched_done(void *arg, td_status_t status, int src,
+                       td_iov_t *bodies, size_t n_bodies)
+{
+    coll_req_t *r = arg;
+    char msg[COLL_ERR_MAX];
+
+    (void)bodies;
+    (void)n_bodies;
+    r->from = src;
+    if (status != TD_OK) {
+        snprintf(msg, sizeof(msg), "coll: receiving from rank %d failed: %s",
+                 src, status == TD_ERR_PEER ? "the rank died" :
+                 td_strerror(status));
+    } else if (r->type == REQ_RECV_P2P) {
+        coll_send_ack(src, r->group_id, r->g->digest, r->seq, TD_OK,
+                      r->dtype, r->ndim, r->shape);
+    }
+    coll_req_complete(r, status, status != TD_OK ? msg : NULL);
+}
+
+/* Copy an arrived unexpected message E into its receive R and complete R
+ * (no lock held). */
+static void
+deliver(coll_unexp_t *e, coll_req_t *r)
+{
+    char msg[COLL_ERR_MAX];
+    td_status_t st = e->status;
+
+    r->from = e->src;
+    if (st == TD_OK) {
+        if (e->nbytes > 0) {
+            memcpy(r->buf, e->body, e->nbytes);
+        }
+        if (e->mbox_slot) {
+            coll_mbox_ack(e->src, e->mbox_slot - 1, TD_OK, r->dtype, r->ndim,
+                          r->shape, 1);
+            e->mbox_slot = 0;
+            e->body = NULL;
+        } else if (r->type == REQ_RECV_P2P) {
+            coll_send_ack(e->src, e->group_id, e->digest, e->seq, TD_OK,
+                          r->dtype, r->ndim, r->shape);
+        }
+    } else {
+        snprintf(msg, sizeof(msg), "coll: receiving from rank %d failed: %s",
+                 e->src, td_strerror(st));
+    }
+    coll_ux_free(e);
+    coll_req_complete(r, st, st != TD_OK ? msg : NULL);
+}
+
+void
+coll_recv_unexp_done(void *arg, td_status_t status, int src,
+                     td_iov_t *bodies, size_t n_bodies)
+{
+    coll_unexp_t *e = arg;
+    coll_req_t *r;
+
+    (void)src;
+    coll_lock();
+    e->body = n_bodies > 0 ? bodies[0].buf : NULL;
+    e->status = status;
+    e->arrived = 1;
+    r = e->claim;
+    if (r != NULL || e->orphan) {
+        coll_ux_remove_locked(e);
+    }
+    coll_unlock();
+    if (r != NULL) {
+        deliver(e, r);
+    } else if (e->orphan) {
+        coll_ux_free(e);
+    }
+}
+
+/* Unexpected E does not fit p2p receive R (CODE, MSG): the sender learns
+ * it from the ack, its body is dropped (coll_lock held; dropped here). */
+static void
+refuse_locked(coll_unexp_t *e, coll_req_t *r, td_status_t code,
+              const char *msg)
+{
+    int src = e->src, slot = e->mbox_slot;
+    uint32_t gid = e->group_id, dig = e->digest, seq = e->seq;
+
+    e->mbox_slot = 0;               /* acked below, not dropped */
+    if (slot) {
+        e->body = NULL;             /* in the slot */
+    }
+    if (e->arrived) {
+        coll_ux_remove_locked(e);
+        coll_ux_free(e);
+    } else {
+        e->orphan = 1;
+    }
+    coll_unlock();
+    if (slot) {
+        coll_mbox_ack(src, slot - 1, code, r->dtype, r->ndim, r->shape, 1);
+    } else {
+        coll_send_ack(src, gid, dig, seq, code, r->dtype, r->ndim, r->shape);
+    }
+    coll_req_complete(r, code, msg);
+}
+
+/* Unexpected E, an offer in place, matched R (coll_lock held; dropped
+ * here): C9, C10. */
+static void
+take_offer_locked(coll_unexp_t *e, coll_req_t *r)
+{
+    coll_ux_remove_locked(e);
+    coll_unlock();
+    r->from = e->src;
+    r->cma_pid = e->cma_pid;
+    r->cma_addr = e->cma_addr;
+    r->cma_token_addr = e->cma_token_addr;
+    r->cma_token = e->cma_token;
+    if (r->type == REQ_RECV_P2P) {
+        r->seq = e->seq;                  /* the answer names it */
+    }
+    coll_ux_free(e);
+    if (r->type == REQ_RECV_P2P && r->on_done != NULL) {
+        coll_cma_read(r);                 /* C10: td_irecv reads it */
+        return;
+    }
+    atomic_store(&r->cma_ready_a, 1);     /* C9: the waiter reads it */
+}
+
+td_status_t
+coll_post_recv(coll_req_t *r)
+{
+    coll_unexp_t *e;
+    char msg[COLL_ERR_MAX];
+    td_status_t st = TD_OK;
+
+    /* relaxed: published to other threads by coll_lock */
+    atomic_store_explicit(&r->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->cma_ready_a, 0, memory_order_relaxed);
+    r->status = TD_OK;
+    r->err[0] = '\0';
+    atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
+    r->from = -1;
+    r->exact_seq = 0;
+    coll_lock();
+    if (r->g->broken != TD_OK) {
+        snprintf(msg, sizeof(msg), "%s", r->g->broken_msg);
+        st = r->g->broken;
+        coll_unlock();
+        coll_req_complete(r, st, msg);
+        return TD_OK;
+    }
+    e = coll_ux_find_locked(r);
+    if (e == NULL && r->type == REQ_RECV_P2P && r->peer >= 0 &&
+        !r->exact_seq && coll_mbox_active() &&
+        !coll_posted_p2p_from_locked(r)) {
+        /* The message may wait in its sender's mailbox already: take it
+         * for R at once, which nothing posted earlier could match
+         * (mbox.c M3), instead of posting R for the drain to match. */
+        coll_mbox_msg_t m;
+
+        if (coll_mbox_take(r->peer, r->group_id, r->g->digest, r->tag, &m)) {
+            coll_unlock();
+            st = coll_mbox_receive(r, &m, msg, sizeof(msg), 1);
+            coll_req_complete(r, st, st != TD_OK ? msg : NULL);
+            return TD_OK;
+        }
+    }
+    if (e == NULL) {
+        coll_posted_append_locked(r);
+        coll_unlock();
+        return TD_OK;
+    }
+    if (r->type == REQ_RECV_P2P) {
+        st = coll_p2p_fits(r, e->src, e->dtype, e->ndim, e->shape, e->nbytes,
+                           msg, sizeof(msg));
+        if (st != TD_OK) {
+            refuse_locked(e, r, st, msg);
+            return TD_OK;
+        }
+    } else if (e->nbytes != r->nbytes || !coll_desc_equal(&e->desc, r->desc)) {
+        coll_mismatch_text(msg, sizeof(msg), r->g->id, r->seq, e->src,
+                           coll_world_rank(), &e->desc, r->desc);
+        coll_unlock();
+        coll_group_fail(r->g, TD_ERR_INVALID, 1, r->seq, msg);
+        return TD_OK;
+    }
+    if (e->cma) {
+        take_offer_locked(e, r);
+        return TD_OK;
+    }
+    if (e->arrived) {
+        coll_ux_remove_locked(e);
+        coll_unlock();
+        deliver(e, r);
+        return TD_OK;
+    }
+    e->claim = r;          /* C2: coll_recv_unexp_done delivers it */
+    coll_unlock();
+    return TD_OK;
+}
+
+int
+coll_p2p_recv_fast(coll_req_t *r)
+{
+    coll_mbox_msg_t m;
+    double t_first = 0;
+
+    if (r->peer < 0 || r->nbytes > MBOX_BODY || !coll_mbox_from(r->peer)) {
+        return 0;
+    }
+    for (unsigned i = 0; !coll_mbox_ready(r->peer); i++) {
+        if ((i & 63) == 63 && coll_spin_over(&t_first, r->g)) {
+            return 0;
+        }
+        td_cpu_relax();
+    }
+    r->status = TD_OK;
+    r->err[0] = '\0';
+    coll_lock();
+    /* M10: only what coll_post_recv would have taken */
+    if (r->g->broken != TD_OK || coll_ux_find_locked(r) != NULL ||
+        coll_posted_p2p_from_locked(r) ||
+        !coll_mbox_take(r->peer, r->group_id, r->g->digest, r->tag, &m)) {
+        coll_unlock();
+        return 0;
+    }
+    coll_unlock();
+    r->status = coll_mbox_receive(r, &m, r->err, sizeof(r->err), 1);
+    coll_mbox_fast_count(0);
+    return 1;
+}

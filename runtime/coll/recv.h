@@ -1,0 +1,31 @@
+/* runtime/coll/recv.h: posting a receive and delivering what matched it
+ * (internal): against the unexpected list, straight from a sender's
+ * mailbox (mbox.c M3, M10), or posted for rx.c to match. Above every
+ * channel (matching, mailboxes, the transport's sending side, in-place
+ * reads); below rx.c, which completes receives through the callbacks
+ * here.
+ *
+ * Thread safety: all functions are thread-safe; none may be called with
+ * coll_lock held. */
+#ifndef TD_RUNTIME_COLL_RECV_H
+#define TD_RUNTIME_COLL_RECV_H
+
+#include "runtime/coll/match.h"
+#include "runtime/runtime.h"
+
+/* Post a receive (its fields filled by the caller; done/status set here):
+ * matched at once against unexpected messages, else when one arrives. */
+td_status_t coll_post_recv(coll_req_t *r);
+/* td_recv's fast path (mbox.c M10): R, a p2p receive from one rank of
+ * this host, taken straight from its sender's mailbox while this thread
+ * polls it: 1 done (R's status and err set), 0 not (use coll_post_recv). */
+int         coll_p2p_recv_fast(coll_req_t *r);
+/* The transport's completions (token holder, C1): the body of a message
+ * that matched posted receive ARG landed / of unexpected entry ARG
+ * landed. */
+void        coll_recv_matched_done(void *arg, td_status_t status, int src,
+                                   td_iov_t *bodies, size_t n_bodies);
+void        coll_recv_unexp_done(void *arg, td_status_t status, int src,
+                                 td_iov_t *bodies, size_t n_bodies);
+
+#endif /* TD_RUNTIME_COLL_RECV_H */

@@ -1,0 +1,247 @@
+/* run.c: one checked collective on this thread (run.h): its route, the
+ * choice of algorithm (the table in todist/coll.h) and the call under its
+ * sequence number and description (step.h, C5). */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/coll/run.h"
+#include "runtime/coll/allreduce.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/gather.h"
+#include "runtime/coll/nccl.h"
+#include "runtime/coll/shm.h"
+#include "runtime/coll/tree.h"
+#include "kernels/device.h"
+
+#define SMALL_BYTES (64u * 1024u)
+#define SHM_MAX     (4u << 20)    /* through a segment up to here (choose) */
+
+/* ---- the choice of algorithm ------------------------------------------------ */
+
+/* Through the transport: what auto picks without a shared segment. */
+static coll_algo_t
+choose_transport(coll_kind_t k, size_t bytes, size_t count, int n)
+{
+    switch (k) {
+    case COLL_ALL_REDUCE:
+        return bytes <= SMALL_BYTES || count < (size_t)n ? ALGO_RD
+                                                         : ALGO_RING;
+    case COLL_BROADCAST:
+    case COLL_REDUCE:
+        return ALGO_BINOMIAL;
+    case COLL_ALL_GATHER:
+        return bytes * (size_t)n <= SMALL_BYTES ? ALGO_DIRECT : ALGO_RING;
+    case COLL_REDUCE_SCATTER:
+        return bytes * (size_t)n <= SMALL_BYTES ? ALGO_DIRECT : ALGO_RING;
+    case COLL_GATHER:
+    case COLL_SCATTER:
+        return ALGO_LINEAR;
+    case COLL_ALL_TO_ALL:
+        return ALGO_PAIRWISE;
+    case COLL_BARRIER:
+    default:
+        return ALGO_DISSEMINATION;
+    }
+}
+
+/* The algorithm of a call: the same on every member given the same call
+ * (the segment's state is agreed, shm.c S1). */
+static coll_algo_t
+choose(const td_group_t *g, coll_kind_t k, size_t bytes, size_t count)
+{
+    coll_algo_t f = coll_algo_forced(k);
+
+    if (f != ALGO_AUTO) {
+        return f;
+    }
+    if (coll_shm_eligible(g) &&
+        (k == COLL_BARRIER ||
+         ((k == COLL_ALL_REDUCE || k == COLL_BROADCAST) && bytes <= SHM_MAX) ||
+         ((k == COLL_ALL_GATHER || k == COLL_REDUCE_SCATTER) &&
+          bytes * (size_t)g->n <= SHM_MAX))) {
+        return ALGO_SHM;
+    }
+    return choose_transport(k, bytes, count, g->n);
+}
+
+/* ---- running one ---------------------------------------------------------------- */
+
+static void *
+data(td_tensor_t *t)
+{
+    return t != NULL ? td_tensor_data(t) : NULL;
+}
+
+/* OP's description of the call A on G (everything but the algorithm);
+ * the per-rank element count in *COUNT. */
+static void
+describe(coll_op_t *op, td_group_t *g, const coll_args_t *a, size_t *count)
+{
+    td_tensor_t *per = NULL;      /* the per-rank tensor the count is of */
+
+    *count = 0;
+    switch (a->kind) {
+    case COLL_ALL_REDUCE:
+    case COLL_BROADCAST:
+    case COLL_REDUCE:
+    case COLL_SCATTER:
+    case COLL_REDUCE_SCATTER:
+        per = a->t;
+        break;
+    case COLL_ALL_GATHER:
+    case COLL_GATHER:
+    case COLL_ALL_TO_ALL:
+        per = a->in;
+        break;
+    default:
+        break;
+    }
+    if (per != NULL) {
+        *count = (size_t)td_tensor_numel(per);
+        if (a->kind == COLL_ALL_TO_ALL) {
+            *count /= (size_t)g->n;
+        }
+        op->desc.dtype = (uint8_t)td_tensor_dtype(per);
+    }
+    op->desc.kind = (uint8_t)a->kind;
+    op->desc.op = (uint8_t)a->op;
+    op->desc.root = a->kind == COLL_BROADCAST || a->kind == COLL_REDUCE ||
+                    a->kind == COLL_GATHER || a->kind == COLL_SCATTER
+                    ? a->root : -1;
+    op->desc.count = *count;
+}
+
+/* all_gather's list form: into one buffer, then copied out to each. */
+static td_status_t
+all_gather_list(coll_op_t *op, const coll_args_t *a, void *in, size_t bytes)
+{
+    int n = op->g->n;
+    void *list_buf = malloc((size_t)n * bytes + 1);
+    td_status_t st;
+
+    if (list_buf == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "coll: all_gather: out of memory "
+                        "for %zu bytes", (size_t)n * bytes);
+    }
+    st = op->algo == ALGO_SHM ? coll_all_gather_shm(op, list_buf, in, bytes)
+                              : coll_all_gather_run(op, list_buf, in, bytes);
+    for (int i = 0; st == TD_OK && i < n; i++) {
+        /* a plain memcpy for cpu outs; device outs are copied in */
+        st = td_device_memcpy(data(a->outs[i]), td_tensor_device(a->outs[i]),
+                              (char *)list_buf + (size_t)i * bytes, TD_CPU,
+                              bytes);
+        td_tensor_bump_version(a->outs[i]);
+    }
+    free(list_buf);
+    return st;
+}
+
+/* Run A's algorithm (op->algo) on host buffers (SG's copies or the
+ * tensors' data). */
+static td_status_t
+dispatch(coll_op_t *op, const coll_args_t *a, const coll_stage_t *sg,
+         size_t count, size_t bytes)
+{
+    int shm = op->algo == ALGO_SHM;
+    void *t = coll_stage_ptr(sg, a->t), *in = coll_stage_ptr(sg, a->in);
+
+    switch (a->kind) {
+    case COLL_ALL_REDUCE:
+        if (op->g->n == 1) {
+            return TD_OK;          /* AVG of one is itself */
+        }
+        return shm ? coll_all_reduce_shm(op, t, count)
+               : op->algo == ALGO_RING ? coll_all_reduce_ring(op, t, count)
+               : coll_all_reduce_rd(op, t, count);
+    case COLL_BROADCAST:
+        return shm ? coll_broadcast_shm(op, t, bytes)
+                   : coll_broadcast_run(op, t, bytes);
+    case COLL_REDUCE:
+        return coll_reduce_run(op, t, count);
+    case COLL_ALL_GATHER:
+        if (a->outs != NULL) {
+            return all_gather_list(op, a, in, bytes);
+        }
+        return shm ? coll_all_gather_shm(op, t, in, bytes)
+                   : coll_all_gather_run(op, t, in, bytes);
+    case COLL_GATHER:
+        return coll_gather_run(op, t, in, bytes);
+    case COLL_SCATTER:
+        return coll_scatter_run(op, t, in, bytes);
+    case COLL_REDUCE_SCATTER:
+        return shm ? coll_reduce_scatter_shm(op, t, in, count)
+                   : coll_reduce_scatter_run(op, t, in, count);
+    case COLL_ALL_TO_ALL:
+        return coll_all_to_all_run(op, t, in, bytes);
+    case COLL_BARRIER:
+        return shm ? coll_barrier_shm(op) : coll_barrier_run(op);
+    default:
+        return td_error(TD_ERR_INVALID, "coll: unknown collective %d",
+                        (int)a->kind);
+    }
+}
+
+td_status_t
+coll_run(td_group_t *g, const coll_args_t *a)
+{
+    coll_op_t op;
+    size_t count, bytes;
+    coll_stage_t sg;
+    coll_algo_t algo;
+    coll_route_t route = coll_device_route(g, a);
+    td_status_t st;
+
+    if (route == COLL_ROUTE_NCCL) {
+        st = coll_nccl_run(g, a);
+        if (st == TD_OK && a->t != NULL) {
+            td_tensor_bump_version(a->t);
+        }
+        return st;
+    }
+    /* device tensors not for NCCL: through host copies (nccl.h N1) */
+    memset(&sg, 0, sizeof(sg));
+    if (route == COLL_ROUTE_STAGED && (st = coll_stage_in(a, &sg)) != TD_OK) {
+        return st;
+    }
+    memset(&op, 0, sizeof(op));
+    op.g = g;
+    describe(&op, g, a, &count);
+    bytes = count * td_dtype_size((td_dtype_t)op.desc.dtype);
+    op.desc.algo = (uint8_t)choose(g, a->kind, bytes, count);
+    st = coll_op_begin(&op, coll_shm_announce);
+    if (st != TD_OK) {
+        coll_stage_free(&sg);
+        return st;
+    }
+    algo = (coll_algo_t)op.desc.algo;
+    if (algo == ALGO_SHM) {
+        /* The first shm call of G maps the segment on every member or on
+         * none; without it (or alone) the call runs what auto would have
+         * (S1). */
+        int usable = g->shm_state == SHM_ON;     /* (the common case) */
+
+        st = g->n > 1 && !usable ? coll_shm_attach(&op, &usable) : TD_OK;
+        if (st != TD_OK) {
+            coll_op_end(&op);
+            coll_stage_free(&sg);
+            return st;
+        }
+        if (!usable) {
+            algo = choose_transport(a->kind, bytes, count, g->n);
+        }
+    }
+    op.algo = algo;
+    st = dispatch(&op, a, &sg, count, bytes);
+    coll_op_end(&op);
+    if (st == TD_OK) {
+        st = coll_stage_out(&sg);        /* N1: only after success */
+    }
+    coll_stage_free(&sg);
+    if (st == TD_OK && a->t != NULL) {
+        td_tensor_bump_version(a->t);
+    }
+    return st;
+}

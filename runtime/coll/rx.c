@@ -1,0 +1,354 @@
+/* rx.c: the receive handler (rx.h): a decode, a check against the
+ * message's group, and one function per message type.
+ *
+ * Every message is one transport message: a 32-byte header (wire.h) and
+ * at most one body. A receive that is posted when its message arrives
+ * names its own buffer as the body's destination, so the body lands there
+ * (UCX rendezvous for large ones); one that arrives first waits in the
+ * unexpected list in a buffer the transport allocates, and is copied out
+ * when its receive is posted (recv.c). */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/coll/rx.h"
+#include "runtime/coll/cma.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/match.h"
+#include "runtime/coll/mbox.h"
+#include "runtime/coll/recv.h"
+#include "runtime/coll/tx.h"
+#include "runtime/coll/wire.h"
+#include "base/log.h"
+
+static uint64_t zero_body;   /* where 0-byte bodies of matched receives go */
+
+/* A group failure found under coll_lock, applied after it (C1). */
+typedef struct {
+    td_status_t code;
+    char        msg[COLL_ERR_MAX];
+    uint32_t    gid;
+    uint32_t    seq;
+    int         tell;
+} fail_t;
+
+/* By id: the group may be destroyed meanwhile (only read under the
+ * lock). */
+static void
+fail_apply(const fail_t *f)
+{
+    coll_group_fail_id(f->gid, f->code, f->tell, f->seq, f->msg);
+}
+
+/* Is message M from SRC for a group that takes it (coll_lock held)? 1
+ * yes (*G_P: its group, NULL when not made here yet); 0 dropped (C6,
+ * C11) or a digest mismatch (*F set); coll_lock is dropped then. */
+static int
+admit_locked(int src, const coll_wire_t *m, td_group_t **g_p, fail_t *f)
+{
+    td_group_t *g = coll_group_find_locked(m->gid);
+
+    *g_p = g;
+    if (g == NULL && coll_group_gone_locked(m->gid)) {
+        /* C11: a group made here and destroyed since (ids grow in the
+         * order td_group_new is called, the same on every rank) */
+        coll_unlock();
+        td_log_debug("coll: dropped a message from rank %d for group %u, "
+                     "destroyed here", src, m->gid);
+        return 0;
+    }
+    if (g != NULL && g->digest != m->digest) {
+        f->code = TD_ERR_INVALID;
+        snprintf(f->msg, sizeof(f->msg), "coll: group %u has different "
+                 "members on rank %d and rank %d (member digests %08x and "
+                 "%08x): every rank must call td_group_new with the same "
+                 "lists in the same order", m->gid, src, coll_world_rank(),
+                 m->digest, g->digest);
+        f->gid = m->gid;
+        f->seq = m->seq;
+        coll_unlock();
+        return 0;
+    }
+    if (g != NULL && (g->broken != TD_OK || g->of_world[src] < 0 ||
+                      g->me < 0)) {
+        coll_unlock();
+        return 0;                       /* C6: dropped */
+    }
+    return 1;
+}
+
+/* MSG_ABORT: a member failed group G (NULL: not made here yet, kept until
+ * it is, coll_group_register). */
+static void
+on_abort_locked(int src, const coll_wire_t *m, td_group_t *g)
+{
+    fail_t f = { .code = (td_status_t)(int32_t)m->tag };
+
+    if (g == NULL) {
+        coll_unexp_t *e = coll_ux_new_locked();
+
+        if (e != NULL && (e->text = strndup(m->text, m->text_len)) != NULL) {
+            e->type = MSG_ABORT;
+            e->group_id = m->gid;
+            e->seq = m->seq;
+            e->code = (int32_t)m->tag;
+            e->arrived = 1;
+            e->src = src;
+            coll_ux_append_locked(e);
+            e = NULL;
+        }
+        free(e);
+        coll_unlock();
+        return;
+    }
+    coll_unlock();
+    if (f.code >= TD_OK) {
+        f.code = TD_ERR_REMOTE;
+    }
+    snprintf(f.msg, sizeof(f.msg), "%.*s (reported by rank %d)",
+             (int)m->text_len, m->text, src);
+    f.gid = m->gid;
+    f.seq = m->seq;
+    fail_apply(&f);
+}
+
+/* MSG_CMA: the reader of our offer answered (C9). */
+static void
+on_cma_locked(int src, const coll_wire_t *m)
+{
+    coll_req_t *r = coll_posted_take_locked(MSG_CMA, m->gid, src, m->seq,
+                                            m->tag);
+
+    coll_unlock();
+    if (r != NULL) {
+        coll_cma_answered(r, src, m->word);
+    }
+}
+
+/* MSG_ACK: the receiver matched our p2p send (C2). */
+static void
+on_ack_locked(int src, const coll_wire_t *m)
+{
+    coll_req_t *r = coll_posted_take_locked(MSG_ACK, m->gid, src, m->seq, 0);
+
+    coll_unlock();
+    if (r != NULL) {
+        coll_ack_complete(r, src, (td_status_t)(int32_t)m->word, m->dtype,
+                          m->ndim, m->shape);
+    }
+}
+
+/* A P2P or COLL message offered in place matched R (C9, C10). */
+static void
+matched_offer(int src, const coll_wire_t *m, coll_req_t *r)
+{
+    r->from = src;
+    r->cma_pid = m->cma_pid;
+    r->cma_addr = m->cma_addr;
+    r->cma_token_addr = m->cma_token_addr;
+    r->cma_token = m->cma_token;
+    if (m->type == MSG_P2P) {
+        r->seq = m->seq;                /* the answer names it */
+        if (r->on_done != NULL) {
+            /* C10: an irecv posted earlier; nobody may be waiting for it:
+             * have the body sent. */
+            r->peer = src;
+            r->exact_seq = 1;
+            coll_post(r);
+            coll_cma_answer(src, r, 2);
+            return;
+        }
+    }
+    atomic_store(&r->cma_ready_a, 1);
+    coll_wake();
+}
+
+/* A P2P or COLL message matched posted receive R (taken, coll_lock
+ * held): checked, then its body lands in R's buffer. */
+static void
+matched_locked(td_transport_rx_t *rx, const coll_wire_t *m, coll_req_t *r)
+{
+    fail_t f = { .code = TD_OK };
+
+    if (m->type == MSG_P2P) {
+        f.code = coll_p2p_fits(r, rx->src, m->dtype, m->ndim, m->shape,
+                               m->nbytes, f.msg, sizeof(f.msg));
+    } else if (m->nbytes != r->nbytes) {
+        f.code = TD_ERR_PROTOCOL;
+        snprintf(f.msg, sizeof(f.msg), "coll: rank %d sent %" PRIu64
+                 " bytes for step %u of call #%u in group %u, rank %d "
+                 "expects %zu", rx->src, m->nbytes, m->tag, m->seq, m->gid,
+                 coll_world_rank(), r->nbytes);
+        f.gid = m->gid;
+        f.seq = m->seq;
+        f.tell = 1;
+    }
+    coll_unlock();
+    if (f.code != TD_OK) {
+        if (m->type == MSG_P2P) {
+            coll_send_ack(rx->src, m->gid, m->digest, m->seq, f.code,
+                          r->dtype, r->ndim, r->shape);
+            coll_req_complete(r, f.code, f.msg);     /* body dropped */
+            return;
+        }
+        coll_req_complete(r, f.code, f.msg);
+        fail_apply(&f);
+        return;
+    }
+    if (m->cma) {
+        matched_offer(rx->src, m, r);
+        return;
+    }
+    r->seq = m->seq;                    /* the ack names the sender's seq */
+    /* A 0-byte body still needs a buffer, or the transport would allocate
+     * one and hand it to us. */
+    rx->dest[0].buf = r->buf != NULL ? r->buf : (void *)&zero_body;
+    rx->dest[0].mem = TD_MEM_HOST;
+    rx->done = coll_recv_matched_done;
+    rx->done_arg = r;
+}
+
+/* A P2P or COLL message no receive is posted for: kept (C7) until one
+ * is (recv.c). */
+static void
+unexpected_locked(td_transport_rx_t *rx, const coll_wire_t *m)
+{
+    coll_unexp_t *e = coll_ux_new_locked();
+
+    if (e == NULL) {
+        size_t n = coll_ux_count_locked();
+
+        coll_unlock();
+        td_log_error("coll: dropped a message from rank %d (group %u): %zu "
+                     "unmatched messages queued already", rx->src, m->gid, n);
+        return;
+    }
+    e->type = m->type;
+    e->dtype = m->dtype;
+    e->ndim = m->ndim;
+    e->group_id = m->gid;
+    e->digest = m->digest;
+    e->seq = m->seq;
+    e->tag = m->tag;
+    e->src = rx->src;
+    e->nbytes = m->nbytes;
+    e->desc = m->desc;
+    memcpy(e->shape, m->shape, sizeof(m->shape));
+    if (m->cma) {
+        e->cma = 1;
+        e->arrived = 1;
+        e->cma_pid = m->cma_pid;
+        e->cma_addr = m->cma_addr;
+        e->cma_token_addr = m->cma_token_addr;
+        e->cma_token = m->cma_token;
+    }
+    coll_ux_append_locked(e);
+    coll_unlock();
+    if (!m->cma) {
+        rx->done = coll_recv_unexp_done;
+        rx->done_arg = e;
+    }
+}
+
+/* MSG_P2P or MSG_COLL: a body (or its offer). */
+static void
+on_body_locked(td_transport_rx_t *rx, const coll_wire_t *m, td_group_t *g)
+{
+    int resend = m->type == MSG_P2P && (m->flags & COLL_F_RESEND);
+    coll_req_t *r;
+
+    if (m->type == MSG_COLL && g != NULL &&
+        __atomic_load_n(&g->in_op, __ATOMIC_RELAXED) && g->cur_seq == m->seq &&
+        !coll_desc_equal(&m->desc, &g->cur_desc)) {
+        fail_t f = { .code = TD_ERR_INVALID, .gid = m->gid, .seq = m->seq,
+                     .tell = 1 };
+
+        coll_mismatch_text(f.msg, sizeof(f.msg), g->id, m->seq, rx->src,
+                           coll_world_rank(), &m->desc, &g->cur_desc);
+        coll_unlock();
+        fail_apply(&f);                 /* C5 */
+        return;
+    }
+    r = coll_posted_take_locked(resend ? MSG_P2P_RESEND : m->type, m->gid,
+                                rx->src, m->seq, m->tag);
+    if (r != NULL) {
+        matched_locked(rx, m, r);
+        return;
+    }
+    if (resend) {
+        /* C10: its receive was withdrawn (timeout, failure) meanwhile. */
+        coll_unlock();
+        td_log_debug("coll: dropped a resent body from rank %d (group %u, "
+                     "#%u): its receive is gone", rx->src, m->gid, m->seq);
+        return;
+    }
+    unexpected_locked(rx, m);
+}
+
+/* The transport's receive handler (token holder, C1). Every field is
+ * checked before use. */
+static void
+rx_handler(void *arg, td_transport_rx_t *rx)
+{
+    coll_wire_t m;
+    td_group_t *g;
+    fail_t f = { .code = TD_OK };
+
+    (void)arg;
+    if (coll_wire_parse(rx->header, rx->header_len, rx->n_bodies,
+                        rx->n_bodies > 0 ? rx->body_len[0] : 0, &m) != TD_OK) {
+        td_log_warn("coll: rejected a malformed message from rank %d (%zu "
+                    "header bytes)", rx->src, rx->header_len);
+        return;                         /* wire.c W1-W3 */
+    }
+    if (m.offer != NULL) {
+        coll_mbox_offered(rx->src, m.offer);
+    }
+    if (m.type == MSG_P2P || m.type == MSG_POKE) {
+        /* mbox.c M2: what the sender wrote into its mailbox before this
+         * message comes first. */
+        coll_mbox_drain(rx->src);
+        if (m.type == MSG_POKE) {
+            coll_mbox_poll();           /* acks, too */
+            coll_wake();
+            return;
+        }
+    }
+    coll_lock();
+    if (!admit_locked(rx->src, &m, &g, &f)) {
+        if (f.code != TD_OK) {
+            fail_apply(&f);
+        }
+        return;
+    }
+    switch (m.type) {
+    case MSG_ABORT:
+        on_abort_locked(rx->src, &m, g);
+        break;
+    case MSG_CMA:
+        on_cma_locked(rx->src, &m);
+        break;
+    case MSG_ACK:
+        on_ack_locked(rx->src, &m);
+        break;
+    default:                            /* MSG_P2P, MSG_COLL (W1) */
+        on_body_locked(rx, &m, g);
+        break;
+    }
+}
+
+td_status_t
+coll_rx_start(td_transport_t *tp)
+{
+    td_status_t st = td_transport_set_handler(tp, COLL_TRANSPORT_ID,
+                                              rx_handler, NULL);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    td_transport_set_kind(tp, COLL_TRANSPORT_ID, "coll");   /* TODIST_FAULT */
+    return TD_OK;
+}

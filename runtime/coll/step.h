@@ -1,0 +1,56 @@
+/* runtime/coll/step.h: the step interface the algorithms are written
+ * against (internal): one collective of one group (coll_op_t), its steps
+ * (isend, irecv, sendrecv, wait) addressed by group rank, its scratch,
+ * and the group's shape (g->n, g->me, g->ranks: match.h). Below the
+ * algorithms (allreduce.c, tree.c, gather.c, shm.c); above the receive
+ * path, the in-place channel and the wait.
+ *
+ * C8 Receives of a collective are posted under exact keys (group, seq,
+ *    step tag, source), so steps and operations never steal each other's
+ *    messages, whatever order they arrive in.
+ *
+ * Thread safety: an operation is driven by the one thread running it
+ * (work.c). */
+#ifndef TD_RUNTIME_COLL_STEP_H
+#define TD_RUNTIME_COLL_STEP_H
+
+#include "runtime/coll/match.h"
+
+/* The context an algorithm runs in: one collective of one group. */
+typedef struct {
+    td_group_t   *g;
+    coll_desc_t   desc;
+    coll_algo_t   algo;            /* what runs: desc.algo, or for "shm"
+                                    * without a segment, auto's choice */
+    uint32_t      seq;
+    double        deadline;        /* td_now_s; 0 through a mapped segment
+                                    * until its wait first reads the clock */
+    size_t        esize;           /* bytes per element */
+} coll_op_t;
+
+/* A collective starts on G (op->g, op->desc set): its sequence number and
+ * deadline, the description the receive path compares against, checked
+ * against what arrived already (C5), then ANNOUNCE(g, seq, desc) when
+ * not NULL (shm.c S4) before a mismatch fails the group. */
+td_status_t coll_op_begin(coll_op_t *op,
+                          void (*announce)(td_group_t *g, uint32_t seq,
+                                           const coll_desc_t *d));
+void        coll_op_end(coll_op_t *op);
+
+/* Post a receive of step TAG from group rank SRC into BUF. */
+td_status_t coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag,
+                       void *buf, size_t nbytes);
+/* Send step TAG to group rank DST (offered in place when large). */
+td_status_t coll_isend(coll_op_t *op, coll_req_t *r, int dst, uint32_t tag,
+                       const void *buf, size_t nbytes);
+/* An exchange: send to DST (-1: none), receive from SRC (-1 and no RBUF:
+ * none), waited for. */
+td_status_t coll_sendrecv(coll_op_t *op, int dst, const void *sbuf,
+                          size_t slen, int src, void *rbuf, size_t rlen,
+                          uint32_t tag);
+/* Wait for REQS[0..N) of the operation until its deadline (wait.h C4). */
+td_status_t coll_step_wait(coll_op_t *op, coll_req_t **reqs, int n);
+/* Scratch of at least LEN bytes owned by G's running operation. */
+void       *coll_scratch(td_group_t *g, size_t len);
+
+#endif /* TD_RUNTIME_COLL_STEP_H */

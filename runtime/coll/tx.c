@@ -1,0 +1,131 @@
+/* tx.c: messages out through the transport, and group failure with its
+ * aborts (tx.h; C1). */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "runtime/coll/tx.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/mbox.h"
+#include "runtime/coll/wire.h"
+#include "base/log.h"
+
+static void
+send_done(void *arg, td_status_t status)
+{
+    coll_req_t *r = arg;
+    char msg[COLL_ERR_MAX];
+
+    if (status != TD_OK) {
+        snprintf(msg, sizeof(msg), "coll: send to rank %d failed: %s",
+                 r->peer, status == TD_ERR_PEER ? "the rank died" :
+                 td_strerror(status));
+    }
+    coll_req_complete(r, status, status != TD_OK ? msg : NULL);
+}
+
+td_status_t
+coll_post_send(coll_req_t *r, int dst, const uint8_t *hdr, size_t hdr_len)
+{
+    td_iov_t iov = { r->buf, r->nbytes, TD_MEM_HOST };
+    td_status_t st;
+
+    atomic_store(&r->done, 0);
+    r->status = TD_OK;
+    r->err[0] = '\0';
+    r->peer = dst;
+    atomic_store(&r->pending, r->type == REQ_SEND_P2P ? 2 : 1);
+    if (r->type == REQ_SEND_P2P) {
+        /* In the ack list before the message leaves: the ack may come
+         * before td_transport_send returns. */
+        coll_post(r);
+    }
+    st = td_transport_send(coll_transport(), dst, COLL_TRANSPORT_ID, hdr,
+                           hdr_len, &iov, 1, send_done, r);
+    if (st != TD_OK) {
+        if (r->type == REQ_SEND_P2P) {
+            coll_unpost(r);
+        }
+        atomic_store(&r->done, 1);
+        r->status = st;
+        snprintf(r->err, sizeof(r->err), "%s", td_last_error());
+        return st;
+    }
+    return TD_OK;
+}
+
+td_status_t
+coll_tx_send_body(coll_req_t *r, int dst)
+{
+    td_iov_t iov = { r->buf, r->nbytes, TD_MEM_HOST };
+
+    return td_transport_send(coll_transport(), dst, COLL_TRANSPORT_ID,
+                             r->hdr, r->hdr_len, &iov, 1, send_done, r);
+}
+
+td_status_t
+coll_tx_send_hdr(int dst, const uint8_t *h, size_t len)
+{
+    return td_transport_send(coll_transport(), dst, COLL_TRANSPORT_ID, h,
+                             len, NULL, 0, NULL, NULL);
+}
+
+void
+coll_send_ack(int dst, uint32_t gid, uint32_t digest, uint32_t seq,
+              td_status_t status, uint8_t dtype, int ndim,
+              const int64_t *shape)
+{
+    uint8_t h[COLL_HDR_MAX];
+    size_t len, offer;
+
+    len = coll_wire_ack(h, gid, digest, seq, status, dtype, ndim, shape);
+    /* The first ack to a sender offers our inbox (mbox.c). */
+    offer = coll_mbox_offer(dst, h + len);
+    if (offer > 0) {
+        h[COLL_FLAGS_AT] = COLL_F_MBOX;
+        len += offer;
+    }
+    if (coll_tx_send_hdr(dst, h, len) != TD_OK) {
+        td_log_debug("coll: ack to rank %d not sent: %s", dst,
+                     td_last_error());
+    }
+}
+
+static void
+group_fail(td_group_t *g, uint32_t gid, td_status_t code, int tell,
+           uint32_t seq, const char *msg)
+{
+    uint8_t h[COLL_WIRE_BYTES + 2 + COLL_ERR_MAX];
+    td_transport_t *tp = coll_transport();
+    int *dst = NULL, n_dst = 0;
+    uint32_t digest = 0;
+    size_t hlen;
+
+    if (!coll_group_fail_local(g, gid, code, msg, tell ? &dst : NULL, &n_dst,
+                               &gid, &digest)) {
+        return;
+    }
+    hlen = coll_wire_abort(h, gid, digest, seq, code, msg);
+    for (int i = 0; i < n_dst; i++) {
+        if (td_transport_peer_alive(tp, dst[i])) {
+            coll_tx_send_hdr(dst[i], h, hlen);
+        }
+    }
+    coll_wake();
+    free(dst);
+}
+
+void
+coll_group_fail(td_group_t *g, td_status_t code, int tell, uint32_t seq,
+                const char *msg)
+{
+    group_fail(g, 0, code, tell, seq, msg);
+}
+
+void
+coll_group_fail_id(uint32_t gid, td_status_t code, int tell, uint32_t seq,
+                   const char *msg)
+{
+    group_fail(NULL, gid, code, tell, seq, msg);
+}

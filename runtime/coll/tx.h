@@ -1,0 +1,43 @@
+/* runtime/coll/tx.h: the transport channel's sending side (internal):
+ * messages out through td_transport_send (bodies, acks, answers to
+ * offers, aborts) and the failure of a group that tells its members.
+ * Above the matching and the mailboxes (an ack offers our inbox).
+ *
+ * C1 Receive callbacks and send completions run on the transport's token
+ *    holder; they take coll_lock only briefly and never call
+ *    td_transport_send while holding it (a direct send may complete, and
+ *    call back, on the sending thread): nothing here is called with
+ *    coll_lock held (match.h L4).
+ *
+ * Thread safety: all functions are thread-safe; none may be called with
+ * coll_lock held. */
+#ifndef TD_RUNTIME_COLL_TX_H
+#define TD_RUNTIME_COLL_TX_H
+
+#include "runtime/coll/match.h"
+
+/* Send HDR (its header bytes) and R's body to world rank DST as R
+ * (R->pending is set: 1, or 2 for a p2p send that also waits for its
+ * ack, posted before the message leaves). */
+td_status_t coll_post_send(coll_req_t *r, int dst, const uint8_t *hdr,
+                           size_t hdr_len);
+/* Send R's header (r->hdr) and body to DST again, completing R by the
+ * transport's completion (R's pending and posting are the caller's). */
+td_status_t coll_tx_send_body(coll_req_t *r, int dst);
+/* A header with no body, nothing to complete. */
+td_status_t coll_tx_send_hdr(int dst, const uint8_t *h, size_t len);
+/* The ack of p2p message SEQ of group GID (DIGEST) to DST: STATUS and our
+ * shape; the first ack to a sender offers our inbox (mbox.c). */
+void        coll_send_ack(int dst, uint32_t gid, uint32_t digest,
+                          uint32_t seq, td_status_t status, uint8_t dtype,
+                          int ndim, const int64_t *shape);
+/* Mark G broken with CODE and MSG (the first failure wins, C6) and fail
+ * its posted receives; TELL: send MSG_ABORT(SEQ) to every other member. */
+void        coll_group_fail(td_group_t *g, td_status_t code, int tell,
+                            uint32_t seq, const char *msg);
+/* The same for the group with id GID if it is still registered (transport
+ * callbacks: the group may be destroyed meanwhile). */
+void        coll_group_fail_id(uint32_t gid, td_status_t code, int tell,
+                               uint32_t seq, const char *msg);
+
+#endif /* TD_RUNTIME_COLL_TX_H */

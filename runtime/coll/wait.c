@@ -1,0 +1,330 @@
+/* wait.c: waiting for requests (wait.h, C4). */
+#include "config.h"
+
+#include <stdio.h>
+
+#include "runtime/coll/wait.h"
+#include "runtime/coll/cma.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/mbox.h"
+#include "runtime/coll/tx.h"
+#include "base/clock.h"
+#include "base/cpu.h"
+
+#define SPIN_S 0.002       /* drive this long before sleeping */
+
+static void (*group_check)(td_group_t *g);
+
+void
+coll_wait_set_group_check(void (*check)(td_group_t *g))
+{
+    group_check = check;
+}
+
+typedef struct {
+    coll_req_t **reqs;
+    int          n;
+    td_group_t  *g;
+    double       spin;       /* drive this long after the last completion */
+} wait_t;
+
+static int
+all_done(const wait_t *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        if (w->reqs[i] != NULL &&
+            !atomic_load_explicit(&w->reqs[i]->done, memory_order_acquire)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Receives whose bodies wait to be read in place (C9). */
+static int
+cma_pending(const wait_t *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        if (w->reqs[i] != NULL &&
+            atomic_load_explicit(&w->reqs[i]->cma_ready_a,
+                                 memory_order_acquire)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void
+cma_service(const wait_t *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        coll_req_t *r = w->reqs[i];
+
+        if (r != NULL && atomic_exchange(&r->cma_ready_a, 0)) {
+            coll_cma_read(r);
+        }
+    }
+}
+
+/* Is W's wait over (or has it work to do)? No polling: callable under
+ * the waiters' lock. */
+static int
+wait_check(const void *arg)
+{
+    const wait_t *w = arg;
+
+    return all_done(w) || cma_pending(w) ||
+           (w->g != NULL &&
+            __atomic_load_n(&w->g->broken, __ATOMIC_RELAXED) != TD_OK) ||
+           coll_stopped();
+}
+
+/* The transport's predicate while we drive: mailboxes are polled here. */
+static int
+wait_pred(void *arg)
+{
+    const wait_t *w = arg;
+
+    if (all_done(w)) {
+        return 1;
+    }
+    coll_mbox_poll();
+    return wait_check(w);
+}
+
+/* Drive or sleep until PRED holds or UNTIL (td_now_s) passes. */
+static void
+wait_some(wait_t *w, double until, double t0)
+{
+    td_transport_t *tp = coll_transport();
+    double now = td_now_s();
+    td_status_t st;
+    int sleep_cookie;
+
+    if (now - t0 < w->spin) {
+        double max = t0 + w->spin - now;
+
+        if (until > 0 && until - now < max) {
+            max = until - now;
+        }
+        st = td_transport_drive(tp, wait_pred, w, max);
+        if (st == TD_OK || st == TD_ERR_TIMEOUT) {
+            return;
+        }
+    }
+    /* Another thread drives, or we waited long: sleep until a completion
+     * wakes us (the progress thread delivers), then drive a little.
+     * Mailbox writers poke us once told (mbox.c M5). */
+    sleep_cookie = coll_mbox_sleep_begin();
+    coll_mbox_poll();
+    coll_sleep(wait_check, w, sleep_cookie != 0 ? MBOX_RECHECK_S : 0,
+               coll_mbox_poll);
+    if (!wait_pred(w)) {
+        td_transport_drive(tp, wait_pred, w, 50e-6);
+    }
+    /* (still announced while it drives: a mailbox writer pokes then,
+     * harmlessly, and so the whole slow path is covered) */
+    coll_mbox_sleep_end(sleep_cookie);
+}
+
+/* Take the not-yet-matched requests of W off the posted list and
+ * complete them with CODE/MSG (C4). */
+static void
+withdraw(wait_t *w, td_status_t code, const char *msg)
+{
+    for (int i = 0; i < w->n; i++) {
+        coll_req_t *r = w->reqs[i];
+
+        if (r != NULL && !atomic_load(&r->done) && coll_unpost(r)) {
+            coll_req_complete(r, code, msg);
+        }
+    }
+}
+
+/* "1, 3" for the ranks W's unfinished receives wait for. */
+static void
+missing_ranks(const wait_t *w, char *s, size_t len)
+{
+    size_t n = 0;
+
+    s[0] = '\0';
+    for (int i = 0; i < w->n && n < len; i++) {
+        const coll_req_t *r = w->reqs[i];
+
+        if (r != NULL && !atomic_load(&r->done)) {
+            int dup = 0;
+
+            for (int j = 0; j < i; j++) {
+                dup |= w->reqs[j] != NULL && !atomic_load(&w->reqs[j]->done) &&
+                       w->reqs[j]->peer == r->peer;
+            }
+            if (!dup) {
+                int k = snprintf(s + n, len - n, "%s%d", n ? ", " : "",
+                                 r->peer);
+                n += k > 0 ? (size_t)k : 0;
+            }
+        }
+    }
+}
+
+/* A point-to-point wait whose every answer comes through a mailbox: poll
+ * the mailboxes alone for a moment before driving the transport (a peer
+ * on this host waiting too answers within a microsecond or two). The
+ * clock is read only once that takes long. */
+static void
+wait_mbox_spin(wait_t *w)
+{
+    double t_first = 0;
+    int what = 0;
+
+    /* Only what these requests wait for: a td_send's wait leaving the
+     * reply in the mailbox lets the td_recv that follows match it
+     * straight from there, not through the unexpected list. */
+    for (int i = 0; i < w->n; i++) {
+        const coll_req_t *r = w->reqs[i];
+
+        if (r == NULL || atomic_load(&r->done)) {
+            continue;
+        }
+        /* only when each answer comes through a mailbox: a message over
+         * the network needs the transport driven at once */
+        if ((r->type == REQ_SEND_P2P && atomic_load(&r->tp_counted)) ||
+            r->nbytes > MBOX_BODY || r->peer < 0 ||
+            !coll_mbox_local(r->peer)) {
+            return;
+        }
+        what |= r->type == REQ_SEND_P2P ? MBOX_POLL_ACKS : MBOX_POLL_IN;
+    }
+    for (unsigned i = 0; what != 0 && !all_done(w); i++) {
+        coll_mbox_poll_some(what);
+        if ((i & 63) == 63 && coll_spin_over(&t_first, NULL)) {
+            break;
+        }
+        td_cpu_relax();
+    }
+}
+
+/* Why W (of group G) must stop now, into MSG: TD_OK (go on), or the
+ * failure. A collective's timeout breaks G and tells every member. */
+static td_status_t
+wait_verdict(wait_t *w, td_group_t *g, int is_coll, double now,
+             double deadline, char *msg, size_t len)
+{
+    td_status_t st = TD_OK;
+
+    if (coll_stopped()) {
+        st = TD_ERR_CANCELED;
+        snprintf(msg, len, "coll: the runtime shut down with this operation "
+                 "pending");
+    } else if (g != NULL &&
+               __atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
+        coll_lock();
+        st = g->broken;
+        snprintf(msg, len, "%s", g->broken_msg);
+        coll_unlock();
+    } else if (deadline > 0 && now > deadline) {
+        char who[128];
+
+        missing_ranks(w, who, sizeof(who));
+        st = TD_ERR_TIMEOUT;
+        snprintf(msg, len, "coll: %s timed out after %.1f s on rank %d "
+                 "waiting for rank(s) %s", is_coll ?
+                 coll_kind_name(g->cur_desc.kind) : "point-to-point",
+                 coll_timeout(), coll_world_rank(), who[0] ? who :
+                 "(none: sends in flight)");
+        if (is_coll) {
+            /* Told to every member: a late one must not go on as if the
+             * call had worked (C6). */
+            coll_group_fail(g, st, 1, g->cur_seq, msg);
+        }
+    }
+    return st;
+}
+
+td_status_t
+coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
+             int is_coll, double give_up)
+{
+    wait_t w = { reqs, n, g, SPIN_S };
+    double t0, t_spin;
+    unsigned long seen = coll_completions();
+    char msg[COLL_ERR_MAX];
+    size_t bytes = 0;
+
+    /* Large bodies move only while some thread drives the worker (the
+     * progress thread sleeps between events): keep driving for as long as
+     * the bytes need at 1 GB/s, and after every completion, before
+     * sleeping. */
+    for (int i = 0; i < n; i++) {
+        bytes += reqs[i] != NULL ? reqs[i]->nbytes : 0;
+    }
+    w.spin += (double)bytes * 1e-9;
+
+    if (td_transport_on_progress_thread(coll_transport())) {
+        withdraw(&w, TD_ERR_STATE, "coll: waited for inside a transport "
+                 "callback");
+        /* Cannot drive from here: leave what is in flight to finish. */
+        return td_error(TD_ERR_STATE, "coll: a wait inside a transport "
+                        "callback would deadlock");
+    }
+    if (!is_coll && coll_mbox_active()) {
+        wait_mbox_spin(&w);
+    }
+    t0 = all_done(&w) ? 0 : td_now_s();     /* (done: no clock read) */
+    t_spin = t0;
+    if (deadline < 0) {
+        deadline = t0 + coll_timeout();
+    }
+    while (!all_done(&w)) {
+        double now, until = deadline;
+        unsigned long c;
+        td_status_t st;
+
+        if (is_coll && g != NULL && g->shm != NULL && group_check != NULL) {
+            /* a member waiting in the segment for another call (shm.c
+             * S4) fails the group here; the verdict below reports it */
+            group_check(g);
+        }
+        cma_service(&w);
+        if (all_done(&w)) {
+            break;
+        }
+        now = td_now_s();
+        if (give_up > 0 && now > give_up && !coll_stopped() &&
+            (g == NULL ||
+             __atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) == TD_OK)) {
+            return td_error(TD_ERR_TIMEOUT, "coll: wait timed out after %.3f "
+                            "s (the operation goes on)", now - t0);
+        }
+        st = wait_verdict(&w, g, is_coll, now, deadline, msg, sizeof(msg));
+        if (st != TD_OK) {
+            withdraw(&w, st, msg);
+            while (!all_done(&w)) {       /* C4: bodies in flight land */
+                cma_service(&w);
+                wait_some(&w, td_now_s() + 0.01, 0);
+            }
+            break;
+        }
+        if (give_up > 0 && (until <= 0 || give_up < until)) {
+            until = give_up;
+        }
+        c = coll_completions();
+        if (c != seen) {
+            seen = c;
+            t_spin = td_now_s();
+        }
+        wait_some(&w, until, t_spin);
+    }
+    for (int i = 0; i < n; i++) {
+        if (reqs[i] != NULL && reqs[i]->status != TD_OK) {
+            return td_error(reqs[i]->status, "%s", reqs[i]->err);
+        }
+    }
+    return TD_OK;
+}
+
+td_status_t
+coll_wait(td_group_t *g, coll_req_t **reqs, int n, double deadline)
+{
+    return coll_wait_ex(g, reqs, n, deadline, 1, 0);
+}

@@ -1,0 +1,34 @@
+/* runtime/coll/wait.h: waiting for requests (internal): drives the
+ * transport, polls the mailboxes, reads offered bodies in place on the
+ * waiting thread (cma.h C9), sleeps when another thread drives, and fails
+ * what is still pending at the deadline. Above every channel.
+ *
+ * C4 coll_wait returns only when every request it was given is done: on
+ *    failure it withdraws what is still posted and waits for bodies in
+ *    flight, so no callback writes a stack request or buffer later.
+ *
+ * Thread safety: any thread but the transport's progress thread, with no
+ * lock held. */
+#ifndef TD_RUNTIME_COLL_WAIT_H
+#define TD_RUNTIME_COLL_WAIT_H
+
+#include "runtime/coll/match.h"
+
+/* Wait for REQS[0..N) (NULL entries skipped) until DEADLINE (td_now_s
+ * clock; <= 0: none). On a failure of G (dead member, mismatch, timeout)
+ * the receives are withdrawn, the sends waited for, and the first error
+ * returned with its message recorded. */
+td_status_t coll_wait(td_group_t *g, coll_req_t **reqs, int n,
+                      double deadline);
+/* coll_wait for one point-to-point operation (IS_COLL 0: a timeout fails
+ * only these requests) or a collective (1: it breaks G); GIVE_UP > 0: the
+ * caller stops waiting then (TD_ERR_TIMEOUT) and the operation goes on.
+ * DEADLINE < 0: coll_timeout() after the wait begins. */
+td_status_t coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n,
+                         double deadline, int is_coll, double give_up);
+/* A check of G's running call that a layer above keeps (shm.c: a member
+ * announced another call in the segment, S4), asked while a collective
+ * of G with a segment waits; it fails G itself. */
+void        coll_wait_set_group_check(void (*check)(td_group_t *g));
+
+#endif /* TD_RUNTIME_COLL_WAIT_H */
