@@ -155,7 +155,10 @@ def _caller_waits():
     torch.distributed function (it hands the work to Python code), else
     None (C++, DDP's reducer say: its frame is some unrelated one). Frame
     0 is this function, 1 the ProcessGroup method, 2 the method's caller."""
-    f = sys._getframe(2)
+    try:
+        f = sys._getframe(2)
+    except ValueError:          # called from a thread with no Python above
+        return None
     if f.f_globals.get("__name__") != _C10D:
         return None
     name = f.f_code.co_name
