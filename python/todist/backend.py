@@ -56,13 +56,19 @@ if hasattr(_R, "AVG"):
 # The same by the op's enum (ReduceOp.op, a RedOpType): one dict lookup
 # where == on ReduceOp objects costs a microsecond each.
 try:
-    _OP_BY_TYPE = {r.op: code for r, code in _OPS}
+    _OP_BY_VALUE = {r.op.value: code for r, code in _OPS}
 except (AttributeError, TypeError):
-    _OP_BY_TYPE = {}
+    _OP_BY_VALUE = {}
+# By identity of torch's own ReduceOp objects (class attributes, alive for
+# good), as torch.distributed's functions receive them: no call at all.
+_OP_BY_ID = {id(r): code for r, code in _OPS}
 
 # ---- tensors ---------------------------------------------------------------
 
-# td tensors over torch memory, by (address, bytes, dtype). A td tensor is
+# td tensors over torch memory, by (address, elements, torch dtype) for
+# todist's own dtypes and (address, bytes, None) for others moved as bytes
+# (only the slow path looks those up, after refusing them to reductions).
+# Only CPU tensors enter (CUDA addresses never equal host ones). A td tensor is
 # only a descriptor of the address (no deleter), so reusing it for a new
 # torch tensor at the same address is exact; collectives in flight retain
 # their own reference, so dropping the cache is always safe.
@@ -70,11 +76,7 @@ _CACHE_MAX = 1024
 _cache = {}
 
 
-def _blob(ptr, count, tdtype):
-    key = (ptr, count, tdtype)
-    h = _cache.get(key)
-    if h is not None:
-        return h
+def _blob(ptr, count, tdtype, key):
     out = ctypes.c_void_p()
     shape = ctypes.c_int64(count)
     _lib.check(_lib.td_tensor_from_blob(ptr or None, ctypes.byref(shape), 1,
@@ -98,16 +100,22 @@ def _cache_clear():
 def _wrap(t, what, reduce):
     """The td tensor over contiguous CPU tensor T. Reductions need one of
     todist's dtypes; data movement takes any dtype as its bytes."""
+    key = (t.data_ptr(), t.numel(), t.dtype)
+    h = _cache.get(key)
+    if h is not None:
+        return h
     if t.device.type != "cpu":
         raise RuntimeError("todist: %s: the todist backend takes CPU tensors, "
                            "got one on %s" % (what, t.device))
     tdtype = _DTYPES.get(t.dtype)
     if tdtype is not None:
-        return _blob(t.data_ptr(), t.numel(), tdtype)
+        return _blob(key[0], key[1], tdtype, key)
     if reduce:
         raise RuntimeError("todist: %s of dtype %s is not supported (float32, "
                            "float64, int32, int64, uint8)" % (what, t.dtype))
-    return _blob(t.data_ptr(), t.numel() * t.element_size(), _lib.TD_UINT8)
+    nbytes = t.numel() * t.element_size()
+    return _cache.get((key[0], nbytes, None)) or \
+        _blob(key[0], nbytes, _lib.TD_UINT8, (key[0], nbytes, None))
 
 
 def _contig(t, posts):
@@ -123,7 +131,7 @@ def _contig(t, posts):
 def _op(opts, what):
     op = opts.reduceOp
     try:
-        return _OP_BY_TYPE[op.op]
+        return _OP_BY_VALUE[op.op.value]
     except (AttributeError, KeyError, TypeError):
         pass
     for r, code in _OPS:
@@ -164,12 +172,17 @@ def _caller_waits():
     name = f.f_code.co_name
     if name in _WAITS_AT_ONCE:
         return SYNC
-    if name in _ASYNC_OP and f.f_locals.get("async_op", True) is False:
-        return SYNC
+    if name in _ASYNC_OP:
+        loc = f.f_locals
+        _caller.op = loc.get("op")
+        if loc.get("async_op", True) is False:
+            return SYNC
     return PYTHON
 
 
 SYNC, PYTHON = 1, 2
+# The caller's `op` argument, seen by _caller_waits (per thread).
+_caller = threading.local()
 
 
 # ---- works -----------------------------------------------------------------
@@ -393,10 +406,13 @@ class ProcessGroupTodist(dist.ProcessGroup):
     # -- collectives ---------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
+        _caller.op = None
         sync = _caller_waits()
         t = _one(tensors, "all_reduce")
-        op = _op(opts if opts is not None else _c10d.AllreduceOptions(),
-                 "all_reduce")
+        op = _OP_BY_ID.get(id(_caller.op))
+        if op is None:
+            op = _op(opts if opts is not None else _c10d.AllreduceOptions(),
+                     "all_reduce")
         posts = []
         c = _contig(t, posts)
         h = _wrap(c, "all_reduce", True)
