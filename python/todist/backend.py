@@ -152,17 +152,23 @@ def _one(tensors, what):
 _C10D = dist.distributed_c10d.__name__
 _WAITS_AT_ONCE = {"send", "recv"}
 _ASYNC_OP = {"all_reduce", "broadcast", "reduce", "all_gather",
-             "_all_gather_base", "all_gather_into_tensor", "gather", "scatter",
-             "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor",
-             "all_to_all", "all_to_all_single", "barrier"}
+             "_all_gather_base", "all_gather_into_tensor", "all_gather_single",
+             "gather", "gather_single", "scatter", "reduce_scatter",
+             "_reduce_scatter_base", "reduce_scatter_tensor",
+             "reduce_scatter_single", "all_to_all", "all_to_all_single",
+             "barrier"}
 
 
-def _caller_waits():
+def _caller_waits(opts=None):
     """SYNC when our caller is a torch.distributed function that waits on
     the returned work at once (B1), PYTHON when it is another
     torch.distributed function (it hands the work to Python code), else
     None (C++, DDP's reducer say: its frame is some unrelated one). Frame
-    0 is this function, 1 the ProcessGroup method, 2 the method's caller."""
+    0 is this function, 1 the ProcessGroup method, 2 the method's caller.
+    torch >= 2.x says it in the options (asyncOp, True by default, so C++
+    callers stay asynchronous)."""
+    if getattr(opts, "asyncOp", None) is False:
+        return SYNC
     try:
         f = sys._getframe(2)
     except ValueError:          # called from a thread with no Python above
@@ -229,9 +235,16 @@ class _FutureWork(_c10d.Work):
     error (torch 1.13's work over a future swallows it; its C++ callers read
     the future's value, which raises)."""
 
-    def __init__(self, fut):
+    def __init__(self, op):
         super().__init__()
-        self._fut = fut
+        self._op = op
+        self._fut = op.fut
+
+    def source_rank(self):
+        self.wait()
+        return self._op.source
+
+    _source_rank = source_rank
 
     def wait(self, timeout=None):
         self._fut.wait()            # raises the RuntimeError set by finish
@@ -263,9 +276,12 @@ class _Pending:
     """An operation in flight over todist work handle HANDLE (B2): what
     the completion thread needs to finish it. Only that thread touches it
     after creation, so it needs no lock."""
-    __slots__ = ("handle", "keep", "posts", "result", "what", "fut")
+    __slots__ = ("handle", "keep", "posts", "result", "what", "fut", "recv",
+                 "source")
 
-    def __init__(self, handle, keep, posts, result, what):
+    def __init__(self, handle, keep, posts, result, what, recv=False):
+        self.recv = recv            # a receive: note the sender
+        self.source = -1
         self.handle = handle
         self.keep = keep            # the torch tensors todist reads/writes
         self.posts = posts          # copies back, run on success
@@ -277,6 +293,10 @@ class _Pending:
         """Complete the future with STATUS (a td_status_t) and drop the
         handle; on the completion thread only."""
         msg = None
+        if status == _lib.TD_OK and self.recv:
+            src = ctypes.c_int(-1)
+            if _lib.td_work_source(self.handle, ctypes.byref(src)) == 0:
+                self.source = src.value
         if status == _lib.TD_OK:
             try:
                 for p in self.posts:
@@ -397,17 +417,17 @@ class ProcessGroupTodist(dist.ProcessGroup):
             return _Done(result, src.value)
         w = ctypes.c_void_p()
         _lib.check(issue(*args, ctypes.byref(w)), what)
-        op = _Pending(w.value, keep, posts, result, what)
+        op = _Pending(w.value, keep, posts, result, what, recv)
         _completer.add(op)
         if sync == PYTHON:
-            return _FutureWork(op.fut)
+            return _FutureWork(op)
         return _c10d._create_work_from_future(op.fut)
 
     # -- collectives ---------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
         _caller.op = None
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         t = _one(tensors, "all_reduce")
         op = _OP_BY_ID.get(id(_caller.op))
         if op is None:
@@ -421,7 +441,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         posts, tensors)
 
     def broadcast(self, tensors, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         t = _one(tensors, "broadcast")
         root = opts.rootRank if opts is not None else 0
         posts = []
@@ -432,7 +452,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         posts, tensors)
 
     def reduce(self, tensors, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         t = _one(tensors, "reduce")
         op = _op(opts, "reduce")
         posts = []
@@ -442,7 +462,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (self._g, h, opts.rootRank, op), (c,), posts, tensors)
 
     def _allgather_base(self, output, input, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         posts = []
         ci = _contig(input, [])
         co = _contig(output, posts)
@@ -457,7 +477,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (co, ci), posts, [output])
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         outs = _one(output_tensors, "all_gather")
         t = _one(input_tensors, "all_gather")
         if len(outs) != self.size():
@@ -474,7 +494,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (flat, ci), posts, output_tensors)
 
     def gather(self, output_tensors, input_tensors, opts):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         t = _one(input_tensors, "gather")
         root = opts.rootRank
         ci = _contig(t, [])
@@ -490,7 +510,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (flat, ci), posts, output_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         t = _one(output_tensors, "scatter")
         root = opts.rootRank
         posts = []
@@ -505,7 +525,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (co, flat), posts, output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         op = _op(opts if opts is not None else _c10d.ReduceScatterOptions(),
                  "reduce_scatter")
         posts = []
@@ -518,7 +538,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (co, ci), posts, [output])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         op = _op(opts if opts is not None else _c10d.ReduceScatterOptions(),
                  "reduce_scatter")
         t = _one(output_tensors, "reduce_scatter")
@@ -534,7 +554,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
 
     def alltoall_base(self, output, input, output_split_sizes,
                       input_split_sizes, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         n = self.size()
         for s, t in ((output_split_sizes, output), (input_split_sizes, input)):
             if s and any(x != t.shape[0] // n for x in s):
@@ -550,7 +570,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (co, ci), posts, [output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         sizes = {t.numel() for t in list(output_tensors) + list(input_tensors)}
         if len(sizes) > 1:
             raise RuntimeError("todist: all_to_all with tensors of different "
@@ -567,9 +587,27 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (flat_out, flat_in), posts, output_tensors)
 
     def barrier(self, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         return self._go("barrier", sync, _lib.td_group_barrier,
                         _lib.td_group_barrier_async, (self._g,), (), [], [])
+
+    def gather_single(self, output, input, opts):
+        """torch >= 2.x's gather into one tensor (root: n x input)."""
+        sync = _caller_waits(opts)
+        root = opts.rootRank
+        ci = _contig(input, [])
+        posts, co, ho = [], None, None
+        if self.rank() == root:
+            co = _contig(output, posts)
+            ho = _wrap(co, "gather", False)
+        return self._go("gather", sync, _lib.td_gather, _lib.td_gather_async,
+                        (self._g, ho, _wrap(ci, "gather", False), root),
+                        (co, ci), posts, [output])
+
+    # torch >= 2.x's names of the single-tensor forms
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+    all_to_all_single = alltoall_base
 
     # -- point-to-point ------------------------------------------------------
 
