@@ -46,3 +46,4 @@ else
          "nccl: a large all_reduce is exact"
     like "$out" "rank 2: ok nccl: reduce_scatter SUM" "nccl: reduce_scatter"
 fi
+done_testing

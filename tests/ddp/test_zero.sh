@@ -22,3 +22,4 @@ for n in 1 2 3 4; do
     done
     [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -15)"
 done
+done_testing

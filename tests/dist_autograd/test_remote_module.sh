@@ -28,3 +28,4 @@ for c in $names; do
     fi
 done
 [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
+done_testing

@@ -64,3 +64,4 @@ like "$out" "rank 1: ok the half-received body was freed when its sender died" \
 like "$out" "rank 1: ok no handler ran for the unfinished call" \
      "no handler runs for a call whose body never arrived"
 if printf "%s\n" "$out" | grep FAIL >/dev/null; then diag "$out"; fi
+done_testing

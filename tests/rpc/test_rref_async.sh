@@ -60,3 +60,4 @@ expect "$out" parked_bound_refuses
 out=$(TODIST_RREF_MAX_PARKED=lots timeout -k 5 60 todist-run -n 1 "$PEER" 2>&1)
 like "$out" "TODIST_RREF_MAX_PARKED='lots' is not a count in 1\.\.16777216" \
     "a bad TODIST_RREF_MAX_PARKED fails td_init naming it"
+done_testing

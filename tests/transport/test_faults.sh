@@ -110,3 +110,4 @@ scenario "distributed backward" backward 14 \
 scenario "distributed optimizer" optim 14 \
     "drop:fn=todist.dist_optim:0.1,drop:fn=_td.dist:0.04,drop:reply:0.03,corrupt:call:0.02,seed=5" \
     TODIST_RPC_TIMEOUT=2 TODIST_DIST_BACKWARD_TIMEOUT=2
+done_testing

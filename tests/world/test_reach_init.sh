@@ -51,3 +51,4 @@ fi
 out=$(timeout -k 5 60 todist-run -n 2 "$PEER" barrier 2>&1)
 is "$?" 0 "a one-host job on loopback runs"
 unlike "$out" 'world: the job spans' "and does not warn"
+done_testing
