@@ -5,7 +5,9 @@
 # measured bubble of every stage (idle / step, idle = the step's wall time
 # less its forwards and backwards) against the schedule's theory, the
 # micro-batches in flight and the peak heap growth per stage; then S
-# stages x 2 replicas against S stages alone. REPS repetitions (min-max).
+# stages x 2 replicas against S stages alone; todist's RPC form
+# (examples/pipeline_rpc) and the split backward's own cost
+# (bench/pipeline_split). REPS repetitions (min-max).
 # The torch side (bench/pipeline_rpc_torch.py: the RPC tutorial's form on
 # torch 1.13, two remote shards, distributed autograd and optimizer) runs
 # in the same invocation where /usr/bin/python3 has torch.
@@ -34,6 +36,11 @@ for r in $(seq "$REPS"); do
         run "$sc" "$ST" --stages "$ST" --microbatches "$MI" --schedule "$sc"
     done
     run hybrid-1f1b $((2 * ST)) --stages "$ST" --replicas 2 --microbatches "$MI" --schedule 1f1b
+    # todist's RPC form: master + two remote-module shards (3 ranks)
+    todist-run -n 3 "$B/examples/pipeline_rpc" --layers "${LAYERS:-8}" \
+        --hidden "${HIDDEN:-512}" --batch-size "${BATCH:-64}" \
+        --microbatches "$MI" --steps "$STEPS" 2>&1 |
+        sed -n 's/^rpc_pipeline .*samples_per_s=\([0-9.]*\).*/rpc sps \1/p' >> "$out"
 done
 minmax() { awk '{ v = $1 + 0; if (NR == 1 || v < lo) lo = v; if (NR == 1 || v > hi) hi = v }
                 END { printf "%s-%s", lo, hi }'; }
@@ -51,6 +58,10 @@ for sc in gpipe 1f1b zb hybrid-1f1b; do
         echo "  stage $s: bubble $(f bubble | minmax) theory $(f theory | head -1) step_ms $(f step_ms | minmax) busy_ms $(f busy_ms | minmax) in_flight $(f peak_in_flight | minmax) peak_act_mib $(f peak_act_mib | minmax)"
     done
 done
+rps=$(awk '$1 == "rpc" { print $3 }' "$out")
+echo "todist rpc form (2 shards, 3 ranks): samples_per_s $(printf '%s\n' "$rps" | minmax) vs one rank x$(awk -v a="$(printf '%s\n' "$rps" | med)" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
+# the split backward's own cost, in one process (minima)
+"$B/bench/pipeline_split" 4 "${HIDDEN:-512}" $((${BATCH:-64} / MI)) 200
 if /usr/bin/python3 -c 'import torch.distributed.rpc' 2>/dev/null &&
    [ -f "$S/pipeline_rpc_torch.py" ]; then
     for r in $(seq "$REPS"); do

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "todist/init.h"
 #include "todist/store.h"
@@ -48,6 +49,7 @@ typedef struct {
     const void *addr;    /* the worker address inside it */
     size_t   len;
     uint64_t host;       /* its host id (hostmap.h), 0 unknown */
+    char     host_name[HOSTMAP_NAME_MAX];
 } addr_t;
 
 static struct {
@@ -119,7 +121,7 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
             addr_t *a = &rt.addrs[rank];
 
             status = hostmap_unpack(rank, v, len, &a->addr, &a->len,
-                                    &a->host);
+                                    &a->host, a->host_name);
             if (status == TD_OK) {
                 a->value = v;
             } else {
@@ -197,11 +199,50 @@ td_runtime_same_host(int rank)
     return same;
 }
 
+/* Transport's question (transport.h): is RANK, just connected, here? */
+static int
+same_host_cb(void *arg, int rank)
+{
+    int same;
+
+    pthread_mutex_lock(&rt.addr_lock);
+    same = rt.addrs[rank].value != NULL && rt.addrs[rank].host != 0 &&
+           rt.addrs[rank].host == hostmap_self();
+    pthread_mutex_unlock(&rt.addr_lock);
+    return same;
+}
+
+/* Say which host RANK was on and which ranks of this job (that this rank
+ * knows of) run there: a lost host takes all of them. Progress thread. */
+static void
+log_lost_host(int rank)
+{
+    char ranks[256] = "";
+    size_t used = 0;
+    const addr_t *a = &rt.addrs[rank];
+
+    pthread_mutex_lock(&rt.addr_lock);
+    for (int r = 0; a->value != NULL && a->host != 0 &&
+                    r < rt.world.world_size && used + 16 < sizeof(ranks); r++) {
+        if (rt.addrs[r].value != NULL && rt.addrs[r].host == a->host) {
+            used += (size_t)snprintf(ranks + used, sizeof(ranks) - used,
+                                     "%s%d", used ? " " : "", r);
+        }
+    }
+    if (a->value != NULL) {
+        td_log_error("runtime: lost rank %d on host %s (ranks there: %s)",
+                     rank, a->host_name[0] ? a->host_name : "?",
+                     ranks[0] ? ranks : "?");
+    }
+    pthread_mutex_unlock(&rt.addr_lock);
+}
+
 static void
 peer_failed_cb(void *arg, int rank, td_status_t why)
 {
     int none = -1;
 
+    log_lost_host(rank);
     /* Barriers and the join watch this to fail fast (progress thread). */
     __atomic_compare_exchange_n(&rt.dead_rank, &none, rank, false,
                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -519,6 +560,7 @@ td_init(const td_init_params_t *params)
     tpp.progress = (td_progress_mode_t)rt.params.progress;
     tpp.resolve = resolve_cb;
     tpp.peer_failed = peer_failed_cb;
+    tpp.same_host = same_host_cb;
     tpp.token = token;   /* keys the per-message job tags */
     status = td_transport_create(&tpp, &rt.tp);
     if (status != TD_OK) {
@@ -539,8 +581,13 @@ td_init(const td_init_params_t *params)
         goto err_modules;
     }
     td_transport_address(rt.tp, &addr, &addr_len);
-    status = hostmap_pack(addr, addr_len, hostmap_self(), &packed,
-                          &packed_len);
+    {
+        char name[HOSTMAP_NAME_MAX] = "";
+
+        gethostname(name, sizeof(name) - 1);
+        status = hostmap_pack(addr, addr_len, hostmap_self(), name, &packed,
+                              &packed_len);
+    }
     if (status != TD_OK) {
         goto err_modules;
     }

@@ -25,7 +25,26 @@
  * instead and drive progress itself (td_transport_drive), which saves the
  * two thread hand-offs of a round trip; a sending thread that finds it
  * free sends directly. While a driver is active the progress thread naps,
- * so the two never compete for a core. Callbacks run on the holder. */
+ * so the two never compete for a core. Callbacks run on the holder.
+ *
+ * Liveness between hosts (L1..L4). UCX notices a peer whose process died
+ * (its connection closes) but not one cut off by the network: TCP keeps
+ * retransmitting for minutes. So:
+ *  L1 A peer on another host (params.same_host says so when it is
+ *     connected) is watched; peers of this host are not (their death
+ *     closes the shared memory and sockets at once).
+ *  L2 Every message from a watched peer, of any kind, counts as a sign of
+ *     life (a counter bumped on receipt; the clock is read only at ticks,
+ *     every LIVE_TICK_NS at most, by the token holder).
+ *  L3 A watched peer quiet for a third of TODIST_LIVENESS (default 3 s) is
+ *     pinged (handler id LIVE_ID, transport-internal, not counted in the
+ *     join's sums): its token holder answers at once, whatever its
+ *     application threads do. Quiet for all of it, the peer is failed as
+ *     if UCX had reported it (ep_fail): pending sends fail, peer_failed
+ *     runs, its later sends fail at once.
+ *  L4 Ticks run from progress_once: after every wake-up of a sleeping
+ *     progress thread and every 16th round otherwise, so a tick is never
+ *     more than about 100 ms late (the sleeper's poll timeout). */
 #include "config.h"
 
 #include <errno.h>
@@ -47,6 +66,7 @@
 #include <ucp/api/ucp.h>
 
 #include "ucx_transport/transport.h"
+#include "ucx_transport/fault.h"
 #include "base/clock.h"
 #include "base/cpu.h"
 #include "base/byteorder.h"
@@ -61,6 +81,9 @@
 #define WIRE_MAX          (WIRE_FIXED + WIRE_BODY * TD_TRANSPORT_BODIES_MAX + \
                            TD_TRANSPORT_HEADER_MAX)
 #define BLOCK_POLL_MS     100         /* keepalive needs progress now and then */
+#define LIVE_ID           (TD_TRANSPORT_HANDLERS_MAX - 1)   /* L3 */
+#define LIVE_TICK_NS      100000000LL
+#define LIVE_DEFAULT_S    3.0
 
 /* UCX defaults the runtime sets unless the user set UCX_<name>. */
 static const struct { const char *name, *value; } ucx_defaults[] = {
@@ -92,6 +115,12 @@ typedef struct {
     int      failed;
     int      watch;      /* connect at the next round (td_transport_watch) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
+    /* liveness (L1-L3), token holder only */
+    int      remote;     /* on another host: watched */
+    uint32_t rx_count;   /* messages received from it */
+    uint32_t rx_seen;    /* rx_count at the last tick */
+    int64_t  heard_ns;   /* when rx_count last moved (or it was connected) */
+    int64_t  ping_ns;    /* when it was last pinged, 0 not since heard */
 } peer_t;
 
 /* An incoming message whose bodies are still arriving (sized by the
@@ -129,29 +158,6 @@ typedef struct {
     td_transport_recv_fn fn;
     void                *arg;
 } handler_t;
-
-/* TODIST_FAULT (see transport.h); tests only. */
-enum { FAULT_DROP, FAULT_CORRUPT, FAULT_DELAY, FAULT_ACTIONS };
-#define FAULT_RULES_MAX 8
-
-typedef struct {
-    int    action;
-    char   kind[64];      /* any, call, reply, rref, coll, mbox, other,
-                           * fn=PREFIX */
-    double rate;
-    double delay_s;
-} fault_rule_t;
-
-typedef struct {
-    fault_rule_t             rules[FAULT_RULES_MAX];
-    int                      n;
-    pthread_mutex_t          lock;          /* rng, count (with rules) */
-    uint64_t                 rng;
-    uint64_t                 count[FAULT_ACTIONS];
-    td_transport_classify_fn classify;
-    void                    *classify_arg;
-    const char              *id_kind[TD_TRANSPORT_HANDLERS_MAX]; /* or NULL */
-} faults_t;
 
 struct td_transport {
     td_transport_params_t params;
@@ -199,8 +205,13 @@ struct td_transport {
     size_t                rejected;       /* wrong job tag; token holder */
     uint8_t              *tag_to;         /* world x TAG_LEN: ours to dst */
     uint8_t              *tag_from;       /* world x TAG_LEN: src's to us */
-    faults_t              faults;         /* TODIST_FAULT, tests only */
+    td__faults_t          faults;         /* TODIST_FAULT, tests only */
     uint64_t              n_sent, n_received;   /* token holder writes */
+    /* liveness (L1-L4), token holder only except live_due */
+    int64_t               live_ns;        /* TODIST_LIVENESS; 0 off */
+    int64_t               live_next_ns;   /* the next tick */
+    unsigned              live_rounds;
+    int                   live_due;       /* tick at the next round */
 };
 
 /* The transport whose token this thread holds (NULL: none). */
@@ -332,11 +343,10 @@ send_cb(void *request, ucs_status_t status, void *user_data)
 
 /* ---- endpoints --------------------------------------------------------- */
 
+/* Fail peer RANK (token holder): close its endpoint by force, say WHY. */
 static void
-ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+ep_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
 {
-    td_transport_t *tp = ((void **)arg)[0];
-    int rank = (int)(intptr_t)((void **)arg)[1];
     peer_t *p = &tp->peers[rank];
     ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                 .flags = UCP_EP_CLOSE_FLAG_FORCE };
@@ -356,16 +366,26 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (UCS_PTR_IS_PTR(req)) {
         ucp_request_free(req);
     }
-    td_error(TD_ERR_PEER, "transport: rank %d failed: %s", rank,
-             ucs_status_string(status));
+    td_error(TD_ERR_PEER, "transport: rank %d failed: %s", rank, why);
     if (tp->params.peer_failed != NULL) {
         tp->params.peer_failed(tp->params.peer_failed_arg, rank, TD_ERR_PEER);
     }
 }
 
+static void
+ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    td_transport_t *tp = ((void **)arg)[0];
+    int rank = (int)(intptr_t)((void **)arg)[1];
+
+    ep_fail(tp, rank, ep, ucs_status_string(status));
+}
+
 /* The endpoint arguments: a pair (tp, rank) per rank, kept for the
  * transport's life. */
 static void **ep_args;
+
+static int64_t live_now_ns(void);
 
 static td_status_t
 peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
@@ -407,179 +427,124 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
         return td_error(TD_ERR_TRANSPORT, "transport: cannot connect to rank "
                         "%d: %s", dst, ucs_status_string(s));
     }
+    /* L1: the resolver has just learnt the peer's host. */
+    p->remote = tp->live_ns > 0 && tp->params.same_host != NULL &&
+                !tp->params.same_host(tp->params.resolve_arg, dst);
+    p->heard_ns = live_now_ns();
+    p->rx_seen = p->rx_count;
+    p->ping_ns = 0;
     *ep_p = p->ep;
     return TD_OK;
 }
 
-/* ---- fault injection (TODIST_FAULT, tests only) ------------------------ */
+/* ---- liveness between hosts (L1-L4) ------------------------------------ */
 
-static double
-fault_rand(faults_t *f)
+static int64_t
+live_now_ns(void)
 {
-    f->rng ^= f->rng << 13;   /* xorshift64 */
-    f->rng ^= f->rng >> 7;
-    f->rng ^= f->rng << 17;
-    return (double)(f->rng >> 11) / (double)(1ull << 53);
-}
+    struct timespec ts;
 
-static bool
-fault_matches(const fault_rule_t *r, const td_transport_kind_t *k)
-{
-    if (strcmp(r->kind, "any") == 0) {
-        return true;
-    }
-    if (strncmp(r->kind, "fn=", 3) == 0) {
-        return k->name != NULL &&
-               strncmp(k->name, r->kind + 3, strlen(r->kind + 3)) == 0;
-    }
-    return strcmp(r->kind, k->kind) == 0;
-}
-
-/* KIND names a kind of message: a rule for a misspelt one would silently
- * inject nothing, and the test using it would prove nothing. */
-static bool
-fault_kind_known(const char *kind)
-{
-    static const char *kinds[] = { "any", "call", "reply", "rref", "coll",
-                                   "mbox", "other" };
-
-    if (strncmp(kind, "fn=", 3) == 0) {
-        return kind[3] != '\0' && strlen(kind) < 64;
-    }
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
-        if (strcmp(kind, kinds[i]) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
-/* The first rule for a message of kind K that fires (counted): its
- * action, or -1; its delay into *DELAY_S. Any thread (fault_apply on the
- * token holder, td_transport_fault_roll on others). */
-static int
-fault_pick(faults_t *f, const td_transport_kind_t *k, double *delay_s)
-{
-    int action = -1;
-
-    pthread_mutex_lock(&f->lock);
-    for (int i = 0; i < f->n && action < 0; i++) {
-        const fault_rule_t *r = &f->rules[i];
-
-        if (fault_matches(r, k) && fault_rand(f) < r->rate) {
-            f->count[r->action]++;
-            action = r->action;
-            *delay_s = r->delay_s;
-        }
-    }
-    pthread_mutex_unlock(&f->lock);
-    return action;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static void
-fault_sleep(double s)
+live_sent_cb(void *request, ucs_status_t status, void *user_data)
 {
-    struct timespec ts = { (time_t)s, (long)((s - (time_t)s) * 1e9) };
-
-    nanosleep(&ts, NULL);
+    free(user_data);
+    ucp_request_free(request);
 }
 
-/* Apply the first matching rule that fires to OP: 1 = dropped (done). */
-static int
-fault_apply(td_transport_t *tp, send_op_t *op)
+/* Send KIND ('P' ping, 'O' its answer) to DST, outside the counted sends
+ * (L3). Token holder. */
+static void
+live_send(td_transport_t *tp, int dst, uint8_t kind)
 {
-    faults_t *f = &tp->faults;
-    size_t hoff = WIRE_FIXED + op->n_bodies * WIRE_BODY;
-    uint32_t ulen = td_get_be32(op->wire + 8);
-    uint16_t id = (uint16_t)(op->wire[2] << 8 | op->wire[3]);
-    td_transport_kind_t k = { "other", NULL };
-    double delay_s = 0;
-    int action;
+    ucp_request_param_t prm;
+    ucp_ep_h ep;
+    uint8_t *w;
+    void *req;
 
-    if (id < TD_TRANSPORT_HANDLERS_MAX && f->id_kind[id] != NULL) {
-        k.kind = f->id_kind[id];
-    } else if (f->classify != NULL) {
-        k = f->classify(f->classify_arg, id, op->wire + hoff, ulen);
+    if (peer_connect(tp, dst, &ep) != TD_OK ||
+        (w = calloc(1, WIRE_FIXED + 1)) == NULL) {
+        return;              /* a dead or unknown peer: nothing to ask */
     }
-    action = fault_pick(f, &k, &delay_s);
-    if (action == FAULT_DROP) {
-        op->faulted = 1;
-        op_defer(tp, op, TD_OK);
-        return 1;
+    w[0] = WIRE_VERSION;
+    w[2] = LIVE_ID >> 8;
+    w[3] = LIVE_ID & 0xff;
+    td_put_be32(w + 4, (uint32_t)tp->params.rank);
+    td_put_be32(w + 8, 1);
+    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
+    w[WIRE_FIXED] = kind;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.cb.send = live_sent_cb;
+    prm.user_data = w;
+    prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    req = ucp_am_send_nbx(ep, TD_AM_ID, w, WIRE_FIXED + 1, NULL, 0, &prm);
+    if (!UCS_PTR_IS_PTR(req)) {
+        free(w);             /* done at once, or failed (UCX reports it) */
     }
-    if (action == FAULT_CORRUPT && ulen > 0) {
-        op->wire[hoff] ^= 0xff;
-    } else if (action == FAULT_DELAY) {
-        fault_sleep(delay_s);
-    }
-    return 0;
 }
 
-/* Parse TODIST_FAULT into TP->faults. */
-static td_status_t
-fault_parse(td_transport_t *tp, const char *spec)
+/* One tick (L2-L4): note who was heard, ping the quiet, fail the silent. */
+static void
+live_tick(td_transport_t *tp)
 {
-    static const char *names[FAULT_ACTIONS] = { "drop", "corrupt", "delay" };
-    faults_t *f = &tp->faults;
-    char buf[512], *save = NULL, *item;
-    uint64_t seed = 1;
+    int64_t now = live_now_ns();
 
-    if (strlen(spec) >= sizeof(buf)) {
-        return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT is longer "
-                        "than %zu bytes", sizeof(buf) - 1);
+    tp->live_due = 0;
+    if (now < tp->live_next_ns) {
+        return;
     }
-    strcpy(buf, spec);
-    for (item = strtok_r(buf, ",", &save); item != NULL;
-         item = strtok_r(NULL, ",", &save)) {
-        char *fields[4] = { NULL }, *s2 = NULL, *end;
-        int nf = 0, a;
-        if (strncmp(item, "seed=", 5) == 0) {
-            seed = strtoull(item + 5, &end, 10);
-            if (*end != '\0' || item[5] == '\0') {
-                goto bad;
-            }
+    tp->live_next_ns = now + LIVE_TICK_NS;
+    for (int r = 0; r < tp->params.world_size; r++) {
+        peer_t *p = &tp->peers[r];
+        int64_t quiet;
+
+        if (!p->remote || p->ep == NULL || p->failed) {
             continue;
         }
-        for (char *t = strtok_r(item, ":", &s2); t != NULL && nf < 4;
-             t = strtok_r(NULL, ":", &s2)) {
-            fields[nf++] = t;
+        if (p->rx_count != p->rx_seen) {
+            p->rx_seen = p->rx_count;
+            p->heard_ns = now;
+            p->ping_ns = 0;
+            continue;
         }
-        for (a = 0; a < FAULT_ACTIONS && nf > 0; a++) {
-            if (strcmp(fields[0], names[a]) == 0) {
-                break;
-            }
-        }
-        if (nf < 3 || a == FAULT_ACTIONS || (a == FAULT_DELAY) != (nf == 4) ||
-            f->n == FAULT_RULES_MAX || !fault_kind_known(fields[1])) {
-            goto bad;
-        }
-        fault_rule_t *r = &f->rules[f->n];
-        r->action = a;
-        strcpy(r->kind, fields[1]);
-        r->rate = strtod(fields[2], &end);
-        if (*end != '\0' || !(r->rate >= 0 && r->rate <= 1)) {
-            goto bad;
-        }
-        if (a == FAULT_DELAY) {
-            r->delay_s = strtod(fields[3], &end) / 1000.0;
-            if (*end != '\0' || !(r->delay_s >= 0 && r->delay_s <= 10)) {
-                goto bad;
-            }
-        }
-        f->n++;
-    }
-    f->rng = (seed ^ 0x9e3779b97f4a7c15ull) *
-             (2 * (uint64_t)tp->params.rank + 1) | 1;
-    td_log_warn("transport: TODIST_FAULT='%s': injecting faults (for tests "
-                "only)", spec);
-    return TD_OK;
+        quiet = now - p->heard_ns;
+        if (quiet >= tp->live_ns) {
+            char why[160];
 
-bad:
-    return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT='%s' is not a "
-                    "list of drop|corrupt:KIND:RATE, delay:KIND:RATE:MS "
-                    "(at most %d, KIND any|call|reply|rref|coll|mbox|other|"
-                    "fn=PREFIX, RATE in [0, 1], MS <= 10000) and seed=N",
-                    spec, FAULT_RULES_MAX);
+            snprintf(why, sizeof(why), "unreachable: on another host, it "
+                     "answered nothing for %.1f s (TODIST_LIVENESS=%g)",
+                     (double)quiet * 1e-9, (double)tp->live_ns * 1e-9);
+            td_log_error("transport: rank %d %s", r, why);
+            ep_fail(tp, r, p->ep, why);
+        } else if (quiet >= tp->live_ns / 3 &&
+                   (p->ping_ns == 0 || now - p->ping_ns >= tp->live_ns / 3)) {
+            p->ping_ns = now;
+            live_send(tp, r, 'P');
+        }
+    }
+}
+
+/* ---- fault injection (TODIST_FAULT, tests only: fault.c) --------------- */
+
+/* The one hook (fault.h F1: only with rules): 1 = OP dropped (done). */
+static int
+fault_hook(td_transport_t *tp, send_op_t *op)
+{
+    size_t hoff = WIRE_FIXED + op->n_bodies * WIRE_BODY;
+    uint16_t id = (uint16_t)(op->wire[2] << 8 | op->wire[3]);
+
+    if (!td__fault_send(&tp->faults, id, op->wire + hoff,
+                        td_get_be32(op->wire + 8))) {
+        return 0;
+    }
+    op->faulted = 1;
+    op_defer(tp, op, TD_OK);
+    return 1;
 }
 
 void
@@ -601,27 +566,13 @@ td_transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind)
 int
 td_transport_fault_roll(td_transport_t *tp, const char *kind)
 {
-    faults_t *f = &tp->faults;
-    td_transport_kind_t k = { kind, NULL };
-    double delay_s = 0;
-    int action;
-
-    if (f->n == 0) {
-        return TD_TRANSPORT_FAULT_NONE;
-    }
-    action = fault_pick(f, &k, &delay_s);
-    if (action == FAULT_DELAY) {
-        fault_sleep(delay_s);
-    }
-    return action == FAULT_DROP ? TD_TRANSPORT_FAULT_DROP :
-           action == FAULT_CORRUPT ? TD_TRANSPORT_FAULT_CORRUPT :
-           TD_TRANSPORT_FAULT_NONE;
+    return td__fault_roll(&tp->faults, kind);
 }
 
 void
 td_transport_fault_counts(td_transport_t *tp, uint64_t counts[3])
 {
-    for (int i = 0; i < FAULT_ACTIONS; i++) {
+    for (int i = 0; i < TD__FAULT_ACTIONS; i++) {
         counts[i] = __atomic_load_n(&tp->faults.count[i], __ATOMIC_RELAXED);
     }
 }
@@ -636,7 +587,7 @@ op_start(td_transport_t *tp, send_op_t *op)
     size_t count = 0;
     td_status_t status;
 
-    if (tp->faults.n > 0 && fault_apply(tp, op)) {
+    if (tp->faults.n > 0 && fault_hook(tp, op)) {
         return;
     }
     status = peer_connect(tp, op->dst, &ep);
@@ -917,6 +868,17 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         }
         return UCS_OK;
     }
+    tp->peers[w.src].rx_count++;                                /* L2 */
+    if (w.id == LIVE_ID) {                                      /* L3 */
+        if (w.ulen == 1 && w.nb == 0 &&
+            ((const uint8_t *)header)[WIRE_FIXED] == 'P') {
+            live_send(tp, (int)w.src, 'O');
+        }
+        if (rndv) {
+            ucp_am_data_release(tp->worker, data);
+        }
+        return UCS_OK;
+    }
     if (tp->handlers[w.id].fn == NULL) {
         /* Well formed but nobody listens: a peer's todist sent it and
          * counted it, so count it too, or the join would never settle. */
@@ -1178,6 +1140,11 @@ progress_once(td_transport_t *tp)
         __atomic_load_n(&tp->q_nonempty, __ATOMIC_RELAXED)) {
         n += drain_queue(tp);
     }
+    if (tp->live_ns > 0 &&                                      /* L4 */
+        ((++tp->live_rounds & 15) == 0 ||
+         __atomic_load_n(&tp->live_due, __ATOMIC_RELAXED))) {
+        live_tick(tp);
+    }
     return n;
 }
 
@@ -1359,6 +1326,7 @@ progress_main(void *arg)
         struct pollfd pfd = { .fd = tp->efd, .events = POLLIN };
         poll(&pfd, 1, BLOCK_POLL_MS);
         __atomic_store_n(&tp->in_poll, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&tp->live_due, 1, __ATOMIC_RELAXED);   /* L4 */
         idle_since = td_now_s();
     }
 
@@ -1397,6 +1365,27 @@ online_cpus(void)
         return CPU_COUNT(&set);
     }
     return (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* TODIST_LIVENESS: seconds a peer on another host may stay silent (L3);
+ * 0 turns the check off. */
+static td_status_t
+live_parse(td_transport_t *tp)
+{
+    const char *env = getenv("TODIST_LIVENESS");
+    double s = LIVE_DEFAULT_S;
+    char *end;
+
+    if (env != NULL && env[0] != '\0') {
+        s = strtod(env, &end);
+        if (end == env || *end != '\0' || !(s >= 0) || s > 86400) {
+            return td_error(TD_ERR_INVALID, "transport: TODIST_LIVENESS='%s' "
+                            "is not a number of seconds in 0..86400 (0: "
+                            "off)", env);
+        }
+    }
+    tp->live_ns = (int64_t)(s * 1e9);
+    return TD_OK;
 }
 
 static td_status_t
@@ -1537,7 +1526,7 @@ teardown(td_transport_t *tp)
         ucp_cleanup(tp->ctx);
     }
     pthread_mutex_destroy(&tp->lock);
-    pthread_mutex_destroy(&tp->faults.lock);
+    td__fault_destroy(&tp->faults);
     pthread_cond_destroy(&tp->drv_cond);
     pthread_mutex_destroy(&tp->drv_lock);
     free(tp->peers);
@@ -1609,7 +1598,7 @@ td_transport_create(const td_transport_params_t *params,
     tp->efd = -1;
     tp->close_timeout = 2.0;
     pthread_mutex_init(&tp->lock, NULL);
-    pthread_mutex_init(&tp->faults.lock, NULL);
+    td__fault_init(&tp->faults);
     pthread_mutex_init(&tp->drv_lock, NULL);
     {
         pthread_condattr_t ca;
@@ -1636,12 +1625,16 @@ td_transport_create(const td_transport_params_t *params,
     }
     const char *fault = getenv("TODIST_FAULT");
     if (fault != NULL && fault[0] != '\0') {
-        status = fault_parse(tp, fault);
+        status = td__fault_parse(&tp->faults, fault, params->rank);
         if (status != TD_OK) {
             goto err;
         }
     }
     status = choose_mode(params, &tp->mode);
+    if (status != TD_OK) {
+        goto err;
+    }
+    status = live_parse(tp);
     if (status != TD_OK) {
         goto err;
     }
@@ -1689,13 +1682,7 @@ td_transport_destroy(td_transport_t *tp, double timeout)
         pthread_mutex_unlock(&tp->drv_lock);
         pthread_join(tp->thread, NULL);
     }
-    if (tp->faults.n > 0) {
-        td_log_warn("transport: TODIST_FAULT dropped %" PRIu64 ", corrupted "
-                    "%" PRIu64 " and delayed %" PRIu64 " message(s)",
-                    tp->faults.count[FAULT_DROP],
-                    tp->faults.count[FAULT_CORRUPT],
-                    tp->faults.count[FAULT_DELAY]);
-    }
+    td__fault_report(&tp->faults);
     if (tp->unclosed > 0) {
         status = td_error(TD_ERR_TIMEOUT, "transport: rank %d%s did not "
                           "close %s endpoint within %.3g s (stopped, hung or "
@@ -1712,9 +1699,10 @@ td_status_t
 td_transport_set_handler(td_transport_t *tp, uint16_t id,
                          td_transport_recv_fn fn, void *arg)
 {
-    if (id >= TD_TRANSPORT_HANDLERS_MAX) {
+    if (id >= LIVE_ID) {
         return td_error(TD_ERR_INVALID, "transport: handler id %u is not "
-                        "below %d", id, TD_TRANSPORT_HANDLERS_MAX);
+                        "below %d (%d is the transport's own)", id, LIVE_ID,
+                        LIVE_ID);
     }
     tp->handlers[id].arg = arg;
     __atomic_store_n(&tp->handlers[id].fn, fn, __ATOMIC_RELEASE);

@@ -7,3 +7,6 @@ check_PROGRAMS += tests/pipe/pipe_peer
 tests_pipe_pipe_peer_LDADD = $(TD_LDADD) -lm
 TESTS += tests/pipe/test_pipe.sh
 EXTRA_DIST += tests/pipe/test_pipe.sh
+check_PROGRAMS += tests/pipe/test_pipe_split
+tests_pipe_test_pipe_split_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/pipe/test_pipe_split

@@ -4,15 +4,22 @@
 # accumulation over the same micro-batches) at 1, 2 and 4 stages, every
 # schedule, and 2 stages x 2 replicas; a short training run over 2 stages
 # learns (test accuracy far above chance); a bad schedule is refused.
+# examples/pipeline_rpc (the RPC tutorial's form: master, two remote-module
+# shards, distributed autograd and optimizer) learns at 3 ranks.
 . "$top_srcdir/tests/lib.sh"
 EX="$top_builddir/examples/pipeline_mlp"
 data=/usr/share/datasets/fashion-mnist
 run() { timeout -k 5 "$@"; }
 cmp_ok() { awk -v x="$1" "BEGIN { exit !(x $2) }"; echo $?; }
-plan 9
+plan 11
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 9 "dataset-fashion-mnist is not installed"
-    done_testing
+    skip 11 "dataset-fashion-mnist is not installed"
+    RPC="$top_builddir/examples/pipeline_rpc"
+out=$(run 240 todist-run -n 3 "$RPC" --steps 60 --layers 4 --hidden 64 2>&1)
+like "$out" '^rpc_pipeline steps=60 first_loss=' "pipeline_rpc: 60 steps through the remote shards"
+f=$(printf '%s\n' "$out" | sed -n 's/^rpc_pipeline.*first_loss=\([0-9.]*\) last_loss=\([0-9.]*\).*/\1 \2/p')
+ok "$(set -- $f 0 0; cmp_ok "$2" "> 0 && x < 0.6 * $1")" "pipeline_rpc: the loss fell from ${f:-none}"
+done_testing
 fi
 small="--layers 4 --hidden 64"
 for c in "1 1 gpipe" "2 1 gpipe" "2 1 1f1b" "2 1 zb" "4 1 zb" "2 2 1f1b"; do
@@ -29,4 +36,9 @@ ok "$(cmp_ok "${acc:-0}" '>= 0.70')" "2 stages, zb, 300 steps: test accuracy ${a
 like "$out" 'stats stage=1 replica=0 step_ms=[0-9.]+ busy_ms=[0-9.]+ bubble=' "per-stage figures are printed"
 out=$(run 30 "$EX" --schedule pipedream 2>&1); rc=$?
 like "$out rc=$rc" "schedule 'pipedream' is not gpipe, 1f1b or zb rc=2" "a bad schedule is refused, naming it"
+RPC="$top_builddir/examples/pipeline_rpc"
+out=$(run 240 todist-run -n 3 "$RPC" --steps 60 --layers 4 --hidden 64 2>&1)
+like "$out" '^rpc_pipeline steps=60 first_loss=' "pipeline_rpc: 60 steps through the remote shards"
+f=$(printf '%s\n' "$out" | sed -n 's/^rpc_pipeline.*first_loss=\([0-9.]*\) last_loss=\([0-9.]*\).*/\1 \2/p')
+ok "$(set -- $f 0 0; cmp_ok "$2" "> 0 && x < 0.6 * $1")" "pipeline_rpc: the loss fell from ${f:-none}"
 done_testing

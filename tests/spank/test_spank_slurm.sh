@@ -162,8 +162,13 @@ done
 nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
 wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
+# The docs' blocks marked slurm (tests/docs/doc_blocks.sh), run in 16.
+(cd "$top_srcdir" && sh tests/docs/doc_blocks.sh "$D/docs" README.md $(ls docs/*.md)) ||
+    die_setup "splitting the docs into blocks"
+ndocs=$(awk -F '\t' '$2 == "slurm"' "$D/docs/index" | wc -l)
+
 # ---- the tests ----------------------------------------------------------
-plan 85
+plan $((85 + 1 + ndocs))
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -528,6 +533,41 @@ run_srun ddprpc -N2 -n4 --todist "$top_builddir/examples/ddp_rpc" \
     --ref "$top_srcdir/tests/data/ddp_rpc_ref.safetensors"
 is "$rc" 0 "srun -N2 -n4 --todist examples/ddp_rpc --ref succeeds"
 like "$(cat "$D/out/ddprpc")" "check=ok " "ddp_rpc under srun matches PyTorch"
+
+# 16. What the README and docs/ show for Slurm, as written (the blocks
+# marked slurm; "slurm torch" ones need PyTorch), in a copy of the tree
+# whose ./train and ./evaluate are the README's hello program; a block
+# that starts with #! is a batch script, given to sbatch --wait.
+W=$D/tree
+sh "$top_srcdir/tests/docs/doc_tree.sh" "$W" "$D/docs" -I"$top_srcdir/include" \
+    "$top_builddir/.libs/libtodist.so" -Wl,-rpath,"$top_builddir/.libs" \
+    >"$D/out/doctree.err" 2>&1
+is "$?" 0 "the docs' working copy: hello.c built as train and evaluate"
+has_torch=0
+/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null && has_torch=1
+tab=$(printf '\t')
+# python3: Debian's, which has torch (PATH's may be a pyenv shim).
+PATH="$top_builddir/tools:/usr/bin:$PATH"
+while IFS="$tab" read -r id kind lang where rest; do
+    [ "$kind" = slurm ] || continue
+    case " $rest " in
+    *" torch "*) [ $has_torch = 1 ] ||
+                     { skip 1 "$where: needs PyTorch (python3-torch)"; continue; } ;;
+    *" gpu "*)   skip 1 "$where: needs GPUs on the nodes (this cluster's are fake)"; continue ;;
+    esac
+    body=$D/docs/$id.body
+    if head -1 "$body" | grep -q '^#!'; then
+        cp "$body" "$W/job-$id.sh"
+        (cd "$W" && timeout 300 sbatch --wait -o "$D/out/doc$id.out" "job-$id.sh") </dev/null \
+            >"$D/out/doc$id.sbatch" 2>&1
+    else
+        (cd "$W" && timeout 300 sh -e "$body") \
+            >"$D/out/doc$id.out" 2>&1 </dev/null
+    fi
+    rc=$?
+    is "$rc" 0 "$where runs on the cluster as written: $(grep -v '^#' "$body" | head -1 | cut -c1-50)"
+    [ $rc = 0 ] || diag "$(tail -10 "$D/out/doc$id.out" "$D/out/doc$id.sbatch" 2>/dev/null)"
+done < "$D/docs/index"
 
 # On failure, show what srun and the daemons said.
 if [ "$_tap_failed" != 0 ]; then
