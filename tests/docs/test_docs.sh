@@ -7,7 +7,7 @@
 # TODIST_* variable the code reads and every option the tools accept is
 # documented somewhere in docs/, and every path of the tree they name exists.
 . "$top_srcdir/tests/lib.sh"
-plan 13
+plan 14
 S=$top_srcdir
 
 # Markdown without fenced code blocks and inline code spans (a link inside
@@ -139,7 +139,15 @@ while IFS= read -r p; do
 done < "$TD_TMP/paths"
 is "$stale" "" "every tree path the docs name exists ($(wc -l < "$TD_TMP/paths") paths)"
 
-# 13. The manual pages the docs point at are in the tree.
+# 13. Every option configure.ac adds (--with-cuda, --enable-sanitizers, ...)
+# is in docs/.
+undoc=
+for o in $(grep -o 'AS_HELP_STRING(\[--[a-z-]*' "$S/configure.ac" | sed 's/.*\[//'); do
+    cat "$S"/docs/*.md | grep -qwF -- "$o" || undoc="$undoc $o"
+done
+is "$undoc" "" "every option of configure.ac is in docs/"
+
+# 14. The manual pages the docs point at are in the tree.
 ok "$(for m in todist-run.1 todist-info.1 todist-topo.1 todist.spank.8; do
           [ -f "$S/man/$m" ] || exit 1; done; echo 0)" \
    "man/ holds the pages docs/ names (man -l man/todist-run.1 ...)"

@@ -484,16 +484,31 @@ if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
     sorted "$D/out/nopmix"
     is "$(col "$D/out/nopmix" calls_ok)|$(grep -c 'through PMIx' "$D/out/nopmix.err")" "4 4 4 4|0" \
         "TODIST_PMIX=0: the store path instead"
-    # Start-up figures for bench/RESULTS.md (TD_BENCH_STARTUP=1): td_init
-    # per rank, median and max, store against PMIx, 4, 16 and 64 ranks.
+    # Start-up figures for bench/RESULTS.md (TD_BENCH_STARTUP=1, run by
+    # bench/startup.sh SRUN=1): wall time, slowest td_init and td_finalize,
+    # median resident memory, store against PMIx, at TD_BENCH_STARTUP_SIZES
+    # ranks (default 16 64 256); with TD_BENCH_STARTUP_BEFORE=DIR also
+    # against DIR's libtodist (another build's .libs), interleaved.
     if [ "${TD_BENCH_STARTUP:-0}" = 1 ]; then
-        for n in 4 16 64; do
-            for mode in store pmix; do
-                m=; [ $mode = pmix ] && m=--mpi=pmix
-                timeout 300 srun -N4 -n$n -O $m --todist "$top_builddir/bench/startup" \
-                    > "$D/out/st-$mode-$n" 2>"$D/out/st-$mode-$n.err"
-                diag "startup $mode $n ranks: $(sed -n 's/.*init_ms=//p' "$D/out/st-$mode-$n" | sort -n |
-                    awk '{a[NR]=$1} END {if (NR) printf "%d ranks, median %.1f ms, max %.1f ms", NR, a[int((NR+1)/2)], a[NR]; else print "failed"}')"
+        for n in ${TD_BENCH_STARTUP_SIZES:-16 64 256}; do
+            for lib in ${TD_BENCH_STARTUP_BEFORE:+before} after; do
+                dir=$top_builddir/.libs
+                [ $lib = before ] && dir=$TD_BENCH_STARTUP_BEFORE
+                for mode in store pmix; do
+                    m=; [ $mode = pmix ] && m=--mpi=pmix
+                    t0=$(date +%s.%N)
+                    timeout 600 srun -N4 -n$n -O $m --todist env LD_LIBRARY_PATH="$dir" \
+                        "$top_builddir/bench/.libs/startup" \
+                        > "$D/out/st-$mode-$n" 2>"$D/out/st-$mode-$n.err"
+                    t1=$(date +%s.%N)
+                    diag "startup srun $lib $mode $n: $(awk -v n=$n -v w="$(echo "$t1 - $t0" | bc -l)" '
+                        { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                          k++; if (v["init_ms"] > mi) mi = v["init_ms"]; if (v["fin_ms"] > mf) mf = v["fin_ms"]
+                          r = v["rss_kb"] / 1024; rs += r }
+                        END { if (k < n) printf "only %d of %d ranks reported", k, n
+                              else printf "wall %.3f s  init max %.1f ms  fin max %.1f ms  RSS mean %.1f MB", w, mi, mf, rs / k }' \
+                        "$D/out/st-$mode-$n")"
+                done
             done
         done
     fi

@@ -1,13 +1,14 @@
 #!/bin/sh
 # configure's closing summary (config.log keeps it) names everything the
 # build makes: every installed program and library, the SPANK plugin when
-# it is built, the CUDA backend when it is built; and what the tests will
+# it is built, the CUDA backend and the Python package when they are built;
+# and what the tests will
 # skip on this machine and why: with CUDA built but no GPU here, the GPU
 # tests.
 . "$top_srcdir/tests/lib.sh"
 log="$top_builddir/config.log"
 [ -f "$log" ] || skip_all "no config.log in the build"
-plan 6
+plan 7
 summary=$(sed -n '/will build:/,/^[^ ]/p' "$log")
 like "$summary" 'will build:' "config.log holds the summary"
 # The words of Makefile variable $1 (continuation lines joined).
@@ -35,6 +36,11 @@ if grep -q '^#define TD_HAVE_CUDA 1' "$top_builddir/config.h"; then
 else
     unlike "$summary" 'the CUDA backend \(' "the CUDA backend is not named (not built)"
     like "$summary" 'GPU tests: the CUDA backend is not built' "the summary says the GPU tests skip"
+fi
+if grep -q "^HAVE_PYTHON_TRUE=''" "$log"; then
+    like "$summary" 'the Python package todist' "the Python package is named (it is built)"
+else
+    unlike "$summary" 'the Python package todist' "the Python package is not named (not built)"
 fi
 like "$summary" 'tests skip:' "the summary says what the tests skip"
 done_testing
