@@ -60,7 +60,7 @@ is "$built" 1 "the README's hello.c builds against the installed library as trai
 have_torch=0
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 && have_torch=1
 have_gpu=0
-nvidia-smi -L 2>/dev/null | grep -q '^GPU' && have_gpu=1
+nvidia-smi -L 2>/dev/null | grep '^GPU' >/dev/null && have_gpu=1
 
 # 3... One test per command block.
 while IFS="$(printf '\t')" read -r id kind lang where rest; do
