@@ -8,6 +8,12 @@ pkgs="autoconf automake libtool pkg-config make gcc
   libslurm-dev slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
   libpmix-dev
   valgrind procps iproute2 ca-certificates
+  valgrind procps iproute2 ca-certificates gnuplot-nox
+  lmod
+  python3 python3-torch python3-numpy"
+# PyTorch (python3-torch, 1.13) runs the c10d backend's tests
+# (tests/torch/) and gives reference values and benchmark baselines; the
+# tests skip cleanly without it. TODIST_WITH_TORCH is kept for old callers.
   valgrind procps iproute2 ca-certificates gnuplot-nox strace
   lmod"
 # PyTorch gives reference values and benchmark baselines; tests pass without.

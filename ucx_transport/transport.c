@@ -47,6 +47,7 @@
 #include <ucp/api/ucp.h>
 
 #include "ucx_transport/transport.h"
+#include "ucx_transport/fault.h"
 #include "base/clock.h"
 #include "base/cpu.h"
 #include "base/byteorder.h"
@@ -130,29 +131,6 @@ typedef struct {
     void                *arg;
 } handler_t;
 
-/* TODIST_FAULT (see transport.h); tests only. */
-enum { FAULT_DROP, FAULT_CORRUPT, FAULT_DELAY, FAULT_ACTIONS };
-#define FAULT_RULES_MAX 8
-
-typedef struct {
-    int    action;
-    char   kind[64];      /* any, call, reply, rref, coll, mbox, other,
-                           * fn=PREFIX */
-    double rate;
-    double delay_s;
-} fault_rule_t;
-
-typedef struct {
-    fault_rule_t             rules[FAULT_RULES_MAX];
-    int                      n;
-    pthread_mutex_t          lock;          /* rng, count (with rules) */
-    uint64_t                 rng;
-    uint64_t                 count[FAULT_ACTIONS];
-    td_transport_classify_fn classify;
-    void                    *classify_arg;
-    const char              *id_kind[TD_TRANSPORT_HANDLERS_MAX]; /* or NULL */
-} faults_t;
-
 struct td_transport {
     td_transport_params_t params;
     td_progress_mode_t    mode;
@@ -199,7 +177,7 @@ struct td_transport {
     size_t                rejected;       /* wrong job tag; token holder */
     uint8_t              *tag_to;         /* world x TAG_LEN: ours to dst */
     uint8_t              *tag_from;       /* world x TAG_LEN: src's to us */
-    faults_t              faults;         /* TODIST_FAULT, tests only */
+    td__faults_t          faults;         /* TODIST_FAULT, tests only */
     uint64_t              n_sent, n_received;   /* token holder writes */
 };
 
@@ -411,175 +389,22 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     return TD_OK;
 }
 
-/* ---- fault injection (TODIST_FAULT, tests only) ------------------------ */
+/* ---- fault injection (TODIST_FAULT, tests only: fault.c) --------------- */
 
-static double
-fault_rand(faults_t *f)
-{
-    f->rng ^= f->rng << 13;   /* xorshift64 */
-    f->rng ^= f->rng >> 7;
-    f->rng ^= f->rng << 17;
-    return (double)(f->rng >> 11) / (double)(1ull << 53);
-}
-
-static bool
-fault_matches(const fault_rule_t *r, const td_transport_kind_t *k)
-{
-    if (strcmp(r->kind, "any") == 0) {
-        return true;
-    }
-    if (strncmp(r->kind, "fn=", 3) == 0) {
-        return k->name != NULL &&
-               strncmp(k->name, r->kind + 3, strlen(r->kind + 3)) == 0;
-    }
-    return strcmp(r->kind, k->kind) == 0;
-}
-
-/* KIND names a kind of message: a rule for a misspelt one would silently
- * inject nothing, and the test using it would prove nothing. */
-static bool
-fault_kind_known(const char *kind)
-{
-    static const char *kinds[] = { "any", "call", "reply", "rref", "coll",
-                                   "mbox", "other" };
-
-    if (strncmp(kind, "fn=", 3) == 0) {
-        return kind[3] != '\0' && strlen(kind) < 64;
-    }
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
-        if (strcmp(kind, kinds[i]) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
-/* The first rule for a message of kind K that fires (counted): its
- * action, or -1; its delay into *DELAY_S. Any thread (fault_apply on the
- * token holder, td_transport_fault_roll on others). */
+/* The one hook (fault.h F1: only with rules): 1 = OP dropped (done). */
 static int
-fault_pick(faults_t *f, const td_transport_kind_t *k, double *delay_s)
+fault_hook(td_transport_t *tp, send_op_t *op)
 {
-    int action = -1;
-
-    pthread_mutex_lock(&f->lock);
-    for (int i = 0; i < f->n && action < 0; i++) {
-        const fault_rule_t *r = &f->rules[i];
-
-        if (fault_matches(r, k) && fault_rand(f) < r->rate) {
-            f->count[r->action]++;
-            action = r->action;
-            *delay_s = r->delay_s;
-        }
-    }
-    pthread_mutex_unlock(&f->lock);
-    return action;
-}
-
-static void
-fault_sleep(double s)
-{
-    struct timespec ts = { (time_t)s, (long)((s - (time_t)s) * 1e9) };
-
-    nanosleep(&ts, NULL);
-}
-
-/* Apply the first matching rule that fires to OP: 1 = dropped (done). */
-static int
-fault_apply(td_transport_t *tp, send_op_t *op)
-{
-    faults_t *f = &tp->faults;
     size_t hoff = WIRE_FIXED + op->n_bodies * WIRE_BODY;
-    uint32_t ulen = td_get_be32(op->wire + 8);
     uint16_t id = (uint16_t)(op->wire[2] << 8 | op->wire[3]);
-    td_transport_kind_t k = { "other", NULL };
-    double delay_s = 0;
-    int action;
 
-    if (id < TD_TRANSPORT_HANDLERS_MAX && f->id_kind[id] != NULL) {
-        k.kind = f->id_kind[id];
-    } else if (f->classify != NULL) {
-        k = f->classify(f->classify_arg, id, op->wire + hoff, ulen);
+    if (!td__fault_send(&tp->faults, id, op->wire + hoff,
+                        td_get_be32(op->wire + 8))) {
+        return 0;
     }
-    action = fault_pick(f, &k, &delay_s);
-    if (action == FAULT_DROP) {
-        op->faulted = 1;
-        op_defer(tp, op, TD_OK);
-        return 1;
-    }
-    if (action == FAULT_CORRUPT && ulen > 0) {
-        op->wire[hoff] ^= 0xff;
-    } else if (action == FAULT_DELAY) {
-        fault_sleep(delay_s);
-    }
-    return 0;
-}
-
-/* Parse TODIST_FAULT into TP->faults. */
-static td_status_t
-fault_parse(td_transport_t *tp, const char *spec)
-{
-    static const char *names[FAULT_ACTIONS] = { "drop", "corrupt", "delay" };
-    faults_t *f = &tp->faults;
-    char buf[512], *save = NULL, *item;
-    uint64_t seed = 1;
-
-    if (strlen(spec) >= sizeof(buf)) {
-        return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT is longer "
-                        "than %zu bytes", sizeof(buf) - 1);
-    }
-    strcpy(buf, spec);
-    for (item = strtok_r(buf, ",", &save); item != NULL;
-         item = strtok_r(NULL, ",", &save)) {
-        char *fields[4] = { NULL }, *s2 = NULL, *end;
-        int nf = 0, a;
-        if (strncmp(item, "seed=", 5) == 0) {
-            seed = strtoull(item + 5, &end, 10);
-            if (*end != '\0' || item[5] == '\0') {
-                goto bad;
-            }
-            continue;
-        }
-        for (char *t = strtok_r(item, ":", &s2); t != NULL && nf < 4;
-             t = strtok_r(NULL, ":", &s2)) {
-            fields[nf++] = t;
-        }
-        for (a = 0; a < FAULT_ACTIONS && nf > 0; a++) {
-            if (strcmp(fields[0], names[a]) == 0) {
-                break;
-            }
-        }
-        if (nf < 3 || a == FAULT_ACTIONS || (a == FAULT_DELAY) != (nf == 4) ||
-            f->n == FAULT_RULES_MAX || !fault_kind_known(fields[1])) {
-            goto bad;
-        }
-        fault_rule_t *r = &f->rules[f->n];
-        r->action = a;
-        strcpy(r->kind, fields[1]);
-        r->rate = strtod(fields[2], &end);
-        if (*end != '\0' || !(r->rate >= 0 && r->rate <= 1)) {
-            goto bad;
-        }
-        if (a == FAULT_DELAY) {
-            r->delay_s = strtod(fields[3], &end) / 1000.0;
-            if (*end != '\0' || !(r->delay_s >= 0 && r->delay_s <= 10)) {
-                goto bad;
-            }
-        }
-        f->n++;
-    }
-    f->rng = (seed ^ 0x9e3779b97f4a7c15ull) *
-             (2 * (uint64_t)tp->params.rank + 1) | 1;
-    td_log_warn("transport: TODIST_FAULT='%s': injecting faults (for tests "
-                "only)", spec);
-    return TD_OK;
-
-bad:
-    return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT='%s' is not a "
-                    "list of drop|corrupt:KIND:RATE, delay:KIND:RATE:MS "
-                    "(at most %d, KIND any|call|reply|rref|coll|mbox|other|"
-                    "fn=PREFIX, RATE in [0, 1], MS <= 10000) and seed=N",
-                    spec, FAULT_RULES_MAX);
+    op->faulted = 1;
+    op_defer(tp, op, TD_OK);
+    return 1;
 }
 
 void
@@ -601,27 +426,13 @@ td_transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind)
 int
 td_transport_fault_roll(td_transport_t *tp, const char *kind)
 {
-    faults_t *f = &tp->faults;
-    td_transport_kind_t k = { kind, NULL };
-    double delay_s = 0;
-    int action;
-
-    if (f->n == 0) {
-        return TD_TRANSPORT_FAULT_NONE;
-    }
-    action = fault_pick(f, &k, &delay_s);
-    if (action == FAULT_DELAY) {
-        fault_sleep(delay_s);
-    }
-    return action == FAULT_DROP ? TD_TRANSPORT_FAULT_DROP :
-           action == FAULT_CORRUPT ? TD_TRANSPORT_FAULT_CORRUPT :
-           TD_TRANSPORT_FAULT_NONE;
+    return td__fault_roll(&tp->faults, kind);
 }
 
 void
 td_transport_fault_counts(td_transport_t *tp, uint64_t counts[3])
 {
-    for (int i = 0; i < FAULT_ACTIONS; i++) {
+    for (int i = 0; i < TD__FAULT_ACTIONS; i++) {
         counts[i] = __atomic_load_n(&tp->faults.count[i], __ATOMIC_RELAXED);
     }
 }
@@ -636,7 +447,7 @@ op_start(td_transport_t *tp, send_op_t *op)
     size_t count = 0;
     td_status_t status;
 
-    if (tp->faults.n > 0 && fault_apply(tp, op)) {
+    if (tp->faults.n > 0 && fault_hook(tp, op)) {
         return;
     }
     status = peer_connect(tp, op->dst, &ep);
@@ -1537,7 +1348,7 @@ teardown(td_transport_t *tp)
         ucp_cleanup(tp->ctx);
     }
     pthread_mutex_destroy(&tp->lock);
-    pthread_mutex_destroy(&tp->faults.lock);
+    td__fault_destroy(&tp->faults);
     pthread_cond_destroy(&tp->drv_cond);
     pthread_mutex_destroy(&tp->drv_lock);
     free(tp->peers);
@@ -1609,7 +1420,7 @@ td_transport_create(const td_transport_params_t *params,
     tp->efd = -1;
     tp->close_timeout = 2.0;
     pthread_mutex_init(&tp->lock, NULL);
-    pthread_mutex_init(&tp->faults.lock, NULL);
+    td__fault_init(&tp->faults);
     pthread_mutex_init(&tp->drv_lock, NULL);
     {
         pthread_condattr_t ca;
@@ -1636,7 +1447,7 @@ td_transport_create(const td_transport_params_t *params,
     }
     const char *fault = getenv("TODIST_FAULT");
     if (fault != NULL && fault[0] != '\0') {
-        status = fault_parse(tp, fault);
+        status = td__fault_parse(&tp->faults, fault, params->rank);
         if (status != TD_OK) {
             goto err;
         }
@@ -1689,13 +1500,7 @@ td_transport_destroy(td_transport_t *tp, double timeout)
         pthread_mutex_unlock(&tp->drv_lock);
         pthread_join(tp->thread, NULL);
     }
-    if (tp->faults.n > 0) {
-        td_log_warn("transport: TODIST_FAULT dropped %" PRIu64 ", corrupted "
-                    "%" PRIu64 " and delayed %" PRIu64 " message(s)",
-                    tp->faults.count[FAULT_DROP],
-                    tp->faults.count[FAULT_CORRUPT],
-                    tp->faults.count[FAULT_DELAY]);
-    }
+    td__fault_report(&tp->faults);
     if (tp->unclosed > 0) {
         status = td_error(TD_ERR_TIMEOUT, "transport: rank %d%s did not "
                           "close %s endpoint within %.3g s (stopped, hung or "

@@ -1,5 +1,7 @@
 # ucx_transport: messages between ranks over UCP active messages.
 libtodist_core_la_SOURCES += ucx_transport/transport.c
 libtodist_core_la_SOURCES += ucx_transport/transport.h
+# TODIST_FAULT (tests only), called from one hook in transport.c
+libtodist_core_la_SOURCES += ucx_transport/fault.c ucx_transport/fault.h
 # the staging engine: device bodies through pinned host buffers
 libtodist_core_la_SOURCES += ucx_transport/staging.c ucx_transport/staging.h

@@ -157,7 +157,9 @@ td_status_t td_parallel_call_async(const td_parallel_t *p,
 /* A barrier of the workers RANKS[N] (every one of them must call it with
  * the same set, in the same order of barriers); RANKS NULL: all workers
  * (the same RPC barrier over ranks 0..n-1; td_barrier is the store's).
- * TD_ERR_TIMEOUT names the ranks that did not arrive. */
+ * TD_ERR_TIMEOUT names the ranks that did not arrive. A member waiting at
+ * the set's lowest rank holds none of its RPC handler threads there, so
+ * any number of barriers may be in flight at once. */
 td_status_t td_barrier_ranks(const int *ranks, int n, double timeout);
 
 #ifdef __cplusplus

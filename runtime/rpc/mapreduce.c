@@ -3,13 +3,11 @@
  * where TorchOpt defines the behaviour. */
 #include "config.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "todist/mapreduce.h"
 #include "todist/init.h"
@@ -18,7 +16,6 @@
 #include "todist/world.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/mapreduce_internal.h"
-#include "runtime/rpc/pool.h"
 #include "base/clock.h"
 
 /* ---- partitioners -------------------------------------------------------- */
@@ -649,25 +646,41 @@ td_parallel_call(const td_parallel_t *p, const td_rpc_list_t *args,
 
 /* ---- barriers of a subset ----------------------------------------------- *
  * Every member calls "_td.barrier" on the set's lowest rank with the set's
- * hash and its own generation count for that set; the handler there waits
- * (on a pool thread: the pool grows) until all members of that generation
- * arrived. */
+ * hash and its own generation count for that set. The handler there is an
+ * async one: it records the arrival and hands back a future, so no pool
+ * thread waits (a barrier with more members than the pool can grow
+ * threads, or a pool of one, cannot starve it). The last arrival completes
+ * every member's future; RPC's timer (barrier_tick) fails those whose own
+ * timeout passed, naming the ranks that did not come.
+ *
+ * Invariants (b_lock guards b_slots, every slot and b_gens):
+ *  B1 a slot exists while at least one member waits on it: created by the
+ *     first arrival of (key, gen), freed by the last arrival (after
+ *     completing every future) or by the tick that fails its last waiter.
+ *  B2 futs[i] is set (one reference, the slot's) exactly while member i
+ *     waits; seen[i] stays set once member i arrived.
+ *  B3 futures are completed with b_lock released (their callbacks send the
+ *     replies), from a handler (td_future_complete) or the timer thread
+ *     (td_future_fail_async: callbacks go to the pool). */
 
 #define BARRIER_SETS 64
 #define BARRIER_MAX_RANKS 4096
 
 typedef struct slot {
-    uint64_t     key;          /* set hash */
-    int64_t      gen;
-    int          n;            /* members */
-    int          arrived;
-    int          left;         /* handlers that returned */
+    uint64_t      key;         /* set hash */
+    int64_t       gen;
+    int           n;           /* members */
+    int           arrived;
+    int           waiting;     /* members with futs[i] set */
     unsigned char *seen;       /* per member index */
-    struct slot *next;
+    td_future_t  **futs;       /* per member index: its answer (B2) */
+    double        *deadline;   /* per member index: td_now_s(), 0: none */
+    double        *timeout;    /* per member index, for the message */
+    int32_t       *ranks;      /* the set, for naming who is missing */
+    struct slot   *next;
 } slot_t;
 
 static pthread_mutex_t b_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t  b_cond = PTHREAD_COND_INITIALIZER;
 static slot_t *b_slots;
 static struct { uint64_t key; int64_t gen; } b_gens[BARRIER_SETS];
 
@@ -685,32 +698,80 @@ set_hash(const int *ranks, int n)
     return h;
 }
 
+static void
+slot_free(slot_t *s)
+{
+    if (s != NULL) {
+        free(s->seen);
+        free(s->futs);
+        free(s->deadline);
+        free(s->timeout);
+        free(s->ranks);
+        free(s);
+    }
+}
+
+/* Unlink S from b_slots; b_lock held. */
+static void
+slot_unlink(slot_t *s)
+{
+    for (slot_t **pp = &b_slots; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            return;
+        }
+    }
+}
+
+static slot_t *
+slot_new(uint64_t key, int64_t gen, int n, const void *ranks)
+{
+    slot_t *s = calloc(1, sizeof(*s));
+
+    if (s == NULL || (s->seen = calloc((size_t)n, 1)) == NULL ||
+        (s->futs = calloc((size_t)n, sizeof(*s->futs))) == NULL ||
+        (s->deadline = calloc((size_t)n, sizeof(double))) == NULL ||
+        (s->timeout = calloc((size_t)n, sizeof(double))) == NULL ||
+        (s->ranks = malloc((size_t)n * sizeof(int32_t))) == NULL) {
+        slot_free(s);
+        return NULL;
+    }
+    memcpy(s->ranks, ranks, (size_t)n * sizeof(int32_t));
+    s->key = key;
+    s->gen = gen;
+    s->n = n;
+    return s;
+}
+
 /* "_td.barrier"(key, gen, n, index, timeout, ranks as int32 bytes) on the
- * leader. */
+ * leader: an async handler (B1-B3). */
 static td_status_t
 fn_barrier(void *arg, const td_rpc_call_info_t *info,
-           const td_rpc_list_t *args, td_rpc_list_t *result)
+           const td_rpc_list_t *args, td_future_t **fut_p)
 {
     int64_t key, gen, n, idx;
     double timeout;
     const void *rb;
     size_t rlen;
-    slot_t *s;
-    struct timespec ts;
-    td_status_t status = TD_OK;
+    slot_t *s, *done = NULL;
+    td_future_t *fut;
+    td_status_t status;
 
     (void)arg;
     (void)info;
-    (void)result;
     if (td_rpc_list_int(args, 0, &key) != TD_OK ||
         td_rpc_list_int(args, 1, &gen) != TD_OK ||
         td_rpc_list_int(args, 2, &n) != TD_OK ||
         td_rpc_list_int(args, 3, &idx) != TD_OK ||
         td_rpc_list_double(args, 4, &timeout) != TD_OK ||
         td_rpc_list_bytes(args, 5, &rb, &rlen) != TD_OK ||
-        rlen != (size_t)n * sizeof(int32_t) ||
-        n < 1 || n > BARRIER_MAX_RANKS || idx < 0 || idx >= n) {
+        n < 1 || n > BARRIER_MAX_RANKS || idx < 0 || idx >= n ||
+        rlen != (size_t)n * sizeof(int32_t)) {
         return td_error(TD_ERR_PROTOCOL, "barrier: malformed request");
+    }
+    status = td_future_create(&fut);
+    if (status != TD_OK) {
+        return status;
     }
     pthread_mutex_lock(&b_lock);
     for (s = b_slots; s != NULL; s = s->next) {
@@ -718,16 +779,21 @@ fn_barrier(void *arg, const td_rpc_call_info_t *info,
             break;
         }
     }
+    if (s != NULL && (s->n != n || s->futs[idx] != NULL)) {
+        pthread_mutex_unlock(&b_lock);
+        td_future_release(fut);
+        return td_error(TD_ERR_PROTOCOL, "barrier: member %lld of %lld "
+                        "arrived twice, or into a barrier of %d members, in "
+                        "generation %lld", (long long)idx, (long long)n,
+                        s->n, (long long)gen);
+    }
     if (s == NULL) {
-        s = calloc(1, sizeof(*s));
-        if (s == NULL || (s->seen = calloc((size_t)n, 1)) == NULL) {
-            free(s);
+        s = slot_new((uint64_t)key, gen, (int)n, rb);
+        if (s == NULL) {
             pthread_mutex_unlock(&b_lock);
+            td_future_release(fut);
             return td_error(TD_ERR_NO_MEMORY, "barrier: out of memory");
         }
-        s->key = (uint64_t)key;
-        s->gen = gen;
-        s->n = (int)n;
         s->next = b_slots;
         b_slots = s;
     }
@@ -735,50 +801,96 @@ fn_barrier(void *arg, const td_rpc_call_info_t *info,
         s->seen[idx] = 1;
         s->arrived++;
     }
-    pthread_cond_broadcast(&b_cond);
-    td_deadline_after(timeout, &ts);
-    td_rpc_blocking(1);
-    while (s->arrived < s->n) {
-        if (timeout > 0) {
-            if (pthread_cond_timedwait(&b_cond, &b_lock, &ts) == ETIMEDOUT) {
-                break;
-            }
-        } else {
-            pthread_cond_wait(&b_cond, &b_lock);
-        }
-    }
-    td_rpc_blocking(0);
-    if (s->arrived < s->n) {
-        char missing[256] = "";
-        size_t o = 0;
-
-        for (int i = 0; i < s->n && o < sizeof(missing) - 12; i++) {
-            if (!s->seen[i]) {
-                int32_t r;
-
-                memcpy(&r, (const char *)rb + (size_t)i * sizeof(r), sizeof(r));
-                o += (size_t)snprintf(missing + o, sizeof(missing) - o,
-                                      "%s%d", o ? "," : "", (int)r);
-            }
-        }
-        status = td_error(TD_ERR_TIMEOUT, "barrier: rank(s) %s "
-                          "did not arrive within %.3g s", missing, timeout);
-    }
-    if (++s->left == s->n || status != TD_OK) {
-        /* The last one out frees the slot (or a timeout gives up on it). */
-        if (s->left == s->n) {
-            for (slot_t **pp = &b_slots; *pp; pp = &(*pp)->next) {
-                if (*pp == s) {
-                    *pp = s->next;
-                    break;
-                }
-            }
-            free(s->seen);
-            free(s);
-        }
+    s->futs[idx] = td_future_retain(fut);
+    s->deadline[idx] = timeout > 0 ? td_now_s() + timeout : 0;
+    s->timeout[idx] = timeout;
+    s->waiting++;
+    if (s->arrived == s->n) {
+        slot_unlink(s);                                  /* B1 */
+        done = s;
     }
     pthread_mutex_unlock(&b_lock);
-    return status;
+    for (int i = 0; done != NULL && i < done->n; i++) {  /* B3 */
+        if (done->futs[i] != NULL) {
+            td_future_complete(done->futs[i], NULL);
+            td_future_release(done->futs[i]);
+        }
+    }
+    slot_free(done);
+    *fut_p = fut;
+    return TD_OK;
+}
+
+int
+td__barrier_waiting(void)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&b_lock);
+    for (const slot_t *s = b_slots; s != NULL; s = s->next) {
+        n += s->waiting;
+    }
+    pthread_mutex_unlock(&b_lock);
+    return n;
+}
+
+/* "2,5" into BUF: the ranks of S that have not arrived. b_lock held. */
+static void
+missing_ranks(const slot_t *s, char *buf, size_t len)
+{
+    size_t o = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < s->n && o + 12 < len; i++) {
+        if (!s->seen[i]) {
+            o += (size_t)snprintf(buf + o, len - o, "%s%d", o ? "," : "",
+                                  (int)s->ranks[i]);
+        }
+    }
+}
+
+/* RPC's timer: fail the waiters whose timeout passed (B1-B3). */
+static void
+barrier_tick(void *arg, double now)
+{
+    enum { BATCH = 32 };
+    td_future_t *expired[BATCH];
+    char msg[BATCH][320];
+    int n_exp;
+
+    (void)arg;
+    do {
+        n_exp = 0;
+        pthread_mutex_lock(&b_lock);
+        for (slot_t *s = b_slots, *next; s != NULL && n_exp < BATCH;
+             s = next) {
+            next = s->next;
+            for (int i = 0; i < s->n && n_exp < BATCH; i++) {
+                char missing[256];
+
+                if (s->futs[i] == NULL || s->deadline[i] == 0 ||
+                    now < s->deadline[i]) {
+                    continue;
+                }
+                missing_ranks(s, missing, sizeof(missing));
+                snprintf(msg[n_exp], sizeof(msg[n_exp]), "barrier: rank(s) "
+                         "%s did not arrive within %.3g s", missing,
+                         s->timeout[i]);
+                expired[n_exp++] = s->futs[i];
+                s->futs[i] = NULL;
+                s->waiting--;
+            }
+            if (s->waiting == 0) {
+                slot_unlink(s);
+                slot_free(s);
+            }
+        }
+        pthread_mutex_unlock(&b_lock);
+        for (int k = 0; k < n_exp; k++) {
+            td_future_fail_async(expired[k], TD_ERR_TIMEOUT, msg[k]);
+            td_future_release(expired[k]);
+        }
+    } while (n_exp == BATCH);
 }
 
 static td_status_t barrier_of(const int *ranks, int n, double timeout);
@@ -908,8 +1020,13 @@ barrier_of(const int *ranks, int n, double timeout)
 static td_status_t
 module_attach(void *arg)
 {
+    static const td_rpc_plugin_t timer = {.name = "barrier",
+                                          .tick = barrier_tick};
+    td_status_t status;
+
     (void)arg;
-    return td_rpc_register("_td.barrier", fn_barrier, NULL);
+    status = td_rpc_register_async("_td.barrier", fn_barrier, NULL);
+    return status != TD_OK ? status : td_rpc_plug(&timer);
 }
 
 static td_status_t
@@ -922,11 +1039,31 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     return TD_OK;
 }
 
+/* Barriers still waiting fail (B1-B3): nobody else will answer them. */
 static void
 module_shutdown(void *arg)
 {
+    slot_t *all;
+
     (void)arg;
     atomic_store(&mr_have_world, 0);
+    pthread_mutex_lock(&b_lock);
+    all = b_slots;
+    b_slots = NULL;
+    pthread_mutex_unlock(&b_lock);
+    while (all != NULL) {
+        slot_t *next = all->next;
+
+        for (int i = 0; i < all->n; i++) {
+            if (all->futs[i] != NULL) {
+                td_future_fail(all->futs[i], TD_ERR_STATE, "barrier: rank "
+                               "shutting down before every member arrived");
+                td_future_release(all->futs[i]);
+            }
+        }
+        slot_free(all);
+        all = next;
+    }
 }
 
 const td_runtime_module_t td_mapreduce_module = {

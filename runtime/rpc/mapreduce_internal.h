@@ -8,4 +8,8 @@
 
 extern const td_runtime_module_t td_mapreduce_module;
 
+/* Members of barriers waiting at this rank as their leader (an answer not
+ * yet sent; no thread held). Thread-safe. For tests. */
+int td__barrier_waiting(void);
+
 #endif /* TD_RUNTIME_MAPREDUCE_INTERNAL_H */

@@ -67,80 +67,6 @@ td_node_create(const td_node_ops_t *ops, void *state, int n_inputs,
     return TD_OK;
 }
 
-td_node_t *
-td_node_retain(td_node_t *node)
-{
-    if (node != NULL) {
-        atomic_fetch_add(&node->refcount, 1);
-    }
-    return node;
-}
-
-/* Destroying a node releases its next edges and its saved tensors, which
- * release their own grad_fn nodes, and so on down the graph. Done
- * recursively, a long chain (an unrolled loop of 100k ops) would overflow
- * the stack; so nodes whose count reaches zero while another is being
- * destroyed on this thread are queued and destroyed by the outermost call. */
-static _Thread_local td_node_t *release_pending;
-static _Thread_local int release_active;
-
-static void
-node_destroy(td_node_t *node)
-{
-    td_node_hook_t *h, *hn;
-
-    if (node->ops->release_saved != NULL && !atomic_load(&node->released)) {
-        node->ops->release_saved(node);
-    }
-    if (node->ops->destroy != NULL) {
-        node->ops->destroy(node->state);
-    }
-    for (int i = 0; i < node->n_next; i++) {
-        td_node_release(node->next[i].node);
-    }
-    for (h = node->pre_hooks; h != NULL; h = hn) {
-        hn = h->next;
-        free(h);
-    }
-    free(node->next);
-    pthread_mutex_destroy(&node->lock);
-    free(node);
-}
-
-void
-td_node_release(td_node_t *node)
-{
-    if (node == NULL || atomic_fetch_sub(&node->refcount, 1) != 1) {
-        return;
-    }
-    node->pending = release_pending;
-    release_pending = node;
-    if (release_active) {
-        return;
-    }
-    release_active = 1;
-    while (release_pending != NULL) {
-        td_node_t *n = release_pending;
-        release_pending = n->pending;
-        node_destroy(n);
-    }
-    release_active = 0;
-}
-
-void *td_node_state(const td_node_t *node) { return node->state; }
-const char *td_node_name(const td_node_t *node) { return node->ops->name; }
-int td_node_n_inputs(const td_node_t *node) { return node->n_inputs; }
-int td_node_n_next(const td_node_t *node) { return node->n_next; }
-uint64_t td_node_sequence(const td_node_t *node) { return node->sequence; }
-
-td_edge_t
-td_node_next(const td_node_t *node, int i)
-{
-    if (i < 0 || i >= node->n_next) {
-        return (td_edge_t){NULL, 0};
-    }
-    return node->next[i];
-}
 
 /* ---- leaves: the accumulate node (I4) -----------------------------------
  * The leaf owns its accumulate node; the node points back weakly and the
@@ -177,23 +103,6 @@ node_leaf_ref(td_node_t *node)
     }
     pthread_mutex_unlock(&node->lock);
     return leaf;
-}
-
-/* Called by td_tensor_release just before a leaf is freed. */
-void td_autograd_leaf_dying(td_tensor_t *t);
-
-void
-td_autograd_leaf_dying(td_tensor_t *t)
-{
-    td_node_t *acc = t->grad_acc;
-
-    if (acc != NULL) {
-        pthread_mutex_lock(&acc->lock);
-        acc->leaf = NULL;
-        pthread_mutex_unlock(&acc->lock);
-        td_node_release(acc);
-        t->grad_acc = NULL;
-    }
 }
 
 td_edge_t
@@ -466,7 +375,7 @@ td_leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g, int create_graph)
         } else {
             status = td_tensor_detach(g, &old);
             if (status == TD_OK) {
-                status = td_tensor_clone(old, &leaf->grad);
+                status = td__tensor_copy_raw(old, old->dtype, &leaf->grad);
                 td_tensor_release(old);
                 old = NULL;
             }

@@ -1,6 +1,7 @@
 # runtime/tensor: tensors, local autograd, ops, optimizers, nn, data,
 # checkpoints.
-libtodist_core_la_SOURCES += runtime/tensor/tensor.c runtime/tensor/to_device.c \
+libtodist_core_la_SOURCES += runtime/tensor/tensor.c runtime/tensor/node.c \
+	runtime/tensor/views.c runtime/tensor/to_device.c \
 	runtime/tensor/tensor_internal.h runtime/tensor/autograd.c \
 	runtime/tensor/ops_internal.h runtime/tensor/ops_elementwise.c \
 	runtime/tensor/ops_reduce.c runtime/tensor/ops_nn.c \

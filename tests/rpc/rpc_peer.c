@@ -20,6 +20,9 @@
 #include "runtime/rpc/rpc_wire.h"
 #include "runtime/runtime.h"
 #include "runtime/rpc/rref_internal.h"
+#include "runtime/rpc/mapreduce_internal.h"
+#include "runtime/rpc/pool.h"
+#include "base/clock.h"
 
 #include "tests/peer_check.h"
 
@@ -1529,6 +1532,69 @@ mode_barrier(void)
     td_barrier_ranks(NULL, 0, 30);
 }
 
+/* More members waiting at once than the handler pool may have threads
+ * (TD_RPC_POOL_MAX): rank 1 enters WIDE barriers of {0, 1} from WIDE
+ * threads; rank 0, their leader, waits until all WIDE are waiting there
+ * (a handler that held a pool thread while it waited would stop at the
+ * pool's limit, and rank 0's own calls would find no thread), then enters
+ * its WIDE barriers, which releases every one. */
+#define WIDE (TD_RPC_POOL_MAX + 44)
+
+static void *
+wide_member(void *arg)
+{
+    int set[2] = {0, 1};
+
+    *(td_status_t *)arg = td_barrier_ranks(set, 2, 120);
+    return NULL;
+}
+
+static void
+mode_barrier_wide(void)
+{
+    int set[2] = {0, 1};
+
+    if (rank == 1) {
+        static pthread_t th[WIDE];
+        static td_status_t st[WIDE];
+        pthread_attr_t attr;
+        int started = 0, good = 0;
+
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        for (; started < WIDE; started++) {
+            if (pthread_create(&th[started], &attr, wide_member,
+                               &st[started]) != 0) {
+                break;
+            }
+        }
+        pthread_attr_destroy(&attr);
+        for (int i = 0; i < started; i++) {
+            pthread_join(th[i], NULL);
+            good += st[i] == TD_OK;
+        }
+        check(started == WIDE && good == WIDE, "barrier_wide_members_pass",
+              "%d of %d threads started, %d barriers passed", started, WIDE,
+              good);
+    } else if (rank == 0) {
+        double until = td_now_s() + 60;   /* bounds a failure only */
+        int waiting, good = 0;
+
+        while ((waiting = td__barrier_waiting()) < WIDE &&
+               td_now_s() < until) {
+            usleep(1000);
+        }
+        check(waiting == WIDE, "barrier_wide_all_wait_at_once",
+              "%d of %d members waiting at the leader (pool limit %d)",
+              waiting, WIDE, TD_RPC_POOL_MAX);
+        for (int i = 0; i < WIDE; i++) {
+            good += td_barrier_ranks(set, 2, 30) == TD_OK;
+        }
+        check(good == WIDE, "barrier_wide_leader_releases_all",
+              "%d of %d barriers passed: %s", good, WIDE, td_last_error());
+    }
+}
+
 static void
 mode_inflight(void)
 {
@@ -1648,6 +1714,9 @@ main(int argc, char **argv)
 
     if (strcmp(mode, "barrier") == 0) {
         mode_barrier();
+    }
+    if (strcmp(mode, "barrier_wide") == 0) {
+        mode_barrier_wide();
     }
     if (strcmp(mode, "malformed") == 0) {
         /* rank 2 sends the bad calls; rank 0 checks rank 1 still serves */

@@ -26,11 +26,14 @@ hooks="hooks_no_context hooks_call_recorded hooks_reply_recorded_and_swapped
 hooks_nothing_requires_grad hooks_send_error"
 barrier="barrier_all barrier_subset_20_rounds barrier_subset_timeout
 barrier_not_member"
+barrier_wide="barrier_wide_members_pass barrier_wide_all_wait_at_once
+barrier_wide_leader_releases_all"
 inline="inline_result inline_wait_refused inline_async_ok
 register_flags_unknown waiter_runs_inline_calls threads_contend"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$futures") + $(count "$rref") + \
          $(count "$kill") + $(count "$mapreduce") + $(count "$barrier") + \
+         $(count "$barrier_wide") + 1 + \
          $(count "$hooks") + 2 * $(count "$inline") + 25 ))
 
 # Each expected check must PASS; a missing line fails too.
@@ -98,6 +101,13 @@ is "$rc" 0 "mapreduce: every rank exits 0"
 out=$(run 120 todist-run -n 3 "$PEER" barrier 2>&1); rc=$?
 expect "$out" $barrier
 is "$rc" 0 "barrier: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+# A barrier's waiting members hold no handler thread: more of them than
+# the pool may have threads (a pool of one to start with) all pass.
+out=$(TODIST_RPC_THREADS=1 run 180 todist-run -n 2 "$PEER" barrier_wide 2>&1)
+rc=$?
+expect "$out" $barrier_wide
+is "$rc" 0 "barrier_wide: every rank exits 0"
 [ "$rc" = 0 ] || diag "$out"
 
 # The hook points distributed autograd uses (ids in the header, send and
