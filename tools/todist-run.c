@@ -385,15 +385,24 @@ parse_args(int argc, char **argv, opts_t *o)
         o->store_port = o->master_port + 1;
     }
     /* As the plugin does: the cores this launcher may use, shared by the
-     * local ranks, unless the user chose. */
+     * local ranks, unless the user chose. More local ranks than those cores
+     * make the ranks take turns on them (3 ranks on 2 cores ran slower than
+     * 2): say so, once per launch (restarts do not repeat it). */
     {
         const char *omp = getenv("OMP_NUM_THREADS");
         cpu_set_t set;
+        int cpus = sched_getaffinity(0, sizeof(set), &set) == 0
+                   ? CPU_COUNT(&set) : 0;
 
         if (omp == NULL || omp[0] == '\0') {
-            int cpus = sched_getaffinity(0, sizeof(set), &set) == 0
-                       ? CPU_COUNT(&set) : 1;
-            o->omp_threads = td_omp_threads_default(cpus, o->nproc);
+            o->omp_threads = td_omp_threads_default(cpus > 0 ? cpus : 1,
+                                                    o->nproc);
+        }
+        if (cpus > 0 && o->nproc > cpus) {
+            fprintf(stderr, "todist-run: warning: %d ranks on this node but "
+                    "%d core%s to run them on (this launcher's CPU affinity): "
+                    "the ranks will share cores, usually slower than one "
+                    "rank per core\n", o->nproc, cpus, cpus == 1 ? "" : "s");
         }
     }
 }

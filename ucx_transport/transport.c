@@ -25,7 +25,26 @@
  * instead and drive progress itself (td_transport_drive), which saves the
  * two thread hand-offs of a round trip; a sending thread that finds it
  * free sends directly. While a driver is active the progress thread naps,
- * so the two never compete for a core. Callbacks run on the holder. */
+ * so the two never compete for a core. Callbacks run on the holder.
+ *
+ * Liveness between hosts (L1..L4). UCX notices a peer whose process died
+ * (its connection closes) but not one cut off by the network: TCP keeps
+ * retransmitting for minutes. So:
+ *  L1 A peer on another host (params.same_host says so when it is
+ *     connected) is watched; peers of this host are not (their death
+ *     closes the shared memory and sockets at once).
+ *  L2 Every message from a watched peer, of any kind, counts as a sign of
+ *     life (a counter bumped on receipt; the clock is read only at ticks,
+ *     every LIVE_TICK_NS at most, by the token holder).
+ *  L3 A watched peer quiet for a third of TODIST_LIVENESS (default 3 s) is
+ *     pinged (handler id LIVE_ID, transport-internal, not counted in the
+ *     join's sums): its token holder answers at once, whatever its
+ *     application threads do. Quiet for all of it, the peer is failed as
+ *     if UCX had reported it (ep_fail): pending sends fail, peer_failed
+ *     runs, its later sends fail at once.
+ *  L4 Ticks run from progress_once: after every wake-up of a sleeping
+ *     progress thread and every 16th round otherwise, so a tick is never
+ *     more than about 100 ms late (the sleeper's poll timeout). */
 #include "config.h"
 
 #include <errno.h>
@@ -62,6 +81,9 @@
 #define WIRE_MAX          (WIRE_FIXED + WIRE_BODY * TD_TRANSPORT_BODIES_MAX + \
                            TD_TRANSPORT_HEADER_MAX)
 #define BLOCK_POLL_MS     100         /* keepalive needs progress now and then */
+#define LIVE_ID           (TD_TRANSPORT_HANDLERS_MAX - 1)   /* L3 */
+#define LIVE_TICK_NS      100000000LL
+#define LIVE_DEFAULT_S    3.0
 
 /* UCX defaults the runtime sets unless the user set UCX_<name>. */
 static const struct { const char *name, *value; } ucx_defaults[] = {
@@ -93,6 +115,12 @@ typedef struct {
     int      failed;
     int      watch;      /* connect at the next round (td_transport_watch) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
+    /* liveness (L1-L3), token holder only */
+    int      remote;     /* on another host: watched */
+    uint32_t rx_count;   /* messages received from it */
+    uint32_t rx_seen;    /* rx_count at the last tick */
+    int64_t  heard_ns;   /* when rx_count last moved (or it was connected) */
+    int64_t  ping_ns;    /* when it was last pinged, 0 not since heard */
 } peer_t;
 
 /* An incoming message whose bodies are still arriving (sized by the
@@ -179,6 +207,11 @@ struct td_transport {
     uint8_t              *tag_from;       /* world x TAG_LEN: src's to us */
     td__faults_t          faults;         /* TODIST_FAULT, tests only */
     uint64_t              n_sent, n_received;   /* token holder writes */
+    /* liveness (L1-L4), token holder only except live_due */
+    int64_t               live_ns;        /* TODIST_LIVENESS; 0 off */
+    int64_t               live_next_ns;   /* the next tick */
+    unsigned              live_rounds;
+    int                   live_due;       /* tick at the next round */
 };
 
 /* The transport whose token this thread holds (NULL: none). */
@@ -310,11 +343,10 @@ send_cb(void *request, ucs_status_t status, void *user_data)
 
 /* ---- endpoints --------------------------------------------------------- */
 
+/* Fail peer RANK (token holder): close its endpoint by force, say WHY. */
 static void
-ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+ep_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
 {
-    td_transport_t *tp = ((void **)arg)[0];
-    int rank = (int)(intptr_t)((void **)arg)[1];
     peer_t *p = &tp->peers[rank];
     ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                 .flags = UCP_EP_CLOSE_FLAG_FORCE };
@@ -334,16 +366,26 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (UCS_PTR_IS_PTR(req)) {
         ucp_request_free(req);
     }
-    td_error(TD_ERR_PEER, "transport: rank %d failed: %s", rank,
-             ucs_status_string(status));
+    td_error(TD_ERR_PEER, "transport: rank %d failed: %s", rank, why);
     if (tp->params.peer_failed != NULL) {
         tp->params.peer_failed(tp->params.peer_failed_arg, rank, TD_ERR_PEER);
     }
 }
 
+static void
+ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    td_transport_t *tp = ((void **)arg)[0];
+    int rank = (int)(intptr_t)((void **)arg)[1];
+
+    ep_fail(tp, rank, ep, ucs_status_string(status));
+}
+
 /* The endpoint arguments: a pair (tp, rank) per rank, kept for the
  * transport's life. */
 static void **ep_args;
+
+static int64_t live_now_ns(void);
 
 static td_status_t
 peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
@@ -385,8 +427,106 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
         return td_error(TD_ERR_TRANSPORT, "transport: cannot connect to rank "
                         "%d: %s", dst, ucs_status_string(s));
     }
+    /* L1: the resolver has just learnt the peer's host. */
+    p->remote = tp->live_ns > 0 && tp->params.same_host != NULL &&
+                !tp->params.same_host(tp->params.resolve_arg, dst);
+    p->heard_ns = live_now_ns();
+    p->rx_seen = p->rx_count;
+    p->ping_ns = 0;
     *ep_p = p->ep;
     return TD_OK;
+}
+
+/* ---- liveness between hosts (L1-L4) ------------------------------------ */
+
+static int64_t
+live_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void
+live_sent_cb(void *request, ucs_status_t status, void *user_data)
+{
+    free(user_data);
+    ucp_request_free(request);
+}
+
+/* Send KIND ('P' ping, 'O' its answer) to DST, outside the counted sends
+ * (L3). Token holder. */
+static void
+live_send(td_transport_t *tp, int dst, uint8_t kind)
+{
+    ucp_request_param_t prm;
+    ucp_ep_h ep;
+    uint8_t *w;
+    void *req;
+
+    if (peer_connect(tp, dst, &ep) != TD_OK ||
+        (w = calloc(1, WIRE_FIXED + 1)) == NULL) {
+        return;              /* a dead or unknown peer: nothing to ask */
+    }
+    w[0] = WIRE_VERSION;
+    w[2] = LIVE_ID >> 8;
+    w[3] = LIVE_ID & 0xff;
+    td_put_be32(w + 4, (uint32_t)tp->params.rank);
+    td_put_be32(w + 8, 1);
+    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
+    w[WIRE_FIXED] = kind;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.cb.send = live_sent_cb;
+    prm.user_data = w;
+    prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    req = ucp_am_send_nbx(ep, TD_AM_ID, w, WIRE_FIXED + 1, NULL, 0, &prm);
+    if (!UCS_PTR_IS_PTR(req)) {
+        free(w);             /* done at once, or failed (UCX reports it) */
+    }
+}
+
+/* One tick (L2-L4): note who was heard, ping the quiet, fail the silent. */
+static void
+live_tick(td_transport_t *tp)
+{
+    int64_t now = live_now_ns();
+
+    tp->live_due = 0;
+    if (now < tp->live_next_ns) {
+        return;
+    }
+    tp->live_next_ns = now + LIVE_TICK_NS;
+    for (int r = 0; r < tp->params.world_size; r++) {
+        peer_t *p = &tp->peers[r];
+        int64_t quiet;
+
+        if (!p->remote || p->ep == NULL || p->failed) {
+            continue;
+        }
+        if (p->rx_count != p->rx_seen) {
+            p->rx_seen = p->rx_count;
+            p->heard_ns = now;
+            p->ping_ns = 0;
+            continue;
+        }
+        quiet = now - p->heard_ns;
+        if (quiet >= tp->live_ns) {
+            char why[160];
+
+            snprintf(why, sizeof(why), "unreachable: on another host, it "
+                     "answered nothing for %.1f s (TODIST_LIVENESS=%g)",
+                     (double)quiet * 1e-9, (double)tp->live_ns * 1e-9);
+            td_log_error("transport: rank %d %s", r, why);
+            ep_fail(tp, r, p->ep, why);
+        } else if (quiet >= tp->live_ns / 3 &&
+                   (p->ping_ns == 0 || now - p->ping_ns >= tp->live_ns / 3)) {
+            p->ping_ns = now;
+            live_send(tp, r, 'P');
+        }
+    }
 }
 
 /* ---- fault injection (TODIST_FAULT, tests only: fault.c) --------------- */
@@ -728,6 +868,17 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         }
         return UCS_OK;
     }
+    tp->peers[w.src].rx_count++;                                /* L2 */
+    if (w.id == LIVE_ID) {                                      /* L3 */
+        if (w.ulen == 1 && w.nb == 0 &&
+            ((const uint8_t *)header)[WIRE_FIXED] == 'P') {
+            live_send(tp, (int)w.src, 'O');
+        }
+        if (rndv) {
+            ucp_am_data_release(tp->worker, data);
+        }
+        return UCS_OK;
+    }
     if (tp->handlers[w.id].fn == NULL) {
         /* Well formed but nobody listens: a peer's todist sent it and
          * counted it, so count it too, or the join would never settle. */
@@ -989,6 +1140,11 @@ progress_once(td_transport_t *tp)
         __atomic_load_n(&tp->q_nonempty, __ATOMIC_RELAXED)) {
         n += drain_queue(tp);
     }
+    if (tp->live_ns > 0 &&                                      /* L4 */
+        ((++tp->live_rounds & 15) == 0 ||
+         __atomic_load_n(&tp->live_due, __ATOMIC_RELAXED))) {
+        live_tick(tp);
+    }
     return n;
 }
 
@@ -1170,6 +1326,7 @@ progress_main(void *arg)
         struct pollfd pfd = { .fd = tp->efd, .events = POLLIN };
         poll(&pfd, 1, BLOCK_POLL_MS);
         __atomic_store_n(&tp->in_poll, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&tp->live_due, 1, __ATOMIC_RELAXED);   /* L4 */
         idle_since = td_now_s();
     }
 
@@ -1208,6 +1365,27 @@ online_cpus(void)
         return CPU_COUNT(&set);
     }
     return (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* TODIST_LIVENESS: seconds a peer on another host may stay silent (L3);
+ * 0 turns the check off. */
+static td_status_t
+live_parse(td_transport_t *tp)
+{
+    const char *env = getenv("TODIST_LIVENESS");
+    double s = LIVE_DEFAULT_S;
+    char *end;
+
+    if (env != NULL && env[0] != '\0') {
+        s = strtod(env, &end);
+        if (end == env || *end != '\0' || !(s >= 0) || s > 86400) {
+            return td_error(TD_ERR_INVALID, "transport: TODIST_LIVENESS='%s' "
+                            "is not a number of seconds in 0..86400 (0: "
+                            "off)", env);
+        }
+    }
+    tp->live_ns = (int64_t)(s * 1e9);
+    return TD_OK;
 }
 
 static td_status_t
@@ -1456,6 +1634,10 @@ td_transport_create(const td_transport_params_t *params,
     if (status != TD_OK) {
         goto err;
     }
+    status = live_parse(tp);
+    if (status != TD_OK) {
+        goto err;
+    }
     tp->scarce = 2 * (params->local_world_size > 0 ? params->local_world_size
                                                    : 1) > online_cpus();
     status = make_context(tp);
@@ -1517,9 +1699,10 @@ td_status_t
 td_transport_set_handler(td_transport_t *tp, uint16_t id,
                          td_transport_recv_fn fn, void *arg)
 {
-    if (id >= TD_TRANSPORT_HANDLERS_MAX) {
+    if (id >= LIVE_ID) {
         return td_error(TD_ERR_INVALID, "transport: handler id %u is not "
-                        "below %d", id, TD_TRANSPORT_HANDLERS_MAX);
+                        "below %d (%d is the transport's own)", id, LIVE_ID,
+                        LIVE_ID);
     }
     tp->handlers[id].arg = arg;
     __atomic_store_n(&tp->handlers[id].fn, fn, __ATOMIC_RELEASE);
