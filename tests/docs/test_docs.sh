@@ -143,7 +143,7 @@ is "$stale" "" "every tree path the docs name exists ($(wc -l < "$TD_TMP/paths")
 # is in docs/.
 undoc=
 for o in $(grep -o 'AS_HELP_STRING(\[--[a-z-]*' "$S/configure.ac" | sed 's/.*\[//'); do
-    cat "$S"/docs/*.md | grep -qwF -- "$o" || undoc="$undoc $o"
+    cat "$S"/docs/*.md | grep -wF -- "$o" >/dev/null || undoc="$undoc $o"
 done
 is "$undoc" "" "every option of configure.ac is in docs/"
 
