@@ -571,7 +571,7 @@ while IFS="$tab" read -r id kind lang where rest; do
     *" gpu "*)   skip 1 "$where: needs GPUs on the nodes (this cluster's are fake)"; continue ;;
     esac
     body=$D/docs/$id.body
-    if head -1 "$body" | grep -q '^#!'; then
+    if head -1 "$body" | grep '^#!' >/dev/null; then
         cp "$body" "$W/job-$id.sh"
         (cd "$W" && timeout 300 sbatch --wait -o "$D/out/doc$id.out" "job-$id.sh") </dev/null \
             >"$D/out/doc$id.sbatch" 2>&1
