@@ -21,6 +21,9 @@ unshare --mount true 2>/dev/null || skip_all "cannot make mount namespaces"
 # Slurm's programs lack. TD_SPANK_ASAN=1 preloads it into srun and the
 # daemons (the plugin then runs under ASan for real), but ASan in the
 # multi-threaded, forking slurmstepd can deadlock, so it is opt-in.
+if readelf -d "$plugin" 2>/dev/null | grep 'libtsan' >/dev/null; then
+    skip_all "ThreadSanitizer build: Slurm's programs cannot load todist.so"
+fi
 if readelf -d "$plugin" 2>/dev/null | grep 'libasan' >/dev/null; then
     [ "${TD_SPANK_ASAN:-0}" = 1 ] ||
         skip_all "sanitizer build: todist.so needs ASan preloaded into Slurm (set TD_SPANK_ASAN=1)"
