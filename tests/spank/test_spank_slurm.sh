@@ -21,7 +21,10 @@ unshare --mount true 2>/dev/null || skip_all "cannot make mount namespaces"
 # Slurm's programs lack. TD_SPANK_ASAN=1 preloads it into srun and the
 # daemons (the plugin then runs under ASan for real), but ASan in the
 # multi-threaded, forking slurmstepd can deadlock, so it is opt-in.
-if readelf -d "$plugin" 2>/dev/null | grep -q 'libasan'; then
+if readelf -d "$plugin" 2>/dev/null | grep 'libtsan' >/dev/null; then
+    skip_all "ThreadSanitizer build: Slurm's programs cannot load todist.so"
+fi
+if readelf -d "$plugin" 2>/dev/null | grep 'libasan' >/dev/null; then
     [ "${TD_SPANK_ASAN:-0}" = 1 ] ||
         skip_all "sanitizer build: todist.so needs ASan preloaded into Slurm (set TD_SPANK_ASAN=1)"
     LD_PRELOAD="$(${TD_CC:-cc} -print-file-name=libasan.so) $(${TD_CC:-cc} -print-file-name=libubsan.so)"
@@ -45,7 +48,7 @@ pids_of_cluster() {
     for e in /proc/[0-9]*/environ; do
         p=${e#/proc/}; p=${p%/environ}
         [ "$p" != $$ ] &&
-            { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "SLURM_CONF=$D/slurm.conf" &&
+            { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -x "SLURM_CONF=$D/slurm.conf" >/dev/null &&
             echo "$p"
     done
 }
@@ -86,7 +89,7 @@ die_setup() {
 # slurmd then fails to bind (a node that never registers), and check that
 # no socket in any state uses it.
 base=$(( 10000 + ($$ % 500) * 10 ))
-while ss -Htan 2>/dev/null | awk '{print $4}' | grep -Eq ":($base|$((base+1))|$((base+2))|$((base+3))|$((base+4)))\$"; do
+while ss -Htan 2>/dev/null | awk '{print $4}' | grep -E ":($base|$((base+1))|$((base+2))|$((base+3))|$((base+4)))\$" >/dev/null; do
     base=$((base + 10))
 done
 
@@ -200,7 +203,7 @@ port=$(field "$D/out/one" master_port | sort -u)
 ok "$([ "$(echo "$port" | wc -l)" = 1 ] && [ "$port" -ge $resv_lo ] && [ "$port" -le $resv_hi ]; echo $?)" \
     "one store port ($port), reserved by Slurm (MpiParams=ports=$resv_lo-$resv_hi)"
 tok=$(field "$D/out/one" token | sort -u)
-ok "$([ "$(echo "$tok" | wc -l)" = 1 ] && echo "$tok" | grep -Eqx '[0-9a-f]{64}'; echo $?)" \
+ok "$([ "$(echo "$tok" | wc -l)" = 1 ] && echo "$tok" | grep -Ex '[0-9a-f]{64}' >/dev/null; echo $?)" \
     "one 64-hex-digit token in all tasks"
 is "$(col "$D/out/one" omp)" "1 1 1 1" "OMP_NUM_THREADS = the task's CPUs (4 CPUs / 4 tasks)"
 
@@ -311,7 +314,7 @@ srun -N1 -n2 --exact sh -c '$probe; sleep 1' > "$D/out/conc-b" &
 wait
 JOB
 jid=$(sbatch --parsable -N2 -n4 --todist -o "$D/out/sbatch.log" "$D/job.sh")
-job_done() { ! squeue -h -j "$jid" 2>/dev/null | grep -q .; }
+job_done() { ! squeue -h -j "$jid" 2>/dev/null | grep . >/dev/null; }
 wait_for 120 job_done
 is "$(cat "$D/out/batch" 2>/dev/null)" "batch token= rank= RANK=" "batch step left alone"
 sorted "$D/out/inner"
@@ -394,8 +397,8 @@ timeout 120 srun -N1 -n2 -w n1 --todist=store_port=$P env TODIST_INIT_TIMEOUT=10
     >"$D/out/holder" 2>&1 &
 holder=$!
 td_track_pid $holder
-wait_for 30 sh -c "ss -Htln | awk '{print \$4}' | grep -q ':$P\$'"
-ok "$(ss -Htln | awk '{print $4}' | grep -q ":$P\$"; echo $?)" "job A's store listens on $P"
+wait_for 30 sh -c "ss -Htln | awk '{print \$4}' | grep ':$P\$' >/dev/null"
+ok "$(ss -Htln | awk '{print $4}' | grep ":$P\$" >/dev/null; echo $?)" "job A's store listens on $P"
 t0=$(td_now)
 run_srun clash -N1 -n1 -w n2 --todist=store_port=$P "$top_builddir/tests/runtime/init_bind"
 t1=$(td_now)
@@ -474,7 +477,7 @@ fi
 # 15. PMIx wire-up (srun --mpi=pmix): worker addresses and the start-up
 # barrier through PMIx (put, commit, fence, get), not the TCP store.
 if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
-   srun --mpi=list 2>&1 | grep -qw pmix; then
+   srun --mpi=list 2>&1 | grep -w pmix >/dev/null; then
     run_srun pmix -N2 -n4 --mpi=pmix --todist env TODIST_LOG=info "$top_builddir/tests/spank/rpc_allpairs"
     sorted "$D/out/pmix"
     is "$rc" 0 "srun --mpi=pmix --todist rpc_allpairs succeeds"
@@ -571,7 +574,7 @@ while IFS="$tab" read -r id kind lang where rest; do
     *" gpu "*)   skip 1 "$where: needs GPUs on the nodes (this cluster's are fake)"; continue ;;
     esac
     body=$D/docs/$id.body
-    if head -1 "$body" | grep -q '^#!'; then
+    if head -1 "$body" | grep '^#!' >/dev/null; then
         cp "$body" "$W/job-$id.sh"
         (cd "$W" && timeout 300 sbatch --wait -o "$D/out/doc$id.out" "job-$id.sh") </dev/null \
             >"$D/out/doc$id.sbatch" 2>&1
