@@ -6,7 +6,10 @@
  *
  * Store keys used (all under "td/"):
  *   td/addr/<r>           rank r's host id and UCX worker address
- *                         (hostmap.h)
+ *                         (hostmap.h; also its arrival at the start-up
+ *                         barrier)
+ *   td/dev/<r>            rank r's device count and NCCL capability
+ *                         (runtime/rpc/device_map.c)
  *   td/init/...           the start-up barrier
  *   td/barrier/<g>/...    td_barrier generation g
  *   td/fin/in/<r>         rank r entered td_finalize
@@ -34,6 +37,7 @@
 #include "runtime/runtime.h"
 #include "runtime/rpc/device_map.h"
 #include "runtime/modules.h"
+#include "kernels/device.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "runtime/hostmap.h"
@@ -41,6 +45,8 @@
 #include "runtime/world/reach.h"
 
 #define JOIN_POLL_S 0.001
+/* The resolver's connection, made at the first lookup, gives up after. */
+#define RESOLVER_CONNECT_S 10.0
 /* A barrier waits in slices this long, checking for dead ranks between. */
 #define DEAD_CHECK_S 0.25
 
@@ -58,7 +64,13 @@ static struct {
     td_init_params_t    params;
     td_store_server_t  *server;
     td_store_t         *store;         /* the application thread's */
-    td_store_t         *resolver;      /* the progress thread's lookups */
+    td_store_t         *resolver;      /* the progress thread's lookups:
+                                        * connected at the first one, under
+                                        * addr_lock (a rank that talks to
+                                        * nobody costs the store nothing) */
+    char                store_host[256];
+    uint16_t            store_port;
+    char               *token;         /* TODIST_JOB_TOKEN's copy or NULL */
     td_transport_t     *tp;
     pthread_mutex_t     addr_lock;
     addr_t             *addrs;
@@ -73,6 +85,44 @@ sleep_s(double s)
     struct timespec ts = { (time_t)s, (long)((s - (time_t)s) * 1e9) };
 
     nanosleep(&ts, NULL);
+}
+
+/* ---- devices at start-up ----------------------------------------------- */
+
+/* Whether this rank wants its device backend at td_init (kernels/module.h:
+ * the CUDA module is 160 MB of mappings a CPU rank must not pay for).
+ * TODIST_DEVICE=cpu: no; =cuda: yes, and a failure fails td_init naming
+ * what is missing; unset or "auto": when device maps are given, or the
+ * NVIDIA driver is on this node (its /proc entry: a cheap look, no
+ * library). Anything else: TD_ERR_INVALID. Later requests (a CUDA tensor)
+ * still load the module on first use. After this, the device count start-up
+ * publishes is td_device_count_loaded()'s, which never loads. */
+static td_status_t
+devices_at_init(const td_device_maps_t *given)
+{
+    const char *want = getenv("TODIST_DEVICE");
+    const char *maps = getenv("TODIST_DEVICE_MAPS");
+    int n;
+
+    if (want != NULL && strcmp(want, "cpu") == 0) {
+        return TD_OK;
+    }
+    if (want != NULL && strcmp(want, "cuda") == 0) {
+        return td_device_count_of(TD_DEVICE_CUDA, &n);
+    }
+    if (want != NULL && want[0] != '\0' && strcmp(want, "auto") != 0) {
+        return td_error(TD_ERR_INVALID, "init: TODIST_DEVICE=%s on rank %d "
+                        "is not one of cpu, cuda, auto", want,
+                        rt.world.rank);
+    }
+    if (given != NULL || (maps != NULL && maps[0] != '\0') ||
+        access("/proc/driver/nvidia/version", F_OK) == 0) {
+        if (td_device_count_of(TD_DEVICE_CUDA, &n) != TD_OK) {
+            td_log_debug("init: no device (%s)", td_last_error());
+            td_error_clear();           /* cpu tensors only */
+        }
+    }
+    return TD_OK;
 }
 
 /* ---- handles ------------------------------------------------------------ */
@@ -112,7 +162,21 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
     td_status_t status = TD_OK;
 
     pthread_mutex_lock(&rt.addr_lock);
-    if (rt.addrs[rank].value == NULL) {
+    if (rt.addrs[rank].value == NULL && !rt.pmix && rt.resolver == NULL) {
+        /* The store was up at td_init: no long retries (this may be the
+         * progress thread), and a refusal means rank 0 is gone. */
+        status = td_store_connect(rt.store_host, rt.store_port, rt.token,
+                                  RESOLVER_CONNECT_S, &rt.resolver);
+        if (status != TD_OK) {
+            char why[512];
+            snprintf(why, sizeof(why), "%s", td_last_error());
+            status = td_error(TD_ERR_PEER, "runtime: rank 0, which holds the "
+                              "store, is gone: cannot reach rank %d, whose "
+                              "address this rank never fetched (%s)", rank,
+                              why);
+        }
+    }
+    if (rt.addrs[rank].value == NULL && status == TD_OK) {
         snprintf(key, sizeof(key), "td/addr/%d", rank);
         status = rt.pmix ? td_pmix_lookup(rank, &v, &len)
                          : td_store_get(rt.resolver, key,
@@ -324,21 +388,30 @@ watched_barrier(const char *name, double timeout, const char *what)
 }
 
 /* Barrier NAME where each rank first sets "NAME/in/<rank>", so a timeout
- * can say who is missing. */
+ * can say who is missing. ARRIVED: the prefix of per-rank keys every rank
+ * has set already ("PREFIX/<rank>", e.g. its address), which then serve
+ * as the arrivals and save the set (NULL: NAME/in). */
 static td_status_t
-named_barrier(const char *name, double timeout, const char *what)
+named_barrier(const char *name, const char *arrived, double timeout,
+              const char *what)
 {
     char key[128], missing[256];
     td_status_t status;
 
-    snprintf(key, sizeof(key), "%s/in/%d", name, rt.world.rank);
-    status = td_store_set(rt.store, key, "1", 1);
-    if (status != TD_OK) {
-        return status;
+    if (arrived == NULL) {
+        snprintf(key, sizeof(key), "%s/in/%d", name, rt.world.rank);
+        status = td_store_set(rt.store, key, "1", 1);
+        if (status != TD_OK) {
+            return status;
+        }
     }
     status = watched_barrier(name, timeout, what);
     if (status == TD_ERR_TIMEOUT) {
-        snprintf(key, sizeof(key), "%s/in", name);
+        if (arrived != NULL) {
+            snprintf(key, sizeof(key), "%s", arrived);
+        } else {
+            snprintf(key, sizeof(key), "%s/in", name);
+        }
         missing_ranks(key, missing, sizeof(missing));
         status = td_error(TD_ERR_TIMEOUT, "%s: rank%s %s did not arrive "
                           "within %.3g s", what, strchr(missing, ',') ||
@@ -357,7 +430,8 @@ td_barrier(double timeout)
         return td_error(TD_ERR_STATE, "barrier: td_init has not been called");
     }
     snprintf(name, sizeof(name), "td/barrier/%u", rt.barrier_gen++);
-    return named_barrier(name, timeout < 0 ? rt.params.init_timeout : timeout,
+    return named_barrier(name, NULL,
+                         timeout < 0 ? rt.params.init_timeout : timeout,
                          "barrier");
 }
 
@@ -504,6 +578,12 @@ td_init(const td_init_params_t *params)
             return status;
         }
     }
+    /* After placement: CUDA reads CUDA_VISIBLE_DEVICES when it starts. */
+    status = devices_at_init(rt.params.device_maps);
+    if (status != TD_OK) {
+        td_log_set_rank(-1);
+        return status;
+    }
     rt.addrs = calloc(rt.world.world_size, sizeof(*rt.addrs));
     if (rt.addrs == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "init: out of memory for %d ranks",
@@ -547,9 +627,13 @@ td_init(const td_init_params_t *params)
         status = store_port_error(status, port, false);
         goto err_server;
     }
-    status = td_store_connect(host, port, token, rt.params.connect_timeout,
-                              &rt.resolver);
-    if (status != TD_OK) {
+    /* the resolver connects at the first address lookup (fetch_address) */
+    snprintf(rt.store_host, sizeof(rt.store_host), "%s", host);
+    rt.store_port = port;
+    free(rt.token);
+    rt.token = token != NULL && token[0] != '\0' ? strdup(token) : NULL;
+    if (token != NULL && token[0] != '\0' && rt.token == NULL) {
+        status = td_error(TD_ERR_NO_MEMORY, "init: out of memory");
         goto err_store;
     }
 
@@ -614,7 +698,9 @@ td_init(const td_init_params_t *params)
         goto err_modules;
     }
     rt.initialized = 1;
-    status = named_barrier("td/init", rt.params.init_timeout, "init");
+    /* every rank's address is its arrival (one set fewer per rank) */
+    status = named_barrier("td/init", "td/addr", rt.params.init_timeout,
+                           "init");
     if (status != TD_OK) {
         rt.initialized = 0;
         goto err_modules;
@@ -633,6 +719,8 @@ err_resolver:
 err_store:
     td_store_close(rt.store);
     rt.store = NULL;
+    free(rt.token);
+    rt.token = NULL;
 err_server:
     td_store_server_stop(rt.server);
     rt.server = NULL;
@@ -784,6 +872,8 @@ td_finalize(void)
     td_store_server_stop(rt.server);
     rt.resolver = rt.store = NULL;
     rt.server = NULL;
+    free(rt.token);
+    rt.token = NULL;
     for (int r = 0; r < rt.world.world_size; r++) {
         free(rt.addrs[r].value);
     }

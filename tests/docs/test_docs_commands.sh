@@ -40,7 +40,7 @@ pages=$(awk '$1 == "dist_man_MANS" && $2 == "=" { on = 1; $1 = ""; $2 = "" }
              on { c = sub(/\\$/, ""); print; if (!c) exit }' "$B/Makefile")
 for m in $pages; do
     m=$(basename "$m"); m=${m%.[0-9]}
-    man -w "$m" 2>/dev/null | grep -q "^$D" || missing="$missing $m"
+    man -w "$m" 2>/dev/null | grep "^$D" >/dev/null || missing="$missing $m"
 done
 [ -n "$pages" ] || missing="(no dist_man_MANS in the Makefile)"
 command -v man >/dev/null || missing="(man not installed: Debian package man-db)"
@@ -60,7 +60,7 @@ is "$built" 1 "the README's hello.c builds against the installed library as trai
 have_torch=0
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 && have_torch=1
 have_gpu=0
-nvidia-smi -L 2>/dev/null | grep -q '^GPU' && have_gpu=1
+nvidia-smi -L 2>/dev/null | grep '^GPU' >/dev/null && have_gpu=1
 
 # 3... One test per command block.
 while IFS="$(printf '\t')" read -r id kind lang where rest; do

@@ -21,7 +21,10 @@ unshare --mount true 2>/dev/null || skip_all "cannot make mount namespaces"
 # Slurm's programs lack. TD_SPANK_ASAN=1 preloads it into srun and the
 # daemons (the plugin then runs under ASan for real), but ASan in the
 # multi-threaded, forking slurmstepd can deadlock, so it is opt-in.
-if readelf -d "$plugin" 2>/dev/null | grep -q 'libasan'; then
+if readelf -d "$plugin" 2>/dev/null | grep 'libtsan' >/dev/null; then
+    skip_all "ThreadSanitizer build: Slurm's programs cannot load todist.so"
+fi
+if readelf -d "$plugin" 2>/dev/null | grep 'libasan' >/dev/null; then
     [ "${TD_SPANK_ASAN:-0}" = 1 ] ||
         skip_all "sanitizer build: todist.so needs ASan preloaded into Slurm (set TD_SPANK_ASAN=1)"
     LD_PRELOAD="$(${TD_CC:-cc} -print-file-name=libasan.so) $(${TD_CC:-cc} -print-file-name=libubsan.so)"
@@ -45,7 +48,7 @@ pids_of_cluster() {
     for e in /proc/[0-9]*/environ; do
         p=${e#/proc/}; p=${p%/environ}
         [ "$p" != $$ ] &&
-            { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "SLURM_CONF=$D/slurm.conf" &&
+            { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -x "SLURM_CONF=$D/slurm.conf" >/dev/null &&
             echo "$p"
     done
 }
@@ -86,7 +89,7 @@ die_setup() {
 # slurmd then fails to bind (a node that never registers), and check that
 # no socket in any state uses it.
 base=$(( 10000 + ($$ % 500) * 10 ))
-while ss -Htan 2>/dev/null | awk '{print $4}' | grep -Eq ":($base|$((base+1))|$((base+2))|$((base+3))|$((base+4)))\$"; do
+while ss -Htan 2>/dev/null | awk '{print $4}' | grep -E ":($base|$((base+1))|$((base+2))|$((base+3))|$((base+4)))\$" >/dev/null; do
     base=$((base + 10))
 done
 
@@ -200,7 +203,7 @@ port=$(field "$D/out/one" master_port | sort -u)
 ok "$([ "$(echo "$port" | wc -l)" = 1 ] && [ "$port" -ge $resv_lo ] && [ "$port" -le $resv_hi ]; echo $?)" \
     "one store port ($port), reserved by Slurm (MpiParams=ports=$resv_lo-$resv_hi)"
 tok=$(field "$D/out/one" token | sort -u)
-ok "$([ "$(echo "$tok" | wc -l)" = 1 ] && echo "$tok" | grep -Eqx '[0-9a-f]{64}'; echo $?)" \
+ok "$([ "$(echo "$tok" | wc -l)" = 1 ] && echo "$tok" | grep -Ex '[0-9a-f]{64}' >/dev/null; echo $?)" \
     "one 64-hex-digit token in all tasks"
 is "$(col "$D/out/one" omp)" "1 1 1 1" "OMP_NUM_THREADS = the task's CPUs (4 CPUs / 4 tasks)"
 
@@ -311,7 +314,7 @@ srun -N1 -n2 --exact sh -c '$probe; sleep 1' > "$D/out/conc-b" &
 wait
 JOB
 jid=$(sbatch --parsable -N2 -n4 --todist -o "$D/out/sbatch.log" "$D/job.sh")
-job_done() { ! squeue -h -j "$jid" 2>/dev/null | grep -q .; }
+job_done() { ! squeue -h -j "$jid" 2>/dev/null | grep . >/dev/null; }
 wait_for 120 job_done
 is "$(cat "$D/out/batch" 2>/dev/null)" "batch token= rank= RANK=" "batch step left alone"
 sorted "$D/out/inner"
@@ -394,8 +397,8 @@ timeout 120 srun -N1 -n2 -w n1 --todist=store_port=$P env TODIST_INIT_TIMEOUT=10
     >"$D/out/holder" 2>&1 &
 holder=$!
 td_track_pid $holder
-wait_for 30 sh -c "ss -Htln | awk '{print \$4}' | grep -q ':$P\$'"
-ok "$(ss -Htln | awk '{print $4}' | grep -q ":$P\$"; echo $?)" "job A's store listens on $P"
+wait_for 30 sh -c "ss -Htln | awk '{print \$4}' | grep ':$P\$' >/dev/null"
+ok "$(ss -Htln | awk '{print $4}' | grep ":$P\$" >/dev/null; echo $?)" "job A's store listens on $P"
 t0=$(td_now)
 run_srun clash -N1 -n1 -w n2 --todist=store_port=$P "$top_builddir/tests/runtime/init_bind"
 t1=$(td_now)
@@ -474,7 +477,7 @@ fi
 # 15. PMIx wire-up (srun --mpi=pmix): worker addresses and the start-up
 # barrier through PMIx (put, commit, fence, get), not the TCP store.
 if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
-   srun --mpi=list 2>&1 | grep -qw pmix; then
+   srun --mpi=list 2>&1 | grep -w pmix >/dev/null; then
     run_srun pmix -N2 -n4 --mpi=pmix --todist env TODIST_LOG=info "$top_builddir/tests/spank/rpc_allpairs"
     sorted "$D/out/pmix"
     is "$rc" 0 "srun --mpi=pmix --todist rpc_allpairs succeeds"
@@ -484,16 +487,31 @@ if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
     sorted "$D/out/nopmix"
     is "$(col "$D/out/nopmix" calls_ok)|$(grep -c 'through PMIx' "$D/out/nopmix.err")" "4 4 4 4|0" \
         "TODIST_PMIX=0: the store path instead"
-    # Start-up figures for bench/RESULTS.md (TD_BENCH_STARTUP=1): td_init
-    # per rank, median and max, store against PMIx, 4, 16 and 64 ranks.
+    # Start-up figures for bench/RESULTS.md (TD_BENCH_STARTUP=1, run by
+    # bench/startup.sh SRUN=1): wall time, slowest td_init and td_finalize,
+    # median resident memory, store against PMIx, at TD_BENCH_STARTUP_SIZES
+    # ranks (default 16 64 256); with TD_BENCH_STARTUP_BEFORE=DIR also
+    # against DIR's libtodist (another build's .libs), interleaved.
     if [ "${TD_BENCH_STARTUP:-0}" = 1 ]; then
-        for n in 4 16 64; do
-            for mode in store pmix; do
-                m=; [ $mode = pmix ] && m=--mpi=pmix
-                timeout 300 srun -N4 -n$n -O $m --todist "$top_builddir/bench/startup" \
-                    > "$D/out/st-$mode-$n" 2>"$D/out/st-$mode-$n.err"
-                diag "startup $mode $n ranks: $(sed -n 's/.*init_ms=//p' "$D/out/st-$mode-$n" | sort -n |
-                    awk '{a[NR]=$1} END {if (NR) printf "%d ranks, median %.1f ms, max %.1f ms", NR, a[int((NR+1)/2)], a[NR]; else print "failed"}')"
+        for n in ${TD_BENCH_STARTUP_SIZES:-16 64 256}; do
+            for lib in ${TD_BENCH_STARTUP_BEFORE:+before} after; do
+                dir=$top_builddir/.libs
+                [ $lib = before ] && dir=$TD_BENCH_STARTUP_BEFORE
+                for mode in store pmix; do
+                    m=; [ $mode = pmix ] && m=--mpi=pmix
+                    t0=$(date +%s.%N)
+                    timeout 600 srun -N4 -n$n -O $m --todist env LD_LIBRARY_PATH="$dir" \
+                        "$top_builddir/bench/.libs/startup" \
+                        > "$D/out/st-$mode-$n" 2>"$D/out/st-$mode-$n.err"
+                    t1=$(date +%s.%N)
+                    diag "startup srun $lib $mode $n: $(awk -v n=$n -v w="$(echo "$t1 - $t0" | bc -l)" '
+                        { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                          k++; if (v["init_ms"] > mi) mi = v["init_ms"]; if (v["fin_ms"] > mf) mf = v["fin_ms"]
+                          r = v["rss_kb"] / 1024; rs += r }
+                        END { if (k < n) printf "only %d of %d ranks reported", k, n
+                              else printf "wall %.3f s  init max %.1f ms  fin max %.1f ms  RSS mean %.1f MB", w, mi, mf, rs / k }' \
+                        "$D/out/st-$mode-$n")"
+                done
             done
         done
     fi
@@ -556,7 +574,7 @@ while IFS="$tab" read -r id kind lang where rest; do
     *" gpu "*)   skip 1 "$where: needs GPUs on the nodes (this cluster's are fake)"; continue ;;
     esac
     body=$D/docs/$id.body
-    if head -1 "$body" | grep -q '^#!'; then
+    if head -1 "$body" | grep '^#!' >/dev/null; then
         cp "$body" "$W/job-$id.sh"
         (cd "$W" && timeout 300 sbatch --wait -o "$D/out/doc$id.out" "job-$id.sh") </dev/null \
             >"$D/out/doc$id.sbatch" 2>&1
