@@ -158,6 +158,8 @@ struct td_transport {
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
     double                close_timeout;
+    double                live_last;      /* peers_liveness: last round */
+    unsigned              live_ctr;       /* rounds since (token holder) */
     int                   unclosed;       /* endpoints that did not close */
     int                   unclosed_rank;  /* the first of them */
     /* posted sends, from any thread */
@@ -303,18 +305,24 @@ send_cb(void *request, ucs_status_t status, void *user_data)
 {
     send_op_t *op = user_data;
 
+    td_status_t st = status_from_ucs(status);
+
     op->tp->peers[op->dst].inflight--;
-    op_defer(op->tp, op, status_from_ucs(status));
+    /* a send cut by peer_fail's forced close: the peer died (not a cancel) */
+    if (st != TD_OK && op->tp->peers[op->dst].failed) {
+        st = TD_ERR_PEER;
+    }
+    op_defer(op->tp, op, st);
     ucp_request_free(request);
 }
 
 /* ---- endpoints --------------------------------------------------------- */
 
+/* Peer RANK failed (WHY): its endpoint EP closed, which fails what is
+ * in flight to it, and the layers above told (token holder). */
 static void
-ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+peer_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
 {
-    td_transport_t *tp = ((void **)arg)[0];
-    int rank = (int)(intptr_t)((void **)arg)[1];
     peer_t *p = &tp->peers[rank];
     ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                 .flags = UCP_EP_CLOSE_FLAG_FORCE };
@@ -334,10 +342,45 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     if (UCS_PTR_IS_PTR(req)) {
         ucp_request_free(req);
     }
-    td_error(TD_ERR_PEER, "transport: rank %d failed: %s", rank,
-             ucs_status_string(status));
+    td_error(TD_ERR_PEER, "transport: rank %d failed: %s", rank, why);
     if (tp->params.peer_failed != NULL) {
         tp->params.peer_failed(tp->params.peer_failed_arg, rank, TD_ERR_PEER);
+    }
+}
+
+static void
+ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    td_transport_t *tp = ((void **)arg)[0];
+    int rank = (int)(intptr_t)((void **)arg)[1];
+
+    peer_fail(tp, rank, ep, ucs_status_string(status));
+}
+
+/* Liveness (td_transport_params_t.peer_gone; token holder): every
+ * TD_TRANSPORT_LIVENESS_S, a peer we hold an endpoint to whose process
+ * exited is failed like a keepalive error. Cross-host checks (heartbeats)
+ * belong beside this one. */
+static void
+peers_liveness(td_transport_t *tp)
+{
+    double now;
+
+    if (tp->params.peer_gone == NULL) {
+        return;
+    }
+    now = td_now_s();
+    if (now - tp->live_last < TD_TRANSPORT_LIVENESS_S) {
+        return;
+    }
+    tp->live_last = now;
+    for (int r = 0; r < tp->params.world_size; r++) {
+        peer_t *p = &tp->peers[r];
+
+        if (p->ep != NULL && !p->failed &&
+            tp->params.peer_gone(tp->params.peer_gone_arg, r)) {
+            peer_fail(tp, r, p->ep, "its process exited");
+        }
     }
 }
 
@@ -981,6 +1024,16 @@ progress_once(td_transport_t *tp)
     if (__atomic_load_n(&tp->watch_pending, __ATOMIC_RELAXED)) {
         connect_watched(tp);
     }
+    {
+        /* the clock every 256th round (relaxed: the progress thread sets
+         * it without the token after a poll, below) */
+        unsigned c = __atomic_load_n(&tp->live_ctr, __ATOMIC_RELAXED) + 1;
+
+        __atomic_store_n(&tp->live_ctr, c, __ATOMIC_RELAXED);
+        if ((c & 255) == 0) {
+            peers_liveness(tp);
+        }
+    }
 
     if (tp->done_head != NULL) {
         report_completions(tp);
@@ -1171,6 +1224,8 @@ progress_main(void *arg)
         poll(&pfd, 1, BLOCK_POLL_MS);
         __atomic_store_n(&tp->in_poll, 0, __ATOMIC_SEQ_CST);
         idle_since = td_now_s();
+        /* the next round looks (liveness) */
+        __atomic_store_n(&tp->live_ctr, 255, __ATOMIC_RELAXED);
     }
 
     /* Drivers see stop and leave; direct senders are brief. */
