@@ -5,7 +5,9 @@ momentum 0.9, DistributedSampler with set_epoch, one thread per rank),
 started by todist-run, which exports torchrun's variables (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Rank 0 prints
 `torch ddp ranks=N epoch_s=.. samples_per_s=.. test_accuracy=..`.
-Usage: todist-run -n N /usr/bin/python3 bench/ddp_torch.py [DATA_DIR]"""
+Usage: todist-run -n N /usr/bin/python3 bench/ddp_torch.py [DATA_DIR [BACKEND]]
+(BACKEND gloo by default; todist needs python/todist importable, as
+bench/torch_backend.sh arranges)."""
 import gzip
 import os
 import sys
@@ -18,6 +20,9 @@ from torch.utils.data.distributed import DistributedSampler
 
 torch.set_num_threads(1)
 DATA = sys.argv[1] if len(sys.argv) > 1 else "/usr/share/datasets/fashion-mnist"
+BACKEND = sys.argv[2] if len(sys.argv) > 2 else "gloo"
+if BACKEND == "todist":
+    import todist  # noqa: F401  registers the backend
 MEAN, STD = 0.2860, 0.3530
 
 
@@ -34,7 +39,7 @@ def images(name):
     return (x / 255.0 - MEAN) / STD
 
 
-dist.init_process_group("gloo")
+dist.init_process_group(BACKEND)
 rank, world = dist.get_rank(), dist.get_world_size()
 tr_x, tr_y = images("train-images-idx3-ubyte.gz"), torch.from_numpy(
     idx("train-labels-idx1-ubyte.gz").astype(np.int64))
@@ -67,6 +72,7 @@ with torch.no_grad():
     dist.all_reduce(counts)
 if rank == 0:
     print("torch ddp ranks=%d epoch_s=%.2f samples_per_s=%.0f "
-          "test_accuracy=%.4f" % (world, secs, len(tr_y) / secs,
-                                  (counts[0] / counts[1]).item()))
+          "test_accuracy=%.4f backend=%s" % (world, secs, len(tr_y) / secs,
+                                             (counts[0] / counts[1]).item(),
+                                             BACKEND))
 dist.destroy_process_group()

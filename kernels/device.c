@@ -8,14 +8,16 @@
 
 #include "kernels/device.h"
 #include "kernels/kernels.h"
+#include "kernels/module.h"
 
-static const td_device_ops_t *device_rows[TD_NUM_DEVICE_TYPES] = {
-    NULL,                       /* cpu: handled inline below */
-#ifdef TD_HAVE_CUDA
-    &td_cuda_device_ops,
-#else
-    NULL,
-#endif
+/* What a loaded module may call back (kernels/module.h). */
+static const td_device_host_t host = {
+    .abi = TD_DEVICE_MODULE_ABI,
+    .error = td_error,
+    .last_error = td_last_error,
+    .log_print = td_log_print,
+    .device_alloc = td_device_alloc,
+    .device_free = td_device_free,
 };
 
 static const char *
@@ -28,10 +30,27 @@ type_name(td_device_type_t type)
 const td_device_ops_t *
 td_device_ops(td_device_type_t type)
 {
-    if ((unsigned)type >= TD_NUM_DEVICE_TYPES) {
+    if ((unsigned)type >= TD_NUM_DEVICE_TYPES || type == TD_DEVICE_CPU) {
         return NULL;
     }
-    return device_rows[type];
+    return td_device_module_row(type, &host);
+}
+
+int
+td_device_count_loaded(td_device_type_t type)
+{
+    const td_device_ops_t *ops;
+    int n = 0;
+
+    if (type == TD_DEVICE_CPU) {
+        return 1;
+    }
+    ops = td_device_module_peek(type);
+    if (ops == NULL || ops->count(&n) != TD_OK) {
+        td_error_clear();
+        return 0;
+    }
+    return n;
 }
 
 td_status_t
@@ -43,11 +62,13 @@ td_device_count_of(td_device_type_t type, int *n_p)
         *n_p = 1;
         return TD_OK;
     }
+    if ((unsigned)type >= TD_NUM_DEVICE_TYPES) {
+        return td_error(TD_ERR_INVALID, "device: no device type %d",
+                        (int)type);
+    }
     ops = td_device_ops(type);
     if (ops == NULL) {
-        return td_error(TD_ERR_UNSUPPORTED, "no %s device (libtodist was "
-                        "built without it)",
-                        type == TD_DEVICE_CUDA ? "CUDA" : type_name(type));
+        return TD_ERR_UNSUPPORTED;     /* the loader named what is missing */
     }
     return ops->count(n_p);
 }
@@ -208,10 +229,45 @@ test_synchronize(int index)
     return TD_OK;
 }
 
+static td_status_t
+test_host_alloc(size_t nbytes, void **ptr_p)
+{
+    *ptr_p = malloc(nbytes ? nbytes : 1);
+    return *ptr_p != NULL ? TD_OK
+                          : td_error(TD_ERR_NO_MEMORY, "device: cannot "
+                                     "allocate a %zu byte host buffer",
+                                     nbytes);
+}
+
+static td_status_t
+test_copy_async(int index, void *dst, const void *src, size_t nbytes)
+{
+    (void)index;
+    memcpy(dst, src, nbytes);
+    return TD_OK;
+}
+
+static int
+test_device_of(const void *ptr)
+{
+    (void)ptr;
+    return 0;
+}
+
 static const td_device_ops_t test_ops = {
     .name = "cuda(test)", .count = test_count, .alloc = test_alloc,
     .free = test_free, .memcpy = test_memcpy,
     .synchronize = test_synchronize, .host_memory = 1,
+    .host_alloc = test_host_alloc, .host_free = free,
+    .copy_async = test_copy_async, .device_of = test_device_of,
+};
+
+/* The test backend as a module descriptor: it is installed the way a
+ * loaded module is (kernels/module.h M2). Host memory: the CPU loops are
+ * its kernels. */
+static const td_device_module_t test_module = {
+    .abi = TD_DEVICE_MODULE_ABI, .type = TD_DEVICE_CUDA,
+    .kernels = &td_cpu_kernels, .device = &test_ops, .nccl = NULL,
 };
 
 td_status_t
@@ -222,16 +278,13 @@ td_device_test_backend_install(int n_devices)
                         "(1..%d)", n_devices, TD_DEVICE_TEST_MAX);
     }
     test_n = n_devices;
-    device_rows[TD_DEVICE_CUDA] = &test_ops;
-    /* host memory: the CPU loops are this backend's kernels */
-    td_kernels_register(TD_DEVICE_CUDA, &td_cpu_kernels);
-    return TD_OK;
+    return td_device_module_install(&test_module);
 }
 
 int
 td_device_test_backend(void)
 {
-    return device_rows[TD_DEVICE_CUDA] == &test_ops;
+    return td_device_module_peek(TD_DEVICE_CUDA) == &test_ops;
 }
 
 long

@@ -4,9 +4,11 @@
  * are, allocation (through a caching allocator), and byte copies between it
  * and the host. runtime/tensor allocates storage and crosses devices only
  * through these calls, so a CUDA tensor needs no second code path there.
- * The CPU row is plain malloc/memcpy; the CUDA row (kernels/cuda/) is
- * registered when the library is built with CUDA; without it, every call
- * for a cuda device fails with TD_ERR_UNSUPPORTED.
+ * The CPU row is plain malloc/memcpy; the CUDA row (kernels/cuda/) comes
+ * from the module libtodist-cuda.so, loaded on the first request for a
+ * cuda device (kernels/module.h); without the module, or without a
+ * driver, every call for a cuda device fails with TD_ERR_UNSUPPORTED
+ * naming what is missing.
  *
  * Invariants:
  *  D1. td_device_alloc(dev, n) of any n (0 included) returns memory of at
@@ -15,8 +17,9 @@
  *  D2. td_device_memcpy returns only when DST holds the bytes (it is
  *      synchronous for the host; device work before it on the device's
  *      stream is ordered before the copy).
- *  D3. A machine without a usable device (no driver, no GPU) gets
- *      TD_ERR_UNSUPPORTED "no CUDA device" from every call, never a crash.
+ *  D3. A machine without a usable device (no module, no driver, no GPU)
+ *      gets TD_ERR_UNSUPPORTED "no CUDA device: <what is missing>" from
+ *      every call, never a crash.
  *  D4. (below) the test backend is reachable from test programs only.
  * Thread-safe: all functions. */
 #ifndef TD_KERNELS_DEVICE_H
@@ -25,6 +28,8 @@
 #include <stddef.h>
 #include <todist/status.h>
 #include <todist/tensor.h>
+
+#include "kernels/block_cache.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,14 +48,33 @@ typedef struct {
     int          host_memory;  /* 1: its "device memory" is host memory
                                 * (the test backend): UCX moves it as host
                                 * memory */
+    /* Staging through host memory (runtime/rpc/staging_cuda.c): host
+     * buffers the device copies from fast (pinned), copies queued on
+     * device INDEX's stream (ordered after its kernels) and finished by
+     * synchronize, and the device a device pointer lives on (-1: none). */
+    td_status_t (*host_alloc)(size_t nbytes, void **ptr_p);
+    void        (*host_free)(void *ptr);
+    td_status_t (*copy_async)(int index, void *dst, const void *src,
+                              size_t nbytes);
+    int         (*device_of)(const void *ptr);
+    /* For tests (NULL where the row has none): allocator statistics of
+     * device INDEX, and the last failed kernel launch ("" if none). */
+    td_status_t (*cache_stats)(int index, td_block_cache_stats_t *stats_p);
+    const char *(*last_launch_error)(void);
 } td_device_ops_t;
 
-/* The row of device type TYPE (NULL: none compiled in). */
+/* The row of device type TYPE, loading its module on the first call
+ * (NULL for the cpu, and with td_error set when there is no module). */
 const td_device_ops_t *td_device_ops(td_device_type_t type);
 
-/* Number of devices of TYPE (cpu: 1). TD_ERR_UNSUPPORTED with "no CUDA
- * device" when there is none or the library was built without CUDA. */
+/* Number of devices of TYPE (cpu: 1), loading its module when needed.
+ * TD_ERR_UNSUPPORTED "no CUDA device: ..." when there is none. */
 td_status_t td_device_count_of(td_device_type_t type, int *n_p);
+
+/* The same without loading anything: 0 devices when TYPE's module is not
+ * there (yet). For start-up, which must not pay for a backend no one
+ * asked for (kernels/module.h M3). */
+int         td_device_count_loaded(td_device_type_t type);
 
 /* TD_OK when DEV exists here; else the error names the device. */
 td_status_t td_device_check(td_device_t dev);
@@ -79,10 +103,6 @@ int         td_device_test_backend(void);
  * from). -1 for an index out of range. */
 long        td_device_test_live(int index);
 long        td_device_test_allocs(int index);
-
-#ifdef TD_HAVE_CUDA
-extern const td_device_ops_t td_cuda_device_ops;
-#endif
 
 #ifdef __cplusplus
 }

@@ -3,15 +3,9 @@
 
 #include "kernels/kernels.h"
 
-#ifdef TD_HAVE_CUDA
-extern const td_kernels_t td_cuda_kernels;   /* kernels/cuda/ */
-#define CUDA_ROW (&td_cuda_kernels)
-#else
-#define CUDA_ROW NULL
-#endif
-
+/* Device rows arrive with their module (kernels/module.h M2). */
 static const td_kernels_t *kernel_table[TD_NUM_DEVICE_TYPES] = {
-    &td_cpu_kernels, CUDA_ROW
+    &td_cpu_kernels, NULL
 };
 
 const td_kernels_t *

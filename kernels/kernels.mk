@@ -5,5 +5,8 @@ libtodist_core_la_SOURCES += kernels/kernels.h kernels/kernels.c \
 	kernels/cpu/cpu_random.c kernels/cpu/cpu_optim.c \
 	kernels/cpu/cpu_norm.c kernels/cpu/cpu_coll.c \
 	kernels/device.h kernels/device.c \
+	kernels/module.h kernels/module.c \
 	kernels/block_cache.h kernels/block_cache.c
+# where an installed libtodist looks for its device modules (module.h)
+libtodist_core_la_CPPFLAGS = $(AM_CPPFLAGS) -DTD_PKGLIBDIR='"$(pkglibdir)"'
 include kernels/cuda/cuda.mk

@@ -71,10 +71,11 @@ hostmap_self(void)
 }
 
 td_status_t
-hostmap_pack(const void *addr, size_t len, uint64_t host, void **out,
-             size_t *out_len)
+hostmap_pack(const void *addr, size_t len, uint64_t host, const char *name,
+             void **out, size_t *out_len)
 {
-    uint8_t *v = malloc(HOSTMAP_HDR + len);
+    size_t nl = name != NULL ? strnlen(name, HOSTMAP_NAME_MAX - 1) : 0;
+    uint8_t *v = malloc(HOSTMAP_HDR + nl + len);
 
     if (v == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "runtime: out of memory for a "
@@ -82,25 +83,31 @@ hostmap_pack(const void *addr, size_t len, uint64_t host, void **out,
     }
     td_put_be32(v, HOSTMAP_MAGIC);
     td_put_be64(v + 4, host);
-    memcpy(v + HOSTMAP_HDR, addr, len);
+    v[12] = (uint8_t)nl;
+    memcpy(v + HOSTMAP_HDR, name, nl);
+    memcpy(v + HOSTMAP_HDR + nl, addr, len);
     *out = v;
-    *out_len = HOSTMAP_HDR + len;
+    *out_len = HOSTMAP_HDR + nl + len;
     return TD_OK;
 }
 
 td_status_t
 hostmap_unpack(int rank, const void *v, size_t len, const void **addr_p,
-               size_t *addr_len, uint64_t *host_p)
+               size_t *addr_len, uint64_t *host_p, char *name)
 {
     const uint8_t *b = v;
+    size_t nl;
 
-    if (b == NULL || len <= HOSTMAP_HDR || td_get_be32(b) != HOSTMAP_MAGIC) {
+    if (b == NULL || len <= HOSTMAP_HDR || td_get_be32(b) != HOSTMAP_MAGIC ||
+        (nl = b[12]) >= HOSTMAP_NAME_MAX || len <= HOSTMAP_HDR + nl) {
         return td_error(TD_ERR_PROTOCOL, "runtime: rank %d published %zu "
                         "bytes that are not a todist worker address (another "
                         "todist version?)", rank, len);
     }
     *host_p = td_get_be64(b + 4);
-    *addr_p = b + HOSTMAP_HDR;
-    *addr_len = len - HOSTMAP_HDR;
+    memcpy(name, b + HOSTMAP_HDR, nl);
+    name[nl] = '\0';
+    *addr_p = b + HOSTMAP_HDR + nl;
+    *addr_len = len - HOSTMAP_HDR - nl;
     return TD_OK;
 }

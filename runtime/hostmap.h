@@ -20,7 +20,8 @@
 #include <todist/status.h>
 
 #define HOSTMAP_MAGIC 0x54444831u           /* "TDH1" */
-#define HOSTMAP_HDR   12                    /* magic, be64 host id */
+#define HOSTMAP_HDR   13      /* magic, be64 host id, u8 name length */
+#define HOSTMAP_NAME_MAX 64   /* bytes of host name kept (for messages) */
 
 /* The id of the host BOOT_ID (the kernel's boot id text, "" unknown) and
  * PID namespace (device, inode of /proc/self/ns/pid): nonzero, or 0 when
@@ -31,15 +32,17 @@ uint64_t hostmap_id(const char *boot_id, uint64_t ns_dev, uint64_t ns_ino);
 uint64_t hostmap_self(void);
 
 /* Write into *OUT (malloc'ed, *OUT_LEN bytes) the published form of the
- * worker address ADDR: HOSTMAP_HDR bytes, then ADDR. */
+ * worker address ADDR: HOSTMAP_HDR bytes, the host's NAME (cut to
+ * HOSTMAP_NAME_MAX - 1 bytes), then ADDR. */
 td_status_t hostmap_pack(const void *addr, size_t len, uint64_t host,
-                         void **out, size_t *out_len);
+                         const char *name, void **out, size_t *out_len);
 
 /* Read rank RANK's published value V: its worker address (*ADDR_P, a
- * pointer into V, *ADDR_LEN bytes) and host id. TD_ERR_PROTOCOL, naming
- * the rank, when V is not one. */
+ * pointer into V, *ADDR_LEN bytes), host id and host name (into NAME,
+ * HOSTMAP_NAME_MAX bytes, NUL-terminated). TD_ERR_PROTOCOL, naming the
+ * rank, when V is not one. */
 td_status_t hostmap_unpack(int rank, const void *v, size_t len,
                            const void **addr_p, size_t *addr_len,
-                           uint64_t *host_p);
+                           uint64_t *host_p, char *name);
 
 #endif /* TD_RUNTIME_HOSTMAP_H */

@@ -6,7 +6,10 @@
  *
  * Store keys used (all under "td/"):
  *   td/addr/<r>           rank r's host id and UCX worker address
- *                         (hostmap.h)
+ *                         (hostmap.h; also its arrival at the start-up
+ *                         barrier)
+ *   td/dev/<r>            rank r's device count and NCCL capability
+ *                         (runtime/rpc/device_map.c)
  *   td/init/...           the start-up barrier
  *   td/barrier/<g>/...    td_barrier generation g
  *   td/fin/in/<r>         rank r entered td_finalize
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "todist/init.h"
 #include "todist/store.h"
@@ -33,6 +37,7 @@
 #include "runtime/runtime.h"
 #include "runtime/rpc/device_map.h"
 #include "runtime/modules.h"
+#include "kernels/device.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "runtime/hostmap.h"
@@ -41,6 +46,8 @@
 #include "runtime/world/reach.h"
 
 #define JOIN_POLL_S 0.001
+/* The resolver's connection, made at the first lookup, gives up after. */
+#define RESOLVER_CONNECT_S 10.0
 /* A barrier waits in slices this long, checking for dead ranks between. */
 #define DEAD_CHECK_S 0.25
 
@@ -50,6 +57,7 @@ typedef struct {
     size_t   len;
     uint64_t host;       /* its host id (hostmap.h), 0 unknown */
     td__proc_t proc;     /* its process (liveness.h), fetched when asked */
+    char     host_name[HOSTMAP_NAME_MAX];
 } addr_t;
 
 static struct {
@@ -58,7 +66,13 @@ static struct {
     td_init_params_t    params;
     td_store_server_t  *server;
     td_store_t         *store;         /* the application thread's */
-    td_store_t         *resolver;      /* the progress thread's lookups */
+    td_store_t         *resolver;      /* the progress thread's lookups:
+                                        * connected at the first one, under
+                                        * addr_lock (a rank that talks to
+                                        * nobody costs the store nothing) */
+    char                store_host[256];
+    uint16_t            store_port;
+    char               *token;         /* TODIST_JOB_TOKEN's copy or NULL */
     td_transport_t     *tp;
     pthread_mutex_t     addr_lock;
     addr_t             *addrs;
@@ -73,6 +87,44 @@ sleep_s(double s)
     struct timespec ts = { (time_t)s, (long)((s - (time_t)s) * 1e9) };
 
     nanosleep(&ts, NULL);
+}
+
+/* ---- devices at start-up ----------------------------------------------- */
+
+/* Whether this rank wants its device backend at td_init (kernels/module.h:
+ * the CUDA module is 160 MB of mappings a CPU rank must not pay for).
+ * TODIST_DEVICE=cpu: no; =cuda: yes, and a failure fails td_init naming
+ * what is missing; unset or "auto": when device maps are given, or the
+ * NVIDIA driver is on this node (its /proc entry: a cheap look, no
+ * library). Anything else: TD_ERR_INVALID. Later requests (a CUDA tensor)
+ * still load the module on first use. After this, the device count start-up
+ * publishes is td_device_count_loaded()'s, which never loads. */
+static td_status_t
+devices_at_init(const td_device_maps_t *given)
+{
+    const char *want = getenv("TODIST_DEVICE");
+    const char *maps = getenv("TODIST_DEVICE_MAPS");
+    int n;
+
+    if (want != NULL && strcmp(want, "cpu") == 0) {
+        return TD_OK;
+    }
+    if (want != NULL && strcmp(want, "cuda") == 0) {
+        return td_device_count_of(TD_DEVICE_CUDA, &n);
+    }
+    if (want != NULL && want[0] != '\0' && strcmp(want, "auto") != 0) {
+        return td_error(TD_ERR_INVALID, "init: TODIST_DEVICE=%s on rank %d "
+                        "is not one of cpu, cuda, auto", want,
+                        rt.world.rank);
+    }
+    if (given != NULL || (maps != NULL && maps[0] != '\0') ||
+        access("/proc/driver/nvidia/version", F_OK) == 0) {
+        if (td_device_count_of(TD_DEVICE_CUDA, &n) != TD_OK) {
+            td_log_debug("init: no device (%s)", td_last_error());
+            td_error_clear();           /* cpu tensors only */
+        }
+    }
+    return TD_OK;
 }
 
 /* ---- handles ------------------------------------------------------------ */
@@ -112,7 +164,21 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
     td_status_t status = TD_OK;
 
     pthread_mutex_lock(&rt.addr_lock);
-    if (rt.addrs[rank].value == NULL) {
+    if (rt.addrs[rank].value == NULL && !rt.pmix && rt.resolver == NULL) {
+        /* The store was up at td_init: no long retries (this may be the
+         * progress thread), and a refusal means rank 0 is gone. */
+        status = td_store_connect(rt.store_host, rt.store_port, rt.token,
+                                  RESOLVER_CONNECT_S, &rt.resolver);
+        if (status != TD_OK) {
+            char why[512];
+            snprintf(why, sizeof(why), "%s", td_last_error());
+            status = td_error(TD_ERR_PEER, "runtime: rank 0, which holds the "
+                              "store, is gone: cannot reach rank %d, whose "
+                              "address this rank never fetched (%s)", rank,
+                              why);
+        }
+    }
+    if (rt.addrs[rank].value == NULL && status == TD_OK) {
         snprintf(key, sizeof(key), "td/addr/%d", rank);
         status = rt.pmix ? td_pmix_lookup(rank, &v, &len)
                          : td_store_get(rt.resolver, key,
@@ -121,7 +187,7 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
             addr_t *a = &rt.addrs[rank];
 
             status = hostmap_unpack(rank, v, len, &a->addr, &a->len,
-                                    &a->host);
+                                    &a->host, a->host_name);
             if (status == TD_OK) {
                 a->value = v;
             } else {
@@ -208,7 +274,7 @@ peer_gone_cb(void *arg, int rank)
 
     (void)arg;
     if (rt.pmix || !td_runtime_same_host(rank)) {
-        return 0;
+            return 0;
     }
     p = &rt.addrs[rank].proc;
     if (p->pid == 0) {
@@ -219,11 +285,50 @@ peer_gone_cb(void *arg, int rank)
     return td__liveness_gone(p);
 }
 
+/* Transport's question (transport.h): is RANK, just connected, here? */
+static int
+same_host_cb(void *arg, int rank)
+{
+    int same;
+
+    pthread_mutex_lock(&rt.addr_lock);
+    same = rt.addrs[rank].value != NULL && rt.addrs[rank].host != 0 &&
+           rt.addrs[rank].host == hostmap_self();
+    pthread_mutex_unlock(&rt.addr_lock);
+    return same;
+}
+
+/* Say which host RANK was on and which ranks of this job (that this rank
+ * knows of) run there: a lost host takes all of them. Progress thread. */
+static void
+log_lost_host(int rank)
+{
+    char ranks[256] = "";
+    size_t used = 0;
+    const addr_t *a = &rt.addrs[rank];
+
+    pthread_mutex_lock(&rt.addr_lock);
+    for (int r = 0; a->value != NULL && a->host != 0 &&
+                    r < rt.world.world_size && used + 16 < sizeof(ranks); r++) {
+        if (rt.addrs[r].value != NULL && rt.addrs[r].host == a->host) {
+            used += (size_t)snprintf(ranks + used, sizeof(ranks) - used,
+                                     "%s%d", used ? " " : "", r);
+        }
+    }
+    if (a->value != NULL) {
+        td_log_error("runtime: lost rank %d on host %s (ranks there: %s)",
+                     rank, a->host_name[0] ? a->host_name : "?",
+                     ranks[0] ? ranks : "?");
+    }
+    pthread_mutex_unlock(&rt.addr_lock);
+}
+
 static void
 peer_failed_cb(void *arg, int rank, td_status_t why)
 {
     int none = -1;
 
+    log_lost_host(rank);
     /* Barriers and the join watch this to fail fast (progress thread). */
     __atomic_compare_exchange_n(&rt.dead_rank, &none, rank, false,
                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -305,21 +410,30 @@ watched_barrier(const char *name, double timeout, const char *what)
 }
 
 /* Barrier NAME where each rank first sets "NAME/in/<rank>", so a timeout
- * can say who is missing. */
+ * can say who is missing. ARRIVED: the prefix of per-rank keys every rank
+ * has set already ("PREFIX/<rank>", e.g. its address), which then serve
+ * as the arrivals and save the set (NULL: NAME/in). */
 static td_status_t
-named_barrier(const char *name, double timeout, const char *what)
+named_barrier(const char *name, const char *arrived, double timeout,
+              const char *what)
 {
     char key[128], missing[256];
     td_status_t status;
 
-    snprintf(key, sizeof(key), "%s/in/%d", name, rt.world.rank);
-    status = td_store_set(rt.store, key, "1", 1);
-    if (status != TD_OK) {
-        return status;
+    if (arrived == NULL) {
+        snprintf(key, sizeof(key), "%s/in/%d", name, rt.world.rank);
+        status = td_store_set(rt.store, key, "1", 1);
+        if (status != TD_OK) {
+            return status;
+        }
     }
     status = watched_barrier(name, timeout, what);
     if (status == TD_ERR_TIMEOUT) {
-        snprintf(key, sizeof(key), "%s/in", name);
+        if (arrived != NULL) {
+            snprintf(key, sizeof(key), "%s", arrived);
+        } else {
+            snprintf(key, sizeof(key), "%s/in", name);
+        }
         missing_ranks(key, missing, sizeof(missing));
         status = td_error(TD_ERR_TIMEOUT, "%s: rank%s %s did not arrive "
                           "within %.3g s", what, strchr(missing, ',') ||
@@ -338,7 +452,8 @@ td_barrier(double timeout)
         return td_error(TD_ERR_STATE, "barrier: td_init has not been called");
     }
     snprintf(name, sizeof(name), "td/barrier/%u", rt.barrier_gen++);
-    return named_barrier(name, timeout < 0 ? rt.params.init_timeout : timeout,
+    return named_barrier(name, NULL,
+                         timeout < 0 ? rt.params.init_timeout : timeout,
                          "barrier");
 }
 
@@ -485,6 +600,12 @@ td_init(const td_init_params_t *params)
             return status;
         }
     }
+    /* After placement: CUDA reads CUDA_VISIBLE_DEVICES when it starts. */
+    status = devices_at_init(rt.params.device_maps);
+    if (status != TD_OK) {
+        td_log_set_rank(-1);
+        return status;
+    }
     rt.addrs = calloc(rt.world.world_size, sizeof(*rt.addrs));
     if (rt.addrs == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "init: out of memory for %d ranks",
@@ -528,9 +649,13 @@ td_init(const td_init_params_t *params)
         status = store_port_error(status, port, false);
         goto err_server;
     }
-    status = td_store_connect(host, port, token, rt.params.connect_timeout,
-                              &rt.resolver);
-    if (status != TD_OK) {
+    /* the resolver connects at the first address lookup (fetch_address) */
+    snprintf(rt.store_host, sizeof(rt.store_host), "%s", host);
+    rt.store_port = port;
+    free(rt.token);
+    rt.token = token != NULL && token[0] != '\0' ? strdup(token) : NULL;
+    if (token != NULL && token[0] != '\0' && rt.token == NULL) {
+        status = td_error(TD_ERR_NO_MEMORY, "init: out of memory");
         goto err_store;
     }
 
@@ -542,6 +667,7 @@ td_init(const td_init_params_t *params)
     tpp.resolve = resolve_cb;
     tpp.peer_failed = peer_failed_cb;
     tpp.peer_gone = peer_gone_cb;
+    tpp.same_host = same_host_cb;
     tpp.token = token;   /* keys the per-message job tags */
     status = td_transport_create(&tpp, &rt.tp);
     if (status != TD_OK) {
@@ -562,8 +688,13 @@ td_init(const td_init_params_t *params)
         goto err_modules;
     }
     td_transport_address(rt.tp, &addr, &addr_len);
-    status = hostmap_pack(addr, addr_len, hostmap_self(), &packed,
-                          &packed_len);
+    {
+        char name[HOSTMAP_NAME_MAX] = "";
+
+        gethostname(name, sizeof(name) - 1);
+        status = hostmap_pack(addr, addr_len, hostmap_self(), name, &packed,
+                              &packed_len);
+    }
     if (status != TD_OK) {
         goto err_modules;
     }
@@ -593,7 +724,9 @@ td_init(const td_init_params_t *params)
         goto err_modules;
     }
     rt.initialized = 1;
-    status = named_barrier("td/init", rt.params.init_timeout, "init");
+    /* every rank's address is its arrival (one set fewer per rank) */
+    status = named_barrier("td/init", "td/addr", rt.params.init_timeout,
+                           "init");
     if (status != TD_OK) {
         rt.initialized = 0;
         goto err_modules;
@@ -612,6 +745,8 @@ err_resolver:
 err_store:
     td_store_close(rt.store);
     rt.store = NULL;
+    free(rt.token);
+    rt.token = NULL;
 err_server:
     td_store_server_stop(rt.server);
     rt.server = NULL;
@@ -763,6 +898,8 @@ td_finalize(void)
     td_store_server_stop(rt.server);
     rt.resolver = rt.store = NULL;
     rt.server = NULL;
+    free(rt.token);
+    rt.token = NULL;
     for (int r = 0; r < rt.world.world_size; r++) {
         free(rt.addrs[r].value);
         td__liveness_clear(&rt.addrs[r].proc);

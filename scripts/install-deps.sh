@@ -2,18 +2,28 @@
 # Install everything todist builds, tests and benchmarks with on Debian 12.
 # Needs root (or sudo). Safe to run again: apt-get skips what is present.
 set -e
+# PyTorch (python3-torch, 1.13) runs the c10d backend's tests
+# (tests/torch/) and gives reference values and benchmark baselines; the
+# tests skip cleanly without it. TODIST_WITH_TORCH is kept for old callers.
+torch="python3-torch python3-numpy"
 pkgs="autoconf automake libtool pkg-config make gcc
   libucx-dev ucx-utils libhwloc-dev hwloc libopenblas-dev zlib1g-dev libssl-dev
   dataset-fashion-mnist
   libslurm-dev slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
   libpmix-dev
-  valgrind procps iproute2 ca-certificates
-  valgrind procps iproute2 ca-certificates gnuplot-nox strace
-  lmod"
-# PyTorch gives reference values and benchmark baselines; tests pass without.
-[ "${TODIST_WITH_TORCH:-0}" = 1 ] && pkgs="$pkgs python3-torch python3-numpy"
+  valgrind procps iproute2 ca-certificates gnuplot-nox man-db strace
+  lmod
+  python3 $torch"
+[ "${TODIST_WITH_TORCH:-0}" = 1 ] && pkgs="$pkgs $torch"
 # Open MPI and gloo (torch) are the baselines of bench/collectives.sh.
-[ "${TODIST_WITH_BASELINES:-0}" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev python3-torch python3-numpy"
+[ "${TODIST_WITH_BASELINES:-0}" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev $torch"
+# Each package once (both options may be given).
+pkgs=$(printf '%s\n' $pkgs | awk '!seen[$0]++')
+# TODIST_DEPS_LIST=1: print the list and install nothing (tests/tree/test_install_deps.sh).
+if [ "${TODIST_DEPS_LIST:-0}" = 1 ]; then
+    printf '%s\n' $pkgs
+    exit 0
+fi
 
 missing=""
 for p in $pkgs; do

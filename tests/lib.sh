@@ -3,6 +3,19 @@
 _tap_n=0
 _tap_failed=0
 _tap_plan=-1
+# A pipeline's status is its first failing stage, not its last, so a `$?`
+# after `cmd | sort` is cmd's (issue 36). make check runs tests with bash;
+# a shell without pipefail (dash, as /bin/sh) re-runs the test under bash.
+# With pipefail a reader that stops early (grep -q, head) can fail the
+# pipeline by SIGPIPE: write `| grep PAT >/dev/null`, which reads it all.
+if ! (set -o pipefail) 2>/dev/null; then
+    if [ -z "${TD_LIB_REEXEC:-}" ] && command -v bash >/dev/null; then
+        TD_LIB_REEXEC=1 exec bash "$0" "$@"
+    fi
+    echo "Bail out! tests/lib.sh needs a shell with set -o pipefail (bash)"
+    exit 1
+fi
+set -o pipefail
 TD_TMP=$(mktemp -d "${TMPDIR:-/tmp}/todist-test.XXXXXX")
 _td_pids=""
 
@@ -43,7 +56,7 @@ is() { # got want desc
 }
 
 like() { # got regex desc
-    if printf '%s' "$1" | grep -Eq -- "$2"; then
+    if printf '%s' "$1" | grep -E -- "$2" >/dev/null; then
         _tap_result 1 "$3"
     else
         _tap_result 0 "$3"
@@ -52,7 +65,7 @@ like() { # got regex desc
 }
 
 unlike() { # got regex desc
-    if printf '%s' "$1" | grep -Eq -- "$2"; then
+    if printf '%s' "$1" | grep -E -- "$2" >/dev/null; then
         _tap_result 0 "$3"
         diag "     got: '$1'" "expected not to match: '$2'"
     else

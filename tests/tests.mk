@@ -23,3 +23,4 @@ include $(srcdir)/tests/tools/tools.mk
 include $(srcdir)/tests/tree/tree.mk
 include $(srcdir)/tests/docs/docs.mk
 include $(srcdir)/tests/hosts/hosts.mk
+include $(srcdir)/tests/torch/torch.mk

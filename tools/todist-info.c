@@ -1,6 +1,8 @@
 /* todist-info: print the world as libtodist resolves it from the
  * environment, as key=value pairs on one line or as JSON; with
- * TODIST_BIND=closest (or --placement) also this rank's placement. */
+ * TODIST_BIND=closest (or --placement) also this rank's placement; with
+ * --devices the CUDA devices it sees, or why none (this loads the CUDA
+ * module, kernels/module.h, as any device request does). */
 #include "config.h"
 
 #include <stdio.h>
@@ -12,11 +14,12 @@
 static void
 usage(FILE *f)
 {
-    fprintf(f, "usage: todist-info [--json] [--placement]\n"
+    fprintf(f, "usage: todist-info [--json] [--placement] [--devices]\n"
                "Print this process's rank, world size, local rank, node rank "
                "and master\naddress as todist resolves them from the "
                "environment; with TODIST_BIND=closest\nor --placement, also "
-               "the GPU, CPUs, NUMA node and NIC its local rank gets.\n");
+               "the GPU, CPUs, NUMA node and NIC its local rank gets;\nwith "
+               "--devices, the CUDA devices it sees or why it sees none.\n");
 }
 
 /* This rank's placement on this node (HWLOC_XMLFILE honoured). */
@@ -58,13 +61,16 @@ main(int argc, char **argv)
     const char *bind = getenv("TODIST_BIND");
     td_rank_place_t rp;
     td_world_t w;
-    int json = 0, place;
+    int json = 0, place, devices = 0, n_cuda = 0;
+    char cuda_why[512] = "";
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (strcmp(argv[i], "--placement") == 0) {
             bind = "closest";
+        } else if (strcmp(argv[i], "--devices") == 0) {
+            devices = 1;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
@@ -82,6 +88,10 @@ main(int argc, char **argv)
     if (place && placement(&w, &rp) != 0) {
         fprintf(stderr, "todist-info: %s\n", td_last_error());
         return 1;
+    }
+    if (devices && td_device_count(TD_DEVICE_CUDA, &n_cuda) != TD_OK) {
+        snprintf(cuda_why, sizeof(cuda_why), "%s", td_last_error());
+        n_cuda = 0;
     }
     if (json) {
         /* master_addr comes from a validated host name or address; escape
@@ -108,6 +118,10 @@ main(int argc, char **argv)
             }
             json_str("nic", rp.nic);
         }
+        if (devices) {
+            printf(",\"cuda\":%d", n_cuda);
+            json_str("cuda_error", cuda_why);
+        }
         printf("}\n");
     } else {
         printf("rank=%d world_size=%d local_rank=%d local_world_size=%d "
@@ -123,7 +137,13 @@ main(int argc, char **argv)
                    rp.cpus, rp.numa >= 0 ? numa : "none",
                    rp.nic[0] ? rp.nic : "none");
         }
+        if (devices) {
+            printf(" cuda=%d", n_cuda);
+        }
         printf("\n");
+        if (cuda_why[0] != '\0') {
+            printf("cuda: %s\n", cuda_why);
+        }
     }
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -7,7 +7,10 @@
  * (SIGTERM, then SIGKILL after a grace period) and exits with the failing
  * rank's status, restarting the whole group up to --max-restarts times.
  * With --nnodes it is one node's launcher of a multi-node job. Accepts
- * torchrun's option spellings. Single-threaded. */
+ * torchrun's option spellings. Runs Python as torchrun does: a PROGRAM
+ * ending in .py, or any PROGRAM with -m (a module), runs under the
+ * interpreter $PYTHON (default python3 on PATH); --no-python runs PROGRAM
+ * as given. Single-threaded. */
 #include "config.h"
 
 #include <errno.h>
@@ -59,7 +62,9 @@ typedef struct {
     const char *bind;           /* --bind; NULL: leave TODIST_BIND */
     const char *run_id;         /* TORCHELASTIC_RUN_ID */
     int         omp_threads;    /* 0: OMP_NUM_THREADS was set */
-    char      **argv;
+    int         module;         /* -m: PROGRAM is a Python module */
+    int         no_python;      /* --no-python: never add an interpreter */
+    char      **argv;           /* what each rank executes */
     char        token[TD_JOB_TOKEN_HEX + 1];   /* "": export none */
 } opts_t;
 
@@ -83,9 +88,12 @@ usage(FILE *f)
 "usage: todist-run [-n N] [--nnodes M --node-rank K --master-addr A\n"
 "                  --master-port P] [--store-port Q] [--standalone]\n"
 "                  [--label] [--max-restarts R] [--grace-period S]\n"
-"                  [--bind closest|none] [--run-id ID] [--] PROGRAM [ARGS...]\n"
+"                  [--bind closest|none] [--run-id ID] [-m | --no-python]\n"
+"                  [--] PROGRAM [ARGS...]\n"
 "\n"
-"Start N local processes of PROGRAM as ranks of one todist job.\n"
+"Start N local processes of PROGRAM as ranks of one todist job. A PROGRAM\n"
+"ending in .py runs as `$PYTHON PROGRAM ARGS` (PYTHON unset: python3 on\n"
+"PATH), as torchrun runs it.\n"
 "  -n, --nproc-per-node N  processes on this node (default 1)\n"
 "  --nnodes M              nodes in the job (default 1; M:M accepted); with\n"
 "                          M > 1 also give --node-rank, --master-addr and\n"
@@ -102,6 +110,8 @@ usage(FILE *f)
 "  --grace-period S        seconds between SIGTERM and SIGKILL (default 3)\n"
 "  --bind closest|none     TODIST_BIND for every rank (default: as inherited)\n"
 "  --run-id ID             TORCHELASTIC_RUN_ID (default 'none')\n"
+"  -m, --module            PROGRAM is a Python module: `$PYTHON -m PROGRAM`\n"
+"  --no-python             run PROGRAM as given, even a .py\n"
 "  -h, --help              this text\n"
 "torchrun's spellings (--nproc_per_node, --node_rank, --master_addr,\n"
 "--master_port, --max_restarts, --rdzv_id) are accepted too.\n");
@@ -192,6 +202,40 @@ out:
     return rc;
 }
 
+static int
+ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* What a rank executes for PROG (ARGC words): torchrun's rule, a script or
+ * module under $PYTHON, narrowed to .py files and -m so that any other
+ * program still runs as given. */
+static char **
+python_argv(const opts_t *o, char **prog, int argc)
+{
+    const char *py = getenv("PYTHON");
+    char **av;
+    int k = 0;
+
+    if (o->no_python || (!o->module && !ends_with(prog[0], ".py"))) {
+        return prog;
+    }
+    av = calloc((size_t)argc + 3, sizeof(*av));
+    if (av == NULL) {
+        fprintf(stderr, "todist-run: out of memory\n");
+        exit(1);
+    }
+    av[k++] = (char *)(py != NULL && py[0] != '\0' ? py : "python3");
+    if (o->module) {
+        av[k++] = "-m";
+    }
+    memcpy(av + k, prog, (size_t)argc * sizeof(*av));   /* NULL follows */
+    return av;
+}
+
 static void
 parse_args(int argc, char **argv, opts_t *o)
 {
@@ -216,6 +260,9 @@ parse_args(int argc, char **argv, opts_t *o)
         { "run-id",         required_argument, NULL, 'i' },
         { "rdzv-id",        required_argument, NULL, 'i' },
         { "rdzv_id",        required_argument, NULL, 'i' },
+        { "module",         no_argument,       NULL, 'm' },
+        { "no-python",      no_argument,       NULL, 'P' },
+        { "no_python",      no_argument,       NULL, 'P' },
         { "help",           no_argument,       NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -230,7 +277,7 @@ parse_args(int argc, char **argv, opts_t *o)
     o->store_port = -1;
     o->grace = 3.0;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+n:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+n:mh", longopts, NULL)) != -1) {
         switch (c) {
         case 'n': o->nproc = (int)parse_long("-n", optarg, 1, 4096); break;
         case 'N': o->nnodes = parse_nnodes(optarg); break;
@@ -268,6 +315,8 @@ parse_args(int argc, char **argv, opts_t *o)
             }
             o->run_id = optarg;
             break;
+        case 'm': o->module = 1; break;
+        case 'P': o->no_python = 1; break;
         case 'h': usage(stdout); exit(0);
         default:
             if (optopt != 0) {
@@ -279,7 +328,10 @@ parse_args(int argc, char **argv, opts_t *o)
     if (optind >= argc) {
         die_usage("no PROGRAM given");
     }
-    o->argv = argv + optind;
+    if (o->module && o->no_python) {
+        die_usage("-m runs a Python module; it cannot go with --no-python");
+    }
+    o->argv = python_argv(o, argv + optind, argc - optind);
     if (standalone && o->nnodes > 1) {
         die_usage("--standalone is one node, but --nnodes is %d", o->nnodes);
     }
@@ -333,15 +385,24 @@ parse_args(int argc, char **argv, opts_t *o)
         o->store_port = o->master_port + 1;
     }
     /* As the plugin does: the cores this launcher may use, shared by the
-     * local ranks, unless the user chose. */
+     * local ranks, unless the user chose. More local ranks than those cores
+     * make the ranks take turns on them (3 ranks on 2 cores ran slower than
+     * 2): say so, once per launch (restarts do not repeat it). */
     {
         const char *omp = getenv("OMP_NUM_THREADS");
         cpu_set_t set;
+        int cpus = sched_getaffinity(0, sizeof(set), &set) == 0
+                   ? CPU_COUNT(&set) : 0;
 
         if (omp == NULL || omp[0] == '\0') {
-            int cpus = sched_getaffinity(0, sizeof(set), &set) == 0
-                       ? CPU_COUNT(&set) : 1;
-            o->omp_threads = td_omp_threads_default(cpus, o->nproc);
+            o->omp_threads = td_omp_threads_default(cpus > 0 ? cpus : 1,
+                                                    o->nproc);
+        }
+        if (cpus > 0 && o->nproc > cpus) {
+            fprintf(stderr, "todist-run: warning: %d ranks on this node but "
+                    "%d core%s to run them on (this launcher's CPU affinity): "
+                    "the ranks will share cores, usually slower than one "
+                    "rank per core\n", o->nproc, cpus, cpus == 1 ? "" : "s");
         }
     }
 }

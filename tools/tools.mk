@@ -9,4 +9,8 @@ dist_man_MANS += man/todist-run.1 man/todist-info.1
 EXTRA_DIST += bench/launch.sh
 # bench/startup: td_init time per rank (store vs PMIx under srun).
 check_PROGRAMS += bench/startup
+EXTRA_DIST += bench/startup.sh bench/startup_torch.py
 bench_startup_LDADD = $(TD_LDADD)
+# bench/store_ops: the store's per-operation costs (docs/startup.md).
+check_PROGRAMS += bench/store_ops
+bench_store_ops_LDADD = $(TD_LDADD)

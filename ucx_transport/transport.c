@@ -25,7 +25,32 @@
  * instead and drive progress itself (td_transport_drive), which saves the
  * two thread hand-offs of a round trip; a sending thread that finds it
  * free sends directly. While a driver is active the progress thread naps,
- * so the two never compete for a core. Callbacks run on the holder. */
+ * so the two never compete for a core. Callbacks run on the holder.
+ *
+ * Liveness between hosts (L1..L4). UCX notices a peer whose process died
+ * (its connection closes) but not one cut off by the network: TCP keeps
+ * retransmitting for minutes. So:
+ *  L1 A peer on another host (params.same_host says so when it is
+ *     connected) is watched; peers of this host are not (their death
+ *     closes the shared memory and sockets at once).
+ *  L2 Every message from a watched peer, of any kind, counts as a sign of
+ *     life (a counter bumped on receipt; the clock is read only at ticks,
+ *     every LIVE_TICK_NS at most, by the token holder).
+ *  L3 A watched peer quiet for a third of TODIST_LIVENESS (default 3 s) is
+ *     pinged (handler id LIVE_ID, transport-internal, not counted in the
+ *     join's sums): its token holder answers at once, whatever its
+ *     application threads do. Quiet for all of it, the peer is failed as
+ *     if UCX had reported it (ep_fail): pending sends fail, peer_failed
+ *     runs, its later sends fail at once.
+ *  L4 Ticks run from progress_once: after every wake-up of a sleeping
+ *     progress thread and every 16th round otherwise, so a tick is never
+ *     more than about 100 ms late (the sleeper's poll timeout).
+ *  L5 Peers of this host: UCX misses one that died before the wire-up of
+ *     our endpoint to it completed (a first send waits forever), so every
+ *     TD_TRANSPORT_LIVENESS_S the token holder asks params.peer_gone (the
+ *     runtime: its pid, runtime/liveness.h) about each peer it made or
+ *     tried an endpoint to, and fails a gone one (ep_fail; peers_liveness;
+ *     every 256th round, and after every wake-up of the sleeper). */
 #include "config.h"
 
 #include <errno.h>
@@ -62,6 +87,9 @@
 #define WIRE_MAX          (WIRE_FIXED + WIRE_BODY * TD_TRANSPORT_BODIES_MAX + \
                            TD_TRANSPORT_HEADER_MAX)
 #define BLOCK_POLL_MS     100         /* keepalive needs progress now and then */
+#define LIVE_ID           (TD_TRANSPORT_HANDLERS_MAX - 1)   /* L3 */
+#define LIVE_TICK_NS      100000000LL
+#define LIVE_DEFAULT_S    3.0
 
 /* UCX defaults the runtime sets unless the user set UCX_<name>. */
 static const struct { const char *name, *value; } ucx_defaults[] = {
@@ -93,6 +121,13 @@ typedef struct {
     int      failed;
     int      watch;      /* connect at the next round (td_transport_watch) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
+    int      tried;      /* an endpoint was made or tried (L5) */
+    /* liveness (L1-L3), token holder only */
+    int      remote;     /* on another host: watched */
+    uint32_t rx_count;   /* messages received from it */
+    uint32_t rx_seen;    /* rx_count at the last tick */
+    int64_t  heard_ns;   /* when rx_count last moved (or it was connected) */
+    int64_t  ping_ns;    /* when it was last pinged, 0 not since heard */
 } peer_t;
 
 /* An incoming message whose bodies are still arriving (sized by the
@@ -158,8 +193,8 @@ struct td_transport {
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
     double                close_timeout;
-    double                live_last;      /* peers_liveness: last round */
-    unsigned              live_ctr;       /* rounds since (token holder) */
+    double                gone_last;      /* peers_liveness: last round */
+    unsigned              gone_ctr;       /* rounds since (token holder) */
     int                   unclosed;       /* endpoints that did not close */
     int                   unclosed_rank;  /* the first of them */
     /* posted sends, from any thread */
@@ -181,6 +216,11 @@ struct td_transport {
     uint8_t              *tag_from;       /* world x TAG_LEN: src's to us */
     td__faults_t          faults;         /* TODIST_FAULT, tests only */
     uint64_t              n_sent, n_received;   /* token holder writes */
+    /* liveness (L1-L4), token holder only except live_due */
+    int64_t               live_ns;        /* TODIST_LIVENESS; 0 off */
+    int64_t               live_next_ns;   /* the next tick */
+    unsigned              live_rounds;
+    int                   live_due;       /* tick at the next round */
 };
 
 /* The transport whose token this thread holds (NULL: none). */
@@ -308,7 +348,7 @@ send_cb(void *request, ucs_status_t status, void *user_data)
     td_status_t st = status_from_ucs(status);
 
     op->tp->peers[op->dst].inflight--;
-    /* a send cut by peer_fail's forced close: the peer died (not a cancel) */
+    /* a send cut by ep_fail's forced close: the peer died (not a cancel) */
     if (st != TD_OK && op->tp->peers[op->dst].failed) {
         st = TD_ERR_PEER;
     }
@@ -318,10 +358,9 @@ send_cb(void *request, ucs_status_t status, void *user_data)
 
 /* ---- endpoints --------------------------------------------------------- */
 
-/* Peer RANK failed (WHY): its endpoint EP closed, which fails what is
- * in flight to it, and the layers above told (token holder). */
+/* Fail peer RANK (token holder): close its endpoint by force, say WHY. */
 static void
-peer_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
+ep_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
 {
     peer_t *p = &tp->peers[rank];
     ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
@@ -354,13 +393,53 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     td_transport_t *tp = ((void **)arg)[0];
     int rank = (int)(intptr_t)((void **)arg)[1];
 
-    peer_fail(tp, rank, ep, ucs_status_string(status));
+    ep_fail(tp, rank, ep, ucs_status_string(status));
 }
 
-/* Liveness (td_transport_params_t.peer_gone; token holder): every
- * TD_TRANSPORT_LIVENESS_S, a peer we hold an endpoint to whose process
- * exited is failed like a keepalive error. Cross-host checks (heartbeats)
- * belong beside this one. */
+/* L5 (token holder): every TD_TRANSPORT_LIVENESS_S, a peer we hold an
+ * endpoint to whose process exited (params.peer_gone) is failed like a
+ * keepalive error. live_tick (L1-L4) watches the peers of other hosts. */
+static int
+peer_gone_check(td_transport_t *tp, int r)
+{
+    peer_t *p = &tp->peers[r];
+
+    if (!p->tried || p->failed || tp->params.peer_gone == NULL ||
+        !tp->params.peer_gone(tp->params.peer_gone_arg, r)) {
+        return p->failed;
+    }
+    if (p->ep != NULL) {
+        ep_fail(tp, r, p->ep, "its process exited");
+        return 1;
+    }
+    /* connecting failed (its shared memory gone with it): no endpoint to
+     * close, but what waits for it must learn it died */
+    __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED);
+    td_error(TD_ERR_PEER, "transport: rank %d failed: its process exited",
+             r);
+    if (tp->params.peer_failed != NULL) {
+        tp->params.peer_failed(tp->params.peer_failed_arg, r, TD_ERR_PEER);
+    }
+    return 1;
+}
+
+/* Connecting to R failed: a peer of this host that is exiting (its
+ * shared memory already gone) may need a few ms more to read as exited.
+ * Rare (a failed connect): the token holder waits up to 0.1 s. */
+static int
+peer_gone_wait(td_transport_t *tp, int r)
+{
+    for (int i = 0; i < 50; i++) {
+        struct timespec ts = { 0, 2000000 };
+
+        if (peer_gone_check(tp, r)) {
+            return 1;
+        }
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
 static void
 peers_liveness(td_transport_t *tp)
 {
@@ -370,23 +449,20 @@ peers_liveness(td_transport_t *tp)
         return;
     }
     now = td_now_s();
-    if (now - tp->live_last < TD_TRANSPORT_LIVENESS_S) {
+    if (now - tp->gone_last < TD_TRANSPORT_LIVENESS_S) {
         return;
     }
-    tp->live_last = now;
+    tp->gone_last = now;
     for (int r = 0; r < tp->params.world_size; r++) {
-        peer_t *p = &tp->peers[r];
-
-        if (p->ep != NULL && !p->failed &&
-            tp->params.peer_gone(tp->params.peer_gone_arg, r)) {
-            peer_fail(tp, r, p->ep, "its process exited");
-        }
+        (void)peer_gone_check(tp, r);
     }
 }
 
 /* The endpoint arguments: a pair (tp, rank) per rank, kept for the
  * transport's life. */
 static void **ep_args;
+
+static int64_t live_now_ns(void);
 
 static td_status_t
 peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
@@ -413,6 +489,7 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     if (status != TD_OK) {
         return status;
     }
+    p->tried = 1;                       /* L5: its liveness is asked */
     memset(&ep_params, 0, sizeof(ep_params));
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -428,8 +505,106 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
         return td_error(TD_ERR_TRANSPORT, "transport: cannot connect to rank "
                         "%d: %s", dst, ucs_status_string(s));
     }
+    /* L1: the resolver has just learnt the peer's host. */
+    p->remote = tp->live_ns > 0 && tp->params.same_host != NULL &&
+                !tp->params.same_host(tp->params.resolve_arg, dst);
+    p->heard_ns = live_now_ns();
+    p->rx_seen = p->rx_count;
+    p->ping_ns = 0;
     *ep_p = p->ep;
     return TD_OK;
+}
+
+/* ---- liveness between hosts (L1-L4) ------------------------------------ */
+
+static int64_t
+live_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void
+live_sent_cb(void *request, ucs_status_t status, void *user_data)
+{
+    free(user_data);
+    ucp_request_free(request);
+}
+
+/* Send KIND ('P' ping, 'O' its answer) to DST, outside the counted sends
+ * (L3). Token holder. */
+static void
+live_send(td_transport_t *tp, int dst, uint8_t kind)
+{
+    ucp_request_param_t prm;
+    ucp_ep_h ep;
+    uint8_t *w;
+    void *req;
+
+    if (peer_connect(tp, dst, &ep) != TD_OK ||
+        (w = calloc(1, WIRE_FIXED + 1)) == NULL) {
+        return;              /* a dead or unknown peer: nothing to ask */
+    }
+    w[0] = WIRE_VERSION;
+    w[2] = LIVE_ID >> 8;
+    w[3] = LIVE_ID & 0xff;
+    td_put_be32(w + 4, (uint32_t)tp->params.rank);
+    td_put_be32(w + 8, 1);
+    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
+    w[WIRE_FIXED] = kind;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.cb.send = live_sent_cb;
+    prm.user_data = w;
+    prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    req = ucp_am_send_nbx(ep, TD_AM_ID, w, WIRE_FIXED + 1, NULL, 0, &prm);
+    if (!UCS_PTR_IS_PTR(req)) {
+        free(w);             /* done at once, or failed (UCX reports it) */
+    }
+}
+
+/* One tick (L2-L4): note who was heard, ping the quiet, fail the silent. */
+static void
+live_tick(td_transport_t *tp)
+{
+    int64_t now = live_now_ns();
+
+    tp->live_due = 0;
+    if (now < tp->live_next_ns) {
+        return;
+    }
+    tp->live_next_ns = now + LIVE_TICK_NS;
+    for (int r = 0; r < tp->params.world_size; r++) {
+        peer_t *p = &tp->peers[r];
+        int64_t quiet;
+
+        if (!p->remote || p->ep == NULL || p->failed) {
+            continue;
+        }
+        if (p->rx_count != p->rx_seen) {
+            p->rx_seen = p->rx_count;
+            p->heard_ns = now;
+            p->ping_ns = 0;
+            continue;
+        }
+        quiet = now - p->heard_ns;
+        if (quiet >= tp->live_ns) {
+            char why[160];
+
+            snprintf(why, sizeof(why), "unreachable: on another host, it "
+                     "answered nothing for %.1f s (TODIST_LIVENESS=%g)",
+                     (double)quiet * 1e-9, (double)tp->live_ns * 1e-9);
+            td_log_error("transport: rank %d %s", r, why);
+            ep_fail(tp, r, p->ep, why);
+        } else if (quiet >= tp->live_ns / 3 &&
+                   (p->ping_ns == 0 || now - p->ping_ns >= tp->live_ns / 3)) {
+            p->ping_ns = now;
+            live_send(tp, r, 'P');
+        }
+    }
 }
 
 /* ---- fault injection (TODIST_FAULT, tests only: fault.c) --------------- */
@@ -494,6 +669,9 @@ op_start(td_transport_t *tp, send_op_t *op)
         return;
     }
     status = peer_connect(tp, op->dst, &ep);
+    if (status == TD_ERR_TRANSPORT && peer_gone_wait(tp, op->dst)) {
+        status = TD_ERR_PEER;           /* L5: it could not be reached */
+    }
     if (status != TD_OK) {
         op->why = strdup(td_last_error());   /* e.g. the store is gone */
         op_defer(tp, op, status);
@@ -771,6 +949,17 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         }
         return UCS_OK;
     }
+    tp->peers[w.src].rx_count++;                                /* L2 */
+    if (w.id == LIVE_ID) {                                      /* L3 */
+        if (w.ulen == 1 && w.nb == 0 &&
+            ((const uint8_t *)header)[WIRE_FIXED] == 'P') {
+            live_send(tp, (int)w.src, 'O');
+        }
+        if (rndv) {
+            ucp_am_data_release(tp->worker, data);
+        }
+        return UCS_OK;
+    }
     if (tp->handlers[w.id].fn == NULL) {
         /* Well formed but nobody listens: a peer's todist sent it and
          * counted it, so count it too, or the join would never settle. */
@@ -1027,9 +1216,9 @@ progress_once(td_transport_t *tp)
     {
         /* the clock every 256th round (relaxed: the progress thread sets
          * it without the token after a poll, below) */
-        unsigned c = __atomic_load_n(&tp->live_ctr, __ATOMIC_RELAXED) + 1;
+        unsigned c = __atomic_load_n(&tp->gone_ctr, __ATOMIC_RELAXED) + 1;
 
-        __atomic_store_n(&tp->live_ctr, c, __ATOMIC_RELAXED);
+        __atomic_store_n(&tp->gone_ctr, c, __ATOMIC_RELAXED);
         if ((c & 255) == 0) {
             peers_liveness(tp);
         }
@@ -1041,6 +1230,11 @@ progress_once(td_transport_t *tp)
     if (tp->local_head != NULL ||
         __atomic_load_n(&tp->q_nonempty, __ATOMIC_RELAXED)) {
         n += drain_queue(tp);
+    }
+    if (tp->live_ns > 0 &&                                      /* L4 */
+        ((++tp->live_rounds & 15) == 0 ||
+         __atomic_load_n(&tp->live_due, __ATOMIC_RELAXED))) {
+        live_tick(tp);
     }
     return n;
 }
@@ -1223,9 +1417,10 @@ progress_main(void *arg)
         struct pollfd pfd = { .fd = tp->efd, .events = POLLIN };
         poll(&pfd, 1, BLOCK_POLL_MS);
         __atomic_store_n(&tp->in_poll, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&tp->live_due, 1, __ATOMIC_RELAXED);   /* L4 */
         idle_since = td_now_s();
         /* the next round looks (liveness) */
-        __atomic_store_n(&tp->live_ctr, 255, __ATOMIC_RELAXED);
+        __atomic_store_n(&tp->gone_ctr, 255, __ATOMIC_RELAXED);
     }
 
     /* Drivers see stop and leave; direct senders are brief. */
@@ -1263,6 +1458,27 @@ online_cpus(void)
         return CPU_COUNT(&set);
     }
     return (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* TODIST_LIVENESS: seconds a peer on another host may stay silent (L3);
+ * 0 turns the check off. */
+static td_status_t
+live_parse(td_transport_t *tp)
+{
+    const char *env = getenv("TODIST_LIVENESS");
+    double s = LIVE_DEFAULT_S;
+    char *end;
+
+    if (env != NULL && env[0] != '\0') {
+        s = strtod(env, &end);
+        if (end == env || *end != '\0' || !(s >= 0) || s > 86400) {
+            return td_error(TD_ERR_INVALID, "transport: TODIST_LIVENESS='%s' "
+                            "is not a number of seconds in 0..86400 (0: "
+                            "off)", env);
+        }
+    }
+    tp->live_ns = (int64_t)(s * 1e9);
+    return TD_OK;
 }
 
 static td_status_t
@@ -1511,6 +1727,10 @@ td_transport_create(const td_transport_params_t *params,
     if (status != TD_OK) {
         goto err;
     }
+    status = live_parse(tp);
+    if (status != TD_OK) {
+        goto err;
+    }
     tp->scarce = 2 * (params->local_world_size > 0 ? params->local_world_size
                                                    : 1) > online_cpus();
     status = make_context(tp);
@@ -1572,9 +1792,10 @@ td_status_t
 td_transport_set_handler(td_transport_t *tp, uint16_t id,
                          td_transport_recv_fn fn, void *arg)
 {
-    if (id >= TD_TRANSPORT_HANDLERS_MAX) {
+    if (id >= LIVE_ID) {
         return td_error(TD_ERR_INVALID, "transport: handler id %u is not "
-                        "below %d", id, TD_TRANSPORT_HANDLERS_MAX);
+                        "below %d (%d is the transport's own)", id, LIVE_ID,
+                        LIVE_ID);
     }
     tp->handlers[id].arg = arg;
     __atomic_store_n(&tp->handlers[id].fn, fn, __ATOMIC_RELEASE);

@@ -55,7 +55,8 @@ extern "C" {
 
 #define TD_TRANSPORT_HEADER_MAX   4096  /* bytes of user header per message */
 #define TD_TRANSPORT_BODIES_MAX   64    /* bodies per message */
-#define TD_TRANSPORT_HANDLERS_MAX 16    /* message handler ids 0..15 */
+#define TD_TRANSPORT_HANDLERS_MAX 16    /* message handler ids 0..14 (15
+                                         * is the transport's liveness) */
 
 typedef struct td_transport td_transport_t;
 
@@ -146,6 +147,10 @@ typedef struct {
     td_transport_resolve_fn resolve;
     void                   *resolve_arg;
     td_transport_peer_fn    peer_failed;       /* may be NULL */
+    /* 1 when RANK runs on this host (asked, with resolve_arg, once it is
+     * connected); peers on other hosts get the liveness check
+     * (TODIST_LIVENESS, transport.c L1-L4). NULL: no peer is checked. */
+    int                   (*same_host)(void *arg, int rank);
     void                   *peer_failed_arg;
     td_transport_gone_fn    peer_gone;         /* may be NULL */
     void                   *peer_gone_arg;

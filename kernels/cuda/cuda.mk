@@ -1,18 +1,29 @@
 # kernels/cuda: the CUDA device backend (kernels, caching allocator, copies,
-# cuBLAS), built when configure finds the toolkit (--with-cuda[=DIR]).
-# nvcc does not speak libtool, so the .cu -> .lo rule writes the libtool
-# object file itself (PIC object only; the library is shared-only).
+# cuBLAS, NCCL), built when configure finds the toolkit (--with-cuda[=DIR])
+# as the module libtodist-cuda.so in $(pkglibdir): libtodist links no CUDA
+# library and opens the module on the first device request
+# (kernels/module.h). nvcc does not speak libtool, so the .cu -> .lo rule
+# writes the libtool object file itself (PIC object only).
 SUFFIXES = .cu
 TD_CUDA_SOURCES = kernels/cuda/cuda.h kernels/cuda/cuda.c \
 	kernels/cuda/cuda_common.cuh kernels/cuda/cuda_device.h \
 	kernels/cuda/cuda_device.c kernels/cuda/cuda_elementwise.cu \
 	kernels/cuda/cuda_reduce.cu kernels/cuda/cuda_index.cu \
-	kernels/cuda/cuda_random.cu kernels/cuda/cuda_optim.cu
-EXTRA_DIST += $(TD_CUDA_SOURCES)
+	kernels/cuda/cuda_random.cu kernels/cuda/cuda_optim.cu \
+	kernels/cuda/cuda_module.c kernels/block_cache.c
+TD_NCCL_SOURCES = kernels/cuda/cuda_nccl.h kernels/cuda/cuda_nccl.c
+EXTRA_DIST += $(TD_CUDA_SOURCES) $(TD_NCCL_SOURCES)
 if HAVE_CUDA
-libtodist_core_la_SOURCES += $(TD_CUDA_SOURCES)
-libtodist_core_la_CFLAGS += $(CUDA_CPPFLAGS)
-libtodist_core_la_LIBADD += $(CUDA_LIBS)
+pkglib_LTLIBRARIES = libtodist-cuda.la
+libtodist_cuda_la_SOURCES = $(TD_CUDA_SOURCES)
+if HAVE_NCCL
+libtodist_cuda_la_SOURCES += $(TD_NCCL_SOURCES)
+endif
+libtodist_cuda_la_CFLAGS = $(AM_CFLAGS) $(CUDA_CPPFLAGS)
+libtodist_cuda_la_LIBADD = $(CUDA_LIBS)
+# one export (the entry), no undefined symbols: nothing of libtodist
+libtodist_cuda_la_LDFLAGS = -module -avoid-version -no-undefined \
+	-export-symbols-regex '^td_device_module_entry$$'
 endif
 # -fmad=false: no FMA contraction, so +, -, *, / give the CPU row's bits.
 TD_NVCC_FLAGS = -std=c++20 -fmad=false -Xcompiler -fPIC -Xcompiler -Wall $(NVCCFLAGS) \

@@ -388,4 +388,10 @@ const td_device_ops_t td_cuda_device_ops = {
     .free = cuda_free,
     .memcpy = cuda_memcpy,
     .synchronize = cuda_synchronize,
+    .host_alloc = td_cuda_host_alloc,
+    .host_free = td_cuda_host_free,
+    .copy_async = td_cuda_copy_async,
+    .device_of = td_cuda_device_of,
+    .cache_stats = td_cuda_cache_stats,
+    .last_launch_error = td_cuda_last_launch_error,
 };

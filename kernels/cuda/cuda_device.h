@@ -1,7 +1,8 @@
 /* kernels/cuda/cuda_device.h: the CUDA device backend (internal; built
  * only with CUDA, see configure --with-cuda).
  *
- * Per device: one non-blocking stream that every kernel and copy of the
+ * Built into the module libtodist-cuda.so (kernels/module.h), never into
+ * libtodist itself. Per device: one non-blocking stream that every kernel and copy of the
  * device is queued on, a caching allocator over cudaMalloc
  * (kernels/block_cache.h; stream order makes reuse safe), a cuBLAS handle
  * on that stream. State is made on first use of a device.
@@ -24,6 +25,7 @@
 #include <todist/status.h>
 
 #include "kernels/block_cache.h"
+#include "kernels/device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,6 +51,10 @@ td_status_t td_cuda_cache_stats(int index, td_block_cache_stats_t *stats_p);
 /* Record a failed launch (G3); the last one is kept per process. */
 void        td_cuda_launch_failed(const char *kernel, const char *why);
 const char *td_cuda_last_launch_error(void);
+
+/* The kernels/device.h row of this backend (cuda_module.c hands it to
+ * libtodist). */
+extern const td_device_ops_t td_cuda_device_ops;
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,7 @@
 /* runtime/coll/nccl.c: collectives on device tensors: the route, the
- * staged path and NCCL (see nccl.h for the design and N1-N3). */
+ * staged path and NCCL (see nccl.h for the design and N1-N4). The NCCL
+ * calls themselves are the CUDA module's (kernels/module.h td_nccl_ops_t):
+ * libtodist links no NCCL. */
 #include "config.h"
 
 #include <pthread.h>
@@ -9,20 +11,14 @@
 #include <time.h>
 
 #include "kernels/device.h"
+#include "kernels/module.h"
 #include "runtime/runtime.h"
 #include "runtime/coll/nccl.h"
 #include "runtime/coll/conf.h"
 #include "runtime/coll/tx.h"
+#include "runtime/rpc/device_map.h"
 #include "base/clock.h"
 #include "base/log.h"
-#ifdef TD_HAVE_NCCL
-#include <cuda_runtime.h>
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"   /* nccl.h's f() */
-#include <nccl.h>
-#pragma GCC diagnostic pop
-#include "kernels/cuda/cuda_device.h"
-#endif
 
 /* ---- the staged path (N1) ----------------------------------------------- */
 
@@ -122,13 +118,11 @@ coll_stage_free(coll_stage_t *s)
 
 /* ---- NCCL (N2, N3) ------------------------------------------------------ */
 
-#ifdef TD_HAVE_NCCL
-
 typedef struct comm {
     struct comm *next;
     uint32_t     group_id, digest;
     int          device;
-    ncclComm_t   comm;
+    void        *comm;                    /* the module's ncclComm_t */
 } comm_t;
 
 static pthread_mutex_t comm_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -138,14 +132,27 @@ static comm_t *comms;
 static unsigned char cap_known[CAP_GROUPS], cap_of[CAP_GROUPS];
 static uint32_t cap_digest[CAP_GROUPS];
 
-static int
-nccl_kind(coll_kind_t k)
+/* The module's NCCL row, if a module with NCCL is installed. */
+static const td_nccl_ops_t *
+nccl_ops(void)
 {
-    return k == COLL_ALL_REDUCE || k == COLL_BROADCAST || k == COLL_REDUCE ||
-           k == COLL_ALL_GATHER || k == COLL_REDUCE_SCATTER;
+    return td_device_module_nccl(TD_DEVICE_CUDA);
 }
 
-/* Every member published "1" under td/nccl/<rank> (device_map.c). */
+static int
+nccl_kind(coll_kind_t k, td_nccl_kind_t *out)
+{
+    switch (k) {
+    case COLL_ALL_REDUCE:     *out = TD_NCCL_ALL_REDUCE;     return 1;
+    case COLL_BROADCAST:      *out = TD_NCCL_BROADCAST;      return 1;
+    case COLL_REDUCE:         *out = TD_NCCL_REDUCE;         return 1;
+    case COLL_ALL_GATHER:     *out = TD_NCCL_ALL_GATHER;     return 1;
+    case COLL_REDUCE_SCATTER: *out = TD_NCCL_REDUCE_SCATTER; return 1;
+    default:                  return 0;
+    }
+}
+
+/* Every member published NCCL-capable under td/dev/<rank> (device_map.c). */
 static int
 group_capable(td_group_t *g)
 {
@@ -160,18 +167,13 @@ group_capable(td_group_t *g)
     }
     pthread_mutex_unlock(&comm_lock);
     for (int i = 0; i < g->n && cap && store != NULL; i++) {
-        char key[48];
-        void *v = NULL;
-        size_t len = 0;
+        int count = 0;
 
-        snprintf(key, sizeof(key), "td/nccl/%d", g->ranks[i]);
-        if (td_store_get(store, key, coll_timeout(), &v, &len) != TD_OK) {
+        if (td_device_maps_peer(store, g->ranks[i], coll_timeout(), &count,
+                                &cap) != TD_OK) {
             td_error_clear();
             cap = 0;
-        } else {
-            cap = len == 1 && ((char *)v)[0] == '1';
         }
-        free(v);
     }
     pthread_mutex_lock(&comm_lock);
     cap_digest[slot] = g->digest;
@@ -181,24 +183,28 @@ group_capable(td_group_t *g)
     return store != NULL && cap;
 }
 
+/* Prefix the module's message with the group and rank. */
 static td_status_t
-nccl_error(const char *what, ncclResult_t r, td_group_t *g)
+nccl_error(td_status_t code, const char *what, td_group_t *g)
 {
-    return td_error(TD_ERR_IO, "coll: %s on group %u (rank %d of %d): %s",
-                    what, g->id, g->me, g->n, ncclGetErrorString(r));
+    char why[512];
+
+    snprintf(why, sizeof(why), "%s", td_last_error());
+    return td_error(code, "coll: %s on group %u (rank %d of %d): %s", what,
+                    g->id, g->me, g->n, why);
 }
 
 /* The communicator of G on DEVICE (N2). */
 static td_status_t
-get_comm(td_group_t *g, int device, ncclComm_t *comm_p)
+get_comm(const td_nccl_ops_t *nccl, td_group_t *g, int device,
+         void **comm_p)
 {
     td_store_t *store = td_runtime_store();
-    ncclUniqueId id;
+    unsigned char id[TD_NCCL_ID_MAX];
     comm_t *c;
     char key[64];
     void *v = NULL;
     size_t len = 0;
-    ncclResult_t r;
     td_status_t status;
 
     pthread_mutex_lock(&comm_lock);
@@ -214,10 +220,10 @@ get_comm(td_group_t *g, int device, ncclComm_t *comm_p)
     snprintf(key, sizeof(key), "td/nccl/id/%u/%08x/%d", g->id, g->digest,
              device);
     if (g->me == 0) {
-        if ((r = ncclGetUniqueId(&id)) != ncclSuccess) {
-            return nccl_error("ncclGetUniqueId", r, g);
+        if ((status = nccl->unique_id(id)) != TD_OK) {
+            return nccl_error(status, "ncclGetUniqueId", g);
         }
-        status = td_store_set(store, key, &id, sizeof(id));
+        status = td_store_set(store, key, id, nccl->id_size);
         if (status != TD_OK) {
             return status;
         }
@@ -226,27 +232,22 @@ get_comm(td_group_t *g, int device, ncclComm_t *comm_p)
         if (status != TD_OK) {
             return status;
         }
-        if (len != sizeof(id)) {
+        if (len != nccl->id_size) {
             free(v);
             return td_error(TD_ERR_PROTOCOL, "coll: NCCL id of group %u has "
-                            "%zu bytes, not %zu", g->id, len, sizeof(id));
+                            "%zu bytes, not %zu", g->id, len, nccl->id_size);
         }
-        memcpy(&id, v, sizeof(id));
+        memcpy(id, v, len);
         free(v);
     }
     c = calloc(1, sizeof(*c));
     if (c == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
     }
-    if (cudaSetDevice(device) != cudaSuccess) {
-        (void)cudaGetLastError();
+    status = nccl->comm_init(device, g->n, g->me, id, &c->comm);
+    if (status != TD_OK) {
         free(c);
-        return td_error(TD_ERR_IO, "coll: cannot select cuda:%d", device);
-    }
-    r = ncclCommInitRank(&c->comm, g->n, id, g->me);
-    if (r != ncclSuccess) {
-        free(c);
-        return nccl_error("ncclCommInitRank", r, g);
+        return nccl_error(status, "ncclCommInitRank", g);
     }
     c->group_id = g->id;
     c->digest = g->digest;
@@ -259,35 +260,9 @@ get_comm(td_group_t *g, int device, ncclComm_t *comm_p)
     return TD_OK;
 }
 
-static int
-nccl_dtype(td_dtype_t d, ncclDataType_t *out)
-{
-    switch (d) {
-    case TD_FLOAT32: *out = ncclFloat32; return 1;
-    case TD_FLOAT64: *out = ncclFloat64; return 1;
-    case TD_INT64:   *out = ncclInt64;   return 1;
-    case TD_INT32:   *out = ncclInt32;   return 1;
-    case TD_UINT8:   *out = ncclUint8;   return 1;
-    default:         return 0;
-    }
-}
-
-static int
-nccl_op(td_reduce_op_t op, ncclRedOp_t *out)
-{
-    switch (op) {
-    case TD_REDUCE_SUM:  *out = ncclSum;  return 1;
-    case TD_REDUCE_PROD: *out = ncclProd; return 1;
-    case TD_REDUCE_MIN:  *out = ncclMin;  return 1;
-    case TD_REDUCE_MAX:  *out = ncclMax;  return 1;
-    case TD_REDUCE_AVG:  *out = ncclAvg;  return 1;
-    default:             return 0;       /* bitwise: staged */
-    }
-}
-
-/* Abort G's communicator COMM and drop it from the cache (N4). */
+/* Abort COMM and drop it from the cache (N4). */
 static void
-comm_abort(ncclComm_t comm)
+comm_abort(const td_nccl_ops_t *nccl, void *comm)
 {
     comm_t **pp, *c = NULL;
 
@@ -300,43 +275,34 @@ comm_abort(ncclComm_t comm)
         }
     }
     pthread_mutex_unlock(&comm_lock);
-    (void)ncclCommAbort(comm);
+    nccl->abort(comm);
     free(c);
 }
 
-/* Wait for the collective queued on STREAM, at most the collective
- * timeout, watching NCCL's async error (N4). */
+/* Wait for the collective queued on DEVICE's stream, at most the
+ * collective timeout, watching NCCL's async error (N4). */
 static td_status_t
-bounded_sync(td_group_t *g, const coll_args_t *a, int device,
-             ncclComm_t comm, cudaStream_t stream)
+bounded_sync(const td_nccl_ops_t *nccl, td_group_t *g, const coll_args_t *a,
+             int device, void *comm)
 {
     double deadline = td_now_s() + coll_timeout();
     struct timespec nap = { 0, 20000 };        /* 20 us between polls */
-    char msg[COLL_ERR_MAX];
+    char msg[COLL_ERR_MAX], why[512];
     td_status_t code;
-    cudaError_t ce;
-    ncclResult_t ae = ncclSuccess;
+    int done = 0;
 
     for (;;) {
-        ce = cudaStreamQuery(stream);
-        if (ce == cudaSuccess) {
-            return td_cuda_sync(device);
-        }
-        if (ce != cudaErrorNotReady) {
-            (void)cudaGetLastError();
+        code = nccl->poll(comm, device, &done);
+        if (code != TD_OK) {
+            snprintf(why, sizeof(why), "%s", td_last_error());
             code = TD_ERR_IO;
             snprintf(msg, sizeof(msg), "coll: %s through NCCL on group %u "
                      "(rank %d of %d, cuda:%d): %s", coll_kind_name(a->kind),
-                     g->id, g->me, g->n, device, cudaGetErrorString(ce));
+                     g->id, g->me, g->n, device, why);
             break;
         }
-        if (ncclCommGetAsyncError(comm, &ae) == ncclSuccess &&
-            ae != ncclSuccess && ae != ncclInProgress) {
-            code = TD_ERR_IO;
-            snprintf(msg, sizeof(msg), "coll: %s through NCCL on group %u "
-                     "(rank %d of %d): %s", coll_kind_name(a->kind), g->id,
-                     g->me, g->n, ncclGetErrorString(ae));
-            break;
+        if (done) {
+            return TD_OK;
         }
         if (td_now_s() > deadline) {
             code = TD_ERR_TIMEOUT;
@@ -349,7 +315,7 @@ bounded_sync(td_group_t *g, const coll_args_t *a, int device,
         }
         nanosleep(&nap, NULL);
     }
-    comm_abort(comm);
+    comm_abort(nccl, comm);
     coll_group_fail(g, code, 0, 0, msg);
     return td_error(code, "%s", msg);
 }
@@ -357,18 +323,19 @@ bounded_sync(td_group_t *g, const coll_args_t *a, int device,
 coll_route_t
 coll_device_route(td_group_t *g, const coll_args_t *a)
 {
+    const td_nccl_ops_t *nccl = nccl_ops();
     td_tensor_t *t = a->t != NULL ? a->t : a->in;
-    ncclDataType_t dt;
-    ncclRedOp_t op;
+    td_nccl_kind_t kind;
+    int reduces = a->kind == COLL_ALL_REDUCE || a->kind == COLL_REDUCE ||
+                  a->kind == COLL_REDUCE_SCATTER;
 
     if (!on_device(a->t) && !on_device(a->in)) {
         return COLL_ROUTE_HOST;
     }
-    if (td_device_test_backend() || a->outs != NULL || !nccl_kind(a->kind) ||
-        !on_device(t) || (a->in != NULL && !on_device(a->in)) ||
-        !nccl_dtype(td_tensor_dtype(t), &dt) ||
-        ((a->kind == COLL_ALL_REDUCE || a->kind == COLL_REDUCE ||
-          a->kind == COLL_REDUCE_SCATTER) && !nccl_op(a->op, &op))) {
+    if (nccl == NULL || td_device_test_backend() || a->outs != NULL ||
+        !nccl_kind(a->kind, &kind) || !on_device(t) ||
+        (a->in != NULL && !on_device(a->in)) ||
+        !nccl->supports(td_tensor_dtype(t), reduces, a->op)) {
         return COLL_ROUTE_STAGED;
     }
     return group_capable(g) ? COLL_ROUTE_NCCL : COLL_ROUTE_STAGED;
@@ -377,94 +344,52 @@ coll_device_route(td_group_t *g, const coll_args_t *a)
 td_status_t
 coll_nccl_run(td_group_t *g, const coll_args_t *a)
 {
+    const td_nccl_ops_t *nccl = nccl_ops();
     td_tensor_t *t = a->t;
     int device = td_tensor_device(t).index;
     size_t count = (size_t)td_tensor_numel(a->in != NULL ? a->in : t);
-    ncclDataType_t dt = ncclFloat32;
-    ncclRedOp_t op = ncclSum;
-    ncclComm_t comm = NULL;
-    void *stream;
-    ncclResult_t r;
+    const void *send = td_tensor_data(t);
+    td_nccl_kind_t kind;
+    void *comm = NULL;
     td_status_t status;
 
-    nccl_dtype(td_tensor_dtype(t), &dt);
-    nccl_op(a->op, &op);
-    status = get_comm(g, device, &comm);
-    if (status == TD_OK) {
-        status = td_cuda_enter(device, &stream);   /* N3: the device stream */
+    if (nccl == NULL || !nccl_kind(a->kind, &kind)) {
+        return td_error(TD_ERR_UNSUPPORTED, "coll: %s has no NCCL route%s",
+                        coll_kind_name(a->kind), nccl == NULL
+                        ? " (the CUDA module has no NCCL)" : "");
     }
+    if (kind == TD_NCCL_ALL_GATHER || kind == TD_NCCL_REDUCE_SCATTER) {
+        send = td_tensor_data(a->in);
+    }
+    if (kind == TD_NCCL_REDUCE_SCATTER) {
+        count = (size_t)td_tensor_numel(t);
+    }
+    status = get_comm(nccl, g, device, &comm);
     if (status != TD_OK) {
         return status;
     }
-    switch (a->kind) {
-    case COLL_ALL_REDUCE:
-        r = ncclAllReduce(td_tensor_data(t), td_tensor_data(t), count, dt,
-                          op, comm, (cudaStream_t)stream);
-        break;
-    case COLL_BROADCAST:
-        r = ncclBroadcast(td_tensor_data(t), td_tensor_data(t), count, dt,
-                          a->root, comm, (cudaStream_t)stream);
-        break;
-    case COLL_REDUCE:
-        r = ncclReduce(td_tensor_data(t), td_tensor_data(t), count, dt, op,
-                       a->root, comm, (cudaStream_t)stream);
-        break;
-    case COLL_ALL_GATHER:
-        r = ncclAllGather(td_tensor_data(a->in), td_tensor_data(t), count,
-                          dt, comm, (cudaStream_t)stream);
-        break;
-    case COLL_REDUCE_SCATTER:
-        r = ncclReduceScatter(td_tensor_data(a->in), td_tensor_data(t),
-                              (size_t)td_tensor_numel(t), dt, op, comm,
-                              (cudaStream_t)stream);
-        break;
-    default:
-        return td_error(TD_ERR_INVALID, "coll: %s has no NCCL route",
-                        coll_kind_name(a->kind));
+    status = nccl->launch(comm, device, kind, send, td_tensor_data(t), count,
+                          td_tensor_dtype(t), a->op, a->root);
+    if (status != TD_OK) {
+        return nccl_error(status, coll_kind_name(a->kind), g);
     }
-    if (r != ncclSuccess) {
-        return nccl_error(coll_kind_name(a->kind), r, g);
-    }
-    return bounded_sync(g, a, device, comm, (cudaStream_t)stream);  /* N3 */
+    return bounded_sync(nccl, g, a, device, comm);  /* N3 */
 }
 
 void
 coll_nccl_shutdown(void)
 {
+    const td_nccl_ops_t *nccl = nccl_ops();
     comm_t *c;
 
     pthread_mutex_lock(&comm_lock);
     while ((c = comms) != NULL) {
         comms = c->next;
-        ncclCommDestroy(c->comm);
+        if (nccl != NULL) {
+            nccl->destroy(c->comm);
+        }
         free(c);
     }
     memset(cap_known, 0, sizeof(cap_known));
     pthread_mutex_unlock(&comm_lock);
 }
-
-#else  /* !TD_HAVE_NCCL */
-
-coll_route_t
-coll_device_route(td_group_t *g, const coll_args_t *a)
-{
-    (void)g;
-    return on_device(a->t) || on_device(a->in) ? COLL_ROUTE_STAGED
-                                               : COLL_ROUTE_HOST;
-}
-
-td_status_t
-coll_nccl_run(td_group_t *g, const coll_args_t *a)
-{
-    (void)g;
-    (void)a;
-    return td_error(TD_ERR_UNSUPPORTED, "coll: libtodist was built without "
-                    "NCCL");
-}
-
-void
-coll_nccl_shutdown(void)
-{
-}
-
-#endif

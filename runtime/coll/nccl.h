@@ -4,9 +4,10 @@
  * communicators, one per group, cached.
  *
  * Route of one collective (coll_device_route):
- *   NCCL    the library has NCCL, the tensor is on a real CUDA device, and
+ *   NCCL    the CUDA module (kernels/module.h) has NCCL, the tensor is on a
+ *           real CUDA device, and
  *           every member of the group published "NCCL-capable" at td_init
- *           (td/nccl/<rank> in the store: NCCL built, a CUDA device, not
+ *           (td/dev/<rank> in the store: NCCL in the module, a device, not
  *           the test backend); all_reduce, broadcast, reduce, all_gather
  *           and reduce_scatter; the others are staged;
  *   STAGED  any other device tensor: copied to host buffers, the host

@@ -10,6 +10,7 @@
 #include "todist/device.h"
 #include "runtime/rpc/device_map.h"
 #include "kernels/device.h"
+#include "kernels/module.h"
 
 #define DEV_STR(d) td_device_str((d), (char[24]){0}, 24)
 
@@ -325,29 +326,36 @@ td_device_maps_reset(void)
     memset(&active, 0, sizeof(active));
 }
 
-/* Rank R's cuda device count from the store (published by its td_init). */
-static td_status_t
-peer_count(td_store_t *store, int r, double timeout, int *n_p)
+td_status_t
+td_device_maps_peer(td_store_t *store, int r, double timeout, int *count_p,
+                    int *nccl_p)
 {
-    char key[48], buf[16];
+    char key[48], buf[24];
     void *v = NULL;
     size_t len = 0;
+    int count, nccl;
     td_status_t status;
 
-    snprintf(key, sizeof(key), "td/devcount/%d", r);
+    snprintf(key, sizeof(key), "td/dev/%d", r);
     status = td_store_get(store, key, timeout, &v, &len);
     if (status != TD_OK) {
         return status;
     }
     if (len == 0 || len >= sizeof(buf)) {
         free(v);
-        return td_error(TD_ERR_PROTOCOL, "device map: rank %d published a "
-                        "device count of %zu bytes", r, len);
+        return td_error(TD_ERR_PROTOCOL, "device map: rank %d published "
+                        "device facts of %zu bytes", r, len);
     }
     memcpy(buf, v, len);
     buf[len] = '\0';
     free(v);
-    *n_p = atoi(buf);
+    if (sscanf(buf, "%d %d", &count, &nccl) != 2 || count < 0 ||
+        (nccl != 0 && nccl != 1)) {
+        return td_error(TD_ERR_PROTOCOL, "device map: rank %d published "
+                        "device facts '%s', not '<count> <0|1>'", r, buf);
+    }
+    *count_p = count;
+    *nccl_p = nccl;
     return TD_OK;
 }
 
@@ -357,30 +365,23 @@ td_device_maps_setup(td_store_t *store, const td_world_t *world,
 {
     td_device_maps_t maps;
     char key[48], val[16];
-    int *counts = NULL, local = 0;
+    int *counts = NULL, local = 0, nccl;
     td_status_t status;
 
     td_device_maps_reset();
-    if (td_device_count(TD_DEVICE_CUDA, &local) != TD_OK) {
-        local = 0;                     /* no device: cpu entries only */
-        td_error_clear();
-    }
-    snprintf(key, sizeof(key), "td/devcount/%d", world->rank);
-    snprintf(val, sizeof(val), "%d", local);
+    /* what td_init loaded (runtime/init.c); never loads a module here */
+    local = td_device_count_loaded(TD_DEVICE_CUDA);
+    /* NCCL-capable: a real device (not the test backend) and a module with
+     * NCCL; collectives route to NCCL only when every member of a group
+     * says 1 (coll/nccl.h) */
+    snprintf(key, sizeof(key), "td/dev/%d", world->rank);
+    snprintf(val, sizeof(val), "%d %d", local,
+             local > 0 && !td_device_test_backend() &&
+             td_device_module_nccl(TD_DEVICE_CUDA) != NULL);
     status = td_store_set(store, key, val, strlen(val));
     if (status != TD_OK) {
         return status;
     }
-#ifdef TD_HAVE_NCCL
-    /* NCCL-capable: a real device (not the test backend); collectives
-     * route to NCCL only when every member of a group says 1 (coll/nccl.h) */
-    snprintf(key, sizeof(key), "td/nccl/%d", world->rank);
-    status = td_store_set(store, key, local > 0 && !td_device_test_backend()
-                                      ? "1" : "0", 1);
-    if (status != TD_OK) {
-        return status;
-    }
-#endif
     memset(&maps, 0, sizeof(maps));
     for (int i = 0; given != NULL && i < given->n_maps; i++) {
         for (int k = 0; k < given->maps[i].n_pairs; k++) {
@@ -410,7 +411,8 @@ td_device_maps_setup(td_store_t *store, const td_world_t *world,
     for (int i = 0; i < maps.n_maps; i++) {
         int r = maps.maps[i].peer;
         if (r >= 0 && r < world->world_size && r != world->rank &&
-            (status = peer_count(store, r, timeout, &counts[r])) != TD_OK) {
+            (status = td_device_maps_peer(store, r, timeout, &counts[r],
+                                          &nccl)) != TD_OK) {
             goto out;
         }
     }

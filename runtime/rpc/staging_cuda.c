@@ -1,5 +1,8 @@
-/* runtime/rpc/staging_cuda.c: the staging engine's CUDA copy functions
- * (see staging_cuda.h). */
+/* runtime/rpc/staging_cuda.c: the staging engine's copy functions over a
+ * device's row (see staging_cuda.h): pinned host buffers, copies queued on
+ * the device's stream, a synchronise as the wait. The CUDA calls are the
+ * CUDA module's (kernels/device.h); the test backend's row is malloc and
+ * memcpy, so this file runs the same code on both. */
 #include "config.h"
 
 #include <stdint.h>
@@ -8,32 +11,39 @@
 
 #include "kernels/device.h"
 #include "runtime/rpc/staging_cuda.h"
-#ifdef TD_HAVE_CUDA
-#include "kernels/cuda/cuda_device.h"
+
+static const td_device_ops_t *
+cuda_row(void)
+{
+    return td_device_ops(TD_DEVICE_CUDA);
+}
 
 static td_status_t
 host_alloc(void *ctx, size_t nbytes, void **ptr_p)
 {
-    return td_cuda_host_alloc(nbytes, ptr_p);
+    (void)ctx;
+    return cuda_row()->host_alloc(nbytes, ptr_p);
 }
 
 static void
 host_free(void *ctx, void *ptr)
 {
-    td_cuda_host_free(ptr);
+    (void)ctx;
+    cuda_row()->host_free(ptr);
 }
 
 static td_status_t
 copy(void *ctx, void *dst, const void *src, size_t nbytes,
      td_stage_dir_t dir)
 {
-    return td_cuda_copy_async((int)(intptr_t)ctx, dst, src, nbytes);
+    (void)dir;
+    return cuda_row()->copy_async((int)(intptr_t)ctx, dst, src, nbytes);
 }
 
 static td_status_t
 wait_copies(void *ctx)
 {
-    return td_cuda_sync((int)(intptr_t)ctx);
+    return cuda_row()->synchronize((int)(intptr_t)ctx);
 }
 
 /* Any device: the devices copied on since the last wait, one bit each
@@ -44,90 +54,45 @@ static td_status_t
 any_copy(void *ctx, void *dst, const void *src, size_t nbytes,
          td_stage_dir_t dir)
 {
-    int dev = td_cuda_device_of(dir == TD_STAGE_D2H ? src : dst);
+    const td_device_ops_t *row = cuda_row();
+    int dev = row->device_of(dir == TD_STAGE_D2H ? src : dst);
 
     (void)ctx;
     if (dev < 0) {
         dev = 0;                   /* a host buffer on both sides (cpu map) */
     }
     any_touched |= 1ull << (dev & 63);
-    return td_cuda_copy_async(dev, dst, src, nbytes);
+    return row->copy_async(dev, dst, src, nbytes);
 }
 
 static td_status_t
 any_wait(void *ctx)
 {
+    const td_device_ops_t *row = cuda_row();
     td_status_t status = TD_OK;
 
     (void)ctx;
     for (int d = 0; d < 64 && status == TD_OK; d++) {
         if (any_touched & (1ull << d)) {
-            status = td_cuda_sync(d);
+            status = row->synchronize(d);
         }
     }
     any_touched = 0;
     return status;
-}
-#endif
-
-/* The test backend: "device memory" is host memory. */
-static td_status_t
-test_host_alloc(void *ctx, size_t nbytes, void **ptr_p)
-{
-    (void)ctx;
-    *ptr_p = malloc(nbytes ? nbytes : 1);
-    return *ptr_p != NULL ? TD_OK
-                          : td_error(TD_ERR_NO_MEMORY, "staging: cannot "
-                                     "allocate a %zu byte buffer", nbytes);
-}
-
-static void
-test_host_free(void *ctx, void *ptr)
-{
-    (void)ctx;
-    free(ptr);
-}
-
-static td_status_t
-test_copy(void *ctx, void *dst, const void *src, size_t nbytes,
-          td_stage_dir_t dir)
-{
-    (void)ctx;
-    (void)dir;
-    memcpy(dst, src, nbytes);
-    return TD_OK;
-}
-
-static td_status_t
-test_wait(void *ctx)
-{
-    (void)ctx;
-    return TD_OK;
 }
 
 td_status_t
 td_staging_device_ops(td_staging_copy_ops_t *ops)
 {
     int n;
-    td_status_t status;
+    td_status_t status = td_device_count_of(TD_DEVICE_CUDA, &n);
 
-    if (td_device_test_backend()) {
-        *ops = (td_staging_copy_ops_t){test_host_alloc, test_host_free,
-                                       test_copy, test_wait, NULL};
-        return TD_OK;
-    }
-    status = td_device_count_of(TD_DEVICE_CUDA, &n);
     if (status != TD_OK) {
         return status;
     }
-#ifdef TD_HAVE_CUDA
     *ops = (td_staging_copy_ops_t){host_alloc, host_free, any_copy, any_wait,
                                    NULL};
     return TD_OK;
-#else
-    return td_error(TD_ERR_UNSUPPORTED, "no CUDA device (libtodist was "
-                    "built without it)");
-#endif
 }
 
 td_status_t
@@ -138,12 +103,7 @@ td_staging_cuda_ops(int index, td_staging_copy_ops_t *ops)
     if (status != TD_OK) {
         return status;
     }
-#ifdef TD_HAVE_CUDA
     *ops = (td_staging_copy_ops_t){host_alloc, host_free, copy, wait_copies,
                                    (void *)(intptr_t)index};
     return TD_OK;
-#else
-    return td_error(TD_ERR_UNSUPPORTED, "no CUDA device (libtodist was "
-                    "built without it)");
-#endif
 }

@@ -1,11 +1,13 @@
 /* runtime/rpc/staging_cuda.h: the staging engine's copy functions on a
- * CUDA device (internal): pinned host buffers from cudaHostAlloc, copies
- * by cudaMemcpyAsync on the device's stream (so they are ordered after the
- * kernels that produced the data, cuda_device.h G2), and a stream
- * synchronise as the wait. TD_ERR_UNSUPPORTED "no CUDA device" without a
- * device or without CUDA in the build. The engine itself is tested with
- * host memory (tests/transport/staging_peer.c); these functions have run on no GPU
- * yet (see bench/RESULTS.md). Thread-safe. */
+ * device (internal), over the device's row (kernels/device.h): pinned host
+ * buffers, copies queued on the device's stream (so they are ordered after
+ * the kernels that produced the data, cuda_device.h G2), and a stream
+ * synchronise as the wait. For CUDA these are the CUDA module's; for the
+ * test backend (device.h D4) malloc and memcpy, so the same code runs on
+ * every machine (the engine: tests/transport/staging_peer.c).
+ * TD_ERR_UNSUPPORTED "no CUDA device: ..." without a
+ * device. The CUDA copies have run on no GPU yet (see bench/RESULTS.md).
+ * Thread-safe. */
 #ifndef TD_RUNTIME_RPC_STAGING_CUDA_H
 #define TD_RUNTIME_RPC_STAGING_CUDA_H
 
@@ -18,8 +20,8 @@ td_status_t td_staging_cuda_ops(int index, td_staging_copy_ops_t *ops);
  * device of this process: each copy runs on the stream of the device its
  * device-side pointer lives on, and the wait synchronises the devices
  * copied on since the last wait (the engine calls both from its one
- * thread, staging.h S7). With the test backend (kernels/device.h D4):
- * malloc and memcpy. TD_ERR_UNSUPPORTED "no CUDA device" otherwise. */
+ * thread, staging.h S7). TD_ERR_UNSUPPORTED "no CUDA device: ..."
+ * without one. */
 td_status_t td_staging_device_ops(td_staging_copy_ops_t *ops);
 
 #endif /* TD_RUNTIME_RPC_STAGING_CUDA_H */

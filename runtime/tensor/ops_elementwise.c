@@ -1,8 +1,7 @@
 /* runtime/tensor/ops_elementwise.c: the elementwise ops (add, sub, mul,
  * div with broadcasting; neg, pow, exp, log, sqrt, abs, tanh, sigmoid,
  * relu, gelu and the scalar ops), each forward one call of the device's
- * binary/unary kernel and each backward right after it; and the helpers
- * every op family shares (ops_internal.h). */
+ * binary/unary kernel and each backward right after it. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -11,116 +10,6 @@
 #include "runtime/tensor/ops_internal.h"
 #include "todist/device.h"
 #include <todist/ops.h>
-
-/* ---- shared by the op families ---------------------------------------- */
-
-void
-td_op_release_saved(td_node_t *node)
-{
-    td_op_state_t *st = td_node_state(node);
-
-    for (int i = 0; i < 3; i++) {
-        td_saved_release(&st->sv[i]);
-    }
-}
-
-void
-td_op_destroy(void *p)
-{
-    td_op_state_t *st = p;
-
-    for (int i = 0; i < 3; i++) {
-        td_saved_release(&st->sv[i]);
-    }
-    free(st);
-}
-
-int
-td_op_needs_state(td_tensor_t *const *ins, int n)
-{
-    return td_grad_enabled() && td_any_requires_grad(ins, n);
-}
-
-td_op_state_t *
-td_op_state_new(void)
-{
-    return calloc(1, sizeof(td_op_state_t));
-}
-
-td_status_t
-td_op_finish(const td_node_ops_t *ops, td_op_state_t *st,
-             td_tensor_t *const *ins, int n, td_tensor_t *out,
-             td_tensor_t **out_p)
-{
-    td_status_t status;
-
-    if (st != NULL) {
-        status = td_autograd_record(ops, st, ins, n, out);
-        if (status != TD_OK) {
-            td_tensor_release(out);
-            return status;
-        }
-    }
-    *out_p = out;
-    return TD_OK;
-}
-
-td_status_t
-td_op_check_float(const char *op, td_tensor_t *a)
-{
-    if (!td_dtype_is_float(a->dtype)) {
-        return td_error(TD_ERR_DTYPE, "%s: dtype %s is not float32/float64 "
-                        "(shape %s)", op, td_dtype_name(a->dtype),
-                        TD_SHAPE_STR(a));
-    }
-    return TD_OK;
-}
-
-td_status_t
-td_op_check_pair(const char *op, td_tensor_t *a, td_tensor_t *b)
-{
-    td_status_t status = td_op_check_float(op, a);
-
-    if (status != TD_OK) {
-        return status;
-    }
-    if (a->dtype != b->dtype) {
-        return td_error(TD_ERR_DTYPE, "%s: dtypes differ: %s %s and %s %s", op,
-                        td_dtype_name(a->dtype), TD_SHAPE_STR(a),
-                        td_dtype_name(b->dtype), TD_SHAPE_STR(b));
-    }
-    if (a->device.type != b->device.type || a->device.index != b->device.index) {
-        char da[24], db[24];
-
-        return td_error(TD_ERR_INVALID, "%s: tensors on different devices: "
-                        "%s and %s", op, td_device_str(a->device, da, 24),
-                        td_device_str(b->device, db, 24));
-    }
-    return TD_OK;
-}
-
-td_status_t
-td_op_broadcast_shape(const char *op, td_tensor_t *a, td_tensor_t *b,
-                      int64_t *shape, int *ndim_p, int64_t *sa, int64_t *sb)
-{
-    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
-
-    for (int d = 0; d < nd; d++) {
-        int da = d - (nd - a->ndim), db = d - (nd - b->ndim);
-        int64_t xa = da >= 0 ? a->shape[da] : 1, xb = db >= 0 ? b->shape[db] : 1;
-        if (xa != xb && xa != 1 && xb != 1) {
-            return td_error(TD_ERR_SHAPE, "%s: shapes %s and %s do not "
-                            "broadcast (dim %d: %lld vs %lld)", op,
-                            TD_SHAPE_STR(a), TD_SHAPE_STR(b), d,
-                            (long long)xa, (long long)xb);
-        }
-        shape[d] = xa == 1 ? xb : xa;
-        sa[d] = da >= 0 && xa != 1 ? a->strides[da] : 0;
-        sb[d] = db >= 0 && xb != 1 ? b->strides[db] : 0;
-    }
-    *ndim_p = nd;
-    return TD_OK;
-}
 
 /* ---- binary ops (broadcasting) ---------------------------------------- */
 

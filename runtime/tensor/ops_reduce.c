@@ -65,28 +65,26 @@ sum_mask_raw(td_tensor_t *a, uint32_t mask, td_tensor_t **out_p)
     return TD_OK;
 }
 
-/* d sum = g broadcast back over the reduced dims, times the scale (mean) */
+static td_status_t expand_impl(td_tensor_t *t, const int64_t *shape,
+                               int ndim, double scale, td_tensor_t **out);
+
+/* d sum = g broadcast back over the reduced dims, times the scale (mean):
+ * one scaled expand, whose own backward is the scaled sum again */
 static td_status_t
 sum_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
 {
     td_op_state_t *st = td_node_state(node);
     int64_t kshape[TD_MAX_DIMS];
-    td_tensor_t *t1 = NULL, *t2 = NULL;
+    td_tensor_t *t1 = NULL;
     td_status_t status;
 
     for (int d = 0; d < st->ndim_a; d++) {
         kshape[d] = (st->mask & (1u << d)) ? 1 : st->shape_a[d];
     }
     TD_OP_TRY(td_tensor_reshape(gin[0], kshape, st->ndim_a, &t1));
-    if (st->c != 1.0) {
-        TD_OP_TRY(td_mul_scalar(t1, st->c, &t2));
-    } else {
-        t2 = td_tensor_retain(t1);
-    }
-    TD_OP_TRY(td_tensor_expand(t2, st->shape_a, st->ndim_a, &gout[0]));
+    TD_OP_TRY(expand_impl(t1, st->shape_a, st->ndim_a, st->c, &gout[0]));
 out:
     td_tensor_release(t1);
-    td_tensor_release(t2);
     return td_op_backward_done(status, node, gout);
 }
 
@@ -107,6 +105,17 @@ sum_impl(td_tensor_t *a, uint32_t mask, int keepdim, double scale,
     }
     if (status != TD_OK) {
         return status;
+    }
+    if (scale != 1.0 && r->storage == a->storage) {
+        /* nothing was reduced: scale a copy, never A itself */
+        td_tensor_t *c;
+
+        status = td__tensor_copy_raw(r, r->dtype, &c);
+        td_tensor_release(r);
+        if (status != TD_OK) {
+            return status;
+        }
+        r = c;
     }
     if (scale != 1.0) {
         td_kernels_get(r->device)->unary(TD_UN_MUL_SCALAR, r->dtype,
@@ -198,15 +207,18 @@ td_mean_dims(td_tensor_t *a, const int *dims, int n, int keepdim,
                                                                   : NAN, out);
 }
 
-td_status_t
-td_sum_to(td_tensor_t *g, const int64_t *shape, int ndim, td_tensor_t **out)
+/* G summed to SHAPE (broadcasting's reverse), times SCALE. */
+static td_status_t
+sum_to_scaled(td_tensor_t *g, const int64_t *shape, int ndim, double scale,
+              td_tensor_t **out)
 {
     uint32_t mask = 0;
     int lead = g->ndim - ndim;
     td_tensor_t *r;
     td_status_t status;
 
-    if (lead == 0 && memcmp(g->shape, shape, (size_t)ndim * sizeof(int64_t)) == 0) {
+    if (scale == 1.0 && lead == 0 &&
+        memcmp(g->shape, shape, (size_t)ndim * sizeof(int64_t)) == 0) {
         *out = td_tensor_retain(g);
         return TD_OK;
     }
@@ -219,7 +231,7 @@ td_sum_to(td_tensor_t *g, const int64_t *shape, int ndim, td_tensor_t **out)
             mask |= 1u << d;
         }
     }
-    status = sum_impl(g, mask, 1, 1.0, &r);
+    status = sum_impl(g, mask, 1, scale, &r);
     if (status != TD_OK) {
         return status;
     }
@@ -228,9 +240,15 @@ td_sum_to(td_tensor_t *g, const int64_t *shape, int ndim, td_tensor_t **out)
     return status;
 }
 
+td_status_t
+td_sum_to(td_tensor_t *g, const int64_t *shape, int ndim, td_tensor_t **out)
+{
+    return sum_to_scaled(g, shape, ndim, 1.0, out);
+}
+
 /* ---- expand ------------------------------------------------------------ */
 
-/* d expand = g summed back to the input's shape */
+/* d (c expand) = c g summed back to the input's shape */
 static td_status_t
 expand_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
 {
@@ -240,22 +258,38 @@ expand_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
         gout[0] = NULL;
         return TD_OK;
     }
-    return td_sum_to(gin[0], st->shape_a, st->ndim_a, &gout[0]);
+    return sum_to_scaled(gin[0], st->shape_a, st->ndim_a, st->c, &gout[0]);
 }
 
 static const td_node_ops_t expand_ops =
     TD_OP_NODE("ExpandBackward", expand_backward);
 
-td_status_t
-td_tensor_expand(td_tensor_t *t, const int64_t *shape, int ndim,
-                 td_tensor_t **out)
+/* T expanded to SHAPE, times SCALE: a view when SCALE is 1, else a new
+ * contiguous tensor (the mean's backward scales while it expands). */
+static td_status_t
+expand_impl(td_tensor_t *t, const int64_t *shape, int ndim, double scale,
+            td_tensor_t **out)
 {
     td_op_state_t *st = NULL;
-    td_tensor_t *v;
+    td_tensor_t *v, *c;
     td_status_t status = td_tensor_expand_view(t, shape, ndim, &v);
 
     if (status != TD_OK) {
         return status;
+    }
+    if (scale != 1.0) {
+        status = td_tensor_empty(v->shape, v->ndim, v->dtype, v->device, &c);
+        if (status != TD_OK) {
+            td_tensor_release(v);
+            return status;
+        }
+        td_kernels_get(v->device)->unary(TD_UN_MUL_SCALAR, v->dtype,
+                                         td_tensor_data(c),
+                                         (td_operand_t){td_tensor_data(v),
+                                                        v->strides},
+                                         scale, v->shape, v->ndim);
+        td_tensor_release(v);
+        v = c;
     }
     if (td_op_needs_state(&t, 1)) {
         st = td_op_state_new();
@@ -263,10 +297,18 @@ td_tensor_expand(td_tensor_t *t, const int64_t *shape, int ndim,
             td_tensor_release(v);
             return td_error(TD_ERR_NO_MEMORY, "expand: out of memory");
         }
+        st->c = scale;
         st->ndim_a = t->ndim;
         memcpy(st->shape_a, t->shape, sizeof(st->shape_a));
     }
     return td_op_finish(&expand_ops, st, &t, 1, v, out);
+}
+
+td_status_t
+td_tensor_expand(td_tensor_t *t, const int64_t *shape, int ndim,
+                 td_tensor_t **out)
+{
+    return expand_impl(t, shape, ndim, 1.0, out);
 }
 
 /* ---- max along a dim ------------------------------------------------- */

@@ -74,6 +74,17 @@ struct td_node {
 };
 
 /* internal helpers shared by tensor.c, ops_*.c, autograd.c */
+/* node.c: called by td_tensor_release just before a leaf is freed (drops
+ * its accumulate node, I4). */
+void td_autograd_leaf_dying(td_tensor_t *t);
+/* graph.c: whether NODE is a leaf's accumulate node, and its leaf
+ * retained (NULL when NODE is not one or the leaf died). */
+int          td__node_is_accumulate(const td_node_t *node);
+td_tensor_t *td__node_leaf_ref(td_node_t *node);
+/* tensor.c: a contiguous copy of T converted to DTYPE on T's device,
+ * recording nothing (clone and to_dtype record on top of it). */
+td_status_t td__tensor_copy_raw(td_tensor_t *t, td_dtype_t dtype,
+                                td_tensor_t **out);
 /* Same device (cpu has one). */
 static inline int
 td__device_same(td_device_t a, td_device_t b)

@@ -1,6 +1,6 @@
 /* runtime/tensor/to_device.c: td_tensor_to (moving a tensor between
- * devices, differentiably), td_device_count and td_device_str
- * (todist/device.h). Copies go through kernels/device.h, so this file has
+ * devices, differentiably) and td_device_count (todist/device.h;
+ * td_device_str is tensor.c's). Copies go through kernels/device.h, so this file has
  * no CUDA in it. */
 #include "config.h"
 
@@ -15,19 +15,6 @@ td_status_t
 td_device_count(td_device_type_t type, int *n_p)
 {
     return td_device_count_of(type, n_p);
-}
-
-const char *
-td_device_str(td_device_t device, char *buf, size_t len)
-{
-    if (device.type == TD_DEVICE_CPU) {
-        snprintf(buf, len, "cpu");
-    } else if (device.type == TD_DEVICE_CUDA) {
-        snprintf(buf, len, "cuda:%d", device.index);
-    } else {
-        snprintf(buf, len, "device%d:%d", (int)device.type, device.index);
-    }
-    return buf;
 }
 
 /* A contiguous copy of T on its own device, no autograd. */

@@ -31,7 +31,7 @@ plan $(( $(count "$checks") + 1 ))
 
 out=$(timeout -k 5 120 todist-run -n 2 "$PEER" 2>&1); rc=$?
 for c in $checks; do
-    if printf '%s\n' "$out" | grep -qx "PASS $c"; then
+    if printf '%s\n' "$out" | grep -x "PASS $c" >/dev/null; then
         ok 0 "$c"
     else
         ok 1 "$c"

@@ -7,7 +7,7 @@
 # TODIST_* variable the code reads and every option the tools accept is
 # documented somewhere in docs/, and every path of the tree they name exists.
 . "$top_srcdir/tests/lib.sh"
-plan 13
+plan 14
 S=$top_srcdir
 
 # Markdown without fenced code blocks and inline code spans (a link inside
@@ -51,7 +51,7 @@ check_links() {
                 echo "${f#$S/}: $l (no such file)"
             elif [ -n "$anchor" ]; then
                 case $target in
-                *.md) anchors "$target" | grep -qxF -- "$anchor" ||
+                *.md) anchors "$target" | grep -xF -- "$anchor" >/dev/null ||
                           echo "${f#$S/}: $l (no heading with that anchor)" ;;
                 *) echo "${f#$S/}: $l (an anchor into a file that is not markdown)" ;;
                 esac
@@ -83,7 +83,7 @@ unlinked=
 for p in "$S"/docs/*.md; do
     b=$(basename "$p")
     [ "$b" = README.md ] && continue
-    links "$S/docs/README.md" | sed 's/#.*//' | grep -qxF "$b" ||
+    links "$S/docs/README.md" | sed 's/#.*//' | grep -xF "$b" >/dev/null ||
         unlinked="$unlinked $b"
 done
 is "$unlinked" "" "docs/README.md links every docs/*.md (add a row for a new page)"
@@ -97,7 +97,7 @@ ok "$([ "$n" -le 160 ]; echo $?)" "README.md is $n lines (at most 160: the refer
 missing=
 while IFS= read -r w; do
     case $w in ''|'#'*) continue ;; esac
-    cat "$S"/docs/*.md | grep -qwF -- "$w" || missing="$missing $w"
+    cat "$S"/docs/*.md | grep -wF -- "$w" >/dev/null || missing="$missing $w"
 done < "$S/tests/data/readme-terms.txt"
 is "$missing" "" "every term of the old README is in docs/ ($(grep -vc '^#' "$S/tests/data/readme-terms.txt") terms)"
 
@@ -110,7 +110,7 @@ nv=$(printf '%s\n' "$vars" | grep -c .)
 ok "$([ "$nv" -ge 30 ]; echo $?)" "the scan finds the variables the code reads ($nv)"
 undoc=
 for v in $vars; do
-    cat "$S"/docs/*.md | grep -qw -- "$v" || undoc="$undoc $v"
+    cat "$S"/docs/*.md | grep -w -- "$v" >/dev/null || undoc="$undoc $v"
 done
 is "$undoc" "" "every TODIST_* variable the code reads is documented in docs/"
 
@@ -120,7 +120,7 @@ for tool in todist-run todist-info todist-topo; do
     opts=$("$tool" --help 2>&1 | grep -oE -- '--[a-z][a-z0-9_-]*[a-z0-9]' | sort -u)
     undoc=
     for o in $opts; do
-        cat "$S"/docs/*.md | grep -qwF -- "$o" || undoc="$undoc $o"
+        cat "$S"/docs/*.md | grep -wF -- "$o" >/dev/null || undoc="$undoc $o"
     done
     is "$undoc" "" "every option of $tool --help is in docs/ ($(echo $opts | wc -w) options)"
 done
@@ -139,7 +139,15 @@ while IFS= read -r p; do
 done < "$TD_TMP/paths"
 is "$stale" "" "every tree path the docs name exists ($(wc -l < "$TD_TMP/paths") paths)"
 
-# 13. The manual pages the docs point at are in the tree.
+# 13. Every option configure.ac adds (--with-cuda, --enable-sanitizers, ...)
+# is in docs/.
+undoc=
+for o in $(grep -o 'AS_HELP_STRING(\[--[a-z-]*' "$S/configure.ac" | sed 's/.*\[//'); do
+    cat "$S"/docs/*.md | grep -qwF -- "$o" || undoc="$undoc $o"
+done
+is "$undoc" "" "every option of configure.ac is in docs/"
+
+# 14. The manual pages the docs point at are in the tree.
 ok "$(for m in todist-run.1 todist-info.1 todist-topo.1 todist.spank.8; do
           [ -f "$S/man/$m" ] || exit 1; done; echo 0)" \
    "man/ holds the pages docs/ names (man -l man/todist-run.1 ...)"

@@ -16,7 +16,7 @@ blocks=$TD_TMP/blocks
 (cd "$S" && sh tests/docs/doc_blocks.sh "$blocks" README.md $(ls docs/*.md)) ||
     { plan 1; ok 1 "split the pages into blocks"; done_testing; }
 cmds=$(awk -F '\t' '$2 != "code" && $2 != "file"' "$blocks/index" | wc -l)
-plan $((cmds + 3))
+plan $((cmds + 4))
 
 # 1. A block marked with an unknown kind is a typo that would hide it.
 bad=$(awk -F '\t' '$2 !~ /^(run|file|torch|gpu|slurm|skip|code)$/ { print $4 ": " $2 }' "$blocks/index")
@@ -34,36 +34,33 @@ export PATH="$D$prefix/bin:/usr/bin:$PATH"
 export PKG_CONFIG_PATH="$D$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$D"
 export LD_LIBRARY_PATH="$D$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export MANPATH="$D$prefix/share/man:"
+# The manual pages the docs name are installed where man finds them.
+missing=
+pages=$(awk '$1 == "dist_man_MANS" && $2 == "=" { on = 1; $1 = ""; $2 = "" }
+             on { c = sub(/\\$/, ""); print; if (!c) exit }' "$B/Makefile")
+for m in $pages; do
+    m=$(basename "$m"); m=${m%.[0-9]}
+    man -w "$m" 2>/dev/null | grep -q "^$D" || missing="$missing $m"
+done
+[ -n "$pages" ] || missing="(no dist_man_MANS in the Makefile)"
+command -v man >/dev/null || missing="(man not installed: Debian package man-db)"
+is "$missing" "" "make install puts every manual page where man finds it"
 export OPENBLAS_NUM_THREADS=1
 
-# The working copy: the source tree's entries, build/ the build.
+# The working copy: the source tree's entries, build/ the build, the files
+# the pages define, ./train and ./evaluate (the README's hello.c, built
+# against the installed library as the README says).
 W=$TD_TMP/tree
-mkdir -p "$W"
-for e in "$S"/* "$S"/.[!.]*; do
-    [ -e "$e" ] || continue
-    case ${e##*/} in build|.git) continue ;; esac
-    ln -s "$e" "$W/${e##*/}"
-done
-ln -s "$B" "$W/build"
-# Files the pages define, then ./train and ./evaluate, the README's program.
-awk -F '\t' '$2 == "file" { print $1 "\t" $5 }' "$blocks/index" |
-while IFS="$(printf '\t')" read -r id name; do
-    cp "$blocks/$id.body" "$W/$name"
-done
 built=1
-if [ -f "$W/hello.c" ]; then
-    (cd "$W" && cc hello.c -o train $(pkg-config --cflags --libs todist) &&
-     cp train evaluate) >"$TD_TMP/cc.log" 2>&1 || built=0
-else
-    built=0
-fi
+sh "$S/tests/docs/doc_tree.sh" "$W" "$blocks" $(pkg-config --cflags --libs todist) \
+    >"$TD_TMP/cc.log" 2>&1 || built=0
 is "$built" 1 "the README's hello.c builds against the installed library as train and evaluate"
 [ $built = 1 ] || diag "$(cat "$TD_TMP/cc.log")"
 
 have_torch=0
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 && have_torch=1
 have_gpu=0
-nvidia-smi -L 2>/dev/null | grep -q '^GPU' && have_gpu=1
+nvidia-smi -L 2>/dev/null | grep '^GPU' >/dev/null && have_gpu=1
 
 # 3... One test per command block.
 while IFS="$(printf '\t')" read -r id kind lang where rest; do

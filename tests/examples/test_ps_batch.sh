@@ -25,3 +25,4 @@ ok "$(awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < a / 2)}'; echo $?)" \
    "trainer 1's loss falls by half or more ($first -> $last)"
 out=$(timeout -k 5 60 todist-run -n 1 "$EX" 2>&1)
 is "$?" 2 "ps_batch -n 1 refuses (needs a server and a trainer)"
+done_testing

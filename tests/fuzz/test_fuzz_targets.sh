@@ -26,3 +26,4 @@ for t in store_frame safetensors idx coll_wire; do
     [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -30)"
     like "$out" 'Done [0-9]+ runs' "$t: the fuzzer ran to its time limit"
 done
+done_testing

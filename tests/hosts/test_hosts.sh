@@ -14,7 +14,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 47
+plan 67
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -125,5 +125,53 @@ like "$OUT" "^check=ok$" "1+1 my_add: gradients check"
 
 job "2x2 DDP" 2,2 "$B/ddp/ddp_peer"
 job "2+1+1 DDP" 2,1,1 "$B/ddp/ddp_peer"
+
+# ---- a host cut off, a host killed ---------------------------------------------
+# lose HOW OP: 2+1+1 ranks warm up, ranks 0-2 start OP and host 3 (rank 3)
+# is cut off (HOW=hosts_cut) or killed (hosts_kill). Each of ranks 0-2
+# must see OP fail well before OP's own 120 s timeout (the bound here, 30
+# s, is loose on purpose: the liveness check takes 3 s, a kill much less;
+# bench/hosts.sh measures), and its log must name host h3 and its rank.
+lose() {
+    _how=$1; _op=$2
+    hosts_up 3 || { diag "hosts_up failed"; return 1; }
+    rm -f "$TD_TMP/ready"
+    HOSTS_TIMEOUT=150 hosts_launch 2,1,1 "$B/hosts/hosts_peer" "$_op" 3 \
+        "$TD_TMP/ready" > "$TD_TMP/lose.out" 2>&1 &
+    _l=$!
+    _t=0
+    while [ ! -e "$TD_TMP/ready" ] && [ $_t -lt 600 ]; do
+        sleep 0.1; _t=$((_t + 1))
+    done
+    _t0=$(td_now)
+    $_how 3
+    # ranks 0-2 report and exit; rank 3 (cut off) is then killed
+    _t=0
+    while [ $_t -lt 600 ]; do
+        _n=$(cat "$HOSTS_DIR"/rank[012].out 2>/dev/null | grep -c "^op=")
+        [ "$_n" -ge 3 ] && break
+        sleep 0.1; _t=$((_t + 1))
+    done
+    hosts_kill 3
+    wait $_l
+    OUT=$(cat "$TD_TMP/lose.out")
+    _worst=0
+    for _r in 0 1 2; do
+        _line=$(printf '%s\n' "$OUT" | grep "^op=$_op rank=$_r ")
+        _tt=$(printf '%s\n' "$_line" | sed -n 's/.* t=\([0-9.]*\) .*/\1/p')
+        _d=$(awk -v a="${_tt:-99999}" -v b="$_t0" 'BEGIN { printf "%.2f", a - b }')
+        _worst=$(awk -v a="$_d" -v b="$_worst" 'BEGIN { print (a > b) ? a : b }')
+        like "$_line" "rc=-[0-9]+ " "$_how $_op: rank $_r's $_op fails"
+    done
+    ok "$(awk -v w="$_worst" 'BEGIN { exit !(w < 30) }'; echo $?)" \
+       "$_how $_op: all fail well within their timeout (the last after ${_worst} s)"
+    like "$OUT" "lost rank 3 on host h3 \\(ranks there: 3\\)" \
+         "$_how $_op: the host and its ranks are named"
+    [ "$_worst" != 99999 ] || diag "$OUT"
+}
+lose hosts_cut coll
+lose hosts_cut rpc
+lose hosts_cut barrier
+lose hosts_kill coll
 
 done_testing

@@ -12,3 +12,8 @@ tests_kernels_test_cuda_LDADD = $(TD_TEST_LDADD)
 check_PROGRAMS += tests/kernels/test_device_backend
 TESTS += tests/kernels/test_device_backend
 tests_kernels_test_device_backend_LDADD = $(TD_TEST_LDADD)
+# the CUDA module: never mapped by a cpu run, loaded on the first request
+check_PROGRAMS += tests/kernels/device_module_peer
+tests_kernels_device_module_peer_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/kernels/test_device_module.sh
+EXTRA_DIST += tests/kernels/test_device_module.sh

@@ -17,9 +17,6 @@
 #include "kernels/kernels.h"
 #include "kernels/device.h"
 #include "runtime/rpc/staging_cuda.h"
-#ifdef TD_HAVE_CUDA
-#include "kernels/cuda/cuda_device.h"
-#endif
 #include "tests/tap.h"
 
 #define CUDA0 ((td_device_t){TD_DEVICE_CUDA, 0})
@@ -438,22 +435,20 @@ main(void)
        "d sum(x.to(cuda).to(cpu)) / dx = 1");
     td_tensor_release(s); td_tensor_release(z); td_tensor_release(y);
 
-#ifdef TD_HAVE_CUDA
+    /* the module's diagnostics, through its device row */
+    const td_device_ops_t *row = td_device_ops(TD_DEVICE_CUDA);
     td_block_cache_stats_t a, b;
-    td_cuda_cache_stats(0, &a);
+    row->cache_stats(0, &a);
     td_tensor_empty(shape, 2, TD_FLOAT32, CUDA0, &t);
     td_tensor_release(t);
     td_tensor_empty(shape, 2, TD_FLOAT32, CUDA0, &t);
     td_tensor_release(t);
-    td_cuda_cache_stats(0, &b);
+    row->cache_stats(0, &b);
     is_int(b.raw_allocs - a.raw_allocs, a.cached_bytes >= 512 ? 0 : 1,
            "two tensors of one class: at most one cudaMalloc");
     ok(b.reuses > a.reuses, "the freed block was reused");
-    ok(td_cuda_last_launch_error()[0] == '\0', "no kernel launch failed: %s",
-       td_cuda_last_launch_error());
-#else
-    skip(3, "built without CUDA");
-#endif
+    ok(row->last_launch_error()[0] == '\0', "no kernel launch failed: %s",
+       row->last_launch_error());
     td_tensor_release(x);
     is_int(done, N_DEVICE_TESTS - 9, "every kernel comparison ran");
     return exit_status();

@@ -33,3 +33,4 @@ out=$(TODIST_DEVICE_MAPS='worker1=cuda0' TODIST_INIT_TIMEOUT=10 \
 rc=$?; ok "$([ "$rc" -ne 0 ]; echo $?)" "a malformed TODIST_DEVICE_MAPS fails td_init"
 like "$out" "TODIST_DEVICE_MAPS: device map for worker1: entry 'cuda0' is not FROM->TO" \
      "naming the variable and the entry"
+done_testing

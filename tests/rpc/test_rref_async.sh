@@ -27,7 +27,7 @@ expect() { # output names...
     o=$1
     shift
     for c in "$@"; do
-        if printf '%s\n' "$o" | grep -qx "PASS $c"; then
+        if printf '%s\n' "$o" | grep -x "PASS $c" >/dev/null; then
             ok 0 "$c"
         else
             ok 1 "$c"
@@ -60,3 +60,4 @@ expect "$out" parked_bound_refuses
 out=$(TODIST_RREF_MAX_PARKED=lots timeout -k 5 60 todist-run -n 1 "$PEER" 2>&1)
 like "$out" "TODIST_RREF_MAX_PARKED='lots' is not a count in 1\.\.16777216" \
     "a bad TODIST_RREF_MAX_PARKED fails td_init naming it"
+done_testing

@@ -12,3 +12,8 @@ EXTRA_DIST += tests/runtime/test_init_bind.sh tests/runtime/test_log_init.sh
 check_PROGRAMS += tests/runtime/test_hostmap
 tests_runtime_test_hostmap_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/runtime/test_hostmap
+# start-up writes a fixed number of store keys per rank (issue 29.2)
+check_PROGRAMS += tests/runtime/startup_keys_peer
+tests_runtime_startup_keys_peer_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/runtime/test_startup.sh
+EXTRA_DIST += tests/runtime/test_startup.sh

@@ -22,8 +22,10 @@ main(void)
     size_t len = 0, alen = 0;
     const void *a = NULL;
     uint64_t host = 0;
+    char name[HOSTMAP_NAME_MAX];
+    char longname[200];
 
-    plan(14);
+    plan(19);
     ok(hostmap_id(b1, 4, 4026531836u) == hostmap_id(b1, 4, 4026531836u),
        "one boot id and PID namespace: one host");
     ok(hostmap_id(b1, 4, 4026531836u) != hostmap_id(b2, 4, 4026531836u),
@@ -40,22 +42,37 @@ main(void)
     for (size_t i = 0; i < sizeof(ucx); i++) {
         ucx[i] = (uint8_t)(i * 7 + 1);
     }
-    is_int(hostmap_pack(ucx, sizeof(ucx), 0x1122334455667788ull, &v, &len),
-           TD_OK, "pack");
-    is_int(hostmap_unpack(3, v, len, &a, &alen, &host), TD_OK, "unpack");
+    is_int(hostmap_pack(ucx, sizeof(ucx), 0x1122334455667788ull, "node7",
+                        &v, &len), TD_OK, "pack");
+    is_int(hostmap_unpack(3, v, len, &a, &alen, &host, name), TD_OK,
+           "unpack");
     ok(host == 0x1122334455667788ull && alen == sizeof(ucx) &&
        memcmp(a, ucx, sizeof(ucx)) == 0,
        "the host id and the address come back unchanged");
+    is_str(name, "node7", "the host's name comes back");
 
-    is_int(hostmap_unpack(3, v, HOSTMAP_HDR, &a, &alen, &host),
-           TD_ERR_PROTOCOL, "a header with no address is refused");
+    is_int(hostmap_unpack(3, v, HOSTMAP_HDR + 5, &a, &alen, &host, name),
+           TD_ERR_PROTOCOL, "a header and name with no address is refused");
     memcpy(bad, v, len < sizeof(bad) ? len : sizeof(bad));
     bad[0] ^= 1;
-    is_int(hostmap_unpack(5, bad, len, &a, &alen, &host), TD_ERR_PROTOCOL,
+    is_int(hostmap_unpack(5, bad, len, &a, &alen, &host, name),
+           TD_ERR_PROTOCOL,
            "a bad magic (a bare UCX address, another version) is refused");
     like(td_last_error(), "rank 5 published", "...naming the rank");
-    is_int(hostmap_unpack(5, NULL, 0, &a, &alen, &host), TD_ERR_PROTOCOL,
-           "nothing at all is refused");
+    is_int(hostmap_unpack(5, NULL, 0, &a, &alen, &host, name),
+           TD_ERR_PROTOCOL, "nothing at all is refused");
+    memcpy(bad, v, len < sizeof(bad) ? len : sizeof(bad));
+    bad[12] = 200;
+    is_int(hostmap_unpack(5, bad, len, &a, &alen, &host, name),
+           TD_ERR_PROTOCOL, "a name longer than the value is refused");
+    free(v);
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    is_int(hostmap_pack(ucx, sizeof(ucx), 1, longname, &v, &len), TD_OK,
+           "pack with a 199-byte name");
+    is_int(hostmap_unpack(3, v, len, &a, &alen, &host, name), TD_OK,
+           "...unpacks");
+    is_int(strlen(name), HOSTMAP_NAME_MAX - 1, "...its name cut to fit");
     free(v);
     return exit_status();
 }

@@ -16,7 +16,7 @@ plugdir=$(mk slurmplugindir)
 case $plugdir in '${libdir}'*) plugdir=$(mk libdir | sed "s|\${exec_prefix}|$prefix|")${plugdir#\$\{libdir\}} ;; esac
 datadir=$prefix/share
 
-ok "$(find "$D" -name 'todist.spank.8*' | grep -q .; echo $?)" "todist.spank(8) installed"
+ok "$(find "$D" -name 'todist.spank.8*' | grep . >/dev/null; echo $?)" "todist.spank(8) installed"
 lua=$D$datadir/lmod/modulefiles/todist/$(mk PACKAGE_VERSION).lua
 tcl=$D$datadir/modulefiles/todist/$(mk PACKAGE_VERSION)
 ok "$([ -f "$lua" ] && [ -f "$tcl" ]; echo $?)" "Lmod and Tcl modulefiles installed"
@@ -67,7 +67,7 @@ if [ -f "$top_builddir/spank/.libs/todist.so" ]; then
             "$TD_TMP/plugstack.conf" > "$TD_TMP/slurm.conf"
         # A sanitizer build's plugin needs the ASan runtime first in srun.
         pre=
-        readelf -d "$D$plugdir/todist.so" 2>/dev/null | grep -q libasan &&
+        readelf -d "$D$plugdir/todist.so" 2>/dev/null | grep libasan >/dev/null &&
             pre="$(${TD_CC:-cc} -print-file-name=libasan.so) $(${TD_CC:-cc} -print-file-name=libubsan.so)"
         like "$(LD_PRELOAD=$pre ASAN_OPTIONS=detect_leaks=0 SLURM_CONF=$TD_TMP/slurm.conf srun --help 2>&1 | grep -e '--todist')" "--todist=\\[OPTIONS\\] +Wire every task" \
             "srun --help lists --todist from the installed plugin"

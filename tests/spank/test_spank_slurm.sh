@@ -21,7 +21,7 @@ unshare --mount true 2>/dev/null || skip_all "cannot make mount namespaces"
 # Slurm's programs lack. TD_SPANK_ASAN=1 preloads it into srun and the
 # daemons (the plugin then runs under ASan for real), but ASan in the
 # multi-threaded, forking slurmstepd can deadlock, so it is opt-in.
-if readelf -d "$plugin" 2>/dev/null | grep -q 'libasan'; then
+if readelf -d "$plugin" 2>/dev/null | grep 'libasan' >/dev/null; then
     [ "${TD_SPANK_ASAN:-0}" = 1 ] ||
         skip_all "sanitizer build: todist.so needs ASan preloaded into Slurm (set TD_SPANK_ASAN=1)"
     LD_PRELOAD="$(${TD_CC:-cc} -print-file-name=libasan.so) $(${TD_CC:-cc} -print-file-name=libubsan.so)"
@@ -45,7 +45,7 @@ pids_of_cluster() {
     for e in /proc/[0-9]*/environ; do
         p=${e#/proc/}; p=${p%/environ}
         [ "$p" != $$ ] &&
-            { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "SLURM_CONF=$D/slurm.conf" &&
+            { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -x "SLURM_CONF=$D/slurm.conf" >/dev/null &&
             echo "$p"
     done
 }
@@ -86,7 +86,7 @@ die_setup() {
 # slurmd then fails to bind (a node that never registers), and check that
 # no socket in any state uses it.
 base=$(( 10000 + ($$ % 500) * 10 ))
-while ss -Htan 2>/dev/null | awk '{print $4}' | grep -Eq ":($base|$((base+1))|$((base+2))|$((base+3))|$((base+4)))\$"; do
+while ss -Htan 2>/dev/null | awk '{print $4}' | grep -E ":($base|$((base+1))|$((base+2))|$((base+3))|$((base+4)))\$" >/dev/null; do
     base=$((base + 10))
 done
 
@@ -162,8 +162,13 @@ done
 nodes_idle() { [ "$(sinfo -h -N -o %t | grep -c '^idle$')" = 4 ]; }
 wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
+# The docs' blocks marked slurm (tests/docs/doc_blocks.sh), run in 16.
+(cd "$top_srcdir" && sh tests/docs/doc_blocks.sh "$D/docs" README.md $(ls docs/*.md)) ||
+    die_setup "splitting the docs into blocks"
+ndocs=$(awk -F '\t' '$2 == "slurm"' "$D/docs/index" | wc -l)
+
 # ---- the tests ----------------------------------------------------------
-plan 85
+plan $((85 + 1 + ndocs))
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -195,7 +200,7 @@ port=$(field "$D/out/one" master_port | sort -u)
 ok "$([ "$(echo "$port" | wc -l)" = 1 ] && [ "$port" -ge $resv_lo ] && [ "$port" -le $resv_hi ]; echo $?)" \
     "one store port ($port), reserved by Slurm (MpiParams=ports=$resv_lo-$resv_hi)"
 tok=$(field "$D/out/one" token | sort -u)
-ok "$([ "$(echo "$tok" | wc -l)" = 1 ] && echo "$tok" | grep -Eqx '[0-9a-f]{64}'; echo $?)" \
+ok "$([ "$(echo "$tok" | wc -l)" = 1 ] && echo "$tok" | grep -Ex '[0-9a-f]{64}' >/dev/null; echo $?)" \
     "one 64-hex-digit token in all tasks"
 is "$(col "$D/out/one" omp)" "1 1 1 1" "OMP_NUM_THREADS = the task's CPUs (4 CPUs / 4 tasks)"
 
@@ -306,7 +311,7 @@ srun -N1 -n2 --exact sh -c '$probe; sleep 1' > "$D/out/conc-b" &
 wait
 JOB
 jid=$(sbatch --parsable -N2 -n4 --todist -o "$D/out/sbatch.log" "$D/job.sh")
-job_done() { ! squeue -h -j "$jid" 2>/dev/null | grep -q .; }
+job_done() { ! squeue -h -j "$jid" 2>/dev/null | grep . >/dev/null; }
 wait_for 120 job_done
 is "$(cat "$D/out/batch" 2>/dev/null)" "batch token= rank= RANK=" "batch step left alone"
 sorted "$D/out/inner"
@@ -389,8 +394,8 @@ timeout 120 srun -N1 -n2 -w n1 --todist=store_port=$P env TODIST_INIT_TIMEOUT=10
     >"$D/out/holder" 2>&1 &
 holder=$!
 td_track_pid $holder
-wait_for 30 sh -c "ss -Htln | awk '{print \$4}' | grep -q ':$P\$'"
-ok "$(ss -Htln | awk '{print $4}' | grep -q ":$P\$"; echo $?)" "job A's store listens on $P"
+wait_for 30 sh -c "ss -Htln | awk '{print \$4}' | grep ':$P\$' >/dev/null"
+ok "$(ss -Htln | awk '{print $4}' | grep ":$P\$" >/dev/null; echo $?)" "job A's store listens on $P"
 t0=$(td_now)
 run_srun clash -N1 -n1 -w n2 --todist=store_port=$P "$top_builddir/tests/runtime/init_bind"
 t1=$(td_now)
@@ -469,7 +474,7 @@ fi
 # 15. PMIx wire-up (srun --mpi=pmix): worker addresses and the start-up
 # barrier through PMIx (put, commit, fence, get), not the TCP store.
 if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
-   srun --mpi=list 2>&1 | grep -qw pmix; then
+   srun --mpi=list 2>&1 | grep -w pmix >/dev/null; then
     run_srun pmix -N2 -n4 --mpi=pmix --todist env TODIST_LOG=info "$top_builddir/tests/spank/rpc_allpairs"
     sorted "$D/out/pmix"
     is "$rc" 0 "srun --mpi=pmix --todist rpc_allpairs succeeds"
@@ -479,16 +484,31 @@ if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
     sorted "$D/out/nopmix"
     is "$(col "$D/out/nopmix" calls_ok)|$(grep -c 'through PMIx' "$D/out/nopmix.err")" "4 4 4 4|0" \
         "TODIST_PMIX=0: the store path instead"
-    # Start-up figures for bench/RESULTS.md (TD_BENCH_STARTUP=1): td_init
-    # per rank, median and max, store against PMIx, 4, 16 and 64 ranks.
+    # Start-up figures for bench/RESULTS.md (TD_BENCH_STARTUP=1, run by
+    # bench/startup.sh SRUN=1): wall time, slowest td_init and td_finalize,
+    # median resident memory, store against PMIx, at TD_BENCH_STARTUP_SIZES
+    # ranks (default 16 64 256); with TD_BENCH_STARTUP_BEFORE=DIR also
+    # against DIR's libtodist (another build's .libs), interleaved.
     if [ "${TD_BENCH_STARTUP:-0}" = 1 ]; then
-        for n in 4 16 64; do
-            for mode in store pmix; do
-                m=; [ $mode = pmix ] && m=--mpi=pmix
-                timeout 300 srun -N4 -n$n -O $m --todist "$top_builddir/bench/startup" \
-                    > "$D/out/st-$mode-$n" 2>"$D/out/st-$mode-$n.err"
-                diag "startup $mode $n ranks: $(sed -n 's/.*init_ms=//p' "$D/out/st-$mode-$n" | sort -n |
-                    awk '{a[NR]=$1} END {if (NR) printf "%d ranks, median %.1f ms, max %.1f ms", NR, a[int((NR+1)/2)], a[NR]; else print "failed"}')"
+        for n in ${TD_BENCH_STARTUP_SIZES:-16 64 256}; do
+            for lib in ${TD_BENCH_STARTUP_BEFORE:+before} after; do
+                dir=$top_builddir/.libs
+                [ $lib = before ] && dir=$TD_BENCH_STARTUP_BEFORE
+                for mode in store pmix; do
+                    m=; [ $mode = pmix ] && m=--mpi=pmix
+                    t0=$(date +%s.%N)
+                    timeout 600 srun -N4 -n$n -O $m --todist env LD_LIBRARY_PATH="$dir" \
+                        "$top_builddir/bench/.libs/startup" \
+                        > "$D/out/st-$mode-$n" 2>"$D/out/st-$mode-$n.err"
+                    t1=$(date +%s.%N)
+                    diag "startup srun $lib $mode $n: $(awk -v n=$n -v w="$(echo "$t1 - $t0" | bc -l)" '
+                        { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                          k++; if (v["init_ms"] > mi) mi = v["init_ms"]; if (v["fin_ms"] > mf) mf = v["fin_ms"]
+                          r = v["rss_kb"] / 1024; rs += r }
+                        END { if (k < n) printf "only %d of %d ranks reported", k, n
+                              else printf "wall %.3f s  init max %.1f ms  fin max %.1f ms  RSS mean %.1f MB", w, mi, mf, rs / k }' \
+                        "$D/out/st-$mode-$n")"
+                done
             done
         done
     fi
@@ -528,6 +548,41 @@ run_srun ddprpc -N2 -n4 --todist "$top_builddir/examples/ddp_rpc" \
     --ref "$top_srcdir/tests/data/ddp_rpc_ref.safetensors"
 is "$rc" 0 "srun -N2 -n4 --todist examples/ddp_rpc --ref succeeds"
 like "$(cat "$D/out/ddprpc")" "check=ok " "ddp_rpc under srun matches PyTorch"
+
+# 16. What the README and docs/ show for Slurm, as written (the blocks
+# marked slurm; "slurm torch" ones need PyTorch), in a copy of the tree
+# whose ./train and ./evaluate are the README's hello program; a block
+# that starts with #! is a batch script, given to sbatch --wait.
+W=$D/tree
+sh "$top_srcdir/tests/docs/doc_tree.sh" "$W" "$D/docs" -I"$top_srcdir/include" \
+    "$top_builddir/.libs/libtodist.so" -Wl,-rpath,"$top_builddir/.libs" \
+    >"$D/out/doctree.err" 2>&1
+is "$?" 0 "the docs' working copy: hello.c built as train and evaluate"
+has_torch=0
+/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null && has_torch=1
+tab=$(printf '\t')
+# python3: Debian's, which has torch (PATH's may be a pyenv shim).
+PATH="$top_builddir/tools:/usr/bin:$PATH"
+while IFS="$tab" read -r id kind lang where rest; do
+    [ "$kind" = slurm ] || continue
+    case " $rest " in
+    *" torch "*) [ $has_torch = 1 ] ||
+                     { skip 1 "$where: needs PyTorch (python3-torch)"; continue; } ;;
+    *" gpu "*)   skip 1 "$where: needs GPUs on the nodes (this cluster's are fake)"; continue ;;
+    esac
+    body=$D/docs/$id.body
+    if head -1 "$body" | grep -q '^#!'; then
+        cp "$body" "$W/job-$id.sh"
+        (cd "$W" && timeout 300 sbatch --wait -o "$D/out/doc$id.out" "job-$id.sh") </dev/null \
+            >"$D/out/doc$id.sbatch" 2>&1
+    else
+        (cd "$W" && timeout 300 sh -e "$body") \
+            >"$D/out/doc$id.out" 2>&1 </dev/null
+    fi
+    rc=$?
+    is "$rc" 0 "$where runs on the cluster as written: $(grep -v '^#' "$body" | head -1 | cut -c1-50)"
+    [ $rc = 0 ] || diag "$(tail -10 "$D/out/doc$id.out" "$D/out/doc$id.sbatch" 2>/dev/null)"
+done < "$D/docs/index"
 
 # On failure, show what srun and the daemons said.
 if [ "$_tap_failed" != 0 ]; then

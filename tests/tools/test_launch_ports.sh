@@ -11,8 +11,9 @@ run() { timeout -k 5 60 todist-run "$@"; }
 names='echo "$TODIST_RANK $MASTER_PORT $TODIST_MASTER_PORT $RANK $ROLE_RANK $ROLE_WORLD_SIZE $ROLE_NAME $GROUP_RANK $GROUP_WORLD_SIZE $TORCHELASTIC_RUN_ID $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS $OMP_NUM_THREADS ${TODIST_BIND-unset}"'
 
 # --- two ports, torchrun's names
-env -u OMP_NUM_THREADS -u TODIST_BIND todist-run -n 2 sh -c "$names" | sort > $T/a
+env -u OMP_NUM_THREADS -u TODIST_BIND todist-run -n 2 sh -c "$names" > $T/a.raw
 is "$?" 0 "two ranks run"
+sort $T/a.raw > $T/a
 mp=$(awk 'NR==1{print $2}' $T/a); sp=$(awk 'NR==1{print $3}' $T/a)
 ok "$([ -n "$mp" ] && [ -n "$sp" ] && [ "$mp" != "$sp" ]; echo $?)" \
     "MASTER_PORT ($mp) and TODIST_MASTER_PORT ($sp) differ"
@@ -70,14 +71,14 @@ ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 30)}'; echo $?)" "at once, not a
 # reservations 22000-29999, test_reach_init 38200-40203; make check runs
 # them side by side)
 P=$(( 36000 + ($$ % 1000) * 2 ))
-while ss -Htln 2>/dev/null | awk '{print $4}' | grep -Eq ":($P|$((P+1)))\$"; do P=$((P + 2)); done
+while ss -Htln 2>/dev/null | awk '{print $4}' | grep -E ":($P|$((P+1)))\$" >/dev/null; do P=$((P + 2)); done
 TODIST_INIT_TIMEOUT=120 todist-run -n 2 --master-port $((P - 1)) --store-port $P \
     sh -c 'if [ $TODIST_RANK = 0 ]; then exec "$0"; fi; sleep 120' "$B" \
     >/dev/null 2>&1 &
 ja=$!
 td_track_pid $ja
-i=0; while [ $i -lt 300 ] && ! ss -Htln | awk '{print $4}' | grep -q ":$P\$"; do sleep 0.1; i=$((i+1)); done
-ok "$(ss -Htln | awk '{print $4}' | grep -q ":$P\$"; echo $?)" "job A's store listens on $P"
+i=0; while [ $i -lt 300 ] && ! ss -Htln | awk '{print $4}' | grep ":$P\$" >/dev/null; do sleep 0.1; i=$((i+1)); done
+ok "$(ss -Htln | awk '{print $4}' | grep ":$P\$" >/dev/null; echo $?)" "job A's store listens on $P"
 t0=$(td_now)
 err=$(TODIST_CONNECT_TIMEOUT=60 run -n 1 --master-port $((P + 100)) --store-port $P "$B" 2>&1)
 rc=$?; t1=$(td_now)

@@ -2,19 +2,23 @@
 # todist-run: environment per rank, labels, exit codes and signals,
 # teardown within the bound, restarts, multi-node mode, bad arguments.
 . "$top_srcdir/tests/lib.sh"
-plan 30
+plan 31
 T=$TD_TMP
 run() { timeout -k 5 30 todist-run "$@"; }
 
 # --- environment per rank
-run -n 3 sh -c 'echo "$TODIST_RANK $TODIST_WORLD_SIZE $TODIST_LOCAL_RANK $TODIST_LOCAL_WORLD_SIZE $TODIST_NODE_RANK $TODIST_NNODES $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $TODIST_RESTART_COUNT" > '"$T"'/env.$TODIST_RANK; echo "$TODIST_MASTER_ADDR:$TODIST_MASTER_PORT $MASTER_ADDR:$MASTER_PORT $TODIST_JOB_TOKEN" > '"$T"'/m.$TODIST_RANK'
+env -u TODIST_JOB_TOKEN timeout -k 5 30 todist-run -n 3 sh -c 'echo "$TODIST_RANK $TODIST_WORLD_SIZE $TODIST_LOCAL_RANK $TODIST_LOCAL_WORLD_SIZE $TODIST_NODE_RANK $TODIST_NNODES $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $TODIST_RESTART_COUNT" > '"$T"'/env.$TODIST_RANK; echo "$TODIST_MASTER_ADDR:$TODIST_MASTER_PORT $MASTER_ADDR:$MASTER_PORT $TODIST_JOB_TOKEN" > '"$T"'/m.$TODIST_RANK'
 is "$?" 0 "three ranks exit 0"
 is "$(cat $T/env.0)" "0 3 0 3 0 1 0 3 0 3 0 0" "rank 0 environment"
 is "$(cat $T/env.2)" "2 3 2 3 0 1 2 3 2 3 0 0" "rank 2 environment"
 is "$(sort -u $T/m.* | wc -l)" 1 "master and token equal in every rank"
 like "$(cat $T/m.0)" '^127\.0\.0\.1:[0-9]+ 127\.0\.0\.1:[0-9]+ [0-9a-f]{64}$' "master address, port and a 256-bit hex token"
-run -n 1 sh -c 'echo $TODIST_JOB_TOKEN' > $T/tok2
-ok "$(cmp -s $T/tok2 $T/m.0; [ $? -ne 0 ]; echo $?)" "a new token per job"
+# the first job's token (third field) against a second job's, both made
+# by todist-run (none inherited from the environment)
+tok1=$(awk '{print $3}' $T/m.0)
+tok2=$(env -u TODIST_JOB_TOKEN timeout -k 5 30 todist-run -n 1 sh -c 'echo $TODIST_JOB_TOKEN')
+like "$tok2" '^[0-9a-f]{64}$' "the second job has a 256-bit hex token too"
+ok "$([ -n "$tok1" ] && [ "$tok1" != "$tok2" ]; echo $?)" "a new token per job"
 is "$(TODIST_JOB_TOKEN=abc run -n 1 sh -c 'echo $TODIST_JOB_TOKEN')" "abc" "TODIST_JOB_TOKEN from the environment is kept"
 
 # --- labels

@@ -40,3 +40,4 @@ out=$(run 60 todist-run -n 2 --grace-period 20 "$PEER" kill_sender 65536 2>&1)
 is "$?" 137 "the killed sender's status is reported"
 like "$out" 'rank 0: ok the receive from the killed sender failed with TD_ERR_PEER' \
      "the receiver's transfer fails with TD_ERR_PEER"
+done_testing

@@ -20,8 +20,9 @@ like "$(grep -cxE 'td_init|td_rpc_sync|td_remote|td_matmul' "$TD_TMP/declared")"
 is "$(grep -cxE 'td_rpc_fn|td_future_cb|td_status_t' "$TD_TMP/declared")" 0 \
    "function pointer types and return types are not functions"
 
-nm -D --defined-only "$so" | awk '{ print $NF }' | sort -u > "$TD_TMP/exported"
+nm -D --defined-only "$so" > "$TD_TMP/nm"
 is "$?" 0 "nm -D --defined-only libtodist.so"
+awk '{ print $NF }' "$TD_TMP/nm" | sort -u > "$TD_TMP/exported"
 extra=$(comm -13 "$TD_TMP/declared" "$TD_TMP/exported" | tr '\n' ' ')
 is "$extra" "" "no symbol exported that include/todist/*.h does not declare"
 missing=$(comm -23 "$TD_TMP/declared" "$TD_TMP/exported" | tr '\n' ' ')

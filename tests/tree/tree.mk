@@ -1,6 +1,11 @@
 # tests of the tree as a whole: the library's exports, no tracked build
-# output, make install and a program built against the installed files.
+# output, make install and a program built against the installed files,
+# install-deps.sh and configure's summary, and a scan of the tests for
+# checks that cannot fail (scripts/scan-tests.sh).
 TESTS += tests/tree/test_exports.sh tests/tree/test_tree.sh \
-	tests/tree/test_install.sh
+	tests/tree/test_install.sh tests/tree/test_install_deps.sh \
+	tests/tree/test_configure_summary.sh tests/tree/test_scan.sh
 EXTRA_DIST += tests/tree/test_exports.sh tests/tree/test_tree.sh \
-	tests/tree/test_install.sh
+	tests/tree/test_install.sh tests/tree/test_install_deps.sh \
+	tests/tree/test_configure_summary.sh tests/tree/test_scan.sh \
+	scripts/scan-tests.sh

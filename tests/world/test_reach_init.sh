@@ -25,7 +25,7 @@ two_nodes() {
 # (a band of its own, apart from test_spank_slurm's 21000-34999 and
 # test_launch_ports' 35999-38099, which make check runs alongside)
 port=$((38200 + $$ % 1000 * 2))
-while ss -Htln 2>/dev/null | awk '{print $4}' | grep -Eq ":($port|$((port+1)))\$"; do
+while ss -Htln 2>/dev/null | awk '{print $4}' | grep -E ":($port|$((port+1)))\$" >/dev/null; do
     port=$((port + 2))
 done
 out=$(two_nodes 127.0.1.1 $port)
@@ -51,3 +51,4 @@ fi
 out=$(timeout -k 5 60 todist-run -n 2 "$PEER" barrier 2>&1)
 is "$?" 0 "a one-host job on loopback runs"
 unlike "$out" 'world: the job spans' "and does not warn"
+done_testing

@@ -24,7 +24,7 @@ resolve(char *const *envp)
 int
 main(void)
 {
-    plan(70);
+    plan(73);
 
     /* 4. nothing: a world of one */
     is_str(resolve(ENV("HOME=/root")), "", "empty environment resolves");
@@ -87,8 +87,15 @@ main(void)
     is_int(w.local_world_size, 1, "uneven layout: last node has 1 task");
     is_int(w.nnodes, 4, "slurm nnodes");
     is_str(w.master_addr, "gpu007", "master is the first host");
-    is_int(w.master_port, td_world_slurm_port(1234, 2, 20000, 29999),
-           "port from job and step");
+    /* the documented formula, worked by hand: lo + 2 * ((job * 101 + step)
+     * mod pairs) + 1, pairs = (hi - lo + 1) / 2 = 5000:
+     * 20000 + 2 * (124636 mod 5000) + 1 = 20000 + 2 * 4636 + 1 */
+    is_int(w.master_port, 29273, "port from job and step (the formula)");
+    is_int(w.torch_port, 29272, "torch's port is the one below it");
+    is_int(td_world_slurm_port(1234, 3, 20000, 29999), 29275,
+           "the next step: the next pair");
+    is_int(td_world_slurm_port(7, 0, 30000, 30001), 30001,
+           "a range of one pair: its upper port");
     ok(w.master_port >= 20000 && w.master_port <= 29999, "port %u in range",
        w.master_port);
     ok(td_world_slurm_port(1234, 2, 20000, 29999) !=

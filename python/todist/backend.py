@@ -1,0 +1,656 @@
+"""The c10d backend "todist": torch.distributed over todist's groups.
+
+A pure-Python ProcessGroup (torch 1.13's trampoline; torch >= 2 returns a
+ProcessGroup subclass from the creator as is). Each operation wraps the
+torch tensors' memory as todist tensors (td_tensor_from_blob: no copy; a
+non-contiguous tensor is made contiguous and copied back) and calls the
+matching td_* collective or point-to-point function.
+
+How an operation completes:
+  B1. Called by a torch.distributed function that waits at once (async_op
+      False, send, recv), it runs blocking on the calling thread (no hand-off)
+      and returns a finished work.
+  B2. Otherwise it is issued with the td_*_async form and returns torch's
+      work over a future (_create_work_from_future: torch's C++ side, DDP's
+      reducer say, waits on works without calling into Python); the one
+      completion thread of the process waits on todist's work handles in
+      turn and completes those futures: one thread in all, never one per
+      call. Called from Python (async_op=True, isend, ...), the work is a
+      Python one whose wait() raises the operation's error (torch 1.13's
+      work over a future would swallow it). (An irecv from any source
+      cannot tell its source; recv can.)
+Errors (mismatched calls across ranks, a dead rank, a timeout) come back
+as RuntimeError carrying todist's message, which names the ranks and both
+calls.
+
+Groups: torch's new_group is entered by every rank, but only members reach
+the backend's creator, while td_group_new must be called by every world
+rank in the same order. The package therefore wraps torch's
+_new_process_group_helper (which every rank enters) to call td_group_new
+on every rank; the creator then takes the member's handle."""
+import ctypes
+import functools
+import os
+import sys
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
+
+from . import _lib
+
+NAME = "todist"
+
+_DTYPES = {torch.float32: _lib.TD_FLOAT32, torch.float64: _lib.TD_FLOAT64,
+           torch.int64: _lib.TD_INT64, torch.int32: _lib.TD_INT32,
+           torch.uint8: _lib.TD_UINT8}
+_CPU = _lib.Device(0, 0)
+_R = dist.ReduceOp
+# Compared in order (ReduceOp objects compare equal but do not hash apart).
+_OPS = [(_R.SUM, 0), (_R.PRODUCT, 1), (_R.MIN, 2), (_R.MAX, 3),
+        (_R.BAND, 5), (_R.BOR, 6), (_R.BXOR, 7)]
+if hasattr(_R, "AVG"):
+    _OPS.append((_R.AVG, 4))
+# The same by the op's enum (ReduceOp.op, a RedOpType): one dict lookup
+# where == on ReduceOp objects costs a microsecond each.
+try:
+    _OP_BY_TYPE = {r.op: code for r, code in _OPS}
+except (AttributeError, TypeError):
+    _OP_BY_TYPE = {}
+
+# ---- tensors ---------------------------------------------------------------
+
+# td tensors over torch memory, by (address, bytes, dtype). A td tensor is
+# only a descriptor of the address (no deleter), so reusing it for a new
+# torch tensor at the same address is exact; collectives in flight retain
+# their own reference, so dropping the cache is always safe.
+_CACHE_MAX = 1024
+_cache = {}
+
+
+def _blob(ptr, count, tdtype):
+    key = (ptr, count, tdtype)
+    h = _cache.get(key)
+    if h is not None:
+        return h
+    out = ctypes.c_void_p()
+    shape = ctypes.c_int64(count)
+    _lib.check(_lib.td_tensor_from_blob(ptr or None, ctypes.byref(shape), 1,
+                                        tdtype, _CPU, None, None,
+                                        ctypes.byref(out)),
+               "wrapping a torch tensor")
+    if len(_cache) >= _CACHE_MAX:
+        _cache_clear()
+    h = _cache.setdefault(key, out.value)
+    if h != out.value:
+        _lib.td_tensor_release(out.value)
+    return h
+
+
+def _cache_clear():
+    for h in list(_cache.values()):
+        _lib.td_tensor_release(h)
+    _cache.clear()
+
+
+def _wrap(t, what, reduce):
+    """The td tensor over contiguous CPU tensor T. Reductions need one of
+    todist's dtypes; data movement takes any dtype as its bytes."""
+    if t.device.type != "cpu":
+        raise RuntimeError("todist: %s: the todist backend takes CPU tensors, "
+                           "got one on %s" % (what, t.device))
+    tdtype = _DTYPES.get(t.dtype)
+    if tdtype is not None:
+        return _blob(t.data_ptr(), t.numel(), tdtype)
+    if reduce:
+        raise RuntimeError("todist: %s of dtype %s is not supported (float32, "
+                           "float64, int32, int64, uint8)" % (what, t.dtype))
+    return _blob(t.data_ptr(), t.numel() * t.element_size(), _lib.TD_UINT8)
+
+
+def _contig(t, posts):
+    """T itself when contiguous, else a contiguous copy that POSTS copies
+    back into T once the operation succeeded."""
+    if t.is_contiguous():
+        return t
+    c = t.contiguous()
+    posts.append(lambda: t.copy_(c))
+    return c
+
+
+def _op(opts, what):
+    op = opts.reduceOp
+    try:
+        return _OP_BY_TYPE[op.op]
+    except (AttributeError, KeyError, TypeError):
+        pass
+    for r, code in _OPS:
+        if op == r:
+            return code
+    raise RuntimeError("todist: %s: reduce op %s is not supported" % (what, op))
+
+
+def _one(tensors, what):
+    if len(tensors) != 1:
+        raise RuntimeError("todist: %s takes one tensor per call, got %d"
+                           % (what, len(tensors)))
+    return tensors[0]
+
+
+# ---- who waits -------------------------------------------------------------
+
+_C10D = dist.distributed_c10d.__name__
+_WAITS_AT_ONCE = {"send", "recv"}
+_ASYNC_OP = {"all_reduce", "broadcast", "reduce", "all_gather",
+             "_all_gather_base", "all_gather_into_tensor", "gather", "scatter",
+             "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor",
+             "all_to_all", "all_to_all_single", "barrier"}
+
+
+def _caller_waits():
+    """SYNC when our caller is a torch.distributed function that waits on
+    the returned work at once (B1), PYTHON when it is another
+    torch.distributed function (it hands the work to Python code), else
+    None (C++, DDP's reducer say: its frame is some unrelated one). Frame
+    0 is this function, 1 the ProcessGroup method, 2 the method's caller."""
+    try:
+        f = sys._getframe(2)
+    except ValueError:          # called from a thread with no Python above
+        return None
+    if f.f_globals.get("__name__") != _C10D:
+        return None
+    name = f.f_code.co_name
+    if name in _WAITS_AT_ONCE:
+        return SYNC
+    if name in _ASYNC_OP and f.f_locals.get("async_op", True) is False:
+        return SYNC
+    return PYTHON
+
+
+SYNC, PYTHON = 1, 2
+
+
+# ---- works -----------------------------------------------------------------
+
+class _Done(_c10d.Work):
+    """A finished operation (B1)."""
+
+    def __init__(self, result, source=-1):
+        super().__init__()
+        self._result = result
+        self._source = source
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._result
+
+    def source_rank(self):
+        return self._source
+
+    _source_rank = source_rank
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        fut.set_result(self._result)
+        return fut
+
+
+_DONE = _Done([])
+
+
+class _FutureWork(_c10d.Work):
+    """The work of B2 handed to Python code: wait() raises the operation's
+    error (torch 1.13's work over a future swallows it; its C++ callers read
+    the future's value, which raises)."""
+
+    def __init__(self, fut):
+        super().__init__()
+        self._fut = fut
+
+    def wait(self, timeout=None):
+        self._fut.wait()            # raises the RuntimeError set by finish
+        return True
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        return self.exception() is None and self._fut.done()
+
+    def exception(self):
+        if not self._fut.done():
+            return None
+        try:
+            self._fut.wait()
+        except RuntimeError as e:
+            return e
+        return None
+
+    def result(self):
+        return self._fut.wait()
+
+    def get_future(self):
+        return self._fut
+
+
+class _Pending:
+    """An operation in flight over todist work handle HANDLE (B2): what
+    the completion thread needs to finish it. Only that thread touches it
+    after creation, so it needs no lock."""
+    __slots__ = ("handle", "keep", "posts", "result", "what", "fut")
+
+    def __init__(self, handle, keep, posts, result, what):
+        self.handle = handle
+        self.keep = keep            # the torch tensors todist reads/writes
+        self.posts = posts          # copies back, run on success
+        self.result = result        # the future's value
+        self.what = what
+        self.fut = torch.futures.Future()
+
+    def finish(self, status):
+        """Complete the future with STATUS (a td_status_t) and drop the
+        handle; on the completion thread only."""
+        msg = None
+        if status == _lib.TD_OK:
+            try:
+                for p in self.posts:
+                    p()
+            except Exception as e:      # a copy back failed: say so
+                msg = "copying the result back: %s" % e
+        elif status is not None:
+            msg = "%s (%s)" % (_lib.message(status),
+                               _lib.td_status_name(status).decode())
+        _lib.td_work_release(self.handle)
+        self.handle = self.keep = self.posts = None
+        if msg is None:
+            self.fut.set_result(self.result)
+        else:
+            self.fut.set_exception(RuntimeError("todist: %s failed: %s" % (
+                self.what, msg)))
+
+
+class _Completer:
+    """B2: the one thread that completes the futures of asynchronous
+    operations from todist's work handles.
+
+    Invariants (CV's lock guards PENDING and THREAD):
+      C1. PENDING holds the operations in flight, oldest first; only the
+          thread removes them, after finishing them.
+      C2. The thread blocks on the oldest one's handle (one group's
+          collectives finish in order, so that is the one to wait for) in
+          slices of SLICE_S, and tests the others between slices, so a
+          point-to-point operation finished out of order waits at most one
+          slice. The wait releases the GIL (ctypes)."""
+    SLICE_S = 0.005
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._pending = []
+        self._thread = None
+
+    def add(self, op):
+        with self._cv:
+            self._pending.append(op)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run,
+                                                name="todist-completion",
+                                                daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self):
+        done = ctypes.c_int(0)
+        while True:
+            with self._cv:
+                while not self._pending:
+                    self._cv.wait()
+                batch = list(self._pending)
+            finished = set()
+            st = _lib.td_work_wait(batch[0].handle, self.SLICE_S)
+            if st != _lib.TD_ERR_TIMEOUT or self._done(batch[0], done):
+                batch[0].finish(st)
+                finished.add(id(batch[0]))
+            for op in batch[1:]:
+                if self._done(op, done):
+                    op.finish(_lib.td_work_wait(op.handle, 0.0))
+                    finished.add(id(op))
+            if finished:
+                with self._cv:
+                    self._pending = [op for op in self._pending
+                                     if id(op) not in finished]
+
+    @staticmethod
+    def _done(op, done):
+        done.value = 0
+        _lib.td_work_test(op.handle, ctypes.byref(done))
+        return bool(done.value)
+
+
+_completer = _Completer()
+
+# ---- the process group -----------------------------------------------------
+
+
+class ProcessGroupTodist(dist.ProcessGroup):
+    """torch.distributed's ProcessGroup over todist group G (a pointer)."""
+
+    def __init__(self, rank, size, group):
+        super().__init__(rank, size)
+        self._g = group
+
+    def getBackendName(self):
+        return NAME
+
+    def _get_backend_name(self):
+        return NAME
+
+    def name(self):
+        return NAME
+
+    def __del__(self):
+        g, self._g = getattr(self, "_g", None), None
+        if g and g != _lib.td_group_world() and _lib.td_initialized():
+            _lib.td_group_destroy(g)
+
+    def _go(self, what, sync, blocking, issue, args, keep, posts, result,
+            recv=False):
+        """Run one operation: blocking when the caller waits at once (B1),
+        else issued asynchronously (B2)."""
+        if sync == SYNC and blocking is not None:
+            if recv:
+                src = ctypes.c_int(-1)
+                st = blocking(*args, ctypes.byref(src))
+            else:
+                src = None
+                st = blocking(*args)
+            _lib.check(st, what)
+            for p in posts:
+                p()
+            if src is None:
+                return _DONE    # B1's callers only wait on it
+            return _Done(result, src.value)
+        w = ctypes.c_void_p()
+        _lib.check(issue(*args, ctypes.byref(w)), what)
+        op = _Pending(w.value, keep, posts, result, what)
+        _completer.add(op)
+        if sync == PYTHON:
+            return _FutureWork(op.fut)
+        return _c10d._create_work_from_future(op.fut)
+
+    # -- collectives ---------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        sync = _caller_waits()
+        t = _one(tensors, "all_reduce")
+        op = _op(opts if opts is not None else _c10d.AllreduceOptions(),
+                 "all_reduce")
+        posts = []
+        c = _contig(t, posts)
+        h = _wrap(c, "all_reduce", True)
+        return self._go("all_reduce", sync, _lib.td_all_reduce,
+                        _lib.td_all_reduce_async, (self._g, h, op), (c,),
+                        posts, tensors)
+
+    def broadcast(self, tensors, opts=None):
+        sync = _caller_waits()
+        t = _one(tensors, "broadcast")
+        root = opts.rootRank if opts is not None else 0
+        posts = []
+        c = _contig(t, posts)
+        h = _wrap(c, "broadcast", False)
+        return self._go("broadcast", sync, _lib.td_broadcast,
+                        _lib.td_broadcast_async, (self._g, h, root), (c,),
+                        posts, tensors)
+
+    def reduce(self, tensors, opts=None):
+        sync = _caller_waits()
+        t = _one(tensors, "reduce")
+        op = _op(opts, "reduce")
+        posts = []
+        c = _contig(t, posts)
+        h = _wrap(c, "reduce", True)
+        return self._go("reduce", sync, _lib.td_reduce, _lib.td_reduce_async,
+                        (self._g, h, opts.rootRank, op), (c,), posts, tensors)
+
+    def _allgather_base(self, output, input, opts=None):
+        sync = _caller_waits()
+        posts = []
+        ci = _contig(input, [])
+        co = _contig(output, posts)
+        if co.numel() != ci.numel() * self.size():
+            raise RuntimeError("todist: all_gather_into_tensor: output has %d "
+                               "elements, expected %d x %d" % (
+                                   co.numel(), self.size(), ci.numel()))
+        return self._go("all_gather_into_tensor", sync, _lib.td_all_gather,
+                        _lib.td_all_gather_async,
+                        (self._g, _wrap(co, "all_gather", False),
+                         _wrap(ci, "all_gather", False)),
+                        (co, ci), posts, [output])
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        sync = _caller_waits()
+        outs = _one(output_tensors, "all_gather")
+        t = _one(input_tensors, "all_gather")
+        if len(outs) != self.size():
+            raise RuntimeError("todist: all_gather: %d output tensors for a "
+                               "group of %d" % (len(outs), self.size()))
+        ci = _contig(t, [])
+        flat = torch.empty(self.size() * ci.numel(), dtype=ci.dtype)
+        posts = [lambda: [o.copy_(f.view_as(o)) for o, f in
+                          zip(outs, flat.chunk(self.size()))]]
+        return self._go("all_gather", sync, _lib.td_all_gather,
+                        _lib.td_all_gather_async,
+                        (self._g, _wrap(flat, "all_gather", False),
+                         _wrap(ci, "all_gather", False)),
+                        (flat, ci), posts, output_tensors)
+
+    def gather(self, output_tensors, input_tensors, opts):
+        sync = _caller_waits()
+        t = _one(input_tensors, "gather")
+        root = opts.rootRank
+        ci = _contig(t, [])
+        flat, posts, ho = None, [], None
+        if self.rank() == root:
+            outs = _one(output_tensors, "gather")
+            flat = torch.empty(self.size() * ci.numel(), dtype=ci.dtype)
+            posts.append(lambda: [o.copy_(f.view_as(o)) for o, f in
+                                  zip(outs, flat.chunk(self.size()))])
+            ho = _wrap(flat, "gather", False)
+        return self._go("gather", sync, _lib.td_gather, _lib.td_gather_async,
+                        (self._g, ho, _wrap(ci, "gather", False), root),
+                        (flat, ci), posts, output_tensors)
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        sync = _caller_waits()
+        t = _one(output_tensors, "scatter")
+        root = opts.rootRank
+        posts = []
+        co = _contig(t, posts)
+        flat, hi = None, None
+        if self.rank() == root:
+            ins = _one(input_tensors, "scatter")
+            flat = torch.cat([x.reshape(-1) for x in ins])
+            hi = _wrap(flat, "scatter", False)
+        return self._go("scatter", sync, _lib.td_scatter, _lib.td_scatter_async,
+                        (self._g, _wrap(co, "scatter", False), hi, root),
+                        (co, flat), posts, output_tensors)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        sync = _caller_waits()
+        op = _op(opts if opts is not None else _c10d.ReduceScatterOptions(),
+                 "reduce_scatter")
+        posts = []
+        co = _contig(output, posts)
+        ci = _contig(input, [])
+        return self._go("reduce_scatter_tensor", sync, _lib.td_reduce_scatter,
+                        _lib.td_reduce_scatter_async,
+                        (self._g, _wrap(co, "reduce_scatter", True),
+                         _wrap(ci, "reduce_scatter", True), op),
+                        (co, ci), posts, [output])
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        sync = _caller_waits()
+        op = _op(opts if opts is not None else _c10d.ReduceScatterOptions(),
+                 "reduce_scatter")
+        t = _one(output_tensors, "reduce_scatter")
+        ins = _one(input_tensors, "reduce_scatter")
+        posts = []
+        co = _contig(t, posts)
+        flat = torch.cat([x.reshape(-1) for x in ins])
+        return self._go("reduce_scatter", sync, _lib.td_reduce_scatter,
+                        _lib.td_reduce_scatter_async,
+                        (self._g, _wrap(co, "reduce_scatter", True),
+                         _wrap(flat, "reduce_scatter", True), op),
+                        (co, flat), posts, output_tensors)
+
+    def alltoall_base(self, output, input, output_split_sizes,
+                      input_split_sizes, opts=None):
+        sync = _caller_waits()
+        n = self.size()
+        for s, t in ((output_split_sizes, output), (input_split_sizes, input)):
+            if s and any(x != t.shape[0] // n for x in s):
+                raise RuntimeError("todist: all_to_all_single with uneven "
+                                   "splits %s is not supported" % (list(s),))
+        posts = []
+        co = _contig(output, posts)
+        ci = _contig(input, [])
+        return self._go("all_to_all_single", sync, _lib.td_all_to_all,
+                        _lib.td_all_to_all_async,
+                        (self._g, _wrap(co, "all_to_all", False),
+                         _wrap(ci, "all_to_all", False)),
+                        (co, ci), posts, [output])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        sync = _caller_waits()
+        sizes = {t.numel() for t in list(output_tensors) + list(input_tensors)}
+        if len(sizes) > 1:
+            raise RuntimeError("todist: all_to_all with tensors of different "
+                               "sizes %s is not supported" % sorted(sizes))
+        flat_in = torch.cat([x.reshape(-1) for x in input_tensors])
+        flat_out = torch.empty_like(flat_in)
+        outs = list(output_tensors)
+        posts = [lambda: [o.copy_(f.view_as(o)) for o, f in
+                          zip(outs, flat_out.chunk(len(outs)))]]
+        return self._go("all_to_all", sync, _lib.td_all_to_all,
+                        _lib.td_all_to_all_async,
+                        (self._g, _wrap(flat_out, "all_to_all", False),
+                         _wrap(flat_in, "all_to_all", False)),
+                        (flat_out, flat_in), posts, output_tensors)
+
+    def barrier(self, opts=None):
+        sync = _caller_waits()
+        return self._go("barrier", sync, _lib.td_group_barrier,
+                        _lib.td_group_barrier_async, (self._g,), (), [], [])
+
+    # -- point-to-point ------------------------------------------------------
+
+    def send(self, tensors, dstRank, tag=0):
+        sync = _caller_waits()
+        t = _one(tensors, "send")
+        c = _contig(t, [])
+        return self._go("send to rank %d" % dstRank, sync, _lib.td_send,
+                        _lib.td_isend,
+                        (self._g, _wrap(c, "send", False), dstRank, tag),
+                        (c,), [], tensors)
+
+    def recv(self, tensors, srcRank, tag=0):
+        sync = _caller_waits()
+        t = _one(tensors, "recv")
+        posts = []
+        c = _contig(t, posts)
+        return self._go("recv from rank %d" % srcRank, sync, _lib.td_recv,
+                        _lib.td_irecv,
+                        (self._g, _wrap(c, "recv", False), srcRank, tag),
+                        (c,), posts, tensors, recv=True)
+
+    def recv_anysource(self, tensors, tag=0):
+        sync = _caller_waits()
+        t = _one(tensors, "recv")
+        posts = []
+        c = _contig(t, posts)
+        return self._go("recv from any rank", sync, _lib.td_recv,
+                        _lib.td_irecv,
+                        (self._g, _wrap(c, "recv", False), _lib.TD_ANY_SOURCE,
+                         tag), (c,), posts, tensors, recv=True)
+
+
+# ---- creation --------------------------------------------------------------
+
+# Handles made by td_group_new for the member's next creator call (the
+# wrapped helper and the creator run back to back on one thread).
+_next_group = []
+
+
+def _group_hook(helper):
+    """Wrap torch's _new_process_group_helper(size, rank, global_ranks,
+    backend, ...): every rank enters it, so td_group_new runs on every
+    rank in the same order; members keep the handle for the creator."""
+    @functools.wraps(helper)
+    def wrapped(group_size, group_rank, global_ranks_in_group, backend,
+                *args, **kwargs):
+        if global_ranks_in_group and NAME in str(backend).lower():
+            ranks = (ctypes.c_int * len(global_ranks_in_group))(
+                *global_ranks_in_group)
+            g = ctypes.c_void_p()
+            _lib.check(_lib.td_group_new(ranks, len(global_ranks_in_group),
+                                         ctypes.byref(g)),
+                       "new_group(%s)" % list(global_ranks_in_group))
+            if _lib.td_group_rank(g.value) >= 0:
+                _next_group.append(g.value)
+            else:
+                _lib.td_group_destroy(g.value)
+        try:
+            return helper(group_size, group_rank, global_ranks_in_group,
+                          backend, *args, **kwargs)
+        finally:
+            del _next_group[:]
+    wrapped._todist = True
+    return wrapped
+
+
+def create(store, rank, size, timeout):
+    """The creator torch calls (store and timeout: torch's; todist uses its
+    own store and world). Starts todist's runtime on first use."""
+    from . import init
+    init()
+    if "TODIST_COLL_TIMEOUT" not in os.environ and \
+            isinstance(timeout, timedelta) and timeout.total_seconds() > 0:
+        _lib.td_coll_set_timeout(timeout.total_seconds())
+    if _next_group:
+        g = _next_group.pop()
+    else:
+        g = _lib.td_group_world()
+    if _lib.td_group_rank(g) != rank or _lib.td_group_size(g) != size:
+        raise RuntimeError(
+            "todist: torch asks for rank %d of %d, but todist's group has this "
+            "process as rank %d of %d: start the job with todist-run or srun "
+            "--todist and let init_process_group take rank and world_size "
+            "from the environment" % (rank, size, _lib.td_group_rank(g),
+                                      _lib.td_group_size(g)))
+    return ProcessGroupTodist(rank, size, g)
+
+
+def register():
+    """Register backend "todist" with torch.distributed (once)."""
+    if NAME.upper() not in dist.Backend._plugins:
+        try:
+            dist.Backend.register_backend(NAME, create, devices=["cpu"])
+        except TypeError:           # torch < 2.1: no devices argument
+            dist.Backend.register_backend(NAME, create)
+    c10d = dist.distributed_c10d
+    if not getattr(c10d._new_process_group_helper, "_todist", False):
+        c10d._new_process_group_helper = _group_hook(
+            c10d._new_process_group_helper)

@@ -1,0 +1,109 @@
+/* hosts_peer: what a rank sees when a host is cut off or killed
+ * (tests/hosts/test_hosts.sh). Usage: hosts_peer OP LOST READY
+ *   OP     coll (an all_reduce of the world), rpc (a call to the first lost
+ *          rank, whose handler is still running), barrier (td_barrier)
+ *   LOST   the first rank of the lost host (it and all ranks after it are
+ *          on that host)
+ *   READY  a file rank 0 creates once every rank is warm (endpoints both
+ *          ways), for the test to cut or kill the host then
+ * Ranks below LOST start OP and print "op=OP rc=STATUS t=BOOTTIME
+ * err=MESSAGE" when it ends (BOOTTIME: seconds, as /proc/uptime); the
+ * lost ranks wait to be cut off or killed. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "todist/todist.h"
+
+static td_status_t
+hold(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
+     td_rpc_list_t *result)
+{
+    sleep(60);
+    return TD_OK;
+}
+
+static td_status_t
+ping(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
+     td_rpc_list_t *result)
+{
+    return TD_OK;
+}
+
+static double
+boottime(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *op;
+    int lost, rank, size;
+    td_status_t st;
+    td_tensor_t *t;
+    const int64_t shape[1] = { 4 };
+
+    if (argc != 4) {
+        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier LOST READY\n");
+        return 2;
+    }
+    op = argv[1];
+    lost = atoi(argv[2]);
+    if (td_rpc_register("hold", hold, NULL) != TD_OK ||
+        td_rpc_register("ping", ping, NULL) != TD_OK ||
+        td_init(NULL) != TD_OK) {
+        fprintf(stderr, "FAIL init: %s\n", td_last_error());
+        return 1;
+    }
+    rank = td_world()->rank;
+    size = td_world()->world_size;
+    if (td_tensor_zeros(shape, 1, TD_FLOAT32, &t) != TD_OK) {
+        return 1;
+    }
+    /* Warm: every pair has talked (endpoints both ways). */
+    st = TD_OK;
+    for (int r = 0; r < size && st == TD_OK; r++) {
+        st = r != rank ? td_rpc_sync(r, "ping", NULL, 30, NULL) : TD_OK;
+    }
+    if (st == TD_OK) {
+        st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    }
+    if (st == TD_OK) {
+        st = td_barrier(30);
+    }
+    if (st != TD_OK) {
+        printf("FAIL warm-up on rank %d: %s\n", rank, td_last_error());
+        return 1;
+    }
+    if (rank >= lost) {
+        sleep(120);              /* cut off or killed before this ends */
+        return 0;
+    }
+    if (rank == 0) {
+        FILE *f = fopen(argv[3], "w");
+        if (f != NULL) {
+            fclose(f);
+        }
+    }
+    if (strcmp(op, "coll") == 0) {
+        st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    } else if (strcmp(op, "rpc") == 0) {
+        st = td_rpc_sync(lost, "hold", NULL, 120, NULL);
+    } else {
+        st = td_barrier(120);
+    }
+    printf("op=%s rank=%d rc=%d t=%.3f err=%s\n", op, rank, (int)st,
+           boottime(), st == TD_OK ? "" : td_last_error());
+    fflush(stdout);
+    /* The job cannot end cleanly without the lost host: leave now. */
+    _exit(st != TD_OK ? 0 : 1);
+}
