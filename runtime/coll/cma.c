@@ -12,6 +12,7 @@
 #include "runtime/coll/conf.h"
 #include "runtime/coll/tx.h"
 #include "runtime/coll/wire.h"
+#include "runtime/runtime.h"
 #include "base/clock.h"
 #include "base/log.h"
 
@@ -19,6 +20,21 @@ static uint64_t cma_token;
 static int      cma_enabled;
 static uint8_t *cma_off;           /* per world rank: it cannot read ours */
 static int32_t *cma_verified;      /* per world rank: pid checked, or 0 */
+static uint8_t *cma_host;          /* per world rank: 0 not asked, 1 this
+                                    * host, 2 another (C11) */
+
+/* C11: world rank R runs on this host (asked once per rank). */
+static int
+same_host(int r)
+{
+    uint8_t h = __atomic_load_n(&cma_host[r], __ATOMIC_RELAXED);
+
+    if (h == 0) {
+        h = td_runtime_same_host(r) ? 1 : 2;
+        __atomic_store_n(&cma_host[r], h, __ATOMIC_RELAXED);
+    }
+    return h == 1;
+}
 
 td_status_t
 coll_cma_setup(int size)
@@ -28,9 +44,11 @@ coll_cma_setup(int size)
     cma_enabled = !(s != NULL && strcmp(s, "0") == 0);
     free(cma_off);
     free(cma_verified);
+    free(cma_host);
     cma_off = calloc((size_t)size, 1);
     cma_verified = calloc((size_t)size, sizeof(int32_t));
-    if (cma_off == NULL || cma_verified == NULL) {
+    cma_host = calloc((size_t)size, 1);
+    if (cma_off == NULL || cma_verified == NULL || cma_host == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
     }
     cma_token = ((uint64_t)getpid() << 32) ^ (uint64_t)(td_now_s() * 1e9) ^
@@ -49,7 +67,8 @@ coll_post_send_offer(coll_req_t *r, int wdst)
     atomic_store(&r->cma_ready_a, 0);
     if (!cma_enabled || r->nbytes < COLL_CMA_MIN ||
         wdst == coll_world_rank() ||
-        __atomic_load_n(&cma_off[wdst], __ATOMIC_RELAXED)) {
+        __atomic_load_n(&cma_off[wdst], __ATOMIC_RELAXED) ||
+        !same_host(wdst)) {
         return coll_post_send(r, wdst, r->hdr, r->hdr_len);
     }
     /* C9: offer the buffer; the reader's MSG_CMA completes the send. */
@@ -93,9 +112,10 @@ coll_cma_read(coll_req_t *r)
     int src = r->from;
     pid_t pid = (pid_t)r->cma_pid;
     size_t done = 0;
-    int ok = 1;
+    int ok = same_host(src);                    /* C11 */
 
-    if (__atomic_load_n(&cma_verified[src], __ATOMIC_RELAXED) != r->cma_pid) {
+    if (ok &&
+        __atomic_load_n(&cma_verified[src], __ATOMIC_RELAXED) != r->cma_pid) {
         uint64_t tok = 0;
         struct iovec l = { &tok, sizeof(tok) };
         struct iovec rv = { (void *)(uintptr_t)r->cma_token_addr,

@@ -22,6 +22,11 @@
  *     a td_send/td_isend timeout, keep the tensor unchanged until the
  *     group is destroyed, as the README says.
  *
+ * C11 Offers go only to ranks of this host, and a receiver reads in place
+ *     only from a rank of this host (td_runtime_same_host: one kernel and
+ *     PID namespace, runtime/hostmap.h), learnt once per rank: a pid from
+ *     another host names some other process here, or none.
+ *
  * Thread safety: all functions are thread-safe; none may be called with
  * coll_lock held. */
 #ifndef TD_RUNTIME_COLL_CMA_H

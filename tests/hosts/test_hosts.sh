@@ -14,7 +14,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 67
+plan 68
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -107,6 +107,8 @@ PASS_MIN=10 job "2+1+1 collectives matrix" 2,1,1 "$B/coll/coll_peer" matrix
 mark 2
 TODIST_LOG=debug job "1+1 large bodies" 1,1 "$B/coll/coll_peer" big
 crossed 2 2400000
+unlike "$OUT" "read in place|cannot read" \
+       "1+1 large bodies: no in-place read offered across hosts"
 TODIST_LOG=debug job "2+1 large bodies" 2,1 "$B/coll/coll_peer" big
 like "$OUT" "p2p body of [0-9]+ bytes from rank [01] read in place" \
      "2+1 large bodies: ranks 0 and 1, on host 1, read in place"
