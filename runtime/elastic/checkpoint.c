@@ -2,7 +2,18 @@
  * as one safetensors file. Every item becomes one named tensor; scalars
  * and small states are int64 / uint8 tensors made at save time. A load
  * reads every entry into scratch tensors first and checks them all, so a
- * rejected file changes nothing; only then are the values copied in. */
+ * rejected file changes nothing; only then are the values copied in.
+ *
+ * Invariants:
+ *   CK1  A save is exactly one td_safetensors_save_meta call: the file on
+ *        disk is the old checkpoint or the whole new one.
+ *   CK2  A load changes no listed object unless every entry was read,
+ *        has its dtype and shape, and passed its check (sampler, DDP
+ *        order, step counts); the copies then cannot fail but for DDP's
+ *        bucket rebuild (out of memory), which comes after the rest (a
+ *        failure there is reported; the rest is then loaded).
+ *   CK3  Entry names are unique within an object ("__metadata__" holds
+ *        "format" = CK_FORMAT, which a load requires). */
 #include "config.h"
 
 #include <stdio.h>
@@ -554,8 +565,13 @@ td_checkpoint_load(td_checkpoint_t *ck, const char *path)
                               "negative", path, ck->items[i].name);
         }
     }
-    for (int i = 0; status == TD_OK && i < ck->n; i++) {
-        status = item_set(&ck->items[i], ts[i]);
+    /* CK2: DDP's rebuild, the one copy that can fail, last */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; status == TD_OK && i < ck->n; i++) {
+            if ((ck->items[i].kind == IT_DDP) == pass) {
+                status = item_set(&ck->items[i], ts[i]);
+            }
+        }
     }
     scratch_free(ck, ts, names);
     return status;
