@@ -25,7 +25,7 @@ say() { echo "gpu-check: $*"; }
 rm -rf "$run"; mkdir -p "$run/pkgconfig" "$run/lib"
 for d in "$R/usr/lib/$ml/pkgconfig" "$R/usr/lib/$ml/openblas-pthread/pkgconfig" "$R/usr/share/pkgconfig"; do
   [ -d "$d" ] || continue
-  for pc in "$d"/*.pc; do sed "s#@KITROOT@#$R#g" "$pc" > "$run/pkgconfig/$(basename "$pc")"; done
+  for pc in "$d"/*.pc; do [ -f "$pc" ] || continue; sed "s#@KITROOT@#$R#g" "$pc" > "$run/pkgconfig/$(basename "$pc")"; done
 done
 libdirs="$R/usr/lib/$ml:$R/usr/lib/$ml/openblas-pthread:$R/lib/$ml"
 export PKG_CONFIG_LIBDIR="$run/pkgconfig"      # the kit's .pc files only

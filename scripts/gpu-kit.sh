@@ -76,8 +76,9 @@ cp "$dl"/build/todist-*.tar.gz "$kit/"
   echo "tarball $(basename "$dl"/build/todist-*.tar.gz)"
   echo "# package version library-configure-needs: why"
 } > "$kit/MANIFEST"
+( cd "$dl" && apt-get download -q $(printf '%s\n' "$PACKAGES" | sed '/^$/d; s/|.*//') \
+    >/dev/null 2>apt.err ) || { cat "$dl/apt.err" >&2; exit 1; }
 printf '%s\n' "$PACKAGES" | sed '/^$/d' | while IFS='|' read -r pkg why; do
-  ( cd "$dl" && apt-get download -q "$pkg" >/dev/null )
   deb=$(ls "$dl"/"${pkg}"_*.deb | head -n 1)
   dpkg -x "$deb" "$kit/root"
   echo "$pkg $(dpkg-deb -f "$deb" Version) $why" >> "$kit/MANIFEST"

@@ -35,3 +35,4 @@ is "$(missing "$top_srcdir/configure.ac" "$known" | tr '\n' ' ')" "" \
 { cat "$top_srcdir/configure.ac"
   echo 'PKG_CHECK_MODULES([FOO], [libfoo >= 1], [], [])'; } > "$fake"
 is "$(missing "$fake" "$known" | tr '\n' ' ')" "libfoo " "a new PKG_CHECK_MODULES is flagged"
+done_testing
