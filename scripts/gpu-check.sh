@@ -92,14 +92,16 @@ grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$run/check.out" | tail -
 
 # 5. benchmarks (each bounded; a failure is recorded, not fatal)
 PATH="$run/build/tools:$PATH"; export PATH
+gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | paste -sd';' -)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 bench() { name=$1; shift
   echo "### $name: $*"; echo '```'
   timeout -k 5 300 "$@" 2>&1 | tail -n 40; echo "(exit $?)"; echo '```'; }
 {
   echo "## GPU check $(date -u +%Y-%m-%d) -- $(basename "$tarball")"
   echo
-  echo "- device: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | paste -sd';' || echo none) ($ngpu GPU)"
-  echo "- driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || echo none)"
+  echo "- device: ${gpu:-none (no nvidia-smi or no GPU)} ($ngpu GPU)"
+  echo "- driver: ${driver:-none}"
   echo "- CUDA: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | tail -n 1 || echo none); NCCL: ${nccl:-none}"
   echo "- host: $(nproc) cores; command: scripts/gpu-check.sh (make -j$jobs)"
   echo "- configure: $(grep -E '^ +CUDA ' "$run/configure.out" | sed 's/^ *//')"
@@ -107,8 +109,8 @@ bench() { name=$1; shift
   echo "### tests (make check TESTS=...: exit $check_rc)"; echo '```'
   grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$run/check.out"
   for t in $tests; do
-    log=$run/build/$t.log; [ -f "$log" ] || continue
-    echo "$t: $(grep -cE '^ok ' "$log") ok, $(grep -cE '^not ok ' "$log") not ok, $(grep -ciE '# skip' "$log") skip $(grep -iE '# skip' "$log" | head -n 1 | sed 's/.*# [Ss][Kk][Ii][Pp]/: skip/')"
+    log=$run/build/${t%.sh}.log; [ -f "$log" ] || { echo "$t: no log"; continue; }
+    echo "$t: $(grep -E '^ok ' "$log" | grep -vic '# skip') ok, $(grep -cE '^not ok ' "$log") not ok, $(grep -ciE '^(not )?ok .*# skip|^1\.\.0 # skip' "$log") skipped$(grep -iE '^(not )?ok .*# skip|^1\.\.0 # skip' "$log" | grep -ioE '# skip .*' | sort | uniq -c | sed 's/ *\([0-9]*\) # [Ss][Kk][Ii][Pp] */; \1x: /' | tr -d '\n')"
   done
   [ -n "$skipped" ] && echo "skipped: $skipped"
   echo '```'

@@ -48,9 +48,10 @@ rc=$?
   { echo "not ok - gpu-check.sh exit $rc"; fail=1; }
 b=$kit/run/build
 # CUDA tests skip for the absence of a device only
-bad=$(cat "$b"/tests/kernels/test_cuda.log "$b"/tests/kernels/test_device_module.sh.log \
-          "$b"/tests/coll/test_coll_device.sh.log 2>/dev/null | grep -i '# skip' | grep -vi 'no CUDA device')
-[ -z "$bad" ] && echo "ok - CUDA tests skip for no CUDA device only" ||
+logs="$b/tests/kernels/test_cuda.log $b/tests/kernels/test_device_module.log $b/tests/coll/test_coll_device.log"
+bad=$(cat $logs | grep -i '# skip' | grep -vi 'no CUDA device')
+nskip=$(cat $logs | grep -ci '# skip .*no CUDA device')
+[ -z "$bad" ] && [ "$nskip" -gt 0 ] && echo "ok - CUDA tests skip for no CUDA device only ($nskip skips)" ||
   { echo "not ok - other skips:"; echo "$bad"; fail=1; }
 
 # ldd: the kit, the build, the CUDA toolkit, glibc/gcc's runtime only
@@ -71,4 +72,10 @@ for f in $(find "$b" -type f \( -name '*.so*' -o -perm -u+x \)); do
 done
 [ "$n" -gt 0 ] && [ "$nbad" -eq 0 ] && echo "ok - ldd of $n built binaries resolves from the kit, CUDA and glibc/gcc only" ||
   { echo "not ok - ldd: $nbad of $n binaries resolve elsewhere"; fail=1; }
+# and the libraries did come from the kit
+ldd "$b/.libs/libtodist.so" | grep -q "libucp.so.* => $kit/root/" &&
+ldd "$b/.libs/libtodist.so" | grep -q "libhwloc.so.* => $kit/root/" &&
+ldd "$b/.libs/libtodist.so" | grep -q "libopenblas.so.* => $kit/root/" &&
+  echo "ok - libtodist.so takes UCX, hwloc and OpenBLAS from the kit" ||
+  { echo "not ok - libtodist.so does not take UCX/hwloc/OpenBLAS from the kit:"; ldd "$b/.libs/libtodist.so"; fail=1; }
 exit $fail
