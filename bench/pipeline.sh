@@ -12,7 +12,7 @@
 # torch 1.13, two remote shards, distributed autograd and optimizer) runs
 # in the same invocation where /usr/bin/python3 has torch.
 # Env: STAGES (2), MICRO (8), STEPS (60), LAYERS (8), HIDDEN (512),
-# BATCH (64), REPS (3). Figures go to bench/RESULTS.md.
+# BATCH (64), REPS (3), ACC (0: 1 adds the one-epoch accuracy runs). Figures go to bench/RESULTS.md.
 B=${1:-build}
 B=$(cd "$B" && pwd)
 S=$(cd "$(dirname "$0")" && pwd)
@@ -62,6 +62,19 @@ rps=$(awk '$1 == "rpc" { print $3 }' "$out")
 echo "todist rpc form (2 shards, 3 ranks): samples_per_s $(printf '%s\n' "$rps" | minmax) vs one rank x$(awk -v a="$(printf '%s\n' "$rps" | med)" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
 # the split backward's own cost, in one process (minima)
 "$B/bench/pipeline_split" 4 "${HIDDEN:-512}" $((${BATCH:-64} / MI)) 200
+# ACC=1: one epoch each of 1 rank, S stages, S stages x 2 replicas (1F1B),
+# one global batch (the replicas take half of it each, in half the
+# micro-batches): test accuracy and seconds (the hybrid target: the same
+# accuracy in less time)
+if [ "${ACC:-0}" = 1 ]; then
+    BA=${BATCH:-64}
+    for c in "1 1 $BA $MI" "$ST 1 $BA $MI" "$ST 2 $((BA / 2)) $((MI / 2))"; do
+        set -- $c
+        todist-run -n $(($1 * $2)) "$EX" $MODEL --stages $1 --replicas $2 \
+            --batch-size $3 --microbatches $4 --schedule 1f1b 2>&1 |
+            sed -n "s/^epoch=1 .*\(test_accuracy=[0-9.]*\) \(seconds=[0-9.]*\).*/epoch stages=$1 replicas=$2 \1 \2/p"
+    done
+fi
 if /usr/bin/python3 -c 'import torch.distributed.rpc' 2>/dev/null &&
    [ -f "$S/pipeline_rpc_torch.py" ]; then
     for r in $(seq "$REPS"); do

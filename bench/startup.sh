@@ -17,7 +17,10 @@
 # test cluster (needs root and Slurm's daemons; that test's
 # TD_BENCH_STARTUP hook runs the same program there).
 #
-# One line per run: what, size, wall s, slowest td_init, slowest
+# BEFORE_MAX (default 64): the largest size the before build runs at.
+# One line per run: what, size, wall s, CPU s of all its processes
+# (user + system: what the run costs the machine, whatever else runs
+# there), slowest td_init, slowest
 # td_finalize (ms), resident memory per rank after td_init (median and
 # max, MB), virtual size (median, MB).
 set -u
@@ -25,6 +28,9 @@ B=$(cd "${1:-build}" && pwd)
 BEFORE=${2:+$(cd "$2" && pwd)}
 SIZES=${SIZES:-"1 16 64 256"}
 SRUN=${SRUN:-0}
+# the before build (3973245) takes ~100 MB of private memory per rank:
+# 256 of them would not fit this machine's 23 GB
+BEFORE_MAX=${BEFORE_MAX:-64}
 REPS=${REPS:-3}
 TORCH=${TORCH:-1}
 TORCH_SIZES=${TORCH_SIZES:-"16 64"}
@@ -69,15 +75,21 @@ run_one() {
     shift 3
     t0=$(now)
     if [ "$n" = 1 ] && [ "$label" != torch-gloo ] && [ "$label" != torch-rpc ]; then
-        env LD_LIBRARY_PATH="$dir" "$@" > "$OUT/run" 2> "$OUT/err"
+        /usr/bin/time -f '%U %S' -o "$OUT/cpu" \
+            env LD_LIBRARY_PATH="$dir" "$@" > "$OUT/run" 2> "$OUT/err"
     else
-        LD_LIBRARY_PATH="$B/.libs" timeout 600 "$LAUNCH" -n "$n" \
+        LD_LIBRARY_PATH="$B/.libs" /usr/bin/time -f '%U %S' -o "$OUT/cpu" \
+            timeout 600 "$LAUNCH" -n "$n" \
             env LD_LIBRARY_PATH="$dir" "$@" > "$OUT/run" 2> "$OUT/err"
     fi
     rc=$?
     t1=$(now)
-    printf '%-12s %4d  wall %7.3f s  %s%s\n' "$label" "$n" \
-        "$(echo "$t1 - $t0" | bc -l)" "$(summary "$OUT/run" "$n")" \
+    # CPU seconds of every process of the run (the ranks are waited for):
+    # on a loaded machine the wall time is mostly waiting for a core
+    printf '%-12s %4d  wall %7.3f s  cpu %6.2f s  %s%s\n' "$label" "$n" \
+        "$(echo "$t1 - $t0" | bc -l)" \
+        "$(awk '{ print $1 + $2 }' "$OUT/cpu" 2>/dev/null)" \
+        "$(summary "$OUT/run" "$n")" \
         "$([ $rc = 0 ] || echo "  (exit $rc: $(head -c 200 "$OUT/err" | tr '\n' ' '))")"
 }
 
@@ -87,7 +99,11 @@ echo "# after:  $B/.libs ($(git -C "$SRC" rev-parse --short HEAD 2>/dev/null))"
 for rep in $(seq "$REPS"); do
     echo "# repetition $rep"
     for n in $SIZES; do
-        [ -n "$BEFORE" ] && run_one before "$n" "$BEFORE" "$PROBE"
+        if [ -n "$BEFORE" ] && [ "$n" -le "$BEFORE_MAX" ]; then
+            run_one before "$n" "$BEFORE" "$PROBE"
+        elif [ -n "$BEFORE" ]; then
+            printf '%-12s %4d  not run (above BEFORE_MAX=%s)\n' before "$n" "$BEFORE_MAX"
+        fi
         run_one after "$n" "$B/.libs" "$PROBE"
     done
 done

@@ -4,8 +4,11 @@
  * (connect + HMAC challenge over the job token, then close, one client
  * after another), the round trip of one set and one get (a worker
  * address's size, ADDR bytes), and one add (a barrier's arrival).
- * Usage: bench/store_ops [CONNECTS [OPS [ADDR]]]; prints one line per
- * figure, "name=value unit". */
+ * With IDLE, that many more clients stay connected, idle, while the
+ * figures are taken (the store polls every connection on every turn, so
+ * a world of N ranks is N connections).
+ * Usage: bench/store_ops [CONNECTS [OPS [ADDR [IDLE]]]]; prints one line
+ * per figure, "name=value unit". */
 #include "config.h"
 
 #include <stdio.h>
@@ -24,6 +27,9 @@ main(int argc, char **argv)
     int connects = argc > 1 ? atoi(argv[1]) : 200;
     int ops = argc > 2 ? atoi(argv[2]) : 2000;
     size_t addr = argc > 3 ? (size_t)atol(argv[3]) : 512;
+    int idle = argc > 4 ? atoi(argv[4]) : 0;
+    td_store_t **idlers = calloc((size_t)(idle > 0 ? idle : 1),
+                                 sizeof(*idlers));
     td_store_server_t *server = NULL;
     td_store_t *c = NULL;
     char key[64], *val = calloc(1, addr);
@@ -38,6 +44,16 @@ main(int argc, char **argv)
         return 1;
     }
     port = td_store_server_port(server);
+    for (int i = 0; i < idle; i++) {
+        if (idlers == NULL ||
+            td_store_connect("127.0.0.1", port, TOKEN, 10, &idlers[i]) !=
+            TD_OK) {
+            fprintf(stderr, "store_ops: idle client %d: %s\n", i,
+                    td_last_error());
+            return 1;
+        }
+    }
+    printf("idle=%d connections\n", idle);
     t0 = td_now_s();
     for (int i = 0; i < connects; i++) {
         if (td_store_connect("127.0.0.1", port, TOKEN, 10, &c) != TD_OK) {
@@ -71,7 +87,11 @@ main(int argc, char **argv)
     }
     printf("add_us=%.1f us\n", (td_now_s() - t0) / ops * 1e6);
     td_store_close(c);
+    for (int i = 0; i < idle; i++) {
+        td_store_close(idlers[i]);
+    }
     td_store_server_stop(server);
+    free(idlers);
     free(val);
     return 0;
 }

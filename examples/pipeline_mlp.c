@@ -191,33 +191,40 @@ evaluate(stage_t *s, int S, int stage, int64_t hidden, td_tensor_t *images,
     return st;
 }
 
-/* Next full batch of replica REP (every R-th batch): 1, 0 at the end. */
+/* Next batch of replica REP: batches come in groups of R, the k-th to
+ * replica k, so every replica reads the same groups and takes the same
+ * number of steps (a group with a short batch ends the epoch for all:
+ * shapes are static). 1, 0 at the end, negative on error. */
 static int
 next_batch(td_batcher_t *b, int R, int rep, int64_t batch, td_tensor_t **x,
            td_tensor_t **y)
 {
-    for (;;) {
-        int r = 0;
-        for (int k = 0; k < R; k++) {
-            td_tensor_t *bx, *by;
-            r = td_batcher_next(b, &bx, &by);
-            if (r != 1) {
-                return r;
-            }
-            if (k == rep) {
-                *x = bx;
-                *y = by;
-            } else {
-                td_tensor_release(bx);
-                td_tensor_release(by);
-            }
+    td_tensor_t *mx = NULL, *my = NULL;
+    int full = 1, r = 1;
+
+    for (int k = 0; k < R && r == 1; k++) {
+        td_tensor_t *bx, *by;
+        r = td_batcher_next(b, &bx, &by);
+        if (r != 1) {
+            break;
         }
-        if (td_tensor_size(*x, 0) == batch) {
-            return 1;
+        full &= td_tensor_size(bx, 0) == batch;
+        if (k == rep) {
+            mx = bx;
+            my = by;
+        } else {
+            td_tensor_release(bx);
+            td_tensor_release(by);
         }
-        td_tensor_release(*x);   /* a short last batch: shapes are static */
-        td_tensor_release(*y);
     }
+    if (r == 1 && full) {
+        *x = mx;
+        *y = my;
+        return 1;
+    }
+    td_tensor_release(mx);
+    td_tensor_release(my);
+    return r < 0 ? r : 0;
 }
 
 static int

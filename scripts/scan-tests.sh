@@ -8,7 +8,9 @@
 #    `;`, or as the first thing on the next line): without pipefail it is
 #    the last stage's status; and a test script (test_*.sh) that does not
 #    source tests/lib.sh (which sets pipefail), or has a plan and never
-#    calls done_testing (its exit status is then its last command's).
+#    calls done_testing (its exit status is then its last command's);
+#    `| grep -q` (it exits at the first match: its writer dies of SIGPIPE,
+#    and under pipefail that is the pipeline's status).
 for f in "$@"; do
     case "$f" in
     *.c|*.h)
@@ -47,6 +49,10 @@ for f in "$@"; do
           if (match(cur, /;[ \t]*(rc=|[a-z_]+=)?\$\?|; *(is|ok) +"?\$\?/)) {
               pre = substr(cur, 1, RSTART)
               if (piped(pre)) printf "%s:%d: $? after a pipeline on the same line\n", F, NR }
+          # a reader that exits at its first match (grep -q) kills its
+          # writer by SIGPIPE, which pipefail makes the pipeline'"'"'s status
+          if (match(b, /\|[ \t]*grep[ \t]+-[A-Za-z]*q/))
+              printf "%s:%d: | grep -q in a pipeline (SIGPIPE under pipefail: use grep PAT >/dev/null)\n", F, NR
           # next line starts by reading $?
           if (prev_piped && cur ~ /^[ \t]*((rc|[a-z_]+)=\$\?|(is|ok) +"?\$\?|\[ +"?\$\?)/)
               printf "%s:%d: $? read right after a pipeline (line %d)\n", F, NR, NR - 1

@@ -56,13 +56,19 @@ if hasattr(_R, "AVG"):
 # The same by the op's enum (ReduceOp.op, a RedOpType): one dict lookup
 # where == on ReduceOp objects costs a microsecond each.
 try:
-    _OP_BY_TYPE = {r.op: code for r, code in _OPS}
+    _OP_BY_VALUE = {r.op.value: code for r, code in _OPS}
 except (AttributeError, TypeError):
-    _OP_BY_TYPE = {}
+    _OP_BY_VALUE = {}
+# By identity of torch's own ReduceOp objects (class attributes, alive for
+# good), as torch.distributed's functions receive them: no call at all.
+_OP_BY_ID = {id(r): code for r, code in _OPS}
 
 # ---- tensors ---------------------------------------------------------------
 
-# td tensors over torch memory, by (address, bytes, dtype). A td tensor is
+# td tensors over torch memory, by (address, elements, torch dtype) for
+# todist's own dtypes and (address, bytes, None) for others moved as bytes
+# (only the slow path looks those up, after refusing them to reductions).
+# Only CPU tensors enter (CUDA addresses never equal host ones). A td tensor is
 # only a descriptor of the address (no deleter), so reusing it for a new
 # torch tensor at the same address is exact; collectives in flight retain
 # their own reference, so dropping the cache is always safe.
@@ -70,11 +76,7 @@ _CACHE_MAX = 1024
 _cache = {}
 
 
-def _blob(ptr, count, tdtype):
-    key = (ptr, count, tdtype)
-    h = _cache.get(key)
-    if h is not None:
-        return h
+def _blob(ptr, count, tdtype, key):
     out = ctypes.c_void_p()
     shape = ctypes.c_int64(count)
     _lib.check(_lib.td_tensor_from_blob(ptr or None, ctypes.byref(shape), 1,
@@ -98,16 +100,22 @@ def _cache_clear():
 def _wrap(t, what, reduce):
     """The td tensor over contiguous CPU tensor T. Reductions need one of
     todist's dtypes; data movement takes any dtype as its bytes."""
+    key = (t.data_ptr(), t.numel(), t.dtype)
+    h = _cache.get(key)
+    if h is not None:
+        return h
     if t.device.type != "cpu":
         raise RuntimeError("todist: %s: the todist backend takes CPU tensors, "
                            "got one on %s" % (what, t.device))
     tdtype = _DTYPES.get(t.dtype)
     if tdtype is not None:
-        return _blob(t.data_ptr(), t.numel(), tdtype)
+        return _blob(key[0], key[1], tdtype, key)
     if reduce:
         raise RuntimeError("todist: %s of dtype %s is not supported (float32, "
                            "float64, int32, int64, uint8)" % (what, t.dtype))
-    return _blob(t.data_ptr(), t.numel() * t.element_size(), _lib.TD_UINT8)
+    nbytes = t.numel() * t.element_size()
+    return _cache.get((key[0], nbytes, None)) or \
+        _blob(key[0], nbytes, _lib.TD_UINT8, (key[0], nbytes, None))
 
 
 def _contig(t, posts):
@@ -123,7 +131,7 @@ def _contig(t, posts):
 def _op(opts, what):
     op = opts.reduceOp
     try:
-        return _OP_BY_TYPE[op.op]
+        return _OP_BY_VALUE[op.op.value]
     except (AttributeError, KeyError, TypeError):
         pass
     for r, code in _OPS:
@@ -144,17 +152,23 @@ def _one(tensors, what):
 _C10D = dist.distributed_c10d.__name__
 _WAITS_AT_ONCE = {"send", "recv"}
 _ASYNC_OP = {"all_reduce", "broadcast", "reduce", "all_gather",
-             "_all_gather_base", "all_gather_into_tensor", "gather", "scatter",
-             "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor",
-             "all_to_all", "all_to_all_single", "barrier"}
+             "_all_gather_base", "all_gather_into_tensor", "all_gather_single",
+             "gather", "gather_single", "scatter", "reduce_scatter",
+             "_reduce_scatter_base", "reduce_scatter_tensor",
+             "reduce_scatter_single", "all_to_all", "all_to_all_single",
+             "barrier"}
 
 
-def _caller_waits():
+def _caller_waits(opts=None):
     """SYNC when our caller is a torch.distributed function that waits on
     the returned work at once (B1), PYTHON when it is another
     torch.distributed function (it hands the work to Python code), else
     None (C++, DDP's reducer say: its frame is some unrelated one). Frame
-    0 is this function, 1 the ProcessGroup method, 2 the method's caller."""
+    0 is this function, 1 the ProcessGroup method, 2 the method's caller.
+    torch >= 2.x says it in the options (asyncOp, True by default, so C++
+    callers stay asynchronous)."""
+    if getattr(opts, "asyncOp", None) is False:
+        return SYNC
     try:
         f = sys._getframe(2)
     except ValueError:          # called from a thread with no Python above
@@ -164,12 +178,17 @@ def _caller_waits():
     name = f.f_code.co_name
     if name in _WAITS_AT_ONCE:
         return SYNC
-    if name in _ASYNC_OP and f.f_locals.get("async_op", True) is False:
-        return SYNC
+    if name in _ASYNC_OP:
+        loc = f.f_locals
+        _caller.op = loc.get("op")
+        if loc.get("async_op", True) is False:
+            return SYNC
     return PYTHON
 
 
 SYNC, PYTHON = 1, 2
+# The caller's `op` argument, seen by _caller_waits (per thread).
+_caller = threading.local()
 
 
 # ---- works -----------------------------------------------------------------
@@ -216,9 +235,16 @@ class _FutureWork(_c10d.Work):
     error (torch 1.13's work over a future swallows it; its C++ callers read
     the future's value, which raises)."""
 
-    def __init__(self, fut):
+    def __init__(self, op):
         super().__init__()
-        self._fut = fut
+        self._op = op
+        self._fut = op.fut
+
+    def source_rank(self):
+        self.wait()
+        return self._op.source
+
+    _source_rank = source_rank
 
     def wait(self, timeout=None):
         self._fut.wait()            # raises the RuntimeError set by finish
@@ -250,9 +276,12 @@ class _Pending:
     """An operation in flight over todist work handle HANDLE (B2): what
     the completion thread needs to finish it. Only that thread touches it
     after creation, so it needs no lock."""
-    __slots__ = ("handle", "keep", "posts", "result", "what", "fut")
+    __slots__ = ("handle", "keep", "posts", "result", "what", "fut", "recv",
+                 "source")
 
-    def __init__(self, handle, keep, posts, result, what):
+    def __init__(self, handle, keep, posts, result, what, recv=False):
+        self.recv = recv            # a receive: note the sender
+        self.source = -1
         self.handle = handle
         self.keep = keep            # the torch tensors todist reads/writes
         self.posts = posts          # copies back, run on success
@@ -264,6 +293,10 @@ class _Pending:
         """Complete the future with STATUS (a td_status_t) and drop the
         handle; on the completion thread only."""
         msg = None
+        if status == _lib.TD_OK and self.recv:
+            src = ctypes.c_int(-1)
+            if _lib.td_work_source(self.handle, ctypes.byref(src)) == 0:
+                self.source = src.value
         if status == _lib.TD_OK:
             try:
                 for p in self.posts:
@@ -384,19 +417,22 @@ class ProcessGroupTodist(dist.ProcessGroup):
             return _Done(result, src.value)
         w = ctypes.c_void_p()
         _lib.check(issue(*args, ctypes.byref(w)), what)
-        op = _Pending(w.value, keep, posts, result, what)
+        op = _Pending(w.value, keep, posts, result, what, recv)
         _completer.add(op)
         if sync == PYTHON:
-            return _FutureWork(op.fut)
+            return _FutureWork(op)
         return _c10d._create_work_from_future(op.fut)
 
     # -- collectives ---------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
-        sync = _caller_waits()
+        _caller.op = None
+        sync = _caller_waits(opts)
         t = _one(tensors, "all_reduce")
-        op = _op(opts if opts is not None else _c10d.AllreduceOptions(),
-                 "all_reduce")
+        op = _OP_BY_ID.get(id(_caller.op))
+        if op is None:
+            op = _op(opts if opts is not None else _c10d.AllreduceOptions(),
+                     "all_reduce")
         posts = []
         c = _contig(t, posts)
         h = _wrap(c, "all_reduce", True)
@@ -405,7 +441,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         posts, tensors)
 
     def broadcast(self, tensors, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         t = _one(tensors, "broadcast")
         root = opts.rootRank if opts is not None else 0
         posts = []
@@ -416,7 +452,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         posts, tensors)
 
     def reduce(self, tensors, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         t = _one(tensors, "reduce")
         op = _op(opts, "reduce")
         posts = []
@@ -426,7 +462,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (self._g, h, opts.rootRank, op), (c,), posts, tensors)
 
     def _allgather_base(self, output, input, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         posts = []
         ci = _contig(input, [])
         co = _contig(output, posts)
@@ -441,7 +477,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (co, ci), posts, [output])
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         outs = _one(output_tensors, "all_gather")
         t = _one(input_tensors, "all_gather")
         if len(outs) != self.size():
@@ -458,7 +494,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (flat, ci), posts, output_tensors)
 
     def gather(self, output_tensors, input_tensors, opts):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         t = _one(input_tensors, "gather")
         root = opts.rootRank
         ci = _contig(t, [])
@@ -474,7 +510,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (flat, ci), posts, output_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         t = _one(output_tensors, "scatter")
         root = opts.rootRank
         posts = []
@@ -489,7 +525,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (co, flat), posts, output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         op = _op(opts if opts is not None else _c10d.ReduceScatterOptions(),
                  "reduce_scatter")
         posts = []
@@ -502,7 +538,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (co, ci), posts, [output])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         op = _op(opts if opts is not None else _c10d.ReduceScatterOptions(),
                  "reduce_scatter")
         t = _one(output_tensors, "reduce_scatter")
@@ -518,7 +554,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
 
     def alltoall_base(self, output, input, output_split_sizes,
                       input_split_sizes, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         n = self.size()
         for s, t in ((output_split_sizes, output), (input_split_sizes, input)):
             if s and any(x != t.shape[0] // n for x in s):
@@ -534,7 +570,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (co, ci), posts, [output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         sizes = {t.numel() for t in list(output_tensors) + list(input_tensors)}
         if len(sizes) > 1:
             raise RuntimeError("todist: all_to_all with tensors of different "
@@ -551,9 +587,27 @@ class ProcessGroupTodist(dist.ProcessGroup):
                         (flat_out, flat_in), posts, output_tensors)
 
     def barrier(self, opts=None):
-        sync = _caller_waits()
+        sync = _caller_waits(opts)
         return self._go("barrier", sync, _lib.td_group_barrier,
                         _lib.td_group_barrier_async, (self._g,), (), [], [])
+
+    def gather_single(self, output, input, opts):
+        """torch >= 2.x's gather into one tensor (root: n x input)."""
+        sync = _caller_waits(opts)
+        root = opts.rootRank
+        ci = _contig(input, [])
+        posts, co, ho = [], None, None
+        if self.rank() == root:
+            co = _contig(output, posts)
+            ho = _wrap(co, "gather", False)
+        return self._go("gather", sync, _lib.td_gather, _lib.td_gather_async,
+                        (self._g, ho, _wrap(ci, "gather", False), root),
+                        (co, ci), posts, [output])
+
+    # torch >= 2.x's names of the single-tensor forms
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+    all_to_all_single = alltoall_base
 
     # -- point-to-point ------------------------------------------------------
 

@@ -215,7 +215,8 @@ agree_input(td_pipe_t *p)
     }
     st = td_recv(p->pg, meta, p->stage - 1, TAG_META, NULL);
     v = td_tensor_data(meta);
-    if (st == TD_OK && (v[0] < 0 || v[0] > 64 || v[1] < 0 ||
+    if (st == TD_OK && (v[0] < 0 || v[0] > 255 ||
+                        td_dtype_size((td_dtype_t)v[0]) == 0 || v[1] < 0 ||
                         v[1] > TD_MAX_DIMS)) {
         st = td_error(TD_ERR_PROTOCOL, "pipe: stage %d sent a shape with "
                       "dtype %lld and %lld dims", p->stage - 1,
@@ -333,7 +334,9 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
         }
         td_work_release(mb->act_recv);
         mb->act_recv = NULL;
-        td_tensor_set_requires_grad(mb->x, 1);
+        if (td_dtype_is_float(p->in.dtype)) {
+            td_tensor_set_requires_grad(mb->x, 1);   /* dx goes back */
+        }
         st = post_act_recv(p, m + 1);
         if (st != TD_OK) {
             return pipe_fail(p, st, "could not post a receive");

@@ -97,7 +97,7 @@ ok "$([ "$n" -le 160 ]; echo $?)" "README.md is $n lines (at most 160: the refer
 missing=
 while IFS= read -r w; do
     case $w in ''|'#'*) continue ;; esac
-    cat "$S"/docs/*.md | grep -wF -- "$w" >/dev/null || missing="$missing $w"
+    grep -qwF -- "$w" "$S"/docs/*.md || missing="$missing $w"
 done < "$S/tests/data/readme-terms.txt"
 is "$missing" "" "every term of the old README is in docs/ ($(grep -vc '^#' "$S/tests/data/readme-terms.txt") terms)"
 
@@ -110,7 +110,7 @@ nv=$(printf '%s\n' "$vars" | grep -c .)
 ok "$([ "$nv" -ge 30 ]; echo $?)" "the scan finds the variables the code reads ($nv)"
 undoc=
 for v in $vars; do
-    cat "$S"/docs/*.md | grep -w -- "$v" >/dev/null || undoc="$undoc $v"
+    grep -qw -- "$v" "$S"/docs/*.md || undoc="$undoc $v"
 done
 is "$undoc" "" "every TODIST_* variable the code reads is documented in docs/"
 
@@ -120,7 +120,7 @@ for tool in todist-run todist-info todist-topo; do
     opts=$("$tool" --help 2>&1 | grep -oE -- '--[a-z][a-z0-9_-]*[a-z0-9]' | sort -u)
     undoc=
     for o in $opts; do
-        cat "$S"/docs/*.md | grep -wF -- "$o" >/dev/null || undoc="$undoc $o"
+        grep -qwF -- "$o" "$S"/docs/*.md || undoc="$undoc $o"
     done
     is "$undoc" "" "every option of $tool --help is in docs/ ($(echo $opts | wc -w) options)"
 done
@@ -143,7 +143,7 @@ is "$stale" "" "every tree path the docs name exists ($(wc -l < "$TD_TMP/paths")
 # is in docs/.
 undoc=
 for o in $(grep -o 'AS_HELP_STRING(\[--[a-z-]*' "$S/configure.ac" | sed 's/.*\[//'); do
-    cat "$S"/docs/*.md | grep -qwF -- "$o" || undoc="$undoc $o"
+    grep -qwF -- "$o" "$S"/docs/*.md || undoc="$undoc $o"
 done
 is "$undoc" "" "every option of configure.ac is in docs/"
 

@@ -40,7 +40,7 @@ pages=$(awk '$1 == "dist_man_MANS" && $2 == "=" { on = 1; $1 = ""; $2 = "" }
              on { c = sub(/\\$/, ""); print; if (!c) exit }' "$B/Makefile")
 for m in $pages; do
     m=$(basename "$m"); m=${m%.[0-9]}
-    man -w "$m" 2>/dev/null | grep -q "^$D" || missing="$missing $m"
+    man -w "$m" 2>/dev/null | grep "^$D" >/dev/null || missing="$missing $m"
 done
 [ -n "$pages" ] || missing="(no dist_man_MANS in the Makefile)"
 command -v man >/dev/null || missing="(man not installed: Debian package man-db)"

@@ -2,7 +2,8 @@
 # examples/pipeline_mlp on the real Fashion-MNIST data: --check (one
 # mini-batch's gradients through the pipeline equal single-process
 # accumulation over the same micro-batches) at 1, 2 and 4 stages, every
-# schedule, and 2 stages x 2 replicas; a short training run over 2 stages
+# schedule, and 2 stages x 2 replicas; a whole epoch of 2 x 2 whose full
+# batches do not split evenly over the replicas; a short training run over 2 stages
 # learns (test accuracy far above chance); a bad schedule is refused.
 # examples/pipeline_rpc (the RPC tutorial's form: master, two remote-module
 # shards, distributed autograd and optimizer) learns at 3 ranks.
@@ -11,9 +12,9 @@ EX="$top_builddir/examples/pipeline_mlp"
 data=/usr/share/datasets/fashion-mnist
 run() { timeout -k 5 "$@"; }
 cmp_ok() { awk -v x="$1" "BEGIN { exit !(x $2) }"; echo $?; }
-plan 11
+plan 13
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 11 "dataset-fashion-mnist is not installed"
+    skip 13 "dataset-fashion-mnist is not installed"
     RPC="$top_builddir/examples/pipeline_rpc"
 out=$(run 240 todist-run -n 3 "$RPC" --steps 60 --layers 4 --hidden 64 2>&1)
 like "$out" '^rpc_pipeline steps=60 first_loss=' "pipeline_rpc: 60 steps through the remote shards"
@@ -34,6 +35,13 @@ acc=$(printf '%s\n' "$out" | sed -n 's/^epoch=1 .*test_accuracy=\([0-9.]*\).*/\1
 ok "$(cmp_ok "${acc:-0}" '>= 0.70')" "2 stages, zb, 300 steps: test accuracy ${acc:-none} >= 0.70"
 [ -n "$acc" ] || diag "$out"
 like "$out" 'stats stage=1 replica=0 step_ms=[0-9.]+ busy_ms=[0-9.]+ bubble=' "per-stage figures are printed"
+# 29 full batches of 2048 and a short one: the replicas must agree where
+# the epoch ends (a replica one step ahead would wait in its all_reduce)
+out=$(TODIST_COLL_TIMEOUT=20 run 240 todist-run -n 4 "$EX" --stages 2 \
+      --replicas 2 --microbatches 4 --schedule 1f1b --batch-size 2048 \
+      --layers 2 --hidden 32 2>&1); rc=$?
+is "$rc" 0 "2 stages x 2 replicas, a whole epoch with an odd number of full batches"
+like "$out" '^epoch=1 .* steps=14 ' "each replica took 14 steps"
 out=$(run 30 "$EX" --schedule pipedream 2>&1); rc=$?
 like "$out rc=$rc" "schedule 'pipedream' is not gpipe, 1f1b or zb rc=2" "a bad schedule is refused, naming it"
 RPC="$top_builddir/examples/pipeline_rpc"

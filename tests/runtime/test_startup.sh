@@ -13,3 +13,4 @@ for n in 1 3 8; do
     is "$?" 0 "$n rank(s): td_init, count, td_finalize"
     like "$out" "keys=$((2 * n + 2)) world=$n" "$n rank(s): 2N + 2 keys after td_init"
 done
+done_testing

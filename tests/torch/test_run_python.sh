@@ -10,8 +10,10 @@ plan 8
 cd "$TD_TMP" || exit 1
 cat > train.py <<'PYEOF'
 import os, sys
-print("script rank=%s argv=%s exe=%s" % (os.environ["RANK"], sys.argv[1:],
-                                         os.path.basename(sys.executable)))
+# one write per line: the ranks share the terminal
+os.write(1, ("script rank=%s argv=%s exe=%s\n" % (
+    os.environ["RANK"], sys.argv[1:],
+    os.path.basename(sys.executable))).encode())
 PYEOF
 mkdir -p pkg && cp train.py pkg/train.py && : > pkg/__init__.py
 

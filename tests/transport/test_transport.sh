@@ -111,7 +111,7 @@ is "$(grep -c 'TODIST_JOB_TOKEN is not set' $T/err)" 1 "the open store is announ
 
 if ! command -v valgrind >/dev/null 2>&1; then
     skip 1 "valgrind not installed"
-elif nm "$PEER" 2>/dev/null | grep __asan_init >/dev/null; then
+elif nm "$PEER" 2>/dev/null | grep -E "__(asan|tsan)_init" >/dev/null; then
     skip 1 "built with sanitizers (valgrind cannot run ASan binaries)"
 else
     out=$(run 300 todist-run -n 2 valgrind -q --error-exitcode=9 \

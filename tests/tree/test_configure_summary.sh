@@ -18,7 +18,7 @@ mk() { awk -v v="$1" '$1 == v && $2 == "=" { on = 1; $1 = ""; $2 = "" }
 missing=
 for p in $(mk bin_PROGRAMS) $(mk lib_LTLIBRARIES); do
     n=$(basename "$p" .la)
-    printf '%s\n' "$summary" | grep -qw -- "$n" || missing="$missing $n"
+    printf '%s\n' "$summary" | grep -w -- "$n" >/dev/null || missing="$missing $n"
 done
 is "$missing" "" "every installed program and library is named ($(mk bin_PROGRAMS | wc -l) programs)"
 if grep -q '^slurmplugin_LTLIBRARIES = spank/todist.la' "$top_builddir/Makefile"; then
@@ -28,7 +28,7 @@ else
 fi
 if grep -q '^#define TD_HAVE_CUDA 1' "$top_builddir/config.h"; then
     like "$summary" 'CUDA' "the CUDA backend is named (it is built)"
-    if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    if nvidia-smi -L 2>/dev/null | grep '^GPU' >/dev/null; then
         unlike "$summary" 'CUDA found but no GPU' "a GPU is here: the GPU tests run"
     else
         like "$summary" 'GPU tests .*CUDA found but no GPU here' "CUDA but no GPU: the summary says the GPU tests skip"

@@ -24,13 +24,14 @@ is "$?" 0 "two ranks run"
 out=$(run | tail -1); rc=$?
 x=$(true || false); rc=$?
 sh -c "a | b"; rc=$?
+if cat big | grep -q x; then :; fi
 SH
 printf 'echo hi\n' > "$TD_TMP/p/test_c.sh"
 printf '. "$top_srcdir/tests/lib.sh"\nplan 1\nok 0 x\n' > "$TD_TMP/p/test_d.sh"
 got=$(scan "$TD_TMP/p/a.c" "$TD_TMP/p/test_b.sh" "$TD_TMP/p/test_c.sh" \
           "$TD_TMP/p/test_d.sh" |
       sed "s|$TD_TMP/p/||; s|: .*||" | tr '\n' ' ')
-is "$got" "a.c:5 a.c:6 test_b.sh:3 test_b.sh:4 test_c.sh:1 test_d.sh:3 " \
+is "$got" "a.c:5 a.c:6 test_b.sh:3 test_b.sh:4 test_b.sh:7 test_c.sh:1 test_d.sh:3 " \
    "the scan finds each planted case and nothing else"
 scan "$TD_TMP/p/test_b.sh" >/dev/null
 is "$?" 1 "and exits 1 when it finds something"

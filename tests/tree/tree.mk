@@ -9,3 +9,4 @@ EXTRA_DIST += tests/tree/test_exports.sh tests/tree/test_tree.sh \
 	tests/tree/test_install.sh tests/tree/test_install_deps.sh \
 	tests/tree/test_configure_summary.sh tests/tree/test_scan.sh \
 	scripts/scan-tests.sh
+EXTRA_DIST += scripts/mutate.sh scripts/tsan.supp
