@@ -41,6 +41,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "runtime/hostmap.h"
+#include "runtime/liveness.h"
 #include "runtime/world/pmix.h"
 #include "runtime/world/reach.h"
 
@@ -55,6 +56,7 @@ typedef struct {
     const void *addr;    /* the worker address inside it */
     size_t   len;
     uint64_t host;       /* its host id (hostmap.h), 0 unknown */
+    td__proc_t proc;     /* its process (liveness.h), fetched when asked */
     char     host_name[HOSTMAP_NAME_MAX];
 } addr_t;
 
@@ -261,6 +263,26 @@ td_runtime_same_host(int rank)
     same = rt.addrs[rank].host != 0 && rt.addrs[rank].host == hostmap_self();
     pthread_mutex_unlock(&rt.addr_lock);
     return same;
+}
+
+/* The transport asks about a peer it holds an endpoint to (token holder):
+ * has it exited? Only peers of this host are known (liveness.h V1). */
+static int
+peer_gone_cb(void *arg, int rank)
+{
+    td__proc_t *p;
+
+    (void)arg;
+    if (rt.pmix || !td_runtime_same_host(rank)) {
+            return 0;
+    }
+    p = &rt.addrs[rank].proc;
+    if (p->pid == 0) {
+        pthread_mutex_lock(&rt.addr_lock);      /* V3: the resolver's user */
+        td__liveness_fetch(rt.resolver, rank, p);
+        pthread_mutex_unlock(&rt.addr_lock);
+    }
+    return td__liveness_gone(p);
 }
 
 /* Transport's question (transport.h): is RANK, just connected, here? */
@@ -644,6 +666,7 @@ td_init(const td_init_params_t *params)
     tpp.progress = (td_progress_mode_t)rt.params.progress;
     tpp.resolve = resolve_cb;
     tpp.peer_failed = peer_failed_cb;
+    tpp.peer_gone = peer_gone_cb;
     tpp.same_host = same_host_cb;
     tpp.token = token;   /* keys the per-message job tags */
     status = td_transport_create(&tpp, &rt.tp);
@@ -694,6 +717,9 @@ td_init(const td_init_params_t *params)
     snprintf(key, sizeof(key), "td/addr/%d", rt.world.rank);
     status = td_store_set(rt.store, key, packed, packed_len);
     free(packed);
+    if (status == TD_OK) {
+        status = td__liveness_publish(rt.store, rt.world.rank);
+    }
     if (status != TD_OK) {
         goto err_modules;
     }
@@ -876,6 +902,7 @@ td_finalize(void)
     rt.token = NULL;
     for (int r = 0; r < rt.world.world_size; r++) {
         free(rt.addrs[r].value);
+        td__liveness_clear(&rt.addrs[r].proc);
     }
     free(rt.addrs);
     rt.addrs = NULL;

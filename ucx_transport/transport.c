@@ -44,7 +44,13 @@
  *     runs, its later sends fail at once.
  *  L4 Ticks run from progress_once: after every wake-up of a sleeping
  *     progress thread and every 16th round otherwise, so a tick is never
- *     more than about 100 ms late (the sleeper's poll timeout). */
+ *     more than about 100 ms late (the sleeper's poll timeout).
+ *  L5 Peers of this host: UCX misses one that died before the wire-up of
+ *     our endpoint to it completed (a first send waits forever), so every
+ *     TD_TRANSPORT_LIVENESS_S the token holder asks params.peer_gone (the
+ *     runtime: its pid, runtime/liveness.h) about each peer it made or
+ *     tried an endpoint to, and fails a gone one (ep_fail; peers_liveness;
+ *     every 256th round, and after every wake-up of the sleeper). */
 #include "config.h"
 
 #include <errno.h>
@@ -115,6 +121,7 @@ typedef struct {
     int      failed;
     int      watch;      /* connect at the next round (td_transport_watch) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
+    int      tried;      /* an endpoint was made or tried (L5) */
     /* liveness (L1-L3), token holder only */
     int      remote;     /* on another host: watched */
     uint32_t rx_count;   /* messages received from it */
@@ -186,6 +193,8 @@ struct td_transport {
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
     double                close_timeout;
+    double                gone_last;      /* peers_liveness: last round */
+    unsigned              gone_ctr;       /* rounds since (token holder) */
     int                   unclosed;       /* endpoints that did not close */
     int                   unclosed_rank;  /* the first of them */
     /* posted sends, from any thread */
@@ -336,8 +345,14 @@ send_cb(void *request, ucs_status_t status, void *user_data)
 {
     send_op_t *op = user_data;
 
+    td_status_t st = status_from_ucs(status);
+
     op->tp->peers[op->dst].inflight--;
-    op_defer(op->tp, op, status_from_ucs(status));
+    /* a send cut by ep_fail's forced close: the peer died (not a cancel) */
+    if (st != TD_OK && op->tp->peers[op->dst].failed) {
+        st = TD_ERR_PEER;
+    }
+    op_defer(op->tp, op, st);
     ucp_request_free(request);
 }
 
@@ -381,6 +396,68 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     ep_fail(tp, rank, ep, ucs_status_string(status));
 }
 
+/* L5 (token holder): every TD_TRANSPORT_LIVENESS_S, a peer we hold an
+ * endpoint to whose process exited (params.peer_gone) is failed like a
+ * keepalive error. live_tick (L1-L4) watches the peers of other hosts. */
+static int
+peer_gone_check(td_transport_t *tp, int r)
+{
+    peer_t *p = &tp->peers[r];
+
+    if (!p->tried || p->failed || tp->params.peer_gone == NULL ||
+        !tp->params.peer_gone(tp->params.peer_gone_arg, r)) {
+        return p->failed;
+    }
+    if (p->ep != NULL) {
+        ep_fail(tp, r, p->ep, "its process exited");
+        return 1;
+    }
+    /* connecting failed (its shared memory gone with it): no endpoint to
+     * close, but what waits for it must learn it died */
+    __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED);
+    td_error(TD_ERR_PEER, "transport: rank %d failed: its process exited",
+             r);
+    if (tp->params.peer_failed != NULL) {
+        tp->params.peer_failed(tp->params.peer_failed_arg, r, TD_ERR_PEER);
+    }
+    return 1;
+}
+
+/* Connecting to R failed: a peer of this host that is exiting (its
+ * shared memory already gone) may need a few ms more to read as exited.
+ * Rare (a failed connect): the token holder waits up to 0.1 s. */
+static int
+peer_gone_wait(td_transport_t *tp, int r)
+{
+    for (int i = 0; i < 50; i++) {
+        struct timespec ts = { 0, 2000000 };
+
+        if (peer_gone_check(tp, r)) {
+            return 1;
+        }
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static void
+peers_liveness(td_transport_t *tp)
+{
+    double now;
+
+    if (tp->params.peer_gone == NULL) {
+        return;
+    }
+    now = td_now_s();
+    if (now - tp->gone_last < TD_TRANSPORT_LIVENESS_S) {
+        return;
+    }
+    tp->gone_last = now;
+    for (int r = 0; r < tp->params.world_size; r++) {
+        (void)peer_gone_check(tp, r);
+    }
+}
+
 /* The endpoint arguments: a pair (tp, rank) per rank, kept for the
  * transport's life. */
 static void **ep_args;
@@ -412,6 +489,7 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     if (status != TD_OK) {
         return status;
     }
+    p->tried = 1;                       /* L5: its liveness is asked */
     memset(&ep_params, 0, sizeof(ep_params));
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -591,6 +669,9 @@ op_start(td_transport_t *tp, send_op_t *op)
         return;
     }
     status = peer_connect(tp, op->dst, &ep);
+    if (status == TD_ERR_TRANSPORT && peer_gone_wait(tp, op->dst)) {
+        status = TD_ERR_PEER;           /* L5: it could not be reached */
+    }
     if (status != TD_OK) {
         op->why = strdup(td_last_error());   /* e.g. the store is gone */
         op_defer(tp, op, status);
@@ -1132,6 +1213,16 @@ progress_once(td_transport_t *tp)
     if (__atomic_load_n(&tp->watch_pending, __ATOMIC_RELAXED)) {
         connect_watched(tp);
     }
+    {
+        /* the clock every 256th round (relaxed: the progress thread sets
+         * it without the token after a poll, below) */
+        unsigned c = __atomic_load_n(&tp->gone_ctr, __ATOMIC_RELAXED) + 1;
+
+        __atomic_store_n(&tp->gone_ctr, c, __ATOMIC_RELAXED);
+        if ((c & 255) == 0) {
+            peers_liveness(tp);
+        }
+    }
 
     if (tp->done_head != NULL) {
         report_completions(tp);
@@ -1328,6 +1419,8 @@ progress_main(void *arg)
         __atomic_store_n(&tp->in_poll, 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&tp->live_due, 1, __ATOMIC_RELAXED);   /* L4 */
         idle_since = td_now_s();
+        /* the next round looks (liveness) */
+        __atomic_store_n(&tp->gone_ctr, 255, __ATOMIC_RELAXED);
     }
 
     /* Drivers see stop and leave; direct senders are brief. */

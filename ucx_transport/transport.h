@@ -130,6 +130,14 @@ typedef td_status_t (*td_transport_resolve_fn)(void *arg, int rank,
 /* A peer died or became unreachable. Progress thread. */
 typedef void (*td_transport_peer_fn)(void *arg, int rank, td_status_t why);
 
+/* Is RANK's process known to have exited? 1 yes, 0 alive or unknown.
+ * Asked on the token holder, every TD_TRANSPORT_LIVENESS_S at most, about
+ * each peer an endpoint is held to; a yes fails the peer as a keepalive
+ * error would (peer_failed, pending sends TD_ERR_PEER). UCX's keepalive
+ * misses a peer that died before its endpoint's wire-up completed. */
+typedef int (*td_transport_gone_fn)(void *arg, int rank);
+#define TD_TRANSPORT_LIVENESS_S 0.25
+
 typedef struct {
     int                     rank;
     int                     world_size;
@@ -144,6 +152,8 @@ typedef struct {
      * (TODIST_LIVENESS, transport.c L1-L4). NULL: no peer is checked. */
     int                   (*same_host)(void *arg, int rank);
     void                   *peer_failed_arg;
+    td_transport_gone_fn    peer_gone;         /* may be NULL */
+    void                   *peer_gone_arg;
     const char             *token;             /* TODIST_JOB_TOKEN: keys the
                                                 * message tags; NULL or ""
                                                 * = a tag anyone can make */

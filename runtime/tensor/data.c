@@ -277,7 +277,9 @@ td_batcher_set_order(td_batcher_t *b, const int64_t *indices, int64_t count)
         }
         b->order = order;
     }
-    memcpy(b->order, indices, (size_t)count * sizeof(int64_t));
+    if (count > 0) {            /* indices may be NULL when count is 0 */
+        memcpy(b->order, indices, (size_t)count * sizeof(int64_t));
+    }
     b->count = count;
     b->pos = 0;
     return TD_OK;

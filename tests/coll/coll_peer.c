@@ -1301,6 +1301,37 @@ mode_kill(void)
     return 0;
 }
 
+/* ---- a member SIGKILLed right after td_init (issue 36) --------------------
+ * Nobody ever talked to it: every other member's first all_reduce must
+ * fail with TD_ERR_PEER naming it, soon after the death (its deadline,
+ * 30 s here, is far later), through the segment's handshake (shm) or the
+ * transport's algorithms alike. */
+static int
+mode_early_kill(void)
+{
+    td_tensor_t *t = make(4, TD_FLOAT32);
+    td_status_t st;
+    double t0;
+    char want[32];
+
+    if (rank == size - 1) {
+        raise(SIGKILL);
+    }
+    td_coll_set_timeout(30);
+    t0 = now_s();
+    st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    snprintf(want, sizeof(want), "rank %d ", size - 1);
+    check(st == TD_ERR_PEER && strstr(td_last_error(), want) != NULL,
+          "early_kill_fails_naming_it", "%s: %s", td_status_name(st),
+          td_last_error());
+    check(now_s() - t0 <= 2.0, "early_kill_within_2s", "failed %.2f s after "
+          "the call began", now_s() - t0);
+    printf("# rank %d: %s after %.3f s: %s\n", rank, td_status_name(st),
+           now_s() - t0, td_last_error());
+    td_tensor_release(t);
+    return 0;
+}
+
 /* Point-to-point bodies above the single-copy threshold between ranks 0
  * and 1 (cma.h C9, C10): blocking send/recv both ways; both ranks irecv
  * then send (an offer matching an irecv posted earlier must not wait for
@@ -1474,7 +1505,8 @@ main(int argc, char **argv)
     int rc = 0;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (strcmp(mode, "kill") == 0 || strcmp(mode, "mbox_kill") == 0) {
+    if (strcmp(mode, "kill") == 0 || strcmp(mode, "mbox_kill") == 0 ||
+        strcmp(mode, "early_kill") == 0) {
         signal(SIGTERM, SIG_IGN);       /* finish the checks */
     }
     td_rpc_register("twice", fn_twice, NULL);
@@ -1545,8 +1577,8 @@ main(int argc, char **argv)
         check(st != TD_OK || get(t, 15) == size, "one_result", "%g",
               get(t, 15));
         td_tensor_release(t);
-    } else if (strcmp(mode, "kill") == 0) {
-        rc = mode_kill();
+    } else if (strcmp(mode, "kill") == 0 || strcmp(mode, "early_kill") == 0) {
+        rc = mode[0] == 'k' ? mode_kill() : mode_early_kill();
         /* the survivors leave without the join (a member is dead), late
          * enough that no survivor sees another survivor leave first */
         fflush(stdout);

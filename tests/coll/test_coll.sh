@@ -30,12 +30,14 @@ concurrent_async_queue async_every_collective"
 mism="mismatch_collective mismatch_size mismatch_dtype mismatch_op
 mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
+early="early_kill_fails_naming_it early_kill_within_2s"
 mbox2="mbox_warm_up mbox_order_across_paths mbox_size_mismatch
 mbox_unexpected_first mbox_sleeping_receiver mbox_sleeping_sender mbox_body_max
 mbox_body_max_plus_one mbox_group_new"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
+         2 * $(count "$early") + 2 + 2 + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
@@ -161,7 +163,11 @@ out=$(run 120 todist-run -n 3 "$PEER" mismatch 2>&1); rc=$?
 expect "$out" 3 $mism
 is "$(printf '%s\n' "$out" | grep -cx 'PASS timeout_names_ranks')" 2 \
    "timeout: both waiting ranks fail naming a rank"
-like "$out" 'rank 2 mismatch_size: coll: mismatched collectives in group [0-9]+ at call #0: rank [0-2] called all_reduce\(float32 x (8|16), sum, (rd|shm)\), rank [0-2] called all_reduce\(float32 x (8|16), sum, (rd|shm)\)' \
+# rank 1 called with 8 floats, the others with 16: the two calls named
+# must be those two, each with its rank (either may be named first)
+x8='rank 1 called all_reduce\(float32 x 8, sum, (rd|shm)\)'
+x16='rank [02] called all_reduce\(float32 x 16, sum, (rd|shm)\)'
+like "$out" "rank 2 mismatch_size: coll: mismatched collectives in group [0-9]+ at call #0: ($x8, $x16|$x16, $x8)" \
      "a mismatch names both ranks and both calls, on an uninvolved rank too"
 like "$out" 'mismatch_root: .*root 0.*root 1' "a root mismatch names both roots"
 nofail "$out" "mismatch: no failed check"
@@ -174,6 +180,17 @@ expect "$out" 2 $kill
 nofail "$out" "kill: no failed check"
 is "$rc" 137 "kill: the killed rank's status is reported"
 [ "$rc" = 137 ] || diag "$out"
+
+# Rank 2 SIGKILLs itself right after td_init: nobody ever talked to it.
+# Both others' first all_reduce fails naming it within 2 s (their timeout
+# is 30 s), through the segment's handshake and without a segment alike.
+for shm in 1 0; do
+    out=$(TODIST_COLL_SHM=$shm run 60 todist-run -n 3 --grace-period 20 \
+          "$PEER" early_kill 2>&1); rc=$?
+    expect "$out" 2 $early
+    is "$rc" 137 "early_kill (TODIST_COLL_SHM=$shm): the killed rank's status is reported"
+    [ "$rc" = 137 ] || diag "$out"
+done
 
 # TODIST_COLL_ALGO from the environment: everywhere the same, the job
 # runs with it; on one rank only, the choice differs and the mismatch
@@ -188,8 +205,14 @@ exec "$PEER" one
 EOS
 chmod +x "$TD_TMP/one.sh"
 out=$(run 60 todist-run -n 2 "$TD_TMP/one.sh" 2>&1); rc=$?
-like "$out" "rank 0 one: TD_ERR_INVALID .*all_reduce\(float32 x 16, sum, (rd|ring|shm)\).*all_reduce\(float32 x 16, sum, (rd|ring|shm)\)" \
-     "a TODIST_COLL_ALGO set on one rank only fails naming both algorithms"
+# rank 1 forced ring, rank 0 chose its own (rd, or shm on one host): each
+# rank named with its own algorithm
+line=$(printf '%s\n' "$out" | grep '^# rank 0 one: TD_ERR_INVALID ')
+like "$line" 'rank 1 called all_reduce\(float32 x 16, sum, ring\)' \
+     "a TODIST_COLL_ALGO set on one rank only: rank 1's ring is named"
+like "$line" 'rank 0 called all_reduce\(float32 x 16, sum, (rd|shm)\)' \
+     "and rank 0's own algorithm beside it"
+is "$rc" 0 "TODIST_COLL_ALGO on one rank: both ranks exit 0"
 [ "$rc" = 0 ] || diag "$out"
 out=$(TODIST_COLL_ALGO=all_reduce:nosuch run 60 todist-run -n 1 "$PEER" \
       concurrent 2>&1); rc=$?

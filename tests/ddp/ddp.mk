@@ -25,3 +25,7 @@ check_PROGRAMS += tests/ddp/ddp_dist_peer
 tests_ddp_ddp_dist_peer_LDADD = $(TD_LDADD) -lm
 TESTS += tests/ddp/test_ddp_dist.sh
 EXTRA_DIST += tests/ddp/test_ddp_dist.sh
+# td_ddp_defaults and TODIST_DDP_BUCKET_CAP_MB
+check_PROGRAMS += tests/ddp/test_ddp_opts
+tests_ddp_test_ddp_opts_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/ddp/test_ddp_opts

@@ -690,6 +690,27 @@ mode_kill_holder(void)
     _exit(n_fail ? 1 : 0);     /* the job is broken: no graceful join */
 }
 
+/* ---- a peer SIGKILLed right after td_init (issue 36) ------------------------
+ * Rank 1 dies before anyone talked to it: a call to it fails with
+ * TD_ERR_PEER naming it soon after, not with its 30 s timeout. */
+static void
+mode_early_kill(void)
+{
+    td_rpc_list_t *r = NULL;
+    td_status_t st;
+    double t0 = now_s();
+
+    st = td_rpc_sync(1, "noop", NULL, 30, &r);
+    td_rpc_list_free(r);
+    check(st == TD_ERR_PEER && strstr(td_last_error(), "rank 1 ") != NULL,
+          "early_kill_rpc_names_it", "%s: %s", td_status_name(st),
+          td_last_error());
+    check(now_s() - t0 <= 2.0, "early_kill_rpc_within_2s", "failed %.2f s "
+          "after the call", now_s() - t0);
+    fflush(stdout);
+    _exit(n_fail ? 1 : 0);     /* the job is broken: no graceful join */
+}
+
 /* ---- malformed calls get an error reply ----------------------------------
  * Rank 2 plays a peer built from another wire version: it takes over its
  * own RPC receive handler, sends rank 1 a call whose header carries wire
@@ -1653,7 +1674,7 @@ main(int argc, char **argv)
     td_status_t st;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if ((strcmp(mode, "kill") == 0 &&
+    if (((strcmp(mode, "kill") == 0 || strcmp(mode, "early_kill") == 0) &&
          strcmp(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "", "0") == 0)
         || (strcmp(mode, "kill_holder") == 0 &&
             strcmp(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "",
@@ -1712,6 +1733,9 @@ main(int argc, char **argv)
     rank = td_world()->rank;
     size = td_world()->world_size;
 
+    if (strcmp(mode, "early_kill") == 0 && rank == 1) {
+        raise(SIGKILL);
+    }
     if (strcmp(mode, "barrier") == 0) {
         mode_barrier();
     }
@@ -1752,6 +1776,8 @@ main(int argc, char **argv)
             mode_inline();
         } else if (strcmp(mode, "kill_holder") == 0) {
             mode_kill_holder();
+        } else if (strcmp(mode, "early_kill") == 0) {
+            mode_early_kill();
         } else if (strcmp(mode, "faults") == 0) {
             mode_faults();
         } else if (strcmp(mode, "self") == 0) {

@@ -20,6 +20,7 @@ then_runs then_when_done user_future user_future_fail"
 rref="remote to_here method_on_owner method_result_null fork_to_third fork_keeps_alive
 owner_frees remote_error remote_self"
 kill="peer_killed peer_killed_all_pending call_to_dead_peer"
+early_kill="early_kill_rpc_names_it early_kill_rpc_within_2s"
 mapreduce="mr_batch_mean mr_parallelize_sum mr_exclusive_round_robin
 mr_fixed_worker mr_no_tensors_self mr_batch_mismatch mr_remote_error"
 hooks="hooks_no_context hooks_call_recorded hooks_reply_recorded_and_swapped
@@ -32,7 +33,7 @@ inline="inline_result inline_wait_refused inline_async_ok
 register_flags_unknown waiter_runs_inline_calls threads_contend"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$futures") + $(count "$rref") + \
-         $(count "$kill") + $(count "$mapreduce") + $(count "$barrier") + \
+         $(count "$kill") + $(count "$early_kill") + 1 + $(count "$mapreduce") + $(count "$barrier") + \
          $(count "$barrier_wide") + 1 + \
          $(count "$hooks") + 2 * $(count "$inline") + 25 ))
 
@@ -83,6 +84,13 @@ expect "$out" $kill
 is "$rc" 137 "the killed rank's status is reported"
 unlike_rank0=$(printf '%s\n' "$out" | grep -c '^FAIL')
 is "$unlike_rank0" 0 "no failed check anywhere"
+
+# Rank 1 dies right after td_init, before anyone talked to it: a call to
+# it fails naming it within 2 s, not by its 30 s timeout (issue 36).
+out=$(run 60 todist-run -n 2 --grace-period 20 "$PEER" early_kill 2>&1); rc=$?
+expect "$out" $early_kill
+is "$rc" 137 "early_kill: the killed rank's status is reported"
+[ "$rc" = 137 ] || diag "$out"
 
 # Rank 2 dies holding the only reference to an object on rank 1 (it never
 # talked to rank 1): the owner notices and frees the object.

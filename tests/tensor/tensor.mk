@@ -19,3 +19,7 @@ check_PROGRAMS += tests/tensor/save_file
 tests_tensor_save_file_LDADD = $(TD_LDADD)
 TESTS += tests/tensor/test_checkpoint_sync.sh
 EXTRA_DIST += tests/tensor/test_checkpoint_sync.sh
+# td_batcher_set_order on a data set made by the test
+check_PROGRAMS += tests/tensor/test_batcher
+tests_tensor_test_batcher_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/tensor/test_batcher

@@ -1,0 +1,48 @@
+/* runtime/liveness.h: has a peer process of this host exited? (internal)
+ *
+ * Each rank publishes its pid at td_init ("td/pid/<rank>"); the transport
+ * asks (td_transport_params_t.peer_gone) about the peers it holds an
+ * endpoint to, a few times a second, and fails one that exited as if
+ * UCX's keepalive had (TD_ERR_PEER to every pending call). UCX's keepalive
+ * alone misses a peer that died before anyone talked to it: an endpoint
+ * whose first send waits on the wire-up with a process that is gone never
+ * errors, and a collective or a call waiting for it hung (issue 36).
+ *
+ * Invariants (V1..V3):
+ *  V1 A peer is reported gone only when it is known to be on this host
+ *     (td_runtime_same_host: one kernel, one PID namespace) and its
+ *     process has exited; anything unknown (another host, no pid
+ *     published, PMIx) is "alive" here: other hosts are left to UCX's
+ *     keepalive over the network.
+ *  V2 The process is watched through a pidfd opened at the first check,
+ *     so a pid reused later is not taken for the peer; without pidfds
+ *     (old kernels), kill(pid, 0).
+ *  V3 The pid is fetched once per peer, from the store, by the token
+ *     holder under the caller's lock (the store client is not
+ *     thread-safe).
+ *
+ * Thread safety: td__liveness_gone on one peer from one thread at a time
+ * (the transport's token holder). */
+#ifndef TD_RUNTIME_LIVENESS_H
+#define TD_RUNTIME_LIVENESS_H
+
+#include <stdint.h>
+
+#include <todist/status.h>
+#include <todist/store.h>
+
+typedef struct {
+    int32_t pid;        /* 0: not fetched yet, -1: unknown */
+    int     fd;         /* its pidfd, -1 none (V2) */
+} td__proc_t;
+
+/* Publish this process's pid as RANK's (td_init). */
+td_status_t td__liveness_publish(td_store_t *store, int rank);
+/* P's pid from STORE if not fetched yet (V3: the caller serializes). */
+void        td__liveness_fetch(td_store_t *store, int rank, td__proc_t *p);
+/* Has P's process exited? 1 yes, 0 alive or unknown (V1, V2). */
+int         td__liveness_gone(td__proc_t *p);
+/* Close P's pidfd; P is unknown again. */
+void        td__liveness_clear(td__proc_t *p);
+
+#endif /* TD_RUNTIME_LIVENESS_H */
