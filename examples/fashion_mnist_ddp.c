@@ -18,9 +18,15 @@
  * "time", "seconds"}; time is wall-clock seconds since training started,
  * what scripts/plot-metrics.sh draws runs of different sizes against),
  * --metrics-every N (steps between progress records; default --log-every),
- * --checkpoint FILE (rank 0 saves the model and the epoch after every
- * epoch), --resume (start from FILE's epoch when it exists: restarted jobs,
- * `todist-run --max-restarts`, continue where they stopped). */
+ * --checkpoint FILE (rank 0 saves the whole training state with
+ * todist/checkpoint.h after every epoch, every --checkpoint-every N steps
+ * and at --max-steps: parameters, optimizer state, DDP's bucket order, the
+ * sampler's epoch and position, the step), --resume (every rank loads FILE
+ * when it exists and continues at the very next batch, so the losses are
+ * those of an uninterrupted run, bit for bit: restarted jobs, `todist-run
+ * --max-restarts`, continue where they stopped), --max-steps N (stop after
+ * this rank's step N, counted from the start of the run), --loss-log FILE
+ * (rank 0 appends "STEP LOSS" a step, LOSS in C's exact %a notation). */
 #include "config.h"
 
 #include <stdio.h>
@@ -87,7 +93,8 @@ usage(FILE *f)
             "[--lr X] [--optimizer sgd|adam] [--threads N] [--seed N] "
             "[--data DIR] [--hidden N] [--max-batches N] [--log-every N] "
             "[--metrics FILE] [--metrics-every N] [--checkpoint FILE] "
-            "[--resume]\n"
+            "[--resume] [--checkpoint-every N] [--max-steps N] "
+            "[--loss-log FILE]\n"
             "run under todist-run -n N or srun --todist\n");
 }
 
@@ -166,9 +173,16 @@ evaluate(td_mlp_t *m, td_tensor_t *images, td_tensor_t *labels, double *acc)
 
 /* Pull this example's own options out of ARGV (the rest are
  * fashion_mnist's); returns 2 on a bad value. */
+typedef struct {
+    long        ckpt_every;  /* steps; 0: at epoch ends only */
+    long        max_steps;   /* 0: no limit */
+    const char *loss_log;
+} own_opts_t;
+
 static int
 own_options(int *argc, char **argv, long *log_every, long *metrics_every,
-            const char **metrics, const char **ckpt, int *resume)
+            const char **metrics, const char **ckpt, int *resume,
+            own_opts_t *oo)
 {
     int k = 1;
 
@@ -179,13 +193,18 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
         } else if (strcmp(a, "--log-every") == 0 ||
                    strcmp(a, "--metrics-every") == 0 ||
                    strcmp(a, "--metrics") == 0 ||
-                   strcmp(a, "--checkpoint") == 0) {
+                   strcmp(a, "--checkpoint") == 0 ||
+                   strcmp(a, "--checkpoint-every") == 0 ||
+                   strcmp(a, "--max-steps") == 0 ||
+                   strcmp(a, "--loss-log") == 0) {
             if (v == NULL) {
                 fprintf(stderr, "fashion_mnist_ddp: %s needs a value\n", a);
                 return 2;
             }
             if (strcmp(a, "--log-every") == 0 ||
-                strcmp(a, "--metrics-every") == 0) {
+                strcmp(a, "--metrics-every") == 0 ||
+                strcmp(a, "--checkpoint-every") == 0 ||
+                strcmp(a, "--max-steps") == 0) {
                 char *end;
                 long n = strtol(v, &end, 10);
                 if (*end != '\0' || n < 0) {
@@ -193,7 +212,10 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
                             "a step count\n", a, v);
                     return 2;
                 }
-                *(a[2] == 'l' ? log_every : metrics_every) = n;
+                *(a[2] == 'l' ? log_every : a[2] == 'c' ? &oo->ckpt_every :
+                  a[3] == 'a' ? &oo->max_steps : metrics_every) = n;
+            } else if (strcmp(a, "--loss-log") == 0) {
+                oo->loss_log = v;
             } else if (strcmp(a, "--metrics") == 0) {
                 *metrics = v;
             } else {
@@ -211,27 +233,41 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
 static const char *param_names[] = {"fc1.weight", "fc1.bias", "fc2.weight",
                                     "fc2.bias"};
 
-/* Rank 0 writes the model and the number of finished epochs. */
+/* The training state a resume needs (todist/checkpoint.h): the model
+ * under readable names, the optimizer, DDP's bucket order, the sampler's
+ * epoch and position (indices of the epoch already consumed), the step,
+ * and the running epoch loss, so the epoch line is the same too. The
+ * batches themselves are drawn without randomness. */
 static td_status_t
-save_checkpoint(const char *path, td_mlp_t *mlp, int epoch)
+checkpoint_setup(td_checkpoint_t *ck, td_mlp_t *mlp, td_optim_t *opt,
+                 td_ddp_t *ddp, td_distributed_sampler_t *sampler,
+                 int64_t *position, int64_t *step, double *loss_sum)
 {
-    const char *names[5];
-    td_tensor_t *ts[5], *ep;
-    td_status_t status;
+    td_status_t status = TD_OK;
 
-    status = td_tensor_scalar(epoch, TD_INT64, &ep);
-    if (status != TD_OK) {
-        return status;
+    for (int i = 0; status == TD_OK && i < 4; i++) {
+        status = td_checkpoint_add_tensor(ck, param_names[i],
+                                          td_mlp_params(mlp)[i]);
     }
-    for (int i = 0; i < 4; i++) {
-        names[i] = param_names[i];
-        ts[i] = td_mlp_params(mlp)[i];
+    if (status == TD_OK) {
+        status = td_checkpoint_add_optim(ck, "optim", opt);
     }
-    names[4] = "epoch";
-    ts[4] = ep;
-    /* atomic and durable: a crash never leaves half a checkpoint */
-    status = td_safetensors_save(path, names, ts, 5);
-    td_tensor_release(ep);
+    if (status == TD_OK) {
+        status = td_checkpoint_add_ddp(ck, "ddp", ddp);
+    }
+    if (status == TD_OK) {
+        status = td_checkpoint_add_sampler(ck, "sampler", sampler, position);
+    }
+    if (status == TD_OK) {
+        status = td_checkpoint_add_int64(ck, "step", step, 1);
+    }
+    if (status == TD_OK) {
+        status = td_checkpoint_add_bytes(ck, "epoch_loss_sum", loss_sum,
+                                         sizeof(*loss_sum));
+    }
+    if (status == TD_OK) {
+        status = td_checkpoint_set_meta(ck, "example", "fashion_mnist_ddp");
+    }
     return status;
 }
 
@@ -252,8 +288,14 @@ main(int argc, char **argv)
     FILE *mf = NULL;
     td_status_t status;
 
+    own_opts_t oo = {0, 0, NULL};
+    td_checkpoint_t *ck = NULL;
+    FILE *lf = NULL;
+    int64_t position = 0, step = 0;   /* step: this rank's since the start */
+    double loss_sum = 0;
+
     rc = own_options(&argc, argv, &log_every, &metrics_every, &metrics, &ckpt,
-                     &resume);
+                     &resume, &oo);
     if (rc >= 0) {
         return rc;
     }
@@ -286,24 +328,6 @@ main(int argc, char **argv)
             return die("model");
         }
     }
-    /* Resume before DDP: rank 0's restored values are what DDP broadcasts. */
-    if (resume && access(ckpt, R_OK) == 0) {
-        td_tensor_t *ep;
-        double e;
-        if (td_safetensors_load(ckpt, param_names, td_mlp_params(mlp), 4) !=
-                TD_OK ||
-            td_safetensors_get(ckpt, "epoch", &ep) != TD_OK ||
-            td_tensor_item(ep, &e) != TD_OK) {
-            return die("resume");
-        }
-        td_tensor_release(ep);
-        first_epoch = (int)e + 1;
-        if (rank == 0) {
-            printf("resumed from %s after epoch %d (restart %s)\n", ckpt,
-                   (int)e, getenv("TODIST_RESTART_COUNT") ?
-                   getenv("TODIST_RESTART_COUNT") : "0");
-        }
-    }
     if (td_ddp_create_mlp(mlp, NULL, &ddp) != TD_OK) {
         return die("DistributedDataParallel");
     }
@@ -326,6 +350,32 @@ main(int argc, char **argv)
                           &batcher) != TD_OK) {
         return die("sampler");
     }
+    td_distributed_sampler_set_epoch(&sampler, first_epoch);
+    if (ckpt != NULL &&
+        (td_checkpoint_create(&ck) != TD_OK ||
+         checkpoint_setup(ck, mlp, opt, ddp, &sampler, &position, &step,
+                          &loss_sum) != TD_OK)) {
+        return die("checkpoint");
+    }
+    /* Every rank loads rank 0's file (replicated state), after DDP's
+     * creation (its bucket order is restored) and before any step. */
+    if (resume && access(ckpt, R_OK) == 0) {
+        if (td_checkpoint_load(ck, ckpt) != TD_OK) {
+            return die("resume");
+        }
+        first_epoch = (int)sampler.epoch;
+        if (rank == 0) {
+            printf("resumed from %s after epoch %d step %lld (restart %s)\n",
+                   ckpt, first_epoch - 1, (long long)step,
+                   getenv("TODIST_RESTART_COUNT") ?
+                   getenv("TODIST_RESTART_COUNT") : "0");
+        }
+    }
+    if (rank == 0 && oo.loss_log != NULL &&
+        (lf = fopen(oo.loss_log, "a")) == NULL) {
+        perror(oo.loss_log);
+        return 1;
+    }
     indices = malloc((size_t)sampler.num_samples * sizeof(*indices) + 1);
     if (rank == 0 && metrics != NULL && (mf = fopen(metrics, "a")) == NULL) {
         perror(metrics);
@@ -338,26 +388,38 @@ main(int argc, char **argv)
         fflush(mf);
     }
     double t_start = now();          /* the wall clock of the metrics */
-    int64_t step = 0;                /* this rank's steps since the start */
     window_t logw = {log_every, 0, t_start, 0};
     window_t metw = {metrics_every < 0 ? log_every : metrics_every, 0,
                      t_start, 0};
     for (int ep = first_epoch; ep <= o.epochs; ep++) {
-        double t0 = now(), loss_sum = 0, acc = 0;
+        double t0 = now(), acc = 0;
         double t_eval;
-        int64_t nb = 0, epoch_samples = 0;
+        int64_t nb, epoch_samples = 0;
+        int stop = 0;
         td_tensor_t *x, *y, *logits, *loss;
         int r;
 
         td_distributed_sampler_set_epoch(&sampler, ep);
+        if (ep != first_epoch || position == 0) {
+            position = 0;
+            loss_sum = 0;
+        }
+        nb = (position + o.batch - 1) / o.batch;   /* batches done */
+        if (position > sampler.num_samples) {
+            return die("resume: the position is past the epoch");
+        }
+        /* a resumed epoch continues at the saved position */
         if (td_distributed_sampler_indices(&sampler, indices) != TD_OK ||
-            td_batcher_set_order(batcher, indices, sampler.num_samples) !=
-                TD_OK) {
+            td_batcher_set_order(batcher, indices + position,
+                                 sampler.num_samples - position) != TD_OK) {
             return die("sampler");
         }
-        while ((r = td_batcher_next(batcher, &x, &y)) == 1) {
+        r = 0;
+        while (nb != o.max_batches &&
+               (r = td_batcher_next(batcher, &x, &y)) == 1) {
             double lv = 0;
-            epoch_samples += td_tensor_numel(y);
+            int64_t y_n_ = td_tensor_numel(y);
+            epoch_samples += y_n_;
             status = td_mlp_forward(mlp, x, &logits);
             if (status == TD_OK) {
                 status = td_cross_entropy(logits, y, TD_REDUCTION_MEAN, &loss);
@@ -387,6 +449,11 @@ main(int argc, char **argv)
             }
             nb++;
             step++;
+            position += y_n_;
+            if (lf != NULL) {
+                fprintf(lf, "%lld %a\n", (long long)step, lv);
+                fflush(lf);
+            }
             double t = now(), mean, sps;
             if (window_due(&logw, step, world, t, &mean, &sps) && rank == 0) {
                 printf("step=%lld loss=%.4f samples_per_s=%.0f\n",
@@ -399,12 +466,21 @@ main(int argc, char **argv)
                         (long long)step, t - t_start, mean, sps);
                 fflush(mf);
             }
-            if (nb == o.max_batches) {
+            stop = oo.max_steps > 0 && step >= oo.max_steps;
+            if (rank == 0 && ck != NULL &&
+                (stop || (oo.ckpt_every > 0 && step % oo.ckpt_every == 0)) &&
+                td_checkpoint_save(ck, ckpt) != TD_OK) {
+                return die("checkpoint");
+            }
+            if (stop || nb == o.max_batches) {
                 break;
             }
         }
         if (r < 0) {
             return die("batch");
+        }
+        if (stop) {
+            break;
         }
         t_eval = now();
         if (evaluate(mlp, te_x, te_y, &acc) != TD_OK) {
@@ -424,7 +500,10 @@ main(int argc, char **argv)
                         now() - t_start, secs);
                 fflush(mf);
             }
-            if (ckpt != NULL && save_checkpoint(ckpt, mlp, ep) != TD_OK) {
+            /* the next run starts at the next epoch's first batch */
+            td_distributed_sampler_set_epoch(&sampler, ep + 1);
+            position = 0;
+            if (ck != NULL && td_checkpoint_save(ck, ckpt) != TD_OK) {
                 return die("checkpoint");
             }
         }
@@ -432,6 +511,10 @@ main(int argc, char **argv)
     if (mf != NULL) {
         fclose(mf);
     }
+    if (lf != NULL) {
+        fclose(lf);
+    }
+    td_checkpoint_free(ck);
     free(indices);
     td_batcher_free(batcher);
     td_optim_free(opt);

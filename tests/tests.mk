@@ -17,6 +17,7 @@ include $(srcdir)/tests/coll/coll.mk
 include $(srcdir)/tests/dist_autograd/dist_autograd.mk
 include $(srcdir)/tests/ddp/ddp.mk
 include $(srcdir)/tests/pipe/pipe.mk
+include $(srcdir)/tests/elastic/elastic.mk
 include $(srcdir)/tests/runtime/runtime.mk
 include $(srcdir)/tests/spank/spank.mk
 include $(srcdir)/tests/tools/tools.mk

@@ -54,6 +54,21 @@ td_status_t td_optim_zero_grad(td_optim_t *opt);
 void        td_optim_set_lr(td_optim_t *opt, double lr);
 void        td_optim_free(td_optim_t *opt);
 
+/* The state, for checkpoints (todist/checkpoint.h). Parameter I's step
+ * count (updates it received; SGD's first update copies the gradient into
+ * the momentum, Adam's bias correction counts from it), and its state
+ * buffer B of td_optim_num_buffers (SGD: momentum (none without momentum);
+ * Adam/AdamW: exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad), float64
+ * shaped like the parameter, made zeroed when absent (a zero buffer with
+ * step 0 updates as a missing one). Borrowed; valid until td_optim_free.
+ * Not while td_optim_step runs. */
+double      td_optim_lr(const td_optim_t *opt);
+int         td_optim_num_params(const td_optim_t *opt);
+int         td_optim_num_buffers(const td_optim_t *opt);
+int64_t     td_optim_param_step(const td_optim_t *opt, int i);
+td_status_t td_optim_set_param_step(td_optim_t *opt, int i, int64_t step);
+td_status_t td_optim_buffer(td_optim_t *opt, int i, int b, td_tensor_t **out);
+
 /* MetaSGD (TorchOpt): NEW_PARAMS[i] = params[i] - lr * d loss / d params[i],
  * computed with create_graph so an outer loss differentiates through the
  * update (second-order MAML). NEW_PARAMS get new references. */

@@ -22,6 +22,16 @@ extern "C" {
  * mid-save may leave its PATH.tmp.* file behind. */
 td_status_t td_safetensors_save(const char *path, const char *const *names,
                                 td_tensor_t *const *tensors, int n);
+/* td_safetensors_save with a "__metadata__" object: KV[2*nmeta] is key,
+ * value, key, value... (printable, no quotes or backslashes). */
+td_status_t td_safetensors_save_meta(const char *path,
+                                     const char *const *names,
+                                     td_tensor_t *const *tensors, int n,
+                                     const char *const *kv, int nmeta);
+/* Copy "__metadata__"[KEY] of PATH (whole file checked) into OUT[CAP]:
+ * TD_ERR_NOT_FOUND when absent, TD_ERR_INVALID when longer than CAP. */
+td_status_t td_safetensors_metadata(const char *path, const char *key,
+                                    char *out, size_t cap);
 /* Copy the stored tensors NAMES[n] into DST[n] in place; the dtype and
  * shape of each must match DST's (else TD_ERR_DTYPE / TD_ERR_SHAPE naming
  * the tensor), a missing name is TD_ERR_NOT_FOUND. */

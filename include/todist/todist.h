@@ -34,5 +34,6 @@
 #include <todist/zero.h>
 #include <todist/remote_module.h>
 #include <todist/pipe.h>
+#include <todist/checkpoint.h>
 
 #endif /* TODIST_TODIST_H */

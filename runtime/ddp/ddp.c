@@ -678,6 +678,53 @@ td_ddp_backward(td_ddp_t *ddp, td_tensor_t *loss)
     return td_backward(&loss, NULL, 1, 0, 0);
 }
 
+void
+td__ddp_bucket_order(td_ddp_t *ddp, int *order, int *rebuilt)
+{
+    int k = 0;
+
+    pthread_mutex_lock(&ddp->lock);
+    for (int b = 0; b < ddp->n_buckets; b++) {
+        for (int j = 0; j < ddp->buckets[b].n_params; j++) {
+            order[k++] = ddp->buckets[b].params[j];
+        }
+    }
+    *rebuilt = ddp->rebuilt;
+    pthread_mutex_unlock(&ddp->lock);
+}
+
+td_status_t
+td__ddp_set_bucket_order(td_ddp_t *ddp, const int *order, int rebuilt)
+{
+    int *seen = calloc((size_t)ddp->n + 1, sizeof(int));
+    td_status_t status = TD_OK;
+
+    if (seen == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "ddp: out of memory");
+    }
+    for (int i = 0; i < ddp->n; i++) {
+        if (order[i] < 0 || order[i] >= ddp->n || seen[order[i]]++) {
+            free(seen);
+            return td_error(TD_ERR_INVALID, "ddp: bucket order entry %d names "
+                            "parameter %d of %d (or twice)", i, order[i],
+                            ddp->n);
+        }
+    }
+    free(seen);
+    pthread_mutex_lock(&ddp->lock);
+    if (ddp->in_backward) {
+        status = td_error(TD_ERR_INVALID, "ddp: bucket order set during a "
+                          "backward");
+    } else {
+        status = buckets_build(ddp, order);
+        if (status == TD_OK) {
+            ddp->rebuilt = rebuilt != 0;
+        }
+    }
+    pthread_mutex_unlock(&ddp->lock);
+    return status;
+}
+
 /* DDP4: rebuild the buckets in rank 0's arrival order. */
 static td_status_t
 rebuild_from_arrival(td_ddp_t *ddp)

@@ -11,4 +11,16 @@
  * exactly. Same thread rule as td_ddp_wait. */
 td_status_t td__ddp_wait_scaled(td_ddp_t *ddp, double scale);
 
+/* The bucket order, for checkpoints (runtime/elastic): ORDER[n] (n =
+ * td_ddp_num_params) receives the parameter indices in launch order, and
+ * *REBUILT whether the order is the one rebuilt from rank 0's first
+ * iteration (DDP4). Not during a backward. */
+void td__ddp_bucket_order(td_ddp_t *ddp, int *order, int *rebuilt);
+/* Rebuild the buckets in ORDER[n] (a permutation of the parameters,
+ * checked) and mark them rebuilt when REBUILT, so the first iteration
+ * keeps them: a resumed run reduces in the saved run's buckets. Every
+ * group member must set the same order before its first backward. */
+td_status_t td__ddp_set_bucket_order(td_ddp_t *ddp, const int *order,
+                                     int rebuilt);
+
 #endif /* TD_RUNTIME_DDP_INTERNAL_H */

@@ -350,26 +350,28 @@ td_zero_step_averaged(td_zero_t *z)
     return zero_step(z, 1, TD_DIST_NO_CONTEXT);
 }
 
+/* The context forms: CTX_ID must name one (TD_DIST_NO_CONTEXT is .grad's). */
+static td_status_t
+zero_dist_step(td_zero_t *z, int averaged, int64_t ctx_id)
+{
+    if (ctx_id == TD_DIST_NO_CONTEXT) {
+        return td_error(TD_ERR_INVALID, "zero: td_zero_dist_step%s needs a "
+                        "distributed autograd context, got %lld",
+                        averaged ? "_averaged" : "", (long long)ctx_id);
+    }
+    return zero_step(z, averaged, ctx_id);
+}
+
 td_status_t
 td_zero_dist_step(td_zero_t *z, int64_t ctx_id)
 {
-    if (ctx_id == TD_DIST_NO_CONTEXT) {
-        return td_error(TD_ERR_INVALID, "zero: td_zero_dist_step needs a "
-                        "distributed autograd context, got %lld",
-                        (long long)ctx_id);
-    }
-    return zero_step(z, 0, ctx_id);
+    return zero_dist_step(z, 0, ctx_id);
 }
 
 td_status_t
 td_zero_dist_step_averaged(td_zero_t *z, int64_t ctx_id)
 {
-    if (ctx_id == TD_DIST_NO_CONTEXT) {
-        return td_error(TD_ERR_INVALID, "zero: td_zero_dist_step_averaged "
-                        "needs a distributed autograd context, got %lld",
-                        (long long)ctx_id);
-    }
-    return zero_step(z, 1, ctx_id);
+    return zero_dist_step(z, 1, ctx_id);
 }
 
 td_status_t

@@ -307,6 +307,59 @@ td_optim_set_lr(td_optim_t *o, double lr)
     o->adam.lr = lr;
 }
 
+double
+td_optim_lr(const td_optim_t *o)
+{
+    return o->kind == OPT_SGD ? o->sgd.lr : o->adam.lr;
+}
+
+int
+td_optim_num_params(const td_optim_t *o)
+{
+    return o->n;
+}
+
+int
+td_optim_num_buffers(const td_optim_t *o)
+{
+    return o->nbuf;
+}
+
+int64_t
+td_optim_param_step(const td_optim_t *o, int i)
+{
+    return i >= 0 && i < o->n ? o->slots[i].step : -1;
+}
+
+td_status_t
+td_optim_set_param_step(td_optim_t *o, int i, int64_t step)
+{
+    if (i < 0 || i >= o->n || step < 0) {
+        return td_error(TD_ERR_INVALID, "optim: step %lld for parameter %d "
+                        "of %d", (long long)step, i, o->n);
+    }
+    o->slots[i].step = step;
+    return TD_OK;
+}
+
+td_status_t
+td_optim_buffer(td_optim_t *o, int i, int b, td_tensor_t **out)
+{
+    td_status_t status;
+
+    if (i < 0 || i >= o->n || b < 0 || b >= o->nbuf) {
+        return td_error(TD_ERR_INVALID, "optim: buffer %d of parameter %d "
+                        "(%d parameters, %d buffers each)", b, i, o->n,
+                        o->nbuf);
+    }
+    status = slot_state(o, &o->slots[i]);
+    if (status != TD_OK) {
+        return status;
+    }
+    *out = o->slots[i].state[b];
+    return TD_OK;
+}
+
 void
 td_optim_free(td_optim_t *o)
 {

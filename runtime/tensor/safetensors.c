@@ -77,6 +77,26 @@ td_status_t
 td_safetensors_save(const char *path, const char *const *names,
                     td_tensor_t *const *tensors, int n)
 {
+    return td_safetensors_save_meta(path, names, tensors, n, NULL, 0);
+}
+
+/* Whether S can go into the header unescaped. */
+static int
+st_plain(const char *s)
+{
+    for (const char *c = s; *c; c++) {
+        if (*c == '"' || *c == '\\' || !isprint((unsigned char)*c)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+td_status_t
+td_safetensors_save_meta(const char *path, const char *const *names,
+                         td_tensor_t *const *tensors, int n,
+                         const char *const *kv, int nmeta)
+{
     static atomic_uint seq;
     char *hdr = NULL, tmp[4096], part[4096];
     size_t cap = 256, len = 0;
@@ -110,6 +130,19 @@ td_safetensors_save(const char *path, const char *const *names,
         return td_error(TD_ERR_NO_MEMORY, "safetensors: out of memory");
     }
     APPEND("{");
+    if (nmeta > 0) {
+        APPEND("\"__metadata__\":{");
+        for (int m = 0; m < nmeta; m++) {
+            if (!st_plain(kv[2 * m]) || !st_plain(kv[2 * m + 1])) {
+                status = td_error(TD_ERR_INVALID, "safetensors: metadata "
+                                  "'%s' needs escaping; use plain text",
+                                  kv[2 * m]);
+                goto out;
+            }
+            APPEND("%s\"%s\":\"%s\"", m ? "," : "", kv[2 * m], kv[2 * m + 1]);
+        }
+        APPEND("}%s", n > 0 ? "," : "");
+    }
     for (int i = 0; i < n; i++) {
         const char *dt = st_dtype(tensors[i]->dtype);
         for (const char *c = names[i]; *c; c++) {
@@ -339,8 +372,11 @@ int_array(parser_t *ps, uint64_t *v, int max, int *n_p)
     return TD_OK;
 }
 
+/* Parse the "__metadata__" object; when KEY is found its value goes to
+ * OUT[CAP] and *FOUND is set (1, or -1 when it did not fit). */
 static td_status_t
-skip_string_object(parser_t *ps)
+skip_string_object(parser_t *ps, const char *key, char *out, size_t cap,
+                   int *found)
 {
     char k[1024], v[4096];
 
@@ -356,6 +392,12 @@ skip_string_object(parser_t *ps)
         if (string(ps, k, sizeof(k)) != TD_OK || expect(ps, ':') != TD_OK ||
             string(ps, v, sizeof(v)) != TD_OK) {
             return TD_ERR_PROTOCOL;
+        }
+        if (key != NULL && strcmp(k, key) == 0) {
+            *found = strlen(v) < cap ? 1 : -1;
+            if (*found == 1) {
+                memcpy(out, v, strlen(v) + 1);
+            }
         }
         ws(ps);
         if (ps->p < ps->end && *ps->p == ',') {
@@ -507,7 +549,20 @@ check_layout(const char *path, entry_t *ents, int nents, uint64_t data)
 
 /* Open PATH and parse its header into SF (closed again on failure). */
 static td_status_t
+st_open_meta(const char *path, st_file_t *sf, const char *key, char *out,
+             size_t cap, int *found);
+
+static td_status_t
 st_open(const char *path, st_file_t *sf)
+{
+    return st_open_meta(path, sf, NULL, NULL, 0, NULL);
+}
+
+/* st_open, and "__metadata__"[KEY] into OUT[CAP] (see
+ * skip_string_object). */
+static td_status_t
+st_open_meta(const char *path, st_file_t *sf, const char *key, char *out,
+             size_t out_cap, int *found)
 {
     FILE *f;
     uint64_t hlen;
@@ -564,7 +619,7 @@ st_open(const char *path, st_file_t *sf)
                 goto out;
             }
             if (strcmp(e.name, "__metadata__") == 0) {
-                status = skip_string_object(&ps);
+                status = skip_string_object(&ps, key, out, out_cap, found);
             } else {
                 status = parse_entry(&ps, &e);
                 if (status == TD_OK) {
@@ -776,4 +831,28 @@ td_safetensors_load(const char *path, const char *const *names,
     }
     st_close(&sf);
     return status;
+}
+
+td_status_t
+td_safetensors_metadata(const char *path, const char *key, char *out,
+                        size_t cap)
+{
+    st_file_t sf;
+    int found = 0;
+    td_status_t status;
+
+    status = st_open_meta(path, &sf, key, out, cap, &found);
+    if (status != TD_OK) {
+        return status;
+    }
+    st_close(&sf);
+    if (found == 0) {
+        return td_error(TD_ERR_NOT_FOUND, "safetensors: %s has no metadata "
+                        "'%s'", path, key);
+    }
+    if (found < 0) {
+        return td_error(TD_ERR_INVALID, "safetensors: %s: metadata '%s' is "
+                        "longer than %zu bytes", path, key, cap - 1);
+    }
+    return TD_OK;
 }

@@ -79,27 +79,37 @@ loss_of(td_mlp_t *mlp, td_tensor_t *h, td_tensor_t *w, td_tensor_t **loss)
     return st;
 }
 
-/* The average over the ranks of the local gradients of step IT (new
- * references in AVG[NP]). */
+/* This rank's local gradients of step IT, not averaged (new references in
+ * G[NP]). */
 static td_status_t
-expected(td_mlp_t *mlp, int it, td_tensor_t **avg)
+own_grads(td_mlp_t *mlp, int it, td_tensor_t **g)
 {
     td_tensor_t *x = NULL, *w = NULL, *h = NULL, *loss = NULL;
     td_status_t st;
 
     inputs(it, &x, &w);
-    memset(avg, 0, NP * sizeof(*avg));
+    memset(g, 0, NP * sizeof(*g));
     if ((st = td_mul_scalar(x, 2.0, &h)) == TD_OK &&
         (st = loss_of(mlp, h, w, &loss)) == TD_OK) {
-        st = td_grad(&loss, NULL, 1, td_mlp_params(mlp), NP, 0, 0, 0, avg);
-    }
-    for (int i = 0; st == TD_OK && i < NP; i++) {
-        st = td_all_reduce(td_group_world(), avg[i], TD_REDUCE_AVG);
+        st = td_grad(&loss, NULL, 1, td_mlp_params(mlp), NP, 0, 0, 0, g);
     }
     td_tensor_release(x);
     td_tensor_release(w);
     td_tensor_release(h);
     td_tensor_release(loss);
+    return st;
+}
+
+/* The average over the ranks of the local gradients of step IT (new
+ * references in AVG[NP]). */
+static td_status_t
+expected(td_mlp_t *mlp, int it, td_tensor_t **avg)
+{
+    td_status_t st = own_grads(mlp, it, avg);
+
+    for (int i = 0; st == TD_OK && i < NP; i++) {
+        st = td_all_reduce(td_group_world(), avg[i], TD_REDUCE_AVG);
+    }
     return st;
 }
 
@@ -199,27 +209,6 @@ release_all(td_tensor_t **t, int n)
         td_tensor_release(t[i]);
         t[i] = NULL;
     }
-}
-
-/* This rank's local gradients of step IT, not averaged (new references in
- * G[NP]). */
-static td_status_t
-own_grads(td_mlp_t *mlp, int it, td_tensor_t **g)
-{
-    td_tensor_t *x = NULL, *w = NULL, *h = NULL, *loss = NULL;
-    td_status_t st;
-
-    inputs(it, &x, &w);
-    memset(g, 0, NP * sizeof(*g));
-    if ((st = td_mul_scalar(x, 2.0, &h)) == TD_OK &&
-        (st = loss_of(mlp, h, w, &loss)) == TD_OK) {
-        st = td_grad(&loss, NULL, 1, td_mlp_params(mlp), NP, 0, 0, 0, g);
-    }
-    td_tensor_release(x);
-    td_tensor_release(w);
-    td_tensor_release(h);
-    td_tensor_release(loss);
-    return st;
 }
 
 /* Step IT's loss, computed here (no RPC hop), announced to DDP and run

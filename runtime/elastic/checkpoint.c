@@ -1,0 +1,562 @@
+/* runtime/elastic/checkpoint.c: training checkpoints (todist/checkpoint.h)
+ * as one safetensors file. Every item becomes one named tensor; scalars
+ * and small states are int64 / uint8 tensors made at save time. A load
+ * reads every entry into scratch tensors first and checks them all, so a
+ * rejected file changes nothing; only then are the values copied in. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/ddp/ddp_internal.h"
+#include <todist/checkpoint.h>
+#include <todist/safetensors.h>
+
+#define CK_FORMAT "todist.checkpoint.v1"
+
+enum { IT_TENSOR, IT_INT64, IT_BYTES, IT_OPT_STEP, IT_OPT_LR, IT_DDP,
+       IT_SAMPLER };
+enum { SAMPLER_FIELDS = 7 };
+
+typedef struct {
+    int          kind;
+    char        *name;
+    td_tensor_t *t;          /* IT_TENSOR (retained) */
+    void        *p;          /* IT_INT64, IT_BYTES: caller's memory; else
+                                the optimizer, DDP object or sampler */
+    int64_t     *pos;        /* IT_SAMPLER: caller's position */
+    int64_t      n;          /* elements (IT_INT64, IT_BYTES, IT_DDP) */
+    int          index;      /* IT_OPT_STEP: the parameter */
+} item_t;
+
+struct td_checkpoint {
+    item_t *items;
+    int     n, cap;
+    char  **meta;            /* key, value, ... */
+    int     nmeta;
+};
+
+td_status_t
+td_checkpoint_create(td_checkpoint_t **out)
+{
+    td_checkpoint_t *ck = calloc(1, sizeof(*ck));
+
+    if (ck == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+    }
+    *out = ck;
+    return TD_OK;
+}
+
+void
+td_checkpoint_free(td_checkpoint_t *ck)
+{
+    if (ck == NULL) {
+        return;
+    }
+    for (int i = 0; i < ck->n; i++) {
+        td_tensor_release(ck->items[i].t);
+        free(ck->items[i].name);
+    }
+    for (int i = 0; i < 2 * ck->nmeta; i++) {
+        free(ck->meta[i]);
+    }
+    free(ck->meta);
+    free(ck->items);
+    free(ck);
+}
+
+/* Append an item of KIND named NAME (copied, unique); *OUT points at it. */
+static td_status_t
+item_add(td_checkpoint_t *ck, int kind, const char *name, item_t **out)
+{
+    if (name == NULL || name[0] == '\0') {
+        return td_error(TD_ERR_INVALID, "checkpoint: empty entry name");
+    }
+    for (int i = 0; i < ck->n; i++) {
+        if (strcmp(ck->items[i].name, name) == 0) {
+            return td_error(TD_ERR_EXISTS, "checkpoint: entry '%s' added "
+                            "twice", name);
+        }
+    }
+    if (ck->n == ck->cap) {
+        int cap = ck->cap ? 2 * ck->cap : 16;
+        item_t *ni = realloc(ck->items, (size_t)cap * sizeof(*ni));
+        if (ni == NULL) {
+            return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+        }
+        ck->items = ni;
+        ck->cap = cap;
+    }
+    item_t *it = &ck->items[ck->n];
+    memset(it, 0, sizeof(*it));
+    it->kind = kind;
+    it->name = strdup(name);
+    if (it->name == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+    }
+    ck->n++;
+    *out = it;
+    return TD_OK;
+}
+
+td_status_t
+td_checkpoint_add_tensor(td_checkpoint_t *ck, const char *name,
+                         td_tensor_t *t)
+{
+    item_t *it;
+    td_status_t status;
+
+    if (t == NULL || !td_tensor_is_contiguous(t) ||
+        td_tensor_device(t).type != TD_DEVICE_CPU) {
+        return td_error(TD_ERR_INVALID, "checkpoint: tensor '%s' must be a "
+                        "contiguous CPU tensor", name ? name : "");
+    }
+    status = item_add(ck, IT_TENSOR, name, &it);
+    if (status == TD_OK) {
+        it->t = td_tensor_retain(t);
+    }
+    return status;
+}
+
+td_status_t
+td_checkpoint_add_tensors(td_checkpoint_t *ck, const char *prefix,
+                          td_tensor_t *const *t, int n)
+{
+    char name[256];
+
+    for (int i = 0; i < n; i++) {
+        td_status_t status;
+        snprintf(name, sizeof(name), "%s.%d", prefix, i);
+        status = td_checkpoint_add_tensor(ck, name, t[i]);
+        if (status != TD_OK) {
+            return status;
+        }
+    }
+    return TD_OK;
+}
+
+td_status_t
+td_checkpoint_add_optim(td_checkpoint_t *ck, const char *prefix,
+                        td_optim_t *opt)
+{
+    char name[256];
+    item_t *it;
+    td_status_t status;
+
+    for (int i = 0; i < td_optim_num_params(opt); i++) {
+        snprintf(name, sizeof(name), "%s.%d.step", prefix, i);
+        status = item_add(ck, IT_OPT_STEP, name, &it);
+        if (status != TD_OK) {
+            return status;
+        }
+        it->p = opt;
+        it->index = i;
+        it->n = 1;
+        for (int b = 0; b < td_optim_num_buffers(opt); b++) {
+            td_tensor_t *buf;
+            status = td_optim_buffer(opt, i, b, &buf);
+            if (status != TD_OK) {
+                return status;
+            }
+            snprintf(name, sizeof(name), "%s.%d.buf.%d", prefix, i, b);
+            status = td_checkpoint_add_tensor(ck, name, buf);
+            if (status != TD_OK) {
+                return status;
+            }
+        }
+    }
+    snprintf(name, sizeof(name), "%s.lr", prefix);
+    status = item_add(ck, IT_OPT_LR, name, &it);
+    if (status == TD_OK) {
+        it->p = opt;
+        it->n = 1;
+    }
+    return status;
+}
+
+td_status_t
+td_checkpoint_add_ddp(td_checkpoint_t *ck, const char *prefix, td_ddp_t *ddp)
+{
+    char name[256];
+    item_t *it;
+    td_status_t status;
+
+    snprintf(name, sizeof(name), "%s.bucket_order", prefix);
+    status = item_add(ck, IT_DDP, name, &it);
+    if (status == TD_OK) {
+        it->p = ddp;
+        it->n = 1 + td_ddp_num_params(ddp);
+    }
+    return status;
+}
+
+td_status_t
+td_checkpoint_add_sampler(td_checkpoint_t *ck, const char *prefix,
+                          td_distributed_sampler_t *s, int64_t *position)
+{
+    char name[256];
+    item_t *it;
+    td_status_t status;
+
+    if (s == NULL || position == NULL) {
+        return td_error(TD_ERR_INVALID, "checkpoint: sampler '%s' needs the "
+                        "sampler and a position", prefix);
+    }
+    snprintf(name, sizeof(name), "%s.state", prefix);
+    status = item_add(ck, IT_SAMPLER, name, &it);
+    if (status == TD_OK) {
+        it->p = s;
+        it->pos = position;
+        it->n = SAMPLER_FIELDS;
+    }
+    return status;
+}
+
+td_status_t
+td_checkpoint_add_int64(td_checkpoint_t *ck, const char *name, int64_t *v,
+                        int n)
+{
+    item_t *it;
+    td_status_t status;
+
+    if (v == NULL || n < 1) {
+        return td_error(TD_ERR_INVALID, "checkpoint: '%s': %d integers",
+                        name ? name : "", n);
+    }
+    status = item_add(ck, IT_INT64, name, &it);
+    if (status == TD_OK) {
+        it->p = v;
+        it->n = n;
+    }
+    return status;
+}
+
+td_status_t
+td_checkpoint_add_bytes(td_checkpoint_t *ck, const char *name, void *p,
+                        size_t size)
+{
+    item_t *it;
+    td_status_t status;
+
+    if (p == NULL || size == 0) {
+        return td_error(TD_ERR_INVALID, "checkpoint: '%s': %zu bytes",
+                        name ? name : "", size);
+    }
+    status = item_add(ck, IT_BYTES, name, &it);
+    if (status == TD_OK) {
+        it->p = p;
+        it->n = (int64_t)size;
+    }
+    return status;
+}
+
+td_status_t
+td_checkpoint_set_meta(td_checkpoint_t *ck, const char *key,
+                       const char *value)
+{
+    char **nm, *k, *v;
+
+    if (key == NULL || value == NULL || strcmp(key, "format") == 0) {
+        return td_error(TD_ERR_INVALID, "checkpoint: metadata key '%s' is "
+                        "reserved or empty", key ? key : "");
+    }
+    for (int i = 0; i < ck->nmeta; i++) {
+        if (strcmp(ck->meta[2 * i], key) == 0) {
+            if ((v = strdup(value)) == NULL) {
+                return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+            }
+            free(ck->meta[2 * i + 1]);
+            ck->meta[2 * i + 1] = v;
+            return TD_OK;
+        }
+    }
+    nm = realloc(ck->meta, (size_t)(2 * ck->nmeta + 2) * sizeof(*nm));
+    if (nm == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+    }
+    ck->meta = nm;
+    k = strdup(key);
+    v = strdup(value);
+    if (k == NULL || v == NULL) {
+        free(k);
+        free(v);
+        return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+    }
+    nm[2 * ck->nmeta] = k;
+    nm[2 * ck->nmeta + 1] = v;
+    ck->nmeta++;
+    return TD_OK;
+}
+
+/* A scratch CPU tensor shaped for item IT (IT_TENSOR: like its tensor). */
+static td_status_t
+item_scratch(const item_t *it, td_tensor_t **out)
+{
+    int64_t n = it->n;
+
+    switch (it->kind) {
+    case IT_TENSOR:
+        return td_tensor_empty(td_tensor_shape(it->t), td_tensor_ndim(it->t),
+                               td_tensor_dtype(it->t), TD_CPU, out);
+    case IT_BYTES:
+        return td_tensor_empty(&n, 1, TD_UINT8, TD_CPU, out);
+    case IT_OPT_LR:
+        return td_tensor_empty(&n, 1, TD_FLOAT64, TD_CPU, out);
+    default:
+        return td_tensor_empty(&n, 1, TD_INT64, TD_CPU, out);
+    }
+}
+
+/* Fill scratch tensor T with IT's current value. */
+static void
+item_get(const item_t *it, td_tensor_t *t)
+{
+    int64_t *v = td_tensor_data(t);
+    const td_distributed_sampler_t *s = it->p;
+    int rebuilt, *order;
+
+    switch (it->kind) {
+    case IT_INT64:
+        memcpy(v, it->p, (size_t)it->n * sizeof(int64_t));
+        break;
+    case IT_BYTES:
+        memcpy(v, it->p, (size_t)it->n);
+        break;
+    case IT_OPT_STEP:
+        v[0] = td_optim_param_step(it->p, it->index);
+        break;
+    case IT_OPT_LR:
+        *(double *)td_tensor_data(t) = td_optim_lr(it->p);
+        break;
+    case IT_DDP:
+        /* the int order is written over the int64 slots, then widened
+         * from the end so no slot is read after it is overwritten */
+        order = (int *)(v + 1);
+        td__ddp_bucket_order(it->p, order, &rebuilt);
+        for (int64_t i = it->n - 2; i >= 0; i--) {
+            v[1 + i] = order[i];
+        }
+        v[0] = rebuilt;
+        break;
+    case IT_SAMPLER:
+        v[0] = s->epoch;
+        v[1] = *it->pos;
+        v[2] = s->dataset_len;
+        v[3] = s->num_replicas;
+        v[4] = s->shuffle;
+        v[5] = s->drop_last;
+        v[6] = (int64_t)s->seed;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Scratch tensors for every item (filled with the current values when
+ * FILL); released with scratch_free. */
+static td_status_t
+scratch_make(td_checkpoint_t *ck, int fill, td_tensor_t ***ts_p,
+             const char ***names_p)
+{
+    td_tensor_t **ts = calloc((size_t)ck->n + 1, sizeof(*ts));
+    const char **names = calloc((size_t)ck->n + 1, sizeof(*names));
+    td_status_t status = TD_OK;
+
+    if (ts == NULL || names == NULL) {
+        free(ts);
+        free(names);
+        return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+    }
+    for (int i = 0; i < ck->n && status == TD_OK; i++) {
+        names[i] = ck->items[i].name;
+        if (fill && ck->items[i].kind == IT_TENSOR) {
+            ts[i] = td_tensor_retain(ck->items[i].t);
+            continue;
+        }
+        status = item_scratch(&ck->items[i], &ts[i]);
+        if (status == TD_OK && fill) {
+            item_get(&ck->items[i], ts[i]);
+        }
+    }
+    *ts_p = ts;
+    *names_p = names;
+    return status;
+}
+
+static void
+scratch_free(td_checkpoint_t *ck, td_tensor_t **ts, const char **names)
+{
+    for (int i = 0; i < ck->n; i++) {
+        td_tensor_release(ts[i]);
+    }
+    free(ts);
+    free(names);
+}
+
+td_status_t
+td_checkpoint_save(td_checkpoint_t *ck, const char *path)
+{
+    td_tensor_t **ts;
+    const char **names, **kv;
+    td_status_t status;
+
+    kv = calloc((size_t)(2 * ck->nmeta + 2), sizeof(*kv));
+    if (kv == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+    }
+    kv[0] = "format";
+    kv[1] = CK_FORMAT;
+    for (int i = 0; i < 2 * ck->nmeta; i++) {
+        kv[2 + i] = ck->meta[i];
+    }
+    status = scratch_make(ck, 1, &ts, &names);
+    if (status == TD_OK) {
+        status = td_safetensors_save_meta(path, names, ts, ck->n, kv,
+                                          ck->nmeta + 1);
+    }
+    scratch_free(ck, ts, names);
+    free(kv);
+    return status;
+}
+
+/* Check a loaded sampler state V against the sampler S. */
+static td_status_t
+sampler_check(const char *path, const item_t *it, const int64_t *v)
+{
+    const td_distributed_sampler_t *s = it->p;
+    static const char *what[SAMPLER_FIELDS] = {
+        "epoch", "position", "dataset_len", "num_replicas", "shuffle",
+        "drop_last", "seed"};
+    int64_t now[SAMPLER_FIELDS] = {0, 0, s->dataset_len, s->num_replicas,
+                                   s->shuffle, s->drop_last, (int64_t)s->seed};
+
+    if (v[0] < 0 || v[1] < 0) {
+        return td_error(TD_ERR_PROTOCOL, "checkpoint: %s: '%s' holds epoch "
+                        "%lld position %lld", path, it->name, (long long)v[0],
+                        (long long)v[1]);
+    }
+    for (int f = 2; f < SAMPLER_FIELDS; f++) {
+        if (v[f] != now[f]) {
+            return td_error(TD_ERR_INVALID, "checkpoint: %s: '%s' was saved "
+                            "with %s %lld, this run's sampler has %lld%s",
+                            path, it->name, what[f], (long long)v[f],
+                            (long long)now[f], f == 3 ? " (resuming needs "
+                            "the same world size)" : "");
+        }
+    }
+    return TD_OK;
+}
+
+/* Check the loaded bucket order V (rebuilt flag, then n indices). */
+static td_status_t
+ddp_check(const char *path, const item_t *it, const int64_t *v)
+{
+    int64_t n = it->n - 1;
+    char *seen = calloc((size_t)n + 1, 1);
+    td_status_t status = TD_OK;
+
+    if (seen == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+    }
+    if (v[0] != 0 && v[0] != 1) {
+        status = td_error(TD_ERR_PROTOCOL, "checkpoint: %s: '%s' rebuilt "
+                          "flag %lld", path, it->name, (long long)v[0]);
+    }
+    for (int64_t i = 0; status == TD_OK && i < n; i++) {
+        if (v[1 + i] < 0 || v[1 + i] >= n || seen[v[1 + i]]++) {
+            status = td_error(TD_ERR_PROTOCOL, "checkpoint: %s: '%s' is not "
+                              "an order of the %lld parameters (entry %lld "
+                              "is %lld)", path, it->name, (long long)n,
+                              (long long)i, (long long)v[1 + i]);
+        }
+    }
+    free(seen);
+    return status;
+}
+
+/* Copy the checked scratch value T into item IT. */
+static td_status_t
+item_set(item_t *it, td_tensor_t *t)
+{
+    int64_t *v = td_tensor_data(t);
+    td_status_t status = TD_OK;
+    int *order;
+
+    switch (it->kind) {
+    case IT_TENSOR:
+        memcpy(td_tensor_data(it->t), td_tensor_data(t), td_tensor_nbytes(t));
+        break;
+    case IT_INT64:
+        memcpy(it->p, v, (size_t)it->n * sizeof(int64_t));
+        break;
+    case IT_BYTES:
+        memcpy(it->p, v, (size_t)it->n);
+        break;
+    case IT_OPT_STEP:
+        status = td_optim_set_param_step(it->p, it->index, v[0]);
+        break;
+    case IT_OPT_LR:
+        td_optim_set_lr(it->p, *(double *)td_tensor_data(t));
+        break;
+    case IT_DDP:
+        order = malloc((size_t)it->n * sizeof(int));
+        if (order == NULL) {
+            return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+        }
+        for (int64_t i = 0; i < it->n - 1; i++) {
+            order[i] = (int)v[1 + i];
+        }
+        status = td__ddp_set_bucket_order(it->p, order, (int)v[0]);
+        free(order);
+        break;
+    case IT_SAMPLER:
+        td_distributed_sampler_set_epoch(it->p, v[0]);
+        *it->pos = v[1];
+        break;
+    default:
+        break;
+    }
+    return status;
+}
+
+td_status_t
+td_checkpoint_load(td_checkpoint_t *ck, const char *path)
+{
+    char fmt[64];
+    td_tensor_t **ts;
+    const char **names;
+    td_status_t status;
+
+    status = td_safetensors_metadata(path, "format", fmt, sizeof(fmt));
+    if (status == TD_ERR_NOT_FOUND || status == TD_ERR_INVALID ||
+        (status == TD_OK && strcmp(fmt, CK_FORMAT) != 0)) {
+        return td_error(TD_ERR_PROTOCOL, "checkpoint: %s is a safetensors "
+                        "file but not a todist checkpoint (its __metadata__ "
+                        "format is not \"" CK_FORMAT "\")", path);
+    }
+    if (status != TD_OK) {
+        return status;      /* unreadable, truncated, malformed: named */
+    }
+    status = scratch_make(ck, 0, &ts, &names);
+    if (status == TD_OK) {
+        status = td_safetensors_load(path, names, ts, ck->n);
+    }
+    for (int i = 0; status == TD_OK && i < ck->n; i++) {
+        if (ck->items[i].kind == IT_SAMPLER) {
+            status = sampler_check(path, &ck->items[i], td_tensor_data(ts[i]));
+        } else if (ck->items[i].kind == IT_DDP) {
+            status = ddp_check(path, &ck->items[i], td_tensor_data(ts[i]));
+        } else if (ck->items[i].kind == IT_OPT_STEP &&
+                   *(int64_t *)td_tensor_data(ts[i]) < 0) {
+            status = td_error(TD_ERR_PROTOCOL, "checkpoint: %s: '%s' is "
+                              "negative", path, ck->items[i].name);
+        }
+    }
+    for (int i = 0; status == TD_OK && i < ck->n; i++) {
+        status = item_set(&ck->items[i], ts[i]);
+    }
+    scratch_free(ck, ts, names);
+    return status;
+}

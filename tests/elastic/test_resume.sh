@@ -1,0 +1,57 @@
+#!/bin/sh
+# test_resume: examples/fashion_mnist_ddp on 2 ranks under todist-run
+# resumes exactly: 12 steps uninterrupted, and the same 12 steps cut twice
+# (after step 4, mid-epoch 1, and after step 9, mid-epoch 2), each part a
+# fresh todist-run that --resume's from the --checkpoint, give the same
+# loss at every step, bit for bit (%a), and the same epoch lines. The
+# checkpoint is a safetensors file whose JSON header names every state.
+# Bounded by timeout; skipped without the Fashion-MNIST data.
+. "$top_srcdir/tests/lib.sh"
+plan 8
+ex="$top_builddir/examples/fashion_mnist_ddp"
+data=/usr/share/datasets/fashion-mnist
+if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+    skip 8 "dataset-fashion-mnist is not installed"
+    done_testing
+fi
+args="--epochs 2 --max-batches 6 --batch-size 32 --hidden 32 --threads 1
+      --log-every 0 --optimizer sgd"
+run() { timeout -k 5 300 todist-run -n 2 "$ex" $args "$@" 2>&1; }
+epochs() { printf '%s\n' "$1" | grep '^epoch=' | sed 's/ seconds=.*//'; }
+
+out0=$(run --loss-log "$TD_TMP/whole.log"); rc=$?
+is "$rc" 0 "the uninterrupted run exits 0"
+[ "$rc" = 0 ] || diag "$out0"
+ck="$TD_TMP/ck.safetensors"
+out1=$(run --loss-log "$TD_TMP/cut.log" --checkpoint "$ck" --resume \
+       --max-steps 4); rc1=$?
+out2=$(run --loss-log "$TD_TMP/cut.log" --checkpoint "$ck" --resume \
+       --max-steps 9); rc2=$?
+out3=$(run --loss-log "$TD_TMP/cut.log" --checkpoint "$ck" --resume); rc3=$?
+is "$rc1 $rc2 $rc3" "0 0 0" "the three cut runs exit 0"
+[ "$rc1$rc2$rc3" = 000 ] || diag "$out1" "$out2" "$out3"
+like "$out2" 'resumed from .* after epoch 0 step 4' \
+     "the second run resumes at step 4, mid-epoch 1"
+like "$out3" 'resumed from .* after epoch 1 step 9' \
+     "the third at step 9, mid-epoch 2"
+is "$(wc -l < "$TD_TMP/cut.log" | tr -d ' ')" 12 "12 steps in all"
+ok "$(cmp -s "$TD_TMP/whole.log" "$TD_TMP/cut.log"; echo $?)" \
+   "every step's loss equals the uninterrupted run's, bit for bit"
+cmp -s "$TD_TMP/whole.log" "$TD_TMP/cut.log" ||
+    diag "$(paste "$TD_TMP/whole.log" "$TD_TMP/cut.log")"
+is "$(epochs "$(printf '%s\n%s\n%s\n' "$out1" "$out2" "$out3")")" "$(epochs "$out0")" \
+   "the same epoch lines (train loss, test accuracy)"
+hdr=$(python3 - "$ck" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+print(h["__metadata__"]["format"], h["step"]["dtype"],
+      " ".join(k for k in ("fc1.weight", "optim.0.buf.0", "optim.0.step",
+                           "optim.lr", "ddp.bucket_order", "sampler.state",
+                           "epoch_loss_sum") if k in h))
+PY
+)
+is "$hdr" "todist.checkpoint.v1 I64 fc1.weight optim.0.buf.0 optim.0.step optim.lr ddp.bucket_order sampler.state epoch_loss_sum" \
+   "the checkpoint's JSON header names every state"
+done_testing
