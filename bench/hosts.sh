@@ -17,6 +17,7 @@ PATH="$B/tools:$PATH"
 LAYOUTS=${LAYOUTS:-"1,1 2,2"}
 SHAPES=${SHAPES:-"none 10gbit"}
 SIZES=${SIZES:-"8 4096 1048576 67108864"}
+HOSTS_SHARE="$B $S/.."    # a tree under /tmp stays visible inside the hosts
 . "$S/../tests/hosts.sh"
 hosts_supported || { echo "# hosts.sh: $HOSTS_WHY"; exit 0; }
 hosts_up 2 || exit 1
