@@ -102,7 +102,7 @@ bench() { name=$1; shift
   echo
   echo "- device: ${gpu:-none (no nvidia-smi or no GPU)} ($ngpu GPU)"
   echo "- driver: ${driver:-none}"
-  echo "- CUDA: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | tail -n 1 || echo none); NCCL: ${nccl:-none}"
+  echo "- CUDA: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | tail -n 1 || echo none); NCCL: ${nccl:-no wheel or NCCL_HOME (configure looked in $CUDA_HOME)}"
   echo "- host: $(nproc) cores; command: scripts/gpu-check.sh (make -j$jobs)"
   echo "- configure: $(grep -E '^ +CUDA ' "$run/configure.out" | sed 's/^ *//')"
   echo
