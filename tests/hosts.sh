@@ -75,14 +75,20 @@ mount --bind "$_h/boot_id" /proc/sys/kernel/random/boot_id
 mount --bind "$HOSTS_DIR/etc_hosts" /etc/hosts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 EOF
-    # /tmp is private; the shared folder keeps its path inside it.
-    case $_hosts_share in
-    /tmp/?*)
-        _rel=${_hosts_share#/tmp/}
-        mkdir -p "$_h/tmp/$_rel"
-        echo "mount --bind '$_hosts_share' '$_h/tmp/$_rel'" >> "$_h/init.sh"
-        ;;
-    esac
+    # /tmp is private; what the commands need keeps its path inside it:
+    # the shared folder, the build and source trees (a checkout under /tmp
+    # would otherwise vanish inside the hosts) and HOSTS_SHARE's paths.
+    for _p in "$_hosts_share" ${top_builddir:+"$top_builddir"} \
+              ${top_srcdir:+"$top_srcdir"} ${HOSTS_SHARE:-}; do
+        _p=$(cd "$_p" 2>/dev/null && pwd -P) || continue
+        case $_p in
+        /tmp/?*)
+            _rel=${_p#/tmp/}
+            mkdir -p "$_h/tmp/$_rel"
+            echo "mount --bind '$_p' '$_h/tmp/$_rel'" >> "$_h/init.sh"
+            ;;
+        esac
+    done
     cat >> "$_h/init.sh" <<EOF
 mount --rbind "$_h/tmp" /tmp
 : > "$_h/ready"

@@ -52,8 +52,8 @@ run(const char *level, int rank)
 }
 
 /* A quiet process under TODIST_LOG=LEVEL: it only asks whether info is
- * enabled (as the library does before costly formatting) and, with INIT,
- * calls td_log_init twice (as td_init does); it logs nothing. */
+ * enabled (as the library does before costly formatting) or, with INIT,
+ * only calls td_log_init twice (as td_init does); it logs nothing. */
 static void
 run_quiet(const char *level, int init)
 {
@@ -66,9 +66,10 @@ run_quiet(const char *level, int init)
     if (pid == 0) {
         setenv("TODIST_LOG", level, 1);
         dup2(fd, 2);
-        if (init) {
+        if (init) {             /* td_log_init alone must report it */
             td_log_init();
             td_log_init();
+            _exit(0);
         }
         _exit(td_log_enabled(TD_LOG_INFO) ? 3 : 0);
     }

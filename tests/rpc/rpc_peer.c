@@ -1458,6 +1458,45 @@ mode_mapreduce(void)
     td_rpc_list_free(res);
     res = NULL;
 
+    /* td_remote_async_call itself: two calls in flight at once (batch +
+     * mean, batch + sum), then waited in reverse order; NULL arguments
+     * refused before anything is sent */
+    {
+        td_future_t *fa = NULL, *fb = NULL;
+        td_reducer_t sum = td_reducer_sum();
+        const td_rpc_list_t *va, *vb;
+        td_tensor_t *ta, *tb;
+        td_status_t sa, sb;
+
+        sa = td_remote_async_call("colsum", args, &batch, &mean,
+                                  TD_RPC_DEFAULT_TIMEOUT, &fa);
+        sb = td_remote_async_call("colsum", args, &batch, &sum,
+                                  TD_RPC_DEFAULT_TIMEOUT, &fb);
+        good = sa == TD_OK && sb == TD_OK && fa != NULL && fb != NULL &&
+               td_future_wait(fb, -1) == TD_OK &&
+               td_future_wait(fa, -1) == TD_OK &&
+               (va = td_future_value(fa)) != NULL &&
+               (vb = td_future_value(fb)) != NULL &&
+               td_rpc_list_tensor(va, 0, &ta) == TD_OK &&
+               td_rpc_list_tensor(vb, 0, &tb) == TD_OK &&
+               td_tensor_get(ta, (int64_t[]){ 0 }) == 90.0 &&
+               td_tensor_get(ta, (int64_t[]){ 1 }) == 100.0 &&
+               td_tensor_get(tb, (int64_t[]){ 0 }) == 270.0 &&
+               td_tensor_get(tb, (int64_t[]){ 1 }) == 300.0;
+        check(good, "mr_async_direct", "%d %d %s", sa, sb, td_last_error());
+        if (fa != NULL) {
+            td_future_release(fa);
+        }
+        if (fb != NULL) {
+            td_future_release(fb);
+        }
+        fa = NULL;
+        sa = td_remote_async_call(NULL, args, &batch, &mean, 1.0, &fa);
+        sb = td_remote_async_call("colsum", args, &batch, &mean, 1.0, NULL);
+        check(sa == TD_ERR_INVALID && sb == TD_ERR_INVALID && fa == NULL,
+              "mr_async_null_args", "%d %d", sa, sb);
+    }
+
     static const td_parallel_t psum =
         TD_PARALLELIZE("colsum", TD_PARTITIONER_BATCH, TD_REDUCER_SUM);
     st = td_parallel_call(&psum, args, &res);

@@ -1,0 +1,135 @@
+#!/bin/sh
+# hosts.sh [BUILDDIR]: all_reduce across emulated hosts (tests/hosts.sh:
+# network namespaces on a bridge, UCX over TCP on veth links), todist next
+# to Open MPI (btl tcp and pml ucx, mpirun through the bed with
+# --mca plm_rsh_agent and --bind-to none) and raw UCX (ucx_perftest), in
+# one invocation: 2 hosts x 1 rank and 2 hosts x 2 ranks, sizes 8 B,
+# 4 KiB, 1 MiB, 64 MiB, unshaped and with both links shaped to 10 Gbit/s
+# (tc tbf); todist also in TODIST_PROGRESS=busy. Each figure is the median
+# of repeated calls (bench/collectives, bench/mpi_allreduce.c); ratios come
+# last. Needs root (namespaces). Environment: LAYOUTS (default "1,1 2,2"),
+# SHAPES (default "none 10gbit"), SIZES, ITERS_SCALE.
+# Figures go to bench/RESULTS.md.
+B=${1:-build}
+B=$(cd "$B" && pwd)
+S=$(cd "$(dirname "$0")" && pwd)
+PATH="$B/tools:$PATH"
+LAYOUTS=${LAYOUTS:-"1,1 2,2"}
+SHAPES=${SHAPES:-"none 10gbit"}
+SIZES=${SIZES:-"8 4096 1048576 67108864"}
+HOSTS_SHARE="$B $S/.."    # a tree under /tmp stays visible inside the hosts
+. "$S/../tests/hosts.sh"
+hosts_supported || { echo "# hosts.sh: $HOSTS_WHY"; exit 0; }
+hosts_up 2 || exit 1
+tmp=$HOSTS_DIR           # seen by every host at the same path (hosts.sh)
+out="$tmp/out"
+
+have_mpi=0
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null &&
+   mpicc -O2 -o "$tmp/mpi_allreduce" "$S/mpi_allreduce.c" 2>"$tmp/cc.log"; then
+    have_mpi=1
+    # mpirun's launch agent: AGENT HOST CMD runs CMD on the bed's host
+    # whose address is HOST.
+    cat > "$tmp/agent" <<EOF
+#!/bin/sh
+h=\$1; shift
+p=\$(cat "$HOSTS_DIR/h\${h##*.}/init.pid")
+exec nsenter -t "\$p" --net --uts --ipc --mount --pid -- sh -c "\$*"
+EOF
+    chmod +x "$tmp/agent"
+fi
+
+# mpi LAYOUT PML/BTL-ARGS...: Open MPI across the hosts. mpirun itself runs
+# in host 1's network only (so that both hosts' daemons start through the
+# agent and reach it); every rank runs inside its host.
+mpi() {
+    _l=$1; shift
+    _hl=""; _i=1; _np=0
+    for _c in $(echo "$_l" | tr , ' '); do
+        _hl="$_hl${_hl:+,}$(hosts_addr $_i):$_c"; _i=$((_i + 1)); _np=$((_np + _c))
+    done
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    timeout -k 5 600 nsenter --net="/run/netns/$(_hosts_ns 1)" \
+        mpirun -n $_np --host "$_hl" --bind-to none \
+        --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
+        --mca oob_tcp_if_include eth0 \
+        "$@" "$tmp/mpi_allreduce" $SIZES 2>"$tmp/mpi.err"
+}
+
+for shape in $SHAPES; do
+    if [ "$shape" = none ]; then
+        hosts_rate 1 ""; hosts_rate 2 ""
+    else
+        hosts_rate 1 "$shape" && hosts_rate 2 "$shape" ||
+            { echo "# cannot shape to $shape: skipped"; continue; }
+    fi
+    for l in $LAYOUTS; do
+        tag="shape=$shape hosts=$l"
+        echo "# todist, default progress ($tag)"
+        set -- $(hosts_bytes 2); tx0=$1
+        ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$l" "$B/bench/collectives" \
+            $SIZES 2>&1 | grep -E '^(allreduce|#)' |
+            sed "s/^allreduce/todist $tag allreduce/" | tee -a "$out"
+        set -- $(hosts_bytes 2)
+        echo "# host 2 sent $(( ($1 - tx0) / 1048576 )) MiB over its link"
+        echo "# todist, TODIST_PROGRESS=busy ($tag)"
+        TODIST_PROGRESS=busy; export TODIST_PROGRESS
+        hosts_launch "$l" "$B/bench/collectives" 8 4096 2>&1 |
+            grep -E '^(allreduce|#)' |
+            sed "s/^allreduce/busy $tag allreduce/" | tee -a "$out"
+        unset TODIST_PROGRESS
+        if [ $have_mpi = 1 ]; then
+            echo "# Open MPI, btl tcp ($tag)"
+            mpi "$l" --mca pml ob1 --mca btl tcp,self,vader \
+                --mca btl_tcp_if_include eth0 |
+                sed "s/^allreduce/mpitcp $tag allreduce/" | tee -a "$out"
+            echo "# Open MPI, pml ucx ($tag)"
+            mpi "$l" --mca pml ucx --mca pml_ucx_tls any \
+                --mca pml_ucx_devices any --mca btl ^tcp,openib,uct |
+                sed "s/^allreduce/mpiucx $tag allreduce/" | tee -a "$out"
+        fi
+    done
+    if command -v ucx_perftest >/dev/null; then
+        echo "# raw UCX over the link (ucx_perftest, host 1 -> host 2, shape=$shape)"
+        for t in "ucp_am_lat 8 20000" "ucp_am_bw 67108864 20"; do
+            set -- $t
+            hosts_run 2 timeout 60 ucx_perftest -p 23456 >/dev/null 2>&1 &
+            sp=$!
+            sleep 1
+            hosts_run 1 timeout 60 ucx_perftest "$(hosts_addr 2)" -p 23456 \
+                -t "$1" -s "$2" -n "$3" -w 3 2>/dev/null |
+                awk -v t="$1" -v s="$2" -v sh="$shape" '/^Final:/ {
+                    if (t == "ucp_am_lat") printf "ucx shape=%s rtt_us=%.2f\n", sh, 2 * $3;
+                    else printf "ucx shape=%s bw_MBps=%.0f\n", sh, $6 * 1.048576 }' |
+                tee -a "$out"
+            wait $sp
+        done
+    fi
+done
+
+echo "# ratios (> 1: todist faster; busbw = size/time x 2(n-1)/n)"
+awk '
+function field(line, key,   n, a, i) { n = split(line, a, " ");
+    for (i = 1; i <= n; i++) if (index(a[i], key "=") == 1) return substr(a[i], length(key) + 2);
+    return "" }
+$1 ~ /^(todist|busy|mpitcp|mpiucx)$/ {
+    k = field($0, "shape") " " field($0, "hosts") " " field($0, "size");
+    v[$1, k] = field($0, "median_us"); bw[$1, k] = field($0, "busbw_MBps");
+    if ($1 == "todist") keys[++nk] = k }
+$1 == "ucx" && field($0, "rtt_us") != "" { rtt[field($0, "shape")] = field($0, "rtt_us") }
+$1 == "ucx" && field($0, "bw_MBps") != "" { ubw[field($0, "shape")] = field($0, "bw_MBps") }
+END {
+    for (i = 1; i <= nk; i++) {
+        k = keys[i]; split(k, p, " ");
+        line = sprintf("allreduce shape=%s hosts=%s size=%s todist_us=%s", p[1], p[2], p[3], v["todist", k]);
+        best = "";
+        if (("mpitcp", k) in v) { line = line sprintf(" tcp_us=%s", v["mpitcp", k]); best = v["mpitcp", k] }
+        if (("mpiucx", k) in v) { line = line sprintf(" ucx_us=%s", v["mpiucx", k]);
+            if (best == "" || v["mpiucx", k] + 0 < best + 0) best = v["mpiucx", k] }
+        if (best != "") line = line sprintf(" bestmpi/todist=%.2f", best / v["todist", k]);
+        if (("busy", k) in v) line = line sprintf(" busy_us=%s default/busy=%.2f", v["busy", k], v["todist", k] / v["busy", k]);
+        if (p[3] == 67108864 && (p[1] in ubw)) line = line sprintf(" busbw_MBps=%s ucx_bw_MBps=%s of_ucx=%.0f%%", bw["todist", k], ubw[p[1]], 100 * bw["todist", k] / ubw[p[1]]);
+        print line
+    }
+    for (s in rtt) printf "ucx shape=%s rtt_us=%s\n", s, rtt[s]
+}' "$out"
