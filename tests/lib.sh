@@ -30,6 +30,14 @@ td_track_pid() { _td_pids="$_td_pids $1"; }
 
 plan() { _tap_plan=$1; echo "1..$1"; }
 skip_all() { echo "1..0 # SKIP $*"; exit 0; }
+# A sanitizer build's library loads only into programs that carry the
+# sanitizer's runtime first (python3 and the docs' own programs do not):
+# tests of those skip there with this reason; the plain build runs them.
+td_sanitized() {
+    readelf -d "$top_builddir/.libs/libtodist.so" 2>/dev/null |
+        grep -E 'libasan|libtsan' >/dev/null
+}
+TD_SANITIZED_WHY="sanitizer build: python3 and user programs cannot load this libtodist without the sanitizer runtime preloaded (the plain build runs this test)"
 diag() { printf '%s\n' "$@" | sed 's/^/# /'; }
 
 _tap_result() { # pass desc

@@ -65,6 +65,7 @@ typedef struct {
     int         module;         /* -m: PROGRAM is a Python module */
     int         no_python;      /* --no-python: never add an interpreter */
     char      **argv;           /* what each rank executes */
+    char      **argv_alloc;     /* argv when python_argv allocated it */
     char        token[TD_JOB_TOKEN_HEX + 1];   /* "": export none */
 } opts_t;
 
@@ -332,6 +333,7 @@ parse_args(int argc, char **argv, opts_t *o)
         die_usage("-m runs a Python module; it cannot go with --no-python");
     }
     o->argv = python_argv(o, argv + optind, argc - optind);
+    o->argv_alloc = o->argv != argv + optind ? o->argv : NULL;
     if (standalone && o->nnodes > 1) {
         die_usage("--standalone is one node, but --nnodes is %d", o->nnodes);
     }
@@ -801,5 +803,6 @@ main(int argc, char **argv)
                 restart + 1, o.max_restarts);
     }
     close(sfd);
+    free(o.argv_alloc);
     return rc;
 }

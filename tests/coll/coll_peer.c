@@ -1099,6 +1099,7 @@ mode_mbox(void)
         printf("# rank %d: %s case took %.3f s\n", rank,
                k == 0 ? "sleeping receiver" : "sleeping sender",
                now_s() - t0);
+        td_tensor_release(t);
     }
 
     /* MBOX_BODY bytes and one element past it, both ways */

@@ -7,6 +7,7 @@
 # exists (slurm ones in tests/spank/test_spank_slurm.sh); docs/building.md says
 # how to mark one.
 . "$top_srcdir/tests/lib.sh"
+td_sanitized && skip_all "$TD_SANITIZED_WHY"
 S=$top_srcdir
 B=$top_builddir
 command -v pkg-config >/dev/null || skip_all "pkg-config not found"

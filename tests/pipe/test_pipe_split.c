@@ -157,5 +157,16 @@ main(void)
          td_last_error());
     td_tensor_release(out);
     td_tensor_release(dx);
+    for (int i = 0; i < 6; i++) {
+        td_tensor_release(params[i]);
+        td_tensor_release(gref[i]);
+    }
+    td_tensor_release(dx_ref);
+    td_tensor_release(x);
+    td_tensor_release(dy);
+    td_tensor_release(y);
+    td_tensor_release(g);
+    td_tensor_release(a);
+    td_tensor_release(b);
     return exit_status();
 }

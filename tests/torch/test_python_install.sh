@@ -6,6 +6,7 @@
 # installed libtodist) and reads the world. Skipped when configure found
 # no Python (--without-python).
 . "$top_srcdir/tests/lib.sh"
+td_sanitized && skip_all "$TD_SANITIZED_WHY"
 mk() { sed -n "s|^$1 = ||p" "$top_builddir/Makefile" | head -1; }
 PY=$(mk PYTHON)
 [ -n "$PY" ] && [ "$PY" != : ] && grep -q '^todistpydir = ' "$top_builddir/Makefile" ||

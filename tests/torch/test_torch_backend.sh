@@ -7,6 +7,7 @@
 # within 2 s naming both ranks and both calls; a killed rank fails the
 # pending all_reduce within 2 s naming it. Skipped without torch.
 . "$top_srcdir/tests/lib.sh"
+td_sanitized && skip_all "$TD_SANITIZED_WHY"
 PY=${TD_PYTHON:-/usr/bin/python3}
 [ -x /usr/bin/python3 ] && ! "$PY" -c 'import torch' 2>/dev/null && PY=/usr/bin/python3
 "$PY" -c 'import torch.distributed as d; assert d.is_available()' 2>/dev/null ||

@@ -4,6 +4,7 @@
 # $PYTHON), learns (test accuracy), writes its checkpoint from rank 0 and
 # resumes from it at the next epoch. Skipped without torch or the data.
 . "$top_srcdir/tests/lib.sh"
+td_sanitized && skip_all "$TD_SANITIZED_WHY"
 PY=${TD_PYTHON:-/usr/bin/python3}
 [ -x /usr/bin/python3 ] && ! "$PY" -c 'import torch' 2>/dev/null && PY=/usr/bin/python3
 "$PY" -c 'import torch.distributed, numpy' 2>/dev/null ||
