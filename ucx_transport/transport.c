@@ -572,7 +572,7 @@ live_tick(td_transport_t *tp)
 {
     int64_t now = live_now_ns();
 
-    tp->live_due = 0;
+    __atomic_store_n(&tp->live_due, 0, __ATOMIC_RELAXED);
     if (now < tp->live_next_ns) {
         return;
     }
@@ -1321,17 +1321,17 @@ now_ns(void)
 static int
 yield_to_jobs(td_transport_t *tp)
 {
+    const int *ctr = __atomic_load_n(&tp->yield_ctr, __ATOMIC_ACQUIRE);
     int jobs;
 
-    if (tp->yield_ctr == NULL ||
-        (jobs = __atomic_load_n(tp->yield_ctr, __ATOMIC_RELAXED)) <= 0) {
+    if (ctr == NULL || (jobs = __atomic_load_n(ctr, __ATOMIC_RELAXED)) <= 0) {
         return 0;
     }
     if (tp->scarce) {
         struct timespec ts = { 0, JOB_NAP_US * 1000L };
 
         __atomic_store_n(&tp->ctr_sleeping, 1, __ATOMIC_SEQ_CST);
-        syscall(SYS_futex, tp->yield_ctr, FUTEX_WAIT_PRIVATE, jobs, &ts,
+        syscall(SYS_futex, ctr, FUTEX_WAIT_PRIVATE, jobs, &ts,
                 NULL, 0);
         __atomic_store_n(&tp->ctr_sleeping, 0, __ATOMIC_RELAXED);
         return 1;
@@ -1387,7 +1387,8 @@ progress_main(void *arg)
             yield_to_jobs(tp);
             continue;
         }
-        if (tp->scarce && tp->yield_ctr != NULL) {
+        if (tp->scarce &&
+            __atomic_load_n(&tp->yield_ctr, __ATOMIC_ACQUIRE) != NULL) {
             token_drop(tp);
             if (yield_to_jobs(tp)) {
                 idle_since = td_now_s();   /* a reply may follow: stay awake */

@@ -17,8 +17,11 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
+/* No clones under ThreadSanitizer: their ifunc resolvers run while the
+ * loader relocates libtodist, before TSan's runtime is set up, and every
+ * program linking the library crashed in the loader. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    defined(__has_attribute)
+    defined(__has_attribute) && !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", \
                                                    "default")))

@@ -68,6 +68,7 @@ coll_recv_unexp_done(void *arg, td_status_t status, int src,
 {
     coll_unexp_t *e = arg;
     coll_req_t *r;
+    int orphan;
 
     (void)src;
     coll_lock();
@@ -75,13 +76,15 @@ coll_recv_unexp_done(void *arg, td_status_t status, int src,
     e->status = status;
     e->arrived = 1;
     r = e->claim;
-    if (r != NULL || e->orphan) {
+    orphan = e->orphan;     /* read under the lock: once it is dropped, a
+                             * receive may claim, deliver and free E */
+    if (r != NULL || orphan) {
         coll_ux_remove_locked(e);
     }
     coll_unlock();
     if (r != NULL) {
         deliver(e, r);
-    } else if (e->orphan) {
+    } else if (orphan) {
         coll_ux_free(e);
     }
 }
