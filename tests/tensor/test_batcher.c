@@ -84,5 +84,7 @@ main(void)
     is_int(td_batcher_num_batches(b), 3,
            "the next epoch has the batcher's own order again");
     td_batcher_free(b);
+    td_tensor_release(images);
+    td_tensor_release(labels);
     return exit_status();
 }
