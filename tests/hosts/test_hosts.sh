@@ -166,7 +166,7 @@ job "2+1+1 DDP" 2,1,1 "$B/ddp/ddp_peer"
 lose() {
     _how=$1; _op=$2
     hosts_up 3 || { diag "hosts_up failed"; return 1; }
-    rm -f "$TD_TMP/ready"
+    rm -f "$TD_TMP/ready" "$TD_TMP/ready.done"
     HOSTS_TIMEOUT=150 hosts_launch 2,1,1 "$B/hosts/hosts_peer" "$_op" 3 \
         "$TD_TMP/ready" > "$TD_TMP/lose.out" 2>&1 &
     _l=$!
@@ -176,13 +176,14 @@ lose() {
     done
     _t0=$(td_now)
     $_how 3
-    # ranks 0-2 report and exit; rank 3 (cut off) is then killed
+    # ranks 0-2 report, then exit (ready.done); rank 3 (cut off) is killed
     _t=0
     while [ $_t -lt 600 ]; do
         _n=$(cat "$HOSTS_DIR"/rank[012].out 2>/dev/null | grep -c "^op=")
         [ "$_n" -ge 3 ] && break
         sleep 0.1; _t=$((_t + 1))
     done
+    touch "$TD_TMP/ready.done"
     hosts_kill 3
     wait $_l
     OUT=$(cat "$TD_TMP/lose.out")
