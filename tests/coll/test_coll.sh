@@ -314,7 +314,10 @@ done
 # auto picks it, and a group gets it when all its members are on one host; TODIST_COLL_SHM=0 turns it off; and with rank
 # 1 in its own pid namespace (its own /proc), rank 0's segment cannot be
 # opened there, so every member runs the transport algorithms instead
-# (shm.c S1) and the results are still right.
+# (shm.c S1) and the results are still right. (Those two runs force
+# "shm": the world then spans two hosts, and auto would pick the
+# hierarchical algorithms without trying the segment, hier.c H1.)
+SHM_ALL=all_reduce:shm,broadcast:shm,all_gather:shm,reduce_scatter:shm,barrier:shm
 for cfg in default off private otherhost; do
     case $cfg in
     default) out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$PEER" \
@@ -335,8 +338,8 @@ exec "$PEER" concurrent
 EOS
         chmod +x "$TD_TMP/shm.sh"
         if unshare --pid --fork --mount-proc true 2>/dev/null; then
-            out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$TD_TMP/shm.sh" \
-                  2>&1); rc=$?
+            out=$(TODIST_COLL_ALGO=$SHM_ALL TODIST_LOG=debug run 120 \
+                  todist-run -n 4 "$TD_TMP/shm.sh" 2>&1); rc=$?
             like "$out" "group 0: no shared segment on every member" \
                  "a member without the segment: every member falls back"
         else
@@ -347,8 +350,8 @@ EOS
         # rank 1 on another "host" (other_host): groups with it fall
         # back, the subgroup {0, 2} of one "host" keeps its segment
         if host_conc=$(other_host concurrent); then
-            out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$host_conc" \
-                  2>&1); rc=$?
+            out=$(TODIST_COLL_ALGO=$SHM_ALL TODIST_LOG=debug run 120 \
+                  todist-run -n 4 "$host_conc" 2>&1); rc=$?
             like "$out" "rank 1\]: coll: group 0: rank 0's segment is on another host" \
                  "a member on another host: the world group falls back"
             like "$out" "rank 2\]: coll: group 1: collectives through shared memory" \
