@@ -11,6 +11,7 @@
 #include "runtime/coll/allreduce.h"
 #include "runtime/coll/conf.h"
 #include "runtime/coll/gather.h"
+#include "runtime/coll/hier.h"
 #include "runtime/coll/nccl.h"
 #include "runtime/coll/shm.h"
 #include "runtime/coll/tree.h"
@@ -48,14 +49,18 @@ choose_transport(coll_kind_t k, size_t bytes, size_t count, int n)
 }
 
 /* The algorithm of a call: the same on every member given the same call
- * (the segment's state is agreed, shm.c S1). */
+ * (the segment's state is agreed, shm.c S1; the host map, hier.c H2). */
 static coll_algo_t
-choose(const td_group_t *g, coll_kind_t k, size_t bytes, size_t count)
+choose(td_group_t *g, coll_kind_t k, size_t bytes, size_t count)
 {
     coll_algo_t f = coll_algo_forced(k);
 
     if (f != ALGO_AUTO) {
         return f;
+    }
+    if (g->n > 2 && g->shm_state != SHM_ON &&
+        coll_hier_pick(coll_hier_map(g), k)) {
+        return ALGO_HIER;                       /* hier.c H1 */
     }
     if (coll_shm_eligible(g) &&
         (k == COLL_BARRIER ||
@@ -127,7 +132,8 @@ all_gather_list(coll_op_t *op, const coll_args_t *a, void *in, size_t bytes)
                         "for %zu bytes", (size_t)n * bytes);
     }
     st = op->algo == ALGO_SHM ? coll_all_gather_shm(op, list_buf, in, bytes)
-                              : coll_all_gather_run(op, list_buf, in, bytes);
+       : op->algo == ALGO_HIER ? coll_all_gather_hier(op, list_buf, in, bytes)
+       : coll_all_gather_run(op, list_buf, in, bytes);
     for (int i = 0; st == TD_OK && i < n; i++) {
         /* a plain memcpy for cpu outs; device outs are copied in */
         st = td_device_memcpy(data(a->outs[i]), td_tensor_device(a->outs[i]),
@@ -148,6 +154,22 @@ dispatch(coll_op_t *op, const coll_args_t *a, const coll_stage_t *sg,
     int shm = op->algo == ALGO_SHM;
     void *t = coll_stage_ptr(sg, a->t), *in = coll_stage_ptr(sg, a->in);
 
+    if (op->algo == ALGO_HIER && a->outs == NULL) {     /* (list: below) */
+        switch (a->kind) {
+        case COLL_ALL_REDUCE:
+            return op->g->n == 1 ? TD_OK : coll_all_reduce_hier(op, t, count);
+        case COLL_BROADCAST:
+            return coll_broadcast_hier(op, t, bytes);
+        case COLL_ALL_GATHER:
+            return coll_all_gather_hier(op, t, in, bytes);
+        case COLL_REDUCE_SCATTER:
+            return coll_reduce_scatter_hier(op, t, in, count);
+        case COLL_BARRIER:
+            return coll_barrier_hier(op);
+        default:
+            break;                 /* not one of its kinds (desc.c) */
+        }
+    }
     switch (a->kind) {
     case COLL_ALL_REDUCE:
         if (op->g->n == 1) {

@@ -1651,17 +1651,19 @@ module_peer_failed(void *arg, int rank, td_status_t why)
 {
     pending_t *pc = pending_take_matching(rank, 0);
     char name[TD_WORKER_NAME_MAX];
+    char where[256];      /* the host and its ranks, when another host */
 
     (void)arg;
     (void)why;
     td_rpc_device_peer_failed(rank);
+    td_runtime_host_text(rank, where, sizeof(where));
     while (pc != NULL) {
         pending_t *next = pc->next;
-        char msg[512];
+        char msg[768];
 
-        snprintf(msg, sizeof(msg), "rpc: rank %d (%s) died with call '%s' "
-                 "pending", rank, worker_name(rank, name, sizeof(name)),
-                 pc->name);
+        snprintf(msg, sizeof(msg), "rpc: rank %d (%s%s%s) died with call "
+                 "'%s' pending", rank, worker_name(rank, name, sizeof(name)),
+                 where[0] ? "; " : "", where, pc->name);
         pending_fail(pc, TD_ERR_PEER, msg, 1);
         pc = next;
     }
