@@ -15,7 +15,7 @@ static const td_device_host_t host = {
     .abi = TD_DEVICE_MODULE_ABI,
     .error = td_error,
     .last_error = td_last_error,
-    .log_print = td_log_print,
+    .log_print = td__log_print,
     .device_alloc = td_device_alloc,
     .device_free = td_device_free,
 };

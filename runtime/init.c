@@ -627,8 +627,8 @@ td_init(const td_init_params_t *params)
         return status;
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
-    td_log_set_rank(rt.world.rank);
-    td_log_init();            /* a bad TODIST_LOG is named even if all is quiet */
+    td__log_set_rank(rt.world.rank);
+    td__log_init();            /* a bad TODIST_LOG is named even if all is quiet */
     if (rt.world.local_rank == 0) {
         td_reach_warn_loopback(&rt.world);   /* once a host */
     }
@@ -647,7 +647,7 @@ td_init(const td_init_params_t *params)
      * a failure there is td_init's, with the module's message. */
     status = td_modules_attach();
     if (status != TD_OK) {
-        td_log_set_rank(-1);
+        td__log_set_rank(-1);
         return status;
     }
 
@@ -664,7 +664,7 @@ td_init(const td_init_params_t *params)
     /* After placement: CUDA reads CUDA_VISIBLE_DEVICES when it starts. */
     status = devices_at_init(rt.params.device_maps);
     if (status != TD_OK) {
-        td_log_set_rank(-1);
+        td__log_set_rank(-1);
         return status;
     }
     rt.addrs = calloc(rt.world.world_size, sizeof(*rt.addrs));
@@ -818,7 +818,7 @@ err_addrs:
     }
     free(rt.addrs);
     rt.addrs = NULL;
-    td_log_set_rank(-1);
+    td__log_set_rank(-1);
     return status;
 }
 

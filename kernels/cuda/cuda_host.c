@@ -40,7 +40,7 @@ td_last_error(void)
 }
 
 void
-td_log_print(td_log_level_t level, const char *fmt, ...)
+td__log_print(td_log_level_t level, const char *fmt, ...)
 {
     char msg[MSG_MAX];
     va_list ap;
