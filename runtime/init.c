@@ -98,7 +98,7 @@ sleep_s(double s)
  * NVIDIA driver is on this node (its /proc entry: a cheap look, no
  * library). Anything else: TD_ERR_INVALID. Later requests (a CUDA tensor)
  * still load the module on first use. After this, the device count start-up
- * publishes is td_device_count_loaded()'s, which never loads. */
+ * publishes is td__device_count_loaded()'s, which never loads. */
 static td_status_t
 devices_at_init(const td_device_maps_t *given)
 {
@@ -110,7 +110,7 @@ devices_at_init(const td_device_maps_t *given)
         return TD_OK;
     }
     if (want != NULL && strcmp(want, "cuda") == 0) {
-        return td_device_count_of(TD_DEVICE_CUDA, &n);
+        return td__device_count_of(TD_DEVICE_CUDA, &n);
     }
     if (want != NULL && want[0] != '\0' && strcmp(want, "auto") != 0) {
         return td_error(TD_ERR_INVALID, "init: TODIST_DEVICE=%s on rank %d "
@@ -119,7 +119,7 @@ devices_at_init(const td_device_maps_t *given)
     }
     if (given != NULL || (maps != NULL && maps[0] != '\0') ||
         access("/proc/driver/nvidia/version", F_OK) == 0) {
-        if (td_device_count_of(TD_DEVICE_CUDA, &n) != TD_OK) {
+        if (td__device_count_of(TD_DEVICE_CUDA, &n) != TD_OK) {
             td_log_debug("init: no device (%s)", td_last_error());
             td_error_clear();           /* cpu tensors only */
         }

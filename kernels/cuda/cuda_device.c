@@ -137,7 +137,7 @@ device_init(int index)
     }
     cublasSetStream(d->blas, d->stream);
     snprintf(name, sizeof(name), "cuda:%d", index);
-    d->status = td_block_cache_create(&(td_block_cache_params_t){
+    d->status = td__block_cache_create(&(td_block_cache_params_t){
                     .name = name, .raw_alloc = raw_alloc,
                     .raw_free = raw_free, .ctx = (void *)(intptr_t)index,
                     .max_cached = cache_limit() }, &d->cache);
@@ -294,7 +294,7 @@ td_cuda_cache_stats(int index, td_block_cache_stats_t *stats_p)
     td_status_t status = device_get(index, &d);
 
     if (status == TD_OK) {
-        td_block_cache_stats(d->cache, stats_p);
+        td__block_cache_stats(d->cache, stats_p);
     }
     return status;
 }
@@ -325,14 +325,14 @@ cuda_alloc(int index, size_t nbytes, void **ptr_p)
     if (status != TD_OK) {
         return status;
     }
-    return td_block_cache_alloc(d->cache, nbytes, ptr_p);
+    return td__block_cache_alloc(d->cache, nbytes, ptr_p);
 }
 
 static void
 cuda_free(int index, void *ptr)
 {
     if (index >= 0 && index < MAX_DEVICES && devices[index].cache != NULL) {
-        td_block_cache_free(devices[index].cache, ptr);
+        td__block_cache_free(devices[index].cache, ptr);
     }
 }
 

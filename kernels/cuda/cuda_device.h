@@ -12,7 +12,7 @@
  *      with TD_ERR_UNSUPPORTED "no CUDA device (...)", never a crash; the
  *      answer is found once and kept.
  *  G2. All work of device N is ordered on its one stream; a host-visible
- *      result (td_device_memcpy to the host) synchronises that stream.
+ *      result (td__device_memcpy to the host) synchronises that stream.
  *  G3. Kernel-table entries return nothing: a launch error is logged
  *      (base/log.h) with the kernel's name and recorded for
  *      td_cuda_last_launch_error(), so tests can see it.

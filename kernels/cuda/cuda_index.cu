@@ -28,7 +28,7 @@ scalar_new(const void *near, unsigned long long v, cudaStream_t s)
 {
     void *p = NULL;
     td_device_t dev = {TD_DEVICE_CUDA, td_cuda_device_of(near)};
-    if (dev.index < 0 || td_device_alloc(dev, sizeof(v), &p) != TD_OK) return NULL;
+    if (dev.index < 0 || td__device_alloc(dev, sizeof(v), &p) != TD_OK) return NULL;
     cudaMemcpyAsync(p, &v, sizeof(v), cudaMemcpyHostToDevice, s);
     cudaStreamSynchronize(s);     /* V lives on the caller's stack */
     return (unsigned long long *)p;
@@ -40,7 +40,7 @@ scalar_take(const void *near, unsigned long long *p, cudaStream_t s)
     unsigned long long v = ~0ull;
     cudaMemcpyAsync(&v, p, sizeof(v), cudaMemcpyDeviceToHost, s);
     cudaStreamSynchronize(s);
-    td_device_free((td_device_t){TD_DEVICE_CUDA, td_cuda_device_of(near)}, p);
+    td__device_free((td_device_t){TD_DEVICE_CUDA, td_cuda_device_of(near)}, p);
     return v;
 }
 

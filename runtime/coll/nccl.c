@@ -40,7 +40,7 @@ static uint32_t cap_digest[CAP_GROUPS];
 static const td_nccl_ops_t *
 nccl_ops(void)
 {
-    return td_device_module_nccl(TD_DEVICE_CUDA);
+    return td__device_module_nccl(TD_DEVICE_CUDA);
 }
 
 static int
@@ -242,7 +242,7 @@ coll_device_route(td_group_t *g, const coll_args_t *a)
     if (!on_device(a->t) && !on_device(a->in)) {
         return COLL_ROUTE_HOST;
     }
-    if (nccl == NULL || td_device_test_backend() || a->outs != NULL ||
+    if (nccl == NULL || td__device_test_backend() || a->outs != NULL ||
         !nccl_kind(a->kind, &kind) || !on_device(t) ||
         (a->in != NULL && !on_device(a->in)) ||
         !nccl->supports(td_tensor_dtype(t), reduces, a->op)) {

@@ -98,7 +98,7 @@ syncbn_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
     n = x->shape[0];
     c = x->shape[1];
     invstd = mean + c;
-    k = td_kernels_get(x->device);
+    k = td__kernels_get(x->device);
     rshape[0] = 2 * c;
     TD_OP_TRY(td_tensor_empty(rshape, 1, TD_FLOAT64, TD_CPU, &red));
     sums = td_tensor_data(red);
@@ -227,7 +227,7 @@ td_sync_batch_norm(td_group_t *group, td_tensor_t *x,
     if (status != TD_OK) {
         goto err;
     }
-    k = td_kernels_get(x->device);
+    k = td__kernels_get(x->device);
     mean = td_tensor_data(stats);
     invstd = mean + c;
     r = td_tensor_data(red);

@@ -56,7 +56,7 @@ on_dest(void *arg, int src, uint64_t id, size_t total, void **dst_p)
     td_status_t status;
 
     (void)arg;
-    status = td_device_check(device);
+    status = td__device_check(device);
     if (status != TD_OK) {
         return status;
     }
@@ -75,7 +75,7 @@ on_dest(void *arg, int src, uint64_t id, size_t total, void **dst_p)
     }
     dv.n_landed++;                 /* reserved before the allocation */
     pthread_mutex_unlock(&dv.lock);
-    status = td_device_alloc(device, total, &l->buf);
+    status = td__device_alloc(device, total, &l->buf);
     if (status != TD_OK) {
         pthread_mutex_lock(&dv.lock);
         dv.n_landed--;
@@ -114,7 +114,7 @@ take_locked(int src, uint64_t id)
 static void
 landed_free(landed_t *l)
 {
-    td_device_free(l->device, l->buf);
+    td__device_free(l->device, l->buf);
     free(l);
 }
 
@@ -164,7 +164,7 @@ td_rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
     landed_t *l;
     td_status_t status;
 
-    status = td_device_check(t->device);
+    status = td__device_check(t->device);
     if (status != TD_OK) {
         char why[300];
 
@@ -172,7 +172,7 @@ td_rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
         return td_error(TD_ERR_PROTOCOL, "rpc: rank %d sent a tensor for %s "
                         "here: %s", src, DEV_STR(t->device), why);
     }
-    ops = td_device_ops(t->device.type);
+    ops = td__device_ops(t->device.type);
     *mem_p = t->device.type == TD_DEVICE_CPU || (ops != NULL &&
              ops->host_memory) ? TD_MEM_HOST : TD_MEM_CUDA;
     if (t->xfer == TD_RPC_WIRE_XFER_EAGER) {
@@ -282,7 +282,7 @@ td_rpc_device_sync_out(const td_rpc_wire_out_t *out)
         return TD_OK;
     }
     for (int k = 0; k < out->n_tensors && status == TD_OK; k++) {
-        status = td_device_sync(td_tensor_device(out->tensors[k]));
+        status = td__device_sync(td_tensor_device(out->tensors[k]));
     }
     return status;
 }
@@ -340,7 +340,7 @@ mem_of(td_device_t device)
     if (device.type == TD_DEVICE_CPU) {
         return TD_MEM_HOST;
     }
-    ops = td_device_ops(device.type);
+    ops = td__device_ops(device.type);
     return ops != NULL && ops->host_memory ? TD_MEM_HOST : TD_MEM_CUDA;
 }
 
@@ -581,7 +581,7 @@ td_rpc_device_setup(td_transport_t *tp, const td_world_t *w)
     dv.tp = tp;
     dv.world_size = w->world_size;
     atomic_store(&dv.xfer_seq, 1);
-    n = td_device_count_loaded(TD_DEVICE_CUDA);   /* loads nothing */
+    n = td__device_count_loaded(TD_DEVICE_CUDA);   /* loads nothing */
     if (n == 0) {
         return TD_OK;                  /* DV4 */
     }

@@ -158,7 +158,7 @@ td_leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g, int create_graph)
     } else {
         /* in place into the contiguous .grad buffer (a flat-buffer slice
          * stays where DDP and the optimizer expect it) */
-        td_kernels_get(leaf->device)->binary(
+        td__kernels_get(leaf->device)->binary(
             TD_BIN_ADD, leaf->dtype, td_tensor_data(leaf->grad),
             (td_operand_t){td_tensor_data(leaf->grad), leaf->grad->strides},
             (td_operand_t){td_tensor_data(g), g->strides}, g->shape, g->ndim);

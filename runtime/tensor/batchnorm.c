@@ -31,7 +31,7 @@ bn_backward_fused(td_node_t *node, td_tensor_t *x, td_tensor_t *w,
                   td_tensor_t *stats, int training, td_tensor_t *g,
                   td_tensor_t **gout)
 {
-    const td_kernels_t *k = td_kernels_get(x->device);
+    const td_kernels_t *k = td__kernels_get(x->device);
     int64_t n = x->shape[0], c = x->shape[1], cshape[1] = {c};
     const double *mean = td_tensor_data(stats), *invstd = mean + c;
     td_tensor_t *gc = NULL, *xc = NULL, *wc = NULL;
@@ -301,7 +301,7 @@ td_batch_norm(td_tensor_t *x, td_tensor_t *running_mean,
     if (status != TD_OK) {
         goto err;
     }
-    k = td_kernels_get(x->device);
+    k = td__kernels_get(x->device);
     mean = td_tensor_data(stats);
     invstd = mean + c;
     if (training) {

@@ -37,7 +37,7 @@ binary(const td_node_ops_t *ops, int save_inputs, td_binary_op_t bop,
     if (status != TD_OK) {
         return status;
     }
-    td_kernels_get(a->device)->binary(bop, a->dtype, td_tensor_data(out),
+    td__kernels_get(a->device)->binary(bop, a->dtype, td_tensor_data(out),
                                       (td_operand_t){td_tensor_data(a), sa},
                                       (td_operand_t){td_tensor_data(b), sb},
                                       shape, nd);
@@ -191,7 +191,7 @@ unary(const td_node_ops_t *ops, int save_input, td_unary_op_t uop,
     if (status != TD_OK) {
         return status;
     }
-    td_kernels_get(a->device)->unary(uop, a->dtype, td_tensor_data(out),
+    td__kernels_get(a->device)->unary(uop, a->dtype, td_tensor_data(out),
                                      (td_operand_t){td_tensor_data(a), a->strides},
                                      c, a->shape, a->ndim);
     if (ops != NULL && td_op_needs_state(&a, 1)) {
@@ -468,7 +468,7 @@ relu_mask(td_tensor_t *g, td_tensor_t *x, td_tensor_t **out)
                                          x->device, out);
 
     if (status == TD_OK) {
-        td_kernels_get(x->device)->binary(
+        td__kernels_get(x->device)->binary(
             TD_BIN_RELU_MASK, x->dtype, td_tensor_data(*out),
             (td_operand_t){td_tensor_data(g), g->strides},
             (td_operand_t){td_tensor_data(x), x->strides}, x->shape, x->ndim);

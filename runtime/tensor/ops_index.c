@@ -25,7 +25,7 @@ check_index(const char *op, td_tensor_t *index, int64_t limit)
                         TD_SHAPE_STR(index));
     }
     ix = td_tensor_data(index);
-    bad = td_kernels_get(index->device)->index_check(ix, n, limit);
+    bad = td__kernels_get(index->device)->index_check(ix, n, limit);
     if (bad >= 0) {
         return td_error(TD_ERR_RANGE, "%s: index[%lld]=%lld is outside "
                         "[0, %lld)", op, (long long)bad, (long long)ix[bad],
@@ -94,7 +94,7 @@ td_index_select(td_tensor_t *a, int dim, td_tensor_t *index,
         td_tensor_release(ac);
         return status;
     }
-    td_kernels_get(a->device)->index_select(a->dtype, td_tensor_data(out),
+    td__kernels_get(a->device)->index_select(a->dtype, td_tensor_data(out),
                                             td_tensor_data(ac), ix, nidx,
                                             outer, amid, inner);
     td_tensor_release(ac);
@@ -177,7 +177,7 @@ td_index_add_new(const int64_t *shape, int ndim, int dim, td_tensor_t *index,
         td_tensor_release(ac);
         return status;
     }
-    td_kernels_get(src->device)->index_add(src->dtype, td_tensor_data(out),
+    td__kernels_get(src->device)->index_add(src->dtype, td_tensor_data(out),
                                            td_tensor_data(ac), ix, nidx,
                                            outer, omid, inner);
     td_tensor_release(ac);
@@ -289,11 +289,11 @@ gather_scatter(td_tensor_t *a, int dim, td_tensor_t *index, int64_t size,
         return status;
     }
     if (scatter) {
-        td_kernels_get(a->device)->scatter_add(a->dtype, td_tensor_data(out),
+        td__kernels_get(a->device)->scatter_add(a->dtype, td_tensor_data(out),
                                                td_tensor_data(ac), ix, outer,
                                                mid, inner);
     } else {
-        td_kernels_get(a->device)->gather(a->dtype, td_tensor_data(out),
+        td__kernels_get(a->device)->gather(a->dtype, td_tensor_data(out),
                                           td_tensor_data(ac), ix, outer, mid,
                                           inner);
     }

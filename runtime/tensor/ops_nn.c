@@ -40,7 +40,7 @@ matmul_raw(td_tensor_t *a, td_tensor_t *b, td_tensor_t **out_p)
     int64_t m = a->shape[a->ndim - 2], k = a->shape[a->ndim - 1];
     int64_t n = b->shape[b->ndim - 1], lda, ldb, nbatch = 1;
     td_tensor_t *ac = NULL, *bc = NULL, *out = NULL;
-    const td_kernels_t *kern = td_kernels_get(a->device);
+    const td_kernels_t *kern = td__kernels_get(a->device);
     size_t es = td_dtype_size(a->dtype);
     int ta, tb, nd, bnd;
     td_status_t status;
@@ -296,7 +296,7 @@ td_linear(td_tensor_t *x, td_tensor_t *w, td_tensor_t *bias,
         td_tensor_release(x2);
         return status;
     }
-    kern = td_kernels_get(x->device);
+    kern = td__kernels_get(x->device);
     if (bias != NULL) {
         /* out = bias broadcast over rows, then gemm with beta = 1 */
         int64_t bst[2] = {0, bias->strides[0]};
@@ -368,7 +368,7 @@ softmax_raw(td_tensor_t *a, int dim, int log_out, td_tensor_t **out_p)
         return status;
     }
     td_op_around(a->shape, a->ndim, dim, &outer, &inner);
-    td_kernels_get(a->device)->softmax(a->dtype, log_out, td_tensor_data(out),
+    td__kernels_get(a->device)->softmax(a->dtype, log_out, td_tensor_data(out),
                                        td_tensor_data(xc), outer,
                                        a->shape[dim], inner);
     td_tensor_release(xc);
@@ -393,7 +393,7 @@ softmax_backward_fused(td_tensor_t *x, td_tensor_t *g, int dim, int log_out,
     }
     if (status == TD_OK) {
         td_op_around(x->shape, x->ndim, dim, &outer, &inner);
-        td_kernels_get(x->device)->softmax_backward(
+        td__kernels_get(x->device)->softmax_backward(
             x->dtype, log_out, td_tensor_data(out), td_tensor_data(y),
             td_tensor_data(gc), outer, x->shape[dim], inner);
         *out_p = out;
@@ -572,7 +572,7 @@ td_embedding_bag(td_tensor_t *weight, td_tensor_t *indices,
     }
     /* bag[j] = the bag of index j; scale[j] = 1 / |bag| for mean, in
      * double, converted once */
-    bad = td_kernels_get(TD_CPU)->bag_plan(off, nb, n, mode == TD_BAG_MEAN,
+    bad = td__kernels_get(TD_CPU)->bag_plan(off, nb, n, mode == TD_BAG_MEAN,
                                            td_tensor_data(bag),
                                            td_tensor_data(scale64));
     if (bad >= 0) {
@@ -629,7 +629,7 @@ td_dropout(td_tensor_t *a, double p, int training, uint64_t seed,
     }
     /* mask = (u >= p) / (1 - p), u the uniform stream of SEED: the mask
      * depends on (seed, i) only, on every device */
-    td_kernels_get(a->device)->dropout_mask(a->dtype, td_tensor_data(mask),
+    td__kernels_get(a->device)->dropout_mask(a->dtype, td_tensor_data(mask),
                                             td_tensor_numel(mask), p, seed);
     status = td_mul(a, mask, out);
     td_tensor_release(mask);

@@ -51,7 +51,7 @@ sum_mask_raw(td_tensor_t *a, uint32_t mask, td_tensor_t **out_p)
             return status;
         }
         if (outer * inner > 0) {
-            td_kernels_get(cur->device)->sum_mid(cur->dtype, td_tensor_data(next),
+            td__kernels_get(cur->device)->sum_mid(cur->dtype, td_tensor_data(next),
                                                  td_tensor_data(cur), outer,
                                                  cur->shape[d], inner);
         }
@@ -118,7 +118,7 @@ sum_impl(td_tensor_t *a, uint32_t mask, int keepdim, double scale,
         r = c;
     }
     if (scale != 1.0) {
-        td_kernels_get(r->device)->unary(TD_UN_MUL_SCALAR, r->dtype,
+        td__kernels_get(r->device)->unary(TD_UN_MUL_SCALAR, r->dtype,
                                          td_tensor_data(r),
                                          (td_operand_t){td_tensor_data(r), r->strides},
                                          scale, r->shape, r->ndim);
@@ -283,7 +283,7 @@ expand_impl(td_tensor_t *t, const int64_t *shape, int ndim, double scale,
             td_tensor_release(v);
             return status;
         }
-        td_kernels_get(v->device)->unary(TD_UN_MUL_SCALAR, v->dtype,
+        td__kernels_get(v->device)->unary(TD_UN_MUL_SCALAR, v->dtype,
                                          td_tensor_data(c),
                                          (td_operand_t){td_tensor_data(v),
                                                         v->strides},
@@ -352,7 +352,7 @@ td_max_dim(td_tensor_t *a, int dim, int keepdim, td_tensor_t **values,
         return status;
     }
     if (td_op_needs_state(&a, 1)) {
-        td_kernels_get(a->device)->max_dim(a->dtype, NULL,
+        td__kernels_get(a->device)->max_dim(a->dtype, NULL,
                                            td_tensor_data(idx),
                                            td_tensor_data(ac), outer, mid,
                                            inner);
@@ -360,7 +360,7 @@ td_max_dim(td_tensor_t *a, int dim, int keepdim, td_tensor_t **values,
     } else {
         status = td_tensor_empty(shape, nd, a->dtype, a->device, &v);
         if (status == TD_OK) {
-            td_kernels_get(a->device)->max_dim(a->dtype, td_tensor_data(v),
+            td__kernels_get(a->device)->max_dim(a->dtype, td_tensor_data(v),
                                                td_tensor_data(idx),
                                                td_tensor_data(ac), outer,
                                                mid, inner);

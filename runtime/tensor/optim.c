@@ -188,7 +188,7 @@ state_data(const slot_t *s, int b)
 static void
 slot_update(const td_optim_t *o, slot_t *s, td_tensor_t *g)
 {
-    const td_kernels_t *kern = td_kernels_get(s->param->device);
+    const td_kernels_t *kern = td__kernels_get(s->param->device);
     td_tensor_t *prm = s->param;
     int64_t n = td_tensor_numel(prm);
 

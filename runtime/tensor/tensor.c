@@ -197,7 +197,7 @@ device_storage_free(void *data, void *arg)
 {
     td_storage_t *s = arg;
 
-    td_device_free(s->device, data);
+    td__device_free(s->device, data);
 }
 
 static td_storage_t *
@@ -205,7 +205,7 @@ device_storage_new(size_t nbytes, td_device_t device)
 {
     td_storage_t *s = calloc(1, sizeof(*s));
 
-    if (s == NULL || td_device_alloc(device, nbytes, &s->data) != TD_OK) {
+    if (s == NULL || td__device_alloc(device, nbytes, &s->data) != TD_OK) {
         free(s);
         return NULL;
     }
@@ -327,10 +327,10 @@ td_tensor_empty(const int64_t *shape, int ndim, td_dtype_t dtype,
         return status;
     }
     if (device.type != TD_DEVICE_CPU &&
-        (status = td_device_check(device)) != TD_OK) {
+        (status = td__device_check(device)) != TD_OK) {
         return status;                 /* "no CUDA device" on a host */
     }
-    if (td_kernels_get(device) == NULL) {
+    if (td__kernels_get(device) == NULL) {
         return td_error(TD_ERR_UNSUPPORTED, "tensor: no kernels for device "
                         "type %d (built without it)", device.type);
     }
@@ -706,7 +706,7 @@ bad:
 
 /* copy_ from another device: SRC's values (broadcast to DST's shape,
  * converted to DST's dtype) made contiguous on SRC's device, moved by
- * td_device_memcpy, then copied into DST's strides on its own device. */
+ * td__device_memcpy, then copied into DST's strides on its own device. */
 static td_status_t
 copy_across(td_tensor_t *dst, td_tensor_t *src)
 {
@@ -726,16 +726,16 @@ copy_across(td_tensor_t *dst, td_tensor_t *src)
     if (status != TD_OK) {
         goto out;
     }
-    td_kernels_get(src->device)->copy(dst->dtype,
+    td__kernels_get(src->device)->copy(dst->dtype,
         (td_operand_t){td_tensor_data(a), a->strides}, src->dtype,
         (td_operand_t){td_tensor_data(src), sst}, dst->shape, dst->ndim);
-    status = td_device_memcpy(td_tensor_data(b), dst->device,
+    status = td__device_memcpy(td_tensor_data(b), dst->device,
                               td_tensor_data(a), src->device,
                               td_tensor_nbytes(a));
     if (status != TD_OK) {
         goto out;
     }
-    td_kernels_get(dst->device)->copy(dst->dtype,
+    td__kernels_get(dst->device)->copy(dst->dtype,
         (td_operand_t){td_tensor_data(dst), dst->strides}, dst->dtype,
         (td_operand_t){td_tensor_data(b), b->strides}, dst->shape, dst->ndim);
     td_tensor_bump_version(dst);
@@ -757,10 +757,10 @@ td_tensor_copy_(td_tensor_t *dst, td_tensor_t *src)
     }
     if (!td__device_same(dst->device, src->device)) {
         /* across devices: through a contiguous copy of SRC on DST's
-         * device (td_device_memcpy), then the strided copy there */
+         * device (td__device_memcpy), then the strided copy there */
         return copy_across(dst, src);
     }
-    td_kernels_get(dst->device)->copy(dst->dtype,
+    td__kernels_get(dst->device)->copy(dst->dtype,
                         (td_operand_t){td_tensor_data(dst), dst->strides},
                         src->dtype, (td_operand_t){td_tensor_data(src), sst},
                         dst->shape, dst->ndim);
@@ -771,7 +771,7 @@ td_tensor_copy_(td_tensor_t *dst, td_tensor_t *src)
 td_status_t
 td_tensor_fill_(td_tensor_t *t, double value)
 {
-    td_kernels_get(t->device)->fill(t->dtype,
+    td__kernels_get(t->device)->fill(t->dtype,
                                     (td_operand_t){td_tensor_data(t), t->strides},
                                     value, t->shape, t->ndim);
     td_tensor_bump_version(t);
@@ -794,7 +794,7 @@ td__tensor_copy_raw(td_tensor_t *t, td_dtype_t dtype, td_tensor_t **out)
     if (status != TD_OK) {
         return status;
     }
-    td_kernels_get(t->device)->copy(dtype,
+    td__kernels_get(t->device)->copy(dtype,
                         (td_operand_t){td_tensor_data(c), c->strides},
                         t->dtype, (td_operand_t){td_tensor_data(t), t->strides},
                         t->shape, t->ndim);
@@ -849,7 +849,7 @@ random_fill(td_tensor_t *t, int normal, double a, double b, uint64_t seed)
                         td_dtype_name(t->dtype));
     }
     if (td_tensor_is_contiguous(t)) {
-        td_kernels_get(t->device)->random(t->dtype, td_tensor_data(t), n,
+        td__kernels_get(t->device)->random(t->dtype, td_tensor_data(t), n,
                                           normal, a, b, seed);
         td_tensor_bump_version(t);
         return TD_OK;
@@ -858,7 +858,7 @@ random_fill(td_tensor_t *t, int normal, double a, double b, uint64_t seed)
     if (status != TD_OK) {
         return status;
     }
-    td_kernels_get(t->device)->random(t->dtype, td_tensor_data(tmp), n,
+    td__kernels_get(t->device)->random(t->dtype, td_tensor_data(tmp), n,
                                       normal, a, b, seed);
     status = td_tensor_copy_(t, tmp);
     td_tensor_release(tmp);

@@ -531,7 +531,7 @@ td_tensor_cat(td_tensor_t *const *ts, int n, int dim, td_tensor_t **out)
     for (int i = 0; i < n; i++) {
         td_tensor_new_view(c, ts[i]->shape, c->strides, c->ndim,
                            start * c->strides[dim], &slice);
-        td_kernels_get(c->device)->copy(c->dtype,
+        td__kernels_get(c->device)->copy(c->dtype,
                             (td_operand_t){td_tensor_data(slice), slice->strides},
                             ts[i]->dtype,
                             (td_operand_t){td_tensor_data(ts[i]), ts[i]->strides},
