@@ -730,7 +730,7 @@ td_init(const td_init_params_t *params)
     tpp.peer_gone = peer_gone_cb;
     tpp.same_host = same_host_cb;
     tpp.token = token;   /* keys the per-message job tags */
-    status = td_transport_create(&tpp, &rt.tp);
+    status = td__transport_create(&tpp, &rt.tp);
     if (status != TD_OK) {
         goto err_resolver;
     }
@@ -748,7 +748,7 @@ td_init(const td_init_params_t *params)
     if (status != TD_OK) {
         goto err_modules;
     }
-    td_transport_address(rt.tp, &addr, &addr_len);
+    td__transport_address(rt.tp, &addr, &addr_len);
     {
         char name[HOSTMAP_NAME_MAX] = "";
 
@@ -798,7 +798,7 @@ err_modules:
     td_modules_shutdown();
     td_device_maps_reset();
 err_transport:
-    td_transport_destroy(rt.tp, 0.5);
+    td__transport_destroy(rt.tp, 0.5);
     rt.tp = NULL;
 err_resolver:
     td_store_close(rt.resolver);
@@ -862,7 +862,7 @@ join(double deadline)
             }
             sleep_s(JOIN_POLL_S);
         }
-        td_transport_counts(rt.tp, &msent, &mrecv);
+        td__transport_counts(rt.tp, &msent, &mrecv);
         snprintf(key, sizeof(key), "td/fin/%d/sent", k);
         if ((status = td_store_add(rt.store, key, (int64_t)msent, NULL)))
             return status;
@@ -930,7 +930,7 @@ td_finalize(void)
 
     td_modules_shutdown();
     td_device_maps_reset();
-    st2 = td_transport_destroy(rt.tp, 2.0);
+    st2 = td__transport_destroy(rt.tp, 2.0);
     if (st2 != TD_OK && status == TD_OK) {
         status = st2;   /* a peer that did not close its endpoint */
         snprintf(first_error, sizeof(first_error), "finalize: %s",

@@ -10,7 +10,7 @@
  *     td_init with the module's message (and it is tried again next time);
  *   - setup() runs after the transport exists and BEFORE this worker's
  *     address is published: register transport handlers there
- *     (td_transport_set_handler), so no peer can reach an unregistered id;
+ *     (td__transport_set_handler), so no peer can reach an unregistered id;
  *   - outstanding() is asked by td_finalize's graceful join: return how many
  *     operations this layer still has in flight (0 = idle); the join only
  *     completes when every module on every rank says 0;

@@ -83,7 +83,7 @@ any_wait(void *ctx)
 }
 
 td_status_t
-td_staging_device_ops(td_staging_copy_ops_t *ops)
+td__staging_device_ops(td_staging_copy_ops_t *ops)
 {
     int n;
     td_status_t status = td__device_count_of(TD_DEVICE_CUDA, &n);
@@ -97,7 +97,7 @@ td_staging_device_ops(td_staging_copy_ops_t *ops)
 }
 
 td_status_t
-td_staging_cuda_ops(int index, td_staging_copy_ops_t *ops)
+td__staging_cuda_ops(int index, td_staging_copy_ops_t *ops)
 {
     td_status_t status = td__device_check((td_device_t){TD_DEVICE_CUDA, index});
 

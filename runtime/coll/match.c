@@ -62,7 +62,7 @@ coll_wake(void)
         pthread_mutex_unlock(&C.wait_lock);
     }
     if (tp != NULL) {
-        td_transport_wake(tp);
+        td__transport_wake(tp);
     }
 }
 

@@ -384,7 +384,7 @@ main(void)
                "to(cuda:0) of a cpu tensor is unsupported, not a crash");
         ok(y == NULL, "and leaves the output unset");
         td_staging_copy_ops_t sops;
-        is_int(td_staging_cuda_ops(0, &sops), TD_ERR_UNSUPPORTED,
+        is_int(td__staging_cuda_ops(0, &sops), TD_ERR_UNSUPPORTED,
                "the staging engine's CUDA copies: no CUDA device");
         td_tensor_release(x);
         skip(N_DEVICE_TESTS, "no CUDA device");
@@ -396,7 +396,7 @@ main(void)
         void *pin = NULL, *dev = NULL, *back = NULL;
         double v[64], w[64];
         for (int i = 0; i < 64; i++) v[i] = i * 0.5;
-        int good = td_staging_cuda_ops(0, &o) == TD_OK &&
+        int good = td__staging_cuda_ops(0, &o) == TD_OK &&
                    o.host_alloc(o.ctx, sizeof(v), &pin) == TD_OK &&
                    o.host_alloc(o.ctx, sizeof(v), &back) == TD_OK &&
                    td__device_alloc(CUDA0, sizeof(v), &dev) == TD_OK;

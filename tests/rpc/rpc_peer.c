@@ -764,7 +764,7 @@ mode_malformed(void)
     m.sender = rank;
     m.message_id = 0xabcdef12345ULL;
     m.function_id = td_rpc_wire_fn_id("noop");
-    td_transport_set_handler(tp, 1, capture, NULL);
+    td__transport_set_handler(tp, 1, capture, NULL);
     st = td_rpc_device_prepare(NULL, 1, NULL, out);   /* no tensors */
     if (st == TD_OK) {
         st = td_rpc_wire_encode(&m, NULL, 1, TD_TRANSPORT_HEADER_MAX, NULL,
@@ -772,11 +772,11 @@ mode_malformed(void)
     }
     if (st == TD_OK) {
         out->header[1] = 9;                         /* another version */
-        st = td_transport_send(tp, 1, 1, out->header, out->header_len, NULL,
+        st = td__transport_send(tp, 1, 1, out->header, out->header_len, NULL,
                                0, NULL, NULL);
     }
     if (st == TD_OK) {                              /* too short for an id */
-        st = td_transport_send(tp, 1, 1, out->header, 20, NULL, 0, NULL,
+        st = td__transport_send(tp, 1, 1, out->header, 20, NULL, 0, NULL,
                                NULL);
     }
     double until = now_s() + 20;
