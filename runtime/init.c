@@ -180,7 +180,7 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
     }
     if (rt.addrs[rank].value == NULL && status == TD_OK) {
         snprintf(key, sizeof(key), "td/addr/%d", rank);
-        status = rt.pmix ? td_pmix_lookup(rank, &v, &len)
+        status = rt.pmix ? td__pmix_lookup(rank, &v, &len)
                          : td_store_get(rt.resolver, key,
                                         rt.params.init_timeout, &v, &len);
         if (status == TD_OK) {
@@ -630,7 +630,7 @@ td_init(const td_init_params_t *params)
     td__log_set_rank(rt.world.rank);
     td__log_init();            /* a bad TODIST_LOG is named even if all is quiet */
     if (rt.world.local_rank == 0) {
-        td_reach_warn_loopback(&rt.world);   /* once a host */
+        td__reach_warn_loopback(&rt.world);   /* once a host */
     }
     /* Across nodes the store must authenticate; a launcher that could not
      * agree on a token (todist-run --nnodes without one) exports none. */
@@ -676,8 +676,8 @@ td_init(const td_init_params_t *params)
     rt.dead_rank = -1;
 
     /* Under srun --mpi=pmix the addresses travel through PMIx. */
-    rt.pmix = td_pmix_wanted();
-    if (rt.pmix && (status = td_pmix_init(&rt.world)) != TD_OK) {
+    rt.pmix = td__pmix_wanted();
+    if (rt.pmix && (status = td__pmix_init(&rt.world)) != TD_OK) {
         rt.pmix = false;
         goto err_addrs;
     }
@@ -766,7 +766,7 @@ td_init(const td_init_params_t *params)
          * 8 when this came after the fence). */
         rt.initialized = 1;
         /* Put, commit and one fence: the start-up barrier included. */
-        status = td_pmix_exchange(packed, packed_len,
+        status = td__pmix_exchange(packed, packed_len,
                                   rt.params.init_timeout);
         free(packed);
         if (status != TD_OK) {
@@ -813,7 +813,7 @@ err_server:
     rt.server = NULL;
 err_addrs:
     if (rt.pmix) {
-        td_pmix_finalize();
+        td__pmix_finalize();
         rt.pmix = false;
     }
     free(rt.addrs);
@@ -968,7 +968,7 @@ td_finalize(void)
     free(rt.addrs);
     rt.addrs = NULL;
     if (rt.pmix) {
-        td_pmix_finalize();
+        td__pmix_finalize();
         rt.pmix = false;
     }
     if (status != TD_OK) {
