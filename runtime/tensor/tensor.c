@@ -88,7 +88,7 @@ td_device_str(td_device_t device, char *buf, size_t len)
 }
 
 const char *
-td_shape_str(const int64_t *shape, int ndim, char *buf, size_t len)
+td__shape_str(const int64_t *shape, int ndim, char *buf, size_t len)
 {
     size_t pos = 0;
 
@@ -354,7 +354,7 @@ td_tensor_empty(const int64_t *shape, int ndim, td_dtype_t dtype,
 }
 
 td_status_t
-td_tensor_empty_like(const td_tensor_t *t, td_tensor_t **out)
+td__tensor_empty_like(const td_tensor_t *t, td_tensor_t **out)
 {
     return td_tensor_empty(t->shape, t->ndim, t->dtype, t->device, out);
 }
@@ -454,7 +454,7 @@ td_tensor_from_blob(void *data, const int64_t *shape, int ndim,
 }
 
 td_status_t
-td_tensor_new_view(td_tensor_t *base, const int64_t *shape,
+td__tensor_new_view(td_tensor_t *base, const int64_t *shape,
                    const int64_t *strides, int ndim, int64_t offset,
                    td_tensor_t **out)
 {
@@ -493,7 +493,7 @@ td_tensor_release(td_tensor_t *t)
     if (t == NULL || atomic_fetch_sub(&t->refcount, 1) != 1) {
         return;
     }
-    td_autograd_leaf_dying(t);
+    td__autograd_leaf_dying(t);
     td_tensor_release(t->grad);
     td_node_release(t->grad_fn);
     for (h = t->hooks; h != NULL; h = next) {
@@ -613,7 +613,7 @@ td_tensor_set_grad(td_tensor_t *t, td_tensor_t *grad)
 {
     td_tensor_t *old;
 
-    if (grad != NULL && (grad->dtype != t->dtype || !td_shape_equal(grad, t))) {
+    if (grad != NULL && (grad->dtype != t->dtype || !td__shape_equal(grad, t))) {
         return td_error(TD_ERR_SHAPE, "tensor: grad %s %s does not match "
                         "tensor %s %s", td_dtype_name(grad->dtype),
                         TD_SHAPE_STR(grad), td_dtype_name(t->dtype),
@@ -628,7 +628,7 @@ td_tensor_set_grad(td_tensor_t *t, td_tensor_t *grad)
 }
 
 int
-td_shape_equal(const td_tensor_t *a, const td_tensor_t *b)
+td__shape_equal(const td_tensor_t *a, const td_tensor_t *b)
 {
     return a->ndim == b->ndim &&
            memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t)) == 0;
@@ -701,7 +701,7 @@ broadcast_strides(const td_tensor_t *src, const int64_t *shape, int ndim,
 bad:
     return td_error(TD_ERR_SHAPE, "%s: shape %s cannot broadcast to %s", what,
                     TD_SHAPE_STR(src),
-                    td_shape_str(shape, ndim, (char[96]){0}, 96));
+                    td__shape_str(shape, ndim, (char[96]){0}, 96));
 }
 
 /* copy_ from another device: SRC's values (broadcast to DST's shape,
@@ -805,7 +805,7 @@ td__tensor_copy_raw(td_tensor_t *t, td_dtype_t dtype, td_tensor_t **out)
 /* The view of expand, recording nothing (ops_reduce.c wraps it with its
  * backward, a sum). */
 td_status_t
-td_tensor_expand_view(td_tensor_t *t, const int64_t *shape, int ndim,
+td__tensor_expand_view(td_tensor_t *t, const int64_t *shape, int ndim,
                       td_tensor_t **out)
 {
     int64_t strides[TD_MAX_DIMS], full[TD_MAX_DIMS];
@@ -823,13 +823,13 @@ td_tensor_expand_view(td_tensor_t *t, const int64_t *shape, int ndim,
     if (status != TD_OK) {
         return status;
     }
-    return td_tensor_new_view(t, full, strides, ndim, t->offset, out);
+    return td__tensor_new_view(t, full, strides, ndim, t->offset, out);
 }
 
 td_status_t
 td_tensor_detach(td_tensor_t *t, td_tensor_t **out)
 {
-    return td_tensor_new_view(t, t->shape, t->strides, t->ndim, t->offset, out);
+    return td__tensor_new_view(t, t->shape, t->strides, t->ndim, t->offset, out);
 }
 
 /* ---- random --------------------------------------------------------- */

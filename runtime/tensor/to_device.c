@@ -102,14 +102,14 @@ td_tensor_to(td_tensor_t *t, td_device_t device, td_tensor_t **out)
     if (status != TD_OK) {
         return status;
     }
-    if (td_grad_enabled() && td_any_requires_grad(&t, 1)) {
+    if (td_grad_enabled() && td__any_requires_grad(&t, 1)) {
         st = malloc(sizeof(*st));
         if (st == NULL) {
             td_tensor_release(c);
             return td_error(TD_ERR_NO_MEMORY, "to: out of memory");
         }
         st->from = t->device;
-        status = td_autograd_record(&to_ops, st, &t, 1, c);
+        status = td__autograd_record(&to_ops, st, &t, 1, c);
         if (status != TD_OK) {
             td_tensor_release(c);
             return status;
