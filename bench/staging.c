@@ -194,7 +194,7 @@ main(int argc, char **argv)
     memset(sbuf, 7, size);
     memset(rbuf, 1, size);
     memset(dbuf, 2, size);           /* touch every page before timing */
-    td_runtime_register(&mod);
+    td__runtime_register(&mod);
     if (td_init(NULL) != TD_OK) {
         fprintf(stderr, "td_init: %s\n", td_last_error());
         return 1;

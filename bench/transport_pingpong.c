@@ -172,7 +172,7 @@ main(int argc, char **argv)
         return 1;
     }
     memset(buf, 1, max);   /* touch every page before timing */
-    td_runtime_register(&mod);
+    td__runtime_register(&mod);
     s = td_init(NULL);
     if (s != TD_OK) {
         fprintf(stderr, "transport_pingpong: td_init: %s\n", td_last_error());

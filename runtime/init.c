@@ -130,13 +130,13 @@ devices_at_init(const td_device_maps_t *given)
 /* ---- handles ------------------------------------------------------------ */
 
 td_transport_t *
-td_runtime_transport(void)
+td__runtime_transport(void)
 {
     return rt.initialized ? rt.tp : NULL;
 }
 
 td_store_t *
-td_runtime_store(void)
+td__runtime_store(void)
 {
     return rt.initialized ? rt.store : NULL;
 }
@@ -231,7 +231,7 @@ resolve_cb(void *arg, int rank, void **addr_p, size_t *len_p)
 }
 
 td_status_t
-td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
+td__runtime_peer_address(int rank, void **addr_p, size_t *len_p)
 {
     if (!rt.initialized) {
         return td_error(TD_ERR_STATE, "runtime: not initialised");
@@ -244,7 +244,7 @@ td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
 }
 
 int
-td_runtime_same_host(int rank)
+td__runtime_same_host(int rank)
 {
     size_t len;
     int same;
@@ -266,7 +266,7 @@ td_runtime_same_host(int rank)
 }
 
 uint64_t
-td_runtime_host_id(int rank)
+td__runtime_host_id(int rank)
 {
     size_t len;
     uint64_t id;
@@ -313,7 +313,7 @@ host_text_locked(int rank, char *buf, size_t len)
 }
 
 void
-td_runtime_host_text(int rank, char *buf, size_t len)
+td__runtime_host_text(int rank, char *buf, size_t len)
 {
     if (len == 0) {
         return;
@@ -339,7 +339,7 @@ peer_gone_cb(void *arg, int rank)
     td__proc_t *p;
 
     (void)arg;
-    if (rt.pmix || !td_runtime_same_host(rank)) {
+    if (rt.pmix || !td__runtime_same_host(rank)) {
             return 0;
     }
     p = &rt.addrs[rank].proc;
@@ -388,7 +388,7 @@ peer_failed_cb(void *arg, int rank, td_status_t why)
     /* Barriers and the join watch this to fail fast (progress thread). */
     __atomic_compare_exchange_n(&rt.dead_rank, &none, rank, false,
                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    td_modules_peer_failed(rank, why);
+    td__modules_peer_failed(rank, why);
 }
 
 /* ---- naming the ranks that did not arrive ---------------------------------- */
@@ -452,7 +452,7 @@ watched_barrier(const char *name, double timeout, const char *what)
             if (td_store_wait(rt.store, keys, 1, 0) == TD_OK) {
                 return TD_OK;
             }
-            td_runtime_host_text(dead, where, sizeof(where));
+            td__runtime_host_text(dead, where, sizeof(where));
             return td_error(TD_ERR_PEER, "%s: rank %d%s%s%s failed (the "
                             "transport lost it), so it cannot arrive", what,
                             dead, where[0] ? " (" : "", where,
@@ -645,7 +645,7 @@ td_init(const td_init_params_t *params)
 
     /* The modules register their RPC functions and plug into RPC first:
      * a failure there is td_init's, with the module's message. */
-    status = td_modules_attach();
+    status = td__modules_attach();
     if (status != TD_OK) {
         td__log_set_rank(-1);
         return status;
@@ -736,7 +736,7 @@ td_init(const td_init_params_t *params)
     }
 
     /* Upper layers register their handlers before anyone can reach us. */
-    status = td_modules_setup(rt.tp, &rt.world);
+    status = td__modules_setup(rt.tp, &rt.world);
     if (status != TD_OK) {
         goto err_transport;
     }
@@ -795,7 +795,7 @@ td_init(const td_init_params_t *params)
     return TD_OK;
 
 err_modules:
-    td_modules_shutdown();
+    td__modules_shutdown();
     td_device_maps_reset();
 err_transport:
     td__transport_destroy(rt.tp, 0.5);
@@ -827,7 +827,7 @@ err_addrs:
 static size_t
 local_outstanding(void)
 {
-    return td_modules_outstanding();
+    return td__modules_outstanding();
 }
 
 static td_status_t
@@ -928,7 +928,7 @@ td_finalize(void)
         snprintf(first_error, sizeof(first_error), "%s", td_last_error());
     }
 
-    td_modules_shutdown();
+    td__modules_shutdown();
     td_device_maps_reset();
     st2 = td__transport_destroy(rt.tp, 2.0);
     if (st2 != TD_OK && status == TD_OK) {

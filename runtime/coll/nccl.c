@@ -60,7 +60,7 @@ nccl_kind(coll_kind_t k, td_nccl_kind_t *out)
 static int
 group_capable(td_group_t *g)
 {
-    td_store_t *store = td_runtime_store();
+    td_store_t *store = td__runtime_store();
     int slot = (int)(g->id % CAP_GROUPS), cap = 1;
 
     pthread_mutex_lock(&comm_lock);
@@ -103,7 +103,7 @@ static td_status_t
 get_comm(const td_nccl_ops_t *nccl, td_group_t *g, int device,
          void **comm_p)
 {
-    td_store_t *store = td_runtime_store();
+    td_store_t *store = td__runtime_store();
     unsigned char id[TD_NCCL_ID_MAX];
     comm_t *c;
     char key[64];

@@ -20,7 +20,7 @@ send_done(void *arg, td_status_t status)
     if (status != TD_OK) {
         char where[256];
 
-        td_runtime_host_text(r->peer, where, sizeof(where));
+        td__runtime_host_text(r->peer, where, sizeof(where));
         snprintf(msg, sizeof(msg), "coll: send to rank %d%s%s%s failed: %s",
                  r->peer, where[0] ? " (" : "", where, where[0] ? ")" : "",
                  status == TD_ERR_PEER ? "the rank died" :

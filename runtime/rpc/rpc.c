@@ -1662,7 +1662,7 @@ module_peer_failed(void *arg, int rank, td_status_t why)
     (void)arg;
     (void)why;
     td_rpc_device_peer_failed(rank);
-    td_runtime_host_text(rank, where, sizeof(where));
+    td__runtime_host_text(rank, where, sizeof(where));
     while (pc != NULL) {
         pending_t *next = pc->next;
         char msg[768];

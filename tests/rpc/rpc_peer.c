@@ -754,7 +754,7 @@ capture(void *arg, td_transport_rx_t *rx)
 static void
 mode_malformed(void)
 {
-    td_transport_t *tp = td_runtime_transport();
+    td_transport_t *tp = td__runtime_transport();
     td_rpc_wire_meta_t m;
     td_rpc_wire_out_t *out = malloc(sizeof(*out));
     td_status_t st;
@@ -1759,7 +1759,7 @@ main(int argc, char **argv)
                               .set_context = h_set, .on_send = h_send,
                               .on_recv = h_recv };
 
-        td_runtime_unregister("dist_autograd");
+        td__runtime_unregister("dist_autograd");
         td_rpc_plug(&h);
     }
     st = td_rpc_register("echo", fn_echo, NULL);
@@ -1790,7 +1790,7 @@ main(int argc, char **argv)
         if (rank == 2) {
             mode_malformed();
         }
-        td_store_barrier(td_runtime_store(), "malformed", size, 60);
+        td_store_barrier(td__runtime_store(), "malformed", size, 60);
         if (rank == 0) {
             td_rpc_list_t *r = NULL;
 

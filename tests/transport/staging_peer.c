@@ -446,7 +446,7 @@ main(int argc, char **argv)
     if (strncmp(scenario, "kill", 4) == 0 && rank == 0) {
         signal(SIGTERM, SIG_IGN);  /* finish the checks after rank 1 died */
     }
-    td_runtime_register(&mod);
+    td__runtime_register(&mod);
     s = td_init(NULL);
     if (s != TD_OK) {
         printf("rank %d: td_init: %s\n", rank, td_last_error());

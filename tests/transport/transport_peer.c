@@ -671,12 +671,12 @@ scenario_store_gone(void)
     if (rank == 0) {
         /* once the others are past the barrier, the store goes with us */
         const char *keys[2] = { "t/past/1", "t/past/2" };
-        td_store_wait(td_runtime_store(), keys, 2, 30);
+        td_store_wait(td__runtime_store(), keys, 2, 30);
         _exit(0);
     }
     char key[32];
     snprintf(key, sizeof(key), "t/past/%d", rank);
-    CHECK(td_store_set(td_runtime_store(), key, "1", 1) == TD_OK, "set: %s",
+    CHECK(td_store_set(td__runtime_store(), key, "1", 1) == TD_OK, "set: %s",
           td_last_error());
     if (rank == 2) {
         _exit(0);   /* rank 1 never learnt its address either way */
@@ -684,7 +684,7 @@ scenario_store_gone(void)
     /* wait until this rank's own store connection sees rank 0 gone */
     int64_t n;
     double d = now_s() + 20;
-    while (td_store_num_keys(td_runtime_store(), &n) == TD_OK && now_s() < d) {
+    while (td_store_num_keys(td__runtime_store(), &n) == TD_OK && now_s() < d) {
         usleep(20000);
     }
     size_t sz = 16;
@@ -748,7 +748,7 @@ scenario_malformed(void)
     CHECK(ucp_init(&up, cfg, &ctx) == UCS_OK, "ucp_init");
     ucp_config_release(cfg);
     CHECK(ucp_worker_create(ctx, &wp, &w) == UCS_OK, "worker");
-    CHECK(td_runtime_peer_address(1, &addr, &alen) == TD_OK,
+    CHECK(td__runtime_peer_address(1, &addr, &alen) == TD_OK,
           "address of rank 1: %s", td_last_error());
     ucp_ep_params_t ep_params = { .field_mask =
                                       UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
@@ -868,7 +868,7 @@ main(int argc, char **argv)
         sleep(4);
         return 0;
     }
-    td_runtime_register(&mod);
+    td__runtime_register(&mod);
     s = td_init(NULL);
     if (s != TD_OK) {
         printf("rank %d: td_init: %s: %s\n", rank, td_strerror(s),
