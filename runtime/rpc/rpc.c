@@ -730,24 +730,20 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
 {
     send_t *s;
     td_rpc_device_route_t route;
-    const td_rpc_wire_dev_t *dev;
     td_status_t status;
 
     s = slot_get(&send_slot, sizeof(*s));   /* encode sets what it uses */
     if (s == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a send");
     }
-    dev = td_rpc_device_route(dst, meta->type, &route);
-    /* the tensors prepared (host copies made, rpc_device.h), then the
-     * codec describes them */
-    status = td_rpc_device_prepare(args, dst, dev, &s->out);
-    if (status == TD_OK) {
-        status = td_rpc_wire_encode_dev(meta, args, dst,
-                                        TD_TRANSPORT_HEADER_MAX,
-                                        refs != NULL ? refs->rref_out : NULL,
-                                        refs != NULL ? refs->arg : NULL, dev,
-                                        &s->out);
-    }
+    /* the tensors prepared (host copies made), then the codec describes
+     * them (rpc_device.h) */
+    status = td_rpc_device_encode(meta, args, dst, TD_TRANSPORT_HEADER_MAX,
+                                  refs != NULL ? refs->rref_out : NULL,
+                                  refs != NULL ? refs->arg : NULL,
+                                  td_rpc_device_route(dst, meta->type,
+                                                      &route),
+                                  &s->out);
     if (status == TD_OK) {
         status = td_rpc_device_sync_out(&s->out);
         if (status != TD_OK) {

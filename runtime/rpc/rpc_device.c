@@ -438,13 +438,7 @@ td_rpc_device_prepare(const td_rpc_list_t *args, int dst,
     size_t n_items = td_rpc_list_len(args);
     td_status_t status;
 
-    out->header = NULL;
-    out->header_len = 0;
-    out->n_bodies = 0;
-    out->n_tensors = 0;
-    out->args_body = NULL;
-    out->n_staged = 0;
-    out->n_device_direct = 0;
+    td_rpc_wire_out_init(out);
     for (size_t i = 0; i < n_items; i++) {
         const td_value_t *v = &args->items[i];
 
@@ -467,6 +461,21 @@ td_rpc_device_prepare(const td_rpc_list_t *args, int dst,
 err:
     td_rpc_wire_out_free(out);
     return status;
+}
+
+td_status_t
+td_rpc_device_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
+                     int dst, size_t header_max,
+                     td_rpc_wire_rref_out_fn rref_out, void *rref_arg,
+                     const td_rpc_wire_dev_t *dev, td_rpc_wire_out_t *out)
+{
+    td_status_t status = td_rpc_device_prepare(args, dst, dev, out);
+
+    if (status != TD_OK) {
+        return status;
+    }
+    return td_rpc_wire_encode_dev(meta, args, dst, header_max, rref_out,
+                                  rref_arg, dev, out);
 }
 
 td_status_t

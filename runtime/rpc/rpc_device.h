@@ -70,6 +70,16 @@ td_status_t td_rpc_device_prepare(const td_rpc_list_t *args, int dst,
                                   const td_rpc_wire_dev_t *dev,
                                   td_rpc_wire_out_t *out);
 
+/* The sender's two steps: ARGS' tensors prepared (above), then the codec
+ * (td_rpc_wire_encode_dev) describes them in OUT. On an error OUT is
+ * freed. */
+td_status_t td_rpc_device_encode(const td_rpc_wire_meta_t *meta,
+                                 const td_rpc_list_t *args, int dst,
+                                 size_t header_max,
+                                 td_rpc_wire_rref_out_fn rref_out,
+                                 void *rref_arg, const td_rpc_wire_dev_t *dev,
+                                 td_rpc_wire_out_t *out);
+
 /* Receiver: the tensor on DEVICE for an eager body HOST (V5), copied in
  * by the staging module. */
 td_status_t td_rpc_device_land_eager(td_tensor_t *host, td_device_t device,

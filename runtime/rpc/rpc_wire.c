@@ -141,8 +141,8 @@ args_size(const td_rpc_list_t *args)
 /* Empty OUT. Its arrays (2 KB) are left as they are: only the first
  * n_bodies / n_tensors entries mean anything, and zeroing them all would
  * cost more than a small call's whole encoding. */
-static void
-out_reset(td_rpc_wire_out_t *out)
+void
+td_rpc_wire_out_init(td_rpc_wire_out_t *out)
 {
     out->header = NULL;
     out->header_len = 0;
@@ -164,7 +164,7 @@ td_rpc_wire_out_free(td_rpc_wire_out_t *out)
     }
     free(out->header);
     free(out->args_body);
-    out_reset(out);
+    td_rpc_wire_out_init(out);
 }
 
 uint64_t

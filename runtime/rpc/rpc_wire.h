@@ -216,6 +216,8 @@ td_status_t td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
                                    void *rref_arg,
                                    const td_rpc_wire_dev_t *dev,
                                    td_rpc_wire_out_t *out);
+/* OUT empty (nothing prepared, nothing to free). */
+void        td_rpc_wire_out_init(td_rpc_wire_out_t *out);
 void        td_rpc_wire_out_free(td_rpc_wire_out_t *out);
 
 /* Validate the header blob HDR[LEN] received from SRC and describe it.
