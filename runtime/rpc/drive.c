@@ -90,12 +90,12 @@ drive(int (*pred)(void *arg), void *pred_arg, double timeout, int cap)
     if (!atomic_load(&drv.running) || drv.tp == NULL) {
         goto out;
     }
-    if (td_transport_on_progress_thread(drv.tp)) {
+    if (td__transport_on_progress_thread(drv.tp)) {
         st = td_error(TD_ERR_STATE, "rpc: a wait on a future inside a "
                       "transport callback would deadlock");
         goto out;
     }
-    if (cap && td_transport_progress_mode(drv.tp) != TD_PROGRESS_BUSY) {
+    if (cap && td__transport_progress_mode(drv.tp) != TD_PROGRESS_BUSY) {
         /* Cores may be shared: spin briefly, then sleep. */
         double spin = drv.spin_us > 0 ? drv.spin_us * 1e-6 : 50e-6;
 
@@ -103,8 +103,8 @@ drive(int (*pred)(void *arg), void *pred_arg, double timeout, int cap)
             max = spin;
         }
     }
-    st = cap ? td_transport_drive(drv.tp, drive_done, &dp, max)
-             : td_transport_drive_polling(drv.tp, drive_done, &dp, max);
+    st = cap ? td__transport_drive(drv.tp, drive_done, &dp, max)
+             : td__transport_drive_polling(drv.tp, drive_done, &dp, max);
     if (st != TD_OK || !pred(pred_arg)) {
         st = TD_ERR_TIMEOUT;
     }
@@ -130,7 +130,7 @@ td_rpc_drive_wanted(void)
 {
     td_transport_t *tp = drv.tp;    /* valid while we drive (W2) */
 
-    return tp != NULL && td_transport_drive_wanted(tp);
+    return tp != NULL && td__transport_drive_wanted(tp);
 }
 
 void
@@ -139,7 +139,7 @@ td_rpc_notify_done(void)
     /* Counted like a driver: stop waits, so drv.tp stays valid. */
     atomic_fetch_add(&drv.in_drive, 1);
     if (atomic_load(&drv.running) && drv.tp != NULL) {
-        td_transport_wake(drv.tp);
+        td__transport_wake(drv.tp);
     }
     atomic_fetch_sub(&drv.in_drive, 1);
 }

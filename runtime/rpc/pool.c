@@ -133,7 +133,7 @@ run_job(pool_t *p, job_t *j)
     free(j);
     __atomic_sub_fetch(&p->n_jobs, 1, __ATOMIC_SEQ_CST);
     if (p->tp != NULL) {
-        td_transport_yield_done(p->tp);
+        td__transport_yield_done(p->tp);
     }
 }
 
@@ -202,14 +202,14 @@ void
 td_rpc_blocking(int on)
 {
     /* A job asleep needs no core: it leaves the count the progress thread
-     * steps aside for (td_transport_yield_when) while it sleeps. */
+     * steps aside for (td__transport_yield_when) while it sleeps. */
     if (!tl_pool_thread) {
         return;
     }
     if (on) {
         __atomic_sub_fetch(&pool.n_jobs, 1, __ATOMIC_SEQ_CST);
         if (pool.tp != NULL) {
-            td_transport_yield_done(pool.tp);
+            td__transport_yield_done(pool.tp);
         }
     } else {
         __atomic_add_fetch(&pool.n_jobs, 1, __ATOMIC_SEQ_CST);
@@ -311,7 +311,7 @@ td_rpc_pool_start(td_transport_t *tp, int n, double spin_us)
      * no leader); by default as long as any waiter spins where cores may
      * be shared (TODIST_RPC_SPIN_US, or 50 us), 1 ms in busy mode. */
     p->lead = 1;
-    if (td_transport_progress_mode(tp) == TD_PROGRESS_BUSY) {
+    if (td__transport_progress_mode(tp) == TD_PROGRESS_BUSY) {
         p->lead_s = 1e-3;
     } else {
         p->lead_s = spin_us > 0 ? spin_us * 1e-6 : 50e-6;
@@ -347,7 +347,7 @@ td_rpc_pool_start(td_transport_t *tp, int n, double spin_us)
         return status;
     }
     atomic_store(&p->started, 1);
-    td_transport_yield_when(tp, &p->n_jobs);
+    td__transport_yield_when(tp, &p->n_jobs);
     return TD_OK;
 }
 
@@ -360,7 +360,7 @@ td_rpc_pool_stop(void)
     if (!atomic_load(&p->started)) {
         return;
     }
-    td_transport_yield_when(p->tp, NULL);
+    td__transport_yield_when(p->tp, NULL);
     pthread_mutex_lock(&p->lock);
     __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);   /* a leader leaves */
     idler_t *list = p->idle_top;

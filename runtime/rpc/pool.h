@@ -9,7 +9,7 @@
  * transport while it waits (drive.h), so a call that arrives meanwhile is
  * received and run on the same thread: no hand-off at all. While cores are
  * scarce the transport's progress thread steps aside for running jobs
- * (td_transport_yield_when on the pool's job count); a job asleep on a
+ * (td__transport_yield_when on the pool's job count); a job asleep on a
  * condition variable says so with td_rpc_blocking so it does not count.
  *
  * Invariants:
