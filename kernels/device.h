@@ -48,7 +48,7 @@ typedef struct {
     int          host_memory;  /* 1: its "device memory" is host memory
                                 * (the test backend): UCX moves it as host
                                 * memory */
-    /* Staging through host memory (runtime/rpc/staging_cuda.c): host
+    /* Staging through host memory (ucx_transport/staging_device.c): host
      * buffers the device copies from fast (pinned), copies queued on
      * device INDEX's stream (ordered after its kernels) and finished by
      * synchronize, and the device a device pointer lives on (-1: none). */

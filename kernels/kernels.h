@@ -93,11 +93,12 @@ typedef struct {
      * [outer, mid, inner] block */
     void (*sum_mid)(td_dtype_t dtype, void *out, const void *in,
                     int64_t outer, int64_t mid, int64_t inner);
-    /* C[m,n] = alpha * op(A) op(B) + beta * C, row-major, lda etc. */
-    void (*gemm)(td_dtype_t dtype, int trans_a, int trans_b, int64_t m,
-                 int64_t n, int64_t k, double alpha, const void *a,
-                 int64_t lda, const void *b, int64_t ldb, double beta,
-                 void *c, int64_t ldc);
+    /* C[m,n] = alpha * op(A) op(B) + beta * C, row-major, lda etc.; an
+     * error when the BLAS (CPU: opened on first use) is not there */
+    td_status_t (*gemm)(td_dtype_t dtype, int trans_a, int trans_b,
+                        int64_t m, int64_t n, int64_t k, double alpha,
+                        const void *a, int64_t lda, const void *b,
+                        int64_t ldb, double beta, void *c, int64_t ldc);
 
     /* ---- reductions along the middle of [outer, mid, inner] ---------- */
     /* out = softmax (or log_softmax when LOG) of IN along mid */

@@ -265,6 +265,72 @@ td_runtime_same_host(int rank)
     return same;
 }
 
+uint64_t
+td_runtime_host_id(int rank)
+{
+    size_t len;
+    uint64_t id;
+
+    if (!rt.initialized || rank < 0 || rank >= rt.world.world_size) {
+        return 0;
+    }
+    if (rank == rt.world.rank) {
+        return hostmap_self();
+    }
+    if (fetch_address(rank, NULL, &len) != TD_OK) {
+        return 0;
+    }
+    pthread_mutex_lock(&rt.addr_lock);
+    id = rt.addrs[rank].host;
+    pthread_mutex_unlock(&rt.addr_lock);
+    return id;
+}
+
+/* "on host NAME, ranks there: R..." for RANK (addr_lock held): the ranks of
+ * this job on its host that this rank knows of (a lost host takes all of
+ * them); "" when its address was never fetched. */
+static void
+host_text_locked(int rank, char *buf, size_t len)
+{
+    const addr_t *a = &rt.addrs[rank];
+    size_t used;
+
+    buf[0] = '\0';
+    if (a->value == NULL || len < 32) {
+        return;
+    }
+    used = (size_t)snprintf(buf, len, "on host %s, ranks there:",
+                            a->host_name[0] ? a->host_name : "?");
+    for (int r = 0; a->host != 0 && r < rt.world.world_size &&
+                    used + 16 < len; r++) {
+        if (rt.addrs[r].value != NULL && rt.addrs[r].host == a->host) {
+            used += (size_t)snprintf(buf + used, len - used, " %d", r);
+        }
+    }
+    if (a->host == 0 && used + 16 < len) {
+        snprintf(buf + used, len - used, " %d", rank);
+    }
+}
+
+void
+td_runtime_host_text(int rank, char *buf, size_t len)
+{
+    if (len == 0) {
+        return;
+    }
+    buf[0] = '\0';
+    if (!rt.initialized || rank < 0 || rank >= rt.world.world_size ||
+        rank == rt.world.rank) {
+        return;
+    }
+    pthread_mutex_lock(&rt.addr_lock);
+    if (rt.addrs[rank].value != NULL &&
+        !(rt.addrs[rank].host != 0 && rt.addrs[rank].host == hostmap_self())) {
+        host_text_locked(rank, buf, len);
+    }
+    pthread_mutex_unlock(&rt.addr_lock);
+}
+
 /* The transport asks about a peer it holds an endpoint to (token holder):
  * has it exited? Only peers of this host are known (liveness.h V1). */
 static int
@@ -303,24 +369,14 @@ same_host_cb(void *arg, int rank)
 static void
 log_lost_host(int rank)
 {
-    char ranks[256] = "";
-    size_t used = 0;
-    const addr_t *a = &rt.addrs[rank];
+    char where[256];
 
     pthread_mutex_lock(&rt.addr_lock);
-    for (int r = 0; a->value != NULL && a->host != 0 &&
-                    r < rt.world.world_size && used + 16 < sizeof(ranks); r++) {
-        if (rt.addrs[r].value != NULL && rt.addrs[r].host == a->host) {
-            used += (size_t)snprintf(ranks + used, sizeof(ranks) - used,
-                                     "%s%d", used ? " " : "", r);
-        }
-    }
-    if (a->value != NULL) {
-        td_log_error("runtime: lost rank %d on host %s (ranks there: %s)",
-                     rank, a->host_name[0] ? a->host_name : "?",
-                     ranks[0] ? ranks : "?");
-    }
+    host_text_locked(rank, where, sizeof(where));
     pthread_mutex_unlock(&rt.addr_lock);
+    if (where[0] != '\0') {
+        td_log_error("runtime: lost rank %d (%s)", rank, where);
+    }
 }
 
 static void
@@ -391,11 +447,16 @@ watched_barrier(const char *name, double timeout, const char *what)
         if (dead >= 0) {
             /* It may have died after everyone arrived (a rank that left
              * td_finalize first): only a barrier still open fails. */
+            char where[256];
+
             if (td_store_wait(rt.store, keys, 1, 0) == TD_OK) {
                 return TD_OK;
             }
-            return td_error(TD_ERR_PEER, "%s: rank %d failed (the transport "
-                            "lost it), so it cannot arrive", what, dead);
+            td_runtime_host_text(dead, where, sizeof(where));
+            return td_error(TD_ERR_PEER, "%s: rank %d%s%s%s failed (the "
+                            "transport lost it), so it cannot arrive", what,
+                            dead, where[0] ? " (" : "", where,
+                            where[0] ? ")" : "");
         }
         status = td_store_wait(rt.store, keys, 1,
                                left < DEAD_CHECK_S ? (left > 0 ? left : 0)

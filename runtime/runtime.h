@@ -29,6 +29,7 @@
 #define TD_RUNTIME_RUNTIME_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <todist/status.h>
 #include <todist/init.h>
@@ -74,6 +75,17 @@ td_status_t td_runtime_peer_address(int rank, void **addr_p, size_t *len_p);
  * (its address could not be fetched: the error is logged by whoever
  * sends to it). Fetches the address on first use (blocking). */
 int td_runtime_same_host(int rank);
+
+/* World rank RANK's host id (runtime/hostmap.h: equal ids share memory;
+ * 0 when unknown: its address could not be fetched). Fetches the address
+ * on first use (blocking), as td_runtime_same_host. */
+uint64_t td_runtime_host_id(int rank);
+
+/* Into BUF (LEN bytes) where RANK runs, for an error text: "on host h3,
+ * ranks there: 3 4" when it is on another host than this rank, else "".
+ * From the addresses fetched already (never blocks on the store: the
+ * host that holds it may be the one lost). */
+void td_runtime_host_text(int rank, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,14 @@
-/* ucx_transport/staging.h: the staging engine (internal). Moves a body
+/* ucx_transport/staging.h: staging of device memory, the one module for
+ * it (internal). Every path that moves a device tensor's bytes through
+ * host memory goes through here: the transport's engine that moves a body
+ * from device memory to a peer's device memory (RPC's staged bodies), the
+ * engine's copy functions over the device rows (staging_device.c), and
+ * host copies of device memory (the collectives' staged route, RPC's eager
+ * bodies and bodies that land on a peer's cpu). Callers above decide what
+ * travels; this module copies. It sits right above kernels/ (the device
+ * rows it copies with) and the transport (the engine's messages).
+ *
+ * The engine (staging.c) moves a body
  * that lives in device memory to a peer's device memory through pinned
  * host buffers, in chunks, double-buffered: while chunk i crosses the
  * network, chunk i+1 is being copied device->host on the sender, and the
@@ -48,6 +58,7 @@
 #include <stdint.h>
 
 #include <todist/status.h>
+#include <todist/tensor.h>   /* td_device_t */
 #include "ucx_transport/transport.h"
 
 #ifdef __cplusplus
@@ -155,6 +166,57 @@ td_status_t td_staging_decode(const void *header, size_t len, size_t n_bodies,
                               td_staging_msg_t *msg_p);
 void        td_staging_encode(const td_staging_msg_t *msg,
                               uint8_t out[TD_STAGING_MSG_BYTES]);
+
+
+/* ---- the engine's copy functions on a device (staging_device.c) -------
+ * Over the device's row (kernels/device.h): pinned host buffers, copies
+ * queued on the device's stream (so they are ordered after the kernels
+ * that produced the data, cuda_device.h G2), and a stream synchronise as
+ * the wait. For CUDA these are the CUDA module's; for the test backend
+ * (device.h D4) malloc and memcpy, so the same code runs on every machine
+ * (the engine: tests/transport/staging_peer.c). The CUDA copies have run
+ * on no GPU yet (see bench/RESULTS.md). Thread-safe. */
+
+/* Fill OPS for device cuda:INDEX (ops->ctx encodes the index).
+ * TD_ERR_UNSUPPORTED "no CUDA device: ..." without the device. */
+td_status_t td_staging_cuda_ops(int index, td_staging_copy_ops_t *ops);
+
+/* Fill OPS for an engine that moves bodies of every device of this
+ * process (RPC's): each copy runs on the stream of the device its
+ * device-side pointer lives on, and the wait synchronises the devices
+ * copied on since the last wait (the engine calls both from its one
+ * thread, S7). TD_ERR_UNSUPPORTED "no CUDA device: ..." without one. */
+td_status_t td_staging_device_ops(td_staging_copy_ops_t *ops);
+
+/* ---- host copies of device memory (staging_device.c) ------------------
+ *  H1. A host copy is plain host memory of NBYTES (at least 1 byte
+ *      allocated), owned by its td_staging_host_t until
+ *      td__staging_host_free; the device memory it mirrors is never
+ *      written except by td__staging_host_out.
+ *  H2. Every copy returns only when the bytes are in place (the device
+ *      row's synchronous memcpy, device.h D2): a caller may read the host
+ *      copy, or free it, as soon as the call returns.
+ * Thread-safe (no shared state). */
+typedef struct {
+    td_device_t device;       /* where DEV lives */
+    void       *dev;          /* the device memory mirrored */
+    void       *host;         /* its host copy (H1) */
+    size_t      nbytes;
+} td_staging_host_t;
+
+/* A host copy of NBYTES of DEVICE memory at DEV, filled from it when FILL
+ * (else left as allocated: an output the caller writes). *H is set only
+ * on success. */
+td_status_t td__staging_host_in(td_device_t device, void *dev, size_t nbytes,
+                                int fill, td_staging_host_t *h);
+/* Copy the host copy back into the device memory (H2). */
+td_status_t td__staging_host_out(const td_staging_host_t *h);
+void        td__staging_host_free(td_staging_host_t *h);
+
+/* Copy NBYTES of host memory HOST into DEVICE memory at DEV (H2): a body
+ * that arrived as host memory (rpc_wire.h V5). */
+td_status_t td__staging_copy_in(td_device_t device, void *dev,
+                                const void *host, size_t nbytes);
 
 #ifdef __cplusplus
 }

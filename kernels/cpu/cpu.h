@@ -22,10 +22,6 @@ void td_cpu_fill(td_dtype_t dtype, td_operand_t dst, double value,
 /* cpu_reduce.c */
 void td_cpu_sum_mid(td_dtype_t dtype, void *out, const void *in,
                     int64_t outer, int64_t mid, int64_t inner);
-void td_cpu_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m,
-                 int64_t n, int64_t k, double alpha, const void *a,
-                 int64_t lda, const void *b, int64_t ldb, double beta,
-                 void *c, int64_t ldc);
 void td_cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
                     int64_t outer, int64_t mid, int64_t inner);
 void td_cpu_softmax_backward(td_dtype_t dtype, int log_out, void *gx,
@@ -34,6 +30,12 @@ void td_cpu_softmax_backward(td_dtype_t dtype, int log_out, void *gx,
 void td_cpu_max_dim(td_dtype_t dtype, void *values, int64_t *indices,
                     const void *in, int64_t outer, int64_t mid,
                     int64_t inner);
+
+/* cpu_blas.c: CBLAS opened on first use; TD_ERR_UNSUPPORTED without one */
+td_status_t td_cpu_gemm(td_dtype_t dtype, int trans_a, int trans_b,
+                        int64_t m, int64_t n, int64_t k, double alpha,
+                        const void *a, int64_t lda, const void *b,
+                        int64_t ldb, double beta, void *c, int64_t ldc);
 
 /* cpu_index.c */
 int64_t td_cpu_index_check(const int64_t *ix, int64_t n, int64_t limit);

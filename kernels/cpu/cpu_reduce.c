@@ -1,6 +1,6 @@
 /* kernels/cpu/cpu_reduce.c: the CPU kernels that reduce along the middle
  * dimension of a contiguous [outer, mid, inner] block (sum, softmax and its
- * backward, max) and the matrix product (OpenBLAS cblas). Thread-safe (no
+ * backward, max); the matrix product is in cpu_blas.c. Thread-safe (no
  * state). */
 #include "config.h"
 
@@ -8,7 +8,6 @@
 #pragma GCC optimize("O3")
 #endif
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -45,24 +44,6 @@ td_cpu_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
         SUM_MID(float, double);
     } else {
         SUM_MID(double, double);
-    }
-}
-
-void
-td_cpu_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
-            int64_t k, double alpha, const void *a, int64_t lda,
-            const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
-{
-    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-
-    if (dtype == TD_FLOAT32) {
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k,
-                    (float)alpha, a, (int)lda, b, (int)ldb, (float)beta, c,
-                    (int)ldc);
-    } else {
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, alpha, a,
-                    (int)lda, b, (int)ldb, beta, c, (int)ldc);
     }
 }
 

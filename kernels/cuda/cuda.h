@@ -29,7 +29,7 @@ void td_cuda_fill(td_dtype_t dtype, td_operand_t dst, double value,
 /* cuda_reduce.cu */
 void td_cuda_sum_mid(td_dtype_t dtype, void *out, const void *in,
                      int64_t outer, int64_t mid, int64_t inner);
-void td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m,
+td_status_t td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m,
                   int64_t n, int64_t k, double alpha, const void *a,
                   int64_t lda, const void *b, int64_t ldb, double beta,
                   void *c, int64_t ldc);

@@ -79,7 +79,7 @@ td_cuda_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
 /* ---- matmul through cuBLAS ----------------------------------------------
  * cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major
  * C^T = op(B)^T op(A)^T, so swap the operands and m/n. */
-extern "C" void
+extern "C" td_status_t
 td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
           int64_t k, double alpha, const void *a, int64_t lda, const void *b,
           int64_t ldb, double beta, void *c, int64_t ldc)
@@ -90,12 +90,16 @@ td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
     cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
 
-    if (m == 0 || n == 0) return;
-    if (stream_for(c, "gemm") == NULL) return;
+    if (m == 0 || n == 0) return TD_OK;
+    if (stream_for(c, "gemm") == NULL) {
+        return td_error(TD_ERR_INVALID, "cuda: gemm: the output is not "
+                        "CUDA device memory");
+    }
     dev = td_cuda_device_of(c);
     if (td_cuda_blas(dev, &handle) != TD_OK) {
         td_cuda_launch_failed("gemm", "no cuBLAS handle");
-        return;
+        return td_error(TD_ERR_UNSUPPORTED, "cuda: gemm: no cuBLAS handle "
+                        "on device %d", dev);
     }
     if (dtype == TD_FLOAT32) {
         float al = (float)alpha, be = (float)beta;
@@ -111,7 +115,10 @@ td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
     }
     if (st != CUBLAS_STATUS_SUCCESS) {
         td_cuda_launch_failed("gemm", cublasGetStatusString(st));
+        return td_error(TD_ERR_IO, "cuda: gemm: %s",
+                        cublasGetStatusString(st));
     }
+    return TD_OK;
 }
 
 

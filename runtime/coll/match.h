@@ -94,6 +94,8 @@ struct td_group {
     int             watched;       /* endpoints to every member requested */
     coll_shm_t     *shm;           /* shm.c: the segment, when SHM_ON */
     int             shm_state;
+    struct coll_hostmap *hosts;    /* hier.c: each member's host, made at
+                                    * the group's first call */
     /* guarded by coll_lock (L1) */
     int             in_op;         /* a collective with seq cur_seq runs */
     uint32_t        cur_seq;

@@ -20,102 +20,6 @@
 #include "base/clock.h"
 #include "base/log.h"
 
-/* ---- the staged path (N1) ----------------------------------------------- */
-
-static int
-on_device(const td_tensor_t *t)
-{
-    return t != NULL && td_tensor_device(t).type != TD_DEVICE_CPU;
-}
-
-/* Whether A reads T's values (in place collectives, and every IN). */
-static int
-t_is_input(const coll_args_t *a)
-{
-    return a->kind == COLL_ALL_REDUCE || a->kind == COLL_BROADCAST ||
-           a->kind == COLL_REDUCE;
-}
-
-static td_status_t
-stage_one(td_tensor_t *t, int input, void **host_p)
-{
-    size_t n = td_tensor_nbytes(t);
-    void *h = malloc(n ? n : 1);
-    td_status_t status;
-
-    if (h == NULL) {
-        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory for a %zu "
-                        "byte host copy of a device tensor", n);
-    }
-    if (input) {
-        status = td_device_memcpy(h, TD_CPU, td_tensor_data(t),
-                                  td_tensor_device(t), n);
-        if (status != TD_OK) {
-            free(h);
-            return status;
-        }
-    }
-    *host_p = h;
-    return TD_OK;
-}
-
-td_status_t
-coll_stage_in(const coll_args_t *a, coll_stage_t *s)
-{
-    td_status_t status = TD_OK;
-
-    memset(s, 0, sizeof(*s));
-    if (on_device(a->t)) {
-        status = stage_one(a->t, t_is_input(a), &s->t_host);
-        if (status == TD_OK) {
-            s->t = a->t;
-        }
-    }
-    if (status == TD_OK && on_device(a->in) && a->in != a->t) {
-        status = stage_one(a->in, 1, &s->in_host);
-        if (status == TD_OK) {
-            s->in = a->in;
-        }
-    }
-    if (status != TD_OK) {
-        coll_stage_free(s);
-    }
-    return status;
-}
-
-void *
-coll_stage_ptr(const coll_stage_t *s, td_tensor_t *t)
-{
-    if (t == NULL) {
-        return NULL;
-    }
-    if (t == s->t) {
-        return s->t_host;
-    }
-    if (t == s->in) {
-        return s->in_host;
-    }
-    return td_tensor_data(t);
-}
-
-td_status_t
-coll_stage_out(coll_stage_t *s)
-{
-    if (s->t == NULL) {
-        return TD_OK;
-    }
-    return td_device_memcpy(td_tensor_data(s->t), td_tensor_device(s->t),
-                            s->t_host, TD_CPU, td_tensor_nbytes(s->t));
-}
-
-void
-coll_stage_free(coll_stage_t *s)
-{
-    free(s->t_host);
-    free(s->in_host);
-    memset(s, 0, sizeof(*s));
-}
-
 /* ---- NCCL (N2, N3) ------------------------------------------------------ */
 
 typedef struct comm {
@@ -318,6 +222,12 @@ bounded_sync(const td_nccl_ops_t *nccl, td_group_t *g, const coll_args_t *a,
     comm_abort(nccl, comm);
     coll_group_fail(g, code, 0, 0, msg);
     return td_error(code, "%s", msg);
+}
+
+static int
+on_device(const td_tensor_t *t)
+{
+    return t != NULL && td_tensor_device(t).type != TD_DEVICE_CPU;
 }
 
 coll_route_t

@@ -18,8 +18,12 @@ send_done(void *arg, td_status_t status)
     char msg[COLL_ERR_MAX];
 
     if (status != TD_OK) {
-        snprintf(msg, sizeof(msg), "coll: send to rank %d failed: %s",
-                 r->peer, status == TD_ERR_PEER ? "the rank died" :
+        char where[256];
+
+        td_runtime_host_text(r->peer, where, sizeof(where));
+        snprintf(msg, sizeof(msg), "coll: send to rank %d%s%s%s failed: %s",
+                 r->peer, where[0] ? " (" : "", where, where[0] ? ")" : "",
+                 status == TD_ERR_PEER ? "the rank died" :
                  td_strerror(status));
     }
     coll_req_complete(r, status, status != TD_OK ? msg : NULL);

@@ -100,10 +100,16 @@ matmul_raw(td_tensor_t *a, td_tensor_t *b, td_tensor_t **out_p)
             oa += idx * sa[d];
             ob += idx * sb[d];
         }
-        kern->gemm(a->dtype, ta, tb, m, n, k, 1.0,
-                   (char *)td_tensor_data(a) + oa * (int64_t)es, lda,
-                   (char *)td_tensor_data(b) + ob * (int64_t)es, ldb, 0.0,
-                   (char *)td_tensor_data(out) + bi * m * n * (int64_t)es, n);
+        status = kern->gemm(a->dtype, ta, tb, m, n, k, 1.0,
+                            (char *)td_tensor_data(a) + oa * (int64_t)es,
+                            lda,
+                            (char *)td_tensor_data(b) + ob * (int64_t)es,
+                            ldb, 0.0,
+                            (char *)td_tensor_data(out) +
+                                bi * m * n * (int64_t)es, n);
+        if (status != TD_OK) {
+            goto out;
+        }
     }
 done:
     *out_p = out;
@@ -316,9 +322,16 @@ td_linear(td_tensor_t *x, td_tensor_t *w, td_tensor_t *bias,
     if (n_rows * nout > 0) {
         if (in > 0) {
             /* out[N, out] (+)= x[N, in] * w[out, in]^T: w read transposed */
-            kern->gemm(x->dtype, 0, !tw, n_rows, nout, in, 1.0,
-                       td_tensor_data(x2), in > 0 ? in : 1, td_tensor_data(w),
-                       ldw, bias != NULL ? 1.0 : 0.0, td_tensor_data(out), nout);
+            status = kern->gemm(x->dtype, 0, !tw, n_rows, nout, in, 1.0,
+                                td_tensor_data(x2), in > 0 ? in : 1,
+                                td_tensor_data(w), ldw,
+                                bias != NULL ? 1.0 : 0.0,
+                                td_tensor_data(out), nout);
+            if (status != TD_OK) {
+                td_tensor_release(x2);
+                td_tensor_release(out);
+                return status;
+            }
         } else if (bias == NULL) {
             td_tensor_zero_(out);
         }

@@ -16,7 +16,7 @@
 #include "todist/todist.h"
 #include "kernels/kernels.h"
 #include "kernels/device.h"
-#include "runtime/rpc/staging_cuda.h"
+#include "ucx_transport/staging.h"
 #include "tests/tap.h"
 
 #define CUDA0 ((td_device_t){TD_DEVICE_CUDA, 0})

@@ -18,6 +18,7 @@
 #include "todist/todist.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rpc_wire.h"
+#include "runtime/rpc/rpc_device.h"
 #include "runtime/runtime.h"
 #include "runtime/rpc/rref_internal.h"
 #include "runtime/rpc/mapreduce_internal.h"
@@ -764,8 +765,11 @@ mode_malformed(void)
     m.message_id = 0xabcdef12345ULL;
     m.function_id = td_rpc_wire_fn_id("noop");
     td_transport_set_handler(tp, 1, capture, NULL);
-    st = td_rpc_wire_encode(&m, NULL, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
-                            out);
+    st = td_rpc_device_prepare(NULL, 1, NULL, out);   /* no tensors */
+    if (st == TD_OK) {
+        st = td_rpc_wire_encode(&m, NULL, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                NULL, out);
+    }
     if (st == TD_OK) {
         out->header[1] = 9;                         /* another version */
         st = td_transport_send(tp, 1, 1, out->header, out->header_len, NULL,
