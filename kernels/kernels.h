@@ -5,7 +5,7 @@
  * one per element. kernels/cpu/ fills the CPU row (kernels/cpu/cpu.c holds
  * the table; one file per family: elementwise, reduce, index, random,
  * optim, norm, and coll for the collectives' reductions); a CUDA backend
- * fills its row with td_kernels_register(), so no op needs a second code
+ * fills its row with td__kernels_register(), so no op needs a second code
  * path. Kernels take raw pointers, dtypes and shapes:
  * this layer uses base/ and the public tensor types only, nothing from
  * runtime/.
@@ -22,7 +22,7 @@
  *  3. Sizes of 0 are allowed everywhere and write nothing.
  *  4. Random kernels are counter-based: element i of a stream depends only
  *     on (seed, i), never on the device or on how the work is split.
- * Thread-safe: kernels hold no state; td_kernels_register is called once,
+ * Thread-safe: kernels hold no state; td__kernels_register is called once,
  * before any op runs on that device type. */
 #ifndef TD_KERNELS_KERNELS_H
 #define TD_KERNELS_KERNELS_H
@@ -202,8 +202,8 @@ typedef struct {
     void (*divide)(td_dtype_t dtype, void *dst, size_t count, int n);
 } td_kernels_t;
 
-const td_kernels_t *td_kernels_get(td_device_t device);
-void td_kernels_register(td_device_type_t type, const td_kernels_t *k);
+const td_kernels_t *td__kernels_get(td_device_t device);
+void td__kernels_register(td_device_type_t type, const td_kernels_t *k);
 extern const td_kernels_t td_cpu_kernels;
 
 

@@ -98,7 +98,7 @@ sleep_s(double s)
  * NVIDIA driver is on this node (its /proc entry: a cheap look, no
  * library). Anything else: TD_ERR_INVALID. Later requests (a CUDA tensor)
  * still load the module on first use. After this, the device count start-up
- * publishes is td_device_count_loaded()'s, which never loads. */
+ * publishes is td__device_count_loaded()'s, which never loads. */
 static td_status_t
 devices_at_init(const td_device_maps_t *given)
 {
@@ -110,7 +110,7 @@ devices_at_init(const td_device_maps_t *given)
         return TD_OK;
     }
     if (want != NULL && strcmp(want, "cuda") == 0) {
-        return td_device_count_of(TD_DEVICE_CUDA, &n);
+        return td__device_count_of(TD_DEVICE_CUDA, &n);
     }
     if (want != NULL && want[0] != '\0' && strcmp(want, "auto") != 0) {
         return td_error(TD_ERR_INVALID, "init: TODIST_DEVICE=%s on rank %d "
@@ -119,7 +119,7 @@ devices_at_init(const td_device_maps_t *given)
     }
     if (given != NULL || (maps != NULL && maps[0] != '\0') ||
         access("/proc/driver/nvidia/version", F_OK) == 0) {
-        if (td_device_count_of(TD_DEVICE_CUDA, &n) != TD_OK) {
+        if (td__device_count_of(TD_DEVICE_CUDA, &n) != TD_OK) {
             td_log_debug("init: no device (%s)", td_last_error());
             td_error_clear();           /* cpu tensors only */
         }
@@ -130,13 +130,13 @@ devices_at_init(const td_device_maps_t *given)
 /* ---- handles ------------------------------------------------------------ */
 
 td_transport_t *
-td_runtime_transport(void)
+td__runtime_transport(void)
 {
     return rt.initialized ? rt.tp : NULL;
 }
 
 td_store_t *
-td_runtime_store(void)
+td__runtime_store(void)
 {
     return rt.initialized ? rt.store : NULL;
 }
@@ -180,7 +180,7 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
     }
     if (rt.addrs[rank].value == NULL && status == TD_OK) {
         snprintf(key, sizeof(key), "td/addr/%d", rank);
-        status = rt.pmix ? td_pmix_lookup(rank, &v, &len)
+        status = rt.pmix ? td__pmix_lookup(rank, &v, &len)
                          : td_store_get(rt.resolver, key,
                                         rt.params.init_timeout, &v, &len);
         if (status == TD_OK) {
@@ -231,7 +231,7 @@ resolve_cb(void *arg, int rank, void **addr_p, size_t *len_p)
 }
 
 td_status_t
-td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
+td__runtime_peer_address(int rank, void **addr_p, size_t *len_p)
 {
     if (!rt.initialized) {
         return td_error(TD_ERR_STATE, "runtime: not initialised");
@@ -244,7 +244,7 @@ td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
 }
 
 int
-td_runtime_same_host(int rank)
+td__runtime_same_host(int rank)
 {
     size_t len;
     int same;
@@ -266,7 +266,7 @@ td_runtime_same_host(int rank)
 }
 
 uint64_t
-td_runtime_host_id(int rank)
+td__runtime_host_id(int rank)
 {
     size_t len;
     uint64_t id;
@@ -313,7 +313,7 @@ host_text_locked(int rank, char *buf, size_t len)
 }
 
 void
-td_runtime_host_text(int rank, char *buf, size_t len)
+td__runtime_host_text(int rank, char *buf, size_t len)
 {
     if (len == 0) {
         return;
@@ -339,7 +339,7 @@ peer_gone_cb(void *arg, int rank)
     td__proc_t *p;
 
     (void)arg;
-    if (rt.pmix || !td_runtime_same_host(rank)) {
+    if (rt.pmix || !td__runtime_same_host(rank)) {
             return 0;
     }
     p = &rt.addrs[rank].proc;
@@ -388,7 +388,7 @@ peer_failed_cb(void *arg, int rank, td_status_t why)
     /* Barriers and the join watch this to fail fast (progress thread). */
     __atomic_compare_exchange_n(&rt.dead_rank, &none, rank, false,
                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    td_modules_peer_failed(rank, why);
+    td__modules_peer_failed(rank, why);
 }
 
 /* ---- naming the ranks that did not arrive ---------------------------------- */
@@ -452,7 +452,7 @@ watched_barrier(const char *name, double timeout, const char *what)
             if (td_store_wait(rt.store, keys, 1, 0) == TD_OK) {
                 return TD_OK;
             }
-            td_runtime_host_text(dead, where, sizeof(where));
+            td__runtime_host_text(dead, where, sizeof(where));
             return td_error(TD_ERR_PEER, "%s: rank %d%s%s%s failed (the "
                             "transport lost it), so it cannot arrive", what,
                             dead, where[0] ? " (" : "", where,
@@ -627,10 +627,10 @@ td_init(const td_init_params_t *params)
         return status;
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
-    td_log_set_rank(rt.world.rank);
-    td_log_init();            /* a bad TODIST_LOG is named even if all is quiet */
+    td__log_set_rank(rt.world.rank);
+    td__log_init();            /* a bad TODIST_LOG is named even if all is quiet */
     if (rt.world.local_rank == 0) {
-        td_reach_warn_loopback(&rt.world);   /* once a host */
+        td__reach_warn_loopback(&rt.world);   /* once a host */
     }
     /* Across nodes the store must authenticate; a launcher that could not
      * agree on a token (todist-run --nnodes without one) exports none. */
@@ -645,9 +645,9 @@ td_init(const td_init_params_t *params)
 
     /* The modules register their RPC functions and plug into RPC first:
      * a failure there is td_init's, with the module's message. */
-    status = td_modules_attach();
+    status = td__modules_attach();
     if (status != TD_OK) {
-        td_log_set_rank(-1);
+        td__log_set_rank(-1);
         return status;
     }
 
@@ -664,7 +664,7 @@ td_init(const td_init_params_t *params)
     /* After placement: CUDA reads CUDA_VISIBLE_DEVICES when it starts. */
     status = devices_at_init(rt.params.device_maps);
     if (status != TD_OK) {
-        td_log_set_rank(-1);
+        td__log_set_rank(-1);
         return status;
     }
     rt.addrs = calloc(rt.world.world_size, sizeof(*rt.addrs));
@@ -676,8 +676,8 @@ td_init(const td_init_params_t *params)
     rt.dead_rank = -1;
 
     /* Under srun --mpi=pmix the addresses travel through PMIx. */
-    rt.pmix = td_pmix_wanted();
-    if (rt.pmix && (status = td_pmix_init(&rt.world)) != TD_OK) {
+    rt.pmix = td__pmix_wanted();
+    if (rt.pmix && (status = td__pmix_init(&rt.world)) != TD_OK) {
         rt.pmix = false;
         goto err_addrs;
     }
@@ -730,13 +730,13 @@ td_init(const td_init_params_t *params)
     tpp.peer_gone = peer_gone_cb;
     tpp.same_host = same_host_cb;
     tpp.token = token;   /* keys the per-message job tags */
-    status = td_transport_create(&tpp, &rt.tp);
+    status = td__transport_create(&tpp, &rt.tp);
     if (status != TD_OK) {
         goto err_resolver;
     }
 
     /* Upper layers register their handlers before anyone can reach us. */
-    status = td_modules_setup(rt.tp, &rt.world);
+    status = td__modules_setup(rt.tp, &rt.world);
     if (status != TD_OK) {
         goto err_transport;
     }
@@ -748,7 +748,7 @@ td_init(const td_init_params_t *params)
     if (status != TD_OK) {
         goto err_modules;
     }
-    td_transport_address(rt.tp, &addr, &addr_len);
+    td__transport_address(rt.tp, &addr, &addr_len);
     {
         char name[HOSTMAP_NAME_MAX] = "";
 
@@ -766,7 +766,7 @@ td_init(const td_init_params_t *params)
          * 8 when this came after the fence). */
         rt.initialized = 1;
         /* Put, commit and one fence: the start-up barrier included. */
-        status = td_pmix_exchange(packed, packed_len,
+        status = td__pmix_exchange(packed, packed_len,
                                   rt.params.init_timeout);
         free(packed);
         if (status != TD_OK) {
@@ -795,10 +795,10 @@ td_init(const td_init_params_t *params)
     return TD_OK;
 
 err_modules:
-    td_modules_shutdown();
+    td__modules_shutdown();
     td_device_maps_reset();
 err_transport:
-    td_transport_destroy(rt.tp, 0.5);
+    td__transport_destroy(rt.tp, 0.5);
     rt.tp = NULL;
 err_resolver:
     td_store_close(rt.resolver);
@@ -813,12 +813,12 @@ err_server:
     rt.server = NULL;
 err_addrs:
     if (rt.pmix) {
-        td_pmix_finalize();
+        td__pmix_finalize();
         rt.pmix = false;
     }
     free(rt.addrs);
     rt.addrs = NULL;
-    td_log_set_rank(-1);
+    td__log_set_rank(-1);
     return status;
 }
 
@@ -827,7 +827,7 @@ err_addrs:
 static size_t
 local_outstanding(void)
 {
-    return td_modules_outstanding();
+    return td__modules_outstanding();
 }
 
 static td_status_t
@@ -862,7 +862,7 @@ join(double deadline)
             }
             sleep_s(JOIN_POLL_S);
         }
-        td_transport_counts(rt.tp, &msent, &mrecv);
+        td__transport_counts(rt.tp, &msent, &mrecv);
         snprintf(key, sizeof(key), "td/fin/%d/sent", k);
         if ((status = td_store_add(rt.store, key, (int64_t)msent, NULL)))
             return status;
@@ -928,9 +928,9 @@ td_finalize(void)
         snprintf(first_error, sizeof(first_error), "%s", td_last_error());
     }
 
-    td_modules_shutdown();
+    td__modules_shutdown();
     td_device_maps_reset();
-    st2 = td_transport_destroy(rt.tp, 2.0);
+    st2 = td__transport_destroy(rt.tp, 2.0);
     if (st2 != TD_OK && status == TD_OK) {
         status = st2;   /* a peer that did not close its endpoint */
         snprintf(first_error, sizeof(first_error), "finalize: %s",
@@ -968,7 +968,7 @@ td_finalize(void)
     free(rt.addrs);
     rt.addrs = NULL;
     if (rt.pmix) {
-        td_pmix_finalize();
+        td__pmix_finalize();
         rt.pmix = false;
     }
     if (status != TD_OK) {

@@ -13,7 +13,7 @@
  * host buffers, in chunks, double-buffered: while chunk i crosses the
  * network, chunk i+1 is being copied device->host on the sender, and the
  * receiver copies chunk i-1 host->device. It is the path for GPU tensors
- * when UCX has no CUDA transport (td_staging_route), which is the case
+ * when UCX has no CUDA transport (td__staging_route), which is the case
  * with Debian's UCX.
  *
  * The device copies are injected (td_staging_copy_ops_t): cudaMemcpyAsync
@@ -22,7 +22,7 @@
  * failure logic is this file's and runs the same either way.
  *
  * Protocol (handler id PARAMS.handler_id, header only or header + one
- * body, version byte first; td_staging_decode rejects anything else):
+ * body, version byte first; td__staging_decode rejects anything else):
  *   DATA  sender -> receiver: transfer id, offset, length, total; body =
  *         the chunk from a pinned buffer, received into a pinned buffer.
  *   ACK   receiver -> sender: the chunk at offset is in device memory and
@@ -46,10 +46,10 @@
  *  S6. A zero-length transfer is one DATA message without a body.
  *  S7. Copies and callbacks run on the engine's own thread, never on the
  *      progress thread; the engine's lock is never held across
- *      td_transport_send (whose callbacks may take it).
+ *      td__transport_send (whose callbacks may take it).
  *
- * Thread safety: td_staging_send and td_staging_stats are thread-safe;
- * td_staging_peer_failed may be called from the progress thread;
+ * Thread safety: td__staging_send and td__staging_stats are thread-safe;
+ * td__staging_peer_failed may be called from the progress thread;
  * create/destroy are not thread-safe. */
 #ifndef TD_UCX_TRANSPORT_STAGING_H
 #define TD_UCX_TRANSPORT_STAGING_H
@@ -123,32 +123,32 @@ typedef struct td_staging td_staging_t;
 
 /* Register the engine's handler on TP (before the address is published)
  * and start its thread. */
-td_status_t td_staging_create(td_transport_t *tp,
+td_status_t td__staging_create(td_transport_t *tp,
                               const td_staging_params_t *params,
                               td_staging_t **eng_p);
 /* Fail what is in progress with TD_ERR_CANCELED, stop the thread, free. */
-void        td_staging_destroy(td_staging_t *eng);
+void        td__staging_destroy(td_staging_t *eng);
 
 /* Send TOTAL bytes of device memory SRC to rank DST as transfer ID (the
  * pair (sender, ID) must be unique while in progress). SRC stays valid
  * until CB. On an error return CB is not called. */
-td_status_t td_staging_send(td_staging_t *eng, int dst, uint64_t id,
+td_status_t td__staging_send(td_staging_t *eng, int dst, uint64_t id,
                             const void *src, size_t total,
                             td_staging_sent_fn cb, void *arg);
 
 /* RANK died: fail every transfer to or from it (TD_ERR_PEER). ENG NULL
  * is a no-op (peers are also reported while the transport closes). */
-void        td_staging_peer_failed(td_staging_t *eng, int rank);
+void        td__staging_peer_failed(td_staging_t *eng, int rank);
 
-void        td_staging_stats(td_staging_t *eng, td_staging_stats_t *stats_p);
+void        td__staging_stats(td_staging_t *eng, td_staging_stats_t *stats_p);
 
 /* Transfers and sends in progress (0: idle), for the graceful join. */
-size_t      td_staging_outstanding(td_staging_t *eng);
+size_t      td__staging_outstanding(td_staging_t *eng);
 
 /* GPU-direct or staged: DIRECT when the transport moves MEM itself
- * (td_transport_mem_types), else STAGED. */
+ * (td__transport_mem_types), else STAGED. */
 typedef enum { TD_ROUTE_DIRECT = 0, TD_ROUTE_STAGED = 1 } td_route_t;
-td_route_t  td_staging_route(unsigned transport_mem_types, td_mem_type_t mem);
+td_route_t  td__staging_route(unsigned transport_mem_types, td_mem_type_t mem);
 
 /* The wire: a decoded header. */
 typedef struct {
@@ -161,10 +161,10 @@ typedef struct {
 /* Decode HEADER (LEN bytes) with N_BODIES bodies of BODY_LEN; rejects a
  * wrong version, type, size, or lengths out of bounds (TD_ERR_PROTOCOL,
  * naming the field and SRC). */
-td_status_t td_staging_decode(const void *header, size_t len, size_t n_bodies,
+td_status_t td__staging_decode(const void *header, size_t len, size_t n_bodies,
                               const size_t *body_len, int src,
                               td_staging_msg_t *msg_p);
-void        td_staging_encode(const td_staging_msg_t *msg,
+void        td__staging_encode(const td_staging_msg_t *msg,
                               uint8_t out[TD_STAGING_MSG_BYTES]);
 
 
@@ -179,14 +179,14 @@ void        td_staging_encode(const td_staging_msg_t *msg,
 
 /* Fill OPS for device cuda:INDEX (ops->ctx encodes the index).
  * TD_ERR_UNSUPPORTED "no CUDA device: ..." without the device. */
-td_status_t td_staging_cuda_ops(int index, td_staging_copy_ops_t *ops);
+td_status_t td__staging_cuda_ops(int index, td_staging_copy_ops_t *ops);
 
 /* Fill OPS for an engine that moves bodies of every device of this
  * process (RPC's): each copy runs on the stream of the device its
  * device-side pointer lives on, and the wait synchronises the devices
  * copied on since the last wait (the engine calls both from its one
  * thread, S7). TD_ERR_UNSUPPORTED "no CUDA device: ..." without one. */
-td_status_t td_staging_device_ops(td_staging_copy_ops_t *ops);
+td_status_t td__staging_device_ops(td_staging_copy_ops_t *ops);
 
 /* ---- host copies of device memory (staging_device.c) ------------------
  *  H1. A host copy is plain host memory of NBYTES (at least 1 byte

@@ -16,7 +16,7 @@
 static const td_device_ops_t *
 cuda_row(void)
 {
-    return td_device_ops(TD_DEVICE_CUDA);
+    return td__device_ops(TD_DEVICE_CUDA);
 }
 
 static td_status_t
@@ -83,10 +83,10 @@ any_wait(void *ctx)
 }
 
 td_status_t
-td_staging_device_ops(td_staging_copy_ops_t *ops)
+td__staging_device_ops(td_staging_copy_ops_t *ops)
 {
     int n;
-    td_status_t status = td_device_count_of(TD_DEVICE_CUDA, &n);
+    td_status_t status = td__device_count_of(TD_DEVICE_CUDA, &n);
 
     if (status != TD_OK) {
         return status;
@@ -97,9 +97,9 @@ td_staging_device_ops(td_staging_copy_ops_t *ops)
 }
 
 td_status_t
-td_staging_cuda_ops(int index, td_staging_copy_ops_t *ops)
+td__staging_cuda_ops(int index, td_staging_copy_ops_t *ops)
 {
-    td_status_t status = td_device_check((td_device_t){TD_DEVICE_CUDA, index});
+    td_status_t status = td__device_check((td_device_t){TD_DEVICE_CUDA, index});
 
     if (status != TD_OK) {
         return status;
@@ -123,7 +123,7 @@ td__staging_host_in(td_device_t device, void *dev, size_t nbytes, int fill,
                         "byte host copy of device memory", nbytes);
     }
     if (fill) {
-        status = td_device_memcpy(host, TD_CPU, dev, device, nbytes);
+        status = td__device_memcpy(host, TD_CPU, dev, device, nbytes);
         if (status != TD_OK) {
             free(host);
             return status;
@@ -136,7 +136,7 @@ td__staging_host_in(td_device_t device, void *dev, size_t nbytes, int fill,
 td_status_t
 td__staging_host_out(const td_staging_host_t *h)
 {
-    return td_device_memcpy(h->dev, h->device, h->host, TD_CPU, h->nbytes);
+    return td__device_memcpy(h->dev, h->device, h->host, TD_CPU, h->nbytes);
 }
 
 void
@@ -150,5 +150,5 @@ td_status_t
 td__staging_copy_in(td_device_t device, void *dev, const void *host,
                     size_t nbytes)
 {
-    return td_device_memcpy(dev, device, host, TD_CPU, nbytes);
+    return td__device_memcpy(dev, device, host, TD_CPU, nbytes);
 }

@@ -112,7 +112,7 @@ blas_open(void)
 }
 
 td_status_t
-td_cpu_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
+td__cpu_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
             int64_t k, double alpha, const void *a, int64_t lda,
             const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {

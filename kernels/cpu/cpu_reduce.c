@@ -37,7 +37,7 @@
     } while (0)
 
 void
-td_cpu_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
+td__cpu_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
                int64_t mid, int64_t inner)
 {
     if (dtype == TD_FLOAT32) {
@@ -77,7 +77,7 @@ td_cpu_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
     } while (0)
 
 void
-td_cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
+td__cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
                int64_t outer, int64_t mid, int64_t inner)
 {
     if (dtype == TD_FLOAT32) {
@@ -87,7 +87,7 @@ td_cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
     }
 }
 
-/* The sum over mid of V(m) as td_cpu_sum_mid forms it (in double when
+/* The sum over mid of V(m) as td__cpu_sum_mid forms it (in double when
  * inner == 1, in T otherwise), so the fused backward gives the bits of the
  * composed one (mul, sum_dims, sub, mul). */
 #define MID_SUM(T, V, RES)                                                  \
@@ -129,7 +129,7 @@ td_cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
     } while (0)
 
 void
-td_cpu_softmax_backward(td_dtype_t dtype, int log_out, void *gx, const void *y,
+td__cpu_softmax_backward(td_dtype_t dtype, int log_out, void *gx, const void *y,
                         const void *g, int64_t outer, int64_t mid,
                         int64_t inner)
 {
@@ -161,7 +161,7 @@ td_cpu_softmax_backward(td_dtype_t dtype, int log_out, void *gx, const void *y,
     } while (0)
 
 void
-td_cpu_max_dim(td_dtype_t dtype, void *values, int64_t *indices,
+td__cpu_max_dim(td_dtype_t dtype, void *values, int64_t *indices,
                const void *in, int64_t outer, int64_t mid, int64_t inner)
 {
     if (mid == 0) {

@@ -40,7 +40,7 @@ td_last_error(void)
 }
 
 void
-td_log_print(td_log_level_t level, const char *fmt, ...)
+td__log_print(td_log_level_t level, const char *fmt, ...)
 {
     char msg[MSG_MAX];
     va_list ap;
@@ -52,13 +52,13 @@ td_log_print(td_log_level_t level, const char *fmt, ...)
 }
 
 td_status_t
-td_device_alloc(td_device_t dev, size_t nbytes, void **ptr_p)
+td__device_alloc(td_device_t dev, size_t nbytes, void **ptr_p)
 {
     return host->device_alloc(dev, nbytes, ptr_p);
 }
 
 void
-td_device_free(td_device_t dev, void *ptr)
+td__device_free(td_device_t dev, void *ptr)
 {
     host->device_free(dev, ptr);
 }

@@ -63,7 +63,7 @@ sum_mid_typed(T *out, const T *in, int64_t outer, int64_t mid, int64_t inner,
 }
 
 extern "C" void
-td_cuda_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
+td__cuda_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
              int64_t mid, int64_t inner)
 {
     cudaStream_t s;
@@ -80,7 +80,7 @@ td_cuda_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
  * cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major
  * C^T = op(B)^T op(A)^T, so swap the operands and m/n. */
 extern "C" td_status_t
-td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
+td__cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
           int64_t k, double alpha, const void *a, int64_t lda, const void *b,
           int64_t ldb, double beta, void *c, int64_t ldc)
 {
@@ -95,9 +95,9 @@ td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
         return td_error(TD_ERR_INVALID, "cuda: gemm: the output is not "
                         "CUDA device memory");
     }
-    dev = td_cuda_device_of(c);
-    if (td_cuda_blas(dev, &handle) != TD_OK) {
-        td_cuda_launch_failed("gemm", "no cuBLAS handle");
+    dev = td__cuda_device_of(c);
+    if (td__cuda_blas(dev, &handle) != TD_OK) {
+        td__cuda_launch_failed("gemm", "no cuBLAS handle");
         return td_error(TD_ERR_UNSUPPORTED, "cuda: gemm: no cuBLAS handle "
                         "on device %d", dev);
     }
@@ -114,7 +114,7 @@ td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
                          (int)ldc);
     }
     if (st != CUBLAS_STATUS_SUCCESS) {
-        td_cuda_launch_failed("gemm", cublasGetStatusString(st));
+        td__cuda_launch_failed("gemm", cublasGetStatusString(st));
         return td_error(TD_ERR_IO, "cuda: gemm: %s",
                         cublasGetStatusString(st));
     }
@@ -200,7 +200,7 @@ softmax_typed(int log_out, T *out, const T *in, int64_t outer, int64_t mid,
 }
 
 extern "C" void
-td_cuda_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
+td__cuda_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
                 int64_t outer, int64_t mid, int64_t inner)
 {
     cudaStream_t s;
@@ -243,7 +243,7 @@ softmax_bwd_cols(int log_out, T *gx, const T *y, const T *g, int64_t outer,
 }
 
 extern "C" void
-td_cuda_softmax_backward(td_dtype_t dtype, int log_out, void *gx,
+td__cuda_softmax_backward(td_dtype_t dtype, int log_out, void *gx,
                          const void *y, const void *g, int64_t outer,
                          int64_t mid, int64_t inner)
 {
@@ -281,7 +281,7 @@ max_cols(T *values, int64_t *indices, const T *in, int64_t outer, int64_t mid,
 }
 
 extern "C" void
-td_cuda_max_dim(td_dtype_t dtype, void *values, int64_t *indices,
+td__cuda_max_dim(td_dtype_t dtype, void *values, int64_t *indices,
                 const void *in, int64_t outer, int64_t mid, int64_t inner)
 {
     cudaStream_t s;

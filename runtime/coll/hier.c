@@ -188,7 +188,7 @@ coll_hier_map(td_group_t *g)
         return NULL;
     }
     for (int i = 0; i < g->n; i++) {
-        ids[i] = td_runtime_host_id(g->ranks[i]);
+        ids[i] = td__runtime_host_id(g->ranks[i]);
     }
     if (coll_hostmap_build(ids, g->n, &g->hosts) == TD_OK &&
         g->hosts->nhosts > 1) {

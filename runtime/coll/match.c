@@ -62,7 +62,7 @@ coll_wake(void)
         pthread_mutex_unlock(&C.wait_lock);
     }
     if (tp != NULL) {
-        td_transport_wake(tp);
+        td__transport_wake(tp);
     }
 }
 
@@ -596,7 +596,7 @@ coll_match_peer_dead(int rank)
         }
     }
     pthread_mutex_unlock(&C.lock);
-    td_runtime_host_text(rank, where, sizeof(where));
+    td__runtime_host_text(rank, where, sizeof(where));
     for (int i = 0; i < n_hit; i++) {
         char msg[COLL_ERR_MAX];
 

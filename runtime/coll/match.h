@@ -42,7 +42,7 @@
  *     its message or ack is in the lists), step.c (an operation's start:
  *     its call against what arrived).
  *  L4 Nothing that may call back into the collectives runs under it:
- *     td_transport_send (a direct send may complete, and call back, on the
+ *     td__transport_send (a direct send may complete, and call back, on the
  *     sending thread: C1), a request's completion (its on_done), a poke,
  *     a group failure, a wake. They run after the unlock with what was
  *     collected under it. The mailbox hooks (coll_match_hooks_t) may run

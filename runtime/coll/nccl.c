@@ -40,7 +40,7 @@ static uint32_t cap_digest[CAP_GROUPS];
 static const td_nccl_ops_t *
 nccl_ops(void)
 {
-    return td_device_module_nccl(TD_DEVICE_CUDA);
+    return td__device_module_nccl(TD_DEVICE_CUDA);
 }
 
 static int
@@ -60,7 +60,7 @@ nccl_kind(coll_kind_t k, td_nccl_kind_t *out)
 static int
 group_capable(td_group_t *g)
 {
-    td_store_t *store = td_runtime_store();
+    td_store_t *store = td__runtime_store();
     int slot = (int)(g->id % CAP_GROUPS), cap = 1;
 
     pthread_mutex_lock(&comm_lock);
@@ -103,7 +103,7 @@ static td_status_t
 get_comm(const td_nccl_ops_t *nccl, td_group_t *g, int device,
          void **comm_p)
 {
-    td_store_t *store = td_runtime_store();
+    td_store_t *store = td__runtime_store();
     unsigned char id[TD_NCCL_ID_MAX];
     comm_t *c;
     char key[64];
@@ -242,7 +242,7 @@ coll_device_route(td_group_t *g, const coll_args_t *a)
     if (!on_device(a->t) && !on_device(a->in)) {
         return COLL_ROUTE_HOST;
     }
-    if (nccl == NULL || td_device_test_backend() || a->outs != NULL ||
+    if (nccl == NULL || td__device_test_backend() || a->outs != NULL ||
         !nccl_kind(a->kind, &kind) || !on_device(t) ||
         (a->in != NULL && !on_device(a->in)) ||
         !nccl->supports(td_tensor_dtype(t), reduces, a->op)) {

@@ -24,7 +24,7 @@ coll_recv_matched_done(void *arg, td_status_t status, int src,
     if (status != TD_OK) {
         char where[256];
 
-        td_runtime_host_text(src, where, sizeof(where));
+        td__runtime_host_text(src, where, sizeof(where));
         snprintf(msg, sizeof(msg), "coll: receiving from rank %d%s%s%s "
                  "failed: %s", src, where[0] ? " (" : "", where,
                  where[0] ? ")" : "", status == TD_ERR_PEER ?

@@ -86,12 +86,12 @@ td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
     if (!atomic_load(&drv.running) || drv.tp == NULL) {
         goto out;
     }
-    if (td_transport_on_progress_thread(drv.tp)) {
+    if (td__transport_on_progress_thread(drv.tp)) {
         st = td_error(TD_ERR_STATE, "rpc: a wait on a future inside a "
                       "transport callback would deadlock");
         goto out;
     }
-    if (td_transport_progress_mode(drv.tp) != TD_PROGRESS_BUSY) {
+    if (td__transport_progress_mode(drv.tp) != TD_PROGRESS_BUSY) {
         /* Cores may be shared: spin briefly, then sleep. */
         double spin = drv.spin_us > 0 ? drv.spin_us * 1e-6 : 50e-6;
 
@@ -99,7 +99,7 @@ td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
             max = spin;
         }
     }
-    st = td_transport_drive(drv.tp, drive_done, &dp, max);
+    st = td__transport_drive(drv.tp, drive_done, &dp, max);
     if (st != TD_OK || !pred(pred_arg)) {
         st = TD_ERR_TIMEOUT;
     }
@@ -114,7 +114,7 @@ td_rpc_notify_done(void)
     /* Counted like a driver: stop waits, so drv.tp stays valid. */
     atomic_fetch_add(&drv.in_drive, 1);
     if (atomic_load(&drv.running) && drv.tp != NULL) {
-        td_transport_wake(drv.tp);
+        td__transport_wake(drv.tp);
     }
     atomic_fetch_sub(&drv.in_drive, 1);
 }

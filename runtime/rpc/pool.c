@@ -94,7 +94,7 @@ pool_main(void *arg)
         free(j);
         __atomic_sub_fetch(&p->n_jobs, 1, __ATOMIC_SEQ_CST);
         if (p->tp != NULL) {
-            td_transport_yield_done(p->tp);
+            td__transport_yield_done(p->tp);
         }
         pthread_mutex_lock(&p->lock);
     }
@@ -107,14 +107,14 @@ void
 td_rpc_blocking(int on)
 {
     /* A job asleep needs no core: it leaves the count the progress thread
-     * steps aside for (td_transport_yield_when) while it sleeps. */
+     * steps aside for (td__transport_yield_when) while it sleeps. */
     if (!tl_pool_thread) {
         return;
     }
     if (on) {
         __atomic_sub_fetch(&pool.n_jobs, 1, __ATOMIC_SEQ_CST);
         if (pool.tp != NULL) {
-            td_transport_yield_done(pool.tp);
+            td__transport_yield_done(pool.tp);
         }
     } else {
         __atomic_add_fetch(&pool.n_jobs, 1, __ATOMIC_SEQ_CST);
@@ -214,7 +214,7 @@ td_rpc_pool_start(td_transport_t *tp, int n, double spin_us)
         return status;
     }
     atomic_store(&p->started, 1);
-    td_transport_yield_when(tp, &p->n_jobs);
+    td__transport_yield_when(tp, &p->n_jobs);
     return TD_OK;
 }
 
@@ -227,7 +227,7 @@ td_rpc_pool_stop(void)
     if (!atomic_load(&p->started)) {
         return;
     }
-    td_transport_yield_when(p->tp, NULL);
+    td__transport_yield_when(p->tp, NULL);
     pthread_mutex_lock(&p->lock);
     p->stop = 1;
     while (p->idle_top != NULL) {

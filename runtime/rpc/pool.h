@@ -6,7 +6,7 @@
  * to their own worker) cannot starve it; idle threads are woken last-in
  * first-out (warm caches, the core the thread just used). While cores are
  * scarce the transport's progress thread steps aside for running jobs
- * (td_transport_yield_when on the pool's job count); a job asleep on a
+ * (td__transport_yield_when on the pool's job count); a job asleep on a
  * condition variable says so with td_rpc_blocking so it does not count.
  *
  * Invariants:

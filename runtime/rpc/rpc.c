@@ -712,7 +712,7 @@ staged_done(void *arg, td_status_t status)
     send_t *s = arg;
 
     if (status == TD_OK) {
-        status = td_transport_send(rpc.tp, s->dst, RPC_TRANSPORT_ID,
+        status = td__transport_send(rpc.tp, s->dst, RPC_TRANSPORT_ID,
                                    s->out.header, s->out.header_len,
                                    s->out.bodies, (size_t)s->out.n_bodies,
                                    send_done, s);
@@ -765,7 +765,7 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
         /* device bodies go ahead through the staging engine */
         status = td_rpc_device_send_staged(dst, &s->out, staged_done, s);
     } else {
-        status = td_transport_send(rpc.tp, dst, RPC_TRANSPORT_ID,
+        status = td__transport_send(rpc.tp, dst, RPC_TRANSPORT_ID,
                                    s->out.header, s->out.header_len,
                                    s->out.bodies, (size_t)s->out.n_bodies,
                                    send_done, s);
@@ -900,9 +900,9 @@ td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
     td_future_t *fut;
     td_status_t status;
 
-    td_transport_will_drive(1);     /* the wait below drives at once */
+    td__transport_will_drive(1);     /* the wait below drives at once */
     status = td_rpc_async(dst, name, args, timeout, &fut);
-    td_transport_will_drive(0);
+    td__transport_will_drive(0);
     if (status != TD_OK) {
         return status;
     }
@@ -1616,14 +1616,14 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     snprintf(rpc.worker_name, sizeof(rpc.worker_name), "%s", w->worker_name);
     atomic_store(&rpc.next_id, 1);
     atomic_store(&rpc.busy, 0);
-    status = td_transport_set_handler(tp, RPC_TRANSPORT_ID, rx_handler, NULL);
+    status = td__transport_set_handler(tp, RPC_TRANSPORT_ID, rx_handler, NULL);
     if (status == TD_OK) {
         status = td_rpc_device_setup(tp, w);   /* device tensors' staging */
     }
     if (status != TD_OK) {
         return status;
     }
-    td_transport_set_classifier(tp, classify, NULL);
+    td__transport_set_classifier(tp, classify, NULL);
     status = td_rpc_pool_start(tp, n, rpc_spin_us);
     if (status != TD_OK) {
         return status;
@@ -1662,7 +1662,7 @@ module_peer_failed(void *arg, int rank, td_status_t why)
     (void)arg;
     (void)why;
     td_rpc_device_peer_failed(rank);
-    td_runtime_host_text(rank, where, sizeof(where));
+    td__runtime_host_text(rank, where, sizeof(where));
     while (pc != NULL) {
         pending_t *next = pc->next;
         char msg[768];

@@ -56,7 +56,7 @@ on_dest(void *arg, int src, uint64_t id, size_t total, void **dst_p)
     td_status_t status;
 
     (void)arg;
-    status = td_device_check(device);
+    status = td__device_check(device);
     if (status != TD_OK) {
         return status;
     }
@@ -75,7 +75,7 @@ on_dest(void *arg, int src, uint64_t id, size_t total, void **dst_p)
     }
     dv.n_landed++;                 /* reserved before the allocation */
     pthread_mutex_unlock(&dv.lock);
-    status = td_device_alloc(device, total, &l->buf);
+    status = td__device_alloc(device, total, &l->buf);
     if (status != TD_OK) {
         pthread_mutex_lock(&dv.lock);
         dv.n_landed--;
@@ -114,7 +114,7 @@ take_locked(int src, uint64_t id)
 static void
 landed_free(landed_t *l)
 {
-    td_device_free(l->device, l->buf);
+    td__device_free(l->device, l->buf);
     free(l);
 }
 
@@ -128,7 +128,7 @@ on_received(void *arg, td_status_t status, int src, uint64_t id, void *dst,
     (void)dst;
     pthread_mutex_lock(&dv.lock);
     if (status == TD_OK && dv.tp != NULL &&
-        td_transport_peer_alive(dv.tp, src)) {
+        td__transport_peer_alive(dv.tp, src)) {
         for (l = dv.landed; l != NULL; l = l->next) {
             if (l->src == src && l->id == id) {
                 l->complete = 1;   /* the message claims it */
@@ -164,7 +164,7 @@ td_rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
     landed_t *l;
     td_status_t status;
 
-    status = td_device_check(t->device);
+    status = td__device_check(t->device);
     if (status != TD_OK) {
         char why[300];
 
@@ -172,7 +172,7 @@ td_rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
         return td_error(TD_ERR_PROTOCOL, "rpc: rank %d sent a tensor for %s "
                         "here: %s", src, DEV_STR(t->device), why);
     }
-    ops = td_device_ops(t->device.type);
+    ops = td__device_ops(t->device.type);
     *mem_p = t->device.type == TD_DEVICE_CPU || (ops != NULL &&
              ops->host_memory) ? TD_MEM_HOST : TD_MEM_CUDA;
     if (t->xfer == TD_RPC_WIRE_XFER_EAGER) {
@@ -261,7 +261,7 @@ td_rpc_device_route(int dst, int type, td_rpc_device_route_t *route)
     forced = atomic_load(&dv.forced);
     route->dev.staged = dv.eng != NULL &&
         (forced >= 0 ? forced == TD_ROUTE_STAGED
-                     : td_staging_route(td_transport_mem_types(dv.tp),
+                     : td__staging_route(td__transport_mem_types(dv.tp),
                                         TD_MEM_CUDA) == TD_ROUTE_STAGED);
     route->dev.xfer_seq = atomic_fetch_add(&dv.xfer_seq, 1);
     return &route->dev;
@@ -282,7 +282,7 @@ td_rpc_device_sync_out(const td_rpc_wire_out_t *out)
         return TD_OK;
     }
     for (int k = 0; k < out->n_tensors && status == TD_OK; k++) {
-        status = td_device_sync(td_tensor_device(out->tensors[k]));
+        status = td__device_sync(td_tensor_device(out->tensors[k]));
     }
     return status;
 }
@@ -340,7 +340,7 @@ mem_of(td_device_t device)
     if (device.type == TD_DEVICE_CPU) {
         return TD_MEM_HOST;
     }
-    ops = td_device_ops(device.type);
+    ops = td__device_ops(device.type);
     return ops != NULL && ops->host_memory ? TD_MEM_HOST : TD_MEM_CUDA;
 }
 
@@ -551,7 +551,7 @@ td_rpc_device_send_staged(int dst, const td_rpc_wire_out_t *out,
     s->done = done;
     s->arg = arg;
     for (int i = 0; i < out->n_staged; i++) {
-        status = td_staging_send(dv.eng, dst, out->staged[i].id,
+        status = td__staging_send(dv.eng, dst, out->staged[i].id,
                                  out->staged[i].buf, out->staged[i].len,
                                  staged_one, s);
         if (status != TD_OK) {
@@ -581,19 +581,19 @@ td_rpc_device_setup(td_transport_t *tp, const td_world_t *w)
     dv.tp = tp;
     dv.world_size = w->world_size;
     atomic_store(&dv.xfer_seq, 1);
-    n = td_device_count_loaded(TD_DEVICE_CUDA);   /* loads nothing */
+    n = td__device_count_loaded(TD_DEVICE_CUDA);   /* loads nothing */
     if (n == 0) {
         return TD_OK;                  /* DV4 */
     }
     memset(&p, 0, sizeof(p));
     p.handler_id = TD_RPC_STAGING_ID;
-    status = td_staging_device_ops(&p.ops);
+    status = td__staging_device_ops(&p.ops);
     if (status != TD_OK) {
         return status;
     }
     p.dest = on_dest;
     p.received = on_received;
-    return td_staging_create(tp, &p, &dv.eng);
+    return td__staging_create(tp, &p, &dv.eng);
 }
 
 void
@@ -601,7 +601,7 @@ td_rpc_device_peer_failed(int rank)
 {
     landed_t *l;
 
-    td_staging_peer_failed(dv.eng, rank);
+    td__staging_peer_failed(dv.eng, rank);
     /* bodies that arrived whole but whose message never will (those
      * still arriving are the engine's until on_received fails them) */
     for (;;) {
@@ -623,7 +623,7 @@ td_rpc_device_peer_failed(int rank)
 size_t
 td_rpc_device_outstanding(void)
 {
-    return dv.eng != NULL ? td_staging_outstanding(dv.eng) : 0;
+    return dv.eng != NULL ? td__staging_outstanding(dv.eng) : 0;
 }
 
 void
@@ -631,7 +631,7 @@ td_rpc_device_shutdown(void)
 {
     landed_t *l;
 
-    td_staging_destroy(dv.eng);
+    td__staging_destroy(dv.eng);
     dv.eng = NULL;
     pthread_mutex_lock(&dv.lock);
     while ((l = dv.landed) != NULL) {
@@ -652,7 +652,7 @@ td_rpc_device_stats(td_staging_stats_t *stats_p, size_t *landed_p)
     if (dv.eng == NULL) {
         return td_error(TD_ERR_STATE, "rpc: no staging engine (no device)");
     }
-    td_staging_stats(dv.eng, stats_p);
+    td__staging_stats(dv.eng, stats_p);
     pthread_mutex_lock(&dv.lock);
     *landed_p = dv.n_landed;
     pthread_mutex_unlock(&dv.lock);

@@ -10,7 +10,7 @@
  * dist autograd's gradients, sent back by the callee, land on the device
  * each tensor came from); a reply follows the reverse map the call
  * attached (M5). Bodies go GPU-direct when UCX moves CUDA memory
- * (td_transport_mem_types), else ahead of the message through the staging
+ * (td__transport_mem_types), else ahead of the message through the staging
  * engine (ucx_transport/staging.h); the message leaves only when every
  * staged body is in the receiver's device memory, so the receiver finds
  * them in its table when the message arrives.

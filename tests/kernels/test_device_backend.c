@@ -2,7 +2,7 @@
  * device backend (kernels/device.h D4, "cuda" devices whose memory is host
  * memory): the backend is refused before it is installed; tensor copy_,
  * contiguous and cat on device tensors go through the kernel table and
- * across devices through td_device_memcpy; the RPC wire's device
+ * across devices through td__device_memcpy; the RPC wire's device
  * descriptors (rpc_wire.h V1-V4): target devices by the map, the reply map
  * attached, staged transfer ids, unmapped devices named, cpu-only
  * messages unchanged, malformed device fields rejected. */
@@ -91,7 +91,7 @@ tensors(void)
     td_tensor_t *b = NULL, *parts[2], *cat = NULL, *host = iota(1, 3, TD_CPU);
     int64_t shape[2] = {3, 2}, row[2] = {1, 3};
     double v[16];
-    long allocs1 = td_device_test_allocs(1);
+    long allocs1 = td__device_test_allocs(1);
 
     /* contiguous of a transposed device tensor: the kernel table's copy */
     td_tensor_transpose(a, 0, 1, &at);
@@ -111,7 +111,7 @@ tensors(void)
     values(b, v);
     ok(v[0] == 0 && v[1] == 3 && v[4] == 2 && v[5] == 5,
        "copied values arrive on cuda:1");
-    ok(td_device_test_allocs(1) > allocs1, "cuda:1 memory came from test "
+    ok(td__device_test_allocs(1) > allocs1, "cuda:1 memory came from test "
        "device 1");
     td_tensor_release(b);
     td_tensor_empty((int64_t[2]){2, 3}, 2, TD_FLOAT32, CUDA(1), &b);
@@ -361,20 +361,20 @@ main(void)
     like(td_tensor_empty(shape, 1, TD_FLOAT32, CUDA(0), &t) == TD_OK ? ""
          : td_last_error(), "no CUDA device", "before the test backend, "
          "a cuda tensor is refused: no CUDA device");
-    is_int(td_device_test_backend(), 0, "the test backend is not in use "
+    is_int(td__device_test_backend(), 0, "the test backend is not in use "
            "unless a test installs it");
-    is_int(td_device_test_backend_install(0), TD_ERR_RANGE,
+    is_int(td__device_test_backend_install(0), TD_ERR_RANGE,
            "a backend of 0 devices is refused");
-    is_int(td_device_test_backend_install(2), TD_OK, "install 2 devices");
-    is_int(td_device_test_backend(), 1, "now in use");
+    is_int(td__device_test_backend_install(2), TD_OK, "install 2 devices");
+    is_int(td__device_test_backend(), 1, "now in use");
     is_int(td_tensor_empty(shape, 1, TD_FLOAT32, CUDA(2), &t), TD_ERR_RANGE,
            "cuda:2 of 2 devices is out of range");
     tensors();
     wire();
     receiver();
-    is_int(td_device_test_live(0), 0, "every block of test device 0 was "
+    is_int(td__device_test_live(0), 0, "every block of test device 0 was "
            "given back");
-    is_int(td_device_test_live(1), 0, "every block of test device 1 was "
+    is_int(td__device_test_live(1), 0, "every block of test device 1 was "
            "given back");
     return exit_status();
 }

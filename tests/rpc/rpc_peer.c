@@ -754,7 +754,7 @@ capture(void *arg, td_transport_rx_t *rx)
 static void
 mode_malformed(void)
 {
-    td_transport_t *tp = td_runtime_transport();
+    td_transport_t *tp = td__runtime_transport();
     td_rpc_wire_meta_t m;
     td_rpc_wire_out_t *out = malloc(sizeof(*out));
     td_status_t st;
@@ -764,7 +764,7 @@ mode_malformed(void)
     m.sender = rank;
     m.message_id = 0xabcdef12345ULL;
     m.function_id = td_rpc_wire_fn_id("noop");
-    td_transport_set_handler(tp, 1, capture, NULL);
+    td__transport_set_handler(tp, 1, capture, NULL);
     st = td_rpc_device_prepare(NULL, 1, NULL, out);   /* no tensors */
     if (st == TD_OK) {
         st = td_rpc_wire_encode(&m, NULL, 1, TD_TRANSPORT_HEADER_MAX, NULL,
@@ -772,11 +772,11 @@ mode_malformed(void)
     }
     if (st == TD_OK) {
         out->header[1] = 9;                         /* another version */
-        st = td_transport_send(tp, 1, 1, out->header, out->header_len, NULL,
+        st = td__transport_send(tp, 1, 1, out->header, out->header_len, NULL,
                                0, NULL, NULL);
     }
     if (st == TD_OK) {                              /* too short for an id */
-        st = td_transport_send(tp, 1, 1, out->header, 20, NULL, 0, NULL,
+        st = td__transport_send(tp, 1, 1, out->header, 20, NULL, 0, NULL,
                                NULL);
     }
     double until = now_s() + 20;
@@ -1759,7 +1759,7 @@ main(int argc, char **argv)
                               .set_context = h_set, .on_send = h_send,
                               .on_recv = h_recv };
 
-        td_runtime_unregister("dist_autograd");
+        td__runtime_unregister("dist_autograd");
         td_rpc_plug(&h);
     }
     st = td_rpc_register("echo", fn_echo, NULL);
@@ -1790,7 +1790,7 @@ main(int argc, char **argv)
         if (rank == 2) {
             mode_malformed();
         }
-        td_store_barrier(td_runtime_store(), "malformed", size, 60);
+        td_store_barrier(td__runtime_store(), "malformed", size, 60);
         if (rank == 0) {
             td_rpc_list_t *r = NULL;
 

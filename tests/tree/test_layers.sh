@@ -98,7 +98,7 @@ for o in $objs; do
 done > "$TD_TMP/syms"
 # "user definer symbol" for each use of a symbol another file of the same
 # library defines. The CUDA module links nothing of libtodist and carries
-# its own td_error and td_log_print: a copy of a function base/ defines
+# its own td_error and td__log_print: a copy of a function base/ defines
 # counts as base's.
 edges() {
     awk '$1 == "D" && $4 == "core" && $3 ~ /^base\// { base[$2] = $3 }
