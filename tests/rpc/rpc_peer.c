@@ -374,6 +374,21 @@ fn_tid_inline(void *arg, const td_rpc_call_info_t *info,
     return td_rpc_list_add_int(result, (int64_t)syscall(SYS_gettid));
 }
 
+/* Pool: how many calls so far this worker's pool ran on the thread that
+ * received them (pool.h P5), and how many it handed to another thread. */
+static td_status_t
+fn_pool_counts(void *arg, const td_rpc_call_info_t *info,
+               const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    uint64_t c[2];
+    td_status_t st;
+
+    (void)arg; (void)info; (void)args;
+    td_rpc_pool_counts(c);
+    st = td_rpc_list_add_int(result, (int64_t)c[0]);
+    return st != TD_OK ? st : td_rpc_list_add_int(result, (int64_t)c[1]);
+}
+
 /* Pool: asks the caller which of its threads runs an inline handler. */
 static td_status_t
 fn_ping_back(void *arg, const td_rpc_call_info_t *info,
@@ -492,6 +507,28 @@ mode_inline(void)
     }
     check(here > 0, "waiter_runs_inline_calls",
           "0 of %d nested inline calls ran on the waiting thread", n);
+
+    /* Rank 1's idle pool thread drives its transport while it waits (its
+     * main thread waits in td_finalize, without driving), so calls to a
+     * pool handler arriving one after another run on the thread that
+     * received them: some at least (one may come while the leader still
+     * answers the previous one); none means every call was handed off. */
+    int64_t led = 0, handed = 0;
+    for (int i = 0; i < 50; i++) {
+        st = td_rpc_sync(1, "pool_counts", NULL, TD_RPC_DEFAULT_TIMEOUT, &r);
+        if (st != TD_OK || td_rpc_list_int(r, 0, &led) != TD_OK ||
+            td_rpc_list_int(r, 1, &handed) != TD_OK) {
+            led = -1;
+            td_rpc_list_free(r);
+            r = NULL;
+            break;
+        }
+        td_rpc_list_free(r);
+        r = NULL;
+    }
+    check(led > 0, "pool_leader_runs_calls", "%lld of 50 pool calls ran "
+          "on the receiving thread, %lld handed to another (%d %s)",
+          (long long)led, (long long)handed, st, td_last_error());
 
     /* Four threads at once: they contend for the progress token. */
     pthread_t th[4];
@@ -1749,6 +1786,7 @@ main(int argc, char **argv)
                           TD_RPC_INLINE);
     td_rpc_register_flags("tid_inline", fn_tid_inline, NULL, TD_RPC_INLINE);
     td_rpc_register("ping_back", fn_ping_back, NULL);
+    td_rpc_register("pool_counts", fn_pool_counts, NULL);
     td_rpc_register("keep_ref", fn_keep_ref, NULL);
     td_rpc_register("objects", fn_objects, NULL);
     td_rpc_register("bye", fn_bye, NULL);
