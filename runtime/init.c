@@ -742,7 +742,7 @@ td_init(const td_init_params_t *params)
     }
     /* Device maps: validated against the peers' device counts before the
      * barrier, so a bad map fails td_init here, naming entry and rule. */
-    status = td_device_maps_setup(rt.store, &rt.world, rt.params.device_maps,
+    status = td__device_maps_setup(rt.store, &rt.world, rt.params.device_maps,
                                   rt.params.init_timeout);
     rt.params.device_maps = NULL;   /* copied; the caller's may go away */
     if (status != TD_OK) {
@@ -796,7 +796,7 @@ td_init(const td_init_params_t *params)
 
 err_modules:
     td__modules_shutdown();
-    td_device_maps_reset();
+    td__device_maps_reset();
 err_transport:
     td__transport_destroy(rt.tp, 0.5);
     rt.tp = NULL;
@@ -929,7 +929,7 @@ td_finalize(void)
     }
 
     td__modules_shutdown();
-    td_device_maps_reset();
+    td__device_maps_reset();
     st2 = td__transport_destroy(rt.tp, 2.0);
     if (st2 != TD_OK && status == TD_OK) {
         status = st2;   /* a peer that did not close its endpoint */
