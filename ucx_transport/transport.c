@@ -829,7 +829,10 @@ deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r)
     rx.body_len = w->blen;
     rx.body_mem = w->bmem;
     rx.dest = r->dest;
-    tp->handlers[w->id].fn(tp->handlers[w->id].arg, &rx);
+    /* fn is published by a release store after arg (set_handler): an
+     * acquire load of it makes arg visible */
+    __atomic_load_n(&tp->handlers[w->id].fn, __ATOMIC_ACQUIRE)(
+        tp->handlers[w->id].arg, &rx);
     r->done = rx.done;
     r->done_arg = rx.done_arg;
 }
@@ -960,7 +963,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         }
         return UCS_OK;
     }
-    if (tp->handlers[w.id].fn == NULL) {
+    if (__atomic_load_n(&tp->handlers[w.id].fn, __ATOMIC_ACQUIRE) == NULL) {
         /* Well formed but nobody listens: a peer's todist sent it and
          * counted it, so count it too, or the join would never settle. */
         BUMP(tp->n_received);
@@ -1985,9 +1988,10 @@ td_transport_yield_when(td_transport_t *tp, const int *counter)
 void
 td_transport_yield_done(td_transport_t *tp)
 {
-    if (__atomic_load_n(&tp->ctr_sleeping, __ATOMIC_SEQ_CST)) {
-        syscall(SYS_futex, tp->yield_ctr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
-                0);
+    const int *ctr = __atomic_load_n(&tp->yield_ctr, __ATOMIC_ACQUIRE);
+
+    if (ctr != NULL && __atomic_load_n(&tp->ctr_sleeping, __ATOMIC_SEQ_CST)) {
+        syscall(SYS_futex, ctr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     }
 }
 
