@@ -11,7 +11,10 @@
 # The torch side (bench/pipeline_rpc_torch.py: the RPC tutorial's form on
 # torch 1.13, two remote shards, distributed autograd and optimizer) runs
 # in the same invocation where /usr/bin/python3 has torch.
-# Env: STAGES (2), MICRO (8), STEPS (60), LAYERS (8), HIDDEN (512),
+# Env: STAGES (2), MICRO (8), STEPS (60), LAYERS (8), HIDDEN (784: every
+# linear layer but the last is 784 x 784, so 2 stages carry equal work; at
+# 512 the first stage, with the 784-wide input layer, does 13% more and
+# bounds 2 stages at 1.52x one rank whatever the schedule),
 # BATCH (64), REPS (3), ACC (0: 1 adds the one-epoch accuracy runs). Figures go to bench/RESULTS.md.
 B=${1:-build}
 B=$(cd "$B" && pwd)
@@ -19,7 +22,7 @@ S=$(cd "$(dirname "$0")" && pwd)
 PATH="$B/tools:$PATH"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 ST=${STAGES:-2} MI=${MICRO:-8} STEPS=${STEPS:-60} REPS=${REPS:-3}
-MODEL="--layers ${LAYERS:-8} --hidden ${HIDDEN:-512} --batch-size ${BATCH:-64}"
+MODEL="--layers ${LAYERS:-8} --hidden ${HIDDEN:-784} --batch-size ${BATCH:-64}"
 EX="$B/examples/pipeline_mlp"
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 
@@ -38,7 +41,7 @@ for r in $(seq "$REPS"); do
     run hybrid-1f1b $((2 * ST)) --stages "$ST" --replicas 2 --microbatches "$MI" --schedule 1f1b
     # todist's RPC form: master + two remote-module shards (3 ranks)
     todist-run -n 3 "$B/examples/pipeline_rpc" --layers "${LAYERS:-8}" \
-        --hidden "${HIDDEN:-512}" --batch-size "${BATCH:-64}" \
+        --hidden "${HIDDEN:-784}" --batch-size "${BATCH:-64}" \
         --microbatches "$MI" --steps "$STEPS" 2>&1 |
         sed -n 's/^rpc_pipeline .*samples_per_s=\([0-9.]*\).*/rpc sps \1/p' >> "$out"
 done
@@ -46,7 +49,7 @@ minmax() { awk '{ v = $1 + 0; if (NR == 1 || v < lo) lo = v; if (NR == 1 || v > 
                 END { printf "%s-%s", lo, hi }'; }
 med() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 one=$(awk '$1 == "one" && $2 == "sps" { print $3 }' "$out" | med)
-echo "pipeline: model 784-${HIDDEN:-512}x${LAYERS:-8}-10, batch ${BATCH:-64}, $STEPS steps, S=$ST M=$MI, $REPS runs (min-max; ratio of medians)"
+echo "pipeline: model 784-${HIDDEN:-784}x${LAYERS:-8}-10, batch ${BATCH:-64}, $STEPS steps, S=$ST M=$MI, $REPS runs (min-max; ratio of medians)"
 echo "one rank: samples_per_s $(awk '$1 == "one" && $2 == "sps" { print $3 }' "$out" | minmax)"
 for sc in gpipe 1f1b zb hybrid-1f1b; do
     sps=$(awk -v s="$sc" '$1 == s && $2 == "sps" { print $3 }' "$out")
@@ -61,7 +64,7 @@ done
 rps=$(awk '$1 == "rpc" { print $3 }' "$out")
 echo "todist rpc form (2 shards, 3 ranks): samples_per_s $(printf '%s\n' "$rps" | minmax) vs one rank x$(awk -v a="$(printf '%s\n' "$rps" | med)" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
 # the split backward's own cost, in one process (minima)
-"$B/bench/pipeline_split" 4 "${HIDDEN:-512}" $((${BATCH:-64} / MI)) 200
+"$B/bench/pipeline_split" 4 "${HIDDEN:-784}" $((${BATCH:-64} / MI)) 200
 # ACC=1: one epoch each of 1 rank, S stages, S stages x 2 replicas (1F1B),
 # one global batch (the replicas take half of it each, in half the
 # micro-batches): test accuracy and seconds (the hybrid target: the same
@@ -79,7 +82,7 @@ if /usr/bin/python3 -c 'import torch.distributed.rpc' 2>/dev/null &&
    [ -f "$S/pipeline_rpc_torch.py" ]; then
     for r in $(seq "$REPS"); do
         /usr/bin/python3 "$S/pipeline_rpc_torch.py" --layers "${LAYERS:-8}" \
-            --hidden "${HIDDEN:-512}" --batch-size "${BATCH:-64}" \
+            --hidden "${HIDDEN:-784}" --batch-size "${BATCH:-64}" \
             --microbatches "$MI" --steps "$STEPS" 2>/dev/null | grep '^torch'
     done
 else

@@ -26,7 +26,12 @@
  * those of an uninterrupted run, bit for bit: restarted jobs, `todist-run
  * --max-restarts`, continue where they stopped), --max-steps N (stop after
  * this rank's step N, counted from the start of the run), --loss-log FILE
- * (rank 0 appends "STEP LOSS" a step, LOSS in C's exact %a notation). */
+ * (rank 0 appends "STEP LOSS" a step, LOSS in C's exact %a notation),
+ * --elastic (with --checkpoint FILE: --resume, a checkpoint every
+ * --checkpoint-every steps, 10 unless given, and a resume at another world
+ * size re-shards the sampler's position, todist/checkpoint.h's
+ * td_checkpoint_allow_reshard: for `todist-run --max-restarts`, and
+ * `--nnodes MIN:MAX` where a lost node shrinks the world). */
 #include "config.h"
 
 #include <stdio.h>
@@ -94,7 +99,7 @@ usage(FILE *f)
             "[--data DIR] [--hidden N] [--max-batches N] [--log-every N] "
             "[--metrics FILE] [--metrics-every N] [--checkpoint FILE] "
             "[--resume] [--checkpoint-every N] [--max-steps N] "
-            "[--loss-log FILE]\n"
+            "[--loss-log FILE] [--elastic]\n"
             "run under todist-run -n N or srun --todist\n");
 }
 
@@ -174,9 +179,10 @@ evaluate(td_mlp_t *m, td_tensor_t *images, td_tensor_t *labels, double *acc)
 /* Pull this example's own options out of ARGV (the rest are
  * fashion_mnist's); returns 2 on a bad value. */
 typedef struct {
-    long        ckpt_every;  /* steps; 0: at epoch ends only */
+    long        ckpt_every;  /* steps; 0: at epoch ends only; -1: unset */
     long        max_steps;   /* 0: no limit */
     const char *loss_log;
+    int         elastic;     /* --elastic */
 } own_opts_t;
 
 static int
@@ -190,6 +196,8 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
         const char *a = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--resume") == 0) {
             *resume = 1;
+        } else if (strcmp(a, "--elastic") == 0) {
+            oo->elastic = 1;
         } else if (strcmp(a, "--log-every") == 0 ||
                    strcmp(a, "--metrics-every") == 0 ||
                    strcmp(a, "--metrics") == 0 ||
@@ -288,7 +296,7 @@ main(int argc, char **argv)
     FILE *mf = NULL;
     td_status_t status;
 
-    own_opts_t oo = {0, 0, NULL};
+    own_opts_t oo = {-1, 0, NULL, 0};
     td_checkpoint_t *ck = NULL;
     FILE *lf = NULL;
     int64_t position = 0, step = 0;   /* step: this rank's since the start */
@@ -302,6 +310,19 @@ main(int argc, char **argv)
     rc = fmnist_parse_options("fashion_mnist_ddp", argc, argv, usage, &o);
     if (rc >= 0) {
         return rc;
+    }
+    if (oo.elastic && ckpt == NULL) {
+        fprintf(stderr, "fashion_mnist_ddp: --elastic needs --checkpoint FILE\n");
+        return 2;
+    }
+    if (oo.elastic) {
+        resume = 1;
+        if (oo.ckpt_every < 0) {
+            oo.ckpt_every = 10;
+        }
+    }
+    if (oo.ckpt_every < 0) {
+        oo.ckpt_every = 0;
     }
     if (resume && ckpt == NULL) {
         fprintf(stderr, "fashion_mnist_ddp: --resume needs --checkpoint FILE\n");
@@ -360,15 +381,18 @@ main(int argc, char **argv)
     /* Every rank loads rank 0's file (replicated state), after DDP's
      * creation (its bucket order is restored) and before any step. */
     if (resume && access(ckpt, R_OK) == 0) {
+        /* a restart round may have another world: re-shard the sampler */
+        td_checkpoint_allow_reshard(ck, oo.elastic);
         if (td_checkpoint_load(ck, ckpt) != TD_OK) {
             return die("resume");
         }
         first_epoch = (int)sampler.epoch;
         if (rank == 0) {
-            printf("resumed from %s after epoch %d step %lld (restart %s)\n",
-                   ckpt, first_epoch - 1, (long long)step,
-                   getenv("TODIST_RESTART_COUNT") ?
-                   getenv("TODIST_RESTART_COUNT") : "0");
+            printf("resumed from %s after epoch %d step %lld (restart %s, "
+                   "world %d, epoch position %lld)\n", ckpt, first_epoch - 1,
+                   (long long)step, getenv("TODIST_RESTART_COUNT") ?
+                   getenv("TODIST_RESTART_COUNT") : "0", world,
+                   (long long)position);
         }
     }
     if (rank == 0 && oo.loss_log != NULL &&

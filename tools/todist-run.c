@@ -6,7 +6,11 @@
  * forwards SIGINT/SIGTERM, tears the group down when one rank fails
  * (SIGTERM, then SIGKILL after a grace period) and exits with the failing
  * rank's status, restarting the whole group up to --max-restarts times.
- * With --nnodes it is one node's launcher of a multi-node job. Accepts
+ * With --nnodes it is one node's launcher of a multi-node job; with
+ * --nnodes MIN:MAX, or several nodes and --max-restarts, the nodes'
+ * launchers run the job in restart rounds agreed through a store of their
+ * own (tools/rdzv.h: a failed rank or a lost host restarts every node's
+ * workers with the new world). Accepts
  * torchrun's option spellings. Runs Python as torchrun does: a PROGRAM
  * ending in .py, or any PROGRAM with -m (a module), runs under the
  * interpreter $PYTHON (default python3 on PATH); --no-python runs PROGRAM
@@ -33,6 +37,7 @@
 
 #include "base/clock.h"
 #include "todist/rank_env.h"
+#include "tools/rdzv.h"
 
 #define LINE_MAX_BYTES 65536
 
@@ -51,7 +56,13 @@ typedef struct {
 
 typedef struct {
     int         nproc;
-    int         nnodes;
+    int         nnodes;         /* MAX of --nnodes MIN:MAX */
+    int         nnodes_min;
+    int         rounds;         /* restart rounds across nodes (rdzv.h) */
+    int         rdzv_port;      /* the agents' store, rounds only */
+    double      rdzv_timeout;   /* s for MIN nodes to join a round */
+    double      last_call;      /* s, round 0 */
+    double      liveness;       /* TODIST_LIVENESS: s an agent may be silent */
     int         node_rank;
     const char *master_addr;
     int         master_port;    /* torch's MASTER_PORT */
@@ -69,18 +80,43 @@ typedef struct {
     char        token[TD_JOB_TOKEN_HEX + 1];   /* "": export none */
 } opts_t;
 
+/* Where one incarnation's ranks stand in the world. */
+typedef struct {
+    int         first_rank;     /* of this node's ranks */
+    int         nproc;
+    int         world_size;
+    int         node_rank;
+    int         nnodes;
+    int         restart;        /* TODIST_RESTART_COUNT */
+    const char *token;          /* the workers' TODIST_JOB_TOKEN; NULL: none */
+    const char *host;           /* for messages in rounds; NULL: none */
+} assign_t;
+
+/* Called every tick while the group runs (rounds), with the local
+ * failure once there is one (WHY NULL before) and its exit code: 0 go
+ * on, 1 stop the group (the round is over), -1 stop it (the launchers'
+ * store failed). */
+typedef int (*watch_fn)(void *arg, const char *why, int code);
+
 /* One incarnation of the group. */
 typedef struct {
-    const opts_t *o;
-    child_t      *c;
-    int           n;
-    int           restart;
-    int           alive;
-    int           failed_rank;  /* local index, -1 */
-    int           failed_status;
-    int           got_signal;
-    double        kill_at;      /* 0: no teardown under way */
+    const opts_t   *o;
+    const assign_t *a;
+    child_t        *c;
+    int             n;
+    int             alive;
+    int             failed_rank;  /* local index, -1 */
+    int             failed_status;
+    char            failed_why[256];
+    int             got_signal;
+    int             watch_said;   /* the watch's last non-zero answer */
+    double          kill_at;      /* 0: no teardown under way */
+    watch_fn        watch;
+    void           *watch_arg;
+    double          watch_next;
 } group_t;
+
+#define TICK_S 0.05     /* s between watches of the rounds' store */
 
 static void
 usage(FILE *f)
@@ -89,6 +125,7 @@ usage(FILE *f)
 "usage: todist-run [-n N] [--nnodes M --node-rank K --master-addr A\n"
 "                  --master-port P] [--store-port Q] [--standalone]\n"
 "                  [--label] [--max-restarts R] [--grace-period S]\n"
+"                  [--rdzv-port Q2] [--rdzv-timeout S] [--rdzv-last-call S]\n"
 "                  [--bind closest|none] [--run-id ID] [-m | --no-python]\n"
 "                  [--] PROGRAM [ARGS...]\n"
 "\n"
@@ -96,10 +133,16 @@ usage(FILE *f)
 "ending in .py runs as `$PYTHON PROGRAM ARGS` (PYTHON unset: python3 on\n"
 "PATH), as torchrun runs it.\n"
 "  -n, --nproc-per-node N  processes on this node (default 1)\n"
-"  --nnodes M              nodes in the job (default 1; M:M accepted); with\n"
-"                          M > 1 also give --node-rank, --master-addr and\n"
+"  --nnodes M              nodes in the job (default 1); with M > 1 also\n"
+"                          give --node-rank, --master-addr and\n"
 "                          --master-port, and for todist's store the same\n"
 "                          TODIST_JOB_TOKEN in every node's environment\n"
+"  --nnodes MIN:MAX        restart rounds (also M > 1 with --max-restarts):\n"
+"                          the launchers meet at --master-addr's node and\n"
+"                          run the job in rounds of MIN to MAX nodes; a\n"
+"                          failed rank, a lost or a joining node starts a\n"
+"                          new round on every node (--node-rank is then\n"
+"                          assigned each round: the master's node is 0)\n"
 "  --node-rank K           this node's index, 0..M-1 (default 0)\n"
 "  --master-addr A         address of rank 0's node (default 127.0.0.1)\n"
 "  --master-port P         torch's MASTER_PORT (default: a free port)\n"
@@ -108,6 +151,11 @@ usage(FILE *f)
 "  --standalone            one node, free ports (torchrun's --standalone)\n"
 "  --label                 prefix each output line with '[RANK]: '\n"
 "  --max-restarts R        restart the whole group up to R times on failure\n"
+"                          (in rounds: every node's workers, together)\n"
+"  --rdzv-port Q2          the launchers' store in rounds (default P+2)\n"
+"  --rdzv-timeout S        seconds for MIN nodes to join a round (300)\n"
+"  --rdzv-last-call S      the first round waits S seconds for more nodes\n"
+"                          once MIN are in, unless MAX are (default 2)\n"
 "  --grace-period S        seconds between SIGTERM and SIGKILL (default 3)\n"
 "  --bind closest|none     TODIST_BIND for every rank (default: as inherited)\n"
 "  --run-id ID             TORCHELASTIC_RUN_ID (default 'none')\n"
@@ -147,29 +195,42 @@ parse_long(const char *opt, const char *s, long min, long max)
     return v;
 }
 
-/* torchrun's --nnodes is N or MIN:MAX; only a fixed size is supported. */
-static int
-parse_nnodes(const char *s)
+/* torchrun's --nnodes: N, or MIN:MAX. */
+static void
+parse_nnodes(const char *s, int *min_p, int *max_p)
 {
     const char *colon = strchr(s, ':');
     char lo[32];
     long a, b;
 
     if (colon == NULL) {
-        return (int)parse_long("--nnodes", s, 1, 1 << 20);
+        *min_p = *max_p = (int)parse_long("--nnodes", s, 1, 1 << 20);
+        return;
     }
     if ((size_t)(colon - s) >= sizeof(lo)) {
-        die_usage("--nnodes expects N or N:N, got '%s'", s);
+        die_usage("--nnodes expects N or MIN:MAX, got '%s'", s);
     }
     memcpy(lo, s, (size_t)(colon - s));
     lo[colon - s] = '\0';
-    a = parse_long("--nnodes", lo, 1, 1 << 20);
-    b = parse_long("--nnodes", colon + 1, 1, 1 << 20);
-    if (a != b) {
-        die_usage("--nnodes %s: elastic sizes are not supported; give one "
-                  "node count", s);
+    a = parse_long("--nnodes", lo, 1, RDZV_NODES_MAX);
+    b = parse_long("--nnodes", colon + 1, 1, RDZV_NODES_MAX);
+    if (a > b) {
+        die_usage("--nnodes %s: MIN is above MAX", s);
     }
-    return (int)a;
+    *min_p = (int)a;
+    *max_p = (int)b;
+}
+
+static double
+parse_seconds(const char *opt, const char *s, double max)
+{
+    char *end;
+    double v = strtod(s, &end);
+
+    if (end == s || *end != '\0' || !(v >= 0 && v <= max)) {
+        die_usage("%s expects seconds in 0..%g, got '%s'", opt, max, s);
+    }
+    return v;
 }
 
 /* Two distinct ports nobody listens on now: bind port 0 twice (both
@@ -257,6 +318,9 @@ parse_args(int argc, char **argv, opts_t *o)
         { "max-restarts",   required_argument, NULL, 'r' },
         { "max_restarts",   required_argument, NULL, 'r' },
         { "grace-period",   required_argument, NULL, 'g' },
+        { "rdzv-port",      required_argument, NULL, 'R' },
+        { "rdzv-timeout",   required_argument, NULL, 'T' },
+        { "rdzv-last-call", required_argument, NULL, 'L' },
         { "bind",           required_argument, NULL, 'b' },
         { "run-id",         required_argument, NULL, 'i' },
         { "rdzv-id",        required_argument, NULL, 'i' },
@@ -268,11 +332,14 @@ parse_args(int argc, char **argv, opts_t *o)
         { NULL, 0, NULL, 0 }
     };
     int c, have_addr = 0, standalone = 0;
-    const char *token;
+    const char *token, *live;
 
     memset(o, 0, sizeof(*o));
     o->nproc = 1;
-    o->nnodes = 1;
+    o->nnodes = o->nnodes_min = 1;
+    o->rdzv_port = -1;
+    o->rdzv_timeout = 300;
+    o->last_call = 2;
     o->master_addr = "127.0.0.1";
     o->master_port = -1;
     o->store_port = -1;
@@ -281,7 +348,10 @@ parse_args(int argc, char **argv, opts_t *o)
     while ((c = getopt_long(argc, argv, "+n:mh", longopts, NULL)) != -1) {
         switch (c) {
         case 'n': o->nproc = (int)parse_long("-n", optarg, 1, 4096); break;
-        case 'N': o->nnodes = parse_nnodes(optarg); break;
+        case 'N': parse_nnodes(optarg, &o->nnodes_min, &o->nnodes); break;
+        case 'R': o->rdzv_port = (int)parse_long("--rdzv-port", optarg, 1, 65535); break;
+        case 'T': o->rdzv_timeout = parse_seconds("--rdzv-timeout", optarg, 86400); break;
+        case 'L': o->last_call = parse_seconds("--rdzv-last-call", optarg, 3600); break;
         case 'k': o->node_rank = (int)parse_long("--node-rank", optarg, 0, 1 << 20); break;
         case 'a':
             if (optarg[0] == '\0' || strlen(optarg) >= TD_HOSTNAME_MAX) {
@@ -295,14 +365,7 @@ parse_args(int argc, char **argv, opts_t *o)
         case 's': standalone = 1; break;
         case 'l': o->label = 1; break;
         case 'r': o->max_restarts = (int)parse_long("--max-restarts", optarg, 0, 1000); break;
-        case 'g': {
-            char *end;
-            o->grace = strtod(optarg, &end);
-            if (end == optarg || *end != '\0' || !(o->grace >= 0 && o->grace <= 600)) {
-                die_usage("--grace-period expects seconds in 0..600, got '%s'", optarg);
-            }
-            break;
-        }
+        case 'g': o->grace = parse_seconds("--grace-period", optarg, 600); break;
         case 'b':
             if (strcmp(optarg, "closest") != 0 && strcmp(optarg, "none") != 0) {
                 die_usage("--bind expects closest or none, got '%s'", optarg);
@@ -337,12 +400,22 @@ parse_args(int argc, char **argv, opts_t *o)
     if (standalone && o->nnodes > 1) {
         die_usage("--standalone is one node, but --nnodes is %d", o->nnodes);
     }
+    /* Rounds: a size range, or restarts across several nodes. */
+    o->rounds = o->nnodes_min < o->nnodes ||
+                (o->nnodes > 1 && o->max_restarts > 0);
+    if (o->rounds) {
+        o->node_rank = 0;       /* assigned each round */
+    }
     if (o->node_rank >= o->nnodes) {
         die_usage("--node-rank %d is not below --nnodes %d", o->node_rank,
                   o->nnodes);
     }
     if ((long)o->nnodes * o->nproc > (1 << 24)) {
         die_usage("world of %ld ranks is too large", (long)o->nnodes * o->nproc);
+    }
+    if (o->rounds && (!have_addr || o->master_port < 0)) {
+        die_usage("--nnodes %s%d needs --master-addr and --master-port",
+                  o->nnodes_min < o->nnodes ? "MIN:" : "", o->nnodes);
     }
     if (o->nnodes > 1 && (!have_addr || o->master_port < 0)) {
         die_usage("--nnodes %d needs --master-addr and --master-port",
@@ -355,6 +428,27 @@ parse_args(int argc, char **argv, opts_t *o)
     if (o->master_port > 0 && o->store_port == o->master_port) {
         die_usage("--store-port %d is also --master-port; todist's store "
                   "needs a port of its own", o->store_port);
+    }
+    if (o->rounds) {
+        if (o->rdzv_port < 0) {
+            o->rdzv_port = o->master_port + 2;
+        }
+        if (o->rdzv_port > 65535) {
+            die_usage("--master-port %d leaves no port P+2 for the launchers' "
+                      "store; give --rdzv-port", o->master_port);
+        }
+        if (o->rdzv_port == o->master_port ||
+            o->rdzv_port == (o->store_port > 0 ? o->store_port
+                                               : o->master_port + 1)) {
+            die_usage("--rdzv-port %d is also --master-port or --store-port; "
+                      "the launchers' store needs a port of its own",
+                      o->rdzv_port);
+        }
+    }
+    live = getenv("TODIST_LIVENESS");
+    o->liveness = 3;
+    if (live != NULL && live[0] != '\0') {
+        o->liveness = parse_seconds("TODIST_LIVENESS", live, 86400);
     }
     /* The job token: inherited, or made here for a one-node job. Several
      * nodes cannot agree on a fresh one, so without it none is exported
@@ -371,6 +465,10 @@ parse_args(int argc, char **argv, opts_t *o)
                td_job_token_make(o->token, sizeof(o->token)) != TD_OK) {
         fprintf(stderr, "todist-run: %s\n", td_last_error());
         exit(1);
+    } else if (o->rounds) {
+        die_usage("restart rounds across nodes need the same "
+                  "TODIST_JOB_TOKEN in every node's environment (the "
+                  "launchers' store admits only its holders)");
     }
     if (o->master_port < 0) {
         int a = -1, b = -1;
@@ -418,8 +516,8 @@ env_set(const char *name, const char *value, void *arg)
 
 /* In the child: the rank's environment, then exec. Never returns. */
 static void
-child_exec(const opts_t *o, int local_rank, int restart, const sigset_t *mask,
-           int out_fd, int err_fd)
+child_exec(const opts_t *o, const assign_t *a, int local_rank,
+           const sigset_t *mask, int out_fd, int err_fd)
 {
     td_world_t w;
     td_rank_env_t re;
@@ -432,22 +530,22 @@ child_exec(const opts_t *o, int local_rank, int restart, const sigset_t *mask,
         _exit(127);
     }
     memset(&w, 0, sizeof(w));
-    w.rank = o->node_rank * o->nproc + local_rank;
-    w.world_size = o->nnodes * o->nproc;
+    w.rank = a->first_rank + local_rank;
+    w.world_size = a->world_size;
     w.local_rank = local_rank;
-    w.local_world_size = o->nproc;
-    w.node_rank = o->node_rank;
-    w.nnodes = o->nnodes;
+    w.local_world_size = a->nproc;
+    w.node_rank = a->node_rank;
+    w.nnodes = a->nnodes;
     snprintf(w.master_addr, sizeof(w.master_addr), "%s", o->master_addr);
     w.master_port = (uint16_t)o->store_port;
     memset(&re, 0, sizeof(re));
     re.world = &w;
     re.torch_port = (uint16_t)o->master_port;
     re.torchrun = true;
-    re.token = o->token[0] != '\0' ? o->token : NULL;
+    re.token = a->token;
     re.bind = o->bind;
     re.omp_threads = o->omp_threads;
-    re.restart_count = restart;
+    re.restart_count = a->restart;
     re.max_restarts = o->max_restarts;
     re.run_id = o->run_id;
     if (td_rank_env_export(&re, env_set, NULL) != TD_OK) {
@@ -548,16 +646,24 @@ stop_group(group_t *g, int sig)
     g->kill_at = td_now_s() + g->o->grace;
 }
 
+/* "rank R (pid P) was killed by signal S (NAME)[ on host H]" into BUF. */
 static void
-describe_status(int rank, pid_t pid, int st)
+describe_status(int rank, pid_t pid, int st, const char *host, char *buf,
+                size_t cap)
 {
+    int n;
+
     if (WIFSIGNALED(st)) {
-        fprintf(stderr, "todist-run: rank %d (pid %d) was killed by signal %d "
-                "(%s)\n", rank, (int)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+        n = snprintf(buf, cap, "rank %d (pid %d) was killed by signal %d (%s)",
+                     rank, (int)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
     } else {
-        fprintf(stderr, "todist-run: rank %d (pid %d) exited with code %d\n",
-                rank, (int)pid, WEXITSTATUS(st));
+        n = snprintf(buf, cap, "rank %d (pid %d) exited with code %d", rank,
+                     (int)pid, WEXITSTATUS(st));
     }
+    if (host != NULL && n >= 0 && (size_t)n < cap) {
+        snprintf(buf + n, cap - (size_t)n, " on host %s", host);
+    }
+    fprintf(stderr, "todist-run: %s\n", buf);
 }
 
 static int
@@ -581,7 +687,7 @@ start_rank(group_t *g, int i, const sigset_t *mask)
     }
     c->pid = fork();
     if (c->pid == 0) {
-        child_exec(o, i, g->restart, mask, po[1], pe[1]);
+        child_exec(o, g->a, i, mask, po[1], pe[1]);
     }
     if (c->pid < 0) {
         fprintf(stderr, "todist-run: fork: %s\n", strerror(errno));
@@ -640,7 +746,7 @@ pump_output(group_t *g, int sfd)
         for (int k = 0; k < 2; k++) {
             if (s[k]->fd >= 0) {
                 owner[np] = s[k];
-                owner_rank[np] = g->o->node_rank * g->n + i;
+                owner_rank[np] = g->a->first_rank + i;
                 pf[np++] = (struct pollfd){ .fd = s[k]->fd, .events = POLLIN };
                 streams_open++;
             }
@@ -656,6 +762,9 @@ pump_output(group_t *g, int sfd)
     } else if (g->alive == 0) {
         /* Children are gone; a grandchild may still hold a pipe. */
         timeout = 1000;
+    }
+    if (g->watch != NULL && (timeout < 0 || timeout > TICK_S * 1000)) {
+        timeout = (int)(TICK_S * 1000);
     }
     pr = poll(pf, (nfds_t)np, timeout);
     if (pr == 0 && g->alive == 0) {
@@ -708,10 +817,11 @@ reap_ranks(group_t *g)
             g->c[i].status = st;
             g->alive--;
             if ((WIFSIGNALED(st) || WEXITSTATUS(st) != 0) &&
-                g->failed_rank < 0 && !g->got_signal) {
+                g->failed_rank < 0 && !g->got_signal && !g->watch_said) {
                 g->failed_rank = i;
                 g->failed_status = st;
-                describe_status(g->o->node_rank * g->n + i, pid, st);
+                describe_status(g->a->first_rank + i, pid, st, g->a->host,
+                                g->failed_why, sizeof(g->failed_why));
                 if (g->alive > 0) {
                     fprintf(stderr, "todist-run: stopping the other %d "
                             "rank(s)\n", g->alive);
@@ -722,22 +832,33 @@ reap_ranks(group_t *g)
     }
 }
 
-/* Run one incarnation of the group. Returns the launcher's exit code;
- * *retry_p says whether a restart may help (a rank failed on its own). */
-static int
-run_group(const opts_t *o, int restart, int sfd, const sigset_t *mask,
-          int *retry_p)
-{
-    group_t g = { .o = o, .n = o->nproc, .restart = restart,
-                  .failed_rank = -1 };
-    int rc = 0, pr;
+/* What one incarnation of the group came to. */
+typedef struct {
+    int  rc;            /* the launcher's exit code for it */
+    int  failed;        /* a rank failed on its own: a restart may help */
+    int  signal;        /* the launcher got this signal; 0: none */
+    char why[256];      /* the failure, named */
+} outcome_t;
 
-    *retry_p = 0;
+/* Run one incarnation of the group, placed by A. WATCH (may be NULL) is
+ * called every tick with the failure once one happened (NULL before). */
+static void
+run_group(const opts_t *o, const assign_t *a, int sfd, const sigset_t *mask,
+          watch_fn watch, void *watch_arg,
+          outcome_t *out)
+{
+    group_t g = { .o = o, .a = a, .n = a->nproc, .failed_rank = -1 };
+    int pr;
+
+    memset(out, 0, sizeof(*out));
     g.c = calloc((size_t)g.n, sizeof(*g.c));
     if (g.c == NULL) {
         fprintf(stderr, "todist-run: out of memory\n");
-        return 1;
+        out->rc = 1;
+        return;
     }
+    g.watch = watch;
+    g.watch_arg = watch_arg;
     for (int i = 0; i < g.n; i++) {
         g.c[i].out.fd = g.c[i].err.fd = -1;
     }
@@ -746,7 +867,7 @@ run_group(const opts_t *o, int restart, int sfd, const sigset_t *mask,
         if (pr == -1 && errno == ENOMEM) {
             signal_group(&g, SIGKILL);
             fprintf(stderr, "todist-run: out of memory\n");
-            rc = 1;
+            out->rc = 1;
             goto out;
         }
         if (pr > 0) {
@@ -757,12 +878,29 @@ run_group(const opts_t *o, int restart, int sfd, const sigset_t *mask,
             signal_group(&g, SIGKILL);
             g.kill_at = td_now_s() + 3600;      /* SIGKILL once */
         }
+        /* Rounds: report a failure, keep the heartbeat, obey a stop. */
+        if (watch != NULL && td_now_s() >= g.watch_next) {
+            int v;
+            g.watch_next = td_now_s() + TICK_S;
+            v = watch(watch_arg, g.failed_rank >= 0 ? g.failed_why : NULL,
+                      g.failed_rank >= 0 ? status_to_exit(g.failed_status)
+                                         : 0);
+            if (v != 0 && !g.watch_said && g.failed_rank < 0 &&
+                !g.got_signal) {
+                g.watch_said = v;
+                if (g.alive > 0) {
+                    stop_group(&g, SIGTERM);
+                }
+            }
+        }
     }
     if (g.got_signal) {
-        rc = 128 + g.got_signal;
+        out->signal = g.got_signal;
+        out->rc = 128 + g.got_signal;
     } else if (g.failed_rank >= 0) {
-        rc = status_to_exit(g.failed_status);
-        *retry_p = 1;
+        out->rc = status_to_exit(g.failed_status);
+        out->failed = 1;
+        snprintf(out->why, sizeof(out->why), "%s", g.failed_why);
     }
 out:
     for (int i = 0; i < g.n; i++) {
@@ -770,6 +908,252 @@ out:
         free(g.c[i].err.buf);
     }
     free(g.c);
+}
+
+/* ---- restart rounds across nodes (tools/rdzv.h) ------------------------- */
+
+typedef struct {
+    rdzv_t            *r;
+    const rdzv_plan_t *plan;
+    const opts_t      *o;
+    int                reported;      /* our failure is in the store */
+    int                store_failed;
+    rdzv_event_t       ev;            /* the first STOP or END seen */
+    int                code;
+    char               reason[RDZV_REASON_MAX];
+} round_watch_t;
+
+static void
+store_failed(round_watch_t *w)
+{
+    if (!w->store_failed) {
+        fprintf(stderr, "todist-run: the launchers' store at %s:%d failed "
+                "(is its node, the master's, gone?): %s\n", w->o->master_addr,
+                w->o->rdzv_port, td_last_error());
+    }
+    w->store_failed = 1;
+}
+
+static int
+round_watch(void *arg, const char *failed_why, int failed_code)
+{
+    round_watch_t *w = arg;
+    rdzv_event_t ev;
+    int code = 0;
+    char reason[RDZV_REASON_MAX];
+
+    if (w->store_failed) {
+        return -1;
+    }
+    if (failed_why != NULL && !w->reported) {
+        w->reported = 1;
+        if (rdzv_fail(w->r, w->plan->round, failed_code != 0 ? failed_code
+                      : 1, failed_why) != TD_OK) {
+            store_failed(w);
+            return -1;
+        }
+    }
+    if (rdzv_watch(w->r, w->plan, &ev, &code, reason, sizeof(reason)) !=
+        TD_OK) {
+        store_failed(w);
+        return -1;
+    }
+    if (ev != RDZV_WAITING && w->ev == RDZV_WAITING) {
+        w->ev = ev;
+        w->code = code;
+        snprintf(w->reason, sizeof(w->reason), "%s", reason);
+    }
+    return w->ev != RDZV_WAITING;
+}
+
+/* A signal for the launcher, waiting at most TICK_S for one; 0: none. */
+static int
+wait_signal(int sfd)
+{
+    struct pollfd pf = { .fd = sfd, .events = POLLIN };
+    struct signalfd_siginfo si;
+
+    if (poll(&pf, 1, (int)(TICK_S * 1000)) > 0) {
+        while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+            if (si.ssi_signo != SIGCHLD) {
+                return (int)si.ssi_signo;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Interrupted: the leader ends the job, another agent aborts the round. */
+static int
+round_interrupted(rdzv_t *r, int round, int sig, const char *host)
+{
+    char why[160];
+
+    snprintf(why, sizeof(why), "the launcher on host %s got signal %d (%s)",
+             host, sig, strsignal(sig));
+    if (rdzv_is_leader(r)) {
+        rdzv_end(r, 128 + sig, why);
+    } else {
+        rdzv_stop(r, round, 128 + sig, "abort", why);
+    }
+    return 128 + sig;
+}
+
+static void
+round_log(const opts_t *o, const rdzv_plan_t *p, const rdzv_node_t *me,
+          int was_world, int was_nodes)
+{
+    char was[64] = "";
+
+    if (was_world > 0) {
+        snprintf(was, sizeof(was), " (was %d on %d)", was_world, was_nodes);
+    }
+    fprintf(stderr, "todist-run: round %d (restart %d of %d): %s; world %d "
+            "rank%s on %d node%s%s", p->round, p->restarts, o->max_restarts,
+            p->reason, p->world_size, p->world_size == 1 ? "" : "s",
+            p->nnodes, p->nnodes == 1 ? "" : "s", was);
+    if (me == NULL) {
+        fprintf(stderr, "; no room for this node (--nnodes ...:%d): it waits "
+                "for the next round\n", o->nnodes);
+    } else if (me->nproc == 1) {
+        fprintf(stderr, "; this node is node %d, rank %d\n", me->node_rank,
+                me->first_rank);
+    } else {
+        fprintf(stderr, "; this node is node %d, ranks %d-%d\n", me->node_rank,
+                me->first_rank, me->first_rank + me->nproc - 1);
+    }
+}
+
+static int
+run_rounds(const opts_t *o, int sfd, const sigset_t *mask)
+{
+    rdzv_opts_t ro;
+    rdzv_t *r = NULL;
+    rdzv_plan_t *plan = calloc(1, sizeof(*plan));
+    char host[64] = "", reason[RDZV_REASON_MAX];
+    int round = 0, rc = 1, code, sig, was_world = 0, was_nodes = 0;
+    rdzv_event_t ev;
+
+    if (plan == NULL) {
+        fprintf(stderr, "todist-run: out of memory\n");
+        return 1;
+    }
+    gethostname(host, sizeof(host) - 1);
+    memset(&ro, 0, sizeof(ro));
+    ro.addr = o->master_addr;
+    ro.port = (uint16_t)o->rdzv_port;
+    ro.token = o->token;
+    ro.host = host;
+    ro.nproc = o->nproc;
+    ro.min_nodes = o->nnodes_min;
+    ro.max_nodes = o->nnodes;
+    ro.max_restarts = o->max_restarts;
+    ro.liveness = o->liveness;
+    ro.last_call = o->last_call;
+    ro.timeout = o->rdzv_timeout;
+    if (rdzv_open(&ro, &r) != TD_OK ||
+        rdzv_first_round(r, &round) != TD_OK) {
+        fprintf(stderr, "todist-run: cannot meet the other launchers at "
+                "%s:%d: %s\n", o->master_addr, o->rdzv_port, td_last_error());
+        goto out;
+    }
+    for (;;) {
+        const rdzv_node_t *me;
+        round_watch_t w;
+        outcome_t out;
+        assign_t a;
+
+        if (rdzv_join(r, round) != TD_OK) {
+            goto store_err;
+        }
+        for (;;) {      /* E5: the plan first */
+            if (rdzv_wait_plan(r, round, plan, &ev, &code, reason,
+                               sizeof(reason)) != TD_OK) {
+                goto store_err;
+            }
+            if (ev == RDZV_PLAN) {
+                break;
+            }
+            if (ev == RDZV_END) {
+                rc = code;
+                goto ended;
+            }
+            if ((sig = wait_signal(sfd)) != 0) {
+                rc = round_interrupted(r, round, sig, host);
+                goto out;
+            }
+        }
+        me = rdzv_plan_find(plan, rdzv_agent(r));
+        round_log(o, plan, me, was_world, was_nodes);
+        if (me == NULL) {
+            round++;
+            continue;
+        }
+        was_world = plan->world_size;
+        was_nodes = plan->nnodes;
+        a = (assign_t){ me->first_rank, me->nproc, plan->world_size,
+                        me->node_rank, plan->nnodes, plan->restarts,
+                        plan->token, host };
+        memset(&w, 0, sizeof(w));
+        w.r = r;
+        w.plan = plan;
+        w.o = o;
+        run_group(o, &a, sfd, mask, round_watch, &w, &out);
+        if (out.signal) {
+            rc = round_interrupted(r, round, out.signal, host);
+            goto out;
+        }
+        if (w.store_failed) {
+            goto out;
+        }
+        if (out.failed && !w.reported &&
+            rdzv_fail(r, round, out.rc != 0 ? out.rc : 1, out.why) !=
+            TD_OK) {
+            goto store_err;
+        }
+        if (w.ev == RDZV_END) {
+            rc = w.code;
+            snprintf(reason, sizeof(reason), "%s", w.reason);
+            goto ended;
+        }
+        if (!out.failed && w.ev != RDZV_STOP) {
+            /* Every local rank exited 0: wait for the others' end. */
+            if (rdzv_done(r, round) != TD_OK) {
+                goto store_err;
+            }
+            for (;;) {
+                if (rdzv_watch(r, plan, &ev, &code, reason, sizeof(reason)) !=
+                    TD_OK) {
+                    goto store_err;
+                }
+                if (ev == RDZV_END) {
+                    rc = code;
+                    goto ended;
+                }
+                if (ev == RDZV_STOP) {
+                    break;
+                }
+                if ((sig = wait_signal(sfd)) != 0) {
+                    rc = round_interrupted(r, round, sig, host);
+                    goto out;
+                }
+            }
+        }
+        round++;
+    }
+ended:
+    if (rc != 0) {
+        fprintf(stderr, "todist-run: the job ended: %s\n", reason);
+    }
+    goto out;
+store_err:
+    fprintf(stderr, "todist-run: the launchers' store at %s:%d failed (is its "
+            "node, the master's, gone?): %s\n", o->master_addr, o->rdzv_port,
+            td_last_error());
+    rc = 1;
+out:
+    rdzv_close(r);
+    free(plan);
     return rc;
 }
 
@@ -778,7 +1162,8 @@ main(int argc, char **argv)
 {
     opts_t o;
     sigset_t mask;
-    int sfd, rc, retry;
+    int sfd, rc = 0;
+    outcome_t out;
 
     parse_args(argc, argv, &o);
 
@@ -794,13 +1179,23 @@ main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
 
-    for (int restart = 0;; restart++) {
-        rc = run_group(&o, restart, sfd, &mask, &retry);
-        if (rc == 0 || !retry || restart >= o.max_restarts) {
+    if (o.rounds) {
+        rc = run_rounds(&o, sfd, &mask);
+    }
+    for (int restart = 0; !o.rounds; restart++) {
+        assign_t a = { o.node_rank * o.nproc, o.nproc, o.nnodes * o.nproc,
+                       o.node_rank, o.nnodes, restart,
+                       o.token[0] != '\0' ? o.token : NULL, NULL };
+
+        run_group(&o, &a, sfd, &mask, NULL, NULL, &out);
+        rc = out.rc;
+        if (rc == 0 || !out.failed || restart >= o.max_restarts) {
             break;
         }
-        fprintf(stderr, "todist-run: restarting the group (%d of %d)\n",
-                restart + 1, o.max_restarts);
+        fprintf(stderr, "todist-run: restarting the group (%d of %d), round "
+                "%d: %s; world %d rank%s\n", restart + 1, o.max_restarts,
+                restart + 1, out.why, a.world_size,
+                a.world_size == 1 ? "" : "s");
     }
     close(sfd);
     free(o.argv_alloc);

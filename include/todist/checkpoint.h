@@ -14,7 +14,8 @@
  * is rejected with an error naming it, and then nothing is changed.
  *
  * Replicated state (plain DDP) is saved by rank 0 and loaded by every
- * rank. Same world size only: the sampler's num_replicas must match.
+ * rank. A sampler saved at another world size (num_replicas) is refused,
+ * unless td_checkpoint_allow_reshard: its position is then re-sharded.
  *
  *     td_checkpoint_create(&ck);
  *     td_checkpoint_add_tensors(ck, "model", params, n);
@@ -82,6 +83,15 @@ td_status_t td_checkpoint_add_bytes(td_checkpoint_t *ck, const char *name,
  * td_safetensors_metadata(path, key, ...). */
 td_status_t td_checkpoint_set_meta(td_checkpoint_t *ck, const char *key,
                                    const char *value);
+
+/* Let a load take a sampler saved at another world size W (a restart
+ * after a node was lost or joined): the epoch goes on at position
+ * ceil(saved position * W / this world size) (at most the epoch's end),
+ * in whatever unit the position counts (indices or batches of this
+ * epoch): no index is seen twice in that epoch, and fewer than one unit
+ * per rank is skipped. The parameters, optimizer and DDP state are
+ * replicated, so they load as they are. ALLOW 0 refuses again. */
+void td_checkpoint_allow_reshard(td_checkpoint_t *ck, int allow);
 
 td_status_t td_checkpoint_save(td_checkpoint_t *ck, const char *path);
 td_status_t td_checkpoint_load(td_checkpoint_t *ck, const char *path);

@@ -13,13 +13,20 @@
  *        bucket rebuild (out of memory), which comes after the rest (a
  *        failure there is reported; the rest is then loaded).
  *   CK3  Entry names are unique within an object ("__metadata__" holds
- *        "format" = CK_FORMAT, which a load requires). */
+ *        "format" = CK_FORMAT, which a load requires).
+ *   CK4  A sampler saved at world size W and loaded at W' (re-sharding
+ *        allowed) resumes at position ceil(pos * W / W'), at most the
+ *        new epoch length: the W ranks had consumed the first pos * W
+ *        entries of the epoch's order (DDP steps in lockstep), so no
+ *        entry is seen twice and fewer than W' units are skipped. */
 #include "config.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "runtime/ddp/ddp_internal.h"
 #include <todist/checkpoint.h>
 #include <todist/safetensors.h>
@@ -46,6 +53,7 @@ struct td_checkpoint {
     int     n, cap;
     char  **meta;            /* key, value, ... */
     int     nmeta;
+    int     reshard;         /* a sampler may come from another world size */
 };
 
 td_status_t
@@ -434,7 +442,8 @@ td_checkpoint_save(td_checkpoint_t *ck, const char *path)
 
 /* Check a loaded sampler state V against the sampler S. */
 static td_status_t
-sampler_check(const char *path, const item_t *it, const int64_t *v)
+sampler_check(const char *path, const item_t *it, const int64_t *v,
+              int reshard)
 {
     const td_distributed_sampler_t *s = it->p;
     static const char *what[SAMPLER_FIELDS] = {
@@ -443,18 +452,20 @@ sampler_check(const char *path, const item_t *it, const int64_t *v)
     int64_t now[SAMPLER_FIELDS] = {0, 0, s->dataset_len, s->num_replicas,
                                    s->shuffle, s->drop_last, (int64_t)s->seed};
 
-    if (v[0] < 0 || v[1] < 0) {
+    if (v[0] < 0 || v[1] < 0 || v[3] < 1 || v[3] > (1 << 24) ||
+        v[1] > (INT64_MAX >> 25)) {
         return td_error(TD_ERR_PROTOCOL, "checkpoint: %s: '%s' holds epoch "
                         "%lld position %lld", path, it->name, (long long)v[0],
                         (long long)v[1]);
     }
     for (int f = 2; f < SAMPLER_FIELDS; f++) {
-        if (v[f] != now[f]) {
+        if (v[f] != now[f] && !(f == 3 && reshard)) {
             return td_error(TD_ERR_INVALID, "checkpoint: %s: '%s' was saved "
                             "with %s %lld, this run's sampler has %lld%s",
                             path, it->name, what[f], (long long)v[f],
-                            (long long)now[f], f == 3 ? " (resuming needs "
-                            "the same world size)" : "");
+                            (long long)now[f], f == 3 ? " (resuming at "
+                            "another world size needs "
+                            "td_checkpoint_allow_reshard)" : "");
         }
     }
     return TD_OK;
@@ -485,6 +496,18 @@ ddp_check(const char *path, const item_t *it, const int64_t *v)
     }
     free(seen);
     return status;
+}
+
+/* CK4: the position at this sampler's world size of a position POS saved
+ * at world size SAVED_W. */
+static int64_t
+sampler_reshard(const td_distributed_sampler_t *s, int64_t pos,
+                int64_t saved_w)
+{
+    int64_t w = s->num_replicas;
+    int64_t p = (pos * saved_w + w - 1) / w;
+
+    return p < s->num_samples ? p : s->num_samples;
 }
 
 /* Copy the checked scratch value T into item IT. */
@@ -525,11 +548,26 @@ item_set(item_t *it, td_tensor_t *t)
     case IT_SAMPLER:
         td_distributed_sampler_set_epoch(it->p, v[0]);
         *it->pos = v[1];
+        if (v[3] != ((td_distributed_sampler_t *)it->p)->num_replicas) {
+            *it->pos = sampler_reshard(it->p, v[1], v[3]);
+            td_log_info("checkpoint: '%s' saved at world size %lld resumes "
+                        "at %d: epoch %lld position %lld -> %lld", it->name,
+                        (long long)v[3],
+                        ((td_distributed_sampler_t *)it->p)->num_replicas,
+                        (long long)v[0], (long long)v[1],
+                        (long long)*it->pos);
+        }
         break;
     default:
         break;
     }
     return status;
+}
+
+void
+td_checkpoint_allow_reshard(td_checkpoint_t *ck, int allow)
+{
+    ck->reshard = allow != 0;
 }
 
 td_status_t
@@ -556,7 +594,8 @@ td_checkpoint_load(td_checkpoint_t *ck, const char *path)
     }
     for (int i = 0; status == TD_OK && i < ck->n; i++) {
         if (ck->items[i].kind == IT_SAMPLER) {
-            status = sampler_check(path, &ck->items[i], td_tensor_data(ts[i]));
+            status = sampler_check(path, &ck->items[i], td_tensor_data(ts[i]),
+                                   ck->reshard);
         } else if (ck->items[i].kind == IT_DDP) {
             status = ddp_check(path, &ck->items[i], td_tensor_data(ts[i]));
         } else if (ck->items[i].kind == IT_OPT_STEP &&

@@ -4,3 +4,13 @@ check_PROGRAMS += tests/elastic/test_checkpoint
 tests_elastic_test_checkpoint_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/elastic/test_checkpoint tests/elastic/test_resume.sh
 EXTRA_DIST += tests/elastic/test_resume.sh
+# todist-run's restart rounds across two emulated hosts (tests/hosts.sh):
+# a rank killed, a host killed; the worker counts every step's world.
+check_PROGRAMS += tests/elastic/elastic_worker
+tests_elastic_elastic_worker_LDADD = $(TD_LDADD)
+TESTS += tests/elastic/test_rounds.sh
+EXTRA_DIST += tests/elastic/test_rounds.sh
+# the example's --elastic: a rank killed mid-training, and a resume at
+# another world size (re-sharded sampler).
+TESTS += tests/elastic/test_elastic.sh
+EXTRA_DIST += tests/elastic/test_elastic.sh

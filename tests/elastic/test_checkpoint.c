@@ -4,7 +4,9 @@
  * sampler's epoch and position, integers, bytes, metadata) and the
  * restored objects take the next step exactly as the saved ones; a
  * truncated, a foreign, a non-checkpoint file, a missing entry and another
- * world size are rejected with clear errors and change nothing; a writer
+ * world size are rejected with clear errors and change nothing, unless
+ * re-sharding is allowed: then the sampler's position is re-sharded
+ * (ceil(position * W / W'), computed here by hand); a writer
  * killed mid-save (a file size limit) leaves the old file whole. */
 #include "config.h"
 
@@ -212,7 +214,7 @@ main(void)
     long n_orig = 0, n_now = 0;
     td_status_t st;
 
-    plan(24);
+    plan(26);
     if (mkdtemp(dir) == NULL || td_init(NULL) != TD_OK) {
         plan_skip_all("no temporary folder or td_init failed");
     }
@@ -301,6 +303,23 @@ main(void)
         }
         ok(st == TD_ERR_INVALID && strstr(td_last_error(), "num_replicas"),
            "another world size is refused: %s", td_last_error());
+        state_free(&c);
+    }
+    /* re-sharded on request: 1 rank consumed the first 24 entries of
+     * epoch 3's order; 3 ranks go on at ceil(24 / 3) = 8 each, 5 ranks
+     * at ceil(24 / 5) = 5 (entry 24 skipped, none seen twice) */
+    for (int w = 3; w <= 5; w += 2) {
+        state_t c;
+        st = state_new(&c, 2, w);
+        if (st == TD_OK) {
+            td_checkpoint_allow_reshard(c.ck, 1);
+            st = td_checkpoint_load(c.ck, path);
+        }
+        ok(st == TD_OK && c.sampler.epoch == 3 &&
+           c.position == (w == 3 ? 8 : 5) && c.step == 3,
+           "at %d ranks the load re-shards: epoch %lld position "
+           "%lld (%s)", w, (long long)c.sampler.epoch,
+           (long long)c.position, st == TD_OK ? "ok" : td_last_error());
         state_free(&c);
     }
 

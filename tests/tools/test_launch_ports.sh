@@ -4,7 +4,7 @@
 # settings, bad values (exit 2), and the store's port clashes failing at
 # once with a message that names the port and the fix (issue 19).
 . "$top_srcdir/tests/lib.sh"
-plan 30
+plan 36
 T=$TD_TMP
 B=$top_builddir/tests/runtime/init_bind
 run() { timeout -k 5 60 todist-run "$@"; }
@@ -40,8 +40,17 @@ bad() { # desc args...
     err=$(run "$@" true 2>&1 >/dev/null); rc=$?
     is "$rc" 2 "$d: exit 2"
 }
-bad "--nnodes 1:2" --nnodes 1:2
-like "$err" "elastic sizes are not supported" "elastic --nnodes named"
+bad "--nnodes 1:2 alone" --nnodes 1:2
+like "$err" "--nnodes MIN:2 needs --master-addr and --master-port" \
+     "restart rounds need the master's address"
+bad "--nnodes 3:2" --nnodes 3:2
+like "$err" "--nnodes 3:2: MIN is above MAX" "MIN above MAX named"
+err=$(env -u TODIST_JOB_TOKEN todist-run --nnodes 1:2 --master-addr h \
+      --master-port 29450 true 2>&1); rc=$?
+is "$rc" 2 "restart rounds without a token: exit 2"
+like "$err" "need the same TODIST_JOB_TOKEN" "and the token is asked for"
+bad "--rdzv-port = store port" --nnodes 1:2 --master-addr h --master-port 29450 --rdzv-port 29451
+like "$err" "--rdzv-port 29451 is also --master-port or --store-port" "a clash with the store's port named"
 bad "--bind far" --bind far
 like "$err" "--bind expects closest or none, got 'far'" "bad --bind named"
 bad "--store-port = --master-port" --master-port 29500 --store-port 29500

@@ -382,6 +382,39 @@ def kill():
     os._exit(0)     # todist's join cannot complete without the dead rank
 
 
-{"collectives": collectives, "async": async_works, "ddp": ddp,
+def anon_huge_kb(t):
+    """AnonHugePages (kB) of the mappings over tensor T's memory (advice
+    on part of a mapping splits it: sum every piece that overlaps)."""
+    lo = t.data_ptr()
+    hi = lo + t.numel() * t.element_size()
+    cur, kb = False, 0
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                a, b = (int(v, 16) for v in head.split("-"))
+                cur = a < hi and lo < b
+            elif cur and head == "AnonHugePages:":
+                kb += int(line.split()[1])
+    return kb
+
+
+def huge():
+    """A reused 32 MiB buffer is collapsed onto huge pages after 16
+    collectives (unless TODIST_TORCH_HUGEPAGES=0), keeping its contents;
+    sums stay exact across the collapse."""
+    x = torch.full(((32 << 20) // 8,), R + 1, dtype=torch.int64)
+    before = anon_huge_kb(x)
+    for _ in range(20):     # MAX keeps R+1 = N everywhere after the first
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    after = anon_huge_kb(x)
+    dist.all_reduce(x)      # every element N * N, exactly
+    good = bool(torch.all(x == N * N))
+    sys.stdout.write("HUGE before=%d after=%d exact=%s\n" % (before, after,
+                                                            good))
+    sys.stdout.flush()      # one write per line: ranks share the pipe
+
+
+{"collectives": collectives, "huge": huge, "async": async_works, "ddp": ddp,
  "mismatch": mismatch, "kill": kill}[MODE]()
 dist.destroy_process_group()

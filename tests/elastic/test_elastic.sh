@@ -1,0 +1,94 @@
+#!/bin/sh
+# test_elastic: examples/fashion_mnist_ddp --elastic under todist-run.
+#  1. 2 ranks, --max-restarts 2: rank 1 is SIGKILLed mid-training (once
+#     the loss log shows step 20); the launcher names it and restarts the
+#     group, which resumes from the last checkpoint; training ends at the
+#     expected last step with every step logged, and its last epoch's
+#     train loss and test accuracy are within bounds (0.05, 0.01) of an
+#     uninterrupted run's.
+#  2. Another world size: 4 steps at 2 ranks (a checkpoint at step 4,
+#     128 indices of epoch 1 consumed per rank), then the rest at 3 ranks:
+#     without --elastic the load is refused naming num_replicas; with it
+#     each of the 3 ranks goes on at ceil(128 * 2 / 3) = 86 and the run
+#     ends at step 13 (3 more batches of epoch 1, 6 of epoch 2), every
+#     step logged once.
+# Bounded by timeout; skipped without the Fashion-MNIST data.
+. "$top_srcdir/tests/lib.sh"
+plan 13
+ex="$top_builddir/examples/fashion_mnist_ddp"
+data=/usr/share/datasets/fashion-mnist
+if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+    skip 13 "dataset-fashion-mnist is not installed"
+    done_testing
+fi
+epoch_field() { # OUTPUT FIELD: the last epoch line's FIELD
+    printf '%s\n' "$1" | grep '^epoch=' | tail -n 1 |
+        sed "s/.* $2=\([^ ]*\).*/\1/"
+}
+
+# --- 1: a rank killed mid-training ---
+args="--epochs 2 --max-batches 150 --batch-size 32 --hidden 64 --threads 1
+      --log-every 0 --optimizer sgd"
+total=300
+out0=$(timeout -k 5 300 todist-run -n 2 "$ex" $args 2>&1); rc=$?
+is "$rc" 0 "the uninterrupted run exits 0"
+[ "$rc" = 0 ] || diag "$out0"
+
+timeout -k 5 300 todist-run -n 2 --max-restarts 2 "$ex" $args --elastic \
+    --checkpoint "$TD_TMP/ck.safetensors" --loss-log "$TD_TMP/cut.log" \
+    > "$TD_TMP/out" 2> "$TD_TMP/err" &
+pid=$!
+td_track_pid $pid
+n=0
+while [ "$(cat "$TD_TMP/cut.log" 2>/dev/null | wc -l)" -lt 20 ] && [ $n -lt 3000 ]; do
+    sleep 0.05; n=$((n + 1))
+done
+# rank 1: the launcher's child whose environment says TODIST_RANK=1
+victim=""
+for c in $(pgrep -P "$(pgrep -P $pid -x todist-run)"); do
+    if tr '\0' '\n' < /proc/$c/environ 2>/dev/null | grep -x 'TODIST_RANK=1' >/dev/null; then
+        victim=$c
+    fi
+done
+ok "$([ -n "$victim" ]; echo $?)" "rank 1 found (pid ${victim:-none})"
+[ -n "$victim" ] && kill -9 "$victim"
+wait $pid; rc=$?
+out=$(cat "$TD_TMP/out"); err=$(cat "$TD_TMP/err")
+is "$rc" 0 "the elastic run exits 0 after the kill"
+[ "$rc" = 0 ] || diag "$out" "$err"
+like "$err" "restarting the group \(1 of 2\), round 1: rank 1 \(pid $victim\) was killed by signal 9 \(Killed\); world 2 ranks" \
+     "the restart names the killed rank, the round and the world"
+like "$out" 'resumed from .* after epoch [0-9] step [0-9]+ \(restart 1, world 2' \
+     "round 1 resumes from the checkpoint"
+is "$(tail -n 1 "$TD_TMP/cut.log" | cut -d' ' -f1)" $total \
+   "training ends at step $total"
+is "$(cut -d' ' -f1 "$TD_TMP/cut.log" | sort -n -u | wc -l | tr -d ' ')" $total \
+   "every step 1..$total is logged"
+l0=$(epoch_field "$out0" train_loss); l1=$(epoch_field "$out" train_loss)
+a0=$(epoch_field "$out0" test_accuracy); a1=$(epoch_field "$out" test_accuracy)
+ok "$(awk -v a="$l0" -v b="$l1" -v x="$a0" -v y="$a1" 'BEGIN {
+        d = a - b; e = x - y; if (d < 0) d = -d; if (e < 0) e = -e
+        exit !(a != "" && b != "" && x != "" && y != "" && d <= 0.05 && e <= 0.01) }'; echo $?)" \
+   "last epoch within bounds: train loss $l1 vs $l0, accuracy $a1 vs $a0"
+
+# --- 2: resume at another world size ---
+args="--epochs 2 --max-batches 6 --batch-size 32 --hidden 32 --threads 1
+      --log-every 0 --optimizer sgd"
+ck="$TD_TMP/ws.safetensors"
+o1=$(timeout -k 5 300 todist-run -n 2 "$ex" $args --elastic --checkpoint "$ck" \
+     --checkpoint-every 2 --max-steps 4 --loss-log "$TD_TMP/ws.log" 2>&1); rc1=$?
+o2=$(timeout -k 5 300 todist-run -n 3 "$ex" $args --resume --checkpoint "$ck" 2>&1)
+rc2=$?
+ok "$([ "$rc1" = 0 ] && [ "$rc2" != 0 ]; echo $?)" \
+   "4 steps at 2 ranks (rc $rc1); at 3 ranks without --elastic the load is refused (rc $rc2)"
+like "$o2" "num_replicas 2, this run's sampler has 3 \(resuming at another world size needs td_checkpoint_allow_reshard\)" \
+     "the refusal names num_replicas and the way out"
+o3=$(timeout -k 5 300 todist-run -n 3 "$ex" $args --elastic --checkpoint "$ck" \
+     --loss-log "$TD_TMP/ws.log" 2>&1); rc3=$?
+is "$rc3" 0 "the rest at 3 ranks exits 0"
+[ "$rc3" = 0 ] || diag "$o1" "$o3"
+like "$o3" "resumed from .* after epoch 0 step 4 \(restart 0, world 3, epoch position $(( (128 * 2 + 2) / 3 ))\)" \
+     "each of 3 ranks goes on at ceil(128 * 2 / 3) = 86"
+is "$(cut -d' ' -f1 "$TD_TMP/ws.log" | tr '\n' ' ')" "1 2 3 4 5 6 7 8 9 10 11 12 13 " \
+   "steps 1-4 at 2 ranks, 5-13 at 3, each once"
+done_testing

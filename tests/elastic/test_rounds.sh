@@ -1,0 +1,82 @@
+#!/bin/sh
+# test_rounds: todist-run's restart rounds across two emulated hosts
+# (tests/hosts.sh), one launcher per host, `--nnodes 1:2 --max-restarts
+# 1`, running tests/elastic/elastic_worker (8 steps, each adding the world
+# size to a total; rank 0 checkpoints every step).
+#  1. 3+1 ranks; the last rank (alone on host 2) is killed after step 3:
+#     round 1 restarts all 4 ranks on both hosts, names the dead rank and
+#     its host, and resumes at step 3 (total 3*4 + 5*4).
+#  2. 2+2 ranks; host 2 is killed after step 3: the survivors' round 1 runs 2 ranks
+#     on host 1 alone, the log naming the lost host, and resumes at step 3
+#     (total 3*4 + 5*2).
+# Kills happen at a fixed step (the worker waits for them), so nothing
+# depends on timing; every process runs under a timeout; the bed is torn
+# down on exit.
+. "$top_srcdir/tests/lib.sh"
+. "$top_srcdir/tests/hosts.sh"
+hosts_supported || skip_all "$HOSTS_WHY"
+plan 14
+worker="$top_builddir/tests/elastic/elastic_worker"
+tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+steps=8 hold=3
+
+# agent HOST TAG N: one launcher of N ranks on HOST, output in
+# $TD_TMP/TAG.HOST
+agent() {
+    hosts_run "$1" env TODIST_JOB_TOKEN="$tok" timeout -k 5 120 \
+        todist-run -n "$3" --nnodes 1:2 --max-restarts 1 --rdzv-last-call 60 \
+        --master-addr "$(hosts_addr 1)" --master-port 29500 \
+        "$worker" "$TD_TMP/$2.ck" $steps $hold "$TD_TMP/$2.marker" \
+        > "$TD_TMP/$2.$1" 2>&1 &
+}
+
+# wait_file F: until F exists (bounded by the agents' timeout)
+wait_file() {
+    _n=0
+    while [ ! -s "$1" ] && [ $_n -lt 1200 ]; do sleep 0.1; _n=$((_n + 1)); done
+    [ -s "$1" ]
+}
+
+# --- 1: one rank dies; both hosts restart it together ---
+hosts_up 2
+agent 1 rank 3; p1=$!
+agent 2 rank 1; p2=$!
+ok "$(wait_file "$TD_TMP/rank.marker"; echo $?)" "rank 3 holds after step $hold"
+hosts_run 2 kill -9 "$(cat "$TD_TMP/rank.marker")"
+wait $p1; rc1=$?
+wait $p2; rc2=$?
+is "$rc1 $rc2" "0 0" "both launchers exit 0 after the restart"
+out=$(cat "$TD_TMP/rank.1" "$TD_TMP/rank.2")
+[ "$rc1$rc2" = 00 ] || diag "$out"
+like "$out" 'round 0 \(restart 0 of 1\): first round; world 4 ranks on 2 nodes' \
+     "round 0: 4 ranks on 2 nodes"
+like "$out" 'round 1 \(restart 1 of 1\): (.*; )?rank 3 \(pid [0-9]+\) was killed by signal 9 \(Killed\) on host h2(; .*)?; world 4 ranks on 2 nodes \(was 4 on 2\)' \
+     "round 1 names the dead rank and its host, and the new world"
+like "$(cat "$TD_TMP/rank.1")" 'this node is node 0, ranks 0-2' \
+     "the master's host is node 0"
+like "$out" "resumed at step $hold total $((hold * 4)) world 4 restart 1" \
+     "round 1 resumes from the last checkpoint"
+like "$out" "done step $steps total $((hold * 4 + (steps - hold) * 4)) world 4 restart 1" \
+     "every step ran exactly once (total $((hold * 4 + (steps - hold) * 4)))"
+
+# --- 2: a host dies; the survivors go on alone ---
+hosts_up 2
+agent 1 host 2; p1=$!
+agent 2 host 2; p2=$!
+ok "$(wait_file "$TD_TMP/host.marker"; echo $?)" "rank 3 holds after step $hold"
+hosts_kill 2
+wait $p1; rc1=$?
+wait $p2
+is "$rc1" 0 "host 1's launcher exits 0"
+out=$(cat "$TD_TMP/host.1")
+[ "$rc1" = 0 ] || diag "$out"
+like "$out" 'round 1 \(restart 1 of 1\): .*lost host h2 \(node 1, ranks 2-3\): no heartbeat for [0-9.]+ s; world 2 ranks on 1 node \(was 4 on 2\)' \
+     "round 1 names the lost host and the new world"
+like "$out" 'round 1 .*this node is node 0, ranks 0-1' "host 1 keeps ranks 0-1"
+like "$out" "resumed at step $hold total $((hold * 4)) world 2 restart 1" \
+     "round 1 resumes from the last checkpoint at 2 ranks"
+like "$out" "done step $steps total $((hold * 4 + (steps - hold) * 2)) world 2 restart 1" \
+     "every step ran exactly once (total $((hold * 4 + (steps - hold) * 2)))"
+unlike "$out" 'round 2' "no further round"
+hosts_down
+done_testing
