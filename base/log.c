@@ -44,20 +44,20 @@ level_read(void)
 }
 
 void
-td_log_init(void)
+td__log_init(void)
 {
     pthread_once(&level_once, level_read);
 }
 
 int
-td_log_enabled(td_log_level_t lvl)
+td__log_enabled(td_log_level_t lvl)
 {
     pthread_once(&level_once, level_read);
     return lvl <= level;
 }
 
 void
-td_log_set_rank(int rank)
+td__log_set_rank(int rank)
 {
     atomic_store(&log_rank, rank);
 }
@@ -102,11 +102,11 @@ log_call(td_log_level_t lvl, const char *fmt, ...)
 }
 
 void
-td_log_print(td_log_level_t lvl, const char *fmt, ...)
+td__log_print(td_log_level_t lvl, const char *fmt, ...)
 {
     va_list ap;
 
-    if (!td_log_enabled(lvl)) {
+    if (!td__log_enabled(lvl)) {
         return;
     }
     va_start(ap, fmt);

@@ -8,7 +8,7 @@
 #define MT_M 397
 
 void
-td_mt19937_seed(td_mt19937_t *g, uint64_t seed)
+td__mt19937_seed(td_mt19937_t *g, uint64_t seed)
 {
     g->mt[0] = (uint32_t)seed;   /* torch keeps the low 32 bits */
     for (int i = 1; i < MT_N; i++) {
@@ -31,7 +31,7 @@ twist(td_mt19937_t *g)
 }
 
 uint32_t
-td_mt19937_next(td_mt19937_t *g)
+td__mt19937_next(td_mt19937_t *g)
 {
     uint32_t y;
 
@@ -49,13 +49,13 @@ td_mt19937_next(td_mt19937_t *g)
 /* aten's randperm_cpu: a forward Fisher-Yates with z = random() % (n - i).
  * The modulo bias is PyTorch's; matching it is the point. */
 void
-td_mt19937_randperm(td_mt19937_t *g, int64_t n, int64_t *perm)
+td__mt19937_randperm(td_mt19937_t *g, int64_t n, int64_t *perm)
 {
     for (int64_t i = 0; i < n; i++) {
         perm[i] = i;
     }
     for (int64_t i = 0; i + 1 < n; i++) {
-        int64_t z = (int64_t)(td_mt19937_next(g) % (uint64_t)(n - i));
+        int64_t z = (int64_t)(td__mt19937_next(g) % (uint64_t)(n - i));
         int64_t sav = perm[i];
 
         perm[i] = perm[z + i];

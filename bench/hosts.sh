@@ -7,8 +7,11 @@
 # 4 KiB, 1 MiB, 64 MiB, unshaped and with both links shaped to 10 Gbit/s
 # (tc tbf); todist also in TODIST_PROGRESS=busy. Each figure is the median
 # of repeated calls (bench/collectives, bench/mpi_allreduce.c); ratios come
-# last. Needs root (namespaces). Environment: LAYOUTS (default "1,1 2,2"),
-# SHAPES (default "none 10gbit"), SIZES, ITERS_SCALE.
+# last. Where a host holds several ranks todist runs twice: as auto picks
+# (hierarchical, runtime/coll/hier.c) and flat (TODIST_COLL_ALGO: rd up to
+# 64 KiB, ring above), in the same invocation. Needs root (namespaces).
+# Environment: LAYOUTS (default "1,1 2,2"), SHAPES (default "none
+# 10gbit"), SIZES, ITERS_SCALE, MPI (default 1; 0 skips Open MPI).
 # Figures go to bench/RESULTS.md.
 B=${1:-build}
 B=$(cd "$B" && pwd)
@@ -25,7 +28,7 @@ tmp=$HOSTS_DIR           # seen by every host at the same path (hosts.sh)
 out="$tmp/out"
 
 have_mpi=0
-if command -v mpicc >/dev/null && command -v mpirun >/dev/null &&
+if [ "${MPI:-1}" != 0 ] && command -v mpicc >/dev/null && command -v mpirun >/dev/null &&
    mpicc -O2 -o "$tmp/mpi_allreduce" "$S/mpi_allreduce.c" 2>"$tmp/cc.log"; then
     have_mpi=1
     # mpirun's launch agent: AGENT HOST CMD runs CMD on the bed's host
@@ -78,6 +81,18 @@ for shape in $SHAPES; do
             grep -E '^(allreduce|#)' |
             sed "s/^allreduce/busy $tag allreduce/" | tee -a "$out"
         unset TODIST_PROGRESS
+        case ",$l," in
+        *,[2-9],*|*,[1-9][0-9],*)
+            echo "# todist, flat: rd up to 64 KiB, ring above ($tag)"
+            for sz in $SIZES; do
+                if [ "$sz" -le 65536 ]; then a=rd; else a=ring; fi
+                TODIST_COLL_ALGO=all_reduce:$a; export TODIST_COLL_ALGO
+                ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$l" \
+                    "$B/bench/collectives" "$sz" 2>&1 | grep -E '^allreduce' |
+                    sed "s/^allreduce/flat $tag allreduce/" | tee -a "$out"
+                unset TODIST_COLL_ALGO
+            done;;
+        esac
         if [ $have_mpi = 1 ]; then
             echo "# Open MPI, btl tcp ($tag)"
             mpi "$l" --mca pml ob1 --mca btl tcp,self,vader \
@@ -112,7 +127,7 @@ awk '
 function field(line, key,   n, a, i) { n = split(line, a, " ");
     for (i = 1; i <= n; i++) if (index(a[i], key "=") == 1) return substr(a[i], length(key) + 2);
     return "" }
-$1 ~ /^(todist|busy|mpitcp|mpiucx)$/ {
+$1 ~ /^(todist|busy|flat|mpitcp|mpiucx)$/ {
     k = field($0, "shape") " " field($0, "hosts") " " field($0, "size");
     v[$1, k] = field($0, "median_us"); bw[$1, k] = field($0, "busbw_MBps");
     if ($1 == "todist") keys[++nk] = k }
@@ -127,6 +142,7 @@ END {
         if (("mpiucx", k) in v) { line = line sprintf(" ucx_us=%s", v["mpiucx", k]);
             if (best == "" || v["mpiucx", k] + 0 < best + 0) best = v["mpiucx", k] }
         if (best != "") line = line sprintf(" bestmpi/todist=%.2f", best / v["todist", k]);
+        if (("flat", k) in v) line = line sprintf(" flat_us=%s auto/flat=%.2f", v["flat", k], v["todist", k] / v["flat", k]);
         if (("busy", k) in v) line = line sprintf(" busy_us=%s default/busy=%.2f", v["busy", k], v["todist", k] / v["busy", k]);
         if (p[3] == 67108864 && (p[1] in ubw)) line = line sprintf(" busbw_MBps=%s ucx_bw_MBps=%s of_ucx=%.0f%%", bw["todist", k], ubw[p[1]], 100 * bw["todist", k] / ubw[p[1]]);
         print line

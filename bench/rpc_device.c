@@ -104,7 +104,7 @@ main(int argc, char **argv)
     size_t sizes[2] = {8, (size_t)mib << 20};
 
     rank = atoi(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "0");
-    if (td_device_test_backend_install(2) != TD_OK) {
+    if (td__device_test_backend_install(2) != TD_OK) {
         return 1;
     }
     memset(&maps, 0, sizeof(maps));

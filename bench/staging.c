@@ -73,7 +73,7 @@ raw_done(void *arg, td_status_t status, int src, td_iov_t *b, size_t n)
     td_iov_t iov = {dbuf, size, TD_MEM_HOST};
 
     if (rank == 1) {
-        td_transport_send(tp, 0, RAW_ID, hdr, sizeof(hdr), &iov, 1, NULL, NULL);
+        td__transport_send(tp, 0, RAW_ID, hdr, sizeof(hdr), &iov, 1, NULL, NULL);
     } else {
         bump(&got);
     }
@@ -137,7 +137,7 @@ st_received(void *arg, td_status_t status, int src, uint64_t id, void *dst,
             size_t total)
 {
     if (rank == 1) {
-        td_staging_send(eng, 0, id | REPLY, dbuf, total, st_sent, NULL);
+        td__staging_send(eng, 0, id | REPLY, dbuf, total, st_sent, NULL);
     } else {
         bump(&got);
     }
@@ -152,20 +152,20 @@ mod_setup(void *arg, td_transport_t *t, const td_world_t *w)
         .dest = st_dest, .received = st_received };
 
     tp = t;
-    td_transport_set_handler(t, RAW_ID, raw_recv, NULL);
-    return td_staging_create(t, &p, &eng);
+    td__transport_set_handler(t, RAW_ID, raw_recv, NULL);
+    return td__staging_create(t, &p, &eng);
 }
 
 static size_t
 mod_outstanding(void *arg)
 {
-    return td_staging_outstanding(eng);
+    return td__staging_outstanding(eng);
 }
 
 static void
 mod_shutdown(void *arg)
 {
-    td_staging_destroy(eng);
+    td__staging_destroy(eng);
 }
 
 static int
@@ -194,7 +194,7 @@ main(int argc, char **argv)
     memset(sbuf, 7, size);
     memset(rbuf, 1, size);
     memset(dbuf, 2, size);           /* touch every page before timing */
-    td_runtime_register(&mod);
+    td__runtime_register(&mod);
     if (td_init(NULL) != TD_OK) {
         fprintf(stderr, "td_init: %s\n", td_last_error());
         return 1;
@@ -203,10 +203,10 @@ main(int argc, char **argv)
         for (int r = -1; r < REPS; r++) {          /* r = -1: warm-up */
             td_iov_t iov = {sbuf, size, TD_MEM_HOST};
             double t0 = now_s();
-            td_transport_send(tp, 1, RAW_ID, hdr, sizeof(hdr), &iov, 1, NULL, NULL);
+            td__transport_send(tp, 1, RAW_ID, hdr, sizeof(hdr), &iov, 1, NULL, NULL);
             wait_for(&got, ++n);
             double t1 = now_s();
-            td_staging_send(eng, 1, (uint64_t)(r + 2), sbuf, size, st_sent, NULL);
+            td__staging_send(eng, 1, (uint64_t)(r + 2), sbuf, size, st_sent, NULL);
             wait_for(&got, ++n);
             wait_for(&sent_ok, r + 2);
             double t2 = now_s();

@@ -13,7 +13,7 @@
 # TORCH_SIZES, default "16 64", since 256 torch processes need ~80 GB).
 # A world of one runs the program directly (no launcher): its wall time
 # is the process's whole life, exec to exit. SRUN=1: also srun --todist
-# with and without --mpi=pmix on tests/test_spank_slurm.sh's four-node
+# with and without --mpi=pmix on tests/spank/test_spank_slurm.sh's four-node
 # test cluster (needs root and Slurm's daemons; that test's
 # TD_BENCH_STARTUP hook runs the same program there).
 #
@@ -114,9 +114,9 @@ if [ "$TORCH" = 1 ] && "$PY" -c 'import torch' 2>/dev/null; then
     done
 fi
 if [ "$SRUN" = 1 ]; then
-    echo "# srun --todist on tests/test_spank_slurm.sh's cluster (4 nodes on this machine)"
+    echo "# srun --todist on tests/spank/test_spank_slurm.sh's cluster (4 nodes on this machine)"
     TD_BENCH_STARTUP=1 TD_BENCH_STARTUP_SIZES="$(echo " $SIZES " | sed 's/ 1 / /')" \
-        TD_BENCH_STARTUP_BEFORE="$BEFORE" \
-        make -C "$B" check TESTS=tests/test_spank_slurm.sh > "$OUT/srun" 2>&1
-    grep -h 'startup srun' "$B/tests/test_spank_slurm.log" | sed 's/^# //'
+        TD_BENCH_STARTUP_BEFORE="$BEFORE" BEFORE_MAX=$BEFORE_MAX \
+        make -C "$B" check TESTS=tests/spank/test_spank_slurm.sh > "$OUT/srun" 2>&1
+    grep -h 'startup srun' "$B/tests/spank/test_spank_slurm.log" | sed 's/^# //'
 fi

@@ -60,7 +60,7 @@ send_msg(int dst, size_t size)
     td_iov_t iov = { buf, size, TD_MEM_HOST };
     uint64_t h = size;
 
-    if (td_transport_send(tp, dst, 0, &h, sizeof(h), &iov, 1, sent, NULL)
+    if (td__transport_send(tp, dst, 0, &h, sizeof(h), &iov, 1, sent, NULL)
         != TD_OK) {
         fprintf(stderr, "rank %d: send: %s\n", rank, td_last_error());
         errors++;
@@ -110,7 +110,7 @@ static td_status_t
 setup(void *arg, td_transport_t *t, const td_world_t *w)
 {
     tp = t;
-    return td_transport_set_handler(t, 0, on_message, NULL);
+    return td__transport_set_handler(t, 0, on_message, NULL);
 }
 
 /* ITERS echoes of SIZE; returns seconds per round trip. */
@@ -172,7 +172,7 @@ main(int argc, char **argv)
         return 1;
     }
     memset(buf, 1, max);   /* touch every page before timing */
-    td_runtime_register(&mod);
+    td__runtime_register(&mod);
     s = td_init(NULL);
     if (s != TD_OK) {
         fprintf(stderr, "transport_pingpong: td_init: %s\n", td_last_error());
@@ -187,7 +187,7 @@ main(int argc, char **argv)
     if (rank == 0) {
         printf("# transport_pingpong: progress=%s, ranks pinned by the "
                "caller (see bench/transport_pingpong.sh)\n",
-               td_transport_progress_mode(tp) == TD_PROGRESS_BUSY
+               td__transport_progress_mode(tp) == TD_PROGRESS_BUSY
                ? "busy" : "blocking");
         for (size_t k = 0; k < nsizes && errors == 0; k++) {
             size_t n = sizes[k];

@@ -3,7 +3,7 @@
  * that can reach its port and what a client reads back.
  *
  * Input: one frame as it travels (8-byte header, then the payload). The
- * header goes through td_store_frame_header with the admitted and the
+ * header goes through td__store_frame_header with the admitted and the
  * pre-authentication bounds; the payload (whatever follows, whatever the
  * header claims) through the request and the reply decoders for the
  * header's type. Every decoded pointer must lie inside the payload. */
@@ -39,7 +39,7 @@ check(const td_store_msg_t *m, const uint8_t *p, size_t len)
     for (uint32_t i = 0; i < m->nkeys; i++) {
         const uint8_t *k;
         size_t kl;
-        td_store_frame_wait_key(m, i, &k, &kl);
+        td__store_frame_wait_key(m, i, &k, &kl);
         if (k == NULL) {
             abort();   /* a decoded WAIT names every key */
         }
@@ -58,8 +58,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     /* both bounds; the payload is whatever follows, whatever is claimed */
-    (void)td_store_frame_header(data, TD_STORE_PREAUTH_MAX, &len);
-    (void)td_store_frame_header(data, TD_STORE_FRAME_MAX, &len);
+    (void)td__store_frame_header(data, TD_STORE_PREAUTH_MAX, &len);
+    (void)td__store_frame_header(data, TD_STORE_FRAME_MAX, &len);
     len = (uint32_t)(size - TD_STORE_HDR_LEN);
     /* an exact-size copy, so ASan sees any read past the payload */
     p = malloc(len ? len : 1);
@@ -67,10 +67,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     memcpy(p, data + TD_STORE_HDR_LEN, len);
-    if (td_store_frame_request(data[1], p, len, &m) == TD_OK) {
+    if (td__store_frame_request(data[1], p, len, &m) == TD_OK) {
         check(&m, p, len);
     }
-    if (td_store_frame_reply(data[1], p, len, &m) == TD_OK) {
+    if (td__store_frame_reply(data[1], p, len, &m) == TD_OK) {
         check(&m, p, len);
     }
     td_error_clear();

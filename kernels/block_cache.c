@@ -27,7 +27,7 @@ struct td_block_cache {
 };
 
 size_t
-td_block_cache_class(size_t nbytes)
+td__block_cache_class(size_t nbytes)
 {
     if (nbytes == 0) {
         nbytes = 1;
@@ -57,7 +57,7 @@ size_bucket(size_t size)
 }
 
 td_status_t
-td_block_cache_create(const td_block_cache_params_t *params,
+td__block_cache_create(const td_block_cache_params_t *params,
                       td_block_cache_t **cache_p)
 {
     td_block_cache_t *c;
@@ -96,7 +96,7 @@ trim_locked(td_block_cache_t *c)
 }
 
 void
-td_block_cache_destroy(td_block_cache_t *c)
+td__block_cache_destroy(td_block_cache_t *c)
 {
     if (c == NULL) {
         return;
@@ -117,7 +117,7 @@ td_block_cache_destroy(td_block_cache_t *c)
 }
 
 void
-td_block_cache_trim(td_block_cache_t *c)
+td__block_cache_trim(td_block_cache_t *c)
 {
     pthread_mutex_lock(&c->lock);
     trim_locked(c);
@@ -125,9 +125,9 @@ td_block_cache_trim(td_block_cache_t *c)
 }
 
 td_status_t
-td_block_cache_alloc(td_block_cache_t *c, size_t nbytes, void **ptr_p)
+td__block_cache_alloc(td_block_cache_t *c, size_t nbytes, void **ptr_p)
 {
-    size_t size = td_block_cache_class(nbytes);
+    size_t size = td__block_cache_class(nbytes);
     block_t **pp, *b = NULL;
     td_status_t status;
     void *ptr;
@@ -178,7 +178,7 @@ td_block_cache_alloc(td_block_cache_t *c, size_t nbytes, void **ptr_p)
 }
 
 void
-td_block_cache_free(td_block_cache_t *c, void *ptr)
+td__block_cache_free(td_block_cache_t *c, void *ptr)
 {
     block_t **pp, *b = NULL;
 
@@ -211,7 +211,7 @@ td_block_cache_free(td_block_cache_t *c, void *ptr)
 }
 
 void
-td_block_cache_stats(td_block_cache_t *c, td_block_cache_stats_t *stats_p)
+td__block_cache_stats(td_block_cache_t *c, td_block_cache_stats_t *stats_p)
 {
     pthread_mutex_lock(&c->lock);
     *stats_p = c->stats;

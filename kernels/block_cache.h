@@ -45,19 +45,19 @@ typedef struct {
     size_t bad_frees;      /* C4 */
 } td_block_cache_stats_t;
 
-td_status_t td_block_cache_create(const td_block_cache_params_t *params,
+td_status_t td__block_cache_create(const td_block_cache_params_t *params,
                                   td_block_cache_t **cache_p);
 /* Gives every cached block back; live blocks are given back too (the owner
  * is gone), so call it only when no tensor of the device is left. */
-void        td_block_cache_destroy(td_block_cache_t *cache);
-td_status_t td_block_cache_alloc(td_block_cache_t *cache, size_t nbytes,
+void        td__block_cache_destroy(td_block_cache_t *cache);
+td_status_t td__block_cache_alloc(td_block_cache_t *cache, size_t nbytes,
                                  void **ptr_p);
-void        td_block_cache_free(td_block_cache_t *cache, void *ptr);
+void        td__block_cache_free(td_block_cache_t *cache, void *ptr);
 /* Give every cached block back to the raw allocator. */
-void        td_block_cache_trim(td_block_cache_t *cache);
-void        td_block_cache_stats(td_block_cache_t *cache,
+void        td__block_cache_trim(td_block_cache_t *cache);
+void        td__block_cache_stats(td_block_cache_t *cache,
                                  td_block_cache_stats_t *stats_p);
 /* The class size NBYTES is rounded up to. */
-size_t      td_block_cache_class(size_t nbytes);
+size_t      td__block_cache_class(size_t nbytes);
 
 #endif /* TD_KERNELS_BLOCK_CACHE_H */

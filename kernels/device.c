@@ -15,9 +15,9 @@ static const td_device_host_t host = {
     .abi = TD_DEVICE_MODULE_ABI,
     .error = td_error,
     .last_error = td_last_error,
-    .log_print = td_log_print,
-    .device_alloc = td_device_alloc,
-    .device_free = td_device_free,
+    .log_print = td__log_print,
+    .device_alloc = td__device_alloc,
+    .device_free = td__device_free,
 };
 
 static const char *
@@ -28,16 +28,16 @@ type_name(td_device_type_t type)
 }
 
 const td_device_ops_t *
-td_device_ops(td_device_type_t type)
+td__device_ops(td_device_type_t type)
 {
     if ((unsigned)type >= TD_NUM_DEVICE_TYPES || type == TD_DEVICE_CPU) {
         return NULL;
     }
-    return td_device_module_row(type, &host);
+    return td__device_module_row(type, &host);
 }
 
 int
-td_device_count_loaded(td_device_type_t type)
+td__device_count_loaded(td_device_type_t type)
 {
     const td_device_ops_t *ops;
     int n = 0;
@@ -45,7 +45,7 @@ td_device_count_loaded(td_device_type_t type)
     if (type == TD_DEVICE_CPU) {
         return 1;
     }
-    ops = td_device_module_peek(type);
+    ops = td__device_module_peek(type);
     if (ops == NULL || ops->count(&n) != TD_OK) {
         td_error_clear();
         return 0;
@@ -54,7 +54,7 @@ td_device_count_loaded(td_device_type_t type)
 }
 
 td_status_t
-td_device_count_of(td_device_type_t type, int *n_p)
+td__device_count_of(td_device_type_t type, int *n_p)
 {
     const td_device_ops_t *ops;
 
@@ -66,7 +66,7 @@ td_device_count_of(td_device_type_t type, int *n_p)
         return td_error(TD_ERR_INVALID, "device: no device type %d",
                         (int)type);
     }
-    ops = td_device_ops(type);
+    ops = td__device_ops(type);
     if (ops == NULL) {
         return TD_ERR_UNSUPPORTED;     /* the loader named what is missing */
     }
@@ -74,7 +74,7 @@ td_device_count_of(td_device_type_t type, int *n_p)
 }
 
 td_status_t
-td_device_check(td_device_t dev)
+td__device_check(td_device_t dev)
 {
     int n;
     td_status_t status;
@@ -82,7 +82,7 @@ td_device_check(td_device_t dev)
     if (dev.type == TD_DEVICE_CPU) {
         return TD_OK;
     }
-    status = td_device_count_of(dev.type, &n);
+    status = td__device_count_of(dev.type, &n);
     if (status != TD_OK) {
         return status;
     }
@@ -94,7 +94,7 @@ td_device_check(td_device_t dev)
 }
 
 td_status_t
-td_device_alloc(td_device_t dev, size_t nbytes, void **ptr_p)
+td__device_alloc(td_device_t dev, size_t nbytes, void **ptr_p)
 {
     td_status_t status;
     void *p;
@@ -108,15 +108,15 @@ td_device_alloc(td_device_t dev, size_t nbytes, void **ptr_p)
         *ptr_p = p;
         return TD_OK;
     }
-    status = td_device_check(dev);
+    status = td__device_check(dev);
     if (status != TD_OK) {
         return status;
     }
-    return td_device_ops(dev.type)->alloc(dev.index, nbytes, ptr_p);
+    return td__device_ops(dev.type)->alloc(dev.index, nbytes, ptr_p);
 }
 
 void
-td_device_free(td_device_t dev, void *ptr)
+td__device_free(td_device_t dev, void *ptr)
 {
     const td_device_ops_t *ops;
 
@@ -124,14 +124,14 @@ td_device_free(td_device_t dev, void *ptr)
         free(ptr);
         return;
     }
-    ops = td_device_ops(dev.type);
+    ops = td__device_ops(dev.type);
     if (ops != NULL && ptr != NULL) {
         ops->free(dev.index, ptr);
     }
 }
 
 td_status_t
-td_device_memcpy(void *dst, td_device_t ddev, const void *src,
+td__device_memcpy(void *dst, td_device_t ddev, const void *src,
                  td_device_t sdev, size_t nbytes)
 {
     td_device_t dev = ddev.type != TD_DEVICE_CPU ? ddev : sdev;
@@ -150,25 +150,25 @@ td_device_memcpy(void *dst, td_device_t ddev, const void *src,
                         "%s:%d to %s:%d", type_name(sdev.type), sdev.index,
                         type_name(ddev.type), ddev.index);
     }
-    if ((status = td_device_check(ddev)) != TD_OK ||
-        (status = td_device_check(sdev)) != TD_OK) {
+    if ((status = td__device_check(ddev)) != TD_OK ||
+        (status = td__device_check(sdev)) != TD_OK) {
         return status;
     }
-    return td_device_ops(dev.type)->memcpy(dst, ddev, src, sdev, nbytes);
+    return td__device_ops(dev.type)->memcpy(dst, ddev, src, sdev, nbytes);
 }
 
 td_status_t
-td_device_sync(td_device_t dev)
+td__device_sync(td_device_t dev)
 {
     td_status_t status;
 
     if (dev.type == TD_DEVICE_CPU) {
         return TD_OK;
     }
-    if ((status = td_device_check(dev)) != TD_OK) {
+    if ((status = td__device_check(dev)) != TD_OK) {
         return status;
     }
-    return td_device_ops(dev.type)->synchronize(dev.index);
+    return td__device_ops(dev.type)->synchronize(dev.index);
 }
 
 /* ---- the test backend (D4) ---------------------------------------------- */
@@ -271,24 +271,24 @@ static const td_device_module_t test_module = {
 };
 
 td_status_t
-td_device_test_backend_install(int n_devices)
+td__device_test_backend_install(int n_devices)
 {
     if (n_devices < 1 || n_devices > TD_DEVICE_TEST_MAX) {
         return td_error(TD_ERR_RANGE, "device: test backend of %d devices "
                         "(1..%d)", n_devices, TD_DEVICE_TEST_MAX);
     }
     test_n = n_devices;
-    return td_device_module_install(&test_module);
+    return td__device_module_install(&test_module);
 }
 
 int
-td_device_test_backend(void)
+td__device_test_backend(void)
 {
-    return td_device_module_peek(TD_DEVICE_CUDA) == &test_ops;
+    return td__device_module_peek(TD_DEVICE_CUDA) == &test_ops;
 }
 
 long
-td_device_test_live(int index)
+td__device_test_live(int index)
 {
     long n;
 
@@ -302,7 +302,7 @@ td_device_test_live(int index)
 }
 
 long
-td_device_test_allocs(int index)
+td__device_test_allocs(int index)
 {
     long n;
 

@@ -11,10 +11,10 @@
  * naming what is missing.
  *
  * Invariants:
- *  D1. td_device_alloc(dev, n) of any n (0 included) returns memory of at
- *      least n bytes that td_device_free(dev, p) gives back; p is never
+ *  D1. td__device_alloc(dev, n) of any n (0 included) returns memory of at
+ *      least n bytes that td__device_free(dev, p) gives back; p is never
  *      reused before it was freed.
- *  D2. td_device_memcpy returns only when DST holds the bytes (it is
+ *  D2. td__device_memcpy returns only when DST holds the bytes (it is
  *      synchronous for the host; device work before it on the device's
  *      stream is ordered before the copy).
  *  D3. A machine without a usable device (no module, no driver, no GPU)
@@ -48,7 +48,7 @@ typedef struct {
     int          host_memory;  /* 1: its "device memory" is host memory
                                 * (the test backend): UCX moves it as host
                                 * memory */
-    /* Staging through host memory (runtime/rpc/staging_cuda.c): host
+    /* Staging through host memory (ucx_transport/staging_device.c): host
      * buffers the device copies from fast (pinned), copies queued on
      * device INDEX's stream (ordered after its kernels) and finished by
      * synchronize, and the device a device pointer lives on (-1: none). */
@@ -65,27 +65,27 @@ typedef struct {
 
 /* The row of device type TYPE, loading its module on the first call
  * (NULL for the cpu, and with td_error set when there is no module). */
-const td_device_ops_t *td_device_ops(td_device_type_t type);
+const td_device_ops_t *td__device_ops(td_device_type_t type);
 
 /* Number of devices of TYPE (cpu: 1), loading its module when needed.
  * TD_ERR_UNSUPPORTED "no CUDA device: ..." when there is none. */
-td_status_t td_device_count_of(td_device_type_t type, int *n_p);
+td_status_t td__device_count_of(td_device_type_t type, int *n_p);
 
 /* The same without loading anything: 0 devices when TYPE's module is not
  * there (yet). For start-up, which must not pay for a backend no one
  * asked for (kernels/module.h M3). */
-int         td_device_count_loaded(td_device_type_t type);
+int         td__device_count_loaded(td_device_type_t type);
 
 /* TD_OK when DEV exists here; else the error names the device. */
-td_status_t td_device_check(td_device_t dev);
+td_status_t td__device_check(td_device_t dev);
 
-td_status_t td_device_alloc(td_device_t dev, size_t nbytes, void **ptr_p);
-void        td_device_free(td_device_t dev, void *ptr);
-td_status_t td_device_memcpy(void *dst, td_device_t ddev, const void *src,
+td_status_t td__device_alloc(td_device_t dev, size_t nbytes, void **ptr_p);
+void        td__device_free(td_device_t dev, void *ptr);
+td_status_t td__device_memcpy(void *dst, td_device_t ddev, const void *src,
                              td_device_t sdev, size_t nbytes);
 
 /* Order the host after the work queued on DEV (no-op for the cpu). */
-td_status_t td_device_sync(td_device_t dev);
+td_status_t td__device_sync(td_device_t dev);
 
 /* D4. The test backend (tests only; no environment variable, option or
  * public header selects it): N_DEVICES "cuda" devices whose memory is
@@ -95,14 +95,14 @@ td_status_t td_device_sync(td_device_t dev);
  * a GPU. It replaces the cuda row for the rest of the process; call it
  * before td_init. N_DEVICES <= TD_DEVICE_TEST_MAX. */
 #define TD_DEVICE_TEST_MAX 8
-td_status_t td_device_test_backend_install(int n_devices);
+td_status_t td__device_test_backend_install(int n_devices);
 /* 1 when the cuda row is the test backend. */
-int         td_device_test_backend(void);
+int         td__device_test_backend(void);
 /* Test backend: blocks of device INDEX allocated and not yet freed, and
  * allocations made so far (tests check where a tensor's memory came
  * from). -1 for an index out of range. */
-long        td_device_test_live(int index);
-long        td_device_test_allocs(int index);
+long        td__device_test_live(int index);
+long        td__device_test_allocs(int index);
 
 #ifdef __cplusplus
 }

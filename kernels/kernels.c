@@ -9,7 +9,7 @@ static const td_kernels_t *kernel_table[TD_NUM_DEVICE_TYPES] = {
 };
 
 const td_kernels_t *
-td_kernels_get(td_device_t device)
+td__kernels_get(td_device_t device)
 {
     if ((unsigned)device.type >= TD_NUM_DEVICE_TYPES) {
         return NULL;
@@ -18,7 +18,7 @@ td_kernels_get(td_device_t device)
 }
 
 void
-td_kernels_register(td_device_type_t type, const td_kernels_t *k)
+td__kernels_register(td_device_type_t type, const td_kernels_t *k)
 {
     if ((unsigned)type < TD_NUM_DEVICE_TYPES) {
         kernel_table[type] = k;

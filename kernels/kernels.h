@@ -5,7 +5,7 @@
  * one per element. kernels/cpu/ fills the CPU row (kernels/cpu/cpu.c holds
  * the table; one file per family: elementwise, reduce, index, random,
  * optim, norm, and coll for the collectives' reductions); a CUDA backend
- * fills its row with td_kernels_register(), so no op needs a second code
+ * fills its row with td__kernels_register(), so no op needs a second code
  * path. Kernels take raw pointers, dtypes and shapes:
  * this layer uses base/ and the public tensor types only, nothing from
  * runtime/.
@@ -22,7 +22,7 @@
  *  3. Sizes of 0 are allowed everywhere and write nothing.
  *  4. Random kernels are counter-based: element i of a stream depends only
  *     on (seed, i), never on the device or on how the work is split.
- * Thread-safe: kernels hold no state; td_kernels_register is called once,
+ * Thread-safe: kernels hold no state; td__kernels_register is called once,
  * before any op runs on that device type. */
 #ifndef TD_KERNELS_KERNELS_H
 #define TD_KERNELS_KERNELS_H
@@ -93,11 +93,12 @@ typedef struct {
      * [outer, mid, inner] block */
     void (*sum_mid)(td_dtype_t dtype, void *out, const void *in,
                     int64_t outer, int64_t mid, int64_t inner);
-    /* C[m,n] = alpha * op(A) op(B) + beta * C, row-major, lda etc. */
-    void (*gemm)(td_dtype_t dtype, int trans_a, int trans_b, int64_t m,
-                 int64_t n, int64_t k, double alpha, const void *a,
-                 int64_t lda, const void *b, int64_t ldb, double beta,
-                 void *c, int64_t ldc);
+    /* C[m,n] = alpha * op(A) op(B) + beta * C, row-major, lda etc.; an
+     * error when the BLAS (CPU: opened on first use) is not there */
+    td_status_t (*gemm)(td_dtype_t dtype, int trans_a, int trans_b,
+                        int64_t m, int64_t n, int64_t k, double alpha,
+                        const void *a, int64_t lda, const void *b,
+                        int64_t ldb, double beta, void *c, int64_t ldc);
 
     /* ---- reductions along the middle of [outer, mid, inner] ---------- */
     /* out = softmax (or log_softmax when LOG) of IN along mid */
@@ -201,8 +202,8 @@ typedef struct {
     void (*divide)(td_dtype_t dtype, void *dst, size_t count, int n);
 } td_kernels_t;
 
-const td_kernels_t *td_kernels_get(td_device_t device);
-void td_kernels_register(td_device_type_t type, const td_kernels_t *k);
+const td_kernels_t *td__kernels_get(td_device_t device);
+void td__kernels_register(td_device_type_t type, const td_kernels_t *k);
 extern const td_kernels_t td_cpu_kernels;
 
 

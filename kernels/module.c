@@ -31,7 +31,7 @@ static slot_t slots[TD_NUM_DEVICE_TYPES];
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
 td_status_t
-td_device_module_install(const td_device_module_t *m)
+td__device_module_install(const td_device_module_t *m)
 {
     slot_t *s;
 
@@ -44,7 +44,7 @@ td_device_module_install(const td_device_module_t *m)
                         m != NULL ? m->abi : 0u, TD_DEVICE_MODULE_ABI);
     }
     s = &slots[m->type];
-    td_kernels_register(m->type, m->kernels);           /* M2: first */
+    td__kernels_register(m->type, m->kernels);           /* M2: first */
     atomic_store_explicit(&s->nccl, m->nccl, memory_order_release);
     atomic_store_explicit(&s->row, m->device, memory_order_release);
     return TD_OK;
@@ -58,7 +58,7 @@ own_folder(char *buf, size_t len)
     Dl_info info;
     const char *slash;
 
-    if (dladdr((void *)td_device_module_row, &info) == 0 ||
+    if (dladdr((void *)td__device_module_row, &info) == 0 ||
         info.dli_fname == NULL || (slash = strrchr(info.dli_fname, '/')) ==
         NULL || (size_t)(slash - info.dli_fname) >= len) {
         return 0;
@@ -171,7 +171,7 @@ load_locked(td_device_type_t type, const td_device_host_t *host, slot_t *s)
     }
     m = entry(host);
     if (m == NULL || m->type != type ||
-        td_device_module_install(m) != TD_OK) {
+        td__device_module_install(m) != TD_OK) {
         snprintf(s->reason, sizeof(s->reason), "%s: its descriptor does not "
                  "fit this libtodist (ABI %u, this libtodist takes %d)",
                  s->file, m != NULL ? m->abi : 0u, TD_DEVICE_MODULE_ABI);
@@ -182,7 +182,7 @@ load_locked(td_device_type_t type, const td_device_host_t *host, slot_t *s)
 }
 
 const td_device_ops_t *
-td_device_module_row(td_device_type_t type, const td_device_host_t *host)
+td__device_module_row(td_device_type_t type, const td_device_host_t *host)
 {
     const td_device_ops_t *row;
     slot_t *s;
@@ -209,7 +209,7 @@ td_device_module_row(td_device_type_t type, const td_device_host_t *host)
 }
 
 const td_device_ops_t *
-td_device_module_peek(td_device_type_t type)
+td__device_module_peek(td_device_type_t type)
 {
     if ((unsigned)type >= TD_NUM_DEVICE_TYPES) {
         return NULL;
@@ -218,7 +218,7 @@ td_device_module_peek(td_device_type_t type)
 }
 
 const td_nccl_ops_t *
-td_device_module_nccl(td_device_type_t type)
+td__device_module_nccl(td_device_type_t type)
 {
     if ((unsigned)type >= TD_NUM_DEVICE_TYPES) {
         return NULL;
@@ -227,7 +227,7 @@ td_device_module_nccl(td_device_type_t type)
 }
 
 const char *
-td_device_module_file(td_device_type_t type)
+td__device_module_file(td_device_type_t type)
 {
     if ((unsigned)type >= TD_NUM_DEVICE_TYPES) {
         return "";

@@ -5,7 +5,7 @@
  * most of a CPU rank's start-up). The CUDA backend -- kernels/cuda/, its
  * NCCL calls and its pinned-memory copies -- is built as libtodist-cuda.so
  * and opened with dlopen the first time a device of its type is asked for
- * (td_device_module_row, through kernels/device.c: a CUDA tensor's allocation, a device count, td_init
+ * (td__device_module_row, through kernels/device.c: a CUDA tensor's allocation, a device count, td_init
  * when devices are wanted, see runtime/rpc/device_map.c). Its one exported
  * symbol, TD_DEVICE_MODULE_ENTRY, takes the host table (the few functions
  * of libtodist it calls: td_error, logging, device allocation) and returns
@@ -26,12 +26,12 @@
  *      searched), dlopen's message (it names the missing library), no
  *      entry, or another ABI -- and every later request of that type
  *      fails with TD_ERR_UNSUPPORTED and that reason, without retrying.
- *  M2. td_device_module_install is the one way a row gets in: the loaded
+ *  M2. td__device_module_install is the one way a row gets in: the loaded
  *      module and the test backend (device.h D4) both go through it. It
  *      checks the descriptor's ABI and installs the kernel row before the
  *      device row, so whoever sees the device row sees the kernels.
- *  M3. td_device_module_row never loads for TD_DEVICE_CPU and
- *      td_device_module_peek never loads at all (start-up uses it to ask
+ *  M3. td__device_module_row never loads for TD_DEVICE_CPU and
+ *      td__device_module_peek never loads at all (start-up uses it to ask
  *      "is a backend already there?" without paying for one).
  * Thread-safe: all functions (the load runs under one lock; readers take
  * the installed rows with acquire loads). */
@@ -113,21 +113,21 @@ typedef const td_device_module_t *(*td_device_module_entry_fn)(
  * the device layer, which sits above this loader); NULL with td_error set
  * (TD_ERR_UNSUPPORTED, the reason) when there is none. NULL without an
  * error for TD_DEVICE_CPU (M3). */
-const td_device_ops_t *td_device_module_row(td_device_type_t type,
+const td_device_ops_t *td__device_module_row(td_device_type_t type,
                                             const td_device_host_t *host);
 
 /* The row of TYPE if one is installed, else NULL; never loads (M3). */
-const td_device_ops_t *td_device_module_peek(td_device_type_t type);
+const td_device_ops_t *td__device_module_peek(td_device_type_t type);
 
 /* The collectives of TYPE's installed module (NULL: none; never loads). */
-const td_nccl_ops_t   *td_device_module_nccl(td_device_type_t type);
+const td_nccl_ops_t   *td__device_module_nccl(td_device_type_t type);
 
 /* Install M's rows (M2). TD_ERR_INVALID for another ABI. */
-td_status_t td_device_module_install(const td_device_module_t *m);
+td_status_t td__device_module_install(const td_device_module_t *m);
 
 /* The file TYPE's module was loaded from ("" when none was, e.g. the test
  * backend). */
-const char *td_device_module_file(td_device_type_t type);
+const char *td__device_module_file(td_device_type_t type);
 
 #ifdef __cplusplus
 }

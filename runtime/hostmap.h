@@ -7,7 +7,7 @@
  * unknown one (0), may not: everything between them goes over the
  * transport. The id travels in front of each rank's published worker
  * address (hostmap_pack), so a rank learns a peer's host with its address,
- * once, at the first contact (td_runtime_same_host, runtime.h).
+ * once, at the first contact (td__runtime_same_host, runtime.h).
  *
  * Thread-safe: hostmap_self computes its id once (pthread_once); the
  * others are pure. */

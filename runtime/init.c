@@ -98,7 +98,7 @@ sleep_s(double s)
  * NVIDIA driver is on this node (its /proc entry: a cheap look, no
  * library). Anything else: TD_ERR_INVALID. Later requests (a CUDA tensor)
  * still load the module on first use. After this, the device count start-up
- * publishes is td_device_count_loaded()'s, which never loads. */
+ * publishes is td__device_count_loaded()'s, which never loads. */
 static td_status_t
 devices_at_init(const td_device_maps_t *given)
 {
@@ -110,7 +110,7 @@ devices_at_init(const td_device_maps_t *given)
         return TD_OK;
     }
     if (want != NULL && strcmp(want, "cuda") == 0) {
-        return td_device_count_of(TD_DEVICE_CUDA, &n);
+        return td__device_count_of(TD_DEVICE_CUDA, &n);
     }
     if (want != NULL && want[0] != '\0' && strcmp(want, "auto") != 0) {
         return td_error(TD_ERR_INVALID, "init: TODIST_DEVICE=%s on rank %d "
@@ -119,7 +119,7 @@ devices_at_init(const td_device_maps_t *given)
     }
     if (given != NULL || (maps != NULL && maps[0] != '\0') ||
         access("/proc/driver/nvidia/version", F_OK) == 0) {
-        if (td_device_count_of(TD_DEVICE_CUDA, &n) != TD_OK) {
+        if (td__device_count_of(TD_DEVICE_CUDA, &n) != TD_OK) {
             td_log_debug("init: no device (%s)", td_last_error());
             td_error_clear();           /* cpu tensors only */
         }
@@ -130,13 +130,13 @@ devices_at_init(const td_device_maps_t *given)
 /* ---- handles ------------------------------------------------------------ */
 
 td_transport_t *
-td_runtime_transport(void)
+td__runtime_transport(void)
 {
     return rt.initialized ? rt.tp : NULL;
 }
 
 td_store_t *
-td_runtime_store(void)
+td__runtime_store(void)
 {
     return rt.initialized ? rt.store : NULL;
 }
@@ -180,7 +180,7 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
     }
     if (rt.addrs[rank].value == NULL && status == TD_OK) {
         snprintf(key, sizeof(key), "td/addr/%d", rank);
-        status = rt.pmix ? td_pmix_lookup(rank, &v, &len)
+        status = rt.pmix ? td__pmix_lookup(rank, &v, &len)
                          : td_store_get(rt.resolver, key,
                                         rt.params.init_timeout, &v, &len);
         if (status == TD_OK) {
@@ -231,7 +231,7 @@ resolve_cb(void *arg, int rank, void **addr_p, size_t *len_p)
 }
 
 td_status_t
-td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
+td__runtime_peer_address(int rank, void **addr_p, size_t *len_p)
 {
     if (!rt.initialized) {
         return td_error(TD_ERR_STATE, "runtime: not initialised");
@@ -244,7 +244,7 @@ td_runtime_peer_address(int rank, void **addr_p, size_t *len_p)
 }
 
 int
-td_runtime_same_host(int rank)
+td__runtime_same_host(int rank)
 {
     size_t len;
     int same;
@@ -265,6 +265,72 @@ td_runtime_same_host(int rank)
     return same;
 }
 
+uint64_t
+td__runtime_host_id(int rank)
+{
+    size_t len;
+    uint64_t id;
+
+    if (!rt.initialized || rank < 0 || rank >= rt.world.world_size) {
+        return 0;
+    }
+    if (rank == rt.world.rank) {
+        return hostmap_self();
+    }
+    if (fetch_address(rank, NULL, &len) != TD_OK) {
+        return 0;
+    }
+    pthread_mutex_lock(&rt.addr_lock);
+    id = rt.addrs[rank].host;
+    pthread_mutex_unlock(&rt.addr_lock);
+    return id;
+}
+
+/* "on host NAME, ranks there: R..." for RANK (addr_lock held): the ranks of
+ * this job on its host that this rank knows of (a lost host takes all of
+ * them); "" when its address was never fetched. */
+static void
+host_text_locked(int rank, char *buf, size_t len)
+{
+    const addr_t *a = &rt.addrs[rank];
+    size_t used;
+
+    buf[0] = '\0';
+    if (a->value == NULL || len < 32) {
+        return;
+    }
+    used = (size_t)snprintf(buf, len, "on host %s, ranks there:",
+                            a->host_name[0] ? a->host_name : "?");
+    for (int r = 0; a->host != 0 && r < rt.world.world_size &&
+                    used + 16 < len; r++) {
+        if (rt.addrs[r].value != NULL && rt.addrs[r].host == a->host) {
+            used += (size_t)snprintf(buf + used, len - used, " %d", r);
+        }
+    }
+    if (a->host == 0 && used + 16 < len) {
+        snprintf(buf + used, len - used, " %d", rank);
+    }
+}
+
+void
+td__runtime_host_text(int rank, char *buf, size_t len)
+{
+    if (len == 0) {
+        return;
+    }
+    buf[0] = '\0';
+    if (!rt.initialized || rank < 0 || rank >= rt.world.world_size ||
+        rank == rt.world.rank) {
+        return;
+    }
+    pthread_mutex_lock(&rt.addr_lock);
+    if (rt.addrs[rank].value != NULL &&
+        !(rt.addrs[rank].host != 0 && rt.addrs[rank].host == hostmap_self())) {
+        host_text_locked(rank, buf, len);
+    }
+    pthread_mutex_unlock(&rt.addr_lock);
+}
+
 /* The transport asks about a peer it holds an endpoint to (token holder):
  * has it exited? Only peers of this host are known (liveness.h V1). */
 static int
@@ -273,7 +339,7 @@ peer_gone_cb(void *arg, int rank)
     td__proc_t *p;
 
     (void)arg;
-    if (rt.pmix || !td_runtime_same_host(rank)) {
+    if (rt.pmix || !td__runtime_same_host(rank)) {
             return 0;
     }
     p = &rt.addrs[rank].proc;
@@ -303,24 +369,14 @@ same_host_cb(void *arg, int rank)
 static void
 log_lost_host(int rank)
 {
-    char ranks[256] = "";
-    size_t used = 0;
-    const addr_t *a = &rt.addrs[rank];
+    char where[256];
 
     pthread_mutex_lock(&rt.addr_lock);
-    for (int r = 0; a->value != NULL && a->host != 0 &&
-                    r < rt.world.world_size && used + 16 < sizeof(ranks); r++) {
-        if (rt.addrs[r].value != NULL && rt.addrs[r].host == a->host) {
-            used += (size_t)snprintf(ranks + used, sizeof(ranks) - used,
-                                     "%s%d", used ? " " : "", r);
-        }
-    }
-    if (a->value != NULL) {
-        td_log_error("runtime: lost rank %d on host %s (ranks there: %s)",
-                     rank, a->host_name[0] ? a->host_name : "?",
-                     ranks[0] ? ranks : "?");
-    }
+    host_text_locked(rank, where, sizeof(where));
     pthread_mutex_unlock(&rt.addr_lock);
+    if (where[0] != '\0') {
+        td_log_error("runtime: lost rank %d (%s)", rank, where);
+    }
 }
 
 static void
@@ -332,7 +388,7 @@ peer_failed_cb(void *arg, int rank, td_status_t why)
     /* Barriers and the join watch this to fail fast (progress thread). */
     __atomic_compare_exchange_n(&rt.dead_rank, &none, rank, false,
                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    td_modules_peer_failed(rank, why);
+    td__modules_peer_failed(rank, why);
 }
 
 /* ---- naming the ranks that did not arrive ---------------------------------- */
@@ -391,11 +447,16 @@ watched_barrier(const char *name, double timeout, const char *what)
         if (dead >= 0) {
             /* It may have died after everyone arrived (a rank that left
              * td_finalize first): only a barrier still open fails. */
+            char where[256];
+
             if (td_store_wait(rt.store, keys, 1, 0) == TD_OK) {
                 return TD_OK;
             }
-            return td_error(TD_ERR_PEER, "%s: rank %d failed (the transport "
-                            "lost it), so it cannot arrive", what, dead);
+            td__runtime_host_text(dead, where, sizeof(where));
+            return td_error(TD_ERR_PEER, "%s: rank %d%s%s%s failed (the "
+                            "transport lost it), so it cannot arrive", what,
+                            dead, where[0] ? " (" : "", where,
+                            where[0] ? ")" : "");
         }
         status = td_store_wait(rt.store, keys, 1,
                                left < DEAD_CHECK_S ? (left > 0 ? left : 0)
@@ -566,10 +627,10 @@ td_init(const td_init_params_t *params)
         return status;
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
-    td_log_set_rank(rt.world.rank);
-    td_log_init();            /* a bad TODIST_LOG is named even if all is quiet */
+    td__log_set_rank(rt.world.rank);
+    td__log_init();            /* a bad TODIST_LOG is named even if all is quiet */
     if (rt.world.local_rank == 0) {
-        td_reach_warn_loopback(&rt.world);   /* once a host */
+        td__reach_warn_loopback(&rt.world);   /* once a host */
     }
     /* Across nodes the store must authenticate; a launcher that could not
      * agree on a token (todist-run --nnodes without one) exports none. */
@@ -584,9 +645,9 @@ td_init(const td_init_params_t *params)
 
     /* The modules register their RPC functions and plug into RPC first:
      * a failure there is td_init's, with the module's message. */
-    status = td_modules_attach();
+    status = td__modules_attach();
     if (status != TD_OK) {
-        td_log_set_rank(-1);
+        td__log_set_rank(-1);
         return status;
     }
 
@@ -603,7 +664,7 @@ td_init(const td_init_params_t *params)
     /* After placement: CUDA reads CUDA_VISIBLE_DEVICES when it starts. */
     status = devices_at_init(rt.params.device_maps);
     if (status != TD_OK) {
-        td_log_set_rank(-1);
+        td__log_set_rank(-1);
         return status;
     }
     rt.addrs = calloc(rt.world.world_size, sizeof(*rt.addrs));
@@ -615,8 +676,8 @@ td_init(const td_init_params_t *params)
     rt.dead_rank = -1;
 
     /* Under srun --mpi=pmix the addresses travel through PMIx. */
-    rt.pmix = td_pmix_wanted();
-    if (rt.pmix && (status = td_pmix_init(&rt.world)) != TD_OK) {
+    rt.pmix = td__pmix_wanted();
+    if (rt.pmix && (status = td__pmix_init(&rt.world)) != TD_OK) {
         rt.pmix = false;
         goto err_addrs;
     }
@@ -669,13 +730,13 @@ td_init(const td_init_params_t *params)
     tpp.peer_gone = peer_gone_cb;
     tpp.same_host = same_host_cb;
     tpp.token = token;   /* keys the per-message job tags */
-    status = td_transport_create(&tpp, &rt.tp);
+    status = td__transport_create(&tpp, &rt.tp);
     if (status != TD_OK) {
         goto err_resolver;
     }
 
     /* Upper layers register their handlers before anyone can reach us. */
-    status = td_modules_setup(rt.tp, &rt.world);
+    status = td__modules_setup(rt.tp, &rt.world);
     if (status != TD_OK) {
         goto err_transport;
     }
@@ -687,7 +748,7 @@ td_init(const td_init_params_t *params)
     if (status != TD_OK) {
         goto err_modules;
     }
-    td_transport_address(rt.tp, &addr, &addr_len);
+    td__transport_address(rt.tp, &addr, &addr_len);
     {
         char name[HOSTMAP_NAME_MAX] = "";
 
@@ -705,7 +766,7 @@ td_init(const td_init_params_t *params)
          * 8 when this came after the fence). */
         rt.initialized = 1;
         /* Put, commit and one fence: the start-up barrier included. */
-        status = td_pmix_exchange(packed, packed_len,
+        status = td__pmix_exchange(packed, packed_len,
                                   rt.params.init_timeout);
         free(packed);
         if (status != TD_OK) {
@@ -734,9 +795,9 @@ td_init(const td_init_params_t *params)
     return TD_OK;
 
 err_modules:
-    td_modules_shutdown();
+    td__modules_shutdown();
 err_transport:
-    td_transport_destroy(rt.tp, 0.5);
+    td__transport_destroy(rt.tp, 0.5);
     rt.tp = NULL;
     td_device_maps_reset();      /* after the progress thread (device_map.h) */
 err_resolver:
@@ -752,12 +813,12 @@ err_server:
     rt.server = NULL;
 err_addrs:
     if (rt.pmix) {
-        td_pmix_finalize();
+        td__pmix_finalize();
         rt.pmix = false;
     }
     free(rt.addrs);
     rt.addrs = NULL;
-    td_log_set_rank(-1);
+    td__log_set_rank(-1);
     return status;
 }
 
@@ -766,7 +827,7 @@ err_addrs:
 static size_t
 local_outstanding(void)
 {
-    return td_modules_outstanding();
+    return td__modules_outstanding();
 }
 
 static td_status_t
@@ -801,7 +862,7 @@ join(double deadline)
             }
             sleep_s(JOIN_POLL_S);
         }
-        td_transport_counts(rt.tp, &msent, &mrecv);
+        td__transport_counts(rt.tp, &msent, &mrecv);
         snprintf(key, sizeof(key), "td/fin/%d/sent", k);
         if ((status = td_store_add(rt.store, key, (int64_t)msent, NULL)))
             return status;
@@ -867,8 +928,8 @@ td_finalize(void)
         snprintf(first_error, sizeof(first_error), "%s", td_last_error());
     }
 
-    td_modules_shutdown();
-    st2 = td_transport_destroy(rt.tp, 2.0);
+    td__modules_shutdown();
+    st2 = td__transport_destroy(rt.tp, 2.0);
     td_device_maps_reset();      /* after the progress thread (device_map.h) */
     if (st2 != TD_OK && status == TD_OK) {
         status = st2;   /* a peer that did not close its endpoint */
@@ -907,7 +968,7 @@ td_finalize(void)
     free(rt.addrs);
     rt.addrs = NULL;
     if (rt.pmix) {
-        td_pmix_finalize();
+        td__pmix_finalize();
         rt.pmix = false;
     }
     if (status != TD_OK) {

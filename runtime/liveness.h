@@ -10,7 +10,7 @@
  *
  * Invariants (V1..V3):
  *  V1 A peer is reported gone only when it is known to be on this host
- *     (td_runtime_same_host: one kernel, one PID namespace) and its
+ *     (td__runtime_same_host: one kernel, one PID namespace) and its
  *     process has exited; anything unknown (another host, no pid
  *     published, PMIx) is "alive" here: other hosts are left to UCX's
  *     keepalive over the network.

@@ -62,7 +62,7 @@ slot_find(const char *name)
 }
 
 td_status_t
-td_runtime_register(const td_runtime_module_t *m)
+td__runtime_register(const td_runtime_module_t *m)
 {
     slot_t *s;
 
@@ -94,7 +94,7 @@ td_runtime_register(const td_runtime_module_t *m)
 }
 
 td_status_t
-td_runtime_unregister(const char *name)
+td__runtime_unregister(const char *name)
 {
     slot_t *s;
 
@@ -118,7 +118,7 @@ td_runtime_unregister(const char *name)
 }
 
 td_status_t
-td_modules_attach(void)
+td__modules_attach(void)
 {
     fill_table();
     for (size_t i = 0; i < n_slots; i++) {
@@ -140,7 +140,7 @@ td_modules_attach(void)
 }
 
 td_status_t
-td_modules_setup(td_transport_t *tp, const td_world_t *world)
+td__modules_setup(td_transport_t *tp, const td_world_t *world)
 {
     fill_table();
     for (n_setup = 0; n_setup < n_slots; n_setup++) {
@@ -153,7 +153,7 @@ td_modules_setup(td_transport_t *tp, const td_world_t *world)
 
         if (status != TD_OK) {
             running = true;         /* shut down the ones before it */
-            td_modules_shutdown();
+            td__modules_shutdown();
             return status;
         }
     }
@@ -162,7 +162,7 @@ td_modules_setup(td_transport_t *tp, const td_world_t *world)
 }
 
 size_t
-td_modules_outstanding(void)
+td__modules_outstanding(void)
 {
     size_t n = 0;
 
@@ -177,7 +177,7 @@ td_modules_outstanding(void)
 }
 
 void
-td_modules_peer_failed(int rank, td_status_t why)
+td__modules_peer_failed(int rank, td_status_t why)
 {
     for (size_t i = 0; i < n_slots; i++) {
         if (!slots[i].skipped && slots[i].m.peer_failed != NULL) {
@@ -187,7 +187,7 @@ td_modules_peer_failed(int rank, td_status_t why)
 }
 
 void
-td_modules_shutdown(void)
+td__modules_shutdown(void)
 {
     if (!running) {
         return;

@@ -3,14 +3,14 @@
  *
  * A layer is a runtime module: one td_runtime_module_t, listed in the
  * ordered table of runtime/modules.c (tests and benchmarks may add extra
- * ones with td_runtime_register, which run after the table's):
+ * ones with td__runtime_register, which run after the table's):
  *   - attach() runs once per process, at the first td_init that reaches
  *     it, before the transport exists: register RPC functions and plug
  *     into RPC there (td_rpc_register, td_rpc_plug). Its error fails
  *     td_init with the module's message (and it is tried again next time);
  *   - setup() runs after the transport exists and BEFORE this worker's
  *     address is published: register transport handlers there
- *     (td_transport_set_handler), so no peer can reach an unregistered id;
+ *     (td__transport_set_handler), so no peer can reach an unregistered id;
  *   - outstanding() is asked by td_finalize's graceful join: return how many
  *     operations this layer still has in flight (0 = idle); the join only
  *     completes when every module on every rank says 0;
@@ -18,17 +18,18 @@
  *   - shutdown() runs after the join, before the transport is destroyed
  *     (fail what is left, free the layer's state), in reverse registration
  *     order.
- * After td_init, td_runtime_transport(), td_runtime_store() and td_world()
+ * After td_init, td__runtime_transport(), td__runtime_store() and td_world()
  * give the handles; a peer's address is fetched lazily from the store by
- * the transport on the first send to it (td_runtime_peer_address for other
+ * the transport on the first send to it (td__runtime_peer_address for other
  * uses).
  *
- * Thread safety: td_runtime_register / unregister must be called before
+ * Thread safety: td__runtime_register / unregister must be called before
  * td_init (not thread-safe); the getters are thread-safe. */
 #ifndef TD_RUNTIME_RUNTIME_H
 #define TD_RUNTIME_RUNTIME_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <todist/status.h>
 #include <todist/init.h>
@@ -54,26 +55,37 @@ typedef struct {
 /* Register an extra MODULE (copied) for the next td_init, after the
  * table's. Registering the same name again replaces it; a table module's
  * name is TD_ERR_EXISTS. TD_ERR_STATE after td_init. */
-td_status_t td_runtime_register(const td_runtime_module_t *module);
+td_status_t td__runtime_register(const td_runtime_module_t *module);
 
 /* Remove a module by name (tests): an extra one is forgotten, a table one
  * is skipped by later td_init calls (before its attach ran, or it stays
  * plugged into RPC). TD_ERR_NOT_FOUND if absent. */
-td_status_t td_runtime_unregister(const char *name);
+td_status_t td__runtime_unregister(const char *name);
 
 /* Handles valid between td_init and td_finalize (NULL otherwise). */
-td_transport_t *td_runtime_transport(void);
-td_store_t     *td_runtime_store(void);
+td_transport_t *td__runtime_transport(void);
+td_store_t     *td__runtime_store(void);
 
 /* Rank RANK's worker address from the store (cached), malloc'ed copy. */
-td_status_t td_runtime_peer_address(int rank, void **addr_p, size_t *len_p);
+td_status_t td__runtime_peer_address(int rank, void **addr_p, size_t *len_p);
 
 /* 1 when world rank RANK runs on this rank's host (runtime/hostmap.h: one
  * kernel and PID namespace), so shared memory, /proc/PID and
  * process_vm_readv reach it; 0 when it runs elsewhere or that is unknown
  * (its address could not be fetched: the error is logged by whoever
  * sends to it). Fetches the address on first use (blocking). */
-int td_runtime_same_host(int rank);
+int td__runtime_same_host(int rank);
+
+/* World rank RANK's host id (runtime/hostmap.h: equal ids share memory;
+ * 0 when unknown: its address could not be fetched). Fetches the address
+ * on first use (blocking), as td__runtime_same_host. */
+uint64_t td__runtime_host_id(int rank);
+
+/* Into BUF (LEN bytes) where RANK runs, for an error text: "on host h3,
+ * ranks there: 3 4" when it is on another host than this rank, else "".
+ * From the addresses fetched already (never blocks on the store: the
+ * host that holds it may be the one lost). */
+void td__runtime_host_text(int rank, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

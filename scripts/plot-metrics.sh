@@ -74,6 +74,25 @@ fi
 lossttl="training loss${kk:+ (mean of each $kk steps)}"
 colors="#1f77b4 #d62728 #2ca02c #9467bd #ff7f0e"
 color() { echo $colors | cut -d' ' -f"$1"; }
+# plot_runs NAME STYLE: a gnuplot "plot" line drawing column 2 against
+# column 1 of $tmp/NAME<i> for every run i that has it, WITH STYLE in the
+# run's colour ("NaN notitle" when no run has it, so gnuplot still draws
+# the frame).
+plot_runs() {
+    printf 'plot '
+    i=1; sep=
+    while [ $i -le $n ]; do
+        eval "l=\$label$i"
+        if [ -s "$tmp/$1$i" ]; then
+            printf "%s'%s' using 1:2 with %s lc rgb '%s' title '%s'" \
+                "$sep" "$tmp/$1$i" "$2" "$(color $i)" "$l"
+            sep=", "
+        fi
+        i=$((i + 1))
+    done
+    [ -n "$sep" ] || printf "NaN notitle"
+    echo
+}
 
 {
     case $out in
@@ -92,19 +111,7 @@ color() { echo $colors | cut -d' ' -f"$1"; }
     echo "set xlabel 'wall-clock seconds since training started'"
     echo "set ylabel 'loss'"
     echo "set xrange [0:*]"
-    printf 'plot '
-    i=1; sep=
-    while [ $i -le $n ]; do
-        eval "l=\$label$i"
-        if [ -s "$tmp/steps$i" ]; then
-            printf "%s'%s' using 1:2 with lines lw 2 lc rgb '%s' title '%s'" \
-                "$sep" "$tmp/steps$i" "$(color $i)" "$l"
-            sep=", "
-        fi
-        i=$((i + 1))
-    done
-    [ -n "$sep" ] || printf "NaN notitle"
-    echo
+    plot_runs steps "lines lw 2"
     # 2. test accuracy per epoch, integer ticks
     echo "set title 'test accuracy after each epoch'"
     echo "set xlabel 'epoch'"
@@ -112,19 +119,7 @@ color() { echo $colors | cut -d' ' -f"$1"; }
     echo "set xrange [0.5:$emax.5]"
     echo "set xtics 1"
     echo "set format y '%.3f'"
-    printf 'plot '
-    i=1; sep=
-    while [ $i -le $n ]; do
-        eval "l=\$label$i"
-        if [ -s "$tmp/epochs$i" ]; then
-            printf "%s'%s' using 1:2 with linespoints lw 2 pt 7 ps 1.5 lc rgb '%s' title '%s'" \
-                "$sep" "$tmp/epochs$i" "$(color $i)" "$l"
-            sep=", "
-        fi
-        i=$((i + 1))
-    done
-    [ -n "$sep" ] || printf "NaN notitle"
-    echo
+    plot_runs epochs "linespoints lw 2 pt 7 ps 1.5"
     # 3. throughput, one bar per run, the value on top
     echo "set title 'training throughput'"
     echo "set xlabel ''"

@@ -1,7 +1,7 @@
 /* ucx_transport/fault.h: TODIST_FAULT, fault injection for tests
  * (internal to ucx_transport; the rules' syntax is in transport.h). The
  * transport keeps one td__faults_t and calls td__fault_send from one hook
- * before each message leaves; td_transport_fault_roll asks it for
+ * before each message leaves; td__transport_fault_roll asks it for
  * messages that do not go through UCX (the mailboxes).
  *
  * Invariants:

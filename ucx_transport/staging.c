@@ -80,7 +80,7 @@ struct td_staging {
 /* ---- wire ---------------------------------------------------------------- */
 
 void
-td_staging_encode(const td_staging_msg_t *m, uint8_t out[TD_STAGING_MSG_BYTES])
+td__staging_encode(const td_staging_msg_t *m, uint8_t out[TD_STAGING_MSG_BYTES])
 {
     memset(out, 0, TD_STAGING_MSG_BYTES);
     out[0] = TD_STAGING_VERSION;
@@ -93,7 +93,7 @@ td_staging_encode(const td_staging_msg_t *m, uint8_t out[TD_STAGING_MSG_BYTES])
 }
 
 td_status_t
-td_staging_decode(const void *header, size_t len, size_t n_bodies,
+td__staging_decode(const void *header, size_t len, size_t n_bodies,
                   const size_t *body_len, int src, td_staging_msg_t *msg_p)
 {
     const uint8_t *h = header;
@@ -142,7 +142,7 @@ td_staging_decode(const void *header, size_t len, size_t n_bodies,
 }
 
 td_route_t
-td_staging_route(unsigned transport_mem_types, td_mem_type_t mem)
+td__staging_route(unsigned transport_mem_types, td_mem_type_t mem)
 {
     return (transport_mem_types & (1u << mem)) ? TD_ROUTE_DIRECT
                                                : TD_ROUTE_STAGED;
@@ -356,13 +356,13 @@ do_send(td_staging_t *e, job_t *j)
         }
     }
     if (status == TD_OK) {
-        td_staging_encode(&m, j->hdr);
+        td__staging_encode(&m, j->hdr);
         iov = (td_iov_t){j->buf, j->len, TD_MEM_HOST};
         pthread_mutex_lock(&e->lock);
         e->inflight++;
         j->pooled = 1;
         pthread_mutex_unlock(&e->lock);
-        status = td_transport_send(e->tp, x->dst, e->p.handler_id, j->hdr,
+        status = td__transport_send(e->tp, x->dst, e->p.handler_id, j->hdr,
                                    sizeof(j->hdr), &iov, j->len > 0, send_done,
                                    j);
         if (status == TD_OK) {
@@ -381,7 +381,7 @@ do_send(td_staging_t *e, job_t *j)
 }
 
 td_status_t
-td_staging_send(td_staging_t *e, int dst, uint64_t id, const void *src,
+td__staging_send(td_staging_t *e, int dst, uint64_t id, const void *src,
                 size_t total, td_staging_sent_fn cb, void *arg)
 {
     sxfer_t *x;
@@ -472,8 +472,8 @@ send_small(td_staging_t *e, int dst, const td_staging_msg_t *m)
     if (j == NULL) {
         return;
     }
-    td_staging_encode(m, j->hdr);
-    if (td_transport_send(e->tp, dst, e->p.handler_id, j->hdr, sizeof(j->hdr),
+    td__staging_encode(m, j->hdr);
+    if (td__transport_send(e->tp, dst, e->p.handler_id, j->hdr, sizeof(j->hdr),
                           NULL, 0, small_sent, j) != TD_OK) {
         free(j);
     } else if (m->type == MSG_ACK) {
@@ -651,7 +651,7 @@ on_message(void *arg, td_transport_rx_t *rx)
     td_staging_t *e = arg;
     td_staging_msg_t m;
 
-    if (td_staging_decode(rx->header, rx->header_len, rx->n_bodies,
+    if (td__staging_decode(rx->header, rx->header_len, rx->n_bodies,
                           rx->body_len, rx->src, &m) != TD_OK) {
         td_log_warn("%s", td_last_error());
         pthread_mutex_lock(&e->lock);
@@ -748,7 +748,7 @@ fail_peer_locked(td_staging_t *e, int rank, td_status_t why)
 }
 
 void
-td_staging_peer_failed(td_staging_t *e, int rank)
+td__staging_peer_failed(td_staging_t *e, int rank)
 {
     if (e == NULL) {
         return;                    /* an engine already destroyed */
@@ -780,7 +780,7 @@ env_chunk(void)
 }
 
 td_status_t
-td_staging_create(td_transport_t *tp, const td_staging_params_t *params,
+td__staging_create(td_transport_t *tp, const td_staging_params_t *params,
                   td_staging_t **eng_p)
 {
     td_staging_t *e;
@@ -821,7 +821,7 @@ td_staging_create(td_transport_t *tp, const td_staging_params_t *params,
         e->n_pool++;
         e->n_buffers++;
     }
-    status = td_transport_set_handler(tp, e->p.handler_id, on_message, e);
+    status = td__transport_set_handler(tp, e->p.handler_id, on_message, e);
     if (status != TD_OK) {
         goto err;
     }
@@ -844,7 +844,7 @@ err:
 }
 
 void
-td_staging_destroy(td_staging_t *e)
+td__staging_destroy(td_staging_t *e)
 {
     if (e == NULL) {
         return;
@@ -886,7 +886,7 @@ td_staging_destroy(td_staging_t *e)
 }
 
 void
-td_staging_stats(td_staging_t *e, td_staging_stats_t *stats_p)
+td__staging_stats(td_staging_t *e, td_staging_stats_t *stats_p)
 {
     pthread_mutex_lock(&e->lock);
     *stats_p = e->stats;
@@ -894,7 +894,7 @@ td_staging_stats(td_staging_t *e, td_staging_stats_t *stats_p)
 }
 
 size_t
-td_staging_outstanding(td_staging_t *e)
+td__staging_outstanding(td_staging_t *e)
 {
     size_t n;
 

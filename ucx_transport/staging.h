@@ -1,9 +1,19 @@
-/* ucx_transport/staging.h: the staging engine (internal). Moves a body
+/* ucx_transport/staging.h: staging of device memory, the one module for
+ * it (internal). Every path that moves a device tensor's bytes through
+ * host memory goes through here: the transport's engine that moves a body
+ * from device memory to a peer's device memory (RPC's staged bodies), the
+ * engine's copy functions over the device rows (staging_device.c), and
+ * host copies of device memory (the collectives' staged route, RPC's eager
+ * bodies and bodies that land on a peer's cpu). Callers above decide what
+ * travels; this module copies. It sits right above kernels/ (the device
+ * rows it copies with) and the transport (the engine's messages).
+ *
+ * The engine (staging.c) moves a body
  * that lives in device memory to a peer's device memory through pinned
  * host buffers, in chunks, double-buffered: while chunk i crosses the
  * network, chunk i+1 is being copied device->host on the sender, and the
  * receiver copies chunk i-1 host->device. It is the path for GPU tensors
- * when UCX has no CUDA transport (td_staging_route), which is the case
+ * when UCX has no CUDA transport (td__staging_route), which is the case
  * with Debian's UCX.
  *
  * The device copies are injected (td_staging_copy_ops_t): cudaMemcpyAsync
@@ -12,7 +22,7 @@
  * failure logic is this file's and runs the same either way.
  *
  * Protocol (handler id PARAMS.handler_id, header only or header + one
- * body, version byte first; td_staging_decode rejects anything else):
+ * body, version byte first; td__staging_decode rejects anything else):
  *   DATA  sender -> receiver: transfer id, offset, length, total; body =
  *         the chunk from a pinned buffer, received into a pinned buffer.
  *   ACK   receiver -> sender: the chunk at offset is in device memory and
@@ -36,10 +46,10 @@
  *  S6. A zero-length transfer is one DATA message without a body.
  *  S7. Copies and callbacks run on the engine's own thread, never on the
  *      progress thread; the engine's lock is never held across
- *      td_transport_send (whose callbacks may take it).
+ *      td__transport_send (whose callbacks may take it).
  *
- * Thread safety: td_staging_send and td_staging_stats are thread-safe;
- * td_staging_peer_failed may be called from the progress thread;
+ * Thread safety: td__staging_send and td__staging_stats are thread-safe;
+ * td__staging_peer_failed may be called from the progress thread;
  * create/destroy are not thread-safe. */
 #ifndef TD_UCX_TRANSPORT_STAGING_H
 #define TD_UCX_TRANSPORT_STAGING_H
@@ -48,6 +58,7 @@
 #include <stdint.h>
 
 #include <todist/status.h>
+#include <todist/tensor.h>   /* td_device_t */
 #include "ucx_transport/transport.h"
 
 #ifdef __cplusplus
@@ -112,32 +123,32 @@ typedef struct td_staging td_staging_t;
 
 /* Register the engine's handler on TP (before the address is published)
  * and start its thread. */
-td_status_t td_staging_create(td_transport_t *tp,
+td_status_t td__staging_create(td_transport_t *tp,
                               const td_staging_params_t *params,
                               td_staging_t **eng_p);
 /* Fail what is in progress with TD_ERR_CANCELED, stop the thread, free. */
-void        td_staging_destroy(td_staging_t *eng);
+void        td__staging_destroy(td_staging_t *eng);
 
 /* Send TOTAL bytes of device memory SRC to rank DST as transfer ID (the
  * pair (sender, ID) must be unique while in progress). SRC stays valid
  * until CB. On an error return CB is not called. */
-td_status_t td_staging_send(td_staging_t *eng, int dst, uint64_t id,
+td_status_t td__staging_send(td_staging_t *eng, int dst, uint64_t id,
                             const void *src, size_t total,
                             td_staging_sent_fn cb, void *arg);
 
 /* RANK died: fail every transfer to or from it (TD_ERR_PEER). ENG NULL
  * is a no-op (peers are also reported while the transport closes). */
-void        td_staging_peer_failed(td_staging_t *eng, int rank);
+void        td__staging_peer_failed(td_staging_t *eng, int rank);
 
-void        td_staging_stats(td_staging_t *eng, td_staging_stats_t *stats_p);
+void        td__staging_stats(td_staging_t *eng, td_staging_stats_t *stats_p);
 
 /* Transfers and sends in progress (0: idle), for the graceful join. */
-size_t      td_staging_outstanding(td_staging_t *eng);
+size_t      td__staging_outstanding(td_staging_t *eng);
 
 /* GPU-direct or staged: DIRECT when the transport moves MEM itself
- * (td_transport_mem_types), else STAGED. */
+ * (td__transport_mem_types), else STAGED. */
 typedef enum { TD_ROUTE_DIRECT = 0, TD_ROUTE_STAGED = 1 } td_route_t;
-td_route_t  td_staging_route(unsigned transport_mem_types, td_mem_type_t mem);
+td_route_t  td__staging_route(unsigned transport_mem_types, td_mem_type_t mem);
 
 /* The wire: a decoded header. */
 typedef struct {
@@ -150,11 +161,62 @@ typedef struct {
 /* Decode HEADER (LEN bytes) with N_BODIES bodies of BODY_LEN; rejects a
  * wrong version, type, size, or lengths out of bounds (TD_ERR_PROTOCOL,
  * naming the field and SRC). */
-td_status_t td_staging_decode(const void *header, size_t len, size_t n_bodies,
+td_status_t td__staging_decode(const void *header, size_t len, size_t n_bodies,
                               const size_t *body_len, int src,
                               td_staging_msg_t *msg_p);
-void        td_staging_encode(const td_staging_msg_t *msg,
+void        td__staging_encode(const td_staging_msg_t *msg,
                               uint8_t out[TD_STAGING_MSG_BYTES]);
+
+
+/* ---- the engine's copy functions on a device (staging_device.c) -------
+ * Over the device's row (kernels/device.h): pinned host buffers, copies
+ * queued on the device's stream (so they are ordered after the kernels
+ * that produced the data, cuda_device.h G2), and a stream synchronise as
+ * the wait. For CUDA these are the CUDA module's; for the test backend
+ * (device.h D4) malloc and memcpy, so the same code runs on every machine
+ * (the engine: tests/transport/staging_peer.c). The CUDA copies have run
+ * on no GPU yet (see bench/RESULTS.md). Thread-safe. */
+
+/* Fill OPS for device cuda:INDEX (ops->ctx encodes the index).
+ * TD_ERR_UNSUPPORTED "no CUDA device: ..." without the device. */
+td_status_t td__staging_cuda_ops(int index, td_staging_copy_ops_t *ops);
+
+/* Fill OPS for an engine that moves bodies of every device of this
+ * process (RPC's): each copy runs on the stream of the device its
+ * device-side pointer lives on, and the wait synchronises the devices
+ * copied on since the last wait (the engine calls both from its one
+ * thread, S7). TD_ERR_UNSUPPORTED "no CUDA device: ..." without one. */
+td_status_t td__staging_device_ops(td_staging_copy_ops_t *ops);
+
+/* ---- host copies of device memory (staging_device.c) ------------------
+ *  H1. A host copy is plain host memory of NBYTES (at least 1 byte
+ *      allocated), owned by its td_staging_host_t until
+ *      td__staging_host_free; the device memory it mirrors is never
+ *      written except by td__staging_host_out.
+ *  H2. Every copy returns only when the bytes are in place (the device
+ *      row's synchronous memcpy, device.h D2): a caller may read the host
+ *      copy, or free it, as soon as the call returns.
+ * Thread-safe (no shared state). */
+typedef struct {
+    td_device_t device;       /* where DEV lives */
+    void       *dev;          /* the device memory mirrored */
+    void       *host;         /* its host copy (H1) */
+    size_t      nbytes;
+} td_staging_host_t;
+
+/* A host copy of NBYTES of DEVICE memory at DEV, filled from it when FILL
+ * (else left as allocated: an output the caller writes). *H is set only
+ * on success. */
+td_status_t td__staging_host_in(td_device_t device, void *dev, size_t nbytes,
+                                int fill, td_staging_host_t *h);
+/* Copy the host copy back into the device memory (H2). */
+td_status_t td__staging_host_out(const td_staging_host_t *h);
+void        td__staging_host_free(td_staging_host_t *h);
+
+/* Copy NBYTES of host memory HOST into DEVICE memory at DEV (H2): a body
+ * that arrived as host memory (rpc_wire.h V5). */
+td_status_t td__staging_copy_in(td_device_t device, void *dev,
+                                const void *host, size_t nbytes);
 
 #ifdef __cplusplus
 }

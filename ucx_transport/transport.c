@@ -15,14 +15,14 @@
  * be32 dst), first 16 bytes, precomputed per peer at creation. A receiver
  * checks it in constant time after the frame's structure and before any
  * handler or rendezvous sees it; a wrong tag is dropped and counted
- * (td_transport_rejected). It keeps processes that do not know the token
+ * (td__transport_rejected). It keeps processes that do not know the token
  * from injecting messages; it is not encryption, and someone who can read
  * the traffic can copy a tag (no integrity or replay protection).
  *
  * Progress token: one thread at a time may call into the UCX worker (it is
  * created SERIALIZED): the holder of tp->token. The progress thread takes
  * it for each round of progress; a thread waiting for a reply may take it
- * instead and drive progress itself (td_transport_drive), which saves the
+ * instead and drive progress itself (td__transport_drive), which saves the
  * two thread hand-offs of a round trip; a sending thread that finds it
  * free sends directly. While a driver is active the progress thread naps,
  * so the two never compete for a core. Callbacks run on the holder.
@@ -119,7 +119,7 @@ typedef struct send_op {
 typedef struct {
     ucp_ep_h ep;
     int      failed;
-    int      watch;      /* connect at the next round (td_transport_watch) */
+    int      watch;      /* connect at the next round (td__transport_watch) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
     int      tried;      /* an endpoint was made or tried (L5) */
     /* liveness (L1-L3), token holder only */
@@ -187,7 +187,7 @@ struct td_transport {
     int                   stop;           /* set once by destroy: read
                                            * with acquire (STOPPED) */
     int                   token;          /* 1: a thread is in the worker */
-    int                   n_drivers;      /* threads in td_transport_drive */
+    int                   n_drivers;      /* threads in td__transport_drive */
     const int            *yield_ctr;      /* > 0: busy loop yields the core */
     int                   ctr_sleeping;   /* the thread sleeps on yield_ctr */
     int                   sleeping;       /* a driver sleeps on the efd */
@@ -632,7 +632,7 @@ fault_hook(td_transport_t *tp, send_op_t *op)
 }
 
 void
-td_transport_set_classifier(td_transport_t *tp, td_transport_classify_fn fn,
+td__transport_set_classifier(td_transport_t *tp, td_transport_classify_fn fn,
                             void *arg)
 {
     tp->faults.classify = fn;
@@ -640,7 +640,7 @@ td_transport_set_classifier(td_transport_t *tp, td_transport_classify_fn fn,
 }
 
 void
-td_transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind)
+td__transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind)
 {
     if (id < TD_TRANSPORT_HANDLERS_MAX) {
         tp->faults.id_kind[id] = kind;
@@ -648,13 +648,13 @@ td_transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind)
 }
 
 int
-td_transport_fault_roll(td_transport_t *tp, const char *kind)
+td__transport_fault_roll(td_transport_t *tp, const char *kind)
 {
     return td__fault_roll(&tp->faults, kind);
 }
 
 void
-td_transport_fault_counts(td_transport_t *tp, uint64_t counts[3])
+td__transport_fault_counts(td_transport_t *tp, uint64_t counts[3])
 {
     for (int i = 0; i < TD__FAULT_ACTIONS; i++) {
         counts[i] = __atomic_load_n(&tp->faults.count[i], __ATOMIC_RELAXED);
@@ -1124,7 +1124,7 @@ drain_sends(td_transport_t *tp)
  * closed in force mode, which fails its outstanding requests: closing it
  * in flush mode would never complete, and ucp_worker_destroy asserts on an
  * endpoint with requests still attached. Such ranks are counted in
- * tp->unclosed for td_transport_destroy to report. */
+ * tp->unclosed for td__transport_destroy to report. */
 static void
 close_endpoints(td_transport_t *tp)
 {
@@ -1195,7 +1195,7 @@ close_endpoints(td_transport_t *tp)
     drain_sends(tp);
 }
 
-/* Endpoints asked for by td_transport_watch (token holder). */
+/* Endpoints asked for by td__transport_watch (token holder). */
 static void
 connect_watched(td_transport_t *tp)
 {
@@ -1678,7 +1678,7 @@ make_tags(td_transport_t *tp)
 }
 
 td_status_t
-td_transport_create(const td_transport_params_t *params,
+td__transport_create(const td_transport_params_t *params,
                     td_transport_t **tp_p)
 {
     td_transport_t *tp;
@@ -1768,7 +1768,7 @@ err:
 }
 
 td_status_t
-td_transport_destroy(td_transport_t *tp, double timeout)
+td__transport_destroy(td_transport_t *tp, double timeout)
 {
     td_status_t status = TD_OK;
 
@@ -1800,7 +1800,7 @@ td_transport_destroy(td_transport_t *tp, double timeout)
 }
 
 td_status_t
-td_transport_set_handler(td_transport_t *tp, uint16_t id,
+td__transport_set_handler(td_transport_t *tp, uint16_t id,
                          td_transport_recv_fn fn, void *arg)
 {
     if (id >= LIVE_ID) {
@@ -1814,7 +1814,7 @@ td_transport_set_handler(td_transport_t *tp, uint16_t id,
 }
 
 td_status_t
-td_transport_address(td_transport_t *tp, const void **addr_p, size_t *len_p)
+td__transport_address(td_transport_t *tp, const void **addr_p, size_t *len_p)
 {
     *addr_p = tp->addr;
     *len_p = tp->addr_len;
@@ -1822,7 +1822,7 @@ td_transport_address(td_transport_t *tp, const void **addr_p, size_t *len_p)
 }
 
 td_status_t
-td_transport_send(td_transport_t *tp, int dst, uint16_t id,
+td__transport_send(td_transport_t *tp, int dst, uint16_t id,
                   const void *header, size_t header_len,
                   const td_iov_t *bodies, size_t n_bodies,
                   td_transport_send_fn cb, void *arg)
@@ -1964,9 +1964,9 @@ td_transport_send(td_transport_t *tp, int dst, uint16_t id,
 }
 
 /* A driver (holding the token) sleeps on the event fd until an event, a
- * queued send or td_transport_wake; at most 1 ms, then DONE is looked at
+ * queued send or td__transport_wake; at most 1 ms, then DONE is looked at
  * again (a future may also be completed by a thread outside the worker
- * that did not call td_transport_wake). */
+ * that did not call td__transport_wake). */
 static void
 driver_sleep(td_transport_t *tp, int (*done)(void *arg), void *arg)
 {
@@ -1987,13 +1987,13 @@ driver_sleep(td_transport_t *tp, int (*done)(void *arg), void *arg)
 }
 
 void
-td_transport_yield_when(td_transport_t *tp, const int *counter)
+td__transport_yield_when(td_transport_t *tp, const int *counter)
 {
     __atomic_store_n(&tp->yield_ctr, counter, __ATOMIC_RELEASE);
 }
 
 void
-td_transport_yield_done(td_transport_t *tp)
+td__transport_yield_done(td_transport_t *tp)
 {
     const int *ctr = __atomic_load_n(&tp->yield_ctr, __ATOMIC_ACQUIRE);
 
@@ -2002,9 +2002,29 @@ td_transport_yield_done(td_transport_t *tp)
     }
 }
 
+static td_status_t drive(td_transport_t *tp, int (*done)(void *arg),
+                         void *arg, double max_s, int polls);
+
 td_status_t
-td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
+td__transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
                    double max_s)
+{
+    return drive(tp, done, arg, max_s, 0);
+}
+
+td_status_t
+td__transport_drive_polling(td_transport_t *tp, int (*done)(void *arg),
+                           void *arg, double max_s)
+{
+    return drive(tp, done, arg, max_s, 1);
+}
+
+/* POLLS: the driver stands in for the progress thread, so it polls as that
+ * thread does in busy mode: no yield, no sleep on the event fd, until DONE
+ * or MAX_S. */
+static td_status_t
+drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
+      int polls)
 {
     double t0 = td_now_s();
     unsigned rounds = 0;
@@ -2049,6 +2069,14 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
             if (max_s >= 0 && waited > max_s) {
                 break;
             }
+            if (polls) {
+                /* As the progress thread: no yield (a yielding poller that
+                 * shares a core with the caller's polls for its reply
+                 * hands it the core only every few microseconds, and
+                 * each message then waits that long: measured 7 us a
+                 * message); the caller steps it aside (DONE) for jobs. */
+                continue;
+            }
             if (tp->scarce && tp->mode == TD_PROGRESS_BUSY &&
                 waited > SLEEP_AFTER_S) {
                 /* Not a quick reply, and cores are scarce: the handler's
@@ -2079,14 +2107,21 @@ td_transport_drive(td_transport_t *tp, int (*done)(void *arg), void *arg,
     return ok ? TD_OK : TD_ERR_TIMEOUT;
 }
 
+bool
+td__transport_drive_wanted(td_transport_t *tp)
+{
+    /* the caller counts itself among the drivers */
+    return __atomic_load_n(&tp->n_drivers, __ATOMIC_RELAXED) > 1;
+}
+
 void
-td_transport_will_drive(int on)
+td__transport_will_drive(int on)
 {
     tl_will_drive = on;
 }
 
 void
-td_transport_watch(td_transport_t *tp, int rank)
+td__transport_watch(td_transport_t *tp, int rank)
 {
     if (rank < 0 || rank >= tp->params.world_size ||
         rank == tp->params.rank) {
@@ -2101,7 +2136,7 @@ td_transport_watch(td_transport_t *tp, int rank)
 }
 
 void
-td_transport_wake(td_transport_t *tp)
+td__transport_wake(td_transport_t *tp)
 {
     if (__atomic_load_n(&tp->sleeping, __ATOMIC_SEQ_CST)) {
         ucp_worker_signal(tp->worker);
@@ -2109,7 +2144,7 @@ td_transport_wake(td_transport_t *tp)
 }
 
 td_status_t
-td_transport_flush(td_transport_t *tp, double timeout)
+td__transport_flush(td_transport_t *tp, double timeout)
 {
     double deadline = td_now_s() + timeout;
     uint64_t target;
@@ -2139,7 +2174,7 @@ td_transport_flush(td_transport_t *tp, double timeout)
 }
 
 void
-td_transport_counts(td_transport_t *tp, uint64_t *sent_p,
+td__transport_counts(td_transport_t *tp, uint64_t *sent_p,
                     uint64_t *received_p)
 {
     *sent_p = __atomic_load_n(&tp->n_sent, __ATOMIC_ACQUIRE);
@@ -2147,38 +2182,38 @@ td_transport_counts(td_transport_t *tp, uint64_t *sent_p,
 }
 
 size_t
-td_transport_dropped(td_transport_t *tp)
+td__transport_dropped(td_transport_t *tp)
 {
     return __atomic_load_n(&tp->dropped, __ATOMIC_RELAXED);
 }
 
 size_t
-td_transport_rejected(td_transport_t *tp)
+td__transport_rejected(td_transport_t *tp)
 {
     return __atomic_load_n(&tp->rejected, __ATOMIC_RELAXED);
 }
 
 bool
-td_transport_peer_alive(td_transport_t *tp, int dst)
+td__transport_peer_alive(td_transport_t *tp, int dst)
 {
     return dst >= 0 && dst < tp->params.world_size &&
            !__atomic_load_n(&tp->peers[dst].failed, __ATOMIC_RELAXED);
 }
 
 td_progress_mode_t
-td_transport_progress_mode(td_transport_t *tp)
+td__transport_progress_mode(td_transport_t *tp)
 {
     return tp->mode;
 }
 
 bool
-td_transport_on_progress_thread(td_transport_t *tp)
+td__transport_on_progress_thread(td_transport_t *tp)
 {
     return tl_holder == tp;
 }
 
 unsigned
-td_transport_mem_types(td_transport_t *tp)
+td__transport_mem_types(td_transport_t *tp)
 {
     return tp->mem_types;
 }

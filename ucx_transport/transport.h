@@ -10,12 +10,12 @@
  *
  * One thread at a time is in the UCX worker: the holder of the progress
  * token. Normally that is the progress thread; a thread waiting for a
- * reply may take the token and drive progress itself (td_transport_drive),
+ * reply may take the token and drive progress itself (td__transport_drive),
  * and a sending thread that finds the token free sends at once. Every
  * callback (receive, body completion, send completion, peer failure) runs
- * on the holder, so possibly inside td_transport_send() or
- * td_transport_drive() of another thread: keep them short, never block in
- * them, take no lock a sender may hold; they may call td_transport_send().
+ * on the holder, so possibly inside td__transport_send() or
+ * td__transport_drive() of another thread: keep them short, never block in
+ * them, take no lock a sender may hold; they may call td__transport_send().
  * Sends that find the token taken go through a queue (and a
  * ucp_worker_signal() wake-up unless the mode is BUSY).
  *
@@ -35,10 +35,10 @@
  * notices a dead peer within about a second; any UCX_* variable the user set
  * wins.
  *
- * Thread safety: td_transport_send(), td_transport_address(),
- * td_transport_peer_alive() and td_transport_flush() are thread-safe.
- * td_transport_set_handler() must be called before the worker address is
- * given to peers. td_transport_create()/td_transport_destroy() are not
+ * Thread safety: td__transport_send(), td__transport_address(),
+ * td__transport_peer_alive() and td__transport_flush() are thread-safe.
+ * td__transport_set_handler() must be called before the worker address is
+ * given to peers. td__transport_create()/td__transport_destroy() are not
  * thread-safe and must not be called from a callback. */
 #ifndef TD_UCX_TRANSPORT_H
 #define TD_UCX_TRANSPORT_H
@@ -121,7 +121,7 @@ typedef void (*td_transport_recv_fn)(void *arg, td_transport_rx_t *rx);
  * once per accepted send, on the token holder. */
 typedef void (*td_transport_send_fn)(void *arg, td_status_t status);
 
-/* Fetches rank RANK's worker address (the blob td_transport_address() gave
+/* Fetches rank RANK's worker address (the blob td__transport_address() gave
  * on that rank) into a malloc'ed buffer. Called on the token holder at
  * the first send to RANK; may block briefly (one store lookup). */
 typedef td_status_t (*td_transport_resolve_fn)(void *arg, int rank,
@@ -160,7 +160,7 @@ typedef struct {
 } td_transport_params_t;
 
 /* Create the UCX context and worker and start the progress thread. */
-td_status_t td_transport_create(const td_transport_params_t *params,
+td_status_t td__transport_create(const td_transport_params_t *params,
                                 td_transport_t **tp_p);
 
 /* Flush and close every endpoint (bounded by TIMEOUT seconds), fail what is
@@ -168,46 +168,46 @@ td_status_t td_transport_create(const td_transport_params_t *params,
  * worker and context. NULL is a no-op. A peer that does not complete its
  * close (stopped, hung, partitioned) is abandoned after TIMEOUT + 1 s
  * without crashing UCX; TD_ERR_TIMEOUT then names its rank. */
-td_status_t td_transport_destroy(td_transport_t *tp, double timeout);
+td_status_t td__transport_destroy(td_transport_t *tp, double timeout);
 
 /* Register the receive handler for ID (< TD_TRANSPORT_HANDLERS_MAX). Call
  * before this worker's address is published; messages for an id without a
  * handler (or malformed ones) are dropped and counted
- * (td_transport_dropped). */
-td_status_t td_transport_set_handler(td_transport_t *tp, uint16_t id,
+ * (td__transport_dropped). */
+td_status_t td__transport_set_handler(td_transport_t *tp, uint16_t id,
                                      td_transport_recv_fn fn, void *arg);
 
 /* This worker's address blob (owned by the transport, valid until destroy). */
-td_status_t td_transport_address(td_transport_t *tp, const void **addr_p,
+td_status_t td__transport_address(td_transport_t *tp, const void **addr_p,
                                  size_t *len_p);
 
 /* Send HEADER (copied) and BODIES (must stay valid until CB) to rank DST's
  * handler ID. On TD_OK, CB (may be NULL) is called exactly once later; on an
  * error return it is not called. A message to oneself is delivered through
  * the same path (loopback endpoint). */
-td_status_t td_transport_send(td_transport_t *tp, int dst, uint16_t id,
+td_status_t td__transport_send(td_transport_t *tp, int dst, uint16_t id,
                               const void *header, size_t header_len,
                               const td_iov_t *bodies, size_t n_bodies,
                               td_transport_send_fn cb, void *arg);
 
 /* Wait until every send posted before this call has completed (or failed),
  * at most TIMEOUT seconds. Not from a callback. */
-td_status_t td_transport_flush(td_transport_t *tp, double timeout);
+td_status_t td__transport_flush(td_transport_t *tp, double timeout);
 
 /* Messages this worker has sent (completed successfully) and received
  * (delivered to a handler) so far; the graceful join compares the sums. */
-void td_transport_counts(td_transport_t *tp, uint64_t *sent_p,
+void td__transport_counts(td_transport_t *tp, uint64_t *sent_p,
                          uint64_t *received_p);
 
 /* Messages dropped because they were malformed or had no handler. */
-size_t td_transport_dropped(td_transport_t *tp);
+size_t td__transport_dropped(td_transport_t *tp);
 
 /* Fault injection (tests only): TODIST_FAULT="RULE[,RULE...][,seed=N]",
  * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS, KIND =
  * any | call | reply | rref | coll | mbox | other | fn=PREFIX (calls to
  * functions whose name starts with PREFIX), RATE in [0, 1]; an unknown
  * KIND is refused ("mbox": messages that do not go through UCX, rolled
- * for by their layer with td_transport_fault_roll). Applied to outgoing
+ * for by their layer with td__transport_fault_roll). Applied to outgoing
  * messages on the token holder with a PRNG seeded by seed and the rank, so
  * a run is
  * reproducible up to thread timing. A dropped message completes as sent
@@ -215,7 +215,7 @@ size_t td_transport_dropped(td_transport_t *tp);
  * the first byte of its user header flipped (the upper layer's version or
  * magic: its decoder must reject it); a delayed one holds the sender for
  * MS ms. The upper layer names a message's kind with a classifier, or
- * one kind for every message of a handler id (td_transport_set_kind). */
+ * one kind for every message of a handler id (td__transport_set_kind). */
 typedef struct {
     const char *kind;   /* "call", "reply", "rref" or "other" */
     const char *name;   /* for calls: the function's name, else NULL */
@@ -226,36 +226,36 @@ typedef td_transport_kind_t (*td_transport_classify_fn)(void *arg,
 
 /* Set the classifier for fault injection (before td_init ends; a no-op
  * without TODIST_FAULT). */
-void td_transport_set_classifier(td_transport_t *tp,
+void td__transport_set_classifier(td_transport_t *tp,
                                  td_transport_classify_fn fn, void *arg);
 
 /* Every message to handler ID is of KIND (a static string, e.g. "coll"),
  * without asking the classifier. Before td_init ends. */
-void td_transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind);
+void td__transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind);
 
 /* TODIST_FAULT for a message of KIND that does not go through UCX (a
  * point-to-point mailbox in shared memory): what its layer must do to it,
  * counted with the rest; a delay is slept here. Any thread. */
 enum { TD_TRANSPORT_FAULT_NONE = 0, TD_TRANSPORT_FAULT_DROP,
        TD_TRANSPORT_FAULT_CORRUPT };
-int td_transport_fault_roll(td_transport_t *tp, const char *kind);
+int td__transport_fault_roll(td_transport_t *tp, const char *kind);
 
 /* Messages dropped, corrupted and delayed by TODIST_FAULT so far. */
-void td_transport_fault_counts(td_transport_t *tp, uint64_t counts[3]);
+void td__transport_fault_counts(td_transport_t *tp, uint64_t counts[3]);
 
 /* Well-formed messages dropped because their job tag was wrong (not sent
  * by a rank of this job); the first and then every 2^k-th is logged. */
-size_t td_transport_rejected(td_transport_t *tp);
+size_t td__transport_rejected(td_transport_t *tp);
 
 /* false once DST was reported dead. */
-bool td_transport_peer_alive(td_transport_t *tp, int dst);
+bool td__transport_peer_alive(td_transport_t *tp, int dst);
 
 /* The progress mode in use (AUTO resolved). */
-td_progress_mode_t td_transport_progress_mode(td_transport_t *tp);
+td_progress_mode_t td__transport_progress_mode(td_transport_t *tp);
 
 /* true when the calling thread holds the progress token (inside a
  * callback, or the progress thread in its round). */
-bool td_transport_on_progress_thread(td_transport_t *tp);
+bool td__transport_on_progress_thread(td_transport_t *tp);
 
 /* Drive progress on the calling thread until DONE(ARG) is true, for at most
  * MAX_S seconds (< 0: no limit; the transport stopping also ends it).
@@ -263,35 +263,49 @@ bool td_transport_on_progress_thread(td_transport_t *tp);
  * TD_ERR_STATE when another thread already drives or the caller is in a
  * callback (then wait by other means); sets no error text. DONE is called
  * often: make it an atomic load. */
-td_status_t td_transport_drive(td_transport_t *tp, int (*done)(void *arg),
+td_status_t td__transport_drive(td_transport_t *tp, int (*done)(void *arg),
                                void *arg, double max_s);
 
-/* ON: the calling thread will call td_transport_drive right after its
+/* As td__transport_drive, for a thread standing in for the progress thread
+ * while it waits for work (the RPC handler pool's leader): it polls the
+ * whole time, as the busy progress thread does, never yielding or
+ * sleeping on the event fd (td__transport_drive yields after 5 us and,
+ * where cores are scarce, sleeps after 10 us: each costs the next message
+ * several microseconds). Bound it by MAX_S and DONE. */
+td_status_t td__transport_drive_polling(td_transport_t *tp,
+                                       int (*done)(void *arg), void *arg,
+                                       double max_s);
+
+/* From DONE of a td__transport_drive: does another thread wait to drive
+ * (it gets the token as soon as this driver leaves)? */
+bool td__transport_drive_wanted(td_transport_t *tp);
+
+/* ON: the calling thread will call td__transport_drive right after its
  * next sends (a synchronous call), so in blocking mode a direct send skips
  * arming the worker for the progress thread (the driver arms it when it
  * leaves). Thread-local; set it back to 0 after the sends. */
-void td_transport_will_drive(int on);
+void td__transport_will_drive(int on);
 
 /* Make sure there is an endpoint to RANK (made at the next round of
  * progress), so that its death is noticed (keepalive) and reported through
  * peer_failed even if nothing was ever sent to it. Cheap; any thread. */
-void td_transport_watch(td_transport_t *tp, int rank);
+void td__transport_watch(td_transport_t *tp, int rank);
 
 /* A future was completed outside the worker (by another thread): wake a
  * driver asleep on the event fd so it sees it at once (cheap otherwise). */
-void td_transport_wake(td_transport_t *tp);
+void td__transport_wake(td_transport_t *tp);
 
 /* In BUSY mode, the progress thread yields its core after each round while
  * *COUNTER > 0 (read atomically; e.g. the number of jobs handed to other
  * threads of the process), so that they run at once when they share the
  * core with the polling. NULL: never. */
-void td_transport_yield_when(td_transport_t *tp, const int *counter);
+void td__transport_yield_when(td_transport_t *tp, const int *counter);
 /* The counter dropped: wake the progress thread if it sleeps on it (where
  * cores are scarce it sleeps instead of yielding). Cheap when it does not. */
-void td_transport_yield_done(td_transport_t *tp);
+void td__transport_yield_done(td_transport_t *tp);
 
 /* Memory types UCX can move directly (bit (1 << td_mem_type_t)). */
-unsigned td_transport_mem_types(td_transport_t *tp);
+unsigned td__transport_mem_types(td_transport_t *tp);
 
 #ifdef __cplusplus
 }

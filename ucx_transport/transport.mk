@@ -3,5 +3,7 @@ libtodist_core_la_SOURCES += ucx_transport/transport.c
 libtodist_core_la_SOURCES += ucx_transport/transport.h
 # TODIST_FAULT (tests only), called from one hook in transport.c
 libtodist_core_la_SOURCES += ucx_transport/fault.c ucx_transport/fault.h
-# the staging engine: device bodies through pinned host buffers
-libtodist_core_la_SOURCES += ucx_transport/staging.c ucx_transport/staging.h
+# the one staging module of device memory: the engine (device bodies
+# through pinned host buffers), its copy functions, host copies
+libtodist_core_la_SOURCES += ucx_transport/staging.c ucx_transport/staging.h \
+	ucx_transport/staging_device.c

@@ -46,21 +46,25 @@
  * and BAND, BOR, BXOR on integer dtypes only.
  *
  * Algorithms (n = group size, B = bytes of the per-rank tensor; "shm"
- * when the group's members are on one host, see below):
+ * when the group's members are on one host, see below; "hier" when they
+ * run on several hosts and some host holds two or more of them):
  *   collective      default                         other (TODIST_COLL_ALGO)
- *   all_reduce      B <= 4 MiB: shm                 rd, ring, shm
+ *   all_reduce      hier; B <= 4 MiB: shm           rd, ring, shm, hier
  *                   else B <= 64 KiB or count < n: rd
  *                   else ring (reduce-scatter + all-gather, 1 MiB segments)
- *   broadcast       B <= 4 MiB: shm, else binomial  binomial, linear, shm
+ *   broadcast       hier; B <= 4 MiB: shm,          binomial, linear, shm,
+ *                   else binomial                   hier
  *   reduce          binomial                        linear
- *   all_gather      n*B <= 4 MiB: shm               direct, ring, shm
+ *   all_gather      hier; n*B <= 4 MiB: shm         direct, ring, shm, hier
  *                   else n*B <= 64 KiB: direct, else ring
- *   reduce_scatter  n*B <= 4 MiB: shm               direct, ring, shm
+ *   reduce_scatter  hier; n*B <= 4 MiB: shm         direct, ring, shm, hier
  *                   else B <= 64 KiB: direct, else ring
  *   gather, scatter linear
  *   all_to_all      pairwise
- *   barrier         shm, else dissemination         dissemination, shm
+ *   barrier         hier; shm, else dissemination   dissemination, shm, hier
  *                   (ceil(log2 n) rounds of 0-byte messages)
+ * hier is hierarchical: inside each host to one leader, among the
+ * leaders across hosts, inside each host again (runtime/coll/hier.c).
  * rd is recursive doubling (non-powers of two fold the extra ranks into
  * their neighbours first, MPICH's way). TODIST_COLL_ALGO=coll:algo[,...]
  * (e.g. "all_reduce:ring,broadcast:linear") or td_coll_set_algo() forces a

@@ -93,7 +93,7 @@ contig_strides(const int64_t *shape, int ndim, int64_t *st)
     }
 
 void
-td_cpu_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
+td__cpu_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
               td_operand_t b, const int64_t *shape, int ndim)
 {
     int64_t ost[TD_MAX_DIMS];
@@ -156,7 +156,7 @@ td_cpu_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
     }
 
 void
-td_cpu_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
+td__cpu_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
              double scalar, const int64_t *shape, int ndim)
 {
     int64_t ost[TD_MAX_DIMS];
@@ -195,7 +195,7 @@ td_cpu_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
     }
 
 void
-td_cpu_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
+td__cpu_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
             td_operand_t src, const int64_t *shape, int ndim)
 {
     switch (ddtype) {
@@ -219,7 +219,7 @@ td_cpu_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
     } while (0)
 
 void
-td_cpu_fill(td_dtype_t dtype, td_operand_t dst, double value,
+td__cpu_fill(td_dtype_t dtype, td_operand_t dst, double value,
             const int64_t *shape, int ndim)
 {
     switch (dtype) {

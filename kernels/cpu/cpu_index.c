@@ -26,7 +26,7 @@ elem_size(td_dtype_t dtype)
 }
 
 int64_t
-td_cpu_index_check(const int64_t *ix, int64_t n, int64_t limit)
+td__cpu_index_check(const int64_t *ix, int64_t n, int64_t limit)
 {
     for (int64_t i = 0; i < n; i++) {
         if (ix[i] < 0 || ix[i] >= limit) {
@@ -38,7 +38,7 @@ td_cpu_index_check(const int64_t *ix, int64_t n, int64_t limit)
 
 /* Rows are moved whole: any dtype, bytes as they are. */
 void
-td_cpu_index_select(td_dtype_t dtype, void *out, const void *in,
+td__cpu_index_select(td_dtype_t dtype, void *out, const void *in,
                     const int64_t *ix, int64_t nidx, int64_t outer,
                     int64_t in_mid, int64_t inner)
 {
@@ -67,7 +67,7 @@ td_cpu_index_select(td_dtype_t dtype, void *out, const void *in,
     } while (0)
 
 void
-td_cpu_index_add(td_dtype_t dtype, void *out, const void *src,
+td__cpu_index_add(td_dtype_t dtype, void *out, const void *src,
                  const int64_t *ix, int64_t nidx, int64_t outer,
                  int64_t out_mid, int64_t inner)
 {
@@ -89,7 +89,7 @@ td_cpu_index_add(td_dtype_t dtype, void *out, const void *src,
     } while (0)
 
 void
-td_cpu_gather(td_dtype_t dtype, void *out, const void *in, const int64_t *ix,
+td__cpu_gather(td_dtype_t dtype, void *out, const void *in, const int64_t *ix,
               int64_t outer, int64_t mid, int64_t inner)
 {
     if (dtype == TD_FLOAT32) {
@@ -104,7 +104,7 @@ td_cpu_gather(td_dtype_t dtype, void *out, const void *in, const int64_t *ix,
 }
 
 void
-td_cpu_scatter_add(td_dtype_t dtype, void *out, const void *src,
+td__cpu_scatter_add(td_dtype_t dtype, void *out, const void *src,
                    const int64_t *ix, int64_t outer, int64_t mid,
                    int64_t inner)
 {
@@ -120,7 +120,7 @@ td_cpu_scatter_add(td_dtype_t dtype, void *out, const void *src,
 }
 
 int64_t
-td_cpu_bag_plan(const int64_t *offsets, int64_t nb, int64_t n, int mean,
+td__cpu_bag_plan(const int64_t *offsets, int64_t nb, int64_t n, int mean,
                 int64_t *bag, double *scale)
 {
     for (int64_t b = 0; b < nb; b++) {
@@ -140,7 +140,7 @@ td_cpu_bag_plan(const int64_t *offsets, int64_t nb, int64_t n, int mean,
 }
 
 void
-td_cpu_batch_u8(float *x, int64_t *y, const uint8_t *images,
+td__cpu_batch_u8(float *x, int64_t *y, const uint8_t *images,
                 const uint8_t *labels, const int64_t *rows, int64_t m,
                 int64_t row_len, float scale, float shift)
 {

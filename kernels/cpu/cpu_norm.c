@@ -44,7 +44,7 @@
     } while (0)
 
 void
-td_cpu_bn_sums(td_dtype_t dtype, const void *x, int64_t n, int64_t c,
+td__cpu_bn_sums(td_dtype_t dtype, const void *x, int64_t n, int64_t c,
                const double *shift, double *s1, double *s2)
 {
     if (dtype == TD_FLOAT32) {
@@ -77,7 +77,7 @@ td_cpu_bn_sums(td_dtype_t dtype, const void *x, int64_t n, int64_t c,
     } while (0)
 
 void
-td_cpu_bn_apply(td_dtype_t dtype, void *y, const void *x, int64_t n,
+td__cpu_bn_apply(td_dtype_t dtype, void *y, const void *x, int64_t n,
                 int64_t c, const double *mean, const double *invstd,
                 const void *weight, const void *bias)
 {
@@ -116,7 +116,7 @@ td_cpu_bn_apply(td_dtype_t dtype, void *y, const void *x, int64_t n,
     } while (0)
 
 void
-td_cpu_bn_backward_reduce(td_dtype_t dtype, const void *g, const void *x,
+td__cpu_bn_backward_reduce(td_dtype_t dtype, const void *g, const void *x,
                           int64_t n, int64_t c, const double *mean,
                           double *sum_dy, double *sum_dy_xmu)
 {
@@ -162,7 +162,7 @@ td_cpu_bn_backward_reduce(td_dtype_t dtype, const void *g, const void *x,
     } while (0)
 
 void
-td_cpu_bn_backward_elemt(td_dtype_t dtype, void *gx, const void *g,
+td__cpu_bn_backward_elemt(td_dtype_t dtype, void *gx, const void *g,
                          const void *x, int64_t n, int64_t c,
                          const double *mean, const double *invstd,
                          const void *weight, const double *sum_dy,

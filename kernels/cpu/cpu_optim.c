@@ -38,7 +38,7 @@
     } while (0)
 
 void
-td_cpu_sgd_step(td_dtype_t dtype, void *param, const void *grad,
+td__cpu_sgd_step(td_dtype_t dtype, void *param, const void *grad,
                 double *momentum_buf, int64_t n, const td_sgd_args_t *s)
 {
     if (dtype == TD_FLOAT32) {
@@ -76,7 +76,7 @@ td_cpu_sgd_step(td_dtype_t dtype, void *param, const void *grad,
     } while (0)
 
 void
-td_cpu_adam_step(td_dtype_t dtype, void *param, const void *grad,
+td__cpu_adam_step(td_dtype_t dtype, void *param, const void *grad,
                  double *exp_avg, double *exp_avg_sq, double *max_exp_avg_sq,
                  int64_t n, const td_adam_args_t *a)
 {

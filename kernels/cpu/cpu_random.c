@@ -40,7 +40,7 @@ value(int normal, double a, double b, uint64_t seed, int64_t i)
 }
 
 void
-td_cpu_random(td_dtype_t dtype, void *out, int64_t n, int normal, double a,
+td__cpu_random(td_dtype_t dtype, void *out, int64_t n, int normal, double a,
               double b, uint64_t seed)
 {
     if (dtype == TD_FLOAT32) {
@@ -59,7 +59,7 @@ td_cpu_random(td_dtype_t dtype, void *out, int64_t n, int normal, double a,
 /* mask = (u >= p) / (1 - p) with u = uniform_(0, 1) in DTYPE; p == 1
  * drops everything */
 void
-td_cpu_dropout_mask(td_dtype_t dtype, void *mask, int64_t n, double p,
+td__cpu_dropout_mask(td_dtype_t dtype, void *mask, int64_t n, double p,
                     uint64_t seed)
 {
     double keep = p < 1 ? 1.0 / (1.0 - p) : 0.0;

@@ -1,6 +1,6 @@
 /* kernels/cpu/cpu_reduce.c: the CPU kernels that reduce along the middle
  * dimension of a contiguous [outer, mid, inner] block (sum, softmax and its
- * backward, max) and the matrix product (OpenBLAS cblas). Thread-safe (no
+ * backward, max); the matrix product is in cpu_blas.c. Thread-safe (no
  * state). */
 #include "config.h"
 
@@ -8,7 +8,6 @@
 #pragma GCC optimize("O3")
 #endif
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -38,31 +37,13 @@
     } while (0)
 
 void
-td_cpu_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
+td__cpu_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
                int64_t mid, int64_t inner)
 {
     if (dtype == TD_FLOAT32) {
         SUM_MID(float, double);
     } else {
         SUM_MID(double, double);
-    }
-}
-
-void
-td_cpu_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
-            int64_t k, double alpha, const void *a, int64_t lda,
-            const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
-{
-    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-
-    if (dtype == TD_FLOAT32) {
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k,
-                    (float)alpha, a, (int)lda, b, (int)ldb, (float)beta, c,
-                    (int)ldc);
-    } else {
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, alpha, a,
-                    (int)lda, b, (int)ldb, beta, c, (int)ldc);
     }
 }
 
@@ -96,7 +77,7 @@ td_cpu_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
     } while (0)
 
 void
-td_cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
+td__cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
                int64_t outer, int64_t mid, int64_t inner)
 {
     if (dtype == TD_FLOAT32) {
@@ -106,7 +87,7 @@ td_cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
     }
 }
 
-/* The sum over mid of V(m) as td_cpu_sum_mid forms it (in double when
+/* The sum over mid of V(m) as td__cpu_sum_mid forms it (in double when
  * inner == 1, in T otherwise), so the fused backward gives the bits of the
  * composed one (mul, sum_dims, sub, mul). */
 #define MID_SUM(T, V, RES)                                                  \
@@ -148,7 +129,7 @@ td_cpu_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
     } while (0)
 
 void
-td_cpu_softmax_backward(td_dtype_t dtype, int log_out, void *gx, const void *y,
+td__cpu_softmax_backward(td_dtype_t dtype, int log_out, void *gx, const void *y,
                         const void *g, int64_t outer, int64_t mid,
                         int64_t inner)
 {
@@ -180,7 +161,7 @@ td_cpu_softmax_backward(td_dtype_t dtype, int log_out, void *gx, const void *y,
     } while (0)
 
 void
-td_cpu_max_dim(td_dtype_t dtype, void *values, int64_t *indices,
+td__cpu_max_dim(td_dtype_t dtype, void *values, int64_t *indices,
                const void *in, int64_t outer, int64_t mid, int64_t inner)
 {
     if (mid == 0) {

@@ -10,7 +10,8 @@ TD_CUDA_SOURCES = kernels/cuda/cuda.h kernels/cuda/cuda.c \
 	kernels/cuda/cuda_device.c kernels/cuda/cuda_elementwise.cu \
 	kernels/cuda/cuda_reduce.cu kernels/cuda/cuda_index.cu \
 	kernels/cuda/cuda_random.cu kernels/cuda/cuda_optim.cu \
-	kernels/cuda/cuda_module.c kernels/block_cache.c
+	kernels/cuda/cuda_module.c kernels/cuda/cuda_host.c \
+	kernels/cuda/cuda_host.h kernels/block_cache.c
 TD_NCCL_SOURCES = kernels/cuda/cuda_nccl.h kernels/cuda/cuda_nccl.c
 EXTRA_DIST += $(TD_CUDA_SOURCES) $(TD_NCCL_SOURCES)
 if HAVE_CUDA

@@ -80,9 +80,9 @@ static inline cudaStream_t
 stream_for(const void *ptr, const char *kernel)
 {
     void *stream = NULL;
-    int dev = td_cuda_device_of(ptr);
-    if (dev < 0 || td_cuda_enter(dev, &stream) != TD_OK) {
-        td_cuda_launch_failed(kernel, "output is not CUDA device memory");
+    int dev = td__cuda_device_of(ptr);
+    if (dev < 0 || td__cuda_enter(dev, &stream) != TD_OK) {
+        td__cuda_launch_failed(kernel, "output is not CUDA device memory");
         return NULL;
     }
     return (cudaStream_t)stream;
@@ -99,7 +99,7 @@ static inline void
 check_launch(const char *kernel)
 {
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) td_cuda_launch_failed(kernel, cudaGetErrorString(e));
+    if (e != cudaSuccess) td__cuda_launch_failed(kernel, cudaGetErrorString(e));
 }
 
 } /* namespace td_cuda */

@@ -53,7 +53,7 @@ count_devices(void)
 }
 
 td_status_t
-td_cuda_count(int *n_p)
+td__cuda_count(int *n_p)
 {
     pthread_once(&count_once, count_devices);
     if (n_devices == 0) {
@@ -137,7 +137,7 @@ device_init(int index)
     }
     cublasSetStream(d->blas, d->stream);
     snprintf(name, sizeof(name), "cuda:%d", index);
-    d->status = td_block_cache_create(&(td_block_cache_params_t){
+    d->status = td__block_cache_create(&(td_block_cache_params_t){
                     .name = name, .raw_alloc = raw_alloc,
                     .raw_free = raw_free, .ctx = (void *)(intptr_t)index,
                     .max_cached = cache_limit() }, &d->cache);
@@ -153,7 +153,7 @@ static td_status_t
 device_get(int index, device_t **d_p)
 {
     int n;
-    td_status_t status = td_cuda_count(&n);
+    td_status_t status = td__cuda_count(&n);
 
     if (status != TD_OK) {
         return status;
@@ -171,7 +171,7 @@ device_get(int index, device_t **d_p)
 }
 
 td_status_t
-td_cuda_stream(int index, void **stream_p)
+td__cuda_stream(int index, void **stream_p)
 {
     device_t *d = NULL;
     td_status_t status = device_get(index, &d);
@@ -183,7 +183,7 @@ td_cuda_stream(int index, void **stream_p)
 }
 
 td_status_t
-td_cuda_blas(int index, void **handle_p)
+td__cuda_blas(int index, void **handle_p)
 {
     device_t *d = NULL;
     td_status_t status = device_get(index, &d);
@@ -195,7 +195,7 @@ td_cuda_blas(int index, void **handle_p)
 }
 
 td_status_t
-td_cuda_enter(int index, void **stream_p)
+td__cuda_enter(int index, void **stream_p)
 {
     device_t *d = NULL;
     td_status_t status = device_get(index, &d);
@@ -209,7 +209,7 @@ td_cuda_enter(int index, void **stream_p)
 }
 
 int
-td_cuda_device_of(const void *ptr)
+td__cuda_device_of(const void *ptr)
 {
     struct cudaPointerAttributes a;
 
@@ -222,10 +222,10 @@ td_cuda_device_of(const void *ptr)
 }
 
 td_status_t
-td_cuda_host_alloc(size_t nbytes, void **ptr_p)
+td__cuda_host_alloc(size_t nbytes, void **ptr_p)
 {
     int n;
-    td_status_t status = td_cuda_count(&n);
+    td_status_t status = td__cuda_count(&n);
     cudaError_t e;
 
     if (status != TD_OK) {
@@ -241,7 +241,7 @@ td_cuda_host_alloc(size_t nbytes, void **ptr_p)
 }
 
 void
-td_cuda_host_free(void *ptr)
+td__cuda_host_free(void *ptr)
 {
     if (ptr != NULL) {
         cudaFreeHost(ptr);
@@ -249,10 +249,10 @@ td_cuda_host_free(void *ptr)
 }
 
 td_status_t
-td_cuda_copy_async(int index, void *dst, const void *src, size_t nbytes)
+td__cuda_copy_async(int index, void *dst, const void *src, size_t nbytes)
 {
     void *stream;
-    td_status_t status = td_cuda_enter(index, &stream);
+    td_status_t status = td__cuda_enter(index, &stream);
     cudaError_t e;
 
     if (status != TD_OK) {
@@ -269,10 +269,10 @@ td_cuda_copy_async(int index, void *dst, const void *src, size_t nbytes)
 }
 
 td_status_t
-td_cuda_sync(int index)
+td__cuda_sync(int index)
 {
     void *stream;
-    td_status_t status = td_cuda_enter(index, &stream);
+    td_status_t status = td__cuda_enter(index, &stream);
     cudaError_t e;
 
     if (status != TD_OK) {
@@ -288,19 +288,19 @@ td_cuda_sync(int index)
 }
 
 td_status_t
-td_cuda_cache_stats(int index, td_block_cache_stats_t *stats_p)
+td__cuda_cache_stats(int index, td_block_cache_stats_t *stats_p)
 {
     device_t *d = NULL;
     td_status_t status = device_get(index, &d);
 
     if (status == TD_OK) {
-        td_block_cache_stats(d->cache, stats_p);
+        td__block_cache_stats(d->cache, stats_p);
     }
     return status;
 }
 
 void
-td_cuda_launch_failed(const char *kernel, const char *why)
+td__cuda_launch_failed(const char *kernel, const char *why)
 {
     pthread_mutex_lock(&launch_lock);
     snprintf(launch_error, sizeof(launch_error), "%s: %s", kernel, why);
@@ -309,7 +309,7 @@ td_cuda_launch_failed(const char *kernel, const char *why)
 }
 
 const char *
-td_cuda_last_launch_error(void)
+td__cuda_last_launch_error(void)
 {
     return launch_error;
 }
@@ -325,14 +325,14 @@ cuda_alloc(int index, size_t nbytes, void **ptr_p)
     if (status != TD_OK) {
         return status;
     }
-    return td_block_cache_alloc(d->cache, nbytes, ptr_p);
+    return td__block_cache_alloc(d->cache, nbytes, ptr_p);
 }
 
 static void
 cuda_free(int index, void *ptr)
 {
     if (index >= 0 && index < MAX_DEVICES && devices[index].cache != NULL) {
-        td_block_cache_free(devices[index].cache, ptr);
+        td__block_cache_free(devices[index].cache, ptr);
     }
 }
 
@@ -342,7 +342,7 @@ cuda_memcpy(void *dst, td_device_t ddev, const void *src, td_device_t sdev,
 {
     int index = ddev.type == TD_DEVICE_CUDA ? ddev.index : sdev.index;
     void *stream;
-    td_status_t status = td_cuda_enter(index, &stream);
+    td_status_t status = td__cuda_enter(index, &stream);
     cudaError_t e;
 
     if (status != TD_OK) {
@@ -351,7 +351,7 @@ cuda_memcpy(void *dst, td_device_t ddev, const void *src, td_device_t sdev,
     if (ddev.type == TD_DEVICE_CUDA && sdev.type == TD_DEVICE_CUDA &&
         ddev.index != sdev.index) {
         /* order after the source device's queued work, then peer copy */
-        if ((status = td_cuda_sync(sdev.index)) != TD_OK) {
+        if ((status = td__cuda_sync(sdev.index)) != TD_OK) {
             return status;
         }
         e = cudaMemcpyPeerAsync(dst, ddev.index, src, sdev.index, nbytes,
@@ -378,20 +378,20 @@ cuda_memcpy(void *dst, td_device_t ddev, const void *src, td_device_t sdev,
 static td_status_t
 cuda_synchronize(int index)
 {
-    return td_cuda_sync(index);
+    return td__cuda_sync(index);
 }
 
 const td_device_ops_t td_cuda_device_ops = {
     .name = "cuda",
-    .count = td_cuda_count,
+    .count = td__cuda_count,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .memcpy = cuda_memcpy,
     .synchronize = cuda_synchronize,
-    .host_alloc = td_cuda_host_alloc,
-    .host_free = td_cuda_host_free,
-    .copy_async = td_cuda_copy_async,
-    .device_of = td_cuda_device_of,
-    .cache_stats = td_cuda_cache_stats,
-    .last_launch_error = td_cuda_last_launch_error,
+    .host_alloc = td__cuda_host_alloc,
+    .host_free = td__cuda_host_free,
+    .copy_async = td__cuda_copy_async,
+    .device_of = td__cuda_device_of,
+    .cache_stats = td__cuda_cache_stats,
+    .last_launch_error = td__cuda_last_launch_error,
 };

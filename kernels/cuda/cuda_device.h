@@ -8,14 +8,14 @@
  * on that stream. State is made on first use of a device.
  *
  * Invariants:
- *  G1. No device, no driver: td_cuda_count() and everything after it fail
+ *  G1. No device, no driver: td__cuda_count() and everything after it fail
  *      with TD_ERR_UNSUPPORTED "no CUDA device (...)", never a crash; the
  *      answer is found once and kept.
  *  G2. All work of device N is ordered on its one stream; a host-visible
- *      result (td_device_memcpy to the host) synchronises that stream.
+ *      result (td__device_memcpy to the host) synchronises that stream.
  *  G3. Kernel-table entries return nothing: a launch error is logged
  *      (base/log.h) with the kernel's name and recorded for
- *      td_cuda_last_launch_error(), so tests can see it.
+ *      td__cuda_last_launch_error(), so tests can see it.
  * Thread-safe: all functions. */
 #ifndef TD_KERNELS_CUDA_DEVICE_H
 #define TD_KERNELS_CUDA_DEVICE_H
@@ -31,26 +31,26 @@
 extern "C" {
 #endif
 
-td_status_t td_cuda_count(int *n_p);
+td_status_t td__cuda_count(int *n_p);
 /* Device INDEX's stream (a cudaStream_t) and cuBLAS handle; made once. */
-td_status_t td_cuda_stream(int index, void **stream_p);
-td_status_t td_cuda_blas(int index, void **handle_p);
+td_status_t td__cuda_stream(int index, void **stream_p);
+td_status_t td__cuda_blas(int index, void **handle_p);
 /* The device a device pointer lives on (-1 with an error if none). */
-int         td_cuda_device_of(const void *ptr);
+int         td__cuda_device_of(const void *ptr);
 /* Make INDEX current on the calling thread and return its stream. */
-td_status_t td_cuda_enter(int index, void **stream_p);
+td_status_t td__cuda_enter(int index, void **stream_p);
 /* Pinned host memory (cudaHostAlloc), for staging buffers. */
-td_status_t td_cuda_host_alloc(size_t nbytes, void **ptr_p);
-void        td_cuda_host_free(void *ptr);
-/* Asynchronous copy on device INDEX's stream; then td_cuda_sync. */
-td_status_t td_cuda_copy_async(int index, void *dst, const void *src,
+td_status_t td__cuda_host_alloc(size_t nbytes, void **ptr_p);
+void        td__cuda_host_free(void *ptr);
+/* Asynchronous copy on device INDEX's stream; then td__cuda_sync. */
+td_status_t td__cuda_copy_async(int index, void *dst, const void *src,
                                size_t nbytes);
-td_status_t td_cuda_sync(int index);
+td_status_t td__cuda_sync(int index);
 /* Allocator statistics of device INDEX. */
-td_status_t td_cuda_cache_stats(int index, td_block_cache_stats_t *stats_p);
+td_status_t td__cuda_cache_stats(int index, td_block_cache_stats_t *stats_p);
 /* Record a failed launch (G3); the last one is kept per process. */
-void        td_cuda_launch_failed(const char *kernel, const char *why);
-const char *td_cuda_last_launch_error(void);
+void        td__cuda_launch_failed(const char *kernel, const char *why);
+const char *td__cuda_last_launch_error(void);
 
 /* The kernels/device.h row of this backend (cuda_module.c hands it to
  * libtodist). */

@@ -43,7 +43,7 @@ binary_kernel(td_binary_op_t op, T *out, const T *a, const T *b, geom_t g,
 }
 
 extern "C" void
-td_cuda_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
+td__cuda_binary(td_binary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
             td_operand_t b, const int64_t *shape, int ndim)
 {
     int64_t n = numel_of(shape, ndim);
@@ -113,7 +113,7 @@ unary_kernel(td_unary_op_t op, T *out, const T *a, T c, geom_t g, int64_t n,
 }
 
 extern "C" void
-td_cuda_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
+td__cuda_unary(td_unary_op_t op, td_dtype_t dtype, void *out, td_operand_t a,
            double scalar, const int64_t *shape, int ndim)
 {
     int64_t n = numel_of(shape, ndim);
@@ -178,7 +178,7 @@ copy_from(td_dtype_t sdtype, TD *dst, const void *src, const geom_t &g,
 }
 
 extern "C" void
-td_cuda_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
+td__cuda_copy(td_dtype_t ddtype, td_operand_t dst, td_dtype_t sdtype,
           td_operand_t src, const int64_t *shape, int ndim)
 {
     int64_t n = numel_of(shape, ndim);
@@ -211,7 +211,7 @@ fill_kernel(T *dst, T v, geom_t g, int64_t n)
 }
 
 extern "C" void
-td_cuda_fill(td_dtype_t dtype, td_operand_t dst, double value,
+td__cuda_fill(td_dtype_t dtype, td_operand_t dst, double value,
           const int64_t *shape, int ndim)
 {
     int64_t n = numel_of(shape, ndim);

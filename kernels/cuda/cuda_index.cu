@@ -27,8 +27,8 @@ static unsigned long long *
 scalar_new(const void *near, unsigned long long v, cudaStream_t s)
 {
     void *p = NULL;
-    td_device_t dev = {TD_DEVICE_CUDA, td_cuda_device_of(near)};
-    if (dev.index < 0 || td_device_alloc(dev, sizeof(v), &p) != TD_OK) return NULL;
+    td_device_t dev = {TD_DEVICE_CUDA, td__cuda_device_of(near)};
+    if (dev.index < 0 || td__device_alloc(dev, sizeof(v), &p) != TD_OK) return NULL;
     cudaMemcpyAsync(p, &v, sizeof(v), cudaMemcpyHostToDevice, s);
     cudaStreamSynchronize(s);     /* V lives on the caller's stack */
     return (unsigned long long *)p;
@@ -40,18 +40,18 @@ scalar_take(const void *near, unsigned long long *p, cudaStream_t s)
     unsigned long long v = ~0ull;
     cudaMemcpyAsync(&v, p, sizeof(v), cudaMemcpyDeviceToHost, s);
     cudaStreamSynchronize(s);
-    td_device_free((td_device_t){TD_DEVICE_CUDA, td_cuda_device_of(near)}, p);
+    td__device_free((td_device_t){TD_DEVICE_CUDA, td__cuda_device_of(near)}, p);
     return v;
 }
 
 extern "C" int64_t
-td_cuda_index_check(const int64_t *ix, int64_t n, int64_t limit)
+td__cuda_index_check(const int64_t *ix, int64_t n, int64_t limit)
 {
     cudaStream_t s;
     unsigned long long *first;
     if (n == 0 || (s = stream_for(ix, "index_check")) == NULL) return -1;
     if ((first = scalar_new(ix, (unsigned long long)n, s)) == NULL) {
-        td_cuda_launch_failed("index_check", "no device memory for the result");
+        td__cuda_launch_failed("index_check", "no device memory for the result");
         return 0;                  /* report the first index as bad */
     }
     index_check_kernel<<<blocks_for(n), THREADS, 0, s>>>(ix, n, limit, first);
@@ -72,7 +72,7 @@ index_select_kernel(char *out, const char *in, const int64_t *ix, int64_t nidx,
 }
 
 extern "C" void
-td_cuda_index_select(td_dtype_t dtype, void *out, const void *in,
+td__cuda_index_select(td_dtype_t dtype, void *out, const void *in,
                      const int64_t *ix, int64_t nidx, int64_t outer,
                      int64_t in_mid, int64_t inner)
 {
@@ -96,7 +96,7 @@ index_add_kernel(T *out, const T *src, const int64_t *ix, int64_t nidx,
 }
 
 extern "C" void
-td_cuda_index_add(td_dtype_t dtype, void *out, const void *src,
+td__cuda_index_add(td_dtype_t dtype, void *out, const void *src,
                   const int64_t *ix, int64_t nidx, int64_t outer,
                   int64_t out_mid, int64_t inner)
 {
@@ -144,14 +144,14 @@ gather_launch(td_dtype_t dtype, void *d, const void *src, const int64_t *ix,
 }
 
 extern "C" void
-td_cuda_gather(td_dtype_t dtype, void *out, const void *in, const int64_t *ix,
+td__cuda_gather(td_dtype_t dtype, void *out, const void *in, const int64_t *ix,
                int64_t outer, int64_t mid, int64_t inner)
 {
     gather_launch<false>(dtype, out, in, ix, outer, mid, inner, "gather");
 }
 
 extern "C" void
-td_cuda_scatter_add(td_dtype_t dtype, void *out, const void *src,
+td__cuda_scatter_add(td_dtype_t dtype, void *out, const void *src,
                     const int64_t *ix, int64_t outer, int64_t mid,
                     int64_t inner)
 {
@@ -184,14 +184,14 @@ bag_fill_kernel(const int64_t *off, int64_t nb, int64_t n, int mean,
 }
 
 extern "C" int64_t
-td_cuda_bag_plan(const int64_t *offsets, int64_t nb, int64_t n, int mean,
+td__cuda_bag_plan(const int64_t *offsets, int64_t nb, int64_t n, int mean,
                  int64_t *bag, double *scale)
 {
     cudaStream_t s;
     unsigned long long *first, v;
     if (nb == 0 || (s = stream_for(offsets, "bag_plan")) == NULL) return -1;
     if ((first = scalar_new(offsets, (unsigned long long)nb, s)) == NULL) {
-        td_cuda_launch_failed("bag_plan", "no device memory for the result");
+        td__cuda_launch_failed("bag_plan", "no device memory for the result");
         return 0;
     }
     bag_check_kernel<<<blocks_for(nb), THREADS, 0, s>>>(offsets, nb, n, first);

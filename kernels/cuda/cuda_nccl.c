@@ -104,7 +104,7 @@ launch(void *comm, int device, td_nccl_kind_t kind, const void *send,
 
     nccl_dtype(dtype, &dt);
     nccl_op(op, &o);
-    status = td_cuda_enter(device, &stream);     /* the device's stream */
+    status = td__cuda_enter(device, &stream);     /* the device's stream */
     if (status != TD_OK) {
         return status;
     }
@@ -137,7 +137,7 @@ poll_done(void *comm, int device, int *done_p)
     ncclResult_t ae = ncclSuccess;
     void *stream;
     cudaError_t ce;
-    td_status_t status = td_cuda_stream(device, &stream);
+    td_status_t status = td__cuda_stream(device, &stream);
 
     *done_p = 0;
     if (status != TD_OK) {
@@ -146,7 +146,7 @@ poll_done(void *comm, int device, int *done_p)
     ce = cudaStreamQuery((cudaStream_t)stream);
     if (ce == cudaSuccess) {
         *done_p = 1;
-        return td_cuda_sync(device);
+        return td__cuda_sync(device);
     }
     if (ce != cudaErrorNotReady) {
         (void)cudaGetLastError();

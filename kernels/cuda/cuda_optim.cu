@@ -33,7 +33,7 @@ sgd_kernel(T *p, const T *g, double *mb, int64_t n, td_sgd_args_t s)
 }
 
 extern "C" void
-td_cuda_sgd_step(td_dtype_t dtype, void *param, const void *grad,
+td__cuda_sgd_step(td_dtype_t dtype, void *param, const void *grad,
                  double *momentum_buf, int64_t n, const td_sgd_args_t *args)
 {
     cudaStream_t s;
@@ -76,7 +76,7 @@ adam_kernel(T *p, const T *g, double *m, double *v, double *vmax, int64_t n,
 }
 
 extern "C" void
-td_cuda_adam_step(td_dtype_t dtype, void *param, const void *grad,
+td__cuda_adam_step(td_dtype_t dtype, void *param, const void *grad,
                   double *exp_avg, double *exp_avg_sq, double *max_exp_avg_sq,
                   int64_t n, const td_adam_args_t *args)
 {

@@ -45,7 +45,7 @@ random_kernel(T *out, int64_t n, int normal, double a, double b, uint64_t seed)
 }
 
 extern "C" void
-td_cuda_random(td_dtype_t dtype, void *out, int64_t n, int normal, double a,
+td__cuda_random(td_dtype_t dtype, void *out, int64_t n, int normal, double a,
                double b, uint64_t seed)
 {
     cudaStream_t s;
@@ -70,7 +70,7 @@ dropout_kernel(T *m, int64_t n, double p, double keep, uint64_t seed)
 }
 
 extern "C" void
-td_cuda_dropout_mask(td_dtype_t dtype, void *mask, int64_t n, double p,
+td__cuda_dropout_mask(td_dtype_t dtype, void *mask, int64_t n, double p,
                      uint64_t seed)
 {
     cudaStream_t s;

@@ -63,7 +63,7 @@ sum_mid_typed(T *out, const T *in, int64_t outer, int64_t mid, int64_t inner,
 }
 
 extern "C" void
-td_cuda_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
+td__cuda_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
              int64_t mid, int64_t inner)
 {
     cudaStream_t s;
@@ -79,8 +79,8 @@ td_cuda_sum_mid(td_dtype_t dtype, void *out, const void *in, int64_t outer,
 /* ---- matmul through cuBLAS ----------------------------------------------
  * cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major
  * C^T = op(B)^T op(A)^T, so swap the operands and m/n. */
-extern "C" void
-td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
+extern "C" td_status_t
+td__cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
           int64_t k, double alpha, const void *a, int64_t lda, const void *b,
           int64_t ldb, double beta, void *c, int64_t ldc)
 {
@@ -90,12 +90,16 @@ td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
     cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
 
-    if (m == 0 || n == 0) return;
-    if (stream_for(c, "gemm") == NULL) return;
-    dev = td_cuda_device_of(c);
-    if (td_cuda_blas(dev, &handle) != TD_OK) {
-        td_cuda_launch_failed("gemm", "no cuBLAS handle");
-        return;
+    if (m == 0 || n == 0) return TD_OK;
+    if (stream_for(c, "gemm") == NULL) {
+        return td_error(TD_ERR_INVALID, "cuda: gemm: the output is not "
+                        "CUDA device memory");
+    }
+    dev = td__cuda_device_of(c);
+    if (td__cuda_blas(dev, &handle) != TD_OK) {
+        td__cuda_launch_failed("gemm", "no cuBLAS handle");
+        return td_error(TD_ERR_UNSUPPORTED, "cuda: gemm: no cuBLAS handle "
+                        "on device %d", dev);
     }
     if (dtype == TD_FLOAT32) {
         float al = (float)alpha, be = (float)beta;
@@ -110,8 +114,11 @@ td_cuda_gemm(td_dtype_t dtype, int trans_a, int trans_b, int64_t m, int64_t n,
                          (int)ldc);
     }
     if (st != CUBLAS_STATUS_SUCCESS) {
-        td_cuda_launch_failed("gemm", cublasGetStatusString(st));
+        td__cuda_launch_failed("gemm", cublasGetStatusString(st));
+        return td_error(TD_ERR_IO, "cuda: gemm: %s",
+                        cublasGetStatusString(st));
     }
+    return TD_OK;
 }
 
 
@@ -193,7 +200,7 @@ softmax_typed(int log_out, T *out, const T *in, int64_t outer, int64_t mid,
 }
 
 extern "C" void
-td_cuda_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
+td__cuda_softmax(td_dtype_t dtype, int log_out, void *out, const void *in,
                 int64_t outer, int64_t mid, int64_t inner)
 {
     cudaStream_t s;
@@ -236,7 +243,7 @@ softmax_bwd_cols(int log_out, T *gx, const T *y, const T *g, int64_t outer,
 }
 
 extern "C" void
-td_cuda_softmax_backward(td_dtype_t dtype, int log_out, void *gx,
+td__cuda_softmax_backward(td_dtype_t dtype, int log_out, void *gx,
                          const void *y, const void *g, int64_t outer,
                          int64_t mid, int64_t inner)
 {
@@ -274,7 +281,7 @@ max_cols(T *values, int64_t *indices, const T *in, int64_t outer, int64_t mid,
 }
 
 extern "C" void
-td_cuda_max_dim(td_dtype_t dtype, void *values, int64_t *indices,
+td__cuda_max_dim(td_dtype_t dtype, void *values, int64_t *indices,
                 const void *in, int64_t outer, int64_t mid, int64_t inner)
 {
     cudaStream_t s;

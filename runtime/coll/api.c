@@ -36,7 +36,7 @@ check_tensor(const char *fn, const char *name, td_tensor_t *t)
     }
     dev = td_tensor_device(t);
     if (dev.type != TD_DEVICE_CPU &&
-        td_device_check(dev) != TD_OK) {      /* routed in coll_run */
+        td__device_check(dev) != TD_OK) {      /* routed in coll_run */
         char why[256];
 
         snprintf(why, sizeof(why), "%s", td_last_error());

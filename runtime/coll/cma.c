@@ -30,7 +30,7 @@ same_host(int r)
     uint8_t h = __atomic_load_n(&cma_host[r], __ATOMIC_RELAXED);
 
     if (h == 0) {
-        h = td_runtime_same_host(r) ? 1 : 2;
+        h = td__runtime_same_host(r) ? 1 : 2;
         __atomic_store_n(&cma_host[r], h, __ATOMIC_RELAXED);
     }
     return h == 1;

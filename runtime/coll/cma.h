@@ -23,7 +23,7 @@
  *     group is destroyed, as the README says.
  *
  * C11 Offers go only to ranks of this host, and a receiver reads in place
- *     only from a rank of this host (td_runtime_same_host: one kernel and
+ *     only from a rank of this host (td__runtime_same_host: one kernel and
  *     PID namespace, runtime/hostmap.h), learnt once per rank: a pid from
  *     another host names some other process here, or none.
  *

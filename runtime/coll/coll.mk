@@ -22,6 +22,7 @@ libtodist_core_la_SOURCES += \
 	runtime/coll/tree.c runtime/coll/tree.h \
 	runtime/coll/gather.c runtime/coll/gather.h \
 	runtime/coll/shm.c runtime/coll/shm.h \
+	runtime/coll/hier.c runtime/coll/hier.h \
 	runtime/coll/nccl.c runtime/coll/nccl.h \
 	runtime/coll/args.h \
 	runtime/coll/run.c runtime/coll/run.h \

@@ -10,18 +10,20 @@
 
 /* Algorithms each collective has (bit per coll_algo_t). */
 static const unsigned algo_valid[COLL_NUM_KINDS] = {
-    [COLL_ALL_REDUCE]     = 1u << ALGO_RD | 1u << ALGO_RING | 1u << ALGO_SHM,
+    [COLL_ALL_REDUCE]     = 1u << ALGO_RD | 1u << ALGO_RING | 1u << ALGO_SHM |
+                            1u << ALGO_HIER,
     [COLL_BROADCAST]      = 1u << ALGO_BINOMIAL | 1u << ALGO_LINEAR |
-                            1u << ALGO_SHM,
+                            1u << ALGO_SHM | 1u << ALGO_HIER,
     [COLL_REDUCE]         = 1u << ALGO_BINOMIAL | 1u << ALGO_LINEAR,
     [COLL_ALL_GATHER]     = 1u << ALGO_DIRECT | 1u << ALGO_RING |
-                            1u << ALGO_SHM,
+                            1u << ALGO_SHM | 1u << ALGO_HIER,
     [COLL_GATHER]         = 1u << ALGO_LINEAR,
     [COLL_SCATTER]        = 1u << ALGO_LINEAR,
     [COLL_REDUCE_SCATTER] = 1u << ALGO_DIRECT | 1u << ALGO_RING |
-                            1u << ALGO_SHM,
+                            1u << ALGO_SHM | 1u << ALGO_HIER,
     [COLL_ALL_TO_ALL]     = 1u << ALGO_PAIRWISE,
-    [COLL_BARRIER]        = 1u << ALGO_DISSEMINATION | 1u << ALGO_SHM,
+    [COLL_BARRIER]        = 1u << ALGO_DISSEMINATION | 1u << ALGO_SHM |
+                            1u << ALGO_HIER,
 };
 
 static const char *kind_names[COLL_NUM_KINDS] = {
@@ -30,7 +32,7 @@ static const char *kind_names[COLL_NUM_KINDS] = {
 };
 static const char *algo_names[ALGO_NUM] = {
     "auto", "rd", "ring", "binomial", "linear", "direct", "pairwise",
-    "dissemination", "shm"
+    "dissemination", "shm", "hier"
 };
 static const char *op_names[TD_REDUCE_NUM_OPS] = {
     "sum", "prod", "min", "max", "avg", "band", "bor", "bxor"
@@ -143,7 +145,7 @@ coll_algo_parse(const char *spec, coll_algo_t forced[COLL_NUM_KINDS])
                             "%s '%s' (collectives: all_reduce broadcast "
                             "reduce all_gather gather scatter reduce_scatter "
                             "all_to_all barrier; algorithms: auto rd ring "
-                            "binomial linear direct pairwise dissemination)",
+                            "binomial linear direct pairwise dissemination shm hier)",
                             k == COLL_NUM_KINDS ? "collective" : "algorithm",
                             k == COLL_NUM_KINDS ? item : colon + 1);
         }

@@ -24,7 +24,8 @@ typedef enum {
 /* Algorithms. */
 typedef enum {
     ALGO_AUTO = 0, ALGO_RD, ALGO_RING, ALGO_BINOMIAL, ALGO_LINEAR,
-    ALGO_DIRECT, ALGO_PAIRWISE, ALGO_DISSEMINATION, ALGO_SHM, ALGO_NUM
+    ALGO_DIRECT, ALGO_PAIRWISE, ALGO_DISSEMINATION, ALGO_SHM, ALGO_HIER,
+    ALGO_NUM
 } coll_algo_t;
 
 /* What one member called: every message of a collective carries it, and

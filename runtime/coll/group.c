@@ -17,6 +17,7 @@
 #include "todist/coll.h"
 #include "runtime/coll/group.h"
 #include "runtime/coll/conf.h"
+#include "runtime/coll/hier.h"
 #include "runtime/coll/match.h"
 #include "runtime/coll/shm.h"
 #include "runtime/coll/work.h"
@@ -47,6 +48,7 @@ group_free(td_group_t *g)
         return;
     }
     coll_shm_detach(g);
+    coll_hostmap_free(g->hosts);
     pthread_mutex_destroy(&g->qlock);
     pthread_cond_destroy(&g->qcond);
     free(g->ranks);

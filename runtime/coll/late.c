@@ -42,7 +42,8 @@ wait_answers(td_group_t *g)
         if (left <= 0) {
             break;
         }
-        st = td_transport_drive(tp, answered, g, left < 0.01 ? left : 0.01);
+        st = td__transport_drive(tp, answered, g,
+                                 left < 0.01 ? left : 0.01);
         if (st != TD_OK && st != TD_ERR_TIMEOUT) {
             coll_sleep(answered_c, g, 0, coll_mbox_poll);   /* <= 2 ms */
         }
@@ -73,7 +74,7 @@ coll_late_ranks(td_group_t *g, uint32_t seq, char *who, size_t len)
         if (r == g->me) {
             continue;
         }
-        if (!td_transport_peer_alive(tp, g->ranks[r]) ||
+        if (!td__transport_peer_alive(tp, g->ranks[r]) ||
             coll_tx_send_hdr(g->ranks[r], h, hlen) != TD_OK) {
             atomic_fetch_sub(&g->ask_left, 1);      /* K3: named */
         }

@@ -62,7 +62,7 @@ coll_wake(void)
         pthread_mutex_unlock(&C.wait_lock);
     }
     if (tp != NULL) {
-        td_transport_wake(tp);
+        td__transport_wake(tp);
     }
 }
 
@@ -581,6 +581,7 @@ coll_match_peer_dead(int rank)
 {
     struct { uint32_t id; int grank, n; } hit[TD_GROUPS_MAX];
     int n_hit = 0;
+    char where[256];      /* the host and its ranks, when another host */
     coll_req_t *out = NULL, *p = NULL, *next;
 
     /* Ids, not pointers: a group may be destroyed once the lock is
@@ -597,12 +598,13 @@ coll_match_peer_dead(int rank)
         }
     }
     pthread_mutex_unlock(&C.lock);
+    td__runtime_host_text(rank, where, sizeof(where));
     for (int i = 0; i < n_hit; i++) {
         char msg[COLL_ERR_MAX];
 
         snprintf(msg, sizeof(msg), "coll: rank %d (group rank %d of group "
-                 "%u, %d members) died", rank, hit[i].grank, hit[i].id,
-                 hit[i].n);
+                 "%u, %d members%s%s) died", rank, hit[i].grank, hit[i].id,
+                 hit[i].n, where[0] ? "; " : "", where);
         coll_group_fail_quiet(NULL, hit[i].id, TD_ERR_PEER, msg);
     }
     /* Sends waiting for an ack from it in any group, too. */
@@ -622,8 +624,9 @@ coll_match_peer_dead(int rank)
         char msg[COLL_ERR_MAX];
 
         next = out->next;
-        snprintf(msg, sizeof(msg), "coll: rank %d died with a "
-                 "point-to-point message pending", rank);
+        snprintf(msg, sizeof(msg), "coll: rank %d%s%s%s died with a "
+                 "point-to-point message pending", rank, where[0] ? " (" : "",
+                 where, where[0] ? ")" : "");
         coll_req_complete(out, TD_ERR_PEER, msg);
         out = next;
     }

@@ -42,7 +42,7 @@
  *     its message or ack is in the lists), step.c (an operation's start:
  *     its call against what arrived).
  *  L4 Nothing that may call back into the collectives runs under it:
- *     td_transport_send (a direct send may complete, and call back, on the
+ *     td__transport_send (a direct send may complete, and call back, on the
  *     sending thread: C1), a request's completion (its on_done), a poke,
  *     a group failure, a wake. They run after the unlock with what was
  *     collected under it. The mailbox hooks (coll_match_hooks_t) may run
@@ -94,6 +94,8 @@ struct td_group {
     int             watched;       /* endpoints to every member requested */
     coll_shm_t     *shm;           /* shm.c: the segment, when SHM_ON */
     int             shm_state;
+    struct coll_hostmap *hosts;    /* hier.c: each member's host, made at
+                                    * the group's first call */
     /* guarded by coll_lock (L1) */
     int             in_op;         /* a collective with seq cur_seq runs */
     uint32_t        cur_seq;

@@ -205,7 +205,7 @@ send_poke(int dst)
 
     atomic_fetch_add_explicit(&pokes, 1, memory_order_relaxed);
     coll_wire_fixed(h, MSG_POKE, 0, 0, 0, 0, 0, 0, 0);
-    if (td_transport_send(coll_transport(), dst, COLL_TRANSPORT_ID, h,
+    if (td__transport_send(coll_transport(), dst, COLL_TRANSPORT_ID, h,
                           sizeof(h), NULL, 0, NULL, NULL) != TD_OK) {
         td_log_debug("coll: poke to rank %d not sent: %s", dst,
                      td_last_error());
@@ -218,7 +218,7 @@ fault_roll(void)
 {
     td_transport_t *tp = coll_transport();
 
-    return tp != NULL ? td_transport_fault_roll(tp, "mbox") : 0;
+    return tp != NULL ? td__transport_fault_roll(tp, "mbox") : 0;
 }
 
 int

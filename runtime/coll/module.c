@@ -15,6 +15,8 @@
  *   wait.c                          waiting for requests
  *   step.c                          an operation and its steps
  *   allreduce.c tree.c gather.c shm.c   algorithms (nccl.c beside them)
+ *   hier.c                          hierarchical algorithms (groups that
+ *                                   span hosts; on the step interface)
  *   run.c                           one collective: route, choice, run
  *   work.c                          work handles, per-group queues
  *   api.c p2p.c group.c module.c    todist/coll.h and the module table */

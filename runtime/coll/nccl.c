@@ -20,102 +20,6 @@
 #include "base/clock.h"
 #include "base/log.h"
 
-/* ---- the staged path (N1) ----------------------------------------------- */
-
-static int
-on_device(const td_tensor_t *t)
-{
-    return t != NULL && td_tensor_device(t).type != TD_DEVICE_CPU;
-}
-
-/* Whether A reads T's values (in place collectives, and every IN). */
-static int
-t_is_input(const coll_args_t *a)
-{
-    return a->kind == COLL_ALL_REDUCE || a->kind == COLL_BROADCAST ||
-           a->kind == COLL_REDUCE;
-}
-
-static td_status_t
-stage_one(td_tensor_t *t, int input, void **host_p)
-{
-    size_t n = td_tensor_nbytes(t);
-    void *h = malloc(n ? n : 1);
-    td_status_t status;
-
-    if (h == NULL) {
-        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory for a %zu "
-                        "byte host copy of a device tensor", n);
-    }
-    if (input) {
-        status = td_device_memcpy(h, TD_CPU, td_tensor_data(t),
-                                  td_tensor_device(t), n);
-        if (status != TD_OK) {
-            free(h);
-            return status;
-        }
-    }
-    *host_p = h;
-    return TD_OK;
-}
-
-td_status_t
-coll_stage_in(const coll_args_t *a, coll_stage_t *s)
-{
-    td_status_t status = TD_OK;
-
-    memset(s, 0, sizeof(*s));
-    if (on_device(a->t)) {
-        status = stage_one(a->t, t_is_input(a), &s->t_host);
-        if (status == TD_OK) {
-            s->t = a->t;
-        }
-    }
-    if (status == TD_OK && on_device(a->in) && a->in != a->t) {
-        status = stage_one(a->in, 1, &s->in_host);
-        if (status == TD_OK) {
-            s->in = a->in;
-        }
-    }
-    if (status != TD_OK) {
-        coll_stage_free(s);
-    }
-    return status;
-}
-
-void *
-coll_stage_ptr(const coll_stage_t *s, td_tensor_t *t)
-{
-    if (t == NULL) {
-        return NULL;
-    }
-    if (t == s->t) {
-        return s->t_host;
-    }
-    if (t == s->in) {
-        return s->in_host;
-    }
-    return td_tensor_data(t);
-}
-
-td_status_t
-coll_stage_out(coll_stage_t *s)
-{
-    if (s->t == NULL) {
-        return TD_OK;
-    }
-    return td_device_memcpy(td_tensor_data(s->t), td_tensor_device(s->t),
-                            s->t_host, TD_CPU, td_tensor_nbytes(s->t));
-}
-
-void
-coll_stage_free(coll_stage_t *s)
-{
-    free(s->t_host);
-    free(s->in_host);
-    memset(s, 0, sizeof(*s));
-}
-
 /* ---- NCCL (N2, N3) ------------------------------------------------------ */
 
 typedef struct comm {
@@ -136,7 +40,7 @@ static uint32_t cap_digest[CAP_GROUPS];
 static const td_nccl_ops_t *
 nccl_ops(void)
 {
-    return td_device_module_nccl(TD_DEVICE_CUDA);
+    return td__device_module_nccl(TD_DEVICE_CUDA);
 }
 
 static int
@@ -156,7 +60,7 @@ nccl_kind(coll_kind_t k, td_nccl_kind_t *out)
 static int
 group_capable(td_group_t *g)
 {
-    td_store_t *store = td_runtime_store();
+    td_store_t *store = td__runtime_store();
     int slot = (int)(g->id % CAP_GROUPS), cap = 1;
 
     pthread_mutex_lock(&comm_lock);
@@ -199,7 +103,7 @@ static td_status_t
 get_comm(const td_nccl_ops_t *nccl, td_group_t *g, int device,
          void **comm_p)
 {
-    td_store_t *store = td_runtime_store();
+    td_store_t *store = td__runtime_store();
     unsigned char id[TD_NCCL_ID_MAX];
     comm_t *c;
     char key[64];
@@ -320,6 +224,12 @@ bounded_sync(const td_nccl_ops_t *nccl, td_group_t *g, const coll_args_t *a,
     return td_error(code, "%s", msg);
 }
 
+static int
+on_device(const td_tensor_t *t)
+{
+    return t != NULL && td_tensor_device(t).type != TD_DEVICE_CPU;
+}
+
 coll_route_t
 coll_device_route(td_group_t *g, const coll_args_t *a)
 {
@@ -332,7 +242,7 @@ coll_device_route(td_group_t *g, const coll_args_t *a)
     if (!on_device(a->t) && !on_device(a->in)) {
         return COLL_ROUTE_HOST;
     }
-    if (nccl == NULL || td_device_test_backend() || a->outs != NULL ||
+    if (nccl == NULL || td__device_test_backend() || a->outs != NULL ||
         !nccl_kind(a->kind, &kind) || !on_device(t) ||
         (a->in != NULL && !on_device(a->in)) ||
         !nccl->supports(td_tensor_dtype(t), reduces, a->op)) {

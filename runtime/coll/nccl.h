@@ -1,7 +1,8 @@
 /* runtime/coll/nccl.h: collectives on device tensors (internal to
  * runtime/coll): the route (NCCL or staged through the host path), the
  * staging of device tensors through host buffers, and the NCCL
- * communicators, one per group, cached.
+ * communicators, one per group, cached. (The staged route's host copies
+ * are run.c's, through the staging module, ucx_transport/staging.h.)
  *
  * Route of one collective (coll_device_route):
  *   NCCL    the CUDA module (kernels/module.h) has NCCL, the tensor is on a
@@ -47,18 +48,6 @@ typedef enum { COLL_ROUTE_HOST, COLL_ROUTE_STAGED, COLL_ROUTE_NCCL }
     coll_route_t;
 
 coll_route_t coll_device_route(td_group_t *g, const coll_args_t *a);
-
-/* Host copies of A's device tensors (N1). */
-typedef struct {
-    td_tensor_t *t, *in;             /* the device tensors staged (or NULL) */
-    void        *t_host, *in_host;
-} coll_stage_t;
-
-td_status_t coll_stage_in(const coll_args_t *a, coll_stage_t *s);
-/* Where the host algorithm reads/writes T: its host copy or its data. */
-void       *coll_stage_ptr(const coll_stage_t *s, td_tensor_t *t);
-td_status_t coll_stage_out(coll_stage_t *s);
-void        coll_stage_free(coll_stage_t *s);
 
 /* Run A through NCCL (N2, N3). */
 td_status_t coll_nccl_run(td_group_t *g, const coll_args_t *a);

@@ -22,9 +22,13 @@ coll_recv_matched_done(void *arg, td_status_t status, int src,
     (void)n_bodies;
     r->from = src;
     if (status != TD_OK) {
-        snprintf(msg, sizeof(msg), "coll: receiving from rank %d failed: %s",
-                 src, status == TD_ERR_PEER ? "the rank died" :
-                 td_strerror(status));
+        char where[256];
+
+        td__runtime_host_text(src, where, sizeof(where));
+        snprintf(msg, sizeof(msg), "coll: receiving from rank %d%s%s%s "
+                 "failed: %s", src, where[0] ? " (" : "", where,
+                 where[0] ? ")" : "", status == TD_ERR_PEER ?
+                 "the rank died" : td_strerror(status));
     } else if (r->type == REQ_RECV_P2P) {
         coll_send_ack(src, r->group_id, r->g->digest, r->seq, TD_OK,
                       r->dtype, r->ndim, r->shape);

@@ -2,7 +2,7 @@
  * division) dispatched to the CPU row of the kernel table
  * (kernels/cpu/cpu_coll.c holds the vectorized loops): the collectives
  * reduce in host memory. The CPU row is named directly, not looked up
- * with td_kernels_get: this runs once per received segment, 8 B ones
+ * with td__kernels_get: this runs once per received segment, 8 B ones
  * included. Also which op a dtype allows.
  *
  * Thread safety: pure functions. */

@@ -11,10 +11,11 @@
 #include "runtime/coll/allreduce.h"
 #include "runtime/coll/conf.h"
 #include "runtime/coll/gather.h"
+#include "runtime/coll/hier.h"
 #include "runtime/coll/nccl.h"
 #include "runtime/coll/shm.h"
 #include "runtime/coll/tree.h"
-#include "kernels/device.h"
+#include "ucx_transport/staging.h"
 
 #define SMALL_BYTES (64u * 1024u)
 #define SHM_MAX     (4u << 20)    /* through a segment up to here (choose) */
@@ -48,14 +49,18 @@ choose_transport(coll_kind_t k, size_t bytes, size_t count, int n)
 }
 
 /* The algorithm of a call: the same on every member given the same call
- * (the segment's state is agreed, shm.c S1). */
+ * (the segment's state is agreed, shm.c S1; the host map, hier.c H2). */
 static coll_algo_t
-choose(const td_group_t *g, coll_kind_t k, size_t bytes, size_t count)
+choose(td_group_t *g, coll_kind_t k, size_t bytes, size_t count)
 {
     coll_algo_t f = coll_algo_forced(k);
 
     if (f != ALGO_AUTO) {
         return f;
+    }
+    if (g->n > 2 && g->shm_state != SHM_ON &&
+        coll_hier_pick(coll_hier_map(g), k)) {
+        return ALGO_HIER;                       /* hier.c H1 */
     }
     if (coll_shm_eligible(g) &&
         (k == COLL_BARRIER ||
@@ -114,6 +119,87 @@ describe(coll_op_t *op, td_group_t *g, const coll_args_t *a, size_t *count)
     op->desc.count = *count;
 }
 
+/* ---- the staged route: host copies of the device tensors (nccl.h N1) ---- */
+
+/* A's device tensors and their host copies (the staging module's). */
+typedef struct {
+    td_tensor_t      *t, *in;         /* the device tensors staged (or NULL) */
+    td_staging_host_t t_host, in_host;
+} stage_t;
+
+static int
+on_device(const td_tensor_t *t)
+{
+    return t != NULL && td_tensor_device(t).type != TD_DEVICE_CPU;
+}
+
+/* Whether A reads T's values (in place collectives, and every IN). */
+static int
+t_is_input(const coll_args_t *a)
+{
+    return a->kind == COLL_ALL_REDUCE || a->kind == COLL_BROADCAST ||
+           a->kind == COLL_REDUCE;
+}
+
+static void
+stage_free(stage_t *s)
+{
+    td__staging_host_free(&s->t_host);
+    td__staging_host_free(&s->in_host);
+    memset(s, 0, sizeof(*s));
+}
+
+static td_status_t
+stage_in(const coll_args_t *a, stage_t *s)
+{
+    td_status_t status = TD_OK;
+
+    memset(s, 0, sizeof(*s));
+    if (on_device(a->t)) {
+        status = td__staging_host_in(td_tensor_device(a->t),
+                                     td_tensor_data(a->t),
+                                     td_tensor_nbytes(a->t), t_is_input(a),
+                                     &s->t_host);
+        if (status == TD_OK) {
+            s->t = a->t;
+        }
+    }
+    if (status == TD_OK && on_device(a->in) && a->in != a->t) {
+        status = td__staging_host_in(td_tensor_device(a->in),
+                                     td_tensor_data(a->in),
+                                     td_tensor_nbytes(a->in), 1, &s->in_host);
+        if (status == TD_OK) {
+            s->in = a->in;
+        }
+    }
+    if (status != TD_OK) {
+        stage_free(s);
+    }
+    return status;
+}
+
+/* Where the host algorithm reads/writes T: its host copy or its data. */
+static void *
+stage_ptr(const stage_t *s, td_tensor_t *t)
+{
+    if (t == NULL) {
+        return NULL;
+    }
+    if (t == s->t) {
+        return s->t_host.host;
+    }
+    if (t == s->in) {
+        return s->in_host.host;
+    }
+    return td_tensor_data(t);
+}
+
+static td_status_t
+stage_out(const stage_t *s)
+{
+    return s->t != NULL ? td__staging_host_out(&s->t_host) : TD_OK;
+}
+
 /* all_gather's list form: into one buffer, then copied out to each. */
 static td_status_t
 all_gather_list(coll_op_t *op, const coll_args_t *a, void *in, size_t bytes)
@@ -127,12 +213,17 @@ all_gather_list(coll_op_t *op, const coll_args_t *a, void *in, size_t bytes)
                         "for %zu bytes", (size_t)n * bytes);
     }
     st = op->algo == ALGO_SHM ? coll_all_gather_shm(op, list_buf, in, bytes)
-                              : coll_all_gather_run(op, list_buf, in, bytes);
+       : op->algo == ALGO_HIER ? coll_all_gather_hier(op, list_buf, in, bytes)
+       : coll_all_gather_run(op, list_buf, in, bytes);
     for (int i = 0; st == TD_OK && i < n; i++) {
-        /* a plain memcpy for cpu outs; device outs are copied in */
-        st = td_device_memcpy(data(a->outs[i]), td_tensor_device(a->outs[i]),
-                              (char *)list_buf + (size_t)i * bytes, TD_CPU,
-                              bytes);
+        const char *from = (char *)list_buf + (size_t)i * bytes;
+
+        if (on_device(a->outs[i])) {   /* device outs are copied in */
+            st = td__staging_copy_in(td_tensor_device(a->outs[i]),
+                                     data(a->outs[i]), from, bytes);
+        } else if (bytes > 0) {
+            memcpy(data(a->outs[i]), from, bytes);
+        }
         td_tensor_bump_version(a->outs[i]);
     }
     free(list_buf);
@@ -142,12 +233,28 @@ all_gather_list(coll_op_t *op, const coll_args_t *a, void *in, size_t bytes)
 /* Run A's algorithm (op->algo) on host buffers (SG's copies or the
  * tensors' data). */
 static td_status_t
-dispatch(coll_op_t *op, const coll_args_t *a, const coll_stage_t *sg,
+dispatch(coll_op_t *op, const coll_args_t *a, const stage_t *sg,
          size_t count, size_t bytes)
 {
     int shm = op->algo == ALGO_SHM;
-    void *t = coll_stage_ptr(sg, a->t), *in = coll_stage_ptr(sg, a->in);
+    void *t = stage_ptr(sg, a->t), *in = stage_ptr(sg, a->in);
 
+    if (op->algo == ALGO_HIER && a->outs == NULL) {     /* (list: below) */
+        switch (a->kind) {
+        case COLL_ALL_REDUCE:
+            return op->g->n == 1 ? TD_OK : coll_all_reduce_hier(op, t, count);
+        case COLL_BROADCAST:
+            return coll_broadcast_hier(op, t, bytes);
+        case COLL_ALL_GATHER:
+            return coll_all_gather_hier(op, t, in, bytes);
+        case COLL_REDUCE_SCATTER:
+            return coll_reduce_scatter_hier(op, t, in, count);
+        case COLL_BARRIER:
+            return coll_barrier_hier(op);
+        default:
+            break;                 /* not one of its kinds (desc.c) */
+        }
+    }
     switch (a->kind) {
     case COLL_ALL_REDUCE:
         if (op->g->n == 1) {
@@ -189,7 +296,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
 {
     coll_op_t op;
     size_t count, bytes;
-    coll_stage_t sg;
+    stage_t sg;
     coll_algo_t algo;
     coll_route_t route = coll_device_route(g, a);
     td_status_t st;
@@ -203,7 +310,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
     }
     /* device tensors not for NCCL: through host copies (nccl.h N1) */
     memset(&sg, 0, sizeof(sg));
-    if (route == COLL_ROUTE_STAGED && (st = coll_stage_in(a, &sg)) != TD_OK) {
+    if (route == COLL_ROUTE_STAGED && (st = stage_in(a, &sg)) != TD_OK) {
         return st;
     }
     memset(&op, 0, sizeof(op));
@@ -213,7 +320,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
     op.desc.algo = (uint8_t)choose(g, a->kind, bytes, count);
     st = coll_op_begin(&op, coll_shm_announce);
     if (st != TD_OK) {
-        coll_stage_free(&sg);
+        stage_free(&sg);
         return st;
     }
     algo = (coll_algo_t)op.desc.algo;
@@ -226,7 +333,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
         st = g->n > 1 && !usable ? coll_shm_attach(&op, &usable) : TD_OK;
         if (st != TD_OK) {
             coll_op_end(&op);
-            coll_stage_free(&sg);
+            stage_free(&sg);
             return st;
         }
         if (!usable) {
@@ -237,9 +344,9 @@ coll_run(td_group_t *g, const coll_args_t *a)
     st = dispatch(&op, a, &sg, count, bytes);
     coll_op_end(&op);
     if (st == TD_OK) {
-        st = coll_stage_out(&sg);        /* N1: only after success */
+        st = stage_out(&sg);        /* N1: only after success */
     }
-    coll_stage_free(&sg);
+    stage_free(&sg);
     if (st == TD_OK && a->t != NULL) {
         td_tensor_bump_version(a->t);
     }

@@ -354,12 +354,12 @@ rx_handler(void *arg, td_transport_rx_t *rx)
 td_status_t
 coll_rx_start(td_transport_t *tp)
 {
-    td_status_t st = td_transport_set_handler(tp, COLL_TRANSPORT_ID,
+    td_status_t st = td__transport_set_handler(tp, COLL_TRANSPORT_ID,
                                               rx_handler, NULL);
 
     if (st != TD_OK) {
         return st;
     }
-    td_transport_set_kind(tp, COLL_TRANSPORT_ID, "coll");   /* TODIST_FAULT */
+    td__transport_set_kind(tp, COLL_TRANSPORT_ID, "coll");   /* TODIST_FAULT */
     return TD_OK;
 }

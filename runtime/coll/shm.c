@@ -32,7 +32,8 @@
  *     handshake ends with rank 0's decision sent to all, so either all
  *     members use it or none does (then the call runs the algorithm auto
  *     would have picked, and the group never tries again). Auto tries it
- *     on every group: one that spans hosts pays the handshake once.
+ *     on every group it does not run hierarchically (hier.c H1): one that
+ *     spans hosts with one member on each pays the handshake once.
  *  S2 Rounds and data epochs are counters every member advances by the
  *     same amounts (a function of the call and the group), so the round a
  *     member waits for is the one its peers post for the same call.

@@ -133,7 +133,7 @@ coll_op_begin(coll_op_t *op,
          * even by members that never talk to the dead one. */
         for (int i = 0; i < g->n; i++) {
             if (i != g->me) {
-                td_transport_watch(coll_transport(), g->ranks[i]);
+                td__transport_watch(coll_transport(), g->ranks[i]);
             }
         }
         g->watched = 1;

@@ -18,8 +18,12 @@ send_done(void *arg, td_status_t status)
     char msg[COLL_ERR_MAX];
 
     if (status != TD_OK) {
-        snprintf(msg, sizeof(msg), "coll: send to rank %d failed: %s",
-                 r->peer, status == TD_ERR_PEER ? "the rank died" :
+        char where[256];
+
+        td__runtime_host_text(r->peer, where, sizeof(where));
+        snprintf(msg, sizeof(msg), "coll: send to rank %d%s%s%s failed: %s",
+                 r->peer, where[0] ? " (" : "", where, where[0] ? ")" : "",
+                 status == TD_ERR_PEER ? "the rank died" :
                  td_strerror(status));
     }
     coll_req_complete(r, status, status != TD_OK ? msg : NULL);
@@ -38,10 +42,10 @@ coll_post_send(coll_req_t *r, int dst, const uint8_t *hdr, size_t hdr_len)
     atomic_store(&r->pending, r->type == REQ_SEND_P2P ? 2 : 1);
     if (r->type == REQ_SEND_P2P) {
         /* In the ack list before the message leaves: the ack may come
-         * before td_transport_send returns. */
+         * before td__transport_send returns. */
         coll_post(r);
     }
-    st = td_transport_send(coll_transport(), dst, COLL_TRANSPORT_ID, hdr,
+    st = td__transport_send(coll_transport(), dst, COLL_TRANSPORT_ID, hdr,
                            hdr_len, &iov, 1, send_done, r);
     if (st != TD_OK) {
         if (r->type == REQ_SEND_P2P) {
@@ -60,14 +64,14 @@ coll_tx_send_body(coll_req_t *r, int dst)
 {
     td_iov_t iov = { r->buf, r->nbytes, TD_MEM_HOST };
 
-    return td_transport_send(coll_transport(), dst, COLL_TRANSPORT_ID,
+    return td__transport_send(coll_transport(), dst, COLL_TRANSPORT_ID,
                              r->hdr, r->hdr_len, &iov, 1, send_done, r);
 }
 
 td_status_t
 coll_tx_send_hdr(int dst, const uint8_t *h, size_t len)
 {
-    return td_transport_send(coll_transport(), dst, COLL_TRANSPORT_ID, h,
+    return td__transport_send(coll_transport(), dst, COLL_TRANSPORT_ID, h,
                              len, NULL, 0, NULL, NULL);
 }
 
@@ -108,7 +112,7 @@ group_fail(td_group_t *g, uint32_t gid, td_status_t code, int tell,
     }
     hlen = coll_wire_abort(h, gid, digest, seq, code, msg);
     for (int i = 0; i < n_dst; i++) {
-        if (td_transport_peer_alive(tp, dst[i])) {
+        if (td__transport_peer_alive(tp, dst[i])) {
             coll_tx_send_hdr(dst[i], h, hlen);
         }
     }

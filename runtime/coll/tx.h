@@ -1,11 +1,11 @@
 /* runtime/coll/tx.h: the transport channel's sending side (internal):
- * messages out through td_transport_send (bodies, acks, answers to
+ * messages out through td__transport_send (bodies, acks, answers to
  * offers, aborts) and the failure of a group that tells its members.
  * Above the matching and the mailboxes (an ack offers our inbox).
  *
  * C1 Receive callbacks and send completions run on the transport's token
  *    holder; they take coll_lock only briefly and never call
- *    td_transport_send while holding it (a direct send may complete, and
+ *    td__transport_send while holding it (a direct send may complete, and
  *    call back, on the sending thread): nothing here is called with
  *    coll_lock held (match.h L4).
  *

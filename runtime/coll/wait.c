@@ -108,7 +108,7 @@ wait_some(wait_t *w, double until, double t0)
         if (until > 0 && until - now < max) {
             max = until - now;
         }
-        st = td_transport_drive(tp, wait_pred, w, max);
+        st = td__transport_drive(tp, wait_pred, w, max);
         if (st == TD_OK || st == TD_ERR_TIMEOUT) {
             return;
         }
@@ -121,7 +121,7 @@ wait_some(wait_t *w, double until, double t0)
     coll_sleep(wait_check, w, sleep_cookie != 0 ? MBOX_RECHECK_S : 0,
                coll_mbox_poll);
     if (!wait_pred(w)) {
-        td_transport_drive(tp, wait_pred, w, 50e-6);
+        td__transport_drive(tp, wait_pred, w, 50e-6);
     }
     /* (still announced while it drives: a mailbox writer pokes then,
      * harmlessly, and so the whole slow path is covered) */
@@ -272,7 +272,7 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
     }
     w.spin += (double)bytes * 1e-9;
 
-    if (td_transport_on_progress_thread(coll_transport())) {
+    if (td__transport_on_progress_thread(coll_transport())) {
         withdraw(&w, TD_ERR_STATE, "coll: waited for inside a transport "
                  "callback");
         /* Cannot drive from here: leave what is in flight to finish. */

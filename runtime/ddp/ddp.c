@@ -359,7 +359,7 @@ td_ddp_hook_divide_then_sum(void *arg, td_group_t *group, td_tensor_t *bucket,
 
     (void)arg;
     /* in place: the kernel reads and writes the same contiguous buffer */
-    td_kernels_get(td_tensor_device(bucket))->unary(
+    td__kernels_get(td_tensor_device(bucket))->unary(
         TD_UN_MUL_SCALAR, td_tensor_dtype(bucket), td_tensor_data(bucket), in,
         1.0 / td_group_size(group), &n, 1);
     td_tensor_bump_version(bucket);
@@ -791,7 +791,7 @@ scale_flat(td_tensor_t *flat, double scale)
     int64_t n = td_tensor_numel(flat);
     td_operand_t in = {td_tensor_data(flat), (const int64_t[]){1}};
 
-    td_kernels_get(td_tensor_device(flat))->unary(
+    td__kernels_get(td_tensor_device(flat))->unary(
         TD_UN_MUL_SCALAR, td_tensor_dtype(flat), td_tensor_data(flat), in,
         scale, &n, 1);
 }

@@ -78,8 +78,8 @@ td_distributed_sampler_indices(const td_distributed_sampler_t *s,
                         "indices", (long long)len);
     }
     if (s->shuffle) {
-        td_mt19937_seed(&g, s->seed + (uint64_t)s->epoch);
-        td_mt19937_randperm(&g, len, order);
+        td__mt19937_seed(&g, s->seed + (uint64_t)s->epoch);
+        td__mt19937_randperm(&g, len, order);
     } else {
         for (int64_t i = 0; i < len; i++) {
             order[i] = i;

@@ -98,7 +98,7 @@ syncbn_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
     n = x->shape[0];
     c = x->shape[1];
     invstd = mean + c;
-    k = td_kernels_get(x->device);
+    k = td__kernels_get(x->device);
     rshape[0] = 2 * c;
     TD_OP_TRY(td_tensor_empty(rshape, 1, TD_FLOAT64, TD_CPU, &red));
     sums = td_tensor_data(red);
@@ -227,7 +227,7 @@ td_sync_batch_norm(td_group_t *group, td_tensor_t *x,
     if (status != TD_OK) {
         goto err;
     }
-    k = td_kernels_get(x->device);
+    k = td__kernels_get(x->device);
     mean = td_tensor_data(stats);
     invstd = mean + c;
     r = td_tensor_data(red);
@@ -260,11 +260,11 @@ td_sync_batch_norm(td_group_t *group, td_tensor_t *x,
         invstd[i] = 1.0 / sqrt(r[i] / total + eps);
     }
     if (running_mean != NULL) {
-        td_bn_running_update(running_mean, mean, momentum, c);
+        td__bn_running_update(running_mean, mean, momentum, c);
         for (int64_t i = 0; i < c; i++) {
             r[i] = r[i] / (total - 1);      /* unbiased */
         }
-        td_bn_running_update(running_var, r, momentum, c);
+        td__bn_running_update(running_var, r, momentum, c);
     }
     status = td_tensor_empty(x->shape, 2, x->dtype, x->device, &out);
     if (status != TD_OK) {
@@ -273,7 +273,7 @@ td_sync_batch_norm(td_group_t *group, td_tensor_t *x,
     k->bn_apply(x->dtype, td_tensor_data(out), td_tensor_data(xc), n, c, mean,
                 invstd, wc ? td_tensor_data(wc) : NULL,
                 bc ? td_tensor_data(bc) : NULL);
-    if (td_op_needs_state(ins, 3)) {
+    if (td__op_needs_state(ins, 3)) {
         st = calloc(1, sizeof(*st));
         if (st == NULL) {
             status = td_error(TD_ERR_NO_MEMORY, "sync_batch_norm: out of "
@@ -287,7 +287,7 @@ td_sync_batch_norm(td_group_t *group, td_tensor_t *x,
         st->stats = td_tensor_retain(stats);
         st->group = group;
         st->count = total;
-        status = td_autograd_record(&syncbn_ops, st, ins, 3, out);
+        status = td__autograd_record(&syncbn_ops, st, ins, 3, out);
         if (status != TD_OK) {
             goto err;
         }

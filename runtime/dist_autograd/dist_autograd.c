@@ -357,7 +357,7 @@ ctx_release_everywhere(td_dist_engine_t *e, ctx_t *c, int except)
 /* ---- engines ------------------------------------------------------------ */
 
 td_status_t
-td_dist_engine_create(int rank, const td_dist_wire_t *wire,
+td__dist_engine_create(int rank, const td_dist_wire_t *wire,
                       td_dist_engine_t **engine_p)
 {
     td_dist_engine_t *e;
@@ -387,7 +387,7 @@ td_dist_engine_create(int rank, const td_dist_wire_t *wire,
 }
 
 void
-td_dist_engine_destroy(td_dist_engine_t *e)
+td__dist_engine_destroy(td_dist_engine_t *e)
 {
     ctx_t *c;
 
@@ -408,13 +408,13 @@ td_dist_engine_destroy(td_dist_engine_t *e)
 }
 
 int
-td_dist_engine_rank(const td_dist_engine_t *e)
+td__dist_engine_rank(const td_dist_engine_t *e)
 {
     return e->rank;
 }
 
 void
-td_dist_engine_set_default(td_dist_engine_t *e)
+td__dist_engine_set_default(td_dist_engine_t *e)
 {
     pthread_mutex_lock(&default_lock);
     default_engine = e;
@@ -422,13 +422,13 @@ td_dist_engine_set_default(td_dist_engine_t *e)
 }
 
 void
-td_dist_engine_bind(td_dist_engine_t *e)
+td__dist_engine_bind(td_dist_engine_t *e)
 {
     tl_engine = e;
 }
 
 void
-td_dist_engine_set_timeout(td_dist_engine_t *e, double s)
+td__dist_engine_set_timeout(td_dist_engine_t *e, double s)
 {
     e->timeout = s;
 }
@@ -446,7 +446,7 @@ engine_current(td_dist_engine_t **e_p)
     pthread_mutex_lock(&default_lock);
     if (default_engine == NULL) {
         if (owned_default == NULL) {
-            status = td_dist_engine_create(0, NULL, &owned_default);
+            status = td__dist_engine_create(0, NULL, &owned_default);
         }
         default_engine = owned_default;
     }
@@ -477,7 +477,7 @@ ctx_lookup(int64_t ctx_id, const char *what, td_dist_engine_t **e_p,
 }
 
 td_dist_engine_t *
-td_dist_engine_default(void)
+td__dist_engine_default(void)
 {
     td_dist_engine_t *e = NULL;
     td_dist_engine_t *saved = tl_engine;
@@ -489,7 +489,7 @@ td_dist_engine_default(void)
 }
 
 size_t
-td_dist_engine_n_contexts(td_dist_engine_t *e)
+td__dist_engine_n_contexts(td_dist_engine_t *e)
 {
     size_t n;
 
@@ -500,7 +500,7 @@ td_dist_engine_n_contexts(td_dist_engine_t *e)
 }
 
 size_t
-td_dist_engine_outstanding(td_dist_engine_t *e)
+td__dist_engine_outstanding(td_dist_engine_t *e)
 {
     size_t n;
 
@@ -582,7 +582,7 @@ td_dist_autograd_end(int64_t ctx_id)
 }
 
 td_status_t
-td_dist_engine_enter(td_dist_engine_t *e, int64_t ctx_id,
+td__dist_engine_enter(td_dist_engine_t *e, int64_t ctx_id,
                      td_dist_scope_t *saved)
 {
     td_status_t status;
@@ -603,14 +603,14 @@ td_dist_engine_enter(td_dist_engine_t *e, int64_t ctx_id,
 }
 
 void
-td_dist_engine_leave(const td_dist_scope_t *saved)
+td__dist_engine_leave(const td_dist_scope_t *saved)
 {
     tl_engine = saved->engine;
     tl_ctx = saved->ctx_id;
 }
 
 int64_t
-td_dist_set_current(int64_t ctx_id)
+td__dist_set_current(int64_t ctx_id)
 {
     int64_t prev = tl_ctx;
 
@@ -619,7 +619,7 @@ td_dist_set_current(int64_t ctx_id)
 }
 
 void
-td_dist_on_release(td_dist_engine_t *e, int src, int64_t ctx_id)
+td__dist_on_release(td_dist_engine_t *e, int src, int64_t ctx_id)
 {
     ctx_t *c = ctx_remove(e, ctx_id);
 
@@ -629,7 +629,7 @@ td_dist_on_release(td_dist_engine_t *e, int src, int64_t ctx_id)
 }
 
 td_status_t
-td_dist_context_info(td_dist_engine_t *e, int64_t ctx_id,
+td__dist_context_info(td_dist_engine_t *e, int64_t ctx_id,
                      td_dist_context_info_t *info_p)
 {
     td_dist_context_info_t info;
@@ -656,7 +656,7 @@ td_dist_context_info(td_dist_engine_t *e, int64_t ctx_id,
 }
 
 td_node_t *
-td_dist_context_send_node(td_dist_engine_t *e, int64_t ctx_id, int64_t msg_id)
+td__dist_context_send_node(td_dist_engine_t *e, int64_t ctx_id, int64_t msg_id)
 {
     td_node_t *node = NULL;
     ctx_t *c = ctx_find(e, ctx_id);
@@ -790,7 +790,7 @@ static const td_node_ops_t recv_ops = {
 };
 
 td_status_t
-td_dist_on_send(td_dist_engine_t *e, int64_t ctx_id, int dst,
+td__dist_on_send(td_dist_engine_t *e, int64_t ctx_id, int dst,
                 td_tensor_t *const *ts, int n, int64_t *msg_id_p)
 {
     td_edge_t *edges = NULL;
@@ -870,7 +870,7 @@ out:
 }
 
 td_status_t
-td_dist_on_recv(td_dist_engine_t *e, int64_t ctx_id, int src, int64_t msg_id,
+td__dist_on_recv(td_dist_engine_t *e, int64_t ctx_id, int src, int64_t msg_id,
                 td_tensor_t *const *ts, const uint8_t *requires_grad, int n)
 {
     recv_state_t *s;
@@ -1086,7 +1086,7 @@ pass_post(pass_t *p, int dst, int64_t msg_id, td_tensor_t *const *grads, int n)
     if (dst == e->rank) {
         /* a call to self: run the send node now, on this thread (the
          * engine is reentrant, and the reply only counts down n_out) */
-        td_dist_on_propagate(e, dst, p->ctx->id, msg_id, grads, n,
+        td__dist_on_propagate(e, dst, p->ctx->id, msg_id, grads, n,
                              p->retain_graph, prop_done, q);
         return TD_OK;
     }
@@ -1198,7 +1198,7 @@ pass_run_local(pass_t *p, td_tensor_t *const *roots, int n_roots,
 }
 
 void
-td_dist_peer_failed(td_dist_engine_t *e, int rank)
+td__dist_peer_failed(td_dist_engine_t *e, int rank)
 {
     pass_t **list = NULL, *p;
     size_t n = 0;
@@ -1346,7 +1346,7 @@ td_dist_backward(int64_t ctx_id, td_tensor_t *const *roots, int n,
 }
 
 td_status_t
-td_dist_on_propagate(td_dist_engine_t *e, int src, int64_t ctx_id,
+td__dist_on_propagate(td_dist_engine_t *e, int src, int64_t ctx_id,
                      int64_t msg_id, td_tensor_t *const *grads, int n,
                      int retain_graph, td_dist_reply_fn reply, void *reply_arg)
 {

@@ -91,7 +91,7 @@ wire_propagate(void *arg, int dst, int64_t ctx_id, int64_t msg_id,
             h.present[i / 8] |= (uint8_t)(1u << (i % 8));
         }
     }
-    status = td_dist_propagate_hdr_encode(&h, hdr, sizeof(hdr), &len);
+    status = td__dist_propagate_hdr_encode(&h, hdr, sizeof(hdr), &len);
     if (status != TD_OK) {
         return status;
     }
@@ -191,7 +191,7 @@ propagate_handler(void *arg, const td_rpc_call_info_t *info,
     }
     status = td_rpc_list_bytes(args, 0, &hdr, &len);
     if (status == TD_OK) {
-        status = td_dist_propagate_hdr_decode(hdr, len, info->caller, &h);
+        status = td__dist_propagate_hdr_decode(hdr, len, info->caller, &h);
     }
     if (status != TD_OK) {
         return status;
@@ -219,7 +219,7 @@ propagate_handler(void *arg, const td_rpc_call_info_t *info,
     /* one reference for the engine's answer, one handed to RPC; GRADS are
      * used only inside this call (the local part runs here) */
     td_future_retain(fut);
-    td_dist_on_propagate(engine, info->caller, h.ctx_id, h.msg_id, grads,
+    td__dist_on_propagate(engine, info->caller, h.ctx_id, h.msg_id, grads,
                          h.n, h.retain_graph, handler_reply, fut);
     *fut_p = fut;
     return TD_OK;
@@ -239,7 +239,7 @@ release_handler(void *arg, const td_rpc_call_info_t *info,
         return status;
     }
     if (engine != NULL) {
-        td_dist_on_release(engine, info->caller, ctx_id);
+        td__dist_on_release(engine, info->caller, ctx_id);
     }
     return TD_OK;
 }
@@ -259,7 +259,7 @@ static uint64_t
 hook_set_context(void *arg, uint64_t ctx_id)
 {
     (void)arg;
-    int64_t prev = td_dist_set_current(ctx_id == 0 ? TD_DIST_NO_CONTEXT
+    int64_t prev = td__dist_set_current(ctx_id == 0 ? TD_DIST_NO_CONTEXT
                                                    : (int64_t)ctx_id);
 
     return prev == TD_DIST_NO_CONTEXT ? 0 : (uint64_t)prev;
@@ -303,7 +303,7 @@ hook_on_send(void *arg, uint64_t ctx_id, int dst, const td_rpc_list_t *list,
         return td_error(TD_ERR_STATE, "dist_autograd: not running");
     }
     n = list_tensors(list, ts, rg, TD_DIST_GRADS_MAX);
-    status = td_dist_on_send(e, (int64_t)ctx_id, dst, ts, n, &msg_id);
+    status = td__dist_on_send(e, (int64_t)ctx_id, dst, ts, n, &msg_id);
     if (status == TD_OK) {
         *msg_id_p = (uint64_t)msg_id;
     }
@@ -333,7 +333,7 @@ hook_on_recv(void *arg, uint64_t ctx_id, uint64_t msg_id, int src,
         return TD_OK;     /* nothing requires grad: nothing to record */
     }
     /* the received tensors are fresh leaves: attach them in place */
-    return td_dist_on_recv(engine, (int64_t)ctx_id, src, (int64_t)msg_id, ts,
+    return td__dist_on_recv(engine, (int64_t)ctx_id, src, (int64_t)msg_id, ts,
                            rg, n);
 }
 
@@ -347,9 +347,9 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
 
     (void)arg;
     (void)tp;
-    status = td_dist_engine_create(w->rank, &wire, &engine);
+    status = td__dist_engine_create(w->rank, &wire, &engine);
     if (status == TD_OK) {
-        td_dist_engine_set_default(engine);
+        td__dist_engine_set_default(engine);
     }
     return status;
 }
@@ -358,7 +358,7 @@ static size_t
 module_outstanding(void *arg)
 {
     (void)arg;
-    return engine != NULL ? td_dist_engine_outstanding(engine) : 0;
+    return engine != NULL ? td__dist_engine_outstanding(engine) : 0;
 }
 
 static void
@@ -367,7 +367,7 @@ module_peer_failed(void *arg, int rank, td_status_t why)
     (void)arg;
     (void)why;
     if (engine != NULL) {
-        td_dist_peer_failed(engine, rank);
+        td__dist_peer_failed(engine, rank);
     }
 }
 
@@ -378,8 +378,8 @@ module_shutdown(void *arg)
 
     (void)arg;
     engine = NULL;
-    td_dist_engine_set_default(NULL);
-    td_dist_engine_destroy(e);
+    td__dist_engine_set_default(NULL);
+    td__dist_engine_destroy(e);
 }
 
 /* Before td_init publishes the address: the internal functions, and the

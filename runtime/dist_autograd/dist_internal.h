@@ -4,21 +4,21 @@
  * RPC layer to carry (a "wire": propagate gradients, release a context).
  *
  * How the RPC layer plugs in:
- *   - at setup, td_dist_engine_create(rank, &wire, &e) and
- *     td_dist_engine_set_default(e);
+ *   - at setup, td__dist_engine_create(rank, &wire, &e) and
+ *     td__dist_engine_set_default(e);
  *   - sending tensors inside td_dist_autograd_current(): call
- *     td_dist_on_send() and put the returned message id (0: nothing
+ *     td__dist_on_send() and put the returned message id (0: nothing
  *     recorded) and the context id in the message header, together with
  *     each tensor's requires_grad bit;
  *   - receiving a message with a nonzero autograd message id: call
- *     td_dist_on_recv() on the received tensors, and run the handler with
- *     the context current (td_dist_engine_enter / td_dist_engine_leave) so
+ *     td__dist_on_recv() on the received tensors, and run the handler with
+ *     the context current (td__dist_engine_enter / td__dist_engine_leave) so
  *     nested calls record too;
- *   - a propagate-gradients message: td_dist_on_propagate(), whose REPLY
+ *   - a propagate-gradients message: td__dist_on_propagate(), whose REPLY
  *     callback fires (on any thread) when the pass and everything it
  *     started are done; send REPLY's status and message back;
- *   - a release message: td_dist_on_release();
- *   - a dead peer: td_dist_peer_failed().
+ *   - a release message: td__dist_on_release();
+ *   - a dead peer: td__dist_peer_failed().
  * The propagate header (context id, message id, flags, gradient count and
  * which gradients are present) has its own versioned codec in the RPC
  * adapter's runtime/dist_autograd/dist_wire.h; the gradient tensors travel as the
@@ -109,22 +109,22 @@ typedef struct {
 
 /* An engine for worker RANK (0 <= rank < 2^15). WIRE is copied; NULL makes
  * a local-only engine (sending to another worker is then TD_ERR_STATE). */
-td_status_t td_dist_engine_create(int rank, const td_dist_wire_t *wire,
+td_status_t td__dist_engine_create(int rank, const td_dist_wire_t *wire,
                                   td_dist_engine_t **engine_p);
 /* Ends every context still open (no release messages) and frees. */
-void        td_dist_engine_destroy(td_dist_engine_t *engine);
-int         td_dist_engine_rank(const td_dist_engine_t *engine);
+void        td__dist_engine_destroy(td_dist_engine_t *engine);
+int         td__dist_engine_rank(const td_dist_engine_t *engine);
 /* The engine the public API uses when the thread has none bound (NULL:
  * a local-only engine for rank td_world()'s rank, or 0, made on demand). */
-void        td_dist_engine_set_default(td_dist_engine_t *engine);
+void        td__dist_engine_set_default(td_dist_engine_t *engine);
 /* The engine the public API uses on a thread with none bound. */
-td_dist_engine_t *td_dist_engine_default(void);
+td_dist_engine_t *td__dist_engine_default(void);
 /* Bind the calling thread to ENGINE (NULL: back to the default). Tests run
  * several engines in one process this way; RPC handler threads do not need
  * it. */
-void        td_dist_engine_bind(td_dist_engine_t *engine);
+void        td__dist_engine_bind(td_dist_engine_t *engine);
 /* Per-engine backward timeout in seconds (<= 0: td_dist_backward_timeout). */
-void        td_dist_engine_set_timeout(td_dist_engine_t *engine, double s);
+void        td__dist_engine_set_timeout(td_dist_engine_t *engine, double s);
 
 /* Make CTX_ID current on this thread for a handler (saving the previous
  * state in *SAVED) and restore it afterwards. */
@@ -132,12 +132,12 @@ typedef struct {
     td_dist_engine_t *engine;
     int64_t           ctx_id;
 } td_dist_scope_t;
-td_status_t td_dist_engine_enter(td_dist_engine_t *engine, int64_t ctx_id,
+td_status_t td__dist_engine_enter(td_dist_engine_t *engine, int64_t ctx_id,
                                  td_dist_scope_t *saved);
-void        td_dist_engine_leave(const td_dist_scope_t *saved);
+void        td__dist_engine_leave(const td_dist_scope_t *saved);
 /* Set the calling thread's current context (TD_DIST_NO_CONTEXT clears);
  * returns the previous one. RPC calls this around handlers. */
-int64_t     td_dist_set_current(int64_t ctx_id);
+int64_t     td__dist_set_current(int64_t ctx_id);
 
 /* Distributed autograd over RPC (runtime/dist_autograd/dist_autograd_rpc.c): the
  * runtime module that plugs the engine into RPC (hooks, internal
@@ -163,29 +163,29 @@ td_dist_id_valid(int64_t id)
 /* Sender side: record a send node for TS[N] going to DST in CTX_ID.
  * *MSG_ID_P gets the autograd message id, or 0 when nothing was recorded
  * (no tensor requires grad, or CTX_ID is TD_DIST_NO_CONTEXT). */
-td_status_t td_dist_on_send(td_dist_engine_t *engine, int64_t ctx_id, int dst,
+td_status_t td__dist_on_send(td_dist_engine_t *engine, int64_t ctx_id, int dst,
                             td_tensor_t *const *ts, int n, int64_t *msg_id_p);
 /* Receiver side: attach a recv node to the TS[i] with REQUIRES_GRAD[i]
  * set (received tensors: leaves without history). Creates the context
  * here if this worker has not seen it. */
-td_status_t td_dist_on_recv(td_dist_engine_t *engine, int64_t ctx_id, int src,
+td_status_t td__dist_on_recv(td_dist_engine_t *engine, int64_t ctx_id, int src,
                             int64_t msg_id, td_tensor_t *const *ts,
                             const uint8_t *requires_grad, int n);
 /* A propagate message from SRC: runs the send node MSG_ID of CTX_ID with
  * GRADS[N]; REPLY fires once when done (possibly before this returns). A
  * nonzero return means REPLY was called with that error already. */
-td_status_t td_dist_on_propagate(td_dist_engine_t *engine, int src,
+td_status_t td__dist_on_propagate(td_dist_engine_t *engine, int src,
                                  int64_t ctx_id, int64_t msg_id,
                                  td_tensor_t *const *grads, int n,
                                  int retain_graph, td_dist_reply_fn reply,
                                  void *reply_arg);
-void        td_dist_on_release(td_dist_engine_t *engine, int src,
+void        td__dist_on_release(td_dist_engine_t *engine, int src,
                                int64_t ctx_id);
-void        td_dist_peer_failed(td_dist_engine_t *engine, int rank);
+void        td__dist_peer_failed(td_dist_engine_t *engine, int rank);
 
 /* Introspection (tests, td_finalize's join). */
-size_t      td_dist_engine_n_contexts(td_dist_engine_t *engine);
-size_t      td_dist_engine_outstanding(td_dist_engine_t *engine);
+size_t      td__dist_engine_n_contexts(td_dist_engine_t *engine);
+size_t      td__dist_engine_outstanding(td_dist_engine_t *engine);
 /* Numbers about one context on this engine. */
 typedef struct {
     int n_send, n_recv, n_grads;
@@ -193,10 +193,10 @@ typedef struct {
     int known[64];           /* first 64 known workers, ascending */
     int graph_used;
 } td_dist_context_info_t;
-td_status_t td_dist_context_info(td_dist_engine_t *engine, int64_t ctx_id,
+td_status_t td__dist_context_info(td_dist_engine_t *engine, int64_t ctx_id,
                                  td_dist_context_info_t *info_p);
 /* Borrowed send / recv node of CTX_ID by message id (NULL if none). */
-td_node_t  *td_dist_context_send_node(td_dist_engine_t *engine, int64_t ctx_id,
+td_node_t  *td__dist_context_send_node(td_dist_engine_t *engine, int64_t ctx_id,
                                       int64_t msg_id);
 
 #ifdef __cplusplus

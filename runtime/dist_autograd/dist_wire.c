@@ -9,13 +9,13 @@
 #include "base/byteorder.h"
 
 size_t
-td_dist_propagate_hdr_size(int n)
+td__dist_propagate_hdr_size(int n)
 {
     return 20 + (size_t)(n + 7) / 8;
 }
 
 td_status_t
-td_dist_propagate_hdr_encode(const td_dist_propagate_hdr_t *h, void *buf,
+td__dist_propagate_hdr_encode(const td_dist_propagate_hdr_t *h, void *buf,
                              size_t cap, size_t *len_p)
 {
     uint8_t *p = buf;
@@ -25,7 +25,7 @@ td_dist_propagate_hdr_encode(const td_dist_propagate_hdr_t *h, void *buf,
         return td_error(TD_ERR_RANGE, "dist_autograd: %d gradients in one "
                         "message (at most %d)", h->n, TD_DIST_GRADS_MAX);
     }
-    len = td_dist_propagate_hdr_size(h->n);
+    len = td__dist_propagate_hdr_size(h->n);
     if (cap < len) {
         return td_error(TD_ERR_RANGE, "dist_autograd: propagate header needs "
                         "%zu bytes, buffer has %zu", len, cap);
@@ -42,7 +42,7 @@ td_dist_propagate_hdr_encode(const td_dist_propagate_hdr_t *h, void *buf,
 }
 
 td_status_t
-td_dist_propagate_hdr_decode(const void *buf, size_t len, int from,
+td__dist_propagate_hdr_decode(const void *buf, size_t len, int from,
                              td_dist_propagate_hdr_t *h_p)
 {
     const uint8_t *p = buf;
@@ -69,7 +69,7 @@ td_dist_propagate_hdr_decode(const void *buf, size_t len, int from,
                         "from rank %d claims %d gradients (at most %d)", from,
                         h.n, TD_DIST_GRADS_MAX);
     }
-    if (len != td_dist_propagate_hdr_size(h.n)) {
+    if (len != td__dist_propagate_hdr_size(h.n)) {
         return td_error(TD_ERR_PROTOCOL, "dist_autograd: propagate header "
                         "from rank %d claims %d gradients in %zu bytes", from,
                         h.n, len);

@@ -25,14 +25,14 @@ typedef struct {
     uint8_t present[TD_DIST_GRADS_MAX / 8];
 } td_dist_propagate_hdr_t;
 
-size_t      td_dist_propagate_hdr_size(int n);
+size_t      td__dist_propagate_hdr_size(int n);
 /* Write H into BUF[CAP]; *LEN_P gets the size. */
-td_status_t td_dist_propagate_hdr_encode(const td_dist_propagate_hdr_t *h,
+td_status_t td__dist_propagate_hdr_encode(const td_dist_propagate_hdr_t *h,
                                          void *buf, size_t cap, size_t *len_p);
 /* Decode BUF[LEN] from rank FROM (named in errors); rejects a wrong
  * version, unknown flags, a count over TD_DIST_GRADS_MAX, a context or
  * message id that cannot be valid, and any length mismatch. */
-td_status_t td_dist_propagate_hdr_decode(const void *buf, size_t len, int from,
+td_status_t td__dist_propagate_hdr_decode(const void *buf, size_t len, int from,
                                          td_dist_propagate_hdr_t *h_p);
 
 #endif /* TD_RUNTIME_DIST_WIRE_H */

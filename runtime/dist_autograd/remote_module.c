@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,10 @@
 #include "runtime/dist_autograd/dist_internal.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "base/log.h"
+
+/* This worker's rank and the world's size, from this module's setup (not
+ * td_world(): init.c sits above this layer); -1 and 0 outside td_init. */
+static atomic_int rm_rank = -1, rm_size;
 
 #define CREATE_FN  "_td.rm.create"
 #define FORWARD_FN "_td.rm.forward"
@@ -153,7 +158,7 @@ create_handler(void *arg, const td_rpc_call_info_t *info,
     if (free_slot == NULL) {
         slot_clear(&s);
         return td_error(TD_ERR_RANGE, "remote_module: rank %d already holds "
-                        "%d modules", td_world()->rank, TD_RM_MAX);
+                        "%d modules", atomic_load(&rm_rank), TD_RM_MAX);
     }
     if ((st = td_rpc_list_add_int(result, s.id)) == TD_OK) {
         st = td_rpc_list_add_int(result, slot_params(&s, &params));
@@ -171,7 +176,7 @@ find_locked(int64_t id, int caller)
         }
     }
     td_error(TD_ERR_NOT_FOUND, "remote_module: rank %d has no module %lld "
-             "(from rank %d; freed?)", td_world()->rank, (long long)id,
+             "(from rank %d; freed?)", atomic_load(&rm_rank), (long long)id,
              caller);
     return NULL;
 }
@@ -292,11 +297,23 @@ module_attach(void *arg)
     return td_rpc_register(RELEASE_FN, release_handler, NULL);
 }
 
+static td_status_t
+module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
+{
+    (void)arg;
+    (void)tp;
+    atomic_store(&rm_size, w->world_size);
+    atomic_store(&rm_rank, w->rank);
+    return TD_OK;
+}
+
 /* Modules left at td_finalize are freed with the runtime. */
 static void
 module_shutdown(void *arg)
 {
     (void)arg;
+    atomic_store(&rm_rank, -1);
+    atomic_store(&rm_size, 0);
     pthread_mutex_lock(&lock);
     for (int i = 0; i < TD_RM_MAX; i++) {
         if (table[i].id != 0) {
@@ -309,6 +326,7 @@ module_shutdown(void *arg)
 const td_runtime_module_t td_remote_module_module = {
     .name = "remote_module",
     .attach = module_attach,
+    .setup = module_setup,
     .shutdown = module_shutdown,
 };
 
@@ -396,7 +414,7 @@ td_remote_module_from_list(const td_rpc_list_t *list, size_t index,
         return st;
     }
     /* a handle from the wire is checked like any decoded value */
-    if (owner < 0 || td_world() == NULL || owner >= td_world()->world_size ||
+    if (owner < 0 || owner >= atomic_load(&rm_size) ||
         id < 1 || n < 1 || n > 2 * RM_SIZES_MAX) {
         return td_error(TD_ERR_PROTOCOL, "remote_module: list items %zu..%zu "
                         "(owner %lld, id %lld, %lld parameters) are not a "

@@ -331,7 +331,7 @@ pipe_split_weight(pipe_split_t *sp, td_tensor_t *const *params)
         st = td_autograd_run(&o);
         for (int k = 0; k < n; k++) {
             if (st == TD_OK && got[k] != NULL) {
-                st = td_leaf_accumulate(in[k], got[k], 0);
+                st = td__leaf_accumulate(in[k], got[k], 0);
             }
             td_tensor_release(got[k]);
         }

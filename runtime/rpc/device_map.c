@@ -373,14 +373,14 @@ td_device_maps_setup(td_store_t *store, const td_world_t *world,
 
     td_device_maps_reset();
     /* what td_init loaded (runtime/init.c); never loads a module here */
-    local = td_device_count_loaded(TD_DEVICE_CUDA);
+    local = td__device_count_loaded(TD_DEVICE_CUDA);
     /* NCCL-capable: a real device (not the test backend) and a module with
      * NCCL; collectives route to NCCL only when every member of a group
      * says 1 (coll/nccl.h) */
     snprintf(key, sizeof(key), "td/dev/%d", world->rank);
     snprintf(val, sizeof(val), "%d %d", local,
-             local > 0 && !td_device_test_backend() &&
-             td_device_module_nccl(TD_DEVICE_CUDA) != NULL);
+             local > 0 && !td__device_test_backend() &&
+             td__device_module_nccl(TD_DEVICE_CUDA) != NULL);
     status = td_store_set(store, key, val, strlen(val));
     if (status != TD_OK) {
         return status;

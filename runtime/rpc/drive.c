@@ -67,8 +67,12 @@ drive_done(void *arg)
            !atomic_load_explicit(&drv.running, memory_order_relaxed);
 }
 
-td_status_t
-td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
+/* Drive until PRED holds, at most TIMEOUT seconds (< 0: none). CAP (a
+ * waiter): in a mode other than busy polling, at most the spin (drive.h);
+ * else (the pool's leader, standing in for the progress thread) exactly
+ * TIMEOUT, polling throughout in busy mode. */
+static td_status_t
+drive(int (*pred)(void *arg), void *pred_arg, double timeout, int cap)
 {
     drive_pred_t dp = { pred, pred_arg };
     td_status_t st = TD_ERR_TIMEOUT;
@@ -86,12 +90,12 @@ td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
     if (!atomic_load(&drv.running) || drv.tp == NULL) {
         goto out;
     }
-    if (td_transport_on_progress_thread(drv.tp)) {
+    if (td__transport_on_progress_thread(drv.tp)) {
         st = td_error(TD_ERR_STATE, "rpc: a wait on a future inside a "
                       "transport callback would deadlock");
         goto out;
     }
-    if (td_transport_progress_mode(drv.tp) != TD_PROGRESS_BUSY) {
+    if (cap && td__transport_progress_mode(drv.tp) != TD_PROGRESS_BUSY) {
         /* Cores may be shared: spin briefly, then sleep. */
         double spin = drv.spin_us > 0 ? drv.spin_us * 1e-6 : 50e-6;
 
@@ -99,7 +103,8 @@ td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
             max = spin;
         }
     }
-    st = td_transport_drive(drv.tp, drive_done, &dp, max);
+    st = cap ? td__transport_drive(drv.tp, drive_done, &dp, max)
+             : td__transport_drive_polling(drv.tp, drive_done, &dp, max);
     if (st != TD_OK || !pred(pred_arg)) {
         st = TD_ERR_TIMEOUT;
     }
@@ -108,13 +113,33 @@ out:
     return st;
 }
 
+td_status_t
+td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
+{
+    return drive(pred, pred_arg, timeout, 1);
+}
+
+td_status_t
+td_rpc_drive_for(int (*pred)(void *arg), void *pred_arg, double timeout)
+{
+    return drive(pred, pred_arg, timeout, 0);
+}
+
+int
+td_rpc_drive_wanted(void)
+{
+    td_transport_t *tp = drv.tp;    /* valid while we drive (W2) */
+
+    return tp != NULL && td__transport_drive_wanted(tp);
+}
+
 void
 td_rpc_notify_done(void)
 {
     /* Counted like a driver: stop waits, so drv.tp stays valid. */
     atomic_fetch_add(&drv.in_drive, 1);
     if (atomic_load(&drv.running) && drv.tp != NULL) {
-        td_transport_wake(drv.tp);
+        td__transport_wake(drv.tp);
     }
     atomic_fetch_sub(&drv.in_drive, 1);
 }

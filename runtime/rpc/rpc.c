@@ -715,7 +715,7 @@ staged_done(void *arg, td_status_t status)
     send_t *s = arg;
 
     if (status == TD_OK) {
-        status = td_transport_send(rpc.tp, s->dst, RPC_TRANSPORT_ID,
+        status = td__transport_send(rpc.tp, s->dst, RPC_TRANSPORT_ID,
                                    s->out.header, s->out.header_len,
                                    s->out.bodies, (size_t)s->out.n_bodies,
                                    send_done, s);
@@ -733,18 +733,24 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
 {
     send_t *s;
     td_rpc_device_route_t route;
+    const td_rpc_wire_dev_t *dev;
     td_status_t status;
 
     s = slot_get(&send_slot, sizeof(*s));   /* encode sets what it uses */
     if (s == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a send");
     }
-    status = td_rpc_wire_encode_dev(meta, args, dst, TD_TRANSPORT_HEADER_MAX,
-                                    refs != NULL ? refs->rref_out : NULL,
-                                    refs != NULL ? refs->arg : NULL,
-                                    td_rpc_device_route(dst, meta->type,
-                                                        &route),
-                                    &s->out);
+    dev = td_rpc_device_route(dst, meta->type, &route);
+    /* the tensors prepared (host copies made, rpc_device.h), then the
+     * codec describes them */
+    status = td_rpc_device_prepare(args, dst, dev, &s->out);
+    if (status == TD_OK) {
+        status = td_rpc_wire_encode_dev(meta, args, dst,
+                                        TD_TRANSPORT_HEADER_MAX,
+                                        refs != NULL ? refs->rref_out : NULL,
+                                        refs != NULL ? refs->arg : NULL, dev,
+                                        &s->out);
+    }
     if (status == TD_OK) {
         status = td_rpc_device_sync_out(&s->out);
         if (status != TD_OK) {
@@ -762,7 +768,7 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
         /* device bodies go ahead through the staging engine */
         status = td_rpc_device_send_staged(dst, &s->out, staged_done, s);
     } else {
-        status = td_transport_send(rpc.tp, dst, RPC_TRANSPORT_ID,
+        status = td__transport_send(rpc.tp, dst, RPC_TRANSPORT_ID,
                                    s->out.header, s->out.header_len,
                                    s->out.bodies, (size_t)s->out.n_bodies,
                                    send_done, s);
@@ -897,9 +903,9 @@ td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
     td_future_t *fut;
     td_status_t status;
 
-    td_transport_will_drive(1);     /* the wait below drives at once */
+    td__transport_will_drive(1);     /* the wait below drives at once */
     status = td_rpc_async(dst, name, args, timeout, &fut);
-    td_transport_will_drive(0);
+    td__transport_will_drive(0);
     if (status != TD_OK) {
         return status;
     }
@@ -1091,8 +1097,8 @@ rx_decode(rx_t *r, td_rpc_list_t **list_p)
         td_tensor_t *d = NULL;
 
         if (r->eager & (1ull << k)) {   /* rpc_wire.h V5 */
-            status = td_tensor_to(r->tensors[k], r->msg.tensors[k].device,
-                                  &d);
+            status = td_rpc_device_land_eager(r->tensors[k],
+                                              r->msg.tensors[k].device, &d);
             if (status != TD_OK) {
                 return status;
             }
@@ -1613,14 +1619,14 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     snprintf(rpc.worker_name, sizeof(rpc.worker_name), "%s", w->worker_name);
     atomic_store(&rpc.next_id, 1);
     atomic_store(&rpc.busy, 0);
-    status = td_transport_set_handler(tp, RPC_TRANSPORT_ID, rx_handler, NULL);
+    status = td__transport_set_handler(tp, RPC_TRANSPORT_ID, rx_handler, NULL);
     if (status == TD_OK) {
         status = td_rpc_device_setup(tp, w);   /* device tensors' staging */
     }
     if (status != TD_OK) {
         return status;
     }
-    td_transport_set_classifier(tp, classify, NULL);
+    td__transport_set_classifier(tp, classify, NULL);
     status = td_rpc_pool_start(tp, n, rpc_spin_us);
     if (status != TD_OK) {
         return status;
@@ -1654,17 +1660,19 @@ module_peer_failed(void *arg, int rank, td_status_t why)
 {
     pending_t *pc = pending_take_matching(rank, 0);
     char name[TD_WORKER_NAME_MAX];
+    char where[256];      /* the host and its ranks, when another host */
 
     (void)arg;
     (void)why;
     td_rpc_device_peer_failed(rank);
+    td__runtime_host_text(rank, where, sizeof(where));
     while (pc != NULL) {
         pending_t *next = pc->next;
-        char msg[512];
+        char msg[768];
 
-        snprintf(msg, sizeof(msg), "rpc: rank %d (%s) died with call '%s' "
-                 "pending", rank, worker_name(rank, name, sizeof(name)),
-                 pc->name);
+        snprintf(msg, sizeof(msg), "rpc: rank %d (%s%s%s) died with call "
+                 "'%s' pending", rank, worker_name(rank, name, sizeof(name)),
+                 where[0] ? "; " : "", where, pc->name);
         pending_fail(pc, TD_ERR_PEER, msg, 1);
         pc = next;
     }

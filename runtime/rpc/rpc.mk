@@ -2,7 +2,6 @@
 # references and TorchOpt's map-reduce API.
 libtodist_core_la_SOURCES += runtime/rpc/rpc.c runtime/rpc/pool.c runtime/rpc/rpc_list.c \
 	runtime/rpc/device_map.c runtime/rpc/device_map.h \
-	runtime/rpc/staging_cuda.c runtime/rpc/staging_cuda.h \
 	runtime/rpc/rpc_device.c runtime/rpc/rpc_device.h \
 	runtime/rpc/rpc_wire.c runtime/rpc/future.c runtime/rpc/rref.c \
 	runtime/rpc/mapreduce.c runtime/rpc/rpc_internal.h \

@@ -8,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <todist/autograd.h>
 #include "kernels/device.h"
 #include "base/log.h"
 #include "runtime/rpc/rpc_device.h"
-#include "runtime/rpc/staging_cuda.h"
+#include "runtime/rpc/rpc_list.h"
 
 /* One staged body that arrived (or is arriving) ahead of its message. */
 typedef struct landed {
@@ -55,7 +56,7 @@ on_dest(void *arg, int src, uint64_t id, size_t total, void **dst_p)
     td_status_t status;
 
     (void)arg;
-    status = td_device_check(device);
+    status = td__device_check(device);
     if (status != TD_OK) {
         return status;
     }
@@ -74,7 +75,7 @@ on_dest(void *arg, int src, uint64_t id, size_t total, void **dst_p)
     }
     dv.n_landed++;                 /* reserved before the allocation */
     pthread_mutex_unlock(&dv.lock);
-    status = td_device_alloc(device, total, &l->buf);
+    status = td__device_alloc(device, total, &l->buf);
     if (status != TD_OK) {
         pthread_mutex_lock(&dv.lock);
         dv.n_landed--;
@@ -113,7 +114,7 @@ take_locked(int src, uint64_t id)
 static void
 landed_free(landed_t *l)
 {
-    td_device_free(l->device, l->buf);
+    td__device_free(l->device, l->buf);
     free(l);
 }
 
@@ -127,7 +128,7 @@ on_received(void *arg, td_status_t status, int src, uint64_t id, void *dst,
     (void)dst;
     pthread_mutex_lock(&dv.lock);
     if (status == TD_OK && dv.tp != NULL &&
-        td_transport_peer_alive(dv.tp, src)) {
+        td__transport_peer_alive(dv.tp, src)) {
         for (l = dv.landed; l != NULL; l = l->next) {
             if (l->src == src && l->id == id) {
                 l->complete = 1;   /* the message claims it */
@@ -163,7 +164,7 @@ td_rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
     landed_t *l;
     td_status_t status;
 
-    status = td_device_check(t->device);
+    status = td__device_check(t->device);
     if (status != TD_OK) {
         char why[300];
 
@@ -171,7 +172,7 @@ td_rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
         return td_error(TD_ERR_PROTOCOL, "rpc: rank %d sent a tensor for %s "
                         "here: %s", src, DEV_STR(t->device), why);
     }
-    ops = td_device_ops(t->device.type);
+    ops = td__device_ops(t->device.type);
     *mem_p = t->device.type == TD_DEVICE_CPU || (ops != NULL &&
              ops->host_memory) ? TD_MEM_HOST : TD_MEM_CUDA;
     if (t->xfer == TD_RPC_WIRE_XFER_EAGER) {
@@ -260,7 +261,7 @@ td_rpc_device_route(int dst, int type, td_rpc_device_route_t *route)
     forced = atomic_load(&dv.forced);
     route->dev.staged = dv.eng != NULL &&
         (forced >= 0 ? forced == TD_ROUTE_STAGED
-                     : td_staging_route(td_transport_mem_types(dv.tp),
+                     : td__staging_route(td__transport_mem_types(dv.tp),
                                         TD_MEM_CUDA) == TD_ROUTE_STAGED);
     route->dev.xfer_seq = atomic_fetch_add(&dv.xfer_seq, 1);
     return &route->dev;
@@ -281,9 +282,213 @@ td_rpc_device_sync_out(const td_rpc_wire_out_t *out)
         return TD_OK;
     }
     for (int k = 0; k < out->n_tensors && status == TD_OK; k++) {
-        status = td_device_sync(td_tensor_device(out->tensors[k]));
+        status = td__device_sync(td_tensor_device(out->tensors[k]));
     }
     return status;
+}
+
+/* ---- a message's tensors, prepared for the codec ------------------------ */
+
+static int
+dev_same(td_device_t a, td_device_t b)
+{
+    return a.type == b.type && (a.type == TD_DEVICE_CPU || a.index == b.index);
+}
+
+static int
+map_entry(const td_device_map_t *map, td_device_t from, td_device_t *to_p)
+{
+    for (int i = 0; map != NULL && i < map->n_pairs; i++) {
+        if (dev_same(map->pairs[i].from, from)) {
+            *to_p = map->pairs[i].to;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Where a tensor on FROM lands at DST (rpc_wire.h V1). */
+static td_status_t
+target_device(const td_rpc_wire_dev_t *dev, size_t item, int dst,
+              td_device_t from, td_device_t *to_p)
+{
+    char why[400];
+    td_status_t status;
+
+    if (from.type == TD_DEVICE_CPU && dev == NULL) {
+        *to_p = TD_CPU;                /* the common case: no maps at all */
+        return TD_OK;
+    }
+    if (dev != NULL && (map_entry(dev->map, from, to_p) ||
+                        map_entry(dev->fallback, from, to_p))) {
+        return TD_OK;
+    }
+    status = td_device_map_lookup(NULL, dst, from, to_p);
+    if (status != TD_OK) {
+        snprintf(why, sizeof(why), "%s", td_last_error());
+        return td_error(status, "rpc: list item %zu: %s", item, why);
+    }
+    return TD_OK;
+}
+
+/* The memory type UCX sees for memory of DEVICE. */
+static td_mem_type_t
+mem_of(td_device_t device)
+{
+    const td_device_ops_t *ops;
+
+    if (device.type == TD_DEVICE_CPU) {
+        return TD_MEM_HOST;
+    }
+    ops = td__device_ops(device.type);
+    return ops != NULL && ops->host_memory ? TD_MEM_HOST : TD_MEM_CUDA;
+}
+
+static void
+host_copy_deleter(void *data, void *arg)
+{
+    (void)data;
+    td__staging_host_free(arg);
+    free(arg);
+}
+
+/* A cpu tensor holding the values of the contiguous device tensor T: a
+ * host copy made by the staging module (ucx_transport/staging.h H1). */
+static td_status_t
+host_copy(td_tensor_t *t, td_tensor_t **out)
+{
+    td_staging_host_t *h = malloc(sizeof(*h));
+    td_status_t status;
+
+    if (h == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory");
+    }
+    status = td__staging_host_in(td_tensor_device(t), td_tensor_data(t),
+                                 td_tensor_nbytes(t), 1, h);
+    if (status != TD_OK) {
+        free(h);
+        return status;
+    }
+    status = td_tensor_from_blob(h->host, td_tensor_shape(t),
+                                 td_tensor_ndim(t), td_tensor_dtype(t),
+                                 TD_CPU, host_copy_deleter, h, out);
+    if (status != TD_OK) {
+        host_copy_deleter(NULL, h);
+    }
+    return status;
+}
+
+/* Tensor V of list item I as it travels, as tensor K of OUT. */
+static td_status_t
+prepare_one(td_tensor_t *v, size_t i, int dst, const td_rpc_wire_dev_t *dev,
+            td_rpc_wire_out_t *out)
+{
+    int k = out->n_tensors;
+    td_device_t to, from = td_tensor_device(v);
+    size_t nbytes = td_tensor_nbytes(v);
+    int eager;
+    td_tensor_t *c, *h;
+    td_status_t status;
+
+    status = target_device(dev, i, dst, from, &to);
+    if (status != TD_OK) {
+        return status;
+    }
+    if (to.type == TD_DEVICE_CUDA && (to.index < 0 || to.index > 255)) {
+        return td_error(TD_ERR_RANGE, "rpc: list item %zu maps to "
+                        "cuda:%d at rank %d, beyond the wire's 255", i,
+                        to.index, dst);
+    }
+    status = td_tensor_contiguous(v, &c);
+    if (status != TD_OK) {
+        return status;
+    }
+    out->grad[k] = td_tensor_requires_grad(c) ? 1 : 0;
+    /* landing on the peer's cpu, or small on the staged route (V5): a
+     * host copy travels as a plain body */
+    eager = dev != NULL && dev->staged && to.type != TD_DEVICE_CPU &&
+            nbytes > 0 && nbytes <= TD_RPC_WIRE_EAGER_MAX;
+    if ((to.type == TD_DEVICE_CPU || eager) && from.type != TD_DEVICE_CPU) {
+        /* as td_tensor_to would record it: only in grad mode */
+        out->grad[k] = out->grad[k] && td_grad_enabled();
+        status = host_copy(c, &h);
+        td_tensor_release(c);
+        if (status != TD_OK) {
+            return status;
+        }
+        c = h;
+    }
+    from = td_tensor_device(c);
+    out->tensors[k] = c;
+    out->to[k] = to;
+    out->mem[k] = (uint8_t)mem_of(from);
+    out->device_body[k] = to.type != TD_DEVICE_CPU ||
+                          from.type != TD_DEVICE_CPU;
+    out->place[k] = eager ? TD_RPC_WIRE_EAGER
+                  : nbytes > 0 && out->device_body[k] && dev != NULL &&
+                    dev->staged ? TD_RPC_WIRE_STAGED : TD_RPC_WIRE_BODY;
+    out->n_tensors++;
+    return TD_OK;
+}
+
+td_status_t
+td_rpc_device_prepare(const td_rpc_list_t *args, int dst,
+                      const td_rpc_wire_dev_t *dev, td_rpc_wire_out_t *out)
+{
+    size_t n_items = td_rpc_list_len(args);
+    td_status_t status;
+
+    out->header = NULL;
+    out->header_len = 0;
+    out->n_bodies = 0;
+    out->n_tensors = 0;
+    out->args_body = NULL;
+    out->n_staged = 0;
+    out->n_device_direct = 0;
+    for (size_t i = 0; i < n_items; i++) {
+        const td_value_t *v = &args->items[i];
+
+        if (v->kind != TD_VALUE_TENSOR) {
+            continue;
+        }
+        if (out->n_tensors == TD_RPC_MAX_TENSORS) {
+            status = td_error(TD_ERR_RANGE, "rpc: more than %d tensors in "
+                              "one message to rank %d", TD_RPC_MAX_TENSORS,
+                              dst);
+            goto err;
+        }
+        status = prepare_one(v->u.tensor, i, dst, dev, out);
+        if (status != TD_OK) {
+            goto err;
+        }
+    }
+    return TD_OK;
+
+err:
+    td_rpc_wire_out_free(out);
+    return status;
+}
+
+td_status_t
+td_rpc_device_land_eager(td_tensor_t *host, td_device_t device,
+                         td_tensor_t **out)
+{
+    td_tensor_t *d;
+    td_status_t status;
+
+    status = td_tensor_empty(td_tensor_shape(host), td_tensor_ndim(host),
+                             td_tensor_dtype(host), device, &d);
+    if (status != TD_OK) {
+        return status;
+    }
+    status = td__staging_copy_in(device, td_tensor_data(d),
+                                 td_tensor_data(host), td_tensor_nbytes(host));
+    if (status != TD_OK) {
+        td_tensor_release(d);
+        return status;
+    }
+    *out = d;
+    return TD_OK;
 }
 
 /* ---- staged sends (DV3) ------------------------------------------------- */
@@ -346,7 +551,7 @@ td_rpc_device_send_staged(int dst, const td_rpc_wire_out_t *out,
     s->done = done;
     s->arg = arg;
     for (int i = 0; i < out->n_staged; i++) {
-        status = td_staging_send(dv.eng, dst, out->staged[i].id,
+        status = td__staging_send(dv.eng, dst, out->staged[i].id,
                                  out->staged[i].buf, out->staged[i].len,
                                  staged_one, s);
         if (status != TD_OK) {
@@ -376,19 +581,19 @@ td_rpc_device_setup(td_transport_t *tp, const td_world_t *w)
     dv.tp = tp;
     dv.world_size = w->world_size;
     atomic_store(&dv.xfer_seq, 1);
-    n = td_device_count_loaded(TD_DEVICE_CUDA);   /* loads nothing */
+    n = td__device_count_loaded(TD_DEVICE_CUDA);   /* loads nothing */
     if (n == 0) {
         return TD_OK;                  /* DV4 */
     }
     memset(&p, 0, sizeof(p));
     p.handler_id = TD_RPC_STAGING_ID;
-    status = td_staging_device_ops(&p.ops);
+    status = td__staging_device_ops(&p.ops);
     if (status != TD_OK) {
         return status;
     }
     p.dest = on_dest;
     p.received = on_received;
-    return td_staging_create(tp, &p, &dv.eng);
+    return td__staging_create(tp, &p, &dv.eng);
 }
 
 void
@@ -396,7 +601,7 @@ td_rpc_device_peer_failed(int rank)
 {
     landed_t *l;
 
-    td_staging_peer_failed(dv.eng, rank);
+    td__staging_peer_failed(dv.eng, rank);
     /* bodies that arrived whole but whose message never will (those
      * still arriving are the engine's until on_received fails them) */
     for (;;) {
@@ -418,7 +623,7 @@ td_rpc_device_peer_failed(int rank)
 size_t
 td_rpc_device_outstanding(void)
 {
-    return dv.eng != NULL ? td_staging_outstanding(dv.eng) : 0;
+    return dv.eng != NULL ? td__staging_outstanding(dv.eng) : 0;
 }
 
 void
@@ -426,7 +631,7 @@ td_rpc_device_shutdown(void)
 {
     landed_t *l;
 
-    td_staging_destroy(dv.eng);
+    td__staging_destroy(dv.eng);
     dv.eng = NULL;
     pthread_mutex_lock(&dv.lock);
     while ((l = dv.landed) != NULL) {
@@ -447,7 +652,7 @@ td_rpc_device_stats(td_staging_stats_t *stats_p, size_t *landed_p)
     if (dv.eng == NULL) {
         return td_error(TD_ERR_STATE, "rpc: no staging engine (no device)");
     }
-    td_staging_stats(dv.eng, stats_p);
+    td__staging_stats(dv.eng, stats_p);
     pthread_mutex_lock(&dv.lock);
     *landed_p = dv.n_landed;
     pthread_mutex_unlock(&dv.lock);

@@ -1,14 +1,16 @@
 /* runtime/rpc/rpc_device.h: device tensors over RPC (internal to
  * runtime/rpc). Which map a message's tensors follow, GPU-direct or
- * staged, the staging engine of the RPC module, and the receiver's table
- * of staged bodies waiting for their message.
+ * staged, their preparation for the codec (host copies made here, through
+ * the staging module ucx_transport/staging.h, never in the codec), the
+ * staging engine of the RPC module, and the receiver's table of staged
+ * bodies waiting for their message.
  *
  * A call to DST follows this worker's device map for DST, then for
  * devices it lacks the reverse map DST attached to its own messages (so
  * dist autograd's gradients, sent back by the callee, land on the device
  * each tensor came from); a reply follows the reverse map the call
  * attached (M5). Bodies go GPU-direct when UCX moves CUDA memory
- * (td_transport_mem_types), else ahead of the message through the staging
+ * (td__transport_mem_types), else ahead of the message through the staging
  * engine (ucx_transport/staging.h); the message leaves only when every
  * staged body is in the receiver's device memory, so the receiver finds
  * them in its table when the message arrives.
@@ -58,6 +60,20 @@ typedef struct {
 } td_rpc_device_route_t;
 const td_rpc_wire_dev_t *td_rpc_device_route(int dst, int type,
                                              td_rpc_device_route_t *route);
+
+/* Sender: ARGS' tensors for a message to DST routed by DEV (NULL: cpu
+ * tensors only), prepared in OUT for the codec (rpc_wire.h): each one's
+ * landing device (V1), contiguous, a host copy through the staging module
+ * where it travels as host memory (landing on the peer's cpu, or eager,
+ * V5), its place (body, eager, staged). On an error OUT is freed. */
+td_status_t td_rpc_device_prepare(const td_rpc_list_t *args, int dst,
+                                  const td_rpc_wire_dev_t *dev,
+                                  td_rpc_wire_out_t *out);
+
+/* Receiver: the tensor on DEVICE for an eager body HOST (V5), copied in
+ * by the staging module. */
+td_status_t td_rpc_device_land_eager(td_tensor_t *host, td_device_t device,
+                                     td_tensor_t **out);
 
 /* Receiver: remember the reply map SRC attached (rpc_wire.h V2). */
 void        td_rpc_device_learn(int src, const td_device_map_t *map);

@@ -11,7 +11,6 @@
 #include "todist/rpc.h"
 #include "runtime/rpc/rpc_list.h"
 #include "runtime/rpc/rpc_wire.h"
-#include "kernels/device.h"
 #include "base/byteorder.h"
 
 /* ---- little-endian cursors --------------------------------------------- */
@@ -189,57 +188,19 @@ dev_same(td_device_t a, td_device_t b)
     return a.type == b.type && (a.type == TD_DEVICE_CPU || a.index == b.index);
 }
 
-static int
-map_entry(const td_device_map_t *map, td_device_t from, td_device_t *to_p)
-{
-    for (int i = 0; map != NULL && i < map->n_pairs; i++) {
-        if (dev_same(map->pairs[i].from, from)) {
-            *to_p = map->pairs[i].to;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Where a tensor on FROM lands at DST (V1). */
-static td_status_t
-target_device(const td_rpc_wire_dev_t *dev, size_t item, int dst,
-              td_device_t from, td_device_t *to_p)
-{
-    char why[400];
-    td_status_t status;
-
-    if (from.type == TD_DEVICE_CPU && dev == NULL) {
-        *to_p = TD_CPU;                /* the common case: no maps at all */
-        return TD_OK;
-    }
-    if (dev != NULL && (map_entry(dev->map, from, to_p) ||
-                        map_entry(dev->fallback, from, to_p))) {
-        return TD_OK;
-    }
-    status = td_device_map_lookup(NULL, dst, from, to_p);
-    if (status != TD_OK) {
-        snprintf(why, sizeof(why), "%s", td_last_error());
-        return td_error(status, "rpc: list item %zu: %s", item, why);
-    }
-    return TD_OK;
-}
-
-/* Step 1: every tensor of ARGS made contiguous on its device (retained in
- * OUT), its target device found (V1), every item checked against the
- * wire's bounds; *DESC_LEN_P gets the bytes of the tensor descriptors. */
+/* Step 1: ARGS checked against the wire's bounds and against OUT's
+ * prepared tensors (one per tensor item, in order: td_rpc_device_prepare
+ * made them, and the codec copies nothing); *DESC_LEN_P gets the bytes of
+ * the tensor descriptors. */
 static inline td_status_t
-encode_tensors(const td_rpc_list_t *args, size_t n_items, int dst,
-               const td_rpc_wire_dev_t *dev, td_device_t *targets,
-               uint8_t *eager, td_rpc_wire_out_t *out, size_t *desc_len_p)
+check_items(const td_rpc_list_t *args, size_t n_items, int dst,
+            const td_rpc_wire_out_t *out, size_t *desc_len_p)
 {
     size_t desc_len = 0;
-    td_status_t status;
+    int n_tensors = 0;
 
     for (size_t i = 0; i < n_items; i++) {
         const td_value_t *v = &args->items[i];
-        td_tensor_t *c;
-        td_device_t to;
 
         if (v->kind == TD_VALUE_BYTES || v->kind == TD_VALUE_STRING) {
             if (v->u.bytes.len > TD_RPC_MAX_BYTES_ITEM) {
@@ -247,60 +208,21 @@ encode_tensors(const td_rpc_list_t *args, size_t n_items, int dst,
                                 "bytes, at most %u", i, v->u.bytes.len,
                                 TD_RPC_MAX_BYTES_ITEM);
             }
-            continue;
+        } else if (v->kind == TD_VALUE_TENSOR) {
+            n_tensors++;
         }
-        if (v->kind != TD_VALUE_TENSOR) {
-            continue;
-        }
-        if (out->n_tensors == TD_RPC_MAX_TENSORS) {
-            return td_error(TD_ERR_RANGE, "rpc: more than %d tensors in one "
-                            "message to rank %d", TD_RPC_MAX_TENSORS, dst);
-        }
-        status = target_device(dev, i, dst, td_tensor_device(v->u.tensor),
-                               &to);
-        if (status != TD_OK) {
-            return status;
-        }
-        if (to.type == TD_DEVICE_CUDA && (to.index < 0 || to.index > 255)) {
-            return td_error(TD_ERR_RANGE, "rpc: list item %zu maps to "
-                            "cuda:%d at rank %d, beyond the wire's 255", i,
-                            to.index, dst);
-        }
-        eager[out->n_tensors] = dev != NULL && dev->staged &&
-            to.type != TD_DEVICE_CPU &&
-            td_tensor_nbytes(v->u.tensor) > 0 &&
-            td_tensor_nbytes(v->u.tensor) <= TD_RPC_WIRE_EAGER_MAX;
-        if ((to.type == TD_DEVICE_CPU || eager[out->n_tensors]) &&
-            td_tensor_device(v->u.tensor).type != TD_DEVICE_CPU) {
-            /* landing on the peer's cpu, or small on the staged route
-             * (V5): a host copy travels as a plain body */
-            status = td_tensor_to(v->u.tensor, TD_CPU, &c);
-        } else {
-            status = td_tensor_contiguous(v->u.tensor, &c);
-        }
-        if (status != TD_OK) {
-            return status;
-        }
-        targets[out->n_tensors] = to;
-        out->tensors[out->n_tensors++] = c;
-        desc_len += 8 + 8 * (size_t)td_tensor_ndim(c) +
-                    (to.type != TD_DEVICE_CPU ? 8 : 0);
+    }
+    if (n_tensors != out->n_tensors) {
+        return td_error(TD_ERR_INVALID, "rpc: the list to rank %d has %d "
+                        "tensors, %d prepared for the wire", dst, n_tensors,
+                        out->n_tensors);
+    }
+    for (int k = 0; k < out->n_tensors; k++) {
+        desc_len += 8 + 8 * (size_t)td_tensor_ndim(out->tensors[k]) +
+                    (out->to[k].type != TD_DEVICE_CPU ? 8 : 0);
     }
     *desc_len_p = desc_len;
     return TD_OK;
-}
-
-/* The memory type UCX sees for memory of DEVICE. */
-static td_mem_type_t
-mem_of(td_device_t device)
-{
-    const td_device_ops_t *ops;
-
-    if (device.type == TD_DEVICE_CPU) {
-        return TD_MEM_HOST;
-    }
-    ops = td_device_ops(device.type);
-    return ops != NULL && ops->host_memory ? TD_MEM_HOST : TD_MEM_CUDA;
 }
 
 /* Step 2: the fixed header (48 bytes) and one descriptor per tensor, each
@@ -308,7 +230,6 @@ mem_of(td_device_t device)
 static inline void
 encode_header(wbuf_t *w, const td_rpc_wire_meta_t *meta, size_t alen,
               int inline_args, const td_rpc_wire_dev_t *dev,
-              const td_device_t *targets, const uint8_t *eager,
               td_rpc_wire_out_t *out)
 {
     const td_device_map_t *attach = dev != NULL && dev->attach != NULL &&
@@ -332,38 +253,34 @@ encode_header(wbuf_t *w, const td_rpc_wire_meta_t *meta, size_t alen,
     for (int k = 0; k < out->n_tensors; k++) {
         td_tensor_t *t = out->tensors[k];
         int nd = td_tensor_ndim(t);
-
-        td_device_t to = targets[k], from = td_tensor_device(t);
+        td_device_t to = out->to[k];
         int on_dev = to.type != TD_DEVICE_CPU;
-        int device_body = on_dev || from.type != TD_DEVICE_CPU;
         uint64_t xfer = 0;
 
         put_u8(w, (uint8_t)td_tensor_dtype(t));
         put_u8(w, (uint8_t)nd);
-        put_u8(w, td_tensor_requires_grad(t) ? 1 : 0);
+        put_u8(w, out->grad[k]);
         put_u8(w, on_dev ? 1 : 0);
         put_u32(w, on_dev ? (uint32_t)to.index : 0);
         for (int d = 0; d < nd; d++) {
             put_u64(w, (uint64_t)td_tensor_shape(t)[d]);
         }
-        if (eager[k]) {
-            xfer = TD_RPC_WIRE_XFER_EAGER;
-            out->bodies[out->n_bodies].buf = td_tensor_data(t);
-            out->bodies[out->n_bodies].len = td_tensor_nbytes(t);
-            out->bodies[out->n_bodies].mem = TD_MEM_HOST;
-            out->n_bodies++;
-        } else if (td_tensor_nbytes(t) > 0 && device_body && dev->staged) {
+        if (out->place[k] == TD_RPC_WIRE_STAGED) {
             xfer = td_rpc_wire_xfer_id(dev->xfer_seq, k, to);
             out->staged[out->n_staged].id = xfer;
             out->staged[out->n_staged].buf = td_tensor_data(t);
             out->staged[out->n_staged].len = td_tensor_nbytes(t);
             out->n_staged++;
         } else if (td_tensor_nbytes(t) > 0) {
+            if (out->place[k] == TD_RPC_WIRE_EAGER) {
+                xfer = TD_RPC_WIRE_XFER_EAGER;
+            }
             out->bodies[out->n_bodies].buf = td_tensor_data(t);
             out->bodies[out->n_bodies].len = td_tensor_nbytes(t);
-            out->bodies[out->n_bodies].mem = mem_of(from);
+            out->bodies[out->n_bodies].mem = out->mem[k];
             out->n_bodies++;
-            out->n_device_direct += device_body;
+            out->n_device_direct += out->place[k] == TD_RPC_WIRE_BODY &&
+                                    out->device_body[k];
         }
         if (on_dev) {
             put_u64(w, xfer);
@@ -449,19 +366,21 @@ td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
 {
     size_t n_items = td_rpc_list_len(args);
     size_t desc_len = 0, alen, hlen;
-    td_device_t targets[TD_RPC_MAX_TENSORS];
-    uint8_t eager[TD_RPC_MAX_TENSORS];
     td_status_t status;
     wbuf_t w;
     int inline_args;
 
-    out_reset(out);
+    out->header = NULL;               /* OUT's tensors are prepared */
+    out->header_len = 0;
+    out->n_bodies = 0;
+    out->args_body = NULL;
+    out->n_staged = 0;
+    out->n_device_direct = 0;
     if (n_items > TD_RPC_MAX_ITEMS) {
         return td_error(TD_ERR_RANGE, "rpc: %zu list items to rank %d, at "
                         "most %d", n_items, dst, TD_RPC_MAX_ITEMS);
     }
-    status = encode_tensors(args, n_items, dst, dev, targets, eager, out,
-                            &desc_len);
+    status = check_items(args, n_items, dst, out, &desc_len);
     if (status != TD_OK) {
         goto err;
     }
@@ -490,7 +409,7 @@ td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
     out->header_len = hlen;
     w.p = out->header;
     w.end = out->header + hlen;
-    encode_header(&w, meta, alen, inline_args, dev, targets, eager, out);
+    encode_header(&w, meta, alen, inline_args, dev, out);
 
     if (!inline_args) {
         out->args_body = malloc(alen);

@@ -132,14 +132,32 @@ typedef struct {
                                          * sender, pairs receiver -> sender */
 } td_rpc_wire_msg_t;
 
-/* ARGS flattened for sending: tensors made contiguous (retained), the
- * header blob built, the bodies listed. Free with td_rpc_wire_out_free. */
+/* How a tensor's body travels (decided before the codec runs). */
+typedef enum {
+    TD_RPC_WIRE_BODY   = 0,   /* a body of the message, as it is */
+    TD_RPC_WIRE_EAGER  = 1,   /* a host copy, a body of the message (V5) */
+    TD_RPC_WIRE_STAGED = 2    /* ahead, through the staging engine (V3) */
+} td_rpc_wire_place_t;
+
+/* One message for sending, in two steps. First its tensors are prepared
+ * outside the codec (td_rpc_device_prepare, runtime/rpc/rpc_device.h):
+ * routed (V1), made contiguous, host copies made where they travel as host
+ * memory, their place chosen; they are retained in TENSORS. Then the codec
+ * (td_rpc_wire_encode) builds the header blob and lists the bodies: it
+ * writes descriptors and copies no tensor. Free with td_rpc_wire_out_free. */
 typedef struct {
     uint8_t      *header;
     size_t        header_len;
     td_iov_t      bodies[TD_RPC_MAX_TENSORS + 1];
     int           n_bodies;
-    td_tensor_t  *tensors[TD_RPC_MAX_TENSORS];
+    /* prepared (one per tensor item of the list, in order) */
+    td_tensor_t  *tensors[TD_RPC_MAX_TENSORS];  /* the bytes that travel */
+    td_device_t   to[TD_RPC_MAX_TENSORS];       /* where each lands (V1) */
+    uint8_t       place[TD_RPC_MAX_TENSORS];    /* td_rpc_wire_place_t */
+    uint8_t       grad[TD_RPC_MAX_TENSORS];     /* requires_grad, 0 or 1 */
+    uint8_t       mem[TD_RPC_MAX_TENSORS];      /* td_mem_type_t of a body */
+    uint8_t       device_body[TD_RPC_MAX_TENSORS]; /* leaves or lands on a
+                                                    * device */
     int           n_tensors;
     uint8_t      *args_body;       /* owned; NULL when the args are inline */
     /* bodies that travel ahead through the staging engine (V3) */
@@ -180,14 +198,17 @@ typedef td_status_t (*td_rpc_wire_rref_in_fn)(void *arg, int src,
                                               uint64_t fork_id,
                                               td_rref_t **rref_p);
 
-/* Encode META and ARGS (NULL: empty) for DST; the argument list goes
- * inline when the header blob stays within HEADER_MAX bytes. */
+/* Encode META and ARGS (NULL: empty) for DST into OUT, whose tensors
+ * td_rpc_device_prepare prepared from the same ARGS and DEV (a count that
+ * disagrees is TD_ERR_INVALID); the argument list goes inline when the
+ * header blob stays within HEADER_MAX bytes. On an error OUT is freed. */
 td_status_t td_rpc_wire_encode(const td_rpc_wire_meta_t *meta,
                                const td_rpc_list_t *args, int dst,
                                size_t header_max,
                                td_rpc_wire_rref_out_fn rref_out,
                                void *rref_arg, td_rpc_wire_out_t *out);
-/* The same with device tensors routed by DEV (V1-V3). */
+/* The same with the staged transfer ids and the reply map of DEV (V2,
+ * V3). */
 td_status_t td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
                                    const td_rpc_list_t *args, int dst,
                                    size_t header_max,

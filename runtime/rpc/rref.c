@@ -333,7 +333,7 @@ rank_dead(int rank)
     td_transport_t *tp = atomic_load(&rr.tp);
 
     return rank >= 0 && rank != rr.rank && tp != NULL &&
-           !td_transport_peer_alive(tp, rank);
+           !td__transport_peer_alive(tp, rank);
 }
 
 static td_status_t
@@ -359,7 +359,7 @@ fork_add(uint64_t rref_id, uint64_t fork_id, int holder)
     } else if (holder >= 0 && holder != rr.rank &&
                (tp = atomic_load(&rr.tp)) != NULL) {
         /* notice the holder's death even if we never talk to it */
-        td_transport_watch(tp, holder);
+        td__transport_watch(tp, holder);
     }
     pthread_mutex_unlock(&rr.lock);
     return status;
@@ -737,7 +737,7 @@ finish_creation(uint64_t id, int src, td_status_t status,
         live_push(e, id, src) && src != rr.rank &&
         (tp = atomic_load(&rr.tp)) != NULL) {
         /* the creator holds it: notice its death */
-        td_transport_watch(tp, src);
+        td__transport_watch(tp, src);
     }
     entry_maybe_free(e);
     pthread_mutex_unlock(&rr.lock);

@@ -3,7 +3,7 @@
  * request(): lock, send, read one reply frame, decode it, unlock.
  *
  * Invariants:
- *  C1. A reply is decoded by td_store_frame_reply() (F2) before any field is
+ *  C1. A reply is decoded by td__store_frame_reply() (F2) before any field is
  *      used; a header longer than TD_STORE_REPLY_MAX is rejected unread.
  *  C2. Every blocking send or receive has a deadline; only a WAIT with a
  *      negative timeout waits without one.
@@ -131,7 +131,7 @@ recv_frame(td_store_t *st, double deadline, size_t max, uint8_t *type_p,
     if (status != TD_OK) {
         return status;
     }
-    if (td_store_frame_header(h, max, &len) != 0) {
+    if (td__store_frame_header(h, max, &len) != 0) {
         return td_error(TD_ERR_PROTOCOL, "store: bad frame from %s:%u "
                         "(version %u, length %u)", st->host, st->port, h[0],
                         td_get_be32(h + 4));
@@ -148,7 +148,7 @@ recv_frame(td_store_t *st, double deadline, size_t max, uint8_t *type_p,
     p[len] = '\0';
     if (h[1] == TD_STORE_REP_ERROR) {
         td_status_t code = TD_ERR_PROTOCOL;
-        if (td_store_frame_reply(h[1], p, len, &m) == TD_OK) {
+        if (td__store_frame_reply(h[1], p, len, &m) == TD_OK) {
             if ((int64_t)m.num < 0 && (int64_t)m.num >= -1000) {
                 code = (td_status_t)(int64_t)m.num;
             }
@@ -275,17 +275,17 @@ authenticate(td_store_t *st, const char *token, double deadline)
     }
     memcpy(snonce, p + 1, TD_STORE_NONCE_LEN);
     if (have_token) {
-        td_store_frame_mac(token, TD_STORE_LABEL_CLIENT, snonce, cnonce, mac);
+        td__store_frame_mac(token, TD_STORE_LABEL_CLIENT, snonce, cnonce, mac);
     } else {
         memset(mac, 0, sizeof(mac));
     }
-    if (td_store_frame_begin(&b, TD_STORE_MSG_AUTH) ||
-        td_store_buf_put(&b, cnonce, TD_STORE_NONCE_LEN) ||
-        td_store_buf_put(&b, mac, TD_STORE_MAC_LEN)) {
+    if (td__store_frame_begin(&b, TD_STORE_MSG_AUTH) ||
+        td__store_buf_put(&b, cnonce, TD_STORE_NONCE_LEN) ||
+        td__store_buf_put(&b, mac, TD_STORE_MAC_LEN)) {
         status = td_error(TD_ERR_NO_MEMORY, "store: out of memory");
         goto out;
     }
-    td_store_frame_end(&b, 0);
+    td__store_frame_end(&b, 0);
     status = send_all(st, b.p, b.len, deadline);
     if (status != TD_OK) {
         goto out;
@@ -302,7 +302,7 @@ authenticate(td_store_t *st, const char *token, double deadline)
         goto out;
     }
     if (have_token) {
-        td_store_frame_mac(token, TD_STORE_LABEL_SERVER, snonce, cnonce, mac);
+        td__store_frame_mac(token, TD_STORE_LABEL_SERVER, snonce, cnonce, mac);
         if (CRYPTO_memcmp(mac, p, TD_STORE_MAC_LEN) != 0) {
             status = td_error(TD_ERR_AUTH, "store: %s:%u failed to prove it "
                               "knows the job token", st->host, st->port);
@@ -394,23 +394,23 @@ encode(td_store_buf_t *b, const req_t *q)
     int rc;
 
     b->len = 0;
-    rc = td_store_frame_begin(b, q->type);
+    rc = td__store_frame_begin(b, q->type);
     if (q->num_first) {
-        rc = rc || td_store_buf_put_u64(b, q->num);
+        rc = rc || td__store_buf_put_u64(b, q->num);
     }
     if (q->key != NULL) {
-        rc = rc || td_store_buf_put_str(b, q->key, strlen(q->key));
+        rc = rc || td__store_buf_put_str(b, q->key, strlen(q->key));
     }
     for (int i = 0; i < q->nvals; i++) {
-        rc = rc || td_store_buf_put_str(b, q->val[i], q->vlen[i]);
+        rc = rc || td__store_buf_put_str(b, q->val[i], q->vlen[i]);
     }
     if (q->num_after) {
-        rc = rc || td_store_buf_put_u64(b, q->num);
+        rc = rc || td__store_buf_put_u64(b, q->num);
     }
     if (q->keys != NULL) {
-        rc = rc || td_store_buf_put_u32(b, (uint32_t)q->nkeys);
+        rc = rc || td__store_buf_put_u32(b, (uint32_t)q->nkeys);
         for (size_t i = 0; i < q->nkeys; i++) {
-            rc = rc || td_store_buf_put_str(b, q->keys[i],
+            rc = rc || td__store_buf_put_str(b, q->keys[i],
                                             strlen(q->keys[i]));
         }
     }
@@ -418,7 +418,7 @@ encode(td_store_buf_t *b, const req_t *q)
         return td_error(TD_ERR_NO_MEMORY, "store: out of memory for a %s "
                         "request", q->op);
     }
-    td_store_frame_end(b, 0);
+    td__store_frame_end(b, 0);
     return TD_OK;
 }
 
@@ -448,7 +448,7 @@ request_locked(td_store_t *st, const req_t *q, td_store_msg_t *m)
     if (status != TD_OK) {
         return status;
     }
-    if (td_store_frame_reply(type, st->rep, len, m) != TD_OK) {
+    if (td__store_frame_reply(type, st->rep, len, m) != TD_OK) {
         return td_error(TD_ERR_PROTOCOL, "store: malformed reply 0x%02x of "
                         "%zu bytes to %s from %s:%u", type, len, q->op,
                         st->host, st->port);

@@ -33,7 +33,7 @@ buf_reserve(td_store_buf_t *b, size_t more)
 }
 
 int
-td_store_buf_put(td_store_buf_t *b, const void *data, size_t len)
+td__store_buf_put(td_store_buf_t *b, const void *data, size_t len)
 {
     if (buf_reserve(b, len) != 0) {
         return -1;
@@ -46,40 +46,40 @@ td_store_buf_put(td_store_buf_t *b, const void *data, size_t len)
 }
 
 int
-td_store_buf_put_u32(td_store_buf_t *b, uint32_t v)
+td__store_buf_put_u32(td_store_buf_t *b, uint32_t v)
 {
     uint8_t x[4];
 
     td_put_be32(x, v);
-    return td_store_buf_put(b, x, 4);
+    return td__store_buf_put(b, x, 4);
 }
 
 int
-td_store_buf_put_u64(td_store_buf_t *b, uint64_t v)
+td__store_buf_put_u64(td_store_buf_t *b, uint64_t v)
 {
     uint8_t x[8];
 
     td_put_be64(x, v);
-    return td_store_buf_put(b, x, 8);
+    return td__store_buf_put(b, x, 8);
 }
 
 int
-td_store_buf_put_str(td_store_buf_t *b, const void *s, size_t len)
+td__store_buf_put_str(td_store_buf_t *b, const void *s, size_t len)
 {
-    return td_store_buf_put_u32(b, (uint32_t)len) ||
-           td_store_buf_put(b, s, len);
+    return td__store_buf_put_u32(b, (uint32_t)len) ||
+           td__store_buf_put(b, s, len);
 }
 
 int
-td_store_frame_begin(td_store_buf_t *b, uint8_t type)
+td__store_frame_begin(td_store_buf_t *b, uint8_t type)
 {
     uint8_t h[TD_STORE_HDR_LEN] = { TD_STORE_FRAME_VERSION, type };
 
-    return td_store_buf_put(b, h, TD_STORE_HDR_LEN);
+    return td__store_buf_put(b, h, TD_STORE_HDR_LEN);
 }
 
 void
-td_store_frame_end(td_store_buf_t *b, size_t start)
+td__store_frame_end(td_store_buf_t *b, size_t start)
 {
     td_put_be32(b->p + start + 4,
                 (uint32_t)(b->len - start - TD_STORE_HDR_LEN));
@@ -88,7 +88,7 @@ td_store_frame_end(td_store_buf_t *b, size_t start)
 /* ---- reading ----------------------------------------------------------- */
 
 int
-td_store_rd_u32(td_store_rd_t *r, uint32_t *v)
+td__store_rd_u32(td_store_rd_t *r, uint32_t *v)
 {
     if (r->len - r->off < 4) {
         return -1;
@@ -99,7 +99,7 @@ td_store_rd_u32(td_store_rd_t *r, uint32_t *v)
 }
 
 int
-td_store_rd_u64(td_store_rd_t *r, uint64_t *v)
+td__store_rd_u64(td_store_rd_t *r, uint64_t *v)
 {
     if (r->len - r->off < 8) {
         return -1;
@@ -110,11 +110,11 @@ td_store_rd_u64(td_store_rd_t *r, uint64_t *v)
 }
 
 int
-td_store_rd_str(td_store_rd_t *r, size_t max, const uint8_t **s, size_t *len)
+td__store_rd_str(td_store_rd_t *r, size_t max, const uint8_t **s, size_t *len)
 {
     uint32_t n;
 
-    if (td_store_rd_u32(r, &n) != 0 || n > max || r->len - r->off < n) {
+    if (td__store_rd_u32(r, &n) != 0 || n > max || r->len - r->off < n) {
         return -1;
     }
     *s = r->p + r->off;
@@ -124,7 +124,7 @@ td_store_rd_str(td_store_rd_t *r, size_t max, const uint8_t **s, size_t *len)
 }
 
 int
-td_store_frame_header(const uint8_t hdr[TD_STORE_HDR_LEN], size_t max,
+td__store_frame_header(const uint8_t hdr[TD_STORE_HDR_LEN], size_t max,
                       uint32_t *len_p)
 {
     uint32_t len = td_get_be32(hdr + 4);
@@ -181,38 +181,38 @@ decode(uint8_t type, const uint8_t *p, size_t len, td_store_msg_t *m,
         return td_error(TD_ERR_PROTOCOL, "store: unknown %s type 0x%02x",
                         what, type);
     }
-    if ((f & F_NUM_FIRST) && td_store_rd_u64(&r, &m->num)) {
+    if ((f & F_NUM_FIRST) && td__store_rd_u64(&r, &m->num)) {
         goto bad;
     }
     if ((f & F_KEY) &&
-        td_store_rd_str(&r, TD_STORE_KEY_MAX, &m->key, &m->klen)) {
+        td__store_rd_str(&r, TD_STORE_KEY_MAX, &m->key, &m->klen)) {
         goto bad;
     }
     if ((f & F_VAL) &&
-        td_store_rd_str(&r, TD_STORE_VALUE_MAX, &m->val, &m->vlen)) {
+        td__store_rd_str(&r, TD_STORE_VALUE_MAX, &m->val, &m->vlen)) {
         goto bad;
     }
     if ((f & F_VAL2) &&
-        td_store_rd_str(&r, TD_STORE_VALUE_MAX, &m->val2, &m->v2len)) {
+        td__store_rd_str(&r, TD_STORE_VALUE_MAX, &m->val2, &m->v2len)) {
         goto bad;
     }
-    if ((f & F_NUM_AFTER) && td_store_rd_u64(&r, &m->num)) {
+    if ((f & F_NUM_AFTER) && td__store_rd_u64(&r, &m->num)) {
         goto bad;
     }
     if (f & F_MSG) {   /* an error's message: bounded, kept in val */
-        if (td_store_rd_str(&r, 1024, &m->val, &m->vlen)) {
+        if (td__store_rd_str(&r, 1024, &m->val, &m->vlen)) {
             goto bad;
         }
     }
     if (f & F_KEYS) {
-        if (td_store_rd_u32(&r, &m->nkeys) || m->nkeys > TD_STORE_WAIT_MAX) {
+        if (td__store_rd_u32(&r, &m->nkeys) || m->nkeys > TD_STORE_WAIT_MAX) {
             goto bad;
         }
         m->keys = p + r.off;
         for (uint32_t i = 0; i < m->nkeys; i++) {
             const uint8_t *k;
             size_t kl;
-            if (td_store_rd_str(&r, TD_STORE_KEY_MAX, &k, &kl)) {
+            if (td__store_rd_str(&r, TD_STORE_KEY_MAX, &k, &kl)) {
                 goto bad;
             }
         }
@@ -229,21 +229,21 @@ bad:
 }
 
 td_status_t
-td_store_frame_request(uint8_t type, const uint8_t *p, size_t len,
+td__store_frame_request(uint8_t type, const uint8_t *p, size_t len,
                        td_store_msg_t *m)
 {
     return decode(type, p, len, m, false);
 }
 
 td_status_t
-td_store_frame_reply(uint8_t type, const uint8_t *p, size_t len,
+td__store_frame_reply(uint8_t type, const uint8_t *p, size_t len,
                      td_store_msg_t *m)
 {
     return decode(type, p, len, m, true);
 }
 
 void
-td_store_frame_wait_key(const td_store_msg_t *m, uint32_t i,
+td__store_frame_wait_key(const td_store_msg_t *m, uint32_t i,
                         const uint8_t **key, size_t *klen)
 {
     td_store_rd_t r = { m->keys, m->keys_len, 0 };
@@ -251,14 +251,14 @@ td_store_frame_wait_key(const td_store_msg_t *m, uint32_t i,
     *key = NULL;
     *klen = 0;
     for (uint32_t j = 0; j <= i; j++) {
-        if (td_store_rd_str(&r, TD_STORE_KEY_MAX, key, klen)) {
+        if (td__store_rd_str(&r, TD_STORE_KEY_MAX, key, klen)) {
             return;   /* cannot happen for a decoded WAIT (F2) */
         }
     }
 }
 
 void
-td_store_frame_mac(const char *token, const char *label,
+td__store_frame_mac(const char *token, const char *label,
                    const uint8_t *snonce, const uint8_t *cnonce, uint8_t *mac)
 {
     uint8_t msg[64 + 2 * TD_STORE_NONCE_LEN];

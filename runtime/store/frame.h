@@ -9,10 +9,10 @@
  * checks. MAC = HMAC-SHA256(token, label | snonce | cnonce).
  *
  * Invariants:
- *  F1. td_store_frame_header() accepts a header only with the right version,
+ *  F1. td__store_frame_header() accepts a header only with the right version,
  *      zero padding and a length at most the caller's bound, so nothing is
  *      allocated for a frame before its length is known to be legal.
- *  F2. td_store_frame_request() and td_store_frame_reply() read every field
+ *  F2. td__store_frame_request() and td__store_frame_reply() read every field
  *      through a bounds-checked reader, bound every string by
  *      TD_STORE_KEY_MAX / TD_STORE_VALUE_MAX, and reject trailing bytes: a
  *      decoded frame's pointers lie inside the payload.
@@ -69,7 +69,7 @@ typedef struct {
 } td_store_rd_t;
 
 /* A decoded request or reply; pointers point into the payload. Which
- * fields are set depends on the type (see td_store_frame_request). */
+ * fields are set depends on the type (see td__store_frame_request). */
 typedef struct {
     uint8_t        type;
     const uint8_t *key;    size_t klen;     /* SET GET ADD CAS DEL */
@@ -80,38 +80,38 @@ typedef struct {
     const uint8_t *keys;   size_t keys_len; /* WAIT: the encoded key list */
 } td_store_msg_t;
 
-int  td_store_buf_put(td_store_buf_t *b, const void *data, size_t len);
-int  td_store_buf_put_u32(td_store_buf_t *b, uint32_t v);
-int  td_store_buf_put_u64(td_store_buf_t *b, uint64_t v);
-int  td_store_buf_put_str(td_store_buf_t *b, const void *s, size_t len);
-/* Start a frame of TYPE at B's end; td_store_frame_end fills its length. */
-int  td_store_frame_begin(td_store_buf_t *b, uint8_t type);
-void td_store_frame_end(td_store_buf_t *b, size_t start);
+int  td__store_buf_put(td_store_buf_t *b, const void *data, size_t len);
+int  td__store_buf_put_u32(td_store_buf_t *b, uint32_t v);
+int  td__store_buf_put_u64(td_store_buf_t *b, uint64_t v);
+int  td__store_buf_put_str(td_store_buf_t *b, const void *s, size_t len);
+/* Start a frame of TYPE at B's end; td__store_frame_end fills its length. */
+int  td__store_frame_begin(td_store_buf_t *b, uint8_t type);
+void td__store_frame_end(td_store_buf_t *b, size_t start);
 
-int  td_store_rd_u32(td_store_rd_t *r, uint32_t *v);
-int  td_store_rd_u64(td_store_rd_t *r, uint64_t *v);
-int  td_store_rd_str(td_store_rd_t *r, size_t max, const uint8_t **s,
+int  td__store_rd_u32(td_store_rd_t *r, uint32_t *v);
+int  td__store_rd_u64(td_store_rd_t *r, uint64_t *v);
+int  td__store_rd_str(td_store_rd_t *r, size_t max, const uint8_t **s,
                      size_t *len);
 
 /* Check a header against MAX (F1): 0 and *len_p set, or -1. */
-int td_store_frame_header(const uint8_t hdr[TD_STORE_HDR_LEN], size_t max,
+int td__store_frame_header(const uint8_t hdr[TD_STORE_HDR_LEN], size_t max,
                           uint32_t *len_p);
 
 /* Decode an admitted client's request of TYPE (F2). TD_ERR_PROTOCOL for a
  * malformed one, with a message naming the type and length. */
-td_status_t td_store_frame_request(uint8_t type, const uint8_t *p,
+td_status_t td__store_frame_request(uint8_t type, const uint8_t *p,
                                    size_t len, td_store_msg_t *m);
 
 /* Decode a server's reply of TYPE (F2). */
-td_status_t td_store_frame_reply(uint8_t type, const uint8_t *p, size_t len,
+td_status_t td__store_frame_reply(uint8_t type, const uint8_t *p, size_t len,
                                  td_store_msg_t *m);
 
 /* The I-th key of a decoded WAIT (I < m->nkeys). */
-void td_store_frame_wait_key(const td_store_msg_t *m, uint32_t i,
+void td__store_frame_wait_key(const td_store_msg_t *m, uint32_t i,
                              const uint8_t **key, size_t *klen);
 
 /* HMAC-SHA256(token, label | snonce | cnonce) into MAC. */
-void td_store_frame_mac(const char *token, const char *label,
+void td__store_frame_mac(const char *token, const char *label,
                         const uint8_t *snonce, const uint8_t *cnonce,
                         uint8_t *mac);
 

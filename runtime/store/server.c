@@ -2,7 +2,7 @@
  * polling every connection; frames are decoded by frame.c.
  *
  * Invariants:
- *  S1. Nothing is allocated for a frame before td_store_frame_header()
+ *  S1. Nothing is allocated for a frame before td__store_frame_header()
  *      accepted its header; until a client is admitted its frames are at
  *      most TD_STORE_PREAUTH_MAX bytes.
  *  S2. At most max_unauth connections are unadmitted at once (the oldest is
@@ -230,20 +230,20 @@ reply(td_store_server_t *s, conn_t *c, uint8_t type, const void *a,
         c->out_off = 0;
         start = c->out.len;
     }
-    rc = td_store_frame_begin(&c->out, type);
+    rc = td__store_frame_begin(&c->out, type);
     if (iv != NULL) {
-        rc = rc || td_store_buf_put_u64(&c->out, *iv);
+        rc = rc || td__store_buf_put_u64(&c->out, *iv);
     }
     if (a != NULL || a_is_str) {
-        rc = rc || (a_is_str ? td_store_buf_put_str(&c->out, a, alen)
-                             : td_store_buf_put(&c->out, a, alen));
+        rc = rc || (a_is_str ? td__store_buf_put_str(&c->out, a, alen)
+                             : td__store_buf_put(&c->out, a, alen));
     }
     if (rc != 0) {
         c->closing = true;
         c->out.len = start;
         return;
     }
-    td_store_frame_end(&c->out, start);
+    td__store_frame_end(&c->out, start);
 }
 
 /* An error reply {u64 td_status_t, message}; FATAL closes the connection
@@ -277,7 +277,7 @@ wait_check(td_store_server_t *s, conn_t *c, double now)
     for (i = 0; i < n; i++) {
         const uint8_t *k = NULL;
         size_t klen = 0;
-        td_store_rd_str(&r, TD_STORE_KEY_MAX, &k, &klen);   /* F2 */
+        td__store_rd_str(&r, TD_STORE_KEY_MAX, &k, &klen);   /* F2 */
         if (kv_find(s, k, klen) == NULL) {
             break;
         }
@@ -319,13 +319,13 @@ handle_auth(td_store_server_t *s, conn_t *c, uint8_t type, const uint8_t *p,
         return;
     }
     if (s->token != NULL) {
-        td_store_frame_mac(s->token, TD_STORE_LABEL_CLIENT, c->nonce, cnonce,
+        td__store_frame_mac(s->token, TD_STORE_LABEL_CLIENT, c->nonce, cnonce,
                            want);
         if (CRYPTO_memcmp(want, mac, TD_STORE_MAC_LEN) != 0) {
             reply_error(s, c, "store: job token rejected");
             return;
         }
-        td_store_frame_mac(s->token, TD_STORE_LABEL_SERVER, c->nonce, cnonce,
+        td__store_frame_mac(s->token, TD_STORE_LABEL_SERVER, c->nonce, cnonce,
                            mine);
     } else {
         memset(mine, 0, sizeof(mine));
@@ -383,7 +383,7 @@ handle_request(td_store_server_t *s, conn_t *c, uint8_t type, uint8_t *p,
     entry_t *e;
     uint64_t x;
 
-    if (td_store_frame_request(type, p, len, &m) != TD_OK) {
+    if (td__store_frame_request(type, p, len, &m) != TD_OK) {
         td_error_clear();
         reply_error(s, c, type >= TD_STORE_MSG_SET &&
                           type <= TD_STORE_MSG_NUMKEYS
@@ -487,7 +487,7 @@ conn_read(td_store_server_t *s, conn_t *c)
                 continue;
             }
             /* S1: check the header before allocating anything. */
-            if (td_store_frame_header(c->hdr, c->admitted
+            if (td__store_frame_header(c->hdr, c->admitted
                                       ? TD_STORE_FRAME_MAX
                                       : TD_STORE_PREAUTH_MAX, &len) != 0) {
                 reply_error(s, c, "store: bad frame header (version or "
@@ -632,13 +632,13 @@ server_accept(td_store_server_t *s)
         return;
     }
     start = c->out.len;
-    if (td_store_frame_begin(&c->out, TD_STORE_MSG_HELLO) ||
-        td_store_buf_put(&c->out, (uint8_t[]){ s->token != NULL }, 1) ||
-        td_store_buf_put(&c->out, c->nonce, TD_STORE_NONCE_LEN)) {
+    if (td__store_frame_begin(&c->out, TD_STORE_MSG_HELLO) ||
+        td__store_buf_put(&c->out, (uint8_t[]){ s->token != NULL }, 1) ||
+        td__store_buf_put(&c->out, c->nonce, TD_STORE_NONCE_LEN)) {
         conn_free(c);
         return;
     }
-    td_store_frame_end(&c->out, start);
+    td__store_frame_end(&c->out, start);
     s->conns[s->nconns++] = c;
     s->n_unauth++;
 }

@@ -122,13 +122,13 @@ apply_hook(td_tensor_hook_fn fn, void *arg, td_tensor_t **g)
 /* ---- leaf accumulation (I4) ------------------------------------------- */
 
 td_status_t
-td_leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g, int create_graph)
+td__leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g, int create_graph)
 {
     td_tensor_t *sum = NULL, *old = NULL;
     td_status_t status = TD_OK;
     int was;
 
-    if (!td_shape_equal(leaf, g) || leaf->dtype != g->dtype) {
+    if (!td__shape_equal(leaf, g) || leaf->dtype != g->dtype) {
         return td_error(TD_ERR_SHAPE, "AccumulateGrad: gradient %s %s does "
                         "not match leaf %s %s", td_dtype_name(g->dtype),
                         TD_SHAPE_STR(g), td_dtype_name(leaf->dtype),
@@ -158,7 +158,7 @@ td_leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g, int create_graph)
     } else {
         /* in place into the contiguous .grad buffer (a flat-buffer slice
          * stays where DDP and the optimizer expect it) */
-        td_kernels_get(leaf->device)->binary(
+        td__kernels_get(leaf->device)->binary(
             TD_BIN_ADD, leaf->dtype, td_tensor_data(leaf->grad),
             (td_operand_t){td_tensor_data(leaf->grad), leaf->grad->strides},
             (td_operand_t){td_tensor_data(g), g->strides}, g->shape, g->ndim);
@@ -566,7 +566,7 @@ run_node(task_t *task, entry_t *e)
         if (o->sink != NULL) {
             status = o->sink(o->sink_arg, leaf, e->buf[0]);
         } else {
-            status = td_leaf_accumulate(leaf, e->buf[0], o->create_graph);
+            status = td__leaf_accumulate(leaf, e->buf[0], o->create_graph);
         }
         td_tensor_release(leaf);
         return status;
@@ -657,7 +657,7 @@ root_gradient(td_tensor_t *root, td_tensor_t *grad, int i, td_tensor_t **g_p)
                                  root->device, g_p);
         return status == TD_OK ? td_tensor_fill_(*g_p, 1.0) : status;
     }
-    if (!td_shape_equal(root, grad) || root->dtype != grad->dtype) {
+    if (!td__shape_equal(root, grad) || root->dtype != grad->dtype) {
         return td_error(TD_ERR_SHAPE, "backward: gradient %d is %s %s but its "
                         "root is %s %s", i, td_dtype_name(grad->dtype),
                         TD_SHAPE_STR(grad), td_dtype_name(root->dtype),

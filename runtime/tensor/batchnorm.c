@@ -31,7 +31,7 @@ bn_backward_fused(td_node_t *node, td_tensor_t *x, td_tensor_t *w,
                   td_tensor_t *stats, int training, td_tensor_t *g,
                   td_tensor_t **gout)
 {
-    const td_kernels_t *k = td_kernels_get(x->device);
+    const td_kernels_t *k = td__kernels_get(x->device);
     int64_t n = x->shape[0], c = x->shape[1], cshape[1] = {c};
     const double *mean = td_tensor_data(stats), *invstd = mean + c;
     td_tensor_t *gc = NULL, *xc = NULL, *wc = NULL;
@@ -199,7 +199,7 @@ check_vec(const char *what, td_tensor_t *v, td_tensor_t *x, int contig)
 
 /* new = (1 - m) old + m v, in the buffer's dtype (also SyncBatchNorm's) */
 void
-td_bn_running_update(td_tensor_t *buf, const double *v, double m, int64_t c)
+td__bn_running_update(td_tensor_t *buf, const double *v, double m, int64_t c)
 {
     if (buf->dtype == TD_FLOAT32) {
         float *p = td_tensor_data(buf);
@@ -236,7 +236,7 @@ td_batch_norm(td_tensor_t *x, td_tensor_t *running_mean,
     td_op_state_t *st = NULL;
     int64_t n, c, sshape[2];
     double *mean, *invstd, *var = NULL;
-    td_status_t status = td_op_check_float("batch_norm", x);
+    td_status_t status = td__op_check_float("batch_norm", x);
 
     if (status != TD_OK) {
         return status;
@@ -301,7 +301,7 @@ td_batch_norm(td_tensor_t *x, td_tensor_t *running_mean,
     if (status != TD_OK) {
         goto err;
     }
-    k = td_kernels_get(x->device);
+    k = td__kernels_get(x->device);
     mean = td_tensor_data(stats);
     invstd = mean + c;
     if (training) {
@@ -315,11 +315,11 @@ td_batch_norm(td_tensor_t *x, td_tensor_t *running_mean,
             invstd[i] = 1.0 / sqrt(var[i] + eps);
         }
         if (running_mean != NULL) {
-            td_bn_running_update(running_mean, mean, momentum, c);
+            td__bn_running_update(running_mean, mean, momentum, c);
             for (int64_t i = 0; i < c; i++) {
                 var[i] *= (double)n / (double)(n - 1);
             }
-            td_bn_running_update(running_var, var, momentum, c);
+            td__bn_running_update(running_var, var, momentum, c);
         }
     } else {
         load_doubles(running_mean, mean, c);
@@ -331,8 +331,8 @@ td_batch_norm(td_tensor_t *x, td_tensor_t *running_mean,
     k->bn_apply(x->dtype, td_tensor_data(out), td_tensor_data(xc), n, c, mean,
                 invstd, wc ? td_tensor_data(wc) : NULL,
                 bc ? td_tensor_data(bc) : NULL);
-    if (td_op_needs_state(ins, 3)) {
-        st = td_op_state_new();
+    if (td__op_needs_state(ins, 3)) {
+        st = td__op_state_new();
         if (st == NULL) {
             status = td_error(TD_ERR_NO_MEMORY, "batch_norm: out of memory");
             goto err;
@@ -350,7 +350,7 @@ td_batch_norm(td_tensor_t *x, td_tensor_t *running_mean,
     td_tensor_release(wc);
     td_tensor_release(bc);
     td_tensor_release(stats);
-    return td_op_finish(&bn_ops, st, ins, 3, out, out_p);
+    return td__op_finish(&bn_ops, st, ins, 3, out, out_p);
 
 err:
     free(var);

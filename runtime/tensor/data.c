@@ -303,7 +303,7 @@ td_batcher_next(td_batcher_t *b, td_tensor_t **x, td_tensor_t **y)
         td_tensor_release(tx);
         return TD_ERR_NO_MEMORY;
     }
-    td_kernels_get(TD_CPU)->batch_u8(td_tensor_data(tx), td_tensor_data(ty),
+    td__kernels_get(TD_CPU)->batch_u8(td_tensor_data(tx), td_tensor_data(ty),
                                      im, lb, b->order + b->pos, m, b->row,
                                      b->scale, b->shift);
     b->pos += m;

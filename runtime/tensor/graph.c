@@ -1,6 +1,6 @@
 /* runtime/tensor/graph.c: recording the autograd graph: grad mode, node
  * creation, the leaves' accumulate nodes and gradient edges, recording an
- * op's node (td_autograd_record) and saved tensors. What the views and
+ * op's node (td__autograd_record) and saved tensors. What the views and
  * the ops need; below them. Running the graph backward (hooks, leaf
  * accumulation, the engine) is autograd.c's, above the ops it calls to sum
  * gradients. The invariants (I1-I8) are listed in include/todist/autograd.h. */
@@ -156,7 +156,7 @@ td_tensor_set_grad_fn(td_tensor_t *t, td_node_t *node, uint32_t input_nr)
 }
 
 int
-td_any_requires_grad(td_tensor_t *const *ts, int n)
+td__any_requires_grad(td_tensor_t *const *ts, int n)
 {
     for (int i = 0; i < n; i++) {
         if (ts[i] != NULL && td_tensor_requires_grad(ts[i])) {
@@ -167,14 +167,14 @@ td_any_requires_grad(td_tensor_t *const *ts, int n)
 }
 
 td_status_t
-td_autograd_record(const td_node_ops_t *ops, void *state,
+td__autograd_record(const td_node_ops_t *ops, void *state,
                    td_tensor_t *const *inputs, int n_inputs, td_tensor_t *out)
 {
     td_edge_t edges[16], *e = edges;
     td_node_t *node;
     td_status_t status;
 
-    if (!td_grad_enabled() || !td_any_requires_grad(inputs, n_inputs) ||
+    if (!td_grad_enabled() || !td__any_requires_grad(inputs, n_inputs) ||
         !td_dtype_is_float(out->dtype)) {
         if (ops->destroy != NULL) {
             ops->destroy(state);

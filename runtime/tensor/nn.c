@@ -34,7 +34,7 @@ slice_params(td_mlp_t *m, td_tensor_t *flat, td_tensor_t **out, int leaves)
         int64_t str[2][2] = {{m->sizes[l], 1}, {1, 0}};
         for (int k = 0; k < 2; k++) {
             td_tensor_t *v;
-            status = td_tensor_new_view(flat, shp[k], str[k], k == 0 ? 2 : 1,
+            status = td__tensor_new_view(flat, shp[k], str[k], k == 0 ? 2 : 1,
                                         flat->offset + off, &v);
             if (status != TD_OK) {
                 return status;
@@ -162,7 +162,7 @@ td_status_t
 td_mlp_set_params(td_mlp_t *m, td_tensor_t *const *params)
 {
     for (int i = 0; i < 2 * m->n_layers; i++) {
-        if (!td_shape_equal(params[i], m->params[i]) ||
+        if (!td__shape_equal(params[i], m->params[i]) ||
             params[i]->dtype != m->dtype) {
             return td_error(TD_ERR_SHAPE, "mlp: parameter %d is %s, expected "
                             "%s", i, TD_SHAPE_STR(params[i]),

@@ -88,7 +88,7 @@ td_node_next(const td_node_t *node, int i)
 /* The leaf owns its accumulate node; the node points back weakly and the
  * leaf clears that pointer here when it dies (I4). */
 void
-td_autograd_leaf_dying(td_tensor_t *t)
+td__autograd_leaf_dying(td_tensor_t *t)
 {
     td_node_t *acc = t->grad_acc;
 

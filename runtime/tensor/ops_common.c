@@ -11,7 +11,7 @@
 #include "todist/device.h"
 
 void
-td_op_release_saved(td_node_t *node)
+td__op_release_saved(td_node_t *node)
 {
     td_op_state_t *st = td_node_state(node);
 
@@ -21,7 +21,7 @@ td_op_release_saved(td_node_t *node)
 }
 
 void
-td_op_destroy(void *p)
+td__op_destroy(void *p)
 {
     td_op_state_t *st = p;
 
@@ -32,26 +32,26 @@ td_op_destroy(void *p)
 }
 
 int
-td_op_needs_state(td_tensor_t *const *ins, int n)
+td__op_needs_state(td_tensor_t *const *ins, int n)
 {
-    return td_grad_enabled() && td_any_requires_grad(ins, n);
+    return td_grad_enabled() && td__any_requires_grad(ins, n);
 }
 
 td_op_state_t *
-td_op_state_new(void)
+td__op_state_new(void)
 {
     return calloc(1, sizeof(td_op_state_t));
 }
 
 td_status_t
-td_op_finish(const td_node_ops_t *ops, td_op_state_t *st,
+td__op_finish(const td_node_ops_t *ops, td_op_state_t *st,
              td_tensor_t *const *ins, int n, td_tensor_t *out,
              td_tensor_t **out_p)
 {
     td_status_t status;
 
     if (st != NULL) {
-        status = td_autograd_record(ops, st, ins, n, out);
+        status = td__autograd_record(ops, st, ins, n, out);
         if (status != TD_OK) {
             td_tensor_release(out);
             return status;
@@ -62,7 +62,7 @@ td_op_finish(const td_node_ops_t *ops, td_op_state_t *st,
 }
 
 td_status_t
-td_op_check_float(const char *op, td_tensor_t *a)
+td__op_check_float(const char *op, td_tensor_t *a)
 {
     if (!td_dtype_is_float(a->dtype)) {
         return td_error(TD_ERR_DTYPE, "%s: dtype %s is not float32/float64 "
@@ -73,9 +73,9 @@ td_op_check_float(const char *op, td_tensor_t *a)
 }
 
 td_status_t
-td_op_check_pair(const char *op, td_tensor_t *a, td_tensor_t *b)
+td__op_check_pair(const char *op, td_tensor_t *a, td_tensor_t *b)
 {
-    td_status_t status = td_op_check_float(op, a);
+    td_status_t status = td__op_check_float(op, a);
 
     if (status != TD_OK) {
         return status;
@@ -96,7 +96,7 @@ td_op_check_pair(const char *op, td_tensor_t *a, td_tensor_t *b)
 }
 
 td_status_t
-td_op_broadcast_shape(const char *op, td_tensor_t *a, td_tensor_t *b,
+td__op_broadcast_shape(const char *op, td_tensor_t *a, td_tensor_t *b,
                       int64_t *shape, int *ndim_p, int64_t *sa, int64_t *sb)
 {
     int nd = a->ndim > b->ndim ? a->ndim : b->ndim;

@@ -26,9 +26,9 @@ binary(const td_node_ops_t *ops, int save_inputs, td_binary_op_t bop,
     int nd;
     td_status_t status;
 
-    status = td_op_check_pair(bin_names[bop], a, b);
+    status = td__op_check_pair(bin_names[bop], a, b);
     if (status == TD_OK) {
-        status = td_op_broadcast_shape(bin_names[bop], a, b, shape, &nd, sa,
+        status = td__op_broadcast_shape(bin_names[bop], a, b, shape, &nd, sa,
                                        sb);
     }
     if (status == TD_OK) {
@@ -37,12 +37,12 @@ binary(const td_node_ops_t *ops, int save_inputs, td_binary_op_t bop,
     if (status != TD_OK) {
         return status;
     }
-    td_kernels_get(a->device)->binary(bop, a->dtype, td_tensor_data(out),
+    td__kernels_get(a->device)->binary(bop, a->dtype, td_tensor_data(out),
                                       (td_operand_t){td_tensor_data(a), sa},
                                       (td_operand_t){td_tensor_data(b), sb},
                                       shape, nd);
-    if (td_op_needs_state(ins, 2)) {
-        st = td_op_state_new();
+    if (td__op_needs_state(ins, 2)) {
+        st = td__op_state_new();
         if (st == NULL) {
             td_tensor_release(out);
             return td_error(TD_ERR_NO_MEMORY, "%s: out of memory",
@@ -57,7 +57,7 @@ binary(const td_node_ops_t *ops, int save_inputs, td_binary_op_t bop,
             td_saved_init(&st->sv[1], b);
         }
     }
-    return td_op_finish(ops, st, ins, 2, out, out_p);
+    return td__op_finish(ops, st, ins, 2, out, out_p);
 }
 
 /* d(a+b) = g, g (each summed back to its operand's shape) */
@@ -68,8 +68,8 @@ add_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
     td_tensor_t *g = gin[0];
     td_status_t status;
 
-    TD_OP_TRY(td_sum_to(g, st->shape_a, st->ndim_a, &gout[0]));
-    TD_OP_TRY(td_sum_to(g, st->shape_b, st->ndim_b, &gout[1]));
+    TD_OP_TRY(td__sum_to(g, st->shape_a, st->ndim_a, &gout[0]));
+    TD_OP_TRY(td__sum_to(g, st->shape_b, st->ndim_b, &gout[1]));
 out:
     return td_op_backward_done(status, node, gout);
 }
@@ -90,9 +90,9 @@ sub_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
     td_tensor_t *g = gin[0], *t1 = NULL;
     td_status_t status;
 
-    TD_OP_TRY(td_sum_to(g, st->shape_a, st->ndim_a, &gout[0]));
+    TD_OP_TRY(td__sum_to(g, st->shape_a, st->ndim_a, &gout[0]));
     TD_OP_TRY(td_neg(g, &t1));
-    TD_OP_TRY(td_sum_to(t1, st->shape_b, st->ndim_b, &gout[1]));
+    TD_OP_TRY(td__sum_to(t1, st->shape_b, st->ndim_b, &gout[1]));
 out:
     td_tensor_release(t1);
     return td_op_backward_done(status, node, gout);
@@ -118,11 +118,11 @@ mul_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
     TD_OP_TRY(td_saved_unpack(&st->sv[1], node, &b));
     if (node->next[0].node != NULL) {
         TD_OP_TRY(td_mul(g, b, &t1));
-        TD_OP_TRY(td_sum_to(t1, st->shape_a, st->ndim_a, &gout[0]));
+        TD_OP_TRY(td__sum_to(t1, st->shape_a, st->ndim_a, &gout[0]));
     }
     if (node->next[1].node != NULL) {
         TD_OP_TRY(td_mul(g, a, &t2));
-        TD_OP_TRY(td_sum_to(t2, st->shape_b, st->ndim_b, &gout[1]));
+        TD_OP_TRY(td__sum_to(t2, st->shape_b, st->ndim_b, &gout[1]));
     }
 out:
     td_tensor_release(t1);
@@ -150,12 +150,12 @@ div_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
     TD_OP_TRY(td_saved_unpack(&st->sv[0], node, &a));
     TD_OP_TRY(td_saved_unpack(&st->sv[1], node, &b));
     TD_OP_TRY(td_div(g, b, &t1));
-    TD_OP_TRY(td_sum_to(t1, st->shape_a, st->ndim_a, &gout[0]));
+    TD_OP_TRY(td__sum_to(t1, st->shape_a, st->ndim_a, &gout[0]));
     if (node->next[1].node != NULL) {
         TD_OP_TRY(td_div(a, b, &t2));
         TD_OP_TRY(td_mul(t1, t2, &t3));
         TD_OP_TRY(td_neg(t3, &t4));
-        TD_OP_TRY(td_sum_to(t4, st->shape_b, st->ndim_b, &gout[1]));
+        TD_OP_TRY(td__sum_to(t4, st->shape_b, st->ndim_b, &gout[1]));
     }
 out:
     td_tensor_release(t1);
@@ -183,7 +183,7 @@ unary(const td_node_ops_t *ops, int save_input, td_unary_op_t uop,
 {
     td_tensor_t *out;
     td_op_state_t *st = NULL;
-    td_status_t status = td_op_check_float(name, a);
+    td_status_t status = td__op_check_float(name, a);
 
     if (status == TD_OK) {
         status = td_tensor_empty(a->shape, a->ndim, a->dtype, a->device, &out);
@@ -191,11 +191,11 @@ unary(const td_node_ops_t *ops, int save_input, td_unary_op_t uop,
     if (status != TD_OK) {
         return status;
     }
-    td_kernels_get(a->device)->unary(uop, a->dtype, td_tensor_data(out),
+    td__kernels_get(a->device)->unary(uop, a->dtype, td_tensor_data(out),
                                      (td_operand_t){td_tensor_data(a), a->strides},
                                      c, a->shape, a->ndim);
-    if (ops != NULL && td_op_needs_state(&a, 1)) {
-        st = td_op_state_new();
+    if (ops != NULL && td__op_needs_state(&a, 1)) {
+        st = td__op_state_new();
         if (st == NULL) {
             td_tensor_release(out);
             return td_error(TD_ERR_NO_MEMORY, "%s: out of memory", name);
@@ -205,7 +205,7 @@ unary(const td_node_ops_t *ops, int save_input, td_unary_op_t uop,
             td_saved_init(&st->sv[0], a);
         }
     }
-    return td_op_finish(ops, st, &a, 1, out, out_p);
+    return td__op_finish(ops, st, &a, 1, out, out_p);
 }
 
 /* g * F(a), F one of the ops (so the product stays differentiable) */
@@ -468,7 +468,7 @@ relu_mask(td_tensor_t *g, td_tensor_t *x, td_tensor_t **out)
                                          x->device, out);
 
     if (status == TD_OK) {
-        td_kernels_get(x->device)->binary(
+        td__kernels_get(x->device)->binary(
             TD_BIN_RELU_MASK, x->dtype, td_tensor_data(*out),
             (td_operand_t){td_tensor_data(g), g->strides},
             (td_operand_t){td_tensor_data(x), x->strides}, x->shape, x->ndim);

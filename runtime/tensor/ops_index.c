@@ -25,7 +25,7 @@ check_index(const char *op, td_tensor_t *index, int64_t limit)
                         TD_SHAPE_STR(index));
     }
     ix = td_tensor_data(index);
-    bad = td_kernels_get(index->device)->index_check(ix, n, limit);
+    bad = td__kernels_get(index->device)->index_check(ix, n, limit);
     if (bad >= 0) {
         return td_error(TD_ERR_RANGE, "%s: index[%lld]=%lld is outside "
                         "[0, %lld)", op, (long long)bad, (long long)ix[bad],
@@ -94,12 +94,12 @@ td_index_select(td_tensor_t *a, int dim, td_tensor_t *index,
         td_tensor_release(ac);
         return status;
     }
-    td_kernels_get(a->device)->index_select(a->dtype, td_tensor_data(out),
+    td__kernels_get(a->device)->index_select(a->dtype, td_tensor_data(out),
                                             td_tensor_data(ac), ix, nidx,
                                             outer, amid, inner);
     td_tensor_release(ac);
-    if (td_op_needs_state(&a, 1)) {
-        st = td_op_state_new();
+    if (td__op_needs_state(&a, 1)) {
+        st = td__op_state_new();
         if (st == NULL) {
             td_tensor_release(out);
             return td_error(TD_ERR_NO_MEMORY, "index_select: out of memory");
@@ -109,7 +109,7 @@ td_index_select(td_tensor_t *a, int dim, td_tensor_t *index,
         memcpy(st->shape_a, a->shape, sizeof(st->shape_a));
         td_saved_init(&st->sv[0], index);
     }
-    return td_op_finish(&index_select_ops, st, &a, 1, out, out_p);
+    return td__op_finish(&index_select_ops, st, &a, 1, out, out_p);
 }
 
 /* d index_add = g read back at the indexed rows (index_select) */
@@ -138,7 +138,7 @@ td_index_add_new(const int64_t *shape, int ndim, int dim, td_tensor_t *index,
     const int64_t *ix;
     td_tensor_t *ac, *out;
     td_op_state_t *st = NULL;
-    td_status_t status = td_op_check_float("index_add", src);
+    td_status_t status = td__op_check_float("index_add", src);
 
     if (status != TD_OK) {
         return status;
@@ -151,13 +151,13 @@ td_index_add_new(const int64_t *shape, int ndim, int dim, td_tensor_t *index,
         return td_error(TD_ERR_SHAPE, "index_add: source %s, index of %lld, "
                         "dim %d into %s", TD_SHAPE_STR(src),
                         (long long)td_tensor_numel(index), dim,
-                        td_shape_str(shape, ndim, (char[96]){0}, 96));
+                        td__shape_str(shape, ndim, (char[96]){0}, 96));
     }
     for (int d = 0; d < ndim; d++) {
         if (d != dim && shape[d] != src->shape[d]) {
             return td_error(TD_ERR_SHAPE, "index_add: source %s does not fit "
                             "%s outside dim %d", TD_SHAPE_STR(src),
-                            td_shape_str(shape, ndim, (char[96]){0}, 96), dim);
+                            td__shape_str(shape, ndim, (char[96]){0}, 96), dim);
         }
     }
     status = check_index("index_add", index, shape[dim]);
@@ -177,12 +177,12 @@ td_index_add_new(const int64_t *shape, int ndim, int dim, td_tensor_t *index,
         td_tensor_release(ac);
         return status;
     }
-    td_kernels_get(src->device)->index_add(src->dtype, td_tensor_data(out),
+    td__kernels_get(src->device)->index_add(src->dtype, td_tensor_data(out),
                                            td_tensor_data(ac), ix, nidx,
                                            outer, omid, inner);
     td_tensor_release(ac);
-    if (td_op_needs_state(&src, 1)) {
-        st = td_op_state_new();
+    if (td__op_needs_state(&src, 1)) {
+        st = td__op_state_new();
         if (st == NULL) {
             td_tensor_release(out);
             return td_error(TD_ERR_NO_MEMORY, "index_add: out of memory");
@@ -190,7 +190,7 @@ td_index_add_new(const int64_t *shape, int ndim, int dim, td_tensor_t *index,
         st->dim = dim;
         td_saved_init(&st->sv[0], index);
     }
-    return td_op_finish(&index_add_ops, st, &src, 1, out, out_p);
+    return td__op_finish(&index_add_ops, st, &src, 1, out, out_p);
 }
 
 /* gather and scatter-add are each other's backward */
@@ -236,7 +236,7 @@ gather_scatter(td_tensor_t *a, int dim, td_tensor_t *index, int64_t size,
     td_tensor_t *ac, *out;
     td_op_state_t *st = NULL;
     int nd = 0;
-    td_status_t status = td_op_check_float(name, a);
+    td_status_t status = td__op_check_float(name, a);
 
     if (status != TD_OK) {
         return status;
@@ -246,7 +246,7 @@ gather_scatter(td_tensor_t *a, int dim, td_tensor_t *index, int64_t size,
         if (dim < 0) {
             dim += a->ndim + 1;
         }
-        if (dim < 0 || dim > a->ndim || !td_shape_equal(a, index)) {
+        if (dim < 0 || dim > a->ndim || !td__shape_equal(a, index)) {
             return td_error(TD_ERR_SHAPE, "scatter: source %s, index %s, dim %d",
                             TD_SHAPE_STR(a), TD_SHAPE_STR(index), dim);
         }
@@ -289,17 +289,17 @@ gather_scatter(td_tensor_t *a, int dim, td_tensor_t *index, int64_t size,
         return status;
     }
     if (scatter) {
-        td_kernels_get(a->device)->scatter_add(a->dtype, td_tensor_data(out),
+        td__kernels_get(a->device)->scatter_add(a->dtype, td_tensor_data(out),
                                                td_tensor_data(ac), ix, outer,
                                                mid, inner);
     } else {
-        td_kernels_get(a->device)->gather(a->dtype, td_tensor_data(out),
+        td__kernels_get(a->device)->gather(a->dtype, td_tensor_data(out),
                                           td_tensor_data(ac), ix, outer, mid,
                                           inner);
     }
     td_tensor_release(ac);
-    if (td_op_needs_state(&a, 1)) {
-        st = td_op_state_new();
+    if (td__op_needs_state(&a, 1)) {
+        st = td__op_state_new();
         if (st == NULL) {
             td_tensor_release(out);
             return td_error(TD_ERR_NO_MEMORY, "%s: out of memory", name);
@@ -308,7 +308,7 @@ gather_scatter(td_tensor_t *a, int dim, td_tensor_t *index, int64_t size,
         st->c = (double)mid;
         td_saved_init(&st->sv[0], index);
     }
-    return td_op_finish(scatter ? &scatter_ops : &gather_ops, st, &a, 1, out,
+    return td__op_finish(scatter ? &scatter_ops : &gather_ops, st, &a, 1, out,
                         out_p);
 bad:
     return td_error(TD_ERR_SHAPE, "gather: index %s does not match %s without "

@@ -11,7 +11,7 @@
  *  2. A forward calls one kernel of the device's table per output, never a
  *     loop over elements.
  *  3. An op records a node only when grad mode is on and an input requires
- *     grad (td_op_needs_state); the no-grad path allocates no state.
+ *     grad (td__op_needs_state); the no-grad path allocates no state.
  * Thread-safe as the ops are: no shared mutable state. */
 #ifndef TD_RUNTIME_TENSOR_OPS_INTERNAL_H
 #define TD_RUNTIME_TENSOR_OPS_INTERNAL_H
@@ -29,33 +29,33 @@ typedef struct {
     uint32_t   mask;        /* reduced dims */
 } td_op_state_t;
 
-void td_op_release_saved(td_node_t *node);
-void td_op_destroy(void *state);
+void td__op_release_saved(td_node_t *node);
+void td__op_destroy(void *state);
 /* node ops of an op named NAME (e.g. "MulBackward") with BACKWARD */
 #define TD_OP_NODE(name, backward) \
-    {name, backward, td_op_release_saved, td_op_destroy}
+    {name, backward, td__op_release_saved, td__op_destroy}
 
 /* grad mode on and one of INS requires grad: the op must record a node */
-int td_op_needs_state(td_tensor_t *const *ins, int n);
+int td__op_needs_state(td_tensor_t *const *ins, int n);
 /* a zeroed state, or NULL when out of memory */
-td_op_state_t *td_op_state_new(void);
+td_op_state_t *td__op_state_new(void);
 /* Record ST (may be NULL: nothing to record) for OUT and set *OUT_P;
  * takes ST; releases OUT on failure. */
-td_status_t td_op_finish(const td_node_ops_t *ops, td_op_state_t *st,
+td_status_t td__op_finish(const td_node_ops_t *ops, td_op_state_t *st,
                          td_tensor_t *const *ins, int n, td_tensor_t *out,
                          td_tensor_t **out_p);
 
-td_status_t td_op_check_float(const char *op, td_tensor_t *a);
+td_status_t td__op_check_float(const char *op, td_tensor_t *a);
 
 /* Batch norm's running statistics: BUF[i] = (1 - M) BUF[i] + M V[i] for
  * C channels, in BUF's dtype (batchnorm.c; SyncBatchNorm uses it too). */
-void td_bn_running_update(td_tensor_t *buf, const double *v, double m,
+void td__bn_running_update(td_tensor_t *buf, const double *v, double m,
                           int64_t c);
 /* both float, one dtype, one device */
-td_status_t td_op_check_pair(const char *op, td_tensor_t *a, td_tensor_t *b);
+td_status_t td__op_check_pair(const char *op, td_tensor_t *a, td_tensor_t *b);
 /* Broadcast A and B (numpy rules): SHAPE[*NDIM_P] and each operand's
  * strides over it (0 along broadcast dims). */
-td_status_t td_op_broadcast_shape(const char *op, td_tensor_t *a,
+td_status_t td__op_broadcast_shape(const char *op, td_tensor_t *a,
                                   td_tensor_t *b, int64_t *shape,
                                   int *ndim_p, int64_t *sa, int64_t *sb);
 

@@ -72,7 +72,7 @@ td_mse_loss(td_tensor_t *a, td_tensor_t *b, td_reduction_t reduction,
     td_tensor_t *d, *sq;
     td_status_t status;
 
-    if (!td_shape_equal(a, b)) {
+    if (!td__shape_equal(a, b)) {
         return td_error(TD_ERR_SHAPE, "mse_loss: input %s and target %s "
                         "differ", TD_SHAPE_STR(a), TD_SHAPE_STR(b));
     }

@@ -40,7 +40,7 @@ matmul_raw(td_tensor_t *a, td_tensor_t *b, td_tensor_t **out_p)
     int64_t m = a->shape[a->ndim - 2], k = a->shape[a->ndim - 1];
     int64_t n = b->shape[b->ndim - 1], lda, ldb, nbatch = 1;
     td_tensor_t *ac = NULL, *bc = NULL, *out = NULL;
-    const td_kernels_t *kern = td_kernels_get(a->device);
+    const td_kernels_t *kern = td__kernels_get(a->device);
     size_t es = td_dtype_size(a->dtype);
     int ta, tb, nd, bnd;
     td_status_t status;
@@ -70,7 +70,7 @@ matmul_raw(td_tensor_t *a, td_tensor_t *b, td_tensor_t **out_p)
         td_tensor_t ha = *a, hb = *b;
         ha.ndim = a->ndim - 2;
         hb.ndim = b->ndim - 2;
-        status = td_op_broadcast_shape("matmul", &ha, &hb, shape, &bnd, sa, sb);
+        status = td__op_broadcast_shape("matmul", &ha, &hb, shape, &bnd, sa, sb);
         if (status != TD_OK) {
             goto out;
         }
@@ -100,10 +100,16 @@ matmul_raw(td_tensor_t *a, td_tensor_t *b, td_tensor_t **out_p)
             oa += idx * sa[d];
             ob += idx * sb[d];
         }
-        kern->gemm(a->dtype, ta, tb, m, n, k, 1.0,
-                   (char *)td_tensor_data(a) + oa * (int64_t)es, lda,
-                   (char *)td_tensor_data(b) + ob * (int64_t)es, ldb, 0.0,
-                   (char *)td_tensor_data(out) + bi * m * n * (int64_t)es, n);
+        status = kern->gemm(a->dtype, ta, tb, m, n, k, 1.0,
+                            (char *)td_tensor_data(a) + oa * (int64_t)es,
+                            lda,
+                            (char *)td_tensor_data(b) + ob * (int64_t)es,
+                            ldb, 0.0,
+                            (char *)td_tensor_data(out) +
+                                bi * m * n * (int64_t)es, n);
+        if (status != TD_OK) {
+            goto out;
+        }
     }
 done:
     *out_p = out;
@@ -129,12 +135,12 @@ matmul_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
     if (td__autograd_output_needed(node, 0)) {
         TD_OP_TRY(td_tensor_transpose(b, -1, -2, &t1));
         TD_OP_TRY(td_matmul(g, t1, &t2));
-        TD_OP_TRY(td_sum_to(t2, a->shape, a->ndim, &gout[0]));
+        TD_OP_TRY(td__sum_to(t2, a->shape, a->ndim, &gout[0]));
     }
     if (td__autograd_output_needed(node, 1)) {
         TD_OP_TRY(td_tensor_transpose(a, -1, -2, &t3));
         TD_OP_TRY(td_matmul(t3, g, &t4));
-        TD_OP_TRY(td_sum_to(t4, b->shape, b->ndim, &gout[1]));
+        TD_OP_TRY(td__sum_to(t4, b->shape, b->ndim, &gout[1]));
     }
 out:
     td_tensor_release(t1);
@@ -152,7 +158,7 @@ td_matmul(td_tensor_t *a, td_tensor_t *b, td_tensor_t **out_p)
 {
     td_tensor_t *ins[2] = {a, b}, *a2 = NULL, *b2 = NULL, *r = NULL, *out;
     td_op_state_t *st = NULL;
-    td_status_t status = td_op_check_pair("matmul", a, b);
+    td_status_t status = td__op_check_pair("matmul", a, b);
 
     if (status != TD_OK) {
         return status;
@@ -195,8 +201,8 @@ td_matmul(td_tensor_t *a, td_tensor_t *b, td_tensor_t **out_p)
     if (status != TD_OK) {
         return status;
     }
-    if (td_op_needs_state(ins, 2)) {
-        st = td_op_state_new();
+    if (td__op_needs_state(ins, 2)) {
+        st = td__op_state_new();
         if (st == NULL) {
             td_tensor_release(out);
             return td_error(TD_ERR_NO_MEMORY, "matmul: out of memory");
@@ -204,7 +210,7 @@ td_matmul(td_tensor_t *a, td_tensor_t *b, td_tensor_t **out_p)
         td_saved_init(&st->sv[0], a);
         td_saved_init(&st->sv[1], b);
     }
-    return td_op_finish(&matmul_ops, st, ins, 2, out, out_p);
+    return td__op_finish(&matmul_ops, st, ins, 2, out, out_p);
 }
 
 /* gx = g W, gW = g^T x, gb = sum over rows of g */
@@ -245,10 +251,10 @@ td_linear(td_tensor_t *x, td_tensor_t *w, td_tensor_t *bias,
     int64_t shape[TD_MAX_DIMS], n_rows, in, nout, ldw;
     td_op_state_t *st = NULL;
     int tw;
-    td_status_t status = td_op_check_pair("linear", x, w);
+    td_status_t status = td__op_check_pair("linear", x, w);
 
     if (status == TD_OK && bias != NULL) {
-        status = td_op_check_pair("linear", x, bias);
+        status = td__op_check_pair("linear", x, bias);
     }
     if (status != TD_OK) {
         return status;
@@ -290,7 +296,7 @@ td_linear(td_tensor_t *x, td_tensor_t *w, td_tensor_t *bias,
         td_tensor_release(x2);
         return status;
     }
-    kern = td_kernels_get(x->device);
+    kern = td__kernels_get(x->device);
     if (bias != NULL) {
         /* out = bias broadcast over rows, then gemm with beta = 1 */
         int64_t bst[2] = {0, bias->strides[0]};
@@ -316,16 +322,23 @@ td_linear(td_tensor_t *x, td_tensor_t *w, td_tensor_t *bias,
     if (n_rows * nout > 0) {
         if (in > 0) {
             /* out[N, out] (+)= x[N, in] * w[out, in]^T: w read transposed */
-            kern->gemm(x->dtype, 0, !tw, n_rows, nout, in, 1.0,
-                       td_tensor_data(x2), in > 0 ? in : 1, td_tensor_data(w),
-                       ldw, bias != NULL ? 1.0 : 0.0, td_tensor_data(out), nout);
+            status = kern->gemm(x->dtype, 0, !tw, n_rows, nout, in, 1.0,
+                                td_tensor_data(x2), in > 0 ? in : 1,
+                                td_tensor_data(w), ldw,
+                                bias != NULL ? 1.0 : 0.0,
+                                td_tensor_data(out), nout);
+            if (status != TD_OK) {
+                td_tensor_release(x2);
+                td_tensor_release(out);
+                return status;
+            }
         } else if (bias == NULL) {
             td_tensor_zero_(out);
         }
     }
     td_tensor_release(x2);
-    if (td_op_needs_state(ins, 3)) {
-        st = td_op_state_new();
+    if (td__op_needs_state(ins, 3)) {
+        st = td__op_state_new();
         if (st == NULL) {
             td_tensor_release(out);
             return td_error(TD_ERR_NO_MEMORY, "linear: out of memory");
@@ -333,7 +346,7 @@ td_linear(td_tensor_t *x, td_tensor_t *w, td_tensor_t *bias,
         td_saved_init(&st->sv[0], x);
         td_saved_init(&st->sv[1], w);
     }
-    return td_op_finish(&linear_ops, st, ins, 3, out, out_p);
+    return td__op_finish(&linear_ops, st, ins, 3, out, out_p);
 }
 
 /* ---- softmax ---------------------------------------------------------- */
@@ -355,7 +368,7 @@ softmax_raw(td_tensor_t *a, int dim, int log_out, td_tensor_t **out_p)
         return status;
     }
     td_op_around(a->shape, a->ndim, dim, &outer, &inner);
-    td_kernels_get(a->device)->softmax(a->dtype, log_out, td_tensor_data(out),
+    td__kernels_get(a->device)->softmax(a->dtype, log_out, td_tensor_data(out),
                                        td_tensor_data(xc), outer,
                                        a->shape[dim], inner);
     td_tensor_release(xc);
@@ -380,7 +393,7 @@ softmax_backward_fused(td_tensor_t *x, td_tensor_t *g, int dim, int log_out,
     }
     if (status == TD_OK) {
         td_op_around(x->shape, x->ndim, dim, &outer, &inner);
-        td_kernels_get(x->device)->softmax_backward(
+        td__kernels_get(x->device)->softmax_backward(
             x->dtype, log_out, td_tensor_data(out), td_tensor_data(y),
             td_tensor_data(gc), outer, x->shape[dim], inner);
         *out_p = out;
@@ -455,7 +468,7 @@ softmax_impl(td_tensor_t *a, int dim, int log_out, td_tensor_t **out_p)
     const char *name = log_out ? "log_softmax" : "softmax";
     td_tensor_t *out;
     td_op_state_t *st = NULL;
-    td_status_t status = td_op_check_float(name, a);
+    td_status_t status = td__op_check_float(name, a);
 
     if (status != TD_OK) {
         return status;
@@ -474,8 +487,8 @@ softmax_impl(td_tensor_t *a, int dim, int log_out, td_tensor_t **out_p)
     if (status != TD_OK) {
         return status;
     }
-    if (td_op_needs_state(&a, 1)) {
-        st = td_op_state_new();
+    if (td__op_needs_state(&a, 1)) {
+        st = td__op_state_new();
         if (st == NULL) {
             td_tensor_release(out);
             return td_error(TD_ERR_NO_MEMORY, "%s: out of memory", name);
@@ -483,7 +496,7 @@ softmax_impl(td_tensor_t *a, int dim, int log_out, td_tensor_t **out_p)
         st->dim = dim;
         td_saved_init(&st->sv[0], a);
     }
-    return td_op_finish(log_out ? &log_softmax_ops : &softmax_ops, st, &a, 1,
+    return td__op_finish(log_out ? &log_softmax_ops : &softmax_ops, st, &a, 1,
                         out, out_p);
 }
 
@@ -559,7 +572,7 @@ td_embedding_bag(td_tensor_t *weight, td_tensor_t *indices,
     }
     /* bag[j] = the bag of index j; scale[j] = 1 / |bag| for mean, in
      * double, converted once */
-    bad = td_kernels_get(TD_CPU)->bag_plan(off, nb, n, mode == TD_BAG_MEAN,
+    bad = td__kernels_get(TD_CPU)->bag_plan(off, nb, n, mode == TD_BAG_MEAN,
                                            td_tensor_data(bag),
                                            td_tensor_data(scale64));
     if (bad >= 0) {
@@ -607,7 +620,7 @@ td_dropout(td_tensor_t *a, double p, int training, uint64_t seed,
         *out = td_tensor_retain(a);
         return TD_OK;
     }
-    status = td_op_check_float("dropout", a);
+    status = td__op_check_float("dropout", a);
     if (status == TD_OK) {
         status = td_tensor_empty(a->shape, a->ndim, a->dtype, a->device, &mask);
     }
@@ -616,7 +629,7 @@ td_dropout(td_tensor_t *a, double p, int training, uint64_t seed,
     }
     /* mask = (u >= p) / (1 - p), u the uniform stream of SEED: the mask
      * depends on (seed, i) only, on every device */
-    td_kernels_get(a->device)->dropout_mask(a->dtype, td_tensor_data(mask),
+    td__kernels_get(a->device)->dropout_mask(a->dtype, td_tensor_data(mask),
                                             td_tensor_numel(mask), p, seed);
     status = td_mul(a, mask, out);
     td_tensor_release(mask);

@@ -51,7 +51,7 @@ sum_mask_raw(td_tensor_t *a, uint32_t mask, td_tensor_t **out_p)
             return status;
         }
         if (outer * inner > 0) {
-            td_kernels_get(cur->device)->sum_mid(cur->dtype, td_tensor_data(next),
+            td__kernels_get(cur->device)->sum_mid(cur->dtype, td_tensor_data(next),
                                                  td_tensor_data(cur), outer,
                                                  cur->shape[d], inner);
         }
@@ -98,7 +98,7 @@ sum_impl(td_tensor_t *a, uint32_t mask, int keepdim, double scale,
     td_tensor_t *r, *out;
     td_op_state_t *st = NULL;
     int nd = 0;
-    td_status_t status = td_op_check_float("sum", a);
+    td_status_t status = td__op_check_float("sum", a);
 
     if (status == TD_OK) {
         status = sum_mask_raw(a, mask, &r);
@@ -118,7 +118,7 @@ sum_impl(td_tensor_t *a, uint32_t mask, int keepdim, double scale,
         r = c;
     }
     if (scale != 1.0) {
-        td_kernels_get(r->device)->unary(TD_UN_MUL_SCALAR, r->dtype,
+        td__kernels_get(r->device)->unary(TD_UN_MUL_SCALAR, r->dtype,
                                          td_tensor_data(r),
                                          (td_operand_t){td_tensor_data(r), r->strides},
                                          scale, r->shape, r->ndim);
@@ -133,8 +133,8 @@ sum_impl(td_tensor_t *a, uint32_t mask, int keepdim, double scale,
     if (status != TD_OK) {
         return status;
     }
-    if (td_op_needs_state(&a, 1)) {
-        st = td_op_state_new();
+    if (td__op_needs_state(&a, 1)) {
+        st = td__op_state_new();
         if (st == NULL) {
             td_tensor_release(out);
             return td_error(TD_ERR_NO_MEMORY, "sum: out of memory");
@@ -144,7 +144,7 @@ sum_impl(td_tensor_t *a, uint32_t mask, int keepdim, double scale,
         st->ndim_a = a->ndim;
         memcpy(st->shape_a, a->shape, sizeof(st->shape_a));
     }
-    return td_op_finish(&sum_ops, st, &a, 1, out, out_p);
+    return td__op_finish(&sum_ops, st, &a, 1, out, out_p);
 }
 
 static td_status_t
@@ -224,7 +224,7 @@ sum_to_scaled(td_tensor_t *g, const int64_t *shape, int ndim, double scale,
     }
     if (lead < 0) {
         return td_error(TD_ERR_SHAPE, "sum_to: %s has fewer dims than %s",
-                        TD_SHAPE_STR(g), td_shape_str(shape, ndim, (char[96]){0}, 96));
+                        TD_SHAPE_STR(g), td__shape_str(shape, ndim, (char[96]){0}, 96));
     }
     for (int d = 0; d < g->ndim; d++) {
         if (d < lead || (shape[d - lead] == 1 && g->shape[d] != 1)) {
@@ -241,7 +241,7 @@ sum_to_scaled(td_tensor_t *g, const int64_t *shape, int ndim, double scale,
 }
 
 td_status_t
-td_sum_to(td_tensor_t *g, const int64_t *shape, int ndim, td_tensor_t **out)
+td__sum_to(td_tensor_t *g, const int64_t *shape, int ndim, td_tensor_t **out)
 {
     return sum_to_scaled(g, shape, ndim, 1.0, out);
 }
@@ -272,7 +272,7 @@ expand_impl(td_tensor_t *t, const int64_t *shape, int ndim, double scale,
 {
     td_op_state_t *st = NULL;
     td_tensor_t *v, *c;
-    td_status_t status = td_tensor_expand_view(t, shape, ndim, &v);
+    td_status_t status = td__tensor_expand_view(t, shape, ndim, &v);
 
     if (status != TD_OK) {
         return status;
@@ -283,7 +283,7 @@ expand_impl(td_tensor_t *t, const int64_t *shape, int ndim, double scale,
             td_tensor_release(v);
             return status;
         }
-        td_kernels_get(v->device)->unary(TD_UN_MUL_SCALAR, v->dtype,
+        td__kernels_get(v->device)->unary(TD_UN_MUL_SCALAR, v->dtype,
                                          td_tensor_data(c),
                                          (td_operand_t){td_tensor_data(v),
                                                         v->strides},
@@ -291,8 +291,8 @@ expand_impl(td_tensor_t *t, const int64_t *shape, int ndim, double scale,
         td_tensor_release(v);
         v = c;
     }
-    if (td_op_needs_state(&t, 1)) {
-        st = td_op_state_new();
+    if (td__op_needs_state(&t, 1)) {
+        st = td__op_state_new();
         if (st == NULL) {
             td_tensor_release(v);
             return td_error(TD_ERR_NO_MEMORY, "expand: out of memory");
@@ -301,7 +301,7 @@ expand_impl(td_tensor_t *t, const int64_t *shape, int ndim, double scale,
         st->ndim_a = t->ndim;
         memcpy(st->shape_a, t->shape, sizeof(st->shape_a));
     }
-    return td_op_finish(&expand_ops, st, &t, 1, v, out);
+    return td__op_finish(&expand_ops, st, &t, 1, v, out);
 }
 
 td_status_t
@@ -323,7 +323,7 @@ td_max_dim(td_tensor_t *a, int dim, int keepdim, td_tensor_t **values,
     int64_t shape[TD_MAX_DIMS], outer, inner, mid;
     td_tensor_t *ac, *idx, *v, *vk, *ik;
     int nd = 0;
-    td_status_t status = td_op_check_float("max", a);
+    td_status_t status = td__op_check_float("max", a);
 
     if (status != TD_OK) {
         return status;
@@ -351,8 +351,8 @@ td_max_dim(td_tensor_t *a, int dim, int keepdim, td_tensor_t **values,
         td_tensor_release(ac);
         return status;
     }
-    if (td_op_needs_state(&a, 1)) {
-        td_kernels_get(a->device)->max_dim(a->dtype, NULL,
+    if (td__op_needs_state(&a, 1)) {
+        td__kernels_get(a->device)->max_dim(a->dtype, NULL,
                                            td_tensor_data(idx),
                                            td_tensor_data(ac), outer, mid,
                                            inner);
@@ -360,7 +360,7 @@ td_max_dim(td_tensor_t *a, int dim, int keepdim, td_tensor_t **values,
     } else {
         status = td_tensor_empty(shape, nd, a->dtype, a->device, &v);
         if (status == TD_OK) {
-            td_kernels_get(a->device)->max_dim(a->dtype, td_tensor_data(v),
+            td__kernels_get(a->device)->max_dim(a->dtype, td_tensor_data(v),
                                                td_tensor_data(idx),
                                                td_tensor_data(ac), outer,
                                                mid, inner);

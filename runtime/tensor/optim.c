@@ -188,7 +188,7 @@ state_data(const slot_t *s, int b)
 static void
 slot_update(const td_optim_t *o, slot_t *s, td_tensor_t *g)
 {
-    const td_kernels_t *kern = td_kernels_get(s->param->device);
+    const td_kernels_t *kern = td__kernels_get(s->param->device);
     td_tensor_t *prm = s->param;
     int64_t n = td_tensor_numel(prm);
 
@@ -240,7 +240,7 @@ td__optim_step_grads(td_optim_t *o, td_tensor_t *const *grads)
                               "is still being reduced by "
                               "DistributedDataParallel; call td_ddp_wait "
                               "before td_optim_step", k);
-        } else if (g->dtype != prm->dtype || !td_shape_equal(g, prm) ||
+        } else if (g->dtype != prm->dtype || !td__shape_equal(g, prm) ||
                    !td__device_same(g->device, prm->device)) {
             char dg[16], dp[16];
 

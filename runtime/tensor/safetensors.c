@@ -771,7 +771,7 @@ td_safetensors_get(const char *path, const char *name, td_tensor_t **out)
         if (want != e->stop - e->begin) {
             status = td_error(TD_ERR_PROTOCOL, "safetensors: %s: '%s' shape %s "
                               "does not match its %llu data bytes", path, name,
-                              td_shape_str(e->shape, e->ndim, (char[96]){0}, 96),
+                              td__shape_str(e->shape, e->ndim, (char[96]){0}, 96),
                               (unsigned long long)(e->stop - e->begin));
             goto out;
         }
@@ -820,7 +820,7 @@ td_safetensors_load(const char *path, const char *const *names,
             memcmp(e->shape, dst[i]->shape, (size_t)e->ndim * sizeof(int64_t))) {
             status = td_error(TD_ERR_SHAPE, "safetensors: %s: '%s' has shape "
                               "%s, expected %s", path, names[i],
-                              td_shape_str(e->shape, e->ndim, (char[96]){0}, 96),
+                              td__shape_str(e->shape, e->ndim, (char[96]){0}, 96),
                               TD_SHAPE_STR(dst[i]));
             break;
         }

@@ -88,7 +88,7 @@ td_device_str(td_device_t device, char *buf, size_t len)
 }
 
 const char *
-td_shape_str(const int64_t *shape, int ndim, char *buf, size_t len)
+td__shape_str(const int64_t *shape, int ndim, char *buf, size_t len)
 {
     size_t pos = 0;
 
@@ -197,7 +197,7 @@ device_storage_free(void *data, void *arg)
 {
     td_storage_t *s = arg;
 
-    td_device_free(s->device, data);
+    td__device_free(s->device, data);
 }
 
 static td_storage_t *
@@ -205,7 +205,7 @@ device_storage_new(size_t nbytes, td_device_t device)
 {
     td_storage_t *s = calloc(1, sizeof(*s));
 
-    if (s == NULL || td_device_alloc(device, nbytes, &s->data) != TD_OK) {
+    if (s == NULL || td__device_alloc(device, nbytes, &s->data) != TD_OK) {
         free(s);
         return NULL;
     }
@@ -327,10 +327,10 @@ td_tensor_empty(const int64_t *shape, int ndim, td_dtype_t dtype,
         return status;
     }
     if (device.type != TD_DEVICE_CPU &&
-        (status = td_device_check(device)) != TD_OK) {
+        (status = td__device_check(device)) != TD_OK) {
         return status;                 /* "no CUDA device" on a host */
     }
-    if (td_kernels_get(device) == NULL) {
+    if (td__kernels_get(device) == NULL) {
         return td_error(TD_ERR_UNSUPPORTED, "tensor: no kernels for device "
                         "type %d (built without it)", device.type);
     }
@@ -354,7 +354,7 @@ td_tensor_empty(const int64_t *shape, int ndim, td_dtype_t dtype,
 }
 
 td_status_t
-td_tensor_empty_like(const td_tensor_t *t, td_tensor_t **out)
+td__tensor_empty_like(const td_tensor_t *t, td_tensor_t **out)
 {
     return td_tensor_empty(t->shape, t->ndim, t->dtype, t->device, out);
 }
@@ -454,7 +454,7 @@ td_tensor_from_blob(void *data, const int64_t *shape, int ndim,
 }
 
 td_status_t
-td_tensor_new_view(td_tensor_t *base, const int64_t *shape,
+td__tensor_new_view(td_tensor_t *base, const int64_t *shape,
                    const int64_t *strides, int ndim, int64_t offset,
                    td_tensor_t **out)
 {
@@ -493,7 +493,7 @@ td_tensor_release(td_tensor_t *t)
     if (t == NULL || atomic_fetch_sub(&t->refcount, 1) != 1) {
         return;
     }
-    td_autograd_leaf_dying(t);
+    td__autograd_leaf_dying(t);
     td_tensor_release(t->grad);
     td_node_release(t->grad_fn);
     for (h = t->hooks; h != NULL; h = next) {
@@ -613,7 +613,7 @@ td_tensor_set_grad(td_tensor_t *t, td_tensor_t *grad)
 {
     td_tensor_t *old;
 
-    if (grad != NULL && (grad->dtype != t->dtype || !td_shape_equal(grad, t))) {
+    if (grad != NULL && (grad->dtype != t->dtype || !td__shape_equal(grad, t))) {
         return td_error(TD_ERR_SHAPE, "tensor: grad %s %s does not match "
                         "tensor %s %s", td_dtype_name(grad->dtype),
                         TD_SHAPE_STR(grad), td_dtype_name(t->dtype),
@@ -628,7 +628,7 @@ td_tensor_set_grad(td_tensor_t *t, td_tensor_t *grad)
 }
 
 int
-td_shape_equal(const td_tensor_t *a, const td_tensor_t *b)
+td__shape_equal(const td_tensor_t *a, const td_tensor_t *b)
 {
     return a->ndim == b->ndim &&
            memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t)) == 0;
@@ -701,12 +701,12 @@ broadcast_strides(const td_tensor_t *src, const int64_t *shape, int ndim,
 bad:
     return td_error(TD_ERR_SHAPE, "%s: shape %s cannot broadcast to %s", what,
                     TD_SHAPE_STR(src),
-                    td_shape_str(shape, ndim, (char[96]){0}, 96));
+                    td__shape_str(shape, ndim, (char[96]){0}, 96));
 }
 
 /* copy_ from another device: SRC's values (broadcast to DST's shape,
  * converted to DST's dtype) made contiguous on SRC's device, moved by
- * td_device_memcpy, then copied into DST's strides on its own device. */
+ * td__device_memcpy, then copied into DST's strides on its own device. */
 static td_status_t
 copy_across(td_tensor_t *dst, td_tensor_t *src)
 {
@@ -726,16 +726,16 @@ copy_across(td_tensor_t *dst, td_tensor_t *src)
     if (status != TD_OK) {
         goto out;
     }
-    td_kernels_get(src->device)->copy(dst->dtype,
+    td__kernels_get(src->device)->copy(dst->dtype,
         (td_operand_t){td_tensor_data(a), a->strides}, src->dtype,
         (td_operand_t){td_tensor_data(src), sst}, dst->shape, dst->ndim);
-    status = td_device_memcpy(td_tensor_data(b), dst->device,
+    status = td__device_memcpy(td_tensor_data(b), dst->device,
                               td_tensor_data(a), src->device,
                               td_tensor_nbytes(a));
     if (status != TD_OK) {
         goto out;
     }
-    td_kernels_get(dst->device)->copy(dst->dtype,
+    td__kernels_get(dst->device)->copy(dst->dtype,
         (td_operand_t){td_tensor_data(dst), dst->strides}, dst->dtype,
         (td_operand_t){td_tensor_data(b), b->strides}, dst->shape, dst->ndim);
     td_tensor_bump_version(dst);
@@ -757,10 +757,10 @@ td_tensor_copy_(td_tensor_t *dst, td_tensor_t *src)
     }
     if (!td__device_same(dst->device, src->device)) {
         /* across devices: through a contiguous copy of SRC on DST's
-         * device (td_device_memcpy), then the strided copy there */
+         * device (td__device_memcpy), then the strided copy there */
         return copy_across(dst, src);
     }
-    td_kernels_get(dst->device)->copy(dst->dtype,
+    td__kernels_get(dst->device)->copy(dst->dtype,
                         (td_operand_t){td_tensor_data(dst), dst->strides},
                         src->dtype, (td_operand_t){td_tensor_data(src), sst},
                         dst->shape, dst->ndim);
@@ -771,7 +771,7 @@ td_tensor_copy_(td_tensor_t *dst, td_tensor_t *src)
 td_status_t
 td_tensor_fill_(td_tensor_t *t, double value)
 {
-    td_kernels_get(t->device)->fill(t->dtype,
+    td__kernels_get(t->device)->fill(t->dtype,
                                     (td_operand_t){td_tensor_data(t), t->strides},
                                     value, t->shape, t->ndim);
     td_tensor_bump_version(t);
@@ -794,7 +794,7 @@ td__tensor_copy_raw(td_tensor_t *t, td_dtype_t dtype, td_tensor_t **out)
     if (status != TD_OK) {
         return status;
     }
-    td_kernels_get(t->device)->copy(dtype,
+    td__kernels_get(t->device)->copy(dtype,
                         (td_operand_t){td_tensor_data(c), c->strides},
                         t->dtype, (td_operand_t){td_tensor_data(t), t->strides},
                         t->shape, t->ndim);
@@ -805,7 +805,7 @@ td__tensor_copy_raw(td_tensor_t *t, td_dtype_t dtype, td_tensor_t **out)
 /* The view of expand, recording nothing (ops_reduce.c wraps it with its
  * backward, a sum). */
 td_status_t
-td_tensor_expand_view(td_tensor_t *t, const int64_t *shape, int ndim,
+td__tensor_expand_view(td_tensor_t *t, const int64_t *shape, int ndim,
                       td_tensor_t **out)
 {
     int64_t strides[TD_MAX_DIMS], full[TD_MAX_DIMS];
@@ -823,13 +823,13 @@ td_tensor_expand_view(td_tensor_t *t, const int64_t *shape, int ndim,
     if (status != TD_OK) {
         return status;
     }
-    return td_tensor_new_view(t, full, strides, ndim, t->offset, out);
+    return td__tensor_new_view(t, full, strides, ndim, t->offset, out);
 }
 
 td_status_t
 td_tensor_detach(td_tensor_t *t, td_tensor_t **out)
 {
-    return td_tensor_new_view(t, t->shape, t->strides, t->ndim, t->offset, out);
+    return td__tensor_new_view(t, t->shape, t->strides, t->ndim, t->offset, out);
 }
 
 /* ---- random --------------------------------------------------------- */
@@ -849,7 +849,7 @@ random_fill(td_tensor_t *t, int normal, double a, double b, uint64_t seed)
                         td_dtype_name(t->dtype));
     }
     if (td_tensor_is_contiguous(t)) {
-        td_kernels_get(t->device)->random(t->dtype, td_tensor_data(t), n,
+        td__kernels_get(t->device)->random(t->dtype, td_tensor_data(t), n,
                                           normal, a, b, seed);
         td_tensor_bump_version(t);
         return TD_OK;
@@ -858,7 +858,7 @@ random_fill(td_tensor_t *t, int normal, double a, double b, uint64_t seed)
     if (status != TD_OK) {
         return status;
     }
-    td_kernels_get(t->device)->random(t->dtype, td_tensor_data(tmp), n,
+    td__kernels_get(t->device)->random(t->dtype, td_tensor_data(tmp), n,
                                       normal, a, b, seed);
     status = td_tensor_copy_(t, tmp);
     td_tensor_release(tmp);

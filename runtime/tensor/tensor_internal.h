@@ -76,7 +76,7 @@ struct td_node {
 /* internal helpers shared by tensor.c, ops_*.c, autograd.c */
 /* node.c: called by td_tensor_release just before a leaf is freed (drops
  * its accumulate node, I4). */
-void td_autograd_leaf_dying(td_tensor_t *t);
+void td__autograd_leaf_dying(td_tensor_t *t);
 /* graph.c: whether NODE is a leaf's accumulate node, and its leaf
  * retained (NULL when NODE is not one or the leaf died). */
 int          td__node_is_accumulate(const td_node_t *node);
@@ -92,31 +92,31 @@ td__device_same(td_device_t a, td_device_t b)
     return a.type == b.type && (a.type == TD_DEVICE_CPU || a.index == b.index);
 }
 
-td_status_t td_tensor_new_view(td_tensor_t *base, const int64_t *shape,
+td_status_t td__tensor_new_view(td_tensor_t *base, const int64_t *shape,
                                const int64_t *strides, int ndim,
                                int64_t offset, td_tensor_t **out);
-td_status_t td_tensor_empty_like(const td_tensor_t *t, td_tensor_t **out);
-int  td_shape_equal(const td_tensor_t *a, const td_tensor_t *b);
-const char *td_shape_str(const int64_t *shape, int ndim, char *buf,
+td_status_t td__tensor_empty_like(const td_tensor_t *t, td_tensor_t **out);
+int  td__shape_equal(const td_tensor_t *a, const td_tensor_t *b);
+const char *td__shape_str(const int64_t *shape, int ndim, char *buf,
                          size_t len);
-#define TD_SHAPE_STR(t) td_shape_str((t)->shape, (t)->ndim, \
+#define TD_SHAPE_STR(t) td__shape_str((t)->shape, (t)->ndim, \
                                      (char[96]){0}, 96)
 /* The view of td_tensor_expand without its autograd node (tensor.c). */
-td_status_t td_tensor_expand_view(td_tensor_t *t, const int64_t *shape,
+td_status_t td__tensor_expand_view(td_tensor_t *t, const int64_t *shape,
                                   int ndim, td_tensor_t **out);
 /* Reduce G (broadcast result) to SHAPE by summing; retains G if equal
  * (ops_reduce.c). */
-td_status_t td_sum_to(td_tensor_t *g, const int64_t *shape, int ndim,
+td_status_t td__sum_to(td_tensor_t *g, const int64_t *shape, int ndim,
                       td_tensor_t **out);
 /* Record NODE as the grad_fn of OUT if grad mode is on and any of the
  * inputs requires grad; otherwise frees STATE with OPS->destroy.
  * Takes over STATE. */
-td_status_t td_autograd_record(const td_node_ops_t *ops, void *state,
+td_status_t td__autograd_record(const td_node_ops_t *ops, void *state,
                                td_tensor_t *const *inputs, int n_inputs,
                                td_tensor_t *out);
-int td_any_requires_grad(td_tensor_t *const *ts, int n);
+int td__any_requires_grad(td_tensor_t *const *ts, int n);
 /* Accumulate G into leaf->grad (thread-safe), then run post hooks. */
-td_status_t td_leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g,
+td_status_t td__leaf_accumulate(td_tensor_t *leaf, td_tensor_t *g,
                                int create_graph);
 /* For a backward function: 1 if this pass needs the gradient of NODE's
  * I-th next edge (it has a node and, in td_grad mode, leads to an input:

@@ -14,7 +14,7 @@
 td_status_t
 td_device_count(td_device_type_t type, int *n_p)
 {
-    return td_device_count_of(type, n_p);
+    return td__device_count_of(type, n_p);
 }
 
 /* A contiguous copy of T on its own device, no autograd. */
@@ -32,7 +32,7 @@ contiguous_on_device(td_tensor_t *t, td_tensor_t **out)
     if (status != TD_OK) {
         return status;
     }
-    td_kernels_get(t->device)->copy(t->dtype,
+    td__kernels_get(t->device)->copy(t->dtype,
                                     (td_operand_t){td_tensor_data(c), c->strides},
                                     t->dtype,
                                     (td_operand_t){td_tensor_data(t), t->strides},
@@ -54,7 +54,7 @@ move_raw(td_tensor_t *t, td_device_t device, td_tensor_t **out)
     }
     status = td_tensor_empty(t->shape, t->ndim, t->dtype, device, &dst);
     if (status == TD_OK) {
-        status = td_device_memcpy(td_tensor_data(dst), device,
+        status = td__device_memcpy(td_tensor_data(dst), device,
                                   td_tensor_data(src), t->device,
                                   td_tensor_nbytes(t));
     }
@@ -102,14 +102,14 @@ td_tensor_to(td_tensor_t *t, td_device_t device, td_tensor_t **out)
     if (status != TD_OK) {
         return status;
     }
-    if (td_grad_enabled() && td_any_requires_grad(&t, 1)) {
+    if (td_grad_enabled() && td__any_requires_grad(&t, 1)) {
         st = malloc(sizeof(*st));
         if (st == NULL) {
             td_tensor_release(c);
             return td_error(TD_ERR_NO_MEMORY, "to: out of memory");
         }
         st->from = t->device;
-        status = td_autograd_record(&to_ops, st, &t, 1, c);
+        status = td__autograd_record(&to_ops, st, &t, 1, c);
         if (status != TD_OK) {
             td_tensor_release(c);
             return status;

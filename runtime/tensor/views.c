@@ -116,7 +116,7 @@ record_view(td_tensor_t *in, td_tensor_t *out, int kind, int d0, int d1,
     if (perm != NULL) {
         memcpy(st->perm, perm, (size_t)in->ndim * sizeof(int));
     }
-    status = td_autograd_record(&view_ops[kind], st, &in, 1, out);
+    status = td__autograd_record(&view_ops[kind], st, &in, 1, out);
     if (status != TD_OK) {
         td_tensor_release(out);
         return status;
@@ -135,7 +135,7 @@ narrow_backward(td_tensor_t *g, const int64_t *shape, int ndim, int dim,
 
     status = td_tensor_zeros(shape, ndim, g->dtype, &z);
     if (status == TD_OK) {
-        status = td_tensor_new_view(z, z->shape, z->strides, z->ndim, 0, &slice);
+        status = td__tensor_new_view(z, z->shape, z->strides, z->ndim, 0, &slice);
         if (status == TD_OK) {
             slice->shape[dim] = g->shape[dim];
             slice->offset = start * z->strides[dim];
@@ -206,7 +206,7 @@ td_tensor_view(td_tensor_t *t, const int64_t *shape_in, int ndim,
             s *= shape[d];
         }
     }
-    status = td_tensor_new_view(t, shape, strides, ndim, t->offset, &v);
+    status = td__tensor_new_view(t, shape, strides, ndim, t->offset, &v);
     if (status != TD_OK) {
         return status;
     }
@@ -214,7 +214,7 @@ td_tensor_view(td_tensor_t *t, const int64_t *shape_in, int ndim,
 bad:
     return td_error(TD_ERR_SHAPE, "view: shape %s is invalid for a tensor %s "
                     "of %lld elements",
-                    td_shape_str(shape_in, ndim, (char[96]){0}, 96),
+                    td__shape_str(shape_in, ndim, (char[96]){0}, 96),
                     TD_SHAPE_STR(t), (long long)numel);
 }
 
@@ -254,7 +254,7 @@ td_tensor_transpose(td_tensor_t *t, int d0, int d1, td_tensor_t **out)
     memcpy(strides, t->strides, sizeof(strides));
     tmp = shape[d0]; shape[d0] = shape[d1]; shape[d1] = tmp;
     tmp = strides[d0]; strides[d0] = strides[d1]; strides[d1] = tmp;
-    status = td_tensor_new_view(t, shape, strides, t->ndim, t->offset, &v);
+    status = td__tensor_new_view(t, shape, strides, t->ndim, t->offset, &v);
     if (status != TD_OK) {
         return status;
     }
@@ -280,7 +280,7 @@ td_tensor_permute(td_tensor_t *t, const int *dims, td_tensor_t **out)
         shape[d] = t->shape[s];
         strides[d] = t->strides[s];
     }
-    status = td_tensor_new_view(t, shape, strides, t->ndim, t->offset, &v);
+    status = td__tensor_new_view(t, shape, strides, t->ndim, t->offset, &v);
     if (status != TD_OK) {
         return status;
     }
@@ -307,7 +307,7 @@ td_tensor_narrow(td_tensor_t *t, int dim, int64_t start, int64_t length,
     }
     memcpy(shape, t->shape, sizeof(shape));
     shape[dim] = length;
-    status = td_tensor_new_view(t, shape, t->strides, t->ndim,
+    status = td__tensor_new_view(t, shape, t->strides, t->ndim,
                                 t->offset + start * t->strides[dim], &v);
     if (status != TD_OK) {
         return status;
@@ -341,7 +341,7 @@ td_tensor_select(td_tensor_t *t, int dim, int64_t index, td_tensor_t **out)
             strides[j++] = t->strides[d];
         }
     }
-    status = td_tensor_new_view(t, shape, strides, t->ndim - 1,
+    status = td__tensor_new_view(t, shape, strides, t->ndim - 1,
                                 t->offset + index * t->strides[dim], &v);
     if (status != TD_OK) {
         return status;
@@ -393,7 +393,7 @@ td_tensor_unsqueeze(td_tensor_t *t, int dim, td_tensor_t **out)
             j++;
         }
     }
-    status = td_tensor_new_view(t, shape, strides, t->ndim + 1, t->offset, &v);
+    status = td__tensor_new_view(t, shape, strides, t->ndim + 1, t->offset, &v);
     if (status != TD_OK) {
         return status;
     }
@@ -529,9 +529,9 @@ td_tensor_cat(td_tensor_t *const *ts, int n, int dim, td_tensor_t **out)
         return status;
     }
     for (int i = 0; i < n; i++) {
-        td_tensor_new_view(c, ts[i]->shape, c->strides, c->ndim,
+        td__tensor_new_view(c, ts[i]->shape, c->strides, c->ndim,
                            start * c->strides[dim], &slice);
-        td_kernels_get(c->device)->copy(c->dtype,
+        td__kernels_get(c->device)->copy(c->dtype,
                             (td_operand_t){td_tensor_data(slice), slice->strides},
                             ts[i]->dtype,
                             (td_operand_t){td_tensor_data(ts[i]), ts[i]->strides},
@@ -539,7 +539,7 @@ td_tensor_cat(td_tensor_t *const *ts, int n, int dim, td_tensor_t **out)
         td_tensor_release(slice);
         start += ts[i]->shape[dim];
     }
-    if (td_grad_enabled() && td_any_requires_grad(ts, n)) {
+    if (td_grad_enabled() && td__any_requires_grad(ts, n)) {
         st = calloc(1, sizeof(*st));
         if (st == NULL || (st->sizes = calloc((size_t)n, sizeof(int64_t))) == NULL) {
             free(st);
@@ -551,7 +551,7 @@ td_tensor_cat(td_tensor_t *const *ts, int n, int dim, td_tensor_t **out)
         for (int i = 0; i < n; i++) {
             st->sizes[i] = ts[i]->shape[dim];
         }
-        status = td_autograd_record(&cat_ops, st, ts, n, c);
+        status = td__autograd_record(&cat_ops, st, ts, n, c);
         if (status != TD_OK) {
             td_tensor_release(c);
             return status;
@@ -577,7 +577,7 @@ td_tensor_stack(td_tensor_t *const *ts, int n, int dim, td_tensor_t **out)
         return td_error(TD_ERR_INVALID, "stack: n=%d is outside 1..64", n);
     }
     for (k = 0; k < n; k++) {
-        if (!td_shape_equal(ts[k], ts[0])) {
+        if (!td__shape_equal(ts[k], ts[0])) {
             status = td_error(TD_ERR_SHAPE, "stack: tensor %d %s differs from "
                               "tensor 0 %s", k, TD_SHAPE_STR(ts[k]),
                               TD_SHAPE_STR(ts[0]));

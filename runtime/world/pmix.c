@@ -1,5 +1,5 @@
 /* pmix.c: PMIx put/commit/fence/get for td_init's address exchange (see
- * pmix.h). Built without PMIx, td_pmix_wanted() is false. */
+ * pmix.h). Built without PMIx, td__pmix_wanted() is false. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -16,7 +16,7 @@ static pmix_proc_t me;
 static bool initialized;
 
 bool
-td_pmix_wanted(void)
+td__pmix_wanted(void)
 {
     const char *off = getenv("TODIST_PMIX");
 
@@ -27,7 +27,7 @@ td_pmix_wanted(void)
 }
 
 td_status_t
-td_pmix_init(const td_world_t *world)
+td__pmix_init(const td_world_t *world)
 {
     pmix_proc_t wild;
     pmix_value_t *val = NULL;
@@ -50,7 +50,7 @@ td_pmix_init(const td_world_t *world)
     }
     if (me.rank != (pmix_rank_t)world->rank ||
         (size != 0 && size != (uint32_t)world->world_size)) {
-        td_pmix_finalize();
+        td__pmix_finalize();
         return td_error(TD_ERR_INVALID, "pmix: PMIx says rank %u of %u but "
                         "the world is rank %d of %d", me.rank, size,
                         world->rank, world->world_size);
@@ -59,7 +59,7 @@ td_pmix_init(const td_world_t *world)
 }
 
 td_status_t
-td_pmix_exchange(const void *addr, size_t len, double timeout)
+td__pmix_exchange(const void *addr, size_t len, double timeout)
 {
     pmix_value_t v;
     pmix_info_t info[2];
@@ -96,7 +96,7 @@ td_pmix_exchange(const void *addr, size_t len, double timeout)
 }
 
 td_status_t
-td_pmix_lookup(int rank, void **addr_p, size_t *len_p)
+td__pmix_lookup(int rank, void **addr_p, size_t *len_p)
 {
     pmix_proc_t peer;
     pmix_value_t *val = NULL;
@@ -128,7 +128,7 @@ td_pmix_lookup(int rank, void **addr_p, size_t *len_p)
 }
 
 void
-td_pmix_finalize(void)
+td__pmix_finalize(void)
 {
     if (initialized) {
         PMIx_Finalize(NULL, 0);
@@ -139,13 +139,13 @@ td_pmix_finalize(void)
 #else /* !HAVE_PMIX */
 
 bool
-td_pmix_wanted(void)
+td__pmix_wanted(void)
 {
     return false;
 }
 
 td_status_t
-td_pmix_init(const td_world_t *world)
+td__pmix_init(const td_world_t *world)
 {
     (void)world;
     return td_error(TD_ERR_UNSUPPORTED, "pmix: built without PMIx "
@@ -153,21 +153,21 @@ td_pmix_init(const td_world_t *world)
 }
 
 td_status_t
-td_pmix_exchange(const void *addr, size_t len, double timeout)
+td__pmix_exchange(const void *addr, size_t len, double timeout)
 {
     (void)addr; (void)len; (void)timeout;
     return td_error(TD_ERR_UNSUPPORTED, "pmix: built without PMIx");
 }
 
 td_status_t
-td_pmix_lookup(int rank, void **addr_p, size_t *len_p)
+td__pmix_lookup(int rank, void **addr_p, size_t *len_p)
 {
     (void)rank; (void)addr_p; (void)len_p;
     return td_error(TD_ERR_UNSUPPORTED, "pmix: built without PMIx");
 }
 
 void
-td_pmix_finalize(void)
+td__pmix_finalize(void)
 {
 }
 

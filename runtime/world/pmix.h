@@ -11,10 +11,10 @@
  * Invariants:
  *  1. PMIx is used only when built with it (HAVE_PMIX), the environment
  *     names a PMIx server, and TODIST_PMIX is not 0; otherwise
- *     td_pmix_wanted() is false and nothing here is called.
- *  2. PMIx's rank and job size equal the world's, or td_pmix_init fails
+ *     td__pmix_wanted() is false and nothing here is called.
+ *  2. PMIx's rank and job size equal the world's, or td__pmix_init fails
  *     naming both: a world that disagrees with its launcher is an error.
- * td_pmix_lookup is thread-safe (PMIx is); the others are called by
+ * td__pmix_lookup is thread-safe (PMIx is); the others are called by
  * td_init and td_finalize only. */
 #ifndef TD_RUNTIME_WORLD_PMIX_H
 #define TD_RUNTIME_WORLD_PMIX_H
@@ -25,17 +25,17 @@
 #include "todist/world.h"
 
 /* True when td_init should wire up through PMIx (invariant 1). */
-bool td_pmix_wanted(void);
+bool td__pmix_wanted(void);
 
 /* Connect to the local PMIx server and check the world (invariant 2). */
-td_status_t td_pmix_init(const td_world_t *world);
+td_status_t td__pmix_init(const td_world_t *world);
 
 /* Publish ADDR under this rank and wait until every rank did (fence). */
-td_status_t td_pmix_exchange(const void *addr, size_t len, double timeout);
+td_status_t td__pmix_exchange(const void *addr, size_t len, double timeout);
 
 /* RANK's published address, malloc'ed into *addr_p. */
-td_status_t td_pmix_lookup(int rank, void **addr_p, size_t *len_p);
+td_status_t td__pmix_lookup(int rank, void **addr_p, size_t *len_p);
 
-void td_pmix_finalize(void);
+void td__pmix_finalize(void);
 
 #endif /* TD_RUNTIME_WORLD_PMIX_H */

@@ -28,7 +28,7 @@ sockaddr_is_loopback(const struct sockaddr *sa)
 }
 
 int
-td_reach_is_loopback(const char *name, char *addr, size_t len)
+td__reach_is_loopback(const char *name, char *addr, size_t len)
 {
     struct addrinfo hints, *ai = NULL;
     int loop;
@@ -54,7 +54,7 @@ td_reach_is_loopback(const char *name, char *addr, size_t len)
 }
 
 int
-td_reach_warn_loopback(const td_world_t *w)
+td__reach_warn_loopback(const td_world_t *w)
 {
     char addr[INET6_ADDRSTRLEN + 8], host[TD_HOSTNAME_MAX] = "";
     int mine;
@@ -62,7 +62,7 @@ td_reach_warn_loopback(const td_world_t *w)
     if (w == NULL || w->nnodes < 2) {                /* R2 */
         return 0;
     }
-    if (td_reach_is_loopback(w->master_addr, addr, sizeof(addr)) != 1) {
+    if (td__reach_is_loopback(w->master_addr, addr, sizeof(addr)) != 1) {
         return 0;                                    /* R3 */
     }
     if (gethostname(host, sizeof(host) - 1) != 0) {

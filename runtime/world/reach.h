@@ -28,13 +28,13 @@
  * address (127.0.0.0/8, ::1, or ::ffff:127.x.y.z), 0 when it resolves to
  * another address, -1 when it does not resolve. ADDR (LEN bytes, may be
  * NULL) gets the numeric address of the first result. */
-int td_reach_is_loopback(const char *name, char *addr, size_t len);
+int td__reach_is_loopback(const char *name, char *addr, size_t len);
 
 /* When W spans more than one host and its master address resolves to a
  * loopback address here, log one warning (base/log.h) naming this host,
  * the master address (saying when it is this host's name), the address it
  * resolves to and the fix: set MASTER_ADDR / TODIST_MASTER_ADDR to an
  * address the other hosts can reach. 1 when it warned, else 0. */
-int td_reach_warn_loopback(const td_world_t *w);
+int td__reach_warn_loopback(const td_world_t *w);
 
 #endif /* TD_RUNTIME_WORLD_REACH_H */

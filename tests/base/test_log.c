@@ -36,7 +36,7 @@ run(const char *level, int rank)
             unsetenv("TODIST_LOG");
         }
         dup2(fd, 2);
-        td_log_set_rank(rank);
+        td__log_set_rank(rank);
         td_log_error("E %d", 1);
         td_log_warn("W %d", 2);
         td_log_info("I %d", 3);
@@ -53,7 +53,7 @@ run(const char *level, int rank)
 
 /* A quiet process under TODIST_LOG=LEVEL: it only asks whether info is
  * enabled (as the library does before costly formatting) or, with INIT,
- * only calls td_log_init twice (as td_init does); it logs nothing. */
+ * only calls td__log_init twice (as td_init does); it logs nothing. */
 static void
 run_quiet(const char *level, int init)
 {
@@ -66,12 +66,12 @@ run_quiet(const char *level, int init)
     if (pid == 0) {
         setenv("TODIST_LOG", level, 1);
         dup2(fd, 2);
-        if (init) {             /* td_log_init alone must report it */
-            td_log_init();
-            td_log_init();
+        if (init) {             /* td__log_init alone must report it */
+            td__log_init();
+            td__log_init();
             _exit(0);
         }
-        _exit(td_log_enabled(TD_LOG_INFO) ? 3 : 0);
+        _exit(td__log_enabled(TD_LOG_INFO) ? 3 : 0);
     }
     waitpid(pid, &st, 0);
     lseek(fd, 0, SEEK_SET);
@@ -119,10 +119,10 @@ main(void)
            "debug; using warn\n", "a quiet process: the bad value is named "
            "when the level is first read, with no message logged");
     run_quiet("bogus", 1);
-    is_int(lines(out), 1, "td_log_init reports it, once however often called");
-    like(out, "TODIST_LOG=bogus", "td_log_init names the value");
+    is_int(lines(out), 1, "td__log_init reports it, once however often called");
+    like(out, "TODIST_LOG=bogus", "td__log_init names the value");
     run_quiet("info", 1);
-    is_str(out, "", "a good value: td_log_init prints nothing");
+    is_str(out, "", "a good value: td__log_init prints nothing");
     run_quiet("", 1);
     is_str(out, "", "an empty value is the default, not reported");
 
@@ -153,8 +153,8 @@ main(void)
         ok(n > 1000 && out[n - 1] == '\n', "it ends with its newline (%zd "
            "bytes)", n);
     }
-    ok(td_log_enabled(TD_LOG_ERROR), "errors are always enabled");
-    ok(!td_log_enabled(TD_LOG_DEBUG) || getenv("TODIST_LOG") != NULL,
+    ok(td__log_enabled(TD_LOG_ERROR), "errors are always enabled");
+    ok(!td__log_enabled(TD_LOG_DEBUG) || getenv("TODIST_LOG") != NULL,
        "debug is off by default");
     return exit_status();
 }

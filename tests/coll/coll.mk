@@ -8,6 +8,10 @@ EXTRA_DIST += tests/coll/test_coll.sh
 check_PROGRAMS += tests/coll/test_coll_wire
 tests_coll_test_coll_wire_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/coll/test_coll_wire
+# the hierarchical collectives' host map and choice (hier.c H1, H2)
+check_PROGRAMS += tests/coll/test_coll_hier
+tests_coll_test_coll_hier_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/coll/test_coll_hier
 # the mailboxes' bounds and switches (mbox.c M8)
 check_PROGRAMS += tests/coll/test_coll_mbox
 tests_coll_test_coll_mbox_LDADD = $(TD_TEST_LDADD)

@@ -258,7 +258,7 @@ main(int argc, char **argv)
         }
         dev = (td_device_t){TD_DEVICE_CUDA, rank % n};
     } else {
-        td_device_test_backend_install(2);
+        td__device_test_backend_install(2);
         dev = strcmp(mode, "mixed") == 0 && rank == 0
               ? TD_CPU : (td_device_t){TD_DEVICE_CUDA, rank % 2};
     }
@@ -275,7 +275,7 @@ main(int argc, char **argv)
         failures++;
     }
     if (strcmp(mode, "nccl") != 0) {
-        CHECK(td_device_test_live(0) == 0 && td_device_test_live(1) == 0,
+        CHECK(td__device_test_live(0) == 0 && td__device_test_live(1) == 0,
               "%s: every test-device block was given back", mode);
     }
     return failures ? 1 : 0;

@@ -384,12 +384,43 @@ static const char *algo_sets[] = {
     "reduce_scatter:shm",                 /* the segment at every size */
 };
 
+/* The verdict of the matrix runs so far: failures summed over the world
+ * with the defaults, printed by rank 0. */
+static int
+matrix_verdict(double t0)
+{
+    td_tensor_t *t;
+
+    /* The verdict: failures summed over the world with the defaults. */
+    t = make(20, TD_INT64);
+    for (int i = 0; i < 10; i++) {
+        set(t, i, (double)m_fail[i]);
+        set(t, 10 + i, (double)m_runs[i]);
+    }
+    if (td_all_reduce(td_group_world(), t, TD_REDUCE_SUM) != TD_OK) {
+        check(0, "matrix_verdict", "%s", td_last_error());
+        return 1;
+    }
+    if (rank == 0) {
+        for (int i = 0; i < 10; i++) {
+            char name[64];
+            int64_t f = (int64_t)get(t, i), r = (int64_t)get(t, 10 + i);
+
+            snprintf(name, sizeof(name), "matrix_%s", m_names[i]);
+            check(f == 0 && r > 0, name, "%" PRId64 " of %" PRId64 " calls "
+                  "failed (details on stderr)", f, r);
+            printf("# %s: %" PRId64 " calls checked\n", m_names[i], r);
+        }
+        printf("# matrix took %.1f s\n", now_s() - t0);
+    }
+    td_tensor_release(t);
+    return 0;
+}
+
 static int
 mode_matrix(void)
 {
     static const int sizes[] = { 1, 2, 3, 4, 5, 8 };
-    int64_t total[16];
-    td_tensor_t *t;
     double t0 = now_s();
 
     for (size_t a = 0; a < sizeof(algo_sets) / sizeof(algo_sets[0]); a++) {
@@ -422,32 +453,122 @@ mode_matrix(void)
         }
     }
     td_coll_set_algo(NULL);
-    /* The verdict: failures summed over the world with the defaults. */
-    t = make(20, TD_INT64);
-    for (int i = 0; i < 10; i++) {
-        set(t, i, (double)m_fail[i]);
-        set(t, 10 + i, (double)m_runs[i]);
+    return matrix_verdict(t0);
+}
+
+/* The hierarchical algorithms (runtime/coll/hier.c) against the exact
+ * values, forced, then the flat ones and auto for comparison, on the world
+ * and on the world in another order (hosts then number differently from
+ * group ranks, and leaders are not group rank 0). Meant for ranks on
+ * several hosts (tests/hosts/test_hosts.sh); on one host "hier" runs
+ * with one leader. */
+static int
+mode_hier(void)
+{
+    static const char *sets[] = {
+        "all_reduce:hier,broadcast:hier,all_gather:hier,"
+        "reduce_scatter:hier,barrier:hier",
+        "all_reduce:ring,broadcast:binomial,all_gather:ring,"
+        "reduce_scatter:ring,barrier:dissemination",
+        "",                                   /* auto */
+    };
+    double t0 = now_s();
+    int ranks[64];
+    td_group_t *g;
+
+    for (size_t a = 0; a < sizeof(sets) / sizeof(sets[0]); a++) {
+        if (td_coll_set_algo(sets[a]) != TD_OK) {
+            check(0, "hier_set_algo", "%s", td_last_error());
+        }
+        matrix_group(td_group_world(), a == 0 ? "hier" : a == 1 ? "flat"
+                                                                : "auto");
     }
-    if (td_all_reduce(td_group_world(), t, TD_REDUCE_SUM) != TD_OK) {
-        check(0, "matrix_verdict", "%s", td_last_error());
+    /* the world backwards, then odd ranks first */
+    for (int k = 0; k < 2 && size <= 64; k++) {
+        for (int i = 0; i < size; i++) {
+            ranks[i] = k == 0 ? size - 1 - i
+                              : (2 * i < size ? 2 * i + 1 : 2 * i - size) %
+                                size;
+        }
+        if (k == 1 && size % 2 == 1) {
+            break;                  /* (the formula pairs an even world) */
+        }
+        if (td_group_new(ranks, size, &g) != TD_OK) {
+            check(0, "hier_group_new", "%s", td_last_error());
+            return 1;
+        }
+        if (td_coll_set_algo(sets[0]) != TD_OK) {
+            check(0, "hier_set_algo", "%s", td_last_error());
+        }
+        matrix_group(g, k == 0 ? "hier backwards" : "hier odd first");
+        td_group_destroy(g);
+    }
+    td_coll_set_algo(NULL);
+    return matrix_verdict(t0);
+}
+
+/* Does auto pick ALGO here? Rank 0 forces ALGO for all_reduce, broadcast,
+ * all_gather, reduce_scatter and the barrier, the others leave the choice
+ * to auto; the algorithm travels in every call's description, so the
+ * calls succeed only if auto picked ALGO on every other rank (else they
+ * fail as mismatched). */
+static int
+mode_auto_is(const char *algo)
+{
+    char spec[256];
+    td_tensor_t *t = make(16, TD_FLOAT32), *big = make(16 * size, TD_FLOAT32);
+    td_status_t st = TD_OK;
+
+    snprintf(spec, sizeof(spec), "all_reduce:%s,broadcast:%s,all_gather:%s,"
+             "reduce_scatter:%s,barrier:%s", algo, algo, algo, algo, algo);
+    if (rank == 0 && td_coll_set_algo(spec) != TD_OK) {
+        check(0, "auto_is", "%s", td_last_error());
         return 1;
     }
-    for (int i = 0; i < 20; i++) {
-        total[i % 16] = 0;
-    }
-    if (rank == 0) {
-        for (int i = 0; i < 10; i++) {
-            char name[64];
-            int64_t f = (int64_t)get(t, i), r = (int64_t)get(t, 10 + i);
+    td_tensor_fill_(t, 1);
+    td_tensor_fill_(big, 1);
+    st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    st = st == TD_OK ? td_broadcast(td_group_world(), t, size - 1) : st;
+    st = st == TD_OK ? td_all_gather(td_group_world(), big, t) : st;
+    st = st == TD_OK ? td_reduce_scatter(td_group_world(), t, big,
+                                         TD_REDUCE_SUM) : st;
+    st = st == TD_OK ? td_group_barrier(td_group_world()) : st;
+    check(st == TD_OK && get(t, 15) == (double)size * size, "auto_is",
+          "auto did not pick %s: %s (%g)", algo,
+          st != TD_OK ? td_last_error() : "wrong value", get(t, 15));
+    td_coll_set_algo(NULL);
+    td_tensor_release(t);
+    td_tensor_release(big);
+    return 0;
+}
 
-            snprintf(name, sizeof(name), "matrix_%s", m_names[i]);
-            check(f == 0 && r > 0, name, "%" PRId64 " of %" PRId64 " calls "
-                  "failed (details on stderr)", f, r);
-            printf("# %s: %" PRId64 " calls checked\n", m_names[i], r);
+/* ITERS all_reduces (sum) of 1,048,579 float32 (4 MiB a rank) with the
+ * algorithm TODIST_COLL_ALGO forces, each checked exactly: the test
+ * compares the bytes each algorithm moves across hosts. */
+static int
+mode_allreduce_big(int iters)
+{
+    td_tensor_t *t = make(BIG, TD_FLOAT32);
+    int bad_calls = 0;
+
+    for (int it = 0; it < iters; it++) {
+        int64_t bad;
+        td_status_t st;
+
+        for (int64_t i = 0; i < BIG; i++) {
+            set(t, i, (double)val(rank, i, TD_REDUCE_SUM));
         }
-        printf("# matrix took %.1f s\n", now_s() - t0);
+        st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+        FIRST_BAD(t, BIG, expect_reduce(size, i, TD_REDUCE_SUM, TD_FLOAT32),
+                  &bad);
+        if (st != TD_OK || bad >= 0) {
+            bad_calls++;
+            fprintf(stderr, "rank %d: allreduce_big: %s [%" PRId64 "]\n",
+                    rank, st != TD_OK ? td_last_error() : "wrong", bad);
+        }
     }
-    (void)total;
+    check(bad_calls == 0, "allreduce_big", "%d of %d calls failed",
+          bad_calls, iters);
     td_tensor_release(t);
     return 0;
 }
@@ -1563,6 +1684,12 @@ main(int argc, char **argv)
     size = td_world()->world_size;
     if (strcmp(mode, "matrix") == 0) {
         rc = mode_matrix();
+    } else if (strcmp(mode, "hier") == 0) {
+        rc = mode_hier();
+    } else if (strcmp(mode, "auto_is") == 0) {
+        rc = mode_auto_is(argc > 2 ? argv[2] : "hier");
+    } else if (strcmp(mode, "allreduce_big") == 0) {
+        rc = mode_allreduce_big(argc > 2 ? atoi(argv[2]) : 8);
     } else if (strcmp(mode, "p2p") == 0) {
         rc = mode_p2p();
     } else if (strcmp(mode, "concurrent") == 0) {

@@ -38,7 +38,8 @@ count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
          2 * $(count "$early") + 2 + 2 + \
-         $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + 2 * 6 + 2 * 7 + 2 * 5 ))
+         $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
+         1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -148,6 +149,29 @@ if host_p2p=$(other_host p2p); then
     [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | grep -v debug | tail -30)"
 else
     skip 6 "unshare --mount not permitted here"
+fi
+
+# Auto's choice, told by the mismatch check (coll_peer auto_is: rank 0
+# forces ALGO, the others leave it to auto): on one host the shared
+# segment; across two "hosts" (other_host: rank 1 alone on the second)
+# the hierarchical algorithms (runtime/coll/hier.c H1). Then those
+# forced, flat and auto against the exact values, on the world and on it
+# reordered (coll_peer hier).
+out=$(run 120 todist-run -n 3 "$PEER" auto_is shm 2>&1)
+is "$(printf '%s\n' "$out" | grep -cx 'PASS auto_is')" 3 \
+   "one host: auto picks shm"
+if host_auto=$(other_host "auto_is hier") && host_hier=$(other_host hier); then
+    out=$(run 120 todist-run -n 3 "$host_auto" 2>&1)
+    is "$(printf '%s\n' "$out" | grep -cx 'PASS auto_is')" 3 \
+       "two hosts: auto picks hier"
+    printf '%s\n' "$out" | grep '^FAIL' | sed 's/^/# /'
+    out=$(run 400 todist-run -n 3 "$host_hier" 2>&1); rc=$?
+    expect "$out" 1 $matrix
+    nofail "$out" "two hosts: hier matrix: no failed check"
+    is "$rc" 0 "two hosts: hier matrix: every rank exits 0"
+    [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -30)"
+else
+    skip $(( $(count "$matrix") + 3 )) "unshare --mount not permitted here"
 fi
 
 out=$(run 60 todist-run -n 2 "$PEER" mbox_kill 2>&1)
@@ -329,7 +353,10 @@ done
 # auto picks it, and a group gets it when all its members are on one host; TODIST_COLL_SHM=0 turns it off; and with rank
 # 1 in its own pid namespace (its own /proc), rank 0's segment cannot be
 # opened there, so every member runs the transport algorithms instead
-# (shm.c S1) and the results are still right.
+# (shm.c S1) and the results are still right. (Those two runs force
+# "shm": the world then spans two hosts, and auto would pick the
+# hierarchical algorithms without trying the segment, hier.c H1.)
+SHM_ALL=all_reduce:shm,broadcast:shm,all_gather:shm,reduce_scatter:shm,barrier:shm
 for cfg in default off private otherhost; do
     case $cfg in
     default) out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$PEER" \
@@ -350,8 +377,8 @@ exec "$PEER" concurrent
 EOS
         chmod +x "$TD_TMP/shm.sh"
         if unshare --pid --fork --mount-proc true 2>/dev/null; then
-            out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$TD_TMP/shm.sh" \
-                  2>&1); rc=$?
+            out=$(TODIST_COLL_ALGO=$SHM_ALL TODIST_LOG=debug run 120 \
+                  todist-run -n 4 "$TD_TMP/shm.sh" 2>&1); rc=$?
             like "$out" "group 0: no shared segment on every member" \
                  "a member without the segment: every member falls back"
         else
@@ -362,8 +389,8 @@ EOS
         # rank 1 on another "host" (other_host): groups with it fall
         # back, the subgroup {0, 2} of one "host" keeps its segment
         if host_conc=$(other_host concurrent); then
-            out=$(TODIST_LOG=debug run 120 todist-run -n 4 "$host_conc" \
-                  2>&1); rc=$?
+            out=$(TODIST_COLL_ALGO=$SHM_ALL TODIST_LOG=debug run 120 \
+                  todist-run -n 4 "$host_conc" 2>&1); rc=$?
             like "$out" "rank 1\]: coll: group 0: rank 0's segment is on another host" \
                  "a member on another host: the world group falls back"
             like "$out" "rank 2\]: coll: group 1: collectives through shared memory" \

@@ -86,14 +86,14 @@ main(void)
     plan(22);
 
     /* MT19937's reference output (seed 5489: 10000th output 4123659995) */
-    td_mt19937_seed(&g, 5489);
+    td__mt19937_seed(&g, 5489);
     uint32_t v = 0;
     for (int i = 0; i < 10000; i++) {
-        v = td_mt19937_next(&g);
+        v = td__mt19937_next(&g);
     }
     is_int(v, 4123659995u, "mt19937: 10000th output for seed 5489");
-    td_mt19937_seed(&g, 0);
-    td_mt19937_randperm(&g, 10, perm);
+    td__mt19937_seed(&g, 0);
+    td__mt19937_randperm(&g, 10, perm);
     is_int(perm[0] * 10 + perm[1], 41, "randperm(10) under seed 0 starts "
            "4, 1 as torch's does");
 

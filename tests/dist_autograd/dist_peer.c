@@ -229,8 +229,8 @@ fn_ctx_count(void *arg, const td_rpc_call_info_t *info,
     (void)arg;
     (void)info;
     (void)a;
-    return td_rpc_list_add_int(result, (int64_t)td_dist_engine_n_contexts(
-                                           td_dist_engine_default()));
+    return td_rpc_list_add_int(result, (int64_t)td__dist_engine_n_contexts(
+                                           td__dist_engine_default()));
 }
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -413,7 +413,7 @@ check_recording(void)
     td_tensor_release(r);
     r = NULL;
     call1(1, "add", t1, p, -1, &r);
-    td_dist_context_info(td_dist_engine_default(), ctx, &info);
+    td__dist_context_info(td__dist_engine_default(), ctx, &info);
     check(r != NULL && td_tensor_grad_fn(r) != NULL &&
           strcmp(td_node_name(td_tensor_grad_fn(r)), "RecvRpcBackward") == 0 &&
           info.n_send == 1 && info.n_recv == 1 && info.n_known == 1 &&

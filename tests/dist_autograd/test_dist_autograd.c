@@ -66,7 +66,7 @@ kill_rank(int r)
     atomic_store(&dead[r], 1);
     for (int i = 0; i < NW; i++) {
         if (i != r) {
-            td_dist_peer_failed(E[i], r);   /* the transport's peer_failed */
+            td__dist_peer_failed(E[i], r);   /* the transport's peer_failed */
         }
     }
 }
@@ -116,7 +116,7 @@ deliver(void *arg)
             return NULL;
         }
     } else {
-        td_dist_on_propagate(E[d->dst], d->src, d->ctx, d->msg, d->grads,
+        td__dist_on_propagate(E[d->dst], d->src, d->ctx, d->msg, d->grads,
                              d->n, d->retain, d->done, d->done_arg);
     }
     for (int i = 0; i < d->n; i++) {
@@ -158,7 +158,7 @@ static void
 wire_release(void *arg, int dst, int64_t ctx_id)
 {
     if (!atomic_load(&dead[dst])) {
-        td_dist_on_release(E[dst], *(int *)arg, ctx_id);
+        td__dist_on_release(E[dst], *(int *)arg, ctx_id);
     }
 }
 
@@ -176,7 +176,7 @@ call(int dst, fn_t fn, td_tensor_t *const *args, int n, td_tensor_t **out)
     td_dist_scope_t sc;
     td_status_t status;
 
-    status = td_dist_on_send(E[src], ctx, dst, args, n, &mid);
+    status = td__dist_on_send(E[src], ctx, dst, args, n, &mid);
     if (status != TD_OK) {
         return status;
     }
@@ -185,30 +185,30 @@ call(int dst, fn_t fn, td_tensor_t *const *args, int n, td_tensor_t **out)
         rg[i] = (uint8_t)td_tensor_requires_grad(args[i]);
     }
     if (mid != 0) {
-        status = td_dist_on_recv(E[dst], ctx, src, mid, copies, rg, n);
+        status = td__dist_on_recv(E[dst], ctx, src, mid, copies, rg, n);
     }
     if (status == TD_OK) {
-        status = td_dist_engine_enter(E[dst], mid ? ctx : TD_DIST_NO_CONTEXT,
+        status = td__dist_engine_enter(E[dst], mid ? ctx : TD_DIST_NO_CONTEXT,
                                       &sc);
     }
     if (status == TD_OK) {
         self_rank = dst;
         status = fn(copies, n, &res);
         self_rank = src;
-        td_dist_engine_leave(&sc);
+        td__dist_engine_leave(&sc);
     }
     for (int i = 0; i < n; i++) {
         td_tensor_release(copies[i]);
     }
     if (status == TD_OK) {
-        status = td_dist_on_send(E[dst], mid ? ctx : TD_DIST_NO_CONTEXT, src,
+        status = td__dist_on_send(E[dst], mid ? ctx : TD_DIST_NO_CONTEXT, src,
                                  &res, 1, &mid2);
     }
     if (status == TD_OK) {
         back = transfer(res);
         rg1 = (uint8_t)td_tensor_requires_grad(res);
         if (mid2 != 0) {
-            status = td_dist_on_recv(E[src], ctx, dst, mid2, &back, &rg1, 1);
+            status = td__dist_on_recv(E[src], ctx, dst, mid2, &back, &rg1, 1);
         }
     }
     td_tensor_release(res);
@@ -444,7 +444,7 @@ begin_on_rank2(void *arg)
 {
     int64_t *id = arg;
 
-    td_dist_engine_bind(E[2]);
+    td__dist_engine_bind(E[2]);
     td_dist_autograd_begin(id);
     td_dist_autograd_end(*id);
     return NULL;
@@ -473,7 +473,7 @@ test_contexts(void)
     is_int(td_dist_autograd_begin(&id2), TD_OK, "begin again");
     is_int(id2, id + 1, "the counter goes up by one");
     td_dist_autograd_end(id2);
-    is_int(td_dist_engine_n_contexts(E[0]), 0, "ended contexts are gone");
+    is_int(td__dist_engine_n_contexts(E[0]), 0, "ended contexts are gone");
 
     pthread_create(&th, NULL, begin_on_rank2, &id3);
     pthread_join(th, NULL);
@@ -496,14 +496,14 @@ test_contexts(void)
              "... naming the context and rank");
         td_tensor_release(s);
     }
-    is_int(td_dist_context_info(E[1], id, &info), TD_ERR_NOT_FOUND,
+    is_int(td__dist_context_info(E[1], id, &info), TD_ERR_NOT_FOUND,
            "no state for an unknown context");
     {
         td_tensor_t *x = rnd(1, 1, 1, 0);
         uint8_t rg = 1;
-        is_int(td_dist_on_recv(E[1], 0, 0, 5, &x, &rg, 1), TD_ERR_PROTOCOL,
+        is_int(td__dist_on_recv(E[1], 0, 0, 5, &x, &rg, 1), TD_ERR_PROTOCOL,
                "recv for context id 0 is rejected");
-        is_int(td_dist_on_recv(E[1], -7, 0, 5, &x, &rg, 1), TD_ERR_PROTOCOL,
+        is_int(td__dist_on_recv(E[1], -7, 0, 5, &x, &rg, 1), TD_ERR_PROTOCOL,
                "recv for a negative context id is rejected");
         td_tensor_release(x);
     }
@@ -526,14 +526,14 @@ test_unknown_messages(void)
     td_tensor_t *g = rnd(2, 2, 3, 0);
     int64_t ctx;
 
-    is_int(td_dist_on_propagate(E[1], 0, (INT64_C(0) << 48) | 999, 77, &g, 1,
+    is_int(td__dist_on_propagate(E[1], 0, (INT64_C(0) << 48) | 999, 77, &g, 1,
                                 0, catch_reply, NULL),
            TD_ERR_NOT_FOUND, "gradients for an unknown context: error");
     is_int(reply_status, TD_ERR_NOT_FOUND, "... replied to the sender");
     like(reply_msg, "^Error on rank 1: .*unknown or ended context 999",
          "... naming rank and context");
     td_dist_autograd_begin(&ctx);
-    is_int(td_dist_on_propagate(E[0], 1, ctx, 12345, &g, 1, 0, catch_reply,
+    is_int(td__dist_on_propagate(E[0], 1, ctx, 12345, &g, 1, 0, catch_reply,
                                 NULL),
            TD_ERR_NOT_FOUND, "gradients for an unknown message: error");
     like(reply_msg, "has no message 12345", "... naming the message");
@@ -542,21 +542,21 @@ test_unknown_messages(void)
         td_tensor_t *gs[2] = {NULL, NULL};
         int64_t mid = 0;
 
-        td_dist_on_send(E[0], ctx, 1, &t, 1, &mid);
-        is_int(td_dist_on_propagate(E[0], 1, ctx, mid, &g, 1, 0, catch_reply,
+        td__dist_on_send(E[0], ctx, 1, &t, 1, &mid);
+        is_int(td__dist_on_propagate(E[0], 1, ctx, mid, &g, 1, 0, catch_reply,
                                     NULL),
                TD_ERR_PROTOCOL, "a gradient of the wrong shape: rejected");
         like(reply_msg, "sent gradient 0 as float64 with 2 dims \\(first 2\\)"
              " for a float64 tensor with 2 dims \\(first 3\\)",
              "... naming both shapes");
         td_tensor_to_dtype(g33, TD_FLOAT32, &g32);
-        is_int(td_dist_on_propagate(E[0], 1, ctx, mid, &g32, 1, 0, catch_reply,
+        is_int(td__dist_on_propagate(E[0], 1, ctx, mid, &g32, 1, 0, catch_reply,
                                     NULL),
                TD_ERR_PROTOCOL, "a gradient of the wrong dtype: rejected");
-        is_int(td_dist_on_propagate(E[0], 1, ctx, mid, gs, 2, 0, catch_reply,
+        is_int(td__dist_on_propagate(E[0], 1, ctx, mid, gs, 2, 0, catch_reply,
                                     NULL),
                TD_ERR_PROTOCOL, "the wrong number of gradients: rejected");
-        is_int(td_dist_on_propagate(E[0], 1, ctx, mid, &g33, 1, 0, catch_reply,
+        is_int(td__dist_on_propagate(E[0], 1, ctx, mid, &g33, 1, 0, catch_reply,
                                     NULL),
                TD_OK, "the right gradient is accepted");
         is_int(reply_status, TD_OK, "... and acknowledged");
@@ -568,11 +568,11 @@ test_unknown_messages(void)
     {
         uint8_t rg = 1;
         td_tensor_t *x = rnd(1, 1, 4, 0);
-        is_int(td_dist_on_recv(E[0], ctx, 1, 99, &x, &rg, 1),
+        is_int(td__dist_on_recv(E[0], ctx, 1, 99, &x, &rg, 1),
                TD_ERR_NOT_FOUND, "a late message for an ended context: "
                "error, not resurrected");
         like(td_last_error(), "has ended", "... saying so");
-        is_int(td_dist_engine_n_contexts(E[0]), 0, "... and nothing kept");
+        is_int(td__dist_engine_n_contexts(E[0]), 0, "... and nothing kept");
         td_tensor_release(x);
     }
     td_tensor_release(g);
@@ -588,7 +588,7 @@ test_recording(void)
     int64_t ctx, mid = 1;
     td_node_t *send;
 
-    is_int(td_dist_on_send(E[0], TD_DIST_NO_CONTEXT, 1, args, 2, &mid), TD_OK,
+    is_int(td__dist_on_send(E[0], TD_DIST_NO_CONTEXT, 1, args, 2, &mid), TD_OK,
            "send outside a context");
     is_int(mid, 0, "... records nothing");
 
@@ -598,8 +598,8 @@ test_recording(void)
     ok(td_tensor_grad_fn(r) != NULL &&
        strcmp(td_node_name(td_tensor_grad_fn(r)), "RecvRpcBackward") == 0,
        "the result's grad_fn is a recv node");
-    td_dist_context_info(E[0], ctx, &i0);
-    td_dist_context_info(E[1], ctx, &i1);
+    td__dist_context_info(E[0], ctx, &i0);
+    td__dist_context_info(E[1], ctx, &i1);
     ok(i0.n_send == 1 && i0.n_recv == 1, "caller: one send, one recv "
        "(%d, %d)", i0.n_send, i0.n_recv);
     ok(i1.n_send == 1 && i1.n_recv == 1, "callee: one send, one recv "
@@ -609,7 +609,7 @@ test_recording(void)
     /* message ids on worker 0 are its counter: find the first one */
     send = NULL;
     for (int64_t m = 1; m < 1000 && send == NULL; m++) {
-        send = td_dist_context_send_node(E[0], ctx, m);
+        send = td__dist_context_send_node(E[0], ctx, m);
     }
     ok(send != NULL && td_node_n_next(send) == 2 &&
        td_node_leaf(td_node_next(send, 0).node) == t1 &&
@@ -618,8 +618,8 @@ test_recording(void)
 
     is_int(call(1, f_add, nargs, 2, &q), TD_OK, "rpc without grad");
     ok(!td_tensor_requires_grad(q), "... result does not require grad");
-    td_dist_context_info(E[0], ctx, &i0);
-    td_dist_context_info(E[1], ctx, &i1);
+    td__dist_context_info(E[0], ctx, &i0);
+    td__dist_context_info(E[1], ctx, &i1);
     ok(i0.n_send == 1 && i1.n_send == 1 && i0.n_recv == 1,
        "... and records no nodes");
     td_tensor_release(q);
@@ -629,9 +629,9 @@ test_recording(void)
     r = NULL;
     chain_next = 2;
     is_int(call(1, f_chain, args, 2, &r), TD_OK, "nested rpc 0->1->2");
-    td_dist_context_info(E[0], ctx, &i0);
-    td_dist_context_info(E[1], ctx, &i1);
-    is_int(td_dist_context_info(E[2], ctx, &i2), TD_OK,
+    td__dist_context_info(E[0], ctx, &i0);
+    td__dist_context_info(E[1], ctx, &i1);
+    is_int(td__dist_context_info(E[2], ctx, &i2), TD_OK,
            "worker 2 joined the context");
     ok(i2.n_known == 1 && i2.known[0] == 1, "worker 2 knows only worker 1");
     ok(i1.n_known == 2 && i1.known[0] == 0 && i1.known[1] == 2,
@@ -643,13 +643,13 @@ test_recording(void)
     r = NULL;
     self_rank = 0;
     is_int(call(0, f_add, args, 2, &r), TD_OK, "rpc to self");
-    td_dist_context_info(E[0], ctx, &i0);
+    td__dist_context_info(E[0], ctx, &i0);
     ok(i0.n_known == 2 && i0.known[0] == 0, "self appears as known worker");
     td_tensor_release(r);
 
     td_dist_autograd_end(ctx);
-    is_int(td_dist_engine_n_contexts(E[0]) + td_dist_engine_n_contexts(E[1]) +
-           td_dist_engine_n_contexts(E[2]), 0,
+    is_int(td__dist_engine_n_contexts(E[0]) + td__dist_engine_n_contexts(E[1]) +
+           td__dist_engine_n_contexts(E[2]), 0,
            "end releases the context on 0, and on 1 and 2 (passed on)");
     td_tensor_release(t1);
     td_tensor_release(t2);
@@ -754,7 +754,7 @@ test_multi_hop(void)
        "equals local");
     ok(maxdiff(g[2], lg[2]) <= 1e-6, "two hops: grad of a local-only leaf "
        "equals local");
-    is_int(td_dist_engine_outstanding(E[1]) + td_dist_engine_outstanding(E[2]),
+    is_int(td__dist_engine_outstanding(E[1]) + td__dist_engine_outstanding(E[2]),
            0, "every worker finished when backward returned");
     td_dist_autograd_end(ctx);
     for (int i = 0; i < 3; i++) {
@@ -877,7 +877,7 @@ test_errors(void)
                "a worker killed mid-backward ends it");
         like(td_last_error(), "^Error on rank 2: worker died",
              "... naming the dead rank");
-        is_int(td_dist_engine_outstanding(E[0]), 0,
+        is_int(td__dist_engine_outstanding(E[0]), 0,
                "... and nothing is left waiting on worker 0");
         td_dist_autograd_end(ctx);
         td_tensor_release(r);
@@ -886,7 +886,7 @@ test_errors(void)
 
     /* worker 3 never answers: the timeout ends it */
     atomic_store(&silent[3], 1);
-    td_dist_engine_set_timeout(E[0], 0.5);
+    td__dist_engine_set_timeout(E[0], 0.5);
     td_dist_autograd_begin(&ctx);
     {
         td_tensor_t *args[2] = {t1, t1};
@@ -903,9 +903,9 @@ test_errors(void)
         usleep(1000);   /* the delivery thread parks it (no timing: waits) */
     }
     flush_parked();
-    is_int(td_dist_engine_outstanding(E[0]), 0,
+    is_int(td__dist_engine_outstanding(E[0]), 0,
            "a late answer after the timeout is dropped");
-    td_dist_engine_set_timeout(E[0], 0);
+    td__dist_engine_set_timeout(E[0], 0);
     atomic_store(&silent[3], 0);
     td_tensor_release(r);
     td_tensor_release(t1);
@@ -920,7 +920,7 @@ thread_body(void *arg)
 {
     int k = (int)(intptr_t)arg, good = 1;
 
-    td_dist_engine_bind(E[0]);
+    td__dist_engine_bind(E[0]);
     self_rank = 0;
     for (int it = 0; it < 20; it++) {
         td_tensor_t *t1 = rnd(3, 3, 100 + k, 1), *t2 = rnd(3, 3, 200 + k, 1);
@@ -1008,7 +1008,7 @@ test_many_contexts(void)
     {
         size_t n = 0;
         for (int r = 0; r < NW; r++) {
-            n += td_dist_engine_n_contexts(E[r]);
+            n += td__dist_engine_n_contexts(E[r]);
         }
         is_int(n, 0, "10,000 contexts: none left on any worker");
     }
@@ -1037,42 +1037,42 @@ test_codec(void)
     h.n = 10;
     h.present[0] = 0xA5;
     h.present[1] = 0x02;
-    is_int(td_dist_propagate_hdr_encode(&h, buf, sizeof(buf), &len), TD_OK,
+    is_int(td__dist_propagate_hdr_encode(&h, buf, sizeof(buf), &len), TD_OK,
            "encode a propagate header");
     is_int(len, 22, "20 bytes + 2 bitmap bytes");
-    ok(td_dist_propagate_hdr_decode(buf, len, 1, &d) == TD_OK &&
+    ok(td__dist_propagate_hdr_decode(buf, len, 1, &d) == TD_OK &&
        d.ctx_id == h.ctx_id && d.msg_id == h.msg_id && d.n == 10 &&
        d.retain_graph == 1 && d.present[0] == 0xA5 && d.present[1] == 0x02,
        "decode gives it back");
-    is_int(td_dist_propagate_hdr_decode(buf, len - 1, 1, &d), TD_ERR_PROTOCOL,
+    is_int(td__dist_propagate_hdr_decode(buf, len - 1, 1, &d), TD_ERR_PROTOCOL,
            "truncated: rejected");
-    is_int(td_dist_propagate_hdr_decode(buf, 7, 1, &d), TD_ERR_PROTOCOL,
+    is_int(td__dist_propagate_hdr_decode(buf, 7, 1, &d), TD_ERR_PROTOCOL,
            "shorter than the fixed part: rejected");
     buf[0] = 9;
-    is_int(td_dist_propagate_hdr_decode(buf, len, 1, &d), TD_ERR_PROTOCOL,
+    is_int(td__dist_propagate_hdr_decode(buf, len, 1, &d), TD_ERR_PROTOCOL,
            "wrong version: rejected");
     like(td_last_error(), "rank 1 has version 9", "... naming sender and "
          "version");
     buf[0] = 1;
     buf[1] = 6;
-    is_int(td_dist_propagate_hdr_decode(buf, len, 1, &d), TD_ERR_PROTOCOL,
+    is_int(td__dist_propagate_hdr_decode(buf, len, 1, &d), TD_ERR_PROTOCOL,
            "unknown flags: rejected");
     buf[1] = 1;
     buf[21] = 0x04;
-    is_int(td_dist_propagate_hdr_decode(buf, len, 1, &d), TD_ERR_PROTOCOL,
+    is_int(td__dist_propagate_hdr_decode(buf, len, 1, &d), TD_ERR_PROTOCOL,
            "bits past the count: rejected");
     buf[21] = 0x02;
     buf[2] = 0xff;
     buf[3] = 0xff;
-    is_int(td_dist_propagate_hdr_decode(buf, len, 1, &d), TD_ERR_PROTOCOL,
+    is_int(td__dist_propagate_hdr_decode(buf, len, 1, &d), TD_ERR_PROTOCOL,
            "count over the maximum: rejected");
     buf[2] = 10;
     buf[3] = 0;
     memset(buf + 4, 0, 8);
-    is_int(td_dist_propagate_hdr_decode(buf, len, 1, &d), TD_ERR_PROTOCOL,
+    is_int(td__dist_propagate_hdr_decode(buf, len, 1, &d), TD_ERR_PROTOCOL,
            "context id 0: rejected");
     h.n = TD_DIST_GRADS_MAX + 1;
-    is_int(td_dist_propagate_hdr_encode(&h, buf, sizeof(buf), &len),
+    is_int(td__dist_propagate_hdr_encode(&h, buf, sizeof(buf), &len),
            TD_ERR_RANGE, "encode refuses too many gradients");
 }
 
@@ -1145,12 +1145,12 @@ main(void)
     for (int r = 0; r < NW; r++) {
         wire_rank[r] = r;
         wire.arg = &wire_rank[r];
-        if (td_dist_engine_create(r, &wire, &E[r]) != TD_OK) {
+        if (td__dist_engine_create(r, &wire, &E[r]) != TD_OK) {
             diag("engine %d: %s", r, td_last_error());
             return 1;
         }
     }
-    td_dist_engine_bind(E[0]);
+    td__dist_engine_bind(E[0]);
     self_rank = 0;
     test_contexts();
     test_unknown_messages();
@@ -1163,9 +1163,9 @@ main(void)
     test_errors();
     /* worker 2 died in test_errors: bring it back as a fresh engine */
     atomic_store(&kill_on_deliver[2], 0);
-    td_dist_engine_destroy(E[2]);
+    td__dist_engine_destroy(E[2]);
     wire.arg = &wire_rank[2];
-    td_dist_engine_create(2, &wire, &E[2]);
+    td__dist_engine_create(2, &wire, &E[2]);
     atomic_store(&dead[2], 0);
     test_threads();
     test_many_contexts();
@@ -1173,7 +1173,7 @@ main(void)
     test_set_gradient();
     junk_free();
     for (int r = 0; r < NW; r++) {
-        td_dist_engine_destroy(E[r]);
+        td__dist_engine_destroy(E[r]);
     }
     return exit_status();
 }

@@ -196,16 +196,16 @@ test_device_state(void)
     int64_t ctx;
 
     td_dist_optim_sgd(&p, 1, &hp, &o);
-    live0 = td_device_test_live(1);
+    live0 = td__device_test_live(1);
     td_sum(p, &loss);
     td_dist_autograd_begin(&ctx);
     td_dist_backward(ctx, &loss, 1, 0);
     is_int(td_dist_optim_step(o, ctx), TD_OK, "a step on cuda:1");
     td_dist_autograd_end(ctx);
     td_tensor_release(loss);
-    live1 = td_device_test_live(1);
+    live1 = td__device_test_live(1);
     td_dist_optim_destroy(o);
-    live2 = td_device_test_live(1);
+    live2 = td__device_test_live(1);
     ok(maxdiff(p, (double[]){0.5, 1.5, 2.5, 3.5}, 4) == 0,
        "... p -= 0.5 on cuda:1");
     is_int((int)(live1 - live0), 1, "the momentum buffer is a block of "
@@ -324,7 +324,7 @@ main(void)
     }
     /* before anything touches a device; then the ops, the gradients and
      * the optimizer's updates run behind the test backend's kernel row */
-    is_int(td_device_test_backend_install(2), TD_OK,
+    is_int(td__device_test_backend_install(2), TD_OK,
            "test device backend installed");
     on_device = DEV1;
     for (int c = 0; c < REF_CONFIGS; c++) {

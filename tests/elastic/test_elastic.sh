@@ -1,7 +1,9 @@
 #!/bin/sh
 # test_elastic: examples/fashion_mnist_ddp --elastic under todist-run.
 #  1. 2 ranks, --max-restarts 2: rank 1 is SIGKILLed mid-training (once
-#     the loss log shows step 20); the launcher names it and restarts the
+#     the loss log shows step 20, both ranks are frozen with SIGSTOP, the
+#     log is checked to be short of the end, rank 1 is killed and rank 0
+#     let go); the launcher names it and restarts the
 #     group, which resumes from the last checkpoint; training ends at the
 #     expected last step with every step logged, and its last epoch's
 #     train loss and test accuracy are within bounds (0.05, 0.01) of an
@@ -27,9 +29,9 @@ epoch_field() { # OUTPUT FIELD: the last epoch line's FIELD
 }
 
 # --- 1: a rank killed mid-training ---
-args="--epochs 2 --max-batches 150 --batch-size 32 --hidden 64 --threads 1
+args="--epochs 2 --max-batches 900 --batch-size 32 --hidden 64 --threads 1
       --log-every 0 --optimizer sgd"
-total=300
+total=1800
 out0=$(timeout -k 5 300 todist-run -n 2 "$ex" $args 2>&1); rc=$?
 is "$rc" 0 "the uninterrupted run exits 0"
 [ "$rc" = 0 ] || diag "$out0"
@@ -43,15 +45,21 @@ n=0
 while [ "$(cat "$TD_TMP/cut.log" 2>/dev/null | wc -l)" -lt 20 ] && [ $n -lt 3000 ]; do
     sleep 0.05; n=$((n + 1))
 done
-# rank 1: the launcher's child whose environment says TODIST_RANK=1
-victim=""
+# the ranks: the launcher's children, by the TODIST_RANK they were given
+victim="" r0=""
 for c in $(pgrep -P "$(pgrep -P $pid -x todist-run)"); do
-    if tr '\0' '\n' < /proc/$c/environ 2>/dev/null | grep -x 'TODIST_RANK=1' >/dev/null; then
-        victim=$c
-    fi
+    r=$(tr '\0' '\n' < /proc/$c/environ 2>/dev/null | sed -n 's/^TODIST_RANK=//p')
+    [ "$r" = 1 ] && victim=$c
+    [ "$r" = 0 ] && r0=$c
 done
-ok "$([ -n "$victim" ]; echo $?)" "rank 1 found (pid ${victim:-none})"
-[ -n "$victim" ] && kill -9 "$victim"
+if [ -n "$victim" ] && [ -n "$r0" ]; then
+    kill -STOP "$r0" "$victim"
+    at=$(wc -l < "$TD_TMP/cut.log" | tr -d ' ')
+    kill -9 "$victim"
+    kill -CONT "$r0"
+fi
+ok "$([ -n "$victim" ] && [ "${at:-$total}" -lt $total ]; echo $?)" \
+   "rank 1 (pid ${victim:-none}) killed mid-training, at step ${at:-none} of $total"
 wait $pid; rc=$?
 out=$(cat "$TD_TMP/out"); err=$(cat "$TD_TMP/err")
 is "$rc" 0 "the elastic run exits 0 after the kill"

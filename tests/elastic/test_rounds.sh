@@ -9,22 +9,30 @@
 #  2. 2+2 ranks; host 2 is killed after step 3: the survivors' round 1 runs 2 ranks
 #     on host 1 alone, the log naming the lost host, and resumes at step 3
 #     (total 3*4 + 5*2).
+#  3. Host 1 starts alone (--rdzv-last-call 0: round 0 is 2 ranks
+#     on 1 node); once its last rank holds after step 3, host 2's launcher
+#     starts: round 1 takes it in without using a restart (4 ranks, restart
+#     0) and resumes at step 3 (total 3*2 + 5*4).
 # Kills happen at a fixed step (the worker waits for them), so nothing
 # depends on timing; every process runs under a timeout; the bed is torn
 # down on exit.
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
 hosts_supported || skip_all "$HOSTS_WHY"
-plan 14
+plan 19
 worker="$top_builddir/tests/elastic/elastic_worker"
 tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 steps=8 hold=3
 
-# agent HOST TAG N: one launcher of N ranks on HOST, output in
-# $TD_TMP/TAG.HOST
+# agent HOST TAG N [LAST_CALL]: one launcher of N ranks on HOST, output in
+# $TD_TMP/TAG.HOST. TODIST_LIVENESS (launchers and workers alike) is $live:
+# 10 s where no host is lost, as a loaded 2-core machine has starved a
+# host's processes for over 3 s (a false loss, then a round too many).
 agent() {
-    hosts_run "$1" env TODIST_JOB_TOKEN="$tok" timeout -k 5 120 \
-        todist-run -n "$3" --nnodes 1:2 --max-restarts 1 --rdzv-last-call 60 \
+    hosts_run "$1" env TODIST_JOB_TOKEN="$tok" TODIST_LIVENESS="$live" \
+        timeout -k 5 120 \
+        todist-run -n "$3" --nnodes 1:2 --max-restarts 1 \
+        --rdzv-last-call "${4:-60}" \
         --master-addr "$(hosts_addr 1)" --master-port 29500 \
         "$worker" "$TD_TMP/$2.ck" $steps $hold "$TD_TMP/$2.marker" \
         > "$TD_TMP/$2.$1" 2>&1 &
@@ -38,6 +46,7 @@ wait_file() {
 }
 
 # --- 1: one rank dies; both hosts restart it together ---
+live=10
 hosts_up 2
 agent 1 rank 3; p1=$!
 agent 2 rank 1; p2=$!
@@ -60,6 +69,7 @@ like "$out" "done step $steps total $((hold * 4 + (steps - hold) * 4)) world 4 r
      "every step ran exactly once (total $((hold * 4 + (steps - hold) * 4)))"
 
 # --- 2: a host dies; the survivors go on alone ---
+live=5
 hosts_up 2
 agent 1 host 2; p1=$!
 agent 2 host 2; p2=$!
@@ -78,5 +88,23 @@ like "$out" "resumed at step $hold total $((hold * 4)) world 2 restart 1" \
 like "$out" "done step $steps total $((hold * 4 + (steps - hold) * 2)) world 2 restart 1" \
      "every step ran exactly once (total $((hold * 4 + (steps - hold) * 2)))"
 unlike "$out" 'round 2' "no further round"
+
+# --- 3: a host joins; the world grows without using a restart ---
+live=10
+hosts_up 2
+agent 1 join 2 0; p1=$!
+ok "$(wait_file "$TD_TMP/join.marker"; echo $?)" "rank 1 (host 1 alone) holds after step $hold"
+agent 2 join 2 0; p2=$!
+wait $p1; rc1=$?
+wait $p2; rc2=$?
+is "$rc1 $rc2" "0 0" "both launchers exit 0"
+out=$(cat "$TD_TMP/join.1")
+[ "$rc1$rc2" = 00 ] || diag "$out" "$(cat "$TD_TMP/join.2")"
+like "$out" 'round 0 \(restart 0 of 1\): first round; world 2 ranks on 1 node;' \
+     "round 0: host 1 alone"
+like "$out" 'round 1 \(restart 0 of 1\): joined: host h2; world 4 ranks on 2 nodes \(was 2 on 1\)' \
+     "round 1 takes host 2 in, no restart used"
+like "$out" "done step $steps total $((hold * 2 + (steps - hold) * 4)) world 4 restart 0" \
+     "every step ran exactly once (total $((hold * 2 + (steps - hold) * 4)))"
 hosts_down
 done_testing

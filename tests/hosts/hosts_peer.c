@@ -5,7 +5,8 @@
  *   LOST   the first rank of the lost host (it and all ranks after it are
  *          on that host)
  *   READY  a file rank 0 creates once every rank is warm (endpoints both
- *          ways), for the test to cut or kill the host then
+ *          ways), for the test to cut or kill the host then; the test
+ *          creates READY.done once ranks below LOST all reported
  * Ranks below LOST start OP and print "op=OP rc=STATUS t=BOOTTIME
  * err=MESSAGE" when it ends (BOOTTIME: seconds, as /proc/uptime); the
  * lost ranks wait to be cut off or killed. */
@@ -51,6 +52,7 @@ main(int argc, char **argv)
     td_status_t st;
     td_tensor_t *t;
     const int64_t shape[1] = { 4 };
+    char done[4096];
 
     if (argc != 4) {
         fprintf(stderr, "usage: hosts_peer coll|rpc|barrier LOST READY\n");
@@ -104,6 +106,13 @@ main(int argc, char **argv)
     printf("op=%s rank=%d rc=%d t=%.3f err=%s\n", op, rank, (int)st,
            boottime(), st == TD_OK ? "" : td_last_error());
     fflush(stdout);
+    /* Stay until every waiting rank has reported (READY.done): a rank
+     * that left at once would be lost too, and the others might report
+     * its loss instead of the host's. */
+    snprintf(done, sizeof(done), "%s.done", argv[3]);
+    for (int i = 0; i < 600 && access(done, F_OK) != 0; i++) {
+        usleep(100000);
+    }
     /* The job cannot end cleanly without the lost host: leave now. */
     _exit(st != TD_OK ? 0 : 1);
 }

@@ -14,7 +14,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 68
+plan 97
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -102,6 +102,35 @@ PASS_MIN=10 job "2x2 collectives matrix" 2,2 "$B/coll/coll_peer" matrix
 crossed 2 1000000
 PASS_MIN=10 job "2+1+1 collectives matrix" 2,1,1 "$B/coll/coll_peer" matrix
 
+# Hierarchical collectives (runtime/coll/hier.c): auto picks them at 2x2
+# and 2+1+1 (rank 0 forcing them would otherwise be a mismatch), and
+# forced, flat and auto all give the exact values, on the world and on it
+# reordered. Then the bytes host 2's link carries for 8 all_reduces of
+# 4 MiB: the flat ring sends 6 MiB a call each way (two ring edges cross),
+# the hierarchical one 4 MiB (one leader to the other): it must move less.
+job "2x2 auto picks hier" 2,2 "$B/coll/coll_peer" auto_is hier
+job "2+1+1 auto picks hier" 2,1,1 "$B/coll/coll_peer" auto_is hier
+PASS_MIN=10 job "2x2 hierarchical matrix" 2,2 "$B/coll/coll_peer" hier
+PASS_MIN=10 job "2+1+1 hierarchical matrix" 2,1,1 "$B/coll/coll_peer" hier
+# moved ALGO: bytes host 2 sent and received in 8 all_reduces of 4 MiB
+moved() {
+    set -- "$1" $(hosts_bytes 2)
+    job "2x2 all_reduce 4 MiB ($1)" 2,2 env TODIST_COLL_ALGO=all_reduce:$1 \
+        "$B/coll/coll_peer" allreduce_big 8
+    set -- "$1" "$2" "$3" $(hosts_bytes 2)
+    MOVED=$(( $4 - $2 + $5 - $3 ))
+}
+moved ring; flat=$MOVED
+moved hier; hier=$MOVED
+moved auto; auto=$MOVED
+diag "host 2's link: flat ring $flat, hier $hier, auto $auto bytes"
+ok "$([ "$hier" -ge $((2 * 8 * 4194316)) ]; echo $?)" \
+   "hier: the bodies crossed the link ($hier bytes >= 2 x 8 x 4 MiB)"
+ok "$([ $((hier * 100)) -lt $((flat * 85)) ]; echo $?)" \
+   "hier moves less across the link than the flat ring ($hier < 0.85 x $flat)"
+ok "$([ $((auto * 100)) -lt $((flat * 85)) ]; echo $?)" \
+   "auto moves as little ($auto < 0.85 x $flat)"
+
 # Large bodies (1.2 MB, above the single-copy threshold) between ranks on
 # two hosts: they cross the link, and no in-place read is offered across.
 mark 2
@@ -137,7 +166,7 @@ job "2+1+1 DDP" 2,1,1 "$B/ddp/ddp_peer"
 lose() {
     _how=$1; _op=$2
     hosts_up 3 || { diag "hosts_up failed"; return 1; }
-    rm -f "$TD_TMP/ready"
+    rm -f "$TD_TMP/ready" "$TD_TMP/ready.done"
     HOSTS_TIMEOUT=150 hosts_launch 2,1,1 "$B/hosts/hosts_peer" "$_op" 3 \
         "$TD_TMP/ready" > "$TD_TMP/lose.out" 2>&1 &
     _l=$!
@@ -147,13 +176,14 @@ lose() {
     done
     _t0=$(td_now)
     $_how 3
-    # ranks 0-2 report and exit; rank 3 (cut off) is then killed
+    # ranks 0-2 report, then exit (ready.done); rank 3 (cut off) is killed
     _t=0
     while [ $_t -lt 600 ]; do
         _n=$(cat "$HOSTS_DIR"/rank[012].out 2>/dev/null | grep -c "^op=")
         [ "$_n" -ge 3 ] && break
         sleep 0.1; _t=$((_t + 1))
     done
+    touch "$TD_TMP/ready.done"
     hosts_kill 3
     wait $_l
     OUT=$(cat "$TD_TMP/lose.out")
@@ -167,8 +197,13 @@ lose() {
     done
     ok "$(awk -v w="$_worst" 'BEGIN { exit !(w < 30) }'; echo $?)" \
        "$_how $_op: all fail well within their timeout (the last after ${_worst} s)"
-    like "$OUT" "lost rank 3 on host h3 \\(ranks there: 3\\)" \
-         "$_how $_op: the host and its ranks are named"
+    like "$OUT" "lost rank 3 \\(on host h3, ranks there: 3\\)" \
+         "$_how $_op: the log names the host and its ranks"
+    for _r in 0 1 2; do
+        like "$(printf '%s\n' "$OUT" | grep "^op=$_op rank=$_r ")" \
+             "err=.*on host h3, ranks there: 3" \
+             "$_how $_op: rank $_r's error names the host and its ranks"
+    done
     [ "$_worst" != 99999 ] || diag "$OUT"
 }
 lose hosts_cut coll

@@ -62,9 +62,9 @@ main(int argc, char **argv)
         s = td_device_count(TD_DEVICE_CUDA, &n);
         printf("count: %s %s\n", td_status_name(s),
                s == TD_OK ? "" : td_last_error());
-        printf("module: %s\n", td_device_module_file(TD_DEVICE_CUDA));
+        printf("module: %s\n", td__device_module_file(TD_DEVICE_CUDA));
         printf("kernels: %s\n",
-               td_kernels_get((td_device_t){TD_DEVICE_CUDA, 0}) != NULL
+               td__kernels_get((td_device_t){TD_DEVICE_CUDA, 0}) != NULL
                ? "yes" : "no");
         print_mapped();
         return 0;

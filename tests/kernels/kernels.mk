@@ -3,6 +3,10 @@
 check_PROGRAMS += tests/kernels/test_kernels
 tests_kernels_test_kernels_LDADD = $(TD_TEST_LDADD) $(BLAS_LIBS)
 TESTS += tests/kernels/test_kernels
+# the BLAS: never mapped before the first matrix product (no BLAS_LIBS here)
+check_PROGRAMS += tests/kernels/test_blas_lazy
+tests_kernels_test_blas_lazy_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/kernels/test_blas_lazy
 check_PROGRAMS += tests/kernels/test_block_cache
 TESTS += tests/kernels/test_block_cache
 tests_kernels_test_block_cache_LDADD = $(TD_TEST_LDADD)

@@ -16,7 +16,7 @@
 #include "todist/todist.h"
 #include "kernels/kernels.h"
 #include "kernels/device.h"
-#include "runtime/rpc/staging_cuda.h"
+#include "ucx_transport/staging.h"
 #include "tests/tap.h"
 
 #define CUDA0 ((td_device_t){TD_DEVICE_CUDA, 0})
@@ -55,8 +55,8 @@ to_dev(const void *h, size_t nbytes)
 {
     void *d = NULL;
 
-    td_device_alloc(CUDA0, nbytes, &d);
-    td_device_memcpy(d, CUDA0, h, TD_CPU, nbytes);
+    td__device_alloc(CUDA0, nbytes, &d);
+    td__device_memcpy(d, CUDA0, h, TD_CPU, nbytes);
     return d;
 }
 
@@ -65,7 +65,7 @@ to_host(const void *d, size_t nbytes)
 {
     void *h = calloc(1, nbytes + 8);
 
-    td_device_memcpy(h, TD_CPU, d, CUDA0, nbytes);
+    td__device_memcpy(h, TD_CPU, d, CUDA0, nbytes);
     return h;
 }
 
@@ -108,7 +108,7 @@ static const int64_t trans3[3] = {33 * 65, 1, 33};
 static int
 device_tests(void)
 {
-    const td_kernels_t *gk = td_kernels_get(CUDA0), *ck = &td_cpu_kernels;
+    const td_kernels_t *gk = td__kernels_get(CUDA0), *ck = &td_cpu_kernels;
     const int64_t *bst[3] = {contig3, bcast3, trans3};
     const char *bname[3] = {"contiguous", "broadcast", "transposed"};
     int n_tests = 0;
@@ -173,9 +173,9 @@ device_tests(void)
                 free(got);
             }
         }
-        td_device_free(CUDA0, da);
-        td_device_free(CUDA0, db);
-        td_device_free(CUDA0, dout);
+        td__device_free(CUDA0, da);
+        td__device_free(CUDA0, db);
+        td__device_free(CUDA0, dout);
         free(ha); free(hb); free(hout);
     }
 
@@ -192,7 +192,7 @@ device_tests(void)
                td_dtype_name(d), td_dtype_name(s));
             n_tests++;
             free(got); free(hs); free(hd);
-            td_device_free(CUDA0, ds); td_device_free(CUDA0, dd);
+            td__device_free(CUDA0, ds); td__device_free(CUDA0, dd);
         }
         size_t dn = N3 * td_dtype_size(d);
         void *hd = calloc(1, dn), *dd = to_dev(hd, dn);
@@ -201,7 +201,7 @@ device_tests(void)
         void *got = to_host(dd, dn);
         ok(max_rel(d, got, hd, N3) == 0, "fill %s", td_dtype_name(d));
         n_tests++;
-        free(got); free(hd); td_device_free(CUDA0, dd);
+        free(got); free(hd); td__device_free(CUDA0, dd);
     }
     return n_tests;
 }
@@ -222,7 +222,7 @@ cmp(td_dtype_t dtype, const void *dev, const void *host, int64_t n, double t,
 static int
 device_tests2(void)
 {
-    const td_kernels_t *gk = td_kernels_get(CUDA0), *ck = &td_cpu_kernels;
+    const td_kernels_t *gk = td__kernels_get(CUDA0), *ck = &td_cpu_kernels;
     int n_tests = 0;
     int64_t ix_h[40], off_h[5] = {0, 3, 3, 10, 17};
     int64_t *ix_d, *off_d;
@@ -242,15 +242,15 @@ device_tests2(void)
         double *sc_d = to_dev(sc_h, sizeof(sc_h));
         int64_t rc = ck->bag_plan(off_h, 5, 20, 1, bag_h, sc_h);
         int64_t rg = gk->bag_plan(off_d, 5, 20, 1, bag_d, sc_d);
-        td_device_memcpy(bag_g, TD_CPU, bag_d, CUDA0, sizeof(bag_g));
-        td_device_memcpy(sc_g, TD_CPU, sc_d, CUDA0, sizeof(sc_g));
+        td__device_memcpy(bag_g, TD_CPU, bag_d, CUDA0, sizeof(bag_g));
+        td__device_memcpy(sc_g, TD_CPU, sc_d, CUDA0, sizeof(sc_g));
         ok(rc == -1 && rg == -1 && memcmp(bag_g, bag_h, sizeof(bag_h)) == 0 &&
            memcmp(sc_g, sc_h, sizeof(sc_h)) == 0, "bag_plan (mean) as the cpu");
         is_int(gk->bag_plan(off_d, 5, 12, 0, bag_d, sc_d),
                ck->bag_plan(off_h, 5, 12, 0, bag_h, sc_h),
                "bag_plan: an offset above n is named as on the cpu");
-        td_device_free(CUDA0, bag_d);
-        td_device_free(CUDA0, sc_d);
+        td__device_free(CUDA0, bag_d);
+        td__device_free(CUDA0, sc_d);
     }
     n_tests += 4;
 
@@ -272,7 +272,7 @@ device_tests2(void)
                                lg ? "log_softmax" : "softmax", T) >= 0;
                 /* backward with y = softmax(a) */
                 ck->softmax(T, 0, ha, ha, o, m, in);
-                td_device_memcpy(da, CUDA0, ha, TD_CPU, nb);
+                td__device_memcpy(da, CUDA0, ha, TD_CPU, nb);
                 ck->softmax_backward(T, lg, hout, ha, hg, o, m, in);
                 gk->softmax_backward(T, lg, dout, da, dg, o, m, in);
                 n_tests += cmp(T, dout, hout, N3, 8 * tl, lg ?
@@ -285,7 +285,7 @@ device_tests2(void)
             int64_t *gi = calloc(o * in, sizeof(int64_t));
             ck->max_dim(T, hout, hi, ha, o, m, in);
             gk->max_dim(T, dout, di, da, o, m, in);
-            td_device_memcpy(gi, TD_CPU, di, CUDA0, (size_t)(o * in) * 8);
+            td__device_memcpy(gi, TD_CPU, di, CUDA0, (size_t)(o * in) * 8);
             void *gv = to_host(dout, (size_t)(o * in) * es);
             ok(memcmp(gi, hi, (size_t)(o * in) * 8) == 0 &&
                memcmp(gv, hout, (size_t)(o * in) * es) == 0,
@@ -301,7 +301,7 @@ device_tests2(void)
         gk->index_select(T, db, da, ix_d, 40, 4, 33, 65);
         n_tests += cmp(T, db, hb, 4 * 40 * 65, 0, "index_select", T) >= 0;
         memcpy(hout, ha, nb);
-        td_device_memcpy(dout, CUDA0, ha, TD_CPU, nb);
+        td__device_memcpy(dout, CUDA0, ha, TD_CPU, nb);
         ck->index_add(T, hout, hb, ix_h, 40, 4, 33, 65);
         gk->index_add(T, dout, db, ix_d, 40, 4, 33, 65);
         n_tests += cmp(T, dout, hout, N3, 4 * tl, "index_add", T) >= 0;
@@ -315,8 +315,8 @@ device_tests2(void)
         ck->scatter_add(T, hout, hb, gix, 4, 33, 65);
         gk->scatter_add(T, dout, db, dgix, 4, 33, 65);
         n_tests += cmp(T, dout, hout, N3, 4 * tl, "scatter_add", T) >= 0;
-        td_device_free(CUDA0, dgix);
-        free(hb); td_device_free(CUDA0, db);
+        td__device_free(CUDA0, dgix);
+        free(hb); td__device_free(CUDA0, db);
         /* random draws: same stream on both devices */
         ck->random(T, hout, N3, 0, -2, 5, 1234);
         gk->random(T, dout, N3, 0, -2, 5, 1234);
@@ -330,7 +330,7 @@ device_tests2(void)
         /* two SGD steps (momentum, nesterov, weight decay) */
         double *hm = calloc(N3, 8), *dm = to_dev(hm, N3 * 8);
         memcpy(hout, ha, nb);
-        td_device_memcpy(dout, CUDA0, ha, TD_CPU, nb);
+        td__device_memcpy(dout, CUDA0, ha, TD_CPU, nb);
         for (int st = 0; st < 2; st++) {
             td_sgd_args_t a = {0.1, 0.9, 0.1, 0.01, 1, st == 0};
             ck->sgd_step(T, hout, hg, hm, N3, &a);
@@ -340,7 +340,7 @@ device_tests2(void)
         /* two AdamW steps with amsgrad */
         double *hv = calloc(N3, 8), *hx = calloc(N3, 8);
         double *dv = to_dev(hv, N3 * 8), *dx = to_dev(hx, N3 * 8);
-        td_device_memcpy(dm, CUDA0, hv, TD_CPU, N3 * 8);
+        td__device_memcpy(dm, CUDA0, hv, TD_CPU, N3 * 8);
         memset(hm, 0, N3 * 8);
         for (int st = 1; st <= 2; st++) {
             td_adam_args_t a = {1e-3, 0.9, 0.999, 1e-8, 0.01,
@@ -350,14 +350,14 @@ device_tests2(void)
         }
         n_tests += cmp(T, dout, hout, N3, 4 * tl, "adamw (amsgrad) x2", T) >= 0;
         free(hm); free(hv); free(hx);
-        td_device_free(CUDA0, dm); td_device_free(CUDA0, dv);
-        td_device_free(CUDA0, dx);
+        td__device_free(CUDA0, dm); td__device_free(CUDA0, dv);
+        td__device_free(CUDA0, dx);
         free(ha); free(hg); free(hout);
-        td_device_free(CUDA0, da); td_device_free(CUDA0, dg);
-        td_device_free(CUDA0, dout); td_device_free(CUDA0, di);
+        td__device_free(CUDA0, da); td__device_free(CUDA0, dg);
+        td__device_free(CUDA0, dout); td__device_free(CUDA0, di);
     }
-    td_device_free(CUDA0, ix_d);
-    td_device_free(CUDA0, off_d);
+    td__device_free(CUDA0, ix_d);
+    td__device_free(CUDA0, off_d);
     return n_tests;
 }
 
@@ -384,7 +384,7 @@ main(void)
                "to(cuda:0) of a cpu tensor is unsupported, not a crash");
         ok(y == NULL, "and leaves the output unset");
         td_staging_copy_ops_t sops;
-        is_int(td_staging_cuda_ops(0, &sops), TD_ERR_UNSUPPORTED,
+        is_int(td__staging_cuda_ops(0, &sops), TD_ERR_UNSUPPORTED,
                "the staging engine's CUDA copies: no CUDA device");
         td_tensor_release(x);
         skip(N_DEVICE_TESTS, "no CUDA device");
@@ -396,10 +396,10 @@ main(void)
         void *pin = NULL, *dev = NULL, *back = NULL;
         double v[64], w[64];
         for (int i = 0; i < 64; i++) v[i] = i * 0.5;
-        int good = td_staging_cuda_ops(0, &o) == TD_OK &&
+        int good = td__staging_cuda_ops(0, &o) == TD_OK &&
                    o.host_alloc(o.ctx, sizeof(v), &pin) == TD_OK &&
                    o.host_alloc(o.ctx, sizeof(v), &back) == TD_OK &&
-                   td_device_alloc(CUDA0, sizeof(v), &dev) == TD_OK;
+                   td__device_alloc(CUDA0, sizeof(v), &dev) == TD_OK;
         if (good) {
             memcpy(pin, v, sizeof(v));
             good = o.copy(o.ctx, dev, pin, sizeof(v), TD_STAGE_H2D) == TD_OK &&
@@ -408,12 +408,12 @@ main(void)
             memcpy(w, back, sizeof(w));
             o.host_free(o.ctx, pin);
             o.host_free(o.ctx, back);
-            td_device_free(CUDA0, dev);
+            td__device_free(CUDA0, dev);
         }
         ok(good && memcmp(v, w, sizeof(v)) == 0,
            "staging copies: pinned -> cuda:0 -> pinned round trip");
     }
-    is_int(td_device_check((td_device_t){TD_DEVICE_CUDA, n}), TD_ERR_RANGE,
+    is_int(td__device_check((td_device_t){TD_DEVICE_CUDA, n}), TD_ERR_RANGE,
            "cuda:%d is out of range", n);
     like(td_last_error(), "is not below", "the error says so");
 
@@ -436,7 +436,7 @@ main(void)
     td_tensor_release(s); td_tensor_release(z); td_tensor_release(y);
 
     /* the module's diagnostics, through its device row */
-    const td_device_ops_t *row = td_device_ops(TD_DEVICE_CUDA);
+    const td_device_ops_t *row = td__device_ops(TD_DEVICE_CUDA);
     td_block_cache_stats_t a, b;
     row->cache_stats(0, &a);
     td_tensor_empty(shape, 2, TD_FLOAT32, CUDA0, &t);

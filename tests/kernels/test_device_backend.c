@@ -2,7 +2,7 @@
  * device backend (kernels/device.h D4, "cuda" devices whose memory is host
  * memory): the backend is refused before it is installed; tensor copy_,
  * contiguous and cat on device tensors go through the kernel table and
- * across devices through td_device_memcpy; the RPC wire's device
+ * across devices through td__device_memcpy; the RPC wire's device
  * descriptors (rpc_wire.h V1-V4): target devices by the map, the reply map
  * attached, staged transfer ids, unmapped devices named, cpu-only
  * messages unchanged, malformed device fields rejected. */
@@ -15,6 +15,19 @@
 #include "runtime/rpc/rpc_wire.h"
 #include "runtime/rpc/rpc_device.h"
 #include "tests/tap.h"
+
+/* The sender's two steps: the tensors prepared (routed, host copies made:
+ * rpc_device.h), then the codec, which only describes them. */
+static td_status_t
+enc(const td_rpc_wire_meta_t *m, const td_rpc_list_t *l,
+    const td_rpc_wire_dev_t *dev, td_rpc_wire_out_t *out)
+{
+    td_status_t st = td_rpc_device_prepare(l, 1, dev, out);
+
+    return st != TD_OK ? st
+        : td_rpc_wire_encode_dev(m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                 NULL, dev, out);
+}
 
 #define CUDA(i) ((td_device_t){TD_DEVICE_CUDA, (i)})
 
@@ -78,7 +91,7 @@ tensors(void)
     td_tensor_t *b = NULL, *parts[2], *cat = NULL, *host = iota(1, 3, TD_CPU);
     int64_t shape[2] = {3, 2}, row[2] = {1, 3};
     double v[16];
-    long allocs1 = td_device_test_allocs(1);
+    long allocs1 = td__device_test_allocs(1);
 
     /* contiguous of a transposed device tensor: the kernel table's copy */
     td_tensor_transpose(a, 0, 1, &at);
@@ -98,7 +111,7 @@ tensors(void)
     values(b, v);
     ok(v[0] == 0 && v[1] == 3 && v[4] == 2 && v[5] == 5,
        "copied values arrive on cuda:1");
-    ok(td_device_test_allocs(1) > allocs1, "cuda:1 memory came from test "
+    ok(td__device_test_allocs(1) > allocs1, "cuda:1 memory came from test "
        "device 1");
     td_tensor_release(b);
     td_tensor_empty((int64_t[2]){2, 3}, 2, TD_FLOAT32, CUDA(1), &b);
@@ -162,8 +175,7 @@ wire(void)
     td_rpc_list_add_tensor(l, h);
 
     /* staged: the device body goes ahead, the descriptor names it */
-    is_int(td_rpc_wire_encode_dev(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL,
-                                  NULL, &dev, &out), TD_OK,
+    is_int(enc(&m, l, &dev, &out), TD_OK,
            "encode a cuda:0 and a cpu tensor with map cuda:0->cuda:1");
     is_int(out.n_staged, 1, "one staged body (the device tensor)");
     is_int(out.n_bodies, 1, "one body in the message (the cpu tensor)");
@@ -225,8 +237,7 @@ wire(void)
         small = iota(2, 3, CUDA(0));
         td_rpc_list_create(&l2);
         td_rpc_list_add_tensor(l2, small);
-        is_int(td_rpc_wire_encode_dev(&m, l2, 1, TD_TRANSPORT_HEADER_MAX,
-                                      NULL, NULL, &dev, &out), TD_OK,
+        is_int(enc(&m, l2, &dev, &out), TD_OK,
                "encode a 24 byte cuda:0 tensor, staged route");
         ok(out.n_staged == 0 && out.n_bodies == 1 &&
            out.bodies[0].mem == TD_MEM_HOST &&
@@ -247,8 +258,7 @@ wire(void)
 
     /* direct: the body is in the message, with the tensor's memory type */
     dev.staged = 0;
-    is_int(td_rpc_wire_encode_dev(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL,
-                                  NULL, &dev, &out), TD_OK, "encode direct");
+    is_int(enc(&m, l, &dev, &out), TD_OK, "encode direct");
     ok(out.n_staged == 0 && out.n_bodies == 2 && out.n_device_direct == 1 &&
        out.bodies[0].mem == TD_MEM_HOST,
        "both bodies in the message; the test device's is host memory");
@@ -262,8 +272,7 @@ wire(void)
         td_device_map_t tocpu = {1, 1, {{CUDA(0), TD_CPU}}};
         td_rpc_wire_dev_t d2 = {&tocpu, NULL, NULL, 1, 9};
 
-        is_int(td_rpc_wire_encode_dev(&m, l, 1, TD_TRANSPORT_HEADER_MAX,
-                                      NULL, NULL, &d2, &out), TD_OK,
+        is_int(enc(&m, l, &d2, &out), TD_OK,
                "encode with map cuda:0->cpu, staged route");
         ok(out.n_staged == 0 && out.n_bodies == 2 &&
            out.n_device_direct == 0 &&
@@ -277,14 +286,12 @@ wire(void)
 
     /* V1: an unmapped device is named with the peer; no map at all too */
     td_rpc_list_add_tensor(l, d1);
-    like(td_rpc_wire_encode_dev(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL,
-                                NULL, &dev, &out) == TD_OK ? ""
+    like(enc(&m, l, &dev, &out) == TD_OK ? ""
          : td_last_error(), "rpc: list item 2: device map: a tensor on "
          "cuda:1 cannot go to worker1: its device map has no entry for "
          "cuda:1", "a tensor on an unmapped device is refused, naming the "
          "item, the device and the peer");
-    like(td_rpc_wire_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
-                            &out) == TD_OK ? "" : td_last_error(),
+    like(enc(&m, l, NULL, &out) == TD_OK ? "" : td_last_error(),
          "list item 0: device map: a tensor on cuda:0 cannot go to worker1",
          "without any map, a device tensor is refused the same way");
     td_rpc_list_free(l);
@@ -293,9 +300,8 @@ wire(void)
     td_rpc_list_create(&l);
     td_rpc_list_add_tensor(l, h);
     dev.attach = NULL;
-    td_rpc_wire_encode_dev(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
-                           &dev, &out);
-    td_rpc_wire_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL, &plain);
+    enc(&m, l, &dev, &out);
+    enc(&m, l, NULL, &plain);
     ok(out.header_len == plain.header_len &&
        memcmp(out.header, plain.header, out.header_len) == 0,
        "a cpu-only message is byte for byte the same with a device map");
@@ -355,20 +361,20 @@ main(void)
     like(td_tensor_empty(shape, 1, TD_FLOAT32, CUDA(0), &t) == TD_OK ? ""
          : td_last_error(), "no CUDA device", "before the test backend, "
          "a cuda tensor is refused: no CUDA device");
-    is_int(td_device_test_backend(), 0, "the test backend is not in use "
+    is_int(td__device_test_backend(), 0, "the test backend is not in use "
            "unless a test installs it");
-    is_int(td_device_test_backend_install(0), TD_ERR_RANGE,
+    is_int(td__device_test_backend_install(0), TD_ERR_RANGE,
            "a backend of 0 devices is refused");
-    is_int(td_device_test_backend_install(2), TD_OK, "install 2 devices");
-    is_int(td_device_test_backend(), 1, "now in use");
+    is_int(td__device_test_backend_install(2), TD_OK, "install 2 devices");
+    is_int(td__device_test_backend(), 1, "now in use");
     is_int(td_tensor_empty(shape, 1, TD_FLOAT32, CUDA(2), &t), TD_ERR_RANGE,
            "cuda:2 of 2 devices is out of range");
     tensors();
     wire();
     receiver();
-    is_int(td_device_test_live(0), 0, "every block of test device 0 was "
+    is_int(td__device_test_live(0), 0, "every block of test device 0 was "
            "given back");
-    is_int(td_device_test_live(1), 0, "every block of test device 1 was "
+    is_int(td__device_test_live(1), 0, "every block of test device 1 was "
            "given back");
     return exit_status();
 }

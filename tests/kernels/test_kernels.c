@@ -573,7 +573,7 @@ int
 main(void)
 {
     plan(97);
-    K = td_kernels_get(TD_CPU);
+    K = td__kernels_get(TD_CPU);
     ok(K == &td_cpu_kernels && K->softmax && K->softmax_backward &&
        K->max_dim && K->index_check && K->index_select && K->index_add &&
        K->gather && K->scatter_add && K->bag_plan && K->batch_u8 &&

@@ -207,7 +207,7 @@ echo(const char *route)
     td_rpc_list_t *args = NULL, *res = NULL;
     td_staging_stats_t st = {0};
     size_t landed = 0;
-    long allocs0 = td_device_test_allocs(0);
+    long allocs0 = td__device_test_allocs(0);
     td_status_t s;
     double t0;
 
@@ -251,7 +251,7 @@ echo(const char *route)
                   route, i, i == 4 ? "the cpu" : "cuda:0 (reverse map)", d);
         }
     }
-    CHECK(td_device_test_allocs(0) > allocs0, "%s: replies were allocated "
+    CHECK(td__device_test_allocs(0) > allocs0, "%s: replies were allocated "
           "on test device 0", route);
     s = td_rpc_device_stats(&st, &landed);
     if (strcmp(route, "staged") == 0) {
@@ -365,7 +365,7 @@ main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     rank = atoi(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "0");
-    if (td_device_test_backend_install(2) != TD_OK) {
+    if (td__device_test_backend_install(2) != TD_OK) {
         printf("rank %d: FAIL test backend: %s\n", rank, td_last_error());
         return 1;
     }
@@ -384,17 +384,17 @@ main(int argc, char **argv)
     }
     td_rpc_device_force_route(strcmp(route, "direct") == 0 ? TD_ROUTE_DIRECT
                                                            : TD_ROUTE_STAGED);
-    live0 = td_device_test_live(1);
+    live0 = td__device_test_live(1);
     if (strncmp(mode, "kill", 4) == 0) {
         signal(SIGTERM, SIG_IGN);  /* finish the checks after a peer died */
     }
     if (strcmp(mode, "kill_receiver") == 0) {
         if (rank == 1) {
-            long a0 = td_device_test_allocs(1);
+            long a0 = td__device_test_allocs(1);
             double t0 = now_s();
 
             /* the staged body's buffer is the next block of device 1 */
-            while (td_device_test_allocs(1) == a0 && now_s() - t0 < 60) {
+            while (td__device_test_allocs(1) == a0 && now_s() - t0 < 60) {
                 usleep(200);
             }
             raise(SIGKILL);
@@ -431,19 +431,19 @@ main(int argc, char **argv)
             raise(SIGKILL);
         } else {
             double t0 = now_s();
-            long a0 = td_device_test_allocs(1);
+            long a0 = td__device_test_allocs(1);
 
-            while (td_device_test_allocs(1) == a0 && now_s() - t0 < 60) {
+            while (td__device_test_allocs(1) == a0 && now_s() - t0 < 60) {
                 usleep(1000);
             }
-            CHECK(td_device_test_allocs(1) > a0, "a staged body started "
+            CHECK(td__device_test_allocs(1) > a0, "a staged body started "
                   "landing on test device 1");
-            while (td_device_test_live(1) != live0 && now_s() - t0 < 60) {
+            while (td__device_test_live(1) != live0 && now_s() - t0 < 60) {
                 usleep(1000);
             }
-            CHECK(td_device_test_live(1) == live0, "the half-received body "
+            CHECK(td__device_test_live(1) == live0, "the half-received body "
                   "was freed when its sender died (%ld blocks live, %ld "
-                  "before)", td_device_test_live(1), live0);
+                  "before)", td__device_test_live(1), live0);
             CHECK(!handler_ran, "no handler ran for the unfinished call");
         }
     } else if (rank == 0) {
@@ -464,8 +464,8 @@ main(int argc, char **argv)
         failures++;
     }
     if (rank == 1 && strcmp(mode, "echo") == 0) {
-        CHECK(td_device_test_live(1) == live0, "every test-device block of "
-              "rank 1 was given back (%ld live)", td_device_test_live(1));
+        CHECK(td__device_test_live(1) == live0, "every test-device block of "
+              "rank 1 was given back (%ld live)", td__device_test_live(1));
     }
     return failures ? 1 : 0;
 }

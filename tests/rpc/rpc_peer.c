@@ -18,6 +18,7 @@
 #include "todist/todist.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rpc_wire.h"
+#include "runtime/rpc/rpc_device.h"
 #include "runtime/runtime.h"
 #include "runtime/rpc/rref_internal.h"
 #include "runtime/rpc/mapreduce_internal.h"
@@ -373,6 +374,21 @@ fn_tid_inline(void *arg, const td_rpc_call_info_t *info,
     return td_rpc_list_add_int(result, (int64_t)syscall(SYS_gettid));
 }
 
+/* Pool: how many calls so far this worker's pool ran on the thread that
+ * received them (pool.h P5), and how many it handed to another thread. */
+static td_status_t
+fn_pool_counts(void *arg, const td_rpc_call_info_t *info,
+               const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    uint64_t c[2];
+    td_status_t st;
+
+    (void)arg; (void)info; (void)args;
+    td_rpc_pool_counts(c);
+    st = td_rpc_list_add_int(result, (int64_t)c[0]);
+    return st != TD_OK ? st : td_rpc_list_add_int(result, (int64_t)c[1]);
+}
+
 /* Pool: asks the caller which of its threads runs an inline handler. */
 static td_status_t
 fn_ping_back(void *arg, const td_rpc_call_info_t *info,
@@ -491,6 +507,28 @@ mode_inline(void)
     }
     check(here > 0, "waiter_runs_inline_calls",
           "0 of %d nested inline calls ran on the waiting thread", n);
+
+    /* Rank 1's idle pool thread drives its transport while it waits (its
+     * main thread waits in td_finalize, without driving), so calls to a
+     * pool handler arriving one after another run on the thread that
+     * received them: some at least (one may come while the leader still
+     * answers the previous one); none means every call was handed off. */
+    int64_t led = 0, handed = 0;
+    for (int i = 0; i < 50; i++) {
+        st = td_rpc_sync(1, "pool_counts", NULL, TD_RPC_DEFAULT_TIMEOUT, &r);
+        if (st != TD_OK || td_rpc_list_int(r, 0, &led) != TD_OK ||
+            td_rpc_list_int(r, 1, &handed) != TD_OK) {
+            led = -1;
+            td_rpc_list_free(r);
+            r = NULL;
+            break;
+        }
+        td_rpc_list_free(r);
+        r = NULL;
+    }
+    check(led > 0, "pool_leader_runs_calls", "%lld of 50 pool calls ran "
+          "on the receiving thread, %lld handed to another (%d %s)",
+          (long long)led, (long long)handed, st, td_last_error());
 
     /* Four threads at once: they contend for the progress token. */
     pthread_t th[4];
@@ -753,7 +791,7 @@ capture(void *arg, td_transport_rx_t *rx)
 static void
 mode_malformed(void)
 {
-    td_transport_t *tp = td_runtime_transport();
+    td_transport_t *tp = td__runtime_transport();
     td_rpc_wire_meta_t m;
     td_rpc_wire_out_t *out = malloc(sizeof(*out));
     td_status_t st;
@@ -763,16 +801,19 @@ mode_malformed(void)
     m.sender = rank;
     m.message_id = 0xabcdef12345ULL;
     m.function_id = td_rpc_wire_fn_id("noop");
-    td_transport_set_handler(tp, 1, capture, NULL);
-    st = td_rpc_wire_encode(&m, NULL, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
-                            out);
+    td__transport_set_handler(tp, 1, capture, NULL);
+    st = td_rpc_device_prepare(NULL, 1, NULL, out);   /* no tensors */
+    if (st == TD_OK) {
+        st = td_rpc_wire_encode(&m, NULL, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                NULL, out);
+    }
     if (st == TD_OK) {
         out->header[1] = 9;                         /* another version */
-        st = td_transport_send(tp, 1, 1, out->header, out->header_len, NULL,
+        st = td__transport_send(tp, 1, 1, out->header, out->header_len, NULL,
                                0, NULL, NULL);
     }
     if (st == TD_OK) {                              /* too short for an id */
-        st = td_transport_send(tp, 1, 1, out->header, 20, NULL, 0, NULL,
+        st = td__transport_send(tp, 1, 1, out->header, 20, NULL, 0, NULL,
                                NULL);
     }
     double until = now_s() + 20;
@@ -1751,6 +1792,7 @@ main(int argc, char **argv)
                           TD_RPC_INLINE);
     td_rpc_register_flags("tid_inline", fn_tid_inline, NULL, TD_RPC_INLINE);
     td_rpc_register("ping_back", fn_ping_back, NULL);
+    td_rpc_register("pool_counts", fn_pool_counts, NULL);
     td_rpc_register("keep_ref", fn_keep_ref, NULL);
     td_rpc_register("objects", fn_objects, NULL);
     td_rpc_register("bye", fn_bye, NULL);
@@ -1761,7 +1803,7 @@ main(int argc, char **argv)
                               .set_context = h_set, .on_send = h_send,
                               .on_recv = h_recv };
 
-        td_runtime_unregister("dist_autograd");
+        td__runtime_unregister("dist_autograd");
         td_rpc_plug(&h);
     }
     st = td_rpc_register("echo", fn_echo, NULL);
@@ -1792,7 +1834,7 @@ main(int argc, char **argv)
         if (rank == 2) {
             mode_malformed();
         }
-        td_store_barrier(td_runtime_store(), "malformed", size, 60);
+        td_store_barrier(td__runtime_store(), "malformed", size, 60);
         if (rank == 0) {
             td_rpc_list_t *r = NULL;
 

@@ -13,8 +13,22 @@
 #include "todist/tensor.h"
 #include "runtime/rpc/rpc_internal.h"
 #include "runtime/rpc/rpc_wire.h"
+#include "runtime/rpc/rpc_device.h"
 
 #define SRC 3
+
+/* The sender's two steps: the tensors prepared (routed, made contiguous:
+ * rpc_device.h), then the codec, which only describes them. */
+static td_status_t
+enc(const td_rpc_wire_meta_t *m, const td_rpc_list_t *l,
+    const td_rpc_wire_dev_t *dev, td_rpc_wire_out_t *out)
+{
+    td_status_t st = td_rpc_device_prepare(l, 1, dev, out);
+
+    return st != TD_OK ? st
+        : td_rpc_wire_encode_dev(m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                 NULL, dev, out);
+}
 
 static td_rpc_wire_meta_t
 meta(int type)
@@ -228,11 +242,10 @@ main(void)
     td_rpc_wire_msg_t msg;
     td_status_t st;
 
-    plan(88 + 5);
+    plan(91 + 5);
 
     /* ---- round trip ---- */
-    st = td_rpc_wire_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
-                            &out);
+    st = enc(&m, l, NULL, &out);
     is_int(st, TD_OK, "encode");
     is_int(out.n_bodies, 1, "one body: the non-empty tensor (args inline)");
     is_int(out.header_len, O_ARGS + 4 + 5 + 9 + 9 + 8 + 9 + 5,
@@ -381,8 +394,7 @@ main(void)
         td_rpc_list_create(&bl);
         td_rpc_list_add_string(bl, big);
         td_rpc_list_add_tensor(bl, keep[0]);
-        st = td_rpc_wire_encode(&m, bl, 1, TD_TRANSPORT_HEADER_MAX, NULL,
-                                NULL, &o2);
+        st = enc(&m, bl, NULL, &o2);
         is_int(st, TD_OK, "encode 10 kB of arguments");
         is_int(o2.n_bodies, 2, "tensor body + argument body");
         is_int(o2.header_len, O_DESC + 8 + 16, "header holds descriptors only");
@@ -410,8 +422,7 @@ main(void)
         for (int i = 0; i < TD_RPC_MAX_TENSORS + 1; i++) {
             td_rpc_list_add_tensor(many, keep[0]);
         }
-        st = td_rpc_wire_encode(&m, many, 1, TD_TRANSPORT_HEADER_MAX, NULL,
-                                NULL, &o3);
+        st = enc(&m, many, NULL, &o3);
         is_int(st, TD_ERR_RANGE, "more than %d tensors refused",
                TD_RPC_MAX_TENSORS);
         like(td_last_error(), "more than 63 tensors in one message to rank 1",
@@ -424,8 +435,7 @@ main(void)
         rl->n = rl->cap = 1;
         rl->items[0].kind = TD_VALUE_RREF;
         rl->items[0].u.rref = NULL;
-        st = td_rpc_wire_encode(&m, rl, 1, TD_TRANSPORT_HEADER_MAX, NULL,
-                                NULL, &o3);
+        st = enc(&m, rl, NULL, &o3);
         is_int(st, TD_ERR_UNSUPPORTED, "a reference without the rref layer "
                "is refused");
         rl->n = 0;          /* nothing to release */
@@ -471,6 +481,28 @@ main(void)
         rl->items[1].kind = TD_VALUE_INT;
         td_rpc_list_free(rl);
         td_rpc_wire_out_free(&o3);
+    }
+
+    /* ---- the codec describes prepared tensors and copies none ---- */
+    {
+        td_rpc_list_t *one;
+        td_rpc_wire_out_t o4;
+
+        td_rpc_list_create(&one);
+        td_rpc_list_add_tensor(one, keep[0]);
+        memset(&o4, 0, sizeof(o4));
+        st = td_rpc_wire_encode(&m, one, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                NULL, &o4);
+        is_int(st, TD_ERR_INVALID, "the codec refuses a tensor nobody "
+               "prepared (it makes no copy itself)");
+        like(td_last_error(), "has 1 tensors, 0 prepared for the wire",
+             "the counts are named");
+        st = enc(&m, one, NULL, &o4);
+        ok(st == TD_OK && o4.tensors[0] == keep[0] && o4.n_bodies == 1 &&
+           o4.bodies[0].buf == td_tensor_data(keep[0]),
+           "a contiguous cpu tensor travels from its own memory");
+        td_rpc_wire_out_free(&o4);
+        td_rpc_list_free(one);
     }
 
     /* ---- lists ---- */

@@ -1,9 +1,9 @@
-# tests of runtime/ itself: the module table (modules.c), the call graph
-# of the layers, td_init applying the placement (TODIST_BIND=closest).
+# tests of runtime/ itself: the module table (modules.c), td_init
+# applying the placement (TODIST_BIND=closest). (The call graph of the
+# layers: tests/tree/test_layers.sh.)
 check_PROGRAMS += tests/runtime/test_modules
 tests_runtime_test_modules_LDADD = $(TD_TEST_LDADD)
-TESTS += tests/runtime/test_modules tests/runtime/test_layers.sh
-EXTRA_DIST += tests/runtime/test_layers.sh
+TESTS += tests/runtime/test_modules
 check_PROGRAMS += tests/runtime/init_bind
 tests_runtime_init_bind_LDADD = $(TD_LDADD)
 TESTS += tests/runtime/test_init_bind.sh tests/runtime/test_log_init.sh

@@ -26,7 +26,7 @@ main(void)
         printf("FAIL td_init: %s\n", td_last_error());
         return 1;
     }
-    store = td_runtime_store();
+    store = td__runtime_store();
     if (td_world()->rank == 0) {
         if (td_store_num_keys(store, &n) != TD_OK ||
             td_store_set(store, "t/counted", "1", 1) != TD_OK) {

@@ -133,35 +133,35 @@ main(void)
     like(td_last_error(), "_td.barrier",
          "... with the module's own message (%s)", td_last_error());
     ok(!td_initialized(), "... and the runtime is not up");
-    is_int(td_runtime_unregister("mapreduce"), TD_OK,
+    is_int(td__runtime_unregister("mapreduce"), TD_OK,
            "the table's map-reduce module can be skipped");
 
     /* An extra module's attach fails. */
-    is_int(td_runtime_register(&rpc_again), TD_ERR_EXISTS,
+    is_int(td__runtime_register(&rpc_again), TD_ERR_EXISTS,
            "an extra module cannot take a table module's name");
-    is_int(td_runtime_register(&picky), TD_OK, "extra module registered");
+    is_int(td__runtime_register(&picky), TD_OK, "extra module registered");
     is_int(td_init(NULL), TD_ERR_INVALID, "a failing attach fails td_init");
     like(td_last_error(), "attach of 'picky' says no",
          "... with its message (%s)", td_last_error());
-    is_int(td_runtime_unregister("picky"), TD_OK, "extra module removed");
+    is_int(td__runtime_unregister("picky"), TD_OK, "extra module removed");
 
     /* An extra module's setup fails after the table's were set up. */
-    is_int(td_runtime_register(&broken), TD_OK, "failing setup registered");
+    is_int(td__runtime_register(&broken), TD_OK, "failing setup registered");
     is_int(td_init(NULL), TD_ERR_IO, "a failing setup fails td_init");
     like(td_last_error(), "setup of 'broken' on rank 0 fails",
          "... with its message (%s)", td_last_error());
-    td_runtime_unregister("broken");
+    td__runtime_unregister("broken");
 
     /* The runtime starts again (the table's modules were shut down), extra
      * modules set up in order and shut down in reverse. */
     td_rpc_register("double", fn_double, NULL);
-    td_runtime_register(&a);
-    td_runtime_register(&b);
+    td__runtime_register(&a);
+    td__runtime_register(&b);
     st = td_init(NULL);
     is_int(st, TD_OK, "td_init after the failures (%s)",
            st == TD_OK ? "" : td_last_error());
     if (st == TD_OK) {
-        is_int(td_runtime_register(&a), TD_ERR_STATE,
+        is_int(td__runtime_register(&a), TD_ERR_STATE,
                "no module registration while running");
         is_int(td_rpc_plug(&fake), TD_ERR_STATE, "no plug-in while running");
         td_rpc_list_create(&args);

@@ -80,11 +80,11 @@ raw_admitted(int ms)
         return -1;
     }
     memset(cnonce, 7, sizeof(cnonce));
-    td_store_frame_mac(TOKEN, TD_STORE_LABEL_CLIENT, hello + 9, cnonce, mac);
-    td_store_frame_begin(&b, TD_STORE_MSG_AUTH);
-    td_store_buf_put(&b, cnonce, 32);
-    td_store_buf_put(&b, mac, 32);
-    td_store_frame_end(&b, 0);
+    td__store_frame_mac(TOKEN, TD_STORE_LABEL_CLIENT, hello + 9, cnonce, mac);
+    td__store_frame_begin(&b, TD_STORE_MSG_AUTH);
+    td__store_buf_put(&b, cnonce, 32);
+    td__store_buf_put(&b, mac, 32);
+    td__store_frame_end(&b, 0);
     if (write(fd, b.p, b.len) != (ssize_t)b.len ||
         read_n(fd, ok_, sizeof(ok_), 10000) != 0 || ok_[1] != 0x03) {
         free(b.p);
@@ -204,35 +204,35 @@ test_decoder(void)
     td_store_msg_t m;
     uint32_t len;
 
-    td_store_frame_begin(&b, TD_STORE_MSG_SET);
-    td_store_buf_put_str(&b, "key", 3);
-    td_store_buf_put_str(&b, "value", 5);
-    td_store_frame_end(&b, 0);
-    is_int(td_store_frame_header(b.p, TD_STORE_FRAME_MAX, &len), 0,
+    td__store_frame_begin(&b, TD_STORE_MSG_SET);
+    td__store_buf_put_str(&b, "key", 3);
+    td__store_buf_put_str(&b, "value", 5);
+    td__store_frame_end(&b, 0);
+    is_int(td__store_frame_header(b.p, TD_STORE_FRAME_MAX, &len), 0,
            "a SET header is accepted");
-    is_int(td_store_frame_request(TD_STORE_MSG_SET, b.p + 8, len, &m), TD_OK,
+    is_int(td__store_frame_request(TD_STORE_MSG_SET, b.p + 8, len, &m), TD_OK,
            "a SET decodes");
     ok(m.klen == 3 && memcmp(m.key, "key", 3) == 0 && m.vlen == 5,
        "key and value come out");
-    is_int(td_store_frame_request(TD_STORE_MSG_SET, b.p + 8, len - 1, &m),
+    is_int(td__store_frame_request(TD_STORE_MSG_SET, b.p + 8, len - 1, &m),
            TD_ERR_PROTOCOL, "a truncated SET is rejected");
-    is_int(td_store_frame_request(TD_STORE_MSG_GET, b.p + 8, len, &m),
+    is_int(td__store_frame_request(TD_STORE_MSG_GET, b.p + 8, len, &m),
            TD_ERR_PROTOCOL, "a GET with trailing bytes is rejected");
-    is_int(td_store_frame_request(0x7f, b.p + 8, len, &m), TD_ERR_PROTOCOL,
+    is_int(td__store_frame_request(0x7f, b.p + 8, len, &m), TD_ERR_PROTOCOL,
            "an unknown type is rejected");
     like(td_last_error(), "0x7f", "and named");
     b.p[0] = 2;
-    is_int(td_store_frame_header(b.p, TD_STORE_FRAME_MAX, &len), -1,
+    is_int(td__store_frame_header(b.p, TD_STORE_FRAME_MAX, &len), -1,
            "version 2 is rejected");
     b.p[0] = 1;
-    is_int(td_store_frame_header(b.p, 4, &len), -1,
+    is_int(td__store_frame_header(b.p, 4, &len), -1,
            "a length over the bound is rejected");
     b.len = 0;
-    td_store_frame_begin(&b, TD_STORE_MSG_WAIT);
-    td_store_buf_put_u64(&b, 5);
-    td_store_buf_put_u32(&b, TD_STORE_WAIT_MAX + 1);
-    td_store_frame_end(&b, 0);
-    is_int(td_store_frame_request(TD_STORE_MSG_WAIT, b.p + 8, b.len - 8, &m),
+    td__store_frame_begin(&b, TD_STORE_MSG_WAIT);
+    td__store_buf_put_u64(&b, 5);
+    td__store_buf_put_u32(&b, TD_STORE_WAIT_MAX + 1);
+    td__store_frame_end(&b, 0);
+    is_int(td__store_frame_request(TD_STORE_MSG_WAIT, b.p + 8, b.len - 8, &m),
            TD_ERR_PROTOCOL, "a WAIT on more than TD_STORE_WAIT_MAX keys is "
            "rejected");
     free(b.p);
@@ -282,9 +282,9 @@ main(void)
     td_store_buf_t b = { 0 };
     for (int i = 0; i < 200; i++) {
         size_t start = b.len;
-        td_store_frame_begin(&b, TD_STORE_MSG_GET);
-        td_store_buf_put_str(&b, "big", 3);
-        td_store_frame_end(&b, start);
+        td__store_frame_begin(&b, TD_STORE_MSG_GET);
+        td__store_buf_put_str(&b, "big", 3);
+        td__store_frame_end(&b, start);
     }
     ok(fd >= 0 && write(fd, b.p, b.len) == (ssize_t)b.len,
        "an admitted client sends 200 GETs of 1 MiB without reading");

@@ -43,8 +43,8 @@ is "$(comm -12 "$TD_TMP/ops_defs" "$TD_TMP/tensor_uses" | tr '\n' ' ')" "" \
 
 defined $others > "$TD_TMP/others_defs"
 undefined $node > "$TD_TMP/node_uses"
-ok "$([ -n "$node" ] && grep -qx td_autograd_record "$TD_TMP/others_defs"; echo $?)" \
-   "node.c found, and the other objects define td_autograd_record"
+ok "$([ -n "$node" ] && grep -qx td__autograd_record "$TD_TMP/others_defs"; echo $?)" \
+   "node.c found, and the other objects define td__autograd_record"
 is "$(comm -12 "$TD_TMP/others_defs" "$TD_TMP/tensor_uses" | tr '\n' ' ')" "" \
    "tensor.c calls nothing runtime/tensor/ defines outside tensor.c and node.c"
 is "$( (defined $tensor; cat "$TD_TMP/others_defs") | sort -u |

@@ -182,7 +182,7 @@ on_received(void *arg, td_status_t status, int src, uint64_t id, void *dst,
     if (rank == 1 && strcmp(scenario, "echo") == 0) {
         /* the reply: the same bytes back, as a new transfer; its pattern
          * is the request's (the id's low 16 bits) */
-        td_status_t s = td_staging_send(eng, src, id | REPLY, dst, total,
+        td_status_t s = td__staging_send(eng, src, id | REPLY, dst, total,
                                         free_after_send, dst);
         CHECK(s == TD_OK, "echo of %llx: %s", (unsigned long long)id,
               td_last_error());
@@ -206,20 +206,20 @@ mod_setup(void *arg, td_transport_t *t, const td_world_t *w)
         .dest = on_dest, .received = on_received };
 
     tp = t;
-    return td_staging_create(t, &p, &eng);
+    return td__staging_create(t, &p, &eng);
 }
 
 static size_t
 mod_outstanding(void *arg)
 {
-    return eng ? td_staging_outstanding(eng) : 0;
+    return eng ? td__staging_outstanding(eng) : 0;
 }
 
 static void
 mod_peer_failed(void *arg, int r, td_status_t why)
 {
     /* also reported while the transport closes, after mod_shutdown */
-    td_staging_peer_failed(eng, r);
+    td__staging_peer_failed(eng, r);
 }
 
 static void
@@ -228,7 +228,7 @@ mod_shutdown(void *arg)
     td_staging_t *e = eng;
 
     eng = NULL;
-    td_staging_destroy(e);
+    td__staging_destroy(e);
 }
 
 /* ---- scenarios ---- */
@@ -257,7 +257,7 @@ scenario_echo(void)
     }
     double t0 = now_s();
     for (int i = 0; i < n; i++) {       /* all at once */
-        td_status_t s = td_staging_send(eng, 1, (uint64_t)i + 1, bufs[i],
+        td_status_t s = td__staging_send(eng, 1, (uint64_t)i + 1, bufs[i],
                                         sizes[i], on_sent, (void *)(intptr_t)i);
         CHECK(s == TD_OK, "send %d: %s", i, td_last_error());
     }
@@ -270,7 +270,7 @@ scenario_echo(void)
               td_strerror(sent_status[i]));
         free(bufs[i]);
     }
-    td_staging_stats(eng, &st);
+    td__staging_stats(eng, &st);
     CHECK(st.max_unacked == (uint64_t)slots, "at most %d chunks unacked "
           "(S1), and that many used: saw %llu", slots,
           (unsigned long long)st.max_unacked);
@@ -310,7 +310,7 @@ scenario_kill_receiver(void)
     }
     buf = calloc(1, big);
     double t0 = now_s();
-    CHECK(td_staging_send(eng, 1, 77, buf, big, on_sent, (void *)0) == TD_OK,
+    CHECK(td__staging_send(eng, 1, 77, buf, big, on_sent, (void *)0) == TD_OK,
           "send: %s", td_last_error());
     CHECK(WAIT_FOR(n_sent == 1, 30), "the send did not end within 30 s");
     CHECK(sent_status[0] == TD_ERR_PEER, "status %s, want TD_ERR_PEER",
@@ -334,7 +334,7 @@ scenario_kill_sender(void)
               "within 30 s");
         CHECK(recv_status == TD_ERR_PEER, "status %s, want TD_ERR_PEER",
               td_status_name(recv_status));
-        td_staging_stats(eng, &st);
+        td__staging_stats(eng, &st);
         CHECK(st.chunks_received > 0 && st.bytes_received < big,
               "%llu chunks arrived before the death",
               (unsigned long long)st.chunks_received);
@@ -347,9 +347,9 @@ scenario_kill_sender(void)
         return;
     }
     uint8_t *buf = calloc(1, big);
-    td_staging_send(eng, 0, 78, buf, big, on_sent, (void *)0);
+    td__staging_send(eng, 0, 78, buf, big, on_sent, (void *)0);
     for (int i = 0; i < 30000; i++) {
-        td_staging_stats(eng, &st);
+        td__staging_stats(eng, &st);
         if (st.acks_received >= 4) {
             raise(SIGKILL);
         }
@@ -367,7 +367,7 @@ scenario_malformed(void)
         CHECK(WAIT_FOR(n_received == 1, 60), "the good transfer never came");
         double end = now_s() + 30;
         do {
-            td_staging_stats(eng, &st);
+            td__staging_stats(eng, &st);
         } while (st.rejected < 7 && now_s() < end && usleep(10000) == 0);
         CHECK(st.rejected == 7, "%llu of 7 bad messages rejected",
               (unsigned long long)st.rejected);
@@ -384,39 +384,39 @@ scenario_malformed(void)
     td_iov_t iov = {body, 16, TD_MEM_HOST};
     int k = 0;
 
-    td_staging_encode(&m, hdr[k]);          /* 1: short header */
-    td_transport_send(tp, 1, STAGING_ID, hdr[k], 20, &iov, 1, NULL, NULL);
+    td__staging_encode(&m, hdr[k]);          /* 1: short header */
+    td__transport_send(tp, 1, STAGING_ID, hdr[k], 20, &iov, 1, NULL, NULL);
     k++;
-    td_staging_encode(&m, hdr[k]);          /* 2: version 9 */
+    td__staging_encode(&m, hdr[k]);          /* 2: version 9 */
     hdr[k][0] = 9;
-    td_transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, &iov, 1, NULL, NULL);
+    td__transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, &iov, 1, NULL, NULL);
     k++;
-    td_staging_encode(&m, hdr[k]);          /* 3: type 7 */
+    td__staging_encode(&m, hdr[k]);          /* 3: type 7 */
     hdr[k][1] = 7;
-    td_transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, &iov, 1, NULL, NULL);
+    td__transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, &iov, 1, NULL, NULL);
     k++;
     m.offset = 10;                           /* 4: chunk beyond total */
-    td_staging_encode(&m, hdr[k]);
-    td_transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, &iov, 1, NULL, NULL);
+    td__staging_encode(&m, hdr[k]);
+    td__transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, &iov, 1, NULL, NULL);
     k++;
     m.offset = 0;                            /* 5: no body for len 16 */
-    td_staging_encode(&m, hdr[k]);
-    td_transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, NULL, 0, NULL, NULL);
+    td__staging_encode(&m, hdr[k]);
+    td__transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, NULL, 0, NULL, NULL);
     k++;
     m.type = 3;                              /* 6: NACK without an error */
     m.len = 0;
-    td_staging_encode(&m, hdr[k]);
-    td_transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, NULL, 0, NULL, NULL);
+    td__staging_encode(&m, hdr[k]);
+    td__transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, NULL, 0, NULL, NULL);
     k++;
     m.type = 2;                              /* 7: ACK of nothing */
-    td_staging_encode(&m, hdr[k]);
-    td_transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, NULL, 0, NULL, NULL);
+    td__staging_encode(&m, hdr[k]);
+    td__transport_send(tp, 1, STAGING_ID, hdr[k], TD_STAGING_MSG_BYTES, NULL, 0, NULL, NULL);
     k++;
     uint8_t *buf = malloc(n);
     for (size_t i = 0; i < n; i++) {
         buf[i] = pat(9, i);
     }
-    CHECK(td_staging_send(eng, 1, 9, buf, n, on_sent, (void *)0) == TD_OK,
+    CHECK(td__staging_send(eng, 1, 9, buf, n, on_sent, (void *)0) == TD_OK,
           "good send: %s", td_last_error());
     CHECK(WAIT_FOR(n_sent == 1, 60), "good send did not complete");
     CHECK(sent_status[0] == TD_OK, "good send: %s",
@@ -446,7 +446,7 @@ main(int argc, char **argv)
     if (strncmp(scenario, "kill", 4) == 0 && rank == 0) {
         signal(SIGTERM, SIG_IGN);  /* finish the checks after rank 1 died */
     }
-    td_runtime_register(&mod);
+    td__runtime_register(&mod);
     s = td_init(NULL);
     if (s != TD_OK) {
         printf("rank %d: td_init: %s\n", rank, td_last_error());

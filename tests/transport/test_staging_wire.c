@@ -14,8 +14,8 @@ dec(const td_staging_msg_t *m, size_t hlen, size_t n_bodies, size_t blen,
 {
     uint8_t h[TD_STAGING_MSG_BYTES + 8] = {0};
 
-    td_staging_encode(m, h);
-    return td_staging_decode(h, hlen, n_bodies, &blen, 3, out);
+    td__staging_encode(m, h);
+    return td__staging_decode(h, hlen, n_bodies, &blen, 3, out);
 }
 
 int
@@ -31,14 +31,14 @@ main(void)
     is_int(dec(&m, TD_STAGING_MSG_BYTES - 1, 1, 100, &o), TD_ERR_PROTOCOL,
            "a short header");
     like(td_last_error(), "header of 39 bytes from rank 3", "names size and rank");
-    td_staging_encode(&m, h);
+    td__staging_encode(&m, h);
     h[0] = 2;
-    is_int(td_staging_decode(h, sizeof(h), 1, (size_t[]){100}, 3, &o),
+    is_int(td__staging_decode(h, sizeof(h), 1, (size_t[]){100}, 3, &o),
            TD_ERR_PROTOCOL, "version 2");
     like(td_last_error(), "version 2 from rank 3", "names the version");
     h[0] = TD_STAGING_VERSION;
     h[1] = 9;
-    is_int(td_staging_decode(h, sizeof(h), 1, (size_t[]){100}, 3, &o),
+    is_int(td__staging_decode(h, sizeof(h), 1, (size_t[]){100}, 3, &o),
            TD_ERR_PROTOCOL, "type 9");
     m.offset = 8100;
     is_int(dec(&m, TD_STAGING_MSG_BYTES, 1, 100, &o), TD_ERR_PROTOCOL,
@@ -64,9 +64,9 @@ main(void)
     m = (td_staging_msg_t){3, 0, 42, 0, 0, 8192};
     is_int(dec(&m, TD_STAGING_MSG_BYTES, 0, 0, &o), TD_ERR_PROTOCOL,
            "a NACK without an error status");
-    is_int(td_staging_route(1u << TD_MEM_HOST, TD_MEM_CUDA), TD_ROUTE_STAGED,
+    is_int(td__staging_route(1u << TD_MEM_HOST, TD_MEM_CUDA), TD_ROUTE_STAGED,
            "UCX without CUDA memory: device bodies are staged");
-    is_int(td_staging_route((1u << TD_MEM_HOST) | (1u << TD_MEM_CUDA),
+    is_int(td__staging_route((1u << TD_MEM_HOST) | (1u << TD_MEM_CUDA),
                             TD_MEM_CUDA), TD_ROUTE_DIRECT,
            "UCX with CUDA memory: GPU-direct");
     return exit_status();

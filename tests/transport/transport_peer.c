@@ -166,7 +166,7 @@ body_done(void *arg, td_status_t status, int src, td_iov_t *bodies, size_t n)
         e->hdr.kind = 1;
         e->n = n;
         memcpy(e->bodies, bodies, n * sizeof(*bodies));
-        if (td_transport_send(tp, src, 0, &e->hdr, sizeof(e->hdr), e->bodies,
+        if (td__transport_send(tp, src, 0, &e->hdr, sizeof(e->hdr), e->bodies,
                               n, echo_sent, e) != TD_OK) {
             printf("rank %d: FAIL echo: %s\n", rank, td_last_error());
             bad_content++;
@@ -246,7 +246,7 @@ static td_status_t
 mod_setup(void *arg, td_transport_t *t, const td_world_t *w)
 {
     tp = t;
-    return td_transport_set_handler(t, 0, on_message, NULL);
+    return td__transport_set_handler(t, 0, on_message, NULL);
 }
 
 static size_t
@@ -285,7 +285,7 @@ request(int dst, uint64_t tag, const size_t *sizes, size_t n,
     pthread_mutex_lock(&lock);
     outstanding++;
     pthread_mutex_unlock(&lock);
-    td_status_t s = td_transport_send(tp, dst, 0, &h, sizeof(h), iov, n,
+    td_status_t s = td__transport_send(tp, dst, 0, &h, sizeof(h), iov, n,
                                       sent_cb, NULL);
     if (s != TD_OK) {
         pthread_mutex_lock(&lock);
@@ -351,14 +351,14 @@ scenario_bodies(void)
     if (rank != 0) {
         /* rank 0 sends one message to handler 5, which nobody registered */
         double d = now_s() + 30;
-        while (td_transport_dropped(tp) < 1 && now_s() < d) {
+        while (td__transport_dropped(tp) < 1 && now_s() < d) {
             usleep(1000);
         }
-        CHECK(td_transport_dropped(tp) == 1, "dropped %zu messages, want 1",
-              td_transport_dropped(tp));
+        CHECK(td__transport_dropped(tp) == 1, "dropped %zu messages, want 1",
+              td__transport_dropped(tp));
         return;
     }
-    CHECK(td_transport_send(tp, 1, 5, "x", 1, NULL, 0, NULL, NULL) == TD_OK,
+    CHECK(td__transport_send(tp, 1, 5, "x", 1, NULL, 0, NULL, NULL) == TD_OK,
           "send to an unregistered handler: %s", td_last_error());
     for (int round = 0; round < 2; round++) {
         /* round 0: small bodies (eager); round 1: with large ones */
@@ -380,17 +380,17 @@ scenario_bodies(void)
     /* more bodies than allowed is refused at once */
     td_iov_t iov[TD_TRANSPORT_BODIES_MAX + 1];
     memset(iov, 0, sizeof(iov));
-    CHECK(td_transport_send(tp, 1, 0, NULL, 0, iov,
+    CHECK(td__transport_send(tp, 1, 0, NULL, 0, iov,
                             TD_TRANSPORT_BODIES_MAX + 1, NULL, NULL) ==
           TD_ERR_INVALID, "65 bodies accepted");
-    CHECK(td_transport_send(tp, world, 0, NULL, 0, NULL, 0, NULL, NULL) ==
+    CHECK(td__transport_send(tp, world, 0, NULL, 0, NULL, 0, NULL, NULL) ==
           TD_ERR_INVALID, "rank %d accepted", world);
     static uint8_t bighdr[TD_TRANSPORT_HEADER_MAX + 1];
-    CHECK(td_transport_send(tp, 1, 0, bighdr, sizeof(bighdr), NULL, 0, NULL,
+    CHECK(td__transport_send(tp, 1, 0, bighdr, sizeof(bighdr), NULL, 0, NULL,
                             NULL) == TD_ERR_INVALID, "oversized header accepted");
     td_iov_t dev = { bighdr, 16, TD_MEM_CUDA };
-    if (!(td_transport_mem_types(tp) & (1u << TD_MEM_CUDA))) {
-        CHECK(td_transport_send(tp, 1, 0, NULL, 0, &dev, 1, NULL, NULL) ==
+    if (!(td__transport_mem_types(tp) & (1u << TD_MEM_CUDA))) {
+        CHECK(td__transport_send(tp, 1, 0, NULL, 0, &dev, 1, NULL, NULL) ==
               TD_ERR_UNSUPPORTED, "a device body without CUDA support "
               "was accepted");
     }
@@ -436,7 +436,7 @@ scenario_inflight(int n)
               "post %d: %s", i, td_last_error());
     }
     CHECK(WAIT_FOR(replies == (size_t)n, 120), "%zu of %d replies", replies, n);
-    CHECK(td_transport_flush(tp, 30) == TD_OK, "flush: %s", td_last_error());
+    CHECK(td__transport_flush(tp, 30) == TD_OK, "flush: %s", td_last_error());
     CHECK(last_send_status == TD_OK, "a send failed: %s", last_send_error);
     CHECK(bad_content == 0, "content errors: %d", bad_content);
     for (int i = 0; i < n; i++) {
@@ -471,8 +471,8 @@ scenario_kill(void)
     CHECK(strstr(last_send_error, "rank 1") != NULL,
           "error does not name rank 1: '%s'", last_send_error);
     CHECK(WAIT_FOR(peer_failed_rank == 1, 5), "peer_failed not called for 1");
-    CHECK(!td_transport_peer_alive(tp, 1), "rank 1 still counted alive");
-    CHECK(td_transport_send(tp, 1, 0, NULL, 0, NULL, 0, NULL, NULL) ==
+    CHECK(!td__transport_peer_alive(tp, 1), "rank 1 still counted alive");
+    CHECK(td__transport_send(tp, 1, 0, NULL, 0, NULL, 0, NULL, NULL) ==
           TD_ERR_PEER, "a new send to the dead rank is not refused");
     /* time from the death (written by rank 1 just before it) */
     double died = t0;
@@ -671,12 +671,12 @@ scenario_store_gone(void)
     if (rank == 0) {
         /* once the others are past the barrier, the store goes with us */
         const char *keys[2] = { "t/past/1", "t/past/2" };
-        td_store_wait(td_runtime_store(), keys, 2, 30);
+        td_store_wait(td__runtime_store(), keys, 2, 30);
         _exit(0);
     }
     char key[32];
     snprintf(key, sizeof(key), "t/past/%d", rank);
-    CHECK(td_store_set(td_runtime_store(), key, "1", 1) == TD_OK, "set: %s",
+    CHECK(td_store_set(td__runtime_store(), key, "1", 1) == TD_OK, "set: %s",
           td_last_error());
     if (rank == 2) {
         _exit(0);   /* rank 1 never learnt its address either way */
@@ -684,7 +684,7 @@ scenario_store_gone(void)
     /* wait until this rank's own store connection sees rank 0 gone */
     int64_t n;
     double d = now_s() + 20;
-    while (td_store_num_keys(td_runtime_store(), &n) == TD_OK && now_s() < d) {
+    while (td_store_num_keys(td__runtime_store(), &n) == TD_OK && now_s() < d) {
         usleep(20000);
     }
     size_t sz = 16;
@@ -722,16 +722,16 @@ scenario_malformed(void)
 {
     if (rank == 1) {
         double d = now_s() + 30;
-        while (td_transport_dropped(tp) < N_BAD && now_s() < d) {
+        while (td__transport_dropped(tp) < N_BAD && now_s() < d) {
             usleep(1000);
         }
-        CHECK(td_transport_dropped(tp) == N_BAD, "dropped %zu, want %d",
-              td_transport_dropped(tp), N_BAD);
-        while (td_transport_rejected(tp) < 1 && now_s() < d) {
+        CHECK(td__transport_dropped(tp) == N_BAD, "dropped %zu, want %d",
+              td__transport_dropped(tp), N_BAD);
+        while (td__transport_rejected(tp) < 1 && now_s() < d) {
             usleep(1000);
         }
-        CHECK(td_transport_rejected(tp) == 1, "rejected %zu for a wrong job "
-              "tag, want 1", td_transport_rejected(tp));
+        CHECK(td__transport_rejected(tp) == 1, "rejected %zu for a wrong job "
+              "tag, want 1", td__transport_rejected(tp));
         return;
     }
     ucp_params_t up = { .field_mask = UCP_PARAM_FIELD_FEATURES,
@@ -748,7 +748,7 @@ scenario_malformed(void)
     CHECK(ucp_init(&up, cfg, &ctx) == UCS_OK, "ucp_init");
     ucp_config_release(cfg);
     CHECK(ucp_worker_create(ctx, &wp, &w) == UCS_OK, "worker");
-    CHECK(td_runtime_peer_address(1, &addr, &alen) == TD_OK,
+    CHECK(td__runtime_peer_address(1, &addr, &alen) == TD_OK,
           "address of rank 1: %s", td_last_error());
     ucp_ep_params_t ep_params = { .field_mask =
                                       UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
@@ -868,7 +868,7 @@ main(int argc, char **argv)
         sleep(4);
         return 0;
     }
-    td_runtime_register(&mod);
+    td__runtime_register(&mod);
     s = td_init(NULL);
     if (s != TD_OK) {
         printf("rank %d: td_init: %s: %s\n", rank, td_strerror(s),

@@ -1,12 +1,14 @@
-# tests of the tree as a whole: the library's exports, no tracked build
+# tests of the tree as a whole: the library's exports, the layers (every
+# folder: includes and calls only down, no call circle), no tracked build
 # output, make install and a program built against the installed files,
 # install-deps.sh and configure's summary, and a scan of the tests for
 # checks that cannot fail (scripts/scan-tests.sh).
 TESTS += tests/tree/test_exports.sh tests/tree/test_tree.sh \
 	tests/tree/test_install.sh tests/tree/test_install_deps.sh \
-	tests/tree/test_configure_summary.sh tests/tree/test_scan.sh
+	tests/tree/test_configure_summary.sh tests/tree/test_scan.sh \
+	tests/tree/test_layers.sh
 EXTRA_DIST += tests/tree/test_exports.sh tests/tree/test_tree.sh \
 	tests/tree/test_install.sh tests/tree/test_install_deps.sh \
 	tests/tree/test_configure_summary.sh tests/tree/test_scan.sh \
-	scripts/scan-tests.sh
+	tests/tree/test_layers.sh scripts/scan-tests.sh
 EXTRA_DIST += scripts/mutate.sh scripts/tsan.supp

@@ -14,7 +14,7 @@
 #include "runtime/world/reach.h"
 #include "tests/tap.h"
 
-/* Run td_reach_warn_loopback(W) with stderr captured into OUT. */
+/* Run td__reach_warn_loopback(W) with stderr captured into OUT. */
 static int
 warn_captured(const td_world_t *w, char *out, size_t cap)
 {
@@ -24,7 +24,7 @@ warn_captured(const td_world_t *w, char *out, size_t cap)
 
     fflush(stderr);
     dup2(fd, 2);
-    rc = td_reach_warn_loopback(w);
+    rc = td__reach_warn_loopback(w);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -54,19 +54,19 @@ main(void)
     td_world_t w;
 
     plan(17);
-    is_int(td_reach_is_loopback("127.0.1.1", addr, sizeof(addr)), 1,
+    is_int(td__reach_is_loopback("127.0.1.1", addr, sizeof(addr)), 1,
            "127.0.1.1 (Debian's hostname line) is loopback");
     is_str(addr, "127.0.1.1", "its numeric address is given back");
-    is_int(td_reach_is_loopback("127.0.0.1", NULL, 0), 1, "127.0.0.1 too");
-    is_int(td_reach_is_loopback("::1", addr, sizeof(addr)), 1, "::1 too");
-    is_int(td_reach_is_loopback("::ffff:127.0.1.1", NULL, 0), 1,
+    is_int(td__reach_is_loopback("127.0.0.1", NULL, 0), 1, "127.0.0.1 too");
+    is_int(td__reach_is_loopback("::1", addr, sizeof(addr)), 1, "::1 too");
+    is_int(td__reach_is_loopback("::ffff:127.0.1.1", NULL, 0), 1,
            "a v4-mapped 127.x address too");
-    is_int(td_reach_is_loopback("localhost", NULL, 0), 1, "localhost too");
-    is_int(td_reach_is_loopback("192.0.2.2", addr, sizeof(addr)), 0,
+    is_int(td__reach_is_loopback("localhost", NULL, 0), 1, "localhost too");
+    is_int(td__reach_is_loopback("192.0.2.2", addr, sizeof(addr)), 0,
            "192.0.2.2 is not loopback");
     is_str(addr, "192.0.2.2", "and its address is given back");
-    is_int(td_reach_is_loopback("10.1.2.3", NULL, 0), 0, "10.1.2.3 is not");
-    is_int(td_reach_is_loopback("", addr, sizeof(addr)), -1,
+    is_int(td__reach_is_loopback("10.1.2.3", NULL, 0), 0, "10.1.2.3 is not");
+    is_int(td__reach_is_loopback("", addr, sizeof(addr)), -1,
            "an empty name does not resolve");
 
     w = world(1, "127.0.0.1");

@@ -1,6 +1,7 @@
-/* runtime/rpc/staging_cuda.c: the staging engine's copy functions over a
- * device's row (see staging_cuda.h): pinned host buffers, copies queued on
- * the device's stream, a synchronise as the wait. The CUDA calls are the
+/* ucx_transport/staging_device.c: the device half of the staging module
+ * (staging.h): the engine's copy functions over a device's row (pinned
+ * host buffers, copies queued on the device's stream, a synchronise as the
+ * wait), and host copies of device memory (H1, H2). The CUDA calls are the
  * CUDA module's (kernels/device.h); the test backend's row is malloc and
  * memcpy, so this file runs the same code on both. */
 #include "config.h"
@@ -10,12 +11,12 @@
 #include <string.h>
 
 #include "kernels/device.h"
-#include "runtime/rpc/staging_cuda.h"
+#include "ucx_transport/staging.h"
 
 static const td_device_ops_t *
 cuda_row(void)
 {
-    return td_device_ops(TD_DEVICE_CUDA);
+    return td__device_ops(TD_DEVICE_CUDA);
 }
 
 static td_status_t
@@ -82,10 +83,10 @@ any_wait(void *ctx)
 }
 
 td_status_t
-td_staging_device_ops(td_staging_copy_ops_t *ops)
+td__staging_device_ops(td_staging_copy_ops_t *ops)
 {
     int n;
-    td_status_t status = td_device_count_of(TD_DEVICE_CUDA, &n);
+    td_status_t status = td__device_count_of(TD_DEVICE_CUDA, &n);
 
     if (status != TD_OK) {
         return status;
@@ -96,9 +97,9 @@ td_staging_device_ops(td_staging_copy_ops_t *ops)
 }
 
 td_status_t
-td_staging_cuda_ops(int index, td_staging_copy_ops_t *ops)
+td__staging_cuda_ops(int index, td_staging_copy_ops_t *ops)
 {
-    td_status_t status = td_device_check((td_device_t){TD_DEVICE_CUDA, index});
+    td_status_t status = td__device_check((td_device_t){TD_DEVICE_CUDA, index});
 
     if (status != TD_OK) {
         return status;
@@ -106,4 +107,48 @@ td_staging_cuda_ops(int index, td_staging_copy_ops_t *ops)
     *ops = (td_staging_copy_ops_t){host_alloc, host_free, copy, wait_copies,
                                    (void *)(intptr_t)index};
     return TD_OK;
+}
+
+/* ---- host copies of device memory (H1, H2) ------------------------------ */
+
+td_status_t
+td__staging_host_in(td_device_t device, void *dev, size_t nbytes, int fill,
+                    td_staging_host_t *h)
+{
+    void *host = malloc(nbytes ? nbytes : 1);
+    td_status_t status;
+
+    if (host == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "staging: out of memory for a %zu "
+                        "byte host copy of device memory", nbytes);
+    }
+    if (fill) {
+        status = td__device_memcpy(host, TD_CPU, dev, device, nbytes);
+        if (status != TD_OK) {
+            free(host);
+            return status;
+        }
+    }
+    *h = (td_staging_host_t){device, dev, host, nbytes};
+    return TD_OK;
+}
+
+td_status_t
+td__staging_host_out(const td_staging_host_t *h)
+{
+    return td__device_memcpy(h->dev, h->device, h->host, TD_CPU, h->nbytes);
+}
+
+void
+td__staging_host_free(td_staging_host_t *h)
+{
+    free(h->host);
+    memset(h, 0, sizeof(*h));
+}
+
+td_status_t
+td__staging_copy_in(td_device_t device, void *dev, const void *host,
+                    size_t nbytes)
+{
+    return td__device_memcpy(dev, device, host, TD_CPU, nbytes);
 }

@@ -1,0 +1,922 @@
+/* hier.c: hierarchical collectives (algorithm "hier") for groups whose
+ * members run on several hosts. Each host has one leader; a call runs in
+ * three phases: inside each host (the members to their leader), among the
+ * leaders over the network, inside each host again (the leader to its
+ * members). Inside a host the steps travel through shared memory (UCX's
+ * shared-memory transports, and bodies from 64 KiB read in place, cma.h
+ * C9); across hosts only the leaders talk, so each host's link carries its
+ * data once instead of once per member.
+ *
+ *   all_reduce      the vector in chunks of HIER_CHUNK: the leader reduces
+ *                   its members' chunk c, exchanges it with the other
+ *                   leaders, reduces theirs, and sends the result of c to
+ *                   its members, while chunk c + 1 is already reduced on the
+ *                   host (the exchange of c is in flight meanwhile). Among
+ *                   2 leaders, and for one chunk (<= HIER_CHUNK: one round,
+ *                   latency-optimal) among any number, the exchange is
+ *                   direct (every leader to every other); among more
+ *                   leaders a large vector goes around a ring of leaders
+ *                   chunk by chunk (reduce-scatter + all-gather:
+ *                   bandwidth-optimal).
+ *   broadcast       in chunks down a binomial tree of leaders rooted at the
+ *                   root's host, each leader forwarding chunk c to its
+ *                   children and its members as soon as it has it.
+ *   all_gather      the members' blocks to their leader; leaders send their
+ *                   host's blocks to every other leader; each leader sends
+ *                   the whole result to its members.
+ *   reduce_scatter  the members' vectors reduced at their leader; each
+ *                   leader sends block j to the leader of j's host, which
+ *                   reduces them and sends block j to member j.
+ *   barrier         members to their leader, dissemination among leaders,
+ *                   leaders to their members.
+ *
+ * Invariants (H1..H7):
+ *  H1 Auto picks "hier" for all_reduce, broadcast, all_gather,
+ *     reduce_scatter and barrier exactly when the group's members run on
+ *     at least two hosts and some host holds two or more of them (with
+ *     one member per host it is the flat algorithm with extra steps).
+ *     It is tried before the shared segment: a group that spans hosts
+ *     can have none (shm.c S1).
+ *  H2 Every member computes the same host map from the same facts (the
+ *     host id each rank published with its address, runtime/hostmap.h;
+ *     an unknown id is a host of its own), so all agree on the algorithm
+ *     (it travels in the call's description, C5) and on the leaders: the
+ *     first member of each host in group-rank order, except that the
+ *     root of a broadcast leads its own host.
+ *  H3 Phases and chunks use disjoint step tags (TAG_UP, TAG_DOWN, TAG_X,
+ *     TAG_RING, TAG_BAR with the chunk, block or round in the low bits),
+ *     so no phase's receive matches another's message (C8).
+ *  H4 A leader changes a chunk of the caller's buffer only after every
+ *     send that reads it has completed (the exchange of chunk c is waited
+ *     for before its result is reduced in; sends to members are of final
+ *     results only), and a member's result lands on a chunk only after
+ *     its leader has read that chunk (the leader sends a result after
+ *     reading what it reduces).
+ *  H5 Every member gets bitwise the same result: a host's sum is made
+ *     once, by its leader; among 2 leaders each adds the other's (the
+ *     operations are commutative); among more, every leader reduces the
+ *     hosts' parts in host order (direct) or each part is reduced by one
+ *     leader (ring).
+ *  H6 AVG sums throughout and divides by the group's size once, at the
+ *     leader, before the result goes to the members.
+ *  H7 Nothing returns with a request in flight (C4): every step posted
+ *     is waited for, also after a failure, and the first error is the one
+ *     returned.
+ *
+ * Run by the thread running the group's operation (work.c). */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/coll/hier.h"
+#include "runtime/coll/reduce.h"
+#include "runtime/runtime.h"
+#include "base/log.h"
+
+/* A chunk of all_reduce and broadcast: 1 MiB keeps a chunk's exchange
+ * short enough to overlap with the next chunk's work on the host, and
+ * the scratch small (the leader holds (1 + 2 x leaders) chunks). */
+#define HIER_CHUNK      (1024u * 1024u)
+#define HIER_CHUNKS_MAX 256           /* larger vectors: larger chunks */
+
+/* Step tags (H3): the phase in the high byte, the index in the rest. */
+#define TAG_UP   0x80000000u          /* member -> its leader */
+#define TAG_DOWN 0x81000000u          /* leader -> its members */
+#define TAG_X    0x82000000u          /* leader <-> leader, direct */
+#define TAG_RING 0x83000000u          /* leaders' ring: phase, step, chunk */
+#define TAG_BAR  0x84000000u          /* leaders' dissemination rounds */
+#define TAG_IDX  0x00ffffffu
+
+/* ---- the host map ------------------------------------------------------- */
+
+td_status_t
+coll_hostmap_build(const uint64_t *ids, int n, coll_hostmap_t **map_p)
+{
+    coll_hostmap_t *m = calloc(1, sizeof(*m));
+    int *all = malloc(sizeof(int) * (4 * (size_t)n + 1));
+    int *fill;
+
+    if (m == NULL || all == NULL) {
+        free(m);
+        free(all);
+        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory for the host "
+                        "map of %d members", n);
+    }
+    m->n = n;
+    m->host_of = all;
+    m->first = all + n;
+    m->count = all + 2 * n;
+    m->members = all + 3 * n;
+    for (int i = 0; i < n; i++) {
+        int h = -1;
+
+        for (int j = 0; j < i && ids[i] != 0; j++) {
+            if (ids[j] == ids[i]) {
+                h = m->host_of[j];
+                break;
+            }
+        }
+        if (h < 0) {
+            h = m->nhosts++;
+            m->count[h] = 0;
+        }
+        m->host_of[i] = h;
+        m->count[h]++;
+    }
+    for (int h = 0, off = 0; h < m->nhosts; h++) {
+        m->first[h] = off;
+        off += m->count[h];
+    }
+    fill = calloc((size_t)m->nhosts + 1, sizeof(int));
+    if (fill == NULL) {
+        coll_hostmap_free(m);
+        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory for the host "
+                        "map of %d members", n);
+    }
+    for (int i = 0; i < n; i++) {
+        int h = m->host_of[i];
+
+        m->members[m->first[h] + fill[h]++] = i;
+    }
+    free(fill);
+    *map_p = m;
+    return TD_OK;
+}
+
+void
+coll_hostmap_free(coll_hostmap_t *m)
+{
+    if (m != NULL) {
+        free(m->host_of);
+        free(m);
+    }
+}
+
+int
+coll_hier_pick(const coll_hostmap_t *m, coll_kind_t k)
+{
+    if (m == NULL || m->nhosts < 2 || m->nhosts >= m->n) {
+        return 0;                                       /* H1 */
+    }
+    return k == COLL_ALL_REDUCE || k == COLL_BROADCAST ||
+           k == COLL_ALL_GATHER || k == COLL_REDUCE_SCATTER ||
+           k == COLL_BARRIER;
+}
+
+int
+coll_hier_leader(const coll_hostmap_t *m, int h, int root)
+{
+    if (root >= 0 && root < m->n && m->host_of[root] == h) {
+        return root;                                    /* H2 */
+    }
+    return m->members[m->first[h]];
+}
+
+const coll_hostmap_t *
+coll_hier_map(td_group_t *g)
+{
+    uint64_t *ids;
+
+    if (g->hosts != NULL) {
+        return g->hosts;
+    }
+    ids = malloc(sizeof(uint64_t) * (size_t)g->n);
+    if (ids == NULL) {
+        td_error(TD_ERR_NO_MEMORY, "coll: out of memory for the host map of "
+                 "%d members", g->n);
+        return NULL;
+    }
+    for (int i = 0; i < g->n; i++) {
+        ids[i] = td__runtime_host_id(g->ranks[i]);
+    }
+    if (coll_hostmap_build(ids, g->n, &g->hosts) == TD_OK &&
+        g->hosts->nhosts > 1) {
+        td_log_debug("coll: group %u (%d members) spans %d hosts", g->id,
+                     g->n, g->hosts->nhosts);
+    }
+    free(ids);
+    return g->hosts;
+}
+
+/* ---- sets of steps (H7) ------------------------------------------------------ */
+
+typedef struct {
+    coll_req_t  *r;
+    coll_req_t **p;
+    int          n;
+} rset_t;
+
+static td_status_t
+rset_init(rset_t *s, size_t cap)
+{
+    s->n = 0;
+    s->r = calloc(cap + 1, sizeof(*s->r));
+    s->p = calloc(cap + 1, sizeof(*s->p));
+    if (s->r == NULL || s->p == NULL) {
+        free(s->r);
+        free(s->p);
+        s->r = NULL;
+        s->p = NULL;
+        return td_error(TD_ERR_NO_MEMORY, "coll: hier: out of memory for %zu "
+                        "steps", cap);
+    }
+    return TD_OK;
+}
+
+static void
+rset_free(rset_t *s)
+{
+    free(s->r);
+    free(s->p);
+}
+
+/* Post a receive (SEND 0) or a send into S; after an error ST nothing is
+ * posted and ST stays. */
+static td_status_t
+rset_post(coll_op_t *op, rset_t *s, td_status_t st, int send, int peer,
+          uint32_t tag, void *buf, size_t len)
+{
+    coll_req_t *r = &s->r[s->n];
+
+    if (st != TD_OK) {
+        return st;
+    }
+    st = send ? coll_isend(op, r, peer, tag, buf, len)
+              : coll_irecv(op, r, peer, tag, buf, len);
+    if (st == TD_OK) {
+        s->p[s->n++] = r;
+    }
+    return st;
+}
+
+/* Wait for every step of S and empty it: ST, or the first error. */
+static td_status_t
+rset_wait(coll_op_t *op, rset_t *s, td_status_t st)
+{
+    td_status_t w = s->n > 0 ? coll_step_wait(op, s->p, s->n) : TD_OK;
+
+    s->n = 0;
+    return st != TD_OK ? st : w;
+}
+
+/* ---- the call's shape ------------------------------------------------------------ */
+
+typedef struct {
+    const coll_hostmap_t *m;
+    int  me, my_h, H;              /* group rank, its host, hosts */
+    int  lead;                     /* my host's leader */
+    int  leader;                   /* am I it? */
+} shape_t;
+
+static td_status_t
+shape_of(coll_op_t *op, int root, shape_t *s)
+{
+    const coll_hostmap_t *m = coll_hier_map(op->g);
+
+    if (m == NULL) {
+        return TD_ERR_NO_MEMORY;
+    }
+    s->m = m;
+    s->me = op->g->me;
+    s->my_h = m->host_of[s->me];
+    s->H = m->nhosts;
+    s->lead = coll_hier_leader(m, s->my_h, root);
+    s->leader = s->lead == s->me;
+    return TD_OK;
+}
+
+/* Elements per chunk of COUNT elements of ES bytes, and the chunks. */
+static size_t
+chunking(size_t count, size_t es, size_t *k_p)
+{
+    size_t per = HIER_CHUNK / es, k;
+
+    if (per == 0) {
+        per = 1;
+    }
+    k = (count + per - 1) / per;
+    if (k > HIER_CHUNKS_MAX) {
+        per = (count + HIER_CHUNKS_MAX - 1) / HIER_CHUNKS_MAX;
+        k = (count + per - 1) / per;
+    }
+    *k_p = k > 0 ? k : 1;
+    return per;
+}
+
+/* ---- all_reduce ---------------------------------------------------------------- */
+
+typedef struct {
+    coll_op_t  *op;
+    shape_t     s;
+    char       *b;                 /* the caller's vector */
+    size_t      count, per, K, es, slot;
+    td_dtype_t  dt;
+    td_reduce_op_t rop;
+    char       *tmp;               /* one member's chunk */
+    char       *x;                 /* 2 parities x H slots (direct) */
+    rset_t      xs[2];             /* the exchange of chunks c, c + 1 */
+    rset_t      down;              /* results to the members */
+    int         direct;
+} ar_t;
+
+static void
+ar_range(const ar_t *a, size_t c, size_t *off, size_t *len)
+{
+    *off = c * a->per;
+    *len = a->count - *off < a->per ? a->count - *off : a->per;
+}
+
+/* The host's sum of chunk C into the caller's vector (leader). */
+static td_status_t
+ar_up(ar_t *a, size_t c, rset_t *one)
+{
+    const coll_hostmap_t *m = a->s.m;
+    size_t off, len;
+    td_status_t st = TD_OK;
+
+    ar_range(a, c, &off, &len);
+    for (int i = 0; i < m->count[a->s.my_h] && st == TD_OK; i++) {
+        int j = m->members[m->first[a->s.my_h] + i];
+
+        if (j == a->s.me) {
+            continue;
+        }
+        st = rset_post(a->op, one, st, 0, j, TAG_UP | (uint32_t)c, a->tmp,
+                       len * a->es);
+        st = rset_wait(a->op, one, st);
+        if (st == TD_OK) {
+            coll_reduce_into(a->b + off * a->es, a->tmp, len, a->dt, a->rop);
+        }
+    }
+    return st;
+}
+
+/* Start the direct exchange of chunk C with the other leaders. */
+static td_status_t
+ar_x_post(ar_t *a, size_t c)
+{
+    const coll_hostmap_t *m = a->s.m;
+    rset_t *xs = &a->xs[c & 1];
+    char *x = a->x + (c & 1) * (size_t)a->s.H * a->slot;
+    size_t off, len;
+    td_status_t st = TD_OK;
+
+    ar_range(a, c, &off, &len);
+    for (int h = 0; h < a->s.H; h++) {
+        if (h != a->s.my_h) {
+            st = rset_post(a->op, xs, st, 0, coll_hier_leader(m, h, -1),
+                           TAG_X | (uint32_t)c, x + (size_t)h * a->slot,
+                           len * a->es);
+        }
+    }
+    for (int k = 1; k < a->s.H; k++) {
+        int h = (a->s.my_h + k) % a->s.H;     /* not all at host 0 first */
+
+        st = rset_post(a->op, xs, st, 1, coll_hier_leader(m, h, -1),
+                       TAG_X | (uint32_t)c, a->b + off * a->es, len * a->es);
+    }
+    return st;
+}
+
+/* Finish the exchange of chunk C: the other hosts' parts reduced in (H4,
+ * H5). */
+static td_status_t
+ar_x_finish(ar_t *a, size_t c)
+{
+    char *x = a->x + (c & 1) * (size_t)a->s.H * a->slot;
+    char *mine = a->b;
+    size_t off, len, bytes;
+    td_status_t st = rset_wait(a->op, &a->xs[c & 1], TD_OK);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    ar_range(a, c, &off, &len);
+    mine += off * a->es;
+    bytes = len * a->es;
+    if (a->s.H == 2) {
+        coll_reduce_into(mine, x + (size_t)(1 - a->s.my_h) * a->slot, len,
+                         a->dt, a->rop);
+        return TD_OK;
+    }
+    /* in host order, the same on every leader (H5) */
+    if (bytes > 0) {
+        memcpy(x + (size_t)a->s.my_h * a->slot, mine, bytes);
+    }
+    for (int h = 1; h < a->s.H; h++) {
+        coll_reduce_into(x, x + (size_t)h * a->slot, len, a->dt, a->rop);
+    }
+    if (bytes > 0) {
+        memcpy(mine, x, bytes);
+    }
+    return TD_OK;
+}
+
+/* Chunk C all-reduced among the leaders around their ring. */
+static td_status_t
+ar_ring(ar_t *a, size_t c)
+{
+    const coll_hostmap_t *m = a->s.m;
+    int H = a->s.H, me = a->s.my_h;
+    int right = coll_hier_leader(m, (me + 1) % H, -1);
+    int left = coll_hier_leader(m, (me - 1 + H) % H, -1);
+    size_t off, len;
+    char *b;
+
+    ar_range(a, c, &off, &len);
+    b = a->b + off * a->es;
+    for (int phase = 0; phase < 2; phase++) {
+        for (int s = 0; s < H - 1; s++) {
+            int sc = phase == 0 ? (me - s + 2 * H) % H
+                                : (me + 1 - s + 2 * H) % H;
+            int rc = phase == 0 ? (me - s - 1 + 2 * H) % H
+                                : (me - s + 2 * H) % H;
+            size_t s0 = len * (size_t)sc / (size_t)H;
+            size_t sl = len * (size_t)(sc + 1) / (size_t)H - s0;
+            size_t r0 = len * (size_t)rc / (size_t)H;
+            size_t rl = len * (size_t)(rc + 1) / (size_t)H - r0;
+            uint32_t tag = TAG_RING | (uint32_t)phase << 23 |
+                           ((uint32_t)s & 0x7ff) << 12 | ((uint32_t)c & 0xfff);
+            td_status_t st;
+
+            st = coll_sendrecv(a->op, right, b + s0 * a->es, sl * a->es, left,
+                               phase == 0 ? a->tmp : b + r0 * a->es,
+                               rl * a->es, tag);
+            if (st != TD_OK) {
+                return st;
+            }
+            if (phase == 0) {
+                coll_reduce_into(b + r0 * a->es, a->tmp, rl, a->dt, a->rop);
+            }
+        }
+    }
+    return TD_OK;
+}
+
+/* Chunk C is final: divide (H6) and send it to the members. */
+static td_status_t
+ar_down(ar_t *a, size_t c, td_status_t st)
+{
+    const coll_hostmap_t *m = a->s.m;
+    size_t off, len;
+
+    ar_range(a, c, &off, &len);
+    if (st == TD_OK && a->rop == TD_REDUCE_AVG) {
+        coll_divide(a->b + off * a->es, len, a->dt, a->op->g->n);
+    }
+    for (int i = 0; i < m->count[a->s.my_h]; i++) {
+        int j = m->members[m->first[a->s.my_h] + i];
+
+        if (j != a->s.me) {
+            st = rset_post(a->op, &a->down, st, 1, j, TAG_DOWN | (uint32_t)c,
+                           a->b + off * a->es, len * a->es);
+        }
+    }
+    return st;
+}
+
+static td_status_t
+ar_leader(ar_t *a)
+{
+    int L = a->s.m->count[a->s.my_h], xchg;
+    long pending = -1;             /* chunk exchanged, not yet finished */
+    rset_t one;
+    td_status_t st;
+
+    a->direct = a->K == 1 || a->s.H == 2;
+    xchg = a->s.H > 1 && a->direct;
+    a->slot = (a->per * a->es + 63) & ~(size_t)63;
+    a->tmp = coll_scratch(a->op->g, a->slot * (1 + (a->direct ? 2 *
+                                     (size_t)a->s.H : 0)) + 64);
+    if (a->tmp == NULL) {
+        return TD_ERR_NO_MEMORY;
+    }
+    a->x = a->tmp + a->slot;
+    memset(&one, 0, sizeof(one));
+    memset(a->xs, 0, sizeof(a->xs));
+    memset(&a->down, 0, sizeof(a->down));
+    /* a parity holds H - 1 receives and H - 1 sends */
+    st = rset_init(&one, 1);
+    st = st == TD_OK ? rset_init(&a->xs[0], 2 * (size_t)a->s.H) : st;
+    st = st == TD_OK ? rset_init(&a->xs[1], 2 * (size_t)a->s.H) : st;
+    st = st == TD_OK ? rset_init(&a->down, a->K * (size_t)L) : st;
+    for (size_t c = 0; c < a->K && st == TD_OK; c++) {
+        st = ar_up(a, c, &one);
+        if (xchg) {
+            st = st == TD_OK ? ar_x_post(a, c) : st;
+            if (pending >= 0) {
+                /* chunk c's exchange is in flight: finish c - 1 */
+                td_status_t s2 = ar_x_finish(a, (size_t)pending);
+
+                st = ar_down(a, (size_t)pending, st != TD_OK ? st : s2);
+                pending = -1;
+            }
+            pending = st == TD_OK ? (long)c : -1;
+        } else {
+            if (a->s.H > 1 && st == TD_OK) {
+                st = ar_ring(a, c);
+            }
+            st = ar_down(a, c, st);
+        }
+    }
+    if (pending >= 0) {
+        td_status_t s2 = ar_x_finish(a, (size_t)pending);
+
+        st = ar_down(a, (size_t)pending, st != TD_OK ? st : s2);
+    }
+    /* after a failure, whatever is still posted (H7) */
+    if (a->xs[0].r != NULL) {
+        st = rset_wait(a->op, &a->xs[0], st);
+    }
+    if (a->xs[1].r != NULL) {
+        st = rset_wait(a->op, &a->xs[1], st);
+    }
+    if (a->down.r != NULL) {
+        st = rset_wait(a->op, &a->down, st);
+    }
+    rset_free(&one);
+    rset_free(&a->xs[0]);
+    rset_free(&a->xs[1]);
+    rset_free(&a->down);
+    return st;
+}
+
+/* A member: every chunk up to the leader, every result back (H4). */
+static td_status_t
+ar_member(ar_t *a)
+{
+    rset_t s;
+    td_status_t st = rset_init(&s, 2 * a->K);
+
+    for (size_t c = 0; c < a->K && st == TD_OK; c++) {
+        size_t off, len;
+
+        ar_range(a, c, &off, &len);
+        st = rset_post(a->op, &s, st, 0, a->s.lead, TAG_DOWN | (uint32_t)c,
+                       a->b + off * a->es, len * a->es);
+        st = rset_post(a->op, &s, st, 1, a->s.lead, TAG_UP | (uint32_t)c,
+                       a->b + off * a->es, len * a->es);
+    }
+    if (s.r != NULL) {
+        st = rset_wait(a->op, &s, st);
+        rset_free(&s);
+    }
+    return st;
+}
+
+td_status_t
+coll_all_reduce_hier(coll_op_t *op, void *buf, size_t count)
+{
+    ar_t a;
+    td_status_t st;
+
+    memset(&a, 0, sizeof(a));
+    st = shape_of(op, -1, &a.s);
+    if (st != TD_OK) {
+        return st;
+    }
+    a.op = op;
+    a.b = buf;
+    a.count = count;
+    a.es = op->esize;
+    a.dt = (td_dtype_t)op->desc.dtype;
+    a.rop = (td_reduce_op_t)op->desc.op;
+    a.per = chunking(count, a.es, &a.K);
+    return a.s.leader ? ar_leader(&a) : ar_member(&a);
+}
+
+/* ---- broadcast ------------------------------------------------------------------- */
+
+td_status_t
+coll_broadcast_hier(coll_op_t *op, void *buf, size_t nbytes)
+{
+    shape_t s;
+    const coll_hostmap_t *m;
+    int root = op->desc.root, hr, vh, low, nkids = 0, kids[32];
+    size_t per, K;
+    char *b = buf;
+    rset_t in, out;
+    td_status_t st = shape_of(op, root, &s);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    m = s.m;
+    per = chunking(nbytes, 1, &K);
+    if (!s.leader) {
+        st = rset_init(&in, K);
+        for (size_t c = 0; c < K && st == TD_OK; c++) {
+            size_t off = c * per, len = nbytes - off < per ? nbytes - off
+                                                           : per;
+
+            st = rset_post(op, &in, st, 0, s.lead, TAG_DOWN | (uint32_t)c,
+                           b + off, len);
+        }
+        if (in.r != NULL) {
+            st = rset_wait(op, &in, st);
+            rset_free(&in);
+        }
+        return st;
+    }
+    /* a binomial tree of hosts, numbered from the root's */
+    hr = m->host_of[root];
+    vh = (s.my_h - hr + s.H) % s.H;
+    low = vh == 0 ? s.H : vh & -vh;
+    for (int mask = 1; mask < low && vh + mask < s.H && nkids < 32;
+         mask <<= 1) {
+        kids[nkids++] = coll_hier_leader(m, (vh + mask + hr) % s.H, root);
+    }
+    memset(&in, 0, sizeof(in));
+    st = rset_init(&in, K);
+    if (st == TD_OK) {
+        st = rset_init(&out, K * ((size_t)nkids +
+                                  (size_t)m->count[s.my_h]));
+        if (st != TD_OK) {
+            rset_free(&in);
+        }
+    }
+    if (st != TD_OK) {
+        return st;
+    }
+    for (size_t c = 0; vh != 0 && c < K; c++) {
+        size_t off = c * per, len = nbytes - off < per ? nbytes - off : per;
+        int parent = coll_hier_leader(m, (vh - (vh & -vh) + hr) % s.H, root);
+
+        st = rset_post(op, &in, st, 0, parent, TAG_X | (uint32_t)c, b + off,
+                       len);
+    }
+    for (size_t c = 0; c < K && st == TD_OK; c++) {
+        size_t off = c * per, len = nbytes - off < per ? nbytes - off : per;
+
+        if (vh != 0) {
+            coll_req_t *r = &in.r[c];
+
+            st = coll_step_wait(op, &r, 1);
+        }
+        for (int k = 0; k < nkids; k++) {
+            st = rset_post(op, &out, st, 1, kids[k], TAG_X | (uint32_t)c,
+                           b + off, len);
+        }
+        for (int i = 0; i < m->count[s.my_h]; i++) {
+            int j = m->members[m->first[s.my_h] + i];
+
+            if (j != s.me) {
+                st = rset_post(op, &out, st, 1, j, TAG_DOWN | (uint32_t)c,
+                               b + off, len);
+            }
+        }
+    }
+    st = rset_wait(op, &in, st);        /* after a failure: the rest (H7) */
+    st = rset_wait(op, &out, st);
+    rset_free(&in);
+    rset_free(&out);
+    return st;
+}
+
+/* ---- all_gather ------------------------------------------------------------------ */
+
+td_status_t
+coll_all_gather_hier(coll_op_t *op, void *out, const void *in, size_t nbytes)
+{
+    shape_t s;
+    const coll_hostmap_t *m;
+    int n = op->g->n;
+    char *o = out;
+    rset_t r;
+    td_status_t st = shape_of(op, -1, &s);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    m = s.m;
+    if (nbytes > 0) {
+        memmove(o + (size_t)s.me * nbytes, in, nbytes);
+    }
+    st = rset_init(&r, 2 * (size_t)n + (size_t)n * (size_t)s.H);
+    if (st != TD_OK) {
+        return st;
+    }
+    if (!s.leader) {
+        st = rset_post(op, &r, st, 0, s.lead, TAG_DOWN, o,
+                       (size_t)n * nbytes);
+        st = rset_post(op, &r, st, 1, s.lead, TAG_UP,
+                       o + (size_t)s.me * nbytes, nbytes);
+        st = rset_wait(op, &r, st);
+        rset_free(&r);
+        return st;
+    }
+    /* the other hosts' blocks, from their leaders, straight into place */
+    for (int j = 0; j < n; j++) {
+        int h = m->host_of[j];
+
+        if (h != s.my_h) {
+            st = rset_post(op, &r, st, 0, coll_hier_leader(m, h, -1),
+                           TAG_X | (uint32_t)j, o + (size_t)j * nbytes,
+                           nbytes);
+        }
+    }
+    {
+        rset_t up;
+
+        memset(&up, 0, sizeof(up));
+        st = st == TD_OK ? rset_init(&up, (size_t)m->count[s.my_h]) : st;
+        for (int i = 0; st == TD_OK && i < m->count[s.my_h]; i++) {
+            int j = m->members[m->first[s.my_h] + i];
+
+            if (j != s.me) {
+                st = rset_post(op, &up, st, 0, j, TAG_UP,
+                               o + (size_t)j * nbytes, nbytes);
+            }
+        }
+        if (up.r != NULL) {
+            st = rset_wait(op, &up, st);
+            rset_free(&up);
+        }
+    }
+    /* this host's blocks to every other leader */
+    for (int k = 1; k < s.H; k++) {
+        int h = (s.my_h + k) % s.H;
+
+        for (int i = 0; i < m->count[s.my_h]; i++) {
+            int j = m->members[m->first[s.my_h] + i];
+
+            st = rset_post(op, &r, st, 1, coll_hier_leader(m, h, -1),
+                           TAG_X | (uint32_t)j, o + (size_t)j * nbytes,
+                           nbytes);
+        }
+    }
+    st = rset_wait(op, &r, st);
+    for (int i = 0; i < m->count[s.my_h]; i++) {
+        int j = m->members[m->first[s.my_h] + i];
+
+        if (j != s.me) {
+            st = rset_post(op, &r, st, 1, j, TAG_DOWN, o,
+                           (size_t)n * nbytes);
+        }
+    }
+    st = rset_wait(op, &r, st);
+    rset_free(&r);
+    return st;
+}
+
+/* ---- reduce_scatter -------------------------------------------------------------- */
+
+td_status_t
+coll_reduce_scatter_hier(coll_op_t *op, void *out, const void *in,
+                         size_t count)
+{
+    shape_t s;
+    const coll_hostmap_t *m;
+    int n = op->g->n, L;
+    size_t bytes = count * op->esize, total = (size_t)n * bytes;
+    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
+    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
+    char *acc, *tmp, *xr;
+    rset_t r;
+    td_status_t st = shape_of(op, -1, &s);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    m = s.m;
+    L = m->count[s.my_h];
+    st = rset_init(&r, (size_t)n * ((size_t)s.H + 1) + 2);
+    if (st != TD_OK) {
+        return st;
+    }
+    if (!s.leader) {
+        st = rset_post(op, &r, st, 0, s.lead, TAG_DOWN, out, bytes);
+        st = rset_post(op, &r, st, 1, s.lead, TAG_UP, (void *)in, total);
+        st = rset_wait(op, &r, st);
+        rset_free(&r);
+        return st;
+    }
+    /* acc: the host's sum; tmp: one member's vector; xr: the other
+     * leaders' parts of this host's blocks, host by host */
+    acc = coll_scratch(op->g, 2 * total + (size_t)s.H * (size_t)L * bytes +
+                              1);
+    if (acc == NULL) {
+        rset_free(&r);
+        return TD_ERR_NO_MEMORY;
+    }
+    tmp = acc + total;
+    xr = tmp + total;
+    if (total > 0) {
+        memcpy(acc, in, total);
+    }
+    for (int i = 0; i < L && st == TD_OK; i++) {
+        int j = m->members[m->first[s.my_h] + i];
+
+        if (j != s.me) {
+            st = rset_post(op, &r, st, 0, j, TAG_UP, tmp, total);
+            st = rset_wait(op, &r, st);
+            if (st == TD_OK) {
+                coll_reduce_into(acc, tmp, (size_t)n * count, dt, rop);
+            }
+        }
+    }
+    /* the other leaders' parts of my host's blocks; mine of theirs */
+    for (int h = 0; h < s.H; h++) {
+        for (int i = 0; h != s.my_h && i < L; i++) {
+            int j = m->members[m->first[s.my_h] + i];
+
+            st = rset_post(op, &r, st, 0, coll_hier_leader(m, h, -1),
+                           TAG_X | (uint32_t)j,
+                           xr + ((size_t)h * (size_t)L + (size_t)i) * bytes,
+                           bytes);
+        }
+    }
+    for (int k = 1; k < s.H; k++) {
+        int h = (s.my_h + k) % s.H;
+
+        for (int i = 0; i < m->count[h]; i++) {
+            int j = m->members[m->first[h] + i];
+
+            st = rset_post(op, &r, st, 1, coll_hier_leader(m, h, -1),
+                           TAG_X | (uint32_t)j, acc + (size_t)j * bytes,
+                           bytes);
+        }
+    }
+    st = rset_wait(op, &r, st);
+    /* each of my host's blocks is reduced here only (H5) */
+    for (int i = 0; i < L && st == TD_OK; i++) {
+        int j = m->members[m->first[s.my_h] + i];
+
+        for (int h = 0; h < s.H; h++) {
+            if (h != s.my_h) {
+                coll_reduce_into(acc + (size_t)j * bytes,
+                                 xr + ((size_t)h * (size_t)L + (size_t)i) *
+                                 bytes, count, dt, rop);
+            }
+        }
+        if (rop == TD_REDUCE_AVG) {
+            coll_divide(acc + (size_t)j * bytes, count, dt, n);  /* H6 */
+        }
+    }
+    for (int i = 0; i < L; i++) {
+        int j = m->members[m->first[s.my_h] + i];
+
+        if (j != s.me) {
+            st = rset_post(op, &r, st, 1, j, TAG_DOWN,
+                           acc + (size_t)j * bytes, bytes);
+        }
+    }
+    st = rset_wait(op, &r, st);
+    if (st == TD_OK && bytes > 0) {
+        memcpy(out, acc + (size_t)s.me * bytes, bytes);
+    }
+    rset_free(&r);
+    return st;
+}
+
+/* ---- barrier --------------------------------------------------------------------- */
+
+td_status_t
+coll_barrier_hier(coll_op_t *op)
+{
+    shape_t s;
+    const coll_hostmap_t *m;
+    rset_t r;
+    td_status_t st = shape_of(op, -1, &s);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    m = s.m;
+    st = rset_init(&r, (size_t)m->count[s.my_h] + 2);
+    if (st != TD_OK) {
+        return st;
+    }
+    if (!s.leader) {
+        st = rset_post(op, &r, st, 0, s.lead, TAG_DOWN, NULL, 0);
+        st = rset_post(op, &r, st, 1, s.lead, TAG_UP, NULL, 0);
+        st = rset_wait(op, &r, st);
+        rset_free(&r);
+        return st;
+    }
+    for (int i = 0; i < m->count[s.my_h]; i++) {
+        int j = m->members[m->first[s.my_h] + i];
+
+        if (j != s.me) {
+            st = rset_post(op, &r, st, 0, j, TAG_UP, NULL, 0);
+        }
+    }
+    st = rset_wait(op, &r, st);
+    for (int k = 1, round = 0; k < s.H && st == TD_OK; k <<= 1, round++) {
+        st = coll_sendrecv(op, coll_hier_leader(m, (s.my_h + k) % s.H, -1),
+                           NULL, 0,
+                           coll_hier_leader(m, (s.my_h - k + s.H) % s.H, -1),
+                           NULL, 0, TAG_BAR | (uint32_t)round);
+    }
+    for (int i = 0; i < m->count[s.my_h]; i++) {
+        int j = m->members[m->first[s.my_h] + i];
+
+        if (j != s.me) {
+            st = rset_post(op, &r, st, 1, j, TAG_DOWN, NULL, 0);
+        }
+    }
+    st = rset_wait(op, &r, st);
+    rset_free(&r);
+    return st;
+}
