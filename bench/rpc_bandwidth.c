@@ -5,7 +5,10 @@
  * One line per size:
  *   rpc_echo size=67108864 median_ms=.. min_ms=.. max_ms=.. bw_MiBps=..
  * bw counts both directions (2N / round trip), like ucx_perftest's
- * bandwidth of an echo. The returned tensor is checked. */
+ * bandwidth of an echo. The returned tensor is checked. Then the floor
+ * the echo is judged against, measured in the same process:
+ *   memcpy_floor size=.. median_ms=..   (two memcpys of N bytes into warm
+ *       buffers: the least any echo must move through memory) */
 #include "config.h"
 
 #include <stdio.h>
@@ -99,6 +102,35 @@ main(int argc, char **argv)
                rtt[0] * 1e3, rtt[REPS - 1] * 1e3,
                2.0 * (double)(n * 4) / rtt[REPS / 2] / 1048576.0);
         fflush(stdout);
+
+        /* The floor: the argument copied once into the callee's buffer,
+         * the result once into the caller's (warm, reused buffers). */
+        {
+            size_t nb = (size_t)n * 4;
+            char *ca = malloc(nb), *cb = malloc(nb);
+            double cp[REPS];
+
+            if (ca == NULL || cb == NULL) {
+                fprintf(stderr, "memcpy floor: out of memory\n");
+                return 1;
+            }
+            memcpy(ca, td_tensor_data(t), nb);
+            memcpy(cb, ca, nb);
+            for (int r = 0; r < REPS; r++) {
+                double t0 = now_s();
+
+                memcpy(cb, td_tensor_data(t), nb);
+                memcpy(ca, cb, nb);
+                cp[r] = now_s() - t0;
+            }
+            qsort(cp, REPS, sizeof(double), cmp_d);
+            printf("memcpy_floor size=%zu median_ms=%.2f min_ms=%.2f "
+                   "max_ms=%.2f\n", nb, cp[REPS / 2] * 1e3, cp[0] * 1e3,
+                   cp[REPS - 1] * 1e3);
+            fflush(stdout);
+            free(ca);
+            free(cb);
+        }
         td_rpc_list_free(args);
         td_tensor_release(t);
     }

@@ -266,6 +266,20 @@ bool td__transport_on_progress_thread(td_transport_t *tp);
 td_status_t td__transport_drive(td_transport_t *tp, int (*done)(void *arg),
                                void *arg, double max_s);
 
+/* As td__transport_drive, for a thread standing in for the progress thread
+ * while it waits for work (the RPC handler pool's leader): it polls the
+ * whole time, as the busy progress thread does, never yielding or
+ * sleeping on the event fd (td__transport_drive yields after 5 us and,
+ * where cores are scarce, sleeps after 10 us: each costs the next message
+ * several microseconds). Bound it by MAX_S and DONE. */
+td_status_t td__transport_drive_polling(td_transport_t *tp,
+                                       int (*done)(void *arg), void *arg,
+                                       double max_s);
+
+/* From DONE of a td__transport_drive: does another thread wait to drive
+ * (it gets the token as soon as this driver leaves)? */
+bool td__transport_drive_wanted(td_transport_t *tp);
+
 /* ON: the calling thread will call td__transport_drive right after its
  * next sends (a synchronous call), so in blocking mode a direct send skips
  * arming the worker for the progress thread (the driver arms it when it

@@ -67,8 +67,12 @@ drive_done(void *arg)
            !atomic_load_explicit(&drv.running, memory_order_relaxed);
 }
 
-td_status_t
-td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
+/* Drive until PRED holds, at most TIMEOUT seconds (< 0: none). CAP (a
+ * waiter): in a mode other than busy polling, at most the spin (drive.h);
+ * else (the pool's leader, standing in for the progress thread) exactly
+ * TIMEOUT, polling throughout in busy mode. */
+static td_status_t
+drive(int (*pred)(void *arg), void *pred_arg, double timeout, int cap)
 {
     drive_pred_t dp = { pred, pred_arg };
     td_status_t st = TD_ERR_TIMEOUT;
@@ -91,7 +95,7 @@ td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
                       "transport callback would deadlock");
         goto out;
     }
-    if (td__transport_progress_mode(drv.tp) != TD_PROGRESS_BUSY) {
+    if (cap && td__transport_progress_mode(drv.tp) != TD_PROGRESS_BUSY) {
         /* Cores may be shared: spin briefly, then sleep. */
         double spin = drv.spin_us > 0 ? drv.spin_us * 1e-6 : 50e-6;
 
@@ -99,13 +103,34 @@ td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
             max = spin;
         }
     }
-    st = td__transport_drive(drv.tp, drive_done, &dp, max);
+    st = cap ? td__transport_drive(drv.tp, drive_done, &dp, max)
+             : td__transport_drive_polling(drv.tp, drive_done, &dp, max);
     if (st != TD_OK || !pred(pred_arg)) {
         st = TD_ERR_TIMEOUT;
     }
 out:
     atomic_fetch_sub(&drv.in_drive, 1);
     return st;
+}
+
+td_status_t
+td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
+{
+    return drive(pred, pred_arg, timeout, 1);
+}
+
+td_status_t
+td_rpc_drive_for(int (*pred)(void *arg), void *pred_arg, double timeout)
+{
+    return drive(pred, pred_arg, timeout, 0);
+}
+
+int
+td_rpc_drive_wanted(void)
+{
+    td_transport_t *tp = drv.tp;    /* valid while we drive (W2) */
+
+    return tp != NULL && td__transport_drive_wanted(tp);
 }
 
 void

@@ -32,6 +32,15 @@ void        td_rpc_drive_stop(void);
  * transport callback). */
 td_status_t td_rpc_drive_until(int (*pred)(void *arg), void *arg,
                                double timeout);
+/* As td_rpc_drive_until, for exactly TIMEOUT seconds at most in every
+ * progress mode, and polling throughout in busy mode as the progress
+ * thread would (td__transport_drive_polling): for the handler pool's
+ * leader, pool.h P5. */
+td_status_t td_rpc_drive_for(int (*pred)(void *arg), void *arg,
+                             double timeout);
+/* Inside PRED of td_rpc_drive_until: does another thread wait to drive
+ * the transport? (the handler pool's leader then steps aside: pool.h P5) */
+int         td_rpc_drive_wanted(void);
 /* Something a waiter waits for happened: wake one asleep in the driver. */
 void        td_rpc_notify_done(void);
 

@@ -374,6 +374,21 @@ fn_tid_inline(void *arg, const td_rpc_call_info_t *info,
     return td_rpc_list_add_int(result, (int64_t)syscall(SYS_gettid));
 }
 
+/* Pool: how many calls so far this worker's pool ran on the thread that
+ * received them (pool.h P5), and how many it handed to another thread. */
+static td_status_t
+fn_pool_counts(void *arg, const td_rpc_call_info_t *info,
+               const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    uint64_t c[2];
+    td_status_t st;
+
+    (void)arg; (void)info; (void)args;
+    td_rpc_pool_counts(c);
+    st = td_rpc_list_add_int(result, (int64_t)c[0]);
+    return st != TD_OK ? st : td_rpc_list_add_int(result, (int64_t)c[1]);
+}
+
 /* Pool: asks the caller which of its threads runs an inline handler. */
 static td_status_t
 fn_ping_back(void *arg, const td_rpc_call_info_t *info,
@@ -492,6 +507,28 @@ mode_inline(void)
     }
     check(here > 0, "waiter_runs_inline_calls",
           "0 of %d nested inline calls ran on the waiting thread", n);
+
+    /* Rank 1's idle pool thread drives its transport while it waits (its
+     * main thread waits in td_finalize, without driving), so calls to a
+     * pool handler arriving one after another run on the thread that
+     * received them: some at least (one may come while the leader still
+     * answers the previous one); none means every call was handed off. */
+    int64_t led = 0, handed = 0;
+    for (int i = 0; i < 50; i++) {
+        st = td_rpc_sync(1, "pool_counts", NULL, TD_RPC_DEFAULT_TIMEOUT, &r);
+        if (st != TD_OK || td_rpc_list_int(r, 0, &led) != TD_OK ||
+            td_rpc_list_int(r, 1, &handed) != TD_OK) {
+            led = -1;
+            td_rpc_list_free(r);
+            r = NULL;
+            break;
+        }
+        td_rpc_list_free(r);
+        r = NULL;
+    }
+    check(led > 0, "pool_leader_runs_calls", "%lld of 50 pool calls ran "
+          "on the receiving thread, %lld handed to another (%d %s)",
+          (long long)led, (long long)handed, st, td_last_error());
 
     /* Four threads at once: they contend for the progress token. */
     pthread_t th[4];
@@ -1208,8 +1245,11 @@ mode_basic(void)
     td_rpc_list_free(args);
 }
 
+/* Written by the callbacks (a pool thread, or this one when the future
+ * is done already); COUNT is stored last with release and read with
+ * acquire, so ORDER and SEEN are visible to whoever sees it. */
 typedef struct {
-    int          count;
+    atomic_int   count;
     int          order[4];
     td_future_t *seen;
 } cb_state_t;
@@ -1218,10 +1258,11 @@ static void
 cb_record(void *arg, td_future_t *f)
 {
     cb_state_t *c = arg;
+    int k = atomic_load_explicit(&c->count, memory_order_relaxed);
 
-    c->order[c->count] = c->count;
-    c->count++;
+    c->order[k] = k;
     c->seen = f;
+    atomic_store_explicit(&c->count, k + 1, memory_order_release);
 }
 
 static void
@@ -1276,17 +1317,19 @@ mode_futures(void)
     td_rpc_list_free(args);
     td_future_then(fs[0], cb_record, &c);
     td_future_then(fs[0], cb_record, &c);
-    check(!td_future_done(fs[0]) && c.count == 0, "then_not_early",
-          "done %d count %d", td_future_done(fs[0]), c.count);
+    check(!td_future_done(fs[0]) && atomic_load(&c.count) == 0,
+          "then_not_early", "done %d count %d", td_future_done(fs[0]),
+          atomic_load(&c.count));
     st = td_future_wait(fs[0], 0.01);
     check(st == TD_ERR_TIMEOUT, "wait_with_timeout", "%d", st);
     td_future_wait(fs[0], -1);
     double t0 = now_s();
-    while (c.count < 2 && now_s() - t0 < 10) usleep(1000);
-    check(c.count == 2 && c.order[1] == 1 && c.seen == fs[0], "then_runs",
-          "count %d", c.count);
+    while (atomic_load(&c.count) < 2 && now_s() - t0 < 10) usleep(1000);
+    check(atomic_load(&c.count) == 2 && c.order[1] == 1 && c.seen == fs[0],
+          "then_runs", "count %d", atomic_load(&c.count));
     td_future_then(fs[0], cb_record, &c);
-    check(c.count == 3, "then_when_done", "count %d", c.count);
+    check(atomic_load(&c.count) == 3, "then_when_done", "count %d",
+          atomic_load(&c.count));
     td_future_release(fs[0]);
 
     /* a user future */
@@ -1749,6 +1792,7 @@ main(int argc, char **argv)
                           TD_RPC_INLINE);
     td_rpc_register_flags("tid_inline", fn_tid_inline, NULL, TD_RPC_INLINE);
     td_rpc_register("ping_back", fn_ping_back, NULL);
+    td_rpc_register("pool_counts", fn_pool_counts, NULL);
     td_rpc_register("keep_ref", fn_keep_ref, NULL);
     td_rpc_register("objects", fn_objects, NULL);
     td_rpc_register("bye", fn_bye, NULL);

@@ -30,7 +30,8 @@ barrier_not_member"
 barrier_wide="barrier_wide_members_pass barrier_wide_all_wait_at_once
 barrier_wide_leader_releases_all"
 inline="inline_result inline_wait_refused inline_async_ok
-register_flags_unknown waiter_runs_inline_calls threads_contend"
+register_flags_unknown waiter_runs_inline_calls pool_leader_runs_calls
+threads_contend"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$futures") + $(count "$rref") + \
          $(count "$kill") + $(count "$early_kill") + 1 + $(count "$mapreduce") + $(count "$barrier") + \
