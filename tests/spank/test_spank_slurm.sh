@@ -423,7 +423,12 @@ t0=$(td_now)
 # (exec: the task is the sleep itself; a sleep forked by the shell may be
 # missed by proctrack/linuxproc's walk of /proc and hold srun's output
 # open for its 60 s: once under make -j2 check, task 3 on n2)
-run_srun fail3 -N2 -n4 --todist sh -c 'if [ $TODIST_RANK = 1 ]; then exit 3; fi; exec sleep 60'
+# Rank 1 fails once all four run: a signal that reaches a node before its
+# tasks were launched finds none to stop (seen under load: 60 s), and
+# those would then wait in td_init until its timeout, not forever.
+mkdir "$D/up13"
+run_srun fail3 -N2 -n4 --todist sh -c 'touch '"$D"'/up13/$TODIST_RANK
+if [ $TODIST_RANK = 1 ]; then i=0; while [ $(ls '"$D"'/up13 | wc -l) -lt 4 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done; exit 3; fi; exec sleep 60'
 t1=$(td_now)
 el=$(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.1f", b-a}')
 ok "$([ $rc != 0 ] && [ $rc != 124 ]; echo $?)" "a task exiting 3 fails the step (srun status $rc)"
@@ -503,7 +508,9 @@ if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
                 for mode in store pmix; do
                     m=; [ $mode = pmix ] && m=--mpi=pmix
                     t0=$(date +%s.%N)
-                    timeout 600 srun -N4 -n$n -O $m --todist env LD_LIBRARY_PATH="$dir" \
+                    # --resv-ports=2: srun would reserve a port per task
+                    # of a node, more than this cluster's range of 20
+                    timeout 600 srun -N4 -n$n -O --resv-ports=2 $m --todist env LD_LIBRARY_PATH="$dir" \
                         "$top_builddir/bench/.libs/startup" \
                         > "$D/out/st-$mode-$n" 2>"$D/out/st-$mode-$n.err"
                     t1=$(date +%s.%N)
@@ -514,6 +521,8 @@ if grep -q "define HAVE_PMIX 1" "$top_builddir/config.h" 2>/dev/null &&
                         END { if (k < n) printf "only %d of %d ranks reported", k, n
                               else printf "wall %.3f s  init max %.1f ms  fin max %.1f ms  RSS mean %.1f MB", w, mi, mf, rs / k }' \
                         "$D/out/st-$mode-$n")"
+                    [ "$(wc -l < "$D/out/st-$mode-$n")" -ge "$n" ] ||
+                        head -5 "$D/out/st-$mode-$n.err" | sed 's/^/#   /'
                 done
             done
         done
