@@ -52,7 +52,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (coll_wire_parse(h, len, n_bodies, body_len, &m) != TD_OK) {
         return 0;
     }
-    if (m.type < MSG_P2P || m.type > MSG_POKE || m.ndim > TD_MAX_DIMS ||
+    if (m.type < MSG_P2P || m.type > MSG_TYPE_MAX || m.ndim > TD_MAX_DIMS ||
         m.dtype >= TD_NUM_DTYPES || len < COLL_WIRE_BYTES) {
         abort();   /* W1 broken */
     }

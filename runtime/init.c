@@ -796,10 +796,10 @@ td_init(const td_init_params_t *params)
 
 err_modules:
     td__modules_shutdown();
-    td__device_maps_reset();
 err_transport:
     td__transport_destroy(rt.tp, 0.5);
     rt.tp = NULL;
+    td__device_maps_reset();      /* after the progress thread (device_map.h) */
 err_resolver:
     td_store_close(rt.resolver);
     rt.resolver = NULL;
@@ -929,8 +929,8 @@ td_finalize(void)
     }
 
     td__modules_shutdown();
-    td__device_maps_reset();
     st2 = td__transport_destroy(rt.tp, 2.0);
+    td__device_maps_reset();      /* after the progress thread (device_map.h) */
     if (st2 != TD_OK && status == TD_OK) {
         status = st2;   /* a peer that did not close its endpoint */
         snprintf(first_error, sizeof(first_error), "finalize: %s",

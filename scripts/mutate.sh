@@ -6,7 +6,9 @@
 # rebuild in BUILD what TEST... need, run them, and print
 #   killed|SURVIVED|no-build  LINE  the mutant
 # then restore FILE. MUTATE_MAX (default 12) bounds the mutants, taken
-# evenly over the file. Slow: a rebuild and a test run per mutant.
+# evenly over the file; MUTATE_LINES="81 424" takes only the mutants of
+# those lines (to check that a survivor is now killed). Slow: a rebuild
+# and a test run per mutant.
 set -u
 [ $# -ge 3 ] || { echo "usage: mutate.sh BUILD FILE TEST..." >&2; exit 2; }
 build=$(cd "$1" && pwd); file=$2; shift 2
@@ -34,6 +36,9 @@ cands=$(awk '
         /;[ \t]*$/ && !/^[ \t]*(return|break|continue|goto|case|default)/ &&
         !/^[ \t]+(const |static |unsigned |int |char |size_t |double |float |td_|uint|int[0-9])/ { print NR "\tdrop" }
 ' "$file")
+if [ -n "${MUTATE_LINES:-}" ]; then
+    cands=$(printf '%s\n' "$cands" | awk -v L=" $MUTATE_LINES " 'index(L, " " $1 " ")')
+fi
 n=$(printf '%s\n' "$cands" | grep -c .)
 step=$(( n > max ? n / max : 1 ))
 i=0

@@ -161,6 +161,11 @@ recv_op_init(void *mem, size_t nb, int heap)
     return r;
 }
 
+/* The progress thread and drivers look at tp->stop with acquire: what
+ * td_transport_destroy wrote before setting it (close_timeout) is then
+ * visible to close_endpoints. */
+#define STOPPED(tp) __atomic_load_n(&(tp)->stop, __ATOMIC_ACQUIRE)
+
 typedef struct {
     td_transport_recv_fn fn;
     void                *arg;
@@ -179,7 +184,8 @@ struct td_transport {
     handler_t             handlers[TD_TRANSPORT_HANDLERS_MAX];
     pthread_t             thread;
     int                   thread_started;
-    volatile int          stop;
+    int                   stop;           /* set once by destroy: read
+                                           * with acquire (STOPPED) */
     int                   token;          /* 1: a thread is in the worker */
     int                   n_drivers;      /* threads in td__transport_drive */
     const int            *yield_ctr;      /* > 0: busy loop yields the core */
@@ -829,7 +835,10 @@ deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r)
     rx.body_len = w->blen;
     rx.body_mem = w->bmem;
     rx.dest = r->dest;
-    tp->handlers[w->id].fn(tp->handlers[w->id].arg, &rx);
+    /* fn is published by a release store after arg (set_handler): an
+     * acquire load of it makes arg visible */
+    __atomic_load_n(&tp->handlers[w->id].fn, __ATOMIC_ACQUIRE)(
+        tp->handlers[w->id].arg, &rx);
     r->done = rx.done;
     r->done_arg = rx.done_arg;
 }
@@ -960,7 +969,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         }
         return UCS_OK;
     }
-    if (tp->handlers[w.id].fn == NULL) {
+    if (__atomic_load_n(&tp->handlers[w.id].fn, __ATOMIC_ACQUIRE) == NULL) {
         /* Well formed but nobody listens: a peer's todist sent it and
          * counted it, so count it too, or the join would never settle. */
         BUMP(tp->n_received);
@@ -1279,6 +1288,13 @@ leave_armed(td_transport_t *tp)
  * event fd instead (a short call's reply takes about 2 us). */
 #define YIELD_AFTER_S 5e-6
 #define SLEEP_AFTER_S 10e-6
+/* ... and one standing in for the progress thread (td__transport_drive_
+ * polling) yields after this long without a message: where two pollers
+ * share a core each message waits for a yield (measured at load 30-50:
+ * never yielding, calls of 100 us and more: up to the whole drive; 5 us,
+ * 14 us; 2 us, 11 us), while on cores of their own the next call of a
+ * busy caller comes within a microsecond and it never yields. */
+#define POLL_YIELD_AFTER_S 2e-6
 
 static void
 nap(td_transport_t *tp)
@@ -1292,7 +1308,7 @@ nap(td_transport_t *tp)
         ts.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&tp->drv_lock);
-    if (!tp->stop) {
+    if (!STOPPED(tp)) {
         pthread_cond_timedwait(&tp->drv_cond, &tp->drv_lock, &ts);
     }
     pthread_mutex_unlock(&tp->drv_lock);
@@ -1351,7 +1367,7 @@ progress_main(void *arg)
     int64_t left_seen = 0;
 
     pthread_setname_np(pthread_self(), "td-progress");
-    while (!tp->stop) {
+    while (!STOPPED(tp)) {
         unsigned n;
 
         if (__atomic_load_n(&tp->n_drivers, __ATOMIC_RELAXED) > 0) {
@@ -1407,7 +1423,8 @@ progress_main(void *arg)
          * within microseconds), then sleep on the event fd. */
         if (td_now_s() - idle_since < 20e-6 ||
             ucp_worker_arm(tp->worker) == UCS_ERR_BUSY ||
-            __atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) || tp->stop) {
+            __atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) ||
+            STOPPED(tp)) {
             token_drop(tp);
             continue;
         }
@@ -1888,7 +1905,7 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
         memcpy(w + WIRE_FIXED + n_bodies * WIRE_BODY, header, header_len);
     }
 
-    if (tp->stop) {
+    if (STOPPED(tp)) {
         free(op);
         return td_error(TD_ERR_STATE, "transport: shutting down");
     }
@@ -1909,7 +1926,7 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
         /* Nobody in the worker: send from this thread, after whatever was
          * queued before (order per sender is kept), and report what
          * completed at once. */
-        if (tp->stop) {
+        if (STOPPED(tp)) {
             token_drop(tp);
             free(op);
             return td_error(TD_ERR_STATE, "transport: shutting down");
@@ -1930,7 +1947,7 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
         return TD_OK;
     }
     pthread_mutex_lock(&tp->lock);
-    if (tp->stop) {   /* checked again: the thread drains under this lock */
+    if (STOPPED(tp)) {  /* checked again: the thread drains under this lock */
         pthread_mutex_unlock(&tp->lock);
         free(op);
         return td_error(TD_ERR_STATE, "transport: shutting down");
@@ -1968,7 +1985,7 @@ driver_sleep(td_transport_t *tp, int (*done)(void *arg), void *arg)
      * flag and signals (both sides sequentially consistent). */
     if (!__atomic_load_n(&tp->q_nonempty, __ATOMIC_SEQ_CST) &&
         tp->local_head == NULL && tp->done_head == NULL && !done(arg) &&
-        !tp->stop) {
+        !STOPPED(tp)) {
         struct pollfd pfd = { .fd = tp->efd, .events = POLLIN };
 
         poll(&pfd, 1, 1);
@@ -1985,9 +2002,10 @@ td__transport_yield_when(td_transport_t *tp, const int *counter)
 void
 td__transport_yield_done(td_transport_t *tp)
 {
-    if (__atomic_load_n(&tp->ctr_sleeping, __ATOMIC_SEQ_CST)) {
-        syscall(SYS_futex, tp->yield_ctr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
-                0);
+    const int *ctr = __atomic_load_n(&tp->yield_ctr, __ATOMIC_ACQUIRE);
+
+    if (ctr != NULL && __atomic_load_n(&tp->ctr_sleeping, __ATOMIC_SEQ_CST)) {
+        syscall(SYS_futex, ctr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     }
 }
 
@@ -2008,9 +2026,8 @@ td__transport_drive_polling(td_transport_t *tp, int (*done)(void *arg),
     return drive(tp, done, arg, max_s, 1);
 }
 
-/* POLLS: the driver stands in for the progress thread, so it polls as that
- * thread does in busy mode: no yield, no sleep on the event fd, until DONE
- * or MAX_S. */
+/* POLLS: the driver stands in for the progress thread: it never sleeps on
+ * the event fd, and yields after POLL_YIELD_AFTER_S without a message. */
 static td_status_t
 drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
       int polls)
@@ -2027,7 +2044,7 @@ drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
     /* The progress thread gives the token up after its current round;
      * another driver keeps it for its whole wait: then do not queue up. */
     for (unsigned i = 0; !(got = token_take(tp)); i++) {
-        if (done(arg) || tp->stop ||
+        if (done(arg) || STOPPED(tp) ||
             (max_s >= 0 && td_now_s() - t0 > max_s)) {
             break;
         }
@@ -2059,11 +2076,14 @@ drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
                 break;
             }
             if (polls) {
-                /* As the progress thread: no yield (a yielding poller that
-                 * shares a core with the caller's polls for its reply
-                 * hands it the core only every few microseconds, and
-                 * each message then waits that long: measured 7 us a
-                 * message); the caller steps it aside (DONE) for jobs. */
+                /* Standing in for the progress thread: never asleep on
+                 * the event fd (a wake-up from there costs the next call
+                 * several microseconds), but it gives its core away soon
+                 * (POLL_YIELD_AFTER_S): where it shares one with the
+                 * caller's wait, the caller runs only when it yields. */
+                if (waited > POLL_YIELD_AFTER_S) {
+                    sched_yield();
+                }
                 continue;
             }
             if (tp->scarce && tp->mode == TD_PROGRESS_BUSY &&

@@ -14,6 +14,7 @@ libtodist_core_la_SOURCES += \
 	runtime/coll/tx.c runtime/coll/tx.h \
 	runtime/coll/cma.c runtime/coll/cma.h \
 	runtime/coll/recv.c runtime/coll/recv.h \
+	runtime/coll/late.c runtime/coll/late.h \
 	runtime/coll/rx.c runtime/coll/rx.h \
 	runtime/coll/wait.c runtime/coll/wait.h \
 	runtime/coll/step.c runtime/coll/step.h \

@@ -95,8 +95,13 @@ coll_mismatch_text(char *msg, size_t len, uint32_t gid, uint32_t seq,
     coll_desc_text(theirs, a, sizeof(a));
     coll_desc_text(ours, b, sizeof(b));
     snprintf(msg, len, "coll: mismatched collectives in group %u at call "
-             "#%u: rank %d called %s, rank %d called %s", gid, seq, other,
-             a, me, b);
+             "#%u: rank %d called %s, rank %d called %s%s", gid, seq, other,
+             a, me, b, theirs->algo != ours->algo &&
+             theirs->kind == ours->kind && theirs->dtype == ours->dtype &&
+             theirs->op == ours->op && theirs->root == ours->root &&
+             theirs->count == ours->count ? " (only the algorithm differs: "
+             "TODIST_COLL_ALGO or TODIST_COLL_SHM is set differently on "
+             "these ranks)" : "");
 }
 
 td_status_t

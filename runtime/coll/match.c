@@ -413,8 +413,10 @@ group_fail_locked(td_group_t *g, td_status_t code, const char *msg)
     if (g->broken != TD_OK) {
         return NULL;
     }
-    g->broken = code;
     snprintf(g->broken_msg, sizeof(g->broken_msg), "%s", msg);
+    /* waits read broken without coll_lock (atomic, then the message
+     * under it): an atomic store, not a plain one */
+    __atomic_store_n(&g->broken, code, __ATOMIC_RELEASE);
     for (q = C.posted_head; q != NULL; q = next) {
         next = q->next;
         if (q->group_id == g->id) {

@@ -30,9 +30,9 @@
  * The lock (comments cite them as L1..L7):
  *  L1 coll_lock is one mutex, owned by match.c. It guards the posted list,
  *     the unexpected list and its count, the group table (slots, highest
- *     id), each group's in_op/cur_seq/cur_desc/broken/broken_msg/
- *     registered, a request's status and err once it is posted, and a
- *     mailbox's receive position (mbox.c in_t.rd).
+ *     id), each group's in_op/cur_seq/cur_desc/begun/broken/broken_msg/
+ *     registered/ask/ask_seq (late.c), a request's status and err once it
+ *     is posted, and a mailbox's receive position (mbox.c in_t.rd).
  *  L2 A function named *_locked requires coll_lock held by its caller and
  *     neither takes nor drops it. Every other function of this header
  *     takes it itself when it needs it, so must be called without it.
@@ -103,6 +103,13 @@ struct td_group {
     td_status_t     broken;        /* TD_OK, or the first failure */
     char            broken_msg[COLL_ERR_MAX];
     int             registered;    /* in the table of live groups */
+    uint32_t        begun;         /* the last call begun here: its seq
+                                    * + 1 (0: none yet; late.c) */
+    uint8_t        *ask;           /* late.c: per member, the answer to
+                                    * our ask about call ask_seq (K2) */
+    uint32_t        ask_seq;
+    atomic_int      ask_left;      /* answers still due (read without
+                                    * the lock by the asker's wait) */
     /* the operation queue (work.c) */
     pthread_mutex_t qlock;
     pthread_cond_t  qcond;

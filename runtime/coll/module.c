@@ -10,6 +10,7 @@
  *   tx.c                            transport: sending, group failure
  *   cma.c                           bodies read in place
  *   recv.c                          posting receives, delivering bodies
+ *   late.c                          who is late: asking every member
  *   rx.c                            transport: the receive handler
  *   wait.c                          waiting for requests
  *   step.c                          an operation and its steps

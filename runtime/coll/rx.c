@@ -17,6 +17,7 @@
 #include "runtime/coll/rx.h"
 #include "runtime/coll/cma.h"
 #include "runtime/coll/conf.h"
+#include "runtime/coll/late.h"
 #include "runtime/coll/match.h"
 #include "runtime/coll/mbox.h"
 #include "runtime/coll/recv.h"
@@ -318,6 +319,16 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         }
     }
     coll_lock();
+    if (m.type == MSG_ASK || m.type == MSG_TELL) {
+        /* answered and taken for a broken group too: who is late is
+         * asked once the call failed (late.c K1, K2) */
+        if (m.type == MSG_ASK) {
+            coll_late_on_ask_locked(rx->src, &m);
+        } else {
+            coll_late_on_tell_locked(rx->src, &m);
+        }
+        return;
+    }
     if (!admit_locked(rx->src, &m, &g, &f)) {
         if (f.code != TD_OK) {
             fail_apply(&f);

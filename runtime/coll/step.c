@@ -152,6 +152,7 @@ coll_op_begin(coll_op_t *op,
     }
     __atomic_store_n(&g->in_op, 1, __ATOMIC_RELAXED);
     g->cur_seq = op->seq;
+    g->begun = op->seq + 1;            /* late.c K1 */
     g->cur_desc = op->desc;
     /* C5: what arrived for this call before we made it. */
     e = coll_ux_mismatch_locked(g->id, op->seq, &op->desc);

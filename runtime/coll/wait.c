@@ -6,6 +6,7 @@
 #include "runtime/coll/wait.h"
 #include "runtime/coll/cma.h"
 #include "runtime/coll/conf.h"
+#include "runtime/coll/late.h"
 #include "runtime/coll/mbox.h"
 #include "runtime/coll/tx.h"
 #include "base/clock.h"
@@ -225,7 +226,12 @@ wait_verdict(wait_t *w, td_group_t *g, int is_coll, double now,
     } else if (deadline > 0 && now > deadline) {
         char who[128];
 
-        missing_ranks(w, who, sizeof(who));
+        /* A collective names the members that have not begun the call,
+         * asked now (late.c): the peer we wait for may be waiting too. */
+        if (!is_coll ||
+            coll_late_ranks(g, g->cur_seq, who, sizeof(who)) == 0) {
+            missing_ranks(w, who, sizeof(who));
+        }
         st = TD_ERR_TIMEOUT;
         snprintf(msg, len, "coll: %s timed out after %.1f s on rank %d "
                  "waiting for rank(s) %s", is_coll ?
@@ -236,6 +242,12 @@ wait_verdict(wait_t *w, td_group_t *g, int is_coll, double now,
             /* Told to every member: a late one must not go on as if the
              * call had worked (C6). */
             coll_group_fail(g, st, 1, g->cur_seq, msg);
+            /* a member's failure may have come first while we asked:
+             * the group's first failure is the one reported (C6) */
+            coll_lock();
+            st = g->broken != TD_OK ? g->broken : st;
+            snprintf(msg, len, "%s", g->broken_msg);
+            coll_unlock();
         }
     }
     return st;

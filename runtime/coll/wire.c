@@ -41,7 +41,7 @@ coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
     m->tag = td_get_be32(h + 16);
     m->flags = h[20];
     m->nbytes = td_get_be64(h + 24);
-    if (m->type < MSG_P2P || m->type > MSG_POKE || m->ndim > TD_MAX_DIMS ||
+    if (m->type < MSG_P2P || m->type > MSG_TYPE_MAX || m->ndim > TD_MAX_DIMS ||
         m->dtype >= TD_NUM_DTYPES) {
         return TD_ERR_PROTOCOL;
     }
@@ -69,10 +69,13 @@ coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
     case MSG_CMA:
     case MSG_ABORT:
     case MSG_POKE:
+    case MSG_ASK:
+    case MSG_TELL:
         if (m->flags != 0) {
             return TD_ERR_PROTOCOL;
         }
-        need += m->type == MSG_CMA ? 4 : m->type == MSG_ABORT ? 2 : 0;
+        need += m->type == MSG_CMA || m->type == MSG_TELL ? 4 :
+                m->type == MSG_ABORT ? 2 : 0;
         if (m->type == MSG_ABORT && len >= need) {
             m->text_len = (size_t)(h[COLL_WIRE_BYTES] << 8 |
                                    h[COLL_WIRE_BYTES + 1]);
@@ -98,8 +101,11 @@ coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
             m->shape[i] = (int64_t)td_get_be64(s + 8 * i);
         }
     }
-    if (m->type == MSG_ACK || m->type == MSG_CMA) {
+    if (m->type == MSG_ACK || m->type == MSG_CMA || m->type == MSG_TELL) {
         m->word = td_get_be32(h + COLL_WIRE_BYTES);
+        if (m->type == MSG_TELL && m->word > 1) {
+            return TD_ERR_PROTOCOL;     /* W1: an answer is 0 or 1 */
+        }
     }
     if (m->type == MSG_ACK && (m->flags & COLL_F_MBOX)) {
         m->offer = h + COLL_WIRE_BYTES + 4 + 8 * (size_t)m->ndim;
@@ -197,6 +203,22 @@ coll_wire_cma(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
 {
     coll_wire_fixed(h, MSG_CMA, 0, 0, gid, digest, seq, tag, 0);
     td_put_be32(h + COLL_WIRE_BYTES, status);
+    return COLL_WIRE_BYTES + 4;
+}
+
+size_t
+coll_wire_ask(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq)
+{
+    coll_wire_fixed(h, MSG_ASK, 0, 0, gid, digest, seq, 0, 0);
+    return COLL_WIRE_BYTES;
+}
+
+size_t
+coll_wire_tell(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
+               uint32_t begun)
+{
+    coll_wire_fixed(h, MSG_TELL, 0, 0, gid, digest, seq, 0, 0);
+    td_put_be32(h + COLL_WIRE_BYTES, begun);
     return COLL_WIRE_BYTES + 4;
 }
 

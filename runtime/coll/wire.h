@@ -22,10 +22,13 @@ enum {
     MSG_CMA   = 5,    /* a body offered in place was read (status 0),
                        * could not be (1: send it, and stop offering),
                        * or is not wanted in place (2: send it) */
-    MSG_POKE  = 6     /* look at the sender's mailbox: a message or an ack
+    MSG_POKE  = 6,    /* look at the sender's mailbox: a message or an ack
                        * is there and a waiter here sleeps (mbox.c M5) */
+    MSG_ASK   = 7,    /* a member's call #SEQ timed out: has this rank
+                       * begun it? (late.c) */
+    MSG_TELL  = 8     /* the answer to MSG_ASK: 1 begun, 0 not (late.c) */
 };
-#define MSG_TYPE_MAX MSG_POKE
+#define MSG_TYPE_MAX MSG_TELL
 
 #define COLL_F_CMA    0x01            /* header flag: body offered in place */
 #define COLL_F_RESEND 0x02            /* P2P: the body of an offer answered
@@ -49,7 +52,8 @@ enum {
  *   ACK:  u32 status (two's complement) | ndim x u64 dims (the receiver's);
  *         with COLL_F_MBOX, 32 more: u32 pid | u32 fd | u64 token |
  *         u64 boot id hash | u64 inbox size (mbox.c)
- *   POKE: nothing more
+ *   POKE, ASK: nothing more
+ *   TELL: u32 answer (1: call SEQ begun here, 0: not)
  *   ABORT: u16 text length | text (< COLL_ERR_MAX) */
 #define COLL_WIRE_BYTES 32
 #define COLL_FLAGS_AT   20            /* the flags byte */
@@ -63,7 +67,7 @@ typedef struct {
     uint64_t       nbytes;
     int64_t        shape[TD_MAX_DIMS];  /* P2P, ACK */
     coll_desc_t    desc;                /* COLL */
-    uint32_t       word;                /* ACK: status; CMA: answer */
+    uint32_t       word;                /* ACK: status; CMA, TELL: answer */
     int            cma;                 /* P2P, COLL: offered in place */
     int32_t        cma_pid;
     uint64_t       cma_addr, cma_token_addr, cma_token;
@@ -97,6 +101,11 @@ size_t coll_wire_abort(uint8_t *h, uint32_t gid, uint32_t digest,
 /* The answer STATUS to an offer (MSG_CMA); its length. */
 size_t coll_wire_cma(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
                      uint32_t tag, uint32_t status);
+/* MSG_ASK about call SEQ of group GID (DIGEST); its length. */
+size_t coll_wire_ask(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq);
+/* MSG_TELL: the answer BEGUN (0 or 1) to an ask about SEQ; its length. */
+size_t coll_wire_tell(uint8_t *h, uint32_t gid, uint32_t digest,
+                      uint32_t seq, uint32_t begun);
 /* Header H of HLEN bytes, now offering its body in place (pid, address,
  * token) instead of carrying it: COLL_OFFER_BYTES appended, flag set;
  * the new length. */

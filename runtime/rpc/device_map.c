@@ -310,19 +310,22 @@ td_device_map_lookup(const td_device_map_t *map, int peer, td_device_t from,
 
 /* ---- the maps of this worker, set up by td_init ------------------------ */
 
+/* ACTIVE is written only while HAVE_ACTIVE is 0 (td_init, before the
+ * release store that publishes it; td_finalize, after the transport's
+ * threads are gone); readers load the flag with acquire. */
 static td_device_maps_t active;
 static int have_active;
 
 const td_device_maps_t *
 td_device_maps(void)
 {
-    return have_active ? &active : NULL;
+    return __atomic_load_n(&have_active, __ATOMIC_ACQUIRE) ? &active : NULL;
 }
 
 void
 td__device_maps_reset(void)
 {
-    have_active = 0;
+    __atomic_store_n(&have_active, 0, __ATOMIC_RELEASE);
     memset(&active, 0, sizeof(active));
 }
 
@@ -400,7 +403,8 @@ td__device_maps_setup(td_store_t *store, const td_world_t *world,
         return td_error(status, "TODIST_DEVICE_MAPS: %s", why);
     }
     if (maps.n_maps == 0) {
-        have_active = 1;               /* no maps: cpu tensors only */
+        /* no maps: cpu tensors only */
+        __atomic_store_n(&have_active, 1, __ATOMIC_RELEASE);
         return TD_OK;
     }
     counts = calloc((size_t)world->world_size, sizeof(int));
@@ -420,7 +424,7 @@ td__device_maps_setup(td_store_t *store, const td_world_t *world,
                                      counts);
     if (status == TD_OK) {
         active = maps;
-        have_active = 1;
+        __atomic_store_n(&have_active, 1, __ATOMIC_RELEASE);
     }
 out:
     free(counts);

@@ -7,7 +7,9 @@
  * barrier, so a bad map fails td_init on the rank that has it, naming the
  * entry and the rule. td_device_maps() then returns them until
  * td_finalize. Not thread-safe against td_init/td_finalize (called from
- * them only); td_device_maps() is thread-safe in between. */
+ * them only); td_device_maps() is thread-safe in between. td_finalize
+ * resets them only after the transport is destroyed: until then its
+ * progress thread may route a reply through them. */
 #ifndef TD_RUNTIME_RPC_DEVICE_MAP_H
 #define TD_RUNTIME_RPC_DEVICE_MAP_H
 

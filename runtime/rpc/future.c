@@ -240,17 +240,24 @@ td_future_error(const td_future_t *f)
 /* Microseconds a waiter polls (yielding) after driving progress and before
  * it sleeps: env TODIST_RPC_SPIN_US, default 0 (sleep at once: cores are
  * shared). */
+static double spin_us_v;
+static pthread_once_t spin_us_once = PTHREAD_ONCE_INIT;
+
+static void
+spin_us_read(void)
+{
+    const char *s = getenv("TODIST_RPC_SPIN_US");
+
+    spin_us_v = (s != NULL && *s != '\0' && atof(s) > 0) ? atof(s) : 0;
+}
+
+/* (read once, by whichever waiter comes first: pthread_once orders the
+ * write before every reader) */
 static double
 spin_us(void)
 {
-    static double v = -1;
-
-    if (v < 0) {
-        const char *s = getenv("TODIST_RPC_SPIN_US");
-
-        v = (s != NULL && *s != '\0' && atof(s) > 0) ? atof(s) : 0;
-    }
-    return v;
+    pthread_once(&spin_us_once, spin_us_read);
+    return spin_us_v;
 }
 
 /* Status of a done future, with its text as this thread's last error. */

@@ -141,7 +141,8 @@ static struct {
     atomic_uint_fast64_t next_id;
     pthread_mutex_t   plock;                   /* pending table */
     pending_t        *buckets[RPC_PENDING_BUCKETS];
-    size_t            n_pending;
+    size_t            n_pending;               /* under plock; also read
+                                                * without it (atomic) */
     atomic_long       busy;                    /* jobs + sends in flight */
     pthread_t         timer;
     int               timer_started;
@@ -529,7 +530,7 @@ pending_insert(pending_t *pc)
     pending_t **b = &rpc.buckets[pc->id % RPC_PENDING_BUCKETS];
     pc->next = *b;
     *b = pc;
-    rpc.n_pending++;
+    __atomic_fetch_add(&rpc.n_pending, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&rpc.plock);
 }
 
@@ -545,7 +546,7 @@ pending_take(uint64_t id)
          (pc = *pp) != NULL; pp = &pc->next) {
         if (pc->id == id) {
             *pp = pc->next;
-            rpc.n_pending--;
+            __atomic_fetch_sub(&rpc.n_pending, 1, __ATOMIC_RELAXED);
             break;
         }
     }
@@ -569,7 +570,7 @@ pending_take_matching(int dst, double now)
                         (now <= 0 || (pc->deadline > 0 && pc->deadline < now));
             if (match) {
                 *pp = pc->next;
-                rpc.n_pending--;
+                __atomic_fetch_sub(&rpc.n_pending, 1, __ATOMIC_RELAXED);
                 pc->next = out;
                 out = pc;
             } else {
@@ -611,7 +612,9 @@ timer_main(void *arg)
             break;
         }
         pthread_mutex_unlock(&rpc.tlock);
-        if (rpc.n_pending > 0) {
+        /* a hint read without plock (a call missed now is seen at the
+         * next tick): atomic, as its updates under plock are */
+        if (__atomic_load_n(&rpc.n_pending, __ATOMIC_RELAXED) > 0) {
             pending_t *pc = pending_take_matching(-1, td_now_s());
 
             while (pc != NULL) {

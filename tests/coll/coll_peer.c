@@ -1033,6 +1033,80 @@ mismatch_case(const char *name, int odd_rank)
     td_tensor_release(t8);
 }
 
+/* Rank LATE never calls an all_reduce the others call: each of them
+ * fails with TD_ERR_TIMEOUT naming exactly LATE, whichever waiting rank
+ * reports first (the rank one waits for may be waiting itself:
+ * recursive doubling's partner, the segment's handshake through rank 0;
+ * issue 36). On the group's first call, or (WARM) after one call. Rank
+ * FIRST calls at once and the other waiting ranks 0.3 s later, so its
+ * deadline passes first and its own report is the one every rank gets
+ * (which rank that is only picks the path; the check is the same). Ends
+ * with every rank in td_barrier, so cases do not overlap. */
+static void
+late_case(const char *name, int late, int warm, int first)
+{
+    int ranks[16];
+    td_group_t *g;
+    td_tensor_t *t = make(4, TD_FLOAT32);
+    td_status_t st;
+
+    for (int i = 0; i < size; i++) {
+        ranks[i] = i;
+    }
+    td_group_new(ranks, size, &g);
+    if (warm) {
+        td_tensor_fill_(t, 1);
+        st = td_all_reduce(g, t, TD_REDUCE_SUM);
+        if (st != TD_OK || get(t, 3) != size) {
+            check(0, name, "warm-up: %d: %s", st, td_last_error());
+        }
+    }
+    td_coll_set_timeout(1.5);
+    if (rank != late) {
+        char want[48];
+        const char *e, *at;
+        double t0;
+        size_t n;
+
+        if (rank != first) {
+            usleep(300000);
+        }
+        t0 = now_s();
+        st = td_all_reduce(g, t, TD_REDUCE_SUM);
+        e = td_last_error();
+        n = (size_t)snprintf(want, sizeof(want), "waiting for rank(s) %d",
+                             late);
+        at = strstr(e, want);
+        /* LATE and no other: the list ends right after it */
+        check(st == TD_ERR_TIMEOUT && at != NULL &&
+              (at[n] == '\0' || at[n] == ' ') && now_s() - t0 < 30, name,
+              "want \"%s\" alone; got %d: %s", want, st, e);
+        printf("# rank %d %s: %s\n", rank, name, e);
+    }
+    td_coll_set_timeout(60);
+    td_group_destroy(g);
+    td_tensor_release(t);
+    td_barrier(60);
+}
+
+/* late_case on the first call with the last rank late, each waiting
+ * rank reporting first in turn (late_first_byK); on a warmed group; and
+ * with rank 1 late, the last rank reporting (on the segment it waits for
+ * rank 0's decision, and rank 0 for rank 1). */
+static int
+mode_late_names(void)
+{
+    for (int k = 0; k < size - 1; k++) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "late_first_by%d", k);
+        late_case(name, size - 1, 0, k);
+    }
+    late_case("late_warm", size - 1, 1, 0);
+    late_case("late_first_rank1", 1, 0, size - 1);
+    return 0;
+}
+
 static int
 mode_mismatch(void)
 {
@@ -1051,38 +1125,7 @@ mode_mismatch(void)
               td_last_error());
         td_tensor_release(t);
     }
-    /* a rank that never arrives: the timeout names it */
-    {
-        int ranks[16];
-        td_group_t *g;
-        td_tensor_t *t = make(4, TD_FLOAT32);
-        double t0;
-        td_status_t st;
-
-        for (int i = 0; i < size; i++) {
-            ranks[i] = i;
-        }
-        td_group_new(ranks, size, &g);
-        td_coll_set_timeout(1.5);
-        if (rank != size - 1) {
-            char want[32];
-
-            t0 = now_s();
-            st = td_all_reduce(g, t, TD_REDUCE_SUM);
-            snprintf(want, sizeof(want), "rank(s) %d", size - 1);
-            /* with recursive doubling a rank waits for its partner, which
-             * may be a rank that is itself waiting: name any rank */
-            check(st == TD_ERR_TIMEOUT && strstr(td_last_error(), "rank(s)") &&
-                  now_s() - t0 < 30, "timeout_names_ranks", "%d: %s", st,
-                  td_last_error());
-            printf("# rank %d timeout: %s\n", rank, td_last_error());
-            (void)want;
-        }
-        td_coll_set_timeout(60);
-        td_group_destroy(g);
-        td_tensor_release(t);
-    }
-    td_barrier(60);
+    late_case("timeout_names_ranks", size - 1, 0, 0);
     return 0;
 }
 
@@ -1653,6 +1696,8 @@ main(int argc, char **argv)
         rc = mode_concurrent();
     } else if (strcmp(mode, "mismatch") == 0) {
         rc = mode_mismatch();
+    } else if (strcmp(mode, "late_names") == 0) {
+        rc = mode_late_names();
     } else if (strcmp(mode, "destroyed") == 0) {
         rc = mode_destroyed();
     } else if (strcmp(mode, "mbox") == 0) {

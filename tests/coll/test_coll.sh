@@ -10,7 +10,7 @@
 # point-to-point through the mailboxes (order, mismatch, sleepers,
 # drops, a dead receiver) and with them off; every kind of mismatched
 # collective; a rank that never arrives
-# (timeout naming it); a member SIGKILLed mid all_reduce. Each check must
+# (timeout naming exactly it, 3 and 4 ranks, segment on and off); a member SIGKILLed mid all_reduce. Each check must
 # PASS on every rank that makes it; any FAIL line fails. Runs are bounded by
 # timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
@@ -39,7 +39,7 @@ plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
          2 * $(count "$early") + 2 + 2 + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
-         1 + $(count "$matrix") + 3 ))
+         1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -186,7 +186,7 @@ is "$rc" 0 "concurrent: every rank exits 0"
 out=$(run 120 todist-run -n 3 "$PEER" mismatch 2>&1); rc=$?
 expect "$out" 3 $mism
 is "$(printf '%s\n' "$out" | grep -cx 'PASS timeout_names_ranks')" 2 \
-   "timeout: both waiting ranks fail naming a rank"
+   "timeout: both waiting ranks fail naming exactly the late rank"
 # rank 1 called with 8 floats, the others with 16: the two calls named
 # must be those two, each with its rank (either may be named first)
 x8='rank 1 called all_reduce\(float32 x 8, sum, (rd|shm)\)'
@@ -197,6 +197,22 @@ like "$out" 'mismatch_root: .*root 0.*root 1' "a root mismatch names both roots"
 nofail "$out" "mismatch: no failed check"
 is "$rc" 0 "mismatch: every rank exits 0"
 [ "$rc" = 0 ] || diag "$out"
+
+# A rank that never calls: every other rank's timeout names exactly it,
+# whichever waiting rank reports first (late.c asks who has begun the
+# call), on a group's first call and a warmed one, with and without the
+# shared segment (its handshake goes through rank 0).
+for n in 3 4; do
+    for shm in 1 0; do
+        out=$(TODIST_COLL_SHM=$shm run 120 todist-run -n $n "$PEER" \
+              late_names 2>&1); rc=$?
+        by=$(seq -f 'late_first_by%g' 0 $((n - 2)))
+        expect "$out" $((n - 1)) $by late_warm late_first_rank1
+        nofail "$out" "late_names (-n $n, TODIST_COLL_SHM=$shm): no failed check"
+        is "$rc" 0 "late_names (-n $n, TODIST_COLL_SHM=$shm): every rank exits 0"
+        [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | grep -v debug | tail -20)"
+    done
+done
 
 # Rank 2 SIGKILLs itself in its 21st 4 MiB all_reduce.
 out=$(run 60 todist-run -n 3 --grace-period 20 "$PEER" kill 2>&1); rc=$?
@@ -238,6 +254,29 @@ like "$line" 'rank 0 called all_reduce\(float32 x 16, sum, (rd|shm)\)' \
      "and rank 0's own algorithm beside it"
 is "$rc" 0 "TODIST_COLL_ALGO on one rank: both ranks exit 0"
 [ "$rc" = 0 ] || diag "$out"
+# TODIST_COLL_SHM=0 on one rank only (docs/collectives.md: it must be the
+# same on every rank): the ranks choose different algorithms (shm and rd),
+# and the call fails on both as a mismatch naming both and the variable,
+# instead of hanging or mixing data. Rank 1 differs, then rank 0 (the
+# segment's offerer).
+for odd in 1 0; do
+    cat > "$TD_TMP/shm$odd.sh" <<EOS
+#!/bin/sh
+[ "\$TODIST_RANK" = $odd ] && export TODIST_COLL_SHM=0
+exec "$PEER" one
+EOS
+    chmod +x "$TD_TMP/shm$odd.sh"
+    out=$(TODIST_COLL_SHM=1 run 60 todist-run -n 2 "$TD_TMP/shm$odd.sh" 2>&1); rc=$?
+    for r in 0 1; do
+        line=$(printf '%s\n' "$out" | grep "^# rank $r one: ")
+        like "$line" "^# rank $r one: TD_ERR_INVALID coll: mismatched collectives in group 0 at call #0: rank [01] called all_reduce\(float32 x 16, sum, (rd|shm)\), rank [01] called all_reduce\(float32 x 16, sum, (rd|shm)\) \(only the algorithm differs: TODIST_COLL_ALGO or TODIST_COLL_SHM" \
+             "TODIST_COLL_SHM=0 on rank $odd only: rank $r fails naming both calls and the variable"
+        like "$line" "rank $odd called all_reduce\(float32 x 16, sum, rd\)" \
+             "TODIST_COLL_SHM=0 on rank $odd only: rank $r names rank $odd's rd"
+    done
+    is "$rc" 0 "TODIST_COLL_SHM=0 on rank $odd only: both ranks exit 0"
+    [ "$rc" = 0 ] || diag "$out"
+done
 out=$(TODIST_COLL_ALGO=all_reduce:nosuch run 60 todist-run -n 1 "$PEER" \
       concurrent 2>&1); rc=$?
 like "$out" "TODIST_COLL_ALGO: all_reduce has no algorithm 'nosuch'|unknown algorithm 'nosuch'" \

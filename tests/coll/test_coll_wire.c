@@ -43,7 +43,7 @@ main(void)
     coll_wire_t m;
     const size_t W = COLL_WIRE_BYTES;
 
-    plan(32);
+    plan(32 + 18);
 
     /* accepted, with what each type carries */
     fixed(MSG_P2P, TD_FLOAT32, 2, 0, 24);
@@ -129,12 +129,95 @@ main(void)
     is_int(parse(W, 0, 0, &m), TD_ERR_PROTOCOL, "another wire version");
     fixed(0, 0, 0, 0, 0);
     is_int(parse(W, 0, 0, &m), TD_ERR_PROTOCOL, "type 0");
-    fixed(MSG_POKE + 1, 0, 0, 0, 0);
+    fixed(MSG_TYPE_MAX + 1, 0, 0, 0, 0);
     is_int(parse(W, 0, 0, &m), TD_ERR_PROTOCOL, "a type past the last");
     fixed(MSG_P2P, TD_NUM_DTYPES, 0, 0, 0);
     is_int(parse(W, 1, 0, &m), TD_ERR_PROTOCOL, "a dtype out of range");
     fixed(MSG_P2P, 0, TD_MAX_DIMS + 1, 0, 0);
     is_int(parse(W + 8 * (TD_MAX_DIMS + 1), 1, 0, &m), TD_ERR_PROTOCOL,
            "ndim past TD_MAX_DIMS");
+
+    /* who is late (late.c): an ask carries nothing, an answer is 0 or 1 */
+    fixed(MSG_ASK, 0, 0, 0, 0);
+    is_int(parse(W, 0, 0, &m), TD_OK, "an ask");
+    is_int(parse(W + 4, 0, 0, &m), TD_ERR_PROTOCOL, "an ask with extras");
+    fixed(MSG_TELL, 0, 0, 0, 0);
+    td_put_be32(h + W, 1);
+    is_int(parse(W + 4, 0, 0, &m), TD_OK, "an answer");
+    is_int((int)m.word, 1, "its answer");
+    td_put_be32(h + W, 2);
+    is_int(parse(W + 4, 0, 0, &m), TD_ERR_PROTOCOL, "an answer of 2");
+    is_int(parse(W, 0, 0, &m), TD_ERR_PROTOCOL, "an answer cut off");
+    h[20] = COLL_F_CMA;
+    td_put_be32(h + W, 0);
+    is_int(parse(W + 4, 0, 0, &m), TD_ERR_PROTOCOL, "a flag on an answer");
+
+    /* what a type does not carry is zero, whatever *M held before */
+    fixed(MSG_POKE, 0, 0, 0, 0);
+    memset(&m, 0xa5, sizeof(m));
+    ok(parse(W, 0, 0, &m) == TD_OK && m.offer == NULL && m.text == NULL &&
+       m.text_len == 0 && !m.cma && m.word == 0 && m.shape[0] == 0 &&
+       m.desc.count == 0, "a poke leaves nothing of an earlier parse");
+
+    /* every builder's header parses back to what it was given (each built
+     * into a zeroed buffer: the builder writes every fixed byte) */
+    {
+        coll_desc_t d = { .kind = COLL_REDUCE, .dtype = TD_INT32,
+                          .op = TD_REDUCE_MAX, .algo = 3, .root = 2,
+                          .count = 0x123456789ull };
+        int64_t shape[2] = { 5, 0x7fffffff01ll };
+        size_t n;
+
+        memset(h, 0, sizeof(h));
+        n = coll_wire_coll(h, 9, 0x11223344u, 0xfffffffeu, 77, 40, &d);
+        ok(coll_wire_parse(h, n, 1, 40, &m) == TD_OK &&
+           m.type == MSG_COLL && m.gid == 9 && m.digest == 0x11223344u &&
+           m.seq == 0xfffffffeu && m.tag == 77 && m.nbytes == 40 &&
+           m.dtype == TD_INT32 && !m.cma, "a collective step round trip");
+        ok(m.desc.kind == d.kind && m.desc.dtype == d.dtype &&
+           m.desc.op == d.op && m.desc.algo == d.algo && m.desc.root == 2 &&
+           m.desc.count == d.count, "its description round trip");
+        n = coll_wire_offer(h, n, 4321, 0xa000, 0xb000, 0xc0ffee);
+        ok(coll_wire_parse(h, n, 0, 0, &m) == TD_OK && m.cma &&
+           m.cma_pid == 4321 && m.cma_addr == 0xa000 &&
+           m.cma_token_addr == 0xb000 && m.cma_token == 0xc0ffee &&
+           m.desc.count == d.count, "a step offered in place round trip");
+        is_int(coll_wire_parse(h, n, 1, 40, &m), TD_ERR_PROTOCOL,
+               "an offered step with its body");
+
+        memset(h, 0, sizeof(h));
+        n = coll_wire_ack(h, 4, 5, 6, TD_ERR_SHAPE, TD_FLOAT64, 2, shape);
+        ok(coll_wire_parse(h, n, 0, 0, &m) == TD_OK && m.type == MSG_ACK &&
+           m.gid == 4 && m.digest == 5 && m.seq == 6 &&
+           (td_status_t)(int32_t)m.word == TD_ERR_SHAPE &&
+           m.dtype == TD_FLOAT64 && m.ndim == 2 && m.shape[0] == 5 &&
+           m.shape[1] == shape[1] && m.offer == NULL, "an ack round trip");
+
+        memset(h, 0, sizeof(h));
+        n = coll_wire_abort(h, 8, 9, 10, TD_ERR_TIMEOUT, "late: rank 3");
+        ok(coll_wire_parse(h, n, 0, 0, &m) == TD_OK &&
+           m.type == MSG_ABORT && m.gid == 8 && m.seq == 10 &&
+           (td_status_t)(int32_t)m.tag == TD_ERR_TIMEOUT &&
+           m.text_len == 12 && memcmp(m.text, "late: rank 3", 12) == 0,
+           "an abort round trip");
+
+        memset(h, 0, sizeof(h));
+        n = coll_wire_cma(h, 1, 2, 3, 4, 2);
+        ok(coll_wire_parse(h, n, 0, 0, &m) == TD_OK && m.type == MSG_CMA &&
+           m.tag == 4 && m.word == 2, "a read-in-place answer round trip");
+
+        memset(h, 0, sizeof(h));
+        n = coll_wire_ask(h, 12, 13, 14);
+        ok(coll_wire_parse(h, n, 0, 0, &m) == TD_OK && m.type == MSG_ASK &&
+           m.gid == 12 && m.digest == 13 && m.seq == 14, "an ask round trip");
+        memset(h, 0, sizeof(h));
+        n = coll_wire_tell(h, 12, 13, 14, 1);
+        ok(coll_wire_parse(h, n, 0, 0, &m) == TD_OK &&
+           m.type == MSG_TELL && m.seq == 14 && m.word == 1,
+           "an answer round trip (begun)");
+        n = coll_wire_tell(h, 12, 13, 14, 0);
+        ok(coll_wire_parse(h, n, 0, 0, &m) == TD_OK && m.word == 0,
+           "an answer round trip (not begun)");
+    }
     return exit_status();
 }

@@ -1076,12 +1076,72 @@ test_codec(void)
            TD_ERR_RANGE, "encode refuses too many gradients");
 }
 
+/* td_dist_set_gradient (what DDP writes the averaged gradient back with):
+ * it replaces a leaf's gradient in the context (that very tensor comes
+ * back), adds one for a leaf no backward reached, and rejects a non-leaf,
+ * another shape or dtype and an unknown context, leaving the gradient. */
+static void
+test_set_gradient(void)
+{
+    int64_t ctx = 0, s13[2] = {1, 3}, s12[2] = {1, 2};
+    td_tensor_t *x = keep(rnd(1, 3, 11, 1)), *z = keep(rnd(1, 3, 12, 1));
+    td_tensor_t *s, *g, *h = NULL, *h2 = NULL, *short2 = NULL, *f32 = NULL;
+    td_tensor_t **leaves = NULL, **grads = NULL;
+    int n = 0;
+
+    td_tensor_full(s13, 2, TD_FLOAT64, 7.0, &h);
+    td_tensor_full(s13, 2, TD_FLOAT64, -2.0, &h2);
+    td_tensor_full(s12, 2, TD_FLOAT64, 1.0, &short2);
+    td_tensor_full(s13, 2, TD_FLOAT32, 1.0, &f32);
+    td_dist_autograd_begin(&ctx);
+    s = sum_of(x);
+    is_int(td_dist_backward(ctx, &s, 1, 0), TD_OK, "set_gradient: backward");
+    g = ctx_grad(ctx, x);
+    ok(g != NULL && ((double *)td_tensor_data(g))[2] == 1.0,
+       "set_gradient: d sum(x)/dx is 1 before");
+    td_tensor_release(g);
+    is_int(td_dist_set_gradient(ctx, x, h), TD_OK, "set_gradient replaces");
+    g = ctx_grad(ctx, x);
+    ok(g == h && ((double *)td_tensor_data(g))[0] == 7.0,
+       "set_gradient: get_gradient gives back the tensor set");
+    td_tensor_release(g);
+    is_int(td_dist_get_gradient(ctx, z, &g), TD_ERR_NOT_FOUND,
+           "set_gradient: z has no gradient before");
+    is_int(td_dist_set_gradient(ctx, z, h2), TD_OK,
+           "set_gradient adds one for a leaf backward did not reach");
+    g = ctx_grad(ctx, z);
+    ok(g == h2 && ((double *)td_tensor_data(g))[1] == -2.0,
+       "set_gradient: z's gradient is the one added");
+    td_tensor_release(g);
+    td_dist_get_gradients(ctx, &leaves, &grads, &n);
+    is_int(n, 2, "set_gradient: the context lists two gradients");
+    td_dist_gradients_free(leaves, grads, n);
+    is_int(td_dist_set_gradient(ctx, s, h), TD_ERR_INVALID,
+           "set_gradient: a non-leaf is rejected");
+    is_int(td_dist_set_gradient(ctx, x, short2), TD_ERR_SHAPE,
+           "set_gradient: another shape is rejected");
+    like(td_last_error(), "is not its leaf's \\(2-d, 3 elements\\)",
+         "set_gradient: ... naming both shapes");
+    is_int(td_dist_set_gradient(ctx, x, f32), TD_ERR_SHAPE,
+           "set_gradient: another dtype is rejected");
+    is_int(td_dist_set_gradient(ctx + 1000, x, h2), TD_ERR_NOT_FOUND,
+           "set_gradient: an unknown context is rejected");
+    g = ctx_grad(ctx, x);
+    ok(g == h, "set_gradient: a rejected set leaves the gradient");
+    td_tensor_release(g);
+    td_dist_autograd_end(ctx);
+    td_tensor_release(h);
+    td_tensor_release(h2);
+    td_tensor_release(short2);
+    td_tensor_release(f32);
+}
+
 int
 main(void)
 {
     td_dist_wire_t wire = {wire_propagate, wire_release, NULL};
 
-    plan(116);
+    plan(116 + 14);
     for (int r = 0; r < NW; r++) {
         wire_rank[r] = r;
         wire.arg = &wire_rank[r];
@@ -1110,6 +1170,7 @@ main(void)
     test_threads();
     test_many_contexts();
     test_codec();
+    test_set_gradient();
     junk_free();
     for (int r = 0; r < NW; r++) {
         td__dist_engine_destroy(E[r]);

@@ -1245,8 +1245,11 @@ mode_basic(void)
     td_rpc_list_free(args);
 }
 
+/* Written by the callbacks (a pool thread, or this one when the future
+ * is done already); COUNT is stored last with release and read with
+ * acquire, so ORDER and SEEN are visible to whoever sees it. */
 typedef struct {
-    int          count;
+    atomic_int   count;
     int          order[4];
     td_future_t *seen;
 } cb_state_t;
@@ -1255,10 +1258,11 @@ static void
 cb_record(void *arg, td_future_t *f)
 {
     cb_state_t *c = arg;
+    int k = atomic_load_explicit(&c->count, memory_order_relaxed);
 
-    c->order[c->count] = c->count;
-    c->count++;
+    c->order[k] = k;
     c->seen = f;
+    atomic_store_explicit(&c->count, k + 1, memory_order_release);
 }
 
 static void
@@ -1313,17 +1317,19 @@ mode_futures(void)
     td_rpc_list_free(args);
     td_future_then(fs[0], cb_record, &c);
     td_future_then(fs[0], cb_record, &c);
-    check(!td_future_done(fs[0]) && c.count == 0, "then_not_early",
-          "done %d count %d", td_future_done(fs[0]), c.count);
+    check(!td_future_done(fs[0]) && atomic_load(&c.count) == 0,
+          "then_not_early", "done %d count %d", td_future_done(fs[0]),
+          atomic_load(&c.count));
     st = td_future_wait(fs[0], 0.01);
     check(st == TD_ERR_TIMEOUT, "wait_with_timeout", "%d", st);
     td_future_wait(fs[0], -1);
     double t0 = now_s();
-    while (c.count < 2 && now_s() - t0 < 10) usleep(1000);
-    check(c.count == 2 && c.order[1] == 1 && c.seen == fs[0], "then_runs",
-          "count %d", c.count);
+    while (atomic_load(&c.count) < 2 && now_s() - t0 < 10) usleep(1000);
+    check(atomic_load(&c.count) == 2 && c.order[1] == 1 && c.seen == fs[0],
+          "then_runs", "count %d", atomic_load(&c.count));
     td_future_then(fs[0], cb_record, &c);
-    check(c.count == 3, "then_when_done", "count %d", c.count);
+    check(atomic_load(&c.count) == 3, "then_when_done", "count %d",
+          atomic_load(&c.count));
     td_future_release(fs[0]);
 
     /* a user future */

@@ -58,6 +58,10 @@ sample_list(td_tensor_t **keep)
     return l;
 }
 
+/* The reference layer's part in full_decode (NULL: none). */
+static td_rpc_wire_rref_in_fn dec_rref_in;
+static void *dec_rref_arg;
+
 /* Parse + check bodies + decode, as the receive path does; the bodies are
  * OUT's (sender buffers stand in for received ones). */
 static td_status_t
@@ -95,7 +99,7 @@ full_decode(const uint8_t *hdr, size_t len, const td_rpc_wire_out_t *out,
     }
     if (st == TD_OK) {
         st = td__rpc_wire_decode_args(args, msg.args_len, ts, msg.n_tensors,
-                                     SRC, NULL, NULL, list_p);
+                                     SRC, dec_rref_in, dec_rref_arg, list_p);
     }
     for (int k = 0; k < msg.n_tensors; k++) {
         td_tensor_release(ts[k]);
@@ -179,6 +183,42 @@ static void c_tix(uint8_t *h, size_t *n) { (void)n; put32(h + O_ARGS + 5, 7); }
 static void c_blen(uint8_t *h, size_t *n) { (void)n; put32(h + O_BYTES + 1, 1000); }
 static void c_snul(uint8_t *h, size_t *n) { (void)n; h[O_BYTES + 8 + 5] = 0; }
 
+/* A stand-in for the rref layer: what crossed the wire, both ways. */
+typedef struct {
+    int      dst, src;
+    int32_t  owner;
+    uint64_t id, fork;
+} rref_seen_t;
+
+static td_rref_t *const FAKE_RREF = (td_rref_t *)&dec_rref_arg;
+
+static td_status_t
+fake_rref_out(void *arg, td_rref_t *rref, int dst, int32_t *owner_p,
+              uint64_t *id_p, uint64_t *fork_p)
+{
+    rref_seen_t *s = arg;
+
+    s->dst = rref == FAKE_RREF ? dst : -1;
+    *owner_p = 2;
+    *id_p = 0xa1a2a3a4a5a6a7a8ull;
+    *fork_p = 0xb1b2b3b4b5b6b7b8ull;
+    return TD_OK;
+}
+
+static td_status_t
+fake_rref_in(void *arg, int src, int32_t owner, uint64_t id, uint64_t fork,
+             td_rref_t **rref_p)
+{
+    rref_seen_t *s = arg;
+
+    s->src = src;
+    s->owner = owner;
+    s->id = id;
+    s->fork = fork;
+    *rref_p = FAKE_RREF;
+    return TD_OK;
+}
+
 int
 main(void)
 {
@@ -189,7 +229,7 @@ main(void)
     td_rpc_wire_msg_t msg;
     td_status_t st;
 
-    plan(91);
+    plan(91 + 5);
 
     /* ---- round trip ---- */
     st = td__rpc_device_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
@@ -391,6 +431,47 @@ main(void)
                "is refused");
         rl->n = 0;          /* nothing to release */
         td_rpc_list_free(rl);
+
+        /* a reference between two items: owner, id and fork cross, and
+         * the item after it is read where it was written */
+        rref_seen_t seen = { -1, -1, 0, 0, 0 };
+        td_rpc_list_t *rb = NULL;
+        const char *tail = NULL;
+        int64_t head = 0;
+
+        td_rpc_list_create(&rl);
+        td_rpc_list_add_int(rl, 5);
+        td_rpc_list_add_int(rl, 0);
+        td_rpc_list_add_string(rl, "tail");
+        rl->items[1].kind = TD_VALUE_RREF;
+        rl->items[1].u.rref = FAKE_RREF;
+        st = td__rpc_wire_encode(&m, rl, 1, TD_TRANSPORT_HEADER_MAX,
+                                fake_rref_out, &seen, &o3);
+        is_int(st, TD_OK, "a reference encodes through the rref layer");
+        is_int(seen.dst, 1, "... asked for destination 1");
+        dec_rref_in = fake_rref_in;
+        dec_rref_arg = &seen;
+        st = full_decode(o3.header, o3.header_len, &o3, &rb);
+        dec_rref_in = NULL;
+        dec_rref_arg = NULL;
+        is_int(st, TD_OK, "and decodes");
+        ok(seen.src == SRC && seen.owner == 2 &&
+           seen.id == 0xa1a2a3a4a5a6a7a8ull &&
+           seen.fork == 0xb1b2b3b4b5b6b7b8ull,
+           "owner, id and fork cross the wire");
+        ok(rb != NULL && td_rpc_list_len(rb) == 3 &&
+           rb->items[1].kind == TD_VALUE_RREF &&
+           rb->items[1].u.rref == FAKE_RREF &&
+           td_rpc_list_int(rb, 0, &head) == TD_OK && head == 5 &&
+           td_rpc_list_string(rb, 2, &tail) == TD_OK &&
+           strcmp(tail, "tail") == 0, "the items around it survive");
+        if (rb != NULL) {
+            rb->items[1].kind = TD_VALUE_INT;    /* not a real reference */
+            td_rpc_list_free(rb);
+        }
+        rl->items[1].kind = TD_VALUE_INT;
+        td_rpc_list_free(rl);
+        td__rpc_wire_out_free(&o3);
     }
 
     /* ---- the codec describes prepared tensors and copies none ---- */

@@ -41,7 +41,7 @@ main(void)
     const char *p;
     int have = access(TD_FASHION_MNIST_DIR "/t10k-labels-idx1-ubyte.gz", R_OK) == 0;
 
-    plan(24);
+    plan(25);
     snprintf(dir, sizeof(dir), "%s/td_data_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (mkdtemp(dir) == NULL) {
         plan_skip_all("no temp dir");
@@ -99,6 +99,11 @@ main(void)
         p = write_file("huge.gz", huge, sizeof(huge), 1);
         is_int(td_idx_read(p, &t), TD_ERR_PROTOCOL, "absurd dimensions "
                "rejected before allocation");
+        /* at the dimension that crosses the limit, even though the next
+         * (2) would bring a wrapped product back under it */
+        like(td_last_error(), "dimension 1 is 2147483647 \\(total 4294967297 "
+             "bytes, limit 4294967296\\)", "... naming the dimension that "
+             "crosses the limit");
     }
     /* issue 18, finding 7: the claimed size is bounded by the file's */
     {
