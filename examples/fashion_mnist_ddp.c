@@ -439,7 +439,9 @@ main(int argc, char **argv)
             return die("sampler");
         }
         r = 0;
-        while (nb != o.max_batches &&
+        /* < not !=: a resume at a smaller world re-shards the position,
+         * which may put this epoch's batches done past --max-batches */
+        while ((o.max_batches < 0 || nb < o.max_batches) &&
                (r = td_batcher_next(batcher, &x, &y)) == 1) {
             double lv = 0;
             int64_t y_n_ = td_tensor_numel(y);

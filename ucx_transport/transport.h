@@ -267,11 +267,11 @@ td_status_t td__transport_drive(td_transport_t *tp, int (*done)(void *arg),
                                void *arg, double max_s);
 
 /* As td__transport_drive, for a thread standing in for the progress thread
- * while it waits for work (the RPC handler pool's leader): it polls the
- * whole time, as the busy progress thread does, never yielding or
- * sleeping on the event fd (td__transport_drive yields after 5 us and,
- * where cores are scarce, sleeps after 10 us: each costs the next message
- * several microseconds). Bound it by MAX_S and DONE. */
+ * while it waits for work (the RPC handler pool's leader): it never sleeps
+ * on the event fd (td__transport_drive does after 10 us where cores are
+ * scarce: the wake-up costs the next message several microseconds), and
+ * yields its core after 2 us without a message (a caller sharing that
+ * core runs only then). Bound it by MAX_S and DONE. */
 td_status_t td__transport_drive_polling(td_transport_t *tp,
                                        int (*done)(void *arg), void *arg,
                                        double max_s);

@@ -70,7 +70,7 @@ drive_done(void *arg)
 /* Drive until PRED holds, at most TIMEOUT seconds (< 0: none). CAP (a
  * waiter): in a mode other than busy polling, at most the spin (drive.h);
  * else (the pool's leader, standing in for the progress thread) exactly
- * TIMEOUT, polling throughout in busy mode. */
+ * TIMEOUT, never asleep on the event fd. */
 static td_status_t
 drive(int (*pred)(void *arg), void *pred_arg, double timeout, int cap)
 {

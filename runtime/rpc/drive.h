@@ -33,8 +33,8 @@ void        td_rpc_drive_stop(void);
 td_status_t td_rpc_drive_until(int (*pred)(void *arg), void *arg,
                                double timeout);
 /* As td_rpc_drive_until, for exactly TIMEOUT seconds at most in every
- * progress mode, and polling throughout in busy mode as the progress
- * thread would (td__transport_drive_polling): for the handler pool's
+ * progress mode, never asleep on the event fd, standing in for the
+ * progress thread (td__transport_drive_polling): for the handler pool's
  * leader, pool.h P5. */
 td_status_t td_rpc_drive_for(int (*pred)(void *arg), void *arg,
                              double timeout);

@@ -13,14 +13,15 @@
 #     without --elastic the load is refused naming num_replicas; with it
 #     each of the 3 ranks goes on at ceil(128 * 2 / 3) = 86 and the run
 #     ends at step 13 (3 more batches of epoch 1, 6 of epoch 2), every
-#     step logged once.
+#     step logged once. At 1 rank the position (256 indices, 8 batches)
+#     is past --max-batches 6: epoch 1 is over, steps 5-10 are epoch 2's.
 # Bounded by timeout; skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 13
+plan 14
 ex="$top_builddir/examples/fashion_mnist_ddp"
 data=/usr/share/datasets/fashion-mnist
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 13 "dataset-fashion-mnist is not installed"
+    skip 14 "dataset-fashion-mnist is not installed"
     done_testing
 fi
 epoch_field() { # OUTPUT FIELD: the last epoch line's FIELD
@@ -99,4 +100,14 @@ like "$o3" "resumed from .* after epoch 0 step 4 \(restart 0, world 3, epoch pos
      "each of 3 ranks goes on at ceil(128 * 2 / 3) = 86"
 is "$(cut -d' ' -f1 "$TD_TMP/ws.log" | tr '\n' ' ')" "1 2 3 4 5 6 7 8 9 10 11 12 13 " \
    "steps 1-4 at 2 ranks, 5-13 at 3, each once"
+# at 1 rank the same checkpoint puts epoch 1 at ceil(128 * 2 / 1) = 256
+# indices, 8 batches: past --max-batches 6, so epoch 1 is over
+ck1="$TD_TMP/ws1.safetensors"
+timeout -k 5 300 todist-run -n 2 "$ex" $args --elastic --checkpoint "$ck1" \
+    --checkpoint-every 2 --max-steps 4 --loss-log "$TD_TMP/ws1.log" > /dev/null 2>&1
+o4=$(timeout -k 5 300 todist-run -n 1 "$ex" $args --elastic --checkpoint "$ck1" \
+     --loss-log "$TD_TMP/ws1.log" 2>&1); rc4=$?
+is "$rc4 $(cut -d' ' -f1 "$TD_TMP/ws1.log" | tr '\n' ' ')" "0 1 2 3 4 5 6 7 8 9 10 " \
+   "at 1 rank epoch 1 is done (8 batches of 6): steps 5-10 are epoch 2's"
+[ "$rc4" = 0 ] || diag "$o4"
 done_testing
