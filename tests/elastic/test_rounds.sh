@@ -13,13 +13,17 @@
 #     on 1 node); once its last rank holds after step 3, host 2's launcher
 #     starts: round 1 takes it in without using a restart (4 ranks, restart
 #     0) and resumes at step 3 (total 3*2 + 5*4).
+#  4. examples/fashion_mnist_ddp --elastic on 2+2 ranks, host 2 killed
+#     mid-training (rank 0 frozen meanwhile): round 1 runs 2 ranks, the
+#     example resumes re-sharded and finishes (the issue's "losing a whole
+#     host shrinks 4 ranks to 2 and training continues").
 # Kills happen at a fixed step (the worker waits for them), so nothing
 # depends on timing; every process runs under a timeout; the bed is torn
 # down on exit.
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
 hosts_supported || skip_all "$HOSTS_WHY"
-plan 19
+plan 24
 worker="$top_builddir/tests/elastic/elastic_worker"
 tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 steps=8 hold=3
@@ -106,5 +110,52 @@ like "$out" 'round 1 \(restart 0 of 1\): joined: host h2; world 4 ranks on 2 nod
      "round 1 takes host 2 in, no restart used"
 like "$out" "done step $steps total $((hold * 2 + (steps - hold) * 4)) world 4 restart 0" \
      "every step ran exactly once (total $((hold * 2 + (steps - hold) * 4)))"
-hosts_down
+
+# --- 4: the example, 2+2 ranks, host 2 killed mid-training: 4 -> 2 ---
+data=/usr/share/datasets/fashion-mnist
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+    live=5
+    hosts_up 2
+    ex="$top_builddir/examples/fashion_mnist_ddp"
+    for h in 1 2; do
+        hosts_run $h env TODIST_JOB_TOKEN="$tok" TODIST_LIVENESS=$live \
+            timeout -k 5 180 todist-run -n 2 --nnodes 1:2 --max-restarts 1 \
+            --rdzv-last-call 60 --master-addr "$(hosts_addr 1)" \
+            --master-port 29500 "$ex" --epochs 2 --max-batches 200 \
+            --batch-size 32 --hidden 32 --threads 1 --log-every 0 \
+            --optimizer sgd --elastic --checkpoint "$TD_TMP/ex.ck" \
+            --loss-log "$TD_TMP/ex.log" > "$TD_TMP/ex.$h" 2>&1 &
+        eval "e$h=\$!"
+    done
+    n=0
+    while [ "$(cat "$TD_TMP/ex.log" 2>/dev/null | wc -l)" -lt 20 ] && [ $n -lt 2400 ]; do
+        sleep 0.05; n=$((n + 1))
+    done
+    # rank 0 (host 1) frozen while host 2 dies: the kill lands mid-training
+    r0=$(hosts_run 1 sh -c 'for p in $(pgrep -f fashion_mnist_ddp); do
+            tr "\0" "\n" < /proc/$p/environ | grep -qx TODIST_RANK=0 && echo $p
+        done' | head -n 1)
+    [ -n "$r0" ] && hosts_run 1 kill -STOP "$r0"
+    at=$(wc -l < "$TD_TMP/ex.log" | tr -d ' ')
+    hosts_kill 2
+    [ -n "$r0" ] && hosts_run 1 kill -CONT "$r0"
+    wait $e1; rc1=$?
+    wait $e2
+    out=$(cat "$TD_TMP/ex.1")
+    ok "$([ "$rc1" = 0 ] && [ -n "$r0" ] && [ "$at" -lt 400 ]; echo $?)" \
+       "the example on 2+2 ranks, host 2 killed at step $at of 400: host 1 ends with rc $rc1"
+    [ "$rc1" = 0 ] || diag "$out"
+    like "$out" 'round 1 \(restart 1 of 1\): .*lost host h2 \(node 1, ranks 2-3\).*; world 2 ranks on 1 node \(was 4 on 2\)' \
+         "round 1: 4 ranks shrink to 2"
+    c=$(printf '%s\n' "$out" | sed -n 's/.*resumed from .* after epoch 0 step \([0-9]*\) (restart 1, world 2, epoch position \([0-9]*\)).*/\1 \2/p')
+    set -- $c
+    is "${2:-none}" "$(( ${1:-0} * 32 * 4 / 2 ))" \
+       "resumed at step ${1:-none} of epoch 1, re-sharded: position 32 * step * 4 / 2"
+    is "$(tail -n 1 "$TD_TMP/ex.log" | cut -d' ' -f1)" "$((400 - ${1:-0}))" \
+       "training ends at step 400 - ${1:-?} (epoch 1's rest at 2 ranks, then epoch 2)"
+    like "$out" '^epoch=2 ' "epoch 2 finishes"
+    hosts_down
+else
+    skip 5 "dataset-fashion-mnist is not installed"
+fi
 done_testing
