@@ -1420,12 +1420,22 @@ progress_main(void *arg)
             continue;
         }
         /* Blocking: spin a little after activity (a reply usually comes
-         * within microseconds), then sleep on the event fd. */
-        if (td_now_s() - idle_since < 20e-6 ||
+         * within microseconds), then sleep on the event fd. Past
+         * POLL_YIELD_AFTER_S of the spin, yield each turn: a caller that
+         * shares this core (it sent the call answered here and waits for
+         * the reply) runs only when this thread does; without the yield
+         * it waited out the whole spin (round trip = spin + 10 us at load
+         * 30-50, bench/RESULTS.md). */
+        double idle = td_now_s() - idle_since;
+
+        if (idle < 20e-6 ||
             ucp_worker_arm(tp->worker) == UCS_ERR_BUSY ||
             __atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) ||
             STOPPED(tp)) {
             token_drop(tp);
+            if (idle > POLL_YIELD_AFTER_S) {
+                sched_yield();
+            }
             continue;
         }
         /* Set before the drop: a thread taking the token from now on

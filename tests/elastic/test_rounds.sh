@@ -133,7 +133,7 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     done
     # rank 0 (host 1) frozen while host 2 dies: the kill lands mid-training
     r0=$(hosts_run 1 sh -c 'for p in $(pgrep -f fashion_mnist_ddp); do
-            tr "\0" "\n" < /proc/$p/environ | grep -qx TODIST_RANK=0 && echo $p
+            tr "\0" "\n" < /proc/$p/environ | grep -x TODIST_RANK=0 >/dev/null && echo $p
         done' | head -n 1)
     [ -n "$r0" ] && hosts_run 1 kill -STOP "$r0"
     at=$(wc -l < "$TD_TMP/ex.log" | tr -d ' ')

@@ -6,6 +6,8 @@
 #include "config.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "tests/tap.h"
 #include <todist/todist.h>
@@ -40,7 +42,7 @@ main(void)
     td_batcher_t *b;
     double px = -1;
 
-    plan(17);
+    plan(19);
     for (int i = 0; i < 5; i++) {
         lb[i] = (uint8_t)i;
         for (int k = 0; k < 4; k++) {
@@ -84,6 +86,28 @@ main(void)
     is_int(td_batcher_num_batches(b), 3,
            "the next epoch has the batcher's own order again");
     td_batcher_free(b);
+
+    /* shuffling: the seed picks the permutation (one batch of all 5) */
+    {
+        char a[32], c[32], a2[32];
+        td_batcher_t *s1, *s2, *s1b;
+
+        td_batcher_create(images, labels, 5, 1, 1, 0.0, 1.0, &s1);
+        td_batcher_create(images, labels, 5, 1, 2, 0.0, 1.0, &s2);
+        td_batcher_create(images, labels, 5, 1, 1, 0.0, 1.0, &s1b);
+        td_batcher_start_epoch(s1, 0);
+        td_batcher_start_epoch(s2, 0);
+        td_batcher_start_epoch(s1b, 0);
+        snprintf(a, sizeof(a), "%s", next_labels(s1, &px));
+        snprintf(c, sizeof(c), "%s", next_labels(s2, &px));
+        snprintf(a2, sizeof(a2), "%s", next_labels(s1b, &px));
+        ok(strcmp(a, c) != 0, "seeds 1 and 2 shuffle differently (%s, %s)",
+           a, c);
+        is_str(a2, a, "seed 1 again: the same order");
+        td_batcher_free(s1);
+        td_batcher_free(s2);
+        td_batcher_free(s1b);
+    }
     td_tensor_release(images);
     td_tensor_release(labels);
     return exit_status();
