@@ -162,7 +162,7 @@ recv_op_init(void *mem, size_t nb, int heap)
 }
 
 /* The progress thread and drivers look at tp->stop with acquire: what
- * td_transport_destroy wrote before setting it (close_timeout) is then
+ * td__transport_destroy wrote before setting it (close_timeout) is then
  * visible to close_endpoints. */
 #define STOPPED(tp) __atomic_load_n(&(tp)->stop, __ATOMIC_ACQUIRE)
 
