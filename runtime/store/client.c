@@ -34,6 +34,7 @@
 #include "todist/store.h"
 #include "runtime/store/frame.h"
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/byteorder.h"
 
 #define OP_TIMEOUT  300.0   /* s for a reply to an ordinary op */
@@ -334,14 +335,31 @@ td_store_connect(const char *host, uint16_t port, const char *token,
     snprintf(st->host, sizeof(st->host), "%s", host);
     st->port = port;
     st->fd = -1;
-    status = dial(st, deadline);
-    if (status != TD_OK) {
-        goto err_free;
+    for (double backoff = 0.01;; backoff = backoff * 2 > 0.5 ? 0.5
+                                                             : backoff * 2) {
+        status = dial(st, deadline);
+        if (status != TD_OK) {
+            goto err_free;
+        }
+        /* The handshake gets its own bound: a server still starting up may
+         * accept late, but a silent peer must not hang us. */
+        status = authenticate(st, token,
+                              td_now_s() + (timeout > 10 ? timeout : 10));
+        if (status != TD_ERR_IO || td_now_s() + backoff >= deadline) {
+            break;
+        }
+        /* Closed before admission: the server keeps few unadmitted
+         * connections and drops the oldest for a newer one (server.c S2),
+         * which hundreds of ranks starting at once can trigger. Dial
+         * again; an authentication or protocol error is final. */
+        td_log_debug("store: %s:%u dropped the connection before admitting "
+                     "it (%s); connecting again", st->host, st->port,
+                     td_last_error());
+        close(st->fd);
+        st->fd = -1;
+        nanosleep(&(struct timespec){ .tv_nsec = (long)(backoff * 1e9) },
+                  NULL);
     }
-    /* The handshake gets its own bound: a server still starting up may
-     * accept late, but a silent peer must not hang us. */
-    status = authenticate(st, token,
-                          td_now_s() + (timeout > 10 ? timeout : 10));
     if (status != TD_OK) {
         goto err_close;
     }

@@ -7,7 +7,9 @@
  *      most TD_STORE_PREAUTH_MAX bytes.
  *  S2. At most max_unauth connections are unadmitted at once (the oldest is
  *      dropped to admit a newer one) and none stays unadmitted longer than
- *      the handshake timeout, so strangers hold few sockets, briefly.
+ *      the handshake timeout, so strangers hold few sockets, briefly. A
+ *      real client dropped this way dials again (client.c) until its
+ *      connect timeout: hundreds of ranks starting at once exceed it.
  *  S3. The server holds at most max_conns connections: the rest of the
  *      process's descriptor limit (at least fd_reserve) stays free for the
  *      job's own use (UCX, files). While the limit is reached, or accept()

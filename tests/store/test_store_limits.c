@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -238,6 +239,22 @@ test_decoder(void)
     free(b.p);
 }
 
+/* One of the crowd: connects to the store at PORT and reports success. */
+static int crowd_ok;
+
+static void *
+crowd_client(void *arg)
+{
+    td_store_t *c = NULL;
+
+    (void)arg;
+    if (td_store_connect("127.0.0.1", port, TOKEN, 30, &c) == TD_OK) {
+        __atomic_add_fetch(&crowd_ok, 1, __ATOMIC_RELAXED);
+        td_store_close(c);
+    }
+    return NULL;
+}
+
 int
 main(void)
 {
@@ -246,7 +263,7 @@ main(void)
     int cmd[2], rep[2];
     pid_t pid;
 
-    plan(29);
+    plan(31);
     signal(SIGPIPE, SIG_IGN);
     test_decoder();
 
@@ -396,6 +413,29 @@ main(void)
         close(strangers[i]);
     }
     ok(open_ <= 16, "at most 16 strangers are left connected (%d)", open_);
+    td_store_server_stop(srv);
+
+    /* S2 against a crowd of real clients (as 256 ranks starting at once):
+     * one unadmitted connection at a time, 48 clients at once; the server
+     * drops the older ones, and each dials again until admitted */
+    setenv("TODIST_STORE_MAX_UNAUTH", "1", 1);
+    is_int(td_store_server_start("127.0.0.1", 0, TOKEN, &srv), TD_OK,
+           "a server holding one unadmitted connection starts");
+    port = td_store_server_port(srv);
+    {
+        pthread_t th[48];
+        int n = 0;
+        for (; n < 48; n++) {
+            if (pthread_create(&th[n], NULL, crowd_client, NULL) != 0) {
+                break;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            pthread_join(th[i], NULL);
+        }
+        is_int(crowd_ok, 48, "48 clients connecting at once all get in "
+               "(those dropped before admission dial again)");
+    }
     td_store_server_stop(srv);
 
     close(cmd_w);
