@@ -45,7 +45,7 @@ fn_route(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
     (void)info;
     (void)result;
     td_rpc_list_int(args, 0, &r);
-    td_rpc_device_force_route((int)r);
+    td__rpc_device_force_route((int)r);
     return TD_OK;
 }
 
@@ -140,7 +140,7 @@ main(int argc, char **argv)
                 int route = r == 1 ? TD_ROUTE_STAGED : TD_ROUTE_DIRECT;
 
                 td_tensor_to(h, CUDA(0), &t);
-                td_rpc_device_force_route(route);
+                td__rpc_device_force_route(route);
                 td_rpc_list_create(&a);
                 td_rpc_list_add_int(a, route);
                 td_rpc_sync(1, "route", a, 60, NULL);

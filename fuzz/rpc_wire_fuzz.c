@@ -43,12 +43,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rest_len = size - 2 - hlen;
     short_body = size > 2 && (data[size - 1] & 1);
 
-    if (td_rpc_wire_parse(hdr, hlen, 5, &msg) != TD_OK) {
+    if (td__rpc_wire_parse(hdr, hlen, 5, &msg) != TD_OK) {
         uint8_t type;
         uint64_t id;
 
         /* what the receive path reads of a rejected header */
-        td_rpc_wire_peek(hdr, hlen, 5, &type, &id);
+        td__rpc_wire_peek(hdr, hlen, 5, &type, &id);
         return 0;
     }
     for (int k = 0; k < msg.n_tensors; k++) {
@@ -64,13 +64,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (msg.args_body >= 0) {
         blen[msg.args_body] = rest_len;
     }
-    if (td_rpc_wire_check_bodies(&msg, 5, blen, (size_t)msg.n_bodies) !=
+    if (td__rpc_wire_check_bodies(&msg, 5, blen, (size_t)msg.n_bodies) !=
         TD_OK) {
         return 0;
     }
     const uint8_t *args = msg.args_body >= 0 ? rest : msg.args;
     if (msg.args_body >= 0 &&
-        td_rpc_wire_check_args(args, msg.args_len, msg.n_tensors, 5) !=
+        td__rpc_wire_check_args(args, msg.args_len, msg.n_tensors, 5) !=
         TD_OK) {
         return 0;
     }
@@ -80,7 +80,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             goto out;
         }
     }
-    if (td_rpc_wire_decode_args(args, msg.args_len, ts, msg.n_tensors, 5,
+    if (td__rpc_wire_decode_args(args, msg.args_len, ts, msg.n_tensors, 5,
                                 NULL, NULL, &list) == TD_OK) {
         /* Everything the list claims must be readable. */
         for (size_t i = 0; i < td_rpc_list_len(list); i++) {

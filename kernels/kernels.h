@@ -31,6 +31,22 @@
 #include <stdint.h>
 #include <todist/tensor.h>
 
+/* Bytes per element of DTYPE, 0 for an unknown one: the one table behind
+ * td_dtype_size in libtodist (runtime/tensor/tensor.c) and in the CUDA
+ * module (kernels/cuda/cuda_host.c), which may call nothing of runtime/. */
+static inline size_t
+td__dtype_bytes(td_dtype_t dtype)
+{
+    switch (dtype) {
+    case TD_FLOAT32: return 4;
+    case TD_FLOAT64: return 8;
+    case TD_INT64: return 8;
+    case TD_INT32: return 4;
+    case TD_UINT8: return 1;
+    default: return 0;
+    }
+}
+
 typedef enum {
     TD_BIN_ADD, TD_BIN_SUB, TD_BIN_MUL, TD_BIN_DIV,
     TD_BIN_RELU_MASK    /* a * (b > 0): relu's backward, fused */

@@ -742,7 +742,7 @@ td_init(const td_init_params_t *params)
     }
     /* Device maps: validated against the peers' device counts before the
      * barrier, so a bad map fails td_init here, naming entry and rule. */
-    status = td_device_maps_setup(rt.store, &rt.world, rt.params.device_maps,
+    status = td__device_maps_setup(rt.store, &rt.world, rt.params.device_maps,
                                   rt.params.init_timeout);
     rt.params.device_maps = NULL;   /* copied; the caller's may go away */
     if (status != TD_OK) {
@@ -799,7 +799,7 @@ err_modules:
 err_transport:
     td__transport_destroy(rt.tp, 0.5);
     rt.tp = NULL;
-    td_device_maps_reset();      /* after the progress thread (device_map.h) */
+    td__device_maps_reset();      /* after the progress thread (device_map.h) */
 err_resolver:
     td_store_close(rt.resolver);
     rt.resolver = NULL;
@@ -930,7 +930,7 @@ td_finalize(void)
 
     td__modules_shutdown();
     st2 = td__transport_destroy(rt.tp, 2.0);
-    td_device_maps_reset();      /* after the progress thread (device_map.h) */
+    td__device_maps_reset();      /* after the progress thread (device_map.h) */
     if (st2 != TD_OK && status == TD_OK) {
         status = st2;   /* a peer that did not close its endpoint */
         snprintf(first_error, sizeof(first_error), "finalize: %s",

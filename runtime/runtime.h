@@ -6,7 +6,7 @@
  * ones with td__runtime_register, which run after the table's):
  *   - attach() runs once per process, at the first td_init that reaches
  *     it, before the transport exists: register RPC functions and plug
- *     into RPC there (td_rpc_register, td_rpc_plug). Its error fails
+ *     into RPC there (td_rpc_register, td__rpc_plug). Its error fails
  *     td_init with the module's message (and it is tried again next time);
  *   - setup() runs after the transport exists and BEFORE this worker's
  *     address is published: register transport handlers there

@@ -162,7 +162,7 @@ recv_op_init(void *mem, size_t nb, int heap)
 }
 
 /* The progress thread and drivers look at tp->stop with acquire: what
- * td_transport_destroy wrote before setting it (close_timeout) is then
+ * td__transport_destroy wrote before setting it (close_timeout) is then
  * visible to close_endpoints. */
 #define STOPPED(tp) __atomic_load_n(&(tp)->stop, __ATOMIC_ACQUIRE)
 
@@ -1329,7 +1329,7 @@ now_ns(void)
 
 /* After a round: work handed to other threads of this process (pool
  * jobs, counted by yield_ctr; a job asleep on a condition variable takes
- * itself out of the count, td_rpc_blocking) may need this core. Where
+ * itself out of the count, td__rpc_blocking) may need this core. Where
  * cores are scarce a yield is not enough (the scheduler may keep polling
  * here while the worker waits behind the other rank's poller): sleep until
  * the count changes, or JOB_NAP_US, so the core goes idle and the worker

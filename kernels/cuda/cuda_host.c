@@ -69,12 +69,5 @@ td__device_free(td_device_t dev, void *ptr)
 size_t
 td_dtype_size(td_dtype_t dtype)
 {
-    switch (dtype) {
-    case TD_FLOAT32: return 4;
-    case TD_FLOAT64: return 8;
-    case TD_INT64: return 8;
-    case TD_INT32: return 4;
-    case TD_UINT8: return 1;
-    default: return 0;
-    }
+    return td__dtype_bytes(dtype);
 }

@@ -73,7 +73,7 @@ group_capable(td_group_t *g)
     for (int i = 0; i < g->n && cap && store != NULL; i++) {
         int count = 0;
 
-        if (td_device_maps_peer(store, g->ranks[i], coll_timeout(), &count,
+        if (td__device_maps_peer(store, g->ranks[i], coll_timeout(), &count,
                                 &cap) != TD_OK) {
             td_error_clear();
             cap = 0;

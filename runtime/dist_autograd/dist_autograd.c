@@ -1024,7 +1024,7 @@ pass_finish(pass_t *p)
     __atomic_store_n(&p->woken, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
-    td_rpc_notify_done();              /* a waiter may drive progress */
+    td__rpc_notify_done();              /* a waiter may drive progress */
     pass_unref(p);                     /* the engine list's reference */
 }
 
@@ -1256,13 +1256,13 @@ pass_wait(pass_t *p, double timeout)
     td_deadline_after(timeout, &deadline);
     /* Drive the transport while waiting (no hand-off for the replies),
      * then sleep. */
-    td_rpc_drive_until(pass_woken, p, timeout);
-    td_rpc_blocking(1);
+    td__rpc_drive_until(pass_woken, p, timeout);
+    td__rpc_blocking(1);
     pthread_mutex_lock(&p->lock);
     while (!p->finished && rc != ETIMEDOUT) {
         rc = pthread_cond_timedwait(&p->cond, &p->lock, &deadline);
     }
-    td_rpc_blocking(0);         /* still holding the lock: no sleep here */
+    td__rpc_blocking(0);         /* still holding the lock: no sleep here */
     if (!p->finished) {
         char ranks[256] = "";
         size_t len = 0;

@@ -1,7 +1,7 @@
 /* runtime/dist_autograd/dist_autograd_rpc.c: distributed autograd over RPC, the
  * engine's adapter. A runtime module (td_dist_autograd_module, after RPC
  * and rref in runtime/modules.c) whose attach plugs into RPC like remote
- * references do (td_rpc_plug: record send/recv nodes, the current context
+ * references do (td__rpc_plug: record send/recv nodes, the current context
  * on handler threads) and registers the engine's propagate and release
  * messages as the internal functions "_td.dist.propagate" (header codec:
  * dist_wire.c) and "_td.dist.release"; its setup makes the engine of this
@@ -403,7 +403,7 @@ module_attach(void *arg)
                                   NULL)) != TD_OK) {
         return status;
     }
-    return td_rpc_plug(&p);
+    return td__rpc_plug(&p);
 }
 
 const td_runtime_module_t td_dist_autograd_module = {

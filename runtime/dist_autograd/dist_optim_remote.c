@@ -91,7 +91,7 @@ typedef struct {
     double        d[N_DOUBLES];
     int64_t       nesterov, amsgrad;
     int           n, caller;
-    td_future_t **values;      /* td_rref_local_value of each parameter */
+    td_future_t **values;      /* td__rref_local_value of each parameter */
     td_future_t  *answer;      /* the call's */
 } pending_create_t;
 
@@ -246,7 +246,7 @@ create_handler(void *arg, const td_rpc_call_info_t *info,
 
         status = td_rpc_list_rref(args, FIXED_ITEMS + (size_t)i, &r);
         if (status == TD_OK) {
-            status = td_rref_local_value(r, &c->values[i]);
+            status = td__rref_local_value(r, &c->values[i]);
         }
     }
     if (status == TD_OK) {

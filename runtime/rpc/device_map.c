@@ -323,14 +323,14 @@ td_device_maps(void)
 }
 
 void
-td_device_maps_reset(void)
+td__device_maps_reset(void)
 {
     __atomic_store_n(&have_active, 0, __ATOMIC_RELEASE);
     memset(&active, 0, sizeof(active));
 }
 
 td_status_t
-td_device_maps_peer(td_store_t *store, int r, double timeout, int *count_p,
+td__device_maps_peer(td_store_t *store, int r, double timeout, int *count_p,
                     int *nccl_p)
 {
     char key[48], buf[24];
@@ -363,7 +363,7 @@ td_device_maps_peer(td_store_t *store, int r, double timeout, int *count_p,
 }
 
 td_status_t
-td_device_maps_setup(td_store_t *store, const td_world_t *world,
+td__device_maps_setup(td_store_t *store, const td_world_t *world,
                      const td_device_maps_t *given, double timeout)
 {
     td_device_maps_t maps;
@@ -371,7 +371,7 @@ td_device_maps_setup(td_store_t *store, const td_world_t *world,
     int *counts = NULL, local = 0, nccl;
     td_status_t status;
 
-    td_device_maps_reset();
+    td__device_maps_reset();
     /* what td_init loaded (runtime/init.c); never loads a module here */
     local = td__device_count_loaded(TD_DEVICE_CUDA);
     /* NCCL-capable: a real device (not the test backend) and a module with
@@ -415,7 +415,7 @@ td_device_maps_setup(td_store_t *store, const td_world_t *world,
     for (int i = 0; i < maps.n_maps; i++) {
         int r = maps.maps[i].peer;
         if (r >= 0 && r < world->world_size && r != world->rank &&
-            (status = td_device_maps_peer(store, r, timeout, &counts[r],
+            (status = td__device_maps_peer(store, r, timeout, &counts[r],
                                           &nccl)) != TD_OK) {
             goto out;
         }

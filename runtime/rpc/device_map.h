@@ -17,14 +17,14 @@
 #include <todist/store.h>
 #include <todist/world.h>
 
-td_status_t td_device_maps_setup(td_store_t *store, const td_world_t *world,
+td_status_t td__device_maps_setup(td_store_t *store, const td_world_t *world,
                                  const td_device_maps_t *given,
                                  double timeout);
-void        td_device_maps_reset(void);
+void        td__device_maps_reset(void);
 
 /* Rank R's published device count and NCCL capability (td/dev/<R>),
  * waiting up to TIMEOUT for it. */
-td_status_t td_device_maps_peer(td_store_t *store, int r, double timeout,
+td_status_t td__device_maps_peer(td_store_t *store, int r, double timeout,
                                 int *count_p, int *nccl_p);
 
 #endif /* TD_RUNTIME_RPC_DEVICE_MAP_H */

@@ -19,7 +19,7 @@ static struct {
 static __thread const char *tl_inline;
 
 const char *
-td_rpc_inline_enter(const char *name)
+td__rpc_inline_enter(const char *name)
 {
     const char *outer = tl_inline;
 
@@ -28,13 +28,13 @@ td_rpc_inline_enter(const char *name)
 }
 
 void
-td_rpc_inline_leave(const char *outer)
+td__rpc_inline_leave(const char *outer)
 {
     tl_inline = outer;
 }
 
 void
-td_rpc_drive_start(td_transport_t *tp, double spin_us)
+td__rpc_drive_start(td_transport_t *tp, double spin_us)
 {
     drv.tp = tp;
     drv.spin_us = spin_us;
@@ -42,7 +42,7 @@ td_rpc_drive_start(td_transport_t *tp, double spin_us)
 }
 
 void
-td_rpc_drive_stop(void)
+td__rpc_drive_stop(void)
 {
     atomic_store(&drv.running, 0);
     /* W2: drivers see the flag and leave; after this no thread enters
@@ -114,19 +114,19 @@ out:
 }
 
 td_status_t
-td_rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
+td__rpc_drive_until(int (*pred)(void *arg), void *pred_arg, double timeout)
 {
     return drive(pred, pred_arg, timeout, 1);
 }
 
 td_status_t
-td_rpc_drive_for(int (*pred)(void *arg), void *pred_arg, double timeout)
+td__rpc_drive_for(int (*pred)(void *arg), void *pred_arg, double timeout)
 {
     return drive(pred, pred_arg, timeout, 0);
 }
 
 int
-td_rpc_drive_wanted(void)
+td__rpc_drive_wanted(void)
 {
     td_transport_t *tp = drv.tp;    /* valid while we drive (W2) */
 
@@ -134,7 +134,7 @@ td_rpc_drive_wanted(void)
 }
 
 void
-td_rpc_notify_done(void)
+td__rpc_notify_done(void)
 {
     /* Counted like a driver: stop waits, so drv.tp stays valid. */
     atomic_fetch_add(&drv.in_drive, 1);

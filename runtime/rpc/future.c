@@ -128,12 +128,12 @@ finish(td_future_t *f, td_status_t status, td_rpc_list_t *value, char *error,
     have_cbs = f->cbs != NULL;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);
-    td_rpc_notify_done();         /* a waiter may sleep driving progress */
+    td__rpc_notify_done();         /* a waiter may sleep driving progress */
 
     if (have_cbs) {
         td_future_retain(f);
         if (from_progress) {
-            td_status_t st = td_rpc_pool_post(run_callbacks, f);
+            td_status_t st = td__rpc_pool_post(run_callbacks, f);
             if (st != TD_OK) {
                 run_callbacks(f);   /* no pool: better late than never */
             }
@@ -169,7 +169,7 @@ td_future_complete(td_future_t *f, td_rpc_list_t *value)
 }
 
 td_status_t
-td_future_complete_async(td_future_t *f, td_rpc_list_t *value)
+td__future_complete_async(td_future_t *f, td_rpc_list_t *value)
 {
     return complete(f, value, 1);
 }
@@ -205,7 +205,7 @@ td_future_fail(td_future_t *f, td_status_t status, const char *fmt, ...)
 }
 
 td_status_t
-td_future_fail_async(td_future_t *f, td_status_t status, const char *msg)
+td__future_fail_async(td_future_t *f, td_status_t status, const char *msg)
 {
     return fail(f, status, msg, 1);
 }
@@ -295,7 +295,7 @@ td_future_wait(td_future_t *f, double timeout)
     }
     /* Drive the transport on this thread first: the reply completes the
      * future right here, with no wake-up. */
-    st = td_rpc_drive_until(future_done, f, timeout);
+    st = td__rpc_drive_until(future_done, f, timeout);
     if (atomic_load_explicit(&f->done, memory_order_acquire)) {
         return done_status(f);
     }
@@ -315,7 +315,7 @@ td_future_wait(td_future_t *f, double timeout)
         } while ((t1.tv_sec - t0.tv_sec) * 1e6 +
                  (t1.tv_nsec - t0.tv_nsec) * 1e-3 < spin_us());
     }
-    td_rpc_blocking(1);
+    td__rpc_blocking(1);
     pthread_mutex_lock(&f->lock);
     while (!atomic_load(&f->done) && rc != ETIMEDOUT) {
         if (timeout >= 0) {
@@ -325,7 +325,7 @@ td_future_wait(td_future_t *f, double timeout)
         }
     }
     pthread_mutex_unlock(&f->lock);
-    td_rpc_blocking(0);
+    td__rpc_blocking(0);
     if (!atomic_load(&f->done)) {
         return td_error(TD_ERR_TIMEOUT, "rpc: wait on a future timed out "
                         "after %.3f s", timeout);

@@ -12,8 +12,8 @@
 
 /* Completion of futures from the progress thread: set the value without
  * running callbacks there (they are handed to the pool). */
-td_status_t td_future_complete_async(td_future_t *fut, td_rpc_list_t *value);
-td_status_t td_future_fail_async(td_future_t *fut, td_status_t status,
+td_status_t td__future_complete_async(td_future_t *fut, td_rpc_list_t *value);
+td_status_t td__future_fail_async(td_future_t *fut, td_status_t status,
                                  const char *msg);
 
 #endif /* TD_RUNTIME_RPC_FUTURE_H */

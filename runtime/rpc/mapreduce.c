@@ -661,7 +661,7 @@ td_parallel_call(const td_parallel_t *p, const td_rpc_list_t *args,
  *     waits; seen[i] stays set once member i arrived.
  *  B3 futures are completed with b_lock released (their callbacks send the
  *     replies), from a handler (td_future_complete) or the timer thread
- *     (td_future_fail_async: callbacks go to the pool). */
+ *     (td__future_fail_async: callbacks go to the pool). */
 
 #define BARRIER_SETS 64
 #define BARRIER_MAX_RANKS 4096
@@ -887,7 +887,7 @@ barrier_tick(void *arg, double now)
         }
         pthread_mutex_unlock(&b_lock);
         for (int k = 0; k < n_exp; k++) {
-            td_future_fail_async(expired[k], TD_ERR_TIMEOUT, msg[k]);
+            td__future_fail_async(expired[k], TD_ERR_TIMEOUT, msg[k]);
             td_future_release(expired[k]);
         }
     } while (n_exp == BATCH);
@@ -1026,7 +1026,7 @@ module_attach(void *arg)
 
     (void)arg;
     status = td_rpc_register_async("_td.barrier", fn_barrier, NULL);
-    return status != TD_OK ? status : td_rpc_plug(&timer);
+    return status != TD_OK ? status : td__rpc_plug(&timer);
 }
 
 static td_status_t

@@ -52,7 +52,7 @@ typedef struct {
     double          lead_s;         /* a leader's drive at most (P5) */
     int             lead;           /* leading on (TODIST_RPC_POOL_LEAD) */
     atomic_int      started;
-    uint64_t        counts[2];      /* under lock: td_rpc_pool_counts */
+    uint64_t        counts[2];      /* under lock: td__rpc_pool_counts */
 } pool_t;
 
 static pool_t pool;
@@ -123,7 +123,7 @@ lead_over(void *arg)
     return __atomic_load_n(&me->job, __ATOMIC_ACQUIRE) != NULL ||
            __atomic_load_n(&pool.stop, __ATOMIC_ACQUIRE) ||
            __atomic_load_n(&pool.n_jobs, __ATOMIC_RELAXED) > 0 ||
-           td_rpc_drive_wanted();
+           td__rpc_drive_wanted();
 }
 
 static void
@@ -168,7 +168,7 @@ pool_main(void *arg)
             p->leader = &me;
             me.job = NULL;
             pthread_mutex_unlock(&p->lock);
-            td_rpc_drive_for(lead_over, &me, p->lead_s);
+            td__rpc_drive_for(lead_over, &me, p->lead_s);
             pthread_mutex_lock(&p->lock);
             p->leader = NULL;
             j = me.job;
@@ -199,7 +199,7 @@ pool_main(void *arg)
 }
 
 void
-td_rpc_blocking(int on)
+td__rpc_blocking(int on)
 {
     /* A job asleep needs no core: it leaves the count the progress thread
      * steps aside for (td__transport_yield_when) while it sleeps. */
@@ -236,7 +236,7 @@ pool_grow(pool_t *p)
 }
 
 td_status_t
-td_rpc_pool_post(void (*fn)(void *arg), void *arg)
+td__rpc_pool_post(void (*fn)(void *arg), void *arg)
 {
     pool_t *p = &pool;
     idler_t *w = NULL;
@@ -279,13 +279,13 @@ td_rpc_pool_post(void (*fn)(void *arg), void *arg)
     if (w != NULL) {
         pool_wake(w);
     } else if (notify) {
-        td_rpc_notify_done();       /* the leader may sleep on the event fd */
+        td__rpc_notify_done();       /* the leader may sleep on the event fd */
     }
     return TD_OK;
 }
 
 void
-td_rpc_pool_counts(uint64_t counts[2])
+td__rpc_pool_counts(uint64_t counts[2])
 {
     pthread_mutex_lock(&pool.lock);
     counts[0] = pool.counts[0];
@@ -294,7 +294,7 @@ td_rpc_pool_counts(uint64_t counts[2])
 }
 
 td_status_t
-td_rpc_pool_start(td_transport_t *tp, int n, double spin_us)
+td__rpc_pool_start(td_transport_t *tp, int n, double spin_us)
 {
     pool_t *p = &pool;
     td_status_t status = TD_OK;
@@ -343,7 +343,7 @@ td_rpc_pool_start(td_transport_t *tp, int n, double spin_us)
     pthread_mutex_unlock(&p->lock);
     if (status != TD_OK) {
         p->started = 1;             /* stop joins the ones that started */
-        td_rpc_pool_stop();
+        td__rpc_pool_stop();
         return status;
     }
     atomic_store(&p->started, 1);
@@ -352,7 +352,7 @@ td_rpc_pool_start(td_transport_t *tp, int n, double spin_us)
 }
 
 void
-td_rpc_pool_stop(void)
+td__rpc_pool_stop(void)
 {
     pool_t *p = &pool;
     int n;

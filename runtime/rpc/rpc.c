@@ -1,7 +1,7 @@
 /* rpc.c: remote calls (todist/rpc.h) over the UCX transport.
  *
  * Pieces: the function registry (name -> FNV-1a id), the plug-ins (remote
- * references, distributed autograd: td_rpc_plug), the table of pending
+ * references, distributed autograd: td__rpc_plug), the table of pending
  * calls (message id -> future, destination, deadline), a timer thread
  * failing calls past their deadline, the receive path, which validates
  * every message before use and hands calls to the handler pool (pool.c)
@@ -15,7 +15,7 @@
  *     handler, runs on it.
  *  R2 A call runs on the pool unless its function is TD_RPC_INLINE and it
  *     carries no autograd context; an inline handler never waits
- *     (td_rpc_drive_until refuses: drive.c's W1), so it cannot stall the
+ *     (td__rpc_drive_until refuses: drive.c's W1), so it cannot stall the
  *     calls behind it.
  *  R3 A pending call is removed in exactly one place (pending_take /
  *     pending_take_matching), and whoever removes it completes its future:
@@ -25,11 +25,11 @@
  *     from the receive path post them to the pool.
  *  R5 A pending call is in the table before its message is sent: the reply
  *     may come before the send returns.
- *  R6 Once shutdown stored RPC_STOPPED and td_rpc_drive_stop returned
+ *  R6 Once shutdown stored RPC_STOPPED and td__rpc_drive_stop returned
  *     (drive.c's W2), no thread enters the transport through this module.
  *  R7 Messages from one thread leave in the order it posted them (a direct
  *     send drains the queue first).
- *  R8 No field of a received message is used before td_rpc_wire_parse and
+ *  R8 No field of a received message is used before td__rpc_wire_parse and
  *     the body checks accepted it against the received sizes.
  *  R9 An async handler's call (td_rpc_register_async), or a plug-in's
  *     message whose handler handed back a future, is answered exactly
@@ -92,7 +92,7 @@ static int        cfg_threads = 0;          /* 0: env or 4 */
 static double     cfg_timeout = -1;         /* < 0: env or 60 */
 static double     env_timeout = -1;         /* the env's, from td_init on */
 
-/* The plug-ins (td_rpc_plug), and for each hook kind the one providing it,
+/* The plug-ins (td__rpc_plug), and for each hook kind the one providing it,
  * resolved when a plug-in comes so the hot paths test one flag. */
 #define RPC_PLUGINS_MAX 8
 
@@ -167,7 +167,7 @@ worker_name(int rank, char *buf, size_t len)
 }
 
 void
-td_rpc_format_remote_error(char *buf, size_t len, int rank, const char *msg)
+td__rpc_format_remote_error(char *buf, size_t len, int rank, const char *msg)
 {
     char name[TD_WORKER_NAME_MAX];
 
@@ -276,7 +276,7 @@ reg(const char *name, td_rpc_fn fn, void *arg, unsigned flags,
                         "td_init: register on every worker before td_init",
                         name);
     }
-    id = td_rpc_wire_fn_id(name);
+    id = td__rpc_wire_fn_id(name);
     fn_entry_t *e = fn_find(id);
     if (e != NULL) {
         if (strcmp(e->name, name) != 0) {
@@ -400,7 +400,7 @@ plugins_resolve(void)
         }
         if (p->rref_out != NULL) {
             refs = p;
-            td_rpc_list_set_ref_ops(p->rref_retain, p->rref_release);
+            td__rpc_list_set_ref_ops(p->rref_retain, p->rref_release);
         }
         for (int t = TD_RPC_MSG_REMOTE; t <= TD_RPC_MSG_TYPE_MAX; t++) {
             if (p->types & (1u << t)) {
@@ -411,7 +411,7 @@ plugins_resolve(void)
 }
 
 td_status_t
-td_rpc_plug(const td_rpc_plugin_t *p)
+td__rpc_plug(const td_rpc_plugin_t *p)
 {
     size_t slot = n_plugins;
 
@@ -587,7 +587,7 @@ pending_fail(pending_t *pc, td_status_t status, const char *msg,
              int from_progress)
 {
     if (from_progress) {
-        td_future_fail_async(pc->fut, status, msg);
+        td__future_fail_async(pc->fut, status, msg);
     } else {
         td_future_fail(pc->fut, status, "%s", msg);
     }
@@ -702,7 +702,7 @@ send_done(void *arg, td_status_t status)
             pending_fail(pc, status, msg, 1);
         }
     }
-    td_rpc_wire_out_free(&s->out);
+    td__rpc_wire_out_free(&s->out);
     slot_put(&send_slot, s);
     atomic_fetch_sub(&rpc.busy, 1);
 }
@@ -733,28 +733,24 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
 {
     send_t *s;
     td_rpc_device_route_t route;
-    const td_rpc_wire_dev_t *dev;
     td_status_t status;
 
     s = slot_get(&send_slot, sizeof(*s));   /* encode sets what it uses */
     if (s == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a send");
     }
-    dev = td_rpc_device_route(dst, meta->type, &route);
-    /* the tensors prepared (host copies made, rpc_device.h), then the
-     * codec describes them */
-    status = td_rpc_device_prepare(args, dst, dev, &s->out);
+    /* the tensors prepared (host copies made), then the codec describes
+     * them (rpc_device.h) */
+    status = td__rpc_device_encode(meta, args, dst, TD_TRANSPORT_HEADER_MAX,
+                                  refs != NULL ? refs->rref_out : NULL,
+                                  refs != NULL ? refs->arg : NULL,
+                                  td__rpc_device_route(dst, meta->type,
+                                                      &route),
+                                  &s->out);
     if (status == TD_OK) {
-        status = td_rpc_wire_encode_dev(meta, args, dst,
-                                        TD_TRANSPORT_HEADER_MAX,
-                                        refs != NULL ? refs->rref_out : NULL,
-                                        refs != NULL ? refs->arg : NULL, dev,
-                                        &s->out);
-    }
-    if (status == TD_OK) {
-        status = td_rpc_device_sync_out(&s->out);
+        status = td__rpc_device_sync_out(&s->out);
         if (status != TD_OK) {
-            td_rpc_wire_out_free(&s->out);
+            td__rpc_wire_out_free(&s->out);
         }
     }
     if (status != TD_OK) {
@@ -766,7 +762,7 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
     atomic_fetch_add(&rpc.busy, 1);
     if (s->out.n_staged > 0) {
         /* device bodies go ahead through the staging engine */
-        status = td_rpc_device_send_staged(dst, &s->out, staged_done, s);
+        status = td__rpc_device_send_staged(dst, &s->out, staged_done, s);
     } else {
         status = td__transport_send(rpc.tp, dst, RPC_TRANSPORT_ID,
                                    s->out.header, s->out.header_len,
@@ -775,7 +771,7 @@ send_msg(int dst, const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
     }
     if (status != TD_OK) {
         atomic_fetch_sub(&rpc.busy, 1);
-        td_rpc_wire_out_free(&s->out);
+        td__rpc_wire_out_free(&s->out);
         slot_put(&send_slot, s);
     }
     return status;
@@ -800,7 +796,7 @@ static td_status_t
 autograd_send(uint64_t ctx, int dst, const td_rpc_list_t *list,
               td_rpc_wire_meta_t *meta)
 {
-    if (!have_hooks || ctx == 0 || !td_rpc_list_requires_grad(list)) {
+    if (!have_hooks || ctx == 0 || !td__rpc_list_requires_grad(list)) {
         return TD_OK;
     }
     meta->autograd_context_id = ctx;
@@ -809,7 +805,7 @@ autograd_send(uint64_t ctx, int dst, const td_rpc_list_t *list,
 }
 
 td_status_t
-td_rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
+td__rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
                   const td_rpc_list_t *args, double timeout,
                   td_future_t **fut_p)
 {
@@ -892,7 +888,7 @@ td_rpc_async(int dst, const char *name, const td_rpc_list_t *args,
                         "'%.40s' has %zu bytes, allowed 1..%d", dst, name,
                         len, TD_RPC_NAME_MAX - 1);
     }
-    return td_rpc_send_typed(dst, TD_RPC_MSG_CALL, td_rpc_wire_fn_id(name),
+    return td__rpc_send_typed(dst, TD_RPC_MSG_CALL, td__rpc_wire_fn_id(name),
                              name, args, timeout, fut_p);
 }
 
@@ -921,19 +917,19 @@ td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
 /* ---- running calls ------------------------------------------------------- */
 
 uint64_t
-td_rpc_context_current(void)
+td__rpc_context_current(void)
 {
     return have_hooks ? hooks.current_context(hooks.arg) : 0;
 }
 
 uint64_t
-td_rpc_context_swap(uint64_t ctx)
+td__rpc_context_swap(uint64_t ctx)
 {
     return have_hooks ? hooks.set_context(hooks.arg, ctx) : 0;
 }
 
 td_status_t
-td_rpc_run_local(uint64_t function_id, int caller, const td_rpc_list_t *args,
+td__rpc_run_local(uint64_t function_id, int caller, const td_rpc_list_t *args,
                  td_rpc_list_t *result, td_future_t **fut_p)
 {
     fn_entry_t *e = fn_find(function_id);
@@ -1087,7 +1083,7 @@ rx_decode(rx_t *r, td_rpc_list_t **list_p)
     td_status_t status;
 
     if (r->msg.args_body >= 0) {
-        status = td_rpc_wire_check_args(args, r->msg.args_len,
+        status = td__rpc_wire_check_args(args, r->msg.args_len,
                                         r->msg.n_tensors, r->src);
         if (status != TD_OK) {
             return status;
@@ -1097,7 +1093,7 @@ rx_decode(rx_t *r, td_rpc_list_t **list_p)
         td_tensor_t *d = NULL;
 
         if (r->eager & (1ull << k)) {   /* rpc_wire.h V5 */
-            status = td_rpc_device_land_eager(r->tensors[k],
+            status = td__rpc_device_land_eager(r->tensors[k],
                                               r->msg.tensors[k].device, &d);
             if (status != TD_OK) {
                 return status;
@@ -1112,7 +1108,7 @@ rx_decode(rx_t *r, td_rpc_list_t **list_p)
             td_tensor_set_requires_grad(r->tensors[k], 1);
         }
     }
-    return td_rpc_wire_decode_args(args, r->msg.args_len, r->tensors,
+    return td__rpc_wire_decode_args(args, r->msg.args_len, r->tensors,
                                    r->msg.n_tensors, r->src,
                                    refs != NULL ? refs->rref_in : NULL,
                                    refs != NULL ? refs->arg : NULL, list_p);
@@ -1143,7 +1139,7 @@ send_reply_to(int dst, uint64_t msg_id, td_status_t status,
     if (status != TD_OK) {
         char text[1024];
 
-        td_rpc_format_remote_error(text, sizeof(text), rpc.rank, errmsg);
+        td__rpc_format_remote_error(text, sizeof(text), rpc.rank, errmsg);
         meta.type = TD_RPC_MSG_ERROR;
         meta.autograd_context_id = meta.autograd_message_id = 0;
         meta.function_id = (uint64_t)(int64_t)status;
@@ -1189,7 +1185,7 @@ reject(const td_transport_rx_t *rx, const char *why)
     uint64_t id;
 
     log_drop(rx->src, why);
-    if (td_rpc_wire_peek(rx->header, rx->header_len, rx->src, &type,
+    if (td__rpc_wire_peek(rx->header, rx->header_len, rx->src, &type,
                          &id) == TD_OK &&
         msg_wants_reply(type)) {
         send_reply_to(rx->src, id, TD_ERR_PROTOCOL, why, ERR_DECODE, NULL,
@@ -1383,9 +1379,9 @@ run_inline(rx_t *r, const char *name)
     if (have_hooks) {
         prev = hooks.set_context(hooks.arg, 0);
     }
-    outer = td_rpc_inline_enter(name);      /* R2 */
+    outer = td__rpc_inline_enter(name);      /* R2 */
     run_call(r);
-    td_rpc_inline_leave(outer);
+    td__rpc_inline_leave(outer);
     if (have_hooks) {
         hooks.set_context(hooks.arg, prev);
     }
@@ -1444,7 +1440,7 @@ finish_reply(rx_t *r, int from_progress)
             pending_fail(pc, status, msg, from_progress);
         } else {
             if (from_progress) {
-                td_future_complete_async(pc->fut, list);
+                td__future_complete_async(pc->fut, list);
             } else {
                 td_future_complete(pc->fut, list);
             }
@@ -1496,7 +1492,7 @@ rx_done(void *arg, td_status_t status, int src, td_iov_t *bodies,
             return;
         }
     }
-    if (td_rpc_pool_post(type == TD_RPC_MSG_REPLY || type == TD_RPC_MSG_ERROR
+    if (td__rpc_pool_post(type == TD_RPC_MSG_REPLY || type == TD_RPC_MSG_ERROR
                          ? run_reply : run_call, r) != TD_OK) {
         log_drop(src, td_last_error());
         rx_free(r);
@@ -1524,12 +1520,12 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     r->args_buf = NULL;
     r->eager = 0;
     r->src = rx->src;
-    status = td_rpc_wire_parse(rx->header, rx->header_len, rx->src, &r->msg);
+    status = td__rpc_wire_parse(rx->header, rx->header_len, rx->src, &r->msg);
     for (int k = 0; status == TD_OK && k < r->msg.n_tensors; k++) {
         r->tensors[k] = NULL;       /* rx_free releases the first n_tensors */
     }
     if (status == TD_OK) {
-        status = td_rpc_wire_check_bodies(&r->msg, rx->src, rx->body_len,
+        status = td__rpc_wire_check_bodies(&r->msg, rx->src, rx->body_len,
                                           rx->n_bodies);
     }
     if (status != TD_OK) {
@@ -1553,7 +1549,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
                                      rx->header);
     }
     if (r->msg.reply_map.n_pairs > 0) {
-        td_rpc_device_learn(rx->src, &r->msg.reply_map);
+        td__rpc_device_learn(rx->src, &r->msg.reply_map);
     }
     for (int k = 0; k < r->msg.n_tensors; k++) {
         const td_rpc_wire_tensor_t *t = &r->msg.tensors[k];
@@ -1561,7 +1557,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
 
         status = t->device.type == TD_DEVICE_CPU
                  ? rx_tensor(t, &r->tensors[k])
-                 : td_rpc_device_rx_tensor(rx->src, t, &r->tensors[k], &mem);
+                 : td__rpc_device_rx_tensor(rx->src, t, &r->tensors[k], &mem);
         if (status != TD_OK) {
             char why[512];
 
@@ -1621,23 +1617,23 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     atomic_store(&rpc.busy, 0);
     status = td__transport_set_handler(tp, RPC_TRANSPORT_ID, rx_handler, NULL);
     if (status == TD_OK) {
-        status = td_rpc_device_setup(tp, w);   /* device tensors' staging */
+        status = td__rpc_device_setup(tp, w);   /* device tensors' staging */
     }
     if (status != TD_OK) {
         return status;
     }
     td__transport_set_classifier(tp, classify, NULL);
-    status = td_rpc_pool_start(tp, n, rpc_spin_us);
+    status = td__rpc_pool_start(tp, n, rpc_spin_us);
     if (status != TD_OK) {
         return status;
     }
     rpc.timer_stop = 0;
     if (pthread_create(&rpc.timer, NULL, timer_main, NULL) != 0) {
-        td_rpc_pool_stop();
+        td__rpc_pool_stop();
         return td_error(TD_ERR_IO, "rpc: cannot start the timer thread");
     }
     rpc.timer_started = 1;
-    td_rpc_drive_start(tp, rpc_spin_us);
+    td__rpc_drive_start(tp, rpc_spin_us);
     atomic_store(&rpc.state, RPC_RUNNING);
     return TD_OK;
 }
@@ -1652,7 +1648,7 @@ module_outstanding(void *arg)
     pthread_mutex_lock(&rpc.plock);
     n = rpc.n_pending;
     pthread_mutex_unlock(&rpc.plock);
-    return n + (busy > 0 ? (size_t)busy : 0) + td_rpc_device_outstanding();
+    return n + (busy > 0 ? (size_t)busy : 0) + td__rpc_device_outstanding();
 }
 
 static void
@@ -1664,7 +1660,7 @@ module_peer_failed(void *arg, int rank, td_status_t why)
 
     (void)arg;
     (void)why;
-    td_rpc_device_peer_failed(rank);
+    td__rpc_device_peer_failed(rank);
     td__runtime_host_text(rank, where, sizeof(where));
     while (pc != NULL) {
         pending_t *next = pc->next;
@@ -1686,8 +1682,8 @@ module_shutdown(void *arg)
     (void)arg;
     atomic_store(&rpc.state, RPC_STOPPED);
     /* R6: waiters driving progress leave; after this no thread enters the
-     * transport through td_rpc_drive_until. */
-    td_rpc_drive_stop();
+     * transport through td__rpc_drive_until. */
+    td__rpc_drive_stop();
     if (rpc.timer_started) {
         pthread_mutex_lock(&rpc.tlock);
         rpc.timer_stop = 1;
@@ -1704,8 +1700,8 @@ module_shutdown(void *arg)
                      "this call pending", 0);
         pc = next;
     }
-    td_rpc_device_shutdown();     /* fails staged sends still in progress */
-    td_rpc_pool_stop();
+    td__rpc_device_shutdown();     /* fails staged sends still in progress */
+    td__rpc_pool_stop();
     buf_cache_clear();
     slot_clear(&send_slot);
     slot_clear(&rx_slot);

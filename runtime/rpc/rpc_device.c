@@ -51,7 +51,7 @@ dev_str(td_device_t d, char *buf, size_t len)
 static td_status_t
 on_dest(void *arg, int src, uint64_t id, size_t total, void **dst_p)
 {
-    td_device_t device = td_rpc_wire_xfer_device(id);
+    td_device_t device = td__rpc_wire_xfer_device(id);
     landed_t *l;
     td_status_t status;
 
@@ -157,7 +157,7 @@ landed_deleter(void *data, void *arg)
 }
 
 td_status_t
-td_rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
+td__rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
                         td_tensor_t **out, td_mem_type_t *mem_p)
 {
     const td_device_ops_t *ops;
@@ -207,7 +207,7 @@ td_rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
 /* ---- routing ----------------------------------------------------------- */
 
 void
-td_rpc_device_learn(int src, const td_device_map_t *map)
+td__rpc_device_learn(int src, const td_device_map_t *map)
 {
     if (src < 0 || src >= dv.world_size) {
         return;
@@ -225,7 +225,7 @@ td_rpc_device_learn(int src, const td_device_map_t *map)
 }
 
 const td_rpc_wire_dev_t *
-td_rpc_device_route(int dst, int type, td_rpc_device_route_t *route)
+td__rpc_device_route(int dst, int type, td_rpc_device_route_t *route)
 {
     const td_device_maps_t *maps = td_device_maps();
     const td_device_map_t *own = NULL;
@@ -268,13 +268,13 @@ td_rpc_device_route(int dst, int type, td_rpc_device_route_t *route)
 }
 
 void
-td_rpc_device_force_route(int route)
+td__rpc_device_force_route(int route)
 {
     atomic_store(&dv.forced, route);
 }
 
 td_status_t
-td_rpc_device_sync_out(const td_rpc_wire_out_t *out)
+td__rpc_device_sync_out(const td_rpc_wire_out_t *out)
 {
     td_status_t status = TD_OK;
 
@@ -432,19 +432,13 @@ prepare_one(td_tensor_t *v, size_t i, int dst, const td_rpc_wire_dev_t *dev,
 }
 
 td_status_t
-td_rpc_device_prepare(const td_rpc_list_t *args, int dst,
+td__rpc_device_prepare(const td_rpc_list_t *args, int dst,
                       const td_rpc_wire_dev_t *dev, td_rpc_wire_out_t *out)
 {
     size_t n_items = td_rpc_list_len(args);
     td_status_t status;
 
-    out->header = NULL;
-    out->header_len = 0;
-    out->n_bodies = 0;
-    out->n_tensors = 0;
-    out->args_body = NULL;
-    out->n_staged = 0;
-    out->n_device_direct = 0;
+    td__rpc_wire_out_init(out);
     for (size_t i = 0; i < n_items; i++) {
         const td_value_t *v = &args->items[i];
 
@@ -465,12 +459,27 @@ td_rpc_device_prepare(const td_rpc_list_t *args, int dst,
     return TD_OK;
 
 err:
-    td_rpc_wire_out_free(out);
+    td__rpc_wire_out_free(out);
     return status;
 }
 
 td_status_t
-td_rpc_device_land_eager(td_tensor_t *host, td_device_t device,
+td__rpc_device_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
+                     int dst, size_t header_max,
+                     td_rpc_wire_rref_out_fn rref_out, void *rref_arg,
+                     const td_rpc_wire_dev_t *dev, td_rpc_wire_out_t *out)
+{
+    td_status_t status = td__rpc_device_prepare(args, dst, dev, out);
+
+    if (status != TD_OK) {
+        return status;
+    }
+    return td__rpc_wire_encode_dev(meta, args, dst, header_max, rref_out,
+                                  rref_arg, dev, out);
+}
+
+td_status_t
+td__rpc_device_land_eager(td_tensor_t *host, td_device_t device,
                          td_tensor_t **out)
 {
     td_tensor_t *d;
@@ -528,7 +537,7 @@ staged_one(void *arg, td_status_t status)
 }
 
 td_status_t
-td_rpc_device_send_staged(int dst, const td_rpc_wire_out_t *out,
+td__rpc_device_send_staged(int dst, const td_rpc_wire_out_t *out,
                           void (*done)(void *arg, td_status_t status),
                           void *arg)
 {
@@ -572,7 +581,7 @@ td_rpc_device_send_staged(int dst, const td_rpc_wire_out_t *out,
 /* ---- the module's life -------------------------------------------------- */
 
 td_status_t
-td_rpc_device_setup(td_transport_t *tp, const td_world_t *w)
+td__rpc_device_setup(td_transport_t *tp, const td_world_t *w)
 {
     td_staging_params_t p;
     int n = 0;
@@ -597,7 +606,7 @@ td_rpc_device_setup(td_transport_t *tp, const td_world_t *w)
 }
 
 void
-td_rpc_device_peer_failed(int rank)
+td__rpc_device_peer_failed(int rank)
 {
     landed_t *l;
 
@@ -621,13 +630,13 @@ td_rpc_device_peer_failed(int rank)
 }
 
 size_t
-td_rpc_device_outstanding(void)
+td__rpc_device_outstanding(void)
 {
     return dv.eng != NULL ? td__staging_outstanding(dv.eng) : 0;
 }
 
 void
-td_rpc_device_shutdown(void)
+td__rpc_device_shutdown(void)
 {
     landed_t *l;
 
@@ -647,7 +656,7 @@ td_rpc_device_shutdown(void)
 }
 
 td_status_t
-td_rpc_device_stats(td_staging_stats_t *stats_p, size_t *landed_p)
+td__rpc_device_stats(td_staging_stats_t *stats_p, size_t *landed_p)
 {
     if (dv.eng == NULL) {
         return td_error(TD_ERR_STATE, "rpc: no staging engine (no device)");

@@ -46,10 +46,10 @@
 #define TD_RPC_STAGING_ID        3     /* transport handler id */
 #define TD_RPC_DEVICE_LANDED_MAX 1024  /* DV2 */
 
-td_status_t td_rpc_device_setup(td_transport_t *tp, const td_world_t *w);
-void        td_rpc_device_shutdown(void);
-void        td_rpc_device_peer_failed(int rank);
-size_t      td_rpc_device_outstanding(void);
+td_status_t td__rpc_device_setup(td_transport_t *tp, const td_world_t *w);
+void        td__rpc_device_shutdown(void);
+void        td__rpc_device_peer_failed(int rank);
+size_t      td__rpc_device_outstanding(void);
 
 /* The routing of one message to DST of TYPE into *ROUTE (storage for
  * the maps it points at); NULL when nothing device-related applies (no
@@ -58,7 +58,7 @@ typedef struct {
     td_rpc_wire_dev_t dev;
     td_device_map_t   own, learned, attach;
 } td_rpc_device_route_t;
-const td_rpc_wire_dev_t *td_rpc_device_route(int dst, int type,
+const td_rpc_wire_dev_t *td__rpc_device_route(int dst, int type,
                                              td_rpc_device_route_t *route);
 
 /* Sender: ARGS' tensors for a message to DST routed by DEV (NULL: cpu
@@ -66,38 +66,48 @@ const td_rpc_wire_dev_t *td_rpc_device_route(int dst, int type,
  * landing device (V1), contiguous, a host copy through the staging module
  * where it travels as host memory (landing on the peer's cpu, or eager,
  * V5), its place (body, eager, staged). On an error OUT is freed. */
-td_status_t td_rpc_device_prepare(const td_rpc_list_t *args, int dst,
+td_status_t td__rpc_device_prepare(const td_rpc_list_t *args, int dst,
                                   const td_rpc_wire_dev_t *dev,
                                   td_rpc_wire_out_t *out);
 
+/* The sender's two steps: ARGS' tensors prepared (above), then the codec
+ * (td__rpc_wire_encode_dev) describes them in OUT. On an error OUT is
+ * freed. */
+td_status_t td__rpc_device_encode(const td_rpc_wire_meta_t *meta,
+                                 const td_rpc_list_t *args, int dst,
+                                 size_t header_max,
+                                 td_rpc_wire_rref_out_fn rref_out,
+                                 void *rref_arg, const td_rpc_wire_dev_t *dev,
+                                 td_rpc_wire_out_t *out);
+
 /* Receiver: the tensor on DEVICE for an eager body HOST (V5), copied in
  * by the staging module. */
-td_status_t td_rpc_device_land_eager(td_tensor_t *host, td_device_t device,
+td_status_t td__rpc_device_land_eager(td_tensor_t *host, td_device_t device,
                                      td_tensor_t **out);
 
 /* Receiver: remember the reply map SRC attached (rpc_wire.h V2). */
-void        td_rpc_device_learn(int src, const td_device_map_t *map);
+void        td__rpc_device_learn(int src, const td_device_map_t *map);
 
 /* Send OUT's staged bodies to DST; DONE(ARG, status) once (DV3), on the
  * engine's thread or, on an error return, not at all. */
-td_status_t td_rpc_device_send_staged(int dst, const td_rpc_wire_out_t *out,
+td_status_t td__rpc_device_send_staged(int dst, const td_rpc_wire_out_t *out,
                                       void (*done)(void *arg,
                                                    td_status_t status),
                                       void *arg);
 /* Order the host after the devices OUT's direct device bodies live on
  * (UCX reads them once the send is posted). */
-td_status_t td_rpc_device_sync_out(const td_rpc_wire_out_t *out);
+td_status_t td__rpc_device_sync_out(const td_rpc_wire_out_t *out);
 
 /* Receiver: the tensor for descriptor T of a message from SRC (device
  * memory, or the staged body claimed from the table) and the memory type
  * its body lands in. */
-td_status_t td_rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
+td_status_t td__rpc_device_rx_tensor(int src, const td_rpc_wire_tensor_t *t,
                                     td_tensor_t **out, td_mem_type_t *mem_p);
 
 /* Tests only: force the route (TD_ROUTE_DIRECT or TD_ROUTE_STAGED; -1:
  * decide by the transport's memory types), and the engine's counters. */
-void        td_rpc_device_force_route(int route);
-td_status_t td_rpc_device_stats(td_staging_stats_t *stats_p,
+void        td__rpc_device_force_route(int route);
+td_status_t td__rpc_device_stats(td_staging_stats_t *stats_p,
                                 size_t *landed_p);
 
 #endif /* TD_RUNTIME_RPC_RPC_DEVICE_H */

@@ -3,7 +3,7 @@
  * not installed).
  *
  * Layers that ride on RPC's messages plug in the same way: a runtime
- * module (runtime/modules.c) whose attach calls td_rpc_plug with one
+ * module (runtime/modules.c) whose attach calls td__rpc_plug with one
  * td_rpc_plugin_t, filling only the hooks it needs:
  *   - message types: remote references own TD_RPC_MSG_REMOTE..RREF_ACK;
  *     handle() runs them on a pool thread and may answer later through a
@@ -33,7 +33,7 @@
  * Internal functions (propagate gradients, release a context, the
  * barrier) are plain registered functions whose names start with "_td.".
  *
- * Thread safety: as in todist/rpc.h; td_rpc_plug before td_init. */
+ * Thread safety: as in todist/rpc.h; td__rpc_plug before td_init. */
 #ifndef TD_RUNTIME_RPC_INTERNAL_H
 #define TD_RUNTIME_RPC_INTERNAL_H
 
@@ -65,7 +65,7 @@ typedef struct {
     int         (*wants_reply)(void *arg, int type);
     /* Optional: every RPC_TIMER_TICK_S on RPC's timer thread while RPC
      * runs, NOW = td_now_s(); must not block (complete futures there with
-     * td_future_fail_async: callbacks go to the pool). */
+     * td__future_fail_async: callbacks go to the pool). */
     void        (*tick)(void *arg, double now);
     /* Remote references in value lists (all four or none): encode for a
      * destination, decode from a source, and how lists hold them. */
@@ -92,7 +92,7 @@ typedef struct {
 /* Plug PLUGIN (copied) in; the same name again replaces it. TD_ERR_EXISTS
  * when another plug-in provides one of its hooks or types already,
  * TD_ERR_INVALID for a half-filled kind, TD_ERR_STATE while RPC runs. */
-td_status_t td_rpc_plug(const td_rpc_plugin_t *plugin);
+td_status_t td__rpc_plug(const td_rpc_plugin_t *plugin);
 
 /* RPC's runtime module: first in the table (runtime/modules.c). */
 extern const td_runtime_module_t td_rpc_module;
@@ -103,7 +103,7 @@ extern const td_runtime_module_t td_rpc_module;
  * wire field (function id, or rref id for rref messages). With FUT_P a
  * reply is expected and *FUT_P receives the future; NAME (may be NULL)
  * names the call in errors. */
-td_status_t td_rpc_send_typed(int dst, int type, uint64_t function_id,
+td_status_t td__rpc_send_typed(int dst, int type, uint64_t function_id,
                               const char *name, const td_rpc_list_t *args,
                               double timeout, td_future_t **fut_p);
 
@@ -112,18 +112,18 @@ td_status_t td_rpc_send_typed(int dst, int type, uint64_t function_id,
  * sets *FUT_P to NULL; an async one (td_rpc_register_async) hands back its
  * future in *FUT_P (the caller owns the reference) and leaves RESULT
  * alone, so nothing waits for it here. */
-td_status_t td_rpc_run_local(uint64_t function_id, int caller,
+td_status_t td__rpc_run_local(uint64_t function_id, int caller,
                              const td_rpc_list_t *args, td_rpc_list_t *result,
                              td_future_t **fut_p);
 
 /* The calling thread's autograd context through the autograd plug-in (0:
  * none, or no plug-in), and setting it (returns the previous one): a
  * message answered later runs its function in the context it came with. */
-uint64_t td_rpc_context_current(void);
-uint64_t td_rpc_context_swap(uint64_t ctx);
+uint64_t td__rpc_context_current(void);
+uint64_t td__rpc_context_swap(uint64_t ctx);
 
 /* Error text for a remote failure: "Error on rank N (workerN): MSG". */
-void td_rpc_format_remote_error(char *buf, size_t len, int rank,
+void td__rpc_format_remote_error(char *buf, size_t len, int rank,
                                 const char *msg);
 
 #endif /* TD_RUNTIME_RPC_INTERNAL_H */

@@ -36,12 +36,12 @@ td_rpc_list_create(td_rpc_list_t **list_p)
     return TD_OK;
 }
 
-/* The rref plug-in's (td_rpc_list_set_ref_ops); set before td_init. */
+/* The rref plug-in's (td__rpc_list_set_ref_ops); set before td_init. */
 static td_rref_t *(*ref_retain)(td_rref_t *rref);
 static void       (*ref_release)(td_rref_t *rref);
 
 void
-td_rpc_list_set_ref_ops(td_rref_t *(*retain)(td_rref_t *rref),
+td__rpc_list_set_ref_ops(td_rref_t *(*retain)(td_rref_t *rref),
                         void (*release)(td_rref_t *rref))
 {
     ref_retain = retain;
@@ -219,7 +219,7 @@ td_rpc_list_add_rref(td_rpc_list_t *list, td_rref_t *rref)
 }
 
 td_status_t
-td_rpc_list_take_rref(td_rpc_list_t *list, td_rref_t *rref)
+td__rpc_list_take_rref(td_rpc_list_t *list, td_rref_t *rref)
 {
     td_value_t *v = list_push(list);
 
@@ -407,7 +407,7 @@ td_rpc_list_set_tensor(td_rpc_list_t *list, size_t i, td_tensor_t *t)
 }
 
 int
-td_rpc_list_requires_grad(const td_rpc_list_t *list)
+td__rpc_list_requires_grad(const td_rpc_list_t *list)
 {
     for (size_t i = 0; list != NULL && i < list->n; i++) {
         if (list->items[i].kind == TD_VALUE_TENSOR &&

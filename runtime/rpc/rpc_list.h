@@ -35,14 +35,14 @@ struct td_rpc_list {
 };
 
 /* How lists hold remote references: the rref plug-in's retain and release
- * (td_rpc_plug installs them); until then a list takes no reference. This
+ * (td__rpc_plug installs them); until then a list takes no reference. This
  * keeps lists below remote references (no include of rref.c's headers). */
-void td_rpc_list_set_ref_ops(td_rref_t *(*retain)(td_rref_t *rref),
+void td__rpc_list_set_ref_ops(td_rref_t *(*retain)(td_rref_t *rref),
                              void (*release)(td_rref_t *rref));
 /* Append RREF, taking over the caller's reference (released on failure). */
-td_status_t td_rpc_list_take_rref(td_rpc_list_t *list, td_rref_t *rref);
+td_status_t td__rpc_list_take_rref(td_rpc_list_t *list, td_rref_t *rref);
 
 /* true when LIST holds a tensor that requires grad. */
-int td_rpc_list_requires_grad(const td_rpc_list_t *list);
+int td__rpc_list_requires_grad(const td_rpc_list_t *list);
 
 #endif /* TD_RUNTIME_RPC_LIST_H */

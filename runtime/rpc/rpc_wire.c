@@ -103,7 +103,7 @@ get_u64(rbuf_t *r, uint64_t *v)
 }
 
 uint64_t
-td_rpc_wire_fn_id(const char *name)
+td__rpc_wire_fn_id(const char *name)
 {
     uint64_t h = 0xcbf29ce484222325ull;
 
@@ -141,8 +141,8 @@ args_size(const td_rpc_list_t *args)
 /* Empty OUT. Its arrays (2 KB) are left as they are: only the first
  * n_bodies / n_tensors entries mean anything, and zeroing them all would
  * cost more than a small call's whole encoding. */
-static void
-out_reset(td_rpc_wire_out_t *out)
+void
+td__rpc_wire_out_init(td_rpc_wire_out_t *out)
 {
     out->header = NULL;
     out->header_len = 0;
@@ -154,7 +154,7 @@ out_reset(td_rpc_wire_out_t *out)
 }
 
 void
-td_rpc_wire_out_free(td_rpc_wire_out_t *out)
+td__rpc_wire_out_free(td_rpc_wire_out_t *out)
 {
     if (out == NULL) {
         return;
@@ -164,11 +164,11 @@ td_rpc_wire_out_free(td_rpc_wire_out_t *out)
     }
     free(out->header);
     free(out->args_body);
-    out_reset(out);
+    td__rpc_wire_out_init(out);
 }
 
 uint64_t
-td_rpc_wire_xfer_id(uint64_t xfer_seq, int k, td_device_t device)
+td__rpc_wire_xfer_id(uint64_t xfer_seq, int k, td_device_t device)
 {
     return xfer_seq << 16 | (uint64_t)k << 9 |
            (uint64_t)(device.type == TD_DEVICE_CUDA) << 8 |
@@ -176,7 +176,7 @@ td_rpc_wire_xfer_id(uint64_t xfer_seq, int k, td_device_t device)
 }
 
 td_device_t
-td_rpc_wire_xfer_device(uint64_t id)
+td__rpc_wire_xfer_device(uint64_t id)
 {
     return (id >> 8 & 1) ? (td_device_t){TD_DEVICE_CUDA, (int)(id & 0xff)}
                          : TD_CPU;
@@ -189,7 +189,7 @@ dev_same(td_device_t a, td_device_t b)
 }
 
 /* Step 1: ARGS checked against the wire's bounds and against OUT's
- * prepared tensors (one per tensor item, in order: td_rpc_device_prepare
+ * prepared tensors (one per tensor item, in order: td__rpc_device_prepare
  * made them, and the codec copies nothing); *DESC_LEN_P gets the bytes of
  * the tensor descriptors. */
 static inline td_status_t
@@ -266,7 +266,7 @@ encode_header(wbuf_t *w, const td_rpc_wire_meta_t *meta, size_t alen,
             put_u64(w, (uint64_t)td_tensor_shape(t)[d]);
         }
         if (out->place[k] == TD_RPC_WIRE_STAGED) {
-            xfer = td_rpc_wire_xfer_id(dev->xfer_seq, k, to);
+            xfer = td__rpc_wire_xfer_id(dev->xfer_seq, k, to);
             out->staged[out->n_staged].id = xfer;
             out->staged[out->n_staged].buf = td_tensor_data(t);
             out->staged[out->n_staged].len = td_tensor_nbytes(t);
@@ -348,17 +348,17 @@ encode_args(wbuf_t *w, const td_rpc_list_t *args, size_t n_items, int dst,
 }
 
 td_status_t
-td_rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
+td__rpc_wire_encode(const td_rpc_wire_meta_t *meta, const td_rpc_list_t *args,
                    int dst, size_t header_max,
                    td_rpc_wire_rref_out_fn rref_out, void *rref_arg,
                    td_rpc_wire_out_t *out)
 {
-    return td_rpc_wire_encode_dev(meta, args, dst, header_max, rref_out,
+    return td__rpc_wire_encode_dev(meta, args, dst, header_max, rref_out,
                                   rref_arg, NULL, out);
 }
 
 td_status_t
-td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
+td__rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
                        const td_rpc_list_t *args, int dst,
                        size_t header_max, td_rpc_wire_rref_out_fn rref_out,
                        void *rref_arg, const td_rpc_wire_dev_t *dev,
@@ -434,7 +434,7 @@ td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
     return TD_OK;
 
 err:
-    td_rpc_wire_out_free(out);
+    td__rpc_wire_out_free(out);
     return status;
 }
 
@@ -443,7 +443,7 @@ err:
 #define PROTO(...) td_error(TD_ERR_PROTOCOL, __VA_ARGS__)
 
 td_status_t
-td_rpc_wire_parse(const void *hdr, size_t len, int src,
+td__rpc_wire_parse(const void *hdr, size_t len, int src,
                   td_rpc_wire_msg_t *msg_p)
 {
     td_rpc_wire_msg_t *m = msg_p;
@@ -573,7 +573,7 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
                 ? t->nbytes == 0 || t->nbytes > TD_RPC_WIRE_EAGER_MAX
                 : t->xfer != 0 &&
                   (t->nbytes == 0 ||
-                   !dev_same(td_rpc_wire_xfer_device(t->xfer),
+                   !dev_same(td__rpc_wire_xfer_device(t->xfer),
                              t->device))) {
             return PROTO("rpc: message from rank %d: tensor %d of %zu bytes "
                          "on cuda:%d names staged transfer %llx (V3)", src,
@@ -629,7 +629,7 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
         m->args = r.p;
         m->args_len = args_len;
         m->args_body = -1;
-        status = td_rpc_wire_check_args(m->args, m->args_len,
+        status = td__rpc_wire_check_args(m->args, m->args_len,
                                         m->n_tensors, src);
         if (status != TD_OK) {
             return status;
@@ -639,7 +639,7 @@ td_rpc_wire_parse(const void *hdr, size_t len, int src,
 }
 
 td_status_t
-td_rpc_wire_peek(const void *hdr, size_t len, int src, uint8_t *type_p,
+td__rpc_wire_peek(const void *hdr, size_t len, int src, uint8_t *type_p,
                  uint64_t *message_id_p)
 {
     rbuf_t r;
@@ -670,7 +670,7 @@ td_rpc_wire_peek(const void *hdr, size_t len, int src, uint8_t *type_p,
 }
 
 td_status_t
-td_rpc_wire_check_bodies(const td_rpc_wire_msg_t *msg, int src,
+td__rpc_wire_check_bodies(const td_rpc_wire_msg_t *msg, int src,
                          const size_t *body_len, size_t n_bodies)
 {
     if (n_bodies != (size_t)msg->n_bodies) {
@@ -819,7 +819,7 @@ walk_args(const uint8_t *args, size_t len, td_tensor_t *const *tensors,
                     return status;
                 }
                 /* The list takes over REF's reference. */
-                status = td_rpc_list_take_rref(list, rref);
+                status = td__rpc_list_take_rref(list, rref);
                 if (status != TD_OK) {
                     return status;
                 }
@@ -838,14 +838,14 @@ walk_args(const uint8_t *args, size_t len, td_tensor_t *const *tensors,
 }
 
 td_status_t
-td_rpc_wire_check_args(const uint8_t *args, size_t len, int n_tensors,
+td__rpc_wire_check_args(const uint8_t *args, size_t len, int n_tensors,
                        int src)
 {
     return walk_args(args, len, NULL, n_tensors, src, NULL, NULL, NULL);
 }
 
 td_status_t
-td_rpc_wire_decode_args(const uint8_t *args, size_t len,
+td__rpc_wire_decode_args(const uint8_t *args, size_t len,
                         td_tensor_t *const *tensors, int n_tensors, int src,
                         td_rpc_wire_rref_in_fn rref_in, void *rref_arg,
                         td_rpc_list_t **list_p)

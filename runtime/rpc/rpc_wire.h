@@ -20,7 +20,7 @@
  *     u64 x ndim shape, and for a cuda device a u64 staging transfer id
  *     (0: the body is in this message, GPU-direct; else the body went
  *     ahead through the staging engine as that transfer, which names the
- *     target device in its low bits, td_rpc_wire_xfer_device). A message
+ *     target device in its low bits, td__rpc_wire_xfer_device). A message
  *     with cpu tensors only is byte for byte what it was before device
  *     tensors travelled.
  *
@@ -140,11 +140,11 @@ typedef enum {
 } td_rpc_wire_place_t;
 
 /* One message for sending, in two steps. First its tensors are prepared
- * outside the codec (td_rpc_device_prepare, runtime/rpc/rpc_device.h):
+ * outside the codec (td__rpc_device_prepare, runtime/rpc/rpc_device.h):
  * routed (V1), made contiguous, host copies made where they travel as host
  * memory, their place chosen; they are retained in TENSORS. Then the codec
- * (td_rpc_wire_encode) builds the header blob and lists the bodies: it
- * writes descriptors and copies no tensor. Free with td_rpc_wire_out_free. */
+ * (td__rpc_wire_encode) builds the header blob and lists the bodies: it
+ * writes descriptors and copies no tensor. Free with td__rpc_wire_out_free. */
 typedef struct {
     uint8_t      *header;
     size_t        header_len;
@@ -183,8 +183,8 @@ typedef struct {
 
 /* The staging transfer id of tensor K of message XFER_SEQ landing on
  * DEVICE, and back (V3). */
-uint64_t    td_rpc_wire_xfer_id(uint64_t xfer_seq, int k, td_device_t device);
-td_device_t td_rpc_wire_xfer_device(uint64_t id);
+uint64_t    td__rpc_wire_xfer_id(uint64_t xfer_seq, int k, td_device_t device);
+td_device_t td__rpc_wire_xfer_device(uint64_t id);
 
 /* How remote references cross the wire (the rref module provides them;
  * NULL: a reference in a list is an error). OUT runs at encode time for
@@ -199,51 +199,53 @@ typedef td_status_t (*td_rpc_wire_rref_in_fn)(void *arg, int src,
                                               td_rref_t **rref_p);
 
 /* Encode META and ARGS (NULL: empty) for DST into OUT, whose tensors
- * td_rpc_device_prepare prepared from the same ARGS and DEV (a count that
+ * td__rpc_device_prepare prepared from the same ARGS and DEV (a count that
  * disagrees is TD_ERR_INVALID); the argument list goes inline when the
  * header blob stays within HEADER_MAX bytes. On an error OUT is freed. */
-td_status_t td_rpc_wire_encode(const td_rpc_wire_meta_t *meta,
+td_status_t td__rpc_wire_encode(const td_rpc_wire_meta_t *meta,
                                const td_rpc_list_t *args, int dst,
                                size_t header_max,
                                td_rpc_wire_rref_out_fn rref_out,
                                void *rref_arg, td_rpc_wire_out_t *out);
 /* The same with the staged transfer ids and the reply map of DEV (V2,
  * V3). */
-td_status_t td_rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
+td_status_t td__rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
                                    const td_rpc_list_t *args, int dst,
                                    size_t header_max,
                                    td_rpc_wire_rref_out_fn rref_out,
                                    void *rref_arg,
                                    const td_rpc_wire_dev_t *dev,
                                    td_rpc_wire_out_t *out);
-void        td_rpc_wire_out_free(td_rpc_wire_out_t *out);
+/* OUT empty (nothing prepared, nothing to free). */
+void        td__rpc_wire_out_init(td_rpc_wire_out_t *out);
+void        td__rpc_wire_out_free(td_rpc_wire_out_t *out);
 
 /* Validate the header blob HDR[LEN] received from SRC and describe it.
  * When the argument list is inline it is validated here too. */
-td_status_t td_rpc_wire_parse(const void *hdr, size_t len, int src,
+td_status_t td__rpc_wire_parse(const void *hdr, size_t len, int src,
                               td_rpc_wire_msg_t *msg);
-/* For a header td_rpc_wire_parse rejected: when its fixed part still
+/* For a header td__rpc_wire_parse rejected: when its fixed part still
  * names an rpc message from SRC (magic, sender, type; any version), its
  * type and message id, so the sender can get an error reply instead of
  * waiting for its timeout. TD_ERR_PROTOCOL otherwise. */
-td_status_t td_rpc_wire_peek(const void *hdr, size_t len, int src,
+td_status_t td__rpc_wire_peek(const void *hdr, size_t len, int src,
                              uint8_t *type_p, uint64_t *message_id_p);
 /* Check the bodies the transport announced against MSG. */
-td_status_t td_rpc_wire_check_bodies(const td_rpc_wire_msg_t *msg, int src,
+td_status_t td__rpc_wire_check_bodies(const td_rpc_wire_msg_t *msg, int src,
                                      const size_t *body_len, size_t n_bodies);
 /* Validate ARGS[LEN] (count, kinds, lengths, tensor indexes) without
  * building anything. */
-td_status_t td_rpc_wire_check_args(const uint8_t *args, size_t len,
+td_status_t td__rpc_wire_check_args(const uint8_t *args, size_t len,
                                    int n_tensors, int src);
 /* Build the list from validated ARGS; TENSORS[n_tensors] are retained
  * into it (a NULL entry is an error). */
-td_status_t td_rpc_wire_decode_args(const uint8_t *args, size_t len,
+td_status_t td__rpc_wire_decode_args(const uint8_t *args, size_t len,
                                     td_tensor_t *const *tensors,
                                     int n_tensors, int src,
                                     td_rpc_wire_rref_in_fn rref_in,
                                     void *rref_arg, td_rpc_list_t **list_p);
 
 /* 64-bit FNV-1a of a function name: the function id on the wire. */
-uint64_t td_rpc_wire_fn_id(const char *name);
+uint64_t td__rpc_wire_fn_id(const char *name);
 
 #endif /* TD_RUNTIME_RPC_WIRE_H */

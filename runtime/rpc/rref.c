@@ -50,7 +50,7 @@
  *      out and nothing else refers to it.
  *
  * How it plugs in: like distributed autograd, through RPC's plug-in
- * interface (td_rpc_plug, from this runtime module's attach): the message
+ * interface (td__rpc_plug, from this runtime module's attach): the message
  * types above, wire_out / wire_in for references inside value lists, and
  * tick (RPC's timer) for the waiters' timeouts. RPC knows nothing else of
  * references; this module's setup, peer_failed and shutdown run from the
@@ -394,7 +394,7 @@ td_rref_release(td_rref_t *h)
             fork_remove(h->rref_id, h->fork_id);
         } else if (td_rpc_list_create(&args) == TD_OK) {
             if (td_rpc_list_add_int(args, (int64_t)h->fork_id) == TD_OK &&
-                td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_DEC, h->rref_id,
+                td__rpc_send_typed(h->owner, TD_RPC_MSG_RREF_DEC, h->rref_id,
                                   "rref delete", args, 0, NULL) != TD_OK) {
                 td_log_warn("rref: could not tell rank %d that "
                         "reference %016llx was released: %s", h->owner,
@@ -509,7 +509,7 @@ park(uint64_t id, int kind, int src, td_rpc_list_t *args, td_future_t **fut_p)
     w->src = src;
     w->rref_id = id;
     w->args = args;
-    w->ctx = kind == WAIT_CALL ? td_rpc_context_current() : 0;
+    w->ctx = kind == WAIT_CALL ? td__rpc_context_current() : 0;
     w->timeout = td_rpc_default_timeout();
     w->deadline = w->timeout > 0 ? td_now_s() + w->timeout : 0;
     w->prev = rr.waiters_tail;
@@ -555,7 +555,7 @@ run_method(int src, const char *name, td_rpc_list_t *v,
 
     *fut_p = NULL;
     if (status == TD_OK) {
-        status = td_rpc_run_local(td_rpc_wire_fn_id(name), src, v, result,
+        status = td__rpc_run_local(td__rpc_wire_fn_id(name), src, v, result,
                                   fut_p);
         if (status == TD_ERR_NOT_FOUND) {
             status = td_error(TD_ERR_NOT_FOUND, "rpc: rank %d has no "
@@ -590,7 +590,7 @@ resume(void *arg)
         waiter_free(w);
         return;
     }
-    prev = td_rpc_context_swap(w->ctx);
+    prev = td__rpc_context_swap(w->ctx);
     status = td_rpc_list_string(w->args, 0, &name);
     if (status == TD_OK) {
         status = td_rpc_list_create(&result);
@@ -600,7 +600,7 @@ resume(void *arg)
         status = run_method(w->src, name, w->value, w->args, 1, result, &f);
         w->value = NULL;
     }
-    td_rpc_context_swap(prev);
+    td__rpc_context_swap(prev);
     if (status == TD_OK && f != NULL) {
         if (td_future_then(f, pass_on, td_future_retain(w->fut)) != TD_OK) {
             td_future_fail(w->fut, TD_ERR_NO_MEMORY, "rref: out of memory");
@@ -655,7 +655,7 @@ dispatch_waiters(waiter_t *w)
         waiter_t *next = w->next;
 
         w->next = NULL;
-        if (td_rpc_pool_post(resume, w) != TD_OK) {
+        if (td__rpc_pool_post(resume, w) != TD_OK) {
             td_future_fail(w->fut, TD_ERR_STATE, "rref: object %016llx: %s",
                            (unsigned long long)w->rref_id, td_last_error());
             waiter_free(w);
@@ -702,7 +702,7 @@ tick(void *arg, double now)
                  "rank %d after %.3g s", (unsigned long long)w->rref_id,
                  rr.rank, w->timeout);
         /* never on the timer thread: callbacks go to the pool */
-        td_future_fail_async(w->fut, TD_ERR_TIMEOUT, msg);
+        td__future_fail_async(w->fut, TD_ERR_TIMEOUT, msg);
         waiter_free(w);
     }
 }
@@ -806,8 +806,8 @@ on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
         status = td_rpc_list_create(&value);
     }
     if (status == TD_OK) {
-        status = td_rpc_run_local(fn_id, src, rest, value, &f);
-        if (status == TD_ERR_NOT_FOUND && td_rpc_wire_fn_id(name) == fn_id) {
+        status = td__rpc_run_local(fn_id, src, rest, value, &f);
+        if (status == TD_ERR_NOT_FOUND && td__rpc_wire_fn_id(name) == fn_id) {
             status = td_error(TD_ERR_NOT_FOUND, "rpc: rank %d has no "
                               "function '%s'", rr.rank, name);
         }
@@ -885,7 +885,7 @@ owner_value(uint64_t id, int kind, int src, const td_rpc_list_t *args,
 }
 
 td_status_t
-td_rref_local_value(td_rref_t *h, td_future_t **fut_p)
+td__rref_local_value(td_rref_t *h, td_future_t **fut_p)
 {
     td_rpc_list_t *v = NULL;
     td_future_t *f = NULL;
@@ -1065,7 +1065,7 @@ wire_out(void *arg, td_rref_t *h, int dst, int32_t *owner_p,
             status = td_rpc_list_add_int(args, dst);    /* the holder */
         }
         if (status == TD_OK) {
-            status = td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_FORK,
+            status = td__rpc_send_typed(h->owner, TD_RPC_MSG_RREF_FORK,
                                        h->rref_id, "rref fork", args, 0,
                                        &fut);
         }
@@ -1125,8 +1125,8 @@ td_remote(int dst, const char *name, const td_rpc_list_t *args,
         (status = append(full, args, 0)) != TD_OK) {
         goto err;
     }
-    status = td_rpc_send_typed(dst, TD_RPC_MSG_REMOTE,
-                               td_rpc_wire_fn_id(name), name, full, timeout,
+    status = td__rpc_send_typed(dst, TD_RPC_MSG_REMOTE,
+                               td__rpc_wire_fn_id(name), name, full, timeout,
                                &h->created);
     if (status != TD_OK) {
         goto err;
@@ -1150,7 +1150,7 @@ td_rref_to_here_async(td_rref_t *h, double timeout, td_future_t **fut_p)
     if (h == NULL || fut_p == NULL) {
         return td_error(TD_ERR_INVALID, "rref: to_here: argument is NULL");
     }
-    return td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_FETCH, h->rref_id,
+    return td__rpc_send_typed(h->owner, TD_RPC_MSG_RREF_FETCH, h->rref_id,
                              "rref to_here", NULL, timeout, fut_p);
 }
 
@@ -1191,7 +1191,7 @@ td_rref_rpc_async(td_rref_t *h, const char *name, const td_rpc_list_t *args,
     }
     if ((status = td_rpc_list_add_string(full, name)) == TD_OK &&
         (status = append(full, args, 0)) == TD_OK) {
-        status = td_rpc_send_typed(h->owner, TD_RPC_MSG_RREF_CALL,
+        status = td__rpc_send_typed(h->owner, TD_RPC_MSG_RREF_CALL,
                                    h->rref_id, name, full, timeout, fut_p);
     }
     td_rpc_list_free(full);
@@ -1232,7 +1232,7 @@ td_rref_leaks(void)
 }
 
 size_t
-td_rref_objects(void)
+td__rref_objects(void)
 {
     size_t n;
 
@@ -1264,7 +1264,7 @@ module_attach(void *arg)
     p.rref_in = wire_in;
     p.rref_retain = td_rref_retain;
     p.rref_release = td_rref_release;
-    return td_rpc_plug(&p);
+    return td__rpc_plug(&p);
 }
 
 static td_status_t

@@ -19,9 +19,9 @@
  * (or with its error, or TD_ERR_TIMEOUT after the default timeout):
  * nothing waits here (RR1 of rref.c). TD_ERR_INVALID when this worker does
  * not own RREF. *FUT_P is the caller's to release. */
-td_status_t td_rref_local_value(td_rref_t *rref, td_future_t **fut_p);
+td_status_t td__rref_local_value(td_rref_t *rref, td_future_t **fut_p);
 /* Objects this worker owns right now (tests). */
-size_t td_rref_objects(void);
+size_t td__rref_objects(void);
 
 /* The rref runtime module. */
 extern const td_runtime_module_t td_rref_module;

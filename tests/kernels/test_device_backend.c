@@ -16,19 +16,6 @@
 #include "runtime/rpc/rpc_device.h"
 #include "tests/tap.h"
 
-/* The sender's two steps: the tensors prepared (routed, host copies made:
- * rpc_device.h), then the codec, which only describes them. */
-static td_status_t
-enc(const td_rpc_wire_meta_t *m, const td_rpc_list_t *l,
-    const td_rpc_wire_dev_t *dev, td_rpc_wire_out_t *out)
-{
-    td_status_t st = td_rpc_device_prepare(l, 1, dev, out);
-
-    return st != TD_OK ? st
-        : td_rpc_wire_encode_dev(m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL,
-                                 NULL, dev, out);
-}
-
 #define CUDA(i) ((td_device_t){TD_DEVICE_CUDA, (i)})
 
 static int
@@ -175,14 +162,15 @@ wire(void)
     td_rpc_list_add_tensor(l, h);
 
     /* staged: the device body goes ahead, the descriptor names it */
-    is_int(enc(&m, l, &dev, &out), TD_OK,
+    is_int(td__rpc_device_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
+                                &dev, &out), TD_OK,
            "encode a cuda:0 and a cpu tensor with map cuda:0->cuda:1");
     is_int(out.n_staged, 1, "one staged body (the device tensor)");
     is_int(out.n_bodies, 1, "one body in the message (the cpu tensor)");
-    ok(out.staged[0].id == td_rpc_wire_xfer_id(5, 0, CUDA(1)) &&
+    ok(out.staged[0].id == td__rpc_wire_xfer_id(5, 0, CUDA(1)) &&
        out.staged[0].len == 80000, "staged id names message 5, tensor 0, "
        "cuda:1; 80000 bytes");
-    is_int(td_rpc_wire_parse(out.header, out.header_len, 0, &msg), TD_OK,
+    is_int(td__rpc_wire_parse(out.header, out.header_len, 0, &msg), TD_OK,
            "the receiver parses it");
     ok(msg.tensors[0].device.type == TD_DEVICE_CUDA &&
        msg.tensors[0].device.index == 1 && msg.tensors[0].body == -1 &&
@@ -195,39 +183,39 @@ wire(void)
        msg.reply_map.pairs[0].to.index == 0 &&
        msg.reply_map.pairs[0].to.type == TD_DEVICE_CUDA,
        "the reply map cuda:1->cuda:0 travels with the call");
-    ok(td_rpc_wire_xfer_device(out.staged[0].id).index == 1,
+    ok(td__rpc_wire_xfer_device(out.staged[0].id).index == 1,
        "the transfer id gives back its device");
 
     /* V3: a descriptor whose device disagrees with its transfer id */
     memcpy(bad, out.header, out.header_len);
     bad[48 + 4] = 0;                     /* cuda:1 -> cuda:0 */
-    like(td_rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
+    like(td__rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
          : td_last_error(), "names staged transfer", "a device index that "
          "disagrees with the staged id is rejected");
     memcpy(bad, out.header, out.header_len);
     bad[48 + 3] = 2;                     /* device type 2 */
-    like(td_rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
+    like(td__rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
          : td_last_error(), "device 2:1", "an unknown device type is "
          "rejected");
     memcpy(bad, out.header, out.header_len);
     bad[48 + 32 + 4] = 7;          /* cpu tensor 1 with index 7 */
-    like(td_rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
+    like(td__rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
          : td_last_error(), "device 0:7", "a cpu descriptor with a device "
          "index is rejected");
     memcpy(bad, out.header, out.header_len);
     bad[48 + 32 + 24] = 17;     /* reply map of 17 entries */
-    like(td_rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
+    like(td__rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
          : td_last_error(), "reply map of 17 entries", "a reply map longer "
          "than TD_DEVICE_MAP_PAIRS_MAX is rejected");
     bad[48 + 32 + 24] = 1;
     bad[48 + 32 + 24 + 1] = 3;  /* from type 3 */
-    like(td_rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
+    like(td__rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
          : td_last_error(), "reply map entry 0", "a reply map entry with an "
          "unknown device type is rejected");
-    like(td_rpc_wire_parse(out.header, out.header_len - 20, 0, &msg) == TD_OK
+    like(td__rpc_wire_parse(out.header, out.header_len - 20, 0, &msg) == TD_OK
          ? "" : td_last_error(), "rank 0", "a header cut inside the device "
          "part is rejected");
-    td_rpc_wire_out_free(&out);
+    td__rpc_wire_out_free(&out);
 
     /* V5: a small device body on the staged route goes eager, as a host
      * copy in the message */
@@ -237,61 +225,66 @@ wire(void)
         small = iota(2, 3, CUDA(0));
         td_rpc_list_create(&l2);
         td_rpc_list_add_tensor(l2, small);
-        is_int(enc(&m, l2, &dev, &out), TD_OK,
+        is_int(td__rpc_device_encode(&m, l2, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                    NULL, &dev, &out), TD_OK,
                "encode a 24 byte cuda:0 tensor, staged route");
         ok(out.n_staged == 0 && out.n_bodies == 1 &&
            out.bodies[0].mem == TD_MEM_HOST &&
            td_tensor_device(out.tensors[0]).type == TD_DEVICE_CPU,
            "it goes eager: a host copy in the message, not staged");
-        td_rpc_wire_parse(out.header, out.header_len, 0, &msg);
+        td__rpc_wire_parse(out.header, out.header_len, 0, &msg);
         ok(msg.tensors[0].xfer == TD_RPC_WIRE_XFER_EAGER &&
            msg.tensors[0].body == 0 && msg.tensors[0].device.index == 1,
            "the receiver sees an eager body for cuda:1");
         memcpy(bad, out.header, out.header_len);
         bad[48 + 8 + 3] = 1;             /* dim 0 = 2 + 2^24 */
-        like(td_rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
+        like(td__rpc_wire_parse(bad, out.header_len, 0, &msg) == TD_OK ? ""
              : td_last_error(), "names staged transfer 1", "an eager body "
              "larger than TD_RPC_WIRE_EAGER_MAX is rejected");
-        td_rpc_wire_out_free(&out);
+        td__rpc_wire_out_free(&out);
         td_rpc_list_free(l2);
     }
 
     /* direct: the body is in the message, with the tensor's memory type */
     dev.staged = 0;
-    is_int(enc(&m, l, &dev, &out), TD_OK, "encode direct");
+    is_int(td__rpc_device_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
+                                &dev, &out), TD_OK, "encode direct");
     ok(out.n_staged == 0 && out.n_bodies == 2 && out.n_device_direct == 1 &&
        out.bodies[0].mem == TD_MEM_HOST,
        "both bodies in the message; the test device's is host memory");
-    td_rpc_wire_parse(out.header, out.header_len, 0, &msg);
+    td__rpc_wire_parse(out.header, out.header_len, 0, &msg);
     ok(msg.tensors[0].body == 0 && msg.tensors[0].xfer == 0 &&
        msg.tensors[0].device.index == 1, "direct descriptor: cuda:1, body 0");
-    td_rpc_wire_out_free(&out);
+    td__rpc_wire_out_free(&out);
 
     /* a device tensor mapped to the peer's cpu travels as a host body */
     {
         td_device_map_t tocpu = {1, 1, {{CUDA(0), TD_CPU}}};
         td_rpc_wire_dev_t d2 = {&tocpu, NULL, NULL, 1, 9};
 
-        is_int(enc(&m, l, &d2, &out), TD_OK,
+        is_int(td__rpc_device_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                    NULL, &d2, &out), TD_OK,
                "encode with map cuda:0->cpu, staged route");
         ok(out.n_staged == 0 && out.n_bodies == 2 &&
            out.n_device_direct == 0 &&
            td_tensor_device(out.tensors[0]).type == TD_DEVICE_CPU,
            "the cuda:0 tensor goes as a host copy, not staged");
-        td_rpc_wire_parse(out.header, out.header_len, 0, &msg);
+        td__rpc_wire_parse(out.header, out.header_len, 0, &msg);
         ok(msg.tensors[0].device.type == TD_DEVICE_CPU &&
            msg.tensors[0].body == 0, "it lands on the peer's cpu, body 0");
-        td_rpc_wire_out_free(&out);
+        td__rpc_wire_out_free(&out);
     }
 
     /* V1: an unmapped device is named with the peer; no map at all too */
     td_rpc_list_add_tensor(l, d1);
-    like(enc(&m, l, &dev, &out) == TD_OK ? ""
+    like(td__rpc_device_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
+                              &dev, &out) == TD_OK ? ""
          : td_last_error(), "rpc: list item 2: device map: a tensor on "
          "cuda:1 cannot go to worker1: its device map has no entry for "
          "cuda:1", "a tensor on an unmapped device is refused, naming the "
          "item, the device and the peer");
-    like(enc(&m, l, NULL, &out) == TD_OK ? "" : td_last_error(),
+    like(td__rpc_device_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
+                              NULL, &out) == TD_OK ? "" : td_last_error(),
          "list item 0: device map: a tensor on cuda:0 cannot go to worker1",
          "without any map, a device tensor is refused the same way");
     td_rpc_list_free(l);
@@ -300,13 +293,15 @@ wire(void)
     td_rpc_list_create(&l);
     td_rpc_list_add_tensor(l, h);
     dev.attach = NULL;
-    enc(&m, l, &dev, &out);
-    enc(&m, l, NULL, &plain);
+    td__rpc_device_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL, &dev,
+                         &out);
+    td__rpc_device_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL, NULL,
+                         &plain);
     ok(out.header_len == plain.header_len &&
        memcmp(out.header, plain.header, out.header_len) == 0,
        "a cpu-only message is byte for byte the same with a device map");
-    td_rpc_wire_out_free(&out);
-    td_rpc_wire_out_free(&plain);
+    td__rpc_wire_out_free(&out);
+    td__rpc_wire_out_free(&plain);
     td_rpc_list_free(l);
     td_tensor_release(d0);
     td_tensor_release(d1);
@@ -328,24 +323,24 @@ receiver(void)
     d.shape[0] = 4;
     d.nbytes = 16;
     d.device = CUDA(1);
-    is_int(td_rpc_device_rx_tensor(3, &d, &t, &mem), TD_OK,
+    is_int(td__rpc_device_rx_tensor(3, &d, &t, &mem), TD_OK,
            "a direct body for cuda:1");
     ok(t != NULL && on(t, CUDA(1)) && mem == TD_MEM_HOST,
        "lands in cuda:1 memory, host memory to UCX on the test backend");
     td_tensor_release(t);
     t = NULL;
     d.xfer = TD_RPC_WIRE_XFER_EAGER;
-    is_int(td_rpc_device_rx_tensor(3, &d, &t, &mem), TD_OK, "an eager body");
+    is_int(td__rpc_device_rx_tensor(3, &d, &t, &mem), TD_OK, "an eager body");
     ok(t != NULL && on(t, TD_CPU), "arrives in host memory first (V5)");
     td_tensor_release(t);
     t = NULL;
-    d.xfer = td_rpc_wire_xfer_id(7, 0, CUDA(1));
-    like(td_rpc_device_rx_tensor(3, &d, &t, &mem) == TD_OK ? ""
+    d.xfer = td__rpc_wire_xfer_id(7, 0, CUDA(1));
+    like(td__rpc_device_rx_tensor(3, &d, &t, &mem) == TD_OK ? ""
          : td_last_error(), "rank 3 names staged body .* which never came",
          "a staged body that never came is a protocol error");
     d.xfer = 0;
     d.device = CUDA(5);
-    like(td_rpc_device_rx_tensor(3, &d, &t, &mem) == TD_OK ? ""
+    like(td__rpc_device_rx_tensor(3, &d, &t, &mem) == TD_OK ? ""
          : td_last_error(), "rank 3 sent a tensor for cuda:5 here: .*not "
          "below the device count 2", "a device this worker does not have "
          "is refused, naming it and the sender");

@@ -331,7 +331,7 @@ errors(void)
     res = NULL;
     {
         /* td_remote runs the function on its owner directly
-         * (td_rpc_run_local): an async one's future, when done, makes
+         * (td__rpc_run_local): an async one's future, when done, makes
          * the object (no thread waits for it there) */
         td_rref_t *rr = NULL;
 

@@ -253,7 +253,7 @@ echo(const char *route)
     }
     CHECK(td__device_test_allocs(0) > allocs0, "%s: replies were allocated "
           "on test device 0", route);
-    s = td_rpc_device_stats(&st, &landed);
+    s = td__rpc_device_stats(&st, &landed);
     if (strcmp(route, "staged") == 0) {
         CHECK(s == TD_OK && st.chunks_sent >= 16 && st.chunks_received >= 16
               && landed == 0, "%s: bodies went through the staging engine "
@@ -382,7 +382,7 @@ main(int argc, char **argv)
         printf("rank %d: FAIL td_init: %s\n", rank, td_last_error());
         return 1;
     }
-    td_rpc_device_force_route(strcmp(route, "direct") == 0 ? TD_ROUTE_DIRECT
+    td__rpc_device_force_route(strcmp(route, "direct") == 0 ? TD_ROUTE_DIRECT
                                                            : TD_ROUTE_STAGED);
     live0 = td__device_test_live(1);
     if (strncmp(mode, "kill", 4) == 0) {
@@ -424,7 +424,7 @@ main(int argc, char **argv)
             td_rpc_list_add_tensor(args, t);
             td_rpc_async(1, "echo2", args, 60, &f);
             while (now_s() - t0 < 60 &&
-                   td_rpc_device_stats(&st, &landed) == TD_OK &&
+                   td__rpc_device_stats(&st, &landed) == TD_OK &&
                    st.chunks_sent < 4) {
                 usleep(200);
             }

@@ -384,7 +384,7 @@ fn_pool_counts(void *arg, const td_rpc_call_info_t *info,
     td_status_t st;
 
     (void)arg; (void)info; (void)args;
-    td_rpc_pool_counts(c);
+    td__rpc_pool_counts(c);
     st = td_rpc_list_add_int(result, (int64_t)c[0]);
     return st != TD_OK ? st : td_rpc_list_add_int(result, (int64_t)c[1]);
 }
@@ -576,7 +576,7 @@ fn_objects(void *arg, const td_rpc_call_info_t *info,
            const td_rpc_list_t *args, td_rpc_list_t *result)
 {
     (void)arg; (void)info; (void)args;
-    return td_rpc_list_add_int(result, (int64_t)td_rref_objects());
+    return td_rpc_list_add_int(result, (int64_t)td__rref_objects());
 }
 
 static td_status_t
@@ -772,12 +772,12 @@ capture(void *arg, td_transport_rx_t *rx)
     }
     pthread_mutex_lock(&cap_lock);
     cap_n++;
-    if (td_rpc_wire_parse(rx->header, rx->header_len, rx->src, msg) ==
+    if (td__rpc_wire_parse(rx->header, rx->header_len, rx->src, msg) ==
         TD_OK) {
         cap_type = msg->meta.type;
         cap_id = msg->meta.message_id;
         if (msg->args_body < 0 &&
-            td_rpc_wire_decode_args(msg->args, msg->args_len, NULL, 0,
+            td__rpc_wire_decode_args(msg->args, msg->args_len, NULL, 0,
                                     rx->src, NULL, NULL, &l) == TD_OK &&
             td_rpc_list_string(l, 0, &t) == TD_OK) {
             snprintf(cap_text, sizeof(cap_text), "%s", t);
@@ -800,11 +800,11 @@ mode_malformed(void)
     m.type = TD_RPC_MSG_CALL;
     m.sender = rank;
     m.message_id = 0xabcdef12345ULL;
-    m.function_id = td_rpc_wire_fn_id("noop");
+    m.function_id = td__rpc_wire_fn_id("noop");
     td__transport_set_handler(tp, 1, capture, NULL);
-    st = td_rpc_device_prepare(NULL, 1, NULL, out);   /* no tensors */
+    st = td__rpc_device_prepare(NULL, 1, NULL, out);   /* no tensors */
     if (st == TD_OK) {
-        st = td_rpc_wire_encode(&m, NULL, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+        st = td__rpc_wire_encode(&m, NULL, 1, TD_TRANSPORT_HEADER_MAX, NULL,
                                 NULL, out);
     }
     if (st == TD_OK) {
@@ -832,7 +832,7 @@ mode_malformed(void)
           "%llx, text '%s'", st, cap_n, cap_type,
           (unsigned long long)cap_id, cap_text);
     pthread_mutex_unlock(&cap_lock);
-    td_rpc_wire_out_free(out);
+    td__rpc_wire_out_free(out);
     free(out);
 }
 
@@ -1804,7 +1804,7 @@ main(int argc, char **argv)
                               .on_recv = h_recv };
 
         td__runtime_unregister("dist_autograd");
-        td_rpc_plug(&h);
+        td__rpc_plug(&h);
     }
     st = td_rpc_register("echo", fn_echo, NULL);
     if (st != TD_ERR_EXISTS) {

@@ -17,19 +17,6 @@
 
 #define SRC 3
 
-/* The sender's two steps: the tensors prepared (routed, made contiguous:
- * rpc_device.h), then the codec, which only describes them. */
-static td_status_t
-enc(const td_rpc_wire_meta_t *m, const td_rpc_list_t *l,
-    const td_rpc_wire_dev_t *dev, td_rpc_wire_out_t *out)
-{
-    td_status_t st = td_rpc_device_prepare(l, 1, dev, out);
-
-    return st != TD_OK ? st
-        : td_rpc_wire_encode_dev(m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL,
-                                 NULL, dev, out);
-}
-
 static td_rpc_wire_meta_t
 meta(int type)
 {
@@ -39,7 +26,7 @@ meta(int type)
     m.type = (uint8_t)type;
     m.sender = SRC;
     m.message_id = 0x1122334455667788ull;
-    m.function_id = td_rpc_wire_fn_id("echo");
+    m.function_id = td__rpc_wire_fn_id("echo");
     m.autograd_context_id = (7ull << 48) | 5;
     m.autograd_message_id = 99;
     return m;
@@ -86,14 +73,14 @@ full_decode(const uint8_t *hdr, size_t len, const td_rpc_wire_out_t *out,
     td_tensor_t *ts[TD_RPC_MAX_TENSORS] = { 0 };
     td_status_t st;
 
-    st = td_rpc_wire_parse(hdr, len, SRC, &msg);
+    st = td__rpc_wire_parse(hdr, len, SRC, &msg);
     if (st != TD_OK) {
         return st;
     }
     for (int i = 0; i < out->n_bodies; i++) {
         blen[i] = out->bodies[i].len;
     }
-    st = td_rpc_wire_check_bodies(&msg, SRC, blen, (size_t)out->n_bodies);
+    st = td__rpc_wire_check_bodies(&msg, SRC, blen, (size_t)out->n_bodies);
     if (st != TD_OK) {
         return st;
     }
@@ -108,10 +95,10 @@ full_decode(const uint8_t *hdr, size_t len, const td_rpc_wire_out_t *out,
     const uint8_t *args = msg.args;
     if (msg.args_body >= 0) {
         args = out->bodies[msg.args_body].buf;
-        st = td_rpc_wire_check_args(args, msg.args_len, msg.n_tensors, SRC);
+        st = td__rpc_wire_check_args(args, msg.args_len, msg.n_tensors, SRC);
     }
     if (st == TD_OK) {
-        st = td_rpc_wire_decode_args(args, msg.args_len, ts, msg.n_tensors,
+        st = td__rpc_wire_decode_args(args, msg.args_len, ts, msg.n_tensors,
                                      SRC, dec_rref_in, dec_rref_arg, list_p);
     }
     for (int k = 0; k < msg.n_tensors; k++) {
@@ -245,13 +232,14 @@ main(void)
     plan(91 + 5);
 
     /* ---- round trip ---- */
-    st = enc(&m, l, NULL, &out);
+    st = td__rpc_device_encode(&m, l, 1, TD_TRANSPORT_HEADER_MAX, NULL, NULL,
+                              NULL, &out);
     is_int(st, TD_OK, "encode");
     is_int(out.n_bodies, 1, "one body: the non-empty tensor (args inline)");
     is_int(out.header_len, O_ARGS + 4 + 5 + 9 + 9 + 8 + 9 + 5,
            "header length is fixed header + descriptors + args");
     ok(td_tensor_is_contiguous(out.tensors[0]), "tensor made contiguous");
-    st = td_rpc_wire_parse(out.header, out.header_len, SRC, &msg);
+    st = td__rpc_wire_parse(out.header, out.header_len, SRC, &msg);
     is_int(st, TD_OK, "parse");
     ok(msg.meta.message_id == m.message_id &&
        msg.meta.function_id == m.function_id &&
@@ -324,7 +312,7 @@ main(void)
         int bad = 0;
 
         for (size_t n = 0; n < out.header_len; n++) {
-            st = td_rpc_wire_parse(out.header, n, SRC, &msg);
+            st = td__rpc_wire_parse(out.header, n, SRC, &msg);
             if (st != TD_ERR_PROTOCOL) {
                 bad++;
             }
@@ -336,13 +324,13 @@ main(void)
     {
         size_t blen[2] = { 48, 5 };
 
-        td_rpc_wire_parse(out.header, out.header_len, SRC, &msg);
-        is_int(td_rpc_wire_check_bodies(&msg, SRC, blen, 2), TD_ERR_PROTOCOL,
+        td__rpc_wire_parse(out.header, out.header_len, SRC, &msg);
+        is_int(td__rpc_wire_check_bodies(&msg, SRC, blen, 2), TD_ERR_PROTOCOL,
                "an extra body is refused");
         like(td_last_error(), "carries 2 bodies, its header describes 1",
              "body count named");
         blen[0] = 47;
-        is_int(td_rpc_wire_check_bodies(&msg, SRC, blen, 1), TD_ERR_PROTOCOL,
+        is_int(td__rpc_wire_check_bodies(&msg, SRC, blen, 1), TD_ERR_PROTOCOL,
                "a short body is refused");
     }
 
@@ -371,7 +359,7 @@ main(void)
             if (st == TD_OK) {
                 accepted++;
                 /* An accepted message must have parsed consistently. */
-                if (td_rpc_wire_parse(h, len, SRC, &msg) != TD_OK ||
+                if (td__rpc_wire_parse(h, len, SRC, &msg) != TD_OK ||
                     msg.n_bodies != out.n_bodies) {
                     inconsistent++;
                 }
@@ -394,7 +382,8 @@ main(void)
         td_rpc_list_create(&bl);
         td_rpc_list_add_string(bl, big);
         td_rpc_list_add_tensor(bl, keep[0]);
-        st = enc(&m, bl, NULL, &o2);
+        st = td__rpc_device_encode(&m, bl, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                  NULL, NULL, &o2);
         is_int(st, TD_OK, "encode 10 kB of arguments");
         is_int(o2.n_bodies, 2, "tensor body + argument body");
         is_int(o2.header_len, O_DESC + 8 + 16, "header holds descriptors only");
@@ -408,7 +397,7 @@ main(void)
         ((uint8_t *)o2.bodies[1].buf)[0] = 9;  /* count 9 > 2 items */
         st = full_decode(o2.header, o2.header_len, &o2, &back);
         is_int(st, TD_ERR_PROTOCOL, "a lying argument body is refused");
-        td_rpc_wire_out_free(&o2);
+        td__rpc_wire_out_free(&o2);
         td_rpc_list_free(bl);
         free(big);
     }
@@ -422,7 +411,8 @@ main(void)
         for (int i = 0; i < TD_RPC_MAX_TENSORS + 1; i++) {
             td_rpc_list_add_tensor(many, keep[0]);
         }
-        st = enc(&m, many, NULL, &o3);
+        st = td__rpc_device_encode(&m, many, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                  NULL, NULL, &o3);
         is_int(st, TD_ERR_RANGE, "more than %d tensors refused",
                TD_RPC_MAX_TENSORS);
         like(td_last_error(), "more than 63 tensors in one message to rank 1",
@@ -435,7 +425,8 @@ main(void)
         rl->n = rl->cap = 1;
         rl->items[0].kind = TD_VALUE_RREF;
         rl->items[0].u.rref = NULL;
-        st = enc(&m, rl, NULL, &o3);
+        st = td__rpc_device_encode(&m, rl, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                  NULL, NULL, &o3);
         is_int(st, TD_ERR_UNSUPPORTED, "a reference without the rref layer "
                "is refused");
         rl->n = 0;          /* nothing to release */
@@ -454,7 +445,7 @@ main(void)
         td_rpc_list_add_string(rl, "tail");
         rl->items[1].kind = TD_VALUE_RREF;
         rl->items[1].u.rref = FAKE_RREF;
-        st = td_rpc_wire_encode(&m, rl, 1, TD_TRANSPORT_HEADER_MAX,
+        st = td__rpc_wire_encode(&m, rl, 1, TD_TRANSPORT_HEADER_MAX,
                                 fake_rref_out, &seen, &o3);
         is_int(st, TD_OK, "a reference encodes through the rref layer");
         is_int(seen.dst, 1, "... asked for destination 1");
@@ -480,7 +471,7 @@ main(void)
         }
         rl->items[1].kind = TD_VALUE_INT;
         td_rpc_list_free(rl);
-        td_rpc_wire_out_free(&o3);
+        td__rpc_wire_out_free(&o3);
     }
 
     /* ---- the codec describes prepared tensors and copies none ---- */
@@ -491,17 +482,18 @@ main(void)
         td_rpc_list_create(&one);
         td_rpc_list_add_tensor(one, keep[0]);
         memset(&o4, 0, sizeof(o4));
-        st = td_rpc_wire_encode(&m, one, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+        st = td__rpc_wire_encode(&m, one, 1, TD_TRANSPORT_HEADER_MAX, NULL,
                                 NULL, &o4);
         is_int(st, TD_ERR_INVALID, "the codec refuses a tensor nobody "
                "prepared (it makes no copy itself)");
         like(td_last_error(), "has 1 tensors, 0 prepared for the wire",
              "the counts are named");
-        st = enc(&m, one, NULL, &o4);
+        st = td__rpc_device_encode(&m, one, 1, TD_TRANSPORT_HEADER_MAX, NULL,
+                                  NULL, NULL, &o4);
         ok(st == TD_OK && o4.tensors[0] == keep[0] && o4.n_bodies == 1 &&
            o4.bodies[0].buf == td_tensor_data(keep[0]),
            "a contiguous cpu tensor travels from its own memory");
-        td_rpc_wire_out_free(&o4);
+        td__rpc_wire_out_free(&o4);
         td_rpc_list_free(one);
     }
 
@@ -519,17 +511,17 @@ main(void)
         is_int(td_rpc_list_kind(c, 1), TD_VALUE_TENSOR, "now a tensor");
         is_int(td_rpc_list_add_string(c, NULL), TD_ERR_INVALID,
                "NULL string refused");
-        ok(!td_rpc_list_requires_grad(c), "nothing requires grad");
+        ok(!td__rpc_list_requires_grad(c), "nothing requires grad");
         td_tensor_t *g;
         td_tensor_clone(keep[0], &g);
         td_tensor_set_requires_grad(g, 1);
         td_rpc_list_add_tensor(c, g);
-        ok(td_rpc_list_requires_grad(c), "requires_grad seen");
+        ok(td__rpc_list_requires_grad(c), "requires_grad seen");
         td_tensor_release(g);
         td_rpc_list_free(c);
     }
-    is_int(td_rpc_wire_fn_id("echo") == td_rpc_wire_fn_id("echo") &&
-           td_rpc_wire_fn_id("echo") != td_rpc_wire_fn_id("echp"), 1,
+    is_int(td__rpc_wire_fn_id("echo") == td__rpc_wire_fn_id("echo") &&
+           td__rpc_wire_fn_id("echo") != td__rpc_wire_fn_id("echp"), 1,
            "function ids are stable and differ");
 
     /* ---- peek: the id of a message the parser rejects ---- */
@@ -540,29 +532,29 @@ main(void)
 
         memcpy(h, out.header, hl);
         h[1] = 9;                                   /* another version */
-        is_int(td_rpc_wire_parse(h, hl, SRC, &msg),
+        is_int(td__rpc_wire_parse(h, hl, SRC, &msg),
                TD_ERR_PROTOCOL, "another wire version is rejected");
-        is_int(td_rpc_wire_peek(h, hl, SRC, &type, &id), TD_OK,
+        is_int(td__rpc_wire_peek(h, hl, SRC, &type, &id), TD_OK,
                "peek still reads it");
         ok(type == TD_RPC_MSG_CALL && id == m.message_id,
            "peek: type and message id");
-        is_int(td_rpc_wire_peek(h, 23, SRC, &type, &id), TD_ERR_PROTOCOL,
+        is_int(td__rpc_wire_peek(h, 23, SRC, &type, &id), TD_ERR_PROTOCOL,
                "peek: too short to hold the id");
-        is_int(td_rpc_wire_peek(h, hl, SRC + 1, &type, &id),
+        is_int(td__rpc_wire_peek(h, hl, SRC + 1, &type, &id),
                TD_ERR_PROTOCOL, "peek: sender other than the source");
         h[0] ^= 0xff;
-        is_int(td_rpc_wire_peek(h, hl, SRC, &type, &id),
+        is_int(td__rpc_wire_peek(h, hl, SRC, &type, &id),
                TD_ERR_PROTOCOL, "peek: wrong magic");
         h[0] ^= 0xff;
         h[2] = 0;
-        is_int(td_rpc_wire_peek(h, hl, SRC, &type, &id),
+        is_int(td__rpc_wire_peek(h, hl, SRC, &type, &id),
                TD_ERR_PROTOCOL, "peek: unknown type");
-        is_int(td_rpc_wire_peek(NULL, 64, SRC, &type, &id), TD_ERR_PROTOCOL,
+        is_int(td__rpc_wire_peek(NULL, 64, SRC, &type, &id), TD_ERR_PROTOCOL,
                "peek: no header");
         free(h);
     }
 
-    td_rpc_wire_out_free(&out);
+    td__rpc_wire_out_free(&out);
     td_rpc_list_free(l);
     for (int i = 0; i < 3; i++) {
         td_tensor_release(keep[i]);

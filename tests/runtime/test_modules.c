@@ -163,7 +163,7 @@ main(void)
     if (st == TD_OK) {
         is_int(td__runtime_register(&a), TD_ERR_STATE,
                "no module registration while running");
-        is_int(td_rpc_plug(&fake), TD_ERR_STATE, "no plug-in while running");
+        is_int(td__rpc_plug(&fake), TD_ERR_STATE, "no plug-in while running");
         td_rpc_list_create(&args);
         td_rpc_list_add_int(args, 21);
         st = td_rpc_sync(0, "double", args, 30, &res);
@@ -180,9 +180,9 @@ main(void)
            "in reverse");
 
     /* One provider per hook kind: distributed autograd has the hooks. */
-    is_int(td_rpc_plug(&fake), TD_ERR_EXISTS,
+    is_int(td__rpc_plug(&fake), TD_ERR_EXISTS,
            "a second provider of autograd hooks is refused");
-    ok(td_rpc_plug(&half) == TD_ERR_INVALID &&
+    ok(td__rpc_plug(&half) == TD_ERR_INVALID &&
        strstr(td_last_error(), "not all") != NULL,
        "a plug-in with some of the autograd hooks is refused (%s)",
        td_last_error());
