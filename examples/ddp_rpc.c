@@ -73,6 +73,25 @@ static td_group_t *trainers;      /* {0, 1}, made by every rank */
 static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t  done_cond = PTHREAD_COND_INITIALIZER;
 static int             trainer_done;
+static int             trainers_made;   /* `trainers` is set (done_lock) */
+
+/* The trainers' group, once this rank's td_group_new has returned: the
+ * master's call may start the training on a handler thread before it has
+ * (td_group_new returns on the master first), and a NULL group would be
+ * the world's (the trainers then broadcast on different groups). */
+static td_group_t *
+trainers_group(void)
+{
+    td_group_t *g;
+
+    pthread_mutex_lock(&done_lock);
+    while (!trainers_made) {
+        pthread_cond_wait(&done_cond, &done_lock);
+    }
+    g = trainers;
+    pthread_mutex_unlock(&done_lock);
+    return g;
+}
 
 /* A trainer's linear, Linear(16, 8): W [8, 16], b [8], float32 leaves. */
 static td_tensor_t *fc[2];
@@ -429,7 +448,7 @@ train(td_remote_module_t *rm, int epochs, const char *ref_path, int check,
     }
     td_tensor_set_requires_grad(fc[0], 1);
     td_tensor_set_requires_grad(fc[1], 1);
-    o.group = trainers;
+    o.group = trainers_group();
     o.names = names;
     if ((st = td_ddp_create(fc, 2, &o, &ddp)) != TD_OK ||
         (st = td_remote_module_parameters(rm, &emb_rr, &n_emb)) != TD_OK) {
@@ -563,7 +582,7 @@ fn_finish(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *a,
     (void)result;
     pthread_mutex_lock(&done_lock);
     trainer_done = 1;
-    pthread_cond_signal(&done_cond);
+    pthread_cond_broadcast(&done_cond);
     pthread_mutex_unlock(&done_lock);
     return TD_OK;
 }
@@ -759,10 +778,20 @@ main(int argc, char **argv)
         td_finalize();
         return 2;
     }
-    if ((st = td_group_new(ranks, 2, &trainers)) != TD_OK) {
-        fprintf(stderr, "rank %d: td_group_new: %s\n", rank, td_last_error());
-        td_finalize();
-        return 1;
+    {
+        td_group_t *g = NULL;
+
+        if ((st = td_group_new(ranks, 2, &g)) != TD_OK) {
+            fprintf(stderr, "rank %d: td_group_new: %s\n", rank,
+                    td_last_error());
+            td_finalize();
+            return 1;
+        }
+        pthread_mutex_lock(&done_lock);
+        trainers = g;
+        trainers_made = 1;
+        pthread_cond_broadcast(&done_cond);
+        pthread_mutex_unlock(&done_lock);
     }
     if (rank == MASTER) {
         rc = master(epochs, ref_path, check, seed);
