@@ -2,7 +2,7 @@
 # make install DESTDIR=..., then build and run a tiny program against the
 # installed headers and library with pkg-config.
 . "$top_srcdir/tests/lib.sh"
-plan 5
+plan 7
 D=$TD_TMP/dest
 ${TD_MAKE:-make} -C "$top_builddir" install DESTDIR="$D" >"$TD_TMP/install.log" 2>&1
 is "$?" 0 "make install DESTDIR"
@@ -29,4 +29,16 @@ out=$(env -u TODIST_RANK -u TODIST_WORLD_SIZE -u RANK -u WORLD_SIZE -u SLURM_PRO
       LD_LIBRARY_PATH="$(dirname "$(find "$D" -name 'libtodist.so' | head -1)")" "$TD_TMP/hello")
 is "$out" "worker0 of 1" "runs against the installed library"
 ok "$([ -x "$D$prefix/bin/todist-run" ] && [ -x "$D$prefix/bin/todist-info" ]; echo $?)" "tools installed"
+# The CUDA module goes to pkglibdir, where the installed library looks for
+# it at the first device request (kernels/module.c).
+if [ -e "$top_builddir/.libs/libtodist-cuda.so" ]; then
+    lib=$(find "$D" -name 'libtodist.so.0' | head -1)
+    pkglibdir=${lib%/*}/todist        # $(libdir)/todist, staged under $D
+    ok "$([ -e "$pkglibdir/libtodist-cuda.so" ]; echo $?)" \
+       "the CUDA module is installed in pkglibdir (${pkglibdir#"$D"})"
+    ok "$(grep -aF "${pkglibdir#"$D"}" "$lib" >/dev/null; echo $?)" \
+       "the installed library looks for modules in pkglibdir"
+else
+    skip 2 "built without the CUDA module"
+fi
 done_testing
