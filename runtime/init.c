@@ -246,23 +246,14 @@ td__runtime_peer_address(int rank, void **addr_p, size_t *len_p)
 int
 td__runtime_same_host(int rank)
 {
-    size_t len;
-    int same;
+    uint64_t id;
 
-    if (!rt.initialized || rank < 0 || rank >= rt.world.world_size) {
-        return 0;
-    }
-    if (rank == rt.world.rank) {
+    if (rt.initialized && rank == rt.world.rank) {
         return 1;
     }
     /* Learnt with the address (fetched once; this rank talks to it). */
-    if (fetch_address(rank, NULL, &len) != TD_OK) {
-        return 0;
-    }
-    pthread_mutex_lock(&rt.addr_lock);
-    same = rt.addrs[rank].host != 0 && rt.addrs[rank].host == hostmap_self();
-    pthread_mutex_unlock(&rt.addr_lock);
-    return same;
+    id = td__runtime_host_id(rank);
+    return id != 0 && id == hostmap_self();
 }
 
 uint64_t

@@ -58,8 +58,9 @@ blas_try(const char *name, char *tried, size_t cap)
     void *h;
     size_t len = strlen(tried);
 
-    if (blas_dgemm != NULL || name == NULL || name[0] == '\0') {
-        return;
+    if (blas_dgemm != NULL || name == NULL || name[0] == '\0' ||
+        strstr(tried, name) != NULL) {
+        return;             /* found, or this name failed already */
     }
     h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (h != NULL) {

@@ -113,6 +113,9 @@ _HUGE_MIN = 8 << 20             # smaller buffers gain too little
 _HUGE_USES = 16
 _MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25
 _huge_on = os.environ.get("TODIST_TORCH_HUGEPAGES", "1") != "0"
+# The one test on _wrap's hot path: elements at or past this may be large
+# enough (8 bytes each at most); off: never.
+_HUGE_GATE = _HUGE_MIN // 8 if _huge_on else sys.maxsize
 _huge_uses = {}                 # key -> uses so far; -1 once advised
 _libc = None
 
@@ -146,7 +149,7 @@ def _wrap(t, what, reduce):
     """The td tensor over contiguous CPU tensor T. Reductions need one of
     todist's dtypes; data movement takes any dtype as its bytes."""
     key = (t.data_ptr(), t.numel(), t.dtype)
-    if key[1] >= _HUGE_MIN >> 3 and _huge_on:
+    if key[1] >= _HUGE_GATE:
         _huge_advise(t, key)
     h = _cache.get(key)
     if h is not None:
