@@ -13,7 +13,8 @@
  *           and reduce_scatter; the others are staged;
  *   STAGED  any other device tensor: copied to host buffers, the host
  *           algorithm (with its mismatch checks), copied back; exact, and
- *           members with cpu and device tensors mix freely;
+ *           in a group that is staged, members with cpu and device tensors
+ *           mix freely (in an NCCL group they follow c10d's rule below);
  *   HOST    cpu tensors: the host path as it is.
  * The members agree without a message: the capability of every member
  * comes from the store, and the route depends only on it and on the
