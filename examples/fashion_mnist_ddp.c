@@ -37,7 +37,9 @@
  * heal a survivor behind from the most advanced one, re-shard the sampler
  * and go on: run under `todist-run --no-kill`), --die-at R:S (a test
  * aid: world rank R SIGKILLs itself after the forward of step S, naming
- * the wall-clock time on stderr). */
+ * the wall-clock time on stderr; in the first incarnation only, so a
+ * restarted group goes past it). After a recovery or a resume, rank 0
+ * prints the wall-clock time its first step completed. */
 #include "config.h"
 
 #include <signal.h>
@@ -261,6 +263,15 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
     return -1;
 }
 
+/* TODIST_RESTART_COUNT: --die-at fires in the first incarnation only */
+static int
+restart_count(void)
+{
+    const char *r = getenv("TODIST_RESTART_COUNT");
+
+    return r != NULL ? atoi(r) : 0;
+}
+
 static double
 wall(void)
 {
@@ -390,6 +401,7 @@ main(int argc, char **argv)
     own_opts_t oo = {-1, 0, NULL, 0, 0, -1, 0};
     td_elastic_t *el = NULL;
     double t_fail = 0;               /* wall clock of the last failure */
+    int t_resumed = 0;               /* resumed: time the first step */
     td_checkpoint_t *ck = NULL;
     FILE *lf = NULL;
     int64_t position = 0, step = 0;   /* step: this rank's since the start */
@@ -484,6 +496,7 @@ main(int argc, char **argv)
         if (td_checkpoint_load(ck, ckpt) != TD_OK) {
             return die("resume");
         }
+        t_resumed = 1;
         first_epoch = (int)sampler.epoch;
         if (rank == 0) {
             printf("resumed from %s after epoch %d step %lld (restart %s, "
@@ -552,7 +565,8 @@ main(int argc, char **argv)
                 status = td_cross_entropy(logits, y, TD_REDUCTION_MEAN, &loss);
                 td_tensor_release(logits);
             }
-            if (oo.die_rank == td_world()->rank && step + 1 == oo.die_step) {
+            if (oo.die_rank == td_world()->rank && step + 1 == oo.die_step &&
+                restart_count() == 0) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
                 fprintf(stderr, "fashion_mnist_ddp: rank %d: --die-at: "
@@ -602,6 +616,12 @@ main(int argc, char **argv)
             if (el != NULL) {
                 td_elastic_commit(el, step);
             }
+            if (t_resumed && rank == 0) {
+                printf("resume: step %lld done at %.6f\n", (long long)step,
+                       wall());
+                fflush(stdout);
+            }
+            t_resumed = 0;
             if (t_fail > 0) {
                 if (rank == 0) {
                     printf("in-place: step %lld done %.1f ms after the "

@@ -877,6 +877,7 @@ td__runtime_set_members(const int *ranks, int n)
     for (int r = 0; r < rt.world.world_size; r++) {
         if (!in[r]) {
             __atomic_store_n(&rt.left[r], 1, __ATOMIC_RELEASE);
+            td__transport_peer_left(rt.tp, r);  /* closed by force at the end */
         }
     }
     free(in);

@@ -14,7 +14,12 @@
  *      (peer_failed) and read by the application thread: atomic bytes;
  *      a rank once lost stays lost for this process.
  *  EL4 The runtime's members (td__runtime_set_members) follow each plan,
- *      so td_barrier and td_finalize wait for members only. */
+ *      so td_barrier and td_finalize wait for members only.
+ *  EL5 A rank entering a recovery first aborts the old group on every
+ *      member (coll_group_abort_all): a member blocked in an operation
+ *      that did not involve the dead rank (its transport never saw it
+ *      die) fails at once and joins the agreement, instead of staying
+ *      out until its timeout and being left out as silent. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -28,6 +33,7 @@
 #include "runtime/runtime.h"
 #include "runtime/coll/group.h"
 #include "runtime/coll/match.h"
+#include "runtime/coll/tx.h"
 #include "runtime/elastic/module.h"
 #include "runtime/elastic/quorum.h"
 
@@ -177,6 +183,11 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
     memset(&ch, 0, sizeof(ch));
     ch.old_size = el->n;
     ch.old_rank = td_group_rank(el->group);
+    /* EL5: no member stays blocked in the old group until its timeout */
+    snprintf(lost_txt, sizeof(lost_txt), "elastic: rank %d left epoch %"
+             PRId64 " to recover", my_rank, el->epoch);
+    coll_group_abort_all(el->group, TD_ERR_PEER, lost_txt);
+    lost_txt[0] = '\0';
     st = elastic_quorum_join(store, el->epoch + 1, my_rank, el->members, el->n,
                              lost, el->committed, el->opts.timeout_s, &plan);
     if (st != TD_OK) {

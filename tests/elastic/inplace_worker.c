@@ -13,7 +13,12 @@
  *       only once epoch 1's plan is in the store, so ranks 0-1 (with
  *       TODIST_ELASTIC_TIMEOUT=1) form epoch 1 without it and go on; rank 3 is then refused ("stale")
  *       and exits 3 without td_finalize. Ranks 0-1 end with "rank R
- *       epoch 1 step 3 total 4*1 + 2*2 = 8 world 2". */
+ *       epoch 1 step 3 total 4*1 + 2*2 = 8 world 2".
+ *   inplace_worker tell    rank 3 dies at once; ranks 0 and 2 send to it
+ *       (and fail), rank 1 waits for a message from rank 0 that never
+ *       comes: it never talked to rank 3, so only the others' abort of
+ *       the world's group (EL5) gets it into the recovery. Ranks 0-2 end
+ *       with "rank R epoch 1 sum 3" (an all_reduce at world 3). */
 #include "config.h"
 
 #include <signal.h>
@@ -33,6 +38,49 @@ fail(int rank, const char *what)
     return 1;
 }
 
+static int
+tell(void)
+{
+    td_elastic_t *el;
+    td_tensor_t *t;
+    td_elastic_change_t ch;
+    int64_t one = 1;
+    int rank;
+    td_status_t s;
+
+    if (td_init(NULL) != TD_OK) {
+        return fail(-1, "td_init");
+    }
+    rank = td_world()->rank;
+    if (rank == 3) {
+        raise(SIGKILL);
+    }
+    if (td_elastic_create(NULL, &el) != TD_OK ||
+        td_tensor_empty(&one, 1, TD_FLOAT64, TD_CPU, &t) != TD_OK) {
+        return fail(rank, "setup");
+    }
+    s = rank == 1 ? td_recv(td_group_world(), t, 0, 7, NULL)
+                  : td_send(td_group_world(), t, 3, 7);
+    printf("rank %d: the first operation failed: %s\n", rank,
+           s != TD_OK ? td_last_error() : "no, it succeeded");
+    if (td_elastic_recover(el, &ch) != TD_OK) {
+        return fail(rank, "recover");
+    }
+    ((double *)td_tensor_data(t))[0] = 1;
+    if (td_all_reduce(td_elastic_group(el), t, TD_REDUCE_SUM) != TD_OK) {
+        return fail(rank, "all_reduce");
+    }
+    printf("rank %d epoch %lld sum %g\n", rank, (long long)ch.epoch,
+           ((double *)td_tensor_data(t))[0]);
+    fflush(stdout);
+    td_tensor_release(t);
+    td_elastic_free(el);
+    if (td_finalize() != TD_OK) {
+        return fail(rank, "td_finalize");
+    }
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -45,9 +93,13 @@ main(int argc, char **argv)
     td_status_t s;
 
     if (argc != 2 || (strcmp(argv[1], "heal") != 0 &&
-                      strcmp(argv[1], "stale") != 0)) {
-        fprintf(stderr, "usage: inplace_worker heal|stale\n");
+                      strcmp(argv[1], "stale") != 0 &&
+                      strcmp(argv[1], "tell") != 0)) {
+        fprintf(stderr, "usage: inplace_worker heal|stale|tell\n");
         return 2;
+    }
+    if (strcmp(argv[1], "tell") == 0) {
+        return tell();
     }
     heal = strcmp(argv[1], "heal") == 0;
     die_rank = heal ? 3 : 2;

@@ -10,7 +10,12 @@
 #     the agreement until epoch 1 is formed without it (the others'
 #     TODIST_ELASTIC_TIMEOUT=1): it is refused as stale and exits 3; ranks
 #     0-1 go on at world 2 (total 4 + 2 x 2 = 8) and finalize.
-#  3. examples/fashion_mnist_ddp --in-place --die-at 2:12: the step 12 that
+#  3. inplace_worker tell: rank 3 dies at once; ranks 0 and 2 fail sending
+#     to it, rank 1 waits for a message of rank 0's that never comes (it
+#     never talked to rank 3): the others' abort of the old group (EL5)
+#     brings it into epoch 1 within TODIST_ELASTIC_TIMEOUT=20 (its own
+#     collective timeout is 300 s): ranks 0-2 all_reduce at world 3.
+#  4. examples/fashion_mnist_ddp --in-place --die-at 2:12: the step 12 that
 #     failed is dropped; the survivors' losses equal, bit for bit, a run of
 #     11 steps at 4 ranks checkpointed and resumed at 3 ranks (the sampler
 #     re-sharded the same way), and the run ends at the step that
@@ -19,7 +24,7 @@
 #     in epoch 2: 56 steps.
 # Bounded by timeout; part 3 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 18
+plan 20
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -51,7 +56,16 @@ ok "$(printf '%s\n' "$out" | grep 'fail\|error' | grep -v 'lost rank' >/dev/null
    "nothing else fails"
 [ "$rc" = 137 ] || diag "$out"
 
-# --- 3: the example ---
+# --- 3: a rank blocked elsewhere is told ---
+out=$(TODIST_ELASTIC_TIMEOUT=20 TODIST_COLL_TIMEOUT=300 timeout -k 5 120 \
+      todist-run -n 4 --no-kill "$w" tell 2>&1); rc=$?
+like "$out" "rank 1: the first operation failed: elastic: rank [02] left epoch 0 to recover" \
+   "rank 1's wait fails on the others' abort of the world's group"
+is "$(printf '%s\n' "$out" | grep -c '^rank [012] epoch 1 sum 3$')" 3 \
+   "ranks 0-2 form epoch 1 together and all_reduce at world 3"
+[ "$rc" = 137 ] || diag "$out"
+
+# --- 4: the example ---
 ex="$top_builddir/examples/fashion_mnist_ddp"
 data=/usr/share/datasets/fashion-mnist
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
