@@ -1270,6 +1270,12 @@ offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w)
     p->cma_pid = who.pid;
     r = recv_op_init(stack_op, w->nb, 0);
     deliver(tp, h, w, r);
+    if (r->done == NULL) {
+        /* the handler dropped it: nothing to read */
+        offer_answer(tp, src, seq, ANS_READ);
+        recv_finish(r, TD_OK);
+        return;
+    }
     if (fill_dest(tp, r, w, 0, NULL) != TD_OK) {
         offer_answer(tp, src, seq, ANS_FAILED);     /* finished already */
         return;

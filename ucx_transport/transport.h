@@ -6,7 +6,9 @@
  * type. All of a message travels as ONE UCP active message
  * (UCP_AM_SEND_FLAG_REPLY): small bodies eagerly, large ones by rendezvous
  * (ucp_am_recv_data_nbx) straight into the buffers the receiver names, so a
- * tensor body lands where it belongs without a copy.
+ * tensor body lands where it belongs without a copy. Between ranks of one
+ * host, the large host bodies of handler ids that ask for it are offered
+ * instead and read by the receiver in one copy (td__transport_set_inplace).
  *
  * One thread at a time is in the UCX worker: the holder of the progress
  * token. Normally that is the progress thread; a thread waiting for a

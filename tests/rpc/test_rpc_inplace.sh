@@ -53,3 +53,4 @@ for mode in on off; do
     [ "$rc" = 137 ] || diag "$out"
 done
 unset TODIST_RPC_CMA
+done_testing
