@@ -177,6 +177,7 @@ typedef struct send_op {
 typedef struct {
     ucp_ep_h ep;
     int      failed;
+    int      left;       /* td__transport_peer_left: force-close it */
     int      watch;      /* connect at the next round (td__transport_watch) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
     int      tried;      /* an endpoint was made or tried (L5) */
@@ -1539,7 +1540,8 @@ close_endpoints(td_transport_t *tp)
         deadline = 0;   /* no memory to track requests: force every close */
     }
     for (int i = 0; deadline > 0 && i < n; i++) {
-        if (tp->peers[i].ep != NULL && !tp->peers[i].failed) {
+        if (tp->peers[i].ep != NULL && !tp->peers[i].failed &&
+            !__atomic_load_n(&tp->peers[i].left, __ATOMIC_ACQUIRE)) {
             void *req = ucp_ep_flush_nbx(tp->peers[i].ep, &prm);
             if (UCS_PTR_IS_PTR(req)) {
                 reqs[i] = req;
@@ -1563,10 +1565,11 @@ close_endpoints(td_transport_t *tp)
         if (tp->peers[i].ep == NULL) {
             continue;
         }
-        if (stuck || tp->peers[i].failed || st[i] != UCS_OK) {
+        int left = __atomic_load_n(&tp->peers[i].left, __ATOMIC_ACQUIRE);
+        if (stuck || tp->peers[i].failed || left || st[i] != UCS_OK) {
             cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
         }
-        if (stuck && !tp->peers[i].failed && deadline > 0) {
+        if (stuck && !tp->peers[i].failed && !left && deadline > 0) {
             if (tp->unclosed == 0) {
                 tp->unclosed_rank = i;
             }
@@ -2668,6 +2671,14 @@ size_t
 td__transport_rejected(td_transport_t *tp)
 {
     return __atomic_load_n(&tp->rejected, __ATOMIC_RELAXED);
+}
+
+void
+td__transport_peer_left(td_transport_t *tp, int rank)
+{
+    if (tp != NULL && rank >= 0 && rank < tp->params.world_size) {
+        __atomic_store_n(&tp->peers[rank].left, 1, __ATOMIC_RELEASE);
+    }
 }
 
 bool

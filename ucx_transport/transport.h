@@ -273,6 +273,13 @@ size_t td__transport_rejected(td_transport_t *tp);
 /* false once DST was reported dead. */
 bool td__transport_peer_alive(td_transport_t *tp, int dst);
 
+/* RANK left the job's members (runtime/elastic's in-place shrink): dead,
+ * or cut off, though this rank's transport may never have seen it fail.
+ * At teardown its endpoint is closed by force, not flushed (a flush to a
+ * dead process never completes), and not reported as unclosed.
+ * Thread-safe. */
+void td__transport_peer_left(td_transport_t *tp, int rank);
+
 /* The progress mode in use (AUTO resolved). */
 td_progress_mode_t td__transport_progress_mode(td_transport_t *tp);
 
