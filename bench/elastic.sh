@@ -1,5 +1,18 @@
 #!/bin/sh
-# bench/elastic.sh BUILD [REPS]: from a rank's death to the first step of
+# bench/elastic.sh BUILD [REPS] [all|inplace|restart]
+#
+# inplace (in-place recovery, todist/elastic.h): examples/fashion_mnist_ddp
+# on 4 ranks under todist-run --no-kill, --in-place --die-at 2:12 (rank 2
+# SIGKILLs itself after the forward of step 12, stamping the time): the
+# death to the survivors' next completed step, split into detection (the
+# death to the survivors' failed step), agreement (td_elastic_recover's
+# quorum), rebuild (the new group, the heal when one is behind, the
+# sampler and DDP) and the step itself; against the same program
+# restarted from its checkpoint (--elastic, todist-run --max-restarts 1,
+# a checkpoint every 10 steps) in the same run: the death to the restarted
+# group's first step. Median and min-max of REPS runs each.
+#
+# restart: from a rank's death to the first step of
 # the restarted group, todist-run against torchrun's elastic agent (torch
 # 1.13's `python3 -m torch.distributed.run --standalone --max_restarts 1`),
 # side by side in one run, 2 ranks on this machine.
@@ -16,19 +29,91 @@
 # Needs torch in /usr/bin/python3 (Debian's python3-torch): both launchers
 # run the same torch program, so without it nothing is measured.
 set -u
-B=${1:?usage: bench/elastic.sh BUILD [REPS]}
+B=${1:?usage: bench/elastic.sh BUILD [REPS] [all|inplace|restart]}
 REPS=${2:-5}
+MODE=${3:-all}
 S=$(cd "$(dirname "$0")" && pwd)
 RUN=$B/tools/todist-run
 [ -x "$RUN" ] || { echo "elastic: $RUN not built" >&2; exit 1; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/todist-bench.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+
+# ---- in-place recovery against a restart, the example on 4 ranks ----
+EX=$B/examples/fashion_mnist_ddp
+ARGS="--epochs 1 --max-batches 40 --batch-size 32 --hidden 64 --threads 1
+      --log-every 0 --optimizer sgd"
+ip_one() {
+    o=$T/ip.$i
+    timeout -k 5 120 "$RUN" -n 4 --no-kill "$EX" $ARGS --in-place \
+        --die-at 2:12 > "$o.out" 2> "$o.err"
+    t0=$(sed -n 's/.*--die-at: SIGKILL at step 12 at \([0-9.]*\)$/\1/p' "$o.err")
+    line=$(grep '^in-place: epoch 1 ' "$o.out")
+    t1=$(printf '%s\n' "$line" | sed -n 's/.*failure seen at \([0-9.]*\);.*/\1/p')
+    ag=$(printf '%s\n' "$line" | sed -n 's/.*agreement \([0-9.]*\) ms.*/\1/p')
+    rb=$(printf '%s\n' "$line" | sed -n 's/.*rebuild \([0-9.]*\) ms.*/\1/p')
+    he=$(printf '%s\n' "$line" | sed -n 's/.*heal \([0-9.]*\) ms.*/\1/p')
+    t2=$(sed -n 's/^in-place: step 12 done .* at \([0-9.]*\)$/\1/p' "$o.out")
+    if [ -n "$t0" ] && [ -n "$t1" ] && [ -n "$t2" ] && [ -n "$ag" ]; then
+        awk -v a="$t0" -v b="$t1" -v c="$t2" -v g="$ag" -v r="$rb" -v h="$he" \
+            -v T="$T" 'BEGIN {
+            printf "%.3f\n", (c - a) * 1e3 >> (T "/ip_total")
+            printf "%.3f\n", (b - a) * 1e3 >> (T "/ip_detect")
+            printf "%.3f\n", g >> (T "/ip_agree")
+            printf "%.3f\n", r + h >> (T "/ip_rebuild")
+            printf "%.3f\n", (c - b) * 1e3 - g - r - h >> (T "/ip_step") }'
+    else
+        echo "elastic: in-place run $i gave no figure:" >&2
+        tail -n 5 "$o.err" >&2
+    fi
+}
+rs_one() {
+    o=$T/rs.$i
+    timeout -k 5 120 "$RUN" -n 4 --max-restarts 1 "$EX" $ARGS --elastic \
+        --checkpoint "$o.ck" --die-at 2:12 > "$o.out" 2> "$o.err"
+    t0=$(sed -n 's/.*--die-at: SIGKILL at step 12 at \([0-9.]*\)$/\1/p' "$o.err")
+    t2=$(sed -n 's/^resume: step [0-9]* done at \([0-9.]*\)$/\1/p' "$o.out")
+    if [ -n "$t0" ] && [ -n "$t2" ]; then
+        awk -v a="$t0" -v c="$t2" 'BEGIN { printf "%.3f\n", (c - a) * 1e3 }' \
+            >> "$T/rs_total"
+    else
+        echo "elastic: restart run $i gave no figure:" >&2
+        tail -n 5 "$o.err" >&2
+    fi
+}
+ms() { # LABEL -> "median (min-max, n runs)" in ms
+    sort -n "$T/$1" 2>/dev/null | awk '{ a[NR] = $1 } END {
+        if (NR == 0) { print "none"; exit }
+        printf "%.1f ms (%.1f-%.1f, %d runs)", a[int((NR + 1) / 2)], a[1], a[NR], NR }'
+}
+if [ "$MODE" = all ] || [ "$MODE" = inplace ]; then
+    if [ ! -x "$EX" ]; then
+        echo "elastic: in-place part not run ($EX not built: make check builds it)"
+    else
+        for i in $(seq "$REPS"); do
+            ip_one
+            rs_one
+        done
+        echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "in-place recovery, fashion_mnist_ddp on 4 ranks, rank 2 SIGKILLed at step 12:"
+        echo "  death -> survivors' next completed step: $(ms ip_total)"
+        echo "    detection (death -> the step fails):  $(ms ip_detect)"
+        echo "    agreement (the quorum):               $(ms ip_agree)"
+        echo "    rebuild (group, heal, sampler, DDP):  $(ms ip_rebuild)"
+        echo "    the step itself, at 3 ranks:          $(ms ip_step)"
+        echo "  restart instead (--max-restarts 1, resume from step 10): death -> first step: $(ms rs_total)"
+        a=$(sort -n "$T/ip_total" 2>/dev/null | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : 0 }')
+        b=$(sort -n "$T/rs_total" 2>/dev/null | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : 0 }')
+        awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) printf "elastic in-place: %.1f ms, restart %.1f ms (%.1fx)\n", a, b, b / a }'
+    fi
+    [ "$MODE" = inplace ] && exit 0
+fi
+
 PY=/usr/bin/python3
 export PYTHON=$PY     # what todist-run runs a .py with
 if ! $PY -c 'import torch.distributed.run' 2>/dev/null; then
     echo "elastic: not measured (no torch in $PY)"
     exit 0
 fi
-T=$(mktemp -d "${TMPDIR:-/tmp}/todist-bench.XXXXXX")
-trap 'rm -rf "$T"' EXIT
 
 # one LABEL LAUNCHER...: one run, its recovery time appended to $T/LABEL
 one() {

@@ -31,9 +31,18 @@
  * --checkpoint-every steps, 10 unless given, and a resume at another world
  * size re-shards the sampler's position, todist/checkpoint.h's
  * td_checkpoint_allow_reshard: for `todist-run --max-restarts`, and
- * `--nnodes MIN:MAX` where a lost node shrinks the world). */
+ * `--nnodes MIN:MAX` where a lost node shrinks the world), --in-place
+ * (todist/elastic.h: when a rank dies the survivors agree on who is
+ * alive, shrink the world in this process, drop the step that failed,
+ * heal a survivor behind from the most advanced one, re-shard the sampler
+ * and go on: run under `todist-run --no-kill`), --die-at R:S (a test
+ * aid: world rank R SIGKILLs itself after the forward of step S, naming
+ * the wall-clock time on stderr; in the first incarnation only, so a
+ * restarted group goes past it). After a recovery or a resume, rank 0
+ * prints the wall-clock time its first step completed. */
 #include "config.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +57,8 @@ extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
 #define FMNIST_MEAN 0.2860
 #define FMNIST_STD 0.3530
 
-static int rank, world;
+static int rank, world;           /* in GRP: they change at a shrink */
+static td_group_t *grp;           /* the world's, or the elastic epoch's */
 
 static double
 now(void)
@@ -99,7 +109,7 @@ usage(FILE *f)
             "[--data DIR] [--hidden N] [--max-batches N] [--log-every N] "
             "[--metrics FILE] [--metrics-every N] [--checkpoint FILE] "
             "[--resume] [--checkpoint-every N] [--max-steps N] "
-            "[--loss-log FILE] [--elastic]\n"
+            "[--loss-log FILE] [--elastic] [--in-place] [--die-at R:S]\n"
             "run under todist-run -n N or srun --todist\n");
 }
 
@@ -167,7 +177,7 @@ evaluate(td_mlp_t *m, td_tensor_t *images, td_tensor_t *labels, double *acc)
     }
     ((double *)td_tensor_data(counts))[0] = correct;
     ((double *)td_tensor_data(counts))[1] = (double)mine;
-    status = td_all_reduce(td_group_world(), counts, TD_REDUCE_SUM);
+    status = td_all_reduce(grp, counts, TD_REDUCE_SUM);
     if (status == TD_OK) {
         double *c = td_tensor_data(counts);
         *acc = c[1] > 0 ? c[0] / c[1] : 0;
@@ -183,6 +193,9 @@ typedef struct {
     long        max_steps;   /* 0: no limit */
     const char *loss_log;
     int         elastic;     /* --elastic */
+    int         in_place;    /* --in-place */
+    long        die_rank;    /* --die-at R:S; -1: none */
+    long        die_step;
 } own_opts_t;
 
 static int
@@ -198,6 +211,18 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
             *resume = 1;
         } else if (strcmp(a, "--elastic") == 0) {
             oo->elastic = 1;
+        } else if (strcmp(a, "--in-place") == 0) {
+            oo->in_place = 1;
+        } else if (strcmp(a, "--die-at") == 0) {
+            char *end;
+            if (v == NULL || (oo->die_rank = strtol(v, &end, 10)) < 0 ||
+                *end != ':' || (oo->die_step = strtol(end + 1, &end, 10)) < 1
+                || *end != '\0') {
+                fprintf(stderr, "fashion_mnist_ddp: --die-at expects "
+                        "RANK:STEP, got '%s'\n", v != NULL ? v : "");
+                return 2;
+            }
+            i++;
         } else if (strcmp(a, "--log-every") == 0 ||
                    strcmp(a, "--metrics-every") == 0 ||
                    strcmp(a, "--metrics") == 0 ||
@@ -236,6 +261,83 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
     }
     *argc = k;
     return -1;
+}
+
+/* TODIST_RESTART_COUNT: --die-at fires in the first incarnation only */
+static int
+restart_count(void)
+{
+    const char *r = getenv("TODIST_RESTART_COUNT");
+
+    return r != NULL ? atoi(r) : 0;
+}
+
+static double
+wall(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --in-place: a step failed (a member died): agree on the survivors
+ * (td_elastic_recover), heal those behind from the most advanced one
+ * (td_checkpoint_broadcast), re-shard the sampler's position and move
+ * DDP to the new group. A death during the recovery fails the heal:
+ * recover again. *T_FAIL gets the wall clock the failure was seen at. */
+static int
+recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
+                 td_optim_t *opt, td_distributed_sampler_t *s,
+                 int64_t *position, double *t_fail)
+{
+    int old_world = world;
+    td_status_t st;
+
+    *t_fail = wall();
+    fprintf(stderr, "fashion_mnist_ddp: rank %d: step failed: %s\n", rank,
+            td_last_error());
+    td_optim_zero_grad(opt);
+    for (int tries = 0;; tries++) {
+        td_elastic_change_t ch;
+        double t_heal = now(), heal_s;
+
+        st = td_elastic_recover(el, &ch);
+        if (st != TD_OK) {
+            return die("in-place recovery");
+        }
+        grp = td_elastic_group(el);
+        rank = ch.new_rank;
+        world = ch.new_size;
+        t_heal = now();
+        st = ch.behind ? td_checkpoint_broadcast(ck, grp, ch.source) : TD_OK;
+        if (st != TD_OK && tries < 16) {
+            fprintf(stderr, "fashion_mnist_ddp: rank %d: heal failed (%s): "
+                    "recovering again\n", rank, td_last_error());
+            continue;
+        }
+        if (st != TD_OK) {
+            return die("heal");
+        }
+        heal_s = now() - t_heal;
+        /* this epoch goes on at the new size (todist/sampler.h) */
+        if (td_distributed_sampler_reshard(s, world, rank, position) != TD_OK
+            || td_ddp_set_group(ddp, grp) != TD_OK) {
+            return die("in-place recovery");
+        }
+        if (rank == 0) {
+            printf("in-place: epoch %lld at step %lld: world %d -> %d (lost "
+                   "%d rank%s, first %d); failure seen at %.6f; agreement "
+                   "%.1f ms, rebuild %.1f ms, heal %.1f ms%s\n",
+                   (long long)ch.epoch, (long long)ch.step, old_world,
+                   world, ch.n_lost, ch.n_lost == 1 ? "" : "s",
+                   ch.n_lost > 0 ? ch.lost[0] : -1, *t_fail,
+                   ch.agree_s * 1e3, ch.rebuild_s * 1e3, heal_s * 1e3,
+                   ch.behind ? " (from a survivor ahead)" : "");
+            fflush(stdout);
+        }
+        return 0;
+    }
 }
 
 static const char *param_names[] = {"fc1.weight", "fc1.bias", "fc2.weight",
@@ -296,7 +398,10 @@ main(int argc, char **argv)
     FILE *mf = NULL;
     td_status_t status;
 
-    own_opts_t oo = {-1, 0, NULL, 0};
+    own_opts_t oo = {-1, 0, NULL, 0, 0, -1, 0};
+    td_elastic_t *el = NULL;
+    double t_fail = 0;               /* wall clock of the last failure */
+    int t_resumed = 0;               /* resumed: time the first step */
     td_checkpoint_t *ck = NULL;
     FILE *lf = NULL;
     int64_t position = 0, step = 0;   /* step: this rank's since the start */
@@ -336,6 +441,10 @@ main(int argc, char **argv)
     }
     rank = td_world()->rank;
     world = td_world()->world_size;
+    grp = td_group_world();
+    if (oo.in_place && td_elastic_create(NULL, &el) != TD_OK) {
+        return die("elastic");
+    }
 
     if (td_fashion_mnist_load(o.data, 1, &tr_x, &tr_y) != TD_OK) {
         return die("training set");
@@ -372,7 +481,8 @@ main(int argc, char **argv)
         return die("sampler");
     }
     td_distributed_sampler_set_epoch(&sampler, first_epoch);
-    if (ckpt != NULL &&
+    /* --in-place heals a survivor behind from the list, without a file */
+    if ((ckpt != NULL || el != NULL) &&
         (td_checkpoint_create(&ck) != TD_OK ||
          checkpoint_setup(ck, mlp, opt, ddp, &sampler, &position, &step,
                           &loss_sum) != TD_OK)) {
@@ -386,6 +496,7 @@ main(int argc, char **argv)
         if (td_checkpoint_load(ck, ckpt) != TD_OK) {
             return die("resume");
         }
+        t_resumed = 1;
         first_epoch = (int)sampler.epoch;
         if (rank == 0) {
             printf("resumed from %s after epoch %d step %lld (restart %s, "
@@ -415,6 +526,7 @@ main(int argc, char **argv)
     window_t logw = {log_every, 0, t_start, 0};
     window_t metw = {metrics_every < 0 ? log_every : metrics_every, 0,
                      t_start, 0};
+    int again = 0;                   /* the epoch goes on after a shrink */
     for (int ep = first_epoch; ep <= o.epochs; ep++) {
         double t0 = now(), acc = 0;
         double t_eval;
@@ -424,7 +536,9 @@ main(int argc, char **argv)
         int r;
 
         td_distributed_sampler_set_epoch(&sampler, ep);
-        if (ep != first_epoch || position == 0) {
+        if (again) {
+            again = 0;
+        } else if (ep != first_epoch || position == 0) {
             position = 0;
             loss_sum = 0;
         }
@@ -451,6 +565,17 @@ main(int argc, char **argv)
                 status = td_cross_entropy(logits, y, TD_REDUCTION_MEAN, &loss);
                 td_tensor_release(logits);
             }
+            if (oo.die_rank == td_world()->rank && step + 1 == oo.die_step &&
+                restart_count() == 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                fprintf(stderr, "fashion_mnist_ddp: rank %d: --die-at: "
+                        "SIGKILL at step %lld at %.6f\n", td_world()->rank,
+                        (long long)step + 1,
+                        (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+                fflush(stderr);
+                raise(SIGKILL);
+            }
             if (status == TD_OK) {
                 status = td_ddp_backward(ddp, loss);
                 td_tensor_item(loss, &lv);
@@ -470,11 +595,42 @@ main(int argc, char **argv)
             }
             td_tensor_release(x);
             td_tensor_release(y);
+            if (status != TD_OK && el != NULL) {
+                /* the step is dropped: shrink, heal, re-shard, go on */
+                loss_sum -= lv;
+                if (recover_in_place(el, ck, ddp, opt, &sampler, &position,
+                                     &t_fail) != 0) {
+                    return 1;
+                }
+                free(indices);
+                indices = malloc((size_t)sampler.num_samples *
+                                 sizeof(*indices) + 1);
+                again = 1;
+                break;
+            }
             if (status != TD_OK) {
                 return die("training step");
             }
             nb++;
             step++;
+            if (el != NULL) {
+                td_elastic_commit(el, step);
+            }
+            if (t_resumed && rank == 0) {
+                printf("resume: step %lld done at %.6f\n", (long long)step,
+                       wall());
+                fflush(stdout);
+            }
+            t_resumed = 0;
+            if (t_fail > 0) {
+                if (rank == 0) {
+                    printf("in-place: step %lld done %.1f ms after the "
+                           "failure was seen, at %.6f\n", (long long)step,
+                           (wall() - t_fail) * 1e3, wall());
+                    fflush(stdout);
+                }
+                t_fail = 0;
+            }
             position += y_n_;
             if (lf != NULL) {
                 fprintf(lf, "%lld %a\n", (long long)step, lv);
@@ -493,7 +649,7 @@ main(int argc, char **argv)
                 fflush(mf);
             }
             stop = oo.max_steps > 0 && step >= oo.max_steps;
-            if (rank == 0 && ck != NULL &&
+            if (rank == 0 && ckpt != NULL &&
                 (stop || (oo.ckpt_every > 0 && step % oo.ckpt_every == 0)) &&
                 td_checkpoint_save(ck, ckpt) != TD_OK) {
                 return die("checkpoint");
@@ -501,6 +657,10 @@ main(int argc, char **argv)
             if (stop || nb == o.max_batches) {
                 break;
             }
+        }
+        if (again) {
+            ep--;           /* the same epoch, at the re-sharded position */
+            continue;
         }
         if (r < 0) {
             return die("batch");
@@ -529,7 +689,7 @@ main(int argc, char **argv)
             /* the next run starts at the next epoch's first batch */
             td_distributed_sampler_set_epoch(&sampler, ep + 1);
             position = 0;
-            if (ck != NULL && td_checkpoint_save(ck, ckpt) != TD_OK) {
+            if (ckpt != NULL && td_checkpoint_save(ck, ckpt) != TD_OK) {
                 return die("checkpoint");
             }
         }
@@ -545,6 +705,7 @@ main(int argc, char **argv)
     td_batcher_free(batcher);
     td_optim_free(opt);
     td_ddp_destroy(ddp);
+    td_elastic_free(el);
     td_mlp_free(mlp);
     td_tensor_release(tr_x);
     td_tensor_release(tr_y);

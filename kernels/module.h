@@ -51,7 +51,7 @@
 extern "C" {
 #endif
 
-#define TD_DEVICE_MODULE_ABI   1
+#define TD_DEVICE_MODULE_ABI   2    /* 2: td_nccl_ops_t.device_id */
 #define TD_DEVICE_MODULE_ENTRY "td_device_module_entry"
 #define TD_CUDA_MODULE_NAME    "libtodist-cuda.so"
 
@@ -84,6 +84,9 @@ typedef struct {
     td_status_t (*unique_id)(void *id);
     td_status_t (*comm_init)(int device, int n, int me, const void *id,
                              void **comm_p);
+    /* Which GPU DEVICE is, whatever this process's numbering (its PCI bus
+     * id): NCCL refuses two ranks of a communicator on one GPU. */
+    td_status_t (*device_id)(int device, char *buf, size_t len);
     /* Queue one collective on DEVICE's stream (cuda_device.h G2). COUNT
      * is the element count NCCL takes (per rank for gathers/scatters). */
     td_status_t (*launch)(void *comm, int device, td_nccl_kind_t kind,

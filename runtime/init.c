@@ -15,6 +15,7 @@
  *   td/fin/in/<r>         rank r entered td_finalize
  *   td/fin/<k>/...        round k of the join: sums of sent and received
  *                         messages and of outstanding operations
+ *   td/fin/m<g>/...       the join after the g-th shrink (members only)
  *   td/fin/exit           ranks done with the store (rank 0 waits for all)
  * The join is the four-counter termination check: it ends after two
  * consecutive rounds in which every rank was idle and the job-wide sums of
@@ -77,7 +78,13 @@ static struct {
     pthread_mutex_t     addr_lock;
     addr_t             *addrs;
     unsigned            barrier_gen;
-    int                 dead_rank;     /* first rank the transport lost, -1 */
+    int                 dead_rank;     /* first member the transport lost,
+                                        * -1 */
+    unsigned char      *left;          /* left[r]: r is out of the members
+                                        * (td__runtime_set_members; atomic
+                                        * bytes, the progress thread reads) */
+    int                 n_members;     /* world_size until a shrink */
+    unsigned            member_gen;    /* shrinks so far: the join's keys */
     bool                pmix;          /* addresses through PMIx (pmix.h) */
 } rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -376,7 +383,12 @@ peer_failed_cb(void *arg, int rank, td_status_t why)
     int none = -1;
 
     log_lost_host(rank);
-    /* Barriers and the join watch this to fail fast (progress thread). */
+    /* Barriers and the join watch this to fail fast (progress thread);
+     * a rank that left the members no longer counts. */
+    if (rt.left != NULL && __atomic_load_n(&rt.left[rank], __ATOMIC_ACQUIRE)) {
+        td__modules_peer_failed(rank, why);
+        return;
+    }
     __atomic_compare_exchange_n(&rt.dead_rank, &none, rank, false,
                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     td__modules_peer_failed(rank, why);
@@ -396,6 +408,9 @@ missing_ranks(const char *prefix, char *buf, size_t len)
         char key[128];
         void *v = NULL;
         size_t vl;
+        if (rt.left != NULL && rt.left[r]) {
+            continue;           /* not a member since a shrink */
+        }
         snprintf(key, sizeof(key), "%s/%d", prefix, r);
         if (td_store_get(rt.store, key, 0, &v, &vl) == TD_OK) {
             free(v);
@@ -429,7 +444,7 @@ watched_barrier(const char *name, double timeout, const char *what)
     snprintf(kn, sizeof(kn), "%s/n", name);
     snprintf(kd, sizeof(kd), "%s/done", name);
     status = td_store_add(rt.store, kn, 1, &n);
-    if (status == TD_OK && n == rt.world.world_size) {
+    if (status == TD_OK && n == rt.n_members) {
         status = td_store_set(rt.store, kd, "1", 1);
     }
     while (status == TD_OK) {
@@ -663,6 +678,15 @@ td_init(const td_init_params_t *params)
         return td_error(TD_ERR_NO_MEMORY, "init: out of memory for %d ranks",
                         rt.world.world_size);
     }
+    rt.left = calloc(rt.world.world_size, 1);
+    if (rt.left == NULL) {
+        free(rt.addrs);
+        rt.addrs = NULL;
+        return td_error(TD_ERR_NO_MEMORY, "init: out of memory for %d ranks",
+                        rt.world.world_size);
+    }
+    rt.n_members = rt.world.world_size;
+    rt.member_gen = 0;
     rt.barrier_gen = 0;
     rt.dead_rank = -1;
 
@@ -809,8 +833,63 @@ err_addrs:
     }
     free(rt.addrs);
     rt.addrs = NULL;
+    free(rt.left);
+    rt.left = NULL;
     td__log_set_rank(-1);
     return status;
+}
+
+/* ---- members after a shrink (runtime/elastic) ------------------------------ */
+
+td_status_t
+td__runtime_set_members(const int *ranks, int n)
+{
+    unsigned char *in;
+    int dead;
+
+    if (!rt.initialized) {
+        return td_error(TD_ERR_STATE, "runtime: members before td_init");
+    }
+    if (ranks == NULL || n < 1 || n > rt.world.world_size) {
+        return td_error(TD_ERR_INVALID, "runtime: %d members of a world of "
+                        "%d", n, rt.world.world_size);
+    }
+    in = calloc(rt.world.world_size, 1);
+    if (in == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "runtime: out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= rt.world.world_size || in[ranks[i]]) {
+            free(in);
+            return td_error(TD_ERR_INVALID, "runtime: members[%d]=%d (world "
+                            "%d, or listed twice)", i, ranks[i],
+                            rt.world.world_size);
+        }
+        in[ranks[i]] = 1;
+    }
+    if (!in[0] || !in[rt.world.rank]) {
+        free(in);
+        return td_error(TD_ERR_INVALID, "runtime: the members must hold rank "
+                        "0 (the store's) and this rank (%d)", rt.world.rank);
+    }
+    /* R1: ranks only ever leave (a rank that left is never a member
+     * again in this process: a replacement is another process). */
+    for (int r = 0; r < rt.world.world_size; r++) {
+        if (!in[r]) {
+            __atomic_store_n(&rt.left[r], 1, __ATOMIC_RELEASE);
+            td__transport_peer_left(rt.tp, r);  /* closed by force at the end */
+        }
+    }
+    free(in);
+    rt.n_members = n;
+    rt.member_gen++;
+    dead = __atomic_load_n(&rt.dead_rank, __ATOMIC_SEQ_CST);
+    if (dead >= 0 && rt.left[dead]) {
+        /* only a member's death fails the barriers from now on */
+        __atomic_compare_exchange_n(&rt.dead_rank, &dead, -1, false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    return TD_OK;
 }
 
 /* ---- finalize --------------------------------------------------------------- */
@@ -827,6 +906,29 @@ sum_get(const char *key, int64_t *v)
     return td_store_add(rt.store, key, 0, v);
 }
 
+/* The join after a shrink: the four counters cannot balance once a rank
+ * died (its sends and receives are lost), so each member waits until it
+ * is idle and the members meet once. The members' last collective (the
+ * step they all completed) has ended on each of them, so nothing of
+ * theirs is on its way to a member that leaves. */
+static td_status_t
+join_members(double deadline)
+{
+    char key[96];
+
+    while (local_outstanding() > 0) {
+        if (td_now_s() > deadline) {
+            return td_error(TD_ERR_TIMEOUT, "finalize: rank %d still has "
+                            "%zu operations outstanding", rt.world.rank,
+                            local_outstanding());
+        }
+        sleep_s(JOIN_POLL_S);
+    }
+    snprintf(key, sizeof(key), "td/fin/m%u", rt.member_gen);
+    double left = deadline - td_now_s();
+    return watched_barrier(key, left > 0 ? left : 0.001, "finalize");
+}
+
 /* The graceful join: see the comment at the top. */
 static td_status_t
 join(double deadline)
@@ -839,6 +941,9 @@ join(double deadline)
     status = td_store_set(rt.store, key, "1", 1);
     if (status != TD_OK) {
         return status;
+    }
+    if (rt.member_gen > 0) {
+        return join_members(deadline);
     }
     for (int k = 0;; k++) {
         int64_t sent, recv, busy, n;
@@ -933,7 +1038,7 @@ td_finalize(void)
     /* Rank 0's store outlives everyone's last use of it. */
     if (rt.world.rank != 0) {
         st2 = td_store_add(rt.store, "td/fin/exit", 1, &n);
-        if (st2 == TD_OK && n == rt.world.world_size - 1) {
+        if (st2 == TD_OK && n == rt.n_members - 1) {
             td_store_set(rt.store, "td/fin/exit/done", "1", 1);
         }
     } else if (rt.world.world_size > 1) {
@@ -958,6 +1063,8 @@ td_finalize(void)
     }
     free(rt.addrs);
     rt.addrs = NULL;
+    free(rt.left);
+    rt.left = NULL;
     if (rt.pmix) {
         td__pmix_finalize();
         rt.pmix = false;

@@ -13,6 +13,7 @@
 #include "runtime/rpc/mapreduce_internal.h"
 #include "runtime/coll/module.h"
 #include "runtime/dist_autograd/dist_internal.h"
+#include "runtime/elastic/module.h"
 
 /* The runtime, bottom layer first (M1). */
 static const td_runtime_module_t *const table[] = {
@@ -23,6 +24,7 @@ static const td_runtime_module_t *const table[] = {
     &td_dist_autograd_module,   /* distributed autograd (an RPC plug-in) */
     &td_dist_optim_module,      /* the optimizer over remote references */
     &td_remote_module_module,   /* RemoteModule's owner-side functions */
+    &td_elastic_module,         /* in-place recovery: the ranks lost */
 };
 
 #define N_TABLE (sizeof(table) / sizeof(table[0]))

@@ -87,6 +87,16 @@ uint64_t td__runtime_host_id(int rank);
  * host that holds it may be the one lost). */
 void td__runtime_host_text(int rank, char *buf, size_t len);
 
+/* After an in-place shrink (runtime/elastic), the world's members are
+ * RANKS[0..N-1] (world ranks; rank 0, which serves the store, and this
+ * rank among them). From then on td_barrier and td_finalize's join count
+ * only the members, a death of a rank outside them fails neither, the
+ * join is a barrier of idle members (no message counts: a dead rank's are
+ * lost), and the transport closes the others' endpoints by force at the
+ * end (td__transport_peer_left: this rank may never have seen them die). R1: ranks only leave. Call it from the thread that calls
+ * td_init (the application's store client). */
+td_status_t td__runtime_set_members(const int *ranks, int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,8 @@
 #   hosts_supported        0, or 1 with the reason in HOSTS_WHY
 #   hosts_up N             N hosts, h1..hN at 10.91.0.1..N (HOSTS_N, HOSTS_DIR)
 #   hosts_name I / hosts_addr I
+#   hosts_rename I NAME    host I's hostname becomes NAME, which every
+#                          host's /etc/hosts then resolves to its address
 #   hosts_run I CMD...     run CMD on host I (cwd kept; status returned)
 #   hosts_launch LAYOUT PROG ARGS...
 #                          a todist job: LAYOUT "2,1,1" is ranks per host;
@@ -64,6 +66,12 @@ hosts_supported() {
 hosts_name() { echo "h$1"; }
 hosts_addr() { echo "$HOSTS_NET.$1"; }
 _hosts_ns() { echo "${HOSTS_ID}h$1"; }
+
+# Appended in place: every host's /etc/hosts is a bind mount of this file.
+hosts_rename() { # I NAME
+    echo "$(hosts_addr "$1") $2" >> "$HOSTS_DIR/etc_hosts" &&
+    hosts_run "$1" sh -c 'echo "$1" > /proc/sys/kernel/hostname' sh "$2"
+}
 
 # The init of host I: its mounts and name, then it holds the namespaces.
 _hosts_init() { # I

@@ -69,6 +69,7 @@ typedef struct {
     int         store_port;     /* todist's store (TODIST_MASTER_PORT) */
     int         label;
     int         max_restarts;
+    int         no_kill;        /* --no-kill: a failed rank stops no other */
     double      grace;
     const char *bind;           /* --bind; NULL: leave TODIST_BIND */
     const char *run_id;         /* TORCHELASTIC_RUN_ID */
@@ -124,7 +125,8 @@ usage(FILE *f)
     fprintf(f,
 "usage: todist-run [-n N] [--nnodes M --node-rank K --master-addr A\n"
 "                  --master-port P] [--store-port Q] [--standalone]\n"
-"                  [--label] [--max-restarts R] [--grace-period S]\n"
+"                  [--label] [--max-restarts R] [--no-kill]\n"
+"                  [--grace-period S]\n"
 "                  [--rdzv-port Q2] [--rdzv-timeout S] [--rdzv-last-call S]\n"
 "                  [--bind closest|none] [--run-id ID] [-m | --no-python]\n"
 "                  [--] PROGRAM [ARGS...]\n"
@@ -156,6 +158,10 @@ usage(FILE *f)
 "  --rdzv-timeout S        seconds for MIN nodes to join a round (300)\n"
 "  --rdzv-last-call S      the first round waits S seconds for more nodes\n"
 "                          once MIN are in, unless MAX are (default 2)\n"
+"  --no-kill               a failed rank stops no other: the survivors go\n"
+"                          on (in-place recovery, todist/elastic.h; Slurm's\n"
+"                          --no-kill); the exit code is still the first\n"
+"                          failed rank's\n"
 "  --grace-period S        seconds between SIGTERM and SIGKILL (default 3)\n"
 "  --bind closest|none     TODIST_BIND for every rank (default: as inherited)\n"
 "  --run-id ID             TORCHELASTIC_RUN_ID (default 'none')\n"
@@ -315,6 +321,7 @@ parse_args(int argc, char **argv, opts_t *o)
         { "store-port",     required_argument, NULL, 'q' },
         { "standalone",     no_argument,       NULL, 's' },
         { "label",          no_argument,       NULL, 'l' },
+        { "no-kill",        no_argument,       NULL, 'K' },
         { "max-restarts",   required_argument, NULL, 'r' },
         { "max_restarts",   required_argument, NULL, 'r' },
         { "grace-period",   required_argument, NULL, 'g' },
@@ -364,6 +371,7 @@ parse_args(int argc, char **argv, opts_t *o)
         case 'q': o->store_port = (int)parse_long("--store-port", optarg, 1, 65535); break;
         case 's': standalone = 1; break;
         case 'l': o->label = 1; break;
+        case 'K': o->no_kill = 1; break;
         case 'r': o->max_restarts = (int)parse_long("--max-restarts", optarg, 0, 1000); break;
         case 'g': o->grace = parse_seconds("--grace-period", optarg, 600); break;
         case 'b':
@@ -405,6 +413,10 @@ parse_args(int argc, char **argv, opts_t *o)
                 (o->nnodes > 1 && o->max_restarts > 0);
     if (o->rounds) {
         o->node_rank = 0;       /* assigned each round */
+    }
+    if (o->no_kill && (o->rounds || o->max_restarts > 0)) {
+        die_usage("--no-kill keeps the survivors running; it cannot go with "
+                  "restarts (--max-restarts, --nnodes MIN:MAX)");
     }
     if (o->node_rank >= o->nnodes) {
         die_usage("--node-rank %d is not below --nnodes %d", o->node_rank,
@@ -816,6 +828,23 @@ reap_ranks(group_t *g)
             g->c[i].pid = 0;
             g->c[i].status = st;
             g->alive--;
+            if ((WIFSIGNALED(st) || WEXITSTATUS(st) != 0) && g->o->no_kill &&
+                !g->got_signal) {
+                /* the survivors shrink in place (todist/elastic.h); the
+                 * first failure is the exit code, each one is named */
+                char why[256];
+
+                describe_status(g->a->first_rank + i, pid, st, g->a->host,
+                                why, sizeof(why));      /* prints it */
+                fprintf(stderr, "todist-run: --no-kill: the other %d "
+                        "rank(s) go on\n", g->alive);
+                if (g->failed_rank < 0) {
+                    g->failed_rank = i;
+                    g->failed_status = st;
+                    snprintf(g->failed_why, sizeof(g->failed_why), "%s", why);
+                }
+                continue;
+            }
             if ((WIFSIGNALED(st) || WEXITSTATUS(st) != 0) &&
                 g->failed_rank < 0 && !g->got_signal && !g->watch_said) {
                 g->failed_rank = i;

@@ -50,7 +50,40 @@
  *     TD_TRANSPORT_LIVENESS_S the token holder asks params.peer_gone (the
  *     runtime: its pid, runtime/liveness.h) about each peer it made or
  *     tried an endpoint to, and fails a gone one (ep_fail; peers_liveness;
- *     every 256th round, and after every wake-up of the sleeper). */
+ *     every 256th round, and after every wake-up of the sleeper).
+ *
+ * Bodies offered in place (O1..O5): between ranks of one host a large
+ * body costs two copies through UCX's shared memory; offered, it costs
+ * one, the receiver's process_vm_readv (ucx_transport/cma.h).
+ *  O1 Only a handler id that asked (td__transport_set_inplace) has its
+ *     host bodies offered, only to a peer of this host (params.same_host)
+ *     that has not refused, and only when they hold its minimum or more.
+ *     The offer (flag WIRE_F_OFFER) carries no data: after the user header
+ *     come be32 pid | 4 zero | be64 token address | be64 token | be64
+ *     sequence number, then a be64 address per body.
+ *  O2 A receiver reads an offer only when its own handler id asked too,
+ *     its UCX moves host memory only (no device destinations), the sender
+ *     is of this host, and the offer's token is the job's for the offer's
+ *     pid (HMAC-SHA256 of the pid under a key derived from
+ *     TODIST_JOB_TOKEN: cma_token_for) and that pid holds it at the
+ *     offer's address (td__cma_check; both once per pid): a process
+ *     outside the job, or a fork of a rank, cannot serve a body even with
+ *     a copied job tag. Then it reads on the token holder, inside the
+ *     receive callback, so
+ *     a sender's messages reach the handler in the order sent. Otherwise
+ *     it answers "refused" without delivering; the sender sends that
+ *     message again with its bodies through UCX (it may then arrive after
+ *     later ones) and offers that peer nothing more.
+ *  O3 An offered send completes only when UCX completed the offer and the
+ *     reader's answer came (handler id CMA_ID, transport-internal, not
+ *     counted in the join's sums): until then the bodies stay untouched
+ *     and the op is on tp->offers (token holder only). A failed peer fails
+ *     its offers with TD_ERR_PEER; shutdown cancels what is left.
+ *  O4 An answer is taken only from the rank the offer went to, for a
+ *     sequence number on the list; anything else is dropped.
+ *  O5 A read that fails after delivery (the sender died mid-read) finishes
+ *     the message with its error, as a rendezvous cut by a death does,
+ *     and answers "failed": the sender's send fails. */
 #include "config.h"
 
 #include <errno.h>
@@ -73,6 +106,7 @@
 
 #include "ucx_transport/transport.h"
 #include "ucx_transport/fault.h"
+#include "ucx_transport/cma.h"
 #include "base/clock.h"
 #include "base/cpu.h"
 #include "base/byteorder.h"
@@ -84,10 +118,26 @@
 #define TAG_OFF           16
 #define WIRE_FIXED        (16 + TAG_LEN)
 #define WIRE_BODY         16
+#define WIRE_F_OFFER      0x01        /* O1: bodies offered in place */
+#define OFFER_FIXED       32
+#define OFFER_BODY        8
+#define OFFER_LEN(nb)     (OFFER_FIXED + OFFER_BODY * (nb))
 #define WIRE_MAX          (WIRE_FIXED + WIRE_BODY * TD_TRANSPORT_BODIES_MAX + \
-                           TD_TRANSPORT_HEADER_MAX)
+                           TD_TRANSPORT_HEADER_MAX + \
+                           OFFER_LEN(TD_TRANSPORT_BODIES_MAX))
 #define BLOCK_POLL_MS     100         /* keepalive needs progress now and then */
+/* Host bodies up to this many bytes go eager (op_start): a rendezvous
+ * needs the sender to make progress after it posted, so a sender that
+ * goes on computing (a pipeline stage) held its receiver up by up to one
+ * compute op: 25 KiB activations arrived 315-386 us late on average, p90
+ * 0.9 ms, against 41-118 us eager (bench/RESULTS.md, issue 33). Larger
+ * bodies within a host are read in place (runtime/coll/cma.h). A user's
+ * UCX_RNDV_THRESH wins: then UCX chooses, as before. */
+#define EAGER_MAX         (64u * 1024u)
 #define LIVE_ID           (TD_TRANSPORT_HANDLERS_MAX - 1)   /* L3 */
+#define CMA_ID            (TD_TRANSPORT_HANDLERS_MAX - 2)   /* O3 */
+/* A reader's answer to an offer (O2-O5). */
+enum { ANS_READ = 0, ANS_REFUSED = 1, ANS_FAILED = 2, ANS_PEER = 3 };
 #define LIVE_TICK_NS      100000000LL
 #define LIVE_DEFAULT_S    3.0
 
@@ -112,6 +162,14 @@ typedef struct send_op {
     td_mem_type_t        mem;
     char                *why;        /* malloc'ed: why connecting failed */
     int                  faulted;    /* dropped by TODIST_FAULT: not counted */
+    uint16_t             id;         /* handler id */
+    uint8_t              no_offer;   /* O2: refused once, bodies via UCX */
+    uint8_t              offering;   /* O3: on tp->offers or answered */
+    uint8_t              hdr_done;   /* O3: UCX completed the offer */
+    uint8_t              answered;   /* O3: the answer came (answer) */
+    uint8_t              answer;
+    uint64_t             seq;        /* O3: the offer's sequence number */
+    size_t               total;      /* bytes of the bodies */
     uint8_t             *wire;       /* our header + the user header */
     ucp_dt_iov_t         iov[];      /* n_bodies, then the wire bytes */
 } send_op_t;
@@ -119,9 +177,14 @@ typedef struct send_op {
 typedef struct {
     ucp_ep_h ep;
     int      failed;
+    int      left;       /* td__transport_peer_left: force-close it */
     int      watch;      /* connect at the next round (td__transport_watch) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
     int      tried;      /* an endpoint was made or tried (L5) */
+    /* bodies in place (O1-O2), token holder only */
+    uint8_t  host;       /* 0 not asked, 1 this host, 2 another */
+    uint8_t  refused;    /* it refused an offer: offer it nothing more */
+    uint32_t cma_pid;    /* its pid, checked (td__cma_check), or 0 */
     /* liveness (L1-L3), token holder only */
     int      remote;     /* on another host: watched */
     uint32_t rx_count;   /* messages received from it */
@@ -180,6 +243,7 @@ struct td_transport {
     size_t                addr_len;
     int                   efd;
     unsigned              mem_types;
+    size_t                eager_max;   /* EAGER_MAX, 0 under UCX_RNDV_THRESH */
     peer_t               *peers;
     handler_t             handlers[TD_TRANSPORT_HANDLERS_MAX];
     pthread_t             thread;
@@ -217,6 +281,7 @@ struct td_transport {
     /* token holder only */
     send_op_t            *done_head;      /* completions to report */
     size_t                dropped;        /* token holder writes */
+    size_t                rndv_received;  /* token holder writes */
     size_t                rejected;       /* wrong job tag; token holder */
     uint8_t              *tag_to;         /* world x TAG_LEN: ours to dst */
     uint8_t              *tag_from;       /* world x TAG_LEN: src's to us */
@@ -227,6 +292,14 @@ struct td_transport {
     int64_t               live_next_ns;   /* the next tick */
     unsigned              live_rounds;
     int                   live_due;       /* tick at the next round */
+    /* bodies in place (O1-O5) */
+    size_t                inplace_min[TD_TRANSPORT_HANDLERS_MAX]; /* 0 off */
+    send_op_t            *offers;         /* awaiting answers (holder) */
+    uint64_t              offer_seq;      /* holder */
+    uint64_t              n_inplace;      /* messages read in place */
+    uint64_t              n_refused;      /* offers refused (holder) */
+    uint8_t               cma_key[32];    /* O2: keys the pids' tokens */
+    uint64_t              cma_token;      /* O2: ours, read by readers */
 };
 
 /* The transport whose token this thread holds (NULL: none). */
@@ -328,6 +401,9 @@ op_defer(td_transport_t *tp, send_op_t *op, td_status_t status)
     tp->done_head = op;
 }
 
+static void offer_sent(td_transport_t *tp, send_op_t *op, td_status_t st);
+static void offers_fail(td_transport_t *tp, int rank);
+
 static td_status_t
 status_from_ucs(ucs_status_t s)
 {
@@ -358,7 +434,11 @@ send_cb(void *request, ucs_status_t status, void *user_data)
     if (st != TD_OK && op->tp->peers[op->dst].failed) {
         st = TD_ERR_PEER;
     }
-    op_defer(op->tp, op, st);
+    if (op->offering) {
+        offer_sent(op->tp, op, st);               /* O3 */
+    } else {
+        op_defer(op->tp, op, st);
+    }
     ucp_request_free(request);
 }
 
@@ -377,6 +457,7 @@ ep_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
         return;
     }
     __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED);
+    offers_fail(tp, rank);                        /* O3 */
     if (p->ep == NULL) {
         return;   /* already being closed at shutdown: do not close twice */
     }
@@ -470,6 +551,14 @@ static void **ep_args;
 
 static int64_t live_now_ns(void);
 
+/* RANK, connected (peer_connect asked params.same_host), runs on this
+ * host. Token holder. */
+static int
+peer_local(td_transport_t *tp, int r)
+{
+    return tp->peers[r].host == 1;
+}
+
 static td_status_t
 peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
 {
@@ -511,9 +600,11 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
         return td_error(TD_ERR_TRANSPORT, "transport: cannot connect to rank "
                         "%d: %s", dst, ucs_status_string(s));
     }
-    /* L1: the resolver has just learnt the peer's host. */
+    /* L1, O1: the resolver has just learnt the peer's host. */
+    p->host = tp->params.same_host != NULL &&
+              tp->params.same_host(tp->params.resolve_arg, dst) ? 1 : 2;
     p->remote = tp->live_ns > 0 && tp->params.same_host != NULL &&
-                !tp->params.same_host(tp->params.resolve_arg, dst);
+                p->host == 2;
     p->heard_ns = live_now_ns();
     p->rx_seen = p->rx_count;
     p->ping_ns = 0;
@@ -539,10 +630,11 @@ live_sent_cb(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-/* Send KIND ('P' ping, 'O' its answer) to DST, outside the counted sends
- * (L3). Token holder. */
+/* Send the LEN bytes of MSG to DST's transport-internal handler ID
+ * (LIVE_ID, CMA_ID), outside the counted sends. Token holder. */
 static void
-live_send(td_transport_t *tp, int dst, uint8_t kind)
+internal_send(td_transport_t *tp, int dst, uint16_t id, const uint8_t *msg,
+              size_t len)
 {
     ucp_request_param_t prm;
     ucp_ep_h ep;
@@ -550,26 +642,33 @@ live_send(td_transport_t *tp, int dst, uint8_t kind)
     void *req;
 
     if (peer_connect(tp, dst, &ep) != TD_OK ||
-        (w = calloc(1, WIRE_FIXED + 1)) == NULL) {
-        return;              /* a dead or unknown peer: nothing to ask */
+        (w = calloc(1, WIRE_FIXED + len)) == NULL) {
+        return;              /* a dead or unknown peer: nothing to tell */
     }
     w[0] = WIRE_VERSION;
-    w[2] = LIVE_ID >> 8;
-    w[3] = LIVE_ID & 0xff;
+    w[2] = id >> 8;
+    w[3] = id & 0xff;
     td_put_be32(w + 4, (uint32_t)tp->params.rank);
-    td_put_be32(w + 8, 1);
+    td_put_be32(w + 8, (uint32_t)len);
     memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
-    w[WIRE_FIXED] = kind;
+    memcpy(w + WIRE_FIXED, msg, len);
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                        UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     prm.cb.send = live_sent_cb;
     prm.user_data = w;
     prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-    req = ucp_am_send_nbx(ep, TD_AM_ID, w, WIRE_FIXED + 1, NULL, 0, &prm);
+    req = ucp_am_send_nbx(ep, TD_AM_ID, w, WIRE_FIXED + len, NULL, 0, &prm);
     if (!UCS_PTR_IS_PTR(req)) {
         free(w);             /* done at once, or failed (UCX reports it) */
     }
+}
+
+/* Send KIND ('P' ping, 'O' its answer) to DST (L3). Token holder. */
+static void
+live_send(td_transport_t *tp, int dst, uint8_t kind)
+{
+    internal_send(tp, dst, LIVE_ID, &kind, 1);
 }
 
 /* One tick (L2-L4): note who was heard, ping the quiet, fail the silent. */
@@ -609,6 +708,209 @@ live_tick(td_transport_t *tp)
                    (p->ping_ns == 0 || now - p->ping_ns >= tp->live_ns / 3)) {
             p->ping_ns = now;
             live_send(tp, r, 'P');
+        }
+    }
+}
+
+
+/* ---- bodies offered in place (O1-O5) ----------------------------------- */
+
+/* O2: the token a rank of this job with pid PID holds: the first 8 bytes
+ * of HMAC-SHA256(cma_key, be32 pid), never 0. */
+static uint64_t
+cma_token_for(const td_transport_t *tp, uint32_t pid)
+{
+    uint8_t msg[4], mac[EVP_MAX_MD_SIZE];
+    unsigned int mlen = 0;
+    uint64_t t;
+
+    td_put_be32(msg, pid);
+    HMAC(EVP_sha256(), tp->cma_key, (int)sizeof(tp->cma_key), msg,
+         sizeof(msg), mac, &mlen);
+    t = td_get_be64(mac);
+    return t != 0 ? t : 1;
+}
+
+/* Tell DST what became of its offer SEQ (O3). Token holder. */
+static void
+offer_answer(td_transport_t *tp, int dst, uint64_t seq, uint8_t ans)
+{
+    uint8_t m[9];
+
+    td_put_be64(m, seq);
+    m[8] = ans;
+    internal_send(tp, dst, CMA_ID, m, sizeof(m));
+}
+
+/* O1: may OP's bodies be offered instead of sent? */
+static int
+offer_wanted(td_transport_t *tp, const send_op_t *op)
+{
+    size_t min = tp->inplace_min[op->id];
+
+    return min > 0 && op->n_bodies > 0 && !op->no_offer &&
+           op->mem == TD_MEM_HOST && op->total >= min &&
+           op->dst != tp->params.rank && !tp->peers[op->dst].refused &&
+           peer_local(tp, op->dst);
+}
+
+/* Take OP off tp->offers; 1 when it was there. */
+static int
+offer_unlink(td_transport_t *tp, send_op_t *op)
+{
+    for (send_op_t **pp = &tp->offers; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == op) {
+            *pp = op->next;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* OP is off the list, sent and answered: finish it, or (refused) send it
+ * again with its bodies (O2, O3). */
+static void
+offer_settle(td_transport_t *tp, send_op_t *op)
+{
+    char why[160];
+
+    op->offering = 0;
+    switch (op->answer) {
+    case ANS_READ:
+        op_defer(tp, op, TD_OK);
+        break;
+    case ANS_REFUSED:
+        /* started again after this progress call (drain_queue), as a
+         * callback's send is */
+        op->no_offer = 1;
+        op->wire[1] &= (uint8_t)~WIRE_F_OFFER;
+        op->next = NULL;
+        if (tp->local_tail != NULL) {
+            tp->local_tail->next = op;
+        } else {
+            tp->local_head = op;
+        }
+        tp->local_tail = op;
+        break;
+    case ANS_PEER:
+        op_defer(tp, op, TD_ERR_PEER);
+        break;
+    default:
+        snprintf(why, sizeof(why), "rank %d could not read the %zu bytes "
+                 "offered in place", op->dst, op->total);
+        op->why = strdup(why);
+        op_defer(tp, op, TD_ERR_TRANSPORT);
+        break;
+    }
+}
+
+/* UCX completed OP's offer with ST (send_cb). */
+static void
+offer_sent(td_transport_t *tp, send_op_t *op, td_status_t st)
+{
+    if (st != TD_OK) {
+        (void)offer_unlink(tp, op);
+        op->offering = 0;
+        op_defer(tp, op, st);
+        return;
+    }
+    op->hdr_done = 1;
+    if (op->answered) {
+        offer_settle(tp, op);
+    }
+}
+
+/* Offer OP's bodies to its peer over EP (O1, O3). */
+static void
+offer_start(td_transport_t *tp, send_op_t *op, ucp_ep_h ep)
+{
+    ucp_request_param_t prm;
+    uint8_t *o = op->wire + op->wire_len;
+    void *req;
+
+    op->seq = ++tp->offer_seq;
+    td_put_be32(o, (uint32_t)getpid());
+    memset(o + 4, 0, 4);
+    td_put_be64(o + 8, (uint64_t)(uintptr_t)&tp->cma_token);
+    td_put_be64(o + 16, tp->cma_token);
+    td_put_be64(o + 24, op->seq);
+    for (size_t i = 0; i < op->n_bodies; i++) {
+        td_put_be64(o + OFFER_FIXED + i * OFFER_BODY,
+                    (uint64_t)(uintptr_t)op->iov[i].buffer);
+    }
+    op->wire[1] |= WIRE_F_OFFER;
+    op->offering = 1;
+    op->hdr_done = 0;
+    op->answered = 0;
+    op->next = tp->offers;
+    tp->offers = op;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.cb.send = send_cb;
+    prm.user_data = op;
+    prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    req = ucp_am_send_nbx(ep, TD_AM_ID, op->wire,
+                          op->wire_len + OFFER_LEN(op->n_bodies), NULL, 0,
+                          &prm);
+    if (req == NULL) {
+        op->hdr_done = 1;             /* the answer comes later */
+    } else if (UCS_PTR_IS_ERR(req)) {
+        (void)offer_unlink(tp, op);
+        op->offering = 0;
+        op_defer(tp, op, status_from_ucs(UCS_PTR_STATUS(req)));
+    } else {
+        tp->peers[op->dst].inflight++;
+    }
+}
+
+/* An answer from SRC (CMA_ID): M[LEN] = be64 seq | u8 answer (O4). */
+static void
+offer_answered(td_transport_t *tp, int src, const uint8_t *m, size_t len)
+{
+    uint64_t seq;
+
+    if (len != 9) {
+        return;
+    }
+    seq = td_get_be64(m);
+    for (send_op_t **pp = &tp->offers; *pp != NULL; pp = &(*pp)->next) {
+        send_op_t *op = *pp;
+
+        if (op->seq == seq && op->dst == src) {
+            *pp = op->next;
+            op->answered = 1;
+            op->answer = m[8] <= ANS_PEER ? m[8] : ANS_FAILED;
+            if (op->answer == ANS_REFUSED) {
+                tp->peers[src].refused = 1;
+            }
+            if (op->hdr_done) {
+                offer_settle(tp, op);
+            }
+            return;
+        }
+    }
+}
+
+/* RANK failed: its offers fail with TD_ERR_PEER (O3); one UCX has not
+ * completed yet finishes in send_cb. */
+static void
+offers_fail(td_transport_t *tp, int rank)
+{
+    send_op_t **pp = &tp->offers;
+
+    while (*pp != NULL) {
+        send_op_t *op = *pp;
+
+        if (op->dst != rank) {
+            pp = &op->next;
+            continue;
+        }
+        *pp = op->next;
+        op->answered = 1;
+        op->answer = ANS_PEER;
+        if (op->hdr_done) {
+            offer_settle(tp, op);
         }
     }
 }
@@ -683,6 +985,10 @@ op_start(td_transport_t *tp, send_op_t *op)
         op_defer(tp, op, status);
         return;
     }
+    if (offer_wanted(tp, op)) {
+        offer_start(tp, op, ep);          /* O1 */
+        return;
+    }
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                        UCP_OP_ATTR_FIELD_USER_DATA |
@@ -700,6 +1006,16 @@ op_start(td_transport_t *tp, send_op_t *op)
         prm.datatype = ucp_dt_make_iov();
         buf = op->iov;
         count = op->n_bodies;
+    }
+    if (op->mem == TD_MEM_HOST) {
+        size_t bytes = 0;
+
+        for (size_t i = 0; i < op->n_bodies; i++) {
+            bytes += op->iov[i].length;
+        }
+        if (bytes <= tp->eager_max) {
+            prm.flags |= UCP_AM_SEND_FLAG_EAGER;
+        }
     }
     req = ucp_am_send_nbx(ep, TD_AM_ID, op->wire, op->wire_len, buf, count,
                           &prm);
@@ -751,6 +1067,7 @@ recv_data_cb(void *request, ucs_status_t status, size_t length,
 /* A message's transport header, parsed and checked (wire_parse). */
 typedef struct {
     uint16_t      id;
+    int           offer;        /* WIRE_F_OFFER: bodies in place (O1) */
     uint32_t      src, ulen, nb;
     size_t        blen[TD_TRANSPORT_BODIES_MAX];
     td_mem_type_t bmem[TD_TRANSPORT_BODIES_MAX];
@@ -764,9 +1081,11 @@ wire_parse(const td_transport_t *tp, const uint8_t *h, size_t header_length,
 {
     size_t total = 0;
 
-    if (header_length < WIRE_FIXED || h[0] != WIRE_VERSION) {
+    if (header_length < WIRE_FIXED || h[0] != WIRE_VERSION ||
+        (h[1] & ~WIRE_F_OFFER) != 0) {
         return -1;
     }
+    w->offer = (h[1] & WIRE_F_OFFER) != 0;
     w->id = (uint16_t)(h[2] << 8 | h[3]);
     w->src = td_get_be32(h + 4);
     w->ulen = td_get_be32(h + 8);
@@ -774,8 +1093,9 @@ wire_parse(const td_transport_t *tp, const uint8_t *h, size_t header_length,
     if (w->id >= TD_TRANSPORT_HANDLERS_MAX ||
         w->src >= (uint32_t)tp->params.world_size ||
         w->ulen > TD_TRANSPORT_HEADER_MAX ||
-        w->nb > TD_TRANSPORT_BODIES_MAX ||
-        header_length != WIRE_FIXED + (size_t)w->nb * WIRE_BODY + w->ulen) {
+        w->nb > TD_TRANSPORT_BODIES_MAX || (w->offer && w->nb == 0) ||
+        header_length != WIRE_FIXED + (size_t)w->nb * WIRE_BODY + w->ulen +
+                         (w->offer ? OFFER_LEN(w->nb) : 0)) {
         return -1;
     }
     for (uint32_t i = 0; i < w->nb; i++) {
@@ -788,7 +1108,8 @@ wire_parse(const td_transport_t *tp, const uint8_t *h, size_t header_length,
         w->bmem[i] = (td_mem_type_t)b[8];
         total += w->blen[i];
     }
-    return total == length ? 0 : -1;
+    /* an offer's bodies stay with the sender (O1) */
+    return (w->offer ? length == 0 : total == length) ? 0 : -1;
 }
 
 /* Step 1b: the job tag (derived from TODIST_JOB_TOKEN) matches the one the
@@ -937,8 +1258,66 @@ recv_rndv(td_transport_t *tp, recv_op_t *r, const wire_hdr_t *w, void *data)
     }
 }
 
+/* Step 4c: an offer (O2, O5): checked, delivered, its bodies read in
+ * place from the sender, answered. */
+static void
+offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w)
+{
+    const uint8_t *o = h + WIRE_FIXED + (size_t)w->nb * WIRE_BODY + w->ulen;
+    td__cma_src_t who = { td_get_be32(o), td_get_be64(o + 8),
+                          td_get_be64(o + 16) };
+    uint64_t seq = td_get_be64(o + 24);
+    int src = (int)w->src;
+    peer_t *p = &tp->peers[src];
+    _Alignas(16) uint8_t stack_op[RECV_OP_SIZE(TD_TRANSPORT_BODIES_MAX)];
+    recv_op_t *r;
+    ucp_ep_h ep;
+    td_status_t st = TD_OK;
+
+    /* connected first: the answer goes there, and then its host is known
+     * (a peer that cannot be reached is not read either) */
+    if (peer_connect(tp, src, &ep) != TD_OK ||
+        tp->inplace_min[w->id] == 0 ||
+        (tp->mem_types & ~(1u << TD_MEM_HOST)) != 0 ||
+        !peer_local(tp, src) ||
+        (p->cma_pid != who.pid &&
+         (who.token != cma_token_for(tp, who.pid) || !td__cma_check(&who)))) {
+        BUMP(tp->n_refused);
+        td_log_debug("transport: refused an offer of rank %d (pid %u)",
+                     src, who.pid);
+        offer_answer(tp, src, seq, ANS_REFUSED);
+        return;
+    }
+    p->cma_pid = who.pid;
+    r = recv_op_init(stack_op, w->nb, 0);
+    deliver(tp, h, w, r);
+    if (r->done == NULL) {
+        /* the handler dropped it: nothing to read */
+        offer_answer(tp, src, seq, ANS_READ);
+        recv_finish(r, TD_OK);
+        return;
+    }
+    if (fill_dest(tp, r, w, 0, NULL) != TD_OK) {
+        offer_answer(tp, src, seq, ANS_FAILED);     /* finished already */
+        return;
+    }
+    for (uint32_t i = 0; st == TD_OK && i < w->nb; i++) {
+        if (w->blen[i] > 0) {
+            st = td__cma_read(who.pid,
+                              td_get_be64(o + OFFER_FIXED + i * OFFER_BODY),
+                              r->dest[i].buf, w->blen[i]);
+        }
+    }
+    offer_answer(tp, src, seq, st == TD_OK ? ANS_READ : ANS_FAILED);
+    if (st == TD_OK) {
+        BUMP(tp->n_inplace);
+    }
+    recv_finish(r, st);
+}
+
 /* UCX's active message callback (progress thread): parse, deliver to the
- * handler, place the bodies, then receive them eagerly or by rendezvous. */
+ * handler, place the bodies, then receive them eagerly, by rendezvous or
+ * in place. */
 static ucs_status_t
 am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
            size_t length, const ucp_am_recv_param_t *param)
@@ -969,16 +1348,39 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         }
         return UCS_OK;
     }
+    if (w.id == CMA_ID) {                                       /* O4 */
+        if (!w.offer && w.nb == 0) {
+            offer_answered(tp, (int)w.src,
+                           (const uint8_t *)header + WIRE_FIXED, w.ulen);
+        }
+        if (rndv) {
+            ucp_am_data_release(tp->worker, data);
+        }
+        return UCS_OK;
+    }
     if (__atomic_load_n(&tp->handlers[w.id].fn, __ATOMIC_ACQUIRE) == NULL) {
         /* Well formed but nobody listens: a peer's todist sent it and
          * counted it, so count it too, or the join would never settle. */
         BUMP(tp->n_received);
+        if (w.offer) {                  /* its send completes (O3) */
+            offer_answer(tp, (int)w.src, td_get_be64((const uint8_t *)header
+                         + header_length - OFFER_LEN(w.nb) + 24), ANS_READ);
+        }
         goto drop;
+    }
+    if (w.offer) {
+        if (rndv) {
+            ucp_am_data_release(tp->worker, data);
+        }
+        offer_recv(tp, header, &w);
+        return UCS_OK;
     }
     /* An eager message completes inside this call: keep its state on the
      * stack; only a rendezvous outlives it. */
     if (rndv) {
         void *mem = malloc(RECV_OP_SIZE(w.nb));
+
+        BUMP(tp->rndv_received);
         if (mem == NULL) {
             goto drop;
         }
@@ -1138,7 +1540,8 @@ close_endpoints(td_transport_t *tp)
         deadline = 0;   /* no memory to track requests: force every close */
     }
     for (int i = 0; deadline > 0 && i < n; i++) {
-        if (tp->peers[i].ep != NULL && !tp->peers[i].failed) {
+        if (tp->peers[i].ep != NULL && !tp->peers[i].failed &&
+            !__atomic_load_n(&tp->peers[i].left, __ATOMIC_ACQUIRE)) {
             void *req = ucp_ep_flush_nbx(tp->peers[i].ep, &prm);
             if (UCS_PTR_IS_PTR(req)) {
                 reqs[i] = req;
@@ -1162,10 +1565,11 @@ close_endpoints(td_transport_t *tp)
         if (tp->peers[i].ep == NULL) {
             continue;
         }
-        if (stuck || tp->peers[i].failed || st[i] != UCS_OK) {
+        int left = __atomic_load_n(&tp->peers[i].left, __ATOMIC_ACQUIRE);
+        if (stuck || tp->peers[i].failed || left || st[i] != UCS_OK) {
             cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
         }
-        if (stuck && !tp->peers[i].failed && deadline > 0) {
+        if (stuck && !tp->peers[i].failed && !left && deadline > 0) {
             if (tp->unclosed == 0) {
                 tp->unclosed_rank = i;
             }
@@ -1471,6 +1875,19 @@ progress_main(void *arg)
     }
     report_completions(tp);
     close_endpoints(tp);
+    /* O3: offers still unanswered are cancelled (one UCX never completed
+     * stays, as its other abandoned sends do: drain_sends warned) */
+    for (send_op_t **pp = &tp->offers; *pp != NULL;) {
+        send_op_t *op = *pp;
+
+        if (!op->hdr_done) {
+            pp = &op->next;
+            continue;
+        }
+        *pp = op->next;
+        op->offering = 0;
+        op_defer(tp, op, TD_ERR_CANCELED);
+    }
     report_completions(tp);
     return NULL;
 }
@@ -1690,7 +2107,18 @@ make_tags(td_transport_t *tp)
         job_tag(token, me, r, tp->tag_to + (size_t)r * TAG_LEN);
         job_tag(token, r, me, tp->tag_from + (size_t)r * TAG_LEN);
     }
-    tp->params.token = NULL;   /* not kept: the tags are all we need */
+    {
+        /* O2: the key of the pids' tokens, and ours */
+        static const char label[] = "todist-cma-v1";
+        uint8_t mac[EVP_MAX_MD_SIZE];
+        unsigned int mlen = 0;
+
+        HMAC(EVP_sha256(), token, (int)strlen(token), (const uint8_t *)label,
+             sizeof(label) - 1, mac, &mlen);
+        memcpy(tp->cma_key, mac, sizeof(tp->cma_key));
+        tp->cma_token = cma_token_for(tp, (uint32_t)getpid());
+    }
+    tp->params.token = NULL;   /* not kept: the tags and key are enough */
     return TD_OK;
 }
 
@@ -1765,6 +2193,7 @@ td__transport_create(const td_transport_params_t *params,
                  "allowed)", params->rank, tp->mode == TD_PROGRESS_BUSY
                  ? "busy" : "blocking", params->local_world_size,
                  online_cpus());
+    tp->eager_max = getenv("UCX_RNDV_THRESH") != NULL ? 0 : EAGER_MAX;
     status = make_context(tp);
     if (status != TD_OK) {
         goto err;
@@ -1824,14 +2253,33 @@ td_status_t
 td__transport_set_handler(td_transport_t *tp, uint16_t id,
                          td_transport_recv_fn fn, void *arg)
 {
-    if (id >= LIVE_ID) {
+    if (id >= CMA_ID) {
         return td_error(TD_ERR_INVALID, "transport: handler id %u is not "
-                        "below %d (%d is the transport's own)", id, LIVE_ID,
-                        LIVE_ID);
+                        "below %d (%d and %d are the transport's own)", id,
+                        CMA_ID, CMA_ID, LIVE_ID);
     }
     tp->handlers[id].arg = arg;
     __atomic_store_n(&tp->handlers[id].fn, fn, __ATOMIC_RELEASE);
     return TD_OK;
+}
+
+td_status_t
+td__transport_set_inplace(td_transport_t *tp, uint16_t id, size_t min_bytes)
+{
+    if (id >= CMA_ID) {
+        return td_error(TD_ERR_INVALID, "transport: handler id %u is not "
+                        "below %d", id, CMA_ID);
+    }
+    tp->inplace_min[id] = min_bytes;
+    return TD_OK;
+}
+
+void
+td__transport_inplace_counts(td_transport_t *tp, uint64_t *read_p,
+                            uint64_t *refused_p)
+{
+    *read_p = __atomic_load_n(&tp->n_inplace, __ATOMIC_RELAXED);
+    *refused_p = __atomic_load_n(&tp->n_refused, __ATOMIC_RELAXED);
 }
 
 td_status_t
@@ -1883,7 +2331,9 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
         return td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
     }
     wire_len = WIRE_FIXED + n_bodies * WIRE_BODY + header_len;
-    op = malloc(sizeof(*op) + n_bodies * sizeof(ucp_dt_iov_t) + wire_len);
+    /* room for an offer (O1) after the wire bytes */
+    op = malloc(sizeof(*op) + n_bodies * sizeof(ucp_dt_iov_t) + wire_len +
+                (n_bodies > 0 ? OFFER_LEN(n_bodies) : 0));
     if (op == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "transport: out of memory");
     }
@@ -1898,6 +2348,10 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
     op->mem = n_bodies ? bodies[0].mem : TD_MEM_HOST;
     op->why = NULL;
     op->faulted = 0;
+    op->id = id;
+    op->no_offer = 0;
+    op->offering = 0;
+    op->total = 0;
     w = op->wire;
     memset(w, 0, WIRE_FIXED + n_bodies * WIRE_BODY);
     w[0] = WIRE_VERSION;
@@ -1914,6 +2368,7 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
         b[8] = (uint8_t)bodies[i].mem;
         op->iov[i].buffer = bodies[i].buf;
         op->iov[i].length = bodies[i].len;
+        op->total += bodies[i].len;
     }
     if (header_len > 0) {
         memcpy(w + WIRE_FIXED + n_bodies * WIRE_BODY, header, header_len);
@@ -2211,9 +2666,23 @@ td__transport_dropped(td_transport_t *tp)
 }
 
 size_t
+td__transport_rndv_received(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->rndv_received, __ATOMIC_RELAXED);
+}
+
+size_t
 td__transport_rejected(td_transport_t *tp)
 {
     return __atomic_load_n(&tp->rejected, __ATOMIC_RELAXED);
+}
+
+void
+td__transport_peer_left(td_transport_t *tp, int rank)
+{
+    if (tp != NULL && rank >= 0 && rank < tp->params.world_size) {
+        __atomic_store_n(&tp->peers[rank].left, 1, __ATOMIC_RELEASE);
+    }
 }
 
 bool

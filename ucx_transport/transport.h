@@ -6,7 +6,9 @@
  * type. All of a message travels as ONE UCP active message
  * (UCP_AM_SEND_FLAG_REPLY): small bodies eagerly, large ones by rendezvous
  * (ucp_am_recv_data_nbx) straight into the buffers the receiver names, so a
- * tensor body lands where it belongs without a copy.
+ * tensor body lands where it belongs without a copy. Between ranks of one
+ * host, the large host bodies of handler ids that ask for it are offered
+ * instead and read by the receiver in one copy (td__transport_set_inplace).
  *
  * One thread at a time is in the UCX worker: the holder of the progress
  * token. Normally that is the progress thread; a thread waiting for a
@@ -55,8 +57,9 @@ extern "C" {
 
 #define TD_TRANSPORT_HEADER_MAX   4096  /* bytes of user header per message */
 #define TD_TRANSPORT_BODIES_MAX   64    /* bodies per message */
-#define TD_TRANSPORT_HANDLERS_MAX 16    /* message handler ids 0..14 (15
-                                         * is the transport's liveness) */
+#define TD_TRANSPORT_HANDLERS_MAX 16    /* message handler ids 0..13 (14
+                                         * answers offers in place, 15 is
+                                         * the transport's liveness) */
 
 typedef struct td_transport td_transport_t;
 
@@ -177,6 +180,22 @@ td_status_t td__transport_destroy(td_transport_t *tp, double timeout);
 td_status_t td__transport_set_handler(td_transport_t *tp, uint16_t id,
                                      td_transport_recv_fn fn, void *arg);
 
+/* Bodies in place (transport.c O1-O5): host bodies of messages to handler
+ * ID that hold MIN_BYTES or more (0: never, the default) are offered to a
+ * peer of this host instead of sent, and that peer copies them once, with
+ * process_vm_readv, straight into the destinations its handler names; the
+ * send completes once it has. A receiver reads offers only for ids that
+ * asked here too (else the sender falls back to UCX). Messages to the
+ * handler keep their order; the receive handler and DONE run as for any
+ * message. Call with set_handler. */
+td_status_t td__transport_set_inplace(td_transport_t *tp, uint16_t id,
+                                     size_t min_bytes);
+
+/* Messages whose bodies this worker read in place, and offers it refused
+ * (not of this host, a pid without the token, in-place reads off). */
+void td__transport_inplace_counts(td_transport_t *tp, uint64_t *read_p,
+                                 uint64_t *refused_p);
+
 /* This worker's address blob (owned by the transport, valid until destroy). */
 td_status_t td__transport_address(td_transport_t *tp, const void **addr_p,
                                  size_t *len_p);
@@ -201,6 +220,10 @@ void td__transport_counts(td_transport_t *tp, uint64_t *sent_p,
 
 /* Messages dropped because they were malformed or had no handler. */
 size_t td__transport_dropped(td_transport_t *tp);
+/* Messages received by rendezvous so far (the rest came eager: host
+ * bodies up to 64 KiB in all are sent eager unless UCX_RNDV_THRESH is
+ * set; a rendezvous needs the sender to make progress after posting). */
+size_t td__transport_rndv_received(td_transport_t *tp);
 
 /* Fault injection (tests only): TODIST_FAULT="RULE[,RULE...][,seed=N]",
  * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS, KIND =
@@ -249,6 +272,13 @@ size_t td__transport_rejected(td_transport_t *tp);
 
 /* false once DST was reported dead. */
 bool td__transport_peer_alive(td_transport_t *tp, int dst);
+
+/* RANK left the job's members (runtime/elastic's in-place shrink): dead,
+ * or cut off, though this rank's transport may never have seen it fail.
+ * At teardown its endpoint is closed by force, not flushed (a flush to a
+ * dead process never completes), and not reported as unclosed.
+ * Thread-safe. */
+void td__transport_peer_left(td_transport_t *tp, int rank);
 
 /* The progress mode in use (AUTO resolved). */
 td_progress_mode_t td__transport_progress_mode(td_transport_t *tp);

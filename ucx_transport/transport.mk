@@ -3,6 +3,9 @@ libtodist_core_la_SOURCES += ucx_transport/transport.c
 libtodist_core_la_SOURCES += ucx_transport/transport.h
 # TODIST_FAULT (tests only), called from one hook in transport.c
 libtodist_core_la_SOURCES += ucx_transport/fault.c ucx_transport/fault.h
+# one-copy reads from another process of this host (process_vm_readv):
+# the transport's bodies in place and the collectives' in-place reads
+libtodist_core_la_SOURCES += ucx_transport/cma.c ucx_transport/cma.h
 # the one staging module of device memory: the engine (device bodies
 # through pinned host buffers), its copy functions, host copies
 libtodist_core_la_SOURCES += ucx_transport/staging.c ucx_transport/staging.h \

@@ -171,6 +171,12 @@ td_tensor_t *td_ddp_param(const td_ddp_t *ddp, int i);
 int         td_ddp_has_comm_hook(const td_ddp_t *ddp);
 /* The group the DDP object reduces over (borrowed). */
 td_group_t *td_ddp_group(const td_ddp_t *ddp);
+/* Reduce over GROUP (borrowed; this rank a member) from the next
+ * iteration on, keeping the buckets and their order: the world shrank in
+ * place (todist/elastic.h). Between iterations only (after td_ddp_wait,
+ * a failed one too: TD_ERR_STATE during one); the replicas must already
+ * be equal (td_checkpoint_broadcast), nothing is broadcast here. */
+td_status_t td_ddp_set_group(td_ddp_t *ddp, td_group_t *group);
 
 /* Remove the hooks and release the buckets; parameters keep their
  * gradients (as plain tensors). NULL is fine. */

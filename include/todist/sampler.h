@@ -58,6 +58,25 @@ void td_distributed_sampler_set_epoch(td_distributed_sampler_t *s,
 td_status_t td_distributed_sampler_indices(const td_distributed_sampler_t *s,
                                            int64_t *out);
 
+/* Move S to RANK of NUM_REPLICAS (the world shrank or grew), keeping its
+ * dataset, shuffle, seed, drop_last and epoch, and re-shard *POSITION
+ * (this epoch's indices, or batches, consumed per rank at the old size)
+ * to td_distributed_sampler_position_at's. TD_ERR_INVALID naming the bad
+ * value; S is unchanged then. */
+td_status_t td_distributed_sampler_reshard(td_distributed_sampler_t *s,
+                                           int num_replicas, int rank,
+                                           int64_t *position);
+
+/* The position at S's size of POSITION consumed per rank at
+ * SAVED_REPLICAS ranks: the SAVED_REPLICAS ranks had consumed the first
+ * POSITION * SAVED_REPLICAS entries of the epoch's order (DDP steps in
+ * lockstep), so ceil(POSITION * SAVED_REPLICAS / num_replicas), at most
+ * num_samples: no entry is seen twice, fewer than num_replicas units are
+ * skipped. */
+int64_t td_distributed_sampler_position_at(const td_distributed_sampler_t *s,
+                                           int64_t position,
+                                           int saved_replicas);
+
 #ifdef __cplusplus
 }
 #endif

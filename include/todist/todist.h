@@ -35,5 +35,6 @@
 #include <todist/remote_module.h>
 #include <todist/pipe.h>
 #include <todist/checkpoint.h>
+#include <todist/elastic.h>
 
 #endif /* TODIST_TODIST_H */

@@ -70,6 +70,19 @@ unique_id(void *id)
 }
 
 static td_status_t
+device_id(int device, char *buf, size_t len)
+{
+    cudaError_t e = cudaDeviceGetPCIBusId(buf, (int)len, device);
+
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return td_error(TD_ERR_IO, "cuda:%d: cudaDeviceGetPCIBusId: %s",
+                        device, cudaGetErrorString(e));
+    }
+    return TD_OK;
+}
+
+static td_status_t
 comm_init(int device, int n, int me, const void *id, void **comm_p)
 {
     ncclUniqueId uid;
@@ -177,6 +190,7 @@ const td_nccl_ops_t td_cuda_nccl_ops = {
     .supports = supports,
     .unique_id = unique_id,
     .comm_init = comm_init,
+    .device_id = device_id,
     .launch = launch,
     .poll = poll_done,
     .abort = comm_abort,

@@ -1,22 +1,21 @@
-/* cma.c: bodies read in place (cma.h: C9, C10). The receiver reads
- * CMA_TOKEN at &cma_token in the sender before trusting a pid, to be sure
- * the pid is the sender (not another process of another pid namespace). */
+/* cma.c: bodies read in place (cma.h: C9, C10). The receiver checks the
+ * sender's token (ucx_transport/cma.h, M1) before trusting a pid, to be
+ * sure the pid is the sender (not another process of another pid
+ * namespace); the read itself is td__cma_read's. */
 #include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/uio.h>
 
 #include "runtime/coll/cma.h"
 #include "runtime/coll/conf.h"
 #include "runtime/coll/tx.h"
 #include "runtime/coll/wire.h"
 #include "runtime/runtime.h"
-#include "base/clock.h"
+#include "ucx_transport/cma.h"
 #include "base/log.h"
 
-static uint64_t cma_token;
 static int      cma_enabled;
 static uint8_t *cma_off;           /* per world rank: it cannot read ours */
 static int32_t *cma_verified;      /* per world rank: pid checked, or 0 */
@@ -51,8 +50,6 @@ coll_cma_setup(int size)
     if (cma_off == NULL || cma_verified == NULL || cma_host == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
     }
-    cma_token = ((uint64_t)getpid() << 32) ^ (uint64_t)(td_now_s() * 1e9) ^
-                (uint64_t)(uintptr_t)&cma_token;
     return TD_OK;
 }
 
@@ -60,6 +57,7 @@ td_status_t
 coll_post_send_offer(coll_req_t *r, int wdst)
 {
     uint8_t h[sizeof(r->hdr) + COLL_OFFER_BYTES];
+    td__cma_src_t me;
     size_t len;
     td_status_t st;
 
@@ -73,9 +71,9 @@ coll_post_send_offer(coll_req_t *r, int wdst)
     }
     /* C9: offer the buffer; the reader's MSG_CMA completes the send. */
     memcpy(h, r->hdr, r->hdr_len);
-    len = coll_wire_offer(h, r->hdr_len, (uint32_t)getpid(),
-                          (uint64_t)(uintptr_t)r->buf,
-                          (uint64_t)(uintptr_t)&cma_token, cma_token);
+    td__cma_self(&me);
+    len = coll_wire_offer(h, r->hdr_len, me.pid, (uint64_t)(uintptr_t)r->buf,
+                          me.token_addr, me.token);
     atomic_store(&r->done, 0);
     r->status = TD_OK;
     r->err[0] = '\0';
@@ -110,19 +108,14 @@ void
 coll_cma_read(coll_req_t *r)
 {
     int src = r->from;
-    pid_t pid = (pid_t)r->cma_pid;
-    size_t done = 0;
     int ok = same_host(src);                    /* C11 */
 
     if (ok &&
         __atomic_load_n(&cma_verified[src], __ATOMIC_RELAXED) != r->cma_pid) {
-        uint64_t tok = 0;
-        struct iovec l = { &tok, sizeof(tok) };
-        struct iovec rv = { (void *)(uintptr_t)r->cma_token_addr,
-                            sizeof(tok) };
+        td__cma_src_t who = { (uint32_t)r->cma_pid, r->cma_token_addr,
+                              r->cma_token };
 
-        ok = process_vm_readv(pid, &l, 1, &rv, 1, 0) == (ssize_t)sizeof(tok) &&
-             tok == r->cma_token;
+        ok = td__cma_check(&who);
         if (ok) {
             __atomic_store_n(&cma_verified[src], r->cma_pid,
                              __ATOMIC_RELAXED);
@@ -130,18 +123,8 @@ coll_cma_read(coll_req_t *r)
     }
     char *dst = r->cma_dst != NULL ? r->cma_dst : r->buf;
 
-    while (ok && done < r->nbytes) {
-        struct iovec l = { dst + done, r->nbytes - done };
-        struct iovec rv = { (void *)(uintptr_t)(r->cma_addr + done),
-                            r->nbytes - done };
-        ssize_t got = process_vm_readv(pid, &l, 1, &rv, 1, 0);
-
-        if (got <= 0) {
-            ok = 0;
-            break;
-        }
-        done += (size_t)got;
-    }
+    ok = ok && td__cma_read((uint32_t)r->cma_pid, r->cma_addr, dst,
+                            r->nbytes) == TD_OK;
     if (ok) {
         if (r->type == REQ_RECV_P2P) {
             td_log_debug("coll: p2p body of %zu bytes from rank %d read in "
@@ -155,7 +138,7 @@ coll_cma_read(coll_req_t *r)
     /* Not readable (another node, no permission): the body comes through
      * UCX into this receive, posted again. */
     td_log_debug("coll: cannot read %zu bytes in place from rank %d (pid "
-                 "%d): asking for the body", r->nbytes, src, (int)pid);
+                 "%d): asking for the body", r->nbytes, src, (int)r->cma_pid);
     if (r->type == REQ_RECV_P2P) {
         r->peer = src;                        /* C10 */
         r->exact_seq = 1;

@@ -193,6 +193,44 @@ td_group_new(const int *ranks, int n, td_group_t **group_p)
     return TD_OK;
 }
 
+td_status_t
+coll_group_new_id(uint32_t id, const int *ranks, int n, td_group_t **group_p)
+{
+    int world = coll_world_size();
+    td_group_t *g;
+    td_status_t st;
+
+    if (td_group_world() == NULL) {
+        return td_error(TD_ERR_STATE, "coll: a group before td_init");
+    }
+    if (id < COLL_EPOCH_ID_BASE || ranks == NULL || n < 1 || n > world) {
+        return td_error(TD_ERR_INVALID, "coll: group id %u with %d ranks "
+                        "(world %d)", id, n, world);
+    }
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= world) {
+            return td_error(TD_ERR_RANGE, "coll: group %u: ranks[%d]=%d is "
+                            "not in the world of %d", id, i, ranks[i], world);
+        }
+    }
+    st = group_make(id, ranks, n, coll_world_rank(), world, &g);
+    if (st != TD_OK) {
+        return st;
+    }
+    if (g->me < 0) {
+        group_free(g);
+        return td_error(TD_ERR_INVALID, "coll: group %u: this rank (%d) is "
+                        "not a member", id, coll_world_rank());
+    }
+    st = coll_group_register(g);
+    if (st != TD_OK) {
+        group_free(g);
+        return st;
+    }
+    *group_p = g;
+    return TD_OK;
+}
+
 int
 td_group_rank(const td_group_t *g)
 {

@@ -8,6 +8,13 @@
 /* Make the world's group (RANK of SIZE) / free it (module lifecycle). */
 td_status_t coll_world_group_create(int rank, int size);
 void        coll_world_group_free(void);
+/* A group of world ranks RANKS[0..N-1] with the id ID (at or above
+ * COLL_EPOCH_ID_BASE, match.h), made by its members only: runtime/elastic's
+ * epoch groups, whose ids the members agreed on through the store, so the
+ * dead and the stale, who never make it, need not call it (td_group_new
+ * needs every world rank). This rank must be in RANKS. */
+td_status_t coll_group_new_id(uint32_t id, const int *ranks, int n,
+                              td_group_t **group_p);
 /* Ids of td_group_new start again (td_finalize). */
 void        coll_groups_reset(void);
 

@@ -22,7 +22,9 @@ static struct {
     size_t          n_ux;
     td_group_t     *groups[TD_GROUPS_MAX];
     int             groups_hi;         /* slots used so far: the rest NULL */
-    uint32_t        id_max;            /* highest group id registered */
+    uint32_t        id_max;            /* highest group id registered
+                                        * below COLL_EPOCH_ID_BASE */
+    uint32_t        epoch_id_max;      /* highest at or above it */
     coll_match_hooks_t hooks;          /* mbox.c's (set before any use) */
     pthread_mutex_t wait_lock;         /* L6 */
     pthread_cond_t  wait_cond;
@@ -400,7 +402,11 @@ coll_group_find_locked(uint32_t id)
 int
 coll_group_gone_locked(uint32_t gid)
 {
-    return gid != 0 && gid <= C.id_max && coll_group_find_locked(gid) == NULL;
+    /* Two counters: an epoch's group (elastic, coll_group_new_id) must not
+     * make a user group not created here yet look destroyed. */
+    uint32_t max = gid >= COLL_EPOCH_ID_BASE ? C.epoch_id_max : C.id_max;
+
+    return gid != 0 && gid <= max && coll_group_find_locked(gid) == NULL;
 }
 
 /* Fail G: returns the requests to complete after the unlock (linked
@@ -535,7 +541,11 @@ coll_group_register(td_group_t *g)
         C.groups_hi = slot + 1;
     }
     g->registered = 1;
-    if (g->id > C.id_max) {
+    if (g->id >= COLL_EPOCH_ID_BASE) {
+        if (g->id > C.epoch_id_max) {
+            C.epoch_id_max = g->id;
+        }
+    } else if (g->id > C.id_max) {
         C.id_max = g->id;
     }
     /* A member may have failed the group before we made it. */
@@ -682,6 +692,7 @@ coll_match_reset(void)
     C.ux_tail = NULL;
     C.n_ux = 0;
     C.id_max = 0;                    /* ids start again at the next init */
+    C.epoch_id_max = 0;
     pthread_mutex_unlock(&C.lock);
 }
 

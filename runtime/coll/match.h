@@ -254,6 +254,10 @@ coll_unexp_t *coll_ux_mismatch_locked(uint32_t gid, uint32_t seq,
                                       const coll_desc_t *d);
 
 /* ---- groups: the table and failure ---- */
+/* Ids from here up are membership epochs' groups (coll_group_new_id, for
+ * runtime/elastic: epoch E's group is BASE + E); td_group_new's ids count
+ * up from 1 below it. C11's "destroyed here" is judged per range. */
+#define COLL_EPOCH_ID_BASE 0x40000000u
 td_status_t coll_group_register(td_group_t *g);
 void        coll_group_unregister(td_group_t *g);
 td_group_t *coll_group_find_locked(uint32_t id);

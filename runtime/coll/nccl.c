@@ -35,6 +35,9 @@ static comm_t *comms;
 #define CAP_GROUPS 256
 static unsigned char cap_known[CAP_GROUPS], cap_of[CAP_GROUPS];
 static uint32_t cap_digest[CAP_GROUPS];
+/* per group: every member on a GPU of its own (N5)? */
+static unsigned char gpu_known[CAP_GROUPS], gpu_own[CAP_GROUPS];
+static uint32_t gpu_digest[CAP_GROUPS];
 
 /* The module's NCCL row, if a module with NCCL is installed. */
 static const td_nccl_ops_t *
@@ -87,6 +90,78 @@ group_capable(td_group_t *g)
     return store != NULL && cap;
 }
 
+/* Every member of G on a GPU of its own (N5): each puts which GPU its
+ * DEVICE is (host and PCI bus id) under td/nccl/gpu/<group>/<digest>/<rank>
+ * and reads the others'. All members come here at the same collective (the
+ * group's first on device tensors, N2's contract), so all reach the same
+ * verdict; it is kept for the group. */
+static int
+group_gpus_own(const td_nccl_ops_t *nccl, td_group_t *g, int device)
+{
+    td_store_t *store = td__runtime_store();
+    int slot = (int)(g->id % CAP_GROUPS), own = 1;
+    char key[80], mine[96], *ids = NULL;
+    td_status_t st;
+
+    pthread_mutex_lock(&comm_lock);
+    if (gpu_known[slot] && gpu_digest[slot] == g->digest) {
+        own = gpu_own[slot];
+        pthread_mutex_unlock(&comm_lock);
+        return own;
+    }
+    pthread_mutex_unlock(&comm_lock);
+    snprintf(mine, sizeof(mine), "%016llx ",
+             (unsigned long long)td__runtime_host_id(g->ranks[g->me]));
+    st = nccl->device_id(device, mine + strlen(mine),
+                         sizeof(mine) - strlen(mine));
+    snprintf(key, sizeof(key), "td/nccl/gpu/%u/%08x/%d", g->id, g->digest,
+             g->me);
+    if (st == TD_OK) {
+        st = td_store_set(store, key, mine, strlen(mine) + 1);
+    }
+    ids = st == TD_OK ? calloc((size_t)g->n, sizeof(mine)) : NULL;
+    for (int i = 0; ids != NULL && i < g->n && own; i++) {
+        void *v = NULL;
+        size_t len = 0;
+
+        snprintf(key, sizeof(key), "td/nccl/gpu/%u/%08x/%d", g->id,
+                 g->digest, i);
+        if (td_store_get(store, key, coll_timeout(), &v, &len) != TD_OK ||
+            len == 0 || len > sizeof(mine) || ((char *)v)[len - 1] != '\0') {
+            td_log_warn("coll: group %u: no GPU id from rank %d; collectives "
+                        "on device tensors are staged", g->id, g->ranks[i]);
+            td_error_clear();
+            own = 0;
+        } else {
+            memcpy(ids + (size_t)i * sizeof(mine), v, len);
+            for (int j = 0; j < i && own; j++) {
+                if (strcmp(ids + (size_t)j * sizeof(mine), v) == 0) {
+                    td_log_info("coll: group %u: ranks %d and %d share GPU "
+                                "%s (NCCL refuses that): collectives on "
+                                "device tensors are staged through the host",
+                                g->id, g->ranks[j], g->ranks[i],
+                                (char *)v + 17);
+                    own = 0;
+                }
+            }
+        }
+        free(v);
+    }
+    if (st != TD_OK) {
+        td_log_warn("coll: group %u: %s; collectives on device tensors are "
+                    "staged", g->id, td_last_error());
+        td_error_clear();
+        own = 0;
+    }
+    free(ids);
+    pthread_mutex_lock(&comm_lock);
+    gpu_digest[slot] = g->digest;
+    gpu_own[slot] = (unsigned char)(ids != NULL && own);
+    gpu_known[slot] = 1;
+    pthread_mutex_unlock(&comm_lock);
+    return ids != NULL && own;
+}
+
 /* Prefix the module's message with the group and rank. */
 static td_status_t
 nccl_error(td_status_t code, const char *what, td_group_t *g)
@@ -113,16 +188,23 @@ get_comm(const td_nccl_ops_t *nccl, td_group_t *g, int device,
 
     pthread_mutex_lock(&comm_lock);
     for (c = comms; c != NULL; c = c->next) {
-        if (c->group_id == g->id && c->digest == g->digest &&
-            c->device == device) {
+        if (c->group_id == g->id && c->digest == g->digest) {
+            int on = c->device;
+
             *comm_p = c->comm;
             pthread_mutex_unlock(&comm_lock);
+            if (on != device) {
+                return td_error(TD_ERR_INVALID, "coll: group %u runs NCCL "
+                                "on cuda:%d on rank %d; a tensor on cuda:%d "
+                                "needs a group of its own (N2)", g->id, on,
+                                g->ranks[g->me], device);
+            }
             return TD_OK;
         }
     }
     pthread_mutex_unlock(&comm_lock);
-    snprintf(key, sizeof(key), "td/nccl/id/%u/%08x/%d", g->id, g->digest,
-             device);
+    /* no device in the key: members number their GPUs as they like */
+    snprintf(key, sizeof(key), "td/nccl/id/%u/%08x", g->id, g->digest);
     if (g->me == 0) {
         if ((status = nccl->unique_id(id)) != TD_OK) {
             return nccl_error(status, "ncclGetUniqueId", g);
@@ -248,7 +330,9 @@ coll_device_route(td_group_t *g, const coll_args_t *a)
         !nccl->supports(td_tensor_dtype(t), reduces, a->op)) {
         return COLL_ROUTE_STAGED;
     }
-    return group_capable(g) ? COLL_ROUTE_NCCL : COLL_ROUTE_STAGED;
+    return group_capable(g) &&
+           group_gpus_own(nccl, g, td_tensor_device(t).index)
+           ? COLL_ROUTE_NCCL : COLL_ROUTE_STAGED;
 }
 
 td_status_t

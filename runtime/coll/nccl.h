@@ -9,11 +9,12 @@
  *           real CUDA device, and
  *           every member of the group published "NCCL-capable" at td_init
  *           (td/dev/<rank> in the store: NCCL in the module, a device, not
- *           the test backend); all_reduce, broadcast, reduce, all_gather
+ *           the test backend) and is on a GPU of its own (N5); all_reduce, broadcast, reduce, all_gather
  *           and reduce_scatter; the others are staged;
  *   STAGED  any other device tensor: copied to host buffers, the host
  *           algorithm (with its mismatch checks), copied back; exact, and
- *           members with cpu and device tensors mix freely;
+ *           in a group that is staged, members with cpu and device tensors
+ *           mix freely (in an NCCL group they follow c10d's rule below);
  *   HOST    cpu tensors: the host path as it is.
  * The members agree without a message: the capability of every member
  * comes from the store, and the route depends only on it and on the
@@ -24,9 +25,12 @@
  *  N1. A staged collective reads its device inputs before the host
  *      algorithm starts and writes its device outputs only after it
  *      succeeded; on an error the device tensors are left as they were.
- *  N2. One NCCL communicator per group, made at the group's first NCCL
- *      collective from the unique id group rank 0 puts in the store
- *      (td/nccl/id/<group id>/<digest>); kept until td_finalize.
+ *  N2. One NCCL communicator per group (on one device per rank: a tensor
+ *      on another device of the same rank is refused, naming both), made
+ *      at the group's first NCCL collective from the unique id group rank
+ *      0 puts in the store (td/nccl/id/<group id>/<digest>: no device
+ *      index, since members number their GPUs as they like); kept until
+ *      td_finalize.
  *  N3. An NCCL collective is queued on the tensor's device stream (after
  *      the kernels that made it) and the work completes after a stream
  *      synchronise: a completed td_work means the result is in place.
@@ -37,6 +41,12 @@
  *      error naming the group, the rank and the cause. A mismatched call
  *      (a member that passes a cpu tensor, or never calls) thus ends in
  *      an error, not NCCL's hang.
+ *  N5. NCCL only where every member has a GPU of its own: at the group's
+ *      first collective on device tensors the members trade which GPU
+ *      each is on (host id and PCI bus id, td/nccl/gpu/<group>/<digest>/
+ *      <rank>); if two share one (ranks sharing GPUs, --share-gpus) the
+ *      group's device collectives are staged, logged once. All members
+ *      read the same ids, so all choose the same route.
  * Thread safety: called on the group's operation thread (work.c); the
  * communicator cache has its own lock. */
 #ifndef TD_RUNTIME_COLL_NCCL_H

@@ -133,3 +133,20 @@ coll_group_fail_id(uint32_t gid, td_status_t code, int tell, uint32_t seq,
 {
     group_fail(NULL, gid, code, tell, seq, msg);
 }
+
+void
+coll_group_abort_all(td_group_t *g, td_status_t code, const char *msg)
+{
+    uint8_t h[COLL_WIRE_BYTES + 2 + COLL_ERR_MAX];
+    td_transport_t *tp = coll_transport();
+    size_t hlen;
+
+    coll_group_fail_quiet(g, 0, code, msg);
+    hlen = coll_wire_abort(h, g->id, g->digest, 0, code, msg);
+    for (int i = 0; i < g->n; i++) {
+        if (i != g->me && td__transport_peer_alive(tp, g->ranks[i])) {
+            coll_tx_send_hdr(g->ranks[i], h, hlen);
+        }
+    }
+    coll_wake();
+}

@@ -39,5 +39,12 @@ void        coll_group_fail(td_group_t *g, td_status_t code, int tell,
  * callbacks: the group may be destroyed meanwhile). */
 void        coll_group_fail_id(uint32_t gid, td_status_t code, int tell,
                                uint32_t seq, const char *msg);
+/* Fail G here (if it is not broken yet) and send MSG_ABORT to every other
+ * member the transport still reaches, even when G was broken already:
+ * runtime/elastic's recovery, so that no member stays blocked in an
+ * operation of G (one whose peers were not the dead rank's) until its
+ * timeout, while the others agree on the next epoch. */
+void        coll_group_abort_all(td_group_t *g, td_status_t code,
+                                 const char *msg);
 
 #endif /* TD_RUNTIME_COLL_TX_H */

@@ -1126,6 +1126,30 @@ td_ddp_group(const td_ddp_t *ddp)
     return ddp->group;
 }
 
+td_status_t
+td_ddp_set_group(td_ddp_t *ddp, td_group_t *group)
+{
+    if (ddp == NULL || group == NULL) {
+        return td_error(TD_ERR_INVALID, "ddp: td_ddp_set_group: %s is NULL",
+                        ddp == NULL ? "ddp" : "group");
+    }
+    if (td_group_rank(group) < 0) {
+        return td_error(TD_ERR_INVALID, "ddp: td_ddp_set_group: this rank is "
+                        "not a member of the group");
+    }
+    pthread_mutex_lock(&ddp->lock);
+    if (ddp->in_backward) {
+        pthread_mutex_unlock(&ddp->lock);
+        return td_error(TD_ERR_STATE, "ddp: td_ddp_set_group during an "
+                        "iteration: call td_ddp_wait first");
+    }
+    iteration_reset(ddp);
+    ddp->group = group;
+    ddp->opts.group = group;
+    pthread_mutex_unlock(&ddp->lock);
+    return TD_OK;
+}
+
 void
 td_ddp_destroy(td_ddp_t *ddp)
 {

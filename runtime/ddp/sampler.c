@@ -7,6 +7,48 @@
 #include "base/random.h"
 #include <todist/sampler.h>
 
+/* CK4 (runtime/elastic/checkpoint.c): the W ranks consumed the first
+ * pos * W entries of the epoch's order in lockstep; at W' ranks the epoch
+ * goes on at ceil(pos * W / W'), at most its end. */
+int64_t
+td_distributed_sampler_position_at(const td_distributed_sampler_t *s,
+                                   int64_t position, int saved_replicas)
+{
+    int64_t w = s->num_replicas;
+    int64_t p = (position * saved_replicas + w - 1) / w;
+
+    return p < s->num_samples ? p : s->num_samples;
+}
+
+td_status_t
+td_distributed_sampler_reshard(td_distributed_sampler_t *s, int num_replicas,
+                               int rank, int64_t *position)
+{
+    int old_w;
+    int64_t epoch;
+    td_status_t st;
+
+    if (s == NULL || position == NULL) {
+        return td_error(TD_ERR_INVALID, "sampler: reshard: %s is NULL",
+                        s == NULL ? "the sampler" : "position");
+    }
+    if (*position < 0 || *position > s->num_samples) {
+        return td_error(TD_ERR_INVALID, "sampler: reshard: position %lld is "
+                        "outside this epoch's 0..%lld", (long long)*position,
+                        (long long)s->num_samples);
+    }
+    old_w = s->num_replicas;
+    epoch = s->epoch;
+    st = td_distributed_sampler_init(s, s->dataset_len, num_replicas, rank,
+                                     s->shuffle, s->seed, s->drop_last);
+    if (st != TD_OK) {
+        return st;
+    }
+    s->epoch = epoch;
+    *position = td_distributed_sampler_position_at(s, *position, old_w);
+    return TD_OK;
+}
+
 td_status_t
 td_distributed_sampler_init(td_distributed_sampler_t *s, int64_t dataset_len,
                             int num_replicas, int rank, int shuffle,

@@ -18,7 +18,11 @@
  *        allowed) resumes at position ceil(pos * W / W'), at most the
  *        new epoch length: the W ranks had consumed the first pos * W
  *        entries of the epoch's order (DDP steps in lockstep), so no
- *        entry is seen twice and fewer than W' units are skipped. */
+ *        entry is seen twice and fewer than W' units are skipped
+ *        (td_distributed_sampler_position_at).
+ *   CK5  A broadcast (td_checkpoint_broadcast) sends every item from the
+ *        root in the order of the list, one td_broadcast each; the others
+ *        check and copy as a load does (CK2), the root changes nothing. */
 #include "config.h"
 
 #include <stdint.h>
@@ -29,6 +33,7 @@
 #include "base/log.h"
 #include "runtime/ddp/ddp_internal.h"
 #include <todist/checkpoint.h>
+#include <todist/coll.h>
 #include <todist/safetensors.h>
 
 #define CK_FORMAT "todist.checkpoint.v1"
@@ -498,18 +503,6 @@ ddp_check(const char *path, const item_t *it, const int64_t *v)
     return status;
 }
 
-/* CK4: the position at this sampler's world size of a position POS saved
- * at world size SAVED_W. */
-static int64_t
-sampler_reshard(const td_distributed_sampler_t *s, int64_t pos,
-                int64_t saved_w)
-{
-    int64_t w = s->num_replicas;
-    int64_t p = (pos * saved_w + w - 1) / w;
-
-    return p < s->num_samples ? p : s->num_samples;
-}
-
 /* Copy the checked scratch value T into item IT. */
 static td_status_t
 item_set(item_t *it, td_tensor_t *t)
@@ -549,7 +542,8 @@ item_set(item_t *it, td_tensor_t *t)
         td_distributed_sampler_set_epoch(it->p, v[0]);
         *it->pos = v[1];
         if (v[3] != ((td_distributed_sampler_t *)it->p)->num_replicas) {
-            *it->pos = sampler_reshard(it->p, v[1], v[3]);
+            *it->pos = td_distributed_sampler_position_at(it->p, v[1],
+                                                             (int)v[3]);
             td_log_info("checkpoint: '%s' saved at world size %lld resumes "
                         "at %d: epoch %lld position %lld -> %lld", it->name,
                         (long long)v[3],
@@ -606,6 +600,51 @@ td_checkpoint_load(td_checkpoint_t *ck, const char *path)
     }
     /* CK2: DDP's rebuild, the one copy that can fail, last */
     for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; status == TD_OK && i < ck->n; i++) {
+            if ((ck->items[i].kind == IT_DDP) == pass) {
+                status = item_set(&ck->items[i], ts[i]);
+            }
+        }
+    }
+    scratch_free(ck, ts, names);
+    return status;
+}
+
+td_status_t
+td_checkpoint_broadcast(td_checkpoint_t *ck, td_group_t *group, int root)
+{
+    int me = td_group_rank(group);
+    char what[64];
+    td_tensor_t **ts;
+    const char **names;
+    td_status_t status;
+
+    if (ck == NULL || group == NULL || me < 0) {
+        return td_error(TD_ERR_INVALID, "checkpoint: broadcast: %s",
+                        ck == NULL ? "the checkpoint is NULL" :
+                        group == NULL ? "the group is NULL" :
+                        "this rank is not in the group");
+    }
+    if (root < 0 || root >= td_group_size(group)) {
+        return td_error(TD_ERR_RANGE, "checkpoint: broadcast: root %d is "
+                        "not a rank of the group of %d", root,
+                        td_group_size(group));
+    }
+    /* the root sends its objects as they are (tensors without a copy) */
+    status = scratch_make(ck, me == root, &ts, &names);
+    for (int i = 0; status == TD_OK && i < ck->n; i++) {
+        status = td_broadcast(group, ts[i], root);
+    }
+    snprintf(what, sizeof(what), "broadcast from group rank %d", root);
+    for (int i = 0; me != root && status == TD_OK && i < ck->n; i++) {
+        if (ck->items[i].kind == IT_SAMPLER) {
+            status = sampler_check(what, &ck->items[i], td_tensor_data(ts[i]),
+                                   ck->reshard);
+        } else if (ck->items[i].kind == IT_DDP) {
+            status = ddp_check(what, &ck->items[i], td_tensor_data(ts[i]));
+        }
+    }
+    for (int pass = 0; me != root && pass < 2; pass++) {
         for (int i = 0; status == TD_OK && i < ck->n; i++) {
             if ((ck->items[i].kind == IT_DDP) == pass) {
                 status = item_set(&ck->items[i], ts[i]);

@@ -1,3 +1,5 @@
 # runtime/elastic: fault tolerance; checkpoints that resume exactly.
-libtodist_core_la_SOURCES += runtime/elastic/checkpoint.c
-todistinclude_HEADERS += include/todist/checkpoint.h
+libtodist_core_la_SOURCES += runtime/elastic/checkpoint.c \
+	runtime/elastic/quorum.c runtime/elastic/quorum.h \
+	runtime/elastic/elastic.c runtime/elastic/module.h
+todistinclude_HEADERS += include/todist/checkpoint.h include/todist/elastic.h

@@ -8,6 +8,9 @@
  *   mixed    the same with rank 0's tensors on the cpu
  *   nccl     real GPUs: rank r on cuda:r (NCCL route); prints "SKIP no
  *            CUDA device" where there is none
+ *   shared   real GPUs, rank r on cuda:(r % N) of N: with fewer GPUs than
+ *            ranks they share one, which NCCL refuses, so the collectives
+ *            must take the staged route; "SKIP no CUDA device" without
  * Prints "rank R: ok NAME" per check passed, "rank R: FAIL NAME ..."
  * otherwise; exits 0 when all passed. */
 #include "config.h"
@@ -246,7 +249,13 @@ main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     rank = atoi(getenv("TODIST_RANK") ? getenv("TODIST_RANK") : "0");
-    if (strcmp(mode, "nccl") == 0) {
+    if (strcmp(mode, "shared") == 0) {
+        if (td_device_count(TD_DEVICE_CUDA, &n) != TD_OK || n < 1) {
+            printf("rank %d: SKIP no CUDA device\n", rank);
+            return 0;
+        }
+        dev = (td_device_t){TD_DEVICE_CUDA, rank % n};
+    } else if (strcmp(mode, "nccl") == 0) {
         int ws = atoi(getenv("TODIST_WORLD_SIZE") ? getenv("TODIST_WORLD_SIZE")
                                                    : "1");
 
@@ -274,7 +283,7 @@ main(int argc, char **argv)
         printf("rank %d: FAIL td_finalize: %s\n", rank, td_last_error());
         failures++;
     }
-    if (strcmp(mode, "nccl") != 0) {
+    if (strcmp(mode, "nccl") != 0 && strcmp(mode, "shared") != 0) {
         CHECK(td__device_test_live(0) == 0 && td__device_test_live(1) == 0,
               "%s: every test-device block was given back", mode);
     }

@@ -6,7 +6,7 @@
 # device, with every rank on a device and with rank 0 on the cpu (mixed).
 # The NCCL route needs real GPUs: skipped with "no CUDA device" elsewhere.
 . "$top_srcdir/tests/lib.sh"
-plan 27
+plan 29
 PEER="$top_builddir/tests/coll/coll_device_peer"
 run() { timeout -k 5 "$@"; }
 checks="all_reduce SUM of 1000 float64 exact
@@ -45,5 +45,17 @@ else
     like "$out" "rank 0: ok nccl: all_reduce SUM of 300000 float64 exact" \
          "nccl: a large all_reduce is exact"
     like "$out" "rank 2: ok nccl: reduce_scatter SUM" "nccl: reduce_scatter"
+fi
+# Ranks sharing a GPU (--share-gpus): NCCL refuses two ranks on one
+# device, so with fewer GPUs than ranks the staged route must serve them.
+out=$(run 240 todist-run -n 3 "$PEER" shared 2>&1)
+rc=$?
+if printf '%s\n' "$out" | grep "SKIP no CUDA device" >/dev/null; then
+    skip 2 "no CUDA device"
+else
+    is "$rc" 0 "shared: every rank passed"
+    is "$(printf '%s\n' "$out" | grep -c '^rank [0-2]: ok shared: ')" 30 \
+       "shared: every check on every rank"
+    if printf '%s\n' "$out" | grep FAIL >/dev/null; then diag "$out"; fi
 fi
 done_testing

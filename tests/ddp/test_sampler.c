@@ -83,7 +83,7 @@ main(void)
     td_mt19937_t g;
     int64_t perm[10], idx[2][20];
 
-    plan(22);
+    plan(29);
 
     /* MT19937's reference output (seed 5489: 10000th output 4123659995) */
     td__mt19937_seed(&g, 5489);
@@ -163,5 +163,33 @@ main(void)
     is_int(td_distributed_sampler_init(&s, -1, 2, 0, 1, 0, 0), TD_ERR_INVALID,
            "a negative length is rejected");
     like(td_last_error(), "length -1", "the message names the length");
+
+    /* reshard: 2000 indices at 4 ranks (500 each), 352 consumed per rank
+     * (1408 of the order), then 3 ranks: ceil(1408 / 3) = 470 each; the
+     * epoch and the rest of the settings stay */
+    {
+        int64_t pos = 352;
+
+        td_distributed_sampler_init(&s, 2000, 4, 2, 1, 7, 0);
+        td_distributed_sampler_set_epoch(&s, 3);
+        is_int(td_distributed_sampler_reshard(&s, 3, 1, &pos), TD_OK,
+               "a sampler moves from 4 ranks to 3");
+        is_int(pos, 470, "the position is re-sharded: ceil(352 * 4 / 3)");
+        ok(s.num_replicas == 3 && s.rank == 1 && s.num_samples == 667 &&
+           s.epoch == 3 && s.seed == 7 && s.shuffle == 1,
+           "3 replicas, rank 1, 667 samples, the epoch and seed kept");
+        pos = 300;
+        td_distributed_sampler_reshard(&s, 1, 0, &pos);
+        is_int(pos, 900, "at one rank: 300 * 3");
+        /* 10 indices at 3 ranks are padded to 12: at one rank, at most 10 */
+        td_distributed_sampler_init(&s, 10, 3, 0, 1, 7, 0);
+        pos = 4;
+        td_distributed_sampler_reshard(&s, 1, 0, &pos);
+        is_int(pos, 10, "at most the epoch's end (10 at 1 rank, not 12)");
+        pos = 11;
+        is_int(td_distributed_sampler_reshard(&s, 2, 0, &pos), TD_ERR_INVALID,
+               "a position past the epoch is rejected");
+        ok(s.num_replicas == 1 && pos == 11, "and changes nothing");
+    }
     return exit_status();
 }

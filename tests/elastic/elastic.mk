@@ -14,3 +14,12 @@ EXTRA_DIST += tests/elastic/test_rounds.sh
 # another world size (re-sharded sampler).
 TESTS += tests/elastic/test_elastic.sh
 EXTRA_DIST += tests/elastic/test_elastic.sh
+# in-place recovery (todist/elastic.h): the quorum in one process (plans,
+# deaths, late and stale ranks), then 4 ranks under todist-run --no-kill:
+# a worker that heals a survivor behind, a late rank refused, and the
+# example's --in-place against a checkpoint resumed at the smaller world.
+check_PROGRAMS += tests/elastic/test_quorum tests/elastic/inplace_worker
+tests_elastic_test_quorum_LDADD = $(TD_TEST_LDADD)
+tests_elastic_inplace_worker_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/elastic/test_quorum tests/elastic/test_inplace.sh
+EXTRA_DIST += tests/elastic/test_inplace.sh

@@ -4,7 +4,7 @@
 # the module and installs its rows, and without the module (or without a
 # driver) a device request fails naming what is missing.
 . "$top_srcdir/tests/lib.sh"
-plan 17
+plan 18
 PEER="$top_builddir/tests/kernels/device_module_peer"
 LIB="$top_builddir/.libs/libtodist.so"
 MOD="$top_builddir/.libs/libtodist-cuda.so"
@@ -18,11 +18,15 @@ unlike "$needed" "$CUDA_LIBS" "libtodist.so needs no CUDA library"
 resolved=$(ldd "$LIB")
 unlike "$resolved" "$CUDA_LIBS" "ldd libtodist.so resolves none"
 
-# 2. a CPU-only run, module at hand: td_init, a cpu op, a barrier, finalize
-out=$(run todist-run -n 1 "$PEER" cpu 2>&1)
+# 2. a CPU-only run, module at hand: td_init, a cpu op, a barrier, finalize.
+# TODIST_DEVICE=auto loads the module at td_init where the NVIDIA driver is
+# (runtime/init.c), so on a GPU node the CPU-only run says TODIST_DEVICE=cpu.
+cpu_env=
+[ -e /proc/driver/nvidia/version ] && cpu_env=TODIST_DEVICE=cpu
+out=$(run env $cpu_env todist-run -n 1 "$PEER" cpu 2>&1)
 is "$?" 0 "a cpu run, world of one"
 like "$out" 'mapped: none' "maps no CUDA library"
-out=$(run todist-run -n 2 "$PEER" cpu 2>&1)
+out=$(run env $cpu_env todist-run -n 2 "$PEER" cpu 2>&1)
 is "$?" 0 "a cpu run, two ranks"
 is "$(printf '%s\n' "$out" | grep -c 'mapped: none')" 2 "neither maps one"
 
@@ -41,8 +45,8 @@ like "$out" 'init: TD_ERR_INVALID init: TODIST_DEVICE=gpu on rank 0 is not one o
 
 # 4. the module present: loaded at the first request, rows installed
 if [ ! -f "$MOD" ]; then
-    for i in 1 2 3 4 5 6; do echo "ok - # SKIP built without CUDA"; done
-    exit 0
+    skip 7 "built without CUDA"
+    done_testing
 fi
 out=$(TODIST_MODULE_PATH="$TD_TMP/empty:$top_builddir/.libs" run "$PEER" ask 2>&1)
 like "$out" "module: $top_builddir/.libs/libtodist-cuda.so" \
@@ -50,7 +54,7 @@ like "$out" "module: $top_builddir/.libs/libtodist-cuda.so" \
 like "$out" 'kernels: yes' "and installs its kernel row"
 like "$out" 'mapped: libtodist-cuda libcudart' "the CUDA libraries are mapped now"
 if printf '%s' "$out" | grep 'count: TD_OK' >/dev/null; then
-    echo "ok - # SKIP a CUDA device is present"
+    skip 1 "a CUDA device is present"
 else
     like "$out" 'count: TD_ERR_UNSUPPORTED no CUDA device \(' \
          "no driver: the module's own 'no CUDA device (reason)'"
@@ -61,4 +65,10 @@ like "$out" "no CUDA device: cannot load $TD_TMP/libtodist-cuda.so: " \
      "a module that does not load: dlopen's reason"
 out=$(TODIST_DEVICE=cuda run todist-run -n 1 "$PEER" init 2>&1)
 like "$out" 'mapped: libtodist-cuda libcudart' "TODIST_DEVICE=cuda loads it at td_init"
+out=$(run todist-run -n 1 "$PEER" init 2>&1)
+if [ -e /proc/driver/nvidia/version ]; then
+    like "$out" 'mapped: libtodist-cuda libcudart' "TODIST_DEVICE=auto loads it at td_init where the NVIDIA driver is"
+else
+    like "$out" 'mapped: none' "TODIST_DEVICE=auto leaves it unloaded at td_init without the NVIDIA driver"
+fi
 done_testing

@@ -34,3 +34,8 @@ check_PROGRAMS += tests/rpc/rpc_device_peer
 tests_rpc_rpc_device_peer_LDADD = $(TD_TEST_LDADD) -lm
 TESTS += tests/rpc/test_rpc_device.sh
 EXTRA_DIST += tests/rpc/test_rpc_device.sh
+# bodies read in place between ranks of one host, on and off
+check_PROGRAMS += tests/rpc/inplace_peer
+tests_rpc_inplace_peer_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/rpc/test_rpc_inplace.sh
+EXTRA_DIST += tests/rpc/test_rpc_inplace.sh

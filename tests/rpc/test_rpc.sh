@@ -5,7 +5,8 @@
 # remote errors with the rank, per-call / default / zero timeouts, futures
 # with callbacks and collect-all, the remote-object life cycle with a fork
 # to a third worker and the leak report, shutdown with calls in flight, a
-# peer killed mid-call; map-reduce calls and barriers of subsets. Rank 0 prints PASS/FAIL per check; each is a TAP
+# peer killed mid-call (basic also with TODIST_RPC_CMA=0: bodies through
+# UCX, not read in place); map-reduce calls and barriers of subsets. Rank 0 prints PASS/FAIL per check; each is a TAP
 # line here. Every run is bounded by timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/rpc/rpc_peer"
@@ -33,7 +34,7 @@ inline="inline_result inline_wait_refused inline_async_ok
 register_flags_unknown waiter_runs_inline_calls pool_leader_runs_calls
 threads_contend"
 count() { set -- $1; echo $#; }
-plan $(( $(count "$basic") + $(count "$futures") + $(count "$rref") + \
+plan $(( 2 * $(count "$basic") + 1 + $(count "$futures") + $(count "$rref") + \
          $(count "$kill") + $(count "$early_kill") + 1 + $(count "$mapreduce") + $(count "$barrier") + \
          $(count "$barrier_wide") + 1 + \
          $(count "$hooks") + 2 * $(count "$inline") + 25 ))
@@ -54,6 +55,12 @@ expect() { # output names...
 out=$(run 120 todist-run -n 2 "$PEER" basic 2>&1); rc=$?
 expect "$out" $basic
 is "$rc" 0 "basic: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+
+# the same with RPC bodies through UCX, not read in place (rpc.c R10)
+out=$(TODIST_RPC_CMA=0 run 120 todist-run -n 2 "$PEER" basic 2>&1); rc=$?
+expect "$out" $basic
+is "$rc" 0 "basic, TODIST_RPC_CMA=0: every rank exits 0"
 [ "$rc" = 0 ] || diag "$out"
 
 out=$(run 120 todist-run -n 2 "$PEER" futures 2>&1); rc=$?

@@ -130,6 +130,9 @@ in_child(int local_rank, int local_size, const char *bind, const char *xml)
         xml ? setenv("HWLOC_XMLFILE", xml, 1) : unsetenv("HWLOC_XMLFILE");
         unsetenv("CUDA_VISIBLE_DEVICES");
         unsetenv("UCX_NET_DEVICES");
+        /* as the parent's plan: on a GPU node (the GPU kit runs this test
+         * there) two local ranks share its one GPU */
+        setenv("TODIST_SHARE_GPUS", "1", 1);
         _exit(child_apply(fds[1], local_rank, local_size));
     }
     close(fds[1]);
@@ -264,9 +267,10 @@ main(void)
         const char *out;
 
         td_placement_plan(sys, &o, &mine);
-        /* Its CPUs as hwloc sees them, the placement's own, no GPU var. */
-        snprintf(want, sizeof(want), "%s|%s|-|", mine.ranks[1].cpus,
-                 mine.ranks[1].cpus);
+        /* Its CPUs as hwloc sees them, the placement's own, and no GPU
+         * variable unless the plan gave it a GPU. */
+        snprintf(want, sizeof(want), "%s|%s|%s", mine.ranks[1].cpus,
+                 mine.ranks[1].cpus, mine.ranks[1].gpu[0] != '\0' ? "" : "-|");
         out = in_child(1, 2, "closest", NULL);
         ok(strncmp(out, want, strlen(want)) == 0 && strstr(out, "|bound") != NULL,
            "TODIST_BIND=closest binds local rank 1 to its CPUs");

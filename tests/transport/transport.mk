@@ -2,8 +2,10 @@
 # engine (test copy backend) and its wire, fault injection (TODIST_FAULT)
 # over RPC, RRefs, dist backward, the optimizer and the collectives.
 check_PROGRAMS += tests/transport/transport_peer
-tests_transport_transport_peer_LDADD = $(TD_TEST_LDADD) $(UCX_LIBS)
-tests_transport_transport_peer_CFLAGS = $(AM_CFLAGS) $(UCX_CFLAGS)
+tests_transport_transport_peer_LDADD = $(TD_TEST_LDADD) $(UCX_LIBS) \
+	$(CRYPTO_LIBS)
+tests_transport_transport_peer_CFLAGS = $(AM_CFLAGS) $(UCX_CFLAGS) \
+	$(CRYPTO_CFLAGS)
 TESTS += tests/transport/test_transport.sh
 EXTRA_DIST += tests/transport/test_transport.sh
 check_PROGRAMS += tests/transport/staging_peer

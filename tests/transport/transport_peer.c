@@ -24,7 +24,19 @@
  *   listen            rank 0's store listens on the master address only
  *                     (127.0.0.1 here), not on every interface
  *   store_gone        3 ranks; rank 0 (the store) exits; rank 1's first
- *                     send to rank 2 fails saying the store is gone */
+ *                     send to rank 2 fails saying the store is gone
+ *   forged            bodies in place (TD_INPLACE=1: handler 0 asks for
+ *                     them, transport.c O1-O5): a real 1 MiB message is
+ *                     read in place; then rank 0, from its own UCX worker
+ *                     and with the job's tag (as a process that copied one
+ *                     would), offers a body held by a forked child that
+ *                     is no rank of the job and holds a token of its own
+ *                     making, then the same offer with a wrong tag: rank
+ *                     1 refuses the first, rejects the second, reads and
+ *                     delivers neither
+ *
+ * With TD_INPLACE=1 every scenario's host bodies of 64 KiB or more are
+ * offered in place between the ranks (pingpong, bodies). */
 #include "config.h"
 
 #include <pthread.h>
@@ -35,6 +47,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <ucp/api/ucp.h>
 
 #include "todist/todist.h"
@@ -245,8 +261,15 @@ sent_cb(void *arg, td_status_t status)
 static td_status_t
 mod_setup(void *arg, td_transport_t *t, const td_world_t *w)
 {
+    const char *inplace = getenv("TD_INPLACE");
+    td_status_t st;
+
     tp = t;
-    return td__transport_set_handler(t, 0, on_message, NULL);
+    st = td__transport_set_handler(t, 0, on_message, NULL);
+    if (st == TD_OK && inplace != NULL && strcmp(inplace, "1") == 0) {
+        st = td__transport_set_inplace(t, 0, 64 * 1024);
+    }
+    return st;
 }
 
 static size_t
@@ -339,6 +362,36 @@ scenario_pingpong(size_t max_mb)
     if (failures == 0) {
         printf("rank 0: ok echoed %zu sizes up to %zu MiB, contents equal\n",
                nsizes, max_mb);
+    }
+}
+
+/* The echo of a 32 KiB body and of a 1 MiB one: how many came back by
+ * rendezvous. Host bodies up to 64 KiB go eager (a rendezvous waits for
+ * the sender's progress), unless UCX_RNDV_THRESH is set. */
+static void
+scenario_protocol(void)
+{
+    size_t sizes[2] = { 32u << 10, 1u << 20 };
+    size_t rndv[2];
+
+    if (rank != 0) {
+        return;   /* rank 1 echoes from its handler */
+    }
+    for (int k = 0; k < 2; k++) {
+        uint8_t *buf = malloc(sizes[k]);
+        size_t before = replies, r0 = td__transport_rndv_received(tp);
+        fill(buf, sizes[k], 7000 + k);
+        CHECK(request(1, 7000 + k, &sizes[k], 1, &buf) == TD_OK,
+              "send %zu B: %s", sizes[k], td_last_error());
+        CHECK(WAIT_FOR(replies > before, 60), "echo of %zu B did not come "
+              "back", sizes[k]);
+        rndv[k] = td__transport_rndv_received(tp) - r0;
+        free(buf);
+    }
+    CHECK(bad_content == 0, "content errors: %d", bad_content);
+    if (failures == 0) {
+        printf("rank 0: ok protocol: %zu B by rendezvous %zu, %zu B by "
+               "rendezvous %zu\n", sizes[0], rndv[0], sizes[1], rndv[1]);
     }
 }
 
@@ -820,6 +873,158 @@ scenario_malformed(void)
     }
 }
 
+/* A body of 64 KiB and a token, at the same addresses in a forked child
+ * (forged scenario). */
+static uint8_t  forged_body[64 * 1024];
+static uint64_t forged_token;
+
+static void
+put64(uint8_t *p, uint64_t v)
+{
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+static void
+scenario_forged(void)
+{
+    uint64_t rd = 0, refused = 0;
+
+    if (rank == 1) {
+        double d = now_s() + 30;
+
+        while (now_s() < d) {
+            td__transport_inplace_counts(tp, &rd, &refused);
+            if (refused >= 1 && td__transport_rejected(tp) >= 1 &&
+                rd >= 1) {
+                break;
+            }
+            usleep(1000);
+        }
+        usleep(100 * 1000);               /* anything more would show */
+        td__transport_inplace_counts(tp, &rd, &refused);
+        CHECK(rd == 1, "read %llu message(s) in place, want the real one "
+              "only", (unsigned long long)rd);
+        CHECK(refused == 1, "refused %llu offer(s), want 1",
+              (unsigned long long)refused);
+        CHECK(td__transport_rejected(tp) == 1, "rejected %zu for a wrong "
+              "job tag, want 1", td__transport_rejected(tp));
+        CHECK(received == 1 && bad_content == 0, "handled %zu message(s) "
+              "(%d bad), want only the real one", received, bad_content);
+        if (failures == 0) {
+            printf("rank 1: ok the forged offer was refused, the one with a "
+                   "wrong tag rejected, neither delivered\n");
+        }
+        td_barrier(60);                   /* rank 0 may end the child */
+        return;
+    }
+    /* the real one first: the path is on in this run */
+    size_t sz = 1u << 20;
+    uint8_t *b = malloc(sz);
+    fill(b, sz, 5);
+    CHECK(request(1, 5, &sz, 1, &b) == TD_OK, "send: %s", td_last_error());
+    CHECK(WAIT_FOR(replies >= 1, 30), "no echo of the real message");
+    free(b);
+
+    /* a process outside the job's ranks, with a token of its own */
+    memset(forged_body, 0x5a, sizeof(forged_body));
+    forged_token = 0x1234567890abcdefull;
+    pid_t child = fork();
+    if (child == 0) {
+        pause();
+        _exit(0);
+    }
+    CHECK(child > 0, "fork");
+
+    const char *tok = getenv("TODIST_JOB_TOKEN");
+    uint8_t msg[12 + 8], mac[EVP_MAX_MD_SIZE];
+    unsigned int mlen = 0;
+    memcpy(msg, "todist-am-v2", 12);
+    put32(msg + 12, 0);                   /* claims to be rank 0 */
+    put32(msg + 16, 1);
+    HMAC(EVP_sha256(), tok != NULL ? tok : "", (int)strlen(tok ? tok : ""),
+         msg, sizeof(msg), mac, &mlen);
+
+    /* version 2, flags 1 (offer), handler 0, src 0, user header: a
+     * msg_hdr_t, one body of 64 KiB, the tag, the offer: the child's pid,
+     * its token's address and value, a sequence number, the body's
+     * address */
+    size_t ulen = sizeof(msg_hdr_t), hlen = 32 + 16 + ulen + 32 + 8;
+    uint8_t *h = calloc(1, hlen);
+    msg_hdr_t mh = { 0 };
+    h[0] = 2;
+    h[1] = 1;
+    put32(h + 8, (uint32_t)ulen);
+    put32(h + 12, 1);
+    memcpy(h + 16, mac, 16);
+    put64(h + 32, sizeof(forged_body));
+    mh.tag = 99;
+    memcpy(h + 48, &mh, ulen);
+    uint8_t *o = h + 48 + ulen;
+    put32(o, (uint32_t)child);
+    put64(o + 8, (uint64_t)(uintptr_t)&forged_token);
+    put64(o + 16, forged_token);
+    put64(o + 24, 4242);
+    put64(o + 32, (uint64_t)(uintptr_t)forged_body);
+
+    ucp_params_t up = { .field_mask = UCP_PARAM_FIELD_FEATURES,
+                        .features = UCP_FEATURE_AM };
+    ucp_worker_params_t wp = { 0 };
+    ucp_context_h ctx;
+    ucp_worker_h w;
+    ucp_ep_h ep;
+    void *addr;
+    size_t alen;
+    ucp_config_t *cfg;
+
+    ucp_config_read(NULL, NULL, &cfg);
+    CHECK(ucp_init(&up, cfg, &ctx) == UCS_OK, "ucp_init");
+    ucp_config_release(cfg);
+    CHECK(ucp_worker_create(ctx, &wp, &w) == UCS_OK, "worker");
+    CHECK(td__runtime_peer_address(1, &addr, &alen) == TD_OK,
+          "address of rank 1: %s", td_last_error());
+    ucp_ep_params_t ep_params = { .field_mask =
+                                      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+                                  .address = addr };
+    CHECK(ucp_ep_create(w, &ep_params, &ep) == UCS_OK, "ep");
+    free(addr);
+    for (int i = 0; i < 2; i++) {
+        ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                    .flags = UCP_AM_SEND_FLAG_EAGER };
+        if (i == 1) {
+            h[16] ^= 0xff;                /* the tag of no job */
+        }
+        void *req = ucp_am_send_nbx(ep, 0x7d, h, hlen, NULL, 0, &prm);
+        while (UCS_PTR_IS_PTR(req) &&
+               ucp_request_check_status(req) == UCS_INPROGRESS) {
+            ucp_worker_progress(w);
+        }
+        if (UCS_PTR_IS_PTR(req)) {
+            ucp_request_free(req);
+        }
+    }
+    ucp_request_param_t cp = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_EP_CLOSE_FLAG_FORCE };
+    void *req = ucp_ep_close_nbx(ep, &cp);
+    while (UCS_PTR_IS_PTR(req) &&
+           ucp_request_check_status(req) == UCS_INPROGRESS) {
+        ucp_worker_progress(w);
+    }
+    if (UCS_PTR_IS_PTR(req)) {
+        ucp_request_free(req);
+    }
+    ucp_worker_destroy(w);
+    ucp_cleanup(ctx);
+    free(h);
+    /* the child lives until rank 1 has judged both (its barrier) */
+    td_barrier(60);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    if (failures == 0) {
+        printf("rank 0: ok sent a forged offer and one with a wrong tag\n");
+    }
+}
+
 /* The graceful join: rank 0 starts its work late; the others must still
  * receive all of it before their td_finalize returns. */
 static uint8_t **join_bufs;     /* freed after td_finalize */
@@ -882,6 +1087,8 @@ main(int argc, char **argv)
         scenario_pingpong(argc > 2 ? (size_t)atol(argv[2]) : 64);
     } else if (strcmp(scenario, "bodies") == 0) {
         scenario_bodies();
+    } else if (strcmp(scenario, "protocol") == 0) {
+        scenario_protocol();
     } else if (strcmp(scenario, "inflight") == 0) {
         scenario_inflight(argc > 2 ? atoi(argv[2]) : 1000);
     } else if (strcmp(scenario, "kill") == 0) {
@@ -906,6 +1113,8 @@ main(int argc, char **argv)
         scenario_join();
     } else if (strcmp(scenario, "malformed") == 0) {
         scenario_malformed();
+    } else if (strcmp(scenario, "forged") == 0) {
+        scenario_forged();
     } else if (strcmp(scenario, "nofinalize") == 0) {
         if (rank == 1) {
             sleep(5);

@@ -1,0 +1,113 @@
+/* todist/elastic.h: in-place recovery. When a rank dies mid-training,
+ * the survivors agree on who is alive, shrink the world in this process
+ * (no restart) and go on; the step whose all_reduce failed is dropped.
+ *
+ *     td_elastic_t *el;
+ *     td_elastic_create(NULL, &el);          after td_init, every rank
+ *     ddp over td_elastic_group(el) ...
+ *     for each step:
+ *         st = forward, td_ddp_backward, td_ddp_wait;
+ *         if (st == TD_OK) { td_optim_step; td_elastic_commit(el, ++step); }
+ *         else {                             a member died (or timed out)
+ *             td_optim_zero_grad;            the step is dropped
+ *             td_elastic_recover(el, &ch);   agree, shrink
+ *             if (ch.behind) td_checkpoint_broadcast(ck, group, ch.source);
+ *             td_distributed_sampler_reshard(&s, ch.new_size, ch.new_rank, &pos);
+ *             td_ddp_set_group(ddp, td_elastic_group(el));
+ *         }
+ *
+ * Epochs. Epoch 0 is the world (td_group_world()). td_elastic_recover
+ * forms epoch k + 1 through the store (runtime/elastic/quorum.h, Q1-Q6):
+ * every member still running joins with its committed step and the ranks
+ * its transport lost; once every member of epoch k joined or was
+ * declared dead (or after the agreement timeout), one plan is written and
+ * all adopt it. The new group holds the plan's ranks in increasing world
+ * rank (group ranks 0..n-1); the old group is destroyed. A rank missing
+ * from the plan, or from an earlier one (late, cut off, declared dead),
+ * is refused with TD_ERR_STATE and must exit: it never rejoins.
+ *
+ * Commit. A step counts once its all_reduce completed on one survivor
+ * (the result then held every rank's gradient): the plan's step is the
+ * highest committed among the survivors, its source the rank that holds
+ * it, and BEHIND says another survivor committed less (its all_reduce of
+ * that step failed); then every member calls td_checkpoint_broadcast
+ * from the source so all replicas are equal again. A step that completed
+ * nowhere is dropped and redone by the smaller world.
+ *
+ * The store lives in rank 0 (todist/init.h): rank 0 must survive (a
+ * recovery without it fails, naming the store). Run under
+ * `todist-run --no-kill` (or `srun --todist=kill_on_fail=no`), so the
+ * launcher keeps the survivors running. Groups made with td_group_new from the world are not
+ * shrunk: make them again from td_elastic_group. After a shrink,
+ * td_barrier and td_finalize count only the members.
+ *
+ * Every membership change is logged once per rank at TODIST_LOG=warn:
+ * "elastic: epoch 1 at step 37: world 4 -> 3 (lost rank 2); this rank
+ * 1 -> 1; agreement 1.2 ms, rebuild 0.3 ms".
+ *
+ * Threads: one thread per td_elastic_t, the one that called td_init (it
+ * uses the runtime's store client). */
+#ifndef TODIST_ELASTIC_H
+#define TODIST_ELASTIC_H
+
+#include <stdint.h>
+
+#include <todist/coll.h>
+#include <todist/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct td_elastic td_elastic_t;
+
+typedef struct {
+    double timeout_s;   /* agreement: how long to wait for every member of
+                           the old epoch to join or be declared dead
+                           (default 30, env TODIST_ELASTIC_TIMEOUT) */
+    int    min_size;    /* fewer survivors fail the recovery (default 1) */
+} td_elastic_opts_t;
+
+#define TD_ELASTIC_LOST_MAX 16
+
+/* What a recovery did (td_elastic_recover). */
+typedef struct {
+    int64_t epoch;              /* the new epoch */
+    int64_t step;               /* the plan's committed step (the source's) */
+    int     source;             /* group rank, in the new group, holding it */
+    int     behind;             /* some member committed less: heal it */
+    int     old_size, new_size;
+    int     old_rank, new_rank; /* this rank's group rank before / after */
+    int     n_lost;             /* old members not in the new epoch */
+    int     lost[TD_ELASTIC_LOST_MAX]; /* their world ranks (the first 16) */
+    double  agree_s;            /* entering td_elastic_recover to the plan */
+    double  rebuild_s;          /* the plan to the new group in place */
+} td_elastic_change_t;
+
+td_elastic_opts_t td_elastic_defaults(void);
+
+/* Start at epoch 0 (the world). After td_init; OPTS may be NULL. */
+td_status_t td_elastic_create(const td_elastic_opts_t *opts,
+                              td_elastic_t **el_p);
+/* The current epoch's group (borrowed; replaced by td_elastic_recover). */
+td_group_t *td_elastic_group(const td_elastic_t *el);
+int64_t     td_elastic_epoch(const td_elastic_t *el);
+/* This rank applied step STEP (its all_reduce completed, the optimizer
+ * stepped): the committed step a recovery reports. */
+void        td_elastic_commit(td_elastic_t *el, int64_t step);
+int64_t     td_elastic_committed(const td_elastic_t *el);
+/* After an operation of the current group failed: agree on the survivors
+ * (epoch + 1), shrink the group and the runtime's members in place, fill
+ * *CHANGE (may be NULL). TD_ERR_STATE when this rank is stale (not in the
+ * new epoch: exit); TD_ERR_RANGE below min_size; a store error when the
+ * store (rank 0) is gone. Called again after a failure of the new group
+ * (a death during the recovery), it forms the next epoch. */
+td_status_t td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change);
+/* Destroys the current group (unless the world's): free EL after what
+ * uses the group (DDP), before td_finalize. NULL is a no-op. */
+void        td_elastic_free(td_elastic_t *el);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TODIST_ELASTIC_H */

@@ -1,0 +1,280 @@
+/* runtime/elastic/elastic.c: in-place recovery (todist/elastic.h): the
+ * epochs' groups over the quorum (quorum.h), the runtime's members, and
+ * the dead ranks the transport reports (a runtime module).
+ *
+ * Invariants (EL1..EL4):
+ *  EL1 Epoch E's group has the id COLL_EPOCH_ID_BASE + E (coll/match.h)
+ *      and the plan's ranks in increasing world rank; epoch 0 is the
+ *      world's group. Every member builds it from the same plan (Q1),
+ *      so ids and digests agree without a message, and a stale rank's
+ *      messages for an older epoch's group are dropped (C11).
+ *  EL2 The old group is destroyed only after the new one is registered
+ *      (ids above it stay "not yet made", never "destroyed").
+ *  EL3 lost[] (the dead ranks) is written by the progress thread
+ *      (peer_failed) and read by the application thread: atomic bytes;
+ *      a rank once lost stays lost for this process.
+ *  EL4 The runtime's members (td__runtime_set_members) follow each plan,
+ *      so td_barrier and td_finalize wait for members only.
+ *  EL5 A rank entering a recovery first aborts the old group on every
+ *      member (coll_group_abort_all): a member blocked in an operation
+ *      that did not involve the dead rank (its transport never saw it
+ *      die) fails at once and joins the agreement, instead of staying
+ *      out until its timeout and being left out as silent. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "todist/elastic.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "runtime/runtime.h"
+#include "runtime/coll/group.h"
+#include "runtime/coll/match.h"
+#include "runtime/coll/tx.h"
+#include "runtime/elastic/module.h"
+#include "runtime/elastic/quorum.h"
+
+struct td_elastic {
+    td_elastic_opts_t opts;
+    int64_t           epoch;
+    int64_t           committed;
+    td_group_t       *group;      /* the world's at epoch 0 */
+    int              *members;    /* world ranks, increasing */
+    int               n;
+};
+
+static unsigned char *lost;       /* EL3: world-indexed */
+static int            lost_n;     /* the world's size, from setup */
+static int            my_rank;    /* this rank in the world, from setup */
+
+static td_status_t
+module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
+{
+    (void)arg;
+    (void)tp;
+    free(lost);
+    lost = calloc((size_t)w->world_size, 1);
+    lost_n = lost != NULL ? w->world_size : 0;
+    my_rank = w->rank;
+    return lost != NULL ? TD_OK
+                        : td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+}
+
+static void
+module_peer_failed(void *arg, int rank, td_status_t why)
+{
+    (void)arg;
+    (void)why;
+    if (lost != NULL && rank >= 0 && rank < lost_n) {
+        __atomic_store_n(&lost[rank], 1, __ATOMIC_RELEASE);
+    }
+}
+
+static void
+module_shutdown(void *arg)
+{
+    (void)arg;
+    free(lost);
+    lost = NULL;
+    lost_n = 0;
+}
+
+const td_runtime_module_t td_elastic_module = {
+    .name = "elastic",
+    .setup = module_setup,
+    .peer_failed = module_peer_failed,
+    .shutdown = module_shutdown,
+    .arg = NULL,
+};
+
+td_elastic_opts_t
+td_elastic_defaults(void)
+{
+    td_elastic_opts_t o = { .timeout_s = 30, .min_size = 1 };
+    const char *t = getenv("TODIST_ELASTIC_TIMEOUT");
+
+    if (t != NULL && atof(t) > 0) {
+        o.timeout_s = atof(t);
+    }
+    return o;
+}
+
+td_status_t
+td_elastic_create(const td_elastic_opts_t *opts, td_elastic_t **el_p)
+{
+    td_elastic_t *el;
+
+    if (lost == NULL || td_group_world() == NULL) {
+        return td_error(TD_ERR_STATE, "elastic: td_elastic_create before "
+                        "td_init");
+    }
+    if (el_p == NULL) {
+        return td_error(TD_ERR_INVALID, "elastic: el_p is NULL");
+    }
+    el = calloc(1, sizeof(*el));
+    if (el == NULL || (el->members = malloc(sizeof(int) *
+                                            (size_t)lost_n)) == NULL) {
+        free(el);
+        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+    el->opts = opts != NULL ? *opts : td_elastic_defaults();
+    if (!(el->opts.timeout_s > 0) || el->opts.min_size < 1) {
+        free(el->members);
+        free(el);
+        return td_error(TD_ERR_INVALID, "elastic: timeout_s=%g min_size=%d "
+                        "(a positive time, at least one rank)",
+                        opts->timeout_s, opts->min_size);
+    }
+    for (int r = 0; r < lost_n; r++) {
+        el->members[r] = r;
+    }
+    el->n = lost_n;
+    el->group = td_group_world();
+    el->committed = 0;
+    *el_p = el;
+    return TD_OK;
+}
+
+td_group_t *
+td_elastic_group(const td_elastic_t *el)
+{
+    return el != NULL ? el->group : NULL;
+}
+
+int64_t
+td_elastic_epoch(const td_elastic_t *el)
+{
+    return el != NULL ? el->epoch : -1;
+}
+
+void
+td_elastic_commit(td_elastic_t *el, int64_t step)
+{
+    if (el != NULL) {
+        el->committed = step;
+    }
+}
+
+int64_t
+td_elastic_committed(const td_elastic_t *el)
+{
+    return el != NULL ? el->committed : -1;
+}
+
+td_status_t
+td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
+{
+    td_store_t *store = td__runtime_store();
+    td_elastic_change_t ch;
+    elastic_plan_t plan;
+    td_group_t *g;
+    double t0 = td_now_s(), t1;
+    char lost_txt[128] = "";
+    size_t off = 0;
+    td_status_t st;
+
+    if (el == NULL || lost == NULL || store == NULL) {
+        return td_error(TD_ERR_STATE, "elastic: td_elastic_recover %s",
+                        el == NULL ? "on NULL" : "after td_finalize");
+    }
+    memset(&ch, 0, sizeof(ch));
+    ch.old_size = el->n;
+    ch.old_rank = td_group_rank(el->group);
+    /* EL5: no member stays blocked in the old group until its timeout */
+    snprintf(lost_txt, sizeof(lost_txt), "elastic: rank %d left epoch %"
+             PRId64 " to recover", my_rank, el->epoch);
+    coll_group_abort_all(el->group, TD_ERR_PEER, lost_txt);
+    lost_txt[0] = '\0';
+    st = elastic_quorum_join(store, el->epoch + 1, my_rank, el->members, el->n,
+                             lost, el->committed, el->opts.timeout_s, &plan);
+    if (st != TD_OK) {
+        return st;
+    }
+    t1 = td_now_s();
+    if (plan.n < el->opts.min_size) {
+        st = td_error(TD_ERR_RANGE, "elastic: epoch %" PRId64 " has %d "
+                      "rank(s), fewer than min_size %d", plan.epoch, plan.n,
+                      el->opts.min_size);
+        elastic_plan_free(&plan);
+        return st;
+    }
+    st = coll_group_new_id(COLL_EPOCH_ID_BASE + (uint32_t)plan.epoch,
+                           plan.ranks, plan.n, &g);           /* EL1 */
+    if (st == TD_OK) {
+        st = td__runtime_set_members(plan.ranks, plan.n);      /* EL4 */
+        if (st != TD_OK) {
+            td_group_destroy(g);
+        }
+    }
+    if (st != TD_OK) {
+        elastic_plan_free(&plan);
+        return st;
+    }
+    /* the old members that are not in the plan */
+    for (int i = 0, j = 0; i < el->n; i++) {
+        while (j < plan.n && plan.ranks[j] < el->members[i]) {
+            j++;
+        }
+        if (j < plan.n && plan.ranks[j] == el->members[i]) {
+            continue;
+        }
+        if (ch.n_lost < TD_ELASTIC_LOST_MAX) {
+            ch.lost[ch.n_lost] = el->members[i];
+            if (off < sizeof(lost_txt)) {
+                off += (size_t)snprintf(lost_txt + off, sizeof(lost_txt) - off,
+                                        "%s%d", ch.n_lost ? " " : "",
+                                        el->members[i]);
+            }
+        }
+        ch.n_lost++;
+    }
+    if (el->group != td_group_world()) {
+        td_group_destroy(el->group);                         /* EL2 */
+    }
+    el->group = g;
+    memcpy(el->members, plan.ranks, sizeof(int) * (size_t)plan.n);
+    el->n = plan.n;
+    el->epoch = plan.epoch;
+    el->committed = plan.step;
+    ch.epoch = plan.epoch;
+    ch.step = plan.step;
+    ch.behind = plan.behind;
+    ch.new_size = plan.n;
+    ch.new_rank = td_group_rank(g);
+    for (int i = 0; i < plan.n; i++) {
+        if (plan.ranks[i] == plan.source) {
+            ch.source = i;
+        }
+    }
+    elastic_plan_free(&plan);
+    ch.agree_s = t1 - t0;
+    ch.rebuild_s = td_now_s() - t1;
+    td_log_warn("elastic: epoch %" PRId64 " at step %" PRId64 ": world %d -> "
+                "%d (lost rank%s %s%s); this rank %d -> %d; agreement %.1f ms,"
+                " rebuild %.1f ms%s", ch.epoch, ch.step, ch.old_size,
+                ch.new_size, ch.n_lost == 1 ? "" : "s",
+                ch.n_lost ? lost_txt : "none",
+                ch.n_lost > TD_ELASTIC_LOST_MAX ? " ..." : "", ch.old_rank,
+                ch.new_rank, ch.agree_s * 1e3, ch.rebuild_s * 1e3,
+                ch.behind ? "; healing from the most advanced" : "");
+    if (change != NULL) {
+        *change = ch;
+    }
+    return TD_OK;
+}
+
+void
+td_elastic_free(td_elastic_t *el)
+{
+    if (el == NULL) {
+        return;
+    }
+    if (el->group != td_group_world()) {
+        td_group_destroy(el->group);
+    }
+    free(el->members);
+    free(el);
+}

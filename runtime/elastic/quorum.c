@@ -1,0 +1,370 @@
+/* runtime/elastic/quorum.c: the survivors' agreement on a new epoch's
+ * members through the store (quorum.h: the keys and invariants Q1-Q6). */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "runtime/elastic/quorum.h"
+
+/* The plan's wait slice: short, since every survivor that enters polls
+ * the store for the others' keys between slices. */
+#define SLICE_S 0.002
+
+void
+elastic_plan_free(elastic_plan_t *p)
+{
+    if (p != NULL) {
+        free(p->ranks);
+        p->ranks = NULL;
+        p->n = 0;
+    }
+}
+
+td_status_t
+elastic_plan_encode(const elastic_plan_t *p, char **text_p)
+{
+    size_t cap = 96 + (size_t)p->n * 12, off;
+    char *t = malloc(cap);
+
+    if (t == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+    off = (size_t)snprintf(t, cap, "v1 %" PRId64 " %" PRId64 " %d %d %d",
+                           p->epoch, p->step, p->source, p->behind, p->n);
+    for (int i = 0; i < p->n && off < cap; i++) {
+        off += (size_t)snprintf(t + off, cap - off, " %d", p->ranks[i]);
+    }
+    *text_p = t;
+    return TD_OK;
+}
+
+/* The next decimal integer of S at *POS, in [LO, HI]. */
+static int
+next_int(const char *s, size_t len, size_t *pos, int64_t lo, int64_t hi,
+         int64_t *v)
+{
+    char buf[24];
+    size_t i = *pos, k = 0;
+    char *end;
+
+    if (i >= len || s[i] != ' ') {
+        return 0;
+    }
+    i++;
+    while (i < len && s[i] != ' ' && k < sizeof(buf) - 1) {
+        buf[k++] = s[i++];
+    }
+    buf[k] = '\0';
+    if (k == 0 || (i < len && s[i] != ' ')) {
+        return 0;
+    }
+    errno = 0;
+    *v = strtoll(buf, &end, 10);
+    if (errno != 0 || *end != '\0' || *v < lo || *v > hi) {
+        return 0;
+    }
+    *pos = i;
+    return 1;
+}
+
+td_status_t
+elastic_plan_decode(const char *text, size_t len, int world,
+                    elastic_plan_t *p)
+{
+    int64_t epoch, step, source, behind, n, r;
+    size_t pos = 2;
+    int *ranks, found = 0;
+
+    if (len < 2 || memcmp(text, "v1", 2) != 0 ||
+        !next_int(text, len, &pos, 0, INT64_MAX, &epoch) ||
+        !next_int(text, len, &pos, -1, INT64_MAX, &step) ||
+        !next_int(text, len, &pos, 0, world - 1, &source) ||
+        !next_int(text, len, &pos, 0, 1, &behind) ||
+        !next_int(text, len, &pos, 1, world, &n)) {
+        return td_error(TD_ERR_PROTOCOL, "elastic: a malformed plan in the "
+                        "store (%zu bytes)", len);
+    }
+    ranks = malloc((size_t)n * sizeof(*ranks));
+    if (ranks == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (!next_int(text, len, &pos, i > 0 ? ranks[i - 1] + 1 : 0,
+                      world - 1, &r)) {
+            free(ranks);
+            return td_error(TD_ERR_PROTOCOL, "elastic: the plan of epoch "
+                            "%" PRId64 " has a bad rank at entry %" PRId64
+                            " (ranks are increasing, below %d)", epoch, i,
+                            world);
+        }
+        ranks[i] = (int)r;
+        found |= r == source;
+    }
+    if (pos != len || !found) {
+        free(ranks);
+        return td_error(TD_ERR_PROTOCOL, "elastic: the plan of epoch %" PRId64
+                        " %s", epoch, !found ? "names a source that is not "
+                        "a member" : "has trailing bytes");
+    }
+    *p = (elastic_plan_t){ .epoch = epoch, .step = step, .source = (int)source,
+                           .behind = (int)behind, .n = (int)n,
+                           .ranks = ranks };
+    return TD_OK;
+}
+
+/* Read KEY; *FOUND 1 with its integer value in *V (0 when not one). */
+static td_status_t
+key_read(td_store_t *store, const char *key, int *found, int64_t *v)
+{
+    void *val = NULL;
+    size_t len;
+    td_status_t st = td_store_get(store, key, 0, &val, &len);
+
+    *found = 0;
+    if (st == TD_ERR_NOT_FOUND) {
+        td_error_clear();
+        return TD_OK;
+    }
+    if (st != TD_OK) {
+        return st;
+    }
+    *found = 1;
+    *v = strtoll(val, NULL, 10);
+    free(val);
+    return TD_OK;
+}
+
+/* Read epoch EPOCH's plan if written; *FOUND says whether. */
+static td_status_t
+plan_read(td_store_t *store, int64_t epoch, int *found, elastic_plan_t *p)
+{
+    char key[64];
+    void *val = NULL;
+    size_t len;
+    td_status_t st;
+
+    snprintf(key, sizeof(key), "td/el/%" PRId64 "/plan", epoch);
+    st = td_store_get(store, key, 0, &val, &len);
+    *found = 0;
+    if (st == TD_ERR_NOT_FOUND) {
+        td_error_clear();
+        return TD_OK;
+    }
+    if (st != TD_OK) {
+        return st;
+    }
+    st = elastic_plan_decode(val, len, ELASTIC_RANKS_MAX, p);
+    free(val);
+    if (st == TD_OK) {
+        *found = 1;
+    }
+    return st;
+}
+
+static int
+plan_has(const elastic_plan_t *p, int rank)
+{
+    for (int i = 0; i < p->n; i++) {
+        if (p->ranks[i] == rank) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Q3: if every member is decided (or FORCE), write the plan (Q1: only if
+ * absent). *WROTE says whether this call decided. */
+static td_status_t
+plan_try_close(td_store_t *store, int64_t epoch, int me, const int *members,
+               int n, int force, int *wrote)
+{
+    elastic_plan_t p = { .epoch = epoch, .step = -1, .source = -1 };
+    int64_t *step = calloc((size_t)n, sizeof(*step));
+    char *in = calloc((size_t)n, 1), key[96], *text = NULL;
+    int decided = 0, me_in = 0;
+    void *after = NULL;
+    size_t after_len;
+    td_status_t st = TD_OK;
+
+    *wrote = 0;
+    if (step == NULL || in == NULL) {
+        st = td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n && st == TD_OK; i++) {
+        int joined, dead;
+        int64_t v;
+
+        snprintf(key, sizeof(key), "td/el/%" PRId64 "/in/%d", epoch,
+                 members[i]);
+        st = key_read(store, key, &joined, &step[i]);
+        if (st == TD_OK) {
+            snprintf(key, sizeof(key), "td/el/%" PRId64 "/dead/%d", epoch,
+                     members[i]);
+            st = key_read(store, key, &dead, &v);
+        }
+        if (st != TD_OK) {
+            break;
+        }
+        decided += joined || dead;
+        in[i] = joined && !dead;
+        if (in[i] && members[i] == me) {
+            me_in = 1;
+        }
+    }
+    if (st != TD_OK || (!force && decided < n) || !me_in) {
+        goto out;       /* not yet, or not ours to write (Q3) */
+    }
+    p.ranks = malloc((size_t)n * sizeof(int));
+    if (p.ranks == NULL) {
+        st = td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!in[i]) {
+            continue;
+        }
+        p.ranks[p.n++] = members[i];
+        if (step[i] > p.step) {            /* Q5: the lowest rank first */
+            p.step = step[i];
+            p.source = members[i];
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        p.behind |= in[i] && step[i] < p.step;
+    }
+    st = elastic_plan_encode(&p, &text);
+    if (st == TD_OK) {
+        snprintf(key, sizeof(key), "td/el/%" PRId64 "/plan", epoch);
+        st = td_store_compare_set(store, key, "", 0, text, strlen(text),
+                                  &after, &after_len);
+        free(after);
+        *wrote = st == TD_OK;
+    }
+out:
+    free(text);
+    elastic_plan_free(&p);
+    free(step);
+    free(in);
+    return st;
+}
+
+/* Q1/Q4 by sorting members: the caller's members must increase. */
+static int
+members_sorted(const int *m, int n)
+{
+    for (int i = 1; i < n; i++) {
+        if (m[i] <= m[i - 1]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+td_status_t
+elastic_quorum_join(td_store_t *store, int64_t epoch, int me,
+                    const int *members, int n, const unsigned char *dead,
+                    int64_t committed, double timeout, elastic_plan_t *plan)
+{
+    char key[96], val[32];
+    double t0 = td_now_s();
+    int found = 0, wrote, is_member = 0;
+    elastic_plan_t p = {0};
+    td_status_t st;
+
+    if (store == NULL || members == NULL || plan == NULL || epoch < 1 ||
+        n < 1 || n > ELASTIC_RANKS_MAX || !members_sorted(members, n)) {
+        return td_error(TD_ERR_INVALID, "elastic: join epoch %" PRId64
+                        " with %d members (increasing world ranks)", epoch,
+                        n);
+    }
+    for (int i = 0; i < n; i++) {
+        is_member |= members[i] == me;
+    }
+    if (!is_member) {
+        return td_error(TD_ERR_INVALID, "elastic: rank %d joins epoch %"
+                        PRId64 " but was not a member of epoch %" PRId64, me,
+                        epoch, epoch - 1);
+    }
+    /* Q4: a plan already there without us: we are late or were cut off */
+    st = plan_read(store, epoch, &found, &p);
+    if (st != TD_OK) {
+        return st;
+    }
+    if (!found) {
+        /* Q2, Q6: what our transport saw die, then our step (Q3: whoever
+         * sees us joined sees our declarations) */
+        st = TD_OK;
+        for (int i = 0; st == TD_OK && dead != NULL && i < n; i++) {
+            if (__atomic_load_n(&dead[members[i]], __ATOMIC_ACQUIRE) &&
+                members[i] != me) {
+                snprintf(key, sizeof(key), "td/el/%" PRId64 "/dead/%d",
+                         epoch, members[i]);
+                snprintf(val, sizeof(val), "%d", me);
+                st = td_store_set(store, key, val, strlen(val));
+            }
+        }
+        if (st == TD_OK) {
+            snprintf(key, sizeof(key), "td/el/%" PRId64 "/in/%d", epoch, me);
+            snprintf(val, sizeof(val), "%" PRId64, committed);
+            st = td_store_set(store, key, val, strlen(val));
+        }
+        if (st != TD_OK) {
+            return st;
+        }
+    }
+    while (!found) {
+        char pk[64];
+        const char *keys[1] = { pk };
+        int force = td_now_s() - t0 >= timeout;
+
+        st = plan_try_close(store, epoch, me, members, n, force, &wrote);
+        if (st == TD_OK) {
+            st = plan_read(store, epoch, &found, &p);
+        }
+        if (st != TD_OK) {
+            return st;
+        }
+        if (found) {
+            break;
+        }
+        if (force && td_now_s() - t0 >= 2 * timeout + 1) {
+            /* Q3: we could not write it (declared dead) and nobody did */
+            return td_error(TD_ERR_TIMEOUT, "elastic: no plan for epoch %"
+                            PRId64 " within %.3g s", epoch, 2 * timeout + 1);
+        }
+        snprintf(pk, sizeof(pk), "td/el/%" PRId64 "/plan", epoch);
+        st = td_store_wait(store, keys, 1, SLICE_S);
+        if (st == TD_ERR_TIMEOUT) {
+            td_error_clear();
+        } else if (st != TD_OK) {
+            return st;
+        }
+    }
+    if (!plan_has(&p, me)) {
+        elastic_plan_free(&p);
+        return td_error(TD_ERR_STATE, "elastic: rank %d is stale: epoch %"
+                        PRId64 " was formed without it (late, cut off, or "
+                        "declared dead by a peer); it cannot rejoin", me,
+                        epoch);
+    }
+    for (int i = 0; i < p.n; i++) {
+        int ok = 0;
+        for (int j = 0; j < n && !ok; j++) {
+            ok = p.ranks[i] == members[j];
+        }
+        if (!ok) {
+            elastic_plan_free(&p);
+            return td_error(TD_ERR_PROTOCOL, "elastic: the plan of epoch %"
+                            PRId64 " lists rank %d, not a member of epoch %"
+                            PRId64, epoch, p.ranks[i], epoch - 1);
+        }
+    }
+    *plan = p;
+    return TD_OK;
+}

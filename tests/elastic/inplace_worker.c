@@ -1,0 +1,186 @@
+/* inplace_worker: in-place recovery (todist/elastic.h) in miniature, for
+ * tests/elastic/test_inplace.sh; 4 ranks under todist-run --no-kill.
+ *
+ *   inplace_worker heal    each step all_reduces 1 (the sum is the world
+ *       size) and adds the sum to a total. Rank 3 dies before step 4;
+ *       rank 0 then acts as if its all_reduce of step 4 had completed (it
+ *       commits step 4 with the total 4 x 3 + 1000), the others as if
+ *       theirs failed (step 3). The recovery must name step 4 and rank 0
+ *       as the source, behind; td_checkpoint_broadcast heals ranks 1-2;
+ *       2 more steps at world 3. Every survivor ends with "rank R epoch 1
+ *       step 6 total 1018 world 3".
+ *   inplace_worker stale   rank 2 dies before step 2; rank 3 recovers
+ *       only once epoch 1's plan is in the store, so ranks 0-1 (with
+ *       TODIST_ELASTIC_TIMEOUT=1) form epoch 1 without it and go on; rank 3 is then refused ("stale")
+ *       and exits 3 without td_finalize. Ranks 0-1 end with "rank R
+ *       epoch 1 step 3 total 4*1 + 2*2 = 8 world 2".
+ *   inplace_worker tell    rank 3 dies at once; ranks 0 and 2 send to it
+ *       (and fail), rank 1 waits for a message from rank 0 that never
+ *       comes: it never talked to rank 3, so only the others' abort of
+ *       the world's group (EL5) gets it into the recovery. Ranks 0-2 end
+ *       with "rank R epoch 1 sum 3" (an all_reduce at world 3). */
+#include "config.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <todist/todist.h>
+#include "runtime/runtime.h"
+
+static int
+fail(int rank, const char *what)
+{
+    fprintf(stderr, "inplace_worker: rank %d: %s: %s\n", rank, what,
+            td_last_error());
+    return 1;
+}
+
+static int
+tell(void)
+{
+    td_elastic_t *el;
+    td_tensor_t *t;
+    td_elastic_change_t ch;
+    int64_t one = 1;
+    int rank;
+    td_status_t s;
+
+    if (td_init(NULL) != TD_OK) {
+        return fail(-1, "td_init");
+    }
+    rank = td_world()->rank;
+    if (rank == 3) {
+        raise(SIGKILL);
+    }
+    if (td_elastic_create(NULL, &el) != TD_OK ||
+        td_tensor_empty(&one, 1, TD_FLOAT64, TD_CPU, &t) != TD_OK) {
+        return fail(rank, "setup");
+    }
+    s = rank == 1 ? td_recv(td_group_world(), t, 0, 7, NULL)
+                  : td_send(td_group_world(), t, 3, 7);
+    printf("rank %d: the first operation failed: %s\n", rank,
+           s != TD_OK ? td_last_error() : "no, it succeeded");
+    if (td_elastic_recover(el, &ch) != TD_OK) {
+        return fail(rank, "recover");
+    }
+    ((double *)td_tensor_data(t))[0] = 1;
+    if (td_all_reduce(td_elastic_group(el), t, TD_REDUCE_SUM) != TD_OK) {
+        return fail(rank, "all_reduce");
+    }
+    printf("rank %d epoch %lld sum %g\n", rank, (long long)ch.epoch,
+           ((double *)td_tensor_data(t))[0]);
+    fflush(stdout);
+    td_tensor_release(t);
+    td_elastic_free(el);
+    if (td_finalize() != TD_OK) {
+        return fail(rank, "td_finalize");
+    }
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    int64_t st[2] = {0, 0};          /* step, total */
+    int64_t one = 1;
+    td_checkpoint_t *ck = NULL;
+    td_elastic_t *el = NULL;
+    td_tensor_t *t = NULL;
+    int heal, rank, die_rank, die_step, steps;
+    td_status_t s;
+
+    if (argc != 2 || (strcmp(argv[1], "heal") != 0 &&
+                      strcmp(argv[1], "stale") != 0 &&
+                      strcmp(argv[1], "tell") != 0)) {
+        fprintf(stderr, "usage: inplace_worker heal|stale|tell\n");
+        return 2;
+    }
+    if (strcmp(argv[1], "tell") == 0) {
+        return tell();
+    }
+    heal = strcmp(argv[1], "heal") == 0;
+    die_rank = heal ? 3 : 2;
+    die_step = heal ? 4 : 2;
+    steps = heal ? 6 : 3;
+    if (td_init(NULL) != TD_OK) {
+        return fail(-1, "td_init");
+    }
+    rank = td_world()->rank;
+    if (td_world()->world_size != 4) {
+        fprintf(stderr, "inplace_worker: needs 4 ranks\n");
+        return 2;
+    }
+    if (td_elastic_create(NULL, &el) != TD_OK ||
+        td_checkpoint_create(&ck) != TD_OK ||
+        td_checkpoint_add_int64(ck, "state", st, 2) != TD_OK ||
+        td_tensor_empty(&one, 1, TD_FLOAT64, TD_CPU, &t) != TD_OK) {
+        return fail(rank, "setup");
+    }
+    while (st[0] < steps) {
+        if (rank == die_rank && st[0] + 1 == die_step) {
+            raise(SIGKILL);
+        }
+        ((double *)td_tensor_data(t))[0] = 1;
+        s = td_all_reduce(td_elastic_group(el), t, TD_REDUCE_SUM);
+        if (s == TD_OK) {
+            st[0]++;
+            st[1] += (int64_t)((double *)td_tensor_data(t))[0];
+            td_elastic_commit(el, st[0]);
+            continue;
+        }
+        /* the step failed: rank 0 pretends its all_reduce completed */
+        if (heal && rank == 0) {
+            st[0]++;
+            st[1] += 1000;
+            td_elastic_commit(el, st[0]);
+        }
+        if (!heal && rank == 3) {
+            /* late: the others form epoch 1 alone (after their timeout) */
+            const char *keys[1] = { "td/el/1/plan" };
+            if (td_store_wait(td__runtime_store(), keys, 1, 60) != TD_OK) {
+                return fail(rank, "waiting for epoch 1");
+            }
+        }
+        td_elastic_change_t ch;
+        s = td_elastic_recover(el, &ch);
+        if (s == TD_ERR_STATE) {
+            printf("rank %d refused: %s\n", rank, td_last_error());
+            fflush(stdout);
+            td_store_set(td__runtime_store(), "test/refused", "1", 1);
+            _exit(3);
+        }
+        if (s != TD_OK) {
+            return fail(rank, "recover");
+        }
+        printf("rank %d recovered: epoch %lld step %lld source %d behind %d "
+               "world %d -> %d lost %d\n", rank, (long long)ch.epoch,
+               (long long)ch.step, ch.source, ch.behind, ch.old_size,
+               ch.new_size, ch.n_lost > 0 ? ch.lost[0] : -1);
+        if (ch.behind &&
+            td_checkpoint_broadcast(ck, td_elastic_group(el), ch.source) !=
+                TD_OK) {
+            return fail(rank, "heal");
+        }
+        if (!heal) {
+            /* the late rank's verdict needs the store, which rank 0 holds */
+            const char *keys[1] = { "test/refused" };
+            if (td_store_wait(td__runtime_store(), keys, 1, 30) != TD_OK) {
+                return fail(rank, "the late rank's refusal");
+            }
+        }
+    }
+    printf("rank %d epoch %lld step %lld total %lld world %d\n", rank,
+           (long long)td_elastic_epoch(el), (long long)st[0],
+           (long long)st[1], td_group_size(td_elastic_group(el)));
+    fflush(stdout);
+    td_tensor_release(t);
+    td_checkpoint_free(ck);
+    td_elastic_free(el);
+    if (td_finalize() != TD_OK) {
+        return fail(rank, "td_finalize");
+    }
+    return 0;
+}

@@ -1,0 +1,95 @@
+#!/bin/sh
+# test_inplace: in-place recovery (todist/elastic.h) on 4 ranks under
+# todist-run --no-kill: a rank dies, the survivors agree on a new epoch,
+# shrink the world in their processes and go on.
+#  1. inplace_worker heal: rank 3 dies before step 4; rank 0 acts as if its
+#     step 4 had completed, the others not: the recovery names step 4,
+#     source 0, behind, and td_checkpoint_broadcast heals ranks 1-2: all
+#     three end at step 6 with the total 3 x 4 + 1000 + 2 x 3 = 1018.
+#  2. inplace_worker stale: rank 2 dies before step 2, rank 3 stays out of
+#     the agreement until epoch 1 is formed without it (the others'
+#     TODIST_ELASTIC_TIMEOUT=1): it is refused as stale and exits 3; ranks
+#     0-1 go on at world 2 (total 4 + 2 x 2 = 8) and finalize.
+#  3. inplace_worker tell: rank 3 dies at once; ranks 0 and 2 fail sending
+#     to it, rank 1 waits for a message of rank 0's that never comes (it
+#     never talked to rank 3): the others' abort of the old group (EL5)
+#     brings it into epoch 1 within TODIST_ELASTIC_TIMEOUT=20 (its own
+#     collective timeout is 300 s): ranks 0-2 all_reduce at world 3.
+#  4. examples/fashion_mnist_ddp --in-place --die-at 2:12: the step 12 that
+#     failed is dropped; the survivors' losses equal, bit for bit, a run of
+#     11 steps at 4 ranks checkpointed and resumed at 3 ranks (the sampler
+#     re-sharded the same way), and the run ends at the step that
+#     re-sharding predicts: epoch 1's position 11 x 32 = 352 becomes
+#     ceil(352 x 4 / 3) = 470, 15 batches done, 15 to go (step 26), then 30
+#     in epoch 2: 56 steps.
+# Bounded by timeout; part 3 skipped without the Fashion-MNIST data.
+. "$top_srcdir/tests/lib.sh"
+plan 20
+w="$top_builddir/tests/elastic/inplace_worker"
+
+# --- 1: heal a survivor behind ---
+out=$(timeout -k 5 120 todist-run -n 4 --no-kill "$w" heal 2>&1); rc=$?
+is "$rc" 137 "the launcher exits with the dead rank's status (128 + 9)"
+is "$(printf '%s\n' "$out" | grep -c 'recovered: epoch 1 step 4 source 0 behind 1 world 4 -> 3 lost 3$')" 3 \
+   "every survivor adopts epoch 1: step 4 from rank 0, behind, rank 3 lost"
+is "$(printf '%s\n' "$out" | grep -c 'epoch 1 step 6 total 1018 world 3$')" 3 \
+   "every survivor is healed and ends at step 6 with rank 0's total"
+like "$out" "todist-run: rank 3 \(pid [0-9]+\) was killed by signal 9" \
+   "the launcher names the dead rank"
+like "$out" "--no-kill: the other 3 rank\(s\) go on" "and keeps the others"
+is "$(printf '%s\n' "$out" | grep -c 'elastic: epoch 1 at step 4: world 4 -> 3 (lost rank 3)')" 3 \
+   "the change is logged once on every survivor"
+is "$(printf '%s\n' "$out" | grep -c '^todist-run: rank [0-9]* (pid')" 1 \
+   "no survivor fails (td_finalize counts the members only)"
+[ "$rc" = 137 ] || diag "$out"
+
+# --- 2: a late rank is refused ---
+out=$(TODIST_ELASTIC_TIMEOUT=1 timeout -k 5 120 todist-run -n 4 --no-kill \
+      "$w" stale 2>&1); rc=$?
+like "$out" "rank 3 refused: elastic: rank 3 is stale: epoch 1 was formed without it" \
+   "the late rank is refused, naming the epoch"
+like "$out" "todist-run: rank 3 \(pid [0-9]+\) exited with code 3" \
+   "and exits"
+is "$(printf '%s\n' "$out" | grep -c '^rank [01] epoch 1 step 3 total 8 world 2$')" 2 \
+   "ranks 0-1 go on at world 2 and finalize"
+ok "$(printf '%s\n' "$out" | grep 'fail\|error' | grep -v 'lost rank' >/dev/null; [ $? = 1 ]; echo $?)" \
+   "nothing else fails"
+[ "$rc" = 137 ] || diag "$out"
+
+# --- 3: a rank blocked elsewhere is told ---
+out=$(TODIST_ELASTIC_TIMEOUT=20 TODIST_COLL_TIMEOUT=300 timeout -k 5 120 \
+      todist-run -n 4 --no-kill "$w" tell 2>&1); rc=$?
+like "$out" "rank 1: the first operation failed: elastic: rank [02] left epoch 0 to recover" \
+   "rank 1's wait fails on the others' abort of the world's group"
+is "$(printf '%s\n' "$out" | grep -c '^rank [012] epoch 1 sum 3$')" 3 \
+   "ranks 0-2 form epoch 1 together and all_reduce at world 3"
+[ "$rc" = 137 ] || diag "$out"
+
+# --- 4: the example ---
+ex="$top_builddir/examples/fashion_mnist_ddp"
+data=/usr/share/datasets/fashion-mnist
+if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+    skip 7 "dataset-fashion-mnist is not installed"
+    done_testing
+fi
+args="--epochs 2 --max-batches 30 --batch-size 32 --hidden 64 --threads 1
+      --log-every 0 --optimizer sgd"
+out=$(timeout -k 5 300 todist-run -n 4 --no-kill "$ex" $args --in-place \
+      --die-at 2:12 --loss-log "$TD_TMP/ip.log" 2>&1); rc=$?
+is "$rc" 137 "the in-place run ends (the launcher names the dead rank)"
+like "$out" "in-place: epoch 1 at step 11: world 4 -> 3 \(lost 1 rank, first 2\)" \
+   "step 12 is dropped: epoch 1 starts at step 11, world 4 -> 3"
+like "$out" "in-place: step 12 done" "the survivors complete step 12 again"
+is "$(printf '%s\n' "$out" | grep -c '^todist-run: rank [0-9]* (pid')" 1 \
+   "only the dead rank failed"
+ref1=$(timeout -k 5 300 todist-run -n 4 "$ex" $args --checkpoint "$TD_TMP/ck" \
+       --resume --max-steps 11 --loss-log "$TD_TMP/ref.log" 2>&1) &&
+ref2=$(timeout -k 5 300 todist-run -n 3 "$ex" $args --elastic \
+       --checkpoint "$TD_TMP/ck" --loss-log "$TD_TMP/ref.log" 2>&1)
+ok "$?" "the reference: 11 steps at 4 ranks, resumed at 3"
+is "$(wc -l < "$TD_TMP/ip.log" | tr -d ' ') $(tail -n 1 "$TD_TMP/ip.log" | cut -d' ' -f1)" \
+   "56 56" "every step logged once, ending at step 56"
+ok "$(cmp "$TD_TMP/ref.log" "$TD_TMP/ip.log" >/dev/null; echo $?)" \
+   "the losses equal the reference's bit for bit"
+[ "$rc" = 137 ] || diag "$out" "$ref1" "$ref2"
+done_testing

@@ -1,0 +1,245 @@
+/* test_quorum: the survivors' agreement on a new epoch (runtime/elastic/
+ * quorum.h, Q1-Q6) in one process: a store server and one client per
+ * "rank", each rank a thread joining concurrently.
+ *   1. the plan's text round-trips; malformed plans are rejected;
+ *   2. one death declared by one survivor: all three survivors adopt the
+ *      same plan; the dead rank, alive after all (late), is refused;
+ *   3. two deaths declared by different survivors, with different
+ *      committed steps: the source is the lowest rank at the highest step,
+ *      and the plan says some are behind;
+ *   4. a death during the recovery: epoch 2 from epoch 1's members;
+ *   5. a silent rank (neither joined nor declared): the plan closes after
+ *      the timeout without it; it is refused when it comes;
+ *   6. a rank declared dead that joins anyway (cut off, not dead): the
+ *      others' plan leaves it out and it is refused. */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "runtime/elastic/quorum.h"
+#include "tests/tap.h"
+#include <todist/todist.h>
+
+#define TOKEN "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define MAXR 8
+
+static uint16_t port;
+
+typedef struct {
+    int64_t        epoch;
+    int            me;
+    const int     *members;
+    int            n;
+    unsigned char  dead[MAXR];
+    int64_t        committed;
+    double         timeout;
+    td_status_t    st;
+    char           err[512];
+    elastic_plan_t plan;
+} joiner_t;
+
+static void *
+join_thread(void *arg)
+{
+    joiner_t *j = arg;
+    td_store_t *c;
+
+    j->st = td_store_connect("127.0.0.1", port, TOKEN, 10, &c);
+    if (j->st == TD_OK) {
+        j->st = elastic_quorum_join(c, j->epoch, j->me, j->members, j->n,
+                                    j->dead, j->committed, j->timeout,
+                                    &j->plan);
+        td_store_close(c);
+    }
+    snprintf(j->err, sizeof(j->err), "%s", j->st != TD_OK ? td_last_error()
+                                                           : "");
+    return NULL;
+}
+
+/* Run the N joiners at once. */
+static void
+run(joiner_t *j, int n)
+{
+    pthread_t t[MAXR];
+
+    for (int i = 0; i < n; i++) {
+        pthread_create(&t[i], NULL, join_thread, &j[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+    }
+}
+
+static void
+ranks_text(const elastic_plan_t *p, char *buf, size_t len)
+{
+    size_t off = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < p->n && off < len; i++) {
+        off += (size_t)snprintf(buf + off, len - off, "%s%d", i ? " " : "",
+                                p->ranks[i]);
+    }
+}
+
+static void
+check_plan(joiner_t *j, const char *want_ranks, int64_t step, int source,
+           int behind, const char *what)
+{
+    char got[64];
+
+    if (!ok(j->st == TD_OK, "%s: rank %d joins (%s)", what, j->me, j->err)) {
+        return;
+    }
+    ranks_text(&j->plan, got, sizeof(got));
+    is_str(got, want_ranks, "%s: rank %d adopts members %s", what, j->me,
+           want_ranks);
+    ok(j->plan.step == step && j->plan.source == source &&
+       j->plan.behind == behind, "%s: rank %d: step %lld source %d behind %d "
+       "(want %lld %d %d)", what, j->me, (long long)j->plan.step,
+       j->plan.source, j->plan.behind, (long long)step, source, behind);
+}
+
+static joiner_t
+joiner(int64_t epoch, int me, const int *members, int n, int64_t committed,
+       double timeout)
+{
+    joiner_t j;
+
+    memset(&j, 0, sizeof(j));
+    j.epoch = epoch;
+    j.me = me;
+    j.members = members;
+    j.n = n;
+    j.committed = committed;
+    j.timeout = timeout;
+    return j;
+}
+
+static void
+codec(void)
+{
+    int r[3] = {0, 2, 5};
+    elastic_plan_t p = { .epoch = 3, .step = 41, .source = 2, .behind = 1,
+                         .n = 3, .ranks = r }, q;
+    char *text = NULL;
+    static const char *bad[] = {
+        "v2 1 5 0 0 1 0",            /* another version */
+        "v1 1 5 0 0 2 1 0",          /* ranks not increasing */
+        "v1 1 5 3 0 2 0 1",          /* the source is not a member */
+        "v1 1 5 0 0 2 0 1 ",         /* trailing bytes */
+        "v1 1 5 0 0 3 0 1",          /* fewer ranks than the count */
+        "v1 1 5 0 0 1 9",            /* a rank past the world (8) */
+        "v1 1 x 0 0 1 0",            /* not a number */
+        "v1 1 5 0 2 1 0",            /* behind is 0 or 1 */
+    };
+
+    is_int(elastic_plan_encode(&p, &text), TD_OK, "a plan encodes");
+    is_str(text, "v1 3 41 2 1 3 0 2 5", "its text");
+    if (is_int(elastic_plan_decode(text, strlen(text), MAXR, &q), TD_OK,
+               "and decodes")) {
+        ok(q.epoch == 3 && q.step == 41 && q.source == 2 && q.behind == 1 &&
+           q.n == 3 && q.ranks[0] == 0 && q.ranks[1] == 2 && q.ranks[2] == 5,
+           "to the same plan");
+        elastic_plan_free(&q);
+    }
+    free(text);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        is_int(elastic_plan_decode(bad[i], strlen(bad[i]), MAXR, &q),
+               TD_ERR_PROTOCOL, "rejected: '%s'", bad[i]);
+    }
+}
+
+int
+main(void)
+{
+    static const int m4[4] = {0, 1, 2, 3}, m3[3] = {0, 1, 3},
+                     m6[6] = {0, 1, 2, 3, 4, 5}, m3b[3] = {0, 1, 2};
+    td_store_server_t *srv;
+    joiner_t j[MAXR];
+    double t0;
+
+    plan(58);
+    codec();
+    if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {
+        diag("store: %s", td_last_error());
+        return 1;
+    }
+    port = td_store_server_port(srv);
+
+    /* 2: rank 2 died; only rank 1's transport saw it */
+    j[0] = joiner(1, 0, m4, 4, 5, 30);
+    j[1] = joiner(1, 1, m4, 4, 5, 30);
+    j[2] = joiner(1, 3, m4, 4, 5, 30);
+    j[1].dead[2] = 1;
+    run(j, 3);
+    for (int i = 0; i < 3; i++) {
+        check_plan(&j[i], "0 1 3", 5, 0, 0, "one death");
+        elastic_plan_free(&j[i].plan);
+    }
+    j[3] = joiner(1, 2, m4, 4, 5, 30);
+    run(&j[3], 1);
+    is_int(j[3].st, TD_ERR_STATE, "the dead rank, late, is refused");
+    like(j[3].err, "rank 2 is stale: epoch 1 was formed without it",
+         "naming it and the epoch");
+    ok(strstr(j[3].err, "cannot rejoin") != NULL, "and that it cannot rejoin");
+
+    /* 4: epoch 2 from epoch 1's {0, 1, 3}: 3 died during the recovery */
+    j[0] = joiner(2, 0, m3, 3, 5, 30);
+    j[1] = joiner(2, 1, m3, 3, 5, 30);
+    j[0].dead[3] = 1;
+    run(j, 2);
+    for (int i = 0; i < 2; i++) {
+        check_plan(&j[i], "0 1", 5, 0, 0, "a death during the recovery");
+        elastic_plan_free(&j[i].plan);
+    }
+
+    /* 3: ranks 2 and 4 died, declared by different survivors; 1 and 3
+     * completed step 8, 0 and 5 did not */
+    j[0] = joiner(5, 0, m6, 6, 7, 30);
+    j[1] = joiner(5, 1, m6, 6, 8, 30);
+    j[2] = joiner(5, 3, m6, 6, 8, 30);
+    j[3] = joiner(5, 5, m6, 6, 7, 30);
+    j[0].dead[2] = 1;
+    j[3].dead[4] = 1;
+    run(j, 4);
+    for (int i = 0; i < 4; i++) {
+        check_plan(&j[i], "0 1 3 5", 8, 1, 1, "two deaths");
+        elastic_plan_free(&j[i].plan);
+    }
+
+    /* 5: rank 2 is silent (not joined, not declared): the timeout */
+    t0 = td_now_s();
+    j[0] = joiner(7, 0, m3b, 3, 2, 0.3);
+    j[1] = joiner(7, 1, m3b, 3, 2, 0.3);
+    run(j, 2);
+    for (int i = 0; i < 2; i++) {
+        check_plan(&j[i], "0 1", 2, 0, 0, "a silent rank");
+        elastic_plan_free(&j[i].plan);
+    }
+    ok(td_now_s() - t0 >= 0.3, "the plan waited for the timeout (%.3f s)",
+       td_now_s() - t0);
+    j[2] = joiner(7, 2, m3b, 3, 2, 0.3);
+    run(&j[2], 1);
+    is_int(j[2].st, TD_ERR_STATE, "the silent rank, late, is refused");
+
+    /* 6: rank 2 is declared dead by rank 0 but joins (cut off) */
+    j[0] = joiner(9, 0, m3b, 3, 4, 30);
+    j[1] = joiner(9, 1, m3b, 3, 4, 30);
+    j[2] = joiner(9, 2, m3b, 3, 4, 30);
+    j[0].dead[2] = 1;
+    run(j, 3);
+    for (int i = 0; i < 2; i++) {
+        check_plan(&j[i], "0 1", 4, 0, 0, "declared dead, alive");
+        elastic_plan_free(&j[i].plan);
+    }
+    is_int(j[2].st, TD_ERR_STATE, "a rank declared dead is refused");
+    like(j[2].err, "declared dead by a peer", "the reason lists it");
+
+    td_store_server_stop(srv);
+    return exit_status();
+}
