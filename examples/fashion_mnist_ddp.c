@@ -319,6 +319,9 @@ recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
         if (st != TD_OK) {
             return die("heal");
         }
+        if (ch.self_behind) {
+            td_elastic_commit(el, ch.step);      /* healed: it counts */
+        }
         heal_s = now() - t_heal;
         /* this epoch goes on at the new size (todist/sampler.h) */
         if (td_distributed_sampler_reshard(s, world, rank, position) != TD_OK

@@ -19,7 +19,12 @@
  *      member (coll_group_abort_all): a member blocked in an operation
  *      that did not involve the dead rank (its transport never saw it
  *      die) fails at once and joins the agreement, instead of staying
- *      out until its timeout and being left out as silent. */
+ *      out until its timeout and being left out as silent.
+ *  EL6 A rank keeps its own committed step through a recovery: one
+ *      behind the plan's step (self_behind) reaches it only when the
+ *      program calls td_elastic_commit after its heal, so a rank whose
+ *      heal failed (the source died) never claims a state it lacks in
+ *      the next agreement. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -238,7 +243,8 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
     memcpy(el->members, plan.ranks, sizeof(int) * (size_t)plan.n);
     el->n = plan.n;
     el->epoch = plan.epoch;
-    el->committed = plan.step;
+    /* EL6: a rank behind claims the plan's step only once healed */
+    ch.self_behind = el->committed < plan.step;
     ch.epoch = plan.epoch;
     ch.step = plan.step;
     ch.behind = plan.behind;
