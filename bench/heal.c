@@ -1,7 +1,9 @@
 /* bench/heal: the in-place recovery's heal (td_checkpoint_broadcast,
  * todist/elastic.h) against the transport's bandwidth, in one run:
- *   todist-run -n 2 build/bench/heal [MIB] [REPS]
- * A state of MIB MiB (default 64) in 16 float32 tensors, listed in a
+ *   todist-run -n 2 build/bench/heal [MIB] [REPS] [PARTS]
+ * A state of MIB MiB (default 64) in PARTS float32 tensors (default 16:
+ * 4 MiB each, the collectives' shared-segment size; 4: 16 MiB each, read
+ * in place from the sender, one copy), listed in a
  * checkpoint object, is broadcast from rank 0 to rank 1 (what a survivor
  * behind receives from the most advanced one); the baseline is one
  * td_send / td_recv of a single MIB MiB tensor between the same two
@@ -15,7 +17,7 @@
 #include <todist/todist.h>
 #include "bench/bench.h"
 
-#define PARTS 16
+#define PARTS_MAX 256
 
 static int
 fail(const char *what)
@@ -29,12 +31,19 @@ main(int argc, char **argv)
 {
     long mib = argc > 1 ? atol(argv[1]) : 64;
     int reps = argc > 2 ? atoi(argv[2]) : 9;
-    int64_t part = mib * 1024 * 1024 / 4 / PARTS, whole = part * PARTS;
-    td_tensor_t *state[PARTS], *flat;
+    int parts = argc > 3 ? atoi(argv[3]) : 16;
+    int64_t part, whole;
+    td_tensor_t *state[PARTS_MAX], *flat;
     td_checkpoint_t *ck;
     double *t_heal, *t_p2p;
     int rank;
 
+    if (parts < 1 || parts > PARTS_MAX) {
+        fprintf(stderr, "heal: PARTS is 1..%d\n", PARTS_MAX);
+        return 2;
+    }
+    part = mib * 1024 * 1024 / 4 / parts;
+    whole = part * parts;
     if (mib < 1 || reps < 1 || td_init(NULL) != TD_OK ||
         td_world()->world_size != 2) {
         fprintf(stderr, "usage: todist-run -n 2 heal [MIB] [REPS]\n");
@@ -47,7 +56,7 @@ main(int argc, char **argv)
         td_tensor_empty(&whole, 1, TD_FLOAT32, TD_CPU, &flat) != TD_OK) {
         return fail("setup");
     }
-    for (int i = 0; i < PARTS; i++) {
+    for (int i = 0; i < parts; i++) {
         char name[32];
         snprintf(name, sizeof(name), "state.%d", i);
         if (td_tensor_empty(&part, 1, TD_FLOAT32, TD_CPU, &state[i]) != TD_OK ||
@@ -81,7 +90,7 @@ main(int argc, char **argv)
             t_p2p[r] = bench_now_s() - t0;
         }
     }
-    if (rank == 1 && ((float *)td_tensor_data(state[PARTS - 1]))[part - 1] !=
+    if (rank == 1 && ((float *)td_tensor_data(state[parts - 1]))[part - 1] !=
                          (float)(part - 1)) {
         fprintf(stderr, "heal: rank 1 holds a wrong state\n");
         return 1;
@@ -92,7 +101,7 @@ main(int argc, char **argv)
 
         qsort(t_heal, (size_t)reps, sizeof(double), bench_cmp_double);
         printf("heal %ld MiB (%d tensors, td_checkpoint_broadcast): %.2f GB/s "
-               "(%.1f ms median, %.1f-%.1f)\n", mib, PARTS, bytes / h / 1e9,
+               "(%.1f ms median, %.1f-%.1f)\n", mib, parts, bytes / h / 1e9,
                h * 1e3, t_heal[0] * 1e3, t_heal[reps - 1] * 1e3);
         qsort(t_p2p, (size_t)reps, sizeof(double), bench_cmp_double);
         printf("transport %ld MiB (one td_send/td_recv): %.2f GB/s (%.1f ms "
@@ -100,7 +109,7 @@ main(int argc, char **argv)
                t_p2p[0] * 1e3, t_p2p[reps - 1] * 1e3);
         printf("heal: %.0f%% of the transport's bandwidth\n", 100 * p / h);
     }
-    for (int i = 0; i < PARTS; i++) {
+    for (int i = 0; i < parts; i++) {
         td_tensor_release(state[i]);
     }
     td_tensor_release(flat);

@@ -34,8 +34,9 @@
  * that step failed); then every member calls td_checkpoint_broadcast
  * from the source so all replicas are equal again, and a rank that was
  * behind (SELF_BEHIND) commits the step once its heal succeeded: until
- * then it keeps claiming its own, so a heal cut short (the source died)
- * never makes it a source of a state it lacks. A step that completed
+ * then it claims none, so a heal cut short (the source died: its tensors
+ * part-written) never makes it a source; when no survivor holds a whole
+ * state the recovery fails (TD_ERR_STATE: resume from a checkpoint). A step that completed
  * nowhere is dropped and redone by the smaller world.
  *
  * The store lives in rank 0 (todist/init.h): rank 0 must survive (a

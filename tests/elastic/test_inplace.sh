@@ -34,8 +34,8 @@ is "$(printf '%s\n' "$out" | grep -c 'recovered: epoch 1 step 4 source 0 behind 
    "every survivor adopts epoch 1: step 4 from rank 0, behind, rank 3 lost"
 is "$(printf '%s\n' "$out" | grep -c 'epoch 1 step 6 total 1018 world 3$')" 3 \
    "every survivor is healed and ends at step 6 with rank 0's total"
-is "$(printf '%s\n' "$out" | grep -c '^rank [12]: self_behind 1 committed 3 before the heal$')" 2 \
-   "ranks 1-2 are behind and keep claiming step 3 until healed (EL6)"
+is "$(printf '%s\n' "$out" | grep -c '^rank [12]: self_behind 1 committed -1 before the heal$')" 2 \
+   "ranks 1-2 are behind and claim no step until healed (EL6)"
 like "$out" "rank 0: self_behind 0 committed 4 before the heal" \
    "rank 0 holds step 4"
 like "$out" "todist-run: rank 3 \(pid [0-9]+\) was killed by signal 9" \
