@@ -3,11 +3,15 @@
 # one invocation: per schedule (gpipe, 1f1b, zb) at S stages and M
 # micro-batches, throughput against the same model on one rank, the
 # measured bubble of every stage (idle / step, idle = the step's wall time
-# less its forwards and backwards) against the schedule's theory, the
+# less its forwards and backwards) against the schedule's theory (equal
+# stages, F = B = W, free messages) and its model (the schedule replayed
+# at the op times measured on that stage, messages still free), the
 # micro-batches in flight and the peak heap growth per stage; then S
 # stages x 2 replicas against S stages alone; todist's RPC form
 # (examples/pipeline_rpc) and the split backward's own cost
-# (bench/pipeline_split). REPS repetitions (min-max).
+# (bench/pipeline_split). REPS repetitions (min-max). Per stage it also
+# prints where the step went (td_pipe_stats: F, B, W, waiting on a
+# receive, sends, posting receives, the rest; medians over the runs).
 # The torch side (bench/pipeline_rpc_torch.py: the RPC tutorial's form on
 # torch 1.13, two remote shards, distributed autograd and optimizer) runs
 # in the same invocation where /usr/bin/python3 has torch.
@@ -58,7 +62,11 @@ for sc in gpipe 1f1b zb hybrid-1f1b; do
     for s in $(seq 0 $((ST - 1))); do
         f() { awk -v s="$sc" -v st="stage=$s" -v k="$1" '$1 == s && $3 == st && $4 == "replica=0" {
                  for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) print kv[2] } }' "$out"; }
-        echo "  stage $s: bubble $(f bubble | minmax) theory $(f theory | head -1) step_ms $(f step_ms | minmax) busy_ms $(f busy_ms | minmax) in_flight $(f peak_in_flight | minmax) peak_act_mib $(f peak_act_mib | minmax)"
+        echo "  stage $s: bubble $(f bubble | minmax) theory $(f theory | head -1) model $(f model | minmax) step_ms $(f step_ms | minmax) busy_ms $(f busy_ms | minmax) in_flight $(f peak_in_flight | minmax) peak_act_mib $(f peak_act_mib | minmax)"
+        # where the step went (medians, ms per step): computing F, B (or
+        # BW), W; blocked on a receive; posting and finishing sends;
+        # posting receives; the rest (slicing, checks)
+        echo "    split ms: F $(f f_ms | med) B $(f b_ms | med) W $(f w_ms | med) wait $(f wait_ms | med) send $(f send_ms | med) post $(f post_ms | med) other $(f other_ms | med)"
     done
 done
 rps=$(awk '$1 == "rpc" { print $3 }' "$out")

@@ -11,7 +11,9 @@
  *   samples_per_s=4870
  * and every rank prints its stage's figures (mean over the steps after
  * --warmup): stats stage=0 replica=0 step_ms=.. busy_ms=.. bubble=..
- * theory=.. peak_in_flight=.. peak_act_mib=.. allreduce_ms=..
+ * theory=.. model=.. peak_in_flight=.. peak_act_mib=.. allreduce_ms=..
+ * f_ms=.. b_ms=.. w_ms=.. wait_ms=.. send_ms=.. post_ms=.. other_ms=..
+ * (td_pipe_stats_t's fields)
  * --check runs one mini-batch through the pipeline, computes the same
  * gradients in this process by single-process accumulation over the same
  * micro-batches (every replica's, averaged), compares this stage's, and
@@ -423,7 +425,7 @@ main(int argc, char **argv)
         }
     }
     for (int ep = 1; ep <= epochs; ep++) {
-        double t0 = now(), loss_sum = 0, acc = 0, sum[4] = {0}, t_meas = 0;
+        double t0 = now(), loss_sum = 0, acc = 0, sum[10] = {0}, t_meas = 0;
         int64_t steps = 0, measured = 0;
         td_pipe_stats_t s, peak = {0};
         td_tensor_t *x = NULL, *y = NULL;
@@ -452,6 +454,13 @@ main(int argc, char **argv)
                 sum[0] += s.step_s;
                 sum[1] += s.busy_s;
                 sum[2] += s.allreduce_s;
+                sum[3] += s.fwd_s;
+                sum[4] += s.bwd_s;
+                sum[5] += s.wgt_s;
+                sum[6] += s.wait_s;
+                sum[7] += s.send_s;
+                sum[8] += s.post_s;
+                sum[9] += s.model;
                 measured++;
                 peak.peak_in_flight = s.peak_in_flight > peak.peak_in_flight
                                           ? s.peak_in_flight
@@ -476,12 +485,19 @@ main(int argc, char **argv)
         }
         if (measured > 0) {
             printf("stats stage=%d replica=%d step_ms=%.2f busy_ms=%.2f "
-                   "bubble=%.3f theory=%.3f peak_in_flight=%d "
-                   "peak_act_mib=%.1f allreduce_ms=%.2f\n", stage, rep,
+                   "bubble=%.3f theory=%.3f model=%.3f peak_in_flight=%d "
+                   "peak_act_mib=%.1f allreduce_ms=%.2f f_ms=%.2f b_ms=%.2f "
+                   "w_ms=%.2f wait_ms=%.2f send_ms=%.2f post_ms=%.2f "
+                   "other_ms=%.2f\n", stage, rep,
                    1e3 * sum[0] / measured, 1e3 * sum[1] / measured,
                    (sum[0] - sum[1]) / sum[0], peak.theory,
-                   peak.peak_in_flight, peak.peak_act_bytes / 1048576.0,
-                   1e3 * sum[2] / measured);
+                   sum[9] / measured, peak.peak_in_flight, peak.peak_act_bytes / 1048576.0,
+                   1e3 * sum[2] / measured, 1e3 * sum[3] / measured,
+                   1e3 * sum[4] / measured, 1e3 * sum[5] / measured,
+                   1e3 * sum[6] / measured, 1e3 * sum[7] / measured,
+                   1e3 * sum[8] / measured,
+                   1e3 * (sum[0] - sum[1] - sum[2] - sum[6] - sum[7] -
+                          sum[8]) / measured);
         }
         fflush(stdout);
         td_group_barrier(td_group_world());

@@ -220,6 +220,10 @@ void td__transport_counts(td_transport_t *tp, uint64_t *sent_p,
 
 /* Messages dropped because they were malformed or had no handler. */
 size_t td__transport_dropped(td_transport_t *tp);
+/* Messages received by rendezvous so far (the rest came eager: host
+ * bodies up to 64 KiB in all are sent eager unless UCX_RNDV_THRESH is
+ * set; a rendezvous needs the sender to make progress after posting). */
+size_t td__transport_rndv_received(td_transport_t *tp);
 
 /* Fault injection (tests only): TODIST_FAULT="RULE[,RULE...][,seed=N]",
  * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS, KIND =

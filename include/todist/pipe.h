@@ -48,7 +48,7 @@
  *          matmul compute only the half a pass needs, so B + W costs what
  *          BW costs. A parameter reached twice in one stage's graph (a tied
  *          weight) fails W with the engine's "second time" error.
- * Invariants of the schedules (runtime/pipe/schedule.c, stage.c):
+ * Invariants of the schedules (runtime/pipe/schedule.c, pipe.c):
  *   P1 Every stage runs forwards in micro-batch order 0..M-1 and input
  *      backwards (B or BW) in order 0..M-1, so neighbours post and match
  *      their messages in one order: one tag per direction, no metadata.
@@ -67,6 +67,13 @@
  *      error naming the failed stage and its rank; a dead rank fails them
  *      too (within about a second, the transport's keepalive). After a
  *      failure the pipe is broken: make a new one.
+ *   P6 Receive buffers are kept across steps (one pool per direction, at
+ *      most M each): a micro-batch's input and output gradient go back to
+ *      the pool once its last backward (BW, or W under ZB_H1, which may
+ *      read the gradient) is done, with the input's .grad dropped, and
+ *      the next receive reuses them. So the X given to FORWARD on stage
+ *      s > 0 is valid until the micro-batch's backward ends: copy it to
+ *      keep it (torch.distributed.pipelining reuses its buffers too).
  * Idle time: td_pipe_stats reports per stage the step's wall time, the
  * time spent computing (F, B, W, BW) and the rest (waiting: the bubble).
  *
@@ -132,12 +139,27 @@ typedef struct {
     double step_s;         /* wall time of the last step */
     double busy_s;         /* of which computing F, B, W, BW */
     double bubble;         /* (step_s - busy_s) / step_s */
-    double theory;         /* the schedule's bubble with equal stage times:
-                              (S-1)/(M+S-1); ZB_H1 (S-1)/(3M+S-1) */
+    double theory;         /* the schedule's bubble with equal stage times,
+                              F = B = W and messages taking no time:
+                              (S-1)/(M+S-1); ZB_H1 (S-1)/(3M+S-1) (M >= S) */
+    double model;          /* the same schedule replayed with every stage
+                              taking this stage's mean F, B, W of the step
+                              (messages still free): what the schedule can
+                              give at these op times (NAN for a pipe of
+                              S*S*M > 1e5) */
     int    peak_in_flight; /* micro-batches holding activations (P3) */
     size_t peak_act_bytes; /* heap growth at the peak over the step's start
                               (glibc mallinfo2: the process, every thread) */
     double allreduce_s;    /* waiting for the replicas' all_reduce (R > 1) */
+    /* Where the step went (busy_s = fwd_s + bwd_s + wgt_s): */
+    double fwd_s;          /* forwards */
+    double bwd_s;          /* input backwards (B) or whole ones (BW) */
+    double wgt_s;          /* weight backwards (W, ZB_H1) */
+    double wait_s;         /* blocked on a receive: the bubble proper */
+    double send_s;         /* posting sends, and waiting for them at the end */
+    double post_s;         /* taking buffers for and posting receives */
+    int    recv_allocs;    /* receive buffers allocated in the step: 0 once
+                              the pipe keeps enough (P6) */
 } td_pipe_stats_t;
 
 /* Figures of this rank's last step. */

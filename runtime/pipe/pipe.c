@@ -1,7 +1,7 @@
 /* runtime/pipe/pipe.c: a pipeline stage: its groups, one step's executor
  * (forwards, backwards, the deferred weight passes of ZB_H1), its messages
- * to the neighbouring stages, and the agreed failure of a step (P1-P5 in
- * todist/pipe.h). */
+ * to the neighbouring stages and their kept receive buffers, and the
+ * agreed failure of a step (P1-P6 in todist/pipe.h). */
 #include "config.h"
 
 #include <malloc.h>
@@ -29,7 +29,8 @@
 typedef struct {
     td_tensor_t *x;          /* the stage input (received, or a slice) */
     td_tensor_t *y;          /* the output (the loss on the last stage) */
-    td_tensor_t *dy;         /* the received output gradient */
+    td_tensor_t *dy;         /* the received output gradient (ZB_H1: kept
+                                until W, which may read it) */
     td_work_t   *act_recv, *grad_recv, *act_send, *grad_send;
     pipe_split_t split;      /* ZB_H1: what W needs */
 } micro_t;
@@ -39,6 +40,16 @@ typedef struct {
     int        ndim;
     int64_t    shape[TD_MAX_DIMS];
 } shape_t;
+
+/* Receive buffers kept across micro-batches and steps, one pool per
+ * direction (P6): a receive lands in memory that is already mapped and
+ * warm, and no allocation sits between a message and the op waiting for
+ * it. CAP buffers, all made at the first receive of the direction: what
+ * the schedule can hold at once (pool_need). */
+typedef struct {
+    td_tensor_t **t;
+    int           n, cap, filled;
+} buf_pool_t;
 
 struct td_pipe {
     int                S, R, M, stage, replica, rank;
@@ -58,6 +69,8 @@ struct td_pipe {
     int               *wq;
     int                wq_head, wq_n;
     int                in_flight;
+    buf_pool_t         act_pool, grad_pool;   /* P6 */
+    double             theory;
     size_t             heap0;
     td_pipe_stats_t    stats;
 };
@@ -165,6 +178,107 @@ pipe_fail(td_pipe_t *p, td_status_t status, const char *fmt, ...)
     return td_error(status, "%s", msg);
 }
 
+/* ---- receive buffers (P6) ---------------------------------------------- */
+
+/* Buffers a direction can hold at once (P6). A receive for micro-batch
+ * m+1 is posted when m's message is in (before m's op): m and m+1 hold
+ * one each, and so does every micro-batch before m still in flight, at
+ * most CAP (P3); an output gradient is held in flight only under ZB_H1
+ * (until W), otherwise its backward ends with it. */
+static int
+pool_need(td_pipe_schedule_t sched, int cap, int n_micro, int grad)
+{
+    int n = grad && sched != TD_PIPE_ZB_H1 ? 2 : cap + 2;
+
+    return n < n_micro ? n : n_micro;
+}
+
+/* A buffer of shape SH for a receive: a kept one, or a new one; the
+ * first take makes the whole pool (counted in stats.recv_allocs). */
+static td_status_t
+pool_take(td_pipe_t *p, buf_pool_t *pool, const shape_t *sh,
+          td_tensor_t **t_p)
+{
+    td_status_t st;
+
+    while (!pool->filled && pool->n < pool->cap) {
+        st = td_tensor_empty(sh->shape, sh->ndim, sh->dtype, TD_CPU,
+                             &pool->t[pool->n]);
+        if (st != TD_OK) {
+            return st;
+        }
+        pool->n++;
+        p->stats.recv_allocs++;
+    }
+    pool->filled = 1;
+    if (pool->n > 0) {
+        *t_p = pool->t[--pool->n];
+        return TD_OK;
+    }
+    p->stats.recv_allocs++;
+    return td_tensor_empty(sh->shape, sh->ndim, sh->dtype, TD_CPU, t_p);
+}
+
+/* Keep T (a buffer of POOL whose micro-batch is done) for a later
+ * receive. Its .grad is dropped: the next backward must not add to it. */
+static void
+pool_give(buf_pool_t *pool, td_tensor_t *t)
+{
+    if (t == NULL) {
+        return;
+    }
+    if (pool->n >= pool->cap || td_tensor_set_grad(t, NULL) != TD_OK) {
+        td_tensor_release(t);
+        return;
+    }
+    pool->t[pool->n++] = t;
+}
+
+static size_t
+pool_bytes(const buf_pool_t *pool)
+{
+    size_t n = 0;
+
+    for (int i = 0; i < pool->n; i++) {
+        n += td_tensor_nbytes(pool->t[i]);
+    }
+    return n;
+}
+
+static void
+pool_free(buf_pool_t *pool)
+{
+    for (int i = 0; i < pool->n; i++) {
+        td_tensor_release(pool->t[i]);
+    }
+    free(pool->t);
+    pool->t = NULL;
+    pool->n = pool->cap = 0;
+}
+
+/* Micro-batch M is done with its input and output gradient: back to the
+ * pools (stage 0's input is a slice of the caller's, the last stage's
+ * output gradient its own). */
+static void
+micro_done(td_pipe_t *p, int m)
+{
+    micro_t *mb = &p->mb[m];
+
+    if (p->stage > 0) {
+        pool_give(&p->act_pool, mb->x);
+    } else {
+        td_tensor_release(mb->x);
+    }
+    if (p->stage < p->S - 1) {
+        pool_give(&p->grad_pool, mb->dy);
+    } else {
+        td_tensor_release(mb->dy);
+    }
+    td_tensor_release(mb->y);
+    mb->x = mb->y = mb->dy = NULL;
+    p->in_flight--;
+}
+
 /* ---- messages ---------------------------------------------------------- */
 
 static td_status_t
@@ -173,14 +287,16 @@ post_act_recv(td_pipe_t *p, int m)
     micro_t *mb = &p->mb[m];
     td_status_t st;
 
+    double t0 = td_now_s();
+
     if (p->stage == 0 || m >= p->M) {
         return TD_OK;
     }
-    st = td_tensor_empty(p->in.shape, p->in.ndim, p->in.dtype, TD_CPU,
-                         &mb->x);
+    st = pool_take(p, &p->act_pool, &p->in, &mb->x);
     if (st == TD_OK) {
         st = td_irecv(p->pg, mb->x, p->stage - 1, TAG_ACT, &mb->act_recv);
     }
+    p->stats.post_s += td_now_s() - t0;
     return st;
 }
 
@@ -190,14 +306,16 @@ post_grad_recv(td_pipe_t *p, int m)
     micro_t *mb = &p->mb[m];
     td_status_t st;
 
+    double t0 = td_now_s();
+
     if (p->stage == p->S - 1 || m >= p->M || !p->out_agreed) {
         return TD_OK;
     }
-    st = td_tensor_empty(p->out.shape, p->out.ndim, p->out.dtype, TD_CPU,
-                         &mb->dy);
+    st = pool_take(p, &p->grad_pool, &p->out, &mb->dy);
     if (st == TD_OK) {
         st = td_irecv(p->pg, mb->dy, p->stage + 1, TAG_GRAD, &mb->grad_recv);
     }
+    p->stats.post_s += td_now_s() - t0;
     return st;
 }
 
@@ -278,15 +396,12 @@ run_w(td_pipe_t *p)
     p->wq_head++;
     p->wq_n--;
     st = pipe_split_weight(&mb->split, p->params);
-    p->stats.busy_s += td_now_s() - t0;
+    p->stats.wgt_s += td_now_s() - t0;
     if (st != TD_OK) {
         return pipe_fail(p, st, "failed in the weight backward of "
                          "micro-batch %d", m);
     }
-    td_tensor_release(mb->y);
-    td_tensor_release(mb->x);
-    mb->y = mb->x = NULL;
-    p->in_flight--;
+    micro_done(p, m);
     return TD_OK;
 }
 
@@ -295,6 +410,7 @@ static td_status_t
 wait_recv(td_pipe_t *p, td_work_t *w, const char *what, int m, int from)
 {
     td_status_t st;
+    double t0;
     int done = 0;
 
     while (p->wq_n > 0) {
@@ -307,7 +423,9 @@ wait_recv(td_pipe_t *p, td_work_t *w, const char *what, int m, int from)
             return st;
         }
     }
+    t0 = td_now_s();
     st = td_work_wait(w, -1);
+    p->stats.wait_s += td_now_s() - t0;
     if (st != TD_OK) {
         return pipe_fail(p, st, "got no %s of micro-batch %d from stage %d "
                          "(rank %d)", what, m, from,
@@ -365,7 +483,7 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
     }
     t0 = td_now_s();
     st = p->forward(p->arg, mb->x, tgt, m, &y);
-    p->stats.busy_s += td_now_s() - t0;
+    p->stats.fwd_s += td_now_s() - t0;
     td_tensor_release(tgt);
     if (st == TD_OK && y == NULL) {
         st = td_error(TD_ERR_INVALID, "the forward returned no tensor");
@@ -420,6 +538,7 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
     }
     /* a non-contiguous output travels as a contiguous copy (not in the
      * graph: the gradient comes back to Y) */
+    t0 = td_now_s();
     if (td_tensor_is_contiguous(y)) {
         send = td_tensor_retain(y);
     } else {
@@ -432,6 +551,7 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
     }
     st = td_isend(p->pg, send, p->stage + 1, TAG_ACT, &mb->act_send);
     td_tensor_release(send);
+    p->stats.send_s += td_now_s() - t0;
     if (st != TD_OK) {
         return pipe_fail(p, st, "could not send the activation of "
                          "micro-batch %d", m);
@@ -443,7 +563,7 @@ static td_status_t
 do_backward(td_pipe_t *p, int m, int split)
 {
     micro_t *mb = &p->mb[m];
-    td_tensor_t *dy = NULL, *dx = NULL;
+    td_tensor_t *dx = NULL;
     int last = p->stage == p->S - 1;
     td_status_t st;
     double t0;
@@ -455,35 +575,31 @@ do_backward(td_pipe_t *p, int m, int split)
         }
         td_work_release(mb->grad_recv);
         mb->grad_recv = NULL;
-        dy = mb->dy;
-        mb->dy = NULL;
         st = post_grad_recv(p, m + 1);
         if (st != TD_OK) {
-            td_tensor_release(dy);
             return pipe_fail(p, st, "could not post a receive");
         }
     } else {
         /* the mini-batch's mean loss: each micro-batch's loss / M */
         st = td_tensor_full(td_tensor_shape(mb->y), td_tensor_ndim(mb->y),
-                            td_tensor_dtype(mb->y), 1.0 / p->M, &dy);
+                            td_tensor_dtype(mb->y), 1.0 / p->M, &mb->dy);
         if (st != TD_OK) {
             return pipe_fail(p, st, "could not make the loss gradient");
         }
     }
     t0 = td_now_s();
     if (split) {
-        st = pipe_split_input(&mb->split, mb->y, dy,
+        st = pipe_split_input(&mb->split, mb->y, mb->dy,
                               p->stage > 0 ? mb->x : NULL, p->params,
                               p->n_params, &dx);
     } else {
-        st = td_backward(&mb->y, &dy, 1, 0, 0);
+        st = td_backward(&mb->y, &mb->dy, 1, 0, 0);
         if (st == TD_OK && p->stage > 0) {
             dx = td_tensor_grad(mb->x);
             td_tensor_retain(dx);
         }
     }
-    p->stats.busy_s += td_now_s() - t0;
-    td_tensor_release(dy);
+    p->stats.bwd_s += td_now_s() - t0;
     if (st != TD_OK) {
         return pipe_fail(p, st, "failed in the backward of micro-batch %d", m);
     }
@@ -495,20 +611,19 @@ do_backward(td_pipe_t *p, int m, int split)
                 return pipe_fail(p, st, "could not make a zero gradient");
             }
         }
+        t0 = td_now_s();
         st = td_isend(p->pg, dx, p->stage - 1, TAG_GRAD, &mb->grad_send);
         td_tensor_release(dx);
+        p->stats.send_s += td_now_s() - t0;
         if (st != TD_OK) {
             return pipe_fail(p, st, "could not send the gradient of "
                              "micro-batch %d", m);
         }
     }
     if (split) {
-        p->wq[p->wq_head + p->wq_n++] = m;
+        p->wq[p->wq_head + p->wq_n++] = m;   /* W may read dy: kept */
     } else {
-        td_tensor_release(mb->y);
-        td_tensor_release(mb->x);
-        mb->y = mb->x = NULL;
-        p->in_flight--;
+        micro_done(p, m);
     }
     return TD_OK;
 }
@@ -610,8 +725,9 @@ td_status_t
 td_pipe_step(td_pipe_t *p, td_tensor_t *input, td_tensor_t *target,
              double *loss_p)
 {
-    double t0 = td_now_s(), loss_sum = 0;
+    double t0 = td_now_s(), t_send, loss_sum = 0;
     td_status_t st = TD_OK;
+    size_t kept;
 
     if (loss_p != NULL) {
         *loss_p = NAN;
@@ -625,7 +741,10 @@ td_pipe_step(td_pipe_t *p, td_tensor_t *input, td_tensor_t *target,
                         p->stage, p->rank);
     }
     memset(&p->stats, 0, sizeof(p->stats));
+    /* the kept receive buffers count as the step's, as if allocated now */
+    kept = pool_bytes(&p->act_pool) + pool_bytes(&p->grad_pool);
     p->heap0 = heap_in_use();
+    p->heap0 = p->heap0 > kept ? p->heap0 - kept : 0;
     if (p->stage == 0) {
         st = check_batch(p, input, "input");
     }
@@ -666,6 +785,7 @@ td_pipe_step(td_pipe_t *p, td_tensor_t *input, td_tensor_t *target,
         st = reduce_replicas(p);
     }
     /* P4: the sends complete once the neighbours matched them */
+    t_send = td_now_s();
     for (int m = 0; st == TD_OK && m < p->M; m++) {
         td_work_t *ws[2] = {p->mb[m].act_send, p->mb[m].grad_send};
         for (int k = 0; k < 2 && st == TD_OK; k++) {
@@ -675,12 +795,24 @@ td_pipe_step(td_pipe_t *p, td_tensor_t *input, td_tensor_t *target,
             }
         }
     }
+    p->stats.send_s += td_now_s() - t_send;
 out:
     step_cleanup(p);
     p->stats.step_s = td_now_s() - t0;
+    p->stats.busy_s = p->stats.fwd_s + p->stats.bwd_s + p->stats.wgt_s;
     p->stats.bubble = p->stats.step_s > 0
         ? (p->stats.step_s - p->stats.busy_s) / p->stats.step_s : 0;
-    p->stats.theory = pipe_schedule_theory(p->sched, p->S, p->M);
+    p->stats.theory = p->theory;
+    /* the schedule replayed at this stage's op times (small pipes: the
+     * replay takes O(S^2 M)) */
+    p->stats.model = NAN;
+    if (st == TD_OK && (double)p->S * p->S * p->M <= 1e5) {
+        double m = p->M;
+        p->stats.model = pipe_schedule_replay(p->sched, p->S, p->M,
+                                              p->stats.fwd_s / m,
+                                              p->stats.bwd_s / m,
+                                              p->stats.wgt_s / m);
+    }
     if (st == TD_OK && loss_p != NULL && p->stage == p->S - 1) {
         *loss_p = loss_sum / p->M;
     }
@@ -751,6 +883,7 @@ td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
     p->stage = rank % S;
     p->replica = rank / S;
     p->sched = o->schedule;
+    p->theory = pipe_schedule_theory(p->sched, S, p->M);
     p->forward = o->forward;
     p->arg = o->arg;
     p->n_params = o->n_params;
@@ -758,9 +891,17 @@ td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
     p->mb = calloc((size_t)p->M, sizeof(*p->mb));
     p->ops = calloc((size_t)(2 * p->M), sizeof(*p->ops));
     p->wq = calloc((size_t)p->M, sizeof(*p->wq));
+    {
+        int cap = pipe_schedule_cap(p->sched, S, p->stage, p->M);
+        p->act_pool.cap = pool_need(p->sched, cap, p->M, 0);
+        p->grad_pool.cap = pool_need(p->sched, cap, p->M, 1);
+    }
+    p->act_pool.t = calloc((size_t)p->M, sizeof(td_tensor_t *));
+    p->grad_pool.t = calloc((size_t)p->M, sizeof(td_tensor_t *));
     ranks = calloc((size_t)(S > R ? S : R), sizeof(int));
     if (p->params == NULL || p->mb == NULL || p->ops == NULL ||
-        p->wq == NULL || ranks == NULL) {
+        p->wq == NULL || p->act_pool.t == NULL || p->grad_pool.t == NULL ||
+        ranks == NULL) {
         st = td_error(TD_ERR_NO_MEMORY, "pipe: out of memory");
         goto err;
     }
@@ -847,5 +988,7 @@ td_pipe_destroy(td_pipe_t *p)
     free(p->mb);
     free(p->ops);
     free(p->wq);
+    pool_free(&p->act_pool);
+    pool_free(&p->grad_pool);
     free(p);
 }

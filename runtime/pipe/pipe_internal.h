@@ -1,6 +1,6 @@
 /* runtime/pipe/pipe_internal.h: what the files of runtime/pipe share: the
  * schedules' op lists (schedule.c) and the split backward of zero-bubble
- * schedules (split.c). Invariants P1-P5 are in todist/pipe.h. */
+ * schedules (split.c). Invariants P1-P6 are in todist/pipe.h. */
 #ifndef TD_RUNTIME_PIPE_INTERNAL_H
 #define TD_RUNTIME_PIPE_INTERNAL_H
 
@@ -29,7 +29,14 @@ void pipe_schedule_ops(td_pipe_schedule_t sched, int n_stages, int s_,
 /* Micro-batches that may be in flight on stage S_ (P3). */
 int  pipe_schedule_cap(td_pipe_schedule_t sched, int n_stages, int s_,
                        int n_micro);
-/* The bubble fraction with equal stage times. */
+/* The bubble fraction, idle / makespan of one step, that the executor's
+ * rules (pipe.c) give when every stage takes F, B and W per op (BW = B +
+ * W) and messages take no time: the schedule replayed. -1 when out of
+ * memory. */
+double pipe_schedule_replay(td_pipe_schedule_t sched, int n_stages,
+                            int n_micro, double f, double b, double w);
+/* The replay with F = B = W: (S-1)/(M+S-1) for GPipe and 1F1B,
+ * (S-1)/(3M+S-1) for ZB_H1 when M >= S. */
 double pipe_schedule_theory(td_pipe_schedule_t sched, int n_stages,
                             int n_micro);
 

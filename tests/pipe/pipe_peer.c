@@ -12,7 +12,11 @@
  *                steps each (the second without shape messages): .grad of
  *                the stage's layers equals the reference (1e-12 / 1e-5),
  *                the loss too, and the micro-batches in flight stay within
- *                the schedule's bound (P3). Rank 0 prints PASS/FAIL lines.
+ *                the schedule's bound (P3), and the second step allocates
+                no receive buffer (P6). Rank 0 prints PASS/FAIL lines.
+ *   gradlin      S = size stages (L % S == 0) ending in linear layers (no
+ *                tanh), 1F1B and ZB, M = 4, float64: as grad (ZB's W of
+ *                those layers reads the received gradient: P6 keeps it).
  *   hybrid R     S = size / R stages x R replicas, 1F1B and ZB, M = 4: the
  *                gradients equal the average over the replicas' batches.
  *   error        stage 1's forward fails at micro-batch 2: every rank's
@@ -42,6 +46,9 @@
 
 static const int64_t width[L + 1] = {NIN, 7, 7, 7, 7, 7, NOUT};
 static int rank, size;
+/* gradlin: no tanh after a stage's last layer, so every stage's output
+ * is a linear layer's and its W reads the received gradient itself */
+static int linear_ends = 0;
 
 typedef struct {
     td_tensor_t *w[L], *b[L];
@@ -110,7 +117,8 @@ run_layers(model_t *m, int lo, int hi, td_tensor_t *x, td_tensor_t *t,
         st = td_linear(h, m->w[l], m->b[l], &n);
         td_tensor_release(h);
         h = st == TD_OK ? n : NULL;
-        if (st == TD_OK && l < L - 1) {
+        if (st == TD_OK && l < L - 1 &&
+            !(linear_ends && (l + 1) * size % L == 0)) {
             st = td_tanh(h, &n);
             td_tensor_release(h);
             h = st == TD_OK ? n : NULL;
@@ -335,6 +343,14 @@ one_config(int S, int R, int M, td_pipe_schedule_t sched, td_dtype_t dt,
                             s, stats.peak_in_flight, cap);
                 good = 0;
             }
+            /* P6: the second step receives into the first step's buffers */
+            if (step == 1 ? stats.recv_allocs != 0
+                          : (S > 1) != (stats.recv_allocs > 0)) {
+                fail_detail("stage %d step %d: %d receive buffers allocated "
+                            "(the second step must reuse the first's)", s,
+                            step, stats.recv_allocs);
+                good = 0;
+            }
         }
         if (good && rank == 0 && step == 1) {
             printf("# S=%d R=%d M=%d %s %s: max diff %g\n", S, R, M,
@@ -366,6 +382,24 @@ mode_grad(void)
                                  f ? 1e-5 : 1e-12), name);
             }
         }
+    }
+    return 0;
+}
+
+/* 1F1B and ZB, M = 4, float64, stages ending in linear layers: the
+ * weight pass of a stage's last layer reads the received gradient (P6:
+ * kept until W, not reused by the next receive). */
+static int
+mode_gradlin(void)
+{
+    char name[96];
+
+    linear_ends = 1;
+    for (int sc = 1; sc < 3; sc++) {
+        snprintf(name, sizeof(name), "gradlin_S%d_M4_%s", size,
+                 td_pipe_schedule_name((td_pipe_schedule_t)sc));
+        agree(one_config(size, 1, 4, (td_pipe_schedule_t)sc, TD_FLOAT64,
+                         1e-12), name);
     }
     return 0;
 }
@@ -558,6 +592,8 @@ main(int argc, char **argv)
     size = td_world()->world_size;
     if (strcmp(mode, "grad") == 0) {
         rc = mode_grad();
+    } else if (strcmp(mode, "gradlin") == 0) {
+        rc = mode_gradlin();
     } else if (strcmp(mode, "hybrid") == 0) {
         rc = mode_hybrid(argc > 2 ? atoi(argv[2]) : 2);
     } else if (strcmp(mode, "error") == 0) {

@@ -2,7 +2,9 @@
 # Pipeline parallelism over real point-to-point and UCX, through todist-run
 # (tests/pipe/pipe_peer): gradients of every schedule equal single-process
 # accumulation over the same micro-batches (float64 1e-12, float32 1e-5)
-# for S = 1, 2, 3 stages and M = 1, 4, 7 micro-batches, two steps each;
+# for S = 1, 2, 3 stages and M = 1, 4, 7 micro-batches, two steps each
+# (the second reusing the first's receive buffers), and with a stage that
+# ends in a linear layer;
 # 2 stages x 2 replicas average over the replicas; a stage whose forward
 # fails fails every stage's step naming it; a stage killed mid-step fails
 # every other stage within 2 s naming it; bad arguments are refused with
@@ -18,7 +20,7 @@ for sc in gpipe 1f1b zb; do
     done
 done
 count() { set -- $1; echo $#; }
-plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 5 + 1 ))
+plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 5 + 1 ))
 
 expect() { # output names...
     _out=$1; shift
@@ -39,6 +41,12 @@ for S in 1 2 3; do
     is "$rc" 0 "S=$S: every rank exits 0"
     [ "$rc" = 0 ] || diag "$out"
 done
+
+# stage 0 ends in a linear layer: ZB's W reads the received gradient,
+# which the kept receive buffers must not reuse before W ran (P6)
+out=$(run 120 todist-run -n 2 "$PEER" gradlin 2>&1); rc=$?
+expect "$out" gradlin_S2_M4_1f1b gradlin_S2_M4_zb
+is "$rc" 0 "gradlin: every rank exits 0"
 
 out=$(run 120 todist-run -n 4 "$PEER" hybrid 2 2>&1); rc=$?
 expect "$out" hybrid_S2_R2_1f1b hybrid_S2_R2_zb

@@ -3,9 +3,12 @@
  * micro-batches: P1 (forwards and backwards each in micro-batch order, 2M
  * ops), F(m) before its backward, P3 (micro-batches in flight within the
  * bound, which 1F1B's stage 0 reaches), no deadlock (the whole pipeline,
- * run with its message dependencies, finishes), and the bubble theory. */
+ * run with its message dependencies, finishes), and the bubble theory:
+ * the executor's rules replayed (pipe_schedule_replay) against the closed
+ * forms and small cases worked out by hand. */
 #include "config.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "runtime/pipe/pipe_internal.h"
@@ -85,7 +88,7 @@ main(void)
 {
     static const char *names[3] = {"gpipe", "1f1b", "zb"};
 
-    plan(3 * 3 + 4);
+    plan(3 * 3 + 4 + 5);
     for (int sc = 0; sc < 3; sc++) {
         int order = 1, bound = 1, flow = 1;
         for (int S = 1; S <= SMAX; S++) {
@@ -122,5 +125,43 @@ main(void)
               "zb bubble (S-1)/(3M+S-1), S=4 M=8");
     is_double(pipe_schedule_theory(TD_PIPE_1F1B, 1, 5), 0, 0,
               "one stage has no bubble");
+    /* the replay of the executor's rules against the closed forms, and
+     * against small cases worked out by hand */
+    {
+        int closed = 1, anyfb = 1;
+        for (int S = 1; S <= SMAX; S++) {
+            for (int M = 1; M <= MMAX; M++) {
+                double s1 = S - 1, one = s1 / (M + s1);
+                closed &= fabs(pipe_schedule_theory(TD_PIPE_GPIPE, S, M) -
+                               one) < 1e-12;
+                closed &= fabs(pipe_schedule_theory(TD_PIPE_1F1B, S, M) -
+                               one) < 1e-12;
+                closed &= M < S || fabs(pipe_schedule_theory(TD_PIPE_ZB_H1,
+                                                             S, M) -
+                                        s1 / (3 * M + s1)) < 1e-12;
+                /* GPipe and 1F1B: whatever F and B */
+                anyfb &= fabs(pipe_schedule_replay(TD_PIPE_1F1B, S, M, 0.7,
+                                                   1.9, 0.4) - one) < 1e-12;
+                anyfb &= fabs(pipe_schedule_replay(TD_PIPE_GPIPE, S, M, 1.3,
+                                                   0.5, 0) - one) < 1e-12;
+            }
+        }
+        ok(closed, "theory: (S-1)/(M+S-1) for gpipe and 1f1b, (S-1)/(3M+S-1) "
+           "for zb with M >= S, S = 1..%d, M = 1..%d", SMAX, MMAX);
+        ok(anyfb, "gpipe and 1f1b replayed at unequal F and B: the same "
+           "bubble");
+    }
+    /* one micro-batch: F on each stage, B on each back, stage 0's W last:
+     * 2S+1 units for 3 of work */
+    is_double(pipe_schedule_theory(TD_PIPE_ZB_H1, 2, 1), 2.0 / 5, 1e-12,
+              "zb with M=1 < S=2: (2S-2)/(2S+1), not (S-1)/(3M+S-1)");
+    /* S=2, M=2, F=1, B=1, W=2 by hand: stage 0 F0 F1 [wait] B0 W0 (while
+     * grad 1 is not in) B1 W1, stage 1 F0 B0 F1 B1 W0 W1: both end at 9,
+     * busy 8 */
+    is_double(pipe_schedule_replay(TD_PIPE_ZB_H1, 2, 2, 1, 1, 2), 1.0 / 9,
+              1e-12, "zb replayed at W = 2F: 1/9 by hand");
+    /* the same costs unsplit (BW = 3): grads at 5 and 9, stage 0 ends 12 */
+    is_double(pipe_schedule_replay(TD_PIPE_1F1B, 2, 2, 1, 1, 2), 4.0 / 12,
+              1e-12, "1f1b replayed at BW = 3F: 4/12 by hand");
     return exit_status();
 }

@@ -11,7 +11,7 @@ TESTS += tests/spank/test_slurm_env tests/spank/test_spank_plugin.sh \
 	tests/spank/test_spank_hosts.sh
 EXTRA_DIST += tests/spank/test_spank_plugin.sh tests/spank/test_spank_install.sh \
 	tests/spank/test_spank_slurm.sh tests/spank/test_spank_hosts.sh \
-	tests/spank/ddp_gloo.py
+	tests/spank/ddp_gloo.py tests/spank/cluster.sh
 # A job wired by srun --todist makes remote calls between all its ranks.
 check_PROGRAMS += tests/spank/rpc_allpairs
 tests_spank_rpc_allpairs_LDADD = $(TD_LDADD)

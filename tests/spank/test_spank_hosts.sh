@@ -21,34 +21,14 @@
 # namespace dies with its init); then the temp dir goes.
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
-
-plugin=$top_builddir/spank/.libs/todist.so
-[ -f "$plugin" ] || skip_all "SPANK plugin not built (no slurm/spank.h)"
-[ "$(id -u)" = 0 ] || skip_all "needs root to run slurmd and munged"
-for b in munged mungekey slurmctld slurmd srun sinfo; do
-    command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] ||
-        skip_all "$b not installed (scripts/install-deps.sh installs Slurm)"
-done
-PATH=$PATH:/usr/sbin
+. "$top_srcdir/tests/spank/cluster.sh"
+cluster_require
 hosts_supported || skip_all "$HOSTS_WHY"
-# As in test_spank_slurm.sh: a sanitizer build's plugin needs its runtime
-# preloaded into Slurm's programs (opt-in, TD_SPANK_ASAN=1).
-if readelf -d "$plugin" 2>/dev/null | grep 'libtsan' >/dev/null; then
-    skip_all "ThreadSanitizer build: Slurm's programs cannot load todist.so"
-fi
-if readelf -d "$plugin" 2>/dev/null | grep 'libasan' >/dev/null; then
-    [ "${TD_SPANK_ASAN:-0}" = 1 ] ||
-        skip_all "sanitizer build: todist.so needs ASan preloaded into Slurm (set TD_SPANK_ASAN=1)"
-    LD_PRELOAD="$(${TD_CC:-cc} -print-file-name=libasan.so) $(${TD_CC:-cc} -print-file-name=libubsan.so)"
-    ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
-    export LD_PRELOAD ASAN_OPTIONS
-fi
 
 # Under TD_TMP: the hosts see it at its own path (their /tmp is private),
 # so the munge socket, the configuration, spools and outputs are shared.
 D=$TD_TMP/cluster
-mkdir -p "$D/munge" "$D/state" "$D/spool" "$D/tmpfs" "$D/out"
-chmod 0700 "$D/munge"
+mkdir -p "$D/state" "$D/spool" "$D/tmpfs" "$D/out"
 
 die_setup() {
     echo "Bail out! cluster setup failed: $1"
@@ -56,13 +36,6 @@ die_setup() {
         [ -s "$f" ] && diag "== $f" "$(tail -15 "$f")"
     done
     exit 1
-}
-wait_for() { # seconds cmd...
-    end=$(( $(date +%s) + $1 )); shift
-    while ! "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -ge "$end" ] && return 1
-        sleep 0.2
-    done
 }
 
 # ---- the hosts: n1..n4 run slurmd, h5 the controller, munged and srun ----
@@ -73,16 +46,12 @@ for n in 1 2 3 4; do
 done
 ctl() { hosts_run $C "$@"; }
 
-mungekey --create --keyfile="$D/munge/munge.key" --bits=1024 2>"$D/mungekey.log" ||
-    die_setup "mungekey"
-chmod 0400 "$D/munge/munge.key"
-# One munged for the cluster: its socket is a file under $D, which every
-# host reaches (a Unix socket's path is not in a network namespace).
-ctl munged --force --socket="$D/munge/munge.sock" --key-file="$D/munge/munge.key" \
-    --pid-file="$D/munged.pid" --log-file="$D/munged.log" \
-    --seed-file="$D/munge/seed" >"$D/munged.out" 2>&1 || die_setup "munged"
-wait_for 10 hosts_run 1 sh -c "munge -S '$D/munge/munge.sock' -n | unmunge -S '$D/munge/munge.sock'" ||
-    die_setup "munge does not answer from host 1"
+# One munged for the cluster, on the controller's host: its socket is a
+# file under $D, which every host reaches (a Unix socket's path is not in
+# a network namespace).
+cluster_munge "$D" ctl || die_setup "munged does not answer"
+hosts_run 1 sh -c "munge -S '$D/munge/munge.sock' -n | unmunge -S '$D/munge/munge.sock'" \
+    >/dev/null 2>&1 || die_setup "munge does not answer on host 1"
 
 # Fixed ports are safe: each host has a network stack of its own.
 {
@@ -91,31 +60,8 @@ ClusterName=tdhosts
 SlurmctldHost=$(hosts_name $C)($(hosts_addr $C))
 SlurmctldPort=6817
 SlurmdPort=6818
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$D/munge/munge.sock
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$D/state
-SlurmdSpoolDir=$D/spool/%n
-SlurmctldPidFile=$D/slurmctld.pid
-SlurmdPidFile=$D/slurmd-%n.pid
-SlurmctldLogFile=$D/slurmctld.log
-SlurmdLogFile=$D/slurmd-%n.log
-MpiDefault=none
+$(cluster_conf "$D")
 MpiParams=ports=12000-12019
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-ReturnToService=2
-MailProg=/bin/true
-TmpFS=$D/tmpfs/%n
-PlugStackConfig=$D/plugstack.conf
 CONF
     for n in 1 2 3 4; do
         echo "NodeName=n$n NodeHostname=n$n NodeAddr=$(hosts_addr $n) CPUs=4"
@@ -214,19 +160,21 @@ like "$(cat "$D/out/big1.err")" "collectives through shared memory" \
      "one host: the collectives use the shared segment"
 like "$(cat "$D/out/big1.err")" "p2p body of [0-9]+ bytes from rank [01] read in place" \
      "one host: bodies are read in place"
-# At 2 hosts x 2 ranks (ranks 0,1 on n1, 2,3 on n2; --label prefixes each
-# line with its rank) bodies are read in place, each from the reader's
-# own host only.
+# At 2 hosts x 2 ranks bodies are read in place, each from a rank on the
+# reader's own node only: each rank first prints its node (stdout), and
+# --label prefixes every line with its rank.
 run_srun big22 -N2 --ntasks-per-node=2 -w n1,n2 --label --todist env TODIST_LOG=debug \
-    "$top_builddir/tests/coll/coll_peer" big
+    sh -c 'echo "node=$SLURMD_NODENAME"; exec "$0" big' "$top_builddir/tests/coll/coll_peer"
 is "$rc|$(grep -c 'FAIL' "$D/out/big22")" "0|0" "2x2 large bodies: all four ranks pass"
 [ "$rc" = 0 ] || diag "$(tail -20 "$D/out/big22" "$D/out/big22.err")"
+nodes=$(sed -n 's/^ *\([0-9]*\): node=\(.*\)/\1 \2/p' "$D/out/big22")
 reads=$(sed -n 's/^ *\([0-9]*\): .*p2p body of [0-9]* bytes from rank \([0-9]*\) read in place.*/\1 \2/p' \
         "$D/out/big22.err")
-ok "$([ -n "$reads" ]; echo $?)" \
-   "2x2: bodies read in place inside a host ($(echo "$reads" | grep -c .) reads)"
-is "$(echo "$reads" | awk 'NF == 2 && int($1 / 2) != int($2 / 2)' | wc -l)" 0 \
-   "2x2: none read from a rank on the other host"
+ok "$([ -n "$reads" ] && [ "$(echo "$nodes" | awk '{print $2}' | sort | uniq -c | awk '{print $1}' | tr '\n' ' ')" = "2 2 " ]; echo $?)" \
+   "2x2: bodies read in place inside a node ($(echo "$reads" | grep -c .) reads; ranks on $(echo "$nodes" | sort -n | awk '{print $2}' | tr '\n' ' '))"
+is "$(printf '%s\n--\n%s\n' "$nodes" "$reads" |
+      awk '$1 == "--" { r = 1; next } !r { at[$1] = $2; next } at[$1] != at[$2] { print }' | wc -l)" 0 \
+   "2x2: none read from a rank on the other node"
 
 # 4. PyTorch DDP over gloo across two hosts (tests/spank/ddp_gloo.py: 4
 # steps of 1 MiB of gradients; the bytes must cross both links).

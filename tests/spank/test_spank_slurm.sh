@@ -2,39 +2,18 @@
 # srun --todist on a real Slurm cluster started by this test: munged with
 # its own key and socket, slurmctld and four slurmd nodes (n1..n4, all on
 # this host, each in a mount namespace whose /etc/hosts names them), fake
-# GPUs through gres, everything under a temp dir. Daemons are stopped by
+# GPUs through gres, everything under a temp dir (what it shares with
+# test_spank_hosts.sh is in tests/spank/cluster.sh). Daemons are stopped by
 # the pids in their pid files on any exit. Needs root and Slurm's daemons;
 # skips otherwise.
 . "$top_srcdir/tests/lib.sh"
 
-plugin=$top_builddir/spank/.libs/todist.so
-[ -f "$plugin" ] || skip_all "SPANK plugin not built (no slurm/spank.h)"
-[ "$(id -u)" = 0 ] || skip_all "needs root to run slurmd and munged"
-for b in munged mungekey slurmctld slurmd srun sbatch salloc squeue sinfo scontrol unshare; do
-    command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] ||
-        skip_all "$b not installed (scripts/install-deps.sh installs Slurm)"
-done
-PATH=$PATH:/usr/sbin
+. "$top_srcdir/tests/spank/cluster.sh"
+cluster_require
 unshare --mount true 2>/dev/null || skip_all "cannot make mount namespaces"
 
-# A sanitizer build's plugin needs the ASan runtime loaded first, which
-# Slurm's programs lack. TD_SPANK_ASAN=1 preloads it into srun and the
-# daemons (the plugin then runs under ASan for real), but ASan in the
-# multi-threaded, forking slurmstepd can deadlock, so it is opt-in.
-if readelf -d "$plugin" 2>/dev/null | grep 'libtsan' >/dev/null; then
-    skip_all "ThreadSanitizer build: Slurm's programs cannot load todist.so"
-fi
-if readelf -d "$plugin" 2>/dev/null | grep 'libasan' >/dev/null; then
-    [ "${TD_SPANK_ASAN:-0}" = 1 ] ||
-        skip_all "sanitizer build: todist.so needs ASan preloaded into Slurm (set TD_SPANK_ASAN=1)"
-    LD_PRELOAD="$(${TD_CC:-cc} -print-file-name=libasan.so) $(${TD_CC:-cc} -print-file-name=libubsan.so)"
-    ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
-    export LD_PRELOAD ASAN_OPTIONS
-fi
-
 D=$TD_TMP/cluster
-mkdir -p "$D/munge" "$D/state" "$D/spool" "$D/tmpfs" "$D/out"
-chmod 0700 "$D/munge"
+mkdir -p "$D/state" "$D/spool" "$D/tmpfs" "$D/out"
 
 # ---- cleanup: kill what the pid files name, never by process name --------
 # Everything this cluster started (daemons, slurmstepd, tasks) inherits
@@ -68,15 +47,6 @@ stop_daemons() {
 }
 trap "stop_daemons; [ -n \"\$TD_KEEP\" ] || _td_cleanup" EXIT
 
-# Poll CMD until it succeeds or SECONDS pass.
-wait_for() { # seconds cmd...
-    end=$(( $(date +%s) + $1 )); shift
-    while ! "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -ge "$end" ] && return 1
-        sleep 0.2
-    done
-}
-
 die_setup() {
     echo "Bail out! cluster setup failed: $1"
     for f in "$D"/*.log; do [ -f "$f" ] && diag "== $f" "$(tail -15 "$f")"; done
@@ -99,14 +69,7 @@ done
 resv_lo=$(( 22000 + ($$ % 400) * 20 )); resv_hi=$((resv_lo + 19))
 
 # ---- munge: own key, own socket ------------------------------------------
-mungekey --create --keyfile="$D/munge/munge.key" --bits=1024 2>"$D/mungekey.log" ||
-    die_setup "mungekey"
-chmod 0400 "$D/munge/munge.key"
-munged --force --socket="$D/munge/munge.sock" --key-file="$D/munge/munge.key" \
-    --pid-file="$D/munged.pid" --log-file="$D/munged.log" \
-    --seed-file="$D/munge/seed" >"$D/munged.out" 2>&1 || die_setup "munged"
-wait_for 10 sh -c "munge -S '$D/munge/munge.sock' -n | unmunge -S '$D/munge/munge.sock'" ||
-    die_setup "munge does not answer"
+cluster_munge "$D" || die_setup "munged does not answer"
 
 # ---- fake GPUs and the configuration --------------------------------------
 for i in 0 1 2 3; do
@@ -121,31 +84,8 @@ cat > "$D/slurm.conf" <<CONF
 ClusterName=tdtest
 SlurmctldHost=$(hostname)(127.0.0.1)
 SlurmctldPort=$base
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$D/munge/munge.sock
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$D/state
-SlurmdSpoolDir=$D/spool/%n
-SlurmctldPidFile=$D/slurmctld.pid
-SlurmdPidFile=$D/slurmd-%n.pid
-SlurmctldLogFile=$D/slurmctld.log
-SlurmdLogFile=$D/slurmd-%n.log
-MpiDefault=none
+$(cluster_conf "$D")
 MpiParams=ports=$resv_lo-$resv_hi
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-ReturnToService=2
-MailProg=/bin/true
-TmpFS=$D/tmpfs/%n
-PlugStackConfig=$D/plugstack.conf
 GresTypes=gpu
 NodeName=n[1-4] NodeHostname=$(hostname) NodeAddr=127.0.0.1 Port=[$((base+1))-$((base+4))] CPUs=4 Gres=gpu:4
 PartitionName=test Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP

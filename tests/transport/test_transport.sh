@@ -1,14 +1,15 @@
 #!/bin/sh
 # The UCX transport and td_init/td_finalize, multi-process through
 # todist-run: echoes of 0 B .. 256 MiB with content checks (also around a
-# known eager/rendezvous threshold and over TCP), 64 bodies per message,
+# known eager/rendezvous threshold and over TCP), which protocol 32 KiB
+# and 1 MiB bodies take, 64 bodies per message,
 # 1000 messages in flight, malformed active messages, a peer killed
 # mid-transfer, bodies offered in place (and forged offers refused), the
 # graceful join
 # with 1, 2, 4 and 16 ranks, ranks that never arrive, and a valgrind-clean
 # run. Every run is bounded by timeout; lib.sh kills what is left.
 . "$top_srcdir/tests/lib.sh"
-plan 42
+plan 46
 T=$TD_TMP
 PEER="$top_builddir/tests/transport/transport_peer"
 run() { timeout -k 5 "$@"; }
@@ -22,6 +23,17 @@ like "$out" 'rank 0: ok echoed 27 sizes up to 256 MiB, contents equal' \
 # both sides of the eager/rendezvous switch.
 out=$(UCX_RNDV_THRESH=4096 run 120 todist-run -n 2 "$PEER" pingpong 1 2>&1)
 is "$?" 0 "echo around UCX_RNDV_THRESH=4096"
+# Host bodies up to 64 KiB go eager (a rendezvous waits for the sender's
+# progress, which a computing sender delays), larger ones by rendezvous;
+# a user's UCX_RNDV_THRESH wins.
+out=$(run 60 todist-run -n 2 "$PEER" protocol 2>&1)
+is "$?" 0 "protocol: 32 KiB and 1 MiB echoes"
+like "$out" 'ok protocol: 32768 B by rendezvous 0, 1048576 B by rendezvous 1' \
+     "32 KiB comes eager, 1 MiB by rendezvous"
+out=$(UCX_RNDV_THRESH=4096 run 60 todist-run -n 2 "$PEER" protocol 2>&1)
+is "$?" 0 "protocol under UCX_RNDV_THRESH=4096"
+like "$out" 'ok protocol: 32768 B by rendezvous 1,' \
+     "UCX_RNDV_THRESH=4096: UCX's threshold wins, 32 KiB by rendezvous"
 out=$(UCX_TLS=tcp,self run 120 todist-run -n 2 "$PEER" pingpong 4 2>&1)
 is "$?" 0 "echo over TCP only (UCX_TLS=tcp,self)"
 

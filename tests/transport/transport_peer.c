@@ -365,6 +365,36 @@ scenario_pingpong(size_t max_mb)
     }
 }
 
+/* The echo of a 32 KiB body and of a 1 MiB one: how many came back by
+ * rendezvous. Host bodies up to 64 KiB go eager (a rendezvous waits for
+ * the sender's progress), unless UCX_RNDV_THRESH is set. */
+static void
+scenario_protocol(void)
+{
+    size_t sizes[2] = { 32u << 10, 1u << 20 };
+    size_t rndv[2];
+
+    if (rank != 0) {
+        return;   /* rank 1 echoes from its handler */
+    }
+    for (int k = 0; k < 2; k++) {
+        uint8_t *buf = malloc(sizes[k]);
+        size_t before = replies, r0 = td__transport_rndv_received(tp);
+        fill(buf, sizes[k], 7000 + k);
+        CHECK(request(1, 7000 + k, &sizes[k], 1, &buf) == TD_OK,
+              "send %zu B: %s", sizes[k], td_last_error());
+        CHECK(WAIT_FOR(replies > before, 60), "echo of %zu B did not come "
+              "back", sizes[k]);
+        rndv[k] = td__transport_rndv_received(tp) - r0;
+        free(buf);
+    }
+    CHECK(bad_content == 0, "content errors: %d", bad_content);
+    if (failures == 0) {
+        printf("rank 0: ok protocol: %zu B by rendezvous %zu, %zu B by "
+               "rendezvous %zu\n", sizes[0], rndv[0], sizes[1], rndv[1]);
+    }
+}
+
 static void
 scenario_bodies(void)
 {
@@ -1057,6 +1087,8 @@ main(int argc, char **argv)
         scenario_pingpong(argc > 2 ? (size_t)atol(argv[2]) : 64);
     } else if (strcmp(scenario, "bodies") == 0) {
         scenario_bodies();
+    } else if (strcmp(scenario, "protocol") == 0) {
+        scenario_protocol();
     } else if (strcmp(scenario, "inflight") == 0) {
         scenario_inflight(argc > 2 ? atoi(argv[2]) : 1000);
     } else if (strcmp(scenario, "kill") == 0) {
