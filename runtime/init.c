@@ -86,6 +86,11 @@ static struct {
     int                 n_members;     /* world_size until a shrink */
     unsigned            member_gen;    /* shrinks so far: the join's keys */
     bool                pmix;          /* addresses through PMIx (pmix.h) */
+    int                 finalizing;    /* in td_finalize: a peer that goes
+                                        * now is most likely leaving too; a
+                                        * real loss fails the join, which
+                                        * names it (atomic; the progress
+                                        * thread reads) */
 } rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void
@@ -382,6 +387,15 @@ peer_failed_cb(void *arg, int rank, td_status_t why)
 {
     int none = -1;
 
+    if (__atomic_load_n(&rt.finalizing, __ATOMIC_ACQUIRE)) {
+        /* a member that passed the join before us closes its endpoint as
+         * it exits (across hosts that reaches us as an error): no "lost"
+         * alarm on a clean exit; a real loss fails our join, naming it */
+        td_log_debug("runtime: rank %d went while this rank finalizes",
+                     rank);
+        td__modules_peer_failed(rank, why);
+        return;
+    }
     log_lost_host(rank);
     /* Barriers and the join watch this to fail fast (progress thread);
      * a rank that left the members no longer counts. */
@@ -689,6 +703,7 @@ td_init(const td_init_params_t *params)
     rt.member_gen = 0;
     rt.barrier_gen = 0;
     rt.dead_rank = -1;
+    __atomic_store_n(&rt.finalizing, 0, __ATOMIC_RELEASE);
 
     /* Under srun --mpi=pmix the addresses travel through PMIx. */
     rt.pmix = td__pmix_wanted();
@@ -1018,6 +1033,7 @@ td_finalize(void)
         return td_error(TD_ERR_STATE, "finalize: td_init has not been called");
     }
     deadline = td_now_s() + rt.params.finalize_timeout;
+    __atomic_store_n(&rt.finalizing, 1, __ATOMIC_RELEASE);
     status = join(deadline);
     if (status != TD_OK) {
         /* The caller sees this first message, not a later consequence. */

@@ -81,7 +81,7 @@ wait_for 60 nodes_idle ||
     die_setup "nodes not idle: $(ctl sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
 # ---- the checks ------------------------------------------------------------
-plan 21
+plan 23
 
 # run_srun NAME SRUN-ARGS...: srun on the controller's host; output in
 # $D/out/NAME (sorted), stderr in NAME.err, status in $rc.
@@ -149,6 +149,8 @@ unlike "$(cat "$D/out/big.err")" "collectives through shared memory" \
        "1+1: no shared segment across hosts"
 like "$(cat "$D/out/big.err")" "segment is on another host" \
      "1+1: the segment offered by the other host is refused"
+unlike "$(cat "$D/out/big.err")" "lost rank" \
+       "1+1: a peer that leaves after the finalize join is not reported lost"
 
 # ... and both are used inside a host. The same program on one host: the
 # world group's collectives go through its shared segment, and bodies
@@ -175,6 +177,8 @@ ok "$([ -n "$reads" ] && [ "$(echo "$nodes" | awk '{print $2}' | sort | uniq -c 
 is "$(printf '%s\n--\n%s\n' "$nodes" "$reads" |
       awk '$1 == "--" { r = 1; next } !r { at[$1] = $2; next } at[$1] != at[$2] { print }' | wc -l)" 0 \
    "2x2: none read from a rank on the other node"
+unlike "$(cat "$D/out/big22.err")" "lost rank" \
+       "2x2: a peer that leaves after the finalize join is not reported lost"
 
 # 4. PyTorch DDP over gloo across two hosts (tests/spank/ddp_gloo.py: 4
 # steps of 1 MiB of gradients; the bytes must cross both links).
