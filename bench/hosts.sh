@@ -11,7 +11,15 @@
 # (hierarchical, runtime/coll/hier.c) and flat (TODIST_COLL_ALGO: rd up to
 # 64 KiB, ring above), in the same invocation. Needs root (namespaces).
 # Environment: LAYOUTS (default "1,1 2,2"), SHAPES (default "none
-# 10gbit"), SIZES, ITERS_SCALE, MPI (default 1; 0 skips Open MPI).
+# 10gbit"), SIZES, ITERS_SCALE, MPI (default 1; 0 skips Open MPI), PIN
+# (default 0). The emulated hosts share this machine's cores, where real
+# hosts have their own: two ranks that poll on one core cost every small
+# round ~40 us, whatever the progress mode, and the kernel puts them there
+# now and then when another process holds the other core (a loaded
+# machine). PIN=1 runs each rank on a core of its own where a layout has
+# no more ranks than cores (rank r on core r; todist, Open MPI and
+# ucx_perftest alike): no such collisions, but each rank then sees one
+# core, so todist's auto mode blocks instead of polling.
 # Figures go to bench/RESULTS.md.
 B=${1:-build}
 B=$(cd "$B" && pwd)
@@ -26,6 +34,19 @@ hosts_supported || { echo "# hosts.sh: $HOSTS_WHY"; exit 0; }
 hosts_up 2 || exit 1
 tmp=$HOSTS_DIR           # seen by every host at the same path (hosts.sh)
 out="$tmp/out"
+ncpu=$(nproc)
+# pin CMD...: run by every rank: CMD on the core of its rank (PIN, above)
+cat > "$tmp/pin" <<'EOF'
+#!/bin/sh
+exec taskset -c "${TODIST_RANK:-${OMPI_COMM_WORLD_RANK:-0}}" "$@"
+EOF
+chmod +x "$tmp/pin"
+# pinned LAYOUT: whether its ranks each get a core of their own (PIN)
+pinned() {
+    _n=0
+    for _c in $(echo "$1" | tr , ' '); do _n=$((_n + _c)); done
+    [ "${PIN:-0}" != 0 ] && [ "$_n" -le "$ncpu" ]
+}
 
 have_mpi=0
 if [ "${MPI:-1}" != 0 ] && command -v mpicc >/dev/null && command -v mpirun >/dev/null &&
@@ -56,7 +77,7 @@ mpi() {
         mpirun -n $_np --host "$_hl" --bind-to none \
         --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
         --mca oob_tcp_if_include eth0 \
-        "$@" "$tmp/mpi_allreduce" $SIZES 2>"$tmp/mpi.err"
+        "$@" $pin "$tmp/mpi_allreduce" $SIZES 2>"$tmp/mpi.err"
 }
 
 for shape in $SHAPES; do
@@ -68,16 +89,21 @@ for shape in $SHAPES; do
     fi
     for l in $LAYOUTS; do
         tag="shape=$shape hosts=$l"
+        pin=""
+        if pinned "$l"; then
+            pin="$tmp/pin"
+            echo "# $tag: each rank on its own core (rank r on core r)"
+        fi
         echo "# todist, default progress ($tag)"
         set -- $(hosts_bytes 2); tx0=$1
-        ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$l" "$B/bench/collectives" \
-            $SIZES 2>&1 | grep -E '^(allreduce|#)' |
+        ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$l" $pin \
+            "$B/bench/collectives" $SIZES 2>&1 | grep -E '^(allreduce|#)' |
             sed "s/^allreduce/todist $tag allreduce/" | tee -a "$out"
         set -- $(hosts_bytes 2)
         echo "# host 2 sent $(( ($1 - tx0) / 1048576 )) MiB over its link"
         echo "# todist, TODIST_PROGRESS=busy ($tag)"
         TODIST_PROGRESS=busy; export TODIST_PROGRESS
-        hosts_launch "$l" "$B/bench/collectives" 8 4096 2>&1 |
+        hosts_launch "$l" $pin "$B/bench/collectives" 8 4096 2>&1 |
             grep -E '^(allreduce|#)' |
             sed "s/^allreduce/busy $tag allreduce/" | tee -a "$out"
         unset TODIST_PROGRESS
@@ -87,7 +113,7 @@ for shape in $SHAPES; do
             for sz in $SIZES; do
                 if [ "$sz" -le 65536 ]; then a=rd; else a=ring; fi
                 TODIST_COLL_ALGO=all_reduce:$a; export TODIST_COLL_ALGO
-                ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$l" \
+                ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$l" $pin \
                     "$B/bench/collectives" "$sz" 2>&1 | grep -E '^allreduce' |
                     sed "s/^allreduce/flat $tag allreduce/" | tee -a "$out"
                 unset TODIST_COLL_ALGO
@@ -106,12 +132,16 @@ for shape in $SHAPES; do
     done
     if command -v ucx_perftest >/dev/null; then
         echo "# raw UCX over the link (ucx_perftest, host 1 -> host 2, shape=$shape)"
+        upin=""
+        pinned 1,1 && upin="$tmp/pin"
         for t in "ucp_am_lat 8 20000" "ucp_am_bw 67108864 20"; do
             set -- $t
-            hosts_run 2 timeout 60 ucx_perftest -p 23456 >/dev/null 2>&1 &
+            hosts_run 2 env TODIST_RANK=1 $upin timeout 60 ucx_perftest \
+                -p 23456 >/dev/null 2>&1 &
             sp=$!
             sleep 1
-            hosts_run 1 timeout 60 ucx_perftest "$(hosts_addr 2)" -p 23456 \
+            hosts_run 1 env TODIST_RANK=0 $upin timeout 60 ucx_perftest \
+                "$(hosts_addr 2)" -p 23456 \
                 -t "$1" -s "$2" -n "$3" -w 3 2>/dev/null |
                 awk -v t="$1" -v s="$2" -v sh="$shape" '/^Final:/ {
                     if (t == "ucp_am_lat") printf "ucx shape=%s rtt_us=%.2f\n", sh, 2 * $3;

@@ -11,7 +11,8 @@
 # (examples/pipeline_rpc) and the split backward's own cost
 # (bench/pipeline_split). REPS repetitions (min-max). Per stage it also
 # prints where the step went (td_pipe_stats: F, B, W, waiting on a
-# receive, sends, posting receives, the rest; medians over the runs).
+# receive, sends, posting receives, the rest; medians over the runs) and
+# the schedule replayed at every stage's own op times (bench/pipeline_replay).
 # The torch side (bench/pipeline_rpc_torch.py: the RPC tutorial's form on
 # torch 1.13, two remote shards, distributed autograd and optimizer) runs
 # in the same invocation where /usr/bin/python3 has torch.
@@ -59,6 +60,7 @@ for sc in gpipe 1f1b zb hybrid-1f1b; do
     sps=$(awk -v s="$sc" '$1 == s && $2 == "sps" { print $3 }' "$out")
     m=$(printf '%s\n' "$sps" | med)
     echo "$sc: samples_per_s $(printf '%s\n' "$sps" | minmax) vs one rank x$(awk -v a="$m" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
+    trip=
     for s in $(seq 0 $((ST - 1))); do
         f() { awk -v s="$sc" -v st="stage=$s" -v k="$1" '$1 == s && $3 == st && $4 == "replica=0" {
                  for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) print kv[2] } }' "$out"; }
@@ -67,7 +69,13 @@ for sc in gpipe 1f1b zb hybrid-1f1b; do
         # BW), W; blocked on a receive; posting and finishing sends;
         # posting receives; the rest (slicing, checks)
         echo "    split ms: F $(f f_ms | med) B $(f b_ms | med) W $(f w_ms | med) wait $(f wait_ms | med) send $(f send_ms | med) post $(f post_ms | med) other $(f other_ms | med)"
+        trip="$trip $(f f_ms | med),$(f b_ms | med),$(f w_ms | med)"
     done
+    # the schedule replayed at both stages' own op times, messages free:
+    # the measured bubble beyond it is latency and jitter, the replay
+    # beyond the theory the stages' imbalance
+    [ -x "$B/bench/pipeline_replay" ] && case "$trip" in *,,*) ;; *)
+        printf '  '; "$B/bench/pipeline_replay" "${sc#hybrid-}" "$MI" $trip ;; esac
 done
 rps=$(awk '$1 == "rpc" { print $3 }' "$out")
 echo "todist rpc form (2 shards, 3 ranks): samples_per_s $(printf '%s\n' "$rps" | minmax) vs one rank x$(awk -v a="$(printf '%s\n' "$rps" | med)" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"

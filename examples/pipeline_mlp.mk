@@ -13,3 +13,6 @@ examples_pipeline_rpc_LDADD = $(TD_LDADD) $(BLAS_LIBS)
 # bench/pipeline_split: zero bubble's B and W passes against one backward.
 check_PROGRAMS += bench/pipeline_split
 bench_pipeline_split_LDADD = $(TD_TEST_LDADD)
+# bench/pipeline_replay: a schedule's bubble at given per-stage op times.
+check_PROGRAMS += bench/pipeline_replay
+bench_pipeline_replay_LDADD = $(TD_TEST_LDADD)

@@ -265,9 +265,11 @@ hosts_launch() { # LAYOUT PROG ARGS...
     return $_rc
 }
 
+# A signal during the teardown must not cut it short (namespaces and
+# every process of the hosts left behind): the exit trap ignores them.
 if command -v _td_cleanup >/dev/null 2>&1; then
-    trap 'hosts_down; _td_cleanup' EXIT
+    trap 'trap "" INT TERM; hosts_down; _td_cleanup' EXIT
 else
-    trap 'hosts_down' EXIT
+    trap 'trap "" INT TERM; hosts_down' EXIT
 fi
 trap 'exit 130' INT TERM

@@ -2189,6 +2189,10 @@ td__transport_create(const td_transport_params_t *params,
     }
     tp->scarce = 2 * (params->local_world_size > 0 ? params->local_world_size
                                                    : 1) > online_cpus();
+    td_log_debug("transport: rank %d progress %s (%d local ranks, %d cores "
+                 "allowed)", params->rank, tp->mode == TD_PROGRESS_BUSY
+                 ? "busy" : "blocking", params->local_world_size,
+                 online_cpus());
     tp->eager_max = getenv("UCX_RNDV_THRESH") != NULL ? 0 : EAGER_MAX;
     status = make_context(tp);
     if (status != TD_OK) {

@@ -1,4 +1,4 @@
-/* late.c: who is late (late.h, K1-K3). */
+/* late.c: who is late, and who is in another call (late.h, K1-K4). */
 #include "config.h"
 
 #include <stdio.h>
@@ -133,4 +133,52 @@ coll_late_on_tell_locked(int src, const coll_wire_t *m)
     if (taken) {
         coll_wake();
     }
+}
+
+void
+coll_late_probe(td_group_t *g)
+{
+    td_transport_t *tp = coll_transport();
+    uint8_t h[COLL_WIRE_BYTES + 16];
+    coll_desc_t d;
+    uint32_t seq;
+    size_t hlen;
+    int in_op;
+
+    if (g->me < 0) {
+        return;
+    }
+    coll_lock();
+    in_op = __atomic_load_n(&g->in_op, __ATOMIC_RELAXED);
+    seq = g->cur_seq;
+    d = g->cur_desc;
+    coll_unlock();
+    if (!in_op) {
+        return;
+    }
+    hlen = coll_wire_probe(h, g->id, g->digest, seq, &d);
+    for (int r = 0; r < g->n; r++) {
+        if (r != g->me && td__transport_peer_alive(tp, g->ranks[r]) &&
+            coll_tx_send_hdr(g->ranks[r], h, hlen) != TD_OK) {
+            td_log_debug("coll: probe to rank %d (group %u, #%u) not sent: "
+                         "%s", g->ranks[r], g->id, seq, td_last_error());
+        }
+    }
+}
+
+void
+coll_late_on_probe_locked(int src, const coll_wire_t *m, td_group_t *g)
+{
+    char msg[COLL_ERR_MAX];
+
+    if (g == NULL || g->me < 0 || g->of_world[src] < 0 ||
+        !__atomic_load_n(&g->in_op, __ATOMIC_RELAXED) ||
+        g->cur_seq != m->seq || coll_desc_equal(&m->desc, &g->cur_desc)) {
+        coll_unlock();                  /* K4: not this call, or the same */
+        return;
+    }
+    coll_mismatch_text(msg, sizeof(msg), g->id, m->seq, src,
+                       coll_world_rank(), &m->desc, &g->cur_desc);
+    coll_unlock();
+    coll_group_fail_id(m->gid, TD_ERR_INVALID, 1, m->seq, msg);   /* C5 */
 }

@@ -339,6 +339,9 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     case MSG_ABORT:
         on_abort_locked(rx->src, &m, g);
         break;
+    case MSG_PROBE:
+        coll_late_on_probe_locked(rx->src, &m, g);
+        break;
     case MSG_CMA:
         on_cma_locked(rx->src, &m);
         break;

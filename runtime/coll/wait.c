@@ -258,7 +258,7 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
              int is_coll, double give_up)
 {
     wait_t w = { reqs, n, g, SPIN_S };
-    double t0, t_spin;
+    double t0, t_spin, probe_at = 0, probe_gap = COLL_PROBE_S;
     unsigned long seen = coll_completions();
     char msg[COLL_ERR_MAX];
     size_t bytes = 0;
@@ -284,6 +284,7 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
     }
     t0 = all_done(&w) ? 0 : td_now_s();     /* (done: no clock read) */
     t_spin = t0;
+    probe_at = t0 + probe_gap;
     if (deadline < 0) {
         deadline = t0 + coll_timeout();
     }
@@ -316,6 +317,13 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
                 wait_some(&w, td_now_s() + 0.01, 0);
             }
             break;
+        }
+        if (is_coll && g != NULL && now >= probe_at) {
+            /* a long wait may be one on a member that runs another
+             * algorithm and waits too (late.h K4) */
+            coll_late_probe(g);
+            probe_gap *= 2;
+            probe_at = now + probe_gap;
         }
         if (give_up > 0 && (until <= 0 || give_up < until)) {
             until = give_up;

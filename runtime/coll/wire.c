@@ -66,6 +66,12 @@ coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
         }
         need += 16 + (m->flags & COLL_F_CMA ? 32 : 0);
         break;
+    case MSG_PROBE:
+        if (m->flags != 0) {
+            return TD_ERR_PROTOCOL;
+        }
+        need += 16;
+        break;
     case MSG_CMA:
     case MSG_ABORT:
     case MSG_POKE:
@@ -121,7 +127,7 @@ coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
         m->cma_token_addr = td_get_be64(c + 16);
         m->cma_token = td_get_be64(c + 24);
     }
-    if (m->type == MSG_COLL) {
+    if (m->type == MSG_COLL || m->type == MSG_PROBE) {
         const uint8_t *d = h + COLL_WIRE_BYTES;
 
         m->desc.kind = d[0];
@@ -156,11 +162,10 @@ coll_wire_fixed(uint8_t *h, uint8_t type, uint8_t dtype, uint8_t ndim,
     td_put_be64(h + 24, nbytes);
 }
 
-size_t
-coll_wire_coll(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
-               uint32_t tag, uint64_t nbytes, const coll_desc_t *d)
+/* The 16 bytes of description D after the fixed header H; the length. */
+static size_t
+put_desc(uint8_t *h, const coll_desc_t *d)
 {
-    coll_wire_fixed(h, MSG_COLL, d->dtype, 0, gid, digest, seq, tag, nbytes);
     h[32] = d->kind;
     h[33] = d->dtype;
     h[34] = d->op;
@@ -168,6 +173,22 @@ coll_wire_coll(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
     td_put_be32(h + 36, (uint32_t)d->root);
     td_put_be64(h + 40, d->count);
     return COLL_WIRE_BYTES + 16;
+}
+
+size_t
+coll_wire_coll(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
+               uint32_t tag, uint64_t nbytes, const coll_desc_t *d)
+{
+    coll_wire_fixed(h, MSG_COLL, d->dtype, 0, gid, digest, seq, tag, nbytes);
+    return put_desc(h, d);
+}
+
+size_t
+coll_wire_probe(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
+                const coll_desc_t *d)
+{
+    coll_wire_fixed(h, MSG_PROBE, 0, 0, gid, digest, seq, 0, 0);
+    return put_desc(h, d);
 }
 
 size_t

@@ -26,9 +26,11 @@ enum {
                        * is there and a waiter here sleeps (mbox.c M5) */
     MSG_ASK   = 7,    /* a member's call #SEQ timed out: has this rank
                        * begun it? (late.c) */
-    MSG_TELL  = 8     /* the answer to MSG_ASK: 1 begun, 0 not (late.c) */
+    MSG_TELL  = 8,    /* the answer to MSG_ASK: 1 begun, 0 not (late.c) */
+    MSG_PROBE = 9     /* the sender waits long in call #SEQ, described:
+                       * compare with yours (late.c K4); no answer */
 };
-#define MSG_TYPE_MAX MSG_TELL
+#define MSG_TYPE_MAX MSG_PROBE
 
 #define COLL_F_CMA    0x01            /* header flag: body offered in place */
 #define COLL_F_RESEND 0x02            /* P2P: the body of an offer answered
@@ -53,6 +55,7 @@ enum {
  *         with COLL_F_MBOX, 32 more: u32 pid | u32 fd | u64 token |
  *         u64 boot id hash | u64 inbox size (mbox.c)
  *   POKE, ASK: nothing more
+ *   PROBE: the 16 bytes of description, as COLL
  *   TELL: u32 answer (1: call SEQ begun here, 0: not)
  *   ABORT: u16 text length | text (< COLL_ERR_MAX) */
 #define COLL_WIRE_BYTES 32
@@ -66,7 +69,7 @@ typedef struct {
     uint32_t       gid, digest, seq, tag;
     uint64_t       nbytes;
     int64_t        shape[TD_MAX_DIMS];  /* P2P, ACK */
-    coll_desc_t    desc;                /* COLL */
+    coll_desc_t    desc;                /* COLL, PROBE */
     uint32_t       word;                /* ACK: status; CMA, TELL: answer */
     int            cma;                 /* P2P, COLL: offered in place */
     int32_t        cma_pid;
@@ -103,6 +106,10 @@ size_t coll_wire_cma(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
                      uint32_t tag, uint32_t status);
 /* MSG_ASK about call SEQ of group GID (DIGEST); its length. */
 size_t coll_wire_ask(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq);
+/* MSG_PROBE: this rank waits long in call SEQ of group GID (DIGEST),
+ * which it describes as D; its length. */
+size_t coll_wire_probe(uint8_t *h, uint32_t gid, uint32_t digest,
+                       uint32_t seq, const coll_desc_t *d);
 /* MSG_TELL: the answer BEGUN (0 or 1) to an ask about SEQ; its length. */
 size_t coll_wire_tell(uint8_t *h, uint32_t gid, uint32_t digest,
                       uint32_t seq, uint32_t begun);

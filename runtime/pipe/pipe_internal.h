@@ -29,10 +29,16 @@ void pipe_schedule_ops(td_pipe_schedule_t sched, int n_stages, int s_,
 /* Micro-batches that may be in flight on stage S_ (P3). */
 int  pipe_schedule_cap(td_pipe_schedule_t sched, int n_stages, int s_,
                        int n_micro);
-/* The bubble fraction, idle / makespan of one step, that the executor's
- * rules (pipe.c) give when every stage takes F, B and W per op (BW = B +
- * W) and messages take no time: the schedule replayed. -1 when out of
- * memory. */
+/* The bubble fraction of each stage, idle / makespan of one step, that
+ * the executor's rules (pipe.c) give when stage s takes FS[s], BS[s] and
+ * WS[s] per op (BW = B + W) and messages take no time: the schedule
+ * replayed, into BUBBLE[n_stages]. -1 when out of memory, else 0. */
+int    pipe_schedule_replay_stages(td_pipe_schedule_t sched, int n_stages,
+                                   int n_micro, const double *fs,
+                                   const double *bs, const double *ws,
+                                   double *bubble);
+/* The replay with every stage taking F, B, W: the bubble (the same on
+ * every stage), or -1 when out of memory. */
 double pipe_schedule_replay(td_pipe_schedule_t sched, int n_stages,
                             int n_micro, double f, double b, double w);
 /* The replay with F = B = W: (S-1)/(M+S-1) for GPipe and 1F1B,

@@ -66,18 +66,19 @@ typedef struct {
     int    in_flight;
 } replay_stage_t;
 
-double
-pipe_schedule_replay(td_pipe_schedule_t sched, int n_stages, int n_micro,
-                     double f, double b, double w)
+int
+pipe_schedule_replay_stages(td_pipe_schedule_t sched, int n_stages,
+                            int n_micro, const double *fs, const double *bs,
+                            const double *ws, double *bubble)
 {
-    int S = n_stages, M = n_micro, n_ops = 2 * n_micro, moved = 1;
+    int S = n_stages, M = n_micro, n_ops = 2 * n_micro, moved = 1, rc = -1;
     int split = sched == TD_PIPE_ZB_H1;
     size_t n = (size_t)S * (size_t)M;
     pipe_op_t *ops = malloc(sizeof(*ops) * 2 * n);
     double *act = malloc(sizeof(double) * n);    /* [s][m]: in at s */
     double *grad = malloc(sizeof(double) * n);
     replay_stage_t *st = calloc((size_t)S, sizeof(*st));
-    double span = 0, busy = M * (f + b + w), bubble = -1;
+    double span = 0;
 
     if (ops == NULL || act == NULL || grad == NULL || st == NULL) {
         goto out;
@@ -97,6 +98,7 @@ pipe_schedule_replay(td_pipe_schedule_t sched, int n_stages, int n_micro,
         moved = 0;
         for (int s = 0; s < S; s++) {
             replay_stage_t *q = &st[s];
+            double f = fs[s], b = bs[s], w = ws[s];
             pipe_op_t op;
             double need = -INFINITY;
 
@@ -144,15 +146,42 @@ pipe_schedule_replay(td_pipe_schedule_t sched, int n_stages, int n_micro,
         }
     }
     for (int s = 0; s < S; s++) {
-        double end = st[s].t + st[s].w_left * w;
+        double end = st[s].t + st[s].w_left * ws[s];
         span = end > span ? end : span;
     }
-    bubble = span > 0 ? (span - busy) / span : 0;
+    for (int s = 0; s < S; s++) {
+        double busy = M * (fs[s] + bs[s] + ws[s]);
+        bubble[s] = span > 0 ? (span - busy) / span : 0;
+    }
+    rc = 0;
 out:
     free(ops);
     free(act);
     free(grad);
     free(st);
+    return rc;
+}
+
+double
+pipe_schedule_replay(td_pipe_schedule_t sched, int n_stages, int n_micro,
+                     double f, double b, double w)
+{
+    double *v = malloc(sizeof(double) * 4 * (size_t)n_stages), bubble = -1;
+
+    if (v == NULL) {
+        return -1;
+    }
+    for (int s = 0; s < n_stages; s++) {
+        v[s] = f;
+        v[n_stages + s] = b;
+        v[2 * n_stages + s] = w;
+    }
+    if (pipe_schedule_replay_stages(sched, n_stages, n_micro, v,
+                                    v + n_stages, v + 2 * n_stages,
+                                    v + 3 * n_stages) == 0) {
+        bubble = v[3 * n_stages];
+    }
+    free(v);
     return bubble;
 }
 

@@ -1735,6 +1735,31 @@ main(int argc, char **argv)
               st ? td_last_error() : "ok", bad);
         td_tensor_release(t);
         rc = big_p2p(c);
+    } else if (strcmp(mode, "kind") == 0 && argc > 2) {
+        /* one call of the kind argv[2] (all_reduce, broadcast from the
+         * last rank, all_gather, reduce_scatter, barrier) on the world;
+         * prints what happened, as "one" */
+        td_tensor_t *t = make(16, TD_FLOAT32), *big = make(16 * size,
+                                                           TD_FLOAT32);
+        const char *k = argv[2];
+
+        td_tensor_fill_(t, 1);
+        td_tensor_fill_(big, 1);
+        if (strcmp(k, "all_reduce") == 0) {
+            st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+        } else if (strcmp(k, "broadcast") == 0) {
+            st = td_broadcast(td_group_world(), t, size - 1);
+        } else if (strcmp(k, "all_gather") == 0) {
+            st = td_all_gather(td_group_world(), big, t);
+        } else if (strcmp(k, "reduce_scatter") == 0) {
+            st = td_reduce_scatter(td_group_world(), t, big, TD_REDUCE_SUM);
+        } else {
+            st = td_group_barrier(td_group_world());
+        }
+        printf("# rank %d %s: %s %s\n", rank, k, td_status_name(st),
+               st ? td_last_error() : "");
+        td_tensor_release(t);
+        td_tensor_release(big);
     } else if (strcmp(mode, "one") == 0 || strcmp(mode, "late") == 0) {
         /* one all_reduce of 16 floats; prints what happened ("late": the
          * last rank calls it 3 s after the others) */

@@ -39,7 +39,7 @@ plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
          2 * $(count "$early") + 2 + 2 + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
-         1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 ))
+         1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -277,6 +277,27 @@ EOS
     is "$rc" 0 "TODIST_COLL_SHM=0 on rank $odd only: both ranks exit 0"
     [ "$rc" = 0 ] || diag "$out"
 done
+# A broadcast whose non-root (rank 0) forces the binomial tree while the
+# root picks the shared segment: each waits for a message the other never
+# sends (the root for rank 0's segment offer, rank 0 for the root's
+# data), so no step carries a description to compare. The probe of a long
+# wait (late.h K4) finds the mismatch long before the collective timeout
+# (120 s here; the run is killed at 60 s).
+cat > "$TD_TMP/bcast0.sh" <<EOS
+#!/bin/sh
+[ "\$TODIST_RANK" = 0 ] && export TODIST_COLL_ALGO=broadcast:binomial
+exec "$PEER" kind broadcast
+EOS
+chmod +x "$TD_TMP/bcast0.sh"
+out=$(TODIST_COLL_SHM=1 TODIST_COLL_TIMEOUT=120 run 60 todist-run -n 2 \
+      "$TD_TMP/bcast0.sh" 2>&1); rc=$?
+for r in 0 1; do
+    like "$(printf '%s\n' "$out" | grep "^# rank $r broadcast: ")" \
+         "^# rank $r broadcast: TD_ERR_INVALID coll: mismatched collectives in group 0 at call #0: rank [01] called broadcast\(float32 x 16, root 1, (shm|binomial)\), rank [01] called broadcast\(float32 x 16, root 1, (shm|binomial)\) \(only the algorithm differs" \
+         "forced binomial on a non-root against the root's segment: rank $r fails as a mismatch naming both algorithms"
+done
+is "$rc" 0 "forced binomial on a non-root: both ranks exit 0, before the timeout"
+[ "$rc" = 0 ] || diag "$out"
 out=$(TODIST_COLL_ALGO=all_reduce:nosuch run 60 todist-run -n 1 "$PEER" \
       concurrent 2>&1); rc=$?
 like "$out" "TODIST_COLL_ALGO: all_reduce has no algorithm 'nosuch'|unknown algorithm 'nosuch'" \

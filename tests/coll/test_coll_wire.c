@@ -43,7 +43,7 @@ main(void)
     coll_wire_t m;
     const size_t W = COLL_WIRE_BYTES;
 
-    plan(32 + 18);
+    plan(32 + 24);
 
     /* accepted, with what each type carries */
     fixed(MSG_P2P, TD_FLOAT32, 2, 0, 24);
@@ -148,6 +148,15 @@ main(void)
     td_put_be32(h + W, 2);
     is_int(parse(W + 4, 0, 0, &m), TD_ERR_PROTOCOL, "an answer of 2");
     is_int(parse(W, 0, 0, &m), TD_ERR_PROTOCOL, "an answer cut off");
+    /* a probe (late.c K4) carries a description and nothing else */
+    fixed(MSG_PROBE, 0, 0, 0, 0);
+    is_int(parse(W + 16, 0, 0, &m), TD_OK, "a probe");
+    is_int(parse(W, 0, 0, &m), TD_ERR_PROTOCOL, "a probe without its call");
+    is_int(parse(W + 20, 0, 0, &m), TD_ERR_PROTOCOL, "a probe with extras");
+    is_int(parse(W + 16, 1, 16, &m), TD_ERR_PROTOCOL, "a probe with a body");
+    h[COLL_FLAGS_AT] = COLL_F_CMA;
+    is_int(parse(W + 16 + 32, 0, 0, &m), TD_ERR_PROTOCOL,
+           "a probe with an in-place offer");
     h[20] = COLL_F_CMA;
     td_put_be32(h + W, 0);
     is_int(parse(W + 4, 0, 0, &m), TD_ERR_PROTOCOL, "a flag on an answer");
@@ -218,6 +227,17 @@ main(void)
         n = coll_wire_tell(h, 12, 13, 14, 0);
         ok(coll_wire_parse(h, n, 0, 0, &m) == TD_OK && m.word == 0,
            "an answer round trip (not begun)");
+        {
+            coll_desc_t pd = { COLL_BROADCAST, TD_FLOAT32, 0, ALGO_HIER, 3,
+                               4097 };
+
+            memset(h, 0, sizeof(h));
+            n = coll_wire_probe(h, 15, 16, 17, &pd);
+            ok(coll_wire_parse(h, n, 0, 0, &m) == TD_OK &&
+               m.type == MSG_PROBE && m.gid == 15 && m.digest == 16 &&
+               m.seq == 17 && coll_desc_equal(&m.desc, &pd),
+               "a probe round trip (its call's description)");
+        }
     }
     return exit_status();
 }

@@ -14,7 +14,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 97
+plan 101
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -135,6 +135,30 @@ ok "$([ $((hier * 100)) -lt $((flat * 85)) ]; echo $?)" \
    "hier moves less across the link than the flat ring ($hier < 0.85 x $flat)"
 ok "$([ $((auto * 100)) -lt $((flat * 85)) ]; echo $?)" \
    "auto moves as little ($auto < 0.85 x $flat)"
+
+# Algorithms chosen differently across hosts fail fast (late.h K4): at
+# 1+1, rank 0 (not the root) forces the hierarchical broadcast and waits
+# for its leader's exchange; the root (auto: the segment's handshake,
+# which rank 0 offers) waits for rank 0. Both must fail as a mismatch
+# naming both algorithms, not wait out the collective timeout (100 s;
+# each rank is killed at 60 s).
+cat > "$TD_TMP/bcast_hier.sh" <<EOS
+#!/bin/sh
+[ "\$TODIST_RANK" = 0 ] && export TODIST_COLL_ALGO=broadcast:hier
+exec "$B/coll/coll_peer" kind broadcast
+EOS
+chmod +x "$TD_TMP/bcast_hier.sh"
+OUT=$(export TODIST_COLL_TIMEOUT=100 HOSTS_TIMEOUT=60
+      hosts_launch 1,1 "$TD_TMP/bcast_hier.sh" 2>&1); rc=$?
+for r in 0 1; do
+    like "$(printf '%s\n' "$OUT" | grep "^# rank $r broadcast: ")" \
+         "TD_ERR_INVALID coll: mismatched collectives in group 0 at call #0: rank [01] called broadcast\(float32 x 16, root 1, [a-z]+\), rank [01] called broadcast\(float32 x 16, root 1, [a-z]+\) \(only the algorithm differs.*" \
+         "1+1 broadcast, hier forced on rank 0 only: rank $r fails as a mismatch"
+done
+like "$OUT" "rank 0 called broadcast\(float32 x 16, root 1, hier\)" \
+     "1+1 broadcast, hier forced on rank 0 only: rank 0's hier is named"
+is "$rc" 0 "1+1 broadcast, hier on rank 0 only: both ranks exit 0, before the timeout"
+[ "$rc" = 0 ] || diag "$OUT"
 
 # Large bodies (1.2 MB, above the single-copy threshold) between ranks on
 # two hosts: they cross the link, and no in-place read is offered across.

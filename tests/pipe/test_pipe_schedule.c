@@ -88,7 +88,7 @@ main(void)
 {
     static const char *names[3] = {"gpipe", "1f1b", "zb"};
 
-    plan(3 * 3 + 4 + 5);
+    plan(3 * 3 + 4 + 6);
     for (int sc = 0; sc < 3; sc++) {
         int order = 1, bound = 1, flow = 1;
         for (int S = 1; S <= SMAX; S++) {
@@ -163,5 +163,16 @@ main(void)
     /* the same costs unsplit (BW = 3): grads at 5 and 9, stage 0 ends 12 */
     is_double(pipe_schedule_replay(TD_PIPE_1F1B, 2, 2, 1, 1, 2), 4.0 / 12,
               1e-12, "1f1b replayed at BW = 3F: 4/12 by hand");
+    /* unequal stages, 1F1B, S=2, M=2: stage 0 F=1 BW=1, stage 1 F=1
+     * BW=3: stage 0 F0 0-1 F1 1-2, waits for grad 0 (stage 1 F0 1-2 BW0
+     * 2-5), BW0 5-6, waits for grad 1 (F1 5-6 BW1 6-9), BW1 9-10: the
+     * makespan 10, stage 0 busy 4 (0.6 idle), stage 1 busy 8 (0.2) */
+    {
+        double f[2] = {1, 1}, b[2] = {1, 3}, w[2] = {0, 0}, got[2] = {-1, -1};
+        ok(pipe_schedule_replay_stages(TD_PIPE_1F1B, 2, 2, f, b, w, got) ==
+           0 && fabs(got[0] - 0.6) < 1e-12 && fabs(got[1] - 0.2) < 1e-12,
+           "1f1b replayed with a slower stage 1: 0.6 / 0.2 by hand (got "
+           "%g / %g)", got[0], got[1]);
+    }
     return exit_status();
 }
