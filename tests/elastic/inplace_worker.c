@@ -159,10 +159,15 @@ main(int argc, char **argv)
                "world %d -> %d lost %d\n", rank, (long long)ch.epoch,
                (long long)ch.step, ch.source, ch.behind, ch.old_size,
                ch.new_size, ch.n_lost > 0 ? ch.lost[0] : -1);
+        printf("rank %d: self_behind %d committed %lld before the heal\n",
+               rank, ch.self_behind, (long long)td_elastic_committed(el));
         if (ch.behind &&
             td_checkpoint_broadcast(ck, td_elastic_group(el), ch.source) !=
                 TD_OK) {
             return fail(rank, "heal");
+        }
+        if (ch.self_behind) {
+            td_elastic_commit(el, ch.step);
         }
         if (!heal) {
             /* the late rank's verdict needs the store, which rank 0 holds */
