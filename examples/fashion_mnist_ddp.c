@@ -39,7 +39,8 @@
  * aid: world rank R SIGKILLs itself after the forward of step S, naming
  * the wall-clock time on stderr; in the first incarnation only, so a
  * restarted group goes past it). After a recovery or a resume, rank 0
- * prints the wall-clock time its first step completed. */
+ * prints the wall-clock time its first step completed; a recovery adds a
+ * {"membership": {...}} record to --metrics FILE. */
 #include "config.h"
 
 #include <signal.h>
@@ -289,7 +290,7 @@ wall(void)
 static int
 recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
                  td_optim_t *opt, td_distributed_sampler_t *s,
-                 int64_t *position, double *t_fail)
+                 int64_t *position, double *t_fail, FILE *mf)
 {
     int old_world = world;
     td_status_t st;
@@ -319,6 +320,9 @@ recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
         if (st != TD_OK) {
             return die("heal");
         }
+        if (ch.self_behind) {
+            td_elastic_commit(el, ch.step);      /* healed: it counts */
+        }
         heal_s = now() - t_heal;
         /* this epoch goes on at the new size (todist/sampler.h) */
         if (td_distributed_sampler_reshard(s, world, rank, position) != TD_OK
@@ -335,6 +339,15 @@ recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
                    ch.agree_s * 1e3, ch.rebuild_s * 1e3, heal_s * 1e3,
                    ch.behind ? " (from a survivor ahead)" : "");
             fflush(stdout);
+        }
+        if (rank == 0 && mf != NULL) {
+            fprintf(mf, "{\"membership\": {\"epoch\": %lld, \"step\": %lld, "
+                    "\"old_world\": %d, \"new_world\": %d, \"lost\": %d, "
+                    "\"agreement_ms\": %.3f, \"rebuild_ms\": %.3f, "
+                    "\"heal_ms\": %.3f}}\n", (long long)ch.epoch,
+                    (long long)ch.step, old_world, world, ch.n_lost,
+                    ch.agree_s * 1e3, ch.rebuild_s * 1e3, heal_s * 1e3);
+            fflush(mf);
         }
         return 0;
     }
@@ -599,7 +612,7 @@ main(int argc, char **argv)
                 /* the step is dropped: shrink, heal, re-shard, go on */
                 loss_sum -= lv;
                 if (recover_in_place(el, ck, ddp, opt, &sampler, &position,
-                                     &t_fail) != 0) {
+                                     &t_fail, mf) != 0) {
                     return 1;
                 }
                 free(indices);

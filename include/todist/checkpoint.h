@@ -98,9 +98,13 @@ td_status_t td_checkpoint_load(td_checkpoint_t *ck, const char *path);
 
 /* Copy group rank ROOT's state to every member of GROUP, over the
  * transport (no file): every member calls it with the same list (a
- * collective: one td_broadcast per entry, in the list's order); the
- * others check what arrived as td_checkpoint_load checks a file and copy
- * it in, the root changes nothing. The in-place recovery's heal
+ * collective: one td_broadcast per entry, the small entries first, then
+ * the tensors); the others check the small entries as td_checkpoint_load
+ * checks a file before any tensor is written, then receive the tensors
+ * straight into theirs (a failure from then on leaves them part-written:
+ * heal again), the root changes nothing. A member that refuses an entry
+ * still takes part in every broadcast (into scratch, so nobody is left
+ * waiting), changes nothing and returns the refusal. The in-place recovery's heal
  * (todist/elastic.h): a survivor behind the most advanced one catches up.
  * A sampler arrives as the root saved it (its num_replicas must be the
  * members' own, or td_checkpoint_allow_reshard). */

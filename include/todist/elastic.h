@@ -12,6 +12,7 @@
  *             td_optim_zero_grad;            the step is dropped
  *             td_elastic_recover(el, &ch);   agree, shrink
  *             if (ch.behind) td_checkpoint_broadcast(ck, group, ch.source);
+ *             if (ch.self_behind) td_elastic_commit(el, ch.step);
  *             td_distributed_sampler_reshard(&s, ch.new_size, ch.new_rank, &pos);
  *             td_ddp_set_group(ddp, td_elastic_group(el));
  *         }
@@ -31,7 +32,11 @@
  * highest committed among the survivors, its source the rank that holds
  * it, and BEHIND says another survivor committed less (its all_reduce of
  * that step failed); then every member calls td_checkpoint_broadcast
- * from the source so all replicas are equal again. A step that completed
+ * from the source so all replicas are equal again, and a rank that was
+ * behind (SELF_BEHIND) commits the step once its heal succeeded: until
+ * then it claims none, so a heal cut short (the source died: its tensors
+ * part-written) never makes it a source; when no survivor holds a whole
+ * state the recovery fails (TD_ERR_STATE: resume from a checkpoint). A step that completed
  * nowhere is dropped and redone by the smaller world.
  *
  * The store lives in rank 0 (todist/init.h): rank 0 must survive (a
@@ -76,6 +81,8 @@ typedef struct {
     int64_t step;               /* the plan's committed step (the source's) */
     int     source;             /* group rank, in the new group, holding it */
     int     behind;             /* some member committed less: heal it */
+    int     self_behind;        /* this rank is one of them: after the
+                                   heal, td_elastic_commit(el, step) */
     int     old_size, new_size;
     int     old_rank, new_rank; /* this rank's group rank before / after */
     int     n_lost;             /* old members not in the new epoch */

@@ -21,8 +21,14 @@
  *        entry is seen twice and fewer than W' units are skipped
  *        (td_distributed_sampler_position_at).
  *   CK5  A broadcast (td_checkpoint_broadcast) sends every item from the
- *        root in the order of the list, one td_broadcast each; the others
- *        check and copy as a load does (CK2), the root changes nothing. */
+ *        root, one td_broadcast each: the small entries first (in the
+ *        list's order), which the others check as a load does before any
+ *        tensor is written; then the tensors, straight into the others'
+ *        tensors (a heal moves the model once, no scratch; a rank that
+ *        refused an entry takes part into scratch and changes nothing);
+ *        then the small entries are copied in. A failure after the checks leaves the
+ *        tensors part-written (todist/elastic.h's EL6 keeps such a rank
+ *        from being a heal source). The root changes nothing. */
 #include "config.h"
 
 #include <stdint.h>
@@ -381,8 +387,8 @@ item_get(const item_t *it, td_tensor_t *t)
 /* Scratch tensors for every item (filled with the current values when
  * FILL); released with scratch_free. */
 static td_status_t
-scratch_make(td_checkpoint_t *ck, int fill, td_tensor_t ***ts_p,
-             const char ***names_p)
+scratch_make_(td_checkpoint_t *ck, int fill, int no_tensors,
+              td_tensor_t ***ts_p, const char ***names_p)
 {
     td_tensor_t **ts = calloc((size_t)ck->n + 1, sizeof(*ts));
     const char **names = calloc((size_t)ck->n + 1, sizeof(*names));
@@ -395,7 +401,7 @@ scratch_make(td_checkpoint_t *ck, int fill, td_tensor_t ***ts_p,
     }
     for (int i = 0; i < ck->n && status == TD_OK; i++) {
         names[i] = ck->items[i].name;
-        if (fill && ck->items[i].kind == IT_TENSOR) {
+        if ((fill || no_tensors) && ck->items[i].kind == IT_TENSOR) {
             ts[i] = td_tensor_retain(ck->items[i].t);
             continue;
         }
@@ -407,6 +413,13 @@ scratch_make(td_checkpoint_t *ck, int fill, td_tensor_t ***ts_p,
     *ts_p = ts;
     *names_p = names;
     return status;
+}
+
+static td_status_t
+scratch_make(td_checkpoint_t *ck, int fill, td_tensor_t ***ts_p,
+             const char ***names_p)
+{
+    return scratch_make_(ck, fill, 0, ts_p, names_p);
 }
 
 static void
@@ -614,7 +627,8 @@ td_status_t
 td_checkpoint_broadcast(td_checkpoint_t *ck, td_group_t *group, int root)
 {
     int me = td_group_rank(group);
-    char what[64];
+    char what[64], why[512];
+    td_status_t refused = TD_OK;       /* a small entry this rank refused */
     td_tensor_t **ts;
     const char **names;
     td_status_t status;
@@ -631,22 +645,52 @@ td_checkpoint_broadcast(td_checkpoint_t *ck, td_group_t *group, int root)
                         td_group_size(group));
     }
     /* the root sends its objects as they are (tensors without a copy) */
-    status = scratch_make(ck, me == root, &ts, &names);
+    status = scratch_make_(ck, me == root, 1, &ts, &names);
+    /* CK5: the small entries first, checked before a tensor is written */
     for (int i = 0; status == TD_OK && i < ck->n; i++) {
-        status = td_broadcast(group, ts[i], root);
+        if (ck->items[i].kind != IT_TENSOR) {
+            status = td_broadcast(group, ts[i], root);
+        }
     }
     snprintf(what, sizeof(what), "broadcast from group rank %d", root);
-    for (int i = 0; me != root && status == TD_OK && i < ck->n; i++) {
+    for (int i = 0; me != root && status == TD_OK && refused == TD_OK &&
+                    i < ck->n; i++) {
         if (ck->items[i].kind == IT_SAMPLER) {
-            status = sampler_check(what, &ck->items[i], td_tensor_data(ts[i]),
-                                   ck->reshard);
+            refused = sampler_check(what, &ck->items[i],
+                                    td_tensor_data(ts[i]), ck->reshard);
         } else if (ck->items[i].kind == IT_DDP) {
-            status = ddp_check(what, &ck->items[i], td_tensor_data(ts[i]));
+            refused = ddp_check(what, &ck->items[i], td_tensor_data(ts[i]));
         }
+    }
+    if (refused != TD_OK) {
+        snprintf(why, sizeof(why), "%s", td_last_error());
+    }
+    /* the tensors land in place: a heal moves the model once; a rank that
+     * refused an entry still takes part (the others wait for it), into
+     * scratch, and changes nothing */
+    for (int i = 0; status == TD_OK && i < ck->n; i++) {
+        td_tensor_t *dst = NULL;
+
+        if (ck->items[i].kind != IT_TENSOR) {
+            continue;
+        }
+        if (refused != TD_OK) {
+            status = item_scratch(&ck->items[i], &dst);
+        }
+        if (status == TD_OK) {
+            status = td_broadcast(group, dst != NULL ? dst
+                                                     : ck->items[i].t, root);
+        }
+        td_tensor_release(dst);
+    }
+    if (status == TD_OK && refused != TD_OK) {
+        scratch_free(ck, ts, names);
+        return td_error(refused, "%s", why);
     }
     for (int pass = 0; me != root && pass < 2; pass++) {
         for (int i = 0; status == TD_OK && i < ck->n; i++) {
-            if ((ck->items[i].kind == IT_DDP) == pass) {
+            if ((ck->items[i].kind == IT_DDP) == pass &&
+                ck->items[i].kind != IT_TENSOR) {
                 status = item_set(&ck->items[i], ts[i]);
             }
         }

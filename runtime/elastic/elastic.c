@@ -19,7 +19,13 @@
  *      member (coll_group_abort_all): a member blocked in an operation
  *      that did not involve the dead rank (its transport never saw it
  *      die) fails at once and joins the agreement, instead of staying
- *      out until its timeout and being left out as silent. */
+ *      out until its timeout and being left out as silent.
+ *  EL6 A rank behind the plan's step (self_behind) claims no step (-1)
+ *      until the program calls td_elastic_commit after its heal: the heal
+ *      writes its tensors in place (checkpoint.c CK5), so one cut short
+ *      (the source died) must not make it the source of a part-written
+ *      state in the next agreement. A plan whose step is -1 (every
+ *      survivor part-written) fails the recovery. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -194,6 +200,12 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
         return st;
     }
     t1 = td_now_s();
+    if (plan.step < 0) {
+        elastic_plan_free(&plan);
+        return td_error(TD_ERR_STATE, "elastic: epoch %" PRId64 ": no "
+                        "survivor holds a whole state (every one's heal was "
+                        "cut short): resume from a checkpoint", plan.epoch);
+    }
     if (plan.n < el->opts.min_size) {
         st = td_error(TD_ERR_RANGE, "elastic: epoch %" PRId64 " has %d "
                       "rank(s), fewer than min_size %d", plan.epoch, plan.n,
@@ -238,7 +250,12 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
     memcpy(el->members, plan.ranks, sizeof(int) * (size_t)plan.n);
     el->n = plan.n;
     el->epoch = plan.epoch;
-    el->committed = plan.step;
+    /* EL6: a rank behind claims the plan's step only once healed, and
+     * no step while its heal may leave it part-written */
+    ch.self_behind = el->committed < plan.step;
+    if (ch.self_behind) {
+        el->committed = -1;
+    }
     ch.epoch = plan.epoch;
     ch.step = plan.step;
     ch.behind = plan.behind;

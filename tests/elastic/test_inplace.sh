@@ -15,6 +15,8 @@
 #     never talked to rank 3): the others' abort of the old group (EL5)
 #     brings it into epoch 1 within TODIST_ELASTIC_TIMEOUT=20 (its own
 #     collective timeout is 300 s): ranks 0-2 all_reduce at world 3.
+#  3b. inplace_worker reject: rank 1 refuses a heal (another seed) and
+#     keeps its tensor, while the others receive it; nobody is left waiting.
 #  4. examples/fashion_mnist_ddp --in-place --die-at 2:12: the step 12 that
 #     failed is dropped; the survivors' losses equal, bit for bit, a run of
 #     11 steps at 4 ranks checkpointed and resumed at 3 ranks (the sampler
@@ -24,7 +26,7 @@
 #     in epoch 2: 56 steps.
 # Bounded by timeout; part 3 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 20
+plan 26
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -34,6 +36,10 @@ is "$(printf '%s\n' "$out" | grep -c 'recovered: epoch 1 step 4 source 0 behind 
    "every survivor adopts epoch 1: step 4 from rank 0, behind, rank 3 lost"
 is "$(printf '%s\n' "$out" | grep -c 'epoch 1 step 6 total 1018 world 3$')" 3 \
    "every survivor is healed and ends at step 6 with rank 0's total"
+is "$(printf '%s\n' "$out" | grep -c '^rank [12]: self_behind 1 committed -1 before the heal$')" 2 \
+   "ranks 1-2 are behind and claim no step until healed (EL6)"
+like "$out" "rank 0: self_behind 0 committed 4 before the heal" \
+   "rank 0 holds step 4"
 like "$out" "todist-run: rank 3 \(pid [0-9]+\) was killed by signal 9" \
    "the launcher names the dead rank"
 like "$out" "--no-kill: the other 3 rank\(s\) go on" "and keeps the others"
@@ -65,21 +71,32 @@ is "$(printf '%s\n' "$out" | grep -c '^rank [012] epoch 1 sum 3$')" 3 \
    "ranks 0-2 form epoch 1 together and all_reduce at world 3"
 [ "$rc" = 137 ] || diag "$out"
 
+# --- 3b: a heal refused by one rank leaves nobody waiting ---
+out=$(timeout -k 5 120 todist-run -n 4 "$w" reject 2>&1); rc=$?
+is "$rc" 0 "a refused heal: every rank goes on and finalizes"
+like "$out" "rank 1: broadcast refused: checkpoint: broadcast from group rank 0: 'sampler.state' was saved with seed 1, this run's sampler has 9; holds 0" \
+   "rank 1 refuses the other seed, naming it, and keeps its tensor"
+is "$(printf '%s\n' "$out" | grep -c '^rank [0-3] sum 15$')" 4 \
+   "ranks 2-3 got rank 0's tensor, rank 1 took part without writing"
+[ "$rc" = 0 ] || diag "$out"
+
 # --- 4: the example ---
 ex="$top_builddir/examples/fashion_mnist_ddp"
 data=/usr/share/datasets/fashion-mnist
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 7 "dataset-fashion-mnist is not installed"
+    skip 8 "dataset-fashion-mnist is not installed"
     done_testing
 fi
 args="--epochs 2 --max-batches 30 --batch-size 32 --hidden 64 --threads 1
       --log-every 0 --optimizer sgd"
 out=$(timeout -k 5 300 todist-run -n 4 --no-kill "$ex" $args --in-place \
-      --die-at 2:12 --loss-log "$TD_TMP/ip.log" 2>&1); rc=$?
+      --die-at 2:12 --loss-log "$TD_TMP/ip.log" --metrics "$TD_TMP/m.jsonl" 2>&1); rc=$?
 is "$rc" 137 "the in-place run ends (the launcher names the dead rank)"
 like "$out" "in-place: epoch 1 at step 11: world 4 -> 3 \(lost 1 rank, first 2\)" \
    "step 12 is dropped: epoch 1 starts at step 11, world 4 -> 3"
 like "$out" "in-place: step 12 done" "the survivors complete step 12 again"
+like "$(cat "$TD_TMP/m.jsonl")" '\{"membership": \{"epoch": 1, "step": 11, "old_world": 4, "new_world": 3, "lost": 1, "agreement_ms": [0-9.]+' \
+   "the metrics file records the membership change"
 is "$(printf '%s\n' "$out" | grep -c '^todist-run: rank [0-9]* (pid')" 1 \
    "only the dead rank failed"
 ref1=$(timeout -k 5 300 todist-run -n 4 "$ex" $args --checkpoint "$TD_TMP/ck" \
