@@ -102,7 +102,9 @@ td_status_t td_checkpoint_load(td_checkpoint_t *ck, const char *path);
  * the tensors); the others check the small entries as td_checkpoint_load
  * checks a file before any tensor is written, then receive the tensors
  * straight into theirs (a failure from then on leaves them part-written:
- * heal again), the root changes nothing. The in-place recovery's heal
+ * heal again), the root changes nothing. A member that refuses an entry
+ * still takes part in every broadcast (into scratch, so nobody is left
+ * waiting), changes nothing and returns the refusal. The in-place recovery's heal
  * (todist/elastic.h): a survivor behind the most advanced one catches up.
  * A sampler arrives as the root saved it (its num_replicas must be the
  * members' own, or td_checkpoint_allow_reshard). */

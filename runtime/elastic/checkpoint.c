@@ -24,8 +24,9 @@
  *        root, one td_broadcast each: the small entries first (in the
  *        list's order), which the others check as a load does before any
  *        tensor is written; then the tensors, straight into the others'
- *        tensors (a heal moves the model once, no scratch); then the small
- *        entries are copied in. A failure after the checks leaves the
+ *        tensors (a heal moves the model once, no scratch; a rank that
+ *        refused an entry takes part into scratch and changes nothing);
+ *        then the small entries are copied in. A failure after the checks leaves the
  *        tensors part-written (todist/elastic.h's EL6 keeps such a rank
  *        from being a heal source). The root changes nothing. */
 #include "config.h"
@@ -626,7 +627,8 @@ td_status_t
 td_checkpoint_broadcast(td_checkpoint_t *ck, td_group_t *group, int root)
 {
     int me = td_group_rank(group);
-    char what[64];
+    char what[64], why[512];
+    td_status_t refused = TD_OK;       /* a small entry this rank refused */
     td_tensor_t **ts;
     const char **names;
     td_status_t status;
@@ -651,19 +653,39 @@ td_checkpoint_broadcast(td_checkpoint_t *ck, td_group_t *group, int root)
         }
     }
     snprintf(what, sizeof(what), "broadcast from group rank %d", root);
-    for (int i = 0; me != root && status == TD_OK && i < ck->n; i++) {
+    for (int i = 0; me != root && status == TD_OK && refused == TD_OK &&
+                    i < ck->n; i++) {
         if (ck->items[i].kind == IT_SAMPLER) {
-            status = sampler_check(what, &ck->items[i], td_tensor_data(ts[i]),
-                                   ck->reshard);
+            refused = sampler_check(what, &ck->items[i],
+                                    td_tensor_data(ts[i]), ck->reshard);
         } else if (ck->items[i].kind == IT_DDP) {
-            status = ddp_check(what, &ck->items[i], td_tensor_data(ts[i]));
+            refused = ddp_check(what, &ck->items[i], td_tensor_data(ts[i]));
         }
     }
-    /* the tensors land in place: a heal moves the model once */
+    if (refused != TD_OK) {
+        snprintf(why, sizeof(why), "%s", td_last_error());
+    }
+    /* the tensors land in place: a heal moves the model once; a rank that
+     * refused an entry still takes part (the others wait for it), into
+     * scratch, and changes nothing */
     for (int i = 0; status == TD_OK && i < ck->n; i++) {
-        if (ck->items[i].kind == IT_TENSOR) {
-            status = td_broadcast(group, ck->items[i].t, root);
+        td_tensor_t *dst = NULL;
+
+        if (ck->items[i].kind != IT_TENSOR) {
+            continue;
         }
+        if (refused != TD_OK) {
+            status = item_scratch(&ck->items[i], &dst);
+        }
+        if (status == TD_OK) {
+            status = td_broadcast(group, dst != NULL ? dst
+                                                     : ck->items[i].t, root);
+        }
+        td_tensor_release(dst);
+    }
+    if (status == TD_OK && refused != TD_OK) {
+        scratch_free(ck, ts, names);
+        return td_error(refused, "%s", why);
     }
     for (int pass = 0; me != root && pass < 2; pass++) {
         for (int i = 0; status == TD_OK && i < ck->n; i++) {

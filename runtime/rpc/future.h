@@ -16,4 +16,9 @@ td_status_t td__future_complete_async(td_future_t *fut, td_rpc_list_t *value);
 td_status_t td__future_fail_async(td_future_t *fut, td_status_t status,
                                  const char *msg);
 
+/* td_future_take for a caller about to release its last use of FUT (a
+ * synchronous call): the value moves out and no empty list is left in
+ * its place (td_future_value on FUT returns NULL afterwards). */
+td_status_t td__future_take_last(td_future_t *fut, td_rpc_list_t **value_p);
+
 #endif /* TD_RUNTIME_RPC_FUTURE_H */

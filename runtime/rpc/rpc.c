@@ -858,7 +858,7 @@ td__rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
         if (status != TD_OK) {
             return status;
         }
-        pc = calloc(1, sizeof(*pc));
+        pc = malloc(sizeof(*pc));     /* every field set below */
         if (pc == NULL) {
             td_future_release(fut);
             return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory");
@@ -923,7 +923,7 @@ td_rpc_sync(int dst, const char *name, const td_rpc_list_t *args,
     /* The call's own deadline ends the wait (the timer fails it). */
     status = td_future_wait(fut, -1);
     if (status == TD_OK && result_p != NULL) {
-        status = td_future_take(fut, result_p);
+        status = td__future_take_last(fut, result_p);   /* no empty list */
     }
     td_future_release(fut);   /* RESULT_P NULL: the result is dropped */
     return status;

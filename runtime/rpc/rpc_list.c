@@ -27,11 +27,16 @@ kind_name(td_value_kind_t kind)
 td_status_t
 td_rpc_list_create(td_rpc_list_t **list_p)
 {
-    td_rpc_list_t *list = calloc(1, sizeof(*list));
+    /* malloc, not calloc: glibc's calloc bypasses the per-thread cache and
+     * takes the arena lock; every RPC creates lists (RESULTS, issue 31). */
+    td_rpc_list_t *list = malloc(sizeof(*list));
 
     if (list == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a list");
     }
+    list->n = 0;
+    list->cap = 0;
+    list->items = NULL;
     *list_p = list;
     return TD_OK;
 }

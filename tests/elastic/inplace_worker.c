@@ -18,7 +18,12 @@
  *       (and fail), rank 1 waits for a message from rank 0 that never
  *       comes: it never talked to rank 3, so only the others' abort of
  *       the world's group (EL5) gets it into the recovery. Ranks 0-2 end
- *       with "rank R epoch 1 sum 3" (an all_reduce at world 3). */
+ *       with "rank R epoch 1 sum 3" (an all_reduce at world 3).
+ *   inplace_worker reject  no death: td_checkpoint_broadcast from rank 0
+ *       of a sampler and a tensor (rank 0's holds 5, the others' 0), where
+ *       rank 1's sampler has another seed: rank 1 refuses it, naming the
+ *       seed, and keeps its 0; ranks 2-3 get 5; then an all_reduce of the
+ *       tensors gives 15 on every rank (nobody was left waiting). */
 #include "config.h"
 
 #include <signal.h>
@@ -81,6 +86,43 @@ tell(void)
     return 0;
 }
 
+static int
+reject(void)
+{
+    td_distributed_sampler_t s;
+    td_checkpoint_t *ck;
+    td_tensor_t *t;
+    int64_t one = 1, pos = 0;
+    int rank;
+    td_status_t st;
+
+    if (td_init(NULL) != TD_OK) {
+        return fail(-1, "td_init");
+    }
+    rank = td_world()->rank;
+    if (td_distributed_sampler_init(&s, 100, 4, rank, 1, rank == 1 ? 9 : 1,
+                                    0) != TD_OK ||
+        td_tensor_empty(&one, 1, TD_FLOAT64, TD_CPU, &t) != TD_OK ||
+        td_checkpoint_create(&ck) != TD_OK ||
+        td_checkpoint_add_sampler(ck, "sampler", &s, &pos) != TD_OK ||
+        td_checkpoint_add_tensor(ck, "w", t) != TD_OK) {
+        return fail(rank, "setup");
+    }
+    ((double *)td_tensor_data(t))[0] = rank == 0 ? 5 : 0;
+    st = td_checkpoint_broadcast(ck, td_group_world(), 0);
+    printf("rank %d: broadcast %s: %s; holds %g\n", rank,
+           st == TD_OK ? "ok" : "refused", st == TD_OK ? "-" : td_last_error(),
+           ((double *)td_tensor_data(t))[0]);
+    if (td_all_reduce(td_group_world(), t, TD_REDUCE_SUM) != TD_OK) {
+        return fail(rank, "all_reduce");
+    }
+    printf("rank %d sum %g\n", rank, ((double *)td_tensor_data(t))[0]);
+    fflush(stdout);
+    td_checkpoint_free(ck);
+    td_tensor_release(t);
+    return td_finalize() == TD_OK ? 0 : fail(rank, "td_finalize");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -94,12 +136,16 @@ main(int argc, char **argv)
 
     if (argc != 2 || (strcmp(argv[1], "heal") != 0 &&
                       strcmp(argv[1], "stale") != 0 &&
-                      strcmp(argv[1], "tell") != 0)) {
-        fprintf(stderr, "usage: inplace_worker heal|stale|tell\n");
+                      strcmp(argv[1], "tell") != 0 &&
+                      strcmp(argv[1], "reject") != 0)) {
+        fprintf(stderr, "usage: inplace_worker heal|stale|tell|reject\n");
         return 2;
     }
     if (strcmp(argv[1], "tell") == 0) {
         return tell();
+    }
+    if (strcmp(argv[1], "reject") == 0) {
+        return reject();
     }
     heal = strcmp(argv[1], "heal") == 0;
     die_rank = heal ? 3 : 2;

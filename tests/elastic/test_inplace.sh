@@ -15,6 +15,8 @@
 #     never talked to rank 3): the others' abort of the old group (EL5)
 #     brings it into epoch 1 within TODIST_ELASTIC_TIMEOUT=20 (its own
 #     collective timeout is 300 s): ranks 0-2 all_reduce at world 3.
+#  3b. inplace_worker reject: rank 1 refuses a heal (another seed) and
+#     keeps its tensor, while the others receive it; nobody is left waiting.
 #  4. examples/fashion_mnist_ddp --in-place --die-at 2:12: the step 12 that
 #     failed is dropped; the survivors' losses equal, bit for bit, a run of
 #     11 steps at 4 ranks checkpointed and resumed at 3 ranks (the sampler
@@ -24,7 +26,7 @@
 #     in epoch 2: 56 steps.
 # Bounded by timeout; part 3 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 23
+plan 26
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -68,6 +70,15 @@ like "$out" "rank 1: the first operation failed: elastic: rank [02] left epoch 0
 is "$(printf '%s\n' "$out" | grep -c '^rank [012] epoch 1 sum 3$')" 3 \
    "ranks 0-2 form epoch 1 together and all_reduce at world 3"
 [ "$rc" = 137 ] || diag "$out"
+
+# --- 3b: a heal refused by one rank leaves nobody waiting ---
+out=$(timeout -k 5 120 todist-run -n 4 "$w" reject 2>&1); rc=$?
+is "$rc" 0 "a refused heal: every rank goes on and finalizes"
+like "$out" "rank 1: broadcast refused: checkpoint: broadcast from group rank 0: 'sampler.state' was saved with seed 1, this run's sampler has 9; holds 0" \
+   "rank 1 refuses the other seed, naming it, and keeps its tensor"
+is "$(printf '%s\n' "$out" | grep -c '^rank [0-3] sum 15$')" 4 \
+   "ranks 2-3 got rank 0's tensor, rank 1 took part without writing"
+[ "$rc" = 0 ] || diag "$out"
 
 # --- 4: the example ---
 ex="$top_builddir/examples/fashion_mnist_ddp"
