@@ -126,9 +126,11 @@ group_gpus_own(const td_nccl_ops_t *nccl, td_group_t *g, int device)
 
         snprintf(key, sizeof(key), "td/nccl/gpu/%u/%08x/%d", g->id,
                  g->digest, i);
+        /* "<16 hex digits> <bus id>\0", as written above */
         if (td_store_get(store, key, coll_timeout(), &v, &len) != TD_OK ||
-            len == 0 || len > sizeof(mine) || ((char *)v)[len - 1] != '\0') {
-            td_log_warn("coll: group %u: no GPU id from rank %d; collectives "
+            len < 19 || len > sizeof(mine) || ((char *)v)[16] != ' ' ||
+            ((char *)v)[len - 1] != '\0') {
+            td_log_warn("coll: group %u: no valid GPU id from rank %d; collectives "
                         "on device tensors are staged", g->id, g->ranks[i]);
             td_error_clear();
             own = 0;
