@@ -88,6 +88,21 @@ skip() { # n reason
     done
 }
 
+# expect OUTPUT NAME...: one test per NAME, passing when OUTPUT has the line
+# "PASS NAME" (a missing line fails too); a failure shows its "FAIL NAME"
+# lines. For peers that print PASS/FAIL per check.
+expect() { # output names...
+    _out=$1; shift
+    for _c in "$@"; do
+        if printf '%s\n' "$_out" | grep -x "PASS $_c" >/dev/null; then
+            ok 0 "$_c"
+        else
+            ok 1 "$_c"
+            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
+        fi
+    done
+}
+
 done_testing() {
     if [ "$_tap_plan" -ge 0 ] && [ "$_tap_n" -ne "$_tap_plan" ]; then
         diag "planned $_tap_plan tests but ran $_tap_n"

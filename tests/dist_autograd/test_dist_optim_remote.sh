@@ -21,18 +21,6 @@ kill="dead_owner_error_names_rank"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$kill") + 1 ))
 
-expect() { # output names...
-    _out=$1; shift
-    for _c in "$@"; do
-        if printf '%s\n' "$_out" | grep -x "PASS $_c" >/dev/null; then
-            ok 0 "$_c"
-        else
-            ok 1 "$_c"
-            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
-        fi
-    done
-}
-
 out=$(run 120 todist-run -n 3 "$PEER" basic 2>&1); rc=$?
 expect "$out" $basic
 is "$rc" 0 "basic: every rank exits 0"

@@ -21,18 +21,6 @@ kill="worker_killed_mid_backward"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$basic") + $(count "$many") + $(count "$kill") + 9 ))
 
-expect() { # output names...
-    _out=$1; shift
-    for _c in "$@"; do
-        if printf '%s\n' "$_out" | grep -x "PASS $_c" >/dev/null; then
-            ok 0 "$_c"
-        else
-            ok 1 "$_c"
-            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
-        fi
-    done
-}
-
 # PyTorch's design-note example
 out=$(run 60 todist-run -n 2 "$top_builddir/examples/my_add" --seed 7 2>&1)
 rc=$?

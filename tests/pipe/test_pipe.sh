@@ -22,18 +22,6 @@ done
 count() { set -- $1; echo $#; }
 plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 5 + 1 ))
 
-expect() { # output names...
-    _out=$1; shift
-    for _c in "$@"; do
-        if printf '%s\n' "$_out" | grep -x "PASS $_c" >/dev/null; then
-            ok 0 "$_c"
-        else
-            ok 1 "$_c"
-            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
-        fi
-    done
-}
-
 for S in 1 2 3; do
     out=$(run 240 todist-run -n $S "$PEER" grad 2>&1); rc=$?
     names=$(for g in $grads; do echo "$g" | sed "s/^grad_/grad_S${S}_/"; done)

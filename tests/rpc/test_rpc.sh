@@ -39,19 +39,6 @@ plan $(( 2 * $(count "$basic") + 1 + $(count "$futures") + $(count "$rref") + \
          $(count "$barrier_wide") + 1 + \
          $(count "$hooks") + 2 * $(count "$inline") + 25 ))
 
-# Each expected check must PASS; a missing line fails too.
-expect() { # output names...
-    _out=$1; shift
-    for _c in "$@"; do
-        if printf '%s\n' "$_out" | grep -x "PASS $_c" >/dev/null; then
-            ok 0 "$_c"
-        else
-            ok 1 "$_c"
-            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
-        fi
-    done
-}
-
 out=$(run 120 todist-run -n 2 "$PEER" basic 2>&1); rc=$?
 expect "$out" $basic
 is "$rc" 0 "basic: every rank exits 0"

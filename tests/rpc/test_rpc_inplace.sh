@@ -20,18 +20,6 @@ kill="inplace_peer_killed inplace_offer_completed"
 count() { set -- $1; echo $#; }
 plan $(( 2 * ($(count "$basic") + 1 + $(count "$kill") + 1) ))
 
-expect() { # output names...
-    _out=$1; shift
-    for _c in "$@"; do
-        if printf '%s\n' "$_out" | grep -x "PASS $_c" >/dev/null; then
-            ok 0 "$_c"
-        else
-            ok 1 "$_c"
-            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
-        fi
-    done
-}
-
 for mode in on off; do
     if [ $mode = on ]; then
         unset TODIST_RPC_CMA

@@ -12,17 +12,6 @@ plan 40
 B=$top_builddir/tests
 run() { timeout -k 5 "$@"; }
 
-expect() { # output names...
-    _out=$1; shift
-    for _c in "$@"; do
-        if printf '%s\n' "$_out" | grep -x "PASS $_c" >/dev/null; then
-            ok 0 "$_c"
-        else
-            ok 1 "$_c"
-            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
-        fi
-    done
-}
 # no hang (timeout's 124/137) and no crash (signals, UCX assertions)
 ended() { # rc output what
     case $1 in 124|137|134|139) ok 1 "$3: ended (rc $1)";; *) ok 0 "$3: ended (rc $1)";; esac
