@@ -36,12 +36,14 @@ spid=$(cat "$TD_TMP/spid")
 cmd() { hosts_run "$1" cat "/proc/$spid/cmdline" 2>/dev/null | tr '\0' ' '; }
 is "$(cmd 1)" "sleep 600 " "a process of host 1 is seen on host 1 (pid $spid)"
 is "$(cmd 2)" "" "...and not on host 2 (its own PID namespace)"
-hosts_run 1 sh -c 'echo one > /dev/shm/x; echo one > /tmp/x'
-is "$(hosts_run 2 sh -c 'cat /dev/shm/x /tmp/x 2>/dev/null | wc -l')" 0 \
+# a name of this run's own: a file the machine already has cannot pass
+x=td-hosts-$$
+hosts_run 1 sh -c "echo one > /dev/shm/$x; echo one > /tmp/$x"
+is "$(hosts_run 2 sh -c "cat /dev/shm/$x /tmp/$x 2>/dev/null | wc -l")" 0 \
    "host 2 sees neither host 1's /dev/shm nor its /tmp"
-is "$(hosts_run 1 cat /dev/shm/x /tmp/x | tr '\n' ' ')" "one one " \
+is "$(hosts_run 1 cat /dev/shm/$x /tmp/$x | tr '\n' ' ')" "one one " \
    "host 1 sees its own again (one /dev/shm and /tmp per host)"
-ok "$([ ! -e /dev/shm/x ] && [ ! -e /tmp/x ]; echo $?)" \
+ok "$([ ! -e /dev/shm/$x ] && [ ! -e /tmp/$x ]; echo $?)" \
    "nothing reached the machine's own /dev/shm or /tmp"
 hosts_run 2 sh -c "echo shared > '$TD_TMP/from2'"
 is "$(cat "$TD_TMP/from2" 2>/dev/null)" "shared" \
