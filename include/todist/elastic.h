@@ -96,6 +96,12 @@ typedef struct {
     double join_timeout_s; /* td_elastic_join: how long a replacement waits
                               to be admitted (default 300, env
                               TODIST_ELASTIC_JOIN_TIMEOUT) */
+    double admit_wait_s;   /* rank 0's td_elastic_admit, while the world is
+                              smaller than at start, waits up to this long
+                              at a boundary for a replacement to ask
+                              (default 0: it does not wait; env
+                              TODIST_ELASTIC_ADMIT_WAIT): the world then
+                              grows at a known step (tests, short runs) */
 } td_elastic_opts_t;
 
 #define TD_ELASTIC_LOST_MAX 16

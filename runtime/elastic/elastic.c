@@ -114,7 +114,7 @@ td_elastic_opts_t
 td_elastic_defaults(void)
 {
     td_elastic_opts_t o = { .timeout_s = 30, .min_size = 1,
-                            .join_timeout_s = 300 };
+                            .join_timeout_s = 300, .admit_wait_s = 0 };
     const char *t = getenv("TODIST_ELASTIC_TIMEOUT");
 
     if (t != NULL && atof(t) > 0) {
@@ -123,6 +123,10 @@ td_elastic_defaults(void)
     t = getenv("TODIST_ELASTIC_JOIN_TIMEOUT");
     if (t != NULL && atof(t) > 0) {
         o.join_timeout_s = atof(t);
+    }
+    t = getenv("TODIST_ELASTIC_ADMIT_WAIT");
+    if (t != NULL && atof(t) > 0) {
+        o.admit_wait_s = atof(t);
     }
     return o;
 }
@@ -412,8 +416,8 @@ td_elastic_admit(td_elastic_t *el, td_elastic_change_t *change, int *grew_p)
     }
     if (!el->grow_found) {
         st = elastic_grow_check(store, el->epoch, my_rank, el->members, el->n,
-                                lost_n, el->committed, &el->grow_found,
-                                &el->grow);
+                                lost_n, el->committed, el->opts.admit_wait_s,
+                                &el->grow_found, &el->grow);
         if (st != TD_OK) {
             return st;
         }

@@ -516,11 +516,12 @@ sorted_has(const int *m, int n, int r)
 td_status_t
 elastic_grow_check(td_store_t *store, int64_t epoch, int me,
                    const int *members, int n, int world, int64_t committed,
-                   int *found, elastic_grow_t *g)
+                   double wait, int *found, elastic_grow_t *g)
 {
     td_status_t st = grow_read(store, epoch, world, found, g);
     elastic_grow_t w = { .step = committed + 1 };
     char key[96], *text = NULL;
+    double t0 = td_now_s();
 
     if (st != TD_OK || *found || me != 0 || n >= world) {
         return st;
@@ -530,6 +531,7 @@ elastic_grow_check(td_store_t *store, int64_t epoch, int me,
     if (w.ranks == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
     }
+again:
     for (int r = 1; r < world && st == TD_OK; r++) {
         int asked;
         int64_t v;
@@ -542,6 +544,12 @@ elastic_grow_check(td_store_t *store, int64_t epoch, int me,
         if (st == TD_OK && asked) {
             w.ranks[w.n++] = r;
         }
+    }
+    if (st == TD_OK && w.n == 0 && td_now_s() - t0 < wait) {
+        struct timespec ts = { 0, 2000000 };
+
+        nanosleep(&ts, NULL);           /* admit_wait_s: a request comes */
+        goto again;
     }
     if (st == TD_OK && w.n > 0) {
         st = elastic_grow_encode(&w, &text);                  /* Q7, Q8 */

@@ -119,10 +119,11 @@ void        elastic_grow_free(elastic_grow_t *g);
 /* Rank 0 at a step boundary of epoch EPOCH (members MEMBERS[N] of a
  * world of WORLD, committed step COMMITTED): if no record is there yet
  * and a non-member asked (want/), write the record admitting them
- * (Q7, Q8). Then (every member) read it: *FOUND 0 when absent. */
+ * (Q7, Q8); with WAIT > 0, wait up to WAIT s for a request first. Then
+ * (every member) read it: *FOUND 0 when absent. */
 td_status_t elastic_grow_check(td_store_t *store, int64_t epoch, int me,
                                const int *members, int n, int world,
-                               int64_t committed, int *found,
+                               int64_t committed, double wait, int *found,
                                elastic_grow_t *g);
 /* A member entering a recovery of epoch EPOCH: close the record ("none")
  * unless written; *G is the record then in the store (Q7). */
