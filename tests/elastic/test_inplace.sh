@@ -71,7 +71,11 @@ like "$out" "todist-run: rank 3 \(pid [0-9]+\) exited with code 3" \
    "and exits"
 is "$(printf '%s\n' "$out" | grep -c '^rank [01] epoch 1 step 3 total 8 world 2$')" 2 \
    "ranks 0-1 go on at world 2 and finalize"
-bad=$(printf '%s\n' "$out" | grep 'fail\|error' | grep -v 'lost rank')
+# (UCX itself may log "shmat(...) failed" when an endpoint to the refused
+# rank, which exits at once, is wired up after it left: seen 2 runs in 5
+# under a loaded make check; the runtime fails that peer, nothing else)
+bad=$(printf '%s\n' "$out" | grep 'fail\|error' | grep -v 'lost rank' |
+      grep -v 'UCX  ERROR shmat(shmid=[0-9]*) failed: Invalid argument')
 ok "$([ -z "$bad" ]; echo $?)" "nothing else fails"
 [ -z "$bad" ] || diag "$bad"
 [ "$rc" = 137 ] || diag "$out"
