@@ -2,10 +2,16 @@
  * members run on several hosts. Each host has one leader; a call runs in
  * three phases: inside each host (the members to their leader), among the
  * leaders over the network, inside each host again (the leader to its
- * members). Inside a host the steps travel through shared memory (UCX's
- * shared-memory transports, and bodies from 64 KiB read in place, cma.h
- * C9); across hosts only the leaders talk, so each host's link carries its
- * data once instead of once per member.
+ * members). Inside a host the data goes through the host's shared
+ * segment (shm.c, a segment per host made at the group's first
+ * hierarchical call: H8): members write their chunk in their slot and
+ * raise a flag, the leader reduces or copies it out, and writes what the
+ * members need in its own slot; no message moves inside the host. Across
+ * hosts only the leaders talk, over the transport, so each host's link
+ * carries its data once instead of once per member. Where some host
+ * cannot have a segment, every host goes through the transport inside
+ * (UCX's shared-memory transports, bodies from 64 KiB read in place:
+ * cma.h C9), with the algorithms below marked "(transport)".
  *
  *   all_reduce      the vector in chunks of HIER_CHUNK: the leader reduces
  *                   its members' chunk c, exchanges it with the other
@@ -21,14 +27,23 @@
  *   broadcast       in chunks down a binomial tree of leaders rooted at the
  *                   root's host, each leader forwarding chunk c to its
  *                   children and its members as soon as it has it.
- *   all_gather      the members' blocks to their leader; leaders send their
- *                   host's blocks to every other leader; each leader sends
- *                   the whole result to its members.
- *   reduce_scatter  the members' vectors reduced at their leader; each
- *                   leader sends block j to the leader of j's host, which
- *                   reduces them and sends block j to member j.
- *   barrier         members to their leader, dissemination among leaders,
- *                   leaders to their members.
+ *   all_gather      in chunks, one round of the segment each: the host's
+ *                   blocks (every member copies the others' out, the
+ *                   leader sends each chunk to the other leaders at once),
+ *                   then the other hosts' chunks as they arrive, from the
+ *                   leader's slot. (transport: the members' blocks to the
+ *                   leader, the host's blocks to every other leader, the
+ *                   whole result to the members, each phase after the
+ *                   other.)
+ *   reduce_scatter  in units (block, chunk), one round each, other hosts'
+ *                   blocks first: the leader reduces the members' unit
+ *                   from their slots and sends it to the leader of the
+ *                   block's host at once; a unit of its own host waits for
+ *                   the other leaders' parts, and goes to its member
+ *                   through the leader's slot. (transport: the members'
+ *                   whole vectors reduced at the leader first.)
+ *   barrier         a round of the host, dissemination among leaders, a
+ *                   round of the host.
  *
  * Invariants (H1..H7):
  *  H1 Auto picks "hier" for all_reduce, broadcast, all_gather,
@@ -62,6 +77,28 @@
  *  H7 Nothing returns with a request in flight (C4): every step posted
  *     is waited for, also after a failure, and the first error is the one
  *     returned.
+ *  H8 Inside hosts, all hosts go through their segment or none does: at
+ *     the group's first hierarchical call the first member of each host
+ *     (its head) offers a segment to the others (shm.c's handshake: S1
+ *     for one host), the heads trade whether their host has one, and
+ *     each head tells its members the AND (g->hshm_state, then fixed).
+ *     A host of one member needs none and says yes. So the leaders'
+ *     messages, which differ between the two ways, always match. Bytes a
+ *     rank writes into the segment and bytes it sends to a member of its
+ *     own host are counted (hier_seg_bytes, hier_tp_bytes) and logged at
+ *     debug when the group goes: through the segments the second is 0,
+ *     which tests/hosts/test_hosts.sh checks.
+ *  H9 Through the segments, a chunk is a slot of the largest host's
+ *     segment (at most HIER_CHUNK), the same on every host, and one
+ *     round of a host's segment is one epoch (shm.c S5): what a rank
+ *     reads after round e it has read before it posts round e + 1, and
+ *     what it writes for round e it writes after round e - 1. The leader
+ *     keeps a chunk's exchange in flight while it works on the next
+ *     (all_reduce: the exchange of chunk k is finished after chunk k + 1
+ *     is reduced and posted, so its result reaches the members two
+ *     rounds after their chunk; all_gather and reduce_scatter: every
+ *     receive is posted before the first round, every send goes as soon
+ *     as its chunk is ready).
  *
  * Run by the thread running the group's operation (work.c). */
 #include "config.h"
@@ -75,7 +112,8 @@
 #include "runtime/runtime.h"
 #include "base/log.h"
 
-/* A chunk of all_reduce and broadcast: 1 MiB keeps a chunk's exchange
+/* A chunk of all_reduce and broadcast through the transport (through
+ * the segments: H9, at most this): 1 MiB keeps a chunk's exchange
  * short enough to overlap with the next chunk's work on the host, and
  * the scratch small (the leader holds (1 + 2 x leaders) chunks). */
 #define HIER_CHUNK      (1024u * 1024u)

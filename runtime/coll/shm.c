@@ -1,6 +1,8 @@
 /* shm.c: all_reduce, broadcast, all_gather, reduce_scatter and barrier
  * through one shared-memory segment per group, for groups whose members
- * all run on one host (algorithm "shm").
+ * all run on one host (algorithm "shm"); and the segment of each host of
+ * a group that spans hosts, for the hierarchical algorithms (hier.c H8,
+ * S9 here).
  *
  * Why: on one node a collective is memory traffic plus synchronization.
  * Through the transport each step is a UCX message (a few hundred ns of
@@ -69,6 +71,17 @@
  *     control line, next to its post, in the half of the epoch's parity
  *     (S5 holds as for the data buffers): a reader that sees the post has
  *     the data in the same cache line, one transfer instead of two.
+ *  S9 A host's segment (hier.c H8) holds the members of one host of a
+ *     group, which may span hosts: its handshake is S1's with the host's
+ *     first member offering, and the decision taken for all hosts; its
+ *     rounds are S2-S7's among those members (errors name their world
+ *     ranks; no announcements: a mismatch names the member without its
+ *     call). A waiter there yields its core after SHM_HOST_YIELD_S, not
+ *     SHM_YIELD_S: the leader it waits for is often on the network for a
+ *     chunk's time (~1 ms at 10 Gbit/s), and a member yielding that long
+ *     takes the core from the leader and the transport's progress
+ *     thread (2 hosts x 2 ranks on 2 cores, 64 MiB all_reduce, loaded:
+ *     151-157 ms with 2 ms, 103-105 ms with 20 us; one try each).
  *
  * Thread safety: a group's segment belongs to the thread running its
  * current operation (work.c serializes them). */
@@ -109,6 +122,7 @@
 #define SHM_BUDGET     (4u << 20)               /* n x slot, per buffer */
 #define SHM_SPIN_S     3e-6                     /* pure spin this long */
 #define SHM_YIELD_S    2e-3                     /* then yield this long */
+#define SHM_HOST_YIELD_S 20e-6                  /* (a host's segment: S9) */
 #define SHM_SLEEP_NS   1000000                  /* then futex sleeps */
 #define SHM_NAP_NS     50000                    /* the first of them (S6) */
 #define SHM_LIVE_MAX   32                       /* segments per process */
@@ -907,7 +921,7 @@ round_wait(coll_op_t *op, coll_shm_t *s, uint32_t digest, uint32_t round,
         if (now - t0 < SHM_SPIN_S && !shm_oversub) {
             continue;
         }
-        if (now - t0 < SHM_YIELD_S) {
+        if (now - t0 < (s->who != NULL ? SHM_HOST_YIELD_S : SHM_YIELD_S)) {
             sched_yield();
             continue;
         }
