@@ -20,6 +20,11 @@
 # no more ranks than cores (rank r on core r; todist, Open MPI and
 # ucx_perftest alike): no such collisions, but each rank then sees one
 # core, so todist's auto mode blocks instead of polling.
+# BUILDS="NAME=DIR ..." runs todist's figures once per build, in that
+# order, each with its own program and library (DIR/bench/.libs/collectives
+# with DIR/.libs/libtodist.so*, or DIR/bench/collectives), tagged
+# todist@NAME, busy@NAME, flat@NAME, with ratios per build: compare builds
+# in one invocation (BUILDS="before=/tmp/old/build after=build").
 # Figures go to bench/RESULTS.md.
 B=${1:-build}
 B=$(cd "$B" && pwd)
@@ -29,6 +34,9 @@ LAYOUTS=${LAYOUTS:-"1,1 2,2"}
 SHAPES=${SHAPES:-"none 10gbit"}
 SIZES=${SIZES:-"8 4096 1048576 67108864"}
 HOSTS_SHARE="$B $S/.."    # a tree under /tmp stays visible inside the hosts
+for spec in ${BUILDS:-}; do
+    HOSTS_SHARE="$HOSTS_SHARE $(cd "${spec#*=}" && pwd)" || exit 1
+done
 . "$S/../tests/hosts.sh"
 hosts_supported || { echo "# hosts.sh: $HOSTS_WHY"; exit 0; }
 hosts_up 2 || exit 1
@@ -63,6 +71,48 @@ EOF
     chmod +x "$tmp/agent"
 fi
 
+# coll_prog DIR: bench/collectives of build DIR with DIR's own library
+# (libtool's wrapper would start it with the library it was linked in).
+coll_prog() {
+    if [ -x "$1/bench/.libs/collectives" ]; then
+        echo "env LD_LIBRARY_PATH=$1/.libs $1/bench/.libs/collectives"
+    else
+        echo "$1/bench/collectives"
+    fi
+}
+
+# todist_runs SUFFIX DIR LAYOUT TAG: todist's default, busy and (several
+# ranks a host) flat runs with build DIR's program, lines tagged
+# todist$SUFFIX, busy$SUFFIX, flat$SUFFIX.
+todist_runs() {
+    _sfx=$1; _prog=$(coll_prog "$2"); _l=$3; _tag=$4
+    echo "# todist$_sfx, default progress ($_tag; $2)"
+    set -- $(hosts_bytes 2); _tx0=$1
+    ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$_l" $pin \
+        $_prog $SIZES 2>&1 | grep -E '^(allreduce|#)' |
+        sed "s/^allreduce/todist$_sfx $_tag allreduce/" | tee -a "$out"
+    set -- $(hosts_bytes 2)
+    echo "# host 2 sent $(( ($1 - _tx0) / 1048576 )) MiB over its link"
+    echo "# todist$_sfx, TODIST_PROGRESS=busy ($_tag)"
+    TODIST_PROGRESS=busy; export TODIST_PROGRESS
+    hosts_launch "$_l" $pin $_prog 8 4096 2>&1 |
+        grep -E '^(allreduce|#)' |
+        sed "s/^allreduce/busy$_sfx $_tag allreduce/" | tee -a "$out"
+    unset TODIST_PROGRESS
+    case ",$_l," in
+    *,[2-9],*|*,[1-9][0-9],*)
+        echo "# todist$_sfx, flat: rd up to 64 KiB, ring above ($_tag)"
+        for sz in $SIZES; do
+            if [ "$sz" -le 65536 ]; then a=rd; else a=ring; fi
+            TODIST_COLL_ALGO=all_reduce:$a; export TODIST_COLL_ALGO
+            ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$_l" $pin \
+                $_prog "$sz" 2>&1 | grep -E '^allreduce' |
+                sed "s/^allreduce/flat$_sfx $_tag allreduce/" | tee -a "$out"
+            unset TODIST_COLL_ALGO
+        done;;
+    esac
+}
+
 # mpi LAYOUT PML/BTL-ARGS...: Open MPI across the hosts. mpirun itself runs
 # in host 1's network only (so that both hosts' daemons start through the
 # agent and reach it); every rank runs inside its host.
@@ -94,31 +144,13 @@ for shape in $SHAPES; do
             pin="$tmp/pin"
             echo "# $tag: each rank on its own core (rank r on core r)"
         fi
-        echo "# todist, default progress ($tag)"
-        set -- $(hosts_bytes 2); tx0=$1
-        ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$l" $pin \
-            "$B/bench/collectives" $SIZES 2>&1 | grep -E '^(allreduce|#)' |
-            sed "s/^allreduce/todist $tag allreduce/" | tee -a "$out"
-        set -- $(hosts_bytes 2)
-        echo "# host 2 sent $(( ($1 - tx0) / 1048576 )) MiB over its link"
-        echo "# todist, TODIST_PROGRESS=busy ($tag)"
-        TODIST_PROGRESS=busy; export TODIST_PROGRESS
-        hosts_launch "$l" $pin "$B/bench/collectives" 8 4096 2>&1 |
-            grep -E '^(allreduce|#)' |
-            sed "s/^allreduce/busy $tag allreduce/" | tee -a "$out"
-        unset TODIST_PROGRESS
-        case ",$l," in
-        *,[2-9],*|*,[1-9][0-9],*)
-            echo "# todist, flat: rd up to 64 KiB, ring above ($tag)"
-            for sz in $SIZES; do
-                if [ "$sz" -le 65536 ]; then a=rd; else a=ring; fi
-                TODIST_COLL_ALGO=all_reduce:$a; export TODIST_COLL_ALGO
-                ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$l" $pin \
-                    "$B/bench/collectives" "$sz" 2>&1 | grep -E '^allreduce' |
-                    sed "s/^allreduce/flat $tag allreduce/" | tee -a "$out"
-                unset TODIST_COLL_ALGO
-            done;;
-        esac
+        if [ -n "${BUILDS:-}" ]; then
+            for spec in $BUILDS; do
+                todist_runs "@${spec%%=*}" "$(cd "${spec#*=}" && pwd)" "$l" "$tag"
+            done
+        else
+            todist_runs "" "$B" "$l" "$tag"
+        fi
         if [ $have_mpi = 1 ]; then
             echo "# Open MPI, btl tcp ($tag)"
             mpi "$l" --mca pml ob1 --mca btl tcp,self,vader \
@@ -157,20 +189,23 @@ awk '
 function field(line, key,   n, a, i) { n = split(line, a, " ");
     for (i = 1; i <= n; i++) if (index(a[i], key "=") == 1) return substr(a[i], length(key) + 2);
     return "" }
-$1 ~ /^(todist|busy|flat|mpitcp|mpiucx)$/ {
+$1 ~ /^(todist|busy|flat)(@.*)?$/ || $1 ~ /^(mpitcp|mpiucx)$/ {
     k = field($0, "shape") " " field($0, "hosts") " " field($0, "size");
-    v[$1, k] = field($0, "median_us"); bw[$1, k] = field($0, "busbw_MBps");
-    if ($1 == "todist") keys[++nk] = k }
+    kind = $1; b = "";
+    if (index(kind, "@") > 0) { b = substr(kind, index(kind, "@")); kind = substr(kind, 1, index(kind, "@") - 1) }
+    if (kind != "mpitcp" && kind != "mpiucx") k = k " " b;
+    v[kind, k] = field($0, "median_us"); bw[kind, k] = field($0, "busbw_MBps");
+    if (kind == "todist") { keys[++nk] = k; build[k] = b } }
 $1 == "ucx" && field($0, "rtt_us") != "" { rtt[field($0, "shape")] = field($0, "rtt_us") }
 $1 == "ucx" && field($0, "bw_MBps") != "" { ubw[field($0, "shape")] = field($0, "bw_MBps") }
 END {
     for (i = 1; i <= nk; i++) {
-        k = keys[i]; split(k, p, " ");
-        line = sprintf("allreduce shape=%s hosts=%s size=%s todist_us=%s", p[1], p[2], p[3], v["todist", k]);
+        k = keys[i]; split(k, p, " "); m = p[1] " " p[2] " " p[3];
+        line = sprintf("allreduce%s shape=%s hosts=%s size=%s todist_us=%s", build[k] != "" ? " build=" substr(build[k], 2) : "", p[1], p[2], p[3], v["todist", k]);
         best = "";
-        if (("mpitcp", k) in v) { line = line sprintf(" tcp_us=%s", v["mpitcp", k]); best = v["mpitcp", k] }
-        if (("mpiucx", k) in v) { line = line sprintf(" ucx_us=%s", v["mpiucx", k]);
-            if (best == "" || v["mpiucx", k] + 0 < best + 0) best = v["mpiucx", k] }
+        if (("mpitcp", m) in v) { line = line sprintf(" tcp_us=%s", v["mpitcp", m]); best = v["mpitcp", m] }
+        if (("mpiucx", m) in v) { line = line sprintf(" ucx_us=%s", v["mpiucx", m]);
+            if (best == "" || v["mpiucx", m] + 0 < best + 0) best = v["mpiucx", m] }
         if (best != "") line = line sprintf(" bestmpi/todist=%.2f", best / v["todist", k]);
         if (("flat", k) in v) line = line sprintf(" flat_us=%s auto/flat=%.2f", v["flat", k], v["todist", k] / v["flat", k]);
         if (("busy", k) in v) line = line sprintf(" busy_us=%s default/busy=%.2f", v["busy", k], v["todist", k] / v["busy", k]);

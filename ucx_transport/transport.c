@@ -135,6 +135,16 @@
  * peers of this host (op_start). A user's UCX_RNDV_THRESH wins: then UCX
  * chooses, as before. */
 #define EAGER_MAX         (64u * 1024u)
+/* ... and up to this many to a peer known to be on another host (TCP).
+ * There UCX's rendezvous puts the body with TCP's emulated put, a round
+ * trip slower than sending it: a 512 KiB AM ping-pong between emulated
+ * hosts took 242-254 us a way by rendezvous against 139-140 us eager, and
+ * 2-rank all_reduce of 1 MiB 401-417 us against 296-302 us (ucx_perftest
+ * and bench/collectives, bench/RESULTS.md, issue 30). 1 MiB covers the
+ * collectives' segments (runtime/coll/allreduce.c); larger bodies keep
+ * the rendezvous, so no receiver buffers more than this of one unexpected
+ * message. Under a user's UCX_RNDV_THRESH, 0 (UCX chooses). */
+#define EAGER_REMOTE_MAX  (1024u * 1024u)
 #define LIVE_ID           (TD_TRANSPORT_HANDLERS_MAX - 1)   /* L3 */
 #define CMA_ID            (TD_TRANSPORT_HANDLERS_MAX - 2)   /* O3 */
 /* A reader's answer to an offer (O2-O5). */
@@ -247,6 +257,7 @@ struct td_transport {
     int                   efd;
     unsigned              mem_types;
     size_t                eager_max;   /* EAGER_MAX, 0 under UCX_RNDV_THRESH */
+    size_t                eager_far;   /* EAGER_REMOTE_MAX, or 0 likewise */
     peer_t               *peers;
     handler_t             handlers[TD_TRANSPORT_HANDLERS_MAX];
     pthread_t             thread;
@@ -1014,17 +1025,15 @@ op_start(td_transport_t *tp, send_op_t *op)
         buf = op->iov;
         count = op->n_bodies;
     }
-    /* eager only to a peer of this host: across hosts (TCP) UCX keeps its
-     * own choice. Forced eager there broke the 2 hosts x 2 ranks run of
-     * tests/spank/test_spank_hosts.sh (16 failed checks); why is not
-     * understood yet, and the pipeline's gain was measured within a host. */
-    if (op->mem == TD_MEM_HOST && tp->peers[op->dst].host == 1) {
-        size_t bytes = 0;
+    /* Eager up to EAGER_MAX to a peer of this host, up to EAGER_REMOTE_MAX
+     * to one known to be on another (a transport without a host map knows
+     * neither: UCX chooses). */
+    if (op->mem == TD_MEM_HOST) {
+        const peer_t *p = &tp->peers[op->dst];
+        size_t max = p->host == 1 ? tp->eager_max
+                     : tp->params.same_host != NULL ? tp->eager_far : 0;
 
-        for (size_t i = 0; i < op->n_bodies; i++) {
-            bytes += op->iov[i].length;
-        }
-        if (bytes <= tp->eager_max) {
+        if (op->total <= max) {
             prm.flags |= UCP_AM_SEND_FLAG_EAGER;
         }
     }
@@ -2250,6 +2259,7 @@ td__transport_create(const td_transport_params_t *params,
                  ? "busy" : "blocking", params->local_world_size,
                  online_cpus());
     tp->eager_max = getenv("UCX_RNDV_THRESH") != NULL ? 0 : EAGER_MAX;
+    tp->eager_far = getenv("UCX_RNDV_THRESH") != NULL ? 0 : EAGER_REMOTE_MAX;
     status = make_context(tp);
     if (status != TD_OK) {
         goto err;

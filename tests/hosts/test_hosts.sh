@@ -14,7 +14,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 112
+plan 115
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -208,6 +208,17 @@ unlike "$OUT" "read in place|cannot read" \
 TODIST_LOG=debug job "2+1 large bodies" 2,1 "$B/coll/coll_peer" big
 like "$OUT" "p2p body of [0-9]+ bytes from rank [01] read in place" \
      "2+1 large bodies: ranks 0 and 1, on host 1, read in place"
+
+# Bodies of up to 1 MiB go eager to a peer on another host (UCX's
+# rendezvous over TCP costs a round trip more), larger ones by rendezvous;
+# a user's UCX_RNDV_THRESH wins (the transport's own echo, rank 1 echoing).
+OUT=$(hosts_launch 1,1 "$B/transport/transport_peer" protocol 2>&1)
+is "$?" 0 "1+1 protocol: 32 KiB, 1 MiB and 2 MiB echoes"
+like "$OUT" 'ok protocol: 32768 B by rendezvous 0, 1048576 B by rendezvous 0, 2097152 B by rendezvous 1' \
+     "1+1: bodies up to 1 MiB come back eager across hosts, 2 MiB by rendezvous"
+OUT=$(UCX_RNDV_THRESH=4096 hosts_launch 1,1 "$B/transport/transport_peer" protocol 2>&1)
+like "$OUT" 'ok protocol: 32768 B by rendezvous 1, 1048576 B by rendezvous 1,' \
+     "1+1 under UCX_RNDV_THRESH=4096: UCX's threshold wins across hosts too"
 
 job "2+1 point-to-point" 2,1 "$B/coll/coll_peer" p2p
 job "1+1+1 point-to-point" 1,1,1 "$B/coll/coll_peer" p2p

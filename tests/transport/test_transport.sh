@@ -23,13 +23,14 @@ like "$out" 'rank 0: ok echoed 27 sizes up to 256 MiB, contents equal' \
 # both sides of the eager/rendezvous switch.
 out=$(UCX_RNDV_THRESH=4096 run 120 todist-run -n 2 "$PEER" pingpong 1 2>&1)
 is "$?" 0 "echo around UCX_RNDV_THRESH=4096"
-# Host bodies up to 64 KiB go eager (a rendezvous waits for the sender's
-# progress, which a computing sender delays), larger ones by rendezvous;
-# a user's UCX_RNDV_THRESH wins.
+# Host bodies up to 64 KiB go eager to a peer of this host (a rendezvous
+# waits for the sender's progress, which a computing sender delays),
+# larger ones by rendezvous (across hosts: tests/hosts/test_hosts.sh); a
+# user's UCX_RNDV_THRESH wins.
 out=$(run 60 todist-run -n 2 "$PEER" protocol 2>&1)
-is "$?" 0 "protocol: 32 KiB and 1 MiB echoes"
-like "$out" 'ok protocol: 32768 B by rendezvous 0, 1048576 B by rendezvous 1' \
-     "32 KiB comes eager, 1 MiB by rendezvous"
+is "$?" 0 "protocol: 32 KiB, 1 MiB and 2 MiB echoes"
+like "$out" 'ok protocol: 32768 B by rendezvous 0, 1048576 B by rendezvous 1, 2097152 B by rendezvous 1' \
+     "32 KiB comes eager, 1 MiB and 2 MiB by rendezvous"
 out=$(UCX_RNDV_THRESH=4096 run 60 todist-run -n 2 "$PEER" protocol 2>&1)
 is "$?" 0 "protocol under UCX_RNDV_THRESH=4096"
 like "$out" 'ok protocol: 32768 B by rendezvous 1,' \

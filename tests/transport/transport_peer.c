@@ -365,19 +365,21 @@ scenario_pingpong(size_t max_mb)
     }
 }
 
-/* The echo of a 32 KiB body and of a 1 MiB one: how many came back by
- * rendezvous. Host bodies up to 64 KiB go eager (a rendezvous waits for
- * the sender's progress), unless UCX_RNDV_THRESH is set. */
+/* The echo of a 32 KiB body, a 1 MiB and a 2 MiB one: how many came back
+ * by rendezvous. Host bodies up to 64 KiB go eager to a peer of this host
+ * (a rendezvous waits for the sender's progress), up to 1 MiB to a peer on
+ * another (UCX's rendezvous over TCP costs a round trip more), unless
+ * UCX_RNDV_THRESH is set. */
 static void
 scenario_protocol(void)
 {
-    size_t sizes[2] = { 32u << 10, 1u << 20 };
-    size_t rndv[2];
+    size_t sizes[3] = { 32u << 10, 1u << 20, 2u << 20 };
+    size_t rndv[3];
 
     if (rank != 0) {
         return;   /* rank 1 echoes from its handler */
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         uint8_t *buf = malloc(sizes[k]);
         size_t before = replies, r0 = td__transport_rndv_received(tp);
         fill(buf, sizes[k], 7000 + k);
@@ -391,7 +393,8 @@ scenario_protocol(void)
     CHECK(bad_content == 0, "content errors: %d", bad_content);
     if (failures == 0) {
         printf("rank 0: ok protocol: %zu B by rendezvous %zu, %zu B by "
-               "rendezvous %zu\n", sizes[0], rndv[0], sizes[1], rndv[1]);
+               "rendezvous %zu, %zu B by rendezvous %zu\n", sizes[0],
+               rndv[0], sizes[1], rndv[1], sizes[2], rndv[2]);
     }
 }
 
