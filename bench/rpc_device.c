@@ -13,7 +13,8 @@
  * backend); the reply comes back by the reverse map. Lines:
  *   rpc_device backend=B route=cpu|staged|direct bytes=N median_us=..
  *     min_us=.. bw_MiBps=.. (vs cpu x..)     bw counts both directions
- *   rpc_device backend=B stages bytes=N: one staged echo, per stage
+ *   rpc_device backend=B stages bytes=N: the median of 5 staged echoes,
+ *     per stage
  *     (ms summed over chunks; stages overlap): request (rank 0 -> 1):
  *     d2h on rank 0, wire (posted -> completed, in-place reads included),
  *     dest (rank 1's allocation), h2d on rank 1, transfer (rank 0's
@@ -180,45 +181,63 @@ set_route(int route)
     td_rpc_list_free(a);
 }
 
-/* One staged echo of T with both ranks' counters around it. */
+/* Staged echoes of T with both ranks' counters around each; the one of
+ * median time is printed (a single one may catch a stall). */
+#define STAGE_REPS 5
 static void
 stages(const char *backend, td_tensor_t *t, size_t bytes)
 {
-    int64_t a0[N_STATS], a1[N_STATS], b0[N_STATS], b1[N_STATS];
+    int64_t a0[N_STATS], a1[N_STATS], d0[STAGE_REPS][N_STATS],
+            d1[STAGE_REPS][N_STATS];
+    double echo_s[STAGE_REPS], sorted[STAGE_REPS];
     td_rpc_list_t *args = NULL, *res = NULL;
-    double t0, echo_s;
-    td_status_t s;
+    int m = 0;
 
 #define MS(x) ((double)(x) * 1e-6)
     set_route(TD_ROUTE_STAGED);
     td_rpc_list_create(&args);
     td_rpc_list_add_tensor(args, t);
-    my_stats(a0);
-    peer_stats(a1);
-    t0 = bench_now_s();
-    s = td_rpc_sync(1, "echo", args, 120, &res);
-    echo_s = bench_now_s() - t0;
-    my_stats(b0);
-    peer_stats(b1);
-    td_rpc_list_free(res);
+    for (int r = 0; r < STAGE_REPS; r++) {
+        double t0;
+        td_status_t s;
+
+        my_stats(a0);
+        peer_stats(a1);
+        t0 = bench_now_s();
+        s = td_rpc_sync(1, "echo", args, 120, &res);
+        echo_s[r] = bench_now_s() - t0;
+        my_stats(d0[r]);
+        peer_stats(d1[r]);
+        td_rpc_list_free(res);
+        res = NULL;
+        if (s != TD_OK) {
+            printf("rpc_device backend=%s stages bytes=%zu FAILED: %s\n",
+                   backend, bytes, td_last_error());
+            td_rpc_list_free(args);
+            return;
+        }
+        for (int i = 0; i < N_STATS; i++) {
+            d0[r][i] -= a0[i];
+            d1[r][i] -= a1[i];
+        }
+        sorted[r] = echo_s[r];
+    }
     td_rpc_list_free(args);
-    if (s != TD_OK) {
-        printf("rpc_device backend=%s stages bytes=%zu FAILED: %s\n",
-               backend, bytes, td_last_error());
-        return;
+    bench_median(sorted, STAGE_REPS);
+    while (echo_s[m] != sorted[STAGE_REPS / 2]) {
+        m++;
     }
-    for (int i = 0; i < N_STATS; i++) {
-        b0[i] -= a0[i];
-        b1[i] -= a1[i];
-    }
-    printf("rpc_device backend=%s stages bytes=%zu echo_ms=%.2f | request "
-           "d2h %.2f wire %.2f dest %.2f h2d %.2f transfer %.2f | reply "
-           "d2h %.2f wire %.2f dest %.2f h2d %.2f transfer %.2f | chunks "
-           "%lld+%lld, in place %lld+%lld | rest %.2f\n", backend, bytes,
-           echo_s * 1e3, MS(b0[0]), MS(b0[1]), MS(b1[2]), MS(b1[3]),
-           MS(b0[4]), MS(b1[0]), MS(b1[1]), MS(b0[2]), MS(b0[3]), MS(b1[4]),
-           (long long)b1[7], (long long)b0[7], (long long)b1[6],
-           (long long)b0[6], echo_s * 1e3 - MS(b0[4]) - MS(b1[4]));
+    printf("rpc_device backend=%s stages bytes=%zu echo_ms=%.2f (median of "
+           "%d; %.2f-%.2f) | request d2h %.2f wire %.2f dest %.2f h2d %.2f "
+           "transfer %.2f | reply d2h %.2f wire %.2f dest %.2f h2d %.2f "
+           "transfer %.2f | chunks %lld+%lld, in place %lld+%lld | rest "
+           "%.2f\n", backend, bytes, echo_s[m] * 1e3, STAGE_REPS,
+           sorted[0] * 1e3, sorted[STAGE_REPS - 1] * 1e3, MS(d0[m][0]),
+           MS(d0[m][1]), MS(d1[m][2]), MS(d1[m][3]), MS(d0[m][4]),
+           MS(d1[m][0]), MS(d1[m][1]), MS(d0[m][2]), MS(d0[m][3]),
+           MS(d1[m][4]), (long long)d1[m][7], (long long)d0[m][7],
+           (long long)d1[m][6], (long long)d0[m][6],
+           echo_s[m] * 1e3 - MS(d0[m][4]) - MS(d1[m][4]));
 #undef MS
 }
 
