@@ -38,7 +38,9 @@
  * and go on: run under `todist-run --no-kill`), --die-at R:S (a test
  * aid: world rank R SIGKILLs itself after the forward of step S, naming
  * the wall-clock time on stderr; in the first incarnation only, so a
- * restarted group goes past it). After a recovery or a resume, rank 0
+ * restarted group goes past it), --pause-at R:S (a test aid: world rank
+ * R stops itself with SIGSTOP at the same point, so a test can fail a host
+ * while it is known to be mid-step, then continue it). After a recovery or a resume, rank 0
  * prints the wall-clock time its first step completed; a recovery adds a
  * {"membership": {...}} record to --metrics FILE. */
 #include "config.h"
@@ -111,6 +113,7 @@ usage(FILE *f)
             "[--metrics FILE] [--metrics-every N] [--checkpoint FILE] "
             "[--resume] [--checkpoint-every N] [--max-steps N] "
             "[--loss-log FILE] [--elastic] [--in-place] [--die-at R:S]\n"
+            "[--pause-at R:S]\n"
             "run under todist-run -n N or srun --todist\n");
 }
 
@@ -187,8 +190,7 @@ evaluate(td_mlp_t *m, td_tensor_t *images, td_tensor_t *labels, double *acc)
     return status;
 }
 
-/* Pull this example's own options out of ARGV (the rest are
- * fashion_mnist's); returns 2 on a bad value. */
+/* this example's own options */
 typedef struct {
     long        ckpt_every;  /* steps; 0: at epoch ends only; -1: unset */
     long        max_steps;   /* 0: no limit */
@@ -197,8 +199,27 @@ typedef struct {
     int         in_place;    /* --in-place */
     long        die_rank;    /* --die-at R:S; -1: none */
     long        die_step;
+    long        pause_rank;  /* --pause-at R:S; -1: none */
+    long        pause_step;
 } own_opts_t;
 
+/* parse RANK:STEP for OPT into *r and *s */
+static int
+rank_step(const char *opt, const char *v, long *r, long *s)
+{
+    char *end;
+
+    if (v == NULL || (*r = strtol(v, &end, 10)) < 0 || *end != ':' ||
+        (*s = strtol(end + 1, &end, 10)) < 1 || *end != '\0') {
+        fprintf(stderr, "fashion_mnist_ddp: %s expects RANK:STEP, got '%s'\n",
+                opt, v != NULL ? v : "");
+        return 2;
+    }
+    return 0;
+}
+
+/* Pull this example's own options out of ARGV (the rest are
+ * fashion_mnist's); returns 2 on a bad value. */
 static int
 own_options(int *argc, char **argv, long *log_every, long *metrics_every,
             const char **metrics, const char **ckpt, int *resume,
@@ -214,13 +235,11 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
             oo->elastic = 1;
         } else if (strcmp(a, "--in-place") == 0) {
             oo->in_place = 1;
-        } else if (strcmp(a, "--die-at") == 0) {
-            char *end;
-            if (v == NULL || (oo->die_rank = strtol(v, &end, 10)) < 0 ||
-                *end != ':' || (oo->die_step = strtol(end + 1, &end, 10)) < 1
-                || *end != '\0') {
-                fprintf(stderr, "fashion_mnist_ddp: --die-at expects "
-                        "RANK:STEP, got '%s'\n", v != NULL ? v : "");
+        } else if (strcmp(a, "--die-at") == 0 ||
+                   strcmp(a, "--pause-at") == 0) {
+            int die = strcmp(a, "--die-at") == 0;
+            if (rank_step(a, v, die ? &oo->die_rank : &oo->pause_rank,
+                          die ? &oo->die_step : &oo->pause_step) != 0) {
                 return 2;
             }
             i++;
@@ -411,7 +430,7 @@ main(int argc, char **argv)
     FILE *mf = NULL;
     td_status_t status;
 
-    own_opts_t oo = {-1, 0, NULL, 0, 0, -1, 0};
+    own_opts_t oo = {-1, 0, NULL, 0, 0, -1, 0, -1, 0};
     td_elastic_t *el = NULL;
     double t_fail = 0;               /* wall clock of the last failure */
     int t_resumed = 0;               /* resumed: time the first step */
@@ -588,6 +607,14 @@ main(int argc, char **argv)
                         (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
                 fflush(stderr);
                 raise(SIGKILL);
+            }
+            if (oo.pause_rank == td_world()->rank &&
+                step + 1 == oo.pause_step && restart_count() == 0) {
+                fprintf(stderr, "fashion_mnist_ddp: rank %d: --pause-at: "
+                        "SIGSTOP at step %lld\n", td_world()->rank,
+                        (long long)step + 1);
+                fflush(stderr);
+                raise(SIGSTOP);
             }
             if (status == TD_OK) {
                 status = td_ddp_backward(ddp, loss);
