@@ -38,7 +38,9 @@
  * and go on: run under `todist-run --no-kill`), --die-at R:S (a test
  * aid: world rank R SIGKILLs itself after the forward of step S, naming
  * the wall-clock time on stderr; in the first incarnation only, so a
- * restarted group goes past it). After a recovery or a resume, rank 0
+ * restarted group goes past it), --pause-at R:S (a test aid: world rank
+ * R stops itself with SIGSTOP at the same point, so a test can fail a host
+ * while it is known to be mid-step, then continue it). After a recovery or a resume, rank 0
  * prints the wall-clock time its first step completed; a recovery adds a
  * {"membership": {...}} record to --metrics FILE. */
 #include "config.h"
@@ -111,6 +113,7 @@ usage(FILE *f)
             "[--metrics FILE] [--metrics-every N] [--checkpoint FILE] "
             "[--resume] [--checkpoint-every N] [--max-steps N] "
             "[--loss-log FILE] [--elastic] [--in-place] [--die-at R:S]\n"
+            "[--pause-at R:S]\n"
             "run under todist-run -n N or srun --todist\n");
 }
 
@@ -187,8 +190,7 @@ evaluate(td_mlp_t *m, td_tensor_t *images, td_tensor_t *labels, double *acc)
     return status;
 }
 
-/* Pull this example's own options out of ARGV (the rest are
- * fashion_mnist's); returns 2 on a bad value. */
+/* this example's own options */
 typedef struct {
     long        ckpt_every;  /* steps; 0: at epoch ends only; -1: unset */
     long        max_steps;   /* 0: no limit */
@@ -197,8 +199,27 @@ typedef struct {
     int         in_place;    /* --in-place */
     long        die_rank;    /* --die-at R:S; -1: none */
     long        die_step;
+    long        pause_rank;  /* --pause-at R:S; -1: none */
+    long        pause_step;
 } own_opts_t;
 
+/* parse RANK:STEP for OPT into *r and *s */
+static int
+rank_step(const char *opt, const char *v, long *r, long *s)
+{
+    char *end;
+
+    if (v == NULL || (*r = strtol(v, &end, 10)) < 0 || *end != ':' ||
+        (*s = strtol(end + 1, &end, 10)) < 1 || *end != '\0') {
+        fprintf(stderr, "fashion_mnist_ddp: %s expects RANK:STEP, got '%s'\n",
+                opt, v != NULL ? v : "");
+        return 2;
+    }
+    return 0;
+}
+
+/* Pull this example's own options out of ARGV (the rest are
+ * fashion_mnist's); returns 2 on a bad value. */
 static int
 own_options(int *argc, char **argv, long *log_every, long *metrics_every,
             const char **metrics, const char **ckpt, int *resume,
@@ -214,13 +235,11 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
             oo->elastic = 1;
         } else if (strcmp(a, "--in-place") == 0) {
             oo->in_place = 1;
-        } else if (strcmp(a, "--die-at") == 0) {
-            char *end;
-            if (v == NULL || (oo->die_rank = strtol(v, &end, 10)) < 0 ||
-                *end != ':' || (oo->die_step = strtol(end + 1, &end, 10)) < 1
-                || *end != '\0') {
-                fprintf(stderr, "fashion_mnist_ddp: --die-at expects "
-                        "RANK:STEP, got '%s'\n", v != NULL ? v : "");
+        } else if (strcmp(a, "--die-at") == 0 ||
+                   strcmp(a, "--pause-at") == 0) {
+            int die = strcmp(a, "--die-at") == 0;
+            if (rank_step(a, v, die ? &oo->die_rank : &oo->pause_rank,
+                          die ? &oo->die_step : &oo->pause_step) != 0) {
                 return 2;
             }
             i++;
@@ -353,6 +372,58 @@ recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
     }
 }
 
+/* --in-place, the world grows: a replacement joined at this step
+ * boundary (td_elastic_admit on the members, td_elastic_join on the
+ * replacement, CH from either). Every member heals from the source (the
+ * replacement gets the parameters, the optimizer state, the sampler and
+ * the step; the others already hold them), re-shards the sampler at the
+ * new size and moves DDP to the new group. */
+static int
+grow_in_place(td_elastic_t *el, const td_elastic_change_t *ch,
+              td_checkpoint_t *ck, td_ddp_t *ddp, td_distributed_sampler_t *s,
+              int64_t *position, FILE *mf)
+{
+    int old_world = ch->old_size;
+    double t_heal = now(), heal_s;
+
+    grp = td_elastic_group(el);
+    rank = ch->new_rank;
+    world = ch->new_size;
+    /* the replacement's sampler was made for the world at start */
+    td_checkpoint_allow_reshard(ck, 1);
+    if (td_checkpoint_broadcast(ck, grp, ch->source) != TD_OK) {
+        return die("in-place growth: heal");
+    }
+    if (ch->self_behind) {
+        td_elastic_commit(el, ch->step);         /* healed: it counts */
+    }
+    heal_s = now() - t_heal;
+    if (td_distributed_sampler_reshard(s, world, rank, position) != TD_OK ||
+        td_ddp_set_group(ddp, grp) != TD_OK) {
+        return die("in-place growth");
+    }
+    if (rank == 0) {
+        printf("in-place: epoch %lld at step %lld: world %d -> %d (joined "
+               "%d rank%s, first %d); agreement %.1f ms, rebuild %.1f ms, "
+               "heal %.1f ms\n", (long long)ch->epoch, (long long)ch->step,
+               old_world, world, ch->n_joined, ch->n_joined == 1 ? "" : "s",
+               ch->n_joined > 0 ? ch->joined[0] : -1, ch->agree_s * 1e3,
+               ch->rebuild_s * 1e3, heal_s * 1e3);
+        fflush(stdout);
+    }
+    if (rank == 0 && mf != NULL) {
+        fprintf(mf, "{\"membership\": {\"epoch\": %lld, \"step\": %lld, "
+                "\"old_world\": %d, \"new_world\": %d, \"lost\": %d, "
+                "\"joined\": %d, \"agreement_ms\": %.3f, \"rebuild_ms\": "
+                "%.3f, \"heal_ms\": %.3f}}\n", (long long)ch->epoch,
+                (long long)ch->step, old_world, world, ch->n_lost,
+                ch->n_joined, ch->agree_s * 1e3, ch->rebuild_s * 1e3,
+                heal_s * 1e3);
+        fflush(mf);
+    }
+    return 0;
+}
+
 static const char *param_names[] = {"fc1.weight", "fc1.bias", "fc2.weight",
                                     "fc2.bias"};
 
@@ -411,10 +482,11 @@ main(int argc, char **argv)
     FILE *mf = NULL;
     td_status_t status;
 
-    own_opts_t oo = {-1, 0, NULL, 0, 0, -1, 0};
+    own_opts_t oo = {-1, 0, NULL, 0, 0, -1, 0, -1, 0};
     td_elastic_t *el = NULL;
     double t_fail = 0;               /* wall clock of the last failure */
     int t_resumed = 0;               /* resumed: time the first step */
+    int joining = 0;                 /* a replacement (--in-place) */
     td_checkpoint_t *ck = NULL;
     FILE *lf = NULL;
     int64_t position = 0, step = 0;   /* step: this rank's since the start */
@@ -455,7 +527,9 @@ main(int argc, char **argv)
     rank = td_world()->rank;
     world = td_world()->world_size;
     grp = td_group_world();
-    if (oo.in_place && td_elastic_create(NULL, &el) != TD_OK) {
+    /* a replacement (todist-run --replace) joins once its state is made */
+    joining = oo.in_place && td_elastic_replacement();
+    if (oo.in_place && !joining && td_elastic_create(NULL, &el) != TD_OK) {
         return die("elastic");
     }
 
@@ -471,7 +545,14 @@ main(int argc, char **argv)
             return die("model");
         }
     }
-    if (td_ddp_create_mlp(mlp, NULL, &ddp) != TD_OK) {
+    {
+        td_ddp_opts_t dop = td_ddp_defaults();
+
+        /* a replacement talks to nobody before it joins: it is healed */
+        dop.broadcast_parameters = !joining;
+        status = td_ddp_create_mlp(mlp, &dop, &ddp);
+    }
+    if (status != TD_OK) {
         return die("DistributedDataParallel");
     }
     if (o.use_adam) {
@@ -495,7 +576,7 @@ main(int argc, char **argv)
     }
     td_distributed_sampler_set_epoch(&sampler, first_epoch);
     /* --in-place heals a survivor behind from the list, without a file */
-    if ((ckpt != NULL || el != NULL) &&
+    if ((ckpt != NULL || oo.in_place) &&
         (td_checkpoint_create(&ck) != TD_OK ||
          checkpoint_setup(ck, mlp, opt, ddp, &sampler, &position, &step,
                           &loss_sum) != TD_OK)) {
@@ -518,6 +599,17 @@ main(int argc, char **argv)
                    getenv("TODIST_RESTART_COUNT") : "0", world,
                    (long long)position);
         }
+    }
+    if (joining) {
+        td_elastic_change_t ch;
+
+        if (td_elastic_join(NULL, &el, &ch) != TD_OK) {
+            return die("in-place: join");
+        }
+        if (grow_in_place(el, &ch, ck, ddp, &sampler, &position, NULL) != 0) {
+            return 1;
+        }
+        first_epoch = (int)sampler.epoch;
     }
     if (rank == 0 && oo.loss_log != NULL &&
         (lf = fopen(oo.loss_log, "a")) == NULL) {
@@ -588,6 +680,14 @@ main(int argc, char **argv)
                         (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
                 fflush(stderr);
                 raise(SIGKILL);
+            }
+            if (oo.pause_rank == td_world()->rank &&
+                step + 1 == oo.pause_step && restart_count() == 0) {
+                fprintf(stderr, "fashion_mnist_ddp: rank %d: --pause-at: "
+                        "SIGSTOP at step %lld\n", td_world()->rank,
+                        (long long)step + 1);
+                fflush(stderr);
+                raise(SIGSTOP);
             }
             if (status == TD_OK) {
                 status = td_ddp_backward(ddp, loss);
@@ -666,6 +766,26 @@ main(int argc, char **argv)
                 (stop || (oo.ckpt_every > 0 && step % oo.ckpt_every == 0)) &&
                 td_checkpoint_save(ck, ckpt) != TD_OK) {
                 return die("checkpoint");
+            }
+            if (el != NULL) {
+                td_elastic_change_t ch;
+                int grew;
+
+                if (td_elastic_admit(el, &ch, &grew) != TD_OK) {
+                    return die("in-place: admit");
+                }
+                if (grew) {
+                    /* the epoch goes on at the new size */
+                    if (grow_in_place(el, &ch, ck, ddp, &sampler, &position,
+                                      mf) != 0) {
+                        return 1;
+                    }
+                    free(indices);
+                    indices = malloc((size_t)sampler.num_samples *
+                                     sizeof(*indices) + 1);
+                    again = !stop;
+                    break;
+                }
             }
             if (stop || nb == o.max_batches) {
                 break;

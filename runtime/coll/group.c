@@ -47,8 +47,8 @@ group_free(td_group_t *g)
     if (g == NULL) {
         return;
     }
+    coll_hier_detach(g);
     coll_shm_detach(g);
-    coll_hostmap_free(g->hosts);
     pthread_mutex_destroy(&g->qlock);
     pthread_cond_destroy(&g->qcond);
     free(g->ranks);

@@ -2,10 +2,16 @@
  * members run on several hosts. Each host has one leader; a call runs in
  * three phases: inside each host (the members to their leader), among the
  * leaders over the network, inside each host again (the leader to its
- * members). Inside a host the steps travel through shared memory (UCX's
- * shared-memory transports, and bodies from 64 KiB read in place, cma.h
- * C9); across hosts only the leaders talk, so each host's link carries its
- * data once instead of once per member.
+ * members). Inside a host the data goes through the host's shared
+ * segment (shm.c, a segment per host made at the group's first
+ * hierarchical call: H8): members write their chunk in their slot and
+ * raise a flag, the leader reduces or copies it out, and writes what the
+ * members need in its own slot; no message moves inside the host. Across
+ * hosts only the leaders talk, over the transport, so each host's link
+ * carries its data once instead of once per member. Where some host
+ * cannot have a segment, every host goes through the transport inside
+ * (UCX's shared-memory transports, bodies from 64 KiB read in place:
+ * cma.h C9), with the algorithms below marked "(transport)".
  *
  *   all_reduce      the vector in chunks of HIER_CHUNK: the leader reduces
  *                   its members' chunk c, exchanges it with the other
@@ -21,14 +27,23 @@
  *   broadcast       in chunks down a binomial tree of leaders rooted at the
  *                   root's host, each leader forwarding chunk c to its
  *                   children and its members as soon as it has it.
- *   all_gather      the members' blocks to their leader; leaders send their
- *                   host's blocks to every other leader; each leader sends
- *                   the whole result to its members.
- *   reduce_scatter  the members' vectors reduced at their leader; each
- *                   leader sends block j to the leader of j's host, which
- *                   reduces them and sends block j to member j.
- *   barrier         members to their leader, dissemination among leaders,
- *                   leaders to their members.
+ *   all_gather      in chunks, one round of the segment each: the host's
+ *                   blocks (every member copies the others' out, the
+ *                   leader sends each chunk to the other leaders at once),
+ *                   then the other hosts' chunks as they arrive, from the
+ *                   leader's slot. (transport: the members' blocks to the
+ *                   leader, the host's blocks to every other leader, the
+ *                   whole result to the members, each phase after the
+ *                   other.)
+ *   reduce_scatter  in units (block, chunk), one round each, other hosts'
+ *                   blocks first: the leader reduces the members' unit
+ *                   from their slots and sends it to the leader of the
+ *                   block's host at once; a unit of its own host waits for
+ *                   the other leaders' parts, and goes to its member
+ *                   through the leader's slot. (transport: the members'
+ *                   whole vectors reduced at the leader first.)
+ *   barrier         a round of the host, dissemination among leaders, a
+ *                   round of the host.
  *
  * Invariants (H1..H7):
  *  H1 Auto picks "hier" for all_reduce, broadcast, all_gather,
@@ -62,6 +77,28 @@
  *  H7 Nothing returns with a request in flight (C4): every step posted
  *     is waited for, also after a failure, and the first error is the one
  *     returned.
+ *  H8 Inside hosts, all hosts go through their segment or none does: at
+ *     the group's first hierarchical call the first member of each host
+ *     (its head) offers a segment to the others (shm.c's handshake: S1
+ *     for one host), the heads trade whether their host has one, and
+ *     each head tells its members the AND (g->hshm_state, then fixed).
+ *     A host of one member needs none and says yes. So the leaders'
+ *     messages, which differ between the two ways, always match. Bytes a
+ *     rank writes into the segment and bytes it sends to a member of its
+ *     own host are counted (hier_seg_bytes, hier_tp_bytes) and logged at
+ *     debug when the group goes: through the segments the second is 0,
+ *     which tests/hosts/test_hosts.sh checks.
+ *  H9 Through the segments, a chunk is a slot of the largest host's
+ *     segment (at most HIER_CHUNK), the same on every host, and one
+ *     round of a host's segment is one epoch (shm.c S5): what a rank
+ *     reads after round e it has read before it posts round e + 1, and
+ *     what it writes for round e it writes after round e - 1. The leader
+ *     keeps a chunk's exchange in flight while it works on the next
+ *     (all_reduce: the exchange of chunk k is finished after chunk k + 1
+ *     is reduced and posted, so its result reaches the members two
+ *     rounds after their chunk; all_gather and reduce_scatter: every
+ *     receive is posted before the first round, every send goes as soon
+ *     as its chunk is ready).
  *
  * Run by the thread running the group's operation (work.c). */
 #include "config.h"
@@ -71,10 +108,12 @@
 
 #include "runtime/coll/hier.h"
 #include "runtime/coll/reduce.h"
+#include "runtime/coll/shm.h"
 #include "runtime/runtime.h"
 #include "base/log.h"
 
-/* A chunk of all_reduce and broadcast: 1 MiB keeps a chunk's exchange
+/* A chunk of all_reduce and broadcast through the transport (through
+ * the segments: H9, at most this): 1 MiB keeps a chunk's exchange
  * short enough to overlap with the next chunk's work on the host, and
  * the scratch small (the leader holds (1 + 2 x leaders) chunks). */
 #define HIER_CHUNK      (1024u * 1024u)
@@ -86,6 +125,7 @@
 #define TAG_X    0x82000000u          /* leader <-> leader, direct */
 #define TAG_RING 0x83000000u          /* leaders' ring: phase, step, chunk */
 #define TAG_BAR  0x84000000u          /* leaders' dissemination rounds */
+#define TAG_SEG  0x85000000u          /* heads: every host has a segment? */
 #define TAG_IDX  0x00ffffffu
 
 /* ---- the host map ------------------------------------------------------- */
@@ -245,7 +285,12 @@ rset_post(coll_op_t *op, rset_t *s, td_status_t st, int send, int peer,
     st = send ? coll_isend(op, r, peer, tag, buf, len)
               : coll_irecv(op, r, peer, tag, buf, len);
     if (st == TD_OK) {
+        const coll_hostmap_t *m = op->g->hosts;
+
         s->p[s->n++] = r;
+        if (send && m != NULL && m->host_of[peer] == m->host_of[op->g->me]) {
+            op->g->hier_tp_bytes += len;        /* (H8: tests read it) */
+        }
     }
     return st;
 }
@@ -267,6 +312,9 @@ typedef struct {
     int  me, my_h, H;              /* group rank, its host, hosts */
     int  lead;                     /* my host's leader */
     int  leader;                   /* am I it? */
+    int  L, idx, lidx;             /* my host's members; mine and the
+                                    * leader's index among them */
+    const int *who;                /* my host's members (group ranks) */
 } shape_t;
 
 static td_status_t
@@ -283,6 +331,16 @@ shape_of(coll_op_t *op, int root, shape_t *s)
     s->H = m->nhosts;
     s->lead = coll_hier_leader(m, s->my_h, root);
     s->leader = s->lead == s->me;
+    s->L = m->count[s->my_h];
+    s->who = &m->members[m->first[s->my_h]];
+    for (int i = 0; i < s->L; i++) {
+        if (s->who[i] == s->me) {
+            s->idx = i;
+        }
+        if (s->who[i] == s->lead) {
+            s->lidx = i;
+        }
+    }
     return TD_OK;
 }
 
@@ -565,8 +623,8 @@ ar_member(ar_t *a)
     return st;
 }
 
-td_status_t
-coll_all_reduce_hier(coll_op_t *op, void *buf, size_t count)
+static td_status_t
+all_reduce_tp(coll_op_t *op, void *buf, size_t count)
 {
     ar_t a;
     td_status_t st;
@@ -588,8 +646,8 @@ coll_all_reduce_hier(coll_op_t *op, void *buf, size_t count)
 
 /* ---- broadcast ------------------------------------------------------------------- */
 
-td_status_t
-coll_broadcast_hier(coll_op_t *op, void *buf, size_t nbytes)
+static td_status_t
+broadcast_tp(coll_op_t *op, void *buf, size_t nbytes)
 {
     shape_t s;
     const coll_hostmap_t *m;
@@ -676,8 +734,8 @@ coll_broadcast_hier(coll_op_t *op, void *buf, size_t nbytes)
 
 /* ---- all_gather ------------------------------------------------------------------ */
 
-td_status_t
-coll_all_gather_hier(coll_op_t *op, void *out, const void *in, size_t nbytes)
+static td_status_t
+all_gather_tp(coll_op_t *op, void *out, const void *in, size_t nbytes)
 {
     shape_t s;
     const coll_hostmap_t *m;
@@ -762,8 +820,8 @@ coll_all_gather_hier(coll_op_t *op, void *out, const void *in, size_t nbytes)
 
 /* ---- reduce_scatter -------------------------------------------------------------- */
 
-td_status_t
-coll_reduce_scatter_hier(coll_op_t *op, void *out, const void *in,
+static td_status_t
+reduce_scatter_tp(coll_op_t *op, void *out, const void *in,
                          size_t count)
 {
     shape_t s;
@@ -872,8 +930,8 @@ coll_reduce_scatter_hier(coll_op_t *op, void *out, const void *in,
 
 /* ---- barrier --------------------------------------------------------------------- */
 
-td_status_t
-coll_barrier_hier(coll_op_t *op)
+static td_status_t
+barrier_tp(coll_op_t *op)
 {
     shape_t s;
     const coll_hostmap_t *m;
@@ -919,4 +977,667 @@ coll_barrier_hier(coll_op_t *op)
     st = rset_wait(op, &r, st);
     rset_free(&r);
     return st;
+}
+
+/* ---- through the hosts' segments (H8, H9) ------------------------------------ */
+
+/* The heads' agreement (H8): each head sends its host's answer to every
+ * other head; the decision is their AND, the same on every head. */
+static td_status_t
+heads_agree(coll_op_t *op, void *arg, uint32_t *ok)
+{
+    const shape_t *s = arg;
+    const coll_hostmap_t *m = s->m;
+    uint32_t *theirs, mine = *ok;
+    rset_t r;
+    td_status_t st;
+
+    if (s->H < 2) {
+        return TD_OK;
+    }
+    theirs = calloc((size_t)s->H, sizeof(uint32_t));
+    if (theirs == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "coll: hier: out of memory");
+    }
+    st = rset_init(&r, 2 * (size_t)s->H);
+    for (int h = 0; h < s->H && st == TD_OK; h++) {
+        if (h != s->my_h) {
+            int head = m->members[m->first[h]];
+
+            st = rset_post(op, &r, st, 0, head, TAG_SEG, &theirs[h], 4);
+            st = rset_post(op, &r, st, 1, head, TAG_SEG, &mine, 4);
+        }
+    }
+    if (r.r != NULL) {
+        st = rset_wait(op, &r, st);
+        rset_free(&r);
+    }
+    for (int h = 0; h < s->H && st == TD_OK; h++) {
+        if (h != s->my_h) {
+            *ok &= theirs[h] == 1;
+        }
+    }
+    free(theirs);
+    return st;
+}
+
+/* At the group's first hierarchical call: every host's segment, or none
+ * (H8). */
+static td_status_t
+seg_setup(coll_op_t *op, shape_t *s)
+{
+    td_group_t *g = op->g;
+    int on = 0;
+    td_status_t st;
+
+    if (g->hshm_state != SHM_UNTRIED) {
+        return TD_OK;
+    }
+    if (s->L > 1) {
+        /* the head is the host's first member, whoever leads the call */
+        int idx = 0;
+
+        while (s->who[idx] != s->me) {
+            idx++;
+        }
+        st = coll_shm_host_attach(op, s->who, s->L, idx, heads_agree, s, &on,
+                                  &g->hshm);
+    } else {
+        uint32_t ok = 1;
+
+        st = heads_agree(op, s, &ok);
+        on = ok == 1;
+    }
+    if (st == TD_OK) {
+        g->hshm_state = on ? SHM_ON : SHM_OFF;
+        if (!on) {
+            td_log_debug("coll: group %u: some host has no shared segment: "
+                         "hierarchical calls go through the transport "
+                         "inside hosts", g->id);
+        }
+    }
+    return st;
+}
+
+/* Bytes of a chunk through the segments: a slot of the largest host's
+ * segment, so the same on every host (H9). */
+static size_t
+seg_chunk(const coll_hostmap_t *m)
+{
+    int most = 1;
+    size_t b;
+
+    for (int h = 0; h < m->nhosts; h++) {
+        most = m->count[h] > most ? m->count[h] : most;
+    }
+    b = coll_shm_slot_for(most);
+    return b < HIER_CHUNK ? b : HIER_CHUNK;
+}
+
+/* One round of the host's segment (none on a host of one). */
+static td_status_t
+seg_round(coll_op_t *op, td_status_t st)
+{
+    if (st != TD_OK || op->g->hshm == NULL) {
+        return st;
+    }
+    return coll_shm_host_round(op, op->g->hshm);
+}
+
+/* Copy LEN bytes into slot IDX (this rank's) for the next round,
+ * counted (H8's test reads the count). */
+static void
+seg_put(coll_op_t *op, int idx, const void *src, size_t len)
+{
+    if (len > 0) {
+        memcpy(coll_shm_fill(op->g->hshm, idx), src, len);
+        op->g->hier_seg_bytes += len;
+    }
+}
+
+/* Chunk C (PER bytes or elements each) of TOTAL: its offset and length. */
+static void
+piece(size_t c, size_t per, size_t total, size_t *off, size_t *len)
+{
+    *off = c * per;
+    *len = *off >= total ? 0 : total - *off < per ? total - *off : per;
+}
+
+static size_t
+pieces(size_t total, size_t per)
+{
+    size_t k = (total + per - 1) / per;
+
+    return k > 0 ? k : 1;
+}
+
+/* all_reduce: round k brings the members' chunk k to the leader, which
+ * reduces it, starts its exchange and finishes the exchange of chunk
+ * k - 1 (two in flight: the link is not idle while the host works),
+ * whose result it puts in its slot for round k + 1 (H9). A single chunk
+ * is finished at once (lag 1: two rounds, latency first). */
+static td_status_t
+ar_seg(ar_t *a)
+{
+    coll_op_t *op = a->op;
+    coll_shm_t *hs = op->g->hshm;
+    int L = a->s.L, lag;
+    td_status_t st = TD_OK;
+
+    a->per = seg_chunk(a->s.m) / a->es;
+    a->per = a->per > 0 ? a->per : 1;
+    a->K = pieces(a->count, a->per);
+    lag = a->K == 1 ? 1 : 2;
+    memset(a->xs, 0, sizeof(a->xs));
+    if (a->s.leader) {
+        a->direct = a->K == 1 || a->s.H == 2;
+        a->slot = (a->per * a->es + 63) & ~(size_t)63;
+        a->tmp = coll_scratch(op->g, a->slot * (1 + (a->direct ? 2 *
+                                     (size_t)a->s.H : 0)) + 64);
+        if (a->tmp == NULL) {
+            return TD_ERR_NO_MEMORY;
+        }
+        a->x = a->tmp + a->slot;
+        st = rset_init(&a->xs[0], 2 * (size_t)a->s.H);
+        st = st == TD_OK ? rset_init(&a->xs[1], 2 * (size_t)a->s.H) : st;
+    }
+    for (size_t k = 0; k < a->K + (size_t)lag && st == TD_OK; k++) {
+        size_t off, len;
+
+        if (!a->s.leader && k < a->K) {
+            ar_range(a, k, &off, &len);
+            seg_put(op, a->s.idx, a->b + off * a->es, len * a->es);
+        }
+        st = seg_round(op, st);
+        if (st != TD_OK) {
+            break;
+        }
+        if (!a->s.leader) {
+            if (k >= (size_t)lag) {
+                ar_range(a, k - (size_t)lag, &off, &len);
+                if (len > 0) {
+                    memcpy(a->b + off * a->es, coll_shm_read(hs, a->s.lidx),
+                           len * a->es);
+                }
+            }
+            continue;
+        }
+        if (k < a->K) {
+            /* the host's sum: the leader's, then its members' in order */
+            ar_range(a, k, &off, &len);
+            for (int i = 0; i < L; i++) {
+                if (i != a->s.idx) {
+                    coll_reduce_into(a->b + off * a->es, coll_shm_read(hs, i),
+                                     len, a->dt, a->rop);
+                }
+            }
+            if (a->direct && a->s.H > 1) {
+                st = ar_x_post(a, k);
+            }
+        }
+        if (st == TD_OK && k + 1 >= (size_t)lag &&
+            k + 1 - (size_t)lag < a->K) {
+            size_t f = k + 1 - (size_t)lag;
+
+            if (a->direct && a->s.H > 1) {
+                st = ar_x_finish(a, f);
+            } else if (a->s.H > 1) {
+                st = ar_ring(a, f);
+            }
+            ar_range(a, f, &off, &len);
+            if (st == TD_OK && a->rop == TD_REDUCE_AVG) {
+                coll_divide(a->b + off * a->es, len, a->dt, op->g->n);
+            }
+            if (st == TD_OK && hs != NULL) {
+                seg_put(op, a->s.idx, a->b + off * a->es, len * a->es);
+            }
+        }
+    }
+    /* after a failure, whatever is still posted (H7) */
+    if (a->xs[0].r != NULL) {
+        st = rset_wait(op, &a->xs[0], st);
+    }
+    if (a->xs[1].r != NULL) {
+        st = rset_wait(op, &a->xs[1], st);
+    }
+    rset_free(&a->xs[0]);
+    rset_free(&a->xs[1]);
+    return st;
+}
+
+/* broadcast: the leader forwards chunk c to its child leaders as it
+ * arrives and puts it in its slot; one round, the members copy it. */
+static td_status_t
+bc_seg(coll_op_t *op, shape_t *s, char *b, size_t nbytes)
+{
+    const coll_hostmap_t *m = s->m;
+    coll_shm_t *hs = op->g->hshm;
+    int root = op->desc.root, hr, vh, low, nkids = 0, kids[32];
+    size_t per = seg_chunk(m), K = pieces(nbytes, per), off, len;
+    rset_t in, out;
+    td_status_t st = TD_OK;
+
+    if (!s->leader) {
+        for (size_t c = 0; c < K && st == TD_OK; c++) {
+            st = seg_round(op, st);
+            piece(c, per, nbytes, &off, &len);
+            if (st == TD_OK && len > 0) {
+                memcpy(b + off, coll_shm_read(hs, s->lidx), len);
+            }
+        }
+        return st;
+    }
+    hr = m->host_of[root];
+    vh = (s->my_h - hr + s->H) % s->H;
+    low = vh == 0 ? s->H : vh & -vh;
+    for (int mask = 1; mask < low && vh + mask < s->H && nkids < 32;
+         mask <<= 1) {
+        kids[nkids++] = coll_hier_leader(m, (vh + mask + hr) % s->H, root);
+    }
+    memset(&in, 0, sizeof(in));
+    memset(&out, 0, sizeof(out));
+    st = rset_init(&in, K);
+    st = st == TD_OK ? rset_init(&out, K * ((size_t)nkids + 1)) : st;
+    for (size_t c = 0; vh != 0 && c < K; c++) {
+        int parent = coll_hier_leader(m, (vh - (vh & -vh) + hr) % s->H, root);
+
+        piece(c, per, nbytes, &off, &len);
+        st = rset_post(op, &in, st, 0, parent, TAG_X | (uint32_t)c, b + off,
+                       len);
+    }
+    for (size_t c = 0; c < K && st == TD_OK; c++) {
+        piece(c, per, nbytes, &off, &len);
+        if (vh != 0) {
+            coll_req_t *r = &in.r[c];
+
+            st = coll_step_wait(op, &r, 1);
+        }
+        for (int k = 0; k < nkids; k++) {
+            st = rset_post(op, &out, st, 1, kids[k], TAG_X | (uint32_t)c,
+                           b + off, len);
+        }
+        if (st == TD_OK && hs != NULL) {
+            seg_put(op, s->idx, b + off, len);
+        }
+        st = seg_round(op, st);
+    }
+    if (in.r != NULL) {
+        st = rset_wait(op, &in, st);   /* after a failure: the rest (H7) */
+    }
+    if (out.r != NULL) {
+        st = rset_wait(op, &out, st);
+    }
+    rset_free(&in);
+    rset_free(&out);
+    return st;
+}
+
+/* barrier: a round (the host has arrived), the leaders' dissemination,
+ * a round (they may go). */
+static td_status_t
+bar_seg(coll_op_t *op, shape_t *s)
+{
+    const coll_hostmap_t *m = s->m;
+    td_status_t st = seg_round(op, TD_OK);
+
+    for (int k = 1, round = 0; s->leader && k < s->H && st == TD_OK;
+         k <<= 1, round++) {
+        st = coll_sendrecv(op, coll_hier_leader(m, (s->my_h + k) % s->H, -1),
+                           NULL, 0,
+                           coll_hier_leader(m, (s->my_h - k + s->H) % s->H,
+                                            -1),
+                           NULL, 0, TAG_BAR | (uint32_t)round);
+    }
+    return seg_round(op, st);
+}
+
+/* all_gather: first the host's blocks, chunk by chunk, one round each:
+ * every member puts its chunk c in its slot and copies the others'; the
+ * leader sends the host's chunks c to the other leaders at once. Then
+ * the other hosts' chunks, each put in the leader's slot as it arrives
+ * (all were posted first), one round each (H9). Chunk c of block j
+ * travels between leaders under TAG_X | j x K + c. */
+static td_status_t
+ag_seg(coll_op_t *op, shape_t *s, char *o, const void *in, size_t nbytes)
+{
+    const coll_hostmap_t *m = s->m;
+    coll_shm_t *hs = op->g->hshm;
+    int n = op->g->n;
+    size_t per = seg_chunk(m), K = pieces(nbytes, per), off, len, nr = 0;
+    rset_t r;
+    coll_req_t **rx = NULL;
+    td_status_t st;
+
+    if (nbytes > 0) {
+        memmove(o + (size_t)s->me * nbytes, in, nbytes);
+    }
+    if ((size_t)n * K > TAG_IDX) {
+        return td_error(TD_ERR_INVALID, "coll: all_gather of %zu bytes a "
+                        "rank in %d ranks: too many chunks", nbytes, n);
+    }
+    memset(&r, 0, sizeof(r));
+    st = rset_init(&r, s->leader ? (size_t)n * K * (size_t)s->H : 1);
+    if (st == TD_OK && s->leader) {
+        rx = calloc((size_t)n * K + 1, sizeof(*rx));
+        if (rx == NULL) {
+            rset_free(&r);
+            return td_error(TD_ERR_NO_MEMORY, "coll: hier: out of memory");
+        }
+        /* every chunk of the other hosts' blocks, straight into place */
+        for (int j = 0; j < n; j++) {
+            int h = m->host_of[j];
+
+            for (size_t c = 0; h != s->my_h && c < K; c++) {
+                piece(c, per, nbytes, &off, &len);
+                st = rset_post(op, &r, st, 0, coll_hier_leader(m, h, -1),
+                               TAG_X | (uint32_t)((size_t)j * K + c),
+                               o + (size_t)j * nbytes + off, len);
+                rx[nr++] = st == TD_OK ? r.p[r.n - 1] : NULL;
+            }
+        }
+    }
+    /* this host's blocks */
+    for (size_t c = 0; c < K && st == TD_OK; c++) {
+        piece(c, per, nbytes, &off, &len);
+        if (hs != NULL) {
+            seg_put(op, s->idx, o + (size_t)s->me * nbytes + off, len);
+        }
+        st = seg_round(op, st);
+        for (int i = 0; i < s->L && st == TD_OK; i++) {
+            if (i != s->idx && len > 0) {
+                memcpy(o + (size_t)s->who[i] * nbytes + off,
+                       coll_shm_read(hs, i), len);
+            }
+        }
+        for (int k = 1; s->leader && k < s->H; k++) {
+            int h = (s->my_h + k) % s->H;
+
+            for (int i = 0; i < s->L; i++) {
+                int j = s->who[i];
+
+                st = rset_post(op, &r, st, 1, coll_hier_leader(m, h, -1),
+                               TAG_X | (uint32_t)((size_t)j * K + c),
+                               o + (size_t)j * nbytes + off, len);
+            }
+        }
+    }
+    /* the other hosts' blocks, as they arrive */
+    for (int j = 0, q = 0; j < n && st == TD_OK; j++) {
+        if (m->host_of[j] == s->my_h) {
+            continue;
+        }
+        for (size_t c = 0; c < K && st == TD_OK; c++, q++) {
+            piece(c, per, nbytes, &off, &len);
+            if (s->leader) {
+                coll_req_t *w = rx[q];
+
+                st = coll_step_wait(op, &w, 1);
+                if (st == TD_OK && hs != NULL) {
+                    seg_put(op, s->idx, o + (size_t)j * nbytes + off, len);
+                }
+            }
+            st = seg_round(op, st);
+            if (!s->leader && st == TD_OK && len > 0) {
+                memcpy(o + (size_t)j * nbytes + off,
+                       coll_shm_read(hs, s->lidx), len);
+            }
+        }
+    }
+    if (r.r != NULL) {
+        st = rset_wait(op, &r, st);    /* after a failure: the rest (H7) */
+    }
+    rset_free(&r);
+    free(rx);
+    return st;
+}
+
+/* reduce_scatter: one unit (block j, chunk c) a round. Every member puts
+ * its input's unit in its slot; the leader reduces it onto its own input
+ * into ACC. A unit of another host's block goes to that host's leader at
+ * once; a unit of this host's block waits for the other leaders' parts
+ * (all posted first), reduced in host order (H5), and goes to its
+ * member through the leader's slot in the next round. Units of other
+ * hosts first, so the link starts early (H9). */
+static td_status_t
+rs_seg(coll_op_t *op, shape_t *s, void *out, const void *in, size_t count)
+{
+    const coll_hostmap_t *m = s->m;
+    coll_shm_t *hs = op->g->hshm;
+    int n = op->g->n, L = s->L, H = s->H;
+    size_t es = op->esize, bytes = count * es, total = (size_t)n * bytes;
+    size_t per = seg_chunk(m) / es, K, off, len, nu;
+    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
+    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
+    const char *src = in;
+    char *acc = NULL, *xr = NULL;
+    int *order, prev = -1;          /* the member whose result is in the
+                                     * leader's slot this round */
+    size_t prev_off = 0, prev_len = 0;
+    rset_t r;
+    td_status_t st = TD_OK;
+
+    per = per > 0 ? per : 1;
+    K = pieces(count, per);
+    if ((size_t)n * K > TAG_IDX) {
+        return td_error(TD_ERR_INVALID, "coll: reduce_scatter of %zu "
+                        "elements a rank in %d ranks: too many chunks", count,
+                        n);
+    }
+    /* the blocks in the order their units go: other hosts', then mine */
+    order = malloc(sizeof(int) * (size_t)n);
+    if (order == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "coll: hier: out of memory");
+    }
+    for (int k = 1, q = 0; k <= H; k++) {
+        int h = (s->my_h + k) % H;
+
+        for (int i = 0; i < m->count[h]; i++) {
+            order[q++] = m->members[m->first[h] + i];
+        }
+    }
+    memset(&r, 0, sizeof(r));
+    if (s->leader) {
+        /* acc: the host's sums; xr: the other leaders' parts of this
+         * host's blocks, by host then member */
+        acc = coll_scratch(op->g, total + (size_t)H * (size_t)L * bytes + 1);
+        if (acc == NULL) {
+            free(order);
+            return TD_ERR_NO_MEMORY;
+        }
+        xr = acc + total;
+        st = rset_init(&r, (size_t)n * K * (size_t)H + 1);
+        for (int h = 0; h < H && st == TD_OK; h++) {
+            for (int i = 0; h != s->my_h && i < L; i++) {
+                int j = s->who[i];
+
+                for (size_t c = 0; c < K; c++) {
+                    piece(c, per, count, &off, &len);
+                    st = rset_post(op, &r, st, 0, coll_hier_leader(m, h, -1),
+                                   TAG_X | (uint32_t)((size_t)j * K + c),
+                                   xr + ((size_t)h * (size_t)L + (size_t)i) *
+                                   bytes + off * es, len * es);
+                }
+            }
+        }
+    }
+    nu = (size_t)n * K;
+    for (size_t u = 0; u <= nu && st == TD_OK; u++) {
+        int j = u < nu ? order[u / K] : -1;
+        size_t c = u % K;
+        char *a;
+
+        piece(c, per, count, &off, &len);
+        if (j >= 0 && !s->leader) {
+            seg_put(op, s->idx, src + (size_t)j * bytes + off * es, len * es);
+        }
+        st = seg_round(op, st);
+        if (st != TD_OK) {
+            break;
+        }
+        if (prev == s->me && prev_len > 0) {
+            memcpy((char *)out + prev_off * es, coll_shm_read(hs, s->lidx),
+                   prev_len * es);
+        }
+        prev = -1;
+        if (j < 0) {
+            continue;
+        }
+        if (!s->leader) {
+            if (m->host_of[j] == s->my_h && j != s->lead) {
+                prev = j;                /* its result: after next round */
+                prev_off = off;
+                prev_len = len;
+            }
+            continue;
+        }
+        /* the leader: the host's sum of unit (j, c) */
+        a = acc + (size_t)j * bytes + off * es;
+        if (len > 0) {
+            memcpy(a, src + (size_t)j * bytes + off * es, len * es);
+        }
+        for (int i = 0; i < L; i++) {
+            if (i != s->idx) {
+                coll_reduce_into(a, coll_shm_read(hs, i), len, dt, rop);
+            }
+        }
+        if (m->host_of[j] != s->my_h) {
+            st = rset_post(op, &r, st, 1,
+                           coll_hier_leader(m, m->host_of[j], -1),
+                           TAG_X | (uint32_t)((size_t)j * K + c), a,
+                           len * es);
+            continue;
+        }
+        /* this host's block: the other hosts' parts, in host order */
+        for (int h = 0, i = 0; h < H && st == TD_OK; h++) {
+            coll_req_t *w;
+
+            if (h == s->my_h) {
+                continue;
+            }
+            while (s->who[i] != j) {
+                i++;
+            }
+            /* its receive, posted in the order host, member, chunk */
+            w = r.p[((size_t)(h - (h > s->my_h)) * (size_t)L + (size_t)i) *
+                    K + c];
+            st = coll_step_wait(op, &w, 1);
+            if (st == TD_OK) {
+                coll_reduce_into(a, xr + ((size_t)h * (size_t)L +
+                                          (size_t)i) * bytes + off * es,
+                                 len, dt, rop);
+            }
+        }
+        if (st == TD_OK && rop == TD_REDUCE_AVG) {
+            coll_divide(a, len, dt, n);                   /* H6 */
+        }
+        if (st == TD_OK && j == s->me) {
+            if (len > 0) {
+                memcpy((char *)out + off * es, a, len * es);
+            }
+        } else if (st == TD_OK) {
+            seg_put(op, s->idx, a, len * es);
+        }
+    }
+    if (r.r != NULL) {
+        st = rset_wait(op, &r, st);    /* after a failure: the rest (H7) */
+    }
+    rset_free(&r);
+    free(order);
+    return st;
+}
+
+/* ---- the entries -------------------------------------------------------------- */
+
+td_status_t
+coll_all_reduce_hier(coll_op_t *op, void *buf, size_t count)
+{
+    ar_t a;
+    td_status_t st;
+
+    memset(&a, 0, sizeof(a));
+    st = shape_of(op, -1, &a.s);
+    st = st == TD_OK ? seg_setup(op, &a.s) : st;
+    if (st != TD_OK) {
+        return st;
+    }
+    if (op->g->hshm_state != SHM_ON) {
+        return all_reduce_tp(op, buf, count);
+    }
+    a.op = op;
+    a.b = buf;
+    a.count = count;
+    a.es = op->esize;
+    a.dt = (td_dtype_t)op->desc.dtype;
+    a.rop = (td_reduce_op_t)op->desc.op;
+    return ar_seg(&a);
+}
+
+td_status_t
+coll_broadcast_hier(coll_op_t *op, void *buf, size_t nbytes)
+{
+    shape_t s;
+    td_status_t st = shape_of(op, op->desc.root, &s);
+
+    st = st == TD_OK ? seg_setup(op, &s) : st;
+    if (st != TD_OK) {
+        return st;
+    }
+    return op->g->hshm_state == SHM_ON ? bc_seg(op, &s, buf, nbytes)
+                                       : broadcast_tp(op, buf, nbytes);
+}
+
+td_status_t
+coll_all_gather_hier(coll_op_t *op, void *out, const void *in, size_t nbytes)
+{
+    shape_t s;
+    td_status_t st = shape_of(op, -1, &s);
+
+    st = st == TD_OK ? seg_setup(op, &s) : st;
+    if (st != TD_OK) {
+        return st;
+    }
+    return op->g->hshm_state == SHM_ON ? ag_seg(op, &s, out, in, nbytes)
+                                       : all_gather_tp(op, out, in, nbytes);
+}
+
+td_status_t
+coll_reduce_scatter_hier(coll_op_t *op, void *out, const void *in,
+                         size_t count)
+{
+    shape_t s;
+    td_status_t st = shape_of(op, -1, &s);
+
+    st = st == TD_OK ? seg_setup(op, &s) : st;
+    if (st != TD_OK) {
+        return st;
+    }
+    return op->g->hshm_state == SHM_ON ? rs_seg(op, &s, out, in, count)
+                                       : reduce_scatter_tp(op, out, in, count);
+}
+
+td_status_t
+coll_barrier_hier(coll_op_t *op)
+{
+    shape_t s;
+    td_status_t st = shape_of(op, -1, &s);
+
+    st = st == TD_OK ? seg_setup(op, &s) : st;
+    if (st != TD_OK) {
+        return st;
+    }
+    return op->g->hshm_state == SHM_ON ? bar_seg(op, &s) : barrier_tp(op);
+}
+
+void
+coll_hier_detach(td_group_t *g)
+{
+    if (g->hshm_state != SHM_UNTRIED) {
+        td_log_debug("coll: group %u: hierarchical calls moved %llu bytes "
+                     "through this host's segment and %llu bytes to members "
+                     "of this host through the transport", g->id,
+                     (unsigned long long)g->hier_seg_bytes,
+                     (unsigned long long)g->hier_tp_bytes);
+    }
+    coll_hostmap_free(g->hosts);
+    g->hosts = NULL;
 }

@@ -48,5 +48,8 @@ td_status_t coll_all_gather_hier(coll_op_t *op, void *out, const void *in,
 td_status_t coll_reduce_scatter_hier(coll_op_t *op, void *out,
                                      const void *in, size_t count);
 td_status_t coll_barrier_hier(coll_op_t *op);
+/* G is destroyed: its host map freed, what its hierarchical calls moved
+ * inside the host logged at debug (H8's test reads it). */
+void        coll_hier_detach(td_group_t *g);
 
 #endif /* TD_RUNTIME_COLL_HIER_H */

@@ -96,6 +96,11 @@ struct td_group {
     int             shm_state;
     struct coll_hostmap *hosts;    /* hier.c: each member's host, made at
                                     * the group's first call */
+    coll_shm_t     *hshm;          /* hier.c H8: this host's segment */
+    int             hshm_state;    /* SHM_ON: every host has one */
+    uint64_t        hier_seg_bytes;    /* hier.c: written into hshm */
+    uint64_t        hier_tp_bytes;     /* hier.c: sent to a member of
+                                        * this host by the transport */
     /* guarded by coll_lock (L1) */
     int             in_op;         /* a collective with seq cur_seq runs */
     uint32_t        cur_seq;

@@ -1,6 +1,8 @@
 /* shm.c: all_reduce, broadcast, all_gather, reduce_scatter and barrier
  * through one shared-memory segment per group, for groups whose members
- * all run on one host (algorithm "shm").
+ * all run on one host (algorithm "shm"); and the segment of each host of
+ * a group that spans hosts, for the hierarchical algorithms (hier.c H8,
+ * S9 here).
  *
  * Why: on one node a collective is memory traffic plus synchronization.
  * Through the transport each step is a UCX message (a few hundred ns of
@@ -69,6 +71,17 @@
  *     control line, next to its post, in the half of the epoch's parity
  *     (S5 holds as for the data buffers): a reader that sees the post has
  *     the data in the same cache line, one transfer instead of two.
+ *  S9 A host's segment (hier.c H8) holds the members of one host of a
+ *     group, which may span hosts: its handshake is S1's with the host's
+ *     first member offering, and the decision taken for all hosts; its
+ *     rounds are S2-S7's among those members (errors name their world
+ *     ranks; no announcements: a mismatch names the member without its
+ *     call). A waiter there yields its core after SHM_HOST_YIELD_S, not
+ *     SHM_YIELD_S: the leader it waits for is often on the network for a
+ *     chunk's time (~1 ms at 10 Gbit/s), and a member yielding that long
+ *     takes the core from the leader and the transport's progress
+ *     thread (2 hosts x 2 ranks on 2 cores, 64 MiB all_reduce, loaded:
+ *     151-157 ms with 2 ms, 103-105 ms with 20 us; one try each).
  *
  * Thread safety: a group's segment belongs to the thread running its
  * current operation (work.c serializes them). */
@@ -109,6 +122,7 @@
 #define SHM_BUDGET     (4u << 20)               /* n x slot, per buffer */
 #define SHM_SPIN_S     3e-6                     /* pure spin this long */
 #define SHM_YIELD_S    2e-3                     /* then yield this long */
+#define SHM_HOST_YIELD_S 20e-6                  /* (a host's segment: S9) */
 #define SHM_SLEEP_NS   1000000                  /* then futex sleeps */
 #define SHM_NAP_NS     50000                    /* the first of them (S6) */
 #define SHM_LIVE_MAX   32                       /* segments per process */
@@ -117,6 +131,9 @@
 #define TAG_OFFER  0xfff00001u
 #define TAG_REPLY  0xfff00002u
 #define TAG_DECIDE 0xfff00003u
+#define TAG_HOFFER  0xfff00004u           /* a host's segment (hier.c) */
+#define TAG_HREPLY  0xfff00005u
+#define TAG_HDECIDE 0xfff00006u
 
 typedef struct {
     uint64_t         magic, token;
@@ -148,7 +165,17 @@ struct coll_shm {
     size_t      size, slot;
     uint32_t    round;                  /* S2 */
     uint32_t    epoch;
+    int         n, me;                  /* its members, our index */
+    int        *who;                    /* index -> group rank (a host's
+                                         * segment); NULL: the same */
 };
+
+/* Group rank of member R of segment S. */
+static int
+grank(const coll_shm_t *s, int r)
+{
+    return s->who != NULL ? s->who[r] : r;
+}
 
 /* The offer rank 0 sends (host byte order: a member on another host,
  * which may differ, stops at BOOT). */
@@ -165,6 +192,8 @@ static int  shm_oversub;        /* more local ranks than cores */
 static atomic_int shm_live;     /* segments mapped here (SHM_LIVE_MAX) */
 
 static void wait_check(td_group_t *g);
+static td_status_t round_trip(coll_op_t *op, coll_shm_t *s,
+                              uint32_t digest);
 
 void
 coll_shm_setup(const td_world_t *w)
@@ -241,23 +270,33 @@ small_of(const coll_shm_t *s, uint32_t epoch, int n, int r, size_t bytes)
                                : slot_of(s, epoch, n, r);
 }
 
+static void
+shm_free(coll_shm_t *s)
+{
+    if (s != NULL) {
+        atomic_fetch_sub(&shm_live, 1);
+        munmap(s->hdr, s->size);
+        free(s->who);
+        free(s);
+    }
+}
+
 void
 coll_shm_detach(td_group_t *g)
 {
-    if (g->shm != NULL) {
-        atomic_fetch_sub(&shm_live, 1);
-        munmap(g->shm->hdr, g->shm->size);
-        free(g->shm);
-        g->shm = NULL;
-    }
+    shm_free(g->shm);
+    g->shm = NULL;
+    shm_free(g->hshm);
+    g->hshm = NULL;
 }
 
 /* ---- the handshake (S1) ----------------------------------------------------- */
 
+/* Make a segment for N members of G and the offer of it, into O. */
 static int
-shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
+shm_create(td_group_t *g, int n, shm_offer_t *o, void **base_p)
 {
-    size_t slot = shm_slot_for(g->n), size = shm_size_for(g->n, slot);
+    size_t slot = shm_slot_for(n), size = shm_size_for(n, slot);
     uint64_t rnd = 0;
     shm_hdr_t *h;
     void *base;
@@ -298,7 +337,7 @@ shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
         return 0;
     }
     h = base;
-    h->n = (uint32_t)g->n;
+    h->n = (uint32_t)n;
     h->slot = (uint32_t)slot;
     h->size = size;
     h->token = rnd ^ 0x5bd1e9955bd1e995ull;
@@ -314,8 +353,10 @@ shm_create(td_group_t *g, shm_offer_t *o, void **base_p)
     return 1;
 }
 
+/* Map the segment of N members offered by world rank OWNER in O. */
 static int
-shm_map_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
+shm_map_offer(td_group_t *g, int n, int owner, const shm_offer_t *o,
+              void **base_p)
 {
     char path[64];
     struct stat st;
@@ -328,11 +369,11 @@ shm_map_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
     if (shm_boot[0] == '\0' ||
         strncmp(o->boot, shm_boot, sizeof(shm_boot)) != 0) {
         td_log_debug("coll: group %u: rank %d's segment is on another host",
-                      g->id, g->ranks[0]);
+                      g->id, owner);
         return 0;
     }
     if (!o->ok || o->pid <= 0 || o->fd < 0 ||
-        o->size != shm_size_for(g->n, o->slot) ||
+        o->size != shm_size_for(n, o->slot) ||
         atomic_load(&shm_live) >= SHM_LIVE_MAX) {
         return 0;
     }
@@ -341,7 +382,7 @@ shm_map_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
     if (fd < 0) {
         td_log_debug("coll: group %u: cannot open rank %d's segment (%s: "
                      "%s; another node or pid namespace?)", g->id,
-                     g->ranks[0], path, strerror(errno));
+                     owner, path, strerror(errno));
         return 0;
     }
     /* (opened non-blocking, a regular file only: a damaged offer must
@@ -360,7 +401,7 @@ shm_map_offer(td_group_t *g, const shm_offer_t *o, void **base_p)
     /* The same pid and fd in another process (another node, another pid
      * namespace): not rank 0's segment. */
     if (h->magic != SHM_MAGIC || h->token != o->token ||
-        h->n != (uint32_t)g->n || h->slot != o->slot) {
+        h->n != (uint32_t)n || h->slot != o->slot) {
         munmap(base, o->size);
         return 0;
     }
@@ -410,9 +451,9 @@ coll_shm_announce(td_group_t *g, uint32_t seq, const coll_desc_t *d)
 
 /* Group rank R's announced call at SEQ (a seqlock read); 0: none. */
 static int
-announced(const td_group_t *g, int r, uint32_t seq, coll_desc_t *out)
+announced(const coll_shm_t *s, int r, uint32_t seq, coll_desc_t *out)
 {
-    shm_ctl_t *c = &g->shm->ctl[r];
+    shm_ctl_t *c = &s->ctl[r];
     int k = (int)(seq & 1);
     uint32_t v1 = atomic_load_explicit(&c->ann_seq[k], memory_order_acquire);
 
@@ -452,7 +493,7 @@ coll_shm_check(td_group_t *g, uint32_t seq, const coll_desc_t *mine)
         return TD_OK;
     }
     for (int r = 0; r < g->n; r++) {
-        if (r != g->me && announced(g, r, seq, &d) &&
+        if (r != g->me && announced(g->shm, r, seq, &d) &&
             memcmp(&d, mine, sizeof(d)) != 0) {
             coll_op_t op = { .g = g, .desc = *mine, .seq = seq };
 
@@ -502,7 +543,7 @@ coll_shm_attach(coll_op_t *op, int *usable)
                             "memory offering the group's shared segment");
             return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
         }
-        have = shm_create(g, &offer, &base);
+        have = shm_create(g, g->n, &offer, &base);
         for (int r = 1; r < n && st == TD_OK; r++) {
             st = coll_irecv(op, &rq[2 * r], r, TAG_REPLY, &answers[r], 4);
             wait[2 * r] = st == TD_OK ? &rq[2 * r] : NULL;
@@ -543,7 +584,7 @@ coll_shm_attach(coll_op_t *op, int *usable)
         st = coll_sendrecv(op, -1, NULL, 0, 0, &offer, sizeof(offer),
                            TAG_OFFER);
         if (st == TD_OK) {
-            have = shm_map_offer(g, &offer, &base);
+            have = shm_map_offer(g, g->n, g->ranks[0], &offer, &base);
             mine = (uint32_t)have;
             st = coll_irecv(op, &rq[0], 0, TAG_DECIDE, &decision, 4);
         }
@@ -569,6 +610,8 @@ coll_shm_attach(coll_op_t *op, int *usable)
             shm_layout(s, base, g->n);
             s->size = offer.size;
             s->slot = offer.slot;
+            s->n = g->n;
+            s->me = g->me;
             g->shm = s;
             g->shm_state = SHM_ON;
             coll_shm_announce(g, op->seq, &op->desc);
@@ -591,6 +634,173 @@ coll_shm_attach(coll_op_t *op, int *usable)
         td_log_debug("coll: group %u: no shared segment on every member; "
                      "collectives go through the transport", g->id);
     }
+    return st;
+}
+
+/* ---- a host's segment (hier.c H8) ------------------------------------------- */
+
+size_t
+coll_shm_slot_for(int n)
+{
+    return shm_slot_for(n);
+}
+
+/* The host's handshake: WHO[0] (the head) offers, the others answer,
+ * AGREE turns the head's answer into the decision for all hosts, the
+ * head tells its members; every member maps it or none does (S1). */
+td_status_t
+coll_shm_host_attach(coll_op_t *op, const int *who, int L, int idx,
+                     coll_shm_agree_fn agree, void *arg, int *on,
+                     coll_shm_t **seg_p)
+{
+    td_group_t *g = op->g;
+    void *base = NULL;
+    shm_offer_t offer;
+    uint32_t mine = 0, decision = 0;
+    td_status_t st = TD_OK;
+    int have = 0;
+
+    *on = 0;
+    *seg_p = NULL;
+    memset(&offer, 0, sizeof(offer));
+    if (idx == 0) {
+        coll_req_t *rq = calloc((size_t)(2 * L), sizeof(coll_req_t));
+        coll_req_t **wait = calloc((size_t)(2 * L), sizeof(coll_req_t *));
+        uint32_t *answers = calloc((size_t)L, sizeof(uint32_t));
+
+        if (rq == NULL || wait == NULL || answers == NULL) {
+            free(rq);
+            free(wait);
+            free(answers);
+            coll_group_fail(g, TD_ERR_NO_MEMORY, 1, op->seq, "coll: out of "
+                            "memory offering a host's shared segment");
+            return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
+        }
+        have = shm_auto && shm_create(g, L, &offer, &base);
+        for (int i = 1; i < L && st == TD_OK; i++) {
+            st = coll_irecv(op, &rq[2 * i], who[i], TAG_HREPLY, &answers[i],
+                            4);
+            wait[2 * i] = st == TD_OK ? &rq[2 * i] : NULL;
+            if (st == TD_OK) {
+                st = coll_isend(op, &rq[2 * i + 1], who[i], TAG_HOFFER,
+                                &offer, sizeof(offer));
+                wait[2 * i + 1] = st == TD_OK ? &rq[2 * i + 1] : NULL;
+            }
+        }
+        {
+            td_status_t w = coll_step_wait(op, wait, 2 * L);
+
+            st = st != TD_OK ? st : w;
+        }
+        if (have) {
+            close(offer.fd);         /* every member mapped it, or won't */
+        }
+        decision = (uint32_t)have;
+        for (int i = 1; i < L; i++) {
+            decision &= answers[i] == 1;
+        }
+        if (st == TD_OK) {
+            st = agree(op, arg, &decision);
+        }
+        memset(wait, 0, sizeof(coll_req_t *) * (size_t)(2 * L));
+        for (int i = 1; i < L && st == TD_OK; i++) {
+            st = coll_isend(op, &rq[2 * i], who[i], TAG_HDECIDE, &decision,
+                            4);
+            wait[2 * i] = st == TD_OK ? &rq[2 * i] : NULL;
+        }
+        {
+            td_status_t w = coll_step_wait(op, wait, 2 * L);
+
+            st = st != TD_OK ? st : w;
+        }
+        free(rq);
+        free(wait);
+        free(answers);
+    } else {
+        coll_req_t rq[2];
+
+        st = coll_sendrecv(op, -1, NULL, 0, who[0], &offer, sizeof(offer),
+                           TAG_HOFFER);
+        if (st == TD_OK) {
+            have = shm_auto && shm_map_offer(g, L, g->ranks[who[0]], &offer,
+                                             &base);
+            mine = (uint32_t)have;
+            st = coll_irecv(op, &rq[0], who[0], TAG_HDECIDE, &decision, 4);
+        }
+        if (st == TD_OK) {
+            coll_req_t *w[2] = { &rq[0], &rq[1] };
+
+            st = coll_isend(op, &rq[1], who[0], TAG_HREPLY, &mine, 4);
+            if (st != TD_OK) {
+                w[1] = NULL;
+            }
+            {
+                td_status_t w_st = coll_step_wait(op, w, 2);
+
+                st = st != TD_OK ? st : w_st;
+            }
+        }
+    }
+    if (st == TD_OK && decision == 1 && have) {
+        coll_shm_t *s = calloc(1, sizeof(*s));
+        int *w = malloc(sizeof(int) * (size_t)L);
+
+        if (s != NULL && w != NULL) {
+            atomic_fetch_add(&shm_live, 1);
+            memcpy(w, who, sizeof(int) * (size_t)L);
+            shm_layout(s, base, L);
+            s->size = offer.size;
+            s->slot = offer.slot;
+            s->n = L;
+            s->me = idx;
+            s->who = w;
+            *seg_p = s;
+            *on = 1;
+            td_log_debug("coll: group %u: the %d members of this host meet in "
+                         "a shared segment (%zu bytes, slots of %zu)", g->id,
+                         L, s->size, s->slot);
+            return TD_OK;
+        }
+        free(s);
+        free(w);
+        munmap(base, offer.size);
+        coll_group_fail(g, TD_ERR_NO_MEMORY, 1, op->seq, "coll: out of "
+                        "memory attaching a host's shared segment");
+        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
+    }
+    if (have) {
+        munmap(base, offer.size);
+    }
+    *on = st == TD_OK && decision == 1;      /* (a host of one: no map) */
+    return st;
+}
+
+/* ---- rounds of a host's segment (hier.c) ------------------------------------ */
+
+uint8_t *
+coll_shm_fill(coll_shm_t *s, int r)
+{
+    return slot_of(s, s->epoch, s->n, r);
+}
+
+const uint8_t *
+coll_shm_read(const coll_shm_t *s, int r)
+{
+    return slot_of(s, s->epoch - 1, s->n, r);
+}
+
+size_t
+coll_shm_slot_bytes(const coll_shm_t *s)
+{
+    return s->slot;
+}
+
+td_status_t
+coll_shm_host_round(coll_op_t *op, coll_shm_t *s)
+{
+    td_status_t st = round_trip(op, s, call_digest(op->seq, &op->desc));
+
+    s->epoch++;                   /* one epoch a round (S5) */
     return st;
 }
 
@@ -645,16 +855,16 @@ first_missing(const coll_shm_t *s, int n, int me, uint32_t round,
 /* Wait for everyone's post of ROUND (S6, S7); *ASLEEP: we raised the
  * sleepers count (kept raised until the caller lowers it). */
 static td_status_t
-round_wait(coll_op_t *op, uint32_t digest, uint32_t round, int *asleep)
+round_wait(coll_op_t *op, coll_shm_t *s, uint32_t digest, uint32_t round,
+           int *asleep)
 {
     td_group_t *g = op->g;
-    coll_shm_t *s = g->shm;
     double t0 = 0, now;
     unsigned spins = 0;
     int m;
 
     for (;;) {
-        m = first_missing(s, g->n, g->me, round, digest);
+        m = first_missing(s, s->n, s->me, round, digest);
         if (m == -1) {
             return TD_OK;
         }
@@ -662,8 +872,10 @@ round_wait(coll_op_t *op, uint32_t digest, uint32_t round, int *asleep)
             coll_desc_t d;
             int r = -2 - m;
 
-            return fail_mismatch(op, r, announced(g, r, op->seq, &d) ? &d
-                                                                     : NULL);
+            /* (a host's segment carries no announcements: S4) */
+            return fail_mismatch(op, grank(s, r),
+                                 s->who == NULL && announced(s, r, op->seq, &d)
+                                 ? &d : NULL);
         }
         if (__atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
             return coll_group_check(g);
@@ -688,13 +900,13 @@ round_wait(coll_op_t *op, uint32_t digest, uint32_t round, int *asleep)
             size_t k = 0;
 
             who[0] = '\0';
-            for (int r = 0; r < g->n && k < sizeof(who); r++) {
+            for (int r = 0; r < s->n && k < sizeof(who); r++) {
                 uint64_t v = atomic_load(&s->ctl[r].post);
 
-                if (r != g->me &&
+                if (r != s->me &&
                     (int32_t)((uint32_t)(v >> 32) - round) < 0) {
                     int w = snprintf(who + k, sizeof(who) - k, "%s%d",
-                                     k ? ", " : "", g->ranks[r]);
+                                     k ? ", " : "", g->ranks[grank(s, r)]);
 
                     k += w > 0 ? (size_t)w : 0;
                 }
@@ -709,7 +921,7 @@ round_wait(coll_op_t *op, uint32_t digest, uint32_t round, int *asleep)
         if (now - t0 < SHM_SPIN_S && !shm_oversub) {
             continue;
         }
-        if (now - t0 < SHM_YIELD_S) {
+        if (now - t0 < (s->who != NULL ? SHM_HOST_YIELD_S : SHM_YIELD_S)) {
             sched_yield();
             continue;
         }
@@ -724,7 +936,7 @@ round_wait(coll_op_t *op, uint32_t digest, uint32_t round, int *asleep)
                 atomic_fetch_add(&s->hdr->sleepers, 1);
                 *asleep = 1;
             }
-            if (first_missing(s, g->n, g->me, round, digest) >= 0) {
+            if (first_missing(s, s->n, s->me, round, digest) >= 0) {
                 futex(&s->hdr->wake, FUTEX_WAIT, w, &ts);
             }
         }
@@ -733,15 +945,14 @@ round_wait(coll_op_t *op, uint32_t digest, uint32_t round, int *asleep)
 
 /* Post our round and wait for everyone's (S6, S7). */
 static td_status_t
-round_trip(coll_op_t *op, uint32_t digest)
+round_trip(coll_op_t *op, coll_shm_t *s, uint32_t digest)
 {
-    coll_shm_t *s = op->g->shm;
     uint32_t round = ++s->round;
     int asleep = 0;
     td_status_t st;
 
-    post(s, op->g->me, round, digest);
-    st = round_wait(op, digest, round, &asleep);
+    post(s, s->me, round, digest);
+    st = round_wait(op, s, digest, round, &asleep);
     if (asleep) {
         atomic_fetch_sub(&s->hdr->sleepers, 1);
     }
@@ -753,7 +964,7 @@ round_trip(coll_op_t *op, uint32_t digest)
 td_status_t
 coll_barrier_shm(coll_op_t *op)
 {
-    return round_trip(op, call_digest(op->seq, &op->desc));
+    return round_trip(op, op->g->shm, call_digest(op->seq, &op->desc));
 }
 
 td_status_t
@@ -774,7 +985,7 @@ coll_all_reduce_shm(coll_op_t *op, void *buf, size_t count)
         uint32_t e = s->epoch++;
 
         memcpy(small_of(s, e, n, me, bytes), buf, bytes);
-        if ((st = round_trip(op, digest)) != TD_OK) {
+        if ((st = round_trip(op, s, digest)) != TD_OK) {
             return st;
         }
         if (me != 0) {
@@ -800,7 +1011,7 @@ coll_all_reduce_shm(coll_op_t *op, void *buf, size_t count)
         memcpy(slot_of(s, e, n, me), (uint8_t *)buf + off * es, lo * es);
         memcpy(slot_of(s, e, n, me) + hi * es, (uint8_t *)buf + (off + hi) * es,
                (c - hi) * es);
-        if ((st = round_trip(op, digest)) != TD_OK) {
+        if ((st = round_trip(op, s, digest)) != TD_OK) {
             return st;
         }
         /* Sub-range ME: ours, then the others' in rank order (one member
@@ -816,7 +1027,7 @@ coll_all_reduce_shm(coll_op_t *op, void *buf, size_t count)
             coll_divide(mine, hi - lo, dt, n);
         }
         memcpy(slot_of(s, e, n, me) + lo * es, mine, (hi - lo) * es);
-        if ((st = round_trip(op, digest)) != TD_OK) {
+        if ((st = round_trip(op, s, digest)) != TD_OK) {
             return st;
         }
         for (int r = 0; r < n; r++) {
@@ -852,7 +1063,7 @@ coll_broadcast_shm(coll_op_t *op, void *buf, size_t nbytes)
         if (me == root) {
             memcpy(slot_of(s, e, n, root), (uint8_t *)buf + off, c);
         }
-        if ((st = round_trip(op, digest)) != TD_OK) {
+        if ((st = round_trip(op, s, digest)) != TD_OK) {
             return st;
         }
         if (me != root) {
@@ -884,7 +1095,7 @@ coll_all_gather_shm(coll_op_t *op, void *out, const void *in, size_t nbytes)
         uint32_t e = s->epoch++;
 
         memcpy(slot_of(s, e, n, me), o + (size_t)me * nbytes + off, c);
-        if ((st = round_trip(op, digest)) != TD_OK) {
+        if ((st = round_trip(op, s, digest)) != TD_OK) {
             return st;
         }
         for (int r = 0; r < n; r++) {
@@ -928,7 +1139,7 @@ coll_reduce_scatter_shm(coll_op_t *op, void *out, const void *in,
             memcpy(mine + (size_t)b * c * es,
                    src + ((size_t)b * count + off) * es, c * es);
         }
-        if ((st = round_trip(op, digest)) != TD_OK) {
+        if ((st = round_trip(op, s, digest)) != TD_OK) {
             return st;
         }
         memcpy(o + off * es, slot_of(s, e, n, 0) + (size_t)me * c * es,

@@ -14,9 +14,9 @@
 #     starts: round 1 takes it in without using a restart (4 ranks, restart
 #     0) and resumes at step 3 (total 3*2 + 5*4).
 #  4. examples/fashion_mnist_ddp --elastic on 2+2 ranks, host 2 killed
-#     mid-training (rank 0 frozen meanwhile): round 1 runs 2 ranks, the
-#     example resumes re-sharded and finishes (the issue's "losing a whole
-#     host shrinks 4 ranks to 2 and training continues").
+#     in step 40 (rank 0 stopped there by --pause-at): round 1 runs 2
+#     ranks, the example resumes re-sharded and finishes (the issue's
+#     "losing a whole host shrinks 4 ranks to 2 and training continues").
 # Kills happen at a fixed step (the worker waits for them), so nothing
 # depends on timing; every process runs under a timeout; the bed is torn
 # down on exit.
@@ -124,26 +124,30 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
             --master-port 29500 "$ex" --epochs 2 --max-batches 200 \
             --batch-size 32 --hidden 32 --threads 1 --log-every 0 \
             --optimizer sgd --elastic --checkpoint "$TD_TMP/ex.ck" \
-            --loss-log "$TD_TMP/ex.log" > "$TD_TMP/ex.$h" 2>&1 &
+            --loss-log "$TD_TMP/ex.log" --pause-at 0:40 > "$TD_TMP/ex.$h" 2>&1 &
         eval "e$h=\$!"
     done
-    n=0
-    while [ "$(cat "$TD_TMP/ex.log" 2>/dev/null | wc -l)" -lt 20 ] && [ $n -lt 2400 ]; do
+    # rank 0 (host 1) stops itself before step 40's backward (--pause-at):
+    # host 2 dies while that step is in flight, at the same step every run
+    # (it was a SIGSTOP sent once the log had 20 lines, and under load the
+    # ranks ran on past epoch 1 first, 1 run in 5)
+    r0= n=0
+    while [ $n -lt 2400 ]; do
+        r0=$(hosts_run 1 sh -c 'for p in $(pgrep -f fashion_mnist_ddp); do
+                tr "\0" "\n" < /proc/$p/environ | grep -x TODIST_RANK=0 >/dev/null &&
+                    [ "$(cut -d" " -f3 /proc/$p/stat)" = T ] && echo $p
+            done' | head -n 1)
+        [ -n "$r0" ] && break
         sleep 0.05; n=$((n + 1))
     done
-    # rank 0 (host 1) frozen while host 2 dies: the kill lands mid-training
-    r0=$(hosts_run 1 sh -c 'for p in $(pgrep -f fashion_mnist_ddp); do
-            tr "\0" "\n" < /proc/$p/environ | grep -x TODIST_RANK=0 >/dev/null && echo $p
-        done' | head -n 1)
-    [ -n "$r0" ] && hosts_run 1 kill -STOP "$r0"
     at=$(wc -l < "$TD_TMP/ex.log" | tr -d ' ')
     hosts_kill 2
     [ -n "$r0" ] && hosts_run 1 kill -CONT "$r0"
     wait $e1; rc1=$?
     wait $e2
     out=$(cat "$TD_TMP/ex.1")
-    ok "$([ "$rc1" = 0 ] && [ -n "$r0" ] && [ "$at" -lt 400 ]; echo $?)" \
-       "the example on 2+2 ranks, host 2 killed at step $at of 400: host 1 ends with rc $rc1"
+    ok "$([ "$rc1" = 0 ] && [ -n "$r0" ] && [ "$at" = 39 ]; echo $?)" \
+       "the example on 2+2 ranks, host 2 killed in step 40 ($at logged) of 400: host 1 ends with rc $rc1"
     [ "$rc1" = 0 ] || diag "$out"
     like "$out" 'round 1 \(restart 1 of 1\): .*lost host h2 \(node 1, ranks 2-3\).*; world 2 ranks on 1 node \(was 4 on 2\)' \
          "round 1: 4 ranks shrink to 2"

@@ -14,7 +14,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 101
+plan 112
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -117,8 +117,44 @@ PASS_MIN=10 job "2+1+1 collectives matrix" 2,1,1 "$B/coll/coll_peer" matrix
 # the hierarchical one 4 MiB (one leader to the other): it must move less.
 job "2x2 auto picks hier" 2,2 "$B/coll/coll_peer" auto_is hier
 job "2+1+1 auto picks hier" 2,1,1 "$B/coll/coll_peer" auto_is hier
-PASS_MIN=10 job "2x2 hierarchical matrix" 2,2 "$B/coll/coll_peer" hier
-PASS_MIN=10 job "2+1+1 hierarchical matrix" 2,1,1 "$B/coll/coll_peer" hier
+# Inside a host the hierarchical calls go through the host's shared
+# segment (hier.c H8): each rank logs at debug, when the world group goes,
+# the bytes it wrote into its host's segment and those it sent to a
+# member of its own host through the transport. segs LAYOUT DESC: the
+# matrix above ran; every rank of a host of two or more wrote into the
+# segment and sent nothing to its host's members through the transport.
+segs() {
+    for _r in $(seq 0 $(($(echo "$1" | tr , '+') - 1))); do
+        _line=$(printf '%s\n' "$OUT" |
+                grep "^todist\[rank $_r\]: .*group 0: hierarchical calls moved")
+        _seg=$(printf '%s\n' "$_line" | sed -n 's/.* moved \([0-9]*\) bytes through.*/\1/p')
+        _tp=$(printf '%s\n' "$_line" | sed -n 's/.* and \([0-9]*\) bytes to members.*/\1/p')
+        if [ "$_r" -lt "$3" ]; then
+            ok "$([ "${_seg:-0}" -gt 1000000 ] && [ "${_tp:-1}" = 0 ]; echo $?)" \
+               "$2: rank $_r wrote ${_seg:-?} bytes into its host's segment, sent ${_tp:-?} to its host's members by the transport"
+        else
+            ok "$([ "${_seg:-1}" = 0 ] && [ "${_tp:-1}" = 0 ]; echo $?)" \
+               "$2: rank $_r, alone on its host, used no segment and sent nothing inside it (${_seg:-?}, ${_tp:-?})"
+        fi
+    done
+}
+PASS_MIN=10 TODIST_LOG=debug job "2x2 hierarchical matrix" 2,2 "$B/coll/coll_peer" hier
+segs 2,2 "2x2 hierarchical matrix" 4
+PASS_MIN=10 TODIST_LOG=debug job "2+1+1 hierarchical matrix" 2,1,1 "$B/coll/coll_peer" hier
+segs 2,1,1 "2+1+1 hierarchical matrix" 2
+# Where one host has no segment (TODIST_COLL_SHM=0 on host 2's ranks
+# only), every host goes through the transport inside (H8): the leaders'
+# messages still match and the values are exact.
+cat > "$TD_TMP/shm_off2.sh" <<EOS
+#!/bin/sh
+[ "\$TODIST_NODE_RANK" = 1 ] && export TODIST_COLL_SHM=0
+exec "$B/coll/coll_peer" "\$@"
+EOS
+chmod +x "$TD_TMP/shm_off2.sh"
+PASS_MIN=10 TODIST_LOG=debug job "2x2 hierarchical matrix, no segment on host 2" \
+    2,2 "$TD_TMP/shm_off2.sh" hier
+_n=$(printf '%s\n' "$OUT" | grep -c "group 0: hierarchical calls moved 0 bytes through this host's segment and [1-9][0-9]* bytes")
+is "$_n" 4 "2x2, no segment on host 2: all 4 ranks went through the transport inside their host"
 # moved ALGO: bytes host 2 sent and received in 8 all_reduces of 4 MiB
 moved() {
     set -- "$1" $(hosts_bytes 2)
