@@ -372,6 +372,58 @@ recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
     }
 }
 
+/* --in-place, the world grows: a replacement joined at this step
+ * boundary (td_elastic_admit on the members, td_elastic_join on the
+ * replacement, CH from either). Every member heals from the source (the
+ * replacement gets the parameters, the optimizer state, the sampler and
+ * the step; the others already hold them), re-shards the sampler at the
+ * new size and moves DDP to the new group. */
+static int
+grow_in_place(td_elastic_t *el, const td_elastic_change_t *ch,
+              td_checkpoint_t *ck, td_ddp_t *ddp, td_distributed_sampler_t *s,
+              int64_t *position, FILE *mf)
+{
+    int old_world = ch->old_size;
+    double t_heal = now(), heal_s;
+
+    grp = td_elastic_group(el);
+    rank = ch->new_rank;
+    world = ch->new_size;
+    /* the replacement's sampler was made for the world at start */
+    td_checkpoint_allow_reshard(ck, 1);
+    if (td_checkpoint_broadcast(ck, grp, ch->source) != TD_OK) {
+        return die("in-place growth: heal");
+    }
+    if (ch->self_behind) {
+        td_elastic_commit(el, ch->step);         /* healed: it counts */
+    }
+    heal_s = now() - t_heal;
+    if (td_distributed_sampler_reshard(s, world, rank, position) != TD_OK ||
+        td_ddp_set_group(ddp, grp) != TD_OK) {
+        return die("in-place growth");
+    }
+    if (rank == 0) {
+        printf("in-place: epoch %lld at step %lld: world %d -> %d (joined "
+               "%d rank%s, first %d); agreement %.1f ms, rebuild %.1f ms, "
+               "heal %.1f ms\n", (long long)ch->epoch, (long long)ch->step,
+               old_world, world, ch->n_joined, ch->n_joined == 1 ? "" : "s",
+               ch->n_joined > 0 ? ch->joined[0] : -1, ch->agree_s * 1e3,
+               ch->rebuild_s * 1e3, heal_s * 1e3);
+        fflush(stdout);
+    }
+    if (rank == 0 && mf != NULL) {
+        fprintf(mf, "{\"membership\": {\"epoch\": %lld, \"step\": %lld, "
+                "\"old_world\": %d, \"new_world\": %d, \"lost\": %d, "
+                "\"joined\": %d, \"agreement_ms\": %.3f, \"rebuild_ms\": "
+                "%.3f, \"heal_ms\": %.3f}}\n", (long long)ch->epoch,
+                (long long)ch->step, old_world, world, ch->n_lost,
+                ch->n_joined, ch->agree_s * 1e3, ch->rebuild_s * 1e3,
+                heal_s * 1e3);
+        fflush(mf);
+    }
+    return 0;
+}
+
 static const char *param_names[] = {"fc1.weight", "fc1.bias", "fc2.weight",
                                     "fc2.bias"};
 
@@ -434,6 +486,7 @@ main(int argc, char **argv)
     td_elastic_t *el = NULL;
     double t_fail = 0;               /* wall clock of the last failure */
     int t_resumed = 0;               /* resumed: time the first step */
+    int joining = 0;                 /* a replacement (--in-place) */
     td_checkpoint_t *ck = NULL;
     FILE *lf = NULL;
     int64_t position = 0, step = 0;   /* step: this rank's since the start */
@@ -474,7 +527,9 @@ main(int argc, char **argv)
     rank = td_world()->rank;
     world = td_world()->world_size;
     grp = td_group_world();
-    if (oo.in_place && td_elastic_create(NULL, &el) != TD_OK) {
+    /* a replacement (todist-run --replace) joins once its state is made */
+    joining = oo.in_place && td_elastic_replacement();
+    if (oo.in_place && !joining && td_elastic_create(NULL, &el) != TD_OK) {
         return die("elastic");
     }
 
@@ -490,7 +545,14 @@ main(int argc, char **argv)
             return die("model");
         }
     }
-    if (td_ddp_create_mlp(mlp, NULL, &ddp) != TD_OK) {
+    {
+        td_ddp_opts_t dop = td_ddp_defaults();
+
+        /* a replacement talks to nobody before it joins: it is healed */
+        dop.broadcast_parameters = !joining;
+        status = td_ddp_create_mlp(mlp, &dop, &ddp);
+    }
+    if (status != TD_OK) {
         return die("DistributedDataParallel");
     }
     if (o.use_adam) {
@@ -514,7 +576,7 @@ main(int argc, char **argv)
     }
     td_distributed_sampler_set_epoch(&sampler, first_epoch);
     /* --in-place heals a survivor behind from the list, without a file */
-    if ((ckpt != NULL || el != NULL) &&
+    if ((ckpt != NULL || oo.in_place) &&
         (td_checkpoint_create(&ck) != TD_OK ||
          checkpoint_setup(ck, mlp, opt, ddp, &sampler, &position, &step,
                           &loss_sum) != TD_OK)) {
@@ -537,6 +599,17 @@ main(int argc, char **argv)
                    getenv("TODIST_RESTART_COUNT") : "0", world,
                    (long long)position);
         }
+    }
+    if (joining) {
+        td_elastic_change_t ch;
+
+        if (td_elastic_join(NULL, &el, &ch) != TD_OK) {
+            return die("in-place: join");
+        }
+        if (grow_in_place(el, &ch, ck, ddp, &sampler, &position, NULL) != 0) {
+            return 1;
+        }
+        first_epoch = (int)sampler.epoch;
     }
     if (rank == 0 && oo.loss_log != NULL &&
         (lf = fopen(oo.loss_log, "a")) == NULL) {
@@ -693,6 +766,26 @@ main(int argc, char **argv)
                 (stop || (oo.ckpt_every > 0 && step % oo.ckpt_every == 0)) &&
                 td_checkpoint_save(ck, ckpt) != TD_OK) {
                 return die("checkpoint");
+            }
+            if (el != NULL) {
+                td_elastic_change_t ch;
+                int grew;
+
+                if (td_elastic_admit(el, &ch, &grew) != TD_OK) {
+                    return die("in-place: admit");
+                }
+                if (grew) {
+                    /* the epoch goes on at the new size */
+                    if (grow_in_place(el, &ch, ck, ddp, &sampler, &position,
+                                      mf) != 0) {
+                        return 1;
+                    }
+                    free(indices);
+                    indices = malloc((size_t)sampler.num_samples *
+                                     sizeof(*indices) + 1);
+                    again = !stop;
+                    break;
+                }
             }
             if (stop || nb == o.max_batches) {
                 break;

@@ -10,8 +10,12 @@
  *                         barrier)
  *   td/dev/<r>            rank r's device count and NCCL capability
  *                         (runtime/rpc/device_map.c)
- *   td/init/...           the start-up barrier
- *   td/barrier/<g>/...    td_barrier generation g
+ *   td/init/...           the start-up barrier (a replacement, started
+ *                         with TODIST_ELASTIC_JOIN=1, skips it: it joins
+ *                         through runtime/elastic's quorum instead)
+ *   td/barrier/<m>.<g>/... td_barrier generation g among the members of
+ *                         membership generation m (0 the world; after
+ *                         td__runtime_set_members, its GEN)
  *   td/fin/in/<r>         rank r entered td_finalize
  *   td/fin/<k>/...        round k of the join: sums of sent and received
  *                         messages and of outstanding operations
@@ -84,7 +88,11 @@ static struct {
                                         * (td__runtime_set_members; atomic
                                         * bytes, the progress thread reads) */
     int                 n_members;     /* world_size until a shrink */
-    unsigned            member_gen;    /* shrinks so far: the join's keys */
+    unsigned            member_gen;    /* the members' generation (0 the
+                                        * world, then the elastic epoch):
+                                        * the join's and barriers' keys */
+    bool                joining;       /* TODIST_ELASTIC_JOIN=1: a
+                                        * replacement (no start-up barrier) */
     bool                pmix;          /* addresses through PMIx (pmix.h) */
     int                 finalizing;    /* in td_finalize: a peer that goes
                                         * now is most likely leaving too; a
@@ -532,7 +540,8 @@ td_barrier(double timeout)
     if (!rt.initialized) {
         return td_error(TD_ERR_STATE, "barrier: td_init has not been called");
     }
-    snprintf(name, sizeof(name), "td/barrier/%u", rt.barrier_gen++);
+    snprintf(name, sizeof(name), "td/barrier/%u.%u", rt.member_gen,
+             rt.barrier_gen++);
     return named_barrier(name, NULL,
                          timeout < 0 ? rt.params.init_timeout : timeout,
                          "barrier");
@@ -647,6 +656,22 @@ td_init(const td_init_params_t *params)
         return status;
     }
     rt.params.world = NULL;   /* not kept: the caller's may go away */
+    {
+        const char *j = getenv("TODIST_ELASTIC_JOIN");
+
+        rt.joining = j != NULL && strcmp(j, "1") == 0;
+        if (j != NULL && j[0] != '\0' && strcmp(j, "0") != 0 &&
+            !rt.joining) {
+            return td_error(TD_ERR_INVALID, "init: TODIST_ELASTIC_JOIN='%s' "
+                            "(1: this process replaces a lost rank; 0 or "
+                            "unset: it starts with the world)", j);
+        }
+        if (rt.joining && rt.world.rank == 0) {
+            return td_error(TD_ERR_INVALID, "init: TODIST_ELASTIC_JOIN=1 on "
+                            "rank 0: rank 0 serves the store and cannot be "
+                            "replaced");
+        }
+    }
     td__log_set_rank(rt.world.rank);
     td__log_init();            /* a bad TODIST_LOG is named even if all is quiet */
     if (rt.world.local_rank == 0) {
@@ -815,6 +840,13 @@ td_init(const td_init_params_t *params)
         goto err_modules;
     }
     rt.initialized = 1;
+    if (rt.joining) {
+        /* a replacement: the others are past the start-up barrier; it
+         * joins at a step boundary (td_elastic_create) */
+        td_log_info("init: rank %d starts as a replacement "
+                    "(TODIST_ELASTIC_JOIN=1)", rt.world.rank);
+        return TD_OK;
+    }
     /* every rank's address is its arrival (one set fewer per rank) */
     status = named_barrier("td/init", "td/addr", rt.params.init_timeout,
                            "init");
@@ -856,8 +888,43 @@ err_addrs:
 
 /* ---- members after a shrink (runtime/elastic) ------------------------------ */
 
+int
+td__runtime_joining(void)
+{
+    return rt.initialized && rt.joining;
+}
+
 td_status_t
-td__runtime_set_members(const int *ranks, int n)
+td__runtime_readmit(int rank, double timeout)
+{
+    int dead;
+
+    if (!rt.initialized) {
+        return td_error(TD_ERR_STATE, "runtime: readmit before td_init");
+    }
+    if (rank <= 0 || rank >= rt.world.world_size ||
+        rank == rt.world.rank) {
+        return td_error(TD_ERR_INVALID, "runtime: readmit rank %d (world "
+                        "%d; not rank 0, not this rank %d)", rank,
+                        rt.world.world_size, rt.world.rank);
+    }
+    /* R2: the address and the process are fetched again, the new ones */
+    pthread_mutex_lock(&rt.addr_lock);
+    free(rt.addrs[rank].value);
+    rt.addrs[rank].value = NULL;
+    rt.addrs[rank].addr = NULL;
+    rt.addrs[rank].len = 0;
+    rt.addrs[rank].host = 0;
+    td__liveness_clear(&rt.addrs[rank].proc);
+    pthread_mutex_unlock(&rt.addr_lock);
+    dead = rank;
+    __atomic_compare_exchange_n(&rt.dead_rank, &dead, -1, false,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return td__transport_peer_revive(rt.tp, rank, timeout);
+}
+
+td_status_t
+td__runtime_set_members(const int *ranks, int n, unsigned gen)
 {
     unsigned char *in;
     int dead;
@@ -887,17 +954,26 @@ td__runtime_set_members(const int *ranks, int n)
         return td_error(TD_ERR_INVALID, "runtime: the members must hold rank "
                         "0 (the store's) and this rank (%d)", rt.world.rank);
     }
-    /* R1: ranks only ever leave (a rank that left is never a member
-     * again in this process: a replacement is another process). */
+    if (gen <= rt.member_gen) {
+        free(in);
+        return td_error(TD_ERR_INVALID, "runtime: members of generation %u "
+                        "after %u (generations increase)", gen,
+                        rt.member_gen);
+    }
+    /* R1: a rank that left comes back only as another process, after
+     * td__runtime_readmit (its address and endpoint made again). */
     for (int r = 0; r < rt.world.world_size; r++) {
         if (!in[r]) {
             __atomic_store_n(&rt.left[r], 1, __ATOMIC_RELEASE);
             td__transport_peer_left(rt.tp, r);  /* closed by force at the end */
+        } else {
+            __atomic_store_n(&rt.left[r], 0, __ATOMIC_RELEASE);
         }
     }
     free(in);
     rt.n_members = n;
-    rt.member_gen++;
+    rt.member_gen = gen;
+    rt.barrier_gen = 0;
     dead = __atomic_load_n(&rt.dead_rank, __ATOMIC_SEQ_CST);
     if (dead >= 0 && rt.left[dead]) {
         /* only a member's death fails the barriers from now on */

@@ -87,15 +87,30 @@ uint64_t td__runtime_host_id(int rank);
  * host that holds it may be the one lost). */
 void td__runtime_host_text(int rank, char *buf, size_t len);
 
-/* After an in-place shrink (runtime/elastic), the world's members are
- * RANKS[0..N-1] (world ranks; rank 0, which serves the store, and this
- * rank among them). From then on td_barrier and td_finalize's join count
- * only the members, a death of a rank outside them fails neither, the
- * join is a barrier of idle members (no message counts: a dead rank's are
- * lost), and the transport closes the others' endpoints by force at the
- * end (td__transport_peer_left: this rank may never have seen them die). R1: ranks only leave. Call it from the thread that calls
- * td_init (the application's store client). */
-td_status_t td__runtime_set_members(const int *ranks, int n);
+/* After an in-place shrink or growth (runtime/elastic), the world's
+ * members are RANKS[0..N-1] (world ranks; rank 0, which serves the store,
+ * and this rank among them), generation GEN (the elastic epoch: it
+ * increases, and every member passes the same one, so a replacement's
+ * keys match the others'). From then on td_barrier and td_finalize's join
+ * count only the members, a death of a rank outside them fails neither,
+ * the join is a barrier of idle members (no message counts: a dead rank's
+ * are lost), and the transport closes the others' endpoints by force at
+ * the end (td__transport_peer_left: this rank may never have seen them
+ * die). R1: a rank that left is a member again only after
+ * td__runtime_readmit. Call it from the thread that calls td_init (the
+ * application's store client). */
+td_status_t td__runtime_set_members(const int *ranks, int n, unsigned gen);
+
+/* World rank RANK is a new process (an elastic replacement, which
+ * published its address again): fetch its address and pid anew and reset
+ * the transport's endpoint to it (td__transport_peer_revive), at most
+ * TIMEOUT s. R2: call it before the plan that lists it is adopted, so no
+ * message to it goes to the old process. Not rank 0, not this rank. */
+td_status_t td__runtime_readmit(int rank, double timeout);
+
+/* 1 when this process started as a replacement (TODIST_ELASTIC_JOIN=1):
+ * td_init skipped the start-up barrier; td_elastic_create joins. */
+int td__runtime_joining(void);
 
 #ifdef __cplusplus
 }

@@ -51,6 +51,7 @@ typedef struct {
 typedef struct {
     pid_t    pid;       /* 0 once reaped */
     int      status;    /* wait status once reaped */
+    int      join;      /* a replacement: TODIST_ELASTIC_JOIN=1 */
     stream_t out, err;
 } child_t;
 
@@ -70,6 +71,8 @@ typedef struct {
     int         label;
     int         max_restarts;
     int         no_kill;        /* --no-kill: a failed rank stops no other */
+    int         replace;        /* --replace N: start a replacement for a
+                                 * failed rank (not rank 0), N in all */
     double      grace;
     const char *bind;           /* --bind; NULL: leave TODIST_BIND */
     const char *run_id;         /* TORCHELASTIC_RUN_ID */
@@ -115,6 +118,8 @@ typedef struct {
     watch_fn        watch;
     void           *watch_arg;
     double          watch_next;
+    const sigset_t *mask;         /* for replacements (--replace) */
+    int             replaced;     /* replacements started */
 } group_t;
 
 #define TICK_S 0.05     /* s between watches of the rounds' store */
@@ -125,7 +130,7 @@ usage(FILE *f)
     fprintf(f,
 "usage: todist-run [-n N] [--nnodes M --node-rank K --master-addr A\n"
 "                  --master-port P] [--store-port Q] [--standalone]\n"
-"                  [--label] [--max-restarts R] [--no-kill]\n"
+"                  [--label] [--max-restarts R] [--no-kill [--replace N]]\n"
 "                  [--grace-period S]\n"
 "                  [--rdzv-port Q2] [--rdzv-timeout S] [--rdzv-last-call S]\n"
 "                  [--bind closest|none] [--run-id ID] [-m | --no-python]\n"
@@ -161,7 +166,11 @@ usage(FILE *f)
 "  --no-kill               a failed rank stops no other: the survivors go\n"
 "                          on (in-place recovery, todist/elastic.h; Slurm's\n"
 "                          --no-kill); the exit code is still the first\n"
-"                          failed rank's\n"
+"                          failed rank's (unless replaced)\n"
+"  --replace N             with --no-kill: start a replacement for a failed\n"
+"                          rank (not rank 0) with TODIST_ELASTIC_JOIN=1, N\n"
+"                          in all; it joins the survivors at a step\n"
+"                          boundary (td_elastic_join)\n"
 "  --grace-period S        seconds between SIGTERM and SIGKILL (default 3)\n"
 "  --bind closest|none     TODIST_BIND for every rank (default: as inherited)\n"
 "  --run-id ID             TORCHELASTIC_RUN_ID (default 'none')\n"
@@ -322,6 +331,7 @@ parse_args(int argc, char **argv, opts_t *o)
         { "standalone",     no_argument,       NULL, 's' },
         { "label",          no_argument,       NULL, 'l' },
         { "no-kill",        no_argument,       NULL, 'K' },
+        { "replace",        required_argument, NULL, 'X' },
         { "max-restarts",   required_argument, NULL, 'r' },
         { "max_restarts",   required_argument, NULL, 'r' },
         { "grace-period",   required_argument, NULL, 'g' },
@@ -372,6 +382,7 @@ parse_args(int argc, char **argv, opts_t *o)
         case 's': standalone = 1; break;
         case 'l': o->label = 1; break;
         case 'K': o->no_kill = 1; break;
+        case 'X': o->replace = (int)parse_long("--replace", optarg, 0, 1000000); break;
         case 'r': o->max_restarts = (int)parse_long("--max-restarts", optarg, 0, 1000); break;
         case 'g': o->grace = parse_seconds("--grace-period", optarg, 600); break;
         case 'b':
@@ -413,6 +424,10 @@ parse_args(int argc, char **argv, opts_t *o)
                 (o->nnodes > 1 && o->max_restarts > 0);
     if (o->rounds) {
         o->node_rank = 0;       /* assigned each round */
+    }
+    if (o->replace > 0 && !o->no_kill) {
+        die_usage("--replace starts replacements that join the survivors "
+                  "in place: it needs --no-kill");
     }
     if (o->no_kill && (o->rounds || o->max_restarts > 0)) {
         die_usage("--no-kill keeps the survivors running; it cannot go with "
@@ -529,7 +544,7 @@ env_set(const char *name, const char *value, void *arg)
 /* In the child: the rank's environment, then exec. Never returns. */
 static void
 child_exec(const opts_t *o, const assign_t *a, int local_rank,
-           const sigset_t *mask, int out_fd, int err_fd)
+           const sigset_t *mask, int out_fd, int err_fd, int join)
 {
     td_world_t w;
     td_rank_env_t re;
@@ -563,6 +578,11 @@ child_exec(const opts_t *o, const assign_t *a, int local_rank,
     if (td_rank_env_export(&re, env_set, NULL) != TD_OK) {
         fprintf(stderr, "todist-run: %s\n", td_last_error());
         _exit(127);
+    }
+    if (join) {
+        setenv("TODIST_ELASTIC_JOIN", "1", 1);  /* todist/elastic.h */
+    } else {
+        unsetenv("TODIST_ELASTIC_JOIN");
     }
     execvp(o->argv[0], o->argv);
     fprintf(stderr, "todist-run: cannot run '%s': %s\n", o->argv[0],
@@ -699,7 +719,7 @@ start_rank(group_t *g, int i, const sigset_t *mask)
     }
     c->pid = fork();
     if (c->pid == 0) {
-        child_exec(o, g->a, i, mask, po[1], pe[1]);
+        child_exec(o, g->a, i, mask, po[1], pe[1], c->join);
     }
     if (c->pid < 0) {
         fprintf(stderr, "todist-run: fork: %s\n", strerror(errno));
@@ -813,6 +833,48 @@ handle_signals(group_t *g, int sfd)
     }
 }
 
+/* The last lines of a dead rank's labelled output, before its
+ * replacement takes the slot (a second at most: a grandchild may hold the
+ * pipe). */
+static void
+stream_drain(stream_t *s, int rank)
+{
+    while (s->fd >= 0) {
+        struct pollfd pf = { .fd = s->fd, .events = POLLIN };
+
+        if (poll(&pf, 1, 1000) <= 0) {
+            close(s->fd);
+            s->fd = -1;
+        } else {
+            stream_pump(s, rank);
+        }
+    }
+    free(s->buf);
+    s->buf = NULL;
+}
+
+/* --replace: start a replacement for local rank I, which failed. */
+static int
+replace_rank(group_t *g, int i)
+{
+    int rank = g->a->first_rank + i;
+
+    if (g->replaced >= g->o->replace || rank == 0 || g->got_signal) {
+        return 0;
+    }
+    stream_drain(&g->c[i].out, rank);
+    stream_drain(&g->c[i].err, rank);
+    g->c[i].join = 1;
+    if (start_rank(g, i, g->mask) != 0) {
+        return 0;
+    }
+    g->replaced++;
+    fprintf(stderr, "todist-run: --replace: started a replacement for rank "
+            "%d (pid %d; %d of %d)\n", rank, (int)g->c[i].pid, g->replaced,
+            g->o->replace);
+    return 1;
+}
+
 /* Reap exited ranks; the first to fail starts the teardown. */
 static void
 reap_ranks(group_t *g)
@@ -838,6 +900,9 @@ reap_ranks(group_t *g)
                                 why, sizeof(why));      /* prints it */
                 fprintf(stderr, "todist-run: --no-kill: the other %d "
                         "rank(s) go on\n", g->alive);
+                if (replace_rank(g, i)) {
+                    continue;   /* replaced: not the run's failure */
+                }
                 if (g->failed_rank < 0) {
                     g->failed_rank = i;
                     g->failed_status = st;
@@ -888,6 +953,7 @@ run_group(const opts_t *o, const assign_t *a, int sfd, const sigset_t *mask,
     }
     g.watch = watch;
     g.watch_arg = watch_arg;
+    g.mask = mask;
     for (int i = 0; i < g.n; i++) {
         g.c[i].out.fd = g.c[i].err.fd = -1;
     }

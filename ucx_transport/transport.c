@@ -180,6 +180,8 @@ typedef struct {
     int      failed;
     int      left;       /* td__transport_peer_left: force-close it */
     int      watch;      /* connect at the next round (td__transport_watch) */
+    int      revive;     /* a new process took this rank: reset it at the
+                          * next round (td__transport_peer_revive, R1) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
     int      tried;      /* an endpoint was made or tried (L5) */
     /* bodies in place (O1-O2), token holder only */
@@ -257,6 +259,7 @@ struct td_transport {
     int                   ctr_sleeping;   /* the thread sleeps on yield_ctr */
     int                   sleeping;       /* a driver sleeps on the efd */
     int                   watch_pending;  /* some peer.watch is set */
+    int                   revive_pending; /* some peer.revive is set */
     int                   in_poll;        /* progress thread asleep on efd */
     int64_t               drive_left_ns;  /* when a driver last left (0: none
                                            * or it gave up) */
@@ -481,6 +484,9 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     td_transport_t *tp = ((void **)arg)[0];
     int rank = (int)(intptr_t)((void **)arg)[1];
 
+    if (tp->peers[rank].ep != NULL && tp->peers[rank].ep != ep) {
+        return;     /* R2: the endpoint of a process this rank had before */
+    }
     ep_fail(tp, rank, ep, ucs_status_string(status));
 }
 
@@ -1621,6 +1627,48 @@ connect_watched(td_transport_t *tp)
     }
 }
 
+/* Peers asked for by td__transport_peer_revive (token holder): R1 and
+ * R2 of transport.h. An endpoint still open (a rank taken out of the
+ * members while its process ran) is closed by force, as a failure's is. */
+static void
+revive_peers(td_transport_t *tp)
+{
+    ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                .flags = UCP_EP_CLOSE_FLAG_FORCE };
+
+    __atomic_store_n(&tp->revive_pending, 0, __ATOMIC_SEQ_CST);
+    for (int r = 0; r < tp->params.world_size; r++) {
+        peer_t *p = &tp->peers[r];
+        void *req;
+
+        if (!__atomic_load_n(&p->revive, __ATOMIC_ACQUIRE)) {
+            continue;
+        }
+        if (p->ep != NULL) {
+            ucp_ep_h ep = p->ep;
+
+            p->ep = NULL;
+            offers_fail(tp, r);                          /* O3 */
+            req = ucp_ep_close_nbx(ep, &prm);
+            if (UCS_PTR_IS_PTR(req)) {
+                ucp_request_free(req);
+            }
+        }
+        p->watch = 0;
+        p->tried = 0;
+        p->host = 0;
+        p->refused = 0;
+        p->cma_pid = 0;
+        p->remote = 0;
+        p->rx_seen = p->rx_count;
+        p->heard_ns = 0;
+        p->ping_ns = 0;
+        __atomic_store_n(&p->left, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->failed, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->revive, 0, __ATOMIC_RELEASE);      /* R2 */
+    }
+}
+
 /* One round by the token holder: progress, report completions, start
  * what was posted. Returns the number of events. */
 static unsigned
@@ -1630,6 +1678,9 @@ progress_once(td_transport_t *tp)
 
     if (__atomic_load_n(&tp->watch_pending, __ATOMIC_RELAXED)) {
         connect_watched(tp);
+    }
+    if (__atomic_load_n(&tp->revive_pending, __ATOMIC_RELAXED)) {
+        revive_peers(tp);
     }
     {
         /* the clock every 256th round (relaxed: the progress thread sets
@@ -2688,6 +2739,51 @@ td__transport_peer_left(td_transport_t *tp, int rank)
     if (tp != NULL && rank >= 0 && rank < tp->params.world_size) {
         __atomic_store_n(&tp->peers[rank].left, 1, __ATOMIC_RELEASE);
     }
+}
+
+static int
+revived(void *arg)
+{
+    peer_t *p = arg;
+
+    return !__atomic_load_n(&p->revive, __ATOMIC_ACQUIRE);
+}
+
+td_status_t
+td__transport_peer_revive(td_transport_t *tp, int rank, double timeout)
+{
+    peer_t *p;
+    double t0 = td_now_s();
+
+    if (tp == NULL || rank < 0 || rank >= tp->params.world_size ||
+        rank == tp->params.rank) {
+        return td_error(TD_ERR_INVALID, "transport: revive rank %d (world "
+                        "%d, this rank %d)", rank,
+                        tp != NULL ? tp->params.world_size : 0,
+                        tp != NULL ? tp->params.rank : -1);
+    }
+    p = &tp->peers[rank];
+    __atomic_store_n(&p->revive, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&tp->revive_pending, 1, __ATOMIC_SEQ_CST);
+    td__transport_wake(tp);
+    while (!revived(p)) {
+        double left = timeout - (td_now_s() - t0);
+
+        if (left <= 0) {
+            return td_error(TD_ERR_TIMEOUT, "transport: rank %d: the reset "
+                            "of its endpoint (a new process took it) did "
+                            "not run within %.3g s", rank, timeout);
+        }
+        /* drive the rounds ourselves, or let the progress thread */
+        if (td__transport_drive(tp, revived, p, left < 0.01 ? left : 0.01) ==
+            TD_ERR_STATE) {
+            struct timespec ts = { 0, 200000 };
+
+            td__transport_wake(tp);
+            nanosleep(&ts, NULL);
+        }
+    }
+    return TD_OK;
 }
 
 bool

@@ -280,6 +280,19 @@ bool td__transport_peer_alive(td_transport_t *tp, int dst);
  * Thread-safe. */
 void td__transport_peer_left(td_transport_t *tp, int rank);
 
+/* A new process took world rank RANK (an elastic replacement,
+ * runtime/elastic): forget the old one, so that the next send connects to
+ * the address the resolver gives now. Blocks (at most TIMEOUT s) until
+ * the token holder reset it. Not from a callback.
+ *  R1 The reset runs on the token holder between rounds: the endpoint,
+ *     if still open, is closed by force; failed, left, the host, the
+ *     in-place state (refused, cma_pid) and the liveness state start
+ *     over; the peer is failed again only by the new process.
+ *  R2 An error UCX reports for an endpoint that is not the peer's
+ *     current one (the old process's) is ignored. */
+td_status_t td__transport_peer_revive(td_transport_t *tp, int rank,
+                                      double timeout);
+
 /* The progress mode in use (AUTO resolved). */
 td_progress_mode_t td__transport_progress_mode(td_transport_t *tp);
 

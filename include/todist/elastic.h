@@ -7,7 +7,11 @@
  *     ddp over td_elastic_group(el) ...
  *     for each step:
  *         st = forward, td_ddp_backward, td_ddp_wait;
- *         if (st == TD_OK) { td_optim_step; td_elastic_commit(el, ++step); }
+ *         if (st == TD_OK) {
+ *             td_optim_step; td_elastic_commit(el, ++step);
+ *             td_elastic_admit(el, &ch, &grew);  every boundary, every member
+ *             if (grew) heal, re-shard and move DDP as below
+ *         }
  *         else {                             a member died (or timed out)
  *             td_optim_zero_grad;            the step is dropped
  *             td_elastic_recover(el, &ch);   agree, shrink
@@ -46,6 +50,24 @@
  * shrunk: make them again from td_elastic_group. After a shrink,
  * td_barrier and td_finalize count only the members.
  *
+ * Growth. A replacement for a lost rank — a new process with the same
+ * world rank, started with TODIST_ELASTIC_JOIN=1 (todist-run --no-kill
+ * --replace N does it for a rank that died, or start it yourself with the
+ * dead rank's environment) — calls td_init, then td_elastic_join (not
+ * td_elastic_create): it asks to join after the current epoch and waits.
+ * At the next step boundary rank 0's td_elastic_admit admits it (Q7, Q8
+ * of runtime/elastic/quorum.h), and one step later every member's
+ * td_elastic_admit forms the next epoch with it (grew = 1); the joiner's
+ * td_elastic_join returns in the same epoch. The change says behind
+ * (the joiner has no state, self_behind): every member then calls
+ * td_checkpoint_broadcast from ch.source (parameters, optimizer state,
+ * sampler), the joiner commits ch.step, all re-shard the sampler and move
+ * DDP to the new group (the joiner makes its DDP on it). A recovery of
+ * the epoch in between takes the admitted joiners along. A request for
+ * an epoch that a recovery closed is not carried over: the joiner asks
+ * again after the next epoch (td_elastic_join does that itself, up to
+ * join_timeout_s). Rank 0 cannot be replaced (it serves the store).
+ *
  * Every membership change is logged once per rank at TODIST_LOG=warn:
  * "elastic: epoch 1 at step 37: world 4 -> 3 (lost rank 2); this rank
  * 1 -> 1; agreement 1.2 ms, rebuild 0.3 ms".
@@ -71,6 +93,15 @@ typedef struct {
                            the old epoch to join or be declared dead
                            (default 30, env TODIST_ELASTIC_TIMEOUT) */
     int    min_size;    /* fewer survivors fail the recovery (default 1) */
+    double join_timeout_s; /* td_elastic_join: how long a replacement waits
+                              to be admitted (default 300, env
+                              TODIST_ELASTIC_JOIN_TIMEOUT) */
+    double admit_wait_s;   /* rank 0's td_elastic_admit, while the world is
+                              smaller than at start, waits up to this long
+                              at a boundary for a replacement to ask
+                              (default 0: it does not wait; env
+                              TODIST_ELASTIC_ADMIT_WAIT): the world then
+                              grows at a known step (tests, short runs) */
 } td_elastic_opts_t;
 
 #define TD_ELASTIC_LOST_MAX 16
@@ -89,6 +120,8 @@ typedef struct {
     int     lost[TD_ELASTIC_LOST_MAX]; /* their world ranks (the first 16) */
     double  agree_s;            /* entering td_elastic_recover to the plan */
     double  rebuild_s;          /* the plan to the new group in place */
+    int     n_joined;           /* new members (replacements) */
+    int     joined[TD_ELASTIC_LOST_MAX]; /* their world ranks (first 16) */
 } td_elastic_change_t;
 
 td_elastic_opts_t td_elastic_defaults(void);
@@ -110,6 +143,23 @@ int64_t     td_elastic_committed(const td_elastic_t *el);
  * store (rank 0) is gone. Called again after a failure of the new group
  * (a death during the recovery), it forms the next epoch. */
 td_status_t td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change);
+/* At a step boundary (after td_elastic_commit), on every member, every
+ * step: admits the replacements waiting (rank 0 decides, at the next
+ * boundary all grow together). *GREW_P 1 when the world grew here: the
+ * group is the new epoch's and *CHANGE (may be NULL) says what changed,
+ * as td_elastic_recover's (heal from change->source). Free while no rank
+ * is lost; a store read per step after a loss. */
+td_status_t td_elastic_admit(td_elastic_t *el, td_elastic_change_t *change,
+                             int *grew_p);
+/* In a replacement (TODIST_ELASTIC_JOIN=1), after td_init, instead of
+ * td_elastic_create: wait until admitted, then enter the new epoch with
+ * the members (*CHANGE: the epoch, the source to heal from, self_behind).
+ * TD_ERR_TIMEOUT after opts->join_timeout_s; TD_ERR_STATE in a process
+ * that started with the world. */
+td_status_t td_elastic_join(const td_elastic_opts_t *opts,
+                            td_elastic_t **el_p, td_elastic_change_t *change);
+/* 1 when this process started as a replacement (TODIST_ELASTIC_JOIN=1). */
+int         td_elastic_replacement(void);
 /* Destroys the current group (unless the world's): free EL after what
  * uses the group (DDP), before td_finalize. NULL is a no-op. */
 void        td_elastic_free(td_elastic_t *el);

@@ -25,7 +25,18 @@
  *      writes its tensors in place (checkpoint.c CK5), so one cut short
  *      (the source died) must not make it the source of a part-written
  *      state in the next agreement. A plan whose step is -1 (every
- *      survivor part-written) fails the recovery. */
+ *      survivor part-written) fails the recovery.
+ *  EL7 Growth (quorum.h Q7-Q9): a member readmits epoch E's joiners
+ *      (td__runtime_readmit: their new address and endpoint; lost[] of
+ *      theirs cleared) before it joins epoch E + 1, once per epoch
+ *      (grow_readmitted), so no message of epoch E + 1 goes to the old
+ *      process and no member declares a joiner dead for its old process's
+ *      death. A joiner starts with no committed step (-1): EL6's behind
+ *      rank, healed from the source before its first step.
+ *  EL8 td_elastic_admit runs at every step boundary on every member
+ *      (quorum.h Q8) and costs nothing while the world is whole (no rank
+ *      can ask to join); after a loss, a store read per boundary (rank 0:
+ *      one more per rank out of the world). */
 #include "config.h"
 
 #include <inttypes.h>
@@ -50,6 +61,9 @@ struct td_elastic {
     td_group_t       *group;      /* the world's at epoch 0 */
     int              *members;    /* world ranks, increasing */
     int               n;
+    int               grow_readmitted; /* EL7: this epoch's joiners */
+    elastic_grow_t    grow;       /* this epoch's record, once read */
+    int               grow_found;
 };
 
 static unsigned char *lost;       /* EL3: world-indexed */
@@ -99,13 +113,28 @@ const td_runtime_module_t td_elastic_module = {
 td_elastic_opts_t
 td_elastic_defaults(void)
 {
-    td_elastic_opts_t o = { .timeout_s = 30, .min_size = 1 };
+    td_elastic_opts_t o = { .timeout_s = 30, .min_size = 1,
+                            .join_timeout_s = 300, .admit_wait_s = 0 };
     const char *t = getenv("TODIST_ELASTIC_TIMEOUT");
 
     if (t != NULL && atof(t) > 0) {
         o.timeout_s = atof(t);
     }
+    t = getenv("TODIST_ELASTIC_JOIN_TIMEOUT");
+    if (t != NULL && atof(t) > 0) {
+        o.join_timeout_s = atof(t);
+    }
+    t = getenv("TODIST_ELASTIC_ADMIT_WAIT");
+    if (t != NULL && atof(t) > 0) {
+        o.admit_wait_s = atof(t);
+    }
     return o;
+}
+
+int
+td_elastic_replacement(void)
+{
+    return td__runtime_joining();
 }
 
 td_status_t
@@ -120,6 +149,11 @@ td_elastic_create(const td_elastic_opts_t *opts, td_elastic_t **el_p)
     if (el_p == NULL) {
         return td_error(TD_ERR_INVALID, "elastic: el_p is NULL");
     }
+    if (td__runtime_joining()) {
+        return td_error(TD_ERR_STATE, "elastic: this process replaces rank %d"
+                        " (TODIST_ELASTIC_JOIN=1): call td_elastic_join, not "
+                        "td_elastic_create", my_rank);
+    }
     el = calloc(1, sizeof(*el));
     if (el == NULL || (el->members = malloc(sizeof(int) *
                                             (size_t)lost_n)) == NULL) {
@@ -127,12 +161,14 @@ td_elastic_create(const td_elastic_opts_t *opts, td_elastic_t **el_p)
         return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
     }
     el->opts = opts != NULL ? *opts : td_elastic_defaults();
-    if (!(el->opts.timeout_s > 0) || el->opts.min_size < 1) {
+    if (!(el->opts.timeout_s > 0) || el->opts.min_size < 1 ||
+        !(el->opts.join_timeout_s > 0)) {
         free(el->members);
         free(el);
         return td_error(TD_ERR_INVALID, "elastic: timeout_s=%g min_size=%d "
-                        "(a positive time, at least one rank)",
-                        opts->timeout_s, opts->min_size);
+                        "join_timeout_s=%g (positive times, at least one "
+                        "rank)", opts->timeout_s, opts->min_size,
+                        opts->join_timeout_s);
     }
     for (int r = 0; r < lost_n; r++) {
         el->members[r] = r;
@@ -170,32 +206,41 @@ td_elastic_committed(const td_elastic_t *el)
     return el != NULL ? el->committed : -1;
 }
 
-td_status_t
-td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
+/* EL7: readmit the joiners of G (epoch EL->epoch's record) once. */
+static td_status_t
+readmit_joiners(td_elastic_t *el, const elastic_grow_t *g)
+{
+    td_status_t st = TD_OK;
+
+    if (el->grow_readmitted || g->closed) {
+        return TD_OK;
+    }
+    for (int i = 0; st == TD_OK && i < g->n; i++) {
+        if (g->ranks[i] != my_rank) {
+            __atomic_store_n(&lost[g->ranks[i]], 0, __ATOMIC_RELEASE);
+            st = td__runtime_readmit(g->ranks[i], el->opts.timeout_s);
+        }
+    }
+    el->grow_readmitted = st == TD_OK;
+    return st;
+}
+
+/* Join epoch EL->epoch + 1 from CANDS[N] with COMMITTED; adopt its plan:
+ * the new group and members, *CH filled (T0: when the change began). */
+static td_status_t
+form_epoch(td_elastic_t *el, const int *cands, int n, int64_t committed,
+           double t0, td_elastic_change_t *ch)
 {
     td_store_t *store = td__runtime_store();
-    td_elastic_change_t ch;
     elastic_plan_t plan;
     td_group_t *g;
-    double t0 = td_now_s(), t1;
-    char lost_txt[128] = "";
-    size_t off = 0;
+    double t1;
+    char lost_txt[128] = "", join_txt[128] = "";
+    size_t off = 0, joff = 0;
     td_status_t st;
 
-    if (el == NULL || lost == NULL || store == NULL) {
-        return td_error(TD_ERR_STATE, "elastic: td_elastic_recover %s",
-                        el == NULL ? "on NULL" : "after td_finalize");
-    }
-    memset(&ch, 0, sizeof(ch));
-    ch.old_size = el->n;
-    ch.old_rank = td_group_rank(el->group);
-    /* EL5: no member stays blocked in the old group until its timeout */
-    snprintf(lost_txt, sizeof(lost_txt), "elastic: rank %d left epoch %"
-             PRId64 " to recover", my_rank, el->epoch);
-    coll_group_abort_all(el->group, TD_ERR_PEER, lost_txt);
-    lost_txt[0] = '\0';
-    st = elastic_quorum_join(store, el->epoch + 1, my_rank, el->members, el->n,
-                             lost, el->committed, el->opts.timeout_s, &plan);
+    st = elastic_quorum_join(store, el->epoch + 1, my_rank, cands, n, lost,
+                             committed, el->opts.timeout_s, &plan);
     if (st != TD_OK) {
         return st;
     }
@@ -216,7 +261,8 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
     st = coll_group_new_id(COLL_EPOCH_ID_BASE + (uint32_t)plan.epoch,
                            plan.ranks, plan.n, &g);           /* EL1 */
     if (st == TD_OK) {
-        st = td__runtime_set_members(plan.ranks, plan.n);      /* EL4 */
+        st = td__runtime_set_members(plan.ranks, plan.n,
+                                     (unsigned)plan.epoch);    /* EL4 */
         if (st != TD_OK) {
             td_group_destroy(g);
         }
@@ -225,7 +271,7 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
         elastic_plan_free(&plan);
         return st;
     }
-    /* the old members that are not in the plan */
+    /* the old members not in the plan, and the plan's ranks not old */
     for (int i = 0, j = 0; i < el->n; i++) {
         while (j < plan.n && plan.ranks[j] < el->members[i]) {
             j++;
@@ -233,54 +279,250 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
         if (j < plan.n && plan.ranks[j] == el->members[i]) {
             continue;
         }
-        if (ch.n_lost < TD_ELASTIC_LOST_MAX) {
-            ch.lost[ch.n_lost] = el->members[i];
+        if (ch->n_lost < TD_ELASTIC_LOST_MAX) {
+            ch->lost[ch->n_lost] = el->members[i];
             if (off < sizeof(lost_txt)) {
                 off += (size_t)snprintf(lost_txt + off, sizeof(lost_txt) - off,
-                                        "%s%d", ch.n_lost ? " " : "",
+                                        "%s%d", ch->n_lost ? " " : "",
                                         el->members[i]);
             }
         }
-        ch.n_lost++;
+        ch->n_lost++;
     }
-    if (el->group != td_group_world()) {
+    for (int j = 0, i = 0; j < plan.n; j++) {
+        while (i < el->n && el->members[i] < plan.ranks[j]) {
+            i++;
+        }
+        if (i < el->n && el->members[i] == plan.ranks[j]) {
+            continue;
+        }
+        if (ch->n_joined < TD_ELASTIC_LOST_MAX) {
+            ch->joined[ch->n_joined] = plan.ranks[j];
+            if (joff < sizeof(join_txt)) {
+                joff += (size_t)snprintf(join_txt + joff,
+                                         sizeof(join_txt) - joff, "%s%d",
+                                         ch->n_joined ? " " : "",
+                                         plan.ranks[j]);
+            }
+        }
+        ch->n_joined++;
+    }
+    if (el->group != NULL && el->group != td_group_world()) {
         td_group_destroy(el->group);                         /* EL2 */
     }
     el->group = g;
     memcpy(el->members, plan.ranks, sizeof(int) * (size_t)plan.n);
     el->n = plan.n;
     el->epoch = plan.epoch;
+    elastic_grow_free(&el->grow);
+    el->grow_found = 0;
+    el->grow_readmitted = 0;
     /* EL6: a rank behind claims the plan's step only once healed, and
      * no step while its heal may leave it part-written */
-    ch.self_behind = el->committed < plan.step;
-    if (ch.self_behind) {
-        el->committed = -1;
-    }
-    ch.epoch = plan.epoch;
-    ch.step = plan.step;
-    ch.behind = plan.behind;
-    ch.new_size = plan.n;
-    ch.new_rank = td_group_rank(g);
+    ch->self_behind = committed < plan.step;
+    el->committed = ch->self_behind ? -1 : committed;
+    ch->epoch = plan.epoch;
+    ch->step = plan.step;
+    ch->behind = plan.behind;
+    ch->new_size = plan.n;
+    ch->new_rank = td_group_rank(g);
     for (int i = 0; i < plan.n; i++) {
         if (plan.ranks[i] == plan.source) {
-            ch.source = i;
+            ch->source = i;
         }
     }
     elastic_plan_free(&plan);
-    ch.agree_s = t1 - t0;
-    ch.rebuild_s = td_now_s() - t1;
+    ch->agree_s = t1 - t0;
+    ch->rebuild_s = td_now_s() - t1;
     td_log_warn("elastic: epoch %" PRId64 " at step %" PRId64 ": world %d -> "
-                "%d (lost rank%s %s%s); this rank %d -> %d; agreement %.1f ms,"
-                " rebuild %.1f ms%s", ch.epoch, ch.step, ch.old_size,
-                ch.new_size, ch.n_lost == 1 ? "" : "s",
-                ch.n_lost ? lost_txt : "none",
-                ch.n_lost > TD_ELASTIC_LOST_MAX ? " ..." : "", ch.old_rank,
-                ch.new_rank, ch.agree_s * 1e3, ch.rebuild_s * 1e3,
-                ch.behind ? "; healing from the most advanced" : "");
+                "%d (%s%s%s%s%s%s%s%s); this rank %d -> %d; agreement "
+                "%.1f ms, rebuild %.1f ms%s", ch->epoch, ch->step,
+                ch->old_size, ch->new_size,
+                ch->n_lost || !ch->n_joined ? "lost rank" : "",
+                !ch->n_lost && ch->n_joined ? "" :
+                ch->n_lost == 1 ? " " : "s ",
+                ch->n_lost ? lost_txt : ch->n_joined ? "" : "none",
+                ch->n_lost > TD_ELASTIC_LOST_MAX ? " ..." : "",
+                ch->n_lost && ch->n_joined ? "; " : "",
+                ch->n_joined ? (ch->n_joined == 1 ? "joined rank " :
+                                "joined ranks ") : "", join_txt,
+                ch->n_joined > TD_ELASTIC_LOST_MAX ? " ..." : "",
+                ch->old_rank, ch->new_rank, ch->agree_s * 1e3,
+                ch->rebuild_s * 1e3,
+                ch->behind ? "; healing from the most advanced" : "");
+    return TD_OK;
+}
+
+td_status_t
+td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
+{
+    td_store_t *store = td__runtime_store();
+    td_elastic_change_t ch;
+    elastic_grow_t g = {0};
+    int *cands = NULL, n_cands = 0;
+    double t0 = td_now_s();
+    char why[128];
+    td_status_t st;
+
+    if (el == NULL || lost == NULL || store == NULL) {
+        return td_error(TD_ERR_STATE, "elastic: td_elastic_recover %s",
+                        el == NULL ? "on NULL" : "after td_finalize");
+    }
+    memset(&ch, 0, sizeof(ch));
+    ch.old_size = el->n;
+    ch.old_rank = td_group_rank(el->group);
+    /* EL5: no member stays blocked in the old group until its timeout */
+    snprintf(why, sizeof(why), "elastic: rank %d left epoch %" PRId64
+             " to recover", my_rank, el->epoch);
+    coll_group_abort_all(el->group, TD_ERR_PEER, why);
+    /* Q7: no growth decided from now on; joiners already admitted are
+     * candidates (EL7) */
+    st = elastic_grow_close(store, el->epoch, lost_n, &g);
+    if (st == TD_OK) {
+        st = readmit_joiners(el, &g);
+    }
+    if (st == TD_OK) {
+        st = elastic_candidates(el->members, el->n, &g, &cands, &n_cands);
+    }
+    elastic_grow_free(&g);
+    if (st == TD_OK) {
+        st = form_epoch(el, cands, n_cands, el->committed, t0, &ch);
+    }
+    free(cands);
+    if (st == TD_OK && change != NULL) {
+        *change = ch;
+    }
+    return st;
+}
+
+td_status_t
+td_elastic_admit(td_elastic_t *el, td_elastic_change_t *change, int *grew_p)
+{
+    td_store_t *store = td__runtime_store();
+    td_elastic_change_t ch;
+    int *cands = NULL, n_cands = 0;
+    double t0 = td_now_s();
+    td_status_t st;
+
+    if (grew_p != NULL) {
+        *grew_p = 0;
+    }
+    if (el == NULL || lost == NULL || store == NULL) {
+        return td_error(TD_ERR_STATE, "elastic: td_elastic_admit %s",
+                        el == NULL ? "on NULL" : "after td_finalize");
+    }
+    if (el->n == lost_n) {
+        return TD_OK;                       /* EL8: nobody can ask */
+    }
+    if (!el->grow_found) {
+        st = elastic_grow_check(store, el->epoch, my_rank, el->members, el->n,
+                                lost_n, el->committed, el->opts.admit_wait_s,
+                                &el->grow_found, &el->grow);
+        if (st != TD_OK) {
+            return st;
+        }
+    }
+    if (!el->grow_found || el->grow.closed ||
+        el->committed < el->grow.step) {
+        return TD_OK;                       /* Q8: not yet */
+    }
+    memset(&ch, 0, sizeof(ch));
+    ch.old_size = el->n;
+    ch.old_rank = td_group_rank(el->group);
+    st = readmit_joiners(el, &el->grow);                         /* EL7 */
+    if (st == TD_OK) {
+        st = elastic_candidates(el->members, el->n, &el->grow, &cands,
+                                &n_cands);
+    }
+    if (st == TD_OK) {
+        st = form_epoch(el, cands, n_cands, el->committed, t0, &ch);
+    }
+    free(cands);
+    if (st != TD_OK) {
+        return st;
+    }
     if (change != NULL) {
         *change = ch;
     }
+    if (grew_p != NULL) {
+        *grew_p = 1;
+    }
     return TD_OK;
+}
+
+td_status_t
+td_elastic_join(const td_elastic_opts_t *opts, td_elastic_t **el_p,
+                td_elastic_change_t *change)
+{
+    td_store_t *store = td__runtime_store();
+    td_elastic_change_t ch;
+    td_elastic_t *el;
+    int *cands = NULL, n_cands = 0, *old = NULL, n_old = 0;
+    int64_t epoch;
+    double t0 = td_now_s();
+    td_status_t st;
+
+    if (lost == NULL || store == NULL || td_group_world() == NULL) {
+        return td_error(TD_ERR_STATE, "elastic: td_elastic_join before "
+                        "td_init");
+    }
+    if (el_p == NULL) {
+        return td_error(TD_ERR_INVALID, "elastic: el_p is NULL");
+    }
+    if (!td__runtime_joining()) {
+        return td_error(TD_ERR_STATE, "elastic: td_elastic_join in rank %d, "
+                        "which started with the world (a replacement starts "
+                        "with TODIST_ELASTIC_JOIN=1): call "
+                        "td_elastic_create", my_rank);
+    }
+    el = calloc(1, sizeof(*el));
+    if (el == NULL || (el->members = malloc(sizeof(int) *
+                                            (size_t)lost_n)) == NULL) {
+        free(el);
+        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+    el->opts = opts != NULL ? *opts : td_elastic_defaults();
+    if (!(el->opts.timeout_s > 0) || el->opts.min_size < 1 ||
+        !(el->opts.join_timeout_s > 0)) {
+        st = td_error(TD_ERR_INVALID, "elastic: timeout_s=%g min_size=%d "
+                      "join_timeout_s=%g (positive times, at least one "
+                      "rank)", el->opts.timeout_s, el->opts.min_size,
+                      el->opts.join_timeout_s);
+        goto fail;
+    }
+    el->committed = -1;             /* EL7: behind until healed */
+    st = elastic_join_wait(store, my_rank, lost_n, el->opts.join_timeout_s,
+                           &epoch, &old, &n_old, &cands, &n_cands);
+    if (st != TD_OK) {
+        goto fail;
+    }
+    /* the epoch we join from (this process was none of its members, Q9) */
+    memcpy(el->members, old, sizeof(int) * (size_t)n_old);
+    free(old);
+    old = NULL;
+    el->n = n_old;
+    el->epoch = epoch;
+    el->group = NULL;
+    el->grow_readmitted = 1;        /* nothing to readmit: all are new */
+    memset(&ch, 0, sizeof(ch));
+    ch.old_size = n_old;
+    ch.old_rank = -1;
+    st = form_epoch(el, cands, n_cands, -1, t0, &ch);
+    if (st != TD_OK) {
+        goto fail;
+    }
+    free(cands);
+    if (change != NULL) {
+        *change = ch;
+    }
+    *el_p = el;
+    return TD_OK;
+fail:
+    free(old);
+    free(cands);
+    free(el->members);
+    free(el);
+    return st;
 }
 
 void
@@ -289,9 +531,10 @@ td_elastic_free(td_elastic_t *el)
     if (el == NULL) {
         return;
     }
-    if (el->group != td_group_world()) {
+    if (el->group != NULL && el->group != td_group_world()) {
         td_group_destroy(el->group);
     }
+    elastic_grow_free(&el->grow);
     free(el->members);
     free(el);
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "runtime/elastic/quorum.h"
@@ -367,4 +368,379 @@ elastic_quorum_join(td_store_t *store, int64_t epoch, int me,
     }
     *plan = p;
     return TD_OK;
+}
+
+/* ---- growth (Q7-Q9) ------------------------------------------------------- */
+
+void
+elastic_grow_free(elastic_grow_t *g)
+{
+    if (g != NULL) {
+        free(g->ranks);
+        g->ranks = NULL;
+        g->n = 0;
+    }
+}
+
+td_status_t
+elastic_grow_encode(const elastic_grow_t *g, char **text_p)
+{
+    size_t cap = 64 + (size_t)g->n * 12, off;
+    char *t;
+
+    if (g->closed) {
+        t = strdup("none");
+    } else {
+        t = malloc(cap);
+        if (t != NULL) {
+            off = (size_t)snprintf(t, cap, "v1 %" PRId64 " %d", g->step,
+                                   g->n);
+            for (int i = 0; i < g->n && off < cap; i++) {
+                off += (size_t)snprintf(t + off, cap - off, " %d",
+                                        g->ranks[i]);
+            }
+        }
+    }
+    if (t == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+    *text_p = t;
+    return TD_OK;
+}
+
+td_status_t
+elastic_grow_decode(const char *text, size_t len, int world, elastic_grow_t *g)
+{
+    int64_t step, n, r;
+    size_t pos = 2;
+    int *ranks;
+
+    if (len == 4 && memcmp(text, "none", 4) == 0) {
+        *g = (elastic_grow_t){ .closed = 1 };
+        return TD_OK;
+    }
+    if (len < 2 || memcmp(text, "v1", 2) != 0 ||
+        !next_int(text, len, &pos, 0, INT64_MAX, &step) ||
+        !next_int(text, len, &pos, 1, world, &n)) {
+        return td_error(TD_ERR_PROTOCOL, "elastic: a malformed growth record "
+                        "in the store (%zu bytes)", len);
+    }
+    ranks = malloc((size_t)n * sizeof(*ranks));
+    if (ranks == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        /* rank 0 serves the store: it is never a joiner */
+        if (!next_int(text, len, &pos, i > 0 ? ranks[i - 1] + 1 : 1,
+                      world - 1, &r)) {
+            free(ranks);
+            return td_error(TD_ERR_PROTOCOL, "elastic: a growth record with "
+                            "a bad joiner at entry %" PRId64 " (ranks 1.."
+                            "%d, increasing)", i, world - 1);
+        }
+        ranks[i] = (int)r;
+    }
+    if (pos != len) {
+        free(ranks);
+        return td_error(TD_ERR_PROTOCOL, "elastic: a growth record with "
+                        "trailing bytes");
+    }
+    *g = (elastic_grow_t){ .step = step, .n = (int)n, .ranks = ranks };
+    return TD_OK;
+}
+
+/* Epoch EPOCH's growth record, if written (*FOUND). */
+static td_status_t
+grow_read(td_store_t *store, int64_t epoch, int world, int *found,
+          elastic_grow_t *g)
+{
+    char key[64];
+    void *val = NULL;
+    size_t len;
+    td_status_t st;
+
+    snprintf(key, sizeof(key), "td/el/%" PRId64 "/grow", epoch);
+    st = td_store_get(store, key, 0, &val, &len);
+    *found = 0;
+    if (st == TD_ERR_NOT_FOUND) {
+        td_error_clear();
+        return TD_OK;
+    }
+    if (st != TD_OK) {
+        return st;
+    }
+    st = elastic_grow_decode(val, len, world, g);
+    free(val);
+    *found = st == TD_OK;
+    return st;
+}
+
+/* Q7: write TEXT as epoch EPOCH's record unless one is there; then read
+ * what is. */
+static td_status_t
+grow_write(td_store_t *store, int64_t epoch, int world, const char *text,
+           elastic_grow_t *g)
+{
+    char key[64];
+    void *after = NULL;
+    size_t after_len;
+    int found;
+    td_status_t st;
+
+    snprintf(key, sizeof(key), "td/el/%" PRId64 "/grow", epoch);
+    st = td_store_compare_set(store, key, "", 0, text, strlen(text), &after,
+                              &after_len);
+    free(after);
+    if (st != TD_OK) {
+        return st;
+    }
+    st = grow_read(store, epoch, world, &found, g);
+    if (st == TD_OK && !found) {
+        st = td_error(TD_ERR_PROTOCOL, "elastic: epoch %" PRId64 "'s growth "
+                      "record vanished from the store", epoch);
+    }
+    return st;
+}
+
+static int
+sorted_has(const int *m, int n, int r)
+{
+    for (int i = 0; i < n; i++) {
+        if (m[i] == r) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+td_status_t
+elastic_grow_check(td_store_t *store, int64_t epoch, int me,
+                   const int *members, int n, int world, int64_t committed,
+                   double wait, int *found, elastic_grow_t *g)
+{
+    td_status_t st = grow_read(store, epoch, world, found, g);
+    elastic_grow_t w = { .step = committed + 1 };
+    char key[96], *text = NULL;
+    double t0 = td_now_s();
+
+    if (st != TD_OK || *found || me != 0 || n >= world) {
+        return st;
+    }
+    /* Q9: requests for this epoch, from ranks out of it */
+    w.ranks = malloc((size_t)(world - n) * sizeof(int));
+    if (w.ranks == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+again:
+    for (int r = 1; r < world && st == TD_OK; r++) {
+        int asked;
+        int64_t v;
+
+        if (sorted_has(members, n, r)) {
+            continue;
+        }
+        snprintf(key, sizeof(key), "td/el/%" PRId64 "/want/%d", epoch, r);
+        st = key_read(store, key, &asked, &v);
+        if (st == TD_OK && asked) {
+            w.ranks[w.n++] = r;
+        }
+    }
+    if (st == TD_OK && w.n == 0 && td_now_s() - t0 < wait) {
+        struct timespec ts = { 0, 2000000 };
+
+        nanosleep(&ts, NULL);           /* admit_wait_s: a request comes */
+        goto again;
+    }
+    if (st == TD_OK && w.n > 0) {
+        st = elastic_grow_encode(&w, &text);                  /* Q7, Q8 */
+        if (st == TD_OK) {
+            st = grow_write(store, epoch, world, text, g);
+            *found = st == TD_OK;
+        }
+    }
+    free(text);
+    elastic_grow_free(&w);
+    return st;
+}
+
+td_status_t
+elastic_grow_close(td_store_t *store, int64_t epoch, int world,
+                   elastic_grow_t *g)
+{
+    return grow_write(store, epoch, world, "none", g);         /* Q7 */
+}
+
+td_status_t
+elastic_candidates(const int *members, int n, const elastic_grow_t *g,
+                   int **out_p, int *n_out_p)
+{
+    int extra = g != NULL && !g->closed ? g->n : 0, k = 0, i = 0, j = 0;
+    int *out = malloc((size_t)(n + extra) * sizeof(int));
+
+    if (out == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+    while (i < n || j < extra) {        /* merge two increasing lists */
+        if (j >= extra || (i < n && members[i] < g->ranks[j])) {
+            out[k++] = members[i++];
+        } else if (i >= n || g->ranks[j] < members[i]) {
+            out[k++] = g->ranks[j++];
+        } else {
+            out[k++] = members[i++];    /* a member listed as a joiner */
+            j++;
+        }
+    }
+    *out_p = out;
+    *n_out_p = k;
+    return TD_OK;
+}
+
+td_status_t
+elastic_join_admitted(td_store_t *store, int64_t epoch, int me, int world,
+                      elastic_grow_t *g)
+{
+    int found;
+    td_status_t st = grow_read(store, epoch, world, &found, g);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    if (found && !g->closed && sorted_has(g->ranks, g->n, me)) {
+        return TD_OK;
+    }
+    if (found) {
+        elastic_grow_free(g);
+    }
+    return td_error(TD_ERR_STATE, "elastic: rank %d is refused for epoch %"
+                    PRId64 ": epoch %" PRId64 "'s growth %s (a stale "
+                    "request; ask again after epoch %" PRId64 ")", me,
+                    epoch + 1, epoch, !found ? "is not decided" :
+                    g->closed ? "was closed by a recovery" :
+                    "admits other ranks", epoch + 1);
+}
+
+/* The members of epoch EPOCH (the world at 0), from its plan. */
+static td_status_t
+epoch_members(td_store_t *store, int64_t epoch, int world, int **m_p, int *n_p)
+{
+    elastic_plan_t p = {0};
+    int found = 1;
+    td_status_t st = TD_OK;
+
+    if (epoch > 0) {
+        st = plan_read(store, epoch, &found, &p);
+    }
+    if (st != TD_OK) {
+        return st;
+    }
+    if (!found) {
+        return td_error(TD_ERR_PROTOCOL, "elastic: the plan of epoch %" PRId64
+                        " is gone from the store", epoch);
+    }
+    if (epoch == 0) {
+        p.ranks = malloc((size_t)world * sizeof(int));
+        if (p.ranks == NULL) {
+            return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+        }
+        for (int r = 0; r < world; r++) {
+            p.ranks[r] = r;
+        }
+        p.n = world;
+    }
+    *m_p = p.ranks;
+    *n_p = p.n;
+    return TD_OK;
+}
+
+td_status_t
+elastic_join_wait(td_store_t *store, int me, int world, double timeout,
+                  int64_t *epoch_p, int **old_p, int *n_old_p, int **cands_p,
+                  int *n_p)
+{
+    double t0 = td_now_s();
+    int64_t epoch = 0, asked = -1;
+    elastic_plan_t p = {0};
+    char key[96];
+    td_status_t st;
+
+    if (store == NULL || me <= 0 || me >= world) {
+        return td_error(TD_ERR_INVALID, "elastic: a replacement for rank %d "
+                        "of %d (not rank 0)", me, world);
+    }
+    for (;;) {
+        int found = 0, *members = NULL, n = 0;
+        elastic_grow_t g = {0};
+
+        /* the current epoch: the last plan written */
+        for (;;) {
+            st = plan_read(store, epoch + 1, &found, &p);
+            if (st != TD_OK) {
+                return st;
+            }
+            if (!found) {
+                break;
+            }
+            elastic_plan_free(&p);
+            epoch++;
+        }
+        st = epoch_members(store, epoch, world, &members, &n);
+        if (st != TD_OK) {
+            return st;
+        }
+        if (!sorted_has(members, n, me) && asked != epoch) {
+            snprintf(key, sizeof(key), "td/el/%" PRId64 "/want/%d", epoch,
+                     me);
+            st = td_store_set(store, key, "1", 1);             /* Q9 */
+            asked = epoch;
+        }
+        if (st == TD_OK && asked == epoch) {
+            st = grow_read(store, epoch, world, &found, &g);
+            if (st == TD_OK && found && !g.closed &&
+                sorted_has(g.ranks, g.n, me)) {
+                st = elastic_candidates(members, n, &g, cands_p, n_p);
+                elastic_grow_free(&g);
+                if (st == TD_OK) {
+                    *epoch_p = epoch;
+                    *old_p = members;
+                    *n_old_p = n;
+                } else {
+                    free(members);
+                }
+                return st;
+            }
+            elastic_grow_free(&g);
+        }
+        free(members);
+        if (st != TD_OK) {
+            return st;
+        }
+        if (td_now_s() - t0 > timeout) {
+            return td_error(TD_ERR_TIMEOUT, "elastic: rank %d (a replacement)"
+                            " was not admitted within %.3g s (the current "
+                            "epoch is %" PRId64 "%s)", me, timeout, epoch,
+                            asked == epoch ? "" : "; this rank is still one "
+                            "of its members: the others have not dropped "
+                            "it");
+        }
+        if (found || asked != epoch) {
+            /* decided without us, or we are still a member: the next
+             * plan comes; look again soon */
+            struct timespec ts = { 0, 5000000 };
+
+            nanosleep(&ts, NULL);
+        } else {
+            /* the record, in short slices (a recovery may write the next
+             * plan instead) */
+            char gk[64];
+            const char *keys[1] = { gk };
+
+            snprintf(gk, sizeof(gk), "td/el/%" PRId64 "/grow", epoch);
+            st = td_store_wait(store, keys, 1, 0.01);
+            if (st == TD_ERR_TIMEOUT) {
+                td_error_clear();
+            } else if (st != TD_OK) {
+                return st;
+            }
+        }
+    }
 }

@@ -33,7 +33,35 @@
  *     the source before the next step: a step counts once it completed
  *     on one survivor, since its all_reduce then held every gradient).
  *  Q6 Each key under td/el/<epoch>/ is written by one rank (its own in/
- *     and its declarations; the plan by its writer, Q1).
+ *     and its declarations; the plan by its writer, Q1; want/<r> by the
+ *     replacement r; grow by rank 0 or, closing it, any member, Q7).
+ *
+ * Growth: a replacement for a lost rank (another process, same world
+ * rank) asks to join after epoch k with "td/el/<k>/want/<r>"; at a step
+ * boundary rank 0 (the store's, always a member) admits those waiting by
+ * writing epoch k's growth record "td/el/<k>/grow" = "v1 STEP N R..."
+ * (the joiners; STEP its committed step + 1); every member reads it at
+ * each boundary and, once it committed STEP, joins epoch k + 1 with the
+ * joiners as further candidates (the joiners with step -1, so the source
+ * is an old member and the plan says behind: they are healed).
+ *  Q7 Epoch k's growth record is written once (compare-and-set), by rank
+ *     0 when it admits, or as "none" by the first member that enters a
+ *     recovery of epoch k (closing it); every participant of epoch k + 1
+ *     reads the same record, so all pass the same candidates: the
+ *     members of epoch k and the joiners it lists. Growth is only ever
+ *     decided by rank 0 at a boundary, so a record written after a
+ *     recovery began says "none".
+ *  Q8 Every member calls the growth check at every step boundary; rank
+ *     0 writes STEP = its committed step + 1 before it starts that step,
+ *     and a member ends step STEP only once rank 0 contributed to it, so
+ *     every member reads the record at boundary STEP or before: all grow
+ *     at the same boundary, none is already past it.
+ *  Q9 A request names its epoch: one for epoch j is read only by the
+ *     growth of epoch j (never carried to a later one), and a joiner
+ *     that epoch k's record does not list (closed, "none", or another
+ *     joiner's) is refused for epoch k + 1 (TD_ERR_STATE): it asks again
+ *     after epoch k + 1. A replacement never joins an epoch its process
+ *     was a member of before (Q4).
  *
  * Thread safety: one call at a time per store client (the client is not
  * thread-safe); different clients may join concurrently. */
@@ -74,5 +102,55 @@ td_status_t elastic_plan_encode(const elastic_plan_t *p, char **text_p);
 td_status_t elastic_plan_decode(const char *text, size_t len, int world,
                                 elastic_plan_t *p);
 void        elastic_plan_free(elastic_plan_t *p);
+
+/* Epoch EPOCH's growth record (Q7): STEP and the joiners, or closed. */
+typedef struct {
+    int     closed;     /* "none": no growth of this epoch */
+    int64_t step;       /* grow once this step is committed */
+    int     n;
+    int    *ranks;      /* n world ranks, increasing (malloc'ed) */
+} elastic_grow_t;
+
+td_status_t elastic_grow_encode(const elastic_grow_t *g, char **text_p);
+td_status_t elastic_grow_decode(const char *text, size_t len, int world,
+                                elastic_grow_t *g);
+void        elastic_grow_free(elastic_grow_t *g);
+
+/* Rank 0 at a step boundary of epoch EPOCH (members MEMBERS[N] of a
+ * world of WORLD, committed step COMMITTED): if no record is there yet
+ * and a non-member asked (want/), write the record admitting them
+ * (Q7, Q8); with WAIT > 0, wait up to WAIT s for a request first. Then
+ * (every member) read it: *FOUND 0 when absent. */
+td_status_t elastic_grow_check(td_store_t *store, int64_t epoch, int me,
+                               const int *members, int n, int world,
+                               int64_t committed, double wait, int *found,
+                               elastic_grow_t *g);
+/* A member entering a recovery of epoch EPOCH: close the record ("none")
+ * unless written; *G is the record then in the store (Q7). */
+td_status_t elastic_grow_close(td_store_t *store, int64_t epoch, int world,
+                               elastic_grow_t *g);
+/* The candidates of epoch EPOCH + 1: MEMBERS[N] and G's joiners (G may be
+ * NULL or closed), increasing, into *OUT_P (malloc'ed), *N_OUT_P. */
+td_status_t elastic_candidates(const int *members, int n,
+                               const elastic_grow_t *g, int **out_p,
+                               int *n_out_p);
+
+/* A replacement for world rank ME (a world of WORLD): find the current
+ * epoch k (the last plan in the store; 0 when none), ask to join after it
+ * (want/), and wait (at most TIMEOUT s in all) for its growth record: one
+ * that lists ME gives *EPOCH_P = k, its members (*OLD_P, malloc'ed,
+ * *N_OLD_P) and the candidates of epoch k + 1
+ * (*CANDS_P, malloc'ed, *N_P) for elastic_quorum_join with step -1; a
+ * record that does not (Q9), or a recovery that closed it, makes it ask
+ * again after the next epoch. TD_ERR_STATE when ME is a member of the
+ * current epoch (the survivors have not yet dropped it: not replaceable
+ * yet, ask again later) only after TIMEOUT. */
+td_status_t elastic_join_wait(td_store_t *store, int me, int world,
+                              double timeout, int64_t *epoch_p, int **old_p,
+                              int *n_old_p, int **cands_p, int *n_p);
+/* The refusal of Q9, alone: TD_ERR_STATE unless epoch EPOCH's growth
+ * record is written and lists ME. */
+td_status_t elastic_join_admitted(td_store_t *store, int64_t epoch, int me,
+                                  int world, elastic_grow_t *g);
 
 #endif /* TD_RUNTIME_ELASTIC_QUORUM_H */

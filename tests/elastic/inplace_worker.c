@@ -23,13 +23,22 @@
  *       of a sampler and a tensor (rank 0's holds 5, the others' 0), where
  *       rank 1's sampler has another seed: rank 1 refuses it, naming the
  *       seed, and keeps its 0; ranks 2-3 get 5; then an all_reduce of the
- *       tensors gives 15 on every rank (nobody was left waiting). */
+ *       tensors gives 15 on every rank (nobody was left waiting).
+ *   inplace_worker grow    (todist-run --no-kill --replace 1) each step
+ *       all_reduces 1 and adds the sum (the world size) to a total; rank
+ *       2 dies before step 3; the survivors recover (world 3) and step on,
+ *       calling td_elastic_admit at every boundary, until the replacement
+ *       (td_elastic_join) is admitted at step G; all four heal the
+ *       joiner (step, total) from the source and do 3 more steps. Every
+ *       rank ends with "rank R epoch 2 step G+3 total T world 4 grew at
+ *       G", T = 2 x 4 + (G - 2) x 3 + 3 x 4 (the test checks it). */
 #include "config.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <todist/todist.h>
@@ -123,6 +132,102 @@ reject(void)
     return td_finalize() == TD_OK ? 0 : fail(rank, "td_finalize");
 }
 
+static int
+grow(void)
+{
+    int64_t st[2] = {0, 0};          /* step, total */
+    int64_t one = 1, grew_at = -1, until = -1;
+    td_checkpoint_t *ck;
+    td_elastic_t *el;
+    td_elastic_change_t ch;
+    td_tensor_t *t;
+    int rank, grew;
+    td_status_t s;
+
+    if (td_init(NULL) != TD_OK) {
+        return fail(-1, "td_init");
+    }
+    rank = td_world()->rank;
+    if (td_checkpoint_create(&ck) != TD_OK ||
+        td_checkpoint_add_int64(ck, "state", st, 2) != TD_OK ||
+        td_tensor_empty(&one, 1, TD_FLOAT64, TD_CPU, &t) != TD_OK) {
+        return fail(rank, "setup");
+    }
+    if (td_elastic_replacement()) {
+        if (td_elastic_join(NULL, &el, &ch) != TD_OK) {
+            return fail(rank, "join");
+        }
+        printf("rank %d joined: epoch %lld step %lld source %d behind %d "
+               "self_behind %d world %d -> %d\n", rank, (long long)ch.epoch,
+               (long long)ch.step, ch.source, ch.behind, ch.self_behind,
+               ch.old_size, ch.new_size);
+        if (td_checkpoint_broadcast(ck, td_elastic_group(el), ch.source) !=
+            TD_OK) {
+            return fail(rank, "heal");
+        }
+        td_elastic_commit(el, ch.step);
+        grew_at = ch.step;
+        until = grew_at + 3;
+    } else if (td_elastic_create(NULL, &el) != TD_OK) {
+        return fail(rank, "td_elastic_create");
+    }
+    while (until < 0 || st[0] < until) {
+        struct timespec ts = { 0, 1000000 };
+
+        if (rank == 2 && !td_elastic_replacement() && st[0] + 1 == 3) {
+            raise(SIGKILL);
+        }
+        ((double *)td_tensor_data(t))[0] = 1;
+        s = td_all_reduce(td_elastic_group(el), t, TD_REDUCE_SUM);
+        if (s != TD_OK) {
+            if (td_elastic_recover(el, &ch) != TD_OK) {
+                return fail(rank, "recover");
+            }
+            printf("rank %d recovered: epoch %lld step %lld world %d -> %d\n",
+                   rank, (long long)ch.epoch, (long long)ch.step,
+                   ch.old_size, ch.new_size);
+            if (ch.behind &&
+                td_checkpoint_broadcast(ck, td_elastic_group(el),
+                                        ch.source) != TD_OK) {
+                return fail(rank, "heal");
+            }
+            if (ch.self_behind) {
+                td_elastic_commit(el, ch.step);
+            }
+            continue;
+        }
+        st[0]++;
+        st[1] += (int64_t)((double *)td_tensor_data(t))[0];
+        td_elastic_commit(el, st[0]);
+        if (td_elastic_admit(el, &ch, &grew) != TD_OK) {
+            return fail(rank, "admit");
+        }
+        if (grew) {
+            printf("rank %d grew: epoch %lld step %lld source %d behind %d "
+                   "world %d -> %d joined %d\n", rank, (long long)ch.epoch,
+                   (long long)ch.step, ch.source, ch.behind, ch.old_size,
+                   ch.new_size, ch.n_joined > 0 ? ch.joined[0] : -1);
+            if (td_checkpoint_broadcast(ck, td_elastic_group(el),
+                                        ch.source) != TD_OK) {
+                return fail(rank, "heal");
+            }
+            grew_at = ch.step;
+            until = grew_at + 3;
+        } else if (until < 0) {
+            nanosleep(&ts, NULL);   /* the replacement starts meanwhile */
+        }
+    }
+    printf("rank %d epoch %lld step %lld total %lld world %d grew at %lld\n",
+           rank, (long long)td_elastic_epoch(el), (long long)st[0],
+           (long long)st[1], td_group_size(td_elastic_group(el)),
+           (long long)grew_at);
+    fflush(stdout);
+    td_tensor_release(t);
+    td_checkpoint_free(ck);
+    td_elastic_free(el);
+    return td_finalize() == TD_OK ? 0 : fail(rank, "td_finalize");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -137,9 +242,14 @@ main(int argc, char **argv)
     if (argc != 2 || (strcmp(argv[1], "heal") != 0 &&
                       strcmp(argv[1], "stale") != 0 &&
                       strcmp(argv[1], "tell") != 0 &&
-                      strcmp(argv[1], "reject") != 0)) {
-        fprintf(stderr, "usage: inplace_worker heal|stale|tell|reject\n");
+                      strcmp(argv[1], "reject") != 0 &&
+                      strcmp(argv[1], "grow") != 0)) {
+        fprintf(stderr, "usage: inplace_worker heal|stale|tell|reject|"
+                "grow\n");
         return 2;
+    }
+    if (strcmp(argv[1], "grow") == 0) {
+        return grow();
     }
     if (strcmp(argv[1], "tell") == 0) {
         return tell();

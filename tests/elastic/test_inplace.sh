@@ -17,6 +17,13 @@
 #     collective timeout is 300 s): ranks 0-2 all_reduce at world 3.
 #  3b. inplace_worker reject: rank 1 refuses a heal (another seed) and
 #     keeps its tensor, while the others receive it; nobody is left waiting.
+#  3c. inplace_worker grow under todist-run --no-kill --replace 1: rank 2
+#     dies before step 3, the survivors go on at world 3, the launcher's
+#     replacement joins (td_elastic_join) at the step G that rank 0's
+#     td_elastic_admit chose, is healed from rank 0, and all four do 3
+#     more steps: every rank's total is 2 x 4 + (G - 2) x 3 + 3 x 4,
+#     computed here from the G it reports; the launcher exits 0 (the
+#     failure was replaced).
 #  4. examples/fashion_mnist_ddp --in-place --die-at 2:12: the step 12 that
 #     failed is dropped; the survivors' losses equal, bit for bit, a run of
 #     11 steps at 4 ranks checkpointed and resumed at 3 ranks (the sampler
@@ -24,9 +31,15 @@
 #     re-sharding predicts: epoch 1's position 11 x 32 = 352 becomes
 #     ceil(352 x 4 / 3) = 470, 15 batches done, 15 to go (step 26), then 30
 #     in epoch 2: 56 steps.
-# Bounded by timeout; part 3 skipped without the Fashion-MNIST data.
+#  5. the same run under todist-run --replace 1 with
+#     TODIST_ELASTIC_ADMIT_WAIT=60 (rank 0 waits at the first boundary at
+#     world 3, step 12, for the replacement to ask, so the world grows at
+#     step 13): the replacement is healed (parameters, optimizer, sampler)
+#     and the losses equal, bit for bit, a run of 11 steps at 4 ranks
+#     resumed at 3 ranks to step 13, then at 4 ranks to the end.
+# Bounded by timeout; parts 4-5 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 26
+plan 38
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -58,8 +71,13 @@ like "$out" "todist-run: rank 3 \(pid [0-9]+\) exited with code 3" \
    "and exits"
 is "$(printf '%s\n' "$out" | grep -c '^rank [01] epoch 1 step 3 total 8 world 2$')" 2 \
    "ranks 0-1 go on at world 2 and finalize"
-ok "$(printf '%s\n' "$out" | grep 'fail\|error' | grep -v 'lost rank' >/dev/null; [ $? = 1 ]; echo $?)" \
-   "nothing else fails"
+# (UCX itself may log "shmat(...) failed" when an endpoint to the refused
+# rank, which exits at once, is wired up after it left: seen 2 runs in 5
+# under a loaded make check; the runtime fails that peer, nothing else)
+bad=$(printf '%s\n' "$out" | grep 'fail\|error' | grep -v 'lost rank' |
+      grep -v 'UCX  ERROR shmat(shmid=[0-9]*) failed: Invalid argument')
+ok "$([ -z "$bad" ]; echo $?)" "nothing else fails"
+[ -z "$bad" ] || diag "$bad"
 [ "$rc" = 137 ] || diag "$out"
 
 # --- 3: a rank blocked elsewhere is told ---
@@ -80,11 +98,29 @@ is "$(printf '%s\n' "$out" | grep -c '^rank [0-3] sum 15$')" 4 \
    "ranks 2-3 got rank 0's tensor, rank 1 took part without writing"
 [ "$rc" = 0 ] || diag "$out"
 
+# --- 3c: a replacement joins, the world grows again ---
+out=$(timeout -k 5 120 todist-run -n 4 --no-kill --replace 1 "$w" grow 2>&1); rc=$?
+is "$rc" 0 "a replaced rank: the launcher exits 0"
+like "$out" "todist-run: --replace: started a replacement for rank 2 \(pid [0-9]+; 1 of 1\)" \
+   "the launcher starts a replacement for the dead rank"
+g=$(printf '%s\n' "$out" | sed -n 's/^rank 2 joined: epoch 2 step \([0-9]*\) source 0 behind 1 self_behind 1 world 3 -> 4$/\1/p')
+ok "$([ -n "$g" ]; echo $?)" "the replacement joins epoch 2 at step ${g:-?}, behind, healed from rank 0"
+is "$(printf '%s\n' "$out" | grep -c "^rank [013] grew: epoch 2 step ${g:-x} source 0 behind 1 world 3 -> 4 joined 2$")" 3 \
+   "the three survivors grow at the same step (Q8)"
+want=$(( 2 * 4 + (${g:-0} - 2) * 3 + 3 * 4 ))
+is "$(printf '%s\n' "$out" | grep -c "^rank [0-3] epoch 2 step $(( ${g:-0} + 3 )) total $want world 4 grew at ${g:-x}$")" 4 \
+   "all four end with the reference total $want (the joiner healed, then 3 steps at world 4)"
+is "$(printf '%s\n' "$out" | grep -c 'elastic: epoch 2 at step [0-9]*: world 3 -> 4 (joined rank 2)')" 4 \
+   "the growth is logged once on every rank"
+is "$(printf '%s\n' "$out" | grep -c '^todist-run: rank [0-9]* (pid')" 1 \
+   "only the first rank 2 failed"
+[ "$rc" = 0 ] || diag "$out"
+
 # --- 4: the example ---
 ex="$top_builddir/examples/fashion_mnist_ddp"
 data=/usr/share/datasets/fashion-mnist
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 8 "dataset-fashion-mnist is not installed"
+    skip 13 "dataset-fashion-mnist is not installed"
     done_testing
 fi
 args="--epochs 2 --max-batches 30 --batch-size 32 --hidden 64 --threads 1
@@ -109,4 +145,24 @@ is "$(wc -l < "$TD_TMP/ip.log" | tr -d ' ') $(tail -n 1 "$TD_TMP/ip.log" | cut -
 ok "$(cmp "$TD_TMP/ref.log" "$TD_TMP/ip.log" >/dev/null; echo $?)" \
    "the losses equal the reference's bit for bit"
 [ "$rc" = 137 ] || diag "$out" "$ref1" "$ref2"
+
+# --- 5: the example, and its replacement ---
+out=$(TODIST_ELASTIC_ADMIT_WAIT=60 timeout -k 5 300 todist-run -n 4 --no-kill \
+      --replace 1 "$ex" $args --in-place --die-at 2:12 \
+      --loss-log "$TD_TMP/gr.log" --metrics "$TD_TMP/gm.jsonl" 2>&1); rc=$?
+is "$rc" 0 "the replaced run ends well"
+like "$out" "in-place: epoch 2 at step 13: world 3 -> 4 \(joined 1 rank, first 2\)" \
+   "the replacement joins at step 13: world 3 -> 4"
+like "$(cat "$TD_TMP/gm.jsonl")" '\{"membership": \{"epoch": 2, "step": 13, "old_world": 3, "new_world": 4, "lost": 0, "joined": 1, ' \
+   "the metrics file records the growth"
+ref1=$(timeout -k 5 300 todist-run -n 4 "$ex" $args --checkpoint "$TD_TMP/gck" \
+       --resume --max-steps 11 --loss-log "$TD_TMP/gref.log" 2>&1) &&
+ref2=$(timeout -k 5 300 todist-run -n 3 "$ex" $args --elastic --max-steps 13 \
+       --checkpoint "$TD_TMP/gck" --loss-log "$TD_TMP/gref.log" 2>&1) &&
+ref3=$(timeout -k 5 300 todist-run -n 4 "$ex" $args --elastic \
+       --checkpoint "$TD_TMP/gck" --loss-log "$TD_TMP/gref.log" 2>&1)
+ok "$?" "the reference: 11 steps at 4 ranks, to 13 at 3, then at 4"
+ok "$(cmp "$TD_TMP/gref.log" "$TD_TMP/gr.log" >/dev/null; echo $?)" \
+   "the losses equal the reference's bit for bit ($(wc -l < "$TD_TMP/gr.log" | tr -d ' ') steps)"
+[ "$rc" = 0 ] || diag "$out" "$ref1" "$ref2" "$ref3"
 done_testing

@@ -11,7 +11,16 @@
  *   5. a silent rank (neither joined nor declared): the plan closes after
  *      the timeout without it; it is refused when it comes;
  *   6. a rank declared dead that joins anyway (cut off, not dead): the
- *      others' plan leaves it out and it is refused. */
+ *      others' plan leaves it out and it is refused;
+ *   7. growth (Q7-Q9): the growth record round-trips, malformed ones are
+ *      rejected; a replacement for rank 2 asks after epoch 1 ({0, 1, 3}),
+ *      rank 0's boundary check admits it (step 6 = committed 5 + 1), the
+ *      others read the same record, and epoch 2 is {0, 1, 2, 3} from
+ *      rank 0 at step 6, behind (the joiner brings -1);
+ *   8. a recovery closes the record first: rank 0's check then admits
+ *      nobody, and the joiner is refused for the next epoch;
+ *   9. a request from a stale epoch (asked after epoch 3, read at epoch
+ *      4) is not carried over: no record, and the joiner is refused. */
 #include "config.h"
 
 #include <pthread.h>
@@ -154,6 +163,151 @@ codec(void)
     }
 }
 
+static void
+grow_codec(void)
+{
+    int r[2] = {2, 5};
+    elastic_grow_t g = { .step = 6, .n = 2, .ranks = r }, q;
+    char *text = NULL;
+    static const char *bad[] = {
+        "v1 6 1 0",                  /* rank 0 is never a joiner */
+        "v1 6 2 5 2",                /* not increasing */
+        "v1 6 1 8",                  /* past the world (8) */
+        "v1 6 2 2",                  /* fewer ranks than the count */
+        "v1 6 1 2 ",                 /* trailing bytes */
+        "nonex",                     /* not the closed record */
+        "v2 6 1 2",                  /* another version */
+    };
+
+    is_int(elastic_grow_encode(&g, &text), TD_OK, "a growth record encodes");
+    is_str(text, "v1 6 2 2 5", "its text");
+    if (is_int(elastic_grow_decode(text, strlen(text), MAXR, &q), TD_OK,
+               "and decodes")) {
+        ok(!q.closed && q.step == 6 && q.n == 2 && q.ranks[0] == 2 &&
+           q.ranks[1] == 5, "to the same record");
+        elastic_grow_free(&q);
+    }
+    free(text);
+    ok(elastic_grow_decode("none", 4, MAXR, &q) == TD_OK && q.closed,
+       "'none' is the closed record");
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        is_int(elastic_grow_decode(bad[i], strlen(bad[i]), MAXR, &q),
+               TD_ERR_PROTOCOL, "growth record rejected: '%s'", bad[i]);
+    }
+}
+
+typedef struct {
+    td_status_t st;
+    int64_t     epoch;
+    int        *old, n_old, *cands, n_cands;
+} waiter_t;
+
+static void *
+wait_thread(void *arg)
+{
+    waiter_t *w = arg;
+    td_store_t *c;
+
+    w->st = td_store_connect("127.0.0.1", port, TOKEN, 10, &c);
+    if (w->st == TD_OK) {
+        w->st = elastic_join_wait(c, 2, 4, 30, &w->epoch, &w->old,
+                                  &w->n_old, &w->cands, &w->n_cands);
+        td_store_close(c);
+    }
+    return NULL;
+}
+
+static void
+list_text(const int *r, int n, char *buf, size_t len)
+{
+    elastic_plan_t p = { .n = n, .ranks = (int *)r };
+
+    ranks_text(&p, buf, len);
+}
+
+static void
+growth(void)
+{
+    static const int m3[3] = {0, 1, 3};
+    const char *plan1 = "v1 1 5 0 0 3 0 1 3";
+    td_store_t *c;
+    waiter_t w = {0};
+    pthread_t t;
+    elastic_grow_t g = {0}, g1 = {0};
+    joiner_t j[4];
+    char txt[64];
+    const char *keys[1] = { "td/el/1/want/2" };
+    int found = 0;
+
+    if (td_store_connect("127.0.0.1", port, TOKEN, 10, &c) != TD_OK) {
+        diag("store: %s", td_last_error());
+        return;
+    }
+    /* 7: epoch 1 is {0, 1, 3}; the replacement for 2 asks, rank 0 admits */
+    td_store_set(c, "td/el/1/plan", plan1, strlen(plan1));
+    pthread_create(&t, NULL, wait_thread, &w);
+    is_int(td_store_wait(c, keys, 1, 30), TD_OK,
+           "the replacement asks to join after epoch 1 (want/2)");
+    is_int(elastic_grow_check(c, 1, 1, m3, 3, 4, 5, 0, &found, &g), TD_OK,
+           "rank 1's boundary check");
+    is_int(found, 0, "rank 1 does not admit (only rank 0 decides, Q7)");
+    is_int(elastic_grow_check(c, 1, 0, m3, 3, 4, 5, 0, &found, &g), TD_OK,
+           "rank 0's boundary check");
+    ok(found && !g.closed && g.step == 6 && g.n == 1 && g.ranks[0] == 2,
+       "rank 0 admits rank 2 at step 6 (its committed 5 + 1, Q8)");
+    ok(elastic_grow_check(c, 1, 1, m3, 3, 4, 5, 0, &found, &g1) == TD_OK &&
+       found && g1.step == 6 && g1.n == 1, "rank 1 reads the same record");
+    elastic_grow_free(&g);
+    elastic_grow_free(&g1);
+    pthread_join(t, NULL);
+    is_int(w.st, TD_OK, "the replacement is admitted");
+    list_text(w.cands, w.n_cands, txt, sizeof(txt));
+    ok(w.epoch == 1 && strcmp(txt, "0 1 2 3") == 0 && w.n_old == 3,
+       "after epoch 1 (of 3 members), candidates %s", txt);
+    j[0] = joiner(2, 0, w.cands, w.n_cands, 6, 30);
+    j[1] = joiner(2, 1, w.cands, w.n_cands, 6, 30);
+    j[2] = joiner(2, 3, w.cands, w.n_cands, 6, 30);
+    j[3] = joiner(2, 2, w.cands, w.n_cands, -1, 30);
+    run(j, 4);
+    for (int i = 0; i < 4; i++) {
+        check_plan(&j[i], "0 1 2 3", 6, 0, 1, "growth");
+        elastic_plan_free(&j[i].plan);
+    }
+    free(w.old);
+    free(w.cands);
+
+    /* 8: epoch 3 = {0, 1, 3} again; a recovery closes its record before
+     * rank 0's check sees the request */
+    {
+        const char *p3 = "v1 3 9 0 0 3 0 1 3";
+
+        td_store_set(c, "td/el/3/plan", p3, strlen(p3));
+    }
+    ok(elastic_grow_close(c, 3, 4, &g) == TD_OK && g.closed,
+       "a recovery closes epoch 3's growth ('none')");
+    td_store_set(c, "td/el/3/want/2", "1", 1);
+    ok(elastic_grow_check(c, 3, 0, m3, 3, 4, 9, 0, &found, &g) == TD_OK &&
+       found && g.closed, "rank 0's check then admits nobody (Q7)");
+    is_int(elastic_join_admitted(c, 3, 2, 4, &g), TD_ERR_STATE,
+           "the joiner is refused for epoch 4");
+    like(td_last_error(), "rank 2 is refused for epoch 4: epoch 3's growth "
+         "was closed by a recovery", "naming the closed record");
+
+    /* 9: epoch 4 = {0, 1, 3}; the request of epoch 3 is stale there */
+    {
+        const char *p4 = "v1 4 9 0 0 3 0 1 3";
+
+        td_store_set(c, "td/el/4/plan", p4, strlen(p4));
+    }
+    ok(elastic_grow_check(c, 4, 0, m3, 3, 4, 9, 0.05, &found, &g) == TD_OK &&
+       !found, "a request of epoch 3 is not read at epoch 4 (Q9)");
+    is_int(elastic_join_admitted(c, 4, 2, 4, &g), TD_ERR_STATE,
+           "the stale joiner is refused for epoch 5");
+    like(td_last_error(), "epoch 4's growth is not decided \\(a stale "
+         "request", "as a stale request");
+    td_store_close(c);
+}
+
 int
 main(void)
 {
@@ -163,8 +317,9 @@ main(void)
     joiner_t j[MAXR];
     double t0;
 
-    plan(58);
+    plan(97);
     codec();
+    grow_codec();
     if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {
         diag("store: %s", td_last_error());
         return 1;
@@ -240,6 +395,15 @@ main(void)
     is_int(j[2].st, TD_ERR_STATE, "a rank declared dead is refused");
     like(j[2].err, "declared dead by a peer", "the reason lists it");
 
+    td_store_server_stop(srv);
+
+    /* 7-9 on a store of their own (the replacement walks the plans) */
+    if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {
+        diag("store: %s", td_last_error());
+        return 1;
+    }
+    port = td_store_server_port(srv);
+    growth();
     td_store_server_stop(srv);
     return exit_status();
 }
