@@ -345,8 +345,23 @@ main(int argc, char **argv)
             return 1;
         }
     } else {
+        char exe[4096], *slash;
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 16);
+
         setenv("TODIST_SHARE_GPUS", "1", 0);   /* 2 ranks, maybe 1 GPU */
         setenv("TODIST_DEVICE", "cuda", 0);    /* td_init loads it */
+        /* the module beside this build's library (BUILD/bench/rpc_device
+         * -> BUILD/.libs), unless TODIST_MODULE_PATH says otherwise */
+        if (n > 0) {
+            exe[n] = '\0';
+            if ((slash = strrchr(exe, '/')) != NULL) {
+                *slash = '\0';
+                if ((slash = strrchr(exe, '/')) != NULL) {
+                    strcpy(slash, "/.libs");
+                    setenv("TODIST_MODULE_PATH", exe, 0);
+                }
+            }
+        }
     }
     td_rpc_register("echo", fn_echo, NULL);
     td_rpc_register("route", fn_route, NULL);

@@ -419,9 +419,17 @@ main(void)
          * (the remote side of it here: this process's own pid) */
         td_staging_copy_ops_t o;
         void *pin = NULL;
-        char got[4096];
+        char got[4096], plain[64] = {1};
         ssize_t r = -1;
-        if (td__staging_cuda_ops(0, &o) == TD_OK &&
+        struct iovec pl = { got, sizeof(plain) };
+        struct iovec pr = { plain, sizeof(plain) };
+        if (process_vm_readv(getpid(), &pl, 1, &pr, 1, 0) !=
+            (ssize_t)sizeof(plain)) {
+            /* the machine forbids it (seccomp, no CAP_SYS_PTRACE): then
+             * the transport's offers are refused and chunks go by UCX */
+            skip(1, "process_vm_readv is not permitted here");
+            r = -2;
+        } else if (td__staging_cuda_ops(0, &o) == TD_OK &&
             o.host_alloc(o.ctx, sizeof(got), &pin) == TD_OK) {
             struct iovec l = { got, sizeof(got) }, rm = { pin, sizeof(got) };
             memset(pin, 7, sizeof(got));
@@ -429,9 +437,11 @@ main(void)
             r = process_vm_readv(getpid(), &l, 1, &rm, 1, 0);
             o.host_free(o.ctx, pin);
         }
-        ok(r == (ssize_t)sizeof(got) && got[0] == 7 &&
-           got[sizeof(got) - 1] == 7, "a pinned staging buffer is readable "
-           "by process_vm_readv (returned %zd)", r);
+        if (r != -2) {
+            ok(r == (ssize_t)sizeof(got) && got[0] == 7 &&
+               got[sizeof(got) - 1] == 7, "a pinned staging buffer is "
+               "readable by process_vm_readv (returned %zd)", r);
+        }
     }
     is_int(td__device_check((td_device_t){TD_DEVICE_CUDA, n}), TD_ERR_RANGE,
            "cuda:%d is out of range", n);
@@ -470,6 +480,6 @@ main(void)
     ok(row->last_launch_error()[0] == '\0', "no kernel launch failed: %s",
        row->last_launch_error());
     td_tensor_release(x);
-    is_int(done, N_DEVICE_TESTS - 9, "every kernel comparison ran");
+    is_int(done, N_DEVICE_TESTS - 10, "every kernel comparison ran");
     return exit_status();
 }
