@@ -28,7 +28,8 @@
  *      survivor part-written) fails the recovery.
  *  EL7 Growth (quorum.h Q7-Q9): a member readmits epoch E's joiners
  *      (td__runtime_readmit: their new address and endpoint; lost[] of
- *      theirs cleared) before it joins epoch E + 1, once per epoch
+ *      theirs cleared once that returned, as the old endpoint's failure
+ *      may be reported until the transport's reset ran) before it joins epoch E + 1, once per epoch
  *      (grow_readmitted), so no message of epoch E + 1 goes to the old
  *      process and no member declares a joiner dead for its old process's
  *      death. A joiner starts with no committed step (-1): EL6's behind
@@ -217,8 +218,14 @@ readmit_joiners(td_elastic_t *el, const elastic_grow_t *g)
     }
     for (int i = 0; st == TD_OK && i < g->n; i++) {
         if (g->ranks[i] != my_rank) {
-            __atomic_store_n(&lost[g->ranks[i]], 0, __ATOMIC_RELEASE);
             st = td__runtime_readmit(g->ranks[i], el->opts.timeout_s);
+            /* after: until the transport's reset (R1) ran, its liveness
+             * check or UCX may still report the old process's death
+             * (seen under ASan at load 20: the joiner was declared dead
+             * and left out of the epoch it was admitted to) */
+            if (st == TD_OK) {
+                __atomic_store_n(&lost[g->ranks[i]], 0, __ATOMIC_RELEASE);
+            }
         }
     }
     el->grow_readmitted = st == TD_OK;
