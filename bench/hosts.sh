@@ -9,7 +9,9 @@
 # of repeated calls (bench/collectives, bench/mpi_allreduce.c); ratios come
 # last. Where a host holds several ranks todist runs twice: as auto picks
 # (hierarchical, runtime/coll/hier.c) and flat (TODIST_COLL_ALGO: rd up to
-# 64 KiB, ring above), in the same invocation. Needs root (namespaces).
+# 64 KiB, ring above), in the same invocation, and hierarchical with the
+# transport inside hosts instead of a segment per host (TODIST_COLL_SHM=0:
+# "tpin"). Needs root (namespaces).
 # Environment: LAYOUTS (default "1,1 2,2"), SHAPES (default "none
 # 10gbit"), SIZES, ITERS_SCALE, MPI (default 1; 0 skips Open MPI), PIN
 # (default 0). The emulated hosts share this machine's cores, where real
@@ -23,8 +25,9 @@
 # BUILDS="NAME=DIR ..." runs todist's figures once per build, in that
 # order, each with its own program and library (DIR/bench/.libs/collectives
 # with DIR/.libs/libtodist.so*, or DIR/bench/collectives), tagged
-# todist@NAME, busy@NAME, flat@NAME, with ratios per build: compare builds
-# in one invocation (BUILDS="before=/tmp/old/build after=build").
+# todist@NAME, busy@NAME, flat@NAME, tpin@NAME, with ratios per build:
+# compare builds in one invocation (BUILDS="before=/tmp/old/build
+# after=build").
 # Figures go to bench/RESULTS.md.
 B=${1:-build}
 B=$(cd "$B" && pwd)
@@ -83,7 +86,7 @@ coll_prog() {
 
 # todist_runs SUFFIX DIR LAYOUT TAG: todist's default, busy and (several
 # ranks a host) flat runs with build DIR's program, lines tagged
-# todist$SUFFIX, busy$SUFFIX, flat$SUFFIX.
+# todist$SUFFIX, busy$SUFFIX, flat$SUFFIX, tpin$SUFFIX.
 todist_runs() {
     _sfx=$1; _prog=$(coll_prog "$2"); _l=$3; _tag=$4
     echo "# todist$_sfx, default progress ($_tag; $2)"
@@ -109,7 +112,11 @@ todist_runs() {
                 $_prog "$sz" 2>&1 | grep -E '^allreduce' |
                 sed "s/^allreduce/flat$_sfx $_tag allreduce/" | tee -a "$out"
             unset TODIST_COLL_ALGO
-        done;;
+        done
+        echo "# todist$_sfx, hierarchical through the transport inside hosts (TODIST_COLL_SHM=0) ($_tag)"
+        TODIST_COLL_SHM=0 ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$_l" $pin \
+            $_prog $SIZES 2>&1 | grep -E '^allreduce' |
+            sed "s/^allreduce/tpin$_sfx $_tag allreduce/" | tee -a "$out";;
     esac
 }
 
@@ -189,7 +196,7 @@ awk '
 function field(line, key,   n, a, i) { n = split(line, a, " ");
     for (i = 1; i <= n; i++) if (index(a[i], key "=") == 1) return substr(a[i], length(key) + 2);
     return "" }
-$1 ~ /^(todist|busy|flat)(@.*)?$/ || $1 ~ /^(mpitcp|mpiucx)$/ {
+$1 ~ /^(todist|busy|flat|tpin)(@.*)?$/ || $1 ~ /^(mpitcp|mpiucx)$/ {
     k = field($0, "shape") " " field($0, "hosts") " " field($0, "size");
     kind = $1; b = "";
     if (index(kind, "@") > 0) { b = substr(kind, index(kind, "@")); kind = substr(kind, 1, index(kind, "@") - 1) }
@@ -208,6 +215,7 @@ END {
             if (best == "" || v["mpiucx", m] + 0 < best + 0) best = v["mpiucx", m] }
         if (best != "") line = line sprintf(" bestmpi/todist=%.2f", best / v["todist", k]);
         if (("flat", k) in v) line = line sprintf(" flat_us=%s auto/flat=%.2f", v["flat", k], v["todist", k] / v["flat", k]);
+        if (("tpin", k) in v) line = line sprintf(" tpin_us=%s auto/tpin=%.2f", v["tpin", k], v["todist", k] / v["tpin", k]);
         if (("busy", k) in v) line = line sprintf(" busy_us=%s default/busy=%.2f", v["busy", k], v["todist", k] / v["busy", k]);
         if (p[3] == 67108864 && (p[1] in ubw)) line = line sprintf(" busbw_MBps=%s ucx_bw_MBps=%s of_ucx=%.0f%%", bw["todist", k], ubw[p[1]], 100 * bw["todist", k] / ubw[p[1]]);
         print line
