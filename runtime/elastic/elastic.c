@@ -12,7 +12,8 @@
  *      (ids above it stay "not yet made", never "destroyed").
  *  EL3 lost[] (the dead ranks) is written by the progress thread
  *      (peer_failed) and read by the application thread: atomic bytes;
- *      a rank once lost stays lost for this process.
+ *      a rank once lost stays lost for this process until a replacement
+ *      for it is readmitted (EL7).
  *  EL4 The runtime's members (td__runtime_set_members) follow each plan,
  *      so td_barrier and td_finalize wait for members only.
  *  EL5 A rank entering a recovery first aborts the old group on every
