@@ -5,7 +5,7 @@
  *       --schedule gpipe|1f1b|zb [--replicas R] [--check]
  *       [--layers 8] [--hidden 256] [--batch-size 64] [--lr 0.05]
  *       [--epochs 1] [--max-steps N] [--warmup 2] [--threads 1]
- *       [--seed 1] [--data DIR]
+ *       [--seed 1] [--data DIR] [--balance even|auto|N,N,...]
  * Training prints, from the last stage of replica 0, one line per epoch:
  *   epoch=1 train_loss=0.61 test_accuracy=0.83 seconds=12.3 steps=937
  *   samples_per_s=4870
@@ -17,7 +17,14 @@
  * --check runs one mini-batch through the pipeline, computes the same
  * gradients in this process by single-process accumulation over the same
  * micro-batches (every replica's, averaged), compares this stage's, and
- * rank 0 prints "check=ok max_abs_diff=X" (or "check=FAIL ...", exit 1). */
+ * rank 0 prints "check=ok max_abs_diff=X" (or "check=FAIL ...", exit 1).
+ * --balance: which layers each stage gets. even (the default): stage s
+ * gets layers s*n/S .. (s+1)*n/S - 1 of the n linear layers; auto: rank 0
+ * times every layer's forward and backward on one micro-batch (layer 0
+ * without an input gradient, the last with the loss), broadcasts the
+ * costs, and td_pipe_partition splits them; N,N,...: S layer counts.
+ * Rank 0 prints "balance=auto layers=4,5 stage_ms=.. cost_ms=.." (the
+ * measured costs, per stage and per layer) or "balance=even layers=..". */
 #include "config.h"
 
 #include <getopt.h>
@@ -308,6 +315,139 @@ check(stage_t *st, int S, int R, int M, td_pipe_t *p, td_batcher_t *b,
     return d <= 1e-5 ? 0 : 1;
 }
 
+/* One timing of layer L of M (ms, forward + backward of ROWS rows).
+ * Layer 0's input needs no gradient, the last layer carries the loss, as
+ * in the pipeline. */
+static td_status_t
+layer_time(model_t *m, int l, int64_t rows, double *ms)
+{
+    int64_t in = td_tensor_size(m->w[l], 1), xs[2] = {rows, in}, n = rows;
+    td_tensor_t *x = NULL, *y = NULL, *out = NULL, *g = NULL;
+    td_status_t st;
+    double t0;
+
+    st = td_tensor_empty(xs, 2, TD_FLOAT32, TD_CPU, &x);
+    if (st == TD_OK) {
+        td_tensor_uniform_(x, -1, 1, 7);
+        td_tensor_set_requires_grad(x, l > 0);
+        st = td_tensor_zeros(&n, 1, TD_INT64, &y);
+    }
+    t0 = now();
+    if (st == TD_OK) {
+        st = layers_forward(m, l, l + 1, x, l == m->n - 1 ? y : NULL, &out);
+    }
+    if (st == TD_OK) {
+        st = td_tensor_full(td_tensor_shape(out), td_tensor_ndim(out),
+                            TD_FLOAT32, 1.0, &g);
+    }
+    if (st == TD_OK) {
+        st = td_backward(&out, &g, 1, 0, 0);
+    }
+    *ms = 1e3 * (now() - t0);
+    td_tensor_release(out);
+    td_tensor_release(g);
+    td_tensor_release(x);
+    td_tensor_release(y);
+    return st;
+}
+
+/* FIRST[0..S] for --balance SPEC (see the top); rank 0 prints the split.
+ * Collective over the world for "auto". */
+static int
+balance(const char *spec, int S, int layers, int64_t hidden, int64_t rows,
+        uint64_t seed, int *first)
+{
+    int n = layers + 1;
+    double cost[LMAX] = {0};
+    int measured = 0;
+
+    if (strcmp(spec, "even") == 0) {
+        for (int s = 0; s <= S; s++) {
+            first[s] = s * n / S;
+        }
+    } else if (strcmp(spec, "auto") == 0) {
+        int64_t len = n;
+        td_tensor_t *t;
+        model_t whole;
+
+        if (td_tensor_zeros(&len, 1, TD_FLOAT64, &t) != TD_OK) {
+            return die("balance");
+        }
+        if (rank == 0) {
+            if (model_init(&whole, layers, hidden, seed, 0, n) != TD_OK) {
+                return die("balance: model");
+            }
+            /* rounds over all layers, the least time of each: a burst of
+             * load then slows one round of every layer, not one layer's
+             * every run; round 0 only warms caches and the BLAS */
+            for (int r = 0; r <= 8; r++) {
+                for (int l = 0; l < n; l++) {
+                    double ms;
+                    if (layer_time(&whole, l, rows, &ms) != TD_OK) {
+                        return die("balance: timing a layer");
+                    }
+                    cost[l] = r == 1 || ms < cost[l] ? ms : cost[l];
+                }
+            }
+            model_free(&whole);
+            memcpy(td_tensor_data(t), cost, sizeof(double) * (size_t)n);
+        }
+        if (td_broadcast(td_group_world(), t, 0) != TD_OK) {
+            return die("balance: broadcast of the costs");
+        }
+        memcpy(cost, td_tensor_data(t), sizeof(double) * (size_t)n);
+        td_tensor_release(t);
+        if (td_pipe_partition(cost, n, S, first) != TD_OK) {
+            return die("balance");
+        }
+        measured = 1;
+    } else {
+        const char *c = spec;
+        char *end;
+        first[0] = 0;
+        for (int s = 0; s < S; s++) {
+            long k = strtol(c, &end, 10);
+            if (end == c || k < 1 || first[s] + k > n ||
+                (*end != (s < S - 1 ? ',' : '\0'))) {
+                fprintf(stderr, "pipeline_mlp: --balance '%s' is not even, "
+                        "auto or %d layer counts >= 1 adding up to %d\n",
+                        spec, S, n);
+                return 2;
+            }
+            first[s + 1] = first[s] + (int)k;
+            c = end + 1;
+        }
+        if (first[S] != n) {
+            fprintf(stderr, "pipeline_mlp: --balance '%s' gives %d layers, "
+                    "not %d\n", spec, first[S], n);
+            return 2;
+        }
+    }
+    if (rank == 0) {
+        printf("balance=%s layers=", measured ? "auto" : spec);
+        for (int s = 0; s < S; s++) {
+            printf(s ? ",%d" : "%d", first[s + 1] - first[s]);
+        }
+        if (measured) {
+            printf(" stage_ms=");
+            for (int s = 0; s < S; s++) {
+                double c = 0;
+                for (int l = first[s]; l < first[s + 1]; l++) {
+                    c += cost[l];
+                }
+                printf(s ? ",%.3f" : "%.3f", c);
+            }
+            printf(" cost_ms=");
+            for (int l = 0; l < n; l++) {
+                printf(l ? ",%.3f" : "%.3f", cost[l]);
+            }
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -317,6 +457,8 @@ main(int argc, char **argv)
     double lr = 0.05;
     uint64_t seed = 1;
     const char *data = TD_FASHION_MNIST_DIR, *sched_name = "1f1b";
+    const char *balance_spec = "even";
+    int first[LMAX + 1];
     td_pipe_schedule_t sched;
     static const struct option lopts[] = {
         {"stages", 1, 0, 's'}, {"microbatches", 1, 0, 'm'},
@@ -325,7 +467,7 @@ main(int argc, char **argv)
         {"batch-size", 1, 0, 'b'}, {"lr", 1, 0, 'l'}, {"epochs", 1, 0, 'e'},
         {"max-steps", 1, 0, 'x'}, {"warmup", 1, 0, 'w'},
         {"threads", 1, 0, 't'}, {"seed", 1, 0, 'd'}, {"data", 1, 0, 'D'},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"balance", 1, 0, 'B'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     td_tensor_t *tr_x, *tr_y, *te_x, *te_y, *params[2 * LMAX];
     td_batcher_t *batcher;
     td_pipe_opts_t po = {0};
@@ -352,12 +494,13 @@ main(int argc, char **argv)
         case 't': threads = atoi(optarg); break;
         case 'd': seed = (uint64_t)atoll(optarg); break;
         case 'D': data = optarg; break;
+        case 'B': balance_spec = optarg; break;
         case 'h':
             printf("usage: pipeline_mlp --stages S --microbatches M --schedule "
                    "gpipe|1f1b|zb [--replicas R] [--check] [--layers N] "
                    "[--hidden N] [--batch-size N] [--lr X] [--epochs N] "
                    "[--max-steps N] [--warmup N] [--threads N] [--seed N] "
-                   "[--data DIR]\n");
+                   "[--data DIR] [--balance even|auto|N,N,...]\n");
             return 0;
         default:
             return 2;
@@ -386,8 +529,13 @@ main(int argc, char **argv)
     stage = rank % S;
     rep = rank / S;
     st.m = &m;
-    st.lo = stage * (layers + 1) / S;
-    st.hi = (stage + 1) * (layers + 1) / S;
+    rc = balance(balance_spec, S, layers, hidden, batch / (M > 0 ? M : 1),
+                 seed, first);
+    if (rc != 0) {
+        return rc;
+    }
+    st.lo = first[stage];
+    st.hi = first[stage + 1];
     if (td_fashion_mnist_load(data, 1, &tr_x, &tr_y) != TD_OK ||
         td_fashion_mnist_load(data, 0, &te_x, &te_y) != TD_OK) {
         return die("data");

@@ -111,8 +111,15 @@ bench() { name=$1; shift
   done
   echo '```'
   if [ "${GPU_CHECK_BENCH:-yes}" != no ] && [ "$cuda_arg" != --without-cuda ]; then
+    # the staging engine with its host copy backend (memcpy, no GPU)
     bench staging sh "$src/bench/staging.sh" "$run/build"
+    # RPC echo on the GPU: cpu, staged (and direct where UCX has CUDA),
+    # then one staged 64 MiB echo stage by stage, and the copy floors
+    # (pinned and pageable, both ways), all from one invocation; then the
+    # same with the staged chunks through UCX instead of read in place
+    export TODIST_MODULE_PATH="$run/build/.libs"
     bench rpc_device todist-run -n 2 "$run/build/bench/rpc_device" 64
+    bench rpc_device_cma_off env TODIST_STAGING_CMA=0 todist-run -n 2 "$run/build/bench/rpc_device" 64
     bench collectives sh "$src/bench/collectives.sh" "$run/build"
   fi
 } > "$out"

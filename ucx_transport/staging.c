@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/byteorder.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "ucx_transport/staging.h"
 
@@ -27,6 +28,7 @@ typedef struct sxfer {
     int                done;
     td_staging_sent_fn cb;
     void              *arg;
+    double             t0;          /* td__staging_send (stats) */
 } sxfer_t;
 
 typedef struct rxfer {
@@ -41,6 +43,7 @@ typedef struct rxfer {
     int           asked;            /* dest() called */
     td_status_t   status;
     int           done;
+    double        t0;               /* first chunk arrived (stats) */
 } rxfer_t;
 
 typedef struct job {
@@ -55,6 +58,7 @@ typedef struct job {
     td_status_t  status;
     int          peer;             /* J_NACK */
     uint64_t     id;
+    double       t0;               /* J_SEND: DATA posted (stats) */
     uint8_t      hdr[TD_STAGING_MSG_BYTES];
 } job_t;
 
@@ -76,6 +80,15 @@ struct td_staging {
     int                 inflight;       /* DATA sends posted, not completed */
     td_staging_stats_t  stats;
 };
+
+/* Nanoseconds since T0 (td_now_s), for the stage counters. */
+static uint64_t
+ns_since(double t0)
+{
+    double d = td_now_s() - t0;
+
+    return d > 0 ? (uint64_t)(d * 1e9) : 0;
+}
 
 /* ---- wire ---------------------------------------------------------------- */
 
@@ -284,6 +297,7 @@ send_done(void *arg, td_status_t status)
         pool_put_locked(e, j->buf);
     }
     if (j->pooled) {               /* J_SEND: marks a posted send */
+        e->stats.wire_ns += ns_since(j->t0);
         e->inflight--;
         pthread_cond_broadcast(&e->cond);
     }
@@ -338,6 +352,7 @@ do_send(td_staging_t *e, job_t *j)
     td_iov_t iov;
     td_staging_msg_t m = {MSG_DATA, 0, x->id, j->offset, j->len, x->total};
     uint64_t len = j->len;
+    double t0;
 
     pthread_mutex_lock(&e->lock);
     status = x->status;
@@ -347,6 +362,7 @@ do_send(td_staging_t *e, job_t *j)
     pthread_mutex_unlock(&e->lock);
     if (status == TD_OK && j->len > 0) {
         status = buffer_get(e, &j->buf);
+        t0 = td_now_s();
         if (status == TD_OK) {     /* S2: copied before it is sent */
             status = e->p.ops.copy(e->p.ops.ctx, j->buf, x->src + j->offset,
                                    j->len, TD_STAGE_D2H);
@@ -354,6 +370,9 @@ do_send(td_staging_t *e, job_t *j)
         if (status == TD_OK) {
             status = e->p.ops.wait(e->p.ops.ctx);
         }
+        pthread_mutex_lock(&e->lock);
+        e->stats.d2h_ns += ns_since(t0);
+        pthread_mutex_unlock(&e->lock);
     }
     if (status == TD_OK) {
         td__staging_encode(&m, j->hdr);
@@ -361,6 +380,7 @@ do_send(td_staging_t *e, job_t *j)
         pthread_mutex_lock(&e->lock);
         e->inflight++;
         j->pooled = 1;
+        j->t0 = td_now_s();
         pthread_mutex_unlock(&e->lock);
         status = td__transport_send(e->tp, x->dst, e->p.handler_id, j->hdr,
                                    sizeof(j->hdr), &iov, j->len > 0, send_done,
@@ -403,6 +423,7 @@ td__staging_send(td_staging_t *e, int dst, uint64_t id, const void *src,
     x->cb = cb;
     x->arg = arg;
     x->refs = 1;
+    x->t0 = td_now_s();
     pthread_mutex_lock(&e->lock);
     for (sxfer_t *o = e->sends; o != NULL; o = o->next) {
         if (o->dst == dst && o->id == id) {
@@ -494,6 +515,7 @@ rx_complete_locked(td_staging_t *e, rxfer_t *x, td_status_t status)
     if (x->status == TD_OK) {
         x->status = status;
     }
+    e->stats.recv_ns += ns_since(x->t0);
     pthread_mutex_unlock(&e->lock);
     e->p.received(e->p.arg, x->status, x->src, x->id, x->dst, x->total);
     pthread_mutex_lock(&e->lock);
@@ -506,13 +528,16 @@ do_recv(td_staging_t *e, job_t *j)
     td_status_t status;
     void *dst = NULL;
     td_staging_msg_t m = {MSG_ACK, 0, x->id, j->offset, j->len, x->total};
+    double t0;
 
     pthread_mutex_lock(&e->lock);
     if (!x->asked && x->status == TD_OK) {
         x->asked = 1;
         pthread_mutex_unlock(&e->lock);
+        t0 = td_now_s();
         status = e->p.dest(e->p.arg, x->src, x->id, x->total, &dst);
         pthread_mutex_lock(&e->lock);
+        e->stats.dest_ns += ns_since(t0);
         if (status == TD_OK) {
             x->dst = dst;
         } else if (x->status == TD_OK) {
@@ -525,13 +550,17 @@ do_recv(td_staging_t *e, job_t *j)
     pthread_mutex_unlock(&e->lock);
 
     if (status == TD_OK && j->len > 0) {      /* S2: placed, then ACKed */
+        t0 = td_now_s();
         status = e->p.ops.copy(e->p.ops.ctx, x->dst + j->offset, j->buf,
                                j->len, TD_STAGE_H2D);
         if (status == TD_OK) {
             status = e->p.ops.wait(e->p.ops.ctx);
         }
+        pthread_mutex_lock(&e->lock);
+        e->stats.h2d_ns += ns_since(t0);
+    } else {
+        pthread_mutex_lock(&e->lock);
     }
-    pthread_mutex_lock(&e->lock);
     if (j->buf != NULL) {
         if (j->pooled) {
             pool_put_locked(e, j->buf);
@@ -609,6 +638,7 @@ on_data(td_staging_t *e, td_transport_rx_t *rx, const td_staging_msg_t *m)
         x->id = m->id;
         x->total = m->total;
         x->refs = 1;
+        x->t0 = td_now_s();
         x->next = e->recvs;
         e->recvs = x;
         e->n_recvs++;
@@ -672,9 +702,11 @@ static void
 do_finish(td_staging_t *e, job_t *j)
 {
     sxfer_t *x = j->sx;
+    uint64_t ns = ns_since(x->t0);
 
     x->cb(x->arg, x->status);
     pthread_mutex_lock(&e->lock);
+    e->stats.send_ns += ns;
     sx_release_locked(x, 1 + sx_unlink_locked(e, x));
     pthread_mutex_unlock(&e->lock);
     free(j);
@@ -779,6 +811,21 @@ env_chunk(void)
     return (size_t)v;
 }
 
+/* S8: chunks in place within a host unless TODIST_STAGING_CMA=0. */
+static int
+env_cma(void)
+{
+    const char *s = getenv("TODIST_STAGING_CMA");
+
+    if (s == NULL || *s == '\0' || strcmp(s, "1") == 0) {
+        return 1;
+    }
+    if (strcmp(s, "0") != 0) {
+        td_log_warn("TODIST_STAGING_CMA=%s is not 0 or 1; using 1", s);
+    }
+    return strcmp(s, "0") != 0;
+}
+
 td_status_t
 td__staging_create(td_transport_t *tp, const td_staging_params_t *params,
                   td_staging_t **eng_p)
@@ -822,6 +869,11 @@ td__staging_create(td_transport_t *tp, const td_staging_params_t *params,
         e->n_buffers++;
     }
     status = td__transport_set_handler(tp, e->p.handler_id, on_message, e);
+    if (status == TD_OK) {         /* S8 */
+        status = td__transport_set_inplace(tp, e->p.handler_id,
+                                          env_cma() ? TD_STAGING_INPLACE_MIN
+                                                    : 0);
+    }
     if (status != TD_OK) {
         goto err;
     }

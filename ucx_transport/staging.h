@@ -47,6 +47,13 @@
  *  S7. Copies and callbacks run on the engine's own thread, never on the
  *      progress thread; the engine's lock is never held across
  *      td__transport_send (whose callbacks may take it).
+ *  S8. Between ranks of one host a DATA chunk of TD_STAGING_INPLACE_MIN
+ *      bytes or more is offered in place (td__transport_set_inplace,
+ *      counted by td__transport_inplace_counts): the receiver reads it
+ *      once, process_vm_readv from the sender's pinned buffer into its
+ *      own, instead of UCX's copies through shared memory
+ *      (TODIST_STAGING_CMA=0 turns it off). The sender's buffer stays
+ *      untouched until that read is answered (transport O3), so S2 holds.
  *
  * Thread safety: td__staging_send and td__staging_stats are thread-safe;
  * td__staging_peer_failed may be called from the progress thread;
@@ -72,11 +79,13 @@ extern "C" {
 #define TD_STAGING_XFERS_MAX      256          /* per direction (S5) */
 #define TD_STAGING_BUFFERS_MAX    64           /* pooled pinned buffers */
 #define TD_STAGING_TOTAL_MAX      (1ull << 40) /* bytes of one transfer */
+#define TD_STAGING_INPLACE_MIN    (64u << 10)  /* S8 */
 
 typedef enum { TD_STAGE_D2H = 0, TD_STAGE_H2D = 1 } td_stage_dir_t;
 
 typedef struct {
-    /* A pinned host buffer of NBYTES (cudaHostAlloc; malloc in tests). */
+    /* A pinned host buffer of NBYTES (cudaHostRegister'ed malloc memory,
+     * which process_vm_readv can read for S8; malloc in tests). */
     td_status_t (*host_alloc)(void *ctx, size_t nbytes, void **ptr_p);
     void        (*host_free)(void *ctx, void *ptr);
     /* Start copying NBYTES from SRC to DST (asynchronous allowed). */
@@ -117,6 +126,14 @@ typedef struct {
                                * of the transfer was still unacknowledged */
     uint64_t pool_misses;     /* chunks received outside the pinned pool */
     uint64_t rejected;        /* malformed or unexpected messages */
+    /* Where the time goes (ns, summed; stages overlap, so the sums may
+     * exceed the wall time): device->host copies and their waits (sender),
+     * host->device copies and their waits (receiver), DATA messages from
+     * posted to completed (the wire, or the peer's in-place read), the
+     * receiver's dest callback (allocation), and whole transfers: sender
+     * from td__staging_send to its callback, receiver from the first
+     * chunk's arrival to its callback. */
+    uint64_t d2h_ns, h2d_ns, wire_ns, dest_ns, send_ns, recv_ns;
 } td_staging_stats_t;
 
 typedef struct td_staging td_staging_t;

@@ -195,6 +195,18 @@ td_status_t td__transport_set_handler(td_transport_t *tp, uint16_t id,
 td_status_t td__transport_set_inplace(td_transport_t *tp, uint16_t id,
                                      size_t min_bytes);
 
+/* Small messages through mailboxes (transport.c X1-X6): messages to
+ * handler ID whose header and host bodies fit TD__MBOX_DATA bytes are
+ * written into a mailbox in shared memory when the receiver is a peer of
+ * this host that offered its inbox, instead of sent through UCX; they keep
+ * their order with the rest. Makes our inbox on the first call (a user
+ * thread). Call with set_handler, on every rank. */
+td_status_t td__transport_set_mbox(td_transport_t *tp, uint16_t id);
+
+/* Messages this worker wrote into mailboxes and received from them. */
+void td__transport_mbox_counts(td_transport_t *tp, uint64_t *sent_p,
+                              uint64_t *received_p);
+
 /* Messages whose bodies this worker read in place, and offers it refused
  * (not of this host, a pid without the token, in-place reads off). */
 void td__transport_inplace_counts(td_transport_t *tp, uint64_t *read_p,

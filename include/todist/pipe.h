@@ -38,9 +38,11 @@
  *   1F1B   (PipeDream-flush) min(S-1-s, M) warm-up forwards, then one
  *          forward and one backward in turn, then the remaining backwards.
  *   ZB_H1  (zero bubble, Qi et al. 2024) 1F1B's order of F and B; each W
- *          is deferred: it runs when the stage would otherwise wait for a
- *          message, or before a forward that would make more than S
- *          micro-batches in flight, or at the end. The backward is split
+ *          is deferred as the paper's ZB-H1 defers it: stage s runs W(j)
+ *          right after B(j + s) (s W's pending, so S micro-batches in
+ *          flight at most; fewer with M < S), the rest after its last B.
+ *          Fixed places: a stage never runs a W in place of a wait, so a
+ *          message a little late costs its lateness only. The backward is split
  *          by the autograd engine's input mode: B is td_grad to the input
  *          and to the gradient entering every "weight node" (a node with
  *          an edge to a parameter), keeping the graph; W runs each weight
@@ -56,7 +58,8 @@
  *      so .grad sums micro-batches in single-process order.
  *   P3 Micro-batches in flight on stage s (forward done, W or BW not yet):
  *      GPIPE at most M, 1F1B at most min(S-s, M), ZB_H1 at most min(S, M)
- *      (1F1B's peak, stage 0's).
+ *      (1F1B's peak, stage 0's). Each stage runs one fixed op list per
+ *      step (runtime/pipe/schedule.c) that keeps P1-P3.
  *   P4 A message is sent only with td_isend and waited for at the end of
  *      the step (or when its buffer is needed again), and each receive is
  *      posted before the op that needs it waits, so no two stages wait on
@@ -71,7 +74,8 @@
  *      most M each): a micro-batch's input and output gradient go back to
  *      the pool once its last backward (BW, or W under ZB_H1, which may
  *      read the gradient) is done, with the input's .grad dropped, and
- *      the next receive reuses them. So the X given to FORWARD on stage
+ *      the next receive reuses them. With TODIST_PIPE_POISON=1 they are
+ *      filled with NaN as they go back, so a later read shows at once. So the X given to FORWARD on stage
  *      s > 0 is valid until the micro-batch's backward ends: copy it to
  *      keep it (torch.distributed.pipelining reuses its buffers too).
  * Idle time: td_pipe_stats reports per stage the step's wall time, the
@@ -161,6 +165,19 @@ typedef struct {
     int    recv_allocs;    /* receive buffers allocated in the step: 0 once
                               the pipe keeps enough (P6) */
 } td_pipe_stats_t;
+
+/* Split a chain of N_LAYERS layers, layer l costing COST[l] (>= 0: its
+ * measured forward + backward time, say), into N_STAGES contiguous
+ * stages so that the costliest stage costs least (GPipe's and
+ * PipeDream's partitioner for a chain; exact, O(N_STAGES x N_LAYERS^2)):
+ * stage s gets layers FIRST[s] .. FIRST[s+1]-1, FIRST[N_STAGES] =
+ * N_LAYERS (FIRST has N_STAGES + 1 entries). Every stage gets a layer.
+ * Deterministic: the same costs give the same split on every rank
+ * (measure on one rank and broadcast, or agree on computed costs).
+ * TD_ERR_INVALID for fewer layers than stages or a cost that is negative,
+ * NaN or infinite, naming it. */
+td_status_t td_pipe_partition(const double *cost, int n_layers, int n_stages,
+                              int *first);
 
 /* Figures of this rank's last step. */
 td_status_t td_pipe_stats(const td_pipe_t *p, td_pipe_stats_t *stats);

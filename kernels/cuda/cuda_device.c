@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <cuda_runtime_api.h>
 #include <cublas_v2.h>
@@ -221,22 +222,46 @@ td__cuda_device_of(const void *ptr)
     return a.device;
 }
 
+/* Pinned host memory as page-aligned malloc memory registered with
+ * cudaHostRegister, not cudaHostAlloc: the driver maps cudaHostAlloc's
+ * pages as device-file memory, which another process cannot read with
+ * process_vm_readv (the staging engine's in-place chunks, staging.h S8);
+ * registered pages stay ordinary anonymous memory and copy as fast. */
 td_status_t
 td__cuda_host_alloc(size_t nbytes, void **ptr_p)
 {
     int n;
     td_status_t status = td__cuda_count(&n);
+    size_t len = (nbytes ? nbytes : 1), align;
+    void *p;
     cudaError_t e;
 
     if (status != TD_OK) {
         return status;
     }
-    e = cudaHostAlloc(ptr_p, nbytes ? nbytes : 1, cudaHostAllocPortable);
+    /* from 4 MiB on huge pages: another process's process_vm_readv
+     * reads them at memcpy speed, 4 KiB pages at about half (the
+     * collectives' measurement in bench/RESULTS.md) */
+    align = len >= ((size_t)4 << 20) ? (size_t)2 << 20 : 4096;
+    len = (len + align - 1) & ~(align - 1);
+    p = aligned_alloc(align, len);
+#ifdef MADV_HUGEPAGE
+    if (p != NULL && align > 4096) {
+        (void)madvise(p, len, MADV_HUGEPAGE);   /* advice only */
+    }
+#endif
+    if (p == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "cuda: cannot allocate a %zu byte "
+                        "host buffer", nbytes);
+    }
+    e = cudaHostRegister(p, len, cudaHostRegisterPortable);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return td_error(TD_ERR_NO_MEMORY, "cudaHostAlloc(%zu): %s", nbytes,
+        free(p);
+        return td_error(TD_ERR_NO_MEMORY, "cudaHostRegister(%zu): %s", len,
                         cudaGetErrorString(e));
     }
+    *ptr_p = p;
     return TD_OK;
 }
 
@@ -244,7 +269,9 @@ void
 td__cuda_host_free(void *ptr)
 {
     if (ptr != NULL) {
-        cudaFreeHost(ptr);
+        cudaHostUnregister(ptr);
+        (void)cudaGetLastError();
+        free(ptr);
     }
 }
 

@@ -39,7 +39,8 @@ td_status_t td__cuda_blas(int index, void **handle_p);
 int         td__cuda_device_of(const void *ptr);
 /* Make INDEX current on the calling thread and return its stream. */
 td_status_t td__cuda_enter(int index, void **stream_p);
-/* Pinned host memory (cudaHostAlloc), for staging buffers. */
+/* Pinned host memory (malloc + cudaHostRegister: readable by another
+ * process's process_vm_readv), for staging buffers. */
 td_status_t td__cuda_host_alloc(size_t nbytes, void **ptr_p);
 void        td__cuda_host_free(void *ptr);
 /* Asynchronous copy on device INDEX's stream; then td__cuda_sync. */

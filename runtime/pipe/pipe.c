@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     td_tensor_t **t;
     int           n, cap, filled;
+    int           poison;     /* TODIST_PIPE_POISON: fill what comes back */
 } buf_pool_t;
 
 struct td_pipe {
@@ -64,7 +65,8 @@ struct td_pipe {
     shape_t            in, out;     /* what comes from s-1, goes to s+1 */
     int                broken;
     micro_t           *mb;
-    pipe_op_t         *ops;
+    pipe_op_t         *ops;         /* the step's ops, in order (schedule.c) */
+    int                n_ops;
     /* W's waiting (ZB_H1): micro-batches, oldest first (P2) */
     int               *wq;
     int                wq_head, wq_n;
@@ -220,12 +222,20 @@ pool_take(td_pipe_t *p, buf_pool_t *pool, const shape_t *sh,
 }
 
 /* Keep T (a buffer of POOL whose micro-batch is done) for a later
- * receive. Its .grad is dropped: the next backward must not add to it. */
+ * receive. Its .grad is dropped: the next backward must not add to it.
+ * Poisoned (all one bits: NaN in floats) when asked: a read after
+ * this point (a buffer given back too early, a forward that kept its X)
+ * then shows at once, not only when a later receive happens to land in
+ * it first. */
 static void
 pool_give(buf_pool_t *pool, td_tensor_t *t)
 {
     if (t == NULL) {
         return;
+    }
+    if (pool->poison) {
+        /* all one bits: a NaN in every float dtype */
+        memset(td_tensor_data(t), 0xff, td_tensor_nbytes(t));
     }
     if (pool->n >= pool->cap || td_tensor_set_grad(t, NULL) != TD_OK) {
         td_tensor_release(t);
@@ -384,15 +394,18 @@ agree_output(td_pipe_t *p, td_tensor_t *y)
 
 /* ---- one step ---------------------------------------------------------- */
 
-/* Run the oldest deferred W (P2). */
+/* Run the deferred W of micro-batch M, the oldest (P2). */
 static td_status_t
-run_w(td_pipe_t *p)
+run_w(td_pipe_t *p, int m)
 {
-    int m = p->wq[p->wq_head];
     micro_t *mb = &p->mb[m];
     double t0 = td_now_s();
     td_status_t st;
 
+    if (p->wq_n == 0 || p->wq[p->wq_head] != m) {
+        return pipe_fail(p, TD_ERR_STATE, "was to run the weight backward "
+                         "of micro-batch %d out of order", m);
+    }
     p->wq_head++;
     p->wq_n--;
     st = pipe_split_weight(&mb->split, p->params);
@@ -405,24 +418,15 @@ run_w(td_pipe_t *p)
     return TD_OK;
 }
 
-/* Wait for W (a receive), filling the wait with deferred W's (ZB_H1). */
+/* Wait for W (a receive). ZB_H1's W's do not fill the wait: their places
+ * are fixed in the op list (schedule.c), so a message a little late costs
+ * its lateness, not a whole W run before it. */
 static td_status_t
 wait_recv(td_pipe_t *p, td_work_t *w, const char *what, int m, int from)
 {
     td_status_t st;
     double t0;
-    int done = 0;
 
-    while (p->wq_n > 0) {
-        st = td_work_test(w, &done);
-        if (st != TD_OK || done) {
-            break;
-        }
-        st = run_w(p);
-        if (st != TD_OK) {
-            return st;
-        }
-    }
     t0 = td_now_s();
     st = td_work_wait(w, -1);
     p->stats.wait_s += td_now_s() - t0;
@@ -464,14 +468,6 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
         st = td_tensor_narrow(input, 0, m * b, b, &mb->x);
         if (st != TD_OK) {
             return pipe_fail(p, st, "could not slice the input");
-        }
-    }
-    /* P3: make room by running deferred W's first */
-    while (p->wq_n > 0 &&
-           p->in_flight >= pipe_schedule_cap(p->sched, p->S, p->stage, p->M)) {
-        st = run_w(p);
-        if (st != TD_OK) {
-            return st;
         }
     }
     if (last) {
@@ -769,17 +765,15 @@ td_pipe_step(td_pipe_t *p, td_tensor_t *input, td_tensor_t *target,
         st = pipe_fail(p, st, "could not post a receive");
         goto out;
     }
-    pipe_schedule_ops(p->sched, p->S, p->stage, p->M, p->ops);
-    for (int i = 0; i < 2 * p->M && st == TD_OK; i++) {
+    for (int i = 0; i < p->n_ops && st == TD_OK; i++) {
         pipe_op_t op = p->ops[i];
         if (op.kind == PIPE_OP_F) {
             st = do_forward(p, op.micro, input, target, &loss_sum);
+        } else if (op.kind == PIPE_OP_W) {
+            st = run_w(p, op.micro);
         } else {
             st = do_backward(p, op.micro, op.kind == PIPE_OP_B);
         }
-    }
-    while (st == TD_OK && p->wq_n > 0) {
-        st = run_w(p);
     }
     if (st == TD_OK && p->dg != NULL) {
         st = reduce_replicas(p);
@@ -820,6 +814,15 @@ out:
 }
 
 /* ---- create / destroy -------------------------------------------------- */
+
+/* NAME set to anything but "" or "0". */
+static int
+pipe_env_flag(const char *name)
+{
+    const char *v = getenv(name);
+
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
 
 td_status_t
 td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
@@ -889,13 +892,16 @@ td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
     p->n_params = o->n_params;
     p->params = calloc((size_t)(o->n_params + 1), sizeof(*p->params));
     p->mb = calloc((size_t)p->M, sizeof(*p->mb));
-    p->ops = calloc((size_t)(2 * p->M), sizeof(*p->ops));
+    p->n_ops = pipe_schedule_n_ops(p->sched, p->M);
+    p->ops = calloc((size_t)p->n_ops, sizeof(*p->ops));
     p->wq = calloc((size_t)p->M, sizeof(*p->wq));
     {
         int cap = pipe_schedule_cap(p->sched, S, p->stage, p->M);
         p->act_pool.cap = pool_need(p->sched, cap, p->M, 0);
         p->grad_pool.cap = pool_need(p->sched, cap, p->M, 1);
     }
+    p->act_pool.poison = p->grad_pool.poison = pipe_env_flag(
+        "TODIST_PIPE_POISON");
     p->act_pool.t = calloc((size_t)p->M, sizeof(td_tensor_t *));
     p->grad_pool.t = calloc((size_t)p->M, sizeof(td_tensor_t *));
     ranks = calloc((size_t)(S > R ? S : R), sizeof(int));
@@ -908,6 +914,7 @@ td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
     for (int i = 0; i < p->n_params; i++) {
         p->params[i] = td_tensor_retain(o->params[i]);
     }
+    pipe_schedule_ops(p->sched, S, p->stage, p->M, p->ops);
     /* every rank makes every group, in one order (td_group_new) */
     for (int r = 0; r < R; r++) {
         td_group_t *g;

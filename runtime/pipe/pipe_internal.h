@@ -21,22 +21,25 @@ typedef struct {
     int            micro;
 } pipe_op_t;
 
-/* The order of F and B/BW ops of stage S_ of N_STAGES for N_MICRO
- * micro-batches into OPS[2 * n_micro] (P1). W ops are not listed: the
- * executor runs them (see pipe_schedule_cap). */
+/* Ops of one stage's step: 3M under ZB_H1 (F, B, W), else 2M (F, BW). */
+int  pipe_schedule_n_ops(td_pipe_schedule_t sched, int n_micro);
+/* The order of the ops of stage S_ of N_STAGES for N_MICRO micro-batches
+ * into OPS[pipe_schedule_n_ops()] (P1-P3): the executor runs them in
+ * this order; ZB_H1's W's are placed as the paper's ZB-H1 places them. */
 void pipe_schedule_ops(td_pipe_schedule_t sched, int n_stages, int s_,
                        int n_micro, pipe_op_t *ops);
 /* Micro-batches that may be in flight on stage S_ (P3). */
 int  pipe_schedule_cap(td_pipe_schedule_t sched, int n_stages, int s_,
                        int n_micro);
 /* The bubble fraction of each stage, idle / makespan of one step, that
- * the executor's rules (pipe.c) give when stage s takes FS[s], BS[s] and
- * WS[s] per op (BW = B + W) and messages take no time: the schedule
- * replayed, into BUBBLE[n_stages]. -1 when out of memory, else 0. */
+ * the schedule's op lists give when stage s takes FS[s], BS[s] and WS[s]
+ * per op (BW = B + W) and every message arrives MSG after it was sent:
+ * the schedule replayed, into BUBBLE[n_stages]. -1 when out of memory,
+ * else 0. */
 int    pipe_schedule_replay_stages(td_pipe_schedule_t sched, int n_stages,
                                    int n_micro, const double *fs,
                                    const double *bs, const double *ws,
-                                   double *bubble);
+                                   double msg, double *bubble);
 /* The replay with every stage taking F, B, W: the bubble (the same on
  * every stage), or -1 when out of memory. */
 double pipe_schedule_replay(td_pipe_schedule_t sched, int n_stages,

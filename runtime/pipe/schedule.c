@@ -1,6 +1,7 @@
-/* runtime/pipe/schedule.c: the order of a stage's forwards and backwards
- * under each schedule (P1, P3 of todist/pipe.h): pure functions of
- * (schedule, S, s, M), unit-tested by tests/pipe/test_pipe_schedule. */
+/* runtime/pipe/schedule.c: the order of a stage's forwards, backwards and
+ * (ZB-H1) weight passes under each schedule (P1-P3 of todist/pipe.h), and
+ * that order replayed at given op times: pure functions of (schedule, S,
+ * s, M), unit-tested by tests/pipe/test_pipe_schedule. */
 #include "config.h"
 
 #include <math.h>
@@ -8,12 +9,19 @@
 
 #include "runtime/pipe/pipe_internal.h"
 
+int
+pipe_schedule_n_ops(td_pipe_schedule_t sched, int n_micro)
+{
+    return (sched == TD_PIPE_ZB_H1 ? 3 : 2) * n_micro;
+}
+
 void
 pipe_schedule_ops(td_pipe_schedule_t sched, int n_stages, int s_,
                   int n_micro, pipe_op_t *ops)
 {
-    pipe_op_kind_t back = sched == TD_PIPE_ZB_H1 ? PIPE_OP_B : PIPE_OP_BW;
-    int warm, n = 0, b = 0;
+    int zb = sched == TD_PIPE_ZB_H1;
+    pipe_op_kind_t back = zb ? PIPE_OP_B : PIPE_OP_BW;
+    int warm, n = 0, b = 0, w = 0, lag = 0;
 
     if (sched == TD_PIPE_GPIPE) {
         warm = n_micro;
@@ -25,15 +33,38 @@ pipe_schedule_ops(td_pipe_schedule_t sched, int n_stages, int s_,
             warm = n_micro;
         }
     }
-    for (int f = 0; f < warm; f++) {
-        ops[n++] = (pipe_op_t){PIPE_OP_F, f};
+    if (zb) {
+        /* ZB-H1 (Qi et al. 2024, fig. 3): W(j) right after B(j + lag),
+         * the rest after the last B. Stage s defers s W's, so it holds
+         * S micro-batches as 1F1B's stage 0 does (P3): its warm-up
+         * forwards, the one in hand and the deferred W's, at most the
+         * cap; with fewer micro-batches than stages, fewer. Exactly what
+         * running a W whenever the stage would wait gives with equal op
+         * times and free messages (tests/pipe/test_pipe_schedule checks
+         * the two agree), but fixed: a message a little late costs its
+         * lateness, not a whole W run in its place. */
+        lag = pipe_schedule_cap(sched, n_stages, s_, n_micro) - warm - 1;
+        lag = lag < s_ ? lag : s_;
+        lag = lag > 0 ? lag : 0;
     }
-    for (int f = warm; f < n_micro; f++) {
+    for (int f = 0; f < n_micro; f++) {
         ops[n++] = (pipe_op_t){PIPE_OP_F, f};
+        if (f < warm) {
+            continue;
+        }
         ops[n++] = (pipe_op_t){back, b++};
+        while (zb && w <= b - 1 - lag) {
+            ops[n++] = (pipe_op_t){PIPE_OP_W, w++};
+        }
     }
     while (b < n_micro) {
         ops[n++] = (pipe_op_t){back, b++};
+        while (zb && w <= b - 1 - lag) {
+            ops[n++] = (pipe_op_t){PIPE_OP_W, w++};
+        }
+    }
+    while (zb && w < n_micro) {
+        ops[n++] = (pipe_op_t){PIPE_OP_W, w++};
     }
 }
 
@@ -58,29 +89,24 @@ pipe_schedule_cap(td_pipe_schedule_t sched, int n_stages, int s_,
     return cap < n_micro ? cap : n_micro;
 }
 
-/* One stage of the replay. */
-typedef struct {
-    double t;          /* its clock */
-    int    pos;        /* next op */
-    int    w_left;     /* deferred W's */
-    int    in_flight;
-} replay_stage_t;
-
 int
 pipe_schedule_replay_stages(td_pipe_schedule_t sched, int n_stages,
                             int n_micro, const double *fs, const double *bs,
-                            const double *ws, double *bubble)
+                            const double *ws, double msg, double *bubble)
 {
-    int S = n_stages, M = n_micro, n_ops = 2 * n_micro, moved = 1, rc = -1;
+    int S = n_stages, M = n_micro, moved = 1, rc = -1;
+    int n_ops = pipe_schedule_n_ops(sched, n_micro);
     int split = sched == TD_PIPE_ZB_H1;
     size_t n = (size_t)S * (size_t)M;
-    pipe_op_t *ops = malloc(sizeof(*ops) * 2 * n);
+    pipe_op_t *ops = malloc(sizeof(*ops) * (size_t)n_ops * (size_t)S);
     double *act = malloc(sizeof(double) * n);    /* [s][m]: in at s */
     double *grad = malloc(sizeof(double) * n);
-    replay_stage_t *st = calloc((size_t)S, sizeof(*st));
+    double *t = calloc((size_t)S, sizeof(double));   /* each stage's clock */
+    int *pos = calloc((size_t)S, sizeof(int));       /* its next op */
     double span = 0;
 
-    if (ops == NULL || act == NULL || grad == NULL || st == NULL) {
+    if (ops == NULL || act == NULL || grad == NULL || t == NULL ||
+        pos == NULL) {
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -89,65 +115,49 @@ pipe_schedule_replay_stages(td_pipe_schedule_t sched, int n_stages,
     for (int s = 0; s < S; s++) {
         pipe_schedule_ops(sched, S, s, M, ops + (size_t)s * n_ops);
     }
-    /* the executor's rules (pipe.c): an op waits for its message, running
-     * deferred W's while it has not arrived; a forward first runs W's
-     * until the micro-batches in flight are below the cap (P3); the rest
-     * of the W's at the end. Stages without a sent message yet wait;
-     * P4 (no waiting cycle) makes every pass move one. */
+    /* the executor (pipe.c) runs each stage's list in order, an F or B
+     * waiting for its message, which arrives MSG after it was sent.
+     * Stages without a sent message yet wait; P4 (no waiting cycle)
+     * makes every pass move one. */
     while (moved) {
         moved = 0;
         for (int s = 0; s < S; s++) {
-            replay_stage_t *q = &st[s];
-            double f = fs[s], b = bs[s], w = ws[s];
             pipe_op_t op;
             double need = -INFINITY;
 
-            if (q->pos == n_ops) {
+            if (pos[s] == n_ops) {
                 continue;
             }
-            op = ops[(size_t)s * n_ops + q->pos];
+            op = ops[(size_t)s * n_ops + pos[s]];
             if (op.kind == PIPE_OP_F && s > 0) {
                 need = act[(size_t)s * M + op.micro];
-            } else if (op.kind != PIPE_OP_F && s < S - 1) {
+            } else if ((op.kind == PIPE_OP_B || op.kind == PIPE_OP_BW) &&
+                       s < S - 1) {
                 need = grad[(size_t)s * M + op.micro];
             }
             if (isnan(need)) {
                 continue;
             }
-            for (; q->w_left > 0 && need > q->t; q->w_left--) {
-                q->t += w;
-                q->in_flight--;
-            }
-            q->t = need > q->t ? need : q->t;
+            t[s] = need > t[s] ? need : t[s];
             if (op.kind == PIPE_OP_F) {
-                int cap = pipe_schedule_cap(sched, S, s, M);
-                for (; q->w_left > 0 && q->in_flight >= cap; q->w_left--) {
-                    q->t += w;
-                    q->in_flight--;
-                }
-                q->t += f;
-                q->in_flight++;
+                t[s] += fs[s];
                 if (s < S - 1) {
-                    act[(size_t)(s + 1) * M + op.micro] = q->t;
+                    act[(size_t)(s + 1) * M + op.micro] = t[s] + msg;
                 }
+            } else if (op.kind == PIPE_OP_W) {
+                t[s] += ws[s];
             } else {
-                q->t += split ? b : b + w;
+                t[s] += split ? bs[s] : bs[s] + ws[s];
                 if (s > 0) {
-                    grad[(size_t)(s - 1) * M + op.micro] = q->t;
-                }
-                if (split) {
-                    q->w_left++;
-                } else {
-                    q->in_flight--;
+                    grad[(size_t)(s - 1) * M + op.micro] = t[s] + msg;
                 }
             }
-            q->pos++;
+            pos[s]++;
             moved = 1;
         }
     }
     for (int s = 0; s < S; s++) {
-        double end = st[s].t + st[s].w_left * ws[s];
-        span = end > span ? end : span;
+        span = t[s] > span ? t[s] : span;
     }
     for (int s = 0; s < S; s++) {
         double busy = M * (fs[s] + bs[s] + ws[s]);
@@ -158,7 +168,8 @@ out:
     free(ops);
     free(act);
     free(grad);
-    free(st);
+    free(t);
+    free(pos);
     return rc;
 }
 
@@ -177,7 +188,7 @@ pipe_schedule_replay(td_pipe_schedule_t sched, int n_stages, int n_micro,
         v[2 * n_stages + s] = w;
     }
     if (pipe_schedule_replay_stages(sched, n_stages, n_micro, v,
-                                    v + n_stages, v + 2 * n_stages,
+                                    v + n_stages, v + 2 * n_stages, 0,
                                     v + 3 * n_stages) == 0) {
         bubble = v[3 * n_stages];
     }

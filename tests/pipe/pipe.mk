@@ -10,3 +10,6 @@ EXTRA_DIST += tests/pipe/test_pipe.sh
 check_PROGRAMS += tests/pipe/test_pipe_split
 tests_pipe_test_pipe_split_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/pipe/test_pipe_split
+check_PROGRAMS += tests/pipe/test_pipe_partition
+tests_pipe_test_pipe_partition_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/pipe/test_pipe_partition

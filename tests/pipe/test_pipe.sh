@@ -23,7 +23,7 @@ count() { set -- $1; echo $#; }
 plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 5 + 1 ))
 
 for S in 1 2 3; do
-    out=$(run 240 todist-run -n $S "$PEER" grad 2>&1); rc=$?
+    out=$(run 240 env TODIST_PIPE_POISON=1 todist-run -n $S "$PEER" grad 2>&1); rc=$?
     names=$(for g in $grads; do echo "$g" | sed "s/^grad_/grad_S${S}_/"; done)
     expect "$out" $names
     is "$rc" 0 "S=$S: every rank exits 0"
@@ -31,8 +31,11 @@ for S in 1 2 3; do
 done
 
 # stage 0 ends in a linear layer: ZB's W reads the received gradient,
-# which the kept receive buffers must not reuse before W ran (P6)
-out=$(run 120 todist-run -n 2 "$PEER" gradlin 2>&1); rc=$?
+# which the kept receive buffers must not reuse before W ran (P6). The
+# buffers are poisoned as they go back to the pool (TODIST_PIPE_POISON),
+# so one given back before its W fails every run, not only the runs where
+# the next receive happened to land in it before W read it (1 in 8)
+out=$(run 120 env TODIST_PIPE_POISON=1 todist-run -n 2 "$PEER" gradlin 2>&1); rc=$?
 expect "$out" gradlin_S2_M4_1f1b gradlin_S2_M4_zb
 is "$rc" 0 "gradlin: every rank exits 0"
 

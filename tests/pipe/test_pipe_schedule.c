@@ -9,7 +9,9 @@
 #include "config.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/pipe/pipe_internal.h"
 #include "tests/tap.h"
@@ -17,39 +19,50 @@
 #define SMAX 5
 #define MMAX 9
 
-/* P1 and order within one stage's list; *PEAK: in flight at most. */
+/* P1, P2 and order within one stage's list; *PEAK: in flight at most. */
 static int
 check_stage(td_pipe_schedule_t sc, int S, int s, int M, int *peak)
 {
-    pipe_op_t ops[2 * MMAX];
-    int nf = 0, nb = 0, fl = 0;
+    pipe_op_t ops[3 * MMAX];
+    int nf = 0, nb = 0, nw = 0, fl = 0, n = pipe_schedule_n_ops(sc, M);
+    int zb = sc == TD_PIPE_ZB_H1;
 
-    pipe_schedule_ops(sc, S, s, M, ops);
     *peak = 0;
-    for (int i = 0; i < 2 * M; i++) {
+    if (n != (zb ? 3 : 2) * M) {
+        return 0;
+    }
+    pipe_schedule_ops(sc, S, s, M, ops);
+    for (int i = 0; i < n; i++) {
         if (ops[i].kind == PIPE_OP_F) {
             if (ops[i].micro != nf++) {
                 return 0;
             }
             fl++;
-        } else {
-            if (ops[i].kind != (sc == TD_PIPE_ZB_H1 ? PIPE_OP_B : PIPE_OP_BW) ||
-                ops[i].micro != nb++ || ops[i].micro >= nf) {
+        } else if (ops[i].kind == PIPE_OP_W) {
+            /* P2: W's in order, each after its B */
+            if (!zb || ops[i].micro != nw++ || ops[i].micro >= nb) {
                 return 0;
             }
             fl--;
+        } else {
+            if (ops[i].kind != (zb ? PIPE_OP_B : PIPE_OP_BW) ||
+                ops[i].micro != nb++ || ops[i].micro >= nf) {
+                return 0;
+            }
+            fl -= !zb;
         }
         *peak = fl > *peak ? fl : *peak;
     }
-    return nf == M && nb == M;
+    return nf == M && nb == M && nw == (zb ? M : 0);
 }
 
 /* Run all S stages' lists with the message dependencies: 1 if all end. */
 static int
 runs_through(td_pipe_schedule_t sc, int S, int M)
 {
-    pipe_op_t ops[SMAX][2 * MMAX];
+    pipe_op_t ops[SMAX][3 * MMAX];
     int pos[SMAX] = {0}, fdone[SMAX] = {0}, bdone[SMAX] = {0}, moved = 1;
+    int n = pipe_schedule_n_ops(sc, M);
 
     for (int s = 0; s < S; s++) {
         pipe_schedule_ops(sc, S, s, M, ops[s]);
@@ -58,17 +71,18 @@ runs_through(td_pipe_schedule_t sc, int S, int M)
         moved = 0;
         for (int s = 0; s < S; s++) {
             pipe_op_t op;
-            if (pos[s] == 2 * M) {
+            if (pos[s] == n) {
                 continue;
             }
             op = ops[s][pos[s]];
             if (op.kind == PIPE_OP_F ? (s > 0 && fdone[s - 1] <= op.micro)
-                                     : (s < S - 1 && bdone[s + 1] <= op.micro)) {
+                : op.kind != PIPE_OP_W && (s < S - 1 &&
+                                           bdone[s + 1] <= op.micro)) {
                 continue;       /* its message has not been sent yet */
             }
             if (op.kind == PIPE_OP_F) {
                 fdone[s]++;
-            } else {
+            } else if (op.kind != PIPE_OP_W) {
                 bdone[s]++;
             }
             pos[s]++;
@@ -76,11 +90,99 @@ runs_through(td_pipe_schedule_t sc, int S, int M)
         }
     }
     for (int s = 0; s < S; s++) {
-        if (pos[s] != 2 * M) {
+        if (pos[s] != n) {
             return 0;
         }
     }
     return 1;
+}
+
+/* ZB with the rule the executor had before the W's got fixed places: a
+ * pending W runs whenever the stage would wait for a message, and before
+ * a forward that would exceed the cap; F = B = W = 1, messages free. The
+ * order each stage ran into RAN[s][3M]; the fixed lists must equal it. */
+static void
+zb_greedy(int S, int M, pipe_op_t ran[SMAX][3 * MMAX])
+{
+    pipe_op_t ops[SMAX][3 * MMAX];
+    double t[SMAX] = {0}, act[SMAX][MMAX], grad[SMAX][MMAX];
+    int pos[SMAX] = {0}, nran[SMAX] = {0}, wq[SMAX] = {0}, wnext[SMAX] = {0};
+    int fl[SMAX] = {0}, moved = 1;
+
+    for (int s = 0; s < S; s++) {
+        int k = 0;
+        pipe_schedule_ops(TD_PIPE_ZB_H1, S, s, M, ops[s]);
+        for (int i = 0; i < 3 * M; i++) {       /* F and B only */
+            if (ops[s][i].kind != PIPE_OP_W) {
+                ops[s][k++] = ops[s][i];
+            }
+        }
+        for (int m = 0; m < M; m++) {
+            act[s][m] = grad[s][m] = NAN;
+        }
+    }
+    while (moved) {
+        moved = 0;
+        for (int s = 0; s < S; s++) {
+            pipe_op_t op;
+            double need = -INFINITY;
+            if (pos[s] == 2 * M) {
+                continue;
+            }
+            op = ops[s][pos[s]];
+            if (op.kind == PIPE_OP_F && s > 0) {
+                need = act[s][op.micro];
+            } else if (op.kind == PIPE_OP_B && s < S - 1) {
+                need = grad[s][op.micro];
+            }
+            if (isnan(need)) {
+                continue;
+            }
+            for (; wq[s] > 0 && (need > t[s] ||
+                                 (op.kind == PIPE_OP_F &&
+                                  fl[s] >= pipe_schedule_cap(TD_PIPE_ZB_H1, S,
+                                                             s, M)));
+                 wq[s]--, fl[s]--, t[s] += 1) {
+                ran[s][nran[s]++] = (pipe_op_t){PIPE_OP_W, wnext[s]++};
+            }
+            t[s] = (need > t[s] ? need : t[s]) + 1;
+            ran[s][nran[s]++] = op;
+            if (op.kind == PIPE_OP_F) {
+                fl[s]++;
+                if (s < S - 1) {
+                    act[s + 1][op.micro] = t[s];
+                }
+            } else {
+                wq[s]++;
+                if (s > 0) {
+                    grad[s - 1][op.micro] = t[s];
+                }
+            }
+            pos[s]++;
+            moved = 1;
+        }
+    }
+    for (int s = 0; s < S; s++) {
+        for (; wq[s] > 0; wq[s]--) {
+            ran[s][nran[s]++] = (pipe_op_t){PIPE_OP_W, wnext[s]++};
+        }
+    }
+}
+
+/* "F0 B0 W0 ..." of stage S_'s list */
+static void
+list_str(int S, int s_, int M, char *buf, size_t len)
+{
+    pipe_op_t ops[3 * MMAX];
+    size_t n = 0;
+
+    pipe_schedule_ops(TD_PIPE_ZB_H1, S, s_, M, ops);
+    buf[0] = '\0';
+    for (int i = 0; i < 3 * M && n < len; i++) {
+        /* F, BW, B, W: F B B W */
+        n += (size_t)snprintf(buf + n, len - n, "%s%c%d", i ? " " : "",
+                              "FBBW"[ops[i].kind], ops[i].micro);
+    }
 }
 
 int
@@ -88,7 +190,7 @@ main(void)
 {
     static const char *names[3] = {"gpipe", "1f1b", "zb"};
 
-    plan(3 * 3 + 4 + 6);
+    plan(3 * 3 + 4 + 6 + 3);
     for (int sc = 0; sc < 3; sc++) {
         int order = 1, bound = 1, flow = 1;
         for (int S = 1; S <= SMAX; S++) {
@@ -96,8 +198,7 @@ main(void)
                 for (int s = 0; s < S; s++) {
                     int peak, cap = pipe_schedule_cap(sc, S, s, M);
                     order &= check_stage(sc, S, s, M, &peak);
-                    /* the static list's own in-flight count (ZB's W's are
-                     * the executor's, bounded by the cap) */
+                    /* the list's own in-flight count (ZB: W ends one) */
                     if (sc == TD_PIPE_GPIPE) {
                         bound &= peak == M && cap == M;
                     } else if (sc == TD_PIPE_1F1B) {
@@ -169,10 +270,68 @@ main(void)
      * makespan 10, stage 0 busy 4 (0.6 idle), stage 1 busy 8 (0.2) */
     {
         double f[2] = {1, 1}, b[2] = {1, 3}, w[2] = {0, 0}, got[2] = {-1, -1};
-        ok(pipe_schedule_replay_stages(TD_PIPE_1F1B, 2, 2, f, b, w, got) ==
-           0 && fabs(got[0] - 0.6) < 1e-12 && fabs(got[1] - 0.2) < 1e-12,
+        int rc = pipe_schedule_replay_stages(TD_PIPE_1F1B, 2, 2, f, b, w, 0,
+                                             got);
+        ok(rc == 0 && fabs(got[0] - 0.6) < 1e-12 && fabs(got[1] - 0.2) < 1e-12,
            "1f1b replayed with a slower stage 1: 0.6 / 0.2 by hand (got "
            "%g / %g)", got[0], got[1]);
+    }
+    /* ZB-H1's W's in the paper's places (Qi et al. 2024, fig. 3):
+     * stage s runs W(j) right after B(j + s) */
+    {
+        static const char *want[4] = {
+            "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 "
+            "B6 W6 B7 W7",
+            "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 "
+            "B7 W6 W7",
+            "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 "
+            "W5 W6 W7",
+            "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 "
+            "W5 W6 W7"};
+        char got[256];
+        int same = 1;
+        for (int s = 0; s < 4; s++) {
+            list_str(4, s, 8, got, sizeof(got));
+            if (strcmp(got, want[s]) != 0) {
+                diag("stage %d: got  %s", s, got);
+                diag("stage %d: want %s", s, want[s]);
+                same = 0;
+            }
+        }
+        ok(same, "zb, S=4 M=8: each stage's W's where the paper's ZB-H1 "
+           "puts them");
+    }
+    /* the fixed places are exactly where running a W whenever the stage
+     * would wait put them, at equal op times (so theory is unchanged) */
+    {
+        int same = 1;
+        for (int S = 1; S <= SMAX; S++) {
+            for (int M = 1; M <= MMAX; M++) {
+                pipe_op_t ran[SMAX][3 * MMAX], ops[3 * MMAX];
+                zb_greedy(S, M, ran);
+                for (int s = 0; s < S; s++) {
+                    pipe_schedule_ops(TD_PIPE_ZB_H1, S, s, M, ops);
+                    for (int i = 0; i < 3 * M; i++) {
+                        same &= ops[i].kind == ran[s][i].kind &&
+                                ops[i].micro == ran[s][i].micro;
+                    }
+                }
+            }
+        }
+        ok(same, "zb: the fixed lists equal a W run whenever the stage "
+           "would wait, at F = B = W, S = 1..%d, M = 1..%d", SMAX, MMAX);
+    }
+    /* messages that take 0.05 of an op: the fixed places lose only the
+     * 4 messages on the critical path, 1.2 / 25.2 (a W run whenever a
+     * message is late instead gave 0.0805: each wait of 0.05 became a W) */
+    {
+        double f[2] = {1, 1}, got[2] = {-1, -1};
+        int rc = pipe_schedule_replay_stages(TD_PIPE_ZB_H1, 2, 8, f, f, f,
+                                             0.05, got);
+        ok(rc == 0 && fabs(got[0] - 1.2 / 25.2) < 1e-12 &&
+           fabs(got[1] - 1.2 / 25.2) < 1e-12,
+           "zb, S=2 M=8, messages 0.05: bubble 1.2/25.2 (got %g / %g)",
+           got[0], got[1]);
     }
     return exit_status();
 }

@@ -4,7 +4,10 @@
 # accumulation over the same micro-batches) at 1, 2 and 4 stages, every
 # schedule, and 2 stages x 2 replicas; a whole epoch of 2 x 2 whose full
 # batches do not split evenly over the replicas; a short training run over 2 stages
-# learns (test accuracy far above chance); a bad schedule is refused.
+# learns (test accuracy far above chance); a bad schedule is refused;
+# --balance: layer counts given, or measured and split by
+# td_pipe_partition (the gradients still equal the single process's), and
+# counts that do not add up refused.
 # examples/pipeline_rpc (the RPC tutorial's form: master, two remote-module
 # shards, distributed autograd and optimizer) learns at 3 ranks.
 . "$top_srcdir/tests/lib.sh"
@@ -12,9 +15,9 @@ EX="$top_builddir/examples/pipeline_mlp"
 data=/usr/share/datasets/fashion-mnist
 run() { timeout -k 5 "$@"; }
 cmp_ok() { awk -v x="$1" "BEGIN { exit !(x $2) }"; echo $?; }
-plan 13
+plan 17
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 13 "dataset-fashion-mnist is not installed"
+    skip 15 "dataset-fashion-mnist is not installed"
     RPC="$top_builddir/examples/pipeline_rpc"
 out=$(run 240 todist-run -n 3 "$RPC" --steps 60 --layers 4 --hidden 64 2>&1)
 like "$out" '^rpc_pipeline steps=60 first_loss=' "pipeline_rpc: 60 steps through the remote shards"
@@ -42,6 +45,16 @@ out=$(TODIST_COLL_TIMEOUT=20 run 240 todist-run -n 4 "$EX" --stages 2 \
       --layers 2 --hidden 32 2>&1); rc=$?
 is "$rc" 0 "2 stages x 2 replicas, a whole epoch with an odd number of full batches"
 like "$out" '^epoch=1 .* steps=14 ' "each replica took 14 steps"
+out=$(run 120 todist-run -n 2 "$EX" --stages 2 --microbatches 4 --schedule zb \
+      --check --balance 1,4 $small 2>&1)
+like "$out" '^balance=1,4 layers=1,4$' "--balance 1,4: stage 0 gets one layer, stage 1 four"
+like "$out" '^check=ok max_abs_diff=' "--check with --balance 1,4"
+out=$(run 120 todist-run -n 2 "$EX" --stages 2 --microbatches 4 --schedule 1f1b \
+      --check --balance auto $small 2>&1)
+like "$out" '^balance=auto layers=[1-4],[1-4] stage_ms=[0-9.]+,[0-9.]+ cost_ms=([0-9.]+,){4}[0-9.]+$' \
+    "--balance auto: measured costs, a split of the 5 layers"
+out=$(run 60 todist-run -n 2 "$EX" --stages 2 --balance 2,2 $small 2>&1)
+like "$out" "--balance '2,2' gives 4 layers, not 5" "--balance counts that do not add up are refused"
 out=$(run 30 "$EX" --schedule pipedream 2>&1); rc=$?
 like "$out rc=$rc" "schedule 'pipedream' is not gpipe, 1f1b or zb rc=2" "a bad schedule is refused, naming it"
 RPC="$top_builddir/examples/pipeline_rpc"

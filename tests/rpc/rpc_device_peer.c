@@ -34,6 +34,7 @@
 
 #include "todist/todist.h"
 #include "kernels/device.h"
+#include "runtime/runtime.h"
 #include "runtime/rpc/rpc_device.h"
 
 #define CUDA(i) ((td_device_t){TD_DEVICE_CUDA, (i)})
@@ -260,6 +261,17 @@ echo(const char *route)
               "in chunks (%llu sent, %llu received, %zu left waiting)", route,
               (unsigned long long)st.chunks_sent,
               (unsigned long long)st.chunks_received, landed);
+        /* S8: the reply's 4 MiB came back in 64 chunks of 64 KiB, each
+         * read once from rank 1's staging buffer (no other body here is
+         * a host body of 64 KiB or more) */
+        uint64_t read = 0, refused = 0;
+        td__transport_inplace_counts(td__runtime_transport(), &read,
+                                     &refused);
+        CHECK(read == 64 && refused == 0 && st.h2d_ns > 0 && st.recv_ns > 0,
+              "%s: the reply's chunks were read in place (%llu reads, %llu "
+              "refused; want 64, 0), h2d %llu ns", route,
+              (unsigned long long)read, (unsigned long long)refused,
+              (unsigned long long)st.h2d_ns);
     } else {
         CHECK(s == TD_OK && st.chunks_sent == 0 && st.chunks_received == 0,
               "%s: no body went through the staging engine (%llu chunks)",

@@ -9,7 +9,7 @@
 # sends the gradient back to the device x came from; a receiver or a
 # sender killed mid-transfer. Every run is bounded by timeout.
 . "$top_srcdir/tests/lib.sh"
-plan 24
+plan 25
 PEER="$top_builddir/tests/rpc/rpc_device_peer"
 run() { timeout -k 5 "$@"; }
 export TODIST_STAGING_CHUNK=65536
@@ -26,6 +26,8 @@ for route in staged direct; do
     if [ $route = staged ]; then
         like "$out" "rank 0: ok staged: bodies went through the staging engine in chunks" \
              "staged: the bodies went through the staging engine, in chunks"
+        like "$out" "rank 0: ok staged: the reply's chunks were read in place \(64 reads" \
+             "staged: each chunk was read once from the sender's buffer (same host)"
     else
         like "$out" "rank 0: ok direct: no body went through the staging engine" \
              "direct: no body went through the staging engine"

@@ -288,12 +288,37 @@ scenario_echo(void)
           "%llu chunks sent, %llu acked, want %zu",
           (unsigned long long)st.chunks_sent,
           (unsigned long long)st.acks_received, chunks);
+    /* S8: the echoes' chunks of 64 KiB or more were read in place here
+     * (one copy from rank 1's buffer), unless TODIST_STAGING_CMA=0 */
+    const char *cma = getenv("TODIST_STAGING_CMA");
+    size_t want_inplace = 0;
+    uint64_t inplace = 0, refused = 0;
+    for (int i = 0; cma == NULL || strcmp(cma, "0") != 0; i++) {
+        if (i == n) {
+            break;
+        }
+        for (size_t off = 0; off < sizes[i]; off += chunk) {
+            want_inplace += sizes[i] - off >= TD_STAGING_INPLACE_MIN &&
+                            chunk >= TD_STAGING_INPLACE_MIN;
+        }
+    }
+    td__transport_inplace_counts(tp, &inplace, &refused);
+    CHECK(inplace == want_inplace && refused == 0, "%llu chunks read in "
+          "place (%llu refused), want %zu", (unsigned long long)inplace,
+          (unsigned long long)refused, want_inplace);
+    CHECK(st.d2h_ns > 0 && st.h2d_ns > 0 && st.wire_ns > 0 &&
+          st.send_ns > 0 && st.recv_ns > 0, "stage times d2h %llu h2d %llu "
+          "wire %llu send %llu recv %llu ns: each should be counted",
+          (unsigned long long)st.d2h_ns, (unsigned long long)st.h2d_ns,
+          (unsigned long long)st.wire_ns, (unsigned long long)st.send_ns,
+          (unsigned long long)st.recv_ns);
     if (failures == 0) {
         printf("rank 0: ok %d transfers (0 B .. 64 MiB, chunk %zu, %d slots) "
                "echoed intact in %.3f s; %zu chunks, max %llu unacked, %llu "
-               "copies overlapped\n", n, chunk, slots, dt, chunks,
-               (unsigned long long)st.max_unacked,
-               (unsigned long long)st.overlapped);
+               "copies overlapped, %llu chunks read in place\n", n, chunk,
+               slots, dt, chunks, (unsigned long long)st.max_unacked,
+               (unsigned long long)st.overlapped,
+               (unsigned long long)inplace);
     }
     td_barrier(-1);
 }

@@ -4,18 +4,23 @@
 # memory, copies are memcpy): sizes 0, 1, chunk-1, chunk, chunk+1, 2 chunks,
 # 3 chunks + 5 and 64 MiB all in flight at once and echoed back, content
 # checked both ways; the credit bound (S1) with 2 and 3 slots; copies
-# overlapping transfers; malformed messages; a receiver and a sender
+# overlapping transfers; chunks read in place within a host (S8), and
+# through UCX with TODIST_STAGING_CMA=0; malformed messages; a receiver and a sender
 # killed mid-transfer. Every run is bounded by timeout.
 . "$top_srcdir/tests/lib.sh"
-plan 12
+plan 14
 PEER="$top_builddir/tests/transport/staging_peer"
 run() { timeout -k 5 "$@"; }
 
 out=$(run 240 todist-run -n 2 "$PEER" echo 65536 2 2>&1)
 is "$?" 0 "double-buffered echo, 64 KiB chunks"
-like "$out" 'rank 0: ok 8 transfers \(0 B .. 64 MiB, chunk 65536, 2 slots\) echoed intact' \
-     "every size came back intact, at most 2 chunks unacked, copies overlapped"
+like "$out" 'rank 0: ok 8 transfers \(0 B .. 64 MiB, chunk 65536, 2 slots\) echoed intact.* 1031 chunks read in place' \
+     "every size came back intact, at most 2 chunks unacked, copies overlapped, every chunk of 64 KiB read in place (S8)"
 [ -n "$(printf '%s\n' "$out" | grep FAIL)" ] && diag "$out"
+
+out=$(TODIST_STAGING_CMA=0 run 240 todist-run -n 2 "$PEER" echo 65536 2 2>&1)
+is "$?" 0 "echo with TODIST_STAGING_CMA=0"
+like "$out" 'echoed intact.* 0 chunks read in place' "TODIST_STAGING_CMA=0: every chunk through UCX"
 
 out=$(run 240 todist-run -n 2 "$PEER" echo 1048576 3 2>&1)
 is "$?" 0 "triple-buffered echo, 1 MiB chunks"
