@@ -232,6 +232,7 @@ typedef struct {
     int      watch;      /* connect at the next round (td__transport_watch) */
     int      revive;     /* a new process took this rank: reset it at the
                           * next round (td__transport_peer_revive, R1) */
+    ucp_ep_h dead_ep;    /* the last endpoint closed by force (R2) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
     int      tried;      /* an endpoint was made or tried (L5) */
     /* bodies in place (O1-O2), token holder only */
@@ -531,6 +532,7 @@ ep_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
         return;   /* already being closed at shutdown: do not close twice */
     }
     p->ep = NULL;
+    p->dead_ep = ep;                              /* R2 */
     /* A failed endpoint must be closed; force mode completes at once or
      * soon, without talking to the dead peer. */
     req = ucp_ep_close_nbx(ep, &prm);
@@ -549,7 +551,8 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     td_transport_t *tp = ((void **)arg)[0];
     int rank = (int)(intptr_t)((void **)arg)[1];
 
-    if (tp->peers[rank].ep != NULL && tp->peers[rank].ep != ep) {
+    if ((tp->peers[rank].ep != NULL && tp->peers[rank].ep != ep) ||
+        ep == tp->peers[rank].dead_ep) {
         return;     /* R2: the endpoint of a process this rank had before */
     }
     ep_fail(tp, rank, ep, ucs_status_string(status));
@@ -667,6 +670,9 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     ep_params.err_handler.arg = &ep_args[2 * dst];
     s = ucp_ep_create(tp->worker, &ep_params, &p->ep);
     free(addr);
+    if (s == UCS_OK && p->ep == p->dead_ep) {
+        p->dead_ep = NULL;       /* R2: UCX reused the freed handle */
+    }
     if (s != UCS_OK) {
         p->ep = NULL;
         return td_error(TD_ERR_TRANSPORT, "transport: cannot connect to rank "
@@ -1890,6 +1896,7 @@ revive_peers(td_transport_t *tp)
             ucp_ep_h ep = p->ep;
 
             p->ep = NULL;
+            p->dead_ep = ep;                             /* R2 */
             offers_fail(tp, r);                          /* O3 */
             req = ucp_ep_close_nbx(ep, &prm);
             if (UCS_PTR_IS_PTR(req)) {
@@ -1907,6 +1914,9 @@ revive_peers(td_transport_t *tp)
         p->rx_seen = p->rx_count;
         p->heard_ns = 0;
         p->ping_ns = 0;
+        if (tp->params.peer_reset != NULL) {
+            tp->params.peer_reset(tp->params.peer_gone_arg, r);    /* R1 */
+        }
         __atomic_store_n(&p->left, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&p->failed, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&p->revive, 0, __ATOMIC_RELEASE);      /* R2 */

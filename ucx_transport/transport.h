@@ -157,6 +157,10 @@ typedef struct {
     void                   *peer_failed_arg;
     td_transport_gone_fn    peer_gone;         /* may be NULL */
     void                   *peer_gone_arg;
+    /* td__transport_peer_revive reset RANK (token holder, with
+     * peer_gone_arg): forget what was learnt of its old process (its pid,
+     * asked by peer_gone). May be NULL. */
+    void                  (*peer_reset)(void *arg, int rank);
     const char             *token;             /* TODIST_JOB_TOKEN: keys the
                                                 * message tags; NULL or ""
                                                 * = a tag anyone can make */
@@ -300,8 +304,11 @@ void td__transport_peer_left(td_transport_t *tp, int rank);
  *     if still open, is closed by force; failed, left, the host, the
  *     in-place state (refused, cma_pid) and the liveness state start
  *     over; the peer is failed again only by the new process.
+ *     params.peer_reset runs there too (the runtime forgets the old pid),
+ *     before the peer can be connected again.
  *  R2 An error UCX reports for an endpoint that is not the peer's
- *     current one (the old process's) is ignored. */
+ *     current one (the old process's: one closed by a failure or by the
+ *     reset, dead_ep) is ignored. */
 td_status_t td__transport_peer_revive(td_transport_t *tp, int rank,
                                       double timeout);
 
