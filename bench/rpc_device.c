@@ -23,7 +23,13 @@
  *     - both transfers (messages, handler, tensor set-up)
  *   rpc_device backend=B floor bytes=N: one device->host and one
  *     host->device copy of N bytes through pinned and pageable memory,
- *     and a host memcpy (median of 5)
+ *     and a host memcpy (median of 5); for bytes=8, in microseconds,
+ *     pinned with a stream sync against td__device_memcpy (the CUDA
+ *     row's bounce ring, cuda_device.h G4; its copy to the device is left
+ *     in flight)
+ *   rpc_device backend=B route=R bytes=N rank 0's device work per echo:
+ *     host<->device copies, those through the bounce ring, and stream
+ *     syncs on rank 0 (td__device_copy_counts), per echo
  * The direct route runs only where UCX moves the device's memory (it
  * does for the test backend's host memory; Debian's UCX has no CUDA).
  * Every echo is checked. */

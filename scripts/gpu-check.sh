@@ -133,6 +133,22 @@ bench() { name=$1; shift
       bench rpc_device_cma_off env TODIST_STAGING_CMA=0 todist-run -n 2 "$run/build/bench/rpc_device" 64
       bench collectives sh "$src/bench/collectives.sh" "$run/build"
     fi
+    # the same echo with both ranks' work in one MPS server: a small device
+    # body's echo costs ~300 us on a shared GPU without it, which the copies
+    # do not explain (docs/gpus.md, "Small device bodies")
+    if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+      mps=$run/mps; mkdir -p "$mps/pipe" "$mps/log"
+      export CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log"
+      if nvidia-cuda-mps-control -d; then
+        bench rpc_device_mps todist-run -n 2 "$run/build/bench/rpc_device" 1
+        echo quit | nvidia-cuda-mps-control
+      else
+        echo "### rpc_device_mps: nvidia-cuda-mps-control -d failed"
+      fi
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    else
+      echo "### rpc_device_mps: no nvidia-cuda-mps-control here"
+    fi
   fi
 } > "$out"
 say "results: $out"
