@@ -477,7 +477,7 @@ small_copy(int index, cudaStream_t stream, void *dst, const void *src,
     }
     if (to_dev) {
         memcpy(slot, src, nbytes);
-        e = cudaMemcpyAsync(dst, slot, nbytes, cudaMemcpyHostToDevice,
+        e = cudaMemcpyAsync(dst, slot, nbytes, cudaMemcpyDefault,
                             stream);
         if (e == cudaSuccess) {
             e = cudaEventRecord(d->ring_done[k], stream);
@@ -485,7 +485,7 @@ small_copy(int index, cudaStream_t stream, void *dst, const void *src,
         d->ring_next = (k + 1) % CUDA_BOUNCE_SLOTS;
         count(d, 1, 1, 0);
     } else {
-        e = cudaMemcpyAsync(slot, src, nbytes, cudaMemcpyDeviceToHost,
+        e = cudaMemcpyAsync(slot, src, nbytes, cudaMemcpyDefault,
                             stream);
         if (e == cudaSuccess) {
             e = cudaStreamSynchronize(stream);
