@@ -18,6 +18,8 @@
  *
  *   todist-run -n 2 bench/collectives [SIZES...]     all_reduce of SIZES only
  *   todist-run -n 2 bench/collectives sendrecv SIZES...  the ping-pong only
+ *   todist-run -n 2 bench/collectives kinds SIZES...  broadcast, allgather
+ *                                     and reduce_scatter of SIZES only
  * Environment: ITERS_SCALE (multiplies the repetitions, default 1). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,10 +195,11 @@ main(int argc, char **argv)
         scale = atof(s);
     }
     int only_sr = argc > 1 && strcmp(argv[1], "sendrecv") == 0;
+    int kinds = argc > 1 && strcmp(argv[1], "kinds") == 0;
 
     if (argc > 1) {
         n_sizes = 0;
-        for (int i = 1 + only_sr; i < argc && n_sizes < 8; i++) {
+        for (int i = 1 + only_sr + kinds; i < argc && n_sizes < 8; i++) {
             sizes[n_sizes++] = (size_t)atoll(argv[i]);
         }
     }
@@ -206,6 +209,10 @@ main(int argc, char **argv)
     for (int i = 0; i < n_sizes; i++) {
         if (only_sr) {
             sendrecv(sizes[i]);
+        } else if (kinds) {
+            bench(BROADCAST, sizes[i]);
+            bench(ALLGATHER, sizes[i]);
+            bench(REDUCE_SCATTER, sizes[i]);
         } else {
             bench(ALLREDUCE, sizes[i]);
         }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/elastic.sh BUILD [REPS] [all|inplace|restart]
+# bench/elastic.sh BUILD [REPS] [all|inplace|heal|restart]
 #
 # inplace (in-place recovery, todist/elastic.h): examples/fashion_mnist_ddp
 # on 4 ranks under todist-run --no-kill, --in-place --die-at 2:12 (rank 2
@@ -29,7 +29,7 @@
 # Needs torch in /usr/bin/python3 (Debian's python3-torch): both launchers
 # run the same torch program, so without it nothing is measured.
 set -u
-B=${1:?usage: bench/elastic.sh BUILD [REPS] [all|inplace|restart]}
+B=${1:?usage: bench/elastic.sh BUILD [REPS] [all|inplace|heal|restart]}
 REPS=${2:-5}
 MODE=${3:-all}
 S=$(cd "$(dirname "$0")" && pwd)
@@ -85,6 +85,25 @@ ms() { # LABEL -> "median (min-max, n runs)" in ms
         if (NR == 0) { print "none"; exit }
         printf "%.1f ms (%.1f-%.1f, %d runs)", a[int((NR + 1) / 2)], a[1], a[NR], NR }'
 }
+# ---- the heal (a joiner's, or a survivor's behind) against send/recv ----
+# bench/heal on 2 ranks, 64 MiB in 16, 4 and 1 tensors: the heal's chain
+# (td_checkpoint_broadcast), the same tensors one td_broadcast each (the
+# heal before the chain), and one td_send/td_recv of 64 MiB, in one run
+# each (REPS repetitions inside, median).
+if [ "$MODE" = all ] || [ "$MODE" = heal ]; then
+    HEAL=$B/bench/heal
+    if [ ! -x "$HEAL" ]; then
+        echo "elastic: heal part not run ($HEAL not built: make -C BUILD bench/heal)"
+    else
+        echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+        for parts in 16 4 1; do
+            timeout -k 5 120 "$RUN" -n 2 "$HEAL" 64 "$REPS" "$parts" 2>&1 |
+                grep -v '^todist-run: warning'
+        done
+    fi
+    [ "$MODE" = heal ] && exit 0
+fi
+
 if [ "$MODE" = all ] || [ "$MODE" = inplace ]; then
     if [ ! -x "$EX" ]; then
         echo "elastic: in-place part not run ($EX not built: make check builds it)"

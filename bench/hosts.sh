@@ -9,7 +9,9 @@
 # of repeated calls (bench/collectives, bench/mpi_allreduce.c); ratios come
 # last. Where a host holds several ranks todist runs twice: as auto picks
 # (hierarchical, runtime/coll/hier.c) and flat (TODIST_COLL_ALGO: rd up to
-# 64 KiB, ring above), in the same invocation. Needs root (namespaces).
+# 64 KiB, ring above), in the same invocation, and hierarchical with the
+# transport inside hosts instead of a segment per host (TODIST_COLL_SHM=0:
+# "tpin"). Needs root (namespaces).
 # Environment: LAYOUTS (default "1,1 2,2"), SHAPES (default "none
 # 10gbit"), SIZES, ITERS_SCALE, MPI (default 1; 0 skips Open MPI), PIN
 # (default 0). The emulated hosts share this machine's cores, where real
@@ -117,7 +119,11 @@ for shape in $SHAPES; do
                     "$B/bench/collectives" "$sz" 2>&1 | grep -E '^allreduce' |
                     sed "s/^allreduce/flat $tag allreduce/" | tee -a "$out"
                 unset TODIST_COLL_ALGO
-            done;;
+            done
+            echo "# todist, hierarchical through the transport inside hosts (TODIST_COLL_SHM=0) ($tag)"
+            TODIST_COLL_SHM=0 ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$l" $pin \
+                "$B/bench/collectives" $SIZES 2>&1 | grep -E '^allreduce' |
+                sed "s/^allreduce/tpin $tag allreduce/" | tee -a "$out";;
         esac
         if [ $have_mpi = 1 ]; then
             echo "# Open MPI, btl tcp ($tag)"
@@ -157,7 +163,7 @@ awk '
 function field(line, key,   n, a, i) { n = split(line, a, " ");
     for (i = 1; i <= n; i++) if (index(a[i], key "=") == 1) return substr(a[i], length(key) + 2);
     return "" }
-$1 ~ /^(todist|busy|flat|mpitcp|mpiucx)$/ {
+$1 ~ /^(todist|busy|flat|tpin|mpitcp|mpiucx)$/ {
     k = field($0, "shape") " " field($0, "hosts") " " field($0, "size");
     v[$1, k] = field($0, "median_us"); bw[$1, k] = field($0, "busbw_MBps");
     if ($1 == "todist") keys[++nk] = k }
@@ -173,6 +179,7 @@ END {
             if (best == "" || v["mpiucx", k] + 0 < best + 0) best = v["mpiucx", k] }
         if (best != "") line = line sprintf(" bestmpi/todist=%.2f", best / v["todist", k]);
         if (("flat", k) in v) line = line sprintf(" flat_us=%s auto/flat=%.2f", v["flat", k], v["todist", k] / v["flat", k]);
+        if (("tpin", k) in v) line = line sprintf(" tpin_us=%s auto/tpin=%.2f", v["tpin", k], v["todist", k] / v["tpin", k]);
         if (("busy", k) in v) line = line sprintf(" busy_us=%s default/busy=%.2f", v["busy", k], v["todist", k] / v["busy", k]);
         if (p[3] == 67108864 && (p[1] in ubw)) line = line sprintf(" busbw_MBps=%s ucx_bw_MBps=%s of_ucx=%.0f%%", bw["todist", k], ubw[p[1]], 100 * bw["todist", k] / ubw[p[1]]);
         print line

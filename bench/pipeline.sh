@@ -20,7 +20,10 @@
 # linear layer but the last is 784 x 784, so 2 stages carry equal work; at
 # 512 the first stage, with the 784-wide input layer, does 13% more and
 # bounds 2 stages at 1.52x one rank whatever the schedule),
-# BATCH (64), REPS (3), ACC (0: 1 adds the one-epoch accuracy runs). Figures go to bench/RESULTS.md.
+# BATCH (64), REPS (3), ACC (0: 1 adds the one-epoch accuracy runs),
+# RPC (1: 0 leaves out the RPC form), TORCH (1: 0 leaves out torch), e.g.
+# to fit a before/after pair into one quiet invocation. Figures go to
+# bench/RESULTS.md.
 B=${1:-build}
 B=$(cd "$B" && pwd)
 S=$(cd "$(dirname "$0")" && pwd)
@@ -45,7 +48,7 @@ for r in $(seq "$REPS"); do
     done
     run hybrid-1f1b $((2 * ST)) --stages "$ST" --replicas 2 --microbatches "$MI" --schedule 1f1b
     # todist's RPC form: master + two remote-module shards (3 ranks)
-    todist-run -n 3 "$B/examples/pipeline_rpc" --layers "${LAYERS:-8}" \
+    [ "${RPC:-1}" = 0 ] || todist-run -n 3 "$B/examples/pipeline_rpc" --layers "${LAYERS:-8}" \
         --hidden "${HIDDEN:-784}" --batch-size "${BATCH:-64}" \
         --microbatches "$MI" --steps "$STEPS" 2>&1 |
         sed -n 's/^rpc_pipeline .*samples_per_s=\([0-9.]*\).*/rpc sps \1/p' >> "$out"
@@ -78,7 +81,7 @@ for sc in gpipe 1f1b zb hybrid-1f1b; do
         printf '  '; "$B/bench/pipeline_replay" "${sc#hybrid-}" "$MI" $trip ;; esac
 done
 rps=$(awk '$1 == "rpc" { print $3 }' "$out")
-echo "todist rpc form (2 shards, 3 ranks): samples_per_s $(printf '%s\n' "$rps" | minmax) vs one rank x$(awk -v a="$(printf '%s\n' "$rps" | med)" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
+[ -z "$rps" ] || echo "todist rpc form (2 shards, 3 ranks): samples_per_s $(printf '%s\n' "$rps" | minmax) vs one rank x$(awk -v a="$(printf '%s\n' "$rps" | med)" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
 # the split backward's own cost, in one process (minima)
 "$B/bench/pipeline_split" 4 "${HIDDEN:-784}" $((${BATCH:-64} / MI)) 200
 # ACC=1: one epoch each of 1 rank, S stages, S stages x 2 replicas (1F1B),
@@ -94,7 +97,9 @@ if [ "${ACC:-0}" = 1 ]; then
             sed -n "s/^epoch=1 .*\(test_accuracy=[0-9.]*\) \(seconds=[0-9.]*\).*/epoch stages=$1 replicas=$2 \1 \2/p"
     done
 fi
-if /usr/bin/python3 -c 'import torch.distributed.rpc' 2>/dev/null &&
+if [ "${TORCH:-1}" = 0 ]; then
+    echo "torch: not measured (TORCH=0)"
+elif /usr/bin/python3 -c 'import torch.distributed.rpc' 2>/dev/null &&
    [ -f "$S/pipeline_rpc_torch.py" ]; then
     for r in $(seq "$REPS"); do
         /usr/bin/python3 "$S/pipeline_rpc_torch.py" --layers "${LAYERS:-8}" \

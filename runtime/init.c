@@ -362,6 +362,18 @@ peer_gone_cb(void *arg, int rank)
     return td__liveness_gone(p);
 }
 
+/* The transport reset RANK for a new process (td__runtime_readmit; token
+ * holder, transport.h R1): its old pid is forgotten here, where
+ * peer_gone_cb reads it, so no liveness check asks about the old one. */
+static void
+peer_reset_cb(void *arg, int rank)
+{
+    (void)arg;
+    pthread_mutex_lock(&rt.addr_lock);
+    td__liveness_clear(&rt.addrs[rank].proc);
+    pthread_mutex_unlock(&rt.addr_lock);
+}
+
 /* Transport's question (transport.h): is RANK, just connected, here? */
 static int
 same_host_cb(void *arg, int rank)
@@ -783,6 +795,7 @@ td_init(const td_init_params_t *params)
     tpp.resolve = resolve_cb;
     tpp.peer_failed = peer_failed_cb;
     tpp.peer_gone = peer_gone_cb;
+    tpp.peer_reset = peer_reset_cb;
     tpp.same_host = same_host_cb;
     tpp.token = token;   /* keys the per-message job tags */
     status = td__transport_create(&tpp, &rt.tp);
@@ -908,14 +921,15 @@ td__runtime_readmit(int rank, double timeout)
                         "%d; not rank 0, not this rank %d)", rank,
                         rt.world.world_size, rt.world.rank);
     }
-    /* R2: the address and the process are fetched again, the new ones */
+    /* R2: the address is fetched again, the new one; the old pid is
+     * forgotten by the transport's reset (peer_reset_cb), on the token
+     * holder, which alone asks about it */
     pthread_mutex_lock(&rt.addr_lock);
     free(rt.addrs[rank].value);
     rt.addrs[rank].value = NULL;
     rt.addrs[rank].addr = NULL;
     rt.addrs[rank].len = 0;
     rt.addrs[rank].host = 0;
-    td__liveness_clear(&rt.addrs[rank].proc);
     pthread_mutex_unlock(&rt.addr_lock);
     dead = rank;
     __atomic_compare_exchange_n(&rt.dead_rank, &dead, -1, false,

@@ -125,6 +125,16 @@ td__mbox_setup(td__mbox_t *mb, const char *name, const char *what, int on,
 }
 
 void
+td__mbox_release(td__mbox_t *mb)
+{
+    if (mb->lock_made) {
+        mbox_free(mb);
+        pthread_mutex_destroy(&mb->lock);
+        mb->lock_made = 0;
+    }
+}
+
+void
 td__mbox_stop(td__mbox_t *mb)
 {
     mb->on = 0;
@@ -404,6 +414,21 @@ td__mbox_ring_free_locked(td__mbox_out_t *o)
         __atomic_store_n(&o->lean[k], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&o->npend, o->npend - 1, __ATOMIC_RELAXED);
     }
+}
+
+void
+td__mbox_reclaim_locked(td__mbox_out_t *o)
+{
+    for (uint32_t p = o->wr - (uint32_t)o->npend; p != o->wr; p++) {
+        int k = (int)(p % TD__MBOX_SLOTS);
+
+        if (atomic_load_explicit(&o->mb->slot[k].state,
+                                 memory_order_acquire) != TD__MBOX_ACKED) {
+            break;
+        }
+        __atomic_store_n(&o->handled[k], 1, __ATOMIC_RELAXED);
+    }
+    td__mbox_ring_free_locked(o);
 }
 
 int

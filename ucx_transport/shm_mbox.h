@@ -155,6 +155,8 @@ td_status_t td__mbox_setup(td__mbox_t *mb, const char *name,
 /* No more use (memory kept until the next setup, B7). Its user's lock
  * held, if it has one. */
 void        td__mbox_stop(td__mbox_t *mb);
+/* Unmap and free everything now: no thread may look at MB any more. */
+void        td__mbox_release(td__mbox_t *mb);
 /* Our inbox exists (a user thread: it makes a memfd). 1 if it does. */
 int         td__mbox_inbox_ensure(td__mbox_t *mb);
 /* The offer of our inbox to world rank DST into T (TD__MBOX_OFFER_BYTES):
@@ -261,6 +263,9 @@ td__mbox_ring_unlock(td__mbox_out_t *o)
 
 /* Free the slots whose acks were taken, oldest first (B4; ring held). */
 void        td__mbox_ring_free_locked(td__mbox_out_t *o);
+/* For a user whose acks carry nothing (one-way messages): take every ack
+ * that came back, oldest first, and free those slots (ring held). */
+void        td__mbox_reclaim_locked(td__mbox_out_t *o);
 /* The next slot of O for a send (ring held): its index in *K, or 0 (the
  * other channel busy, or every slot pending or held: B2). */
 int         td__mbox_slot_reserve(td__mbox_out_t *o, int *k);

@@ -83,7 +83,45 @@
  *     sequence number on the list; anything else is dropped.
  *  O5 A read that fails after delivery (the sender died mid-read) finishes
  *     the message with its error, as a rendezvous cut by a death does,
- *     and answers "failed": the sender's send fails. */
+ *     and answers "failed": the sender's send fails.
+ *
+ * Small messages through mailboxes (X1..X6): between ranks of one host a
+ * small message costs UCX's active-message machinery on both sides; in a
+ * mailbox (ucx_transport/shm_mbox.h, B1-B8) it costs two cache-line
+ * transfers and a copy.
+ *  X1 Only a handler id that asked (td__transport_set_mbox) has its
+ *     messages written into mailboxes, only to a peer of this host that
+ *     offered its inbox, only host bodies that fit a slot with our header
+ *     (TD__MBOX_DATA bytes), only while the peer's ring has a free slot;
+ *     the rest go through UCX. The token holder writes them (op_start, so
+ *     they take their place among the sends exactly as a UCX send would)
+ *     and polls our inbox in every round of progress, and the send
+ *     completes once written.
+ *  X2 A rank offers its inbox (LIVE_ID 'M': the offer of B5) to a peer of
+ *     this host before the first message it sends it; the peer records it
+ *     and attaches at its own next send (syscalls on the token holder,
+ *     once per peer).
+ *  X3 Order per sender across both paths: each active message posted to a
+ *     peer is counted (am_tx; the receiver counts those it receives,
+ *     rx_count, same set: everything that passes the job tag). A mailbox
+ *     message carries the count at its writing and is taken only once
+ *     that many arrived; before an active message is handled, its
+ *     sender's mailbox is drained of what was written before it. A
+ *     message dropped by TODIST_FAULT is neither posted nor counted.
+ *  X4 A progress thread or driver that sleeps on the event fd announces it
+ *     in our inbox (B6), looks at the mailboxes once more, and sleeps
+ *     MBOX_RECHECK_NS first; a writer that sees the announcement sends a
+ *     wake-up (LIVE_ID 'W'), which is also counted (X3).
+ *  X5 A failed peer's mailboxes are neither written nor read again, nor
+ *     a revived one's (td__transport_peer_revive: a new process took the
+ *     rank; what the old one left in our inbox is never delivered, and
+ *     the new one talks through UCX).
+ *  X6 A mailbox message is checked as a UCX one (wire_parse, the job tag
+ *     of the mailbox's owner, no offer, no internal id) from a copy taken
+ *     once; one refused is acked without taking its ring position, so a
+ *     process outside the job that wrote into the inbox (it would need
+ *     the receiver's ptrace rights) neither runs anything nor stalls the
+ *     ring. */
 #include "config.h"
 
 #include <errno.h>
@@ -107,6 +145,7 @@
 #include "ucx_transport/transport.h"
 #include "ucx_transport/fault.h"
 #include "ucx_transport/cma.h"
+#include "ucx_transport/shm_mbox.h"
 #include "base/clock.h"
 #include "base/cpu.h"
 #include "base/byteorder.h"
@@ -140,6 +179,7 @@
 /* A reader's answer to an offer (O2-O5). */
 enum { ANS_READ = 0, ANS_REFUSED = 1, ANS_FAILED = 2, ANS_PEER = 3 };
 #define LIVE_TICK_NS      100000000LL
+#define MBOX_RECHECK_NS   50000L      /* X4: a sleeper's first nap */
 #define LIVE_DEFAULT_S    3.0
 
 /* UCX defaults the runtime sets unless the user set UCX_<name>. */
@@ -182,12 +222,17 @@ typedef struct {
     int      watch;      /* connect at the next round (td__transport_watch) */
     int      revive;     /* a new process took this rank: reset it at the
                           * next round (td__transport_peer_revive, R1) */
+    ucp_ep_h dead_ep;    /* the last endpoint closed by force (R2) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
     int      tried;      /* an endpoint was made or tried (L5) */
     /* bodies in place (O1-O2), token holder only */
     uint8_t  host;       /* 0 not asked, 1 this host, 2 another */
     uint8_t  refused;    /* it refused an offer: offer it nothing more */
     uint32_t cma_pid;    /* its pid, checked (td__cma_check), or 0 */
+    /* mailboxes (X1-X6), token holder only */
+    uint32_t am_tx;      /* active messages posted to it (X3) */
+    uint8_t  mbox_offered;   /* our inbox was offered to it (X2) */
+    uint8_t  mbox_dead;  /* failed or revived: no mailbox again (X5) */
     /* liveness (L1-L3), token holder only */
     int      remote;     /* on another host: watched */
     uint32_t rx_count;   /* messages received from it */
@@ -304,6 +349,10 @@ struct td_transport {
     uint64_t              n_refused;      /* offers refused (holder) */
     uint8_t               cma_key[32];    /* O2: keys the pids' tokens */
     uint64_t              cma_token;      /* O2: ours, read by readers */
+    /* small messages through mailboxes (X1-X6) */
+    uint8_t               mbox_on[TD_TRANSPORT_HANDLERS_MAX];
+    td__mbox_t            mb;             /* set up by set_mbox */
+    uint64_t              n_mbox_tx, n_mbox_rx;   /* token holder */
 };
 
 /* The transport whose token this thread holds (NULL: none). */
@@ -407,6 +456,10 @@ op_defer(td_transport_t *tp, send_op_t *op, td_status_t status)
 
 static void offer_sent(td_transport_t *tp, send_op_t *op, td_status_t st);
 static void offers_fail(td_transport_t *tp, int rank);
+static void mbox_offer(td_transport_t *tp, int dst);
+static int  mbox_send(td_transport_t *tp, send_op_t *op);
+static int  mbox_drain(td_transport_t *tp, int src);
+static int  mbox_poll(td_transport_t *tp);
 
 static td_status_t
 status_from_ucs(ucs_status_t s)
@@ -462,10 +515,13 @@ ep_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
     }
     __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED);
     offers_fail(tp, rank);                        /* O3 */
+    p->mbox_dead = 1;                             /* X5 */
+    td__mbox_peer_dead(&tp->mb, rank);
     if (p->ep == NULL) {
         return;   /* already being closed at shutdown: do not close twice */
     }
     p->ep = NULL;
+    p->dead_ep = ep;                              /* R2 */
     /* A failed endpoint must be closed; force mode completes at once or
      * soon, without talking to the dead peer. */
     req = ucp_ep_close_nbx(ep, &prm);
@@ -484,7 +540,8 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     td_transport_t *tp = ((void **)arg)[0];
     int rank = (int)(intptr_t)((void **)arg)[1];
 
-    if (tp->peers[rank].ep != NULL && tp->peers[rank].ep != ep) {
+    if ((tp->peers[rank].ep != NULL && tp->peers[rank].ep != ep) ||
+        ep == tp->peers[rank].dead_ep) {
         return;     /* R2: the endpoint of a process this rank had before */
     }
     ep_fail(tp, rank, ep, ucs_status_string(status));
@@ -602,6 +659,9 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     ep_params.err_handler.arg = &ep_args[2 * dst];
     s = ucp_ep_create(tp->worker, &ep_params, &p->ep);
     free(addr);
+    if (s == UCS_OK && p->ep == p->dead_ep) {
+        p->dead_ep = NULL;       /* R2: UCX reused the freed handle */
+    }
     if (s != UCS_OK) {
         p->ep = NULL;
         return td_error(TD_ERR_TRANSPORT, "transport: cannot connect to rank "
@@ -666,6 +726,9 @@ internal_send(td_transport_t *tp, int dst, uint16_t id, const uint8_t *msg,
     prm.user_data = w;
     prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
     req = ucp_am_send_nbx(ep, TD_AM_ID, w, WIRE_FIXED + len, NULL, 0, &prm);
+    if (!UCS_PTR_IS_ERR(req)) {
+        tp->peers[dst].am_tx++;                                 /* X3 */
+    }
     if (!UCS_PTR_IS_PTR(req)) {
         free(w);             /* done at once, or failed (UCX reports it) */
     }
@@ -860,6 +923,9 @@ offer_start(td_transport_t *tp, send_op_t *op, ucp_ep_h ep)
     req = ucp_am_send_nbx(ep, TD_AM_ID, op->wire,
                           op->wire_len + OFFER_LEN(op->n_bodies), NULL, 0,
                           &prm);
+    if (!UCS_PTR_IS_ERR(req)) {
+        tp->peers[op->dst].am_tx++;                             /* X3 */
+    }
     if (req == NULL) {
         op->hdr_done = 1;             /* the answer comes later */
     } else if (UCS_PTR_IS_ERR(req)) {
@@ -992,6 +1058,14 @@ op_start(td_transport_t *tp, send_op_t *op)
         op_defer(tp, op, status);
         return;
     }
+    if (tp->mb.on && peer_local(tp, op->dst)) {
+        if (!tp->peers[op->dst].mbox_offered) {
+            mbox_offer(tp, op->dst);      /* X2 */
+        }
+        if (tp->mbox_on[op->id] && mbox_send(tp, op)) {
+            return;                       /* X1 */
+        }
+    }
     if (offer_wanted(tp, op)) {
         offer_start(tp, op, ep);          /* O1 */
         return;
@@ -1030,6 +1104,9 @@ op_start(td_transport_t *tp, send_op_t *op)
     }
     req = ucp_am_send_nbx(ep, TD_AM_ID, op->wire, op->wire_len, buf, count,
                           &prm);
+    if (!UCS_PTR_IS_ERR(req)) {
+        tp->peers[op->dst].am_tx++;                             /* X3 */
+    }
     if (req == NULL) {
         op_defer(tp, op, TD_OK);
     } else if (UCS_PTR_IS_ERR(req)) {
@@ -1348,12 +1425,20 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         }
         return UCS_OK;
     }
+    if (td__mbox_active(&tp->mb)) {
+        mbox_drain(tp, (int)w.src);     /* X3: what was written before it */
+    }
     tp->peers[w.src].rx_count++;                                /* L2 */
     if (w.id == LIVE_ID) {                                      /* L3 */
         if (w.ulen == 1 && w.nb == 0 &&
             ((const uint8_t *)header)[WIRE_FIXED] == 'P') {
             live_send(tp, (int)w.src, 'O');
-        }
+        } else if (w.ulen == 1 + TD__MBOX_OFFER_BYTES && w.nb == 0 &&
+                   ((const uint8_t *)header)[WIRE_FIXED] == 'M') {
+            /* X2: recorded only; mapped at the first send to it */
+            td__mbox_offered(&tp->mb, (int)w.src,
+                             (const uint8_t *)header + WIRE_FIXED + 1);
+        }                               /* 'W': a wake-up (X4), no more */
         if (rndv) {
             ucp_am_data_release(tp->worker, data);
         }
@@ -1419,6 +1504,160 @@ drop:
         ucp_am_data_release(tp->worker, data);
     }
     return UCS_OK;
+}
+
+/* ---- small messages through mailboxes (X1-X6) --------------------------- */
+
+/* X2: offer our inbox to DST, a peer of this host (token holder). */
+static void
+mbox_offer(td_transport_t *tp, int dst)
+{
+    uint8_t m[1 + TD__MBOX_OFFER_BYTES];
+
+    tp->peers[dst].mbox_offered = 1;
+    m[0] = 'M';
+    if (td__mbox_offer(&tp->mb, dst, m + 1) == TD__MBOX_OFFER_BYTES) {
+        internal_send(tp, dst, LIVE_ID, m, sizeof(m));
+    }
+}
+
+/* X1: OP (a peer of this host, a handler id that asked) written into its
+ * mailbox in the peer's inbox, completed at once: 1; 0 when it does not
+ * fit, device memory, the peer offered nothing usable or its ring is
+ * full (then UCX carries it, X3 keeping the order). Token holder. */
+static int
+mbox_send(td_transport_t *tp, send_op_t *op)
+{
+    td__mbox_out_t *o;
+    td__mbox_slot_t *s;
+    uint8_t *p;
+    uint32_t pos;
+    int k;
+
+    if (op->mem != TD_MEM_HOST ||
+        op->wire_len + op->total > TD__MBOX_DATA ||
+        (o = td__mbox_out_usable(&tp->mb, op->dst)) == NULL) {
+        return 0;
+    }
+    td__mbox_ring_lock(o);
+    td__mbox_reclaim_locked(o);
+    if (!td__mbox_slot_reserve(o, &k)) {
+        td__mbox_ring_unlock(o);
+        return 0;
+    }
+    pos = td__mbox_slot_take(o, k, 0, 0);
+    td__mbox_ring_unlock(o);
+    /* B1: the fields, then the state (the receiver polls this line) */
+    s = &o->mb->slot[k];
+    s->pos = pos;
+    s->w[0] = tp->peers[op->dst].am_tx;             /* X3 */
+    s->w[1] = (uint32_t)op->wire_len;
+    s->len = op->wire_len + op->total;
+    memcpy(s->data, op->wire, op->wire_len);
+    p = s->data + op->wire_len;
+    for (size_t i = 0; i < op->n_bodies; i++) {
+        if (op->iov[i].length > 0) {
+            memcpy(p, op->iov[i].buffer, op->iov[i].length);
+        }
+        p += op->iov[i].length;
+    }
+    atomic_store_explicit(&s->state, TD__MBOX_FULL, memory_order_release);
+    tp->n_mbox_tx++;
+    if (td__mbox_receiver_sleeps(o)) {
+        uint8_t wake = 'W';
+
+        internal_send(tp, op->dst, LIVE_ID, &wake, 1);      /* X4 */
+    }
+    op_defer(tp, op, TD_OK);        /* copied: the bodies may be reused */
+    return 1;
+}
+
+/* X6: a message of SRC's mailbox, copied out (BUF: HLEN bytes of our
+ * header, then DLEN of bodies), checked as one UCX brought would be,
+ * its ring position taken (B2) and delivered as an eager one. 0 when it
+ * was refused (no ring position taken: X6). */
+static int
+mbox_deliver(td_transport_t *tp, int src, const uint8_t *buf, size_t hlen,
+             size_t dlen)
+{
+    _Alignas(16) uint8_t stack_op[RECV_OP_SIZE(TD_TRANSPORT_BODIES_MAX)];
+    wire_hdr_t w;
+    recv_op_t *r;
+
+    if (wire_parse(tp, buf, hlen, dlen, &w) != 0 || w.src != (uint32_t)src ||
+        w.offer || w.id >= CMA_ID) {
+        BUMP(tp->dropped);
+        return 0;
+    }
+    if (!tag_ok(tp, buf, &w)) {
+        return 0;                       /* counted and logged */
+    }
+    td__mbox_in_advance(&tp->mb, src);
+    if (__atomic_load_n(&tp->handlers[w.id].fn, __ATOMIC_ACQUIRE) == NULL) {
+        BUMP(tp->n_received);           /* as am_recv_cb: the join */
+        BUMP(tp->dropped);
+        return 1;
+    }
+    BUMP(tp->n_mbox_rx);
+    r = recv_op_init(stack_op, w.nb, 0);
+    deliver(tp, buf, &w, r);
+    if (fill_dest(tp, r, &w, 0, NULL) == TD_OK) {
+        recv_eager(r, &w, buf + hlen);
+    }
+    return 1;
+}
+
+/* Deliver the messages waiting in SRC's mailbox, in ring order, that were
+ * written after every active message SRC posted before them arrived (X3).
+ * Token holder (B3: rd is the token holder's). Returns how many. */
+static int
+mbox_drain(td_transport_t *tp, int src)
+{
+    uint8_t buf[TD__MBOX_DATA];
+    td__mbox_slot_t *s;
+    int n = 0;
+
+    if (!td__mbox_in_polled(&tp->mb, src) || tp->peers[src].mbox_dead) {
+        return 0;                                               /* X5 */
+    }
+    while (td__mbox_next_full(&tp->mb, src, &s)) {
+        /* B1: the fields copied once, then checked */
+        uint32_t after = s->w[0], hlen = s->w[1];
+        uint64_t len = s->len;
+        int k = (int)(s->pos % TD__MBOX_SLOTS);
+
+        if ((int32_t)(after - tp->peers[src].rx_count) > 0) {
+            break;              /* X3: an earlier active message is due */
+        }
+        if (len > TD__MBOX_DATA || hlen > len) {
+            td__mbox_ack(&tp->mb, src, k, TD_ERR_PROTOCOL, 0, 0, NULL, 0, 0);
+            BUMP(tp->dropped);
+            continue;           /* X6: no position taken */
+        }
+        memcpy(buf, s->data, len);
+        /* the slot goes back before the handler runs (it may send) */
+        td__mbox_ack(&tp->mb, src, k, TD_OK, 0, 0, NULL, 0, 0);
+        n += mbox_deliver(tp, src, buf, hlen, len - hlen);
+    }
+    return n;
+}
+
+/* X1: every mailbox of our inbox (token holder). */
+static int
+mbox_poll(td_transport_t *tp)
+{
+    int n_in = atomic_load_explicit(&tp->mb.n_in, memory_order_acquire);
+    int n = 0;
+
+    for (int i = 0; i < n_in; i++) {
+        int src = tp->mb.in_list[i];
+        td__mbox_slot_t *s;
+
+        if (td__mbox_next_full(&tp->mb, src, &s)) {
+            n += mbox_drain(tp, src);
+        }
+    }
+    return n;
 }
 
 /* ---- the progress thread ------------------------------------------------ */
@@ -1648,12 +1887,15 @@ revive_peers(td_transport_t *tp)
             ucp_ep_h ep = p->ep;
 
             p->ep = NULL;
+            p->dead_ep = ep;                             /* R2 */
             offers_fail(tp, r);                          /* O3 */
             req = ucp_ep_close_nbx(ep, &prm);
             if (UCS_PTR_IS_PTR(req)) {
                 ucp_request_free(req);
             }
         }
+        p->mbox_dead = 1;                   /* X5: not a revived one either */
+        td__mbox_peer_dead(&tp->mb, r);
         p->watch = 0;
         p->tried = 0;
         p->host = 0;
@@ -1663,6 +1905,9 @@ revive_peers(td_transport_t *tp)
         p->rx_seen = p->rx_count;
         p->heard_ns = 0;
         p->ping_ns = 0;
+        if (tp->params.peer_reset != NULL) {
+            tp->params.peer_reset(tp->params.peer_gone_arg, r);    /* R1 */
+        }
         __atomic_store_n(&p->left, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&p->failed, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&p->revive, 0, __ATOMIC_RELEASE);      /* R2 */
@@ -1693,6 +1938,9 @@ progress_once(td_transport_t *tp)
         }
     }
 
+    if (td__mbox_active(&tp->mb)) {
+        n += mbox_poll(tp);                                     /* X1 */
+    }
     if (tp->done_head != NULL) {
         report_completions(tp);
     }
@@ -1898,12 +2146,37 @@ progress_main(void *arg)
             }
             continue;
         }
+        /* X4: writers of our inbox are told, then it is looked at once
+         * more; the first sleep is short (a write that missed the
+         * announcement is seen by the next look). */
+        int cookie = td__mbox_sleep_begin(&tp->mb);
+
+        if (cookie != 0 && mbox_poll(tp) > 0) {
+            td__mbox_sleep_end(&tp->mb, cookie);
+            idle_since = td_now_s();
+            token_drop(tp);
+            continue;
+        }
         /* Set before the drop: a thread taking the token from now on
          * knows to arm the worker when it leaves. */
         __atomic_store_n(&tp->in_poll, 1, __ATOMIC_SEQ_CST);
         token_drop(tp);
         struct pollfd pfd = { .fd = tp->efd, .events = POLLIN };
-        poll(&pfd, 1, BLOCK_POLL_MS);
+        if (cookie != 0) {
+            struct timespec ts = { 0, MBOX_RECHECK_NS };
+
+            if (ppoll(&pfd, 1, &ts, NULL) == 0 && token_take(tp)) {
+                int n_mb = mbox_poll(tp);
+
+                token_drop(tp);
+                if (n_mb == 0) {
+                    poll(&pfd, 1, BLOCK_POLL_MS);
+                }
+            }
+        } else {
+            poll(&pfd, 1, BLOCK_POLL_MS);
+        }
+        td__mbox_sleep_end(&tp->mb, cookie);
         __atomic_store_n(&tp->in_poll, 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&tp->live_due, 1, __ATOMIC_RELAXED);   /* L4 */
         idle_since = td_now_s();
@@ -2120,6 +2393,7 @@ teardown(td_transport_t *tp)
         ucp_cleanup(tp->ctx);
     }
     pthread_mutex_destroy(&tp->lock);
+    td__mbox_release(&tp->mb);          /* the progress thread is gone */
     td__fault_destroy(&tp->faults);
     pthread_cond_destroy(&tp->drv_cond);
     pthread_mutex_destroy(&tp->drv_lock);
@@ -2330,6 +2604,47 @@ td__transport_set_inplace(td_transport_t *tp, uint16_t id, size_t min_bytes)
     return TD_OK;
 }
 
+td_status_t
+td__transport_set_mbox(td_transport_t *tp, uint16_t id)
+{
+    char boot[64] = "";
+    FILE *f;
+    td_status_t st;
+
+    if (id >= CMA_ID) {
+        return td_error(TD_ERR_INVALID, "transport: handler id %u is not "
+                        "below %d", id, CMA_ID);
+    }
+    if (!tp->mb.on) {
+        /* B5: offers are taken from this boot only */
+        if ((f = fopen("/proc/sys/kernel/random/boot_id", "r")) != NULL) {
+            if (fgets(boot, sizeof(boot), f) == NULL) {
+                boot[0] = '\0';
+            }
+            boot[strcspn(boot, "\n")] = '\0';
+            fclose(f);
+        }
+        st = td__mbox_setup(&tp->mb, "transport", "message", 1,
+                            tp->params.rank, tp->params.world_size, boot);
+        if (st != TD_OK) {
+            return st;
+        }
+        if (!td__mbox_inbox_ensure(&tp->mb)) {
+            return TD_OK;       /* no inbox (logged): UCX carries all */
+        }
+    }
+    tp->mbox_on[id] = 1;
+    return TD_OK;
+}
+
+void
+td__transport_mbox_counts(td_transport_t *tp, uint64_t *sent_p,
+                         uint64_t *received_p)
+{
+    *sent_p = __atomic_load_n(&tp->n_mbox_tx, __ATOMIC_RELAXED);
+    *received_p = __atomic_load_n(&tp->n_mbox_rx, __ATOMIC_RELAXED);
+}
+
 void
 td__transport_inplace_counts(td_transport_t *tp, uint64_t *read_p,
                             uint64_t *refused_p)
@@ -2502,19 +2817,24 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
 static void
 driver_sleep(td_transport_t *tp, int (*done)(void *arg), void *arg)
 {
+    int cookie;
+
     if (ucp_worker_arm(tp->worker) != UCS_OK) {
         return;                         /* events pending: go on polling */
     }
     __atomic_store_n(&tp->sleeping, 1, __ATOMIC_SEQ_CST);
+    cookie = td__mbox_sleep_begin(&tp->mb);                     /* X4 */
     /* Checked after announcing the sleep: a sender queuing now sees the
      * flag and signals (both sides sequentially consistent). */
-    if (!__atomic_load_n(&tp->q_nonempty, __ATOMIC_SEQ_CST) &&
+    if ((cookie == 0 || mbox_poll(tp) == 0) &&
+        !__atomic_load_n(&tp->q_nonempty, __ATOMIC_SEQ_CST) &&
         tp->local_head == NULL && tp->done_head == NULL && !done(arg) &&
         !STOPPED(tp)) {
         struct pollfd pfd = { .fd = tp->efd, .events = POLLIN };
 
         poll(&pfd, 1, 1);
     }
+    td__mbox_sleep_end(&tp->mb, cookie);
     __atomic_store_n(&tp->sleeping, 0, __ATOMIC_SEQ_CST);
 }
 

@@ -157,6 +157,10 @@ typedef struct {
     void                   *peer_failed_arg;
     td_transport_gone_fn    peer_gone;         /* may be NULL */
     void                   *peer_gone_arg;
+    /* td__transport_peer_revive reset RANK (token holder, with
+     * peer_gone_arg): forget what was learnt of its old process (its pid,
+     * asked by peer_gone). May be NULL. */
+    void                  (*peer_reset)(void *arg, int rank);
     const char             *token;             /* TODIST_JOB_TOKEN: keys the
                                                 * message tags; NULL or ""
                                                 * = a tag anyone can make */
@@ -190,6 +194,18 @@ td_status_t td__transport_set_handler(td_transport_t *tp, uint16_t id,
  * message. Call with set_handler. */
 td_status_t td__transport_set_inplace(td_transport_t *tp, uint16_t id,
                                      size_t min_bytes);
+
+/* Small messages through mailboxes (transport.c X1-X6): messages to
+ * handler ID whose header and host bodies fit TD__MBOX_DATA bytes are
+ * written into a mailbox in shared memory when the receiver is a peer of
+ * this host that offered its inbox, instead of sent through UCX; they keep
+ * their order with the rest. Makes our inbox on the first call (a user
+ * thread). Call with set_handler, on every rank. */
+td_status_t td__transport_set_mbox(td_transport_t *tp, uint16_t id);
+
+/* Messages this worker wrote into mailboxes and received from them. */
+void td__transport_mbox_counts(td_transport_t *tp, uint64_t *sent_p,
+                              uint64_t *received_p);
 
 /* Messages whose bodies this worker read in place, and offers it refused
  * (not of this host, a pid without the token, in-place reads off). */
@@ -288,8 +304,11 @@ void td__transport_peer_left(td_transport_t *tp, int rank);
  *     if still open, is closed by force; failed, left, the host, the
  *     in-place state (refused, cma_pid) and the liveness state start
  *     over; the peer is failed again only by the new process.
+ *     params.peer_reset runs there too (the runtime forgets the old pid),
+ *     before the peer can be connected again.
  *  R2 An error UCX reports for an endpoint that is not the peer's
- *     current one (the old process's) is ignored. */
+ *     current one (the old process's: one closed by a failure or by the
+ *     reset, dead_ep) is ignored. */
 td_status_t td__transport_peer_revive(td_transport_t *tp, int rank,
                                       double timeout);
 

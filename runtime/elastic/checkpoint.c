@@ -21,11 +21,13 @@
  *        entry is seen twice and fewer than W' units are skipped
  *        (td_distributed_sampler_position_at).
  *   CK5  A broadcast (td_checkpoint_broadcast) sends every item from the
- *        root, one td_broadcast each: the small entries first (in the
+ *        root: the small entries first, one td_broadcast each (in the
  *        list's order), which the others check as a load does before any
- *        tensor is written; then the tensors, straight into the others'
- *        tensors (a heal moves the model once, no scratch; a rank that
- *        refused an entry takes part into scratch and changes nothing);
+ *        tensor is written; then the tensors, in list order along a
+ *        pipelined chain of point-to-point messages (heal.h H1-H5),
+ *        straight into the others' tensors (a heal moves the model once,
+ *        no scratch; a rank that refused an entry takes part into scratch
+ *        and changes nothing);
  *        then the small entries are copied in. A failure after the checks leaves the
  *        tensors part-written (todist/elastic.h's EL6 keeps such a rank
  *        from being a heal source). The root changes nothing. */
@@ -38,6 +40,7 @@
 
 #include "base/log.h"
 #include "runtime/ddp/ddp_internal.h"
+#include "runtime/elastic/heal.h"
 #include <todist/checkpoint.h>
 #include <todist/coll.h>
 #include <todist/safetensors.h>
@@ -668,20 +671,31 @@ td_checkpoint_broadcast(td_checkpoint_t *ck, td_group_t *group, int root)
     /* the tensors land in place: a heal moves the model once; a rank that
      * refused an entry still takes part (the others wait for it), into
      * scratch, and changes nothing */
-    for (int i = 0; status == TD_OK && i < ck->n; i++) {
-        td_tensor_t *dst = NULL;
+    if (status == TD_OK) {
+        td_tensor_t **dst = calloc((size_t)ck->n + 1, sizeof(*dst));
+        int nt = 0;
 
-        if (ck->items[i].kind != IT_TENSOR) {
-            continue;
+        if (dst == NULL) {
+            status = td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
         }
-        if (refused != TD_OK) {
-            status = item_scratch(&ck->items[i], &dst);
+        for (int i = 0; status == TD_OK && i < ck->n; i++) {
+            if (ck->items[i].kind != IT_TENSOR) {
+                continue;
+            }
+            if (refused != TD_OK) {
+                status = item_scratch(&ck->items[i], &dst[nt]);
+            } else {
+                dst[nt] = td_tensor_retain(ck->items[i].t);
+            }
+            nt += status == TD_OK;
         }
         if (status == TD_OK) {
-            status = td_broadcast(group, dst != NULL ? dst
-                                                     : ck->items[i].t, root);
+            status = elastic_heal_tensors(group, root, dst, nt);  /* heal.h */
         }
-        td_tensor_release(dst);
+        for (int i = 0; dst != NULL && i < nt; i++) {
+            td_tensor_release(dst[i]);
+        }
+        free(dst);
     }
     if (status == TD_OK && refused != TD_OK) {
         scratch_free(ck, ts, names);

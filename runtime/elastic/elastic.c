@@ -12,7 +12,8 @@
  *      (ids above it stay "not yet made", never "destroyed").
  *  EL3 lost[] (the dead ranks) is written by the progress thread
  *      (peer_failed) and read by the application thread: atomic bytes;
- *      a rank once lost stays lost for this process.
+ *      a rank once lost stays lost for this process until a replacement
+ *      for it is readmitted (EL7).
  *  EL4 The runtime's members (td__runtime_set_members) follow each plan,
  *      so td_barrier and td_finalize wait for members only.
  *  EL5 A rank entering a recovery first aborts the old group on every
@@ -27,8 +28,10 @@
  *      state in the next agreement. A plan whose step is -1 (every
  *      survivor part-written) fails the recovery.
  *  EL7 Growth (quorum.h Q7-Q9): a member readmits epoch E's joiners
- *      (td__runtime_readmit: their new address and endpoint; lost[] of
- *      theirs cleared) before it joins epoch E + 1, once per epoch
+ *      (td__runtime_readmit: their new address and endpoint; then lost[]
+ *      of theirs cleared, once that returned: until the transport's reset
+ *      ran, a late report of the old process's death could still come)
+ *      before it joins epoch E + 1, once per epoch
  *      (grow_readmitted), so no message of epoch E + 1 goes to the old
  *      process and no member declares a joiner dead for its old process's
  *      death. A joiner starts with no committed step (-1): EL6's behind
@@ -217,8 +220,15 @@ readmit_joiners(td_elastic_t *el, const elastic_grow_t *g)
     }
     for (int i = 0; st == TD_OK && i < g->n; i++) {
         if (g->ranks[i] != my_rank) {
-            __atomic_store_n(&lost[g->ranks[i]], 0, __ATOMIC_RELEASE);
             st = td__runtime_readmit(g->ranks[i], el->opts.timeout_s);
+            /* after: until the transport's reset (R1) ran, its liveness
+             * check or UCX may still report the old process's death
+             * (seen under ASan at load 20, and once in a loaded make
+             * check: the joiner was declared dead and left out of the
+             * epoch it was admitted to) */
+            if (st == TD_OK) {
+                __atomic_store_n(&lost[g->ranks[i]], 0, __ATOMIC_RELEASE);
+            }
         }
     }
     el->grow_readmitted = st == TD_OK;

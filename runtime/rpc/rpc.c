@@ -49,6 +49,13 @@
  *     still arriving by rendezvous holds back the later ones from its
  *     sender (rx_order, token holder only). Without this an 8 B call sent
  *     after a 1 MiB one ran first (198 of 200 mixed calls out of order).
+ * R12 Between ranks of one host, a message whose header and bodies fit a
+ *     mailbox slot (about 4 KiB) is written into the receiver's mailbox
+ *     in shared memory instead of sent through UCX (transport.c X1-X6;
+ *     TODIST_RPC_MBOX=0 turns it off). The transport delivers it to
+ *     rx_handler like any other, in its place among the sender's
+ *     messages (X3), so R7, R8 and R11 hold across both paths; timeouts
+ *     and peer failure act on the pending table, whatever the path.
  */
 #include "config.h"
 
@@ -1697,6 +1704,13 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
         status = td__transport_set_inplace(tp, RPC_TRANSPORT_ID,
                                           s != NULL && strcmp(s, "0") == 0
                                           ? 0 : RPC_INPLACE_MIN);
+    }
+    if (status == TD_OK) {
+        /* R12: small messages through mailboxes between ranks of one host */
+        s = getenv("TODIST_RPC_MBOX");
+        if (s == NULL || strcmp(s, "0") != 0) {
+            status = td__transport_set_mbox(tp, RPC_TRANSPORT_ID);
+        }
     }
     if (status == TD_OK) {
         status = td__rpc_device_setup(tp, w);   /* device tensors' staging */

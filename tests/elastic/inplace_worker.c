@@ -31,7 +31,13 @@
  *       (td_elastic_join) is admitted at step G; all four heal the
  *       joiner (step, total) from the source and do 3 more steps. Every
  *       rank ends with "rank R epoch 2 step G+3 total T world 4 grew at
- *       G", T = 2 x 4 + (G - 2) x 3 + 3 x 4 (the test checks it). */
+ *       G", T = 2 x 4 + (G - 2) x 3 + 3 x 4 (the test checks it).
+ *   inplace_worker chain   no death: td_checkpoint_broadcast from group
+ *       rank 1 (the chain 1 -> 2 -> 3 -> 0, runtime/elastic/heal.h) of a
+ *       20 MiB float32 tensor (three pieces: 8, 8 and 4 MiB), a 3-element
+ *       int64 one and a 64 x 48 float64 one (one piece each);
+ *       every rank checks every element against rank 1's pattern and
+ *       prints "rank R chain ok" or the first wrong element. */
 #include "config.h"
 
 #include <signal.h>
@@ -228,6 +234,72 @@ grow(void)
     return td_finalize() == TD_OK ? 0 : fail(rank, "td_finalize");
 }
 
+static int
+chain(void)
+{
+    int64_t big_n = 20 << 18, small_n = 3, sq[2] = {64, 48};
+    td_tensor_t *big, *small, *m;
+    td_checkpoint_t *ck;
+    int rank, bad = -1;
+    const char *what = "";
+
+    if (td_init(NULL) != TD_OK) {
+        return fail(-1, "td_init");
+    }
+    rank = td_world()->rank;
+    if (td_tensor_empty(&big_n, 1, TD_FLOAT32, TD_CPU, &big) != TD_OK ||
+        td_tensor_empty(&small_n, 1, TD_INT64, TD_CPU, &small) != TD_OK ||
+        td_tensor_empty(sq, 2, TD_FLOAT64, TD_CPU, &m) != TD_OK ||
+        td_checkpoint_create(&ck) != TD_OK ||
+        td_checkpoint_add_tensor(ck, "big", big) != TD_OK ||
+        td_checkpoint_add_tensor(ck, "small", small) != TD_OK ||
+        td_checkpoint_add_tensor(ck, "m", m) != TD_OK) {
+        return fail(rank, "setup");
+    }
+    for (int64_t k = 0; k < big_n; k++) {
+        ((float *)td_tensor_data(big))[k] = rank == 1 ? (float)(k % 100003)
+                                                      : -1;
+    }
+    for (int64_t k = 0; k < small_n; k++) {
+        ((int64_t *)td_tensor_data(small))[k] = rank == 1 ? 7 * k + 1 : -1;
+    }
+    for (int64_t k = 0; k < sq[0] * sq[1]; k++) {
+        ((double *)td_tensor_data(m))[k] = rank == 1 ? (double)k / 4 : -1;
+    }
+    if (td_checkpoint_broadcast(ck, td_group_world(), 1) != TD_OK) {
+        return fail(rank, "td_checkpoint_broadcast");
+    }
+    for (int64_t k = 0; bad < 0 && k < big_n; k++) {
+        if (((float *)td_tensor_data(big))[k] != (float)(k % 100003)) {
+            bad = (int)k;
+            what = "big";
+        }
+    }
+    for (int64_t k = 0; bad < 0 && k < small_n; k++) {
+        if (((int64_t *)td_tensor_data(small))[k] != 7 * k + 1) {
+            bad = (int)k;
+            what = "small";
+        }
+    }
+    for (int64_t k = 0; bad < 0 && k < sq[0] * sq[1]; k++) {
+        if (((double *)td_tensor_data(m))[k] != (double)k / 4) {
+            bad = (int)k;
+            what = "m";
+        }
+    }
+    if (bad < 0) {
+        printf("rank %d chain ok\n", rank);
+    } else {
+        printf("rank %d chain: %s[%d] is wrong\n", rank, what, bad);
+    }
+    fflush(stdout);
+    td_checkpoint_free(ck);
+    td_tensor_release(m);
+    td_tensor_release(small);
+    td_tensor_release(big);
+    return td_finalize() == TD_OK ? 0 : fail(rank, "td_finalize");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -243,10 +315,14 @@ main(int argc, char **argv)
                       strcmp(argv[1], "stale") != 0 &&
                       strcmp(argv[1], "tell") != 0 &&
                       strcmp(argv[1], "reject") != 0 &&
-                      strcmp(argv[1], "grow") != 0)) {
+                      strcmp(argv[1], "grow") != 0 &&
+                      strcmp(argv[1], "chain") != 0)) {
         fprintf(stderr, "usage: inplace_worker heal|stale|tell|reject|"
-                "grow\n");
+                "grow|chain\n");
         return 2;
+    }
+    if (strcmp(argv[1], "chain") == 0) {
+        return chain();
     }
     if (strcmp(argv[1], "grow") == 0) {
         return grow();

@@ -17,6 +17,9 @@
 #     collective timeout is 300 s): ranks 0-2 all_reduce at world 3.
 #  3b. inplace_worker reject: rank 1 refuses a heal (another seed) and
 #     keeps its tensor, while the others receive it; nobody is left waiting.
+#  3d. inplace_worker chain: td_checkpoint_broadcast from rank 1 along the
+#     chain 1 -> 2 -> 3 -> 0 of a 20 MiB tensor (3 pieces), a small one and
+#     a 2-D one: every rank holds rank 1's values.
 #  3c. inplace_worker grow under todist-run --no-kill --replace 1: rank 2
 #     dies before step 3, the survivors go on at world 3, the launcher's
 #     replacement joins (td_elastic_join) at the step G that rank 0's
@@ -39,7 +42,7 @@
 #     resumed at 3 ranks to step 13, then at 4 ranks to the end.
 # Bounded by timeout; parts 4-5 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 38
+plan 40
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -96,6 +99,13 @@ like "$out" "rank 1: broadcast refused: checkpoint: broadcast from group rank 0:
    "rank 1 refuses the other seed, naming it, and keeps its tensor"
 is "$(printf '%s\n' "$out" | grep -c '^rank [0-3] sum 15$')" 4 \
    "ranks 2-3 got rank 0's tensor, rank 1 took part without writing"
+[ "$rc" = 0 ] || diag "$out"
+
+# --- 3d: the heal's chain, in pieces, from a root that is not rank 0 ---
+out=$(timeout -k 5 120 todist-run -n 4 "$w" chain 2>&1); rc=$?
+is "$rc" 0 "the chain's broadcast ends on every rank"
+is "$(printf '%s\n' "$out" | grep -c '^rank [0-3] chain ok$')" 4 \
+   "every rank holds rank 1's big (in pieces), small and 2-D tensors"
 [ "$rc" = 0 ] || diag "$out"
 
 # --- 3c: a replacement joins, the world grows again ---

@@ -39,3 +39,9 @@ check_PROGRAMS += tests/rpc/inplace_peer
 tests_rpc_inplace_peer_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/rpc/test_rpc_inplace.sh
 EXTRA_DIST += tests/rpc/test_rpc_inplace.sh
+# small messages through the mailboxes between ranks of one host, on and
+# off; a process outside the job writing into an inbox (mbox_intruder)
+check_PROGRAMS += tests/rpc/mbox_peer tests/rpc/mbox_intruder
+tests_rpc_mbox_peer_LDADD = $(TD_TEST_LDADD) -lpthread
+TESTS += tests/rpc/test_rpc_mbox.sh
+EXTRA_DIST += tests/rpc/test_rpc_mbox.sh

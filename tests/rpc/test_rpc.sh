@@ -6,7 +6,8 @@
 # with callbacks and collect-all, the remote-object life cycle with a fork
 # to a third worker and the leak report, shutdown with calls in flight, a
 # peer killed mid-call (basic also with TODIST_RPC_CMA=0: bodies through
-# UCX, not read in place); map-reduce calls and barriers of subsets. Rank 0 prints PASS/FAIL per check; each is a TAP
+# UCX, not read in place; basic, futures and kill also with
+# TODIST_RPC_MBOX=0: small messages through UCX, not the mailboxes); map-reduce calls and barriers of subsets. Rank 0 prints PASS/FAIL per check; each is a TAP
 # line here. Every run is bounded by timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/rpc/rpc_peer"
@@ -37,7 +38,8 @@ count() { set -- $1; echo $#; }
 plan $(( 2 * $(count "$basic") + 1 + $(count "$futures") + $(count "$rref") + \
          $(count "$kill") + $(count "$early_kill") + 1 + $(count "$mapreduce") + $(count "$barrier") + \
          $(count "$barrier_wide") + 1 + \
-         $(count "$hooks") + 2 * $(count "$inline") + 25 ))
+         $(count "$hooks") + 2 * $(count "$inline") + 25 + \
+         $(count "$basic") + $(count "$futures") + $(count "$kill") + 4 ))
 
 out=$(run 120 todist-run -n 2 "$PEER" basic 2>&1); rc=$?
 expect "$out" $basic
@@ -50,10 +52,20 @@ expect "$out" $basic
 is "$rc" 0 "basic, TODIST_RPC_CMA=0: every rank exits 0"
 [ "$rc" = 0 ] || diag "$out"
 
-out=$(run 120 todist-run -n 2 "$PEER" futures 2>&1); rc=$?
-expect "$out" $futures
-is "$rc" 0 "futures: every rank exits 0"
+# ... and with small messages through UCX, not the mailboxes (rpc.c R12;
+# the runs above and below use them)
+out=$(TODIST_RPC_MBOX=0 run 120 todist-run -n 2 "$PEER" basic 2>&1); rc=$?
+expect "$out" $basic
+is "$rc" 0 "basic, TODIST_RPC_MBOX=0: every rank exits 0"
 [ "$rc" = 0 ] || diag "$out"
+
+for mb in 1 0; do
+    out=$(TODIST_RPC_MBOX=$mb run 120 todist-run -n 2 "$PEER" futures 2>&1)
+    rc=$?
+    expect "$out" $futures
+    is "$rc" 0 "futures, TODIST_RPC_MBOX=$mb: every rank exits 0"
+    [ "$rc" = 0 ] || diag "$out"
+done
 
 out=$(run 120 todist-run -n 3 "$PEER" rref 2>&1); rc=$?
 expect "$out" $rref
@@ -73,12 +85,16 @@ like "$out" 'PASS join_waits' \
 is "$(printf '%s\n' "$out" | grep -c 'finalized$')" 3 "all 3 ranks finalized"
 [ "$rc" = 0 ] || diag "$out"
 
-# Rank 1 kills itself with SIGKILL inside a handler.
-out=$(run 60 todist-run -n 2 --grace-period 20 "$PEER" kill 2>&1); rc=$?
-expect "$out" $kill
-is "$rc" 137 "the killed rank's status is reported"
-unlike_rank0=$(printf '%s\n' "$out" | grep -c '^FAIL')
-is "$unlike_rank0" 0 "no failed check anywhere"
+# Rank 1 kills itself with SIGKILL inside a handler (mailboxes on, off).
+for mb in 1 0; do
+    out=$(TODIST_RPC_MBOX=$mb run 60 todist-run -n 2 --grace-period 20 \
+          "$PEER" kill 2>&1)
+    rc=$?
+    expect "$out" $kill
+    is "$rc" 137 "TODIST_RPC_MBOX=$mb: the killed rank's status is reported"
+    unlike_rank0=$(printf '%s\n' "$out" | grep -c '^FAIL')
+    is "$unlike_rank0" 0 "TODIST_RPC_MBOX=$mb: no failed check anywhere"
+done
 
 # Rank 1 dies right after td_init, before anyone talked to it: a call to
 # it fails naming it within 2 s, not by its 30 s timeout (issue 36).
