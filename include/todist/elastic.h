@@ -101,7 +101,9 @@ typedef struct {
                               at a boundary for a replacement to ask
                               (default 0: it does not wait; env
                               TODIST_ELASTIC_ADMIT_WAIT): the world then
-                              grows at a known step (tests, short runs) */
+                              grows at a known step (tests, short runs);
+                              the others wait meanwhile in the next step's
+                              collective: keep it below TODIST_COLL_TIMEOUT */
 } td_elastic_opts_t;
 
 #define TD_ELASTIC_LOST_MAX 16
