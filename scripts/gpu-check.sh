@@ -140,8 +140,10 @@ bench() { name=$1; shift
       mps=$run/mps; mkdir -p "$mps/pipe" "$mps/log"
       export CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log"
       if nvidia-cuda-mps-control -d; then
-        bench rpc_device_mps todist-run -n 2 "$run/build/bench/rpc_device" 1
-        echo quit | nvidia-cuda-mps-control
+        # bounded tighter than the others: a client of a broken server
+        # could wait
+        bench rpc_device_mps timeout -k 5 60 todist-run -n 2 "$run/build/bench/rpc_device" 1
+        echo quit | timeout -k 5 20 nvidia-cuda-mps-control
       else
         echo "### rpc_device_mps: nvidia-cuda-mps-control -d failed"
       fi
