@@ -23,7 +23,13 @@
  *     - both transfers (messages, handler, tensor set-up)
  *   rpc_device backend=B floor bytes=N: one device->host and one
  *     host->device copy of N bytes through pinned and pageable memory,
- *     and a host memcpy (median of 5)
+ *     and a host memcpy (median of 5); for bytes=8, in microseconds,
+ *     pinned with a stream sync against td__device_memcpy (the CUDA
+ *     row's bounce ring, cuda_device.h G4; its copy to the device is left
+ *     in flight)
+ *   rpc_device backend=B route=R bytes=N rank 0's device work per echo:
+ *     host<->device copies, those through the bounce ring, and stream
+ *     syncs on rank 0 (td__device_copy_counts), per echo
  * The direct route runs only where UCX moves the device's memory (it
  * does for the test backend's host memory; Debian's UCX has no CUDA).
  * Every echo is checked. */
@@ -327,6 +333,42 @@ out:
     free(other);
 }
 
+/* An 8 B copy each way in microseconds (median of 5): pinned by the
+ * staging calls (async copy and stream synchronisation), and by
+ * td__device_memcpy from pageable memory (on CUDA the bounce ring,
+ * cuda_device.h G4, whose copy to the device is left in flight). */
+static void
+small_floor_line(const char *backend)
+{
+    size_t bytes = 8;
+    void *dev = NULL, *pinned = NULL;
+    double pageable[1] = {1.0};
+    double pd, ph, gd, gh;
+
+    row = td__device_ops(TD_DEVICE_CUDA);
+    if (row == NULL || td__device_alloc(CUDA(0), bytes, &dev) != TD_OK ||
+        row->host_alloc(bytes, &pinned) != TD_OK) {
+        printf("rpc_device backend=%s floor bytes=%zu FAILED: %s\n", backend,
+               bytes, td_last_error());
+        goto out;
+    }
+    memset(pinned, 1, bytes);
+    pd = time_copy(pinned_copy, pinned, dev, bytes, 0);
+    ph = time_copy(pinned_copy, dev, pinned, bytes, 1);
+    gd = time_copy(pageable_copy, pageable, dev, bytes, 0);
+    gh = time_copy(pageable_copy, dev, pageable, bytes, 1);
+    printf("rpc_device backend=%s floor bytes=%zu pinned+sync d2h_us=%.1f "
+           "h2d_us=%.1f | td__device_memcpy d2h_us=%.1f h2d_us=%.1f\n",
+           backend, bytes, pd * 1e6, ph * 1e6, gd * 1e6, gh * 1e6);
+out:
+    if (pinned != NULL) {
+        row->host_free(pinned);
+    }
+    if (dev != NULL) {
+        td__device_free(CUDA(0), dev);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -405,7 +447,12 @@ main(int argc, char **argv)
             if (r > 0) {
                 set_route(r == 1 ? TD_ROUTE_STAGED : TD_ROUTE_DIRECT);
             }
+            td_device_copy_counts_t c0 = {0}, c1 = {0};
+            int counted = r > 0 && td__device_copy_counts(CUDA(0), &c0) ==
+                                   TD_OK;
             med = echo(r == 0 ? h : t, reps, &mn, &ok);
+            counted = counted && td__device_copy_counts(CUDA(0), &c1) ==
+                                 TD_OK;
             if (r == 0) {
                 cpu_med = med;
             }
@@ -415,6 +462,19 @@ main(int argc, char **argv)
                    med > 0 ? 2.0 * (double)sizes[k] / med / 1048576.0 : 0,
                    med > 0 ? cpu_med / med : 0, ok ? "" : " FAILED");
             rc |= !ok;
+            if (counted) {
+                /* the echoes and the check after the last one */
+                double e = reps + 2;
+                printf("rpc_device backend=%s route=%s bytes=%zu rank 0's "
+                       "device work per echo: copies %.2f bounced %.2f "
+                       "syncs %.2f\n", backend, names[r], sizes[k],
+                       (double)(c1.copies - c0.copies) / e,
+                       (double)(c1.bounced - c0.bounced) / e,
+                       (double)(c1.syncs - c0.syncs) / e);
+            }
+        }
+        if (k == 0) {
+            small_floor_line(backend);
         }
         if (k == 1) {
             stages(backend, t, sizes[k]);

@@ -172,11 +172,33 @@ td__device_sync(td_device_t dev)
     return td__device_ops(dev.type)->synchronize(dev.index);
 }
 
+td_status_t
+td__device_copy_counts(td_device_t dev, td_device_copy_counts_t *c_p)
+{
+    const td_device_ops_t *ops;
+    td_status_t status;
+
+    if (dev.type == TD_DEVICE_CPU) {
+        return td_error(TD_ERR_UNSUPPORTED, "device: the cpu counts no "
+                        "device copies");
+    }
+    if ((status = td__device_check(dev)) != TD_OK) {
+        return status;
+    }
+    ops = td__device_ops(dev.type);
+    if (ops->copy_counts == NULL) {
+        return td_error(TD_ERR_UNSUPPORTED, "device: %s counts no copies",
+                        ops->name);
+    }
+    return ops->copy_counts(dev.index, c_p);
+}
+
 /* ---- the test backend (D4) ---------------------------------------------- */
 
 static int test_n;
 static long test_live[TD_DEVICE_TEST_MAX];
 static long test_allocs[TD_DEVICE_TEST_MAX];
+static td_device_copy_counts_t test_counts[TD_DEVICE_TEST_MAX];
 static pthread_mutex_t test_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static td_status_t
@@ -241,16 +263,32 @@ static td_status_t
 test_memcpy(void *dst, td_device_t ddev, const void *src, td_device_t sdev,
             size_t nbytes)
 {
-    (void)ddev;
-    (void)sdev;
+    int index = ddev.type == TD_DEVICE_CUDA ? ddev.index : sdev.index;
+
     memcpy(dst, src, nbytes);
+    if (ddev.type != sdev.type) {      /* host<->device, as CUDA counts */
+        pthread_mutex_lock(&test_lock);
+        test_counts[index].copies++;
+        pthread_mutex_unlock(&test_lock);
+    }
     return TD_OK;
 }
 
 static td_status_t
 test_synchronize(int index)
 {
-    (void)index;
+    pthread_mutex_lock(&test_lock);
+    test_counts[index].syncs++;
+    pthread_mutex_unlock(&test_lock);
+    return TD_OK;
+}
+
+static td_status_t
+test_copy_counts(int index, td_device_copy_counts_t *c_p)
+{
+    pthread_mutex_lock(&test_lock);
+    *c_p = test_counts[index];
+    pthread_mutex_unlock(&test_lock);
     return TD_OK;
 }
 
@@ -285,6 +323,7 @@ static const td_device_ops_t test_ops = {
     .synchronize = test_synchronize, .host_memory = 1,
     .host_alloc = test_host_alloc, .host_free = free,
     .copy_async = test_copy_async, .device_of = test_device_of,
+    .copy_counts = test_copy_counts,
 };
 
 /* The test backend as a module descriptor: it is installed the way a

@@ -14,9 +14,13 @@
  *  D1. td__device_alloc(dev, n) of any n (0 included) returns memory of at
  *      least n bytes that td__device_free(dev, p) gives back; p is never
  *      reused before it was freed.
- *  D2. td__device_memcpy returns only when DST holds the bytes (it is
- *      synchronous for the host; device work before it on the device's
- *      stream is ordered before the copy).
+ *  D2. td__device_memcpy returns when SRC may be reused and DST holds the
+ *      bytes for every later reader: at once for a host DST (synchronous
+ *      for the host); for a device DST, for all later work on the
+ *      device's stream and every later copy to the host (a row may leave
+ *      a small host-to-device copy in flight on that stream, as the CUDA
+ *      row does: cuda_device.h G4). Device work before it on the device's
+ *      stream is ordered before the copy.
  *  D3. A machine without a usable device (no module, no driver, no GPU)
  *      gets TD_ERR_UNSUPPORTED "no CUDA device: <what is missing>" from
  *      every call, never a crash.
@@ -34,6 +38,15 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* What device INDEX's copies have cost so far (td__device_copy_counts):
+ * the per-message work of a small device body made visible to tests and
+ * benchmarks (docs/gpus.md, "Small device bodies"). */
+typedef struct {
+    unsigned long long copies;     /* host<->device copies (td__device_memcpy) */
+    unsigned long long bounced;    /* of them, through the pinned bounce ring */
+    unsigned long long syncs;      /* stream synchronisations (any cause) */
+} td_device_copy_counts_t;
 
 typedef struct {
     const char  *name;                                   /* "cuda" */
@@ -61,6 +74,8 @@ typedef struct {
      * device INDEX, and the last failed kernel launch ("" if none). */
     td_status_t (*cache_stats)(int index, td_block_cache_stats_t *stats_p);
     const char *(*last_launch_error)(void);
+    /* For tests and benchmarks (NULL where the row has none). */
+    td_status_t (*copy_counts)(int index, td_device_copy_counts_t *c_p);
 } td_device_ops_t;
 
 /* The row of device type TYPE, loading its module on the first call
@@ -86,6 +101,11 @@ td_status_t td__device_memcpy(void *dst, td_device_t ddev, const void *src,
 
 /* Order the host after the work queued on DEV (no-op for the cpu). */
 td_status_t td__device_sync(td_device_t dev);
+
+/* DEV's copy counts so far (td_device_copy_counts_t); TD_ERR_UNSUPPORTED
+ * for the cpu or a row without them. */
+td_status_t td__device_copy_counts(td_device_t dev,
+                                  td_device_copy_counts_t *c_p);
 
 /* D4. The test backend (tests only; no environment variable, option or
  * public header selects it): N_DEVICES "cuda" devices whose memory is

@@ -51,7 +51,8 @@
 extern "C" {
 #endif
 
-#define TD_DEVICE_MODULE_ABI   2    /* 2: td_nccl_ops_t.device_id */
+#define TD_DEVICE_MODULE_ABI   3    /* 2: td_nccl_ops_t.device_id;
+                                     * 3: td_device_ops_t.copy_counts */
 #define TD_DEVICE_MODULE_ENTRY "td_device_module_entry"
 #define TD_CUDA_MODULE_NAME    "libtodist-cuda.so"
 

@@ -210,9 +210,11 @@ td_status_t td__staging_device_ops(td_staging_copy_ops_t *ops);
  *      allocated), owned by its td_staging_host_t until
  *      td__staging_host_free; the device memory it mirrors is never
  *      written except by td__staging_host_out.
- *  H2. Every copy returns only when the bytes are in place (the device
- *      row's synchronous memcpy, device.h D2): a caller may read the host
- *      copy, or free it, as soon as the call returns.
+ *  H2. Every copy returns only when the bytes are in place for every
+ *      later reader (the device row's memcpy, device.h D2: a small copy
+ *      to the device may still be in flight on the device's stream, ahead
+ *      of all later work there): a caller may read the host copy, or free
+ *      it, as soon as the call returns.
  * Thread-safe (no shared state). */
 typedef struct {
     td_device_t device;       /* where DEV lives */

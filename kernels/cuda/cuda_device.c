@@ -20,12 +20,25 @@
  * (TODIST_CUDA_CACHE_MB). */
 #define DEFAULT_CACHE_MB 4096
 
+/* Slots of a device's bounce ring (G4): host-to-device copies in flight
+ * at once before the next one waits for the oldest. */
+#define CUDA_BOUNCE_SLOTS 4
+
 typedef struct {
     td_status_t        status;
     char               error[256];
     cudaStream_t       stream;
     cublasHandle_t     blas;
     td_block_cache_t  *cache;
+    size_t             small_max;       /* G4's bound; 0: ring off */
+    /* G4: the bounce ring, under ring_lock */
+    pthread_mutex_t    ring_lock;
+    void              *ring;            /* CUDA_BOUNCE_SLOTS slots, pinned */
+    cudaEvent_t        ring_done[CUDA_BOUNCE_SLOTS];
+    int                ring_next;
+    /* td_device_copy_counts_t, under count_lock */
+    pthread_mutex_t    count_lock;
+    td_device_copy_counts_t counts;
 } device_t;
 
 static pthread_once_t count_once = PTHREAD_ONCE_INIT;
@@ -107,6 +120,24 @@ cache_limit(void)
     return (size_t)mb << 20;
 }
 
+/* G4's bound: TODIST_CUDA_BOUNCE=0 turns the bounce ring off (small
+ * copies through pageable memory, synchronous both ways, as before it;
+ * for comparisons), 1 or unset keeps it. */
+static size_t
+small_limit(void)
+{
+    const char *s = getenv("TODIST_CUDA_BOUNCE");
+
+    if (s == NULL || *s == '\0' || strcmp(s, "1") == 0) {
+        return TD_CUDA_SMALL_COPY;
+    }
+    if (strcmp(s, "0") != 0) {
+        td_log_warn("TODIST_CUDA_BOUNCE=%s is neither 0 nor 1; using 1", s);
+        return TD_CUDA_SMALL_COPY;
+    }
+    return 0;
+}
+
 /* Make device INDEX's stream, cuBLAS handle and cache (once). */
 static td_status_t
 device_init(int index)
@@ -120,6 +151,9 @@ device_init(int index)
         pthread_mutex_unlock(&init_lock);
         return d->status;
     }
+    pthread_mutex_init(&d->ring_lock, NULL);
+    pthread_mutex_init(&d->count_lock, NULL);
+    d->small_max = small_limit();
     e = cudaSetDevice(index);
     if (e == cudaSuccess) {
         e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking);
@@ -169,6 +203,16 @@ device_get(int index, device_t **d_p)
     }
     *d_p = &devices[index];
     return TD_OK;
+}
+
+static void
+count(device_t *d, int copies, int bounced, int syncs)
+{
+    pthread_mutex_lock(&d->count_lock);
+    d->counts.copies += (unsigned long long)copies;
+    d->counts.bounced += (unsigned long long)bounced;
+    d->counts.syncs += (unsigned long long)syncs;
+    pthread_mutex_unlock(&d->count_lock);
 }
 
 td_status_t
@@ -306,12 +350,27 @@ td__cuda_sync(int index)
         return status;
     }
     e = cudaStreamSynchronize((cudaStream_t)stream);
+    count(&devices[index], 0, 0, 1);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return td_error(TD_ERR_IO, "cuda:%d: cudaStreamSynchronize: %s",
                         index, cudaGetErrorString(e));
     }
     return TD_OK;
+}
+
+static td_status_t
+cuda_copy_counts(int index, td_device_copy_counts_t *c_p)
+{
+    device_t *d = NULL;
+    td_status_t status = device_get(index, &d);
+
+    if (status == TD_OK) {
+        pthread_mutex_lock(&d->count_lock);
+        *c_p = d->counts;
+        pthread_mutex_unlock(&d->count_lock);
+    }
+    return status;
 }
 
 td_status_t
@@ -363,17 +422,107 @@ cuda_free(int index, void *ptr)
     }
 }
 
+/* Make device D's bounce ring (G4), under its ring_lock. */
+static cudaError_t
+ring_make_locked(device_t *d)
+{
+    cudaError_t e;
+    int made = 0;
+
+    if (d->ring != NULL) {
+        return cudaSuccess;
+    }
+    e = cudaHostAlloc(&d->ring, CUDA_BOUNCE_SLOTS * TD_CUDA_SMALL_COPY,
+                      cudaHostAllocDefault);
+    while (e == cudaSuccess && made < CUDA_BOUNCE_SLOTS) {
+        e = cudaEventCreateWithFlags(&d->ring_done[made],
+                                     cudaEventDisableTiming);
+        made += e == cudaSuccess;
+    }
+    if (e != cudaSuccess) {
+        while (made > 0) {
+            cudaEventDestroy(d->ring_done[--made]);
+        }
+        if (d->ring != NULL) {
+            cudaFreeHost(d->ring);
+            d->ring = NULL;
+        }
+    }
+    return e;
+}
+
+/* A copy of at most TD_CUDA_SMALL_COPY bytes between the host and device
+ * INDEX through its bounce ring (G4); TO_DEV says which way. */
+static td_status_t
+small_copy(int index, cudaStream_t stream, void *dst, const void *src,
+           size_t nbytes, int to_dev)
+{
+    device_t *d = &devices[index];
+    char *slot;
+    int k;
+    cudaError_t e;
+
+    pthread_mutex_lock(&d->ring_lock);
+    e = ring_make_locked(d);
+    if (e != cudaSuccess) {
+        goto out;
+    }
+    k = d->ring_next;
+    slot = (char *)d->ring + (size_t)k * TD_CUDA_SMALL_COPY;
+    /* the slot's last host-to-device copy has read it (a fresh event
+     * counts as fired) */
+    e = cudaEventSynchronize(d->ring_done[k]);
+    if (e != cudaSuccess) {
+        goto out;
+    }
+    if (to_dev) {
+        memcpy(slot, src, nbytes);
+        e = cudaMemcpyAsync(dst, slot, nbytes, cudaMemcpyDefault,
+                            stream);
+        if (e == cudaSuccess) {
+            e = cudaEventRecord(d->ring_done[k], stream);
+        }
+        d->ring_next = (k + 1) % CUDA_BOUNCE_SLOTS;
+        count(d, 1, 1, 0);
+    } else {
+        e = cudaMemcpyAsync(slot, src, nbytes, cudaMemcpyDefault,
+                            stream);
+        if (e == cudaSuccess) {
+            e = cudaStreamSynchronize(stream);
+        }
+        if (e == cudaSuccess) {
+            memcpy(dst, slot, nbytes);
+        }
+        count(d, 1, 1, 1);
+    }
+out:
+    pthread_mutex_unlock(&d->ring_lock);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return td_error(TD_ERR_IO, "cuda:%d: small copy of %zu bytes %s: %s",
+                        index, nbytes, to_dev ? "to the device"
+                                              : "from the device",
+                        cudaGetErrorString(e));
+    }
+    return TD_OK;
+}
+
 static td_status_t
 cuda_memcpy(void *dst, td_device_t ddev, const void *src, td_device_t sdev,
             size_t nbytes)
 {
     int index = ddev.type == TD_DEVICE_CUDA ? ddev.index : sdev.index;
+    int host_side = ddev.type == TD_DEVICE_CPU || sdev.type == TD_DEVICE_CPU;
     void *stream;
     td_status_t status = td__cuda_enter(index, &stream);
     cudaError_t e;
 
     if (status != TD_OK) {
         return status;
+    }
+    if (host_side && nbytes <= devices[index].small_max) {
+        return small_copy(index, (cudaStream_t)stream, dst, src, nbytes,
+                          ddev.type == TD_DEVICE_CUDA);
     }
     if (ddev.type == TD_DEVICE_CUDA && sdev.type == TD_DEVICE_CUDA &&
         ddev.index != sdev.index) {
@@ -390,6 +539,7 @@ cuda_memcpy(void *dst, td_device_t ddev, const void *src, td_device_t sdev,
     if (e == cudaSuccess) {
         e = cudaStreamSynchronize((cudaStream_t)stream);
     }
+    count(&devices[index], host_side, 0, 1);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return td_error(TD_ERR_IO, "cuda: copy of %zu bytes from %s:%d to "
@@ -421,4 +571,5 @@ const td_device_ops_t td_cuda_device_ops = {
     .device_of = td__cuda_device_of,
     .cache_stats = td__cuda_cache_stats,
     .last_launch_error = td__cuda_last_launch_error,
+    .copy_counts = cuda_copy_counts,
 };

@@ -16,7 +16,21 @@
  *  G3. Kernel-table entries return nothing: a launch error is logged
  *      (base/log.h) with the kernel's name and recorded for
  *      td__cuda_last_launch_error(), so tests can see it.
+ *  G4. A copy of at most TD_CUDA_SMALL_COPY bytes between the host and
+ *      device N goes through N's pinned bounce ring (CUDA_BOUNCE_SLOTS
+ *      slots, made on the first such copy), not through pageable memory:
+ *      device to host is one async copy into a slot, one stream
+ *      synchronisation and a memcpy out; host to device is a memcpy into
+ *      a slot and one async copy, left in flight (G2 orders every later
+ *      use of the destination after it), with an event that must have
+ *      fired before the slot is written again. The ring's lock (owner:
+ *      the copying thread, held for the whole copy) guards the slots and
+ *      their events; it is taken after nothing and nothing is taken under
+ *      it but the CUDA runtime's own locks. So a small device body costs
+ *      one stream synchronisation per round trip on each side, not two.
+ *      TODIST_CUDA_BOUNCE=0 (read at a device's first use) turns it off.
  * Thread-safe: all functions. */
+
 #ifndef TD_KERNELS_CUDA_DEVICE_H
 #define TD_KERNELS_CUDA_DEVICE_H
 
@@ -26,6 +40,10 @@
 
 #include "kernels/block_cache.h"
 #include "kernels/device.h"
+
+/* Largest copy through the bounce ring (G4): the RPC's eager bodies
+ * (runtime/rpc/rpc_wire.h TD_RPC_WIRE_EAGER_MAX). */
+#define TD_CUDA_SMALL_COPY ((size_t)64 << 10)
 
 #ifdef __cplusplus
 extern "C" {

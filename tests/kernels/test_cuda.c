@@ -363,7 +363,9 @@ device_tests2(void)
     return n_tests;
 }
 
-#define N_DEVICE_TESTS (2 * (15 + 16 + 2 + 4) + 5 * 5 + 5 + 9 + 4 + 2 * 19 + 1)
+#define N_DEVICE_TESTS (2 * (15 + 16 + 2 + 4) + 5 * 5 + 5 + 9 + 4 + 2 * 19 + 1 + 5)
+/* cuda_device.h TD_CUDA_SMALL_COPY (that header is the module's) */
+#define TD_CUDA_SMALL_COPY_BYTES ((size_t)64 << 10)
 
 int
 main(void)
@@ -479,7 +481,70 @@ main(void)
     ok(b.reuses > a.reuses, "the freed block was reused");
     ok(row->last_launch_error()[0] == '\0', "no kernel launch failed: %s",
        row->last_launch_error());
+    {   /* cuda_device.h G4: small copies through the pinned bounce ring,
+         * host-to-device ones left in flight; more copies than the ring
+         * has slots, each source overwritten at once (the slot holds it) */
+        enum { N = 9 };
+        void *d[N] = {0};
+        double src, got[N];
+        int good = 1;
+        for (int i = 0; i < N && good; i++) {
+            src = 100.0 + i;
+            good = td__device_alloc(CUDA0, 8, &d[i]) == TD_OK &&
+                   td__device_memcpy(d[i], CUDA0, &src, TD_CPU, 8) == TD_OK;
+            src = -1.0;
+        }
+        for (int i = 0; i < N && good; i++) {
+            good = td__device_memcpy(&got[i], TD_CPU, d[i], CUDA0, 8) ==
+                   TD_OK && got[i] == 100.0 + i;
+        }
+        ok(good, "%d small copies to the device in flight at once, then "
+           "back: every value in place", N);
+        for (int i = 0; i < N; i++) {
+            td__device_free(CUDA0, d[i]);
+        }
+        /* the sizes either side of the ring's slot */
+        size_t sizes[3] = {1, TD_CUDA_SMALL_COPY_BYTES,
+                           TD_CUDA_SMALL_COPY_BYTES + 1};
+        good = 1;
+        for (int k = 0; k < 3 && good; k++) {
+            unsigned char *h = malloc(sizes[k]), *back = malloc(sizes[k]);
+            void *dv = to_dev(memset(h, 0x5a + k, sizes[k]), sizes[k]);
+            td__device_memcpy(back, TD_CPU, dv, CUDA0, sizes[k]);
+            good = memcmp(h, back, sizes[k]) == 0;
+            td__device_free(CUDA0, dv);
+            free(h);
+            free(back);
+        }
+        ok(good, "round trips of 1, 64 Ki and 64 Ki + 1 bytes");
+        /* what an 8 B device body costs: one sync for both copies */
+        td_device_copy_counts_t c0, c1, c2;
+        void *dv = NULL;
+        double one = 1.0, two = 0;
+        td__device_alloc(CUDA0, 8, &dv);
+        td__device_copy_counts(CUDA0, &c0);
+        td__device_memcpy(dv, CUDA0, &one, TD_CPU, 8);
+        td__device_memcpy(&two, TD_CPU, dv, CUDA0, 8);
+        td__device_copy_counts(CUDA0, &c1);
+        is_int((long)(c1.bounced - c0.bounced), 2,
+               "an 8 B copy each way goes through the pinned bounce ring");
+        is_int((long)(c1.syncs - c0.syncs), 1,
+               "and synchronises the stream once, for the copy to the host "
+               "(got %g)", two);
+        td__device_free(CUDA0, dv);
+        size_t big = TD_CUDA_SMALL_COPY_BYTES + 1;
+        unsigned char *hb = calloc(1, big);
+        dv = to_dev(hb, big);
+        td__device_memcpy(hb, TD_CPU, dv, CUDA0, big);
+        td__device_copy_counts(CUDA0, &c2);
+        ok(c2.bounced == c1.bounced && c2.syncs - c1.syncs == 2 &&
+           c2.copies - c1.copies == 2, "a copy of 64 Ki + 1 bytes each way "
+           "is direct and synchronous (bounced %llu, syncs %llu)",
+           c2.bounced - c1.bounced, c2.syncs - c1.syncs);
+        td__device_free(CUDA0, dv);
+        free(hb);
+    }
     td_tensor_release(x);
-    is_int(done, N_DEVICE_TESTS - 10, "every kernel comparison ran");
+    is_int(done, N_DEVICE_TESTS - 15, "every kernel comparison ran");
     return exit_status();
 }
