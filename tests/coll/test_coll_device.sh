@@ -4,7 +4,8 @@
 # whose memory is host memory) every collective takes the staged route
 # (host copies, the host algorithm, copies back): results exact and on the
 # device, with every rank on a device and with rank 0 on the cpu (mixed).
-# The NCCL route needs real GPUs: skipped with "no CUDA device" elsewhere.
+# The NCCL route needs real GPUs, one per rank: skipped elsewhere, naming
+# why (no CUDA device, or fewer GPUs than ranks).
 . "$top_srcdir/tests/lib.sh"
 plan 29
 PEER="$top_builddir/tests/coll/coll_device_peer"
@@ -39,7 +40,8 @@ done
 out=$(run 240 todist-run -n 3 "$PEER" nccl 2>&1)
 rc=$?
 if printf '%s\n' "$out" | grep "SKIP no CUDA device" >/dev/null; then
-    skip 3 "no CUDA device"
+    # the peer's reason: no device, or fewer GPUs than ranks
+    skip 3 "$(printf '%s\n' "$out" | sed -n 's/^rank [0-9]*: SKIP //p' | head -n 1)"
 else
     is "$rc" 0 "nccl: every rank passed"
     like "$out" "rank 0: ok nccl: all_reduce SUM of 300000 float64 exact" \
