@@ -99,6 +99,11 @@
  *     rounds after their chunk; all_gather and reduce_scatter: every
  *     receive is posted before the first round, every send goes as soon
  *     as its chunk is ready).
+ * H10 Through the segments, all_reduce's direct exchange posts chunk c's
+ *     receives before chunk c is summed on the host: chunks 0 and 1
+ *     before the first round, chunk c + 2 as soon as chunk c's exchange
+ *     is finished (the two parities' slots, H4), so the other leaders'
+ *     chunks land in place even when they are ahead.
  *
  * Run by the thread running the group's operation (work.c). */
 #include "config.h"
@@ -410,9 +415,10 @@ ar_up(ar_t *a, size_t c, rset_t *one)
     return st;
 }
 
-/* Start the direct exchange of chunk C with the other leaders. */
+/* Post the receives of chunk C's direct exchange (its parity's slots:
+ * free once chunk C - 2's exchange is finished). */
 static td_status_t
-ar_x_post(ar_t *a, size_t c)
+ar_x_post_recv(ar_t *a, size_t c)
 {
     const coll_hostmap_t *m = a->s.m;
     rset_t *xs = &a->xs[c & 1];
@@ -428,6 +434,19 @@ ar_x_post(ar_t *a, size_t c)
                            len * a->es);
         }
     }
+    return st;
+}
+
+/* Post the sends of chunk C's direct exchange (the host's sum of it). */
+static td_status_t
+ar_x_post_send(ar_t *a, size_t c)
+{
+    const coll_hostmap_t *m = a->s.m;
+    rset_t *xs = &a->xs[c & 1];
+    size_t off, len;
+    td_status_t st = TD_OK;
+
+    ar_range(a, c, &off, &len);
     for (int k = 1; k < a->s.H; k++) {
         int h = (a->s.my_h + k) % a->s.H;     /* not all at host 0 first */
 
@@ -435,6 +454,15 @@ ar_x_post(ar_t *a, size_t c)
                        TAG_X | (uint32_t)c, a->b + off * a->es, len * a->es);
     }
     return st;
+}
+
+/* Start the direct exchange of chunk C with the other leaders. */
+static td_status_t
+ar_x_post(ar_t *a, size_t c)
+{
+    td_status_t st = ar_x_post_recv(a, c);
+
+    return st == TD_OK ? ar_x_post_send(a, c) : st;
 }
 
 /* Finish the exchange of chunk C: the other hosts' parts reduced in (H4,
@@ -1140,6 +1168,13 @@ ar_seg(ar_t *a)
         a->x = a->tmp + a->slot;
         st = rset_init(&a->xs[0], 2 * (size_t)a->s.H);
         st = st == TD_OK ? rset_init(&a->xs[1], 2 * (size_t)a->s.H) : st;
+        /* H10: a faster leader's chunk lands in place, not in the
+         * transport's buffer for an unexpected message (bodies up to
+         * 1 MiB go eager across hosts: a copy more per chunk) */
+        if (st == TD_OK && a->direct && a->s.H > 1) {
+            st = ar_x_post_recv(a, 0);
+            st = st == TD_OK && a->K > 1 ? ar_x_post_recv(a, 1) : st;
+        }
     }
     for (size_t k = 0; k < a->K + (size_t)lag && st == TD_OK; k++) {
         size_t off, len;
@@ -1172,7 +1207,7 @@ ar_seg(ar_t *a)
                 }
             }
             if (a->direct && a->s.H > 1) {
-                st = ar_x_post(a, k);
+                st = ar_x_post_send(a, k);      /* receives: H10 */
             }
         }
         if (st == TD_OK && k + 1 >= (size_t)lag &&
@@ -1181,6 +1216,10 @@ ar_seg(ar_t *a)
 
             if (a->direct && a->s.H > 1) {
                 st = ar_x_finish(a, f);
+                /* f's parity is free: chunk f + 2's receives (H10) */
+                if (st == TD_OK && f + 2 < a->K) {
+                    st = ar_x_post_recv(a, f + 2);
+                }
             } else if (a->s.H > 1) {
                 st = ar_ring(a, f);
             }
