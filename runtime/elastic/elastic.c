@@ -140,10 +140,39 @@ td_elastic_replacement(void)
     return td__runtime_joining();
 }
 
+/* A handle with room for the world's members and OPTS (or the defaults)
+ * checked: the part td_elastic_create and td_elastic_join share. */
+static td_status_t
+elastic_alloc(const td_elastic_opts_t *opts, td_elastic_t **el_p)
+{
+    td_elastic_t *el = calloc(1, sizeof(*el));
+
+    if (el == NULL || (el->members = malloc(sizeof(int) *
+                                            (size_t)lost_n)) == NULL) {
+        free(el);
+        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+    el->opts = opts != NULL ? *opts : td_elastic_defaults();
+    if (!(el->opts.timeout_s > 0) || el->opts.min_size < 1 ||
+        !(el->opts.join_timeout_s > 0)) {
+        td_status_t st = td_error(TD_ERR_INVALID, "elastic: timeout_s=%g "
+                                  "min_size=%d join_timeout_s=%g (positive "
+                                  "times, at least one rank)",
+                                  el->opts.timeout_s, el->opts.min_size,
+                                  el->opts.join_timeout_s);
+        free(el->members);
+        free(el);
+        return st;
+    }
+    *el_p = el;
+    return TD_OK;
+}
+
 td_status_t
 td_elastic_create(const td_elastic_opts_t *opts, td_elastic_t **el_p)
 {
     td_elastic_t *el;
+    td_status_t st;
 
     if (lost == NULL || td_group_world() == NULL) {
         return td_error(TD_ERR_STATE, "elastic: td_elastic_create before "
@@ -157,21 +186,9 @@ td_elastic_create(const td_elastic_opts_t *opts, td_elastic_t **el_p)
                         " (TODIST_ELASTIC_JOIN=1): call td_elastic_join, not "
                         "td_elastic_create", my_rank);
     }
-    el = calloc(1, sizeof(*el));
-    if (el == NULL || (el->members = malloc(sizeof(int) *
-                                            (size_t)lost_n)) == NULL) {
-        free(el);
-        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
-    }
-    el->opts = opts != NULL ? *opts : td_elastic_defaults();
-    if (!(el->opts.timeout_s > 0) || el->opts.min_size < 1 ||
-        !(el->opts.join_timeout_s > 0)) {
-        free(el->members);
-        free(el);
-        return td_error(TD_ERR_INVALID, "elastic: timeout_s=%g min_size=%d "
-                        "join_timeout_s=%g (positive times, at least one "
-                        "rank)", opts->timeout_s, opts->min_size,
-                        opts->join_timeout_s);
+    st = elastic_alloc(opts, &el);
+    if (st != TD_OK) {
+        return st;
     }
     for (int r = 0; r < lost_n; r++) {
         el->members[r] = r;
@@ -485,20 +502,9 @@ td_elastic_join(const td_elastic_opts_t *opts, td_elastic_t **el_p,
                         "with TODIST_ELASTIC_JOIN=1): call "
                         "td_elastic_create", my_rank);
     }
-    el = calloc(1, sizeof(*el));
-    if (el == NULL || (el->members = malloc(sizeof(int) *
-                                            (size_t)lost_n)) == NULL) {
-        free(el);
-        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
-    }
-    el->opts = opts != NULL ? *opts : td_elastic_defaults();
-    if (!(el->opts.timeout_s > 0) || el->opts.min_size < 1 ||
-        !(el->opts.join_timeout_s > 0)) {
-        st = td_error(TD_ERR_INVALID, "elastic: timeout_s=%g min_size=%d "
-                      "join_timeout_s=%g (positive times, at least one "
-                      "rank)", el->opts.timeout_s, el->opts.min_size,
-                      el->opts.join_timeout_s);
-        goto fail;
+    st = elastic_alloc(opts, &el);
+    if (st != TD_OK) {
+        return st;
     }
     el->committed = -1;             /* EL7: behind until healed */
     st = elastic_join_wait(store, my_rank, lost_n, el->opts.join_timeout_s,

@@ -140,25 +140,37 @@ key_read(td_store_t *store, const char *key, int *found, int64_t *v)
     return TD_OK;
 }
 
-/* Read epoch EPOCH's plan if written; *FOUND says whether. */
+/* Epoch EPOCH's record WHAT ("plan", "grow") if written (*FOUND): its
+ * bytes in *VAL (the caller frees them). */
 static td_status_t
-plan_read(td_store_t *store, int64_t epoch, int *found, elastic_plan_t *p)
+record_get(td_store_t *store, int64_t epoch, const char *what, int *found,
+           void **val, size_t *len)
 {
     char key[64];
-    void *val = NULL;
-    size_t len;
     td_status_t st;
 
-    snprintf(key, sizeof(key), "td/el/%" PRId64 "/plan", epoch);
-    st = td_store_get(store, key, 0, &val, &len);
-    *found = 0;
+    snprintf(key, sizeof(key), "td/el/%" PRId64 "/%s", epoch, what);
+    st = td_store_get(store, key, 0, val, len);
+    *found = st == TD_OK;
     if (st == TD_ERR_NOT_FOUND) {
         td_error_clear();
         return TD_OK;
     }
-    if (st != TD_OK) {
+    return st;
+}
+
+/* Read epoch EPOCH's plan if written; *FOUND says whether. */
+static td_status_t
+plan_read(td_store_t *store, int64_t epoch, int *found, elastic_plan_t *p)
+{
+    void *val = NULL;
+    size_t len;
+    td_status_t st = record_get(store, epoch, "plan", found, &val, &len);
+
+    if (st != TD_OK || !*found) {
         return st;
     }
+    *found = 0;
     st = elastic_plan_decode(val, len, ELASTIC_RANKS_MAX, p);
     free(val);
     if (st == TD_OK) {
@@ -454,21 +466,14 @@ static td_status_t
 grow_read(td_store_t *store, int64_t epoch, int world, int *found,
           elastic_grow_t *g)
 {
-    char key[64];
     void *val = NULL;
     size_t len;
-    td_status_t st;
+    td_status_t st = record_get(store, epoch, "grow", found, &val, &len);
 
-    snprintf(key, sizeof(key), "td/el/%" PRId64 "/grow", epoch);
-    st = td_store_get(store, key, 0, &val, &len);
-    *found = 0;
-    if (st == TD_ERR_NOT_FOUND) {
-        td_error_clear();
-        return TD_OK;
-    }
-    if (st != TD_OK) {
+    if (st != TD_OK || !*found) {
         return st;
     }
+    *found = 0;
     st = elastic_grow_decode(val, len, world, g);
     free(val);
     *found = st == TD_OK;
