@@ -72,5 +72,5 @@ function field(line, key,   n, a, i) { n = split(line, a, " ");
 $1 ~ /@/ && field($0, "median_us") != "" {
     split($1, p, "@"); k = p[1] " " $2 " " $3 " " $4 " " field($0, "size");
     if (!(k in first)) { first[k] = field($0, "median_us"); keys[++nk] = k }
-    else printf "%s size=%s %s@%s median_us=%s first_us=%s ratio=%.2f\n", $4, field($0, "size"), p[1], p[2], field($0, "median_us"), first[k], field($0, "median_us") / first[k] }
+    else printf "%s %s size=%s %s@%s median_us=%s first_us=%s ratio=%.2f\n", $4, $2, field($0, "size"), p[1], p[2], field($0, "median_us"), first[k], field($0, "median_us") / first[k] }
 ' "$out" | sed 's/^/ratio /'
