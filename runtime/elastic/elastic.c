@@ -2,7 +2,7 @@
  * epochs' groups over the quorum (quorum.h), the runtime's members, and
  * the dead ranks the transport reports (a runtime module).
  *
- * Invariants (EL1..EL9):
+ * Invariants (EL1..EL10):
  *  EL1 Epoch E's group has the id COLL_EPOCH_ID_BASE + E (coll/match.h)
  *      and the plan's ranks in increasing world rank; epoch 0 is the
  *      world's group. Every member builds it from the same plan (Q1),
@@ -40,13 +40,19 @@
  *      (quorum.h Q8) and costs nothing while the world is whole (no rank
  *      can ask to join); after a loss, a store read per boundary (the
  *      admitter, Q10: one more per rank out of the world).
- *  EL9 Rank 0 is a rank like any other when the launcher serves the
- *      store (runtime.h R3): its loss shrinks the world, the lowest
- *      survivor admits (Q10) and is the heal's source among equals (Q5),
- *      and a replacement for it joins. When rank 0's process serves the
- *      store (srun --todist, todist-run without --no-kill), a recovery
- *      that finds rank 0 lost, or the store gone, fails at once naming
- *      that (TD_ERR_PEER), instead of an I/O error or a wait. */
+ *  EL9 ZeRO (todist/zero.h) is not healed in place: a shard lives on its
+ *      owner only (checkpoint.c CK6), so a lost rank's share of the
+ *      optimizer state is gone. The survivors make the ZeRO optimizer
+ *      again over the new group and td_checkpoint_load the last
+ *      checkpoint, whose shards are re-cut for the new size (ckzero.h
+ *      ZC3); one whose group changed size refuses to step (zero.h Z5).
+ *  EL10 Rank 0 is a rank like any other when the launcher serves the
+ *       store (runtime.h R3): its loss shrinks the world, the lowest
+ *       survivor admits (Q10) and is the heal's source among equals (Q5),
+ *       and a replacement for it joins. When rank 0's process serves the
+ *       store (srun --todist, todist-run without --no-kill), a recovery
+ *       that finds rank 0 lost, or the store gone, fails at once naming
+ *       that (TD_ERR_PEER), instead of an I/O error or a wait. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -120,7 +126,7 @@ const td_runtime_module_t td_elastic_module = {
     .arg = NULL,
 };
 
-/* EL9: the store was served by rank 0's process, and rank 0 is gone. */
+/* EL10: the store was served by rank 0's process, and rank 0 is gone. */
 static td_status_t
 store_gone(const char *what, const char *detail)
 {
@@ -419,7 +425,7 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
     }
     if (!td__runtime_agent_store() &&
         __atomic_load_n(&lost[0], __ATOMIC_ACQUIRE)) {
-        return store_gone("rank 0 was lost", NULL);             /* EL9 */
+        return store_gone("rank 0 was lost", NULL);             /* EL10 */
     }
     memset(&ch, 0, sizeof(ch));
     ch.old_size = el->n;
@@ -444,7 +450,7 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
     free(cands);
     if ((st == TD_ERR_IO || st == TD_ERR_PROTOCOL) &&
         !td__runtime_agent_store()) {
-        return store_gone("the store failed", td_last_error());  /* EL9 */
+        return store_gone("the store failed", td_last_error());  /* EL10 */
     }
     if (st == TD_OK && change != NULL) {
         *change = ch;
