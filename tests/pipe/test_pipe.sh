@@ -20,7 +20,7 @@ for sc in gpipe 1f1b zb; do
     done
 done
 count() { set -- $1; echo $#; }
-plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 5 + 1 ))
+plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 4 + 5 + 1 ))
 
 for S in 1 2 3; do
     out=$(run 240 env TODIST_PIPE_POISON=1 todist-run -n $S "$PEER" grad 2>&1); rc=$?
@@ -42,6 +42,12 @@ is "$rc" 0 "gradlin: every rank exits 0"
 out=$(run 120 todist-run -n 4 "$PEER" hybrid 2 2>&1); rc=$?
 expect "$out" hybrid_S2_R2_1f1b hybrid_S2_R2_zb
 is "$rc" 0 "hybrid: every rank exits 0"
+
+# each stage's trace (P7): its ops in the schedule's order, a wait before
+# and a send after each op that needs or makes a message, on one clock
+out=$(run 120 todist-run -n 2 "$PEER" trace 2>&1); rc=$?
+expect "$out" trace_S2_M4_gpipe trace_S2_M4_1f1b trace_S2_M4_zb
+is "$rc" 0 "trace: every rank exits 0"
 
 out=$(run 60 todist-run -n 3 "$PEER" error 2>&1); rc=$?
 expect "$out" error_fails_every_stage_naming_it error_next_step_fails_at_once
