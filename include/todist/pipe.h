@@ -83,6 +83,13 @@
  *      list made at create for the step's n_ops + 4M events (M waits and
  *      M sends a direction at most, P1), so no event is ever dropped or
  *      allocated for during a step.
+ *   P8 A stage waiting for a message drives the transport itself for up
+ *      to 50 ms before it sleeps (TODIST_PIPE_SPIN_MS sets it; 0: the
+ *      runtime's own 2 ms), but only where every rank of this host has a
+ *      core of its own (ranks <= the cores this process may run on):
+ *      there the waiting stage has nothing else to run, and a sleeper's
+ *      wake-up cost 0.1-2 ms per message; with fewer cores, spinning would
+ *      take the core from the very rank it waits for.
  * Idle time: td_pipe_stats reports per stage the step's wall time, the
  * time spent computing (F, B, W, BW) and the rest (waiting: the bubble).
  *

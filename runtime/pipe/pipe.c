@@ -6,6 +6,7 @@
 
 #include <malloc.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +14,17 @@
 
 #include "base/clock.h"
 #include "runtime/coll/tx.h"      /* coll_group_fail */
+#include "runtime/coll/work.h"    /* coll_work_set_spin */
 #include "runtime/pipe/pipe_internal.h"
+#include "runtime/runtime.h"      /* td__runtime_local_world_size */
 #include <todist/coll.h>
 #include <todist/ops.h>
 
 #define PIPE_MICRO_MAX  65536
 #define PIPE_MSG_MAX    480
+/* P8: how long a waiting stage drives the transport before it sleeps,
+ * when every rank of this host has a core of its own */
+#define PIPE_SPIN_S     0.05
 /* Tags in the pipeline group (P1: one per direction, FIFO per pair). */
 #define TAG_ACT   1
 #define TAG_GRAD  2
@@ -76,6 +82,7 @@ struct td_pipe {
     td_pipe_event_t   *trace;
     int                n_trace, trace_cap;
     double             theory;
+    double             spin_s;      /* P8: receives' drive-before-sleep */
     size_t             heap0;
     td_pipe_stats_t    stats;
 };
@@ -328,6 +335,9 @@ post_act_recv(td_pipe_t *p, int m)
     if (st == TD_OK) {
         st = td_irecv(p->pg, mb->x, p->stage - 1, TAG_ACT, &mb->act_recv);
     }
+    if (st == TD_OK && p->spin_s > 0) {
+        coll_work_set_spin(mb->act_recv, p->spin_s);
+    }
     p->stats.post_s += td_now_s() - t0;
     return st;
 }
@@ -346,6 +356,9 @@ post_grad_recv(td_pipe_t *p, int m)
     st = pool_take(p, &p->grad_pool, &p->out, &mb->dy);
     if (st == TD_OK) {
         st = td_irecv(p->pg, mb->dy, p->stage + 1, TAG_GRAD, &mb->grad_recv);
+    }
+    if (st == TD_OK && p->spin_s > 0) {
+        coll_work_set_spin(mb->grad_recv, p->spin_s);
     }
     p->stats.post_s += td_now_s() - t0;
     return st;
@@ -851,6 +864,38 @@ out:
 
 /* ---- create / destroy -------------------------------------------------- */
 
+/* P8: how long a stage waiting for a message drives the transport before
+ * it sleeps: TODIST_PIPE_SPIN_MS when set (0: the runtime's own 2 ms),
+ * else PIPE_SPIN_S where every rank of this host has a core of its own
+ * (a waiting stage has nothing else to run, and a sleeper's wake-up cost
+ * 0.1-2 ms a message, bench/RESULTS.md), else 0: spinning would take
+ * the core from the very rank it waits for. */
+double
+pipe_spin_choose(const char *env, int local_ranks, int cores)
+{
+    if (env != NULL && env[0] != '\0') {
+        char *end;
+        double ms = strtod(env, &end);
+
+        return end != env && *end == '\0' && ms > 0 && ms <= 60e3
+               ? ms * 1e-3 : 0;
+    }
+    return local_ranks > 0 && local_ranks <= cores ? PIPE_SPIN_S : 0;
+}
+
+static double
+pipe_spin_s(void)
+{
+    cpu_set_t set;
+    int cores = 0;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        cores = CPU_COUNT(&set);
+    }
+    return pipe_spin_choose(getenv("TODIST_PIPE_SPIN_MS"),
+                            td__runtime_local_world_size(), cores);
+}
+
 /* NAME set to anything but "" or "0". */
 static int
 pipe_env_flag(const char *name)
@@ -923,6 +968,7 @@ td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
     p->replica = rank / S;
     p->sched = o->schedule;
     p->theory = pipe_schedule_theory(p->sched, S, p->M);
+    p->spin_s = pipe_spin_s();
     p->forward = o->forward;
     p->arg = o->arg;
     p->n_params = o->n_params;

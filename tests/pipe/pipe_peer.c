@@ -31,6 +31,11 @@
  *                op that makes one, in time order without overlap; and
  *                stage 1 never ends a wait for activation m before stage 0
  *                began sending it (the ranks' clocks line up).
+ *   spin         S = 2, M = 1: stage 0 starts its second step 0.4 s late; stage 1's
+ *                thread, waiting for it, switches out voluntarily (sleeps)
+ *                at most twice with TODIST_PIPE_SPIN_MS=60000 (it drives
+ *                the transport, P8), and more often with 0 (it sleeps
+ *                after the runtime's 2 ms). Voluntary switches, not time.
  *   badargs      M = 0, more stages than ranks, a batch M does not divide,
  *                an output whose shape changes between micro-batches (and
  *                between mini-batches): clear errors on every rank. */
@@ -42,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 
 #include <todist/todist.h>
 #include "tests/peer_agree.h"
@@ -639,6 +645,70 @@ mode_trace(void)
     return 0;
 }
 
+/* Stage 1's voluntary context switches in one step while stage 0 starts
+ * 0.4 s late, TODIST_PIPE_SPIN_MS=SPIN; -1 on failure. */
+static long
+spin_switches(const char *spin)
+{
+    model_t m;
+    stage_arg_t a;
+    td_pipe_t *p = NULL;
+    td_tensor_t *x, *t;
+    struct rusage r0, r1;
+    long nv = -1;
+    double loss;
+
+    setenv("TODIST_PIPE_SPIN_MS", spin, 1);
+    model_init(&m, TD_FLOAT64);
+    stage_of(size, rank, &a, &m);
+    if (make_pipe(size, 1, 1, TD_PIPE_GPIPE, &a, &p) != TD_OK) {
+        fail_detail("create: %s", td_last_error());
+        model_free(&m);
+        return -1;
+    }
+    make_batch(1, TD_FLOAT64, 0, &x, &t);
+    /* a first step agrees on the shapes (a blocking receive of its own) */
+    if (td_pipe_step(p, rank == 0 ? x : NULL, rank == 1 ? t : NULL,
+                     &loss) != TD_OK) {
+        fail_detail("first step: %s", td_last_error());
+    }
+    td_group_barrier(td_group_world());
+    if (rank == 0) {
+        struct timespec d = {0, 400000000L};
+        nanosleep(&d, NULL);
+    }
+    getrusage(RUSAGE_THREAD, &r0);
+    if (td_pipe_step(p, rank == 0 ? x : NULL, rank == 1 ? t : NULL,
+                     &loss) == TD_OK) {
+        getrusage(RUSAGE_THREAD, &r1);
+        nv = r1.ru_nvcsw - r0.ru_nvcsw;
+    } else {
+        fail_detail("step: %s", td_last_error());
+    }
+    td_tensor_release(x);
+    td_tensor_release(t);
+    td_pipe_destroy(p);
+    model_free(&m);
+    unsetenv("TODIST_PIPE_SPIN_MS");
+    return nv;
+}
+
+static int
+mode_spin(void)
+{
+    long sleeps = spin_switches("0"), spins = spin_switches("60000");
+
+    if (rank == 1) {
+        printf("# stage 1 voluntary switches waiting 0.4 s: %ld sleeping "
+               "after 2 ms, %ld driving\n", sleeps, spins);
+        fail_detail("stage 1: %ld voluntary switches with 60000 ms of "
+                    "spin, %ld without", spins, sleeps);
+    }
+    agree(rank != 1 || (spins >= 0 && spins <= 2 && sleeps > spins),
+          "spin_drives_instead_of_sleeping");
+    return 0;
+}
+
 static int
 mode_badargs(void)
 {
@@ -736,6 +806,8 @@ main(int argc, char **argv)
         rc = mode_gradlin();
     } else if (strcmp(mode, "hybrid") == 0) {
         rc = mode_hybrid(argc > 2 ? atoi(argv[2]) : 2);
+    } else if (strcmp(mode, "spin") == 0) {
+        rc = mode_spin();
     } else if (strcmp(mode, "trace") == 0) {
         rc = mode_trace();
     } else if (strcmp(mode, "error") == 0) {
