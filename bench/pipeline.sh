@@ -81,8 +81,18 @@ for sc in gpipe 1f1b zb hybrid-1f1b; do
     # the schedule replayed at both stages' own op times, messages free:
     # the measured bubble beyond it is latency and jitter, the replay
     # beyond the theory the stages' imbalance
+    # and the target's comparison: each stage's median measured bubble
+    # over the replay (within 10%: <= 1.10)
     [ -x "$B/bench/pipeline_replay" ] && case "$trip" in *,,*) ;; *)
-        printf '  '; "$B/bench/pipeline_replay" "${sc#hybrid-}" "$MI" $trip ;; esac
+        rp=$("$B/bench/pipeline_replay" "${sc#hybrid-}" "$MI" $trip)
+        echo "  $rp"
+        printf '  measured / replay:'
+        for s in $(seq 0 $((ST - 1))); do
+            printf ' stage %s %s' "$s" "$(f2() { awk -v s="$sc" -v st="stage=$s" '$1 == s && $3 == st && $4 == "replica=0" {
+                 for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "bubble") print kv[2] } }' "$out"; }
+                 f2 | med | awk -v r="$(printf '%s\n' "$rp" | sed -n "s/.*stage $s \([0-9.]*\).*/\1/p")" '{ if (r > 0) printf "%.2f", $1 / r; else printf "-" }')"
+        done
+        echo ;; esac
 done
 # the last run of each schedule, traced: where each stage's idle went
 if [ "${TRACE:-1}" != 0 ] && /usr/bin/python3 -c '' 2>/dev/null; then

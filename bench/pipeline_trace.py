@@ -17,7 +17,8 @@ Per stage (replica 0), over the traced steps:
            slicing, the executor's bookkeeping)
   latency  of the messages a stage waited on after they were sent
            (flight > 0): median, p90, max (us)
-and one step's timeline (the step of median span), 0.25 ms a character:
+and one step's timeline (the step of median span), 0.25 ms a character
+(more where the step is longer than 40 ms):
 F forward, B input backward, W weight backward, X whole backward,
 - waiting for a message not sent yet, ~ waiting for one in flight,
 . the rest. Standard library only."""
@@ -104,9 +105,9 @@ def analyse(prefix):
     step = spans0[len(spans0) // 2][1]
     origin = min(ev[(step, s)][0][2] for s in stages if (step, s) in ev)
     end = max(ev[(step, s)][-1][3] for s in stages if (step, s) in ev)
-    cell = 250.0
+    cell = max(250.0, (end - origin) / 160)    # at most 160 wide
     width = int((end - origin) / cell) + 1
-    print("  step %d, 0.25 ms a character:" % step)
+    print("  step %d, %.2f ms a character:" % (step, cell / 1e3))
     letter = {"F": "F", "B": "B", "W": "W", "BW": "X"}
     for s in stages:
         row = ["."] * width
