@@ -68,6 +68,12 @@
  * again after the next epoch (td_elastic_join does that itself, up to
  * join_timeout_s). Rank 0 cannot be replaced (it serves the store).
  *
+ * ZeRO (todist/zero.h) is not healed: a lost rank's optimizer shard is
+ * gone (td_checkpoint_broadcast refuses a ZeRO item). After a recovery,
+ * free the ZeRO optimizer, make it again over td_elastic_group(el) and
+ * td_checkpoint_load the last checkpoint (every member): its shards are
+ * re-cut for the new world, so the run goes on from that checkpoint.
+ *
  * Every membership change is logged once per rank at TODIST_LOG=warn:
  * "elastic: epoch 1 at step 37: world 4 -> 3 (lost rank 2); this rank
  * 1 -> 1; agreement 1.2 ms, rebuild 0.3 ms".

@@ -39,7 +39,13 @@
  *  EL8 td_elastic_admit runs at every step boundary on every member
  *      (quorum.h Q8) and costs nothing while the world is whole (no rank
  *      can ask to join); after a loss, a store read per boundary (rank 0:
- *      one more per rank out of the world). */
+ *      one more per rank out of the world).
+ *  EL9 ZeRO (todist/zero.h) is not healed in place: a shard lives on its
+ *      owner only (checkpoint.c CK6), so a lost rank's share of the
+ *      optimizer state is gone. The survivors make the ZeRO optimizer
+ *      again over the new group and td_checkpoint_load the last
+ *      checkpoint, whose shards are re-cut for the new size (ckzero.h
+ *      ZC3); one whose group changed size refuses to step (zero.h Z5). */
 #include "config.h"
 
 #include <inttypes.h>
