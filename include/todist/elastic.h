@@ -46,9 +46,19 @@
  * The store lives in rank 0 (todist/init.h): rank 0 must survive (a
  * recovery without it fails, naming the store). Run under
  * `todist-run --no-kill` (or `srun --todist=kill_on_fail=no`), so the
- * launcher keeps the survivors running. Groups made with td_group_new from the world are not
- * shrunk: make them again from td_elastic_group. After a shrink,
+ * launcher keeps the survivors running. After a shrink,
  * td_barrier and td_finalize count only the members.
+ *
+ * Subgroups. Every group made with td_group_new is re-formed with each
+ * new epoch (EL10; todist/coll.h, td_group_lost): same handle, the ranks
+ * of its creation list that are members, in that order, renumbered;
+ * it shrinks with a death and grows back with a replacement (which makes
+ * the same td_group_new calls, in the same order, right after
+ * td_elastic_join). A group that lost no member is left as it is; one
+ * left with no member fails every call naming it. No operation of a
+ * subgroup may be in flight across td_elastic_recover/admit. A DDP object
+ * over a subgroup that changed takes it again with td_ddp_set_group (same
+ * handle); a ZeRO optimizer over one refuses to step (todist/zero.h Z5).
  *
  * Growth. A replacement for a lost rank — a new process with the same
  * world rank, started with TODIST_ELASTIC_JOIN=1 (todist-run --no-kill

@@ -45,7 +45,12 @@
  *      optimizer state is gone. The survivors make the ZeRO optimizer
  *      again over the new group and td_checkpoint_load the last
  *      checkpoint, whose shards are re-cut for the new size (ckzero.h
- *      ZC3); one whose group changed size refuses to step (zero.h Z5). */
+ *      ZC3); one whose group changed size refuses to step (zero.h Z5).
+ * EL10 Every epoch re-forms the groups td_group_new made (coll group.c
+ *      G2, G3) from the plan's ranks, right after the runtime's members:
+ *      each keeps its creation list's members of the new epoch, in order,
+ *      with an id every member derives from the epoch, so the subgroups
+ *      shrink with a death and grow back with a replacement. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -296,6 +301,10 @@ form_epoch(td_elastic_t *el, const int *cands, int n, int64_t committed,
     if (st == TD_OK) {
         st = td__runtime_set_members(plan.ranks, plan.n,
                                      (unsigned)plan.epoch);    /* EL4 */
+        if (st == TD_OK) {
+            st = coll_groups_reform((uint32_t)plan.epoch, plan.ranks,
+                                    plan.n);                   /* EL10 */
+        }
         if (st != TD_OK) {
             td_group_destroy(g);
         }
