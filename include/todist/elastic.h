@@ -49,9 +49,19 @@
  * 0 included, may die: the lowest survivor takes rank 0's roles (group
  * rank 0, the admitter). Where rank 0's process serves the store (srun
  * --todist), rank 0 must survive: a recovery without it fails at once
- * (TD_ERR_PEER, naming the store). Groups made with td_group_new from the world are not
- * shrunk: make them again from td_elastic_group. After a shrink,
+ * (TD_ERR_PEER, naming the store). After a shrink,
  * td_barrier and td_finalize count only the members.
+ *
+ * Subgroups. Every group made with td_group_new is re-formed with each
+ * new epoch (EL10; todist/coll.h, td_group_lost): same handle, the ranks
+ * of its creation list that are members, in that order, renumbered;
+ * it shrinks with a death and grows back with a replacement (which makes
+ * the same td_group_new calls, in the same order, right after
+ * td_elastic_join). A group that lost no member is left as it is; one
+ * left with no member fails every call naming it. No operation of a
+ * subgroup may be in flight across td_elastic_recover/admit. A DDP object
+ * over a subgroup that changed takes it again with td_ddp_set_group (same
+ * handle); a ZeRO optimizer over one refuses to step (todist/zero.h Z5).
  *
  * Growth. A replacement for a lost rank — a new process with the same
  * world rank, started with TODIST_ELASTIC_JOIN=1 (todist-run --no-kill

@@ -2,7 +2,7 @@
  * epochs' groups over the quorum (quorum.h), the runtime's members, and
  * the dead ranks the transport reports (a runtime module).
  *
- * Invariants (EL1..EL10):
+ * Invariants (EL1..EL11):
  *  EL1 Epoch E's group has the id COLL_EPOCH_ID_BASE + E (coll/match.h)
  *      and the plan's ranks in increasing world rank; epoch 0 is the
  *      world's group. Every member builds it from the same plan (Q1),
@@ -46,7 +46,12 @@
  *      again over the new group and td_checkpoint_load the last
  *      checkpoint, whose shards are re-cut for the new size (ckzero.h
  *      ZC3); one whose group changed size refuses to step (zero.h Z5).
- *  EL10 Rank 0 is a rank like any other when the launcher serves the
+ * EL10 Every epoch re-forms the groups td_group_new made (coll group.c
+ *      G2, G3) from the plan's ranks, right after the runtime's members:
+ *      each keeps its creation list's members of the new epoch, in order,
+ *      with an id every member derives from the epoch, so the subgroups
+ *      shrink with a death and grow back with a replacement.
+ *  EL11 Rank 0 is a rank like any other when the launcher serves the
  *       store (runtime.h R3): its loss shrinks the world, the lowest
  *       survivor admits (Q10) and is the heal's source among equals (Q5),
  *       and a replacement for it joins. When rank 0's process serves the
@@ -126,7 +131,7 @@ const td_runtime_module_t td_elastic_module = {
     .arg = NULL,
 };
 
-/* EL10: the store was served by rank 0's process, and rank 0 is gone. */
+/* EL11: the store was served by rank 0's process, and rank 0 is gone. */
 static td_status_t
 store_gone(const char *what, const char *detail)
 {
@@ -318,6 +323,10 @@ form_epoch(td_elastic_t *el, const int *cands, int n, int64_t committed,
     if (st == TD_OK) {
         st = td__runtime_set_members(plan.ranks, plan.n,
                                      (unsigned)plan.epoch);    /* EL4 */
+        if (st == TD_OK) {
+            st = coll_groups_reform((uint32_t)plan.epoch, plan.ranks,
+                                    plan.n);                   /* EL10 */
+        }
         if (st != TD_OK) {
             td_group_destroy(g);
         }
@@ -425,7 +434,7 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
     }
     if (!td__runtime_agent_store() &&
         __atomic_load_n(&lost[0], __ATOMIC_ACQUIRE)) {
-        return store_gone("rank 0 was lost", NULL);             /* EL10 */
+        return store_gone("rank 0 was lost", NULL);             /* EL11 */
     }
     memset(&ch, 0, sizeof(ch));
     ch.old_size = el->n;
@@ -450,7 +459,7 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
     free(cands);
     if ((st == TD_ERR_IO || st == TD_ERR_PROTOCOL) &&
         !td__runtime_agent_store()) {
-        return store_gone("the store failed", td_last_error());  /* EL10 */
+        return store_gone("the store failed", td_last_error());  /* EL11 */
     }
     if (st == TD_OK && change != NULL) {
         *change = ch;

@@ -40,7 +40,7 @@
 #     step 13): the replacement is healed (parameters, optimizer, sampler)
 #     and the losses equal, bit for bit, a run of 11 steps at 4 ranks
 #     resumed at 3 ranks to step 13, then at 4 ranks to the end.
-#  6. part 4 with rank 0 killed instead (EL10: todist-run --no-kill serves
+#  6. part 4 with rank 0 killed instead (EL11: todist-run --no-kill serves
 #     the store, TODIST_AGENT_STORE=1): the survivors' lowest, world rank
 #     1, becomes group rank 0 and writes the loss log on; the losses equal
 #     part 4's reference bit for bit (the sampler re-shards by the new

@@ -549,7 +549,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
        "under srun: the losses equal todist-run's bit for bit"
     [ "$rc" = 137 ] || diag "$(tail -n 20 "$D/out/inplace" "$D/out/inplace.err")"
     # Rank 0 serves the step's store under srun: when it dies the others
-    # refuse to recover, naming why (elastic.c EL10), and end at once.
+    # refuse to recover, naming why (elastic.c EL11), and end at once.
     run_srun inplace0 -N2 --ntasks-per-node=2 -w n1,n2 --todist=kill_on_fail=no \
         sh -c '"$0" "$@"; s=$?; echo "task rank=$TODIST_RANK status=$s"; exit $s' \
         "$ex" $(echo "$ipargs" | sed 's/--die-at 2:12/--die-at 0:12/')
