@@ -161,6 +161,12 @@ td__runtime_store(void)
     return rt.initialized ? rt.store : NULL;
 }
 
+int
+td__runtime_local_world_size(void)
+{
+    return rt.initialized ? rt.world.local_world_size : 0;
+}
+
 const td_world_t *
 td_world(void)
 {

@@ -66,6 +66,10 @@ td_status_t td__runtime_unregister(const char *name);
 td_transport_t *td__runtime_transport(void);
 td_store_t     *td__runtime_store(void);
 
+/* Ranks of the world on this host (the world's local_world_size; 0
+ * outside td_init). */
+int td__runtime_local_world_size(void);
+
 /* Rank RANK's worker address from the store (cached), malloc'ed copy. */
 td_status_t td__runtime_peer_address(int rank, void **addr_p, size_t *len_p);
 

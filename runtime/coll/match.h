@@ -179,6 +179,9 @@ typedef struct coll_req {
     atomic_int         tp_counted; /* p2p send through the transport,
                                     * counted in mbox.c's tp_busy (M2) */
     size_t             hdr_len;
+    double             spin_s;     /* p2p: a waiter drives this long before
+                                    * it sleeps (0: wait.c's own; a pipeline
+                                    * stage's receive, coll_work_set_spin) */
     /* Written before they are read (the header when sent, the error with
      * its status), so a request on the stack zeroes only what is above
      * (COLL_REQ_ZERO): 8 B round trips were paying for 1 KB of memset. */
