@@ -17,6 +17,19 @@
  * rank. A sampler saved at another world size (num_replicas) is refused,
  * unless td_checkpoint_allow_reshard: its position is then re-sharded.
  *
+ * ZeRO (todist/zero.h, td_checkpoint_add_zero): each rank's optimizer
+ * shard is saved by its owner, to PATH.zero-R-of-W.ID beside PATH
+ * (safetensors too, atomic too; its metadata holds the shard's element
+ * range, the total, the world size W it was cut for and the save id ID
+ * that PATH's metadata names). A checkpoint with a ZeRO item is saved by
+ * EVERY member of the ZeRO group (a collective: rank 0 writes PATH once
+ * every shard is on disk, then removes older saves' shard files), and
+ * loaded by every member; a load at another world size re-cuts the
+ * shards: each rank reads the elements of its new shard from whichever
+ * old files hold them. A shard file that is missing, from another save,
+ * or cut for another layout is refused naming the file and its rank, and
+ * nothing is changed. Shared storage: every rank must see every file.
+ *
  *     td_checkpoint_create(&ck);
  *     td_checkpoint_add_tensors(ck, "model", params, n);
  *     td_checkpoint_add_optim(ck, "optim", opt);
@@ -30,7 +43,9 @@
  * PREFIX.I.step / PREFIX.I.buf.B / PREFIX.lr for an optimizer,
  * PREFIX.bucket_order for DDP (rebuilt flag then the parameter indices),
  * PREFIX.state for a sampler (epoch, position, dataset_len, num_replicas,
- * shuffle, drop_last, seed). Not thread-safe: one thread per object, and
+ * shuffle, drop_last, seed); in a ZeRO shard file PREFIX.step, PREFIX.lr
+ * and PREFIX.buf.B (B < the optimizer's state buffers, float64 over the
+ * shard). Not thread-safe: one thread per object, and
  * not while the objects it lists are in use. */
 #ifndef TODIST_CHECKPOINT_H
 #define TODIST_CHECKPOINT_H
@@ -42,6 +57,7 @@
 #include <todist/optim.h>
 #include <todist/sampler.h>
 #include <todist/tensor.h>
+#include <todist/zero.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,6 +88,13 @@ td_status_t td_checkpoint_add_ddp(td_checkpoint_t *ck, const char *prefix,
 td_status_t td_checkpoint_add_sampler(td_checkpoint_t *ck, const char *prefix,
                                       td_distributed_sampler_t *s,
                                       int64_t *position);
+/* ZERO's shard of optimizer state (step count, lr, state buffers), in
+ * this rank's shard file (above); one ZeRO group per checkpoint. Its
+ * parameters are not part of it: add them as tensors (replicated, rank
+ * 0's file). A load re-takes the shard's copy of the loaded parameters.
+ * td_checkpoint_broadcast refuses it (a shard lives on its owner only). */
+td_status_t td_checkpoint_add_zero(td_checkpoint_t *ck, const char *prefix,
+                                   td_zero_t *zero);
 /* V[N] (borrowed, must outlive CK) as an int64 tensor: the step number. */
 td_status_t td_checkpoint_add_int64(td_checkpoint_t *ck, const char *name,
                                     int64_t *v, int n);

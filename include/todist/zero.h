@@ -29,6 +29,16 @@
  *  Z3 after a step that returned TD_OK every rank's parameters are equal
  *     (the all-gathered shards); a failed step leaves them as they were
  *     unless the all-gather itself failed (the group is then broken).
+ *  Z4 the shard's optimizer steps its own copy of this rank's elements of
+ *     the parameters, taken at create and again when a checkpoint load
+ *     (todist/checkpoint.h, td_checkpoint_add_zero) wrote the parameters:
+ *     between steps the parameters are the truth (Z3).
+ *  Z5 the shards are cut for the group's size at create: when an elastic
+ *     recovery re-forms the group with fewer or more members
+ *     (todist/elastic.h), the lost shards' state is gone and a step
+ *     fails with TD_ERR_STATE naming both sizes; make the optimizer again
+ *     over the group and td_checkpoint_load the last checkpoint (its
+ *     shards are re-cut, todist/checkpoint.h).
  * Threads: one object is used by one thread at a time. */
 #ifndef TODIST_ZERO_H
 #define TODIST_ZERO_H
@@ -84,6 +94,11 @@ td_status_t td_zero_zero_grad(td_zero_t *zero);
  * total T. */
 void        td_zero_shard(const td_zero_t *zero, int64_t *offset_p,
                           int64_t *len_p, int64_t *total_p);
+/* The shard's optimizer (todist/optim.h: one parameter, the shard; its
+ * state buffers are this rank's elements of the flat state), for
+ * inspection and checkpoints; NULL when the shard is empty (fewer
+ * elements than ranks). Borrowed; do not step it. */
+td_optim_t *td_zero_optim(const td_zero_t *zero);
 /* Bytes of optimizer state this rank holds (shard length x state slots x
  * 8: the optimizers keep state in double). */
 size_t      td_zero_state_bytes(const td_zero_t *zero);

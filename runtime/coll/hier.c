@@ -31,21 +31,21 @@
  *                   blocks (every member copies the others' out, the
  *                   leader sends each chunk to the other leaders at once),
  *                   then the other hosts' chunks as they arrive, from the
- *                   leader's slot. (transport: the members' blocks to the
- *                   leader, the host's blocks to every other leader, the
- *                   whole result to the members, each phase after the
- *                   other.)
+ *                   leader's slot. (transport: in units of a chunk of a
+ *                   block, each sent on to the other leaders and to the
+ *                   members as soon as the leader has it: H11.)
  *   reduce_scatter  in units (block, chunk), one round each, other hosts'
  *                   blocks first: the leader reduces the members' unit
  *                   from their slots and sends it to the leader of the
  *                   block's host at once; a unit of its own host waits for
  *                   the other leaders' parts, and goes to its member
- *                   through the leader's slot. (transport: the members'
- *                   whole vectors reduced at the leader first.)
+ *                   through the leader's slot. (transport: in units of
+ *                   a chunk of a block, other hosts' first, each reduced
+ *                   from the members' as it arrives: H11.)
  *   barrier         a round of the host, dissemination among leaders, a
  *                   round of the host.
  *
- * Invariants (H1..H7):
+ * Invariants (H1..H11):
  *  H1 Auto picks "hier" for all_reduce, broadcast, all_gather,
  *     reduce_scatter and barrier exactly when the group's members run on
  *     at least two hosts and some host holds two or more of them (with
@@ -104,6 +104,19 @@
  *     before the first round, chunk c + 2 as soon as chunk c's exchange
  *     is finished (the two parities' slots, H4), so the other leaders'
  *     chunks land in place even when they are ahead.
+ * H11 Through the transport inside hosts, all_gather and reduce_scatter
+ *     of more than HIER_CHUNK in all go in units (block j, chunk c of
+ *     chunking()'s), tagged j x K + c in every phase (H3: one unit one
+ *     message a phase), every receive posted before the first send
+ *     (reduce_scatter's from the members: unit u + 1's before unit u is
+ *     reduced, in the other parity's slots, H4). The leader sends a unit
+ *     on to the other leaders and its members as soon as it has it
+ *     (all_gather: the other hosts' units of chunk c - 1 after its
+ *     host's of chunk c, both in flight) and reduces a unit in the same
+ *     order as one piece does (its input, its members in host order,
+ *     then the other hosts in host order: H5), so the result is bitwise
+ *     what the unchunked path gives, which a vector of one chunk still
+ *     takes (whole blocks: fewer messages, latency first).
  *
  * Run by the thread running the group's operation (work.c). */
 #include "config.h"
@@ -365,6 +378,14 @@ chunking(size_t count, size_t es, size_t *k_p)
     }
     *k_p = k > 0 ? k : 1;
     return per;
+}
+
+/* Chunk C (PER bytes or elements each) of TOTAL: its offset and length. */
+static void
+piece(size_t c, size_t per, size_t total, size_t *off, size_t *len)
+{
+    *off = c * per;
+    *len = *off >= total ? 0 : total - *off < per ? total - *off : per;
 }
 
 /* ---- all_reduce ---------------------------------------------------------------- */
@@ -762,23 +783,18 @@ broadcast_tp(coll_op_t *op, void *buf, size_t nbytes)
 
 /* ---- all_gather ------------------------------------------------------------------ */
 
+/* One piece (the whole vector at most a chunk: latency first): whole
+ * blocks to the leader, the host's blocks to the other leaders, the whole
+ * result to the members, each phase after the other. */
 static td_status_t
-all_gather_tp(coll_op_t *op, void *out, const void *in, size_t nbytes)
+ag_tp_whole(coll_op_t *op, shape_t *sp, char *o, size_t nbytes)
 {
-    shape_t s;
-    const coll_hostmap_t *m;
+    const shape_t s = *sp;
+    const coll_hostmap_t *m = s.m;
     int n = op->g->n;
-    char *o = out;
     rset_t r;
-    td_status_t st = shape_of(op, -1, &s);
+    td_status_t st;
 
-    if (st != TD_OK) {
-        return st;
-    }
-    m = s.m;
-    if (nbytes > 0) {
-        memmove(o + (size_t)s.me * nbytes, in, nbytes);
-    }
     st = rset_init(&r, 2 * (size_t)n + (size_t)n * (size_t)s.H);
     if (st != TD_OK) {
         return st;
@@ -846,28 +862,175 @@ all_gather_tp(coll_op_t *op, void *out, const void *in, size_t nbytes)
     return st;
 }
 
-/* ---- reduce_scatter -------------------------------------------------------------- */
+/* Unit (J, C) (chunk C of rank J's block, at O) to every member of the
+ * leader's host but J. */
+static td_status_t
+ag_tp_down(coll_op_t *op, const shape_t *s, rset_t *r, td_status_t st,
+           int j, uint32_t u, const char *o, size_t len)
+{
+    for (int i = 0; i < s->L; i++) {
+        if (i != s->lidx && s->who[i] != j) {
+            st = rset_post(op, r, st, 1, s->who[i], TAG_DOWN | u, (void *)o,
+                           len);
+        }
+    }
+    return st;
+}
+
+/* In units (block j, chunk c), tagged j x K + c (H11): the members send
+ * their chunks up at once; the leader sends each unit of its host to the
+ * other leaders and to its members as soon as it has it, and each other
+ * host's unit to its members as soon as it arrives, one chunk behind its
+ * host's (so both are in flight). Every receive is posted first,
+ * straight into place. */
+static td_status_t
+ag_tp_chunks(coll_op_t *op, shape_t *sp, char *o, size_t nbytes)
+{
+    const shape_t *s = sp;
+    const coll_hostmap_t *m = s->m;
+    int n = op->g->n;
+    size_t K, per = chunking(nbytes, 1, &K), off, len, cap;
+    coll_req_t **rx;
+    rset_t r;
+    td_status_t st;
+
+    if ((size_t)n * K > TAG_IDX) {
+        return td_error(TD_ERR_INVALID, "coll: all_gather of %zu bytes a "
+                        "rank in %d ranks: too many chunks", nbytes, n);
+    }
+    cap = s->leader ? (size_t)n * K * (1 + (size_t)s->H + (size_t)s->L)
+                    : (size_t)n * K + K;
+    rx = calloc((size_t)n * K + 1, sizeof(*rx));
+    if (rx == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "coll: hier: out of memory");
+    }
+    st = rset_init(&r, cap);
+    /* every unit this rank lacks, straight into place: a member's from its
+     * leader, the leader's from their member or their host's leader */
+    for (int j = 0; j < n && st == TD_OK; j++) {
+        int h = m->host_of[j], from;
+        uint32_t tag;
+
+        if (j == s->me) {
+            continue;
+        }
+        for (size_t c = 0; c < K && st == TD_OK; c++) {
+            uint32_t u = (uint32_t)((size_t)j * K + c);
+
+            piece(c, per, nbytes, &off, &len);
+            from = !s->leader ? s->lead : h == s->my_h ? j
+                 : coll_hier_leader(m, h, -1);
+            tag = !s->leader ? TAG_DOWN : h == s->my_h ? TAG_UP : TAG_X;
+            st = rset_post(op, &r, st, 0, from, tag | u,
+                           o + (size_t)j * nbytes + off, len);
+            rx[u] = st == TD_OK ? r.p[r.n - 1] : NULL;
+        }
+    }
+    if (!s->leader) {
+        for (size_t c = 0; c < K && st == TD_OK; c++) {
+            piece(c, per, nbytes, &off, &len);
+            st = rset_post(op, &r, st, 1, s->lead,
+                           TAG_UP | (uint32_t)((size_t)s->me * K + c),
+                           o + (size_t)s->me * nbytes + off, len);
+        }
+    }
+    for (size_t c = 0; s->leader && c <= K && st == TD_OK; c++) {
+        /* this host's units of chunk c: to the other leaders, the members */
+        for (int i = 0; c < K && i < s->L && st == TD_OK; i++) {
+            int j = s->who[i];
+            uint32_t u = (uint32_t)((size_t)j * K + c);
+            char *b;
+
+            piece(c, per, nbytes, &off, &len);
+            b = o + (size_t)j * nbytes + off;
+            if (j != s->me) {
+                coll_req_t *w = rx[u];
+
+                st = coll_step_wait(op, &w, 1);
+            }
+            for (int k = 1; k < s->H; k++) {
+                st = rset_post(op, &r, st, 1,
+                               coll_hier_leader(m, (s->my_h + k) % s->H, -1),
+                               TAG_X | u, b, len);
+            }
+            st = ag_tp_down(op, s, &r, st, j, u, b, len);
+        }
+        /* the other hosts' units of chunk c - 1, as they arrive */
+        for (int j = 0; c > 0 && j < n && st == TD_OK; j++) {
+            uint32_t u = (uint32_t)((size_t)j * K + c - 1);
+            coll_req_t *w = rx[u];
+
+            if (m->host_of[j] == s->my_h) {
+                continue;
+            }
+            piece(c - 1, per, nbytes, &off, &len);
+            st = coll_step_wait(op, &w, 1);
+            st = ag_tp_down(op, s, &r, st, j, u, o + (size_t)j * nbytes + off,
+                            len);
+        }
+    }
+    if (r.r != NULL) {
+        st = rset_wait(op, &r, st);    /* after a failure: the rest (H7) */
+    }
+    rset_free(&r);
+    free(rx);
+    return st;
+}
 
 static td_status_t
-reduce_scatter_tp(coll_op_t *op, void *out, const void *in,
-                         size_t count)
+all_gather_tp(coll_op_t *op, void *out, const void *in, size_t nbytes)
 {
     shape_t s;
-    const coll_hostmap_t *m;
-    int n = op->g->n, L;
-    size_t bytes = count * op->esize, total = (size_t)n * bytes;
-    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
-    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
-    char *acc, *tmp, *xr;
-    rset_t r;
+    char *o = out;
     td_status_t st = shape_of(op, -1, &s);
 
     if (st != TD_OK) {
         return st;
     }
-    m = s.m;
-    L = m->count[s.my_h];
-    st = rset_init(&r, (size_t)n * ((size_t)s.H + 1) + 2);
+    if (nbytes > 0) {
+        memmove(o + (size_t)s.me * nbytes, in, nbytes);
+    }
+    if ((size_t)op->g->n * nbytes <= HIER_CHUNK) {
+        return ag_tp_whole(op, &s, o, nbytes);
+    }
+    return ag_tp_chunks(op, &s, o, nbytes);
+}
+
+/* ---- reduce_scatter -------------------------------------------------------------- */
+
+/* The blocks in the order their units go (other hosts' first, so the
+ * link starts early; then this host's): ORDER[n]. */
+static void
+rs_order(const shape_t *s, int *order)
+{
+    const coll_hostmap_t *m = s->m;
+
+    for (int k = 1, q = 0; k <= s->H; k++) {
+        int h = (s->my_h + k) % s->H;
+
+        for (int i = 0; i < m->count[h]; i++) {
+            order[q++] = m->members[m->first[h] + i];
+        }
+    }
+}
+
+/* One piece (the whole vector at most a chunk: latency first): the
+ * members' whole vectors reduced at the leader, the host's sums of the
+ * other hosts' blocks to their leaders, each phase after the other. */
+static td_status_t
+rs_tp_whole(coll_op_t *op, shape_t *sp, void *out, const void *in,
+            size_t count)
+{
+    const shape_t s = *sp;
+    const coll_hostmap_t *m = s.m;
+    int n = op->g->n, L = s.L;
+    size_t bytes = count * op->esize, total = (size_t)n * bytes;
+    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
+    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
+    char *acc, *tmp, *xr;
+    rset_t r;
+    td_status_t st = rset_init(&r, (size_t)n * ((size_t)s.H + 1) + 2);
+
     if (st != TD_OK) {
         return st;
     }
@@ -954,6 +1117,204 @@ reduce_scatter_tp(coll_op_t *op, void *out, const void *in,
     }
     rset_free(&r);
     return st;
+}
+
+/* Post the members' unit U (block J, chunk C at OFF, LEN elements) into
+ * the parity's scratch slots TMP, one a member (the leader). */
+static td_status_t
+rs_tp_up_post(coll_op_t *op, const shape_t *s, rset_t *up, int j, size_t c,
+              size_t K, char *tmp, size_t slot, size_t len)
+{
+    td_status_t st = TD_OK;
+
+    for (int i = 0; i < s->L; i++) {
+        if (i != s->idx) {
+            st = rset_post(op, up, st, 0, s->who[i],
+                           TAG_UP | (uint32_t)((size_t)j * K + c),
+                           tmp + (size_t)i * slot, len);
+        }
+    }
+    return st;
+}
+
+/* In units (block j, chunk c), tagged j x K + c, in rs_order (H11): the
+ * members send every unit of their input up at once; the leader reduces
+ * unit u from their scratch slots (the receives of unit u + 1 are posted
+ * before, in the other parity's slots) in the same order as one piece
+ * (its own input, then the members in host order), sends a unit of
+ * another host's block to that host's leader at once, and finishes a
+ * unit of its host's block with the other leaders' parts in host order
+ * (H5) and sends it down: the same operations on every element as one
+ * piece, so bitwise the same result. */
+static td_status_t
+rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
+             size_t count)
+{
+    const shape_t *s = sp;
+    const coll_hostmap_t *m = s->m;
+    int n = op->g->n, L = s->L, H = s->H;
+    size_t es = op->esize, bytes = count * es, total = (size_t)n * bytes;
+    size_t K, per = chunking(count, es, &K), off, len, nu = (size_t)n * K;
+    size_t slot = (per * es + 63) & ~(size_t)63;
+    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
+    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
+    const char *src = in;
+    char *acc, *xr, *tmp;
+    int *order;
+    rset_t r, up[2];
+    td_status_t st;
+
+    if (nu > TAG_IDX) {
+        return td_error(TD_ERR_INVALID, "coll: reduce_scatter of %zu "
+                        "elements a rank in %d ranks: too many chunks", count,
+                        n);
+    }
+    order = malloc(sizeof(int) * (size_t)n);
+    if (order == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "coll: hier: out of memory");
+    }
+    rs_order(s, order);
+    memset(&r, 0, sizeof(r));
+    memset(up, 0, sizeof(up));
+    if (!s->leader) {
+        st = rset_init(&r, nu + K);
+        for (size_t c = 0; c < K && st == TD_OK; c++) {
+            piece(c, per, count, &off, &len);
+            st = rset_post(op, &r, st, 0, s->lead, TAG_DOWN | (uint32_t)c,
+                           (char *)out + off * es, len * es);
+        }
+        for (size_t u = 0; u < nu && st == TD_OK; u++) {
+            int j = order[u / K];
+
+            piece(u % K, per, count, &off, &len);
+            st = rset_post(op, &r, st, 1, s->lead,
+                           TAG_UP | (uint32_t)((size_t)j * K + u % K),
+                           (void *)(src + (size_t)j * bytes + off * es),
+                           len * es);
+        }
+        goto out;
+    }
+    /* acc: the host's sums; xr: the other leaders' parts of this host's
+     * blocks, by host then member; tmp: 2 parities x L slots */
+    acc = coll_scratch(op->g, total + (size_t)H * (size_t)L * bytes +
+                              2 * (size_t)L * slot + 64);
+    if (acc == NULL) {
+        free(order);
+        return TD_ERR_NO_MEMORY;
+    }
+    xr = acc + total;
+    tmp = xr + (size_t)H * (size_t)L * bytes;
+    tmp += (64 - (uintptr_t)tmp % 64) % 64;
+    st = rset_init(&r, nu * ((size_t)H + 1) + 1);
+    st = st == TD_OK ? rset_init(&up[0], (size_t)L) : st;
+    st = st == TD_OK ? rset_init(&up[1], (size_t)L) : st;
+    /* first the other leaders' parts, in the order host, member, chunk */
+    for (int h = 0; h < H && st == TD_OK; h++) {
+        for (int i = 0; h != s->my_h && i < L; i++) {
+            for (size_t c = 0; c < K; c++) {
+                piece(c, per, count, &off, &len);
+                st = rset_post(op, &r, st, 0, coll_hier_leader(m, h, -1),
+                               TAG_X | (uint32_t)((size_t)s->who[i] * K + c),
+                               xr + ((size_t)h * (size_t)L + (size_t)i) *
+                               bytes + off * es, len * es);
+            }
+        }
+    }
+    piece(0, per, count, &off, &len);
+    st = st == TD_OK ? rs_tp_up_post(op, s, &up[0], order[0], 0, K, tmp,
+                                     slot, len * es) : st;
+    for (size_t u = 0; u < nu && st == TD_OK; u++) {
+        int j = order[u / K];
+        size_t c = u % K;
+        char *a = acc + (size_t)j * bytes, *t = tmp + (u & 1) * L * slot;
+
+        if (u + 1 < nu) {            /* the next unit's, in the other slots */
+            piece((u + 1) % K, per, count, &off, &len);
+            st = rs_tp_up_post(op, s, &up[(u + 1) & 1], order[(u + 1) / K],
+                               (u + 1) % K, K,
+                               tmp + ((u + 1) & 1) * L * slot, slot,
+                               len * es);
+        }
+        st = rset_wait(op, &up[u & 1], st);
+        if (st != TD_OK) {
+            break;
+        }
+        /* the host's sum of unit (j, c): as one piece does it */
+        piece(c, per, count, &off, &len);
+        a += off * es;
+        memcpy(a, src + (size_t)j * bytes + off * es, len * es);
+        for (int i = 0; i < L; i++) {
+            if (i != s->idx) {
+                coll_reduce_into(a, t + (size_t)i * slot, len, dt, rop);
+            }
+        }
+        if (m->host_of[j] != s->my_h) {
+            st = rset_post(op, &r, st, 1,
+                           coll_hier_leader(m, m->host_of[j], -1),
+                           TAG_X | (uint32_t)((size_t)j * K + c), a,
+                           len * es);
+            continue;
+        }
+        /* this host's block: the other hosts' parts, in host order (H5) */
+        for (int h = 0, i = 0; h < H && st == TD_OK; h++) {
+            coll_req_t *w;
+
+            if (h == s->my_h) {
+                continue;
+            }
+            while (s->who[i] != j) {
+                i++;
+            }
+            w = r.p[((size_t)(h - (h > s->my_h)) * (size_t)L + (size_t)i) *
+                    K + c];
+            st = coll_step_wait(op, &w, 1);
+            if (st == TD_OK) {
+                coll_reduce_into(a, xr + ((size_t)h * (size_t)L +
+                                          (size_t)i) * bytes + off * es,
+                                 len, dt, rop);
+            }
+        }
+        if (st == TD_OK && rop == TD_REDUCE_AVG) {
+            coll_divide(a, len, dt, n);                   /* H6 */
+        }
+        if (st == TD_OK && j == s->me) {
+            memcpy((char *)out + off * es, a, len * es);
+        } else {
+            st = rset_post(op, &r, st, 1, j, TAG_DOWN | (uint32_t)c, a,
+                           len * es);
+        }
+    }
+    /* after a failure: whatever is still posted (H7) */
+    if (up[0].r != NULL) {
+        st = rset_wait(op, &up[0], st);
+    }
+    if (up[1].r != NULL) {
+        st = rset_wait(op, &up[1], st);
+    }
+    rset_free(&up[0]);
+    rset_free(&up[1]);
+out:
+    if (r.r != NULL) {
+        st = rset_wait(op, &r, st);
+    }
+    rset_free(&r);
+    free(order);
+    return st;
+}
+
+static td_status_t
+reduce_scatter_tp(coll_op_t *op, void *out, const void *in, size_t count)
+{
+    shape_t s;
+    td_status_t st = shape_of(op, -1, &s);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    if ((size_t)op->g->n * count * op->esize <= HIER_CHUNK) {
+        return rs_tp_whole(op, &s, out, in, count);
+    }
+    return rs_tp_chunks(op, &s, out, in, count);
 }
 
 /* ---- barrier --------------------------------------------------------------------- */
@@ -1121,14 +1482,6 @@ seg_put(coll_op_t *op, int idx, const void *src, size_t len)
         memcpy(coll_shm_fill(op->g->hshm, idx), src, len);
         op->g->hier_seg_bytes += len;
     }
-}
-
-/* Chunk C (PER bytes or elements each) of TOTAL: its offset and length. */
-static void
-piece(size_t c, size_t per, size_t total, size_t *off, size_t *len)
-{
-    *off = c * per;
-    *len = *off >= total ? 0 : total - *off < per ? total - *off : per;
 }
 
 static size_t

@@ -510,6 +510,116 @@ wait_check(td_group_t *g)
     (void)coll_shm_check(g, g->cur_seq, &g->cur_desc);
 }
 
+/* A handshake's members and tags (S1, S9): member i is group rank
+ * WHO[i] (WHO NULL: i itself), member 0 the head that offers. */
+typedef struct {
+    const int  *who;
+    int         n;
+    uint32_t    offer, reply, decide;
+    const char *oom;                /* the others' error if we cannot */
+} handshake_t;
+
+static int
+hs_rank(const handshake_t *h, int i)
+{
+    return h->who != NULL ? h->who[i] : i;
+}
+
+/* The head's side: a segment for H's members if TRY (into OFFER,
+ * *BASE_P; *HAVE_P), offered to every member, their answers in;
+ * *DECISION: HAVE and every answer yes, through AGREE where given, sent
+ * to every member. Every step posted is waited for. */
+static td_status_t
+handshake_head(coll_op_t *op, const handshake_t *h, int try,
+               shm_offer_t *offer, void **base_p, int *have_p,
+               coll_shm_agree_fn agree, void *arg, uint32_t *decision)
+{
+    td_group_t *g = op->g;
+    int n = h->n, have;
+    coll_req_t *rq = calloc((size_t)(2 * n), sizeof(coll_req_t));
+    coll_req_t **wait = calloc((size_t)(2 * n), sizeof(coll_req_t *));
+    uint32_t *answers = calloc((size_t)n, sizeof(uint32_t));
+    td_status_t st = TD_OK, w;
+
+    if (rq == NULL || wait == NULL || answers == NULL) {
+        free(rq);
+        free(wait);
+        free(answers);
+        /* the others wait for our offer: tell them (C6) */
+        coll_group_fail(g, TD_ERR_NO_MEMORY, 1, op->seq, h->oom);
+        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
+    }
+    have = try && shm_create(g, n, offer, base_p);
+    *have_p = have;
+    for (int i = 1; i < n && st == TD_OK; i++) {
+        st = coll_irecv(op, &rq[2 * i], hs_rank(h, i), h->reply, &answers[i],
+                        4);
+        wait[2 * i] = st == TD_OK ? &rq[2 * i] : NULL;
+        if (st == TD_OK) {
+            st = coll_isend(op, &rq[2 * i + 1], hs_rank(h, i), h->offer,
+                            offer, sizeof(*offer));
+            wait[2 * i + 1] = st == TD_OK ? &rq[2 * i + 1] : NULL;
+        }
+    }
+    w = coll_step_wait(op, wait, 2 * n);
+    st = st != TD_OK ? st : w;
+    if (have) {
+        close(offer->fd);            /* every member mapped it, or won't */
+    }
+    *decision = (uint32_t)have;
+    for (int i = 1; i < n; i++) {
+        *decision &= answers[i] == 1;
+    }
+    if (st == TD_OK && agree != NULL) {
+        st = agree(op, arg, decision);
+    }
+    memset(wait, 0, sizeof(coll_req_t *) * (size_t)(2 * n));
+    for (int i = 1; i < n && st == TD_OK; i++) {
+        st = coll_isend(op, &rq[2 * i], hs_rank(h, i), h->decide, decision,
+                        4);
+        wait[2 * i] = st == TD_OK ? &rq[2 * i] : NULL;
+    }
+    w = coll_step_wait(op, wait, 2 * n);
+    st = st != TD_OK ? st : w;
+    free(rq);
+    free(wait);
+    free(answers);
+    return st;
+}
+
+/* A member's side: the head's offer in, mapped if TRY (*BASE_P;
+ * *HAVE_P), the answer out and the decision in. */
+static td_status_t
+handshake_member(coll_op_t *op, const handshake_t *h, int try,
+                 shm_offer_t *offer, void **base_p, int *have_p,
+                 uint32_t *decision)
+{
+    td_group_t *g = op->g;
+    int head = hs_rank(h, 0);
+    uint32_t mine;
+    coll_req_t rq[2];
+    coll_req_t *w[2] = { &rq[0], &rq[1] };
+    td_status_t st, w_st;
+
+    st = coll_sendrecv(op, -1, NULL, 0, head, offer, sizeof(*offer),
+                       h->offer);
+    if (st != TD_OK) {
+        return st;
+    }
+    *have_p = try && shm_map_offer(g, h->n, g->ranks[head], offer, base_p);
+    mine = (uint32_t)*have_p;
+    st = coll_irecv(op, &rq[0], head, h->decide, decision, 4);
+    if (st != TD_OK) {
+        return st;
+    }
+    st = coll_isend(op, &rq[1], head, h->reply, &mine, 4);
+    if (st != TD_OK) {
+        w[1] = NULL;
+    }
+    w_st = coll_step_wait(op, w, 2);
+    return st != TD_OK ? st : w_st;
+}
+
 /* The handshake inside OP, the group's first shm call; *USABLE: 1 when
  * the segment is mapped by every member. Rank 0 offers, every member
  * answers whether it mapped it, rank 0 decides for all (S1). */
@@ -519,8 +629,11 @@ coll_shm_attach(coll_op_t *op, int *usable)
     td_group_t *g = op->g;
     void *base = NULL;
     shm_offer_t offer;
-    uint32_t mine = 0, decision = 1;
-    td_status_t st = TD_OK;
+    handshake_t hs = { NULL, g->n, TAG_OFFER, TAG_REPLY, TAG_DECIDE,
+                       "coll: out of memory offering the group's shared "
+                       "segment" };
+    uint32_t decision = 1;
+    td_status_t st;
     int have = 0;
 
     *usable = g->shm_state == SHM_ON;
@@ -529,78 +642,10 @@ coll_shm_attach(coll_op_t *op, int *usable)
     }
     memset(&offer, 0, sizeof(offer));
     if (g->me == 0) {
-        int n = g->n;
-        coll_req_t *rq = calloc((size_t)(2 * n), sizeof(coll_req_t));
-        coll_req_t **wait = calloc((size_t)(2 * n), sizeof(coll_req_t *));
-        uint32_t *answers = calloc((size_t)n, sizeof(uint32_t));
-
-        if (rq == NULL || wait == NULL || answers == NULL) {
-            free(rq);
-            free(wait);
-            free(answers);
-            /* the others wait for our offer: tell them (C6) */
-            coll_group_fail(g, TD_ERR_NO_MEMORY, 1, op->seq, "coll: out of "
-                            "memory offering the group's shared segment");
-            return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
-        }
-        have = shm_create(g, g->n, &offer, &base);
-        for (int r = 1; r < n && st == TD_OK; r++) {
-            st = coll_irecv(op, &rq[2 * r], r, TAG_REPLY, &answers[r], 4);
-            wait[2 * r] = st == TD_OK ? &rq[2 * r] : NULL;
-            if (st == TD_OK) {
-                st = coll_isend(op, &rq[2 * r + 1], r, TAG_OFFER, &offer,
-                                sizeof(offer));
-                wait[2 * r + 1] = st == TD_OK ? &rq[2 * r + 1] : NULL;
-            }
-        }
-        {
-            td_status_t w = coll_step_wait(op, wait, 2 * n);
-
-            st = st != TD_OK ? st : w;
-        }
-        if (have) {
-            close(offer.fd);         /* every member mapped it, or won't */
-        }
-        decision = have;
-        for (int r = 1; r < n; r++) {
-            decision &= answers[r] == 1;
-        }
-        memset(wait, 0, sizeof(coll_req_t *) * (size_t)(2 * n));
-        for (int r = 1; r < n && st == TD_OK; r++) {
-            st = coll_isend(op, &rq[2 * r], r, TAG_DECIDE, &decision, 4);
-            wait[2 * r] = st == TD_OK ? &rq[2 * r] : NULL;
-        }
-        {
-            td_status_t w = coll_step_wait(op, wait, 2 * n);
-
-            st = st != TD_OK ? st : w;
-        }
-        free(rq);
-        free(wait);
-        free(answers);
+        st = handshake_head(op, &hs, 1, &offer, &base, &have, NULL, NULL,
+                            &decision);
     } else {
-        coll_req_t rq[2];
-
-        st = coll_sendrecv(op, -1, NULL, 0, 0, &offer, sizeof(offer),
-                           TAG_OFFER);
-        if (st == TD_OK) {
-            have = shm_map_offer(g, g->n, g->ranks[0], &offer, &base);
-            mine = (uint32_t)have;
-            st = coll_irecv(op, &rq[0], 0, TAG_DECIDE, &decision, 4);
-        }
-        if (st == TD_OK) {
-            coll_req_t *w[2] = { &rq[0], &rq[1] };
-
-            st = coll_isend(op, &rq[1], 0, TAG_REPLY, &mine, 4);
-            if (st != TD_OK) {
-                w[1] = NULL;
-            }
-            {
-                td_status_t w_st = coll_step_wait(op, w, 2);
-
-                st = st != TD_OK ? st : w_st;
-            }
-        }
+        st = handshake_member(op, &hs, 1, &offer, &base, &have, &decision);
     }
     if (st == TD_OK && decision == 1 && have) {
         coll_shm_t *s = calloc(1, sizeof(*s));
@@ -656,90 +701,22 @@ coll_shm_host_attach(coll_op_t *op, const int *who, int L, int idx,
     td_group_t *g = op->g;
     void *base = NULL;
     shm_offer_t offer;
-    uint32_t mine = 0, decision = 0;
-    td_status_t st = TD_OK;
+    handshake_t hs = { who, L, TAG_HOFFER, TAG_HREPLY, TAG_HDECIDE,
+                       "coll: out of memory offering a host's shared "
+                       "segment" };
+    uint32_t decision = 0;
+    td_status_t st;
     int have = 0;
 
     *on = 0;
     *seg_p = NULL;
     memset(&offer, 0, sizeof(offer));
     if (idx == 0) {
-        coll_req_t *rq = calloc((size_t)(2 * L), sizeof(coll_req_t));
-        coll_req_t **wait = calloc((size_t)(2 * L), sizeof(coll_req_t *));
-        uint32_t *answers = calloc((size_t)L, sizeof(uint32_t));
-
-        if (rq == NULL || wait == NULL || answers == NULL) {
-            free(rq);
-            free(wait);
-            free(answers);
-            coll_group_fail(g, TD_ERR_NO_MEMORY, 1, op->seq, "coll: out of "
-                            "memory offering a host's shared segment");
-            return td_error(TD_ERR_NO_MEMORY, "coll: out of memory");
-        }
-        have = shm_auto && shm_create(g, L, &offer, &base);
-        for (int i = 1; i < L && st == TD_OK; i++) {
-            st = coll_irecv(op, &rq[2 * i], who[i], TAG_HREPLY, &answers[i],
-                            4);
-            wait[2 * i] = st == TD_OK ? &rq[2 * i] : NULL;
-            if (st == TD_OK) {
-                st = coll_isend(op, &rq[2 * i + 1], who[i], TAG_HOFFER,
-                                &offer, sizeof(offer));
-                wait[2 * i + 1] = st == TD_OK ? &rq[2 * i + 1] : NULL;
-            }
-        }
-        {
-            td_status_t w = coll_step_wait(op, wait, 2 * L);
-
-            st = st != TD_OK ? st : w;
-        }
-        if (have) {
-            close(offer.fd);         /* every member mapped it, or won't */
-        }
-        decision = (uint32_t)have;
-        for (int i = 1; i < L; i++) {
-            decision &= answers[i] == 1;
-        }
-        if (st == TD_OK) {
-            st = agree(op, arg, &decision);
-        }
-        memset(wait, 0, sizeof(coll_req_t *) * (size_t)(2 * L));
-        for (int i = 1; i < L && st == TD_OK; i++) {
-            st = coll_isend(op, &rq[2 * i], who[i], TAG_HDECIDE, &decision,
-                            4);
-            wait[2 * i] = st == TD_OK ? &rq[2 * i] : NULL;
-        }
-        {
-            td_status_t w = coll_step_wait(op, wait, 2 * L);
-
-            st = st != TD_OK ? st : w;
-        }
-        free(rq);
-        free(wait);
-        free(answers);
+        st = handshake_head(op, &hs, shm_auto, &offer, &base, &have, agree,
+                            arg, &decision);
     } else {
-        coll_req_t rq[2];
-
-        st = coll_sendrecv(op, -1, NULL, 0, who[0], &offer, sizeof(offer),
-                           TAG_HOFFER);
-        if (st == TD_OK) {
-            have = shm_auto && shm_map_offer(g, L, g->ranks[who[0]], &offer,
-                                             &base);
-            mine = (uint32_t)have;
-            st = coll_irecv(op, &rq[0], who[0], TAG_HDECIDE, &decision, 4);
-        }
-        if (st == TD_OK) {
-            coll_req_t *w[2] = { &rq[0], &rq[1] };
-
-            st = coll_isend(op, &rq[1], who[0], TAG_HREPLY, &mine, 4);
-            if (st != TD_OK) {
-                w[1] = NULL;
-            }
-            {
-                td_status_t w_st = coll_step_wait(op, w, 2);
-
-                st = st != TD_OK ? st : w_st;
-            }
-        }
+        st = handshake_member(op, &hs, shm_auto, &offer, &base, &have,
+                              &decision);
     }
     if (st == TD_OK && decision == 1 && have) {
         coll_shm_t *s = calloc(1, sizeof(*s));

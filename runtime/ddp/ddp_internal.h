@@ -4,6 +4,7 @@
 #define TD_RUNTIME_DDP_INTERNAL_H
 
 #include <todist/ddp.h>
+#include <todist/zero.h>
 
 /* td_ddp_wait, with every reduced bucket multiplied by SCALE once all
  * completed and before the averages are handed out (.grad views, or the
@@ -22,5 +23,11 @@ void td__ddp_bucket_order(td_ddp_t *ddp, int *order, int *rebuilt);
  * group member must set the same order before its first backward. */
 td_status_t td__ddp_set_bucket_order(td_ddp_t *ddp, const int *order,
                                      int rebuilt);
+
+/* ZeRO's group, for checkpoints (runtime/elastic/ckzero.c). Borrowed. */
+td_group_t *td__zero_group(const td_zero_t *zero);
+/* Copy this rank's shard of the parameters into the copy the shard's
+ * optimizer steps (zero.c Z4): after the parameters were loaded. */
+void        td__zero_sync_shard(td_zero_t *zero);
 
 #endif /* TD_RUNTIME_DDP_INTERNAL_H */

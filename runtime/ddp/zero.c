@@ -17,6 +17,7 @@
 #include <todist/zero.h>
 #include <todist/ops.h>
 #include "base/log.h"
+#include "runtime/ddp/ddp_internal.h"
 
 typedef struct {
     int     param;     /* index into params */
@@ -173,17 +174,7 @@ td_zero_create(td_tensor_t *const *params, int n, const td_zero_opts_t *opts,
         (st = td_tensor_zeros(shape, 1, z->dtype, &z->ag_in)) != TD_OK) {
         goto fail;
     }
-    /* the shard's parameters start as the flat vector's elements */
-    for (int s = 0; s < z->n_segs; s++) {
-        const seg_t *g = &z->segs[s];
-
-        if (g->owner == z->rank) {
-            memcpy((char *)td_tensor_data(z->ag_in) +
-                   (size_t)(g->in_buf - z->rank * z->block) * z->esize,
-                   (char *)td_tensor_data(z->params[g->param]) +
-                   (size_t)g->in_param * z->esize, (size_t)g->count * z->esize);
-        }
-    }
+    td__zero_sync_shard(z);
     if (z->len > 0) {
         if ((st = td_tensor_narrow(z->ag_in, 0, 0, z->len, &view)) != TD_OK ||
             (st = td_tensor_detach(view, &z->shard)) != TD_OK ||
@@ -223,6 +214,34 @@ fail:
     td_tensor_release(gview);
     td_zero_free(z);
     return st;
+}
+
+/* Z4: the shard's parameters are the flat vector's elements. */
+void
+td__zero_sync_shard(td_zero_t *z)
+{
+    for (int s = 0; s < z->n_segs; s++) {
+        const seg_t *g = &z->segs[s];
+
+        if (g->owner == z->rank) {
+            memcpy((char *)td_tensor_data(z->ag_in) +
+                   (size_t)(g->in_buf - z->rank * z->block) * z->esize,
+                   (char *)td_tensor_data(z->params[g->param]) +
+                   (size_t)g->in_param * z->esize, (size_t)g->count * z->esize);
+        }
+    }
+}
+
+td_group_t *
+td__zero_group(const td_zero_t *z)
+{
+    return z->group;
+}
+
+td_optim_t *
+td_zero_optim(const td_zero_t *z)
+{
+    return z->opt;
 }
 
 /* The gradient of parameter I: its .grad (CTX TD_DIST_NO_CONTEXT,
@@ -329,6 +348,15 @@ zero_step(td_zero_t *z, int averaged, int64_t ctx)
 
     if (z == NULL) {
         return td_error(TD_ERR_INVALID, "zero: step of NULL");
+    }
+    if (td_group_size(z->group) != z->size ||
+        td_group_rank(z->group) != z->rank) {                  /* Z5 */
+        return td_error(TD_ERR_STATE, "zero: its group has %d members (this "
+                        "rank %d), the shards were cut for %d (rank %d): the "
+                        "group shrank or grew (todist/elastic.h); make the "
+                        "ZeRO optimizer again over the group and load the "
+                        "last checkpoint", td_group_size(z->group), td_group_rank(z->group),
+                        z->size, z->rank);
     }
     if (averaged) {
         st = pack_grads(z, 0, ctx);

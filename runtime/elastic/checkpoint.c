@@ -30,9 +30,17 @@
  *        and changes nothing);
  *        then the small entries are copied in. A failure after the checks leaves the
  *        tensors part-written (todist/elastic.h's EL6 keeps such a rank
- *        from being a heal source). The root changes nothing. */
+ *        from being a heal source). The root changes nothing.
+ *   CK6  ZeRO items (td_checkpoint_add_zero) are not in PATH: their shards
+ *        go to per-rank files (ckzero.h ZC1-ZC3) and PATH's metadata
+ *        names the set (zero_save_id, zero_world_size). A load reads and
+ *        checks every shard it needs into scratch with the other entries
+ *        (CK2), and copies them in after the tensors (the shard's copy of
+ *        the parameters is re-taken from the loaded ones, zero.h Z4). A
+ *        broadcast refuses them: a shard exists on its owner only. */
 #include "config.h"
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,15 +48,18 @@
 
 #include "base/log.h"
 #include "runtime/ddp/ddp_internal.h"
+#include "runtime/elastic/ckzero.h"
 #include "runtime/elastic/heal.h"
 #include <todist/checkpoint.h>
 #include <todist/coll.h>
 #include <todist/safetensors.h>
 
 #define CK_FORMAT "todist.checkpoint.v1"
+#define CK_ZERO_ID "zero_save_id"
+#define CK_ZERO_W  "zero_world_size"
 
 enum { IT_TENSOR, IT_INT64, IT_BYTES, IT_OPT_STEP, IT_OPT_LR, IT_DDP,
-       IT_SAMPLER };
+       IT_SAMPLER, IT_ZERO };
 enum { SAMPLER_FIELDS = 7 };
 
 typedef struct {
@@ -56,7 +67,8 @@ typedef struct {
     char        *name;
     td_tensor_t *t;          /* IT_TENSOR (retained) */
     void        *p;          /* IT_INT64, IT_BYTES: caller's memory; else
-                                the optimizer, DDP object or sampler */
+                                the optimizer, DDP object, sampler or
+                                ZeRO optimizer (IT_ZERO: not in PATH) */
     int64_t     *pos;        /* IT_SAMPLER: caller's position */
     int64_t      n;          /* elements (IT_INT64, IT_BYTES, IT_DDP) */
     int          index;      /* IT_OPT_STEP: the parameter */
@@ -248,6 +260,33 @@ td_checkpoint_add_sampler(td_checkpoint_t *ck, const char *prefix,
 }
 
 td_status_t
+td_checkpoint_add_zero(td_checkpoint_t *ck, const char *prefix,
+                       td_zero_t *zero)
+{
+    item_t *it;
+    td_status_t status;
+
+    if (zero == NULL) {
+        return td_error(TD_ERR_INVALID, "checkpoint: ZeRO optimizer '%s' is "
+                        "NULL", prefix ? prefix : "");
+    }
+    for (int i = 0; i < ck->n; i++) {
+        if (ck->items[i].kind == IT_ZERO &&
+            td__zero_group(ck->items[i].p) != td__zero_group(zero)) {
+            return td_error(TD_ERR_INVALID, "checkpoint: ZeRO optimizer '%s' "
+                            "is sharded over another group than '%s' (one "
+                            "group per checkpoint)", prefix ? prefix : "",
+                            ck->items[i].name);
+        }
+    }
+    status = item_add(ck, IT_ZERO, prefix, &it);
+    if (status == TD_OK) {
+        it->p = zero;
+    }
+    return status;
+}
+
+td_status_t
 td_checkpoint_add_int64(td_checkpoint_t *ck, const char *name, int64_t *v,
                         int n)
 {
@@ -404,6 +443,9 @@ scratch_make_(td_checkpoint_t *ck, int fill, int no_tensors,
     }
     for (int i = 0; i < ck->n && status == TD_OK; i++) {
         names[i] = ck->items[i].name;
+        if (ck->items[i].kind == IT_ZERO) {
+            continue;                                   /* CK6: not here */
+        }
         if ((fill || no_tensors) && ck->items[i].kind == IT_TENSOR) {
             ts[i] = td_tensor_retain(ck->items[i].t);
             continue;
@@ -435,15 +477,62 @@ scratch_free(td_checkpoint_t *ck, td_tensor_t **ts, const char **names)
     free(names);
 }
 
-td_status_t
-td_checkpoint_save(td_checkpoint_t *ck, const char *path)
+/* PATH's entries (CK6: all but the ZeRO items) of TS/NAMES into
+ * CTS/CNAMES (borrowed); their count. */
+static int
+main_entries(const td_checkpoint_t *ck, td_tensor_t **ts, const char **names,
+             td_tensor_t **cts, const char **cnames)
 {
-    td_tensor_t **ts;
-    const char **names, **kv;
+    int cn = 0;
+
+    for (int i = 0; i < ck->n; i++) {
+        if (ck->items[i].kind != IT_ZERO) {
+            cts[cn] = ts[i];
+            cnames[cn++] = names[i];
+        }
+    }
+    return cn;
+}
+
+/* The ZeRO items (CK6) in *ZI (freed by the caller), their count. */
+static td_status_t
+zero_items(const td_checkpoint_t *ck, ckzero_item_t **zi_p, int *nz_p)
+{
+    ckzero_item_t *zi = calloc((size_t)ck->n + 1, sizeof(*zi));
+    int nz = 0;
+
+    if (zi == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+    }
+    for (int i = 0; i < ck->n; i++) {
+        if (ck->items[i].kind == IT_ZERO) {
+            zi[nz].prefix = ck->items[i].name;
+            zi[nz++].zero = ck->items[i].p;
+        }
+    }
+    *zi_p = zi;
+    *nz_p = nz;
+    return TD_OK;
+}
+
+/* Write PATH (the replicated entries) with ZeRO save ID at world size W
+ * in its metadata when W > 0. */
+static td_status_t
+save_main(td_checkpoint_t *ck, const char *path, uint64_t id, int w)
+{
+    td_tensor_t **ts, **cts;
+    const char **names, **kv, **cnames;
+    char idtxt[32], wtxt[32];
+    int nkv = 1, cn;
     td_status_t status;
 
-    kv = calloc((size_t)(2 * ck->nmeta + 2), sizeof(*kv));
-    if (kv == NULL) {
+    kv = calloc((size_t)(2 * ck->nmeta + 6), sizeof(*kv));
+    cts = calloc((size_t)ck->n + 1, sizeof(*cts));
+    cnames = calloc((size_t)ck->n + 1, sizeof(*cnames));
+    if (kv == NULL || cts == NULL || cnames == NULL) {
+        free(kv);
+        free(cts);
+        free(cnames);
         return td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
     }
     kv[0] = "format";
@@ -451,13 +540,60 @@ td_checkpoint_save(td_checkpoint_t *ck, const char *path)
     for (int i = 0; i < 2 * ck->nmeta; i++) {
         kv[2 + i] = ck->meta[i];
     }
+    nkv += ck->nmeta;
+    if (w > 0) {
+        snprintf(idtxt, sizeof(idtxt), "%016" PRIx64, id);
+        snprintf(wtxt, sizeof(wtxt), "%d", w);
+        kv[2 * nkv] = CK_ZERO_ID;
+        kv[2 * nkv + 1] = idtxt;
+        kv[2 * nkv + 2] = CK_ZERO_W;
+        kv[2 * nkv + 3] = wtxt;
+        nkv += 2;
+    }
     status = scratch_make(ck, 1, &ts, &names);
     if (status == TD_OK) {
-        status = td_safetensors_save_meta(path, names, ts, ck->n, kv,
-                                          ck->nmeta + 1);
+        cn = main_entries(ck, ts, names, cts, cnames);
+        status = td_safetensors_save_meta(path, cnames, cts, cn, kv, nkv);
     }
     scratch_free(ck, ts, names);
     free(kv);
+    free(cts);
+    free(cnames);
+    return status;
+}
+
+td_status_t
+td_checkpoint_save(td_checkpoint_t *ck, const char *path)
+{
+    ckzero_item_t *zi;
+    td_group_t *g;
+    uint64_t id;
+    int nz;
+    td_status_t status;
+
+    if ((status = zero_items(ck, &zi, &nz)) != TD_OK) {
+        return status;
+    }
+    if (nz == 0) {
+        free(zi);
+        return save_main(ck, path, 0, 0);
+    }
+    /* ZC1: every shard renamed in, then PATH, then the old sets removed */
+    g = td__zero_group(zi[0].zero);
+    status = ckzero_new_id(g, &id);
+    if (status == TD_OK) {
+        status = ckzero_agree(g, ckzero_save_shard(path, id, g, zi, nz),
+                              "write its ZeRO shard file");
+        if (status == TD_OK) {
+            status = ckzero_agree(g, td_group_rank(g) == 0 ?
+                                  save_main(ck, path, id, td_group_size(g)) :
+                                  TD_OK, "write the replicated checkpoint");
+        }
+        if (status == TD_OK && td_group_rank(g) == 0) {
+            ckzero_clean(path, id);
+        }
+    }
+    free(zi);
     return status;
 }
 
@@ -580,12 +716,46 @@ td_checkpoint_allow_reshard(td_checkpoint_t *ck, int allow)
     ck->reshard = allow != 0;
 }
 
+/* PATH's ZeRO save id and world size (CK6), for a list with ZeRO item
+ * FIRST. */
+static td_status_t
+zero_meta(const char *path, const char *first, uint64_t *id, int *w)
+{
+    char idtxt[32], wtxt[32], *end;
+    long v;
+
+    if (td_safetensors_metadata(path, CK_ZERO_ID, idtxt, sizeof(idtxt)) !=
+            TD_OK ||
+        td_safetensors_metadata(path, CK_ZERO_W, wtxt, sizeof(wtxt)) != TD_OK) {
+        td_error_clear();
+        return td_error(TD_ERR_INVALID, "checkpoint: %s holds no ZeRO shards "
+                        "(saved without td_checkpoint_add_zero), but this "
+                        "run lists ZeRO optimizer '%s'", path, first);
+    }
+    *id = strtoull(idtxt, &end, 16);
+    if (strlen(idtxt) != 16 || *end != '\0') {
+        return td_error(TD_ERR_PROTOCOL, "checkpoint: %s: " CK_ZERO_ID " is "
+                        "\"%s\"", path, idtxt);
+    }
+    v = strtol(wtxt, &end, 10);
+    if (*end != '\0' || v < 1 || v > (1 << 24)) {
+        return td_error(TD_ERR_PROTOCOL, "checkpoint: %s: " CK_ZERO_W " is "
+                        "\"%s\"", path, wtxt);
+    }
+    *w = (int)v;
+    return TD_OK;
+}
+
 td_status_t
 td_checkpoint_load(td_checkpoint_t *ck, const char *path)
 {
     char fmt[64];
-    td_tensor_t **ts;
-    const char **names;
+    td_tensor_t **ts = NULL, **cts = NULL;
+    const char **names = NULL, **cnames = NULL;
+    ckzero_item_t *zi = NULL;
+    ckzero_state_t *zs = NULL;
+    uint64_t zid = 0;
+    int nz = 0, zw = 0, nread = 0;
     td_status_t status;
 
     status = td_safetensors_metadata(path, "format", fmt, sizeof(fmt));
@@ -598,9 +768,25 @@ td_checkpoint_load(td_checkpoint_t *ck, const char *path)
     if (status != TD_OK) {
         return status;      /* unreadable, truncated, malformed: named */
     }
-    status = scratch_make(ck, 0, &ts, &names);
+    if ((status = zero_items(ck, &zi, &nz)) != TD_OK) {
+        return status;
+    }
+    if (nz > 0) {
+        status = zero_meta(path, zi[0].prefix, &zid, &zw);
+    }
+    cts = calloc((size_t)ck->n + 1, sizeof(*cts));
+    cnames = calloc((size_t)ck->n + 1, sizeof(*cnames));
+    zs = calloc((size_t)nz + 1, sizeof(*zs));
+    if (status == TD_OK && (cts == NULL || cnames == NULL || zs == NULL)) {
+        status = td_error(TD_ERR_NO_MEMORY, "checkpoint: out of memory");
+    }
     if (status == TD_OK) {
-        status = td_safetensors_load(path, names, ts, ck->n);
+        status = scratch_make(ck, 0, &ts, &names);
+    }
+    if (status == TD_OK) {
+        int cn = main_entries(ck, ts, names, cts, cnames);
+
+        status = td_safetensors_load(path, cnames, cts, cn);
     }
     for (int i = 0; status == TD_OK && i < ck->n; i++) {
         if (ck->items[i].kind == IT_SAMPLER) {
@@ -614,15 +800,35 @@ td_checkpoint_load(td_checkpoint_t *ck, const char *path)
                               "negative", path, ck->items[i].name);
         }
     }
-    /* CK2: DDP's rebuild, the one copy that can fail, last */
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; status == TD_OK && i < ck->n; i++) {
-            if ((ck->items[i].kind == IT_DDP) == pass) {
-                status = item_set(&ck->items[i], ts[i]);
-            }
+    /* CK6: the shards, read and checked before anything is written */
+    for (; status == TD_OK && nread < nz; nread++) {
+        status = ckzero_read(path, zid, zw, &zi[nread], &zs[nread]);
+    }
+    /* CK2: DDP's rebuild, the one copy that can fail, last; the ZeRO
+     * shards after the parameters (zero.h Z4) */
+    for (int i = 0; status == TD_OK && i < ck->n; i++) {
+        if (ck->items[i].kind != IT_DDP && ck->items[i].kind != IT_ZERO) {
+            status = item_set(&ck->items[i], ts[i]);
         }
     }
-    scratch_free(ck, ts, names);
+    for (int k = 0; status == TD_OK && k < nz; k++) {
+        status = ckzero_apply(&zi[k], &zs[k]);
+    }
+    for (int i = 0; status == TD_OK && i < ck->n; i++) {
+        if (ck->items[i].kind == IT_DDP) {
+            status = item_set(&ck->items[i], ts[i]);
+        }
+    }
+    for (int k = 0; zs != NULL && k < nread; k++) {
+        ckzero_state_free(&zs[k]);
+    }
+    if (ts != NULL) {
+        scratch_free(ck, ts, names);
+    }
+    free(zs);
+    free(zi);
+    free(cts);
+    free(cnames);
     return status;
 }
 
@@ -641,6 +847,15 @@ td_checkpoint_broadcast(td_checkpoint_t *ck, td_group_t *group, int root)
                         ck == NULL ? "the checkpoint is NULL" :
                         group == NULL ? "the group is NULL" :
                         "this rank is not in the group");
+    }
+    for (int i = 0; i < ck->n; i++) {
+        if (ck->items[i].kind == IT_ZERO) {                   /* CK6 */
+            return td_error(TD_ERR_INVALID, "checkpoint: broadcast: '%s' is "
+                            "a ZeRO optimizer, whose shards live on their "
+                            "owners only: rebuild it over the new group and "
+                            "td_checkpoint_load the last checkpoint instead",
+                            ck->items[i].name);
+        }
     }
     if (root < 0 || root >= td_group_size(group)) {
         return td_error(TD_ERR_RANGE, "checkpoint: broadcast: root %d is "

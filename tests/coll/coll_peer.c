@@ -542,6 +542,130 @@ mode_auto_is(const char *algo)
     return 0;
 }
 
+/* Chunk boundaries of the hierarchical collectives (runtime/coll/hier.c
+ * H9, H11): all_gather, reduce_scatter, all_reduce and broadcast forced
+ * to "hier" at counts a rank just below, at and above a chunk (1 MiB),
+ * at several chunks and a bit, and below a chunk with the whole vector
+ * above (blocks are the units); every element of a vector distinct, so
+ * a chunk at a wrong offset, lost or sent twice shows. Meant for ranks
+ * on several hosts, with the transport inside hosts (TODIST_COLL_SHM=0
+ * on one host) or the segments. */
+static double
+ck_val(td_dtype_t dt, int r, int64_t e)
+{
+    return dt == TD_UINT8 ? (double)((e * 3 + r) % 251) : (double)(e + r);
+}
+
+static double
+ck_reduce(td_dtype_t dt, int op, int n, int64_t e)
+{
+    double acc = op == TD_REDUCE_MAX ? ck_val(dt, n - 1, e) : 0;
+
+    for (int r = 0; op != TD_REDUCE_MAX && r < n; r++) {
+        acc += ck_val(dt, r, e);
+    }
+    if (dt == TD_UINT8) {
+        return (double)((int64_t)acc & 0xff);
+    }
+    if (op == TD_REDUCE_AVG) {
+        return dt == TD_FLOAT32 ? (double)((float)acc / (float)n) : acc / n;
+    }
+    return acc;
+}
+
+static int
+mode_chunks(void)
+{
+    static const struct { td_dtype_t dt; int64_t count; } cases[] = {
+        { TD_FLOAT32, 262143 }, { TD_FLOAT32, 262144 },
+        { TD_FLOAT32, 262145 }, { TD_FLOAT32, 3 * 262144 + 5 },
+        { TD_FLOAT32, 100003 }, { TD_FLOAT64, 2 * 131072 + 1 },
+        { TD_UINT8, 1048577 },
+    };
+    static const int ops[] = { TD_REDUCE_SUM, TD_REDUCE_AVG, TD_REDUCE_MAX };
+    td_group_t *g = td_group_world();
+    int n = size, bad_calls = 0, calls = 0;
+
+    if (td_coll_set_algo("all_reduce:hier,broadcast:hier,all_gather:hier,"
+                         "reduce_scatter:hier") != TD_OK) {
+        check(0, "chunks_set_algo", "%s", td_last_error());
+        return 1;
+    }
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        td_dtype_t dt = cases[k].dt;
+        int64_t c = cases[k].count, bad;
+        td_tensor_t *in = make(c, dt), *all = make(c * n, dt);
+        td_status_t st;
+
+        /* all_gather: rank j's block holds ck_val(j, j x c + i) */
+        for (int64_t i = 0; i < c; i++) {
+            set(in, i, ck_val(dt, rank, rank * c + i));
+        }
+        st = td_all_gather(g, all, in);
+        FIRST_BAD(all, c * n, ck_val(dt, (int)(i / c), i), &bad);
+        calls++;
+        if (st != TD_OK || bad >= 0) {
+            bad_calls++;
+            fprintf(stderr, "rank %d: chunks: all_gather %s x %" PRId64
+                    ": %s [%" PRId64 "]\n", rank, td_dtype_name(dt), c,
+                    st != TD_OK ? td_last_error() : "wrong", bad);
+        }
+        /* reduce_scatter and all_reduce: element e of rank r is
+         * ck_val(r, e); SUM for every dtype, AVG and MAX for float32 */
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+            int op = ops[o];
+
+            if (op != TD_REDUCE_SUM && dt != TD_FLOAT32) {
+                continue;
+            }
+            for (int64_t e = 0; e < c * n; e++) {
+                set(all, e, ck_val(dt, rank, e));
+            }
+            st = td_reduce_scatter(g, in, all, (td_reduce_op_t)op);
+            FIRST_BAD(in, c, ck_reduce(dt, op, n, rank * c + i), &bad);
+            calls++;
+            if (st != TD_OK || bad >= 0) {
+                bad_calls++;
+                fprintf(stderr, "rank %d: chunks: reduce_scatter %s %s x %"
+                        PRId64 ": %s [%" PRId64 "]\n", rank,
+                        td_reduce_op_name((td_reduce_op_t)op),
+                        td_dtype_name(dt), c,
+                        st != TD_OK ? td_last_error() : "wrong", bad);
+            }
+            st = td_all_reduce(g, all, (td_reduce_op_t)op);
+            FIRST_BAD(all, c * n, ck_reduce(dt, op, n, i), &bad);
+            calls++;
+            if (st != TD_OK || bad >= 0) {
+                bad_calls++;
+                fprintf(stderr, "rank %d: chunks: all_reduce %s %s x %"
+                        PRId64 ": %s [%" PRId64 "]\n", rank,
+                        td_reduce_op_name((td_reduce_op_t)op),
+                        td_dtype_name(dt), c * n,
+                        st != TD_OK ? td_last_error() : "wrong", bad);
+            }
+        }
+        /* broadcast from the last rank */
+        for (int64_t e = 0; e < c * n; e++) {
+            set(all, e, rank == n - 1 ? ck_val(dt, n - 1, e) : 0);
+        }
+        st = td_broadcast(g, all, n - 1);
+        FIRST_BAD(all, c * n, ck_val(dt, n - 1, i), &bad);
+        calls++;
+        if (st != TD_OK || bad >= 0) {
+            bad_calls++;
+            fprintf(stderr, "rank %d: chunks: broadcast %s x %" PRId64
+                    ": %s [%" PRId64 "]\n", rank, td_dtype_name(dt), c * n,
+                    st != TD_OK ? td_last_error() : "wrong", bad);
+        }
+        td_tensor_release(in);
+        td_tensor_release(all);
+    }
+    td_coll_set_algo(NULL);
+    check(bad_calls == 0, "chunks", "%d of %d calls failed (details on "
+          "stderr)", bad_calls, calls);
+    return 0;
+}
+
 /* ITERS all_reduces (sum) of 1,048,579 float32 (4 MiB a rank) with the
  * algorithm TODIST_COLL_ALGO forces, each checked exactly: the test
  * compares the bytes each algorithm moves across hosts. */
@@ -1688,6 +1812,8 @@ main(int argc, char **argv)
         rc = mode_hier();
     } else if (strcmp(mode, "auto_is") == 0) {
         rc = mode_auto_is(argc > 2 ? argv[2] : "hier");
+    } else if (strcmp(mode, "chunks") == 0) {
+        rc = mode_chunks();
     } else if (strcmp(mode, "allreduce_big") == 0) {
         rc = mode_allreduce_big(argc > 2 ? atoi(argv[2]) : 8);
     } else if (strcmp(mode, "p2p") == 0) {

@@ -23,3 +23,14 @@ tests_elastic_test_quorum_LDADD = $(TD_TEST_LDADD)
 tests_elastic_inplace_worker_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/elastic/test_quorum tests/elastic/test_inplace.sh
 EXTRA_DIST += tests/elastic/test_inplace.sh
+# ZeRO shards in checkpoints (td_checkpoint_add_zero): same world bit for
+# bit, re-cut at other world sizes, a missing shard, a shard of another save.
+check_PROGRAMS += tests/elastic/zero_ck_peer
+tests_elastic_zero_ck_peer_LDADD = $(TD_LDADD) -lm
+TESTS += tests/elastic/test_zero_ckpt.sh
+EXTRA_DIST += tests/elastic/test_zero_ckpt.sh
+# subgroups shrink and grow with the world (EL10): tests/elastic/subgroup_worker
+check_PROGRAMS += tests/elastic/subgroup_worker
+tests_elastic_subgroup_worker_LDADD = $(TD_LDADD)
+TESTS += tests/elastic/test_subgroups.sh
+EXTRA_DIST += tests/elastic/test_subgroups.sh

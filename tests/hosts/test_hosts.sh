@@ -14,7 +14,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 121
+plan 129
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -155,6 +155,30 @@ PASS_MIN=10 TODIST_LOG=debug job "2x2 hierarchical matrix, no segment on host 2"
     2,2 "$TD_TMP/shm_off2.sh" hier
 _n=$(printf '%s\n' "$OUT" | grep -c "group 0: hierarchical calls moved 0 bytes through this host's segment and [1-9][0-9]* bytes")
 is "$_n" 4 "2x2, no segment on host 2: all 4 ranks went through the transport inside their host"
+# Chunks at their boundaries (coll_peer chunks: counts a rank below, at
+# and above a chunk, several chunks and a bit, and blocks below a chunk;
+# every element distinct): through the transport inside hosts (hier.c
+# H11) at 2x2 and 2+1+1 (no segment on the host of two), and through the
+# segments (H9).
+cat > "$TD_TMP/shm_off1.sh" <<EOS
+#!/bin/sh
+[ "\$TODIST_NODE_RANK" = 0 ] && export TODIST_COLL_SHM=0
+exec "$B/coll/coll_peer" "\$@"
+EOS
+chmod +x "$TD_TMP/shm_off1.sh"
+# tp LAYOUT DESC: every rank logged that it went through the transport
+# inside its host (H8's counts: 0 bytes through a segment)
+tp() {
+    is "$(printf '%s\n' "$OUT" | grep -c "group 0: hierarchical calls moved 0 bytes through this host's segment")" \
+       "$(($(echo "$1" | tr , '+')))" "$2: every rank went through the transport inside its host"
+}
+PASS_MIN=4 TODIST_LOG=debug job "2x2 chunks, no segment on host 2" 2,2 \
+    "$TD_TMP/shm_off2.sh" chunks
+tp 2,2 "2x2 chunks, no segment on host 2"
+PASS_MIN=4 TODIST_LOG=debug job "2+1+1 chunks, no segment on host 1" 2,1,1 \
+    "$TD_TMP/shm_off1.sh" chunks
+tp 2,1,1 "2+1+1 chunks, no segment on host 1"
+PASS_MIN=4 job "2x2 chunks through the segments" 2,2 "$B/coll/coll_peer" chunks
 # moved ALGO: bytes host 2 sent and received in 8 all_reduces of 4 MiB
 moved() {
     set -- "$1" $(hosts_bytes 2)

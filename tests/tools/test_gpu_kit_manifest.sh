@@ -21,8 +21,8 @@ kit_libs() {
 # configure's libraries the kit does not account for
 missing() { configure_libs "$1" | comm -23 - "$2"; }
 
-known=$(mktemp); fake=$(mktemp)
-trap 'rm -f "$known" "$fake"' EXIT
+# in lib.sh's $TD_TMP: a trap of our own would replace lib.sh's cleanup
+known=$TD_TMP/known; fake=$TD_TMP/fake
 kit_libs > "$known"
 
 libs=$(configure_libs "$top_srcdir/configure.ac" | tr '\n' ' ')
