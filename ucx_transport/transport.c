@@ -121,7 +121,13 @@
  *     once; one refused is acked without taking its ring position, so a
  *     process outside the job that wrote into the inbox (it would need
  *     the receiver's ptrace rights) neither runs anything nor stalls the
- *     ring. */
+ *     ring.
+ *  X7 While mailboxes are active and UCX had no event for UCX_IDLE_ROUNDS
+ *     rounds of progress, UCX is polled every UCX_EVERY-th round only,
+ *     and at once in the round after a mailbox message waited for an
+ *     active message (X3); any UCX event brings back a poll every round.
+ *     So a UCX message waits at most UCX_EVERY - 1 rounds more, and X3's
+ *     order is untouched (it never depended on when UCX is polled). */
 #include "config.h"
 
 #include <errno.h>
@@ -320,6 +326,9 @@ struct td_transport {
     int                   watch_pending;  /* some peer.watch is set */
     int                   revive_pending; /* some peer.revive is set */
     int                   in_poll;        /* progress thread asleep on efd */
+    /* X7, token holder only */
+    unsigned              ucx_idle;       /* rounds since UCX had an event */
+    int                   ucx_due;        /* poll UCX next round */
     int64_t               drive_left_ns;  /* when a driver last left (0: none
                                            * or it gave up) */
     int                   scarce;         /* fewer than 2 cores a local rank */
@@ -1681,6 +1690,7 @@ mbox_drain(td_transport_t *tp, int src)
         int k = (int)(s->pos % TD__MBOX_SLOTS);
 
         if ((int32_t)(after - tp->peers[src].rx_count) > 0) {
+            tp->ucx_due = 1;    /* X7: UCX brings it */
             break;              /* X3: an earlier active message is due */
         }
         if (len > TD__MBOX_DATA || hlen > len) {
@@ -1970,10 +1980,22 @@ revive_peers(td_transport_t *tp)
 
 /* One round by the token holder: progress, report completions, start
  * what was posted. Returns the number of events. */
+#define UCX_IDLE_ROUNDS 64      /* X7: then UCX every UCX_EVERY-th round */
+#define UCX_EVERY       4
+
 static unsigned
 progress_once(td_transport_t *tp)
 {
-    unsigned n = ucp_worker_progress(tp->worker);
+    unsigned n = 0;
+
+    /* X7: while the mailboxes carry the traffic, UCX's poll (a third of
+     * an idle round) is made every UCX_EVERY-th round */
+    if (tp->ucx_due || tp->ucx_idle < UCX_IDLE_ROUNDS ||
+        tp->ucx_idle % UCX_EVERY == 0 || !td__mbox_active(&tp->mb)) {
+        tp->ucx_due = 0;
+        n = ucp_worker_progress(tp->worker);
+    }
+    tp->ucx_idle = n > 0 ? 0 : tp->ucx_idle + 1;
 
     if (__atomic_load_n(&tp->watch_pending, __ATOMIC_RELAXED)) {
         connect_watched(tp);
@@ -2031,6 +2053,7 @@ leave_armed(td_transport_t *tp)
             }
             return;
         }
+        tp->ucx_due = 1;            /* X7: the events arm saw, now */
         progress_once(tp);
     }
     ucp_worker_signal(tp->worker);
@@ -2211,6 +2234,9 @@ progress_main(void *arg)
             ucp_worker_arm(tp->worker) == UCS_ERR_BUSY ||
             __atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) ||
             STOPPED(tp)) {
+            if (idle >= 20e-6) {
+                tp->ucx_due = 1;    /* X7: arm may have seen events */
+            }
             token_drop(tp);
             if (idle > POLL_YIELD_AFTER_S) {
                 sched_yield();
@@ -2895,6 +2921,7 @@ driver_sleep(td_transport_t *tp, int (*done)(void *arg), void *arg)
     int cookie;
 
     if (ucp_worker_arm(tp->worker) != UCS_OK) {
+        tp->ucx_due = 1;                /* X7 */
         return;                         /* events pending: go on polling */
     }
     __atomic_store_n(&tp->sleeping, 1, __ATOMIC_SEQ_CST);
