@@ -127,7 +127,14 @@
  *     and at once in the round after a mailbox message waited for an
  *     active message (X3); any UCX event brings back a poll every round.
  *     So a UCX message waits at most UCX_EVERY - 1 rounds more, and X3's
- *     order is untouched (it never depended on when UCX is polled). */
+ *     order is untouched (it never depended on when UCX is polled).
+ *  X8 A message of a mailbox handler id (X1) posted by the token holder
+ *     outside UCX's callbacks (in_ucx: a handler run from our mailbox, a
+ *     completion's callback) is started at once, after everything the
+ *     holder's queues hold (order per sender, as a direct sender's): an
+ *     inline handler's reply reaches the caller's mailbox before the
+ *     handler's own clean-up runs. Inside UCX's callbacks it waits for
+ *     the end of the progress call, as every holder's send does. */
 #include "config.h"
 
 #include <errno.h>
@@ -326,9 +333,10 @@ struct td_transport {
     int                   watch_pending;  /* some peer.watch is set */
     int                   revive_pending; /* some peer.revive is set */
     int                   in_poll;        /* progress thread asleep on efd */
-    /* X7, token holder only */
+    /* X7, X8, token holder only */
     unsigned              ucx_idle;       /* rounds since UCX had an event */
     int                   ucx_due;        /* poll UCX next round */
+    int                   in_ucx;         /* inside ucp_worker_progress */
     int64_t               drive_left_ns;  /* when a driver last left (0: none
                                            * or it gave up) */
     int                   scarce;         /* fewer than 2 cores a local rank */
@@ -1774,6 +1782,19 @@ drain_queue(td_transport_t *tp)
 /* Progress until every request in REQS[0..N) is done and no open endpoint
  * has a send in flight, or DEADLINE passes; done requests are freed and
  * set to NULL, ST[i] gets their status. */
+/* UCX's progress (token holder): its callbacks run inside, which X8's
+ * direct sends must know. */
+static unsigned
+ucx_progress(td_transport_t *tp)
+{
+    unsigned n;
+
+    tp->in_ucx++;
+    n = ucp_worker_progress(tp->worker);
+    tp->in_ucx--;
+    return n;
+}
+
 static void
 wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
               double deadline)
@@ -1781,7 +1802,7 @@ wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
     int pending = 1;
 
     while (pending > 0) {
-        ucp_worker_progress(tp->worker);
+        ucx_progress(tp);
         report_completions(tp);
         pending = 0;
         for (int i = 0; i < n; i++) {
@@ -1821,7 +1842,7 @@ drain_sends(td_transport_t *tp)
     int left;
 
     do {
-        ucp_worker_progress(tp->worker);
+        ucx_progress(tp);
         report_completions(tp);
         left = 0;
         for (int i = 0; i < tp->params.world_size; i++) {
@@ -1993,7 +2014,7 @@ progress_once(td_transport_t *tp)
     if (tp->ucx_due || tp->ucx_idle < UCX_IDLE_ROUNDS ||
         tp->ucx_idle % UCX_EVERY == 0 || !td__mbox_active(&tp->mb)) {
         tp->ucx_due = 0;
-        n = ucp_worker_progress(tp->worker);
+        n = ucx_progress(tp);
     }
     tp->ucx_idle = n > 0 ? 0 : tp->ucx_idle + 1;
 
@@ -2852,6 +2873,13 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
     }
     if (tl_holder == tp) {
         BUMP(tp->posted_local);
+        if (!tp->in_ucx && tp->mbox_on[id]) {
+            /* X8: a handler run from our mailbox (an inline call's
+             * reply, say): sent now, after what the holder queued. */
+            drain_queue(tp);
+            op_start(tp, op);
+            return TD_OK;
+        }
         /* From a callback or a handler run by the holder: started right
          * after the current progress call (never inside a UCX callback: a
          * new endpoint may need a store lookup), without a lock. */
