@@ -56,10 +56,6 @@
  *     rx_handler like any other, in its place among the sender's
  *     messages (X3), so R7, R8 and R11 hold across both paths; timeouts
  *     and peer failure act on the pending table, whatever the path.
- * R13 A call's deadline is never earlier than TIMEOUT after the call
- *     started (td_now_s); it may be up to one coarse clock tick later
- *     (deadline_after), and the timer fails it within RPC_TIMER_TICK_S
- *     after that.
  */
 #include "config.h"
 
@@ -182,34 +178,6 @@ static struct {
 };
 
 static double rpc_spin_us = -1;    /* env TODIST_RPC_SPIN_US */
-
-/* R13: a call's deadline from CLOCK_MONOTONIC_COARSE (the same clock read
- * at the last tick: a few ns instead of the full clock's ~25 on the call's
- * path) plus its resolution, so it never falls before td_now_s() +
- * TIMEOUT; it may fall a tick (a few ms) later, under the timer's own
- * RPC_TIMER_TICK_S. */
-static double coarse_res = 0.01;
-
-static double
-deadline_after(double timeout)
-{
-    struct timespec ts;
-
-    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) {
-        return td_now_s() + timeout;
-    }
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9 + coarse_res + timeout;
-}
-
-static void
-coarse_res_read(void)
-{
-    struct timespec ts;
-
-    if (clock_getres(CLOCK_MONOTONIC_COARSE, &ts) == 0) {
-        coarse_res = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-    }
-}
 
 static const char *
 worker_name(int rank, char *buf, size_t len)
@@ -912,7 +880,7 @@ td__rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
         pc->id = meta.message_id;
         pc->dst = dst;
         copy_name(pc->name, sizeof(pc->name), name != NULL ? name : "?");
-        pc->deadline = timeout > 0 ? deadline_after(timeout) : 0;
+        pc->deadline = timeout > 0 ? td_now_s() + timeout : 0;
         pc->fut = td_future_retain(fut);
         pending_insert(pc);       /* R5: before sending */
     }
@@ -1712,7 +1680,6 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     const char *s;
 
     (void)arg;
-    coarse_res_read();                  /* R13 */
     if (n == 0) {
         s = getenv("TODIST_RPC_THREADS");
         n = (s != NULL && atoi(s) > 0) ? atoi(s) : 4;
