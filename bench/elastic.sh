@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/elastic.sh BUILD [REPS] [all|inplace|heal|restart]
+# bench/elastic.sh BUILD [REPS] [all|inplace|heal|restart] [HEAL_RANKS]
 #
 # inplace (in-place recovery, todist/elastic.h): examples/fashion_mnist_ddp
 # on 4 ranks under todist-run --no-kill, --in-place --die-at 2:12 (rank 2
@@ -29,7 +29,7 @@
 # Needs torch in /usr/bin/python3 (Debian's python3-torch): both launchers
 # run the same torch program, so without it nothing is measured.
 set -u
-B=${1:?usage: bench/elastic.sh BUILD [REPS] [all|inplace|heal|restart]}
+B=${1:?usage: bench/elastic.sh BUILD [REPS] [all|inplace|heal|restart] [HEAL_RANKS]}
 REPS=${2:-5}
 MODE=${3:-all}
 S=$(cd "$(dirname "$0")" && pwd)
@@ -86,7 +86,8 @@ ms() { # LABEL -> "median (min-max, n runs)" in ms
         printf "%.1f ms (%.1f-%.1f, %d runs)", a[int((NR + 1) / 2)], a[1], a[NR], NR }'
 }
 # ---- the heal (a joiner's, or a survivor's behind) against send/recv ----
-# bench/heal on 2 ranks, 64 MiB in 16, 4 and 1 tensors: the heal's chain
+# bench/heal on HEAL_RANKS ranks (default 2: a source and one joiner; 3-4:
+# the chain pipelines pieces), 64 MiB in 16, 4 and 1 tensors: the heal's chain
 # (td_checkpoint_broadcast), the same tensors one td_broadcast each (the
 # heal before the chain), and one td_send/td_recv of 64 MiB, in one run
 # each (REPS repetitions inside, median).
@@ -97,7 +98,7 @@ if [ "$MODE" = all ] || [ "$MODE" = heal ]; then
     else
         echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
         for parts in 16 4 1; do
-            timeout -k 5 120 "$RUN" -n 2 "$HEAL" 64 "$REPS" "$parts" 2>&1 |
+            timeout -k 5 120 "$RUN" -n "${4:-2}" "$HEAL" 64 "$REPS" "$parts" 2>&1 |
                 grep -v '^todist-run: warning'
         done
     fi

@@ -1,14 +1,15 @@
 /* bench/heal: the in-place recovery's heal (td_checkpoint_broadcast,
  * todist/elastic.h) against the transport's bandwidth, in one run:
- *   todist-run -n 2 build/bench/heal [MIB] [REPS] [PARTS]
+ *   todist-run -n N build/bench/heal [MIB] [REPS] [PARTS]     (N >= 2)
  * A state of MIB MiB (default 64) in PARTS float32 tensors (default 16:
  * 4 MiB each), listed in a checkpoint object, is broadcast from rank 0 to
- * rank 1 (what a joiner, or a survivor behind, receives from the source:
- * runtime/elastic/heal.h's chain); then the same tensors with one
+ * ranks 1..N-1 (what joiners, or survivors behind, receive from the
+ * source: runtime/elastic/heal.h's chain 0 -> 1 -> ... -> N-1, pieces
+ * pipelined beyond two members); then the same tensors with one
  * td_broadcast each (what the heal did before the chain); the baseline is
- * one td_send / td_recv of a single MIB MiB tensor between the same two
- * ranks (the transport's point-to-point, the fastest way to move those
- * bytes), written on the sender like the state (an untouched one is read
+ * one td_send / td_recv of a single MIB MiB tensor from rank 0 to rank 1
+ * (the transport's point-to-point, the fastest way to move those bytes to
+ * one rank; the others wait), written on the sender like the state (an untouched one is read
  * from the kernel's zero page). Rank 0 prints the three as GB/s (median
  * of REPS) and the ratios. */
 #include "config.h"
@@ -47,8 +48,9 @@ main(int argc, char **argv)
     part = mib * 1024 * 1024 / 4 / parts;
     whole = part * parts;
     if (mib < 1 || reps < 1 || td_init(NULL) != TD_OK ||
-        td_world()->world_size != 2) {
-        fprintf(stderr, "usage: todist-run -n 2 heal [MIB] [REPS]\n");
+        td_world()->world_size < 2) {
+        fprintf(stderr, "usage: todist-run -n N heal [MIB] [REPS] [PARTS] "
+                "(N >= 2)\n");
         return 2;
     }
     rank = td_world()->rank;
@@ -101,7 +103,8 @@ main(int argc, char **argv)
         }
         td_group_barrier(td_group_world());
         t0 = bench_now_s();
-        if ((rank == 0 ? td_send(td_group_world(), flat, 1, 3)
+        if (rank <= 1 &&
+            (rank == 0 ? td_send(td_group_world(), flat, 1, 3)
                        : td_recv(td_group_world(), flat, 0, 3, NULL)) != TD_OK) {
             return fail("send/recv");
         }
@@ -110,9 +113,9 @@ main(int argc, char **argv)
             t_p2p[r] = bench_now_s() - t0;
         }
     }
-    if (rank == 1 && ((float *)td_tensor_data(state[parts - 1]))[part - 1] !=
+    if (rank >= 1 && ((float *)td_tensor_data(state[parts - 1]))[part - 1] !=
                          (float)(part - 1)) {
-        fprintf(stderr, "heal: rank 1 holds a wrong state\n");
+        fprintf(stderr, "heal: rank %d holds a wrong state\n", rank);
         return 1;
     }
     if (rank == 0) {
@@ -120,8 +123,9 @@ main(int argc, char **argv)
         double h = bench_median(t_heal, reps), p = bench_median(t_p2p, reps);
 
         qsort(t_heal, (size_t)reps, sizeof(double), bench_cmp_double);
-        printf("heal %ld MiB (%d tensors, td_checkpoint_broadcast): %.2f GB/s "
-               "(%.1f ms median, %.1f-%.1f)\n", mib, parts, bytes / h / 1e9,
+        printf("heal %ld MiB (%d tensors, td_checkpoint_broadcast to %d "
+               "ranks): %.2f GB/s (%.1f ms median, %.1f-%.1f)\n", mib, parts,
+               td_world()->world_size - 1, bytes / h / 1e9,
                h * 1e3, t_heal[0] * 1e3, t_heal[reps - 1] * 1e3);
         double b = bench_median(t_bcast, reps);
 

@@ -21,7 +21,10 @@
 # 512 the first stage, with the 784-wide input layer, does 13% more and
 # bounds 2 stages at 1.52x one rank whatever the schedule),
 # BATCH (64), REPS (3), ACC (0: 1 adds the one-epoch accuracy runs),
-# RPC (1: 0 leaves out the RPC form), TORCH (1: 0 leaves out torch), e.g.
+# RPC (1: 0 leaves out the RPC form), TORCH (1: 0 leaves out torch),
+# TRACE (1: each schedule's last run is traced, --trace, and
+# bench/pipeline_trace.py splits every stage's bubble into waiting for a
+# message not yet sent, waiting for one in flight, and the rest; 0: not), e.g.
 # to fit a before/after pair into one quiet invocation. Figures go to
 # bench/RESULTS.md.
 B=${1:-build}
@@ -32,12 +35,13 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 ST=${STAGES:-2} MI=${MICRO:-8} STEPS=${STEPS:-60} REPS=${REPS:-3}
 MODEL="--layers ${LAYERS:-8} --hidden ${HIDDEN:-784} --batch-size ${BATCH:-64}"
 EX="$B/examples/pipeline_mlp"
-out=$(mktemp); trap 'rm -f "$out"' EXIT
+out=$(mktemp); tdir=$(mktemp -d); trap 'rm -rf "$out" "$tdir"' EXIT
 
 # run NAME RANKS ARGS...: one line per rank's stats and the throughput
 run() {
     name=$1 n=$2; shift 2
-    todist-run -n "$n" "$EX" $MODEL --max-steps "$STEPS" --warmup 3 "$@" \
+    tr=; [ "${TRACE:-1}" = 0 ] || tr="--trace $tdir/$name"
+    todist-run -n "$n" "$EX" $MODEL --max-steps "$STEPS" --warmup 3 $tr "$@" \
         2>&1 | awk -v n="$name" '/^epoch=/ { sub(/.*samples_per_s=/, ""); print n, "sps", $1 }
                                  /^stats / { print n, $0 }' >> "$out"
 }
@@ -77,9 +81,25 @@ for sc in gpipe 1f1b zb hybrid-1f1b; do
     # the schedule replayed at both stages' own op times, messages free:
     # the measured bubble beyond it is latency and jitter, the replay
     # beyond the theory the stages' imbalance
+    # and the target's comparison: each stage's median measured bubble
+    # over the replay (within 10%: <= 1.10)
     [ -x "$B/bench/pipeline_replay" ] && case "$trip" in *,,*) ;; *)
-        printf '  '; "$B/bench/pipeline_replay" "${sc#hybrid-}" "$MI" $trip ;; esac
+        rp=$("$B/bench/pipeline_replay" "${sc#hybrid-}" "$MI" $trip)
+        echo "  $rp"
+        printf '  measured / replay:'
+        for s in $(seq 0 $((ST - 1))); do
+            printf ' stage %s %s' "$s" "$(f2() { awk -v s="$sc" -v st="stage=$s" '$1 == s && $3 == st && $4 == "replica=0" {
+                 for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "bubble") print kv[2] } }' "$out"; }
+                 f2 | med | awk -v r="$(printf '%s\n' "$rp" | sed -n "s/.*stage $s \([0-9.]*\).*/\1/p")" '{ if (r > 0) printf "%.2f", $1 / r; else printf "-" }')"
+        done
+        echo ;; esac
 done
+# the last run of each schedule, traced: where each stage's idle went
+if [ "${TRACE:-1}" != 0 ] && /usr/bin/python3 -c '' 2>/dev/null; then
+    for sc in gpipe 1f1b zb; do
+        /usr/bin/python3 "$S/pipeline_trace.py" "$tdir/$sc" | sed "s|$tdir/||"
+    done
+fi
 rps=$(awk '$1 == "rpc" { print $3 }' "$out")
 [ -z "$rps" ] || echo "todist rpc form (2 shards, 3 ranks): samples_per_s $(printf '%s\n' "$rps" | minmax) vs one rank x$(awk -v a="$(printf '%s\n' "$rps" | med)" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
 # the split backward's own cost, in one process (minima)

@@ -62,6 +62,12 @@ extern void openblas_set_num_threads(int num_threads) __attribute__((weak));
 
 static int rank, world;           /* in GRP: they change at a shrink */
 static td_group_t *grp;           /* the world's, or the elastic epoch's */
+/* --loss-log and --metrics: written by GRP's rank 0, which is another
+ * process once world rank 0 was lost (--in-place under todist-run
+ * --no-kill): each opens them when it becomes rank 0 (rank0_files),
+ * appending, and every line is flushed, so the file goes on in order. */
+static const char *loss_path, *metrics_path;
+static FILE *lf, *mf;
 
 static double
 now(void)
@@ -301,6 +307,23 @@ wall(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Open the files rank 0 writes, if this rank is rank 0 now and has not. */
+static int
+rank0_files(void)
+{
+    if (rank == 0 && loss_path != NULL && lf == NULL &&
+        (lf = fopen(loss_path, "a")) == NULL) {
+        perror(loss_path);
+        return 1;
+    }
+    if (rank == 0 && metrics_path != NULL && mf == NULL &&
+        (mf = fopen(metrics_path, "a")) == NULL) {
+        perror(metrics_path);
+        return 1;
+    }
+    return 0;
+}
+
 /* --in-place: a step failed (a member died): agree on the survivors
  * (td_elastic_recover), heal those behind from the most advanced one
  * (td_checkpoint_broadcast), re-shard the sampler's position and move
@@ -309,7 +332,7 @@ wall(void)
 static int
 recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
                  td_optim_t *opt, td_distributed_sampler_t *s,
-                 int64_t *position, double *t_fail, FILE *mf)
+                 int64_t *position, double *t_fail)
 {
     int old_world = world;
     td_status_t st;
@@ -348,6 +371,9 @@ recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
             || td_ddp_set_group(ddp, grp) != TD_OK) {
             return die("in-place recovery");
         }
+        if (rank0_files() != 0) {
+            return 1;
+        }
         if (rank == 0) {
             printf("in-place: epoch %lld at step %lld: world %d -> %d (lost "
                    "%d rank%s, first %d); failure seen at %.6f; agreement "
@@ -381,7 +407,7 @@ recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
 static int
 grow_in_place(td_elastic_t *el, const td_elastic_change_t *ch,
               td_checkpoint_t *ck, td_ddp_t *ddp, td_distributed_sampler_t *s,
-              int64_t *position, FILE *mf)
+              int64_t *position)
 {
     int old_world = ch->old_size;
     double t_heal = now(), heal_s;
@@ -401,6 +427,9 @@ grow_in_place(td_elastic_t *el, const td_elastic_change_t *ch,
     if (td_distributed_sampler_reshard(s, world, rank, position) != TD_OK ||
         td_ddp_set_group(ddp, grp) != TD_OK) {
         return die("in-place growth");
+    }
+    if (rank0_files() != 0) {
+        return 1;
     }
     if (rank == 0) {
         printf("in-place: epoch %lld at step %lld: world %d -> %d (joined "
@@ -479,7 +508,6 @@ main(int argc, char **argv)
     td_optim_t *opt;
     td_distributed_sampler_t sampler;
     int64_t *indices;
-    FILE *mf = NULL;
     td_status_t status;
 
     own_opts_t oo = {-1, 0, NULL, 0, 0, -1, 0, -1, 0};
@@ -488,7 +516,6 @@ main(int argc, char **argv)
     int t_resumed = 0;               /* resumed: time the first step */
     int joining = 0;                 /* a replacement (--in-place) */
     td_checkpoint_t *ck = NULL;
-    FILE *lf = NULL;
     int64_t position = 0, step = 0;   /* step: this rank's since the start */
     double loss_sum = 0;
 
@@ -497,6 +524,8 @@ main(int argc, char **argv)
     if (rc >= 0) {
         return rc;
     }
+    loss_path = oo.loss_log;
+    metrics_path = metrics;
     rc = fmnist_parse_options("fashion_mnist_ddp", argc, argv, usage, &o);
     if (rc >= 0) {
         return rc;
@@ -606,22 +635,16 @@ main(int argc, char **argv)
         if (td_elastic_join(NULL, &el, &ch) != TD_OK) {
             return die("in-place: join");
         }
-        if (grow_in_place(el, &ch, ck, ddp, &sampler, &position, NULL) != 0) {
+        if (grow_in_place(el, &ch, ck, ddp, &sampler, &position) != 0) {
             return 1;
         }
         first_epoch = (int)sampler.epoch;
     }
-    if (rank == 0 && oo.loss_log != NULL &&
-        (lf = fopen(oo.loss_log, "a")) == NULL) {
-        perror(oo.loss_log);
+    if (rank0_files() != 0) {      /* a replacement has joined by now */
         return 1;
     }
     indices = malloc((size_t)sampler.num_samples * sizeof(*indices) + 1);
-    if (rank == 0 && metrics != NULL && (mf = fopen(metrics, "a")) == NULL) {
-        perror(metrics);
-        return 1;
-    }
-    if (mf != NULL) {
+    if (mf != NULL && !joining) {
         fprintf(mf, "{\"workers\": %d, \"batch_per_worker\": %d, "
                 "\"cores\": %ld}\n", world, (int)o.batch,
                 sysconf(_SC_NPROCESSORS_ONLN));
@@ -712,7 +735,7 @@ main(int argc, char **argv)
                 /* the step is dropped: shrink, heal, re-shard, go on */
                 loss_sum -= lv;
                 if (recover_in_place(el, ck, ddp, opt, &sampler, &position,
-                                     &t_fail, mf) != 0) {
+                                     &t_fail) != 0) {
                     return 1;
                 }
                 free(indices);
@@ -745,7 +768,7 @@ main(int argc, char **argv)
                 t_fail = 0;
             }
             position += y_n_;
-            if (lf != NULL) {
+            if (lf != NULL && rank == 0) {
                 fprintf(lf, "%lld %a\n", (long long)step, lv);
                 fflush(lf);
             }
@@ -755,7 +778,8 @@ main(int argc, char **argv)
                        (long long)step, mean, sps);
                 fflush(stdout);
             }
-            if (window_due(&metw, step, world, t, &mean, &sps) && mf != NULL) {
+            if (window_due(&metw, step, world, t, &mean, &sps) &&
+                mf != NULL && rank == 0) {
                 fprintf(mf, "{\"epoch\": %d, \"step\": %lld, \"time\": %.3f, "
                         "\"loss\": %.6f, \"samples_per_s\": %.0f}\n", ep,
                         (long long)step, t - t_start, mean, sps);
@@ -776,8 +800,8 @@ main(int argc, char **argv)
                 }
                 if (grew) {
                     /* the epoch goes on at the new size */
-                    if (grow_in_place(el, &ch, ck, ddp, &sampler, &position,
-                                      mf) != 0) {
+                    if (grow_in_place(el, &ch, ck, ddp, &sampler,
+                                      &position) != 0) {
                         return 1;
                     }
                     free(indices);
@@ -810,7 +834,7 @@ main(int argc, char **argv)
             printf("epoch=%d train_loss=%.4f test_accuracy=%.4f seconds=%.2f\n",
                    ep, nb > 0 ? loss_sum / (double)nb : 0.0, acc, secs);
             fflush(stdout);
-            if (mf != NULL) {
+            if (mf != NULL) {      /* rank 0's own, open */
                 fprintf(mf, "{\"epoch\": %d, \"train_loss\": %.6f, "
                         "\"test_accuracy\": %.6f, \"samples_per_s\": %.0f, "
                         "\"time\": %.3f, \"seconds\": %.3f}\n", ep,

@@ -6,6 +6,7 @@
  *       [--layers 8] [--hidden 256] [--batch-size 64] [--lr 0.05]
  *       [--epochs 1] [--max-steps N] [--warmup 2] [--threads 1]
  *       [--seed 1] [--data DIR] [--balance even|auto|N,N,...]
+ *       [--trace FILE]
  * Training prints, from the last stage of replica 0, one line per epoch:
  *   epoch=1 train_loss=0.61 test_accuracy=0.83 seconds=12.3 steps=937
  *   samples_per_s=4870
@@ -24,7 +25,12 @@
  * without an input gradient, the last with the loss), broadcasts the
  * costs, and td_pipe_partition splits them; N,N,...: S layer counts.
  * Rank 0 prints "balance=auto layers=4,5 stage_ms=.. cost_ms=.." (the
- * measured costs, per stage and per layer) or "balance=even layers=..". */
+ * measured costs, per stage and per layer) or "balance=even layers=..".
+ * --trace FILE: every rank writes the trace of each step after --warmup
+ * (td_pipe_trace) to FILE.RANK, one event a line:
+ *   step stage replica kind micro t0_us t1_us
+ * (times in microseconds of td_now_s's clock, shared by the ranks of one
+ * host); bench/pipeline_trace.py reads them. */
 #include "config.h"
 
 #include <getopt.h>
@@ -61,6 +67,23 @@ now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One step's trace (--trace): STEP STAGE REPLICA KIND MICRO T0 T1 (us). */
+static void
+write_trace(FILE *f, const td_pipe_t *p, int64_t step, int stage, int rep)
+{
+    const td_pipe_event_t *ev;
+    int n;
+
+    if (td_pipe_trace(p, &ev, &n) != TD_OK) {
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%lld %d %d %s %d %.3f %.3f\n", (long long)step, stage,
+                rep, td_pipe_event_name(ev[i].kind), ev[i].micro,
+                1e6 * ev[i].t0, 1e6 * ev[i].t1);
+    }
 }
 
 static int
@@ -457,7 +480,8 @@ main(int argc, char **argv)
     double lr = 0.05;
     uint64_t seed = 1;
     const char *data = TD_FASHION_MNIST_DIR, *sched_name = "1f1b";
-    const char *balance_spec = "even";
+    const char *balance_spec = "even", *trace_path = NULL;
+    FILE *trace = NULL;
     int first[LMAX + 1];
     td_pipe_schedule_t sched;
     static const struct option lopts[] = {
@@ -467,7 +491,8 @@ main(int argc, char **argv)
         {"batch-size", 1, 0, 'b'}, {"lr", 1, 0, 'l'}, {"epochs", 1, 0, 'e'},
         {"max-steps", 1, 0, 'x'}, {"warmup", 1, 0, 'w'},
         {"threads", 1, 0, 't'}, {"seed", 1, 0, 'd'}, {"data", 1, 0, 'D'},
-        {"balance", 1, 0, 'B'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"balance", 1, 0, 'B'}, {"trace", 1, 0, 'T'}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     td_tensor_t *tr_x, *tr_y, *te_x, *te_y, *params[2 * LMAX];
     td_batcher_t *batcher;
     td_pipe_opts_t po = {0};
@@ -495,12 +520,14 @@ main(int argc, char **argv)
         case 'd': seed = (uint64_t)atoll(optarg); break;
         case 'D': data = optarg; break;
         case 'B': balance_spec = optarg; break;
+        case 'T': trace_path = optarg; break;
         case 'h':
             printf("usage: pipeline_mlp --stages S --microbatches M --schedule "
                    "gpipe|1f1b|zb [--replicas R] [--check] [--layers N] "
                    "[--hidden N] [--batch-size N] [--lr X] [--epochs N] "
                    "[--max-steps N] [--warmup N] [--threads N] [--seed N] "
-                   "[--data DIR] [--balance even|auto|N,N,...]\n");
+                   "[--data DIR] [--balance even|auto|N,N,...] "
+                   "[--trace FILE]\n");
             return 0;
         default:
             return 2;
@@ -536,6 +563,15 @@ main(int argc, char **argv)
     }
     st.lo = first[stage];
     st.hi = first[stage + 1];
+    if (trace_path != NULL) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s.%d", trace_path, rank);
+        trace = fopen(path, "w");
+        if (trace == NULL) {
+            perror(path);
+            return 1;
+        }
+    }
     if (td_fashion_mnist_load(data, 1, &tr_x, &tr_y) != TD_OK ||
         td_fashion_mnist_load(data, 0, &te_x, &te_y) != TD_OK) {
         return die("data");
@@ -599,6 +635,9 @@ main(int argc, char **argv)
             loss_sum += stage == S - 1 ? loss : 0;
             if (++steps > warmup) {
                 td_pipe_stats(p, &s);
+                if (trace != NULL) {
+                    write_trace(trace, p, steps - warmup - 1, stage, rep);
+                }
                 sum[0] += s.step_s;
                 sum[1] += s.busy_s;
                 sum[2] += s.allreduce_s;
@@ -654,6 +693,10 @@ main(int argc, char **argv)
 out:
     td_batcher_free(batcher);
     td_pipe_destroy(p);
+    if (trace != NULL && fclose(trace) != 0) {
+        perror("pipeline_mlp: --trace");
+        rc = 1;
+    }
     model_free(&m);
     td_tensor_release(tr_x);
     td_tensor_release(tr_y);

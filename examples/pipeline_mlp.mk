@@ -5,7 +5,7 @@ examples_pipeline_mlp_LDADD = $(TD_LDADD) $(BLAS_LIBS) -lm
 TESTS += tests/pipe/test_pipeline_mlp.sh
 EXTRA_DIST += tests/pipe/test_pipeline_mlp.sh
 EXTRA_DIST += bench/pipeline.sh
-EXTRA_DIST += bench/pipeline_rpc_torch.py
+EXTRA_DIST += bench/pipeline_rpc_torch.py bench/pipeline_trace.py
 # examples/pipeline_rpc: the RPC tutorial's form (master, two remote-module
 # shards, distributed autograd and optimizer).
 check_PROGRAMS += examples/pipeline_rpc

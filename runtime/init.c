@@ -20,7 +20,12 @@
  *   td/fin/<k>/...        round k of the join: sums of sent and received
  *                         messages and of outstanding operations
  *   td/fin/m<g>/...       the join after the g-th shrink (members only)
- *   td/fin/exit           ranks done with the store (rank 0 waits for all)
+ *   td/fin/exit           ranks done with the store (rank 0 waits for all
+ *                         when it serves the store)
+ * The store is served by rank 0's process, or by the launcher when it
+ * says so (TODIST_AGENT_STORE=1: todist-run --no-kill, as torchrun's
+ * agent store), so that rank 0 can die and be replaced like any other
+ * rank (runtime.h, R3).
  * The join is the four-counter termination check: it ends after two
  * consecutive rounds in which every rank was idle and the job-wide sums of
  * sent and received messages were equal and unchanged, so no message (and
@@ -93,6 +98,8 @@ static struct {
                                         * the join's and barriers' keys */
     bool                joining;       /* TODIST_ELASTIC_JOIN=1: a
                                         * replacement (no start-up barrier) */
+    bool                agent_store;   /* TODIST_AGENT_STORE=1: the
+                                        * launcher serves the store */
     bool                pmix;          /* addresses through PMIx (pmix.h) */
     int                 finalizing;    /* in td_finalize: a peer that goes
                                         * now is most likely leaving too; a
@@ -100,6 +107,13 @@ static struct {
                                         * names it (atomic; the progress
                                         * thread reads) */
 } rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Who serves the store, for messages. */
+static const char *
+store_holder(void)
+{
+    return rt.agent_store ? "the launcher (TODIST_AGENT_STORE=1)" : "rank 0";
+}
 
 static void
 sleep_s(double s)
@@ -161,6 +175,12 @@ td__runtime_store(void)
     return rt.initialized ? rt.store : NULL;
 }
 
+int
+td__runtime_local_world_size(void)
+{
+    return rt.initialized ? rt.world.local_world_size : 0;
+}
+
 const td_world_t *
 td_world(void)
 {
@@ -192,10 +212,10 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
         if (status != TD_OK) {
             char why[512];
             snprintf(why, sizeof(why), "%s", td_last_error());
-            status = td_error(TD_ERR_PEER, "runtime: rank 0, which holds the "
+            status = td_error(TD_ERR_PEER, "runtime: %s, which holds the "
                               "store, is gone: cannot reach rank %d, whose "
-                              "address this rank never fetched (%s)", rank,
-                              why);
+                              "address this rank never fetched (%s)",
+                              store_holder(), rank, why);
         }
     }
     if (rt.addrs[rank].value == NULL && status == TD_OK) {
@@ -221,10 +241,10 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
             /* The store lives in rank 0: say so, not just "I/O error". */
             char why[512];
             snprintf(why, sizeof(why), "%s", td_last_error());
-            status = td_error(TD_ERR_PEER, "runtime: rank 0, which holds the "
+            status = td_error(TD_ERR_PEER, "runtime: %s, which holds the "
                               "store, is gone: cannot reach rank %d, whose "
-                              "address this rank never fetched (%s)", rank,
-                              why);
+                              "address this rank never fetched (%s)",
+                              store_holder(), rank, why);
         }
     }
     if (status == TD_OK && addr_p == NULL) {
@@ -678,10 +698,20 @@ td_init(const td_init_params_t *params)
                             "(1: this process replaces a lost rank; 0 or "
                             "unset: it starts with the world)", j);
         }
-        if (rt.joining && rt.world.rank == 0) {
+        j = getenv("TODIST_AGENT_STORE");
+        rt.agent_store = j != NULL && strcmp(j, "1") == 0;
+        if (j != NULL && j[0] != '\0' && strcmp(j, "0") != 0 &&
+            !rt.agent_store) {
+            return td_error(TD_ERR_INVALID, "init: TODIST_AGENT_STORE='%s' "
+                            "(1: the launcher serves the store at "
+                            "TODIST_MASTER_ADDR:TODIST_MASTER_PORT; 0 or "
+                            "unset: rank 0 serves it)", j);
+        }
+        if (rt.joining && rt.world.rank == 0 && !rt.agent_store) {
             return td_error(TD_ERR_INVALID, "init: TODIST_ELASTIC_JOIN=1 on "
                             "rank 0: rank 0 serves the store and cannot be "
-                            "replaced");
+                            "replaced (a launcher that serves it sets "
+                            "TODIST_AGENT_STORE=1: todist-run --no-kill)");
         }
     }
     td__log_set_rank(rt.world.rank);
@@ -753,9 +783,10 @@ td_init(const td_init_params_t *params)
                     getenv("PMIX_NAMESPACE"));
     }
 
-    /* The store: rank 0 serves (a world of one serves itself on loopback). */
+    /* The store: rank 0 serves (a world of one serves itself on loopback),
+     * unless the launcher does. */
     host = rt.world.master_addr[0] ? rt.world.master_addr : "127.0.0.1";
-    if (rt.world.rank == 0) {
+    if (rt.world.rank == 0 && !rt.agent_store) {
         /* Listen on the master address only, not every interface. */
         status = td_store_server_start(rt.world.world_size > 1 ? host
                                                                : "127.0.0.1",
@@ -768,7 +799,7 @@ td_init(const td_init_params_t *params)
     }
     uint16_t port = rt.server != NULL ? td_store_server_port(rt.server)
                                       : rt.world.master_port;
-    if (rt.world.rank == 0 && rt.world.world_size == 1) {
+    if (rt.server != NULL && rt.world.world_size == 1) {
         host = "127.0.0.1";
     }
     status = td_store_connect(host, port, token, rt.params.connect_timeout,
@@ -907,6 +938,12 @@ td__runtime_joining(void)
     return rt.initialized && rt.joining;
 }
 
+int
+td__runtime_agent_store(void)
+{
+    return rt.initialized && rt.agent_store;
+}
+
 td_status_t
 td__runtime_readmit(int rank, double timeout)
 {
@@ -915,11 +952,12 @@ td__runtime_readmit(int rank, double timeout)
     if (!rt.initialized) {
         return td_error(TD_ERR_STATE, "runtime: readmit before td_init");
     }
-    if (rank <= 0 || rank >= rt.world.world_size ||
+    if (rank < (rt.agent_store ? 0 : 1) || rank >= rt.world.world_size ||
         rank == rt.world.rank) {
         return td_error(TD_ERR_INVALID, "runtime: readmit rank %d (world "
-                        "%d; not rank 0, not this rank %d)", rank,
-                        rt.world.world_size, rt.world.rank);
+                        "%d; not this rank %d%s)", rank, rt.world.world_size,
+                        rt.world.rank, rt.agent_store ? "" :
+                        ", not rank 0: it serves the store");
     }
     /* R2: the address is fetched again, the new one; the old pid is
      * forgotten by the transport's reset (peer_reset_cb), on the token
@@ -963,10 +1001,11 @@ td__runtime_set_members(const int *ranks, int n, unsigned gen)
         }
         in[ranks[i]] = 1;
     }
-    if (!in[0] || !in[rt.world.rank]) {
+    if ((!in[0] && !rt.agent_store) || !in[rt.world.rank]) {
         free(in);
-        return td_error(TD_ERR_INVALID, "runtime: the members must hold rank "
-                        "0 (the store's) and this rank (%d)", rt.world.rank);
+        return td_error(TD_ERR_INVALID, "runtime: the members must hold "
+                        "this rank (%d)%s", rt.world.rank, rt.agent_store ?
+                        "" : " and rank 0 (it serves the store)");
     }
     if (gen <= rt.member_gen) {
         free(in);
@@ -1141,8 +1180,9 @@ td_finalize(void)
     rt.tp = NULL;
     rt.initialized = 0;
 
-    /* Rank 0's store outlives everyone's last use of it. */
-    if (rt.world.rank != 0) {
+    /* Rank 0's store outlives everyone's last use of it (a launcher's
+     * outlives its ranks). */
+    if (rt.server == NULL) {
         st2 = td_store_add(rt.store, "td/fin/exit", 1, &n);
         if (st2 == TD_OK && n == rt.n_members - 1) {
             td_store_set(rt.store, "td/fin/exit/done", "1", 1);

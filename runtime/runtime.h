@@ -66,6 +66,10 @@ td_status_t td__runtime_unregister(const char *name);
 td_transport_t *td__runtime_transport(void);
 td_store_t     *td__runtime_store(void);
 
+/* Ranks of the world on this host (the world's local_world_size; 0
+ * outside td_init). */
+int td__runtime_local_world_size(void);
+
 /* Rank RANK's worker address from the store (cached), malloc'ed copy. */
 td_status_t td__runtime_peer_address(int rank, void **addr_p, size_t *len_p);
 
@@ -88,8 +92,8 @@ uint64_t td__runtime_host_id(int rank);
 void td__runtime_host_text(int rank, char *buf, size_t len);
 
 /* After an in-place shrink or growth (runtime/elastic), the world's
- * members are RANKS[0..N-1] (world ranks; rank 0, which serves the store,
- * and this rank among them), generation GEN (the elastic epoch: it
+ * members are RANKS[0..N-1] (world ranks; this rank among them, and rank
+ * 0 unless the launcher serves the store, R3), generation GEN (the elastic epoch: it
  * increases, and every member passes the same one, so a replacement's
  * keys match the others'). From then on td_barrier and td_finalize's join
  * count only the members, a death of a rank outside them fails neither,
@@ -105,12 +109,20 @@ td_status_t td__runtime_set_members(const int *ranks, int n, unsigned gen);
  * published its address again): fetch its address and pid anew and reset
  * the transport's endpoint to it (td__transport_peer_revive), at most
  * TIMEOUT s. R2: call it before the plan that lists it is adopted, so no
- * message to it goes to the old process. Not rank 0, not this rank. */
+ * message to it goes to the old process. Not this rank; not rank 0
+ * unless the launcher serves the store (R3). */
 td_status_t td__runtime_readmit(int rank, double timeout);
 
 /* 1 when this process started as a replacement (TODIST_ELASTIC_JOIN=1):
  * td_init skipped the start-up barrier; td_elastic_create joins. */
 int td__runtime_joining(void);
+
+/* R3: 1 when the launcher serves the store (TODIST_AGENT_STORE=1,
+ * todist-run --no-kill): no rank's process holds it, so any rank, rank 0
+ * included, may die and be replaced while the others go on. 0 (srun
+ * --todist, todist-run without --no-kill): rank 0's process serves it,
+ * and a job outlives no loss of rank 0. */
+int td__runtime_agent_store(void);
 
 #ifdef __cplusplus
 }

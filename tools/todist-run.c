@@ -37,6 +37,7 @@
 
 #include "base/clock.h"
 #include "todist/rank_env.h"
+#include "todist/store.h"
 #include "tools/rdzv.h"
 
 #define LINE_MAX_BYTES 65536
@@ -70,9 +71,12 @@ typedef struct {
     int         store_port;     /* todist's store (TODIST_MASTER_PORT) */
     int         label;
     int         max_restarts;
-    int         no_kill;        /* --no-kill: a failed rank stops no other */
+    int         no_kill;        /* --no-kill: a failed rank stops no other;
+                                 * the launcher of node 0 serves todist's
+                                 * store (TODIST_AGENT_STORE=1), so rank 0
+                                 * may die too */
     int         replace;        /* --replace N: start a replacement for a
-                                 * failed rank (not rank 0), N in all */
+                                 * failed rank, N in all */
     double      grace;
     const char *bind;           /* --bind; NULL: leave TODIST_BIND */
     const char *run_id;         /* TORCHELASTIC_RUN_ID */
@@ -166,9 +170,11 @@ usage(FILE *f)
 "  --no-kill               a failed rank stops no other: the survivors go\n"
 "                          on (in-place recovery, todist/elastic.h; Slurm's\n"
 "                          --no-kill); the exit code is still the first\n"
-"                          failed rank's (unless replaced)\n"
+"                          failed rank's (unless replaced); the launcher\n"
+"                          serves todist's store (TODIST_AGENT_STORE=1),\n"
+"                          so rank 0 may fail too\n"
 "  --replace N             with --no-kill: start a replacement for a failed\n"
-"                          rank (not rank 0) with TODIST_ELASTIC_JOIN=1, N\n"
+"                          rank (rank 0 too) with TODIST_ELASTIC_JOIN=1, N\n"
 "                          in all; it joins the survivors at a step\n"
 "                          boundary (td_elastic_join)\n"
 "  --grace-period S        seconds between SIGTERM and SIGKILL (default 3)\n"
@@ -584,6 +590,11 @@ child_exec(const opts_t *o, const assign_t *a, int local_rank,
     } else {
         unsetenv("TODIST_ELASTIC_JOIN");
     }
+    if (o->no_kill) {
+        setenv("TODIST_AGENT_STORE", "1", 1);   /* node 0's launcher's */
+    } else {
+        unsetenv("TODIST_AGENT_STORE");
+    }
     execvp(o->argv[0], o->argv);
     fprintf(stderr, "todist-run: cannot run '%s': %s\n", o->argv[0],
             strerror(errno));
@@ -859,7 +870,7 @@ replace_rank(group_t *g, int i)
 {
     int rank = g->a->first_rank + i;
 
-    if (g->replaced >= g->o->replace || rank == 0 || g->got_signal) {
+    if (g->replaced >= g->o->replace || g->got_signal) {
         return 0;
     }
     stream_drain(&g->c[i].out, rank);
@@ -1259,6 +1270,7 @@ main(int argc, char **argv)
     sigset_t mask;
     int sfd, rc = 0;
     outcome_t out;
+    td_store_server_t *store = NULL;
 
     parse_args(argc, argv, &o);
 
@@ -1273,6 +1285,19 @@ main(int argc, char **argv)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* --no-kill: todist's store lives here, not in rank 0, so the ranks
+     * outlive any one of them, rank 0 included (TODIST_AGENT_STORE, as
+     * torchrun's agent store); node 0's launcher serves every node. Its
+     * thread starts after the mask above: signals stay for signalfd. */
+    if (o.no_kill && o.node_rank == 0 &&
+        td_store_server_start(o.master_addr, (uint16_t)o.store_port,
+                              o.token[0] != '\0' ? o.token : NULL,
+                              &store) != TD_OK) {
+        fprintf(stderr, "todist-run: --no-kill: cannot serve todist's store "
+                "at %s:%d: %s\n", o.master_addr, o.store_port,
+                td_last_error());
+        return 1;
+    }
 
     if (o.rounds) {
         rc = run_rounds(&o, sfd, &mask);
@@ -1293,6 +1318,7 @@ main(int argc, char **argv)
                 a.world_size == 1 ? "" : "s");
     }
     close(sfd);
+    td_store_server_stop(store);        /* after every rank is reaped */
     free(o.argv_alloc);
     return rc;
 }

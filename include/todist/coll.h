@@ -157,6 +157,16 @@ int         td_group_rank(const td_group_t *g);
 int         td_group_size(const td_group_t *g);
 /* World rank of group rank R (-1 when out of range). */
 int         td_group_world_rank(const td_group_t *g, int r);
+/* Elastic recovery (todist/elastic.h) re-forms every group td_group_new
+ * made when the world shrinks or grows: same handle, its creation list's
+ * ranks that are members of the new epoch, in that order, group ranks
+ * renumbered 0..n-1 (td_group_rank and td_group_size change), a fresh
+ * sequence; a group that lost no member is left as it is. A group left
+ * with no member fails every call naming it. The number of world ranks of
+ * G's creation list that it has lost (0 for the world, an epoch's group or
+ * a whole group); the first MAX of them into RANKS (may be NULL), in the
+ * list's order. */
+int         td_group_lost(const td_group_t *g, int *ranks, int max);
 /* Waits for G's queued operations, then frees it. NULL and the world group
  * are no-ops. Wait for G's point-to-point work handles first (they refer
  * to G). */

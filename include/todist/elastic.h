@@ -43,20 +43,34 @@
  * state the recovery fails (TD_ERR_STATE: resume from a checkpoint). A step that completed
  * nowhere is dropped and redone by the smaller world.
  *
- * The store lives in rank 0 (todist/init.h): rank 0 must survive (a
- * recovery without it fails, naming the store). Run under
- * `todist-run --no-kill` (or `srun --todist=kill_on_fail=no`), so the
- * launcher keeps the survivors running. Groups made with td_group_new from the world are not
- * shrunk: make them again from td_elastic_group. After a shrink,
+ * Run under `todist-run --no-kill` (or `srun --todist=kill_on_fail=no`),
+ * so the launcher keeps the survivors running. Under todist-run --no-kill
+ * the launcher serves the store (TODIST_AGENT_STORE=1), so any rank, rank
+ * 0 included, may die: the lowest survivor takes rank 0's roles (group
+ * rank 0, the admitter). Where rank 0's process serves the store (srun
+ * --todist), rank 0 must survive: a recovery without it fails at once
+ * (TD_ERR_PEER, naming the store). After a shrink,
  * td_barrier and td_finalize count only the members.
+ *
+ * Subgroups. Every group made with td_group_new is re-formed with each
+ * new epoch (EL10; todist/coll.h, td_group_lost): same handle, the ranks
+ * of its creation list that are members, in that order, renumbered;
+ * it shrinks with a death and grows back with a replacement (which makes
+ * the same td_group_new calls, in the same order, right after
+ * td_elastic_join). A group that lost no member is left as it is; one
+ * left with no member fails every call naming it. No operation of a
+ * subgroup may be in flight across td_elastic_recover/admit. A DDP object
+ * over a subgroup that changed takes it again with td_ddp_set_group (same
+ * handle); a ZeRO optimizer over one refuses to step (todist/zero.h Z5).
  *
  * Growth. A replacement for a lost rank — a new process with the same
  * world rank, started with TODIST_ELASTIC_JOIN=1 (todist-run --no-kill
  * --replace N does it for a rank that died, or start it yourself with the
  * dead rank's environment) — calls td_init, then td_elastic_join (not
  * td_elastic_create): it asks to join after the current epoch and waits.
- * At the next step boundary rank 0's td_elastic_admit admits it (Q7, Q8
- * of runtime/elastic/quorum.h), and one step later every member's
+ * At the next step boundary the epoch's admitter, its lowest member
+ * (world rank 0 while it lives), admits it in td_elastic_admit (Q7, Q8,
+ * Q10 of runtime/elastic/quorum.h), and one step later every member's
  * td_elastic_admit forms the next epoch with it (grew = 1); the joiner's
  * td_elastic_join returns in the same epoch. The change says behind
  * (the joiner has no state, self_behind): every member then calls
@@ -66,7 +80,8 @@
  * the epoch in between takes the admitted joiners along. A request for
  * an epoch that a recovery closed is not carried over: the joiner asks
  * again after the next epoch (td_elastic_join does that itself, up to
- * join_timeout_s). Rank 0 cannot be replaced (it serves the store).
+ * join_timeout_s). Rank 0 can be replaced only where the launcher serves
+ * the store (todist-run --no-kill).
  *
  * ZeRO (todist/zero.h) is not healed: a lost rank's optimizer shard is
  * gone (td_checkpoint_broadcast refuses a ZeRO item). After a recovery,
@@ -102,7 +117,8 @@ typedef struct {
     double join_timeout_s; /* td_elastic_join: how long a replacement waits
                               to be admitted (default 300, env
                               TODIST_ELASTIC_JOIN_TIMEOUT) */
-    double admit_wait_s;   /* rank 0's td_elastic_admit, while the world is
+    double admit_wait_s;   /* the admitter's td_elastic_admit (the lowest
+                              member), while the world is
                               smaller than at start, waits up to this long
                               at a boundary for a replacement to ask
                               (default 0: it does not wait; env
@@ -147,12 +163,12 @@ int64_t     td_elastic_committed(const td_elastic_t *el);
 /* After an operation of the current group failed: agree on the survivors
  * (epoch + 1), shrink the group and the runtime's members in place, fill
  * *CHANGE (may be NULL). TD_ERR_STATE when this rank is stale (not in the
- * new epoch: exit); TD_ERR_RANGE below min_size; a store error when the
- * store (rank 0) is gone. Called again after a failure of the new group
+ * new epoch: exit); TD_ERR_RANGE below min_size; TD_ERR_PEER when rank
+ * 0's process serves the store and rank 0 is lost or the store gone. Called again after a failure of the new group
  * (a death during the recovery), it forms the next epoch. */
 td_status_t td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change);
 /* At a step boundary (after td_elastic_commit), on every member, every
- * step: admits the replacements waiting (rank 0 decides, at the next
+ * step: admits the replacements waiting (the lowest member decides, at the next
  * boundary all grow together). *GREW_P 1 when the world grew here: the
  * group is the new epoch's and *CHANGE (may be NULL) says what changed,
  * as td_elastic_recover's (heal from change->source). Free while no rank

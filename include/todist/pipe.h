@@ -78,6 +78,18 @@
  *      filled with NaN as they go back, so a later read shows at once. So the X given to FORWARD on stage
  *      s > 0 is valid until the micro-batch's backward ends: copy it to
  *      keep it (torch.distributed.pipelining reuses its buffers too).
+ *   P7 Each step records its trace (td_pipe_trace): every op, every wait
+ *      on a receive and every send, in the order they happened, into a
+ *      list made at create for the step's n_ops + 4M events (M waits and
+ *      M sends a direction at most, P1), so no event is ever dropped or
+ *      allocated for during a step.
+ *   P8 A stage waiting for a message drives the transport itself for up
+ *      to 50 ms before it sleeps (TODIST_PIPE_SPIN_MS sets it; 0: the
+ *      runtime's own 2 ms), but only where every rank of this host has a
+ *      core of its own (ranks <= the cores this process may run on):
+ *      there the waiting stage has nothing else to run, and a sleeper's
+ *      wake-up cost 0.1-2 ms per message; with fewer cores, spinning would
+ *      take the core from the very rank it waits for.
  * Idle time: td_pipe_stats reports per stage the step's wall time, the
  * time spent computing (F, B, W, BW) and the rest (waiting: the bubble).
  *
@@ -181,6 +193,39 @@ td_status_t td_pipe_partition(const double *cost, int n_layers, int n_stages,
 
 /* Figures of this rank's last step. */
 td_status_t td_pipe_stats(const td_pipe_t *p, td_pipe_stats_t *stats);
+
+/* The last step's trace: what this stage did and when, in the order it
+ * happened (every step records it: a clock read per event, as the stats
+ * already take). Times are td_now_s's clock (CLOCK_MONOTONIC), so the
+ * traces of ranks on one host line up: the time from a SEND's T0 on one
+ * stage to the end of the matching WAIT on its neighbour is the message's
+ * latency as the waiting stage saw it (bench/pipeline_trace.py). */
+typedef enum {
+    TD_PIPE_EV_F         = 0,   /* forward, T0..T1 */
+    TD_PIPE_EV_BW        = 1,   /* whole backward (GPIPE, 1F1B) */
+    TD_PIPE_EV_B         = 2,   /* input-gradient backward (ZB_H1) */
+    TD_PIPE_EV_W         = 3,   /* weight-gradient backward (ZB_H1) */
+    TD_PIPE_EV_WAIT_ACT  = 4,   /* blocked on the activation from s-1 */
+    TD_PIPE_EV_WAIT_GRAD = 5,   /* blocked on the gradient from s+1 */
+    TD_PIPE_EV_SEND_ACT  = 6,   /* T0 the activation was ready, T1 its
+                                   td_isend returned */
+    TD_PIPE_EV_SEND_GRAD = 7    /* the same for the gradient to s-1 */
+} td_pipe_event_kind_t;
+
+typedef struct {
+    td_pipe_event_kind_t kind;
+    int                  micro;
+    double               t0, t1;
+} td_pipe_event_t;
+
+/* "F", "BW", "B", "W", "wait_act", "wait_grad", "send_act", "send_grad"
+ * ("?" outside the table). */
+const char *td_pipe_event_name(td_pipe_event_kind_t kind);
+/* *EVENTS_P: the last step's events (at most 3M + 4M; owned by P, valid
+ * until its next step or destroy), *N_P their number. A failed step's
+ * trace ends where it failed. */
+td_status_t td_pipe_trace(const td_pipe_t *p,
+                          const td_pipe_event_t **events_p, int *n_p);
 /* Frees P and its groups (waits for nothing: call after a step ended).
  * NULL is a no-op. */
 void        td_pipe_destroy(td_pipe_t *p);

@@ -1,7 +1,8 @@
 /* todist/store.h: the rendezvous store, a small TCP key-value service.
  *
- * Rank 0 runs the server at MASTER_ADDR:MASTER_PORT (td_init does this);
- * every rank, rank 0 included, talks to it through a client. Operations:
+ * Rank 0 runs the server at MASTER_ADDR:MASTER_PORT (td_init does this,
+ * unless TODIST_AGENT_STORE=1 says the launcher serves it: todist-run
+ * --no-kill); every rank, rank 0 included, talks to it through a client. Operations:
  * set, get, wait for keys (with a timeout), add (atomic counter), compare-
  * and-set, delete and the number of keys, like c10d's TCPStore. Used for the
  * address exchange, barriers and the shutdown agreement.

@@ -15,7 +15,12 @@ void        coll_world_group_free(void);
  * needs every world rank). This rank must be in RANKS. */
 td_status_t coll_group_new_id(uint32_t id, const int *ranks, int n,
                               td_group_t **group_p);
-/* Ids of td_group_new start again (td_finalize). */
+/* Membership epoch EPOCH (> 0) has the world ranks
+ * MEMBERS[N]: re-form every group td_group_new made that lost or regained
+ * a member (group.c G2), and form later ones on these members (G3).
+ * Called by runtime/elastic on every member, with the groups idle. */
+td_status_t coll_groups_reform(uint32_t epoch, const int *members, int n);
+/* Ids of td_group_new start again, and its list empties (td_finalize). */
 void        coll_groups_reset(void);
 
 #endif /* TD_RUNTIME_COLL_GROUP_H */

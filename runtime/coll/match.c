@@ -24,7 +24,9 @@ static struct {
     int             groups_hi;         /* slots used so far: the rest NULL */
     uint32_t        id_max;            /* highest group id registered
                                         * below COLL_EPOCH_ID_BASE */
-    uint32_t        epoch_id_max;      /* highest at or above it */
+    uint32_t        epoch_id_max;      /* highest at or above it, below
+                                        * COLL_REFORM_ID_BASE */
+    uint32_t        reform_id_max;     /* highest at or above that */
     coll_match_hooks_t hooks;          /* mbox.c's (set before any use) */
     pthread_mutex_t wait_lock;         /* L6 */
     pthread_cond_t  wait_cond;
@@ -404,7 +406,8 @@ coll_group_gone_locked(uint32_t gid)
 {
     /* Two counters: an epoch's group (elastic, coll_group_new_id) must not
      * make a user group not created here yet look destroyed. */
-    uint32_t max = gid >= COLL_EPOCH_ID_BASE ? C.epoch_id_max : C.id_max;
+    uint32_t max = gid >= COLL_REFORM_ID_BASE ? C.reform_id_max :
+                   gid >= COLL_EPOCH_ID_BASE ? C.epoch_id_max : C.id_max;
 
     return gid != 0 && gid <= max && coll_group_find_locked(gid) == NULL;
 }
@@ -494,6 +497,11 @@ coll_group_check(td_group_t *g)
     td_status_t st;
     char msg[COLL_ERR_MAX];
 
+    if (g->me < 0 && g->n == 0) {
+        return td_error(TD_ERR_STATE, "coll: group %u has no member left: "
+                        "an elastic recovery took every one of its %d "
+                        "ranks", g->made_id, g->made_n);
+    }
     if (g->me < 0) {
         return td_error(TD_ERR_STATE, "coll: this rank (%d) is not a member "
                         "of group %u", coll_world_rank(), g->id);
@@ -541,7 +549,11 @@ coll_group_register(td_group_t *g)
         C.groups_hi = slot + 1;
     }
     g->registered = 1;
-    if (g->id >= COLL_EPOCH_ID_BASE) {
+    if (g->id >= COLL_REFORM_ID_BASE) {
+        if (g->id > C.reform_id_max) {
+            C.reform_id_max = g->id;
+        }
+    } else if (g->id >= COLL_EPOCH_ID_BASE) {
         if (g->id > C.epoch_id_max) {
             C.epoch_id_max = g->id;
         }
@@ -693,6 +705,7 @@ coll_match_reset(void)
     C.n_ux = 0;
     C.id_max = 0;                    /* ids start again at the next init */
     C.epoch_id_max = 0;
+    C.reform_id_max = 0;
     pthread_mutex_unlock(&C.lock);
 }
 

@@ -125,6 +125,15 @@ struct td_group {
     int             thread_started;
     int             thread_stop;
     pthread_t       thread;
+    /* group.c: a td_group_new group's creation list and id, for its
+     * re-forms in elastic epochs (G1-G4); made_ranks NULL for the world's
+     * and the epochs' groups. Written by the thread that re-forms (the
+     * application's, in td_elastic_recover/admit/join) under made_lock. */
+    int            *made_ranks;
+    int             made_n;
+    uint32_t        made_id;
+    int             made_listed;   /* in group.c's list of made groups */
+    struct td_group *made_prev, *made_next;
 };
 
 /* One expected message (a posted receive) or one send. Lives on the
@@ -170,6 +179,9 @@ typedef struct coll_req {
     atomic_int         tp_counted; /* p2p send through the transport,
                                     * counted in mbox.c's tp_busy (M2) */
     size_t             hdr_len;
+    double             spin_s;     /* p2p: a waiter drives this long before
+                                    * it sleeps (0: wait.c's own; a pipeline
+                                    * stage's receive, coll_work_set_spin) */
     /* Written before they are read (the header when sent, the error with
      * its status), so a request on the stack zeroes only what is above
      * (COLL_REQ_ZERO): 8 B round trips were paying for 1 KB of memset. */
@@ -263,6 +275,15 @@ coll_unexp_t *coll_ux_mismatch_locked(uint32_t gid, uint32_t seq,
  * runtime/elastic: epoch E's group is BASE + E); td_group_new's ids count
  * up from 1 below it. C11's "destroyed here" is judged per range. */
 #define COLL_EPOCH_ID_BASE 0x40000000u
+/* Ids from here up are td_group_new groups re-formed for an elastic epoch
+ * (group.c G2): COLL_REFORM_ID(E, made) for the group made with id MADE,
+ * re-formed in epoch E; a range of its own, for C11, so that a re-formed
+ * group never makes the next epoch's group look destroyed. */
+#define COLL_REFORM_ID_BASE 0x80000000u
+#define COLL_REFORM_EPOCHS  2048u           /* epochs a re-form can name */
+#define COLL_REFORM_MADE    (1u << 20)      /* td_group_new ids it can */
+#define COLL_REFORM_ID(e, made) \
+    (COLL_REFORM_ID_BASE | ((uint32_t)(e) << 20) | (uint32_t)(made))
 td_status_t coll_group_register(td_group_t *g);
 void        coll_group_unregister(td_group_t *g);
 td_group_t *coll_group_find_locked(uint32_t id);

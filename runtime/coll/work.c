@@ -261,6 +261,14 @@ coll_work_p2p_done(coll_req_t *r)
     work_unref(w);
 }
 
+void
+coll_work_set_spin(td_work_t *w, double spin_s)
+{
+    if (w != NULL && w->p2p) {
+        w->req.spin_s = spin_s;
+    }
+}
+
 /* ---- the public handle API ---------------------------------------------------- */
 
 td_status_t

@@ -34,6 +34,11 @@ td_status_t coll_submit(td_group_t *g, const coll_args_t *a,
  * the request's, dropped by its on_done). */
 td_work_t  *coll_work_p2p_new(td_group_t *g, td_tensor_t *t);
 void        coll_work_p2p_done(coll_req_t *r);
+/* A wait for point-to-point handle W drives the transport up to SPIN_S
+ * (seconds) after its last completion before it sleeps, instead of the
+ * default 2 ms (wait.c); not for a collective's handle (a no-op). Call
+ * before waiting, from the thread that waits. */
+void        coll_work_set_spin(td_work_t *w, double spin_s);
 /* Stop G's operation thread (after its queue drained). */
 void        coll_group_stop_thread(td_group_t *g);
 

@@ -2,7 +2,7 @@
  * epochs' groups over the quorum (quorum.h), the runtime's members, and
  * the dead ranks the transport reports (a runtime module).
  *
- * Invariants (EL1..EL4):
+ * Invariants (EL1..EL11):
  *  EL1 Epoch E's group has the id COLL_EPOCH_ID_BASE + E (coll/match.h)
  *      and the plan's ranks in increasing world rank; epoch 0 is the
  *      world's group. Every member builds it from the same plan (Q1),
@@ -38,14 +38,26 @@
  *      rank, healed from the source before its first step.
  *  EL8 td_elastic_admit runs at every step boundary on every member
  *      (quorum.h Q8) and costs nothing while the world is whole (no rank
- *      can ask to join); after a loss, a store read per boundary (rank 0:
- *      one more per rank out of the world).
+ *      can ask to join); after a loss, a store read per boundary (the
+ *      admitter, Q10: one more per rank out of the world).
  *  EL9 ZeRO (todist/zero.h) is not healed in place: a shard lives on its
  *      owner only (checkpoint.c CK6), so a lost rank's share of the
  *      optimizer state is gone. The survivors make the ZeRO optimizer
  *      again over the new group and td_checkpoint_load the last
  *      checkpoint, whose shards are re-cut for the new size (ckzero.h
- *      ZC3); one whose group changed size refuses to step (zero.h Z5). */
+ *      ZC3); one whose group changed size refuses to step (zero.h Z5).
+ * EL10 Every epoch re-forms the groups td_group_new made (coll group.c
+ *      G2, G3) from the plan's ranks, right after the runtime's members:
+ *      each keeps its creation list's members of the new epoch, in order,
+ *      with an id every member derives from the epoch, so the subgroups
+ *      shrink with a death and grow back with a replacement.
+ *  EL11 Rank 0 is a rank like any other when the launcher serves the
+ *       store (runtime.h R3): its loss shrinks the world, the lowest
+ *       survivor admits (Q10) and is the heal's source among equals (Q5),
+ *       and a replacement for it joins. When rank 0's process serves the
+ *       store (srun --todist, todist-run without --no-kill), a recovery
+ *       that finds rank 0 lost, or the store gone, fails at once naming
+ *       that (TD_ERR_PEER), instead of an I/O error or a wait. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -118,6 +130,21 @@ const td_runtime_module_t td_elastic_module = {
     .shutdown = module_shutdown,
     .arg = NULL,
 };
+
+/* EL11: the store was served by rank 0's process, and rank 0 is gone. */
+static td_status_t
+store_gone(const char *what, const char *detail)
+{
+    char why[512];
+
+    snprintf(why, sizeof(why), "%s", detail != NULL ? detail : "");
+    return td_error(TD_ERR_PEER, "elastic: rank %d cannot recover: rank 0's "
+                    "process serves the store, and %s%s%s%s; in-place "
+                    "recovery outlives rank 0 only where the launcher serves "
+                    "the store (todist-run --no-kill); under srun --todist "
+                    "rank 0 must survive", my_rank, what,
+                    why[0] ? " (" : "", why, why[0] ? ")" : "");
+}
 
 td_elastic_opts_t
 td_elastic_defaults(void)
@@ -296,6 +323,10 @@ form_epoch(td_elastic_t *el, const int *cands, int n, int64_t committed,
     if (st == TD_OK) {
         st = td__runtime_set_members(plan.ranks, plan.n,
                                      (unsigned)plan.epoch);    /* EL4 */
+        if (st == TD_OK) {
+            st = coll_groups_reform((uint32_t)plan.epoch, plan.ranks,
+                                    plan.n);                   /* EL10 */
+        }
         if (st != TD_OK) {
             td_group_destroy(g);
         }
@@ -401,6 +432,10 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
         return td_error(TD_ERR_STATE, "elastic: td_elastic_recover %s",
                         el == NULL ? "on NULL" : "after td_finalize");
     }
+    if (!td__runtime_agent_store() &&
+        __atomic_load_n(&lost[0], __ATOMIC_ACQUIRE)) {
+        return store_gone("rank 0 was lost", NULL);             /* EL11 */
+    }
     memset(&ch, 0, sizeof(ch));
     ch.old_size = el->n;
     ch.old_rank = td_group_rank(el->group);
@@ -422,6 +457,10 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
         st = form_epoch(el, cands, n_cands, el->committed, t0, &ch);
     }
     free(cands);
+    if ((st == TD_ERR_IO || st == TD_ERR_PROTOCOL) &&
+        !td__runtime_agent_store()) {
+        return store_gone("the store failed", td_last_error());  /* EL11 */
+    }
     if (st == TD_OK && change != NULL) {
         *change = ch;
     }

@@ -442,12 +442,12 @@ elastic_grow_decode(const char *text, size_t len, int world, elastic_grow_t *g)
         return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
     }
     for (int64_t i = 0; i < n; i++) {
-        /* rank 0 serves the store: it is never a joiner */
-        if (!next_int(text, len, &pos, i > 0 ? ranks[i - 1] + 1 : 1,
+        /* rank 0 too, when the launcher serves the store (R3) */
+        if (!next_int(text, len, &pos, i > 0 ? ranks[i - 1] + 1 : 0,
                       world - 1, &r)) {
             free(ranks);
             return td_error(TD_ERR_PROTOCOL, "elastic: a growth record with "
-                            "a bad joiner at entry %" PRId64 " (ranks 1.."
+                            "a bad joiner at entry %" PRId64 " (ranks 0.."
                             "%d, increasing)", i, world - 1);
         }
         ranks[i] = (int)r;
@@ -528,7 +528,8 @@ elastic_grow_check(td_store_t *store, int64_t epoch, int me,
     char key[96], *text = NULL;
     double t0 = td_now_s();
 
-    if (st != TD_OK || *found || me != 0 || n >= world) {
+    /* Q10: the admitter is the epoch's lowest member */
+    if (st != TD_OK || *found || n < 1 || me != members[0] || n >= world) {
         return st;
     }
     /* Q9: requests for this epoch, from ranks out of it */
@@ -537,7 +538,7 @@ elastic_grow_check(td_store_t *store, int64_t epoch, int me,
         return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
     }
 again:
-    for (int r = 1; r < world && st == TD_OK; r++) {
+    for (int r = 0; r < world && st == TD_OK; r++) {
         int asked;
         int64_t v;
 
@@ -668,9 +669,9 @@ elastic_join_wait(td_store_t *store, int me, int world, double timeout,
     char key[96];
     td_status_t st;
 
-    if (store == NULL || me <= 0 || me >= world) {
+    if (store == NULL || me < 0 || me >= world) {
         return td_error(TD_ERR_INVALID, "elastic: a replacement for rank %d "
-                        "of %d (not rank 0)", me, world);
+                        "of %d", me, world);
     }
     for (;;) {
         int found = 0, *members = NULL, n = 0;

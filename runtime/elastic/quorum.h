@@ -9,7 +9,7 @@
  * "td/el/<k+1>/plan", or writes it once every member of epoch k is
  * decided (joined or declared dead).
  *
- * Invariants (Q1..Q6):
+ * Invariants (Q1..Q6; growth Q7..Q10 below):
  *  Q1 An epoch's plan is written once (compare-and-set on an absent key)
  *     and never changed; every rank adopts the plan in the store, never
  *     its own view, so all members of epoch k + 1 hold the same list.
@@ -34,34 +34,41 @@
  *     on one survivor, since its all_reduce then held every gradient).
  *  Q6 Each key under td/el/<epoch>/ is written by one rank (its own in/
  *     and its declarations; the plan by its writer, Q1; want/<r> by the
- *     replacement r; grow by rank 0 or, closing it, any member, Q7).
+ *     replacement r; grow by the admitter or, closing it, any member,
+ *     Q7).
  *
  * Growth: a replacement for a lost rank (another process, same world
  * rank) asks to join after epoch k with "td/el/<k>/want/<r>"; at a step
- * boundary rank 0 (the store's, always a member) admits those waiting by
+ * boundary epoch k's admitter (Q10) admits those waiting by
  * writing epoch k's growth record "td/el/<k>/grow" = "v1 STEP N R..."
  * (the joiners; STEP its committed step + 1); every member reads it at
  * each boundary and, once it committed STEP, joins epoch k + 1 with the
  * joiners as further candidates (the joiners with step -1, so the source
  * is an old member and the plan says behind: they are healed).
- *  Q7 Epoch k's growth record is written once (compare-and-set), by rank
- *     0 when it admits, or as "none" by the first member that enters a
- *     recovery of epoch k (closing it); every participant of epoch k + 1
- *     reads the same record, so all pass the same candidates: the
- *     members of epoch k and the joiners it lists. Growth is only ever
- *     decided by rank 0 at a boundary, so a record written after a
- *     recovery began says "none".
- *  Q8 Every member calls the growth check at every step boundary; rank
- *     0 writes STEP = its committed step + 1 before it starts that step,
- *     and a member ends step STEP only once rank 0 contributed to it, so
- *     every member reads the record at boundary STEP or before: all grow
- *     at the same boundary, none is already past it.
+ *  Q7 Epoch k's growth record is written once (compare-and-set), by the
+ *     admitter when it admits, or as "none" by the first member that
+ *     enters a recovery of epoch k (closing it); every participant of
+ *     epoch k + 1 reads the same record, so all pass the same candidates:
+ *     the members of epoch k and the joiners it lists. Growth is only
+ *     ever decided by the admitter at a boundary, so a record written
+ *     after a recovery began says "none".
+ *  Q8 Every member calls the growth check at every step boundary; the
+ *     admitter writes STEP = its committed step + 1 before it starts that
+ *     step, and a member ends step STEP only once the admitter
+ *     contributed to it, so every member reads the record at boundary
+ *     STEP or before: all grow at the same boundary, none is past it.
  *  Q9 A request names its epoch: one for epoch j is read only by the
  *     growth of epoch j (never carried to a later one), and a joiner
  *     that epoch k's record does not list (closed, "none", or another
  *     joiner's) is refused for epoch k + 1 (TD_ERR_STATE): it asks again
  *     after epoch k + 1. A replacement never joins an epoch its process
  *     was a member of before (Q4).
+ *  Q10 Epoch k's admitter is its lowest member (the plan's first rank;
+ *     world rank 0 while it lives): every member holds the same plan
+ *     (Q1), so all name the same admitter without a message, and the
+ *     role moves to the lowest survivor when rank 0 is lost (possible
+ *     only when the launcher serves the store, runtime.h R3); a joiner
+ *     may be any rank the epoch lacks, rank 0 included.
  *
  * Thread safety: one call at a time per store client (the client is not
  * thread-safe); different clients may join concurrently. */
@@ -116,8 +123,9 @@ td_status_t elastic_grow_decode(const char *text, size_t len, int world,
                                 elastic_grow_t *g);
 void        elastic_grow_free(elastic_grow_t *g);
 
-/* Rank 0 at a step boundary of epoch EPOCH (members MEMBERS[N] of a
- * world of WORLD, committed step COMMITTED): if no record is there yet
+/* At a step boundary of epoch EPOCH (members MEMBERS[N] of a world of
+ * WORLD, committed step COMMITTED), the admitter (ME == MEMBERS[0], Q10):
+ * if no record is there yet
  * and a non-member asked (want/), write the record admitting them
  * (Q7, Q8); with WAIT > 0, wait up to WAIT s for a request first. Then
  * (every member) read it: *FOUND 0 when absent. */

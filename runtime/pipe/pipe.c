@@ -6,6 +6,7 @@
 
 #include <malloc.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +14,17 @@
 
 #include "base/clock.h"
 #include "runtime/coll/tx.h"      /* coll_group_fail */
+#include "runtime/coll/work.h"    /* coll_work_set_spin */
 #include "runtime/pipe/pipe_internal.h"
+#include "runtime/runtime.h"      /* td__runtime_local_world_size */
 #include <todist/coll.h>
 #include <todist/ops.h>
 
 #define PIPE_MICRO_MAX  65536
 #define PIPE_MSG_MAX    480
+/* P8: how long a waiting stage drives the transport before it sleeps,
+ * when every rank of this host has a core of its own */
+#define PIPE_SPIN_S     0.05
 /* Tags in the pipeline group (P1: one per direction, FIFO per pair). */
 #define TAG_ACT   1
 #define TAG_GRAD  2
@@ -72,12 +78,35 @@ struct td_pipe {
     int                wq_head, wq_n;
     int                in_flight;
     buf_pool_t         act_pool, grad_pool;   /* P6 */
+    /* the step's trace (P7): at most n_ops + 4M events */
+    td_pipe_event_t   *trace;
+    int                n_trace, trace_cap;
     double             theory;
+    double             spin_s;      /* P8: receives' drive-before-sleep */
     size_t             heap0;
     td_pipe_stats_t    stats;
 };
 
 static const char *const sched_names[] = {"gpipe", "1f1b", "zb"};
+static const char *const event_names[] = {
+    "F", "BW", "B", "W", "wait_act", "wait_grad", "send_act", "send_grad"};
+
+const char *
+td_pipe_event_name(td_pipe_event_kind_t kind)
+{
+    return (unsigned)kind < 8 ? event_names[kind] : "?";
+}
+
+/* Record one event (P7: the list is sized for a step's every op, wait and
+ * send, so nothing is dropped in a step that keeps P1-P4). */
+static void
+trace_add(td_pipe_t *p, td_pipe_event_kind_t kind, int m, double t0,
+          double t1)
+{
+    if (p->n_trace < p->trace_cap) {
+        p->trace[p->n_trace++] = (td_pipe_event_t){kind, m, t0, t1};
+    }
+}
 
 const char *
 td_pipe_schedule_name(td_pipe_schedule_t s)
@@ -306,6 +335,9 @@ post_act_recv(td_pipe_t *p, int m)
     if (st == TD_OK) {
         st = td_irecv(p->pg, mb->x, p->stage - 1, TAG_ACT, &mb->act_recv);
     }
+    if (st == TD_OK && p->spin_s > 0) {
+        coll_work_set_spin(mb->act_recv, p->spin_s);
+    }
     p->stats.post_s += td_now_s() - t0;
     return st;
 }
@@ -324,6 +356,9 @@ post_grad_recv(td_pipe_t *p, int m)
     st = pool_take(p, &p->grad_pool, &p->out, &mb->dy);
     if (st == TD_OK) {
         st = td_irecv(p->pg, mb->dy, p->stage + 1, TAG_GRAD, &mb->grad_recv);
+    }
+    if (st == TD_OK && p->spin_s > 0) {
+        coll_work_set_spin(mb->grad_recv, p->spin_s);
     }
     p->stats.post_s += td_now_s() - t0;
     return st;
@@ -399,7 +434,7 @@ static td_status_t
 run_w(td_pipe_t *p, int m)
 {
     micro_t *mb = &p->mb[m];
-    double t0 = td_now_s();
+    double t0 = td_now_s(), t1;
     td_status_t st;
 
     if (p->wq_n == 0 || p->wq[p->wq_head] != m) {
@@ -409,7 +444,9 @@ run_w(td_pipe_t *p, int m)
     p->wq_head++;
     p->wq_n--;
     st = pipe_split_weight(&mb->split, p->params);
-    p->stats.wgt_s += td_now_s() - t0;
+    t1 = td_now_s();
+    p->stats.wgt_s += t1 - t0;
+    trace_add(p, TD_PIPE_EV_W, m, t0, t1);
     if (st != TD_OK) {
         return pipe_fail(p, st, "failed in the weight backward of "
                          "micro-batch %d", m);
@@ -425,11 +462,14 @@ static td_status_t
 wait_recv(td_pipe_t *p, td_work_t *w, const char *what, int m, int from)
 {
     td_status_t st;
-    double t0;
+    double t0, t1;
 
     t0 = td_now_s();
     st = td_work_wait(w, -1);
-    p->stats.wait_s += td_now_s() - t0;
+    t1 = td_now_s();
+    p->stats.wait_s += t1 - t0;
+    trace_add(p, from < p->stage ? TD_PIPE_EV_WAIT_ACT : TD_PIPE_EV_WAIT_GRAD,
+              m, t0, t1);
     if (st != TD_OK) {
         return pipe_fail(p, st, "got no %s of micro-batch %d from stage %d "
                          "(rank %d)", what, m, from,
@@ -446,7 +486,7 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
     td_tensor_t *tgt = NULL, *y = NULL, *send = NULL;
     int last = p->stage == p->S - 1;
     td_status_t st;
-    double t0;
+    double t0, t1;
     size_t heap;
 
     if (p->stage > 0) {
@@ -479,7 +519,9 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
     }
     t0 = td_now_s();
     st = p->forward(p->arg, mb->x, tgt, m, &y);
-    p->stats.fwd_s += td_now_s() - t0;
+    t1 = td_now_s();
+    p->stats.fwd_s += t1 - t0;
+    trace_add(p, TD_PIPE_EV_F, m, t0, t1);
     td_tensor_release(tgt);
     if (st == TD_OK && y == NULL) {
         st = td_error(TD_ERR_INVALID, "the forward returned no tensor");
@@ -547,7 +589,9 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
     }
     st = td_isend(p->pg, send, p->stage + 1, TAG_ACT, &mb->act_send);
     td_tensor_release(send);
-    p->stats.send_s += td_now_s() - t0;
+    t1 = td_now_s();
+    p->stats.send_s += t1 - t0;
+    trace_add(p, TD_PIPE_EV_SEND_ACT, m, t0, t1);
     if (st != TD_OK) {
         return pipe_fail(p, st, "could not send the activation of "
                          "micro-batch %d", m);
@@ -562,7 +606,7 @@ do_backward(td_pipe_t *p, int m, int split)
     td_tensor_t *dx = NULL;
     int last = p->stage == p->S - 1;
     td_status_t st;
-    double t0;
+    double t0, t1;
 
     if (!last) {
         st = wait_recv(p, mb->grad_recv, "gradient", m, p->stage + 1);
@@ -595,7 +639,9 @@ do_backward(td_pipe_t *p, int m, int split)
             td_tensor_retain(dx);
         }
     }
-    p->stats.bwd_s += td_now_s() - t0;
+    t1 = td_now_s();
+    p->stats.bwd_s += t1 - t0;
+    trace_add(p, split ? TD_PIPE_EV_B : TD_PIPE_EV_BW, m, t0, t1);
     if (st != TD_OK) {
         return pipe_fail(p, st, "failed in the backward of micro-batch %d", m);
     }
@@ -610,7 +656,9 @@ do_backward(td_pipe_t *p, int m, int split)
         t0 = td_now_s();
         st = td_isend(p->pg, dx, p->stage - 1, TAG_GRAD, &mb->grad_send);
         td_tensor_release(dx);
-        p->stats.send_s += td_now_s() - t0;
+        t1 = td_now_s();
+        p->stats.send_s += t1 - t0;
+        trace_add(p, TD_PIPE_EV_SEND_GRAD, m, t0, t1);
         if (st != TD_OK) {
             return pipe_fail(p, st, "could not send the gradient of "
                              "micro-batch %d", m);
@@ -737,6 +785,7 @@ td_pipe_step(td_pipe_t *p, td_tensor_t *input, td_tensor_t *target,
                         p->stage, p->rank);
     }
     memset(&p->stats, 0, sizeof(p->stats));
+    p->n_trace = 0;
     /* the kept receive buffers count as the step's, as if allocated now */
     kept = pool_bytes(&p->act_pool) + pool_bytes(&p->grad_pool);
     p->heap0 = heap_in_use();
@@ -815,6 +864,38 @@ out:
 
 /* ---- create / destroy -------------------------------------------------- */
 
+/* P8: how long a stage waiting for a message drives the transport before
+ * it sleeps: TODIST_PIPE_SPIN_MS when set (0: the runtime's own 2 ms),
+ * else PIPE_SPIN_S where every rank of this host has a core of its own
+ * (a waiting stage has nothing else to run, and a sleeper's wake-up cost
+ * 0.1-2 ms a message, bench/RESULTS.md), else 0: spinning would take
+ * the core from the very rank it waits for. */
+double
+pipe_spin_choose(const char *env, int local_ranks, int cores)
+{
+    if (env != NULL && env[0] != '\0') {
+        char *end;
+        double ms = strtod(env, &end);
+
+        return end != env && *end == '\0' && ms > 0 && ms <= 60e3
+               ? ms * 1e-3 : 0;
+    }
+    return local_ranks > 0 && local_ranks <= cores ? PIPE_SPIN_S : 0;
+}
+
+static double
+pipe_spin_s(void)
+{
+    cpu_set_t set;
+    int cores = 0;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        cores = CPU_COUNT(&set);
+    }
+    return pipe_spin_choose(getenv("TODIST_PIPE_SPIN_MS"),
+                            td__runtime_local_world_size(), cores);
+}
+
 /* NAME set to anything but "" or "0". */
 static int
 pipe_env_flag(const char *name)
@@ -887,6 +968,7 @@ td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
     p->replica = rank / S;
     p->sched = o->schedule;
     p->theory = pipe_schedule_theory(p->sched, S, p->M);
+    p->spin_s = pipe_spin_s();
     p->forward = o->forward;
     p->arg = o->arg;
     p->n_params = o->n_params;
@@ -895,6 +977,8 @@ td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
     p->n_ops = pipe_schedule_n_ops(p->sched, p->M);
     p->ops = calloc((size_t)p->n_ops, sizeof(*p->ops));
     p->wq = calloc((size_t)p->M, sizeof(*p->wq));
+    p->trace_cap = p->n_ops + 4 * p->M;
+    p->trace = calloc((size_t)p->trace_cap, sizeof(*p->trace));
     {
         int cap = pipe_schedule_cap(p->sched, S, p->stage, p->M);
         p->act_pool.cap = pool_need(p->sched, cap, p->M, 0);
@@ -906,7 +990,7 @@ td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
     p->grad_pool.t = calloc((size_t)p->M, sizeof(td_tensor_t *));
     ranks = calloc((size_t)(S > R ? S : R), sizeof(int));
     if (p->params == NULL || p->mb == NULL || p->ops == NULL ||
-        p->wq == NULL || p->act_pool.t == NULL || p->grad_pool.t == NULL ||
+        p->wq == NULL || p->trace == NULL || p->act_pool.t == NULL || p->grad_pool.t == NULL ||
         ranks == NULL) {
         st = td_error(TD_ERR_NO_MEMORY, "pipe: out of memory");
         goto err;
@@ -977,6 +1061,18 @@ td_pipe_stats(const td_pipe_t *p, td_pipe_stats_t *stats)
     return TD_OK;
 }
 
+td_status_t
+td_pipe_trace(const td_pipe_t *p, const td_pipe_event_t **events_p, int *n_p)
+{
+    if (p == NULL || events_p == NULL || n_p == NULL) {
+        return td_error(TD_ERR_INVALID, "pipe: trace of a NULL pipe, or "
+                        "NULL results");
+    }
+    *events_p = p->trace;
+    *n_p = p->n_trace;
+    return TD_OK;
+}
+
 void
 td_pipe_destroy(td_pipe_t *p)
 {
@@ -995,6 +1091,7 @@ td_pipe_destroy(td_pipe_t *p)
     free(p->mb);
     free(p->ops);
     free(p->wq);
+    free(p->trace);
     pool_free(&p->act_pool);
     pool_free(&p->grad_pool);
     free(p);

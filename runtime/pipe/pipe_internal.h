@@ -49,6 +49,15 @@ double pipe_schedule_replay(td_pipe_schedule_t sched, int n_stages,
 double pipe_schedule_theory(td_pipe_schedule_t sched, int n_stages,
                             int n_micro);
 
+/* ---- pipe.c ----------------------------------------------------------- */
+
+/* P8: seconds a stage waiting for a message drives the transport before
+ * it sleeps, from TODIST_PIPE_SPIN_MS's value ENV (NULL or "": unset; a
+ * number of ms in (0, 60000], else 0: the runtime's own) or, unset, 0.05
+ * when LOCAL_RANKS (ranks of this host) <= CORES (this process may run
+ * on), else 0. Pure. */
+double pipe_spin_choose(const char *env, int local_ranks, int cores);
+
 /* ---- split.c ---------------------------------------------------------- */
 
 /* One micro-batch's deferred weight gradients: the nodes with an edge to

@@ -21,4 +21,8 @@ td_status_t td__future_fail_async(td_future_t *fut, td_status_t status,
  * its place (td_future_value on FUT returns NULL afterwards). */
 td_status_t td__future_take_last(td_future_t *fut, td_rpc_list_t **value_p);
 
+/* Free the spare future (F1), at shutdown (thread-safe: a future released
+ * later becomes the spare again, still reachable). */
+void td__future_spare_clear(void);
+
 #endif /* TD_RUNTIME_RPC_FUTURE_H */

@@ -223,7 +223,8 @@ dim_partition(const td_partitioner_t *p, const td_rpc_list_t *args,
             int d;
 
             if (td_rpc_list_kind(args, i) != TD_VALUE_TENSOR) {
-                td_rpc_list_t view = { 1, 1, args->items + i }, *one;
+                td_rpc_list_t view = { .n = 1, .cap = 1,
+                                       .items = args->items + i }, *one;
 
                 status = td_rpc_list_copy(&view, &one);
                 if (status == TD_OK) {

@@ -545,6 +545,11 @@ td_rpc_worker_name(int rank, char *buf, size_t len)
 
 /* ---- pending table ------------------------------------------------------- */
 
+static void *slot_get(void *_Atomic *slot, size_t size);
+static void  slot_put(void *_Atomic *slot, void *p);
+static void  slot_clear(void *_Atomic *slot);
+static void *_Atomic pending_slot;     /* a pending_t, one-slot cache */
+
 static void
 pending_insert(pending_t *pc)
 {
@@ -614,7 +619,7 @@ pending_fail(pending_t *pc, td_status_t status, const char *msg,
         td_future_fail(pc->fut, status, "%s", msg);
     }
     td_future_release(pc->fut);
-    free(pc);
+    slot_put(&pending_slot, pc);
 }
 
 /* ---- timer --------------------------------------------------------------- */
@@ -663,8 +668,10 @@ timer_main(void *arg)
 
 /* ---- one-slot caches ------------------------------------------------------ *
  * A send's state (2 KB) and a received message's (6 KB) are "large" to
- * malloc, which then consolidates its fast bins on every call: a single
- * atomic slot per kind gives the last freed block to the next message
+ * malloc, which then consolidates its fast bins on every call, and a
+ * pending call's (pending_slot) is a malloc and a free on every call's
+ * path: a single atomic slot per kind gives the last freed block to the
+ * next message
  * (exchange to take it, compare-and-swap to put it back: no ABA, the
  * taker owns what it took). */
 
@@ -865,7 +872,7 @@ td__rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
         if (status != TD_OK) {
             return status;
         }
-        pc = malloc(sizeof(*pc));     /* every field set below */
+        pc = slot_get(&pending_slot, sizeof(*pc));   /* all set below */
         if (pc == NULL) {
             td_future_release(fut);
             return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory");
@@ -881,7 +888,7 @@ td__rpc_send_typed(int dst, int type, uint64_t function_id, const char *name,
     if (status != TD_OK) {
         if (pc != NULL && (pc = pending_take(meta.message_id)) != NULL) {
             td_future_release(pc->fut);
-            free(pc);
+            slot_put(&pending_slot, pc);
         }
         td_future_release(fut);
         return status;
@@ -1489,7 +1496,7 @@ finish_reply(rx_t *r, int from_progress)
                 td_future_complete(pc->fut, list);
             }
             td_future_release(pc->fut);
-            free(pc);
+            slot_put(&pending_slot, pc);
         }
     }
     rx_free(r);
@@ -1801,6 +1808,8 @@ module_shutdown(void *arg)
     buf_cache_clear();
     slot_clear(&send_slot);
     slot_clear(&rx_slot);
+    slot_clear(&pending_slot);
+    td__future_spare_clear();
     rpc.tp = NULL;
 }
 

@@ -35,8 +35,8 @@ td_rpc_list_create(td_rpc_list_t **list_p)
         return td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a list");
     }
     list->n = 0;
-    list->cap = 0;
-    list->items = NULL;
+    list->cap = TD_RPC_LIST_INLINE;
+    list->items = list->small;
     *list_p = list;
     return TD_OK;
 }
@@ -84,22 +84,29 @@ td_rpc_list_free(td_rpc_list_t *list)
     for (size_t i = 0; i < list->n; i++) {
         value_clear(&list->items[i]);
     }
-    free(list->items);
+    if (list->items != list->small) {
+        free(list->items);
+    }
     free(list);
 }
 
-/* A slot at the end of LIST, or NULL (error recorded). */
-static td_value_t *
-list_push(td_rpc_list_t *list)
+/* A slot at the end of LIST, zeroed, or NULL (error recorded). */
+td_value_t *
+td__rpc_list_push(td_rpc_list_t *list)
 {
     if (list->n == list->cap) {
-        size_t cap = list->cap ? 2 * list->cap : 4;
-        td_value_t *items = realloc(list->items, cap * sizeof(*items));
+        size_t cap = 2 * list->cap;
+        td_value_t *items = list->items == list->small
+                            ? malloc(cap * sizeof(*items))
+                            : realloc(list->items, cap * sizeof(*items));
 
         if (items == NULL) {
             td_error(TD_ERR_NO_MEMORY, "rpc: out of memory growing a list "
                      "to %zu items", cap);
             return NULL;
+        }
+        if (list->items == list->small) {
+            memcpy(items, list->small, list->n * sizeof(*items));
         }
         list->items = items;
         list->cap = cap;
@@ -116,7 +123,7 @@ td_rpc_list_add_tensor(td_rpc_list_t *list, td_tensor_t *t)
         return td_error(TD_ERR_INVALID, "rpc: add_tensor: %s is NULL",
                         list == NULL ? "list" : "tensor");
     }
-    td_value_t *v = list_push(list);
+    td_value_t *v = td__rpc_list_push(list);
     if (v == NULL) {
         return TD_ERR_NO_MEMORY;
     }
@@ -133,7 +140,7 @@ td_rpc_list_add_int(td_rpc_list_t *list, int64_t x)
     if (list == NULL) {
         return td_error(TD_ERR_INVALID, "rpc: add_int: list is NULL");
     }
-    if ((v = list_push(list)) == NULL) {
+    if ((v = td__rpc_list_push(list)) == NULL) {
         return TD_ERR_NO_MEMORY;
     }
     v->kind = TD_VALUE_INT;
@@ -149,7 +156,7 @@ td_rpc_list_add_double(td_rpc_list_t *list, double x)
     if (list == NULL) {
         return td_error(TD_ERR_INVALID, "rpc: add_double: list is NULL");
     }
-    if ((v = list_push(list)) == NULL) {
+    if ((v = td__rpc_list_push(list)) == NULL) {
         return TD_ERR_NO_MEMORY;
     }
     v->kind = TD_VALUE_DOUBLE;
@@ -177,7 +184,7 @@ add_bytes(td_rpc_list_t *list, td_value_kind_t kind, const void *data,
         memcpy(copy, data, len);
     }
     copy[len] = '\0';
-    if ((v = list_push(list)) == NULL) {
+    if ((v = td__rpc_list_push(list)) == NULL) {
         free(copy);
         return TD_ERR_NO_MEMORY;
     }
@@ -215,7 +222,7 @@ td_rpc_list_add_rref(td_rpc_list_t *list, td_rref_t *rref)
         return td_error(TD_ERR_STATE, "rpc: add_rref: remote references "
                         "exist only after td_init");
     }
-    if ((v = list_push(list)) == NULL) {
+    if ((v = td__rpc_list_push(list)) == NULL) {
         return TD_ERR_NO_MEMORY;
     }
     v->kind = TD_VALUE_RREF;
@@ -226,7 +233,7 @@ td_rpc_list_add_rref(td_rpc_list_t *list, td_rref_t *rref)
 td_status_t
 td__rpc_list_take_rref(td_rpc_list_t *list, td_rref_t *rref)
 {
-    td_value_t *v = list_push(list);
+    td_value_t *v = td__rpc_list_push(list);
 
     if (v == NULL) {
         if (ref_release != NULL) {

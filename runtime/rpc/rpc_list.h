@@ -28,10 +28,16 @@ typedef struct {
     } u;
 } td_value_t;
 
+#define TD_RPC_LIST_INLINE 2   /* items held without an allocation */
+
 struct td_rpc_list {
     size_t      n;
     size_t      cap;
-    td_value_t *items;
+    td_value_t *items;        /* small, or owned once it outgrew it */
+    /* the first items: a small call's arguments and result cost no
+     * allocation beyond the list itself (never copy a list: items may
+     * point here) */
+    td_value_t  small[TD_RPC_LIST_INLINE];
 };
 
 /* How lists hold remote references: the rref plug-in's retain and release
@@ -41,6 +47,10 @@ void td__rpc_list_set_ref_ops(td_rref_t *(*retain)(td_rref_t *rref),
                              void (*release)(td_rref_t *rref));
 /* Append RREF, taking over the caller's reference (released on failure). */
 td_status_t td__rpc_list_take_rref(td_rpc_list_t *list, td_rref_t *rref);
+
+/* A zeroed slot at the end of LIST (grown as needed), or NULL (error
+ * recorded): the only way to grow a list, as its first items are inline. */
+td_value_t *td__rpc_list_push(td_rpc_list_t *list);
 
 /* true when LIST holds a tensor that requires grad. */
 int td__rpc_list_requires_grad(const td_rpc_list_t *list);

@@ -162,7 +162,9 @@ td__rpc_wire_out_free(td_rpc_wire_out_t *out)
     for (int i = 0; i < out->n_tensors; i++) {
         td_tensor_release(out->tensors[i]);
     }
-    free(out->header);
+    if (out->header != out->header_small) {
+        free(out->header);
+    }
     free(out->args_body);
     td__rpc_wire_out_init(out);
 }
@@ -400,7 +402,8 @@ td__rpc_wire_encode_dev(const td_rpc_wire_meta_t *meta,
                           header_max);
         goto err;
     }
-    out->header = malloc(hlen);
+    out->header = hlen <= sizeof(out->header_small) ? out->header_small
+                                                    : malloc(hlen);
     if (out->header == NULL) {
         status = td_error(TD_ERR_NO_MEMORY, "rpc: out of memory for a %zu "
                           "byte header", hlen);

@@ -145,9 +145,14 @@ typedef enum {
  * memory, their place chosen; they are retained in TENSORS. Then the codec
  * (td__rpc_wire_encode) builds the header blob and lists the bodies: it
  * writes descriptors and copies no tensor. Free with td__rpc_wire_out_free. */
+#define TD_RPC_WIRE_HDR_INLINE 192   /* header bytes kept in the out */
+
 typedef struct {
-    uint8_t      *header;
+    uint8_t      *header;          /* header_small, or owned */
     size_t        header_len;
+    /* a small call's header, without a malloc (never copy an out: header
+     * may point here) */
+    uint8_t       header_small[TD_RPC_WIRE_HDR_INLINE];
     td_iov_t      bodies[TD_RPC_MAX_TENSORS + 1];
     int           n_bodies;
     /* prepared (one per tensor item of the list, in order) */

@@ -411,7 +411,7 @@ td_rref_release(td_rref_t *h)
 static td_status_t
 append(td_rpc_list_t *dst, const td_rpc_list_t *src, size_t from)
 {
-    td_rpc_list_t view = { 0, 0, NULL }, *copy;
+    td_rpc_list_t view = { .n = 0, .cap = 0, .items = NULL }, *copy;
     td_status_t status;
 
     if (src != NULL && src->n > from) {
@@ -423,18 +423,13 @@ append(td_rpc_list_t *dst, const td_rpc_list_t *src, size_t from)
         return status;
     }
     for (size_t i = 0; i < copy->n && status == TD_OK; i++) {
-        if (dst->n == dst->cap) {
-            size_t cap = dst->cap ? 2 * dst->cap : 4;
-            td_value_t *it = realloc(dst->items, cap * sizeof(*it));
+        td_value_t *v = td__rpc_list_push(dst);
 
-            if (it == NULL) {
-                status = td_error(TD_ERR_NO_MEMORY, "rref: out of memory");
-                break;
-            }
-            dst->items = it;
-            dst->cap = cap;
+        if (v == NULL) {
+            status = TD_ERR_NO_MEMORY;        /* recorded by the push */
+            break;
         }
-        dst->items[dst->n++] = copy->items[i];
+        *v = copy->items[i];
         copy->items[i].kind = TD_VALUE_INT;   /* moved */
     }
     td_rpc_list_free(copy);
@@ -799,7 +794,8 @@ on_remote(void *arg, int src, uint64_t fn_id, td_rpc_list_t *args,
         return td_error(TD_ERR_PROTOCOL, "rref: malformed creation request "
                         "from rank %d", src);
     }
-    td_rpc_list_t view = { args->n - 2, args->n - 2, args->items + 2 };
+    td_rpc_list_t view = { .n = args->n - 2, .cap = args->n - 2,
+                           .items = args->items + 2 };
 
     status = td_rpc_list_copy(&view, &rest);
     if (status == TD_OK) {

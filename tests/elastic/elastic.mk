@@ -29,3 +29,8 @@ check_PROGRAMS += tests/elastic/zero_ck_peer
 tests_elastic_zero_ck_peer_LDADD = $(TD_LDADD) -lm
 TESTS += tests/elastic/test_zero_ckpt.sh
 EXTRA_DIST += tests/elastic/test_zero_ckpt.sh
+# subgroups shrink and grow with the world (EL10): tests/elastic/subgroup_worker
+check_PROGRAMS += tests/elastic/subgroup_worker
+tests_elastic_subgroup_worker_LDADD = $(TD_LDADD)
+TESTS += tests/elastic/test_subgroups.sh
+EXTRA_DIST += tests/elastic/test_subgroups.sh

@@ -40,9 +40,17 @@
 #     step 13): the replacement is healed (parameters, optimizer, sampler)
 #     and the losses equal, bit for bit, a run of 11 steps at 4 ranks
 #     resumed at 3 ranks to step 13, then at 4 ranks to the end.
-# Bounded by timeout; parts 4-5 skipped without the Fashion-MNIST data.
+#  6. part 4 with rank 0 killed instead (EL11: todist-run --no-kill serves
+#     the store, TODIST_AGENT_STORE=1): the survivors' lowest, world rank
+#     1, becomes group rank 0 and writes the loss log on; the losses equal
+#     part 4's reference bit for bit (the sampler re-shards by the new
+#     rank, whoever died).
+#  7. part 5 with rank 0 killed and replaced: the lowest survivor admits
+#     (Q10) at step 13, the replacement for rank 0 is healed and is group
+#     rank 0 again; the losses equal part 5's reference bit for bit.
+# Bounded by timeout; parts 4-7 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 40
+plan 50
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -130,7 +138,7 @@ is "$(printf '%s\n' "$out" | grep -c '^todist-run: rank [0-9]* (pid')" 1 \
 ex="$top_builddir/examples/fashion_mnist_ddp"
 data=/usr/share/datasets/fashion-mnist
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 13 "dataset-fashion-mnist is not installed"
+    skip 23 "dataset-fashion-mnist is not installed"
     done_testing
 fi
 args="--epochs 2 --max-batches 30 --batch-size 32 --hidden 64 --threads 1
@@ -175,4 +183,33 @@ ok "$?" "the reference: 11 steps at 4 ranks, to 13 at 3, then at 4"
 ok "$(cmp "$TD_TMP/gref.log" "$TD_TMP/gr.log" >/dev/null; echo $?)" \
    "the losses equal the reference's bit for bit ($(wc -l < "$TD_TMP/gr.log" | tr -d ' ') steps)"
 [ "$rc" = 0 ] || diag "$out" "$ref1" "$ref2" "$ref3"
+
+# --- 6: the example, rank 0 lost ---
+out=$(timeout -k 5 300 todist-run -n 4 --no-kill "$ex" $args --in-place \
+      --die-at 0:12 --loss-log "$TD_TMP/r0.log" 2>&1); rc=$?
+is "$rc" 137 "rank 0 killed: the run ends (the launcher names it)"
+like "$out" "todist-run: rank 0 \(pid [0-9]+\) was killed by signal 9" \
+   "rank 0 was the one killed"
+like "$out" "in-place: epoch 1 at step 11: world 4 -> 3 \(lost 1 rank, first 0\)" \
+   "the survivors shrink without rank 0 (the lowest, rank 1, reports as group rank 0)"
+is "$(printf '%s\n' "$out" | grep -c 'elastic: epoch 1 at step 11: world 4 -> 3 (lost rank 0); this rank [123] -> [012];')" 3 \
+   "ranks 1-3 become group ranks 0-2"
+is "$(wc -l < "$TD_TMP/r0.log" | tr -d ' ') $(tail -n 1 "$TD_TMP/r0.log" | cut -d' ' -f1)" \
+   "56 56" "every step logged once (rank 0 to step 11, rank 1 on), ending at step 56"
+ok "$(cmp "$TD_TMP/ref.log" "$TD_TMP/r0.log" >/dev/null; echo $?)" \
+   "the losses equal part 4's reference bit for bit"
+[ "$rc" = 137 ] || diag "$out"
+
+# --- 7: the example, rank 0 lost and replaced ---
+out=$(TODIST_ELASTIC_ADMIT_WAIT=60 timeout -k 5 300 todist-run -n 4 --no-kill \
+      --replace 1 "$ex" $args --in-place --die-at 0:12 \
+      --loss-log "$TD_TMP/r0g.log" 2>&1); rc=$?
+is "$rc" 0 "rank 0 replaced: the run ends well"
+like "$out" "todist-run: --replace: started a replacement for rank 0 \(pid [0-9]+; 1 of 1\)" \
+   "the launcher starts a replacement for rank 0"
+like "$out" "in-place: epoch 2 at step 13: world 3 -> 4 \(joined 1 rank, first 0\)" \
+   "rank 1 admits it at step 13 (Q10): world 3 -> 4"
+ok "$(cmp "$TD_TMP/gref.log" "$TD_TMP/r0g.log" >/dev/null; echo $?)" \
+   "the losses equal part 5's reference bit for bit ($(wc -l < "$TD_TMP/r0g.log" | tr -d ' ') steps)"
+[ "$rc" = 0 ] || diag "$out"
 done_testing

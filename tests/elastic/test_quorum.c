@@ -170,7 +170,6 @@ grow_codec(void)
     elastic_grow_t g = { .step = 6, .n = 2, .ranks = r }, q;
     char *text = NULL;
     static const char *bad[] = {
-        "v1 6 1 0",                  /* rank 0 is never a joiner */
         "v1 6 2 5 2",                /* not increasing */
         "v1 6 1 8",                  /* past the world (8) */
         "v1 6 2 2",                  /* fewer ranks than the count */
@@ -190,6 +189,11 @@ grow_codec(void)
     free(text);
     ok(elastic_grow_decode("none", 4, MAXR, &q) == TD_OK && q.closed,
        "'none' is the closed record");
+    /* Q10: rank 0 may be a joiner (the launcher serves the store) */
+    if (is_int(elastic_grow_decode("v1 6 1 0", 8, MAXR, &q), TD_OK,
+               "a record admitting rank 0 decodes")) {
+        elastic_grow_free(&q);
+    }
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         is_int(elastic_grow_decode(bad[i], strlen(bad[i]), MAXR, &q),
                TD_ERR_PROTOCOL, "growth record rejected: '%s'", bad[i]);
@@ -197,6 +201,7 @@ grow_codec(void)
 }
 
 typedef struct {
+    int         me;          /* the replacement's world rank */
     td_status_t st;
     int64_t     epoch;
     int        *old, n_old, *cands, n_cands;
@@ -210,7 +215,7 @@ wait_thread(void *arg)
 
     w->st = td_store_connect("127.0.0.1", port, TOKEN, 10, &c);
     if (w->st == TD_OK) {
-        w->st = elastic_join_wait(c, 2, 4, 30, &w->epoch, &w->old,
+        w->st = elastic_join_wait(c, w->me, 4, 30, &w->epoch, &w->old,
                                   &w->n_old, &w->cands, &w->n_cands);
         td_store_close(c);
     }
@@ -231,7 +236,7 @@ growth(void)
     static const int m3[3] = {0, 1, 3};
     const char *plan1 = "v1 1 5 0 0 3 0 1 3";
     td_store_t *c;
-    waiter_t w = {0};
+    waiter_t w = { .me = 2 };
     pthread_t t;
     elastic_grow_t g = {0}, g1 = {0};
     joiner_t j[4];
@@ -305,6 +310,33 @@ growth(void)
            "the stale joiner is refused for epoch 5");
     like(td_last_error(), "epoch 4's growth is not decided \\(a stale "
          "request", "as a stale request");
+
+    /* 10: epoch 5 = {1, 2, 3}: rank 0 was lost (the launcher serves the
+     * store); its replacement asks, the lowest member admits it (Q10) */
+    {
+        static const int m5[3] = {1, 2, 3};
+        const char *p5 = "v1 5 9 1 0 3 1 2 3";
+        const char *k5[1] = { "td/el/5/want/0" };
+        waiter_t w0 = { .me = 0 };
+
+        td_store_set(c, "td/el/5/plan", p5, strlen(p5));
+        pthread_create(&t, NULL, wait_thread, &w0);
+        is_int(td_store_wait(c, k5, 1, 30), TD_OK,
+               "a replacement for rank 0 asks to join after epoch 5");
+        ok(elastic_grow_check(c, 5, 2, m5, 3, 4, 9, 0, &found, &g) ==
+           TD_OK && !found, "rank 2 does not admit (not the lowest member)");
+        ok(elastic_grow_check(c, 5, 1, m5, 3, 4, 9, 0, &found, &g) ==
+           TD_OK && found && g.step == 10 && g.n == 1 && g.ranks[0] == 0,
+           "rank 1, the lowest, admits rank 0 at step 10 (Q10)");
+        elastic_grow_free(&g);
+        pthread_join(t, NULL);
+        list_text(w0.cands, w0.n_cands, txt, sizeof(txt));
+        ok(w0.st == TD_OK && w0.epoch == 5 && strcmp(txt, "0 1 2 3") == 0,
+           "rank 0's replacement is admitted after epoch 5: candidates %s",
+           txt);
+        free(w0.old);
+        free(w0.cands);
+    }
     td_store_close(c);
 }
 
@@ -317,7 +349,7 @@ main(void)
     joiner_t j[MAXR];
     double t0;
 
-    plan(97);
+    plan(101);
     codec();
     grow_codec();
     if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {

@@ -13,3 +13,6 @@ TESTS += tests/pipe/test_pipe_split
 check_PROGRAMS += tests/pipe/test_pipe_partition
 tests_pipe_test_pipe_partition_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/pipe/test_pipe_partition
+check_PROGRAMS += tests/pipe/test_pipe_spin
+tests_pipe_test_pipe_spin_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/pipe/test_pipe_spin

@@ -24,6 +24,18 @@
  *                at once (broken).
  *   kill         stage 1 SIGKILLs itself at micro-batch 2 of the second
  *                step: every other rank's step fails naming it, within 2 s.
+ *   trace        S = 2, M = 4, every schedule, two steps: each stage's trace
+ *                (P7) holds its ops in the order written out below from
+ *                the schedules' definitions (not from schedule.c), a wait
+ *                before each op that needs a message and a send after each
+ *                op that makes one, in time order without overlap; and
+ *                stage 1 never ends a wait for activation m before stage 0
+ *                began sending it (the ranks' clocks line up).
+ *   spin         S = 2, M = 1: stage 0 starts its second step 0.4 s late; stage 1's
+ *                thread, waiting for it, switches out voluntarily (sleeps)
+ *                at most twice with TODIST_PIPE_SPIN_MS=60000 (it drives
+ *                the transport, P8), and more often with 0 (it sleeps
+ *                after the runtime's 2 ms). Voluntary switches, not time.
  *   badargs      M = 0, more stages than ranks, a batch M does not divide,
  *                an output whose shape changes between micro-batches (and
  *                between mini-batches): clear errors on every rank. */
@@ -35,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 
 #include <todist/todist.h>
 #include "tests/peer_agree.h"
@@ -499,6 +512,203 @@ mode_kill(void)
     return 0;
 }
 
+/* The compute ops of stage S of 2 at M = 4, written out from the
+ * schedules' definitions (todist/pipe.h; ZB-H1: stage s runs W(j) right
+ * after B(j + s)). */
+static const char *const trace_want[3][2] = {
+    {"F0 F1 F2 F3 BW0 BW1 BW2 BW3", "F0 F1 F2 F3 BW0 BW1 BW2 BW3"},
+    {"F0 F1 BW0 F2 BW1 F3 BW2 BW3", "F0 BW0 F1 BW1 F2 BW2 F3 BW3"},
+    {"F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3",
+     "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3"}};
+
+/* 1 when EV[0..N) of stage S is well formed (see trace above); SENT[m]
+ * gets stage 0's send_act times. */
+static int
+trace_check(const td_pipe_event_t *ev, int n, int s, int sc, double *sent)
+{
+    char ops[128] = "", *o = ops;
+    td_pipe_event_kind_t need = s == 0 ? TD_PIPE_EV_WAIT_GRAD
+                                       : TD_PIPE_EV_WAIT_ACT;
+    td_pipe_event_kind_t make = s == 0 ? TD_PIPE_EV_SEND_ACT
+                                       : TD_PIPE_EV_SEND_GRAD;
+
+    for (int i = 0; i < n; i++) {
+        td_pipe_event_kind_t k = ev[i].kind;
+        int needs = s == 0 ? k == TD_PIPE_EV_B || k == TD_PIPE_EV_BW
+                           : k == TD_PIPE_EV_F;
+        int makes = s == 0 ? k == TD_PIPE_EV_F
+                           : k == TD_PIPE_EV_B || k == TD_PIPE_EV_BW;
+
+        if (!(ev[i].t0 <= ev[i].t1) || (i > 0 && ev[i].t0 < ev[i - 1].t1)) {
+            fail_detail("stage %d event %d (%s) at %.9f..%.9f overlaps or "
+                        "runs backwards", s, i, td_pipe_event_name(k),
+                        ev[i].t0, ev[i].t1);
+            return 0;
+        }
+        if (k <= TD_PIPE_EV_W) {
+            o += snprintf(o, sizeof(ops) - (size_t)(o - ops), "%s%s%d",
+                          o > ops ? " " : "", td_pipe_event_name(k),
+                          ev[i].micro);
+        }
+        if (needs && (i == 0 || ev[i - 1].kind != need ||
+                      ev[i - 1].micro != ev[i].micro)) {
+            fail_detail("stage %d: %s%d has no wait for its message right "
+                        "before it", s, td_pipe_event_name(k), ev[i].micro);
+            return 0;
+        }
+        if (makes && (i + 1 == n || ev[i + 1].kind != make ||
+                      ev[i + 1].micro != ev[i].micro)) {
+            fail_detail("stage %d: %s%d has no send right after it", s,
+                        td_pipe_event_name(k), ev[i].micro);
+            return 0;
+        }
+        if (k == TD_PIPE_EV_SEND_ACT && ev[i].micro >= 0 && ev[i].micro < 4) {
+            sent[ev[i].micro] = ev[i].t0;
+        }
+    }
+    if (strcmp(ops, trace_want[sc][s]) != 0) {
+        fail_detail("stage %d %s: ops '%s', want '%s'", s,
+                    td_pipe_schedule_name((td_pipe_schedule_t)sc), ops,
+                    trace_want[sc][s]);
+        return 0;
+    }
+    return 1;
+}
+
+static int
+mode_trace(void)
+{
+    model_t m;
+    stage_arg_t a;
+    char name[64];
+
+    model_init(&m, TD_FLOAT64);
+    stage_of(size, rank, &a, &m);
+    for (int sc = 0; sc < 3; sc++) {
+        td_pipe_t *p = NULL;
+        int good = size == 2;
+        td_status_t st = make_pipe(size, 1, 4, (td_pipe_schedule_t)sc, &a, &p);
+
+        if (st != TD_OK) {
+            fail_detail("create: %s", td_last_error());
+            good = 0;
+        }
+        for (int step = 0; step < 2 && good; step++) {
+            const td_pipe_event_t *ev;
+            td_tensor_t *x, *t, *times;
+            double loss, *sent;
+            int64_t four = 4;
+            int n;
+
+            make_batch(4, TD_FLOAT64, step, &x, &t);
+            st = td_pipe_step(p, rank == 0 ? x : NULL, rank == 1 ? t : NULL,
+                              &loss);
+            td_tensor_release(x);
+            td_tensor_release(t);
+            if (st != TD_OK || td_pipe_trace(p, &ev, &n) != TD_OK) {
+                fail_detail("step %d: %s", step, td_last_error());
+                good = 0;
+                break;
+            }
+            td_tensor_zeros(&four, 1, TD_FLOAT64, &times);
+            sent = td_tensor_data(times);
+            good = trace_check(ev, n, rank, sc, sent);
+            /* stage 0's send times to stage 1: a message is never in
+             * before it was sent, on one clock */
+            if (rank == 0) {
+                st = td_send(td_group_world(), times, 1, 77);
+            } else {
+                st = td_recv(td_group_world(), times, 0, 77, NULL);
+                for (int i = 0; i < n && good && st == TD_OK; i++) {
+                    if (ev[i].kind == TD_PIPE_EV_WAIT_ACT &&
+                        !(ev[i].t1 >= sent[ev[i].micro] &&
+                          sent[ev[i].micro] > 0)) {
+                        fail_detail("stage 1: activation %d in at %.9f, "
+                                    "sent at %.9f", ev[i].micro, ev[i].t1,
+                                    sent[ev[i].micro]);
+                        good = 0;
+                    }
+                }
+            }
+            td_tensor_release(times);
+            if (st != TD_OK) {
+                fail_detail("send times: %s", td_last_error());
+                good = 0;
+            }
+        }
+        td_pipe_destroy(p);
+        snprintf(name, sizeof(name), "trace_S2_M4_%s",
+                 td_pipe_schedule_name((td_pipe_schedule_t)sc));
+        agree(good, name);
+    }
+    model_free(&m);
+    return 0;
+}
+
+/* Stage 1's voluntary context switches in one step while stage 0 starts
+ * 0.4 s late, TODIST_PIPE_SPIN_MS=SPIN; -1 on failure. */
+static long
+spin_switches(const char *spin)
+{
+    model_t m;
+    stage_arg_t a;
+    td_pipe_t *p = NULL;
+    td_tensor_t *x, *t;
+    struct rusage r0, r1;
+    long nv = -1;
+    double loss;
+
+    setenv("TODIST_PIPE_SPIN_MS", spin, 1);
+    model_init(&m, TD_FLOAT64);
+    stage_of(size, rank, &a, &m);
+    if (make_pipe(size, 1, 1, TD_PIPE_GPIPE, &a, &p) != TD_OK) {
+        fail_detail("create: %s", td_last_error());
+        model_free(&m);
+        return -1;
+    }
+    make_batch(1, TD_FLOAT64, 0, &x, &t);
+    /* a first step agrees on the shapes (a blocking receive of its own) */
+    if (td_pipe_step(p, rank == 0 ? x : NULL, rank == 1 ? t : NULL,
+                     &loss) != TD_OK) {
+        fail_detail("first step: %s", td_last_error());
+    }
+    td_group_barrier(td_group_world());
+    if (rank == 0) {
+        struct timespec d = {0, 400000000L};
+        nanosleep(&d, NULL);
+    }
+    getrusage(RUSAGE_THREAD, &r0);
+    if (td_pipe_step(p, rank == 0 ? x : NULL, rank == 1 ? t : NULL,
+                     &loss) == TD_OK) {
+        getrusage(RUSAGE_THREAD, &r1);
+        nv = r1.ru_nvcsw - r0.ru_nvcsw;
+    } else {
+        fail_detail("step: %s", td_last_error());
+    }
+    td_tensor_release(x);
+    td_tensor_release(t);
+    td_pipe_destroy(p);
+    model_free(&m);
+    unsetenv("TODIST_PIPE_SPIN_MS");
+    return nv;
+}
+
+static int
+mode_spin(void)
+{
+    long sleeps = spin_switches("0"), spins = spin_switches("60000");
+
+    if (rank == 1) {
+        printf("# stage 1 voluntary switches waiting 0.4 s: %ld sleeping "
+               "after 2 ms, %ld driving\n", sleeps, spins);
+        fail_detail("stage 1: %ld voluntary switches with 60000 ms of "
+                    "spin, %ld without", spins, sleeps);
+    }
+    agree(rank != 1 || (spins >= 0 && spins <= 2 && sleeps > spins),
+          "spin_drives_instead_of_sleeping");
+    return 0;
+}
+
 static int
 mode_badargs(void)
 {
@@ -596,6 +806,10 @@ main(int argc, char **argv)
         rc = mode_gradlin();
     } else if (strcmp(mode, "hybrid") == 0) {
         rc = mode_hybrid(argc > 2 ? atoi(argv[2]) : 2);
+    } else if (strcmp(mode, "spin") == 0) {
+        rc = mode_spin();
+    } else if (strcmp(mode, "trace") == 0) {
+        rc = mode_trace();
     } else if (strcmp(mode, "error") == 0) {
         rc = mode_error();
     } else if (strcmp(mode, "kill") == 0) {

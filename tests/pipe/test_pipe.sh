@@ -7,7 +7,9 @@
 # ends in a linear layer;
 # 2 stages x 2 replicas average over the replicas; a stage whose forward
 # fails fails every stage's step naming it; a stage killed mid-step fails
-# every other stage within 2 s naming it; bad arguments are refused with
+# every other stage within 2 s naming it; a stage waiting for a late
+# neighbour drives the transport rather than sleeping (P8); each stage's
+# trace holds its ops in order (P7); bad arguments are refused with
 # clear errors. Bounded by timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/pipe/pipe_peer"
@@ -20,7 +22,7 @@ for sc in gpipe 1f1b zb; do
     done
 done
 count() { set -- $1; echo $#; }
-plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 5 + 1 ))
+plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 4 + 2 + 5 + 1 ))
 
 for S in 1 2 3; do
     out=$(run 240 env TODIST_PIPE_POISON=1 todist-run -n $S "$PEER" grad 2>&1); rc=$?
@@ -42,6 +44,19 @@ is "$rc" 0 "gradlin: every rank exits 0"
 out=$(run 120 todist-run -n 4 "$PEER" hybrid 2 2>&1); rc=$?
 expect "$out" hybrid_S2_R2_1f1b hybrid_S2_R2_zb
 is "$rc" 0 "hybrid: every rank exits 0"
+
+# each stage's trace (P7): its ops in the schedule's order, a wait before
+# and a send after each op that needs or makes a message, on one clock
+out=$(run 120 todist-run -n 2 "$PEER" trace 2>&1); rc=$?
+expect "$out" trace_S2_M4_gpipe trace_S2_M4_1f1b trace_S2_M4_zb
+is "$rc" 0 "trace: every rank exits 0"
+
+# P8: a stage waiting for a late neighbour drives the transport instead
+# of sleeping (counted in voluntary context switches, not in time)
+out=$(run 60 todist-run -n 2 "$PEER" spin 2>&1); rc=$?
+expect "$out" spin_drives_instead_of_sleeping
+is "$rc" 0 "spin: every rank exits 0"
+printf '%s\n' "$out" | grep '^# stage 1 voluntary'
 
 out=$(run 60 todist-run -n 3 "$PEER" error 2>&1); rc=$?
 expect "$out" error_fails_every_stage_naming_it error_next_step_fails_at_once

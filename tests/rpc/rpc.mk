@@ -10,6 +10,10 @@ TESTS += tests/rpc/test_rpc_wire
 check_PROGRAMS += tests/rpc/test_mapreduce
 tests_rpc_test_mapreduce_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/rpc/test_mapreduce
+# reused futures (future.c F1) and lists grown out of their inline items
+check_PROGRAMS += tests/rpc/test_rpc_reuse
+tests_rpc_test_rpc_reuse_LDADD = $(TD_TEST_LDADD)
+TESTS += tests/rpc/test_rpc_reuse
 # async handlers (td_rpc_register_async): two workers through todist-run
 check_PROGRAMS += tests/rpc/async_peer
 tests_rpc_async_peer_LDADD = $(TD_TEST_LDADD) -lm

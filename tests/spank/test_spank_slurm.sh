@@ -111,7 +111,7 @@ wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | 
 ndocs=$(awk -F '\t' '$2 == "slurm"' "$D/docs/index" | wc -l)
 
 # ---- the tests ----------------------------------------------------------
-plan $((85 + 1 + ndocs))
+plan $((94 + 1 + ndocs))
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -513,6 +513,53 @@ run_srun ddprpc -N2 -n4 --todist "$top_builddir/examples/ddp_rpc" \
     --ref "$top_srcdir/tests/data/ddp_rpc_ref.safetensors"
 is "$rc" 0 "srun -N2 -n4 --todist examples/ddp_rpc --ref succeeds"
 like "$(cat "$D/out/ddprpc")" "check=ok " "ddp_rpc under srun matches PyTorch"
+
+# 17. in-place recovery under srun --todist=kill_on_fail=no
+# (docs/elastic.md): examples/fashion_mnist_ddp --in-place on 2 nodes x 2
+# tasks, rank 2 (n2's first) SIGKILLs itself after step 12's forward; the
+# plugin leaves the step alone, the three survivors shrink in place, drop
+# step 12 and finish. Their losses must equal, bit for bit, those of the
+# same run under todist-run --no-kill (tests/elastic/test_inplace.sh
+# checks that one against a checkpoint resumed at 3 ranks): 56 steps.
+# Each task prints its program's exit status and exits with it (the sh
+# around it), so a survivor stopped by the plugin would show. Then rank 0
+# killed instead: it serves the store under srun, so the others refuse
+# to recover, naming that. After section 12: this step takes the
+# next ports of the reservation too.
+ex=$top_builddir/examples/fashion_mnist_ddp
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    ipargs="--epochs 2 --max-batches 30 --batch-size 32 --hidden 64
+            --threads 1 --log-every 0 --optimizer sgd --in-place --die-at 2:12"
+    run_srun inplace -N2 --ntasks-per-node=2 -w n1,n2 --todist=kill_on_fail=no \
+        sh -c '"$0" "$@"; s=$?; echo "task rank=$TODIST_RANK status=$s"; exit $s' \
+        "$ex" $ipargs --loss-log "$D/out/ip.log"
+    is "$rc" 137 "srun --todist=kill_on_fail=no: the step runs to its end, srun gives rank 2's status"
+    is "$(sed -n 's/^task rank=\([0-9]\) status=\([0-9]*\)$/\1:\2/p' "$D/out/inplace" | sort | tr '\n' ' ')" \
+       "0:0 1:0 2:137 3:0 " "rank 2 was killed (137), the three others ended well"
+    like "$(cat "$D/out/inplace")" "in-place: epoch 1 at step 11: world 4 -> 3 \(lost 1 rank, first 2\)" \
+         "step 12 is dropped: the survivors form epoch 1 at step 11, world 4 -> 3"
+    unlike "$(cat "$D"/slurmd-n*.log)" "rank 2 exited with code 137; stopping the step" \
+           "the plugin did not stop the step"
+    timeout -k 5 300 todist-run -n 4 --no-kill "$ex" $ipargs \
+        --loss-log "$D/out/ipref.log" >"$D/out/ipref" 2>&1
+    is "$?" 137 "the reference: the same run under todist-run --no-kill"
+    is "$(wc -l < "$D/out/ip.log" | tr -d ' ') $(tail -n 1 "$D/out/ip.log" | cut -d' ' -f1)" \
+       "56 56" "under srun: every step logged once, ending at step 56"
+    ok "$(cmp "$D/out/ipref.log" "$D/out/ip.log" >/dev/null; echo $?)" \
+       "under srun: the losses equal todist-run's bit for bit"
+    [ "$rc" = 137 ] || diag "$(tail -n 20 "$D/out/inplace" "$D/out/inplace.err")"
+    # Rank 0 serves the step's store under srun: when it dies the others
+    # refuse to recover, naming why (elastic.c EL11), and end at once.
+    run_srun inplace0 -N2 --ntasks-per-node=2 -w n1,n2 --todist=kill_on_fail=no \
+        sh -c '"$0" "$@"; s=$?; echo "task rank=$TODIST_RANK status=$s"; exit $s' \
+        "$ex" $(echo "$ipargs" | sed 's/--die-at 2:12/--die-at 0:12/')
+    is "$(sed -n 's/^task rank=\([0-9]\) status=\([0-9]*\)$/\1:\2/p' "$D/out/inplace0" | sort | tr '\n' ' ')" \
+       "0:137 1:1 2:1 3:1 " "rank 0 killed under srun: the others fail (status 1), none hangs"
+    is "$(grep -c "rank [123] cannot recover: rank 0's process serves the store, and \(rank 0 was lost\|the store failed\).*under srun --todist rank 0 must survive" "$D/out/inplace0.err")" 3 \
+       "each names why: rank 0's process served the store"
+else
+    skip 9 "dataset-fashion-mnist is not installed"
+fi
 
 # 16. What the README and docs/ show for Slurm, as written (the blocks
 # marked slurm; "slurm torch" ones need PyTorch), in a copy of the tree

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""bench/pipeline_trace.py PREFIX [PREFIX ...]: where a pipeline's idle
+time went, from the traces examples/pipeline_mlp --trace PREFIX wrote
+(PREFIX.RANK: "step stage replica kind micro t0_us t1_us", td_pipe_trace).
+
+Per stage (replica 0), over the traced steps:
+  span     the step from its first event to its last (ms, mean)
+  busy     F, B, W, BW
+  bubble   (span - busy) / span, split into
+    peer   waiting for a message the neighbour had not sent yet: the
+           schedule's own bubble and the stages' imbalance (and any delay
+           the neighbour itself took earlier)
+    flight waiting for a message already sent: from max(send, wait start)
+           to the wait's end: the transport's latency as the waiting stage
+           saw it
+    other  neither computing nor waiting (posting sends and receives,
+           slicing, the executor's bookkeeping)
+  latency  of the messages a stage waited on after they were sent
+           (flight > 0): median, p90, max (us)
+and one step's timeline (the step of median span), 0.25 ms a character
+(more where the step is longer than 40 ms):
+F forward, B input backward, W weight backward, X whole backward,
+- waiting for a message not sent yet, ~ waiting for one in flight,
+. the rest. Standard library only."""
+import glob
+import sys
+from collections import defaultdict
+
+COMPUTE = {"F", "B", "W", "BW"}
+
+
+def load(prefix):
+    ev = defaultdict(list)          # (step, stage) -> events, replica 0
+    for path in sorted(glob.glob(prefix + ".*")):
+        with open(path) as f:
+            for line in f:
+                p = line.split()
+                if len(p) != 7 or p[2] != "0":
+                    continue
+                ev[(int(p[0]), int(p[1]))].append(
+                    (p[3], int(p[4]), float(p[5]), float(p[6])))
+    return ev
+
+
+def pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+
+
+def analyse(prefix):
+    ev = load(prefix)
+    if not ev:
+        print("%s: no trace" % prefix)
+        return
+    steps = sorted({k[0] for k in ev})
+    stages = sorted({k[1] for k in ev})
+    # the send of each message: (step, to-stage, kind, micro) -> t0
+    sent = {}
+    for (step, s), es in ev.items():
+        for kind, m, t0, t1 in es:
+            if kind == "send_act":
+                sent[(step, s + 1, "wait_act", m)] = t0
+            elif kind == "send_grad":
+                sent[(step, s - 1, "wait_grad", m)] = t0
+    print("%s: %d steps, stages %s" % (prefix, len(steps), stages))
+    for s in stages:
+        tot = defaultdict(float)
+        lat = []
+        spans = []
+        for step in steps:
+            es = ev.get((step, s), [])
+            if not es:
+                continue
+            span = es[-1][3] - es[0][2]
+            spans.append((span, step))
+            tot["span"] += span
+            for kind, m, t0, t1 in es:
+                if kind in COMPUTE:
+                    tot["busy"] += t1 - t0
+                elif kind.startswith("wait"):
+                    ts = sent.get((step, s, kind, m))
+                    if ts is None:
+                        tot["peer"] += t1 - t0   # sender not traced
+                        continue
+                    peer = max(0.0, min(ts, t1) - t0)
+                    flight = t1 - max(ts, t0) if ts < t1 else 0.0
+                    tot["peer"] += peer
+                    tot["flight"] += flight
+                    if flight > 0:
+                        lat.append(flight)
+        idle = tot["span"] - tot["busy"]
+        other = idle - tot["peer"] - tot["flight"]
+        n = len(spans)
+        sp = tot["span"]
+        print("  stage %d: span %.2f ms busy %.2f bubble %.3f = peer %.3f + "
+              "flight %.3f + other %.3f; latency us median %.0f p90 %.0f "
+              "max %.0f (%d waits)" % (
+                  s, sp / n / 1e3, tot["busy"] / n / 1e3, idle / sp,
+                  tot["peer"] / sp, tot["flight"] / sp, other / sp,
+                  pct(lat, 0.5), pct(lat, 0.9), max(lat) if lat else 0,
+                  len(lat)))
+    # one step's timeline: the step of median span on stage 0
+    spans0 = sorted((ev[(st, stages[0])][-1][3] - ev[(st, stages[0])][0][2],
+                     st) for st in steps if (st, stages[0]) in ev)
+    step = spans0[len(spans0) // 2][1]
+    origin = min(ev[(step, s)][0][2] for s in stages if (step, s) in ev)
+    end = max(ev[(step, s)][-1][3] for s in stages if (step, s) in ev)
+    cell = max(250.0, (end - origin) / 160)    # at most 160 wide
+    width = int((end - origin) / cell) + 1
+    print("  step %d, %.2f ms a character:" % (step, cell / 1e3))
+    letter = {"F": "F", "B": "B", "W": "W", "BW": "X"}
+    for s in stages:
+        row = ["."] * width
+        digits = [" "] * width
+        for kind, m, t0, t1 in ev.get((step, s), []):
+            a = int((t0 - origin) / cell)
+            b = max(a + 1, int((t1 - origin) / cell))
+            if kind in COMPUTE:
+                for i in range(a, min(b, width)):
+                    row[i] = letter[kind]
+                digits[min(a, width - 1)] = str(m % 10)
+            elif kind.startswith("wait"):
+                ts = sent.get((step, s, kind, m), t1)
+                for i in range(a, min(b, width)):
+                    row[i] = "-" if origin + (i + 0.5) * cell < ts else "~"
+        print("   %d %s" % (s, "".join(row)))
+        print("     %s" % "".join(digits))
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.stderr.write(__doc__)
+        return 2
+    for prefix in argv[1:]:
+        analyse(prefix)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
