@@ -120,8 +120,10 @@ typedef struct {
     double admit_wait_s;   /* the admitter's td_elastic_admit (the lowest
                               member), while the world is
                               smaller than at start, waits up to this long
-                              at a boundary for a replacement to ask
-                              (default 0: it does not wait; env
+                              at a boundary for every missing rank's
+                              replacement to ask, then admits all that did
+                              together (default 0: it does not wait, and
+                              admits those that asked; env
                               TODIST_ELASTIC_ADMIT_WAIT): the world then
                               grows at a known step (tests, short runs);
                               the others wait meanwhile in the next step's

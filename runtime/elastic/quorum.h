@@ -9,7 +9,7 @@
  * "td/el/<k+1>/plan", or writes it once every member of epoch k is
  * decided (joined or declared dead).
  *
- * Invariants (Q1..Q6; growth Q7..Q10 below):
+ * Invariants (Q1..Q6; growth Q7..Q11 below):
  *  Q1 An epoch's plan is written once (compare-and-set on an absent key)
  *     and never changed; every rank adopts the plan in the store, never
  *     its own view, so all members of epoch k + 1 hold the same list.
@@ -69,6 +69,10 @@
  *     role moves to the lowest survivor when rank 0 is lost (possible
  *     only when the launcher serves the store, runtime.h R3); a joiner
  *     may be any rank the epoch lacks, rank 0 included.
+ *  Q11 With WAIT > 0 the admitter waits, up to WAIT, until every rank out
+ *     of the epoch asked, then admits all that did in one record: several
+ *     replacements started together join at one boundary. With WAIT 0 it
+ *     admits whoever asked by then (the others at a later boundary).
  *
  * Thread safety: one call at a time per store client (the client is not
  * thread-safe); different clients may join concurrently. */
@@ -127,7 +131,8 @@ void        elastic_grow_free(elastic_grow_t *g);
  * WORLD, committed step COMMITTED), the admitter (ME == MEMBERS[0], Q10):
  * if no record is there yet
  * and a non-member asked (want/), write the record admitting them
- * (Q7, Q8); with WAIT > 0, wait up to WAIT s for a request first. Then
+ * (Q7, Q8); with WAIT > 0, wait up to WAIT s for every non-member to ask
+ * first (Q11). Then
  * (every member) read it: *FOUND 0 when absent. */
 td_status_t elastic_grow_check(td_store_t *store, int64_t epoch, int me,
                                const int *members, int n, int world,

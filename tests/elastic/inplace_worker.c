@@ -32,6 +32,14 @@
  *       joiner (step, total) from the source and do 3 more steps. Every
  *       rank ends with "rank R epoch 2 step G+3 total T world 4 grew at
  *       G", T = 2 x 4 + (G - 2) x 3 + 3 x 4 (the test checks it).
+ *   inplace_worker grow2   (todist-run --no-kill --replace 2, with
+ *       TODIST_ELASTIC_ADMIT_WAIT) as grow, but ranks 1 and 2 both die
+ *       before step 3: the survivors go on at world 2, and both
+ *       replacements join in one growth record (the admitter waits until
+ *       every rank out of the world asked): T = 2 x 4 + (G - 2) x 2 +
+ *       3 x 4. Rank 2's replacement asks a second after rank 1's, so
+ *       without that wait rank 1 would be admitted alone. The grow lines
+ *       list every joiner.
  *   inplace_worker chain   no death: td_checkpoint_broadcast from group
  *       rank 1 (the chain 1 -> 2 -> 3 -> 0, runtime/elastic/heal.h) of a
  *       20 MiB float32 tensor (three pieces: 8, 8 and 4 MiB), a 3-element
@@ -138,8 +146,9 @@ reject(void)
     return td_finalize() == TD_OK ? 0 : fail(rank, "td_finalize");
 }
 
+/* grow and grow2: the ranks DIE1 and DIE2 (-1: none) die before step 3 */
 static int
-grow(void)
+grow(int die1, int die2)
 {
     int64_t st[2] = {0, 0};          /* step, total */
     int64_t one = 1, grew_at = -1, until = -1;
@@ -160,6 +169,11 @@ grow(void)
         return fail(rank, "setup");
     }
     if (td_elastic_replacement()) {
+        if (die2 >= 0 && rank == die2) {
+            /* grow2: this replacement asks a second after the other, so
+             * only the admitter's wait (Q11) puts both in one record */
+            sleep(1);
+        }
         if (td_elastic_join(NULL, &el, &ch) != TD_OK) {
             return fail(rank, "join");
         }
@@ -180,7 +194,8 @@ grow(void)
     while (until < 0 || st[0] < until) {
         struct timespec ts = { 0, 1000000 };
 
-        if (rank == 2 && !td_elastic_replacement() && st[0] + 1 == 3) {
+        if ((rank == die1 || rank == die2) && !td_elastic_replacement() &&
+            st[0] + 1 == 3) {
             raise(SIGKILL);
         }
         ((double *)td_tensor_data(t))[0] = 1;
@@ -209,10 +224,16 @@ grow(void)
             return fail(rank, "admit");
         }
         if (grew) {
+            char joined[64] = "";
+
+            for (int i = 0, off = 0; i < ch.n_joined && i < 8; i++) {
+                off += snprintf(joined + off, sizeof(joined) - (size_t)off,
+                                " %d", ch.joined[i]);
+            }
             printf("rank %d grew: epoch %lld step %lld source %d behind %d "
-                   "world %d -> %d joined %d\n", rank, (long long)ch.epoch,
+                   "world %d -> %d joined%s\n", rank, (long long)ch.epoch,
                    (long long)ch.step, ch.source, ch.behind, ch.old_size,
-                   ch.new_size, ch.n_joined > 0 ? ch.joined[0] : -1);
+                   ch.new_size, joined);
             if (td_checkpoint_broadcast(ck, td_elastic_group(el),
                                         ch.source) != TD_OK) {
                 return fail(rank, "heal");
@@ -316,16 +337,20 @@ main(int argc, char **argv)
                       strcmp(argv[1], "tell") != 0 &&
                       strcmp(argv[1], "reject") != 0 &&
                       strcmp(argv[1], "grow") != 0 &&
+                      strcmp(argv[1], "grow2") != 0 &&
                       strcmp(argv[1], "chain") != 0)) {
         fprintf(stderr, "usage: inplace_worker heal|stale|tell|reject|"
-                "grow|chain\n");
+                "grow|grow2|chain\n");
         return 2;
     }
     if (strcmp(argv[1], "chain") == 0) {
         return chain();
     }
     if (strcmp(argv[1], "grow") == 0) {
-        return grow();
+        return grow(2, -1);
+    }
+    if (strcmp(argv[1], "grow2") == 0) {
+        return grow(1, 2);
     }
     if (strcmp(argv[1], "tell") == 0) {
         return tell();

@@ -27,6 +27,12 @@
 #     more steps: every rank's total is 2 x 4 + (G - 2) x 3 + 3 x 4,
 #     computed here from the G it reports; the launcher exits 0 (the
 #     failure was replaced).
+#  3e. inplace_worker grow2 under todist-run --no-kill --replace 2 with
+#     TODIST_ELASTIC_ADMIT_WAIT=60: ranks 1 and 2 die before step 3, the
+#     survivors go on at world 2, and the admitter waits until both
+#     replacements asked (quorum.h Q11): both join in one growth record
+#     at step G (world 2 -> 4, "joined 1 2"), healed from rank 0; every
+#     rank's total is 2 x 4 + (G - 2) x 2 + 3 x 4.
 #  4. examples/fashion_mnist_ddp --in-place --die-at 2:12: the step 12 that
 #     failed is dropped; the survivors' losses equal, bit for bit, a run of
 #     11 steps at 4 ranks checkpointed and resumed at 3 ranks (the sampler
@@ -50,7 +56,7 @@
 #     rank 0 again; the losses equal part 5's reference bit for bit.
 # Bounded by timeout; parts 4-7 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 50
+plan 56
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -132,6 +138,24 @@ is "$(printf '%s\n' "$out" | grep -c 'elastic: epoch 2 at step [0-9]*: world 3 -
    "the growth is logged once on every rank"
 is "$(printf '%s\n' "$out" | grep -c '^todist-run: rank [0-9]* (pid')" 1 \
    "only the first rank 2 failed"
+[ "$rc" = 0 ] || diag "$out"
+
+# --- 3e: two replacements join in one growth record ---
+out=$(TODIST_ELASTIC_ADMIT_WAIT=60 timeout -k 5 120 todist-run -n 4 --no-kill \
+      --replace 2 "$w" grow2 2>&1); rc=$?
+is "$rc" 0 "two replaced ranks: the launcher exits 0"
+is "$(printf '%s\n' "$out" | grep -c 'todist-run: --replace: started a replacement for rank [12] (pid [0-9]*; [12] of 2)')" 2 \
+   "the launcher starts a replacement for ranks 1 and 2"
+eg=$(printf '%s\n' "$out" | sed -n 's/^rank 1 joined: epoch \([0-9]*\) step \([0-9]*\) source 0 behind 1 self_behind 1 world 2 -> 4$/\1 \2/p')
+e=${eg% *}; g=${eg#* }
+ok "$([ -n "$eg" ]; echo $?)" "rank 1's replacement joins epoch ${e:-?} at step ${g:-?}: world 2 -> 4, healed from rank 0"
+is "$(printf '%s\n' "$out" | grep -c "^rank 2 joined: epoch ${e:-x} step ${g:-x} source 0 behind 1 self_behind 1 world 2 -> 4$")" 1 \
+   "rank 2's replacement joins the same epoch at the same step"
+is "$(printf '%s\n' "$out" | grep -c "^rank [03] grew: epoch ${e:-x} step ${g:-x} source 0 behind 1 world 2 -> 4 joined 1 2$")" 2 \
+   "both survivors grow once, both joiners in one record (Q11)"
+want=$(( 2 * 4 + (${g:-0} - 2) * 2 + 3 * 4 ))
+is "$(printf '%s\n' "$out" | grep -c "^rank [0-3] epoch ${e:-x} step $(( ${g:-0} + 3 )) total $want world 4 grew at ${g:-x}$")" 4 \
+   "all four end with the reference total $want (2 joiners healed, then 3 steps at world 4)"
 [ "$rc" = 0 ] || diag "$out"
 
 # --- 4: the example ---

@@ -12,9 +12,10 @@
 #  - a save removes the older saves' shard files (2 then 3 ranks on one
 #    path: 3 files left);
 #  - a missing shard file and a shard file of another save are refused,
-#    naming the file and its rank.
+#    naming the file and its rank; so is a checkpoint saved without ZeRO
+#    shards when the run lists a ZeRO optimizer.
 . "$top_srcdir/tests/lib.sh"
-plan 17
+plan 19
 peer="$top_builddir/tests/elastic/zero_ck_peer"
 run() { n=$1; shift; timeout -k 5 120 todist-run -n "$n" "$peer" "$@" 2>&1; }
 passes() { printf '%s\n' "$1" | grep -c '^PASS'; }
@@ -81,4 +82,11 @@ out=$(run 2 --from 2 --to 3 --load "$ck2"); rc=$?
 is "$rc" 2 "a load with another save's shard file fails"
 like "$out" "rank 1: load: .*$shard1 \\(rank 1 of 2\\) holds save id [0-9a-f]*, but .* names save [0-9a-f]*: a shard of another save or run" \
      "the error names the file, its rank and the other save"
+
+# a checkpoint without ZeRO shards, loaded by a run that lists one
+out=$(run 2 --from 0 --to 1 --plain-save "$TD_TMP/plain.safetensors"); rc=$?
+out=$(run 2 --from 1 --to 2 --load "$TD_TMP/plain.safetensors"); rc2=$?
+is "$rc $rc2" "0 2" "a checkpoint saved without ZeRO shards is refused"
+like "$out" "rank 0: load: .*plain.safetensors holds no ZeRO shards \\(saved without td_checkpoint_add_zero\\), but this run lists ZeRO optimizer 'zero'" \
+     "the error names the file and the ZeRO item"
 done_testing

@@ -3,13 +3,15 @@
  * todist-run at several world sizes.
  *
  *   zero_ck_peer --from A --to B [--load PATH] [--save PATH] [--log FILE]
+ *                [--plain-save PATH]
  *
  * trains global steps A..B-1 of a model whose every step's global batch
  * (12 samples) is cut evenly over the ranks, so the averaged gradient is
  * the same at any world size of 1, 2, 3, 4 or 6; ZeRO-1 Adam. --load
  * restores the parameters (replicated) and ZeRO state (sharded) before
  * step A, --save writes them after step B - 1 (every rank: a collective),
- * --log appends every step's loss (the ranks' average, %a) on rank 0.
+ * --log appends every step's loss (the ranks' average, %a) on rank 0;
+ * --plain-save writes the parameters alone (no ZeRO item) from rank 0.
  *
  * Checks (PASS/FAIL NAME on rank 0, after an all_reduce of the ranks'
  * failures), against a reference computed here: the plain Adam over a
@@ -225,7 +227,7 @@ state_diff(td_zero_t *z, td_optim_t *ref_opt, int64_t *zstep, int64_t *rstep)
 int
 main(int argc, char **argv)
 {
-    const char *load = NULL, *save = NULL, *log = NULL;
+    const char *load = NULL, *save = NULL, *log = NULL, *plain = NULL;
     int from = 0, to = 0;
     td_tensor_t *p[NP] = {0}, *ref[NP] = {0};
     td_optim_t *ref_opt = NULL;
@@ -244,6 +246,8 @@ main(int argc, char **argv)
             load = argv[i + 1];
         } else if (strcmp(argv[i], "--save") == 0) {
             save = argv[i + 1];
+        } else if (strcmp(argv[i], "--plain-save") == 0) {
+            plain = argv[i + 1];
         } else if (strcmp(argv[i], "--log") == 0) {
             log = argv[i + 1];
         }
@@ -338,6 +342,17 @@ main(int argc, char **argv)
     if (st == TD_OK && save != NULL &&
         (st = td_checkpoint_save(ck, save)) != TD_OK) {
         fprintf(stderr, "rank %d: save: %s\n", rank, td_last_error());
+    }
+    if (st == TD_OK && plain != NULL && rank == 0) {
+        td_checkpoint_t *pc = NULL;
+
+        if ((st = td_checkpoint_create(&pc)) != TD_OK ||
+            (st = td_checkpoint_add_tensors(pc, "model", p, NP)) != TD_OK ||
+            (st = td_checkpoint_save(pc, plain)) != TD_OK) {
+            fprintf(stderr, "rank %d: plain save: %s\n", rank,
+                    td_last_error());
+        }
+        td_checkpoint_free(pc);
     }
     if (st == TD_OK) {
         double pd;
