@@ -141,7 +141,20 @@
  *     once; one refused is acked without taking its ring position, so a
  *     process outside the job that wrote into the inbox (it would need
  *     the receiver's ptrace rights) neither runs anything nor stalls the
- *     ring. */
+ *     ring.
+ *  X7 While mailboxes are active and UCX had no event for UCX_IDLE_ROUNDS
+ *     rounds of progress, UCX is polled every UCX_EVERY-th round only,
+ *     and at once in the round after a mailbox message waited for an
+ *     active message (X3); any UCX event brings back a poll every round.
+ *     So a UCX message waits at most UCX_EVERY - 1 rounds more, and X3's
+ *     order is untouched (it never depended on when UCX is polled).
+ *  X8 A message of a mailbox handler id (X1) posted by the token holder
+ *     outside UCX's callbacks (in_ucx: a handler run from our mailbox, a
+ *     completion's callback) is started at once, after everything the
+ *     holder's queues hold (order per sender, as a direct sender's): an
+ *     inline handler's reply reaches the caller's mailbox before the
+ *     handler's own clean-up runs. Inside UCX's callbacks it waits for
+ *     the end of the progress call, as every holder's send does. */
 #include "config.h"
 
 #include <errno.h>
@@ -342,6 +355,10 @@ struct td_transport {
     int                   watch_pending;  /* some peer.watch is set */
     int                   revive_pending; /* some peer.revive is set */
     int                   in_poll;        /* progress thread asleep on efd */
+    /* X7, X8, token holder only */
+    unsigned              ucx_idle;       /* rounds since UCX had an event */
+    int                   ucx_due;        /* poll UCX next round */
+    int                   in_ucx;         /* inside ucp_worker_progress */
     int64_t               drive_left_ns;  /* when a driver last left (0: none
                                            * or it gave up) */
     int                   scarce;         /* fewer than 2 cores a local rank */
@@ -1737,6 +1754,7 @@ mbox_drain(td_transport_t *tp, int src)
         int k = (int)(s->pos % TD__MBOX_SLOTS);
 
         if ((int32_t)(after - tp->peers[src].rx_count) > 0) {
+            tp->ucx_due = 1;    /* X7: UCX brings it */
             break;              /* X3: an earlier active message is due */
         }
         if (len > TD__MBOX_DATA || hlen > len) {
@@ -1820,6 +1838,19 @@ drain_queue(td_transport_t *tp)
 /* Progress until every request in REQS[0..N) is done and no open endpoint
  * has a send in flight, or DEADLINE passes; done requests are freed and
  * set to NULL, ST[i] gets their status. */
+/* UCX's progress (token holder): its callbacks run inside, which X8's
+ * direct sends must know. */
+static unsigned
+ucx_progress(td_transport_t *tp)
+{
+    unsigned n;
+
+    tp->in_ucx++;
+    n = ucp_worker_progress(tp->worker);
+    tp->in_ucx--;
+    return n;
+}
+
 static void
 wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
               double deadline)
@@ -1827,7 +1858,7 @@ wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
     int pending = 1;
 
     while (pending > 0) {
-        ucp_worker_progress(tp->worker);
+        ucx_progress(tp);
         report_completions(tp);
         pending = 0;
         for (int i = 0; i < n; i++) {
@@ -1867,7 +1898,7 @@ drain_sends(td_transport_t *tp)
     int left;
 
     do {
-        ucp_worker_progress(tp->worker);
+        ucx_progress(tp);
         report_completions(tp);
         left = 0;
         for (int i = 0; i < tp->params.world_size; i++) {
@@ -2027,10 +2058,22 @@ revive_peers(td_transport_t *tp)
 
 /* One round by the token holder: progress, report completions, start
  * what was posted. Returns the number of events. */
+#define UCX_IDLE_ROUNDS 64      /* X7: then UCX every UCX_EVERY-th round */
+#define UCX_EVERY       4
+
 static unsigned
 progress_once(td_transport_t *tp)
 {
-    unsigned n = ucp_worker_progress(tp->worker);
+    unsigned n = 0;
+
+    /* X7: while the mailboxes carry the traffic, UCX's poll (a third of
+     * an idle round) is made every UCX_EVERY-th round */
+    if (tp->ucx_due || tp->ucx_idle < UCX_IDLE_ROUNDS ||
+        tp->ucx_idle % UCX_EVERY == 0 || !td__mbox_active(&tp->mb)) {
+        tp->ucx_due = 0;
+        n = ucx_progress(tp);
+    }
+    tp->ucx_idle = n > 0 ? 0 : tp->ucx_idle + 1;
 
     if (__atomic_load_n(&tp->watch_pending, __ATOMIC_RELAXED)) {
         connect_watched(tp);
@@ -2088,6 +2131,7 @@ leave_armed(td_transport_t *tp)
             }
             return;
         }
+        tp->ucx_due = 1;            /* X7: the events arm saw, now */
         progress_once(tp);
     }
     ucp_worker_signal(tp->worker);
@@ -2268,6 +2312,9 @@ progress_main(void *arg)
             ucp_worker_arm(tp->worker) == UCS_ERR_BUSY ||
             __atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) ||
             STOPPED(tp)) {
+            if (idle >= 20e-6) {
+                tp->ucx_due = 1;    /* X7: arm may have seen events */
+            }
             token_drop(tp);
             if (idle > POLL_YIELD_AFTER_S) {
                 sched_yield();
@@ -2883,6 +2930,13 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
     }
     if (tl_holder == tp) {
         BUMP(tp->posted_local);
+        if (!tp->in_ucx && tp->mbox_on[id]) {
+            /* X8: a handler run from our mailbox (an inline call's
+             * reply, say): sent now, after what the holder queued. */
+            drain_queue(tp);
+            op_start(tp, op);
+            return TD_OK;
+        }
         /* From a callback or a handler run by the holder: started right
          * after the current progress call (never inside a UCX callback: a
          * new endpoint may need a store lookup), without a lock. */
@@ -2952,6 +3006,7 @@ driver_sleep(td_transport_t *tp, int (*done)(void *arg), void *arg)
     int cookie;
 
     if (ucp_worker_arm(tp->worker) != UCS_OK) {
+        tp->ucx_due = 1;                /* X7 */
         return;                         /* events pending: go on polling */
     }
     __atomic_store_n(&tp->sleeping, 1, __ATOMIC_SEQ_CST);
