@@ -38,10 +38,11 @@
  *     every LIVE_TICK_NS at most, by the token holder).
  *  L3 A watched peer quiet for a third of TODIST_LIVENESS (default 3 s) is
  *     pinged (handler id LIVE_ID, transport-internal, not counted in the
- *     join's sums): its token holder answers at once, whatever its
- *     application threads do. Quiet for all of it, the peer is failed as
- *     if UCX had reported it (ep_fail): pending sends fail, peer_failed
- *     runs, its later sends fail at once.
+ *     join's sums), again every third: its token holder answers at once,
+ *     whatever its application threads do. Quiet for all of it (L6), and
+ *     its host silent too (L7), the peer is failed as if UCX had reported
+ *     it (ep_fail): pending sends fail, peer_failed runs, its later sends
+ *     fail at once.
  *  L4 Ticks run from progress_once: after every wake-up of a sleeping
  *     progress thread and every 16th round otherwise, so a tick is never
  *     more than about 100 ms late (the sleeper's poll timeout).
@@ -51,6 +52,25 @@
  *     runtime: its pid, runtime/liveness.h) about each peer it made or
  *     tried an endpoint to, and fails a gone one (ep_fail; peers_liveness;
  *     every 256th round, and after every wake-up of the sleeper).
+ *  L6 Silence is measured on a watched clock, which each tick advances by
+ *     the time since the previous one but by at most a sixth of
+ *     TODIST_LIVENESS: a rank whose ticks stopped (its process stopped or
+ *     starved of the CPU, its token holder held up in a callback) did not
+ *     watch, and does not fail on waking a peer it could not hear. A peer
+ *     is failed only once its last ping had a third of TODIST_LIVENESS,
+ *     watched, to come back. On a machine where ranks went 3 s without
+ *     the CPU, peers were failed by a waking rank that had never pinged
+ *     them (issue 30).
+ *  L7 Before failing a silent peer its host is asked for (params.
+ *     peer_heard: the kernel's TCP counters of this process's connections
+ *     to the addresses that host published, runtime/liveness.h V4). One
+ *     heard within half of TODIST_LIVENESS acknowledged our pings: the
+ *     host is reachable and only its process does not answer (stopped,
+ *     starved, busy), so the peer is not failed, only logged once (info)
+ *     and watched on. A cut-off host acknowledges nothing: failed as in
+ *     L3, at most about TODIST_LIVENESS + its half after the cut. A live
+ *     peer that never answers again (hung) is left to the callers'
+ *     timeouts; one that died closes its connections (UCX reports it).
  *
  * Bodies offered in place (O1..O5): between ranks of one host a large
  * body costs two copies through UCX's shared memory; offered, it costs
@@ -262,8 +282,10 @@ typedef struct {
     int      remote;     /* on another host: watched */
     uint32_t rx_count;   /* messages received from it */
     uint32_t rx_seen;    /* rx_count at the last tick */
-    int64_t  heard_ns;   /* when rx_count last moved (or it was connected) */
-    int64_t  ping_ns;    /* when it was last pinged, 0 not since heard */
+    /* times on the watched clock (tp->live_watched_ns, L6) */
+    int64_t  heard_w;    /* when rx_count last moved (or it was connected) */
+    int64_t  ping_w;     /* when it was last pinged, -1 not since heard */
+    uint8_t  busy_told;  /* L7 logged for this silence */
 } peer_t;
 
 /* An incoming message whose bodies are still arriving (sized by the
@@ -370,6 +392,8 @@ struct td_transport {
     /* liveness (L1-L4), token holder only except live_due */
     int64_t               live_ns;        /* TODIST_LIVENESS; 0 off */
     int64_t               live_next_ns;   /* the next tick */
+    int64_t               live_last_ns;   /* the last tick (0: none) */
+    int64_t               live_watched_ns;    /* the watched clock (L6) */
     unsigned              live_rounds;
     int                   live_due;       /* tick at the next round */
     /* bodies in place (O1-O5) */
@@ -745,9 +769,10 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
               tp->params.same_host(tp->params.resolve_arg, dst) ? 1 : 2;
     p->remote = tp->live_ns > 0 && tp->params.same_host != NULL &&
                 p->host == 2;
-    p->heard_ns = live_now_ns();
+    p->heard_w = tp->live_watched_ns;
     p->rx_seen = p->rx_count;
-    p->ping_ns = 0;
+    p->ping_w = -1;
+    p->busy_told = 0;
     *ep_p = p->ep;
     return TD_OK;
 }
@@ -814,17 +839,28 @@ live_send(td_transport_t *tp, int dst, uint8_t kind)
     internal_send(tp, dst, LIVE_ID, &kind, 1);
 }
 
-/* One tick (L2-L4): note who was heard, ping the quiet, fail the silent. */
+/* One tick (L2-L4, L6, L7): note who was heard, ping the quiet, fail the
+ * silent whose host does not answer either. */
 static void
 live_tick(td_transport_t *tp)
 {
-    int64_t now = live_now_ns();
+    int64_t now = live_now_ns(), step, w;
 
     __atomic_store_n(&tp->live_due, 0, __ATOMIC_RELAXED);
     if (now < tp->live_next_ns) {
         return;
     }
     tp->live_next_ns = now + LIVE_TICK_NS;
+    /* L6: the watched clock advances by the time since the last tick, at
+     * most a sixth of TODIST_LIVENESS: time this rank did not look (its
+     * process stopped or starved, its token holder held up) is not
+     * silence of the peers. */
+    step = tp->live_last_ns != 0 ? now - tp->live_last_ns : 0;
+    if (step > tp->live_ns / 6) {
+        step = tp->live_ns / 6;
+    }
+    tp->live_last_ns = now;
+    w = tp->live_watched_ns += step;
     for (int r = 0; r < tp->params.world_size; r++) {
         peer_t *p = &tp->peers[r];
         int64_t quiet;
@@ -834,22 +870,42 @@ live_tick(td_transport_t *tp)
         }
         if (p->rx_count != p->rx_seen) {
             p->rx_seen = p->rx_count;
-            p->heard_ns = now;
-            p->ping_ns = 0;
+            p->heard_w = w;
+            p->ping_w = -1;
+            p->busy_told = 0;
             continue;
         }
-        quiet = now - p->heard_ns;
-        if (quiet >= tp->live_ns) {
+        quiet = w - p->heard_w;
+        /* L6: failed only once a ping had a third of the time to come
+         * back, all of it watched */
+        if (quiet >= tp->live_ns && p->ping_w >= 0 &&
+            w - p->ping_w >= tp->live_ns / 3) {
             char why[160];
+            int ms = tp->params.peer_heard != NULL
+                     ? tp->params.peer_heard(tp->params.resolve_arg, r) : -1;
 
+            if (ms >= 0 && (int64_t)ms * 1000000 < tp->live_ns / 2) {
+                /* L7: its host acknowledged our pings: it is alive, only
+                 * its process does not answer (stopped, starved, busy) */
+                if (!p->busy_told) {
+                    p->busy_told = 1;
+                    td_log_info("transport: rank %d answered nothing for "
+                                "%.1f s, but its host acknowledged our "
+                                "data %d ms ago: busy, not lost", r,
+                                (double)quiet * 1e-9, ms);
+                }
+                p->heard_w = w;
+                p->ping_w = -1;
+                continue;
+            }
             snprintf(why, sizeof(why), "unreachable: on another host, it "
                      "answered nothing for %.1f s (TODIST_LIVENESS=%g)",
                      (double)quiet * 1e-9, (double)tp->live_ns * 1e-9);
             td_log_error("transport: rank %d %s", r, why);
             ep_fail(tp, r, p->ep, why);
         } else if (quiet >= tp->live_ns / 3 &&
-                   (p->ping_ns == 0 || now - p->ping_ns >= tp->live_ns / 3)) {
-            p->ping_ns = now;
+                   (p->ping_w < 0 || w - p->ping_w >= tp->live_ns / 3)) {
+            p->ping_w = w;
             live_send(tp, r, 'P');
         }
     }
@@ -1988,8 +2044,9 @@ revive_peers(td_transport_t *tp)
         p->cma_pid = 0;
         p->remote = 0;
         p->rx_seen = p->rx_count;
-        p->heard_ns = 0;
-        p->ping_ns = 0;
+        p->heard_w = tp->live_watched_ns;
+        p->ping_w = -1;
+        p->busy_told = 0;
         if (tp->params.peer_reset != NULL) {
             tp->params.peer_reset(tp->params.peer_gone_arg, r);    /* R1 */
         }
