@@ -24,7 +24,9 @@
 # RPC (1: 0 leaves out the RPC form), TORCH (1: 0 leaves out torch),
 # TRACE (1: each schedule's last run is traced, --trace, and
 # bench/pipeline_trace.py splits every stage's bubble into waiting for a
-# message not yet sent, waiting for one in flight, and the rest; 0: not), e.g.
+# message not yet sent, waiting for one in flight, and the rest, and
+# replays each step at its ops' own times; 0: not; TRACE_DIR=DIR keeps
+# the traces), e.g.
 # to fit a before/after pair into one quiet invocation. Figures go to
 # bench/RESULTS.md.
 B=${1:-build}
@@ -35,7 +37,13 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 ST=${STAGES:-2} MI=${MICRO:-8} STEPS=${STEPS:-60} REPS=${REPS:-3}
 MODEL="--layers ${LAYERS:-8} --hidden ${HIDDEN:-784} --batch-size ${BATCH:-64}"
 EX="$B/examples/pipeline_mlp"
-out=$(mktemp); tdir=$(mktemp -d); trap 'rm -rf "$out" "$tdir"' EXIT
+# TRACE_DIR: keep the traces there (one PREFIX per schedule) instead
+out=$(mktemp)
+if [ -n "${TRACE_DIR:-}" ]; then
+    tdir=$TRACE_DIR; mkdir -p "$tdir"; trap 'rm -f "$out"' EXIT
+else
+    tdir=$(mktemp -d); trap 'rm -rf "$out" "$tdir"' EXIT
+fi
 
 # run NAME RANKS ARGS...: one line per rank's stats and the throughput
 run() {

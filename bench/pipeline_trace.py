@@ -17,6 +17,10 @@ Per stage (replica 0), over the traced steps:
            slicing, the executor's bookkeeping)
   latency  of the messages a stage waited on after they were sent
            (flight > 0): median, p90, max (us)
+then every step replayed with each op taking its own measured time and
+messages none (the schedule, the stages' imbalance and each op's jitter:
+what the measured bubble has beyond it is what messages and the executor
+cost),
 and one step's timeline (the step of median span), 0.25 ms a character
 (more where the step is longer than 40 ms):
 F forward, B input backward, W weight backward, X whole backward,
@@ -45,6 +49,39 @@ def load(prefix):
 def pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+
+
+def replay_ops(ops):
+    """The step replayed with each op taking its own measured time and
+    messages taking none: OPS[s] is stage s's (kind, micro, duration) in
+    the order it ran them. Returns (makespan, busy per stage)."""
+    S = len(ops)
+    t = [0.0] * S
+    pos = [0] * S
+    act, grad = {}, {}            # (stage, micro) -> when it is in
+    moved = True
+    while moved:
+        moved = False
+        for s in range(S):
+            if pos[s] == len(ops[s]):
+                continue
+            kind, m, d = ops[s][pos[s]]
+            need = 0.0
+            if kind == "F" and s > 0:
+                need = act.get((s, m))
+            elif kind in ("B", "BW") and s < S - 1:
+                need = grad.get((s, m))
+            if need is None:
+                continue
+            t[s] = max(t[s], need) + d
+            if kind == "F" and s < S - 1:
+                act[(s + 1, m)] = t[s]
+            elif kind in ("B", "BW") and s > 0:
+                grad[(s - 1, m)] = t[s]
+            pos[s] += 1
+            moved = True
+    busy = [sum(d for _, _, d in o) for o in ops]
+    return max(t), busy
 
 
 def analyse(prefix):
@@ -99,6 +136,25 @@ def analyse(prefix):
                   tot["peer"] / sp, tot["flight"] / sp, other / sp,
                   pct(lat, 0.5), pct(lat, 0.9), max(lat) if lat else 0,
                   len(lat)))
+    # every step replayed at its own ops' measured times, messages free:
+    # what the schedule, the stages' imbalance and each op's jitter give;
+    # the measured bubble beyond it is what the messages and the executor
+    # cost
+    rs = defaultdict(float)
+    span_sum = 0.0
+    for step in steps:
+        if any((step, s) not in ev for s in stages):
+            continue
+        ops = [[(k, m, t1 - t0) for k, m, t0, t1 in ev[(step, s)]
+                if k in COMPUTE] for s in stages]
+        span, busy = replay_ops(ops)
+        span_sum += span
+        for i, s in enumerate(stages):
+            rs[s] += span - busy[i]
+    if span_sum > 0:
+        print("  replay at each op's measured time, messages free: %s" %
+              " ".join("stage %d %.3f" % (s, rs[s] / span_sum)
+                       for s in stages))
     # one step's timeline: the step of median span on stage 0
     spans0 = sorted((ev[(st, stages[0])][-1][3] - ev[(st, stages[0])][0][2],
                      st) for st in steps if (st, stages[0]) in ev)

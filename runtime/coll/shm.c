@@ -28,7 +28,7 @@
  *                    announced calls (seq + 1, description) of seq % 2
  *   2 data buffers x n slots of `slot` bytes
  *
- * Invariants (S1..S7):
+ * Invariants (S1..S10):
  *  S1 The segment is used only when every member is on rank 0's host
  *     (same kernel boot id), mapped it and checked the token: the
  *     handshake ends with rank 0's decision sent to all, so either all
@@ -82,6 +82,18 @@
  *     takes the core from the leader and the transport's progress
  *     thread (2 hosts x 2 ranks on 2 cores, 64 MiB all_reduce, loaded:
  *     151-157 ms with 2 ms, 103-105 ms with 20 us; one try each).
+ * S10 A member writes 1 + the core it posts from (sched_getcpu; 0
+ *     unknown) beside its post, in the line the others poll; a waiter
+ *     whose missing member last posted from the waiter's own core yields
+ *     at once, without S6's spin: that member cannot post while the
+ *     waiter holds the core. When the scheduler puts two members on one
+ *     core, each round otherwise cost two spins and two switches (8 B
+ *     all_reduce, 2 ranks on one core: 12.3 us a round with 3 us of
+ *     spin, 9.2 us with 1 us, 27.7 us with 10 us; on two cores 0.14 us):
+ *     the "11 us state" of the benchmarks. A stale core (the member
+ *     moved) costs one yield, and is fresh after its next post. Waits
+ *     that yielded at once are counted and logged at debug when the
+ *     group goes (tests/coll/test_coll.sh reads the count).
  *
  * Thread safety: a group's segment belongs to the thread running its
  * current operation (work.c serializes them). */
@@ -152,7 +164,9 @@ typedef struct {
 typedef struct {
     _Atomic uint64_t post;              /* round << 32 | call digest */
     uint8_t          small[2][SHM_INLINE];  /* by epoch parity (S5, S8) */
-    char             pad0[64 - 8 - 2 * SHM_INLINE];
+    _Atomic int32_t  cpu;               /* 1 + where it last posted, 0
+                                         * unknown (S10) */
+    char             pad0[64 - 8 - 4 - 2 * SHM_INLINE];
     _Atomic uint32_t ann_seq[2];        /* seq + 1 announced in ann[seq%2] */
     coll_desc_t      ann[2];
     char             pad[SHM_LINE - 64 - 8 - 2 * sizeof(coll_desc_t)];
@@ -166,6 +180,8 @@ struct coll_shm {
     uint32_t    round;                  /* S2 */
     uint32_t    epoch;
     int         n, me;                  /* its members, our index */
+    int         cpu;                    /* 1 + where we last posted (S10) */
+    uint64_t    yielded;                /* waits that yielded at once */
     int        *who;                    /* index -> group rank (a host's
                                          * segment); NULL: the same */
 };
@@ -284,6 +300,14 @@ shm_free(coll_shm_t *s)
 void
 coll_shm_detach(td_group_t *g)
 {
+    uint64_t y = (g->shm != NULL ? g->shm->yielded : 0) +
+                 (g->hshm != NULL ? g->hshm->yielded : 0);
+
+    if (g->shm != NULL || g->hshm != NULL) {
+        td_log_debug("coll: group %u: %llu waits in a shared segment "
+                     "yielded at once, the member waited for on this core "
+                     "(S10)", g->id, (unsigned long long)y);
+    }
     shm_free(g->shm);
     g->shm = NULL;
     shm_free(g->hshm);
@@ -793,6 +817,9 @@ futex(_Atomic uint32_t *addr, int cmd, uint32_t val,
 static void
 post(coll_shm_t *s, int me, uint32_t round, uint32_t digest)
 {
+    /* S10: our core, in the line the others poll anyway */
+    s->cpu = sched_getcpu() + 1;                /* (-1: unknown, 0) */
+    atomic_store_explicit(&s->ctl[me].cpu, s->cpu, memory_order_relaxed);
     /* S6: a release store and a plain read of the sleepers, no fence:
      * the poller's read of the posts need not wait for ours to leave */
     atomic_store_explicit(&s->ctl[me].post, (uint64_t)round << 32 | digest,
@@ -838,7 +865,7 @@ round_wait(coll_op_t *op, coll_shm_t *s, uint32_t digest, uint32_t round,
     td_group_t *g = op->g;
     double t0 = 0, now;
     unsigned spins = 0;
-    int m;
+    int m, shared = 0;
 
     for (;;) {
         m = first_missing(s, s->n, s->me, round, digest);
@@ -857,7 +884,15 @@ round_wait(coll_op_t *op, coll_shm_t *s, uint32_t digest, uint32_t round,
         if (__atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
             return coll_group_check(g);
         }
-        if ((++spins & 63) != 0 && !shm_oversub) {
+        /* S10: a member that last posted from our core cannot post
+         * while we spin here */
+        if (!shared && m >= 0 && s->cpu > 0 &&
+            atomic_load_explicit(&s->ctl[m].cpu, memory_order_relaxed) ==
+            s->cpu) {
+            shared = 1;
+            s->yielded++;
+        }
+        if ((++spins & 63) != 0 && !shm_oversub && !shared) {
             td_cpu_relax();
             continue;
         }
@@ -895,7 +930,7 @@ round_wait(coll_op_t *op, coll_shm_t *s, uint32_t digest, uint32_t round,
             coll_group_fail(g, TD_ERR_TIMEOUT, 1, op->seq, msg);
             return td_error(TD_ERR_TIMEOUT, "%s", msg);
         }
-        if (now - t0 < SHM_SPIN_S && !shm_oversub) {
+        if (now - t0 < SHM_SPIN_S && !shm_oversub && !shared) {
             continue;
         }
         if (now - t0 < (s->who != NULL ? SHM_HOST_YIELD_S : SHM_YIELD_S)) {

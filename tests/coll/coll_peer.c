@@ -666,6 +666,35 @@ mode_chunks(void)
     return 0;
 }
 
+/* ITERS all_reduces (sum) of 2 float32 (8 B) on the world, each checked
+ * (tests/coll/test_coll.sh: the segment's waits, shm.c S10). */
+static int
+mode_small(int iters)
+{
+    td_tensor_t *t = make(2, TD_FLOAT32);
+    int bad_calls = 0;
+
+    for (int it = 0; it < iters; it++) {
+        td_status_t st;
+
+        set(t, 0, rank + it % 7);
+        set(t, 1, rank);
+        st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+        if (st != TD_OK ||
+            get(t, 0) != (double)size * (size - 1) / 2 + size * (it % 7) ||
+            get(t, 1) != (double)size * (size - 1) / 2) {
+            if (bad_calls++ < 5) {
+                fprintf(stderr, "rank %d: small #%d: %s (%g, %g)\n", rank, it,
+                        st != TD_OK ? td_last_error() : "wrong", get(t, 0),
+                        get(t, 1));
+            }
+        }
+    }
+    check(bad_calls == 0, "small", "%d of %d calls failed", bad_calls, iters);
+    td_tensor_release(t);
+    return 0;
+}
+
 /* ITERS all_reduces (sum) of 1,048,579 float32 (4 MiB a rank) with the
  * algorithm TODIST_COLL_ALGO forces, each checked exactly: the test
  * compares the bytes each algorithm moves across hosts. */
@@ -1812,6 +1841,8 @@ main(int argc, char **argv)
         rc = mode_hier();
     } else if (strcmp(mode, "auto_is") == 0) {
         rc = mode_auto_is(argc > 2 ? argv[2] : "hier");
+    } else if (strcmp(mode, "small") == 0) {
+        rc = mode_small(argc > 2 ? atoi(argv[2]) : 2000);
     } else if (strcmp(mode, "chunks") == 0) {
         rc = mode_chunks();
     } else if (strcmp(mode, "allreduce_big") == 0) {

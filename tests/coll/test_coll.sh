@@ -39,7 +39,7 @@ plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
          2 * $(count "$early") + 2 + 2 + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
-         1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 ))
+         1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 + 4 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -160,6 +160,35 @@ fi
 out=$(run 120 todist-run -n 3 "$PEER" auto_is shm 2>&1)
 is "$(printf '%s\n' "$out" | grep -cx 'PASS auto_is')" 3 \
    "one host: auto picks shm"
+# A waiter in the segment whose peer last posted from its own core
+# yields at once instead of spinning (runtime/coll/shm.c S10): 2 ranks,
+# 2000 all_reduces of 8 B, both on core 0 (taskset), then each on a core
+# of its own. Each rank logs at debug, when the world group goes, how
+# many of its waits yielded at once: some on one core, none on two.
+# yielded OUT: the ranks' counts summed ("" when no rank logged one)
+yielded() {
+    printf '%s\n' "$1" | sed -n 's/.*group 0: \([0-9]*\) waits in a shared segment yielded at once.*/\1/p' |
+        awk '{ s += $1; n++ } END { if (n == 2) print s }'
+}
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+    out=$(TODIST_LOG=debug run 120 todist-run -n 2 taskset -c 0 "$PEER" small 2>&1); rc=$?
+    is "$rc $(printf '%s\n' "$out" | grep -c '^PASS small')" "0 2" \
+       "2 ranks on one core: 2000 all_reduces of 8 B, exact"
+    y=$(yielded "$out")
+    ok "$([ "${y:-0}" -gt 0 ]; echo $?)" \
+       "2 ranks on one core: waits yielded at once (${y:-no count logged})"
+    cat > "$TD_TMP/own_core.sh" <<EOS
+#!/bin/sh
+exec taskset -c "\$TODIST_RANK" "$PEER" "\$@"
+EOS
+    chmod +x "$TD_TMP/own_core.sh"
+    out=$(TODIST_LOG=debug run 120 todist-run -n 2 "$TD_TMP/own_core.sh" small 2>&1); rc=$?
+    is "$rc $(printf '%s\n' "$out" | grep -c '^PASS small')" "0 2" \
+       "2 ranks on two cores: 2000 all_reduces of 8 B, exact"
+    is "$(yielded "$out")" 0 "2 ranks on two cores: no wait yielded at once"
+else
+    skip 4 "taskset and 2 cores needed"
+fi
 if host_auto=$(other_host "auto_is hier") && host_hier=$(other_host hier); then
     out=$(run 120 todist-run -n 3 "$host_auto" 2>&1)
     is "$(printf '%s\n' "$out" | grep -cx 'PASS auto_is')" 3 \
