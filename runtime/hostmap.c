@@ -2,6 +2,9 @@
  * (hostmap.h says what a host is). */
 #include "config.h"
 
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,12 +73,48 @@ hostmap_self(void)
     return self_id;
 }
 
+void
+hostmap_self_ips(hostmap_ips_t *ips)
+{
+    struct ifaddrs *all = NULL;
+
+    ips->n = 0;
+    if (getifaddrs(&all) != 0) {
+        return;                       /* none known: no network evidence */
+    }
+    for (struct ifaddrs *i = all; i != NULL && ips->n < HOSTMAP_IPS_MAX;
+         i = i->ifa_next) {
+        if (i->ifa_addr == NULL || !(i->ifa_flags & IFF_UP) ||
+            (i->ifa_flags & IFF_LOOPBACK)) {
+            continue;
+        }
+        if (i->ifa_addr->sa_family == AF_INET) {
+            const struct sockaddr_in *a = (const void *)i->ifa_addr;
+
+            memset(ips->a[ips->n], 0, 16);
+            memcpy(ips->a[ips->n], &a->sin_addr, 4);
+            ips->family[ips->n++] = 4;
+        } else if (i->ifa_addr->sa_family == AF_INET6) {
+            const struct sockaddr_in6 *a = (const void *)i->ifa_addr;
+
+            if (IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr)) {
+                continue;
+            }
+            memcpy(ips->a[ips->n], &a->sin6_addr, 16);
+            ips->family[ips->n++] = 6;
+        }
+    }
+    freeifaddrs(all);
+}
+
 td_status_t
 hostmap_pack(const void *addr, size_t len, uint64_t host, const char *name,
-             void **out, size_t *out_len)
+             const hostmap_ips_t *ips, void **out, size_t *out_len)
 {
     size_t nl = name != NULL ? strnlen(name, HOSTMAP_NAME_MAX - 1) : 0;
-    uint8_t *v = malloc(HOSTMAP_HDR + nl + len);
+    size_t ni = ips != NULL && ips->n <= HOSTMAP_IPS_MAX ? ips->n : 0;
+    size_t il = 1 + ni * HOSTMAP_IP_LEN;
+    uint8_t *v = malloc(HOSTMAP_HDR + nl + il + len);
 
     if (v == NULL) {
         return td_error(TD_ERR_NO_MEMORY, "runtime: out of memory for a "
@@ -85,29 +124,50 @@ hostmap_pack(const void *addr, size_t len, uint64_t host, const char *name,
     td_put_be64(v + 4, host);
     v[12] = (uint8_t)nl;
     memcpy(v + HOSTMAP_HDR, name, nl);
-    memcpy(v + HOSTMAP_HDR + nl, addr, len);
+    v[HOSTMAP_HDR + nl] = (uint8_t)ni;
+    for (size_t i = 0; i < ni; i++) {
+        uint8_t *e = v + HOSTMAP_HDR + nl + 1 + i * HOSTMAP_IP_LEN;
+
+        e[0] = ips->family[i];
+        memcpy(e + 1, ips->a[i], 16);
+    }
+    memcpy(v + HOSTMAP_HDR + nl + il, addr, len);
     *out = v;
-    *out_len = HOSTMAP_HDR + nl + len;
+    *out_len = HOSTMAP_HDR + nl + il + len;
     return TD_OK;
 }
 
 td_status_t
 hostmap_unpack(int rank, const void *v, size_t len, const void **addr_p,
-               size_t *addr_len, uint64_t *host_p, char *name)
+               size_t *addr_len, uint64_t *host_p, char *name,
+               hostmap_ips_t *ips)
 {
     const uint8_t *b = v;
-    size_t nl;
+    size_t nl = 0, ni = 0, il = 0;
 
     if (b == NULL || len <= HOSTMAP_HDR || td_get_be32(b) != HOSTMAP_MAGIC ||
-        (nl = b[12]) >= HOSTMAP_NAME_MAX || len <= HOSTMAP_HDR + nl) {
+        (nl = b[12]) >= HOSTMAP_NAME_MAX || len <= HOSTMAP_HDR + nl ||
+        (ni = b[HOSTMAP_HDR + nl]) > HOSTMAP_IPS_MAX ||
+        len <= HOSTMAP_HDR + nl + (il = 1 + ni * HOSTMAP_IP_LEN)) {
         return td_error(TD_ERR_PROTOCOL, "runtime: rank %d published %zu "
                         "bytes that are not a todist worker address (another "
                         "todist version?)", rank, len);
     }
+    for (size_t i = 0; i < ni; i++) {
+        const uint8_t *e = b + HOSTMAP_HDR + nl + 1 + i * HOSTMAP_IP_LEN;
+
+        if (e[0] != 4 && e[0] != 6) {
+            return td_error(TD_ERR_PROTOCOL, "runtime: rank %d published "
+                            "a network address of family %u", rank, e[0]);
+        }
+        ips->family[i] = e[0];
+        memcpy(ips->a[i], e + 1, 16);
+    }
+    ips->n = (uint8_t)ni;
     *host_p = td_get_be64(b + 4);
     memcpy(name, b + HOSTMAP_HDR, nl);
     name[nl] = '\0';
-    *addr_p = b + HOSTMAP_HDR + nl;
-    *addr_len = len - HOSTMAP_HDR - nl;
+    *addr_p = b + HOSTMAP_HDR + nl + il;
+    *addr_len = len - HOSTMAP_HDR - nl - il;
     return TD_OK;
 }

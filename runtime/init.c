@@ -68,6 +68,7 @@ typedef struct {
     uint64_t host;       /* its host id (hostmap.h), 0 unknown */
     td__proc_t proc;     /* its process (liveness.h), fetched when asked */
     char     host_name[HOSTMAP_NAME_MAX];
+    hostmap_ips_t ips;   /* its host's addresses (liveness.h V4) */
 } addr_t;
 
 static struct {
@@ -227,7 +228,7 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
             addr_t *a = &rt.addrs[rank];
 
             status = hostmap_unpack(rank, v, len, &a->addr, &a->len,
-                                    &a->host, a->host_name);
+                                    &a->host, a->host_name, &a->ips);
             if (status == TD_OK) {
                 a->value = v;
             } else {
@@ -380,6 +381,21 @@ peer_gone_cb(void *arg, int rank)
         pthread_mutex_unlock(&rt.addr_lock);
     }
     return td__liveness_gone(p);
+}
+
+/* The transport asks about a peer on another host that answered no ping
+ * (token holder, transport.h): how long ago did its host last answer at
+ * the network level? (liveness.h V4; -1 unknown) */
+static int
+peer_heard_cb(void *arg, int rank)
+{
+    hostmap_ips_t ips;
+
+    (void)arg;
+    pthread_mutex_lock(&rt.addr_lock);
+    ips = rt.addrs[rank].ips;           /* fetched with its address */
+    pthread_mutex_unlock(&rt.addr_lock);
+    return td__liveness_heard_ms(&ips);
 }
 
 /* The transport reset RANK for a new process (td__runtime_readmit; token
@@ -828,6 +844,7 @@ td_init(const td_init_params_t *params)
     tpp.peer_gone = peer_gone_cb;
     tpp.peer_reset = peer_reset_cb;
     tpp.same_host = same_host_cb;
+    tpp.peer_heard = peer_heard_cb;
     tpp.token = token;   /* keys the per-message job tags */
     status = td__transport_create(&tpp, &rt.tp);
     if (status != TD_OK) {
@@ -850,10 +867,12 @@ td_init(const td_init_params_t *params)
     td__transport_address(rt.tp, &addr, &addr_len);
     {
         char name[HOSTMAP_NAME_MAX] = "";
+        hostmap_ips_t ips;
 
         gethostname(name, sizeof(name) - 1);
-        status = hostmap_pack(addr, addr_len, hostmap_self(), name, &packed,
-                              &packed_len);
+        hostmap_self_ips(&ips);
+        status = hostmap_pack(addr, addr_len, hostmap_self(), name, &ips,
+                              &packed, &packed_len);
     }
     if (status != TD_OK) {
         goto err_modules;

@@ -1,13 +1,18 @@
-/* liveness.c: has a peer process of this host exited? (liveness.h,
- * V1-V3). */
+/* liveness.c: has a peer process of this host exited? Does a peer's
+ * host still answer? (liveness.h, V1-V4). */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 
 #include "runtime/liveness.h"
@@ -77,4 +82,76 @@ td__liveness_clear(td__proc_t *p)
     }
     p->pid = 0;
     p->fd = -1;
+}
+
+/* Is the peer address SA one of IPS? (an IPv4-mapped IPv6 one as IPv4) */
+static int
+ips_have(const hostmap_ips_t *ips, const struct sockaddr_storage *sa)
+{
+    uint8_t a[16] = { 0 };
+    uint8_t fam;
+
+    if (sa->ss_family == AF_INET) {
+        memcpy(a, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        fam = 4;
+    } else if (sa->ss_family == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+        if (IN6_IS_ADDR_V4MAPPED(a6)) {
+            memcpy(a, a6->s6_addr + 12, 4);
+            fam = 4;
+        } else {
+            memcpy(a, a6->s6_addr, 16);
+            fam = 6;
+        }
+    } else {
+        return 0;
+    }
+    for (int i = 0; i < ips->n; i++) {
+        if (ips->family[i] == fam &&
+            memcmp(ips->a[i], a, fam == 4 ? 4 : 16) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
+td__liveness_heard_ms(const hostmap_ips_t *ips)
+{
+    DIR *d;
+    struct dirent *e;
+    long best = -1;
+
+    if (ips == NULL || ips->n == 0 || (d = opendir("/proc/self/fd")) == NULL) {
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        struct sockaddr_storage sa;
+        socklen_t sl = sizeof(sa);
+        struct tcp_info ti;
+        socklen_t tl = sizeof(ti);
+        int type = 0;
+        socklen_t yl = sizeof(type);
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        long heard;
+
+        if (*end != '\0' || fd < 0 || fd == dirfd(d) ||
+            getsockopt((int)fd, SOL_SOCKET, SO_TYPE, &type, &yl) != 0 ||
+            type != SOCK_STREAM ||
+            getpeername((int)fd, (struct sockaddr *)&sa, &sl) != 0 ||
+            !ips_have(ips, &sa) ||
+            getsockopt((int)fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0 ||
+            ti.tcpi_state != TCP_ESTABLISHED) {
+            continue;
+        }
+        heard = ti.tcpi_last_ack_recv < ti.tcpi_last_data_recv
+                ? (long)ti.tcpi_last_ack_recv : (long)ti.tcpi_last_data_recv;
+        if (best < 0 || heard < best) {
+            best = heard;
+        }
+    }
+    closedir(d);
+    return best > INT32_MAX ? INT32_MAX : (int)best;
 }

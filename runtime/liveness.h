@@ -1,4 +1,5 @@
-/* runtime/liveness.h: has a peer process of this host exited? (internal)
+/* runtime/liveness.h: has a peer process of this host exited? Does a
+ * peer's host still answer at the network level? (internal)
  *
  * Each rank publishes its pid at td_init ("td/pid/<rank>"); the transport
  * asks (td_transport_params_t.peer_gone) about the peers it holds an
@@ -20,6 +21,14 @@
  *  V3 The pid is fetched once per peer, from the store, by the token
  *     holder under the caller's lock (the store client is not
  *     thread-safe).
+ *  V4 A peer's host is heard (td__liveness_heard_ms) when one of this
+ *     process's established TCP connections to one of the addresses that
+ *     host published (hostmap.h) received an acknowledgement or data:
+ *     its kernel answers, whatever its processes do (a rank stopped or
+ *     starved of the CPU still has its pings acknowledged; a host cut off
+ *     has none). Only the kernel's own counters are read (TCP_INFO:
+ *     last_ack_recv, last_data_recv); nothing is sent. No address, no
+ *     such connection (UCX over a non-TCP transport): unknown (-1).
  *
  * Thread safety: td__liveness_gone on one peer from one thread at a time
  * (the transport's token holder). */
@@ -30,6 +39,8 @@
 
 #include <todist/status.h>
 #include <todist/store.h>
+
+#include "runtime/hostmap.h"
 
 typedef struct {
     int32_t pid;        /* 0: not fetched yet, -1: unknown */
@@ -44,5 +55,9 @@ void        td__liveness_fetch(td_store_t *store, int rank, td__proc_t *p);
 int         td__liveness_gone(td__proc_t *p);
 /* Close P's pidfd; P is unknown again. */
 void        td__liveness_clear(td__proc_t *p);
+/* Milliseconds since a host at one of IPS was last heard on one of this
+ * process's TCP connections (V4), -1 unknown. Reads /proc/self/fd: for
+ * the rare question "is it cut off?", not a hot path. Thread-safe. */
+int         td__liveness_heard_ms(const hostmap_ips_t *ips);
 
 #endif /* TD_RUNTIME_LIVENESS_H */

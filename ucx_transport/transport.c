@@ -38,10 +38,11 @@
  *     every LIVE_TICK_NS at most, by the token holder).
  *  L3 A watched peer quiet for a third of TODIST_LIVENESS (default 3 s) is
  *     pinged (handler id LIVE_ID, transport-internal, not counted in the
- *     join's sums): its token holder answers at once, whatever its
- *     application threads do. Quiet for all of it, the peer is failed as
- *     if UCX had reported it (ep_fail): pending sends fail, peer_failed
- *     runs, its later sends fail at once.
+ *     join's sums), again every third: its token holder answers at once,
+ *     whatever its application threads do. Quiet for all of it (L6), and
+ *     its host silent too (L7), the peer is failed as if UCX had reported
+ *     it (ep_fail): pending sends fail, peer_failed runs, its later sends
+ *     fail at once.
  *  L4 Ticks run from progress_once: after every wake-up of a sleeping
  *     progress thread and every 16th round otherwise, so a tick is never
  *     more than about 100 ms late (the sleeper's poll timeout).
@@ -51,6 +52,25 @@
  *     runtime: its pid, runtime/liveness.h) about each peer it made or
  *     tried an endpoint to, and fails a gone one (ep_fail; peers_liveness;
  *     every 256th round, and after every wake-up of the sleeper).
+ *  L6 Silence is measured on a watched clock, which each tick advances by
+ *     the time since the previous one but by at most a sixth of
+ *     TODIST_LIVENESS: a rank whose ticks stopped (its process stopped or
+ *     starved of the CPU, its token holder held up in a callback) did not
+ *     watch, and does not fail on waking a peer it could not hear. A peer
+ *     is failed only once its last ping had a third of TODIST_LIVENESS,
+ *     watched, to come back. On a machine where ranks went 3 s without
+ *     the CPU, peers were failed by a waking rank that had never pinged
+ *     them (issue 30).
+ *  L7 Before failing a silent peer its host is asked for (params.
+ *     peer_heard: the kernel's TCP counters of this process's connections
+ *     to the addresses that host published, runtime/liveness.h V4). One
+ *     heard within half of TODIST_LIVENESS acknowledged our pings: the
+ *     host is reachable and only its process does not answer (stopped,
+ *     starved, busy), so the peer is not failed, only logged once (info)
+ *     and watched on. A cut-off host acknowledges nothing: failed as in
+ *     L3, at most about TODIST_LIVENESS + its half after the cut. A live
+ *     peer that never answers again (hung) is left to the callers'
+ *     timeouts; one that died closes its connections (UCX reports it).
  *
  * Bodies offered in place (O1..O5): between ranks of one host a large
  * body costs two copies through UCX's shared memory; offered, it costs
@@ -121,7 +141,20 @@
  *     once; one refused is acked without taking its ring position, so a
  *     process outside the job that wrote into the inbox (it would need
  *     the receiver's ptrace rights) neither runs anything nor stalls the
- *     ring. */
+ *     ring.
+ *  X7 While mailboxes are active and UCX had no event for UCX_IDLE_ROUNDS
+ *     rounds of progress, UCX is polled every UCX_EVERY-th round only,
+ *     and at once in the round after a mailbox message waited for an
+ *     active message (X3); any UCX event brings back a poll every round.
+ *     So a UCX message waits at most UCX_EVERY - 1 rounds more, and X3's
+ *     order is untouched (it never depended on when UCX is polled).
+ *  X8 A message of a mailbox handler id (X1) posted by the token holder
+ *     outside UCX's callbacks (in_ucx: a handler run from our mailbox, a
+ *     completion's callback) is started at once, after everything the
+ *     holder's queues hold (order per sender, as a direct sender's): an
+ *     inline handler's reply reaches the caller's mailbox before the
+ *     handler's own clean-up runs. Inside UCX's callbacks it waits for
+ *     the end of the progress call, as every holder's send does. */
 #include "config.h"
 
 #include <errno.h>
@@ -249,8 +282,10 @@ typedef struct {
     int      remote;     /* on another host: watched */
     uint32_t rx_count;   /* messages received from it */
     uint32_t rx_seen;    /* rx_count at the last tick */
-    int64_t  heard_ns;   /* when rx_count last moved (or it was connected) */
-    int64_t  ping_ns;    /* when it was last pinged, 0 not since heard */
+    /* times on the watched clock (tp->live_watched_ns, L6) */
+    int64_t  heard_w;    /* when rx_count last moved (or it was connected) */
+    int64_t  ping_w;     /* when it was last pinged, -1 not since heard */
+    uint8_t  busy_told;  /* L7 logged for this silence */
 } peer_t;
 
 /* An incoming message whose bodies are still arriving (sized by the
@@ -320,6 +355,10 @@ struct td_transport {
     int                   watch_pending;  /* some peer.watch is set */
     int                   revive_pending; /* some peer.revive is set */
     int                   in_poll;        /* progress thread asleep on efd */
+    /* X7, X8, token holder only */
+    unsigned              ucx_idle;       /* rounds since UCX had an event */
+    int                   ucx_due;        /* poll UCX next round */
+    int                   in_ucx;         /* inside ucp_worker_progress */
     int64_t               drive_left_ns;  /* when a driver last left (0: none
                                            * or it gave up) */
     int                   scarce;         /* fewer than 2 cores a local rank */
@@ -353,6 +392,8 @@ struct td_transport {
     /* liveness (L1-L4), token holder only except live_due */
     int64_t               live_ns;        /* TODIST_LIVENESS; 0 off */
     int64_t               live_next_ns;   /* the next tick */
+    int64_t               live_last_ns;   /* the last tick (0: none) */
+    int64_t               live_watched_ns;    /* the watched clock (L6) */
     unsigned              live_rounds;
     int                   live_due;       /* tick at the next round */
     /* bodies in place (O1-O5) */
@@ -728,9 +769,10 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
               tp->params.same_host(tp->params.resolve_arg, dst) ? 1 : 2;
     p->remote = tp->live_ns > 0 && tp->params.same_host != NULL &&
                 p->host == 2;
-    p->heard_ns = live_now_ns();
+    p->heard_w = tp->live_watched_ns;
     p->rx_seen = p->rx_count;
-    p->ping_ns = 0;
+    p->ping_w = -1;
+    p->busy_told = 0;
     *ep_p = p->ep;
     return TD_OK;
 }
@@ -797,17 +839,28 @@ live_send(td_transport_t *tp, int dst, uint8_t kind)
     internal_send(tp, dst, LIVE_ID, &kind, 1);
 }
 
-/* One tick (L2-L4): note who was heard, ping the quiet, fail the silent. */
+/* One tick (L2-L4, L6, L7): note who was heard, ping the quiet, fail the
+ * silent whose host does not answer either. */
 static void
 live_tick(td_transport_t *tp)
 {
-    int64_t now = live_now_ns();
+    int64_t now = live_now_ns(), step, w;
 
     __atomic_store_n(&tp->live_due, 0, __ATOMIC_RELAXED);
     if (now < tp->live_next_ns) {
         return;
     }
     tp->live_next_ns = now + LIVE_TICK_NS;
+    /* L6: the watched clock advances by the time since the last tick, at
+     * most a sixth of TODIST_LIVENESS: time this rank did not look (its
+     * process stopped or starved, its token holder held up) is not
+     * silence of the peers. */
+    step = tp->live_last_ns != 0 ? now - tp->live_last_ns : 0;
+    if (step > tp->live_ns / 6) {
+        step = tp->live_ns / 6;
+    }
+    tp->live_last_ns = now;
+    w = tp->live_watched_ns += step;
     for (int r = 0; r < tp->params.world_size; r++) {
         peer_t *p = &tp->peers[r];
         int64_t quiet;
@@ -817,22 +870,42 @@ live_tick(td_transport_t *tp)
         }
         if (p->rx_count != p->rx_seen) {
             p->rx_seen = p->rx_count;
-            p->heard_ns = now;
-            p->ping_ns = 0;
+            p->heard_w = w;
+            p->ping_w = -1;
+            p->busy_told = 0;
             continue;
         }
-        quiet = now - p->heard_ns;
-        if (quiet >= tp->live_ns) {
+        quiet = w - p->heard_w;
+        /* L6: failed only once a ping had a third of the time to come
+         * back, all of it watched */
+        if (quiet >= tp->live_ns && p->ping_w >= 0 &&
+            w - p->ping_w >= tp->live_ns / 3) {
             char why[160];
+            int ms = tp->params.peer_heard != NULL
+                     ? tp->params.peer_heard(tp->params.resolve_arg, r) : -1;
 
+            if (ms >= 0 && (int64_t)ms * 1000000 < tp->live_ns / 2) {
+                /* L7: its host acknowledged our pings: it is alive, only
+                 * its process does not answer (stopped, starved, busy) */
+                if (!p->busy_told) {
+                    p->busy_told = 1;
+                    td_log_info("transport: rank %d answered nothing for "
+                                "%.1f s, but its host acknowledged our "
+                                "data %d ms ago: busy, not lost", r,
+                                (double)quiet * 1e-9, ms);
+                }
+                p->heard_w = w;
+                p->ping_w = -1;
+                continue;
+            }
             snprintf(why, sizeof(why), "unreachable: on another host, it "
                      "answered nothing for %.1f s (TODIST_LIVENESS=%g)",
                      (double)quiet * 1e-9, (double)tp->live_ns * 1e-9);
             td_log_error("transport: rank %d %s", r, why);
             ep_fail(tp, r, p->ep, why);
         } else if (quiet >= tp->live_ns / 3 &&
-                   (p->ping_ns == 0 || now - p->ping_ns >= tp->live_ns / 3)) {
-            p->ping_ns = now;
+                   (p->ping_w < 0 || w - p->ping_w >= tp->live_ns / 3)) {
+            p->ping_w = w;
             live_send(tp, r, 'P');
         }
     }
@@ -1681,6 +1754,7 @@ mbox_drain(td_transport_t *tp, int src)
         int k = (int)(s->pos % TD__MBOX_SLOTS);
 
         if ((int32_t)(after - tp->peers[src].rx_count) > 0) {
+            tp->ucx_due = 1;    /* X7: UCX brings it */
             break;              /* X3: an earlier active message is due */
         }
         if (len > TD__MBOX_DATA || hlen > len) {
@@ -1764,6 +1838,19 @@ drain_queue(td_transport_t *tp)
 /* Progress until every request in REQS[0..N) is done and no open endpoint
  * has a send in flight, or DEADLINE passes; done requests are freed and
  * set to NULL, ST[i] gets their status. */
+/* UCX's progress (token holder): its callbacks run inside, which X8's
+ * direct sends must know. */
+static unsigned
+ucx_progress(td_transport_t *tp)
+{
+    unsigned n;
+
+    tp->in_ucx++;
+    n = ucp_worker_progress(tp->worker);
+    tp->in_ucx--;
+    return n;
+}
+
 static void
 wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
               double deadline)
@@ -1771,7 +1858,7 @@ wait_requests(td_transport_t *tp, void **reqs, ucs_status_t *st, int n,
     int pending = 1;
 
     while (pending > 0) {
-        ucp_worker_progress(tp->worker);
+        ucx_progress(tp);
         report_completions(tp);
         pending = 0;
         for (int i = 0; i < n; i++) {
@@ -1811,7 +1898,7 @@ drain_sends(td_transport_t *tp)
     int left;
 
     do {
-        ucp_worker_progress(tp->worker);
+        ucx_progress(tp);
         report_completions(tp);
         left = 0;
         for (int i = 0; i < tp->params.world_size; i++) {
@@ -1957,8 +2044,9 @@ revive_peers(td_transport_t *tp)
         p->cma_pid = 0;
         p->remote = 0;
         p->rx_seen = p->rx_count;
-        p->heard_ns = 0;
-        p->ping_ns = 0;
+        p->heard_w = tp->live_watched_ns;
+        p->ping_w = -1;
+        p->busy_told = 0;
         if (tp->params.peer_reset != NULL) {
             tp->params.peer_reset(tp->params.peer_gone_arg, r);    /* R1 */
         }
@@ -1970,10 +2058,22 @@ revive_peers(td_transport_t *tp)
 
 /* One round by the token holder: progress, report completions, start
  * what was posted. Returns the number of events. */
+#define UCX_IDLE_ROUNDS 64      /* X7: then UCX every UCX_EVERY-th round */
+#define UCX_EVERY       4
+
 static unsigned
 progress_once(td_transport_t *tp)
 {
-    unsigned n = ucp_worker_progress(tp->worker);
+    unsigned n = 0;
+
+    /* X7: while the mailboxes carry the traffic, UCX's poll (a third of
+     * an idle round) is made every UCX_EVERY-th round */
+    if (tp->ucx_due || tp->ucx_idle < UCX_IDLE_ROUNDS ||
+        tp->ucx_idle % UCX_EVERY == 0 || !td__mbox_active(&tp->mb)) {
+        tp->ucx_due = 0;
+        n = ucx_progress(tp);
+    }
+    tp->ucx_idle = n > 0 ? 0 : tp->ucx_idle + 1;
 
     if (__atomic_load_n(&tp->watch_pending, __ATOMIC_RELAXED)) {
         connect_watched(tp);
@@ -2031,6 +2131,7 @@ leave_armed(td_transport_t *tp)
             }
             return;
         }
+        tp->ucx_due = 1;            /* X7: the events arm saw, now */
         progress_once(tp);
     }
     ucp_worker_signal(tp->worker);
@@ -2211,6 +2312,9 @@ progress_main(void *arg)
             ucp_worker_arm(tp->worker) == UCS_ERR_BUSY ||
             __atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) ||
             STOPPED(tp)) {
+            if (idle >= 20e-6) {
+                tp->ucx_due = 1;    /* X7: arm may have seen events */
+            }
             token_drop(tp);
             if (idle > POLL_YIELD_AFTER_S) {
                 sched_yield();
@@ -2826,6 +2930,13 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
     }
     if (tl_holder == tp) {
         BUMP(tp->posted_local);
+        if (!tp->in_ucx && tp->mbox_on[id]) {
+            /* X8: a handler run from our mailbox (an inline call's
+             * reply, say): sent now, after what the holder queued. */
+            drain_queue(tp);
+            op_start(tp, op);
+            return TD_OK;
+        }
         /* From a callback or a handler run by the holder: started right
          * after the current progress call (never inside a UCX callback: a
          * new endpoint may need a store lookup), without a lock. */
@@ -2895,6 +3006,7 @@ driver_sleep(td_transport_t *tp, int (*done)(void *arg), void *arg)
     int cookie;
 
     if (ucp_worker_arm(tp->worker) != UCS_OK) {
+        tp->ucx_due = 1;                /* X7 */
         return;                         /* events pending: go on polling */
     }
     __atomic_store_n(&tp->sleeping, 1, __ATOMIC_SEQ_CST);

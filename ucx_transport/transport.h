@@ -154,6 +154,11 @@ typedef struct {
      * connected); peers on other hosts get the liveness check
      * (TODIST_LIVENESS, transport.c L1-L4). NULL: no peer is checked. */
     int                   (*same_host)(void *arg, int rank);
+    /* Milliseconds since RANK's host last answered at the network level
+     * (an acknowledgement or data on a TCP connection to it), -1 unknown;
+     * asked, with resolve_arg, about a peer on another host that answered
+     * no ping for TODIST_LIVENESS (transport.c L7). NULL: never. */
+    int                   (*peer_heard)(void *arg, int rank);
     void                   *peer_failed_arg;
     td_transport_gone_fn    peer_gone;         /* may be NULL */
     void                   *peer_gone_arg;

@@ -412,6 +412,13 @@ td__future_take_last(td_future_t *f, td_rpc_list_t **value_p)
     if (status != TD_OK) {
         return status;
     }
+    if (atomic_load_explicit(&f->refs, memory_order_acquire) == 1) {
+        /* Ours alone and done: nobody else can read or move the value
+         * (the completer set it before done, and let go of F). */
+        *value_p = f->value;
+        f->value = NULL;
+        return TD_OK;
+    }
     pthread_mutex_lock(&f->lock);
     *value_p = f->value;
     f->value = NULL;

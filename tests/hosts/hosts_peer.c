@@ -9,7 +9,16 @@
  *          creates READY.done once ranks below LOST all reported
  * Ranks below LOST start OP and print "op=OP rc=STATUS t=BOOTTIME
  * err=MESSAGE" when it ends (BOOTTIME: seconds, as /proc/uptime); the
- * lost ranks wait to be cut off or killed. */
+ * lost ranks wait to be cut off or killed.
+ *
+ * OP "stall" (LOST unused): a rank stopped, not lost (transport.c L6,
+ * L7). Every rank warms up, writes its pid (its host's) to READY.RANK
+ * and waits for READY.go; then all_reduce, which the others enter while
+ * the test holds a rank stopped (SIGSTOP) for longer than
+ * TODIST_LIVENESS. Then each writes READY.RANK.2 and waits for
+ * READY.go2, which the test creates while it holds every rank stopped
+ * (a machine that gave no rank the CPU); then a second all_reduce. Each
+ * prints "op=stall rank=R rc=STATUS sum=SUM err=MESSAGE". */
 #include "config.h"
 
 #include <stdio.h>
@@ -44,6 +53,51 @@ boottime(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Write our pid to PATH.RANK SUFFIX, then wait (bounded) for PATH.GO. */
+static int
+meet(const char *path, int rank, const char *suffix, const char *go)
+{
+    char f[4096];
+    FILE *out;
+
+    snprintf(f, sizeof(f), "%s.%d%s", path, rank, suffix);
+    if ((out = fopen(f, "w")) == NULL) {
+        return -1;
+    }
+    fprintf(out, "%ld\n", (long)getpid());
+    fclose(out);
+    snprintf(f, sizeof(f), "%s.%s", path, go);
+    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+        usleep(50000);
+    }
+    return access(f, F_OK);
+}
+
+static int
+stall(const char *path, int rank, int size, td_tensor_t *t)
+{
+    td_status_t st = TD_ERR_TIMEOUT;
+
+    for (int round = 1; round <= 2; round++) {
+        st = TD_ERR_TIMEOUT;
+        if (td_tensor_fill_(t, 1) == TD_OK &&
+            meet(path, rank, round == 1 ? "" : ".2",
+                 round == 1 ? "go" : "go2") == 0) {
+            st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+        }
+        printf("op=stall round=%d rank=%d rc=%d sum=%g err=%s\n", round,
+               rank, (int)st, st == TD_OK ? ((float *)td_tensor_data(t))[0]
+                                          : -1.0,
+               st == TD_OK ? "" : td_last_error());
+        fflush(stdout);
+        if (st != TD_OK) {
+            _exit(1);
+        }
+    }
+    (void)size;
+    return td_finalize() == TD_OK ? 0 : 1;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -55,7 +109,8 @@ main(int argc, char **argv)
     char done[4096];
 
     if (argc != 4) {
-        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier LOST READY\n");
+        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall LOST "
+                "READY\n");
         return 2;
     }
     op = argv[1];
@@ -85,6 +140,9 @@ main(int argc, char **argv)
     if (st != TD_OK) {
         printf("FAIL warm-up on rank %d: %s\n", rank, td_last_error());
         return 1;
+    }
+    if (strcmp(op, "stall") == 0) {
+        return stall(argv[3], rank, size, t);
     }
     if (rank >= lost) {
         sleep(120);              /* cut off or killed before this ends */

@@ -14,7 +14,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 123
+plan 129
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -308,6 +308,49 @@ lose() {
     done
     [ "$_worst" != 99999 ] || diag "$OUT"
 }
+# ---- a rank stopped is not a host lost (transport.c L6, L7) -------------------
+# 1+1, TODIST_LIVENESS=3 (the default): rank 0 waits in an all_reduce while rank 1 is
+# held stopped (SIGSTOP) for 5 s: its pings go unanswered, but host 2's
+# kernel acknowledges them, so rank 1 is not failed. Then both ranks are
+# held stopped for 5 s (a machine that gave no rank the CPU): on waking,
+# neither fails the other, whose silence it did not watch. Without L7
+# rank 0 failed rank 1 after 3 s; without L6 the first rank to wake
+# failed the other at once.
+stall_pid() { # RANK [SUFFIX]: the pid rank RANK wrote, once it did
+    _t=0
+    while [ ! -s "$TD_TMP/stall.$1$2" ] && [ $_t -lt 600 ]; do
+        sleep 0.1; _t=$((_t + 1))
+    done
+    cat "$TD_TMP/stall.$1$2" 2>/dev/null
+}
+hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+rm -f "$TD_TMP"/stall.*
+TODIST_LIVENESS=3 TODIST_LOG=info HOSTS_TIMEOUT=90 hosts_launch 1,1 \
+    "$B/hosts/hosts_peer" stall 0 "$TD_TMP/stall" > "$TD_TMP/stall.out" 2>&1 &
+_l=$!
+p0=$(stall_pid 0); p1=$(stall_pid 1)
+hosts_run 2 kill -STOP "$p1"
+touch "$TD_TMP/stall.go"
+sleep 5
+hosts_run 2 kill -CONT "$p1"
+p0=$(stall_pid 0 .2); p1=$(stall_pid 1 .2)
+hosts_run 1 kill -STOP "$p0"; hosts_run 2 kill -STOP "$p1"
+touch "$TD_TMP/stall.go2"
+sleep 5
+hosts_run 1 kill -CONT "$p0"; hosts_run 2 kill -CONT "$p1"
+wait $_l
+OUT=$(cat "$TD_TMP/stall.out")
+for _r in 0 1; do
+    like "$OUT" "op=stall round=1 rank=$_r rc=0 sum=2 " \
+         "rank 1 stopped 5 s (TODIST_LIVENESS=3): rank $_r's all_reduce completes"
+    like "$OUT" "op=stall round=2 rank=$_r rc=0 sum=2 " \
+         "both stopped 5 s: rank $_r's all_reduce completes"
+done
+like "$OUT" "rank 1 answered nothing for [0-9.]+ s, but its host acknowledged our data [0-9]+ ms ago: busy, not lost" \
+     "rank 0 says why it keeps waiting for rank 1"
+unlike "$OUT" "unreachable|lost rank" "no rank is taken for lost"
+[ "$_tap_failed" = 0 ] || diag "$OUT"
+
 unset TODIST_LIVENESS
 lose hosts_cut coll
 lose hosts_cut rpc
