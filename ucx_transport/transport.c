@@ -154,7 +154,11 @@
  *     holder's queues hold (order per sender, as a direct sender's): an
  *     inline handler's reply reaches the caller's mailbox before the
  *     handler's own clean-up runs. Inside UCX's callbacks it waits for
- *     the end of the progress call, as every holder's send does. */
+ *     the end of the progress call, as every holder's send does.
+ *  X9 tp->mb is set up (td__transport_set_mbox) holding the token: a
+ *     peer's offer (X2) may arrive while this rank is still in td_init,
+ *     and the holder records it into tp->mb (ThreadSanitizer saw the
+ *     progress thread read the peer table while it was being written). */
 #include "config.h"
 
 #include <errno.h>
@@ -2794,25 +2798,32 @@ td__transport_set_mbox(td_transport_t *tp, uint16_t id)
         return td_error(TD_ERR_INVALID, "transport: handler id %u is not "
                         "below %d", id, CMA_ID);
     }
-    if (!tp->mb.on) {
-        /* B5: offers are taken from this boot only */
-        if ((f = fopen("/proc/sys/kernel/random/boot_id", "r")) != NULL) {
-            if (fgets(boot, sizeof(boot), f) == NULL) {
-                boot[0] = '\0';
-            }
-            boot[strcspn(boot, "\n")] = '\0';
-            fclose(f);
+    /* B5: offers are taken from this boot only */
+    if ((f = fopen("/proc/sys/kernel/random/boot_id", "r")) != NULL) {
+        if (fgets(boot, sizeof(boot), f) == NULL) {
+            boot[0] = '\0';
         }
+        boot[strcspn(boot, "\n")] = '\0';
+        fclose(f);
+    }
+    /* X9: a peer's offer may already be in flight, and the token holder
+     * records it into tp->mb (am_recv_cb): set up holding the token */
+    if (tl_holder == tp) {
+        return td_error(TD_ERR_STATE, "transport: mailboxes are set up "
+                        "from td_init, not from a callback");
+    }
+    while (!token_take(tp) && !token_wait(tp, 1000)) {
+    }
+    if (!tp->mb.on) {
         st = td__mbox_setup(&tp->mb, "transport", "message", 1,
                             tp->params.rank, tp->params.world_size, boot);
-        if (st != TD_OK) {
-            return st;
-        }
-        if (!td__mbox_inbox_ensure(&tp->mb)) {
-            return TD_OK;       /* no inbox (logged): UCX carries all */
+        if (st != TD_OK || !td__mbox_inbox_ensure(&tp->mb)) {
+            token_drop(tp);
+            return st;          /* no inbox (logged): UCX carries all */
         }
     }
     tp->mbox_on[id] = 1;
+    token_drop(tp);
     return TD_OK;
 }
 

@@ -187,6 +187,18 @@ ckzero_agree(td_group_t *g, td_status_t st, const char *what)
     return st != TD_OK ? st : ast;
 }
 
+/* Whether S is exactly a temporary file's suffix, ".tmp.PID.N" (the name
+ * td_safetensors_save writes aside under, safetensors.c S1). */
+static int
+tmp_suffix(const char *s)
+{
+    unsigned long pid, n;
+    int used = 0;
+
+    return sscanf(s, ".tmp.%lu.%lu%n", &pid, &n, &used) == 2 &&
+           s[used] == '\0' && s[5] >= '0' && s[5] <= '9';
+}
+
 void
 ckzero_clean(const char *path, uint64_t id)
 {
@@ -195,7 +207,7 @@ ckzero_clean(const char *path, uint64_t id)
     char dir[4096], pre[4096], file[8192];
     struct dirent *d;
     DIR *dp;
-    size_t np;
+    size_t np, nb = strlen(base);
 
     snprintf(dir, sizeof(dir), "%.*s", slash == NULL ? 1 :
              slash == path ? 1 : (int)(slash - path),
@@ -205,23 +217,29 @@ ckzero_clean(const char *path, uint64_t id)
         return;
     }
     while ((d = readdir(dp)) != NULL) {
-        int r, w, used = 0;
+        int r, w, used = 0, old;
         char hex[17];
-        uint64_t fid;
 
-        /* exactly BASE.zero-R-of-W.ID (not a save's .tmp file) */
-        if (strncmp(d->d_name, pre, np) != 0 ||
+        /* BASE.zero-R-of-W.ID of another save, or its .tmp.PID.N (a save
+         * killed mid-write); BASE.tmp.PID.N: a killed write of PATH. The
+         * group's next save cannot have begun: its id is broadcast from
+         * this rank, after this. */
+        if (strncmp(d->d_name, pre, np) == 0 &&
             sscanf(d->d_name + np, "%d-of-%d.%16[0-9a-f]%n", &r, &w, hex,
-                   &used) != 3 || d->d_name[np + (size_t)used] != '\0' ||
-            strlen(hex) != 16) {
-            continue;
+                   &used) == 3 && strlen(hex) == 16) {
+            const char *rest = d->d_name + np + (size_t)used;
+
+            old = strtoull(hex, NULL, 16) != id &&
+                  (*rest == '\0' || tmp_suffix(rest));
+        } else {
+            old = strncmp(d->d_name, base, nb) == 0 &&
+                  tmp_suffix(d->d_name + nb);
         }
-        fid = strtoull(hex, NULL, 16);
-        if (fid != id) {
+        if (old) {
             snprintf(file, sizeof(file), "%s/%s", dir, d->d_name);
             if (unlink(file) != 0) {
-                td_log_warn("checkpoint: could not remove the old shard "
-                            "file %s", file);
+                td_log_warn("checkpoint: could not remove %s, left by "
+                            "an older save", file);
             }
         }
     }

@@ -11,7 +11,8 @@
  * world_size and PREFIX.offset / .length / .total / .slots; once every
  * rank's shard is on disk, rank 0 writes PATH with zero_save_id and
  * zero_world_size in its metadata, then removes the shard files of older
- * saves of PATH.
+ * saves of PATH and what killed saves left (their shards' and PATH's
+ * .tmp.PID.N files).
  *
  * Invariants:
  *  ZC1 PATH names exactly one complete set of shard files: the ones with
@@ -57,7 +58,8 @@ td_status_t ckzero_save_shard(const char *path, uint64_t id, td_group_t *g,
 /* Every member's ST, agreed over G (collective): TD_OK when all were, else
  * this rank's own error, or one naming the first rank that failed WHAT. */
 td_status_t ckzero_agree(td_group_t *g, td_status_t st, const char *what);
-/* Remove PATH's shard files of saves other than ID (ZC1; best effort). */
+/* Remove PATH's shard files of saves other than ID, complete or .tmp, and
+ * PATH's own .tmp files (ZC1; best effort; group rank 0, after PATH). */
 void        ckzero_clean(const char *path, uint64_t id);
 /* Read this rank's new shard of IT (ZC2, ZC3) from the shard files of
  * save ID at world size OLD_W into *OUT (changes nothing else). */

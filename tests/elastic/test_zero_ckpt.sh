@@ -13,9 +13,19 @@
 #    path: 3 files left);
 #  - a missing shard file and a shard file of another save are refused,
 #    naming the file and its rank; so is a checkpoint saved without ZeRO
-#    shards when the run lists a ZeRO optimizer.
+#    shards when the run lists a ZeRO optimizer;
+#  - ZC1 (runtime/elastic/ckzero.h), a save killed at each of its stages
+#    (zero_ck_peer --die-at: SIGKILL on one rank at a rename, no timers)
+#    over a save of step 2: part and shard (rank 1 just before / just after
+#    its new shard is renamed in, before the outcomes' all_reduce), path
+#    (rank 0 just before PATH is renamed in) and clean (rank 0 just after,
+#    before the old set is removed). PATH must then name the old save
+#    (part, shard, path) or the new one (clean) with that save's complete
+#    set beside it, and a fresh run loads it: the state of that save's step,
+#    equal to the reference's; its own save then removes every file the
+#    other saves left: shard files, complete or .tmp, and PATH's .tmp.
 . "$top_srcdir/tests/lib.sh"
-plan 19
+plan 43
 peer="$top_builddir/tests/elastic/zero_ck_peer"
 run() { n=$1; shift; timeout -k 5 120 todist-run -n "$n" "$peer" "$@" 2>&1; }
 passes() { printf '%s\n' "$1" | grep -c '^PASS'; }
@@ -89,4 +99,60 @@ out=$(run 2 --from 1 --to 2 --load "$TD_TMP/plain.safetensors"); rc2=$?
 is "$rc $rc2" "0 2" "a checkpoint saved without ZeRO shards is refused"
 like "$out" "rank 0: load: .*plain.safetensors holds no ZeRO shards \\(saved without td_checkpoint_add_zero\\), but this run lists ZeRO optimizer 'zero'" \
      "the error names the file and the ZeRO item"
+
+# ZC1: a save killed at each stage
+save_id() {         # the zero_save_id PATH's metadata names
+    head -c 4096 "$1" | grep -ao '"zero_save_id":"[0-9a-f]*"' |
+        sed 's/.*:"\(.*\)"/\1/'
+}
+ids_of() {          # the save ids of PATH's shard files (or .tmp), unique
+    ls "$TD_TMP" | sed -n "s/^$(basename "$1")\.zero-[0-9]*-of-[0-9]*\.\([0-9a-f]\{16\}\)\(\.tmp\.[0-9]*\.[0-9]*\)\{0,1\}\$/\1/p" |
+        sort -u | tr '\n' ' '
+}
+files_of() {        # how many shard files of PATH hold save id ID
+    ls "$TD_TMP" | grep -c "^$(basename "$1")\.zero-[0-9]*-of-2\.$2\$"
+}
+for stage in part shard path clean; do
+    case $stage in
+    part|shard) victim=1 want=old ;;
+    *)     victim=0 want=old ;;
+    esac
+    [ "$stage" = clean ] && want=new
+    ckd="$TD_TMP/die-$stage.safetensors"
+    run 2 --from 0 --to 2 --save "$ckd" >/dev/null
+    old=$(save_id "$ckd")
+    out=$(run 2 --from 2 --to 4 --load "$ckd" --save "$ckd" --die-at "$stage")
+    rc=$?
+    new=$(ids_of "$ckd" | tr ' ' '\n' | grep -v "^$old\$" | grep . | head -n 1)
+    is "$rc $(printf '%s\n' "$out" |
+              grep -c "rank $victim (pid [0-9]*) was killed by signal 9")" \
+       "137 1" "$stage: the save at step 4 killed at its stage (rank $victim)"
+    [ "$rc" = 137 ] || diag "$out"
+    named=$(save_id "$ckd")
+    if [ "$named" = "$old" ]; then got=old; elif [ -n "$named" ] &&
+        [ "$named" = "$new" ]; then got=new; else got="neither ($named)"; fi
+    is "$got" "$want" "$stage: PATH names the $want save"
+    # PATH's set is complete whichever it names; the other save's files
+    # (the killed one's new shards, or the old set) are still there
+    left=$(ids_of "$ckd" | tr ' ' '\n' | grep -v "^$named\$" | grep -c .)
+    tmps=$(ls "$TD_TMP" | grep -c "^$(basename "$ckd")\..*tmp\.")
+    is "$(files_of "$ckd" "$named") $left" "2 1" \
+       "$stage: PATH's set is complete, the other save's files are left over"
+    step=2
+    [ "$got" = new ] && step=4
+    out=$(run 2 --from $step --to 5 --load "$ckd" --save "$ckd"); rc=$?
+    is "$rc $(passes "$out")" "0 2" \
+       "$stage: a fresh run loads PATH: the reference's state at step $step"
+    [ "$rc" = 0 ] || diag "$out"
+    last=$(save_id "$ckd")
+    is "$(ids_of "$ckd")$(files_of "$ckd" "$last")" "$last 2" \
+       "$stage: its save removes the other saves' shard files"
+    # part leaves rank 1's shard .tmp, path PATH's .tmp (the others may
+    # leave one where todist-run stopped a rank mid-write)
+    had=- want_had=-
+    case $stage in part|path) want_had=left had=none
+                              [ "$tmps" -gt 0 ] && had=left ;; esac
+    is "$had $(ls "$TD_TMP" | grep -c "^$(basename "$ckd")\..*tmp\.")" \
+       "$want_had 0" "$stage: and every .tmp file a killed save left"
+done
 done_testing

@@ -3,7 +3,7 @@
  * todist-run at several world sizes.
  *
  *   zero_ck_peer --from A --to B [--load PATH] [--save PATH] [--log FILE]
- *                [--plain-save PATH]
+ *                [--plain-save PATH] [--die-at STAGE]
  *
  * trains global steps A..B-1 of a model whose every step's global batch
  * (12 samples) is cut evenly over the ranks, so the averaged gradient is
@@ -21,16 +21,34 @@
  *                  equal the reference's at step A (to 1e-10: the saved
  *                  run's reduce-scatter rounds as its world size does);
  *   trained        after step B - 1: the parameters equal the reference's.
- * A failed load prints "rank R: load: ERROR" and exits 2. */
+ * A failed load prints "rank R: load: ERROR" and exits 2.
+ *
+ * --die-at kills one rank inside --save's td_checkpoint_save, at a point
+ * named by the file being renamed in (this file defines rename(), which
+ * the library's calls resolve to; no timers, no library hook), to test
+ * ckzero.h ZC1:
+ *   part   rank 1, just before its shard file PATH.zero-1-of-W.ID is
+ *          renamed in (its complete .tmp file is left);
+ *   shard  rank 1, just after it: before the outcomes' all_reduce (in both,
+ *          todist-run kills the others wherever they are);
+ *   path   rank 0, just before it renames PATH in (after the all_reduce:
+ *          every new shard file is in);
+ *   clean  rank 0, just after it renamed PATH in, before the older saves'
+ *          shard files are removed. */
 #include "config.h"
 
+#include <dlfcn.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <todist/todist.h>
+
+/* --die-at: the save's PATH and the stage, armed only around the save */
+static const char *die_path, *die_at;
 
 #define NP     5
 #define GLOBAL 12
@@ -65,6 +83,39 @@ check(int cond, const char *name, const char *fmt, ...)
         fflush(stdout);
     }
     n_fail += nbad != 0;
+}
+
+/* The library's renames come here (the executable's definition comes
+ * first); --die-at's rank raises SIGKILL on itself at its stage. */
+int
+rename(const char *from, const char *to)
+{
+    static int (*real)(const char *, const char *);
+    char shard[4096];
+    int hit = 0, rc;
+
+    if (real == NULL) {
+        *(void **)&real = dlsym(RTLD_NEXT, "rename");
+        if (real == NULL) {
+            raise(SIGKILL);         /* cannot happen with a dynamic libc */
+        }
+    }
+    if (die_at != NULL && die_path != NULL) {
+        snprintf(shard, sizeof(shard), "%s.zero-1-of-", die_path);
+        if (strcmp(die_at, "shard") == 0 || strcmp(die_at, "part") == 0) {
+            hit = rank == 1 && strncmp(to, shard, strlen(shard)) == 0;
+        } else {
+            hit = rank == 0 && strcmp(to, die_path) == 0;
+        }
+    }
+    if (hit && (strcmp(die_at, "path") == 0 || strcmp(die_at, "part") == 0)) {
+        raise(SIGKILL);
+    }
+    rc = real(from, to);
+    if (hit) {
+        raise(SIGKILL);
+    }
+    return rc;
 }
 
 static double
@@ -250,6 +301,8 @@ main(int argc, char **argv)
             plain = argv[i + 1];
         } else if (strcmp(argv[i], "--log") == 0) {
             log = argv[i + 1];
+        } else if (strcmp(argv[i], "--die-at") == 0) {
+            die_at = argv[i + 1];
         }
     }
     if ((st = td_init(NULL)) != TD_OK) {
@@ -275,7 +328,7 @@ main(int argc, char **argv)
         return 1;
     }
     if (load != NULL) {
-        int64_t zstep, rstep;
+        int64_t zstep = 0, rstep = 0;
         double sd, pd;
 
         int64_t one = 1;
@@ -339,10 +392,12 @@ main(int argc, char **argv)
     if (lf != NULL) {
         fclose(lf);
     }
+    die_path = save;
     if (st == TD_OK && save != NULL &&
         (st = td_checkpoint_save(ck, save)) != TD_OK) {
         fprintf(stderr, "rank %d: save: %s\n", rank, td_last_error());
     }
+    die_path = NULL;
     if (st == TD_OK && plain != NULL && rank == 0) {
         td_checkpoint_t *pc = NULL;
 
