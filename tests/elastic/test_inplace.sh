@@ -88,11 +88,27 @@ like "$out" "todist-run: rank 3 \(pid [0-9]+\) exited with code 3" \
    "and exits"
 is "$(printf '%s\n' "$out" | grep -c '^rank [01] epoch 1 step 3 total 8 world 2$')" 2 \
    "ranks 0-1 go on at world 2 and finalize"
-# (UCX itself may log "shmat(...) failed" when an endpoint to the refused
-# rank, which exits at once, is wired up after it left: seen 2 runs in 5
-# under a loaded make check; the runtime fails that peer, nothing else)
+# One line is UCX's own, not a failure: "mm_sysv.c:57 UCX ERROR
+# shmat(shmid=N) failed: Invalid argument", logged by a survivor (rank 1
+# in every case seen) about rank 2, the SIGKILLed rank, not the refused
+# rank 3: it comes 0.2 s after rank 2's death and before that survivor's
+# "lost rank 2", while rank 3 is refused only a second later. Its cause
+# (UCX 1.13, src/uct/sm/mm/base/mm_ep.c): a message too large to go
+# inline in the receiver's FIFO is copied into a receive descriptor in
+# the receiver's shared memory, whose segment the sender attaches
+# lazily, at its first such send into that segment (uct_mm_ep_get_
+# remote_seg). Rank 1's endpoint to rank 2 was made at step 1, before
+# the death (every endpoint of this run is: checked with a probe in
+# transport.c's peer_connect), so no connection is made to a dead rank;
+# but its first such send to rank 2 after the death attaches a segment
+# that vanished with rank 2 (mm/sysv marks its segments for removal at
+# creation), shmat fails with EINVAL, UCX logs it and fails the send,
+# and the runtime reports rank 2 lost, as it should. The runtime cannot
+# attach UCX's segments ahead; the line is filtered by its exact text,
+# and only it (seen 2 runs in 5 under a loaded make check, 1 in 6 to 13
+# alone).
 bad=$(printf '%s\n' "$out" | grep 'fail\|error' | grep -v 'lost rank' |
-      grep -v 'UCX  ERROR shmat(shmid=[0-9]*) failed: Invalid argument')
+      grep -v 'mm_sysv.c:[0-9]* *UCX  ERROR shmat(shmid=[0-9]*) failed: Invalid argument$')
 ok "$([ -z "$bad" ]; echo $?)" "nothing else fails"
 [ -z "$bad" ] || diag "$bad"
 [ "$rc" = 137 ] || diag "$out"
