@@ -158,7 +158,18 @@
  *  X9 tp->mb is set up (td__transport_set_mbox) holding the token: a
  *     peer's offer (X2) may arrive while this rank is still in td_init,
  *     and the holder records it into tp->mb (ThreadSanitizer saw the
- *     progress thread read the peer table while it was being written). */
+ *     progress thread read the peer table while it was being written).
+ * X10 Where cores are scarce (fewer than 2 a local rank), a driver that
+ *     has waited LONG_WAIT_S sleeps on the event fd (at most 1 ms at a
+ *     time) in any progress mode, not only in busy mode. A yield is no
+ *     sleep: the scheduler may run the yielder again at once, and across
+ *     scheduling groups it did, for seconds. Slurm starts each node's
+ *     tasks in a session of their own (an autogroup); with the test's
+ *     nodes on one machine and bind=closest, a rank of each node was bound
+ *     to each core, and a waiter that yielded on held its core while the
+ *     rank it waited for, runnable, did not run (test_spank_slurm 17 under
+ *     load: 2.5 s of 2.5 s to the waiter, none to the 5 runnable threads
+ *     of the other rank; the first broadcast timed out after 60 s). */
 #include "config.h"
 
 #include <errno.h>
@@ -2155,6 +2166,9 @@ leave_armed(td_transport_t *tp)
  * event fd instead (a short call's reply takes about 2 us). */
 #define YIELD_AFTER_S 5e-6
 #define SLEEP_AFTER_S 10e-6
+/* X10: where cores are scarce, a driver in blocking mode that has waited
+ * this long sleeps on the event fd too, instead of yielding on. */
+#define LONG_WAIT_S 1e-3
 /* ... and one standing in for the progress thread (td__transport_drive_
  * polling) yields after this long without a message: where two pollers
  * share a core each message waits for a yield (measured at load 30-50:
@@ -3129,11 +3143,12 @@ drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
                 }
                 continue;
             }
-            if (tp->scarce && tp->mode == TD_PROGRESS_BUSY &&
-                waited > SLEEP_AFTER_S) {
+            if (tp->scarce && waited > (tp->mode == TD_PROGRESS_BUSY
+                                        ? SLEEP_AFTER_S : LONG_WAIT_S)) {
                 /* Not a quick reply, and cores are scarce: the handler's
                  * thread (a pool thread of a local peer, say) may need
-                 * this one. Sleep until an event arrives. */
+                 * this one (X10 in any mode after LONG_WAIT_S). Sleep
+                 * until an event arrives. */
                 driver_sleep(tp, done, arg);
             } else if (waited > YIELD_AFTER_S) {
                 sched_yield();
