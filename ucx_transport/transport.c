@@ -169,7 +169,20 @@
  *     to each core, and a waiter that yielded on held its core while the
  *     rank it waited for, runnable, did not run (test_spank_slurm 17 under
  *     load: 2.5 s of 2.5 s to the waiter, none to the 5 runnable threads
- *     of the other rank; the first broadcast timed out after 60 s). */
+ *     of the other rank; the first broadcast timed out after 60 s).
+ *
+ * Endpoints (E1):
+ *  E1 Once close_endpoints has begun (tp->closing, token holder), no
+ *     endpoint is made: a peer's ping answered, an offer refused or a
+ *     wake-up sent while the closes are progressed would otherwise open a
+ *     second endpoint to a peer whose first was just closed. That one is
+ *     never closed, and its wire-up (UCX 1.13 matches endpoints by a
+ *     count of those made to a peer: the peer, whose count no longer
+ *     agrees, makes an endpoint of its own for it and replies) was still
+ *     queued when ucp_worker_destroy purged it: an assertion abort ("got
+ *     REQ/REP message", ucp_request.c:684), seen at 2x2 hosts in 1 of 63
+ *     runs under load. What closing refuses is best effort anyway (the
+ *     peer is exiting or about to be told so). */
 #include "config.h"
 
 #include <errno.h>
@@ -369,6 +382,7 @@ struct td_transport {
     int                   sleeping;       /* a driver sleeps on the efd */
     int                   watch_pending;  /* some peer.watch is set */
     int                   revive_pending; /* some peer.revive is set */
+    int                   closing;        /* E1: endpoints are closing */
     int                   in_poll;        /* progress thread asleep on efd */
     /* X7, X8, token holder only */
     unsigned              ucx_idle;       /* rounds since UCX had an event */
@@ -751,6 +765,11 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     }
     if (p->failed) {
         return td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
+    }
+    if (tp->closing) {                                            /* E1 */
+        return td_error(TD_ERR_CANCELED, "transport: rank %d: no new "
+                        "endpoint to rank %d while the endpoints close",
+                        tp->params.rank, dst);
     }
     if (tp->params.resolve == NULL) {
         return td_error(TD_ERR_STATE, "transport: no address resolver for "
@@ -1942,6 +1961,7 @@ close_endpoints(td_transport_t *tp)
     double deadline = td_now_s() + tp->close_timeout;
     ucp_request_param_t prm = { .op_attr_mask = 0 };
 
+    tp->closing = 1;                                              /* E1 */
     if (reqs == NULL || st == NULL) {
         deadline = 0;   /* no memory to track requests: force every close */
     }

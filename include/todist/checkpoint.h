@@ -92,7 +92,8 @@ td_status_t td_checkpoint_add_sampler(td_checkpoint_t *ck, const char *prefix,
  * this rank's shard file (above); one ZeRO group per checkpoint. Its
  * parameters are not part of it: add them as tensors (replicated, rank
  * 0's file). A load re-takes the shard's copy of the loaded parameters.
- * td_checkpoint_broadcast refuses it (a shard lives on its owner only). */
+ * td_checkpoint_broadcast skips it (a shard lives on its owner only):
+ * after a heal, td_zero_set_group re-shards it (todist/zero.h R4). */
 td_status_t td_checkpoint_add_zero(td_checkpoint_t *ck, const char *prefix,
                                    td_zero_t *zero);
 /* V[N] (borrowed, must outlive CK) as an int64 tensor: the step number. */

@@ -61,7 +61,8 @@
  * left with no member fails every call naming it. No operation of a
  * subgroup may be in flight across td_elastic_recover/admit. A DDP object
  * over a subgroup that changed takes it again with td_ddp_set_group (same
- * handle); a ZeRO optimizer over one refuses to step (todist/zero.h Z5).
+ * handle); a ZeRO optimizer over one re-shards with td_zero_set_group
+ * (same handle; it refuses to step until then, todist/zero.h Z5).
  *
  * Growth. A replacement for a lost rank — a new process with the same
  * world rank, started with TODIST_ELASTIC_JOIN=1 (todist-run --no-kill
@@ -83,11 +84,15 @@
  * join_timeout_s). Rank 0 can be replaced only where the launcher serves
  * the store (todist-run --no-kill).
  *
- * ZeRO (todist/zero.h) is not healed: a lost rank's optimizer shard is
- * gone (td_checkpoint_broadcast refuses a ZeRO item). After a recovery,
- * free the ZeRO optimizer, make it again over td_elastic_group(el) and
- * td_checkpoint_load the last checkpoint (every member): its shards are
- * re-cut for the new world, so the run goes on from that checkpoint.
+ * ZeRO (todist/zero.h R1-R4): after the heal above, every member calls
+ * td_zero_set_group(zero, td_elastic_group(el)) (a joiner makes its
+ * optimizer over the group and calls td_zero_join): the shards are re-cut
+ * for the new world, the lost shard's state taken from the replica its
+ * ring neighbour keeps (td_zero_opts_t.replicate), and the step that did
+ * not complete is dropped. td_checkpoint_broadcast skips ZeRO items.
+ * Without replicate, or when a shard and its replica were both lost, it
+ * fails on every member: free the optimizer, make it again over the
+ * group and td_checkpoint_load the last checkpoint.
  *
  * Every membership change is logged once per rank at TODIST_LOG=warn:
  * "elastic: epoch 1 at step 37: world 4 -> 3 (lost rank 2); this rank

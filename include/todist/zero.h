@@ -35,10 +35,43 @@
  *     between steps the parameters are the truth (Z3).
  *  Z5 the shards are cut for the group's size at create: when an elastic
  *     recovery re-forms the group with fewer or more members
- *     (todist/elastic.h), the lost shards' state is gone and a step
- *     fails with TD_ERR_STATE naming both sizes; make the optimizer again
- *     over the group and td_checkpoint_load the last checkpoint (its
- *     shards are re-cut, todist/checkpoint.h).
+ *     (todist/elastic.h), a step fails with TD_ERR_STATE naming both
+ *     sizes until td_zero_set_group re-cut the shards for the new group.
+ *
+ * Elastic recovery (todist/elastic.h; docs/elastic.md):
+ *  R1 with opts.replicate, group rank r also keeps a replica of its ring
+ *     neighbour (r + 1) % N's shard state, so one death loses nothing.
+ *  R2 the replica is stepped by the same optimizer code from the same
+ *     inputs as the owner's shard, so it is bit for bit the owner's: with
+ *     DDP (the _averaged steps) every rank holds the whole averaged
+ *     gradient and the parameters, so it costs no communication; without
+ *     (td_zero_step, td_zero_dist_step) each rank sends its averaged
+ *     shard gradient to rank r - 1 (a td_isend under tag TD_TAG_MAX - 90
+ *     on the group: do not use that tag there).
+ *  R3 a step is dropped unless its all-gather completed somewhere: the
+ *     own state is stepped before the all-gather, so its state before
+ *     the step is kept (a snapshot); the replica is stepped only after
+ *     this rank's all-gather completed, its inputs kept until then. A
+ *     step whose all-gather failed here leaves the optimizer refusing to
+ *     step until td_zero_set_group.
+ *  R4 td_zero_set_group(zero, group), collective over GROUP (the new
+ *     epoch's members, joiners with td_zero_join): every member tells its
+ *     old rank and step counts (one all_reduce); the step kept is the
+ *     highest one whose all-gather completed on a member (the elastic
+ *     plan's committed step when the program commits after each
+ *     successful step); each old shard's state at that step comes from
+ *     its owner if it survived (its snapshot when it had stepped past),
+ *     else from the replica (stepped on from its kept inputs when it was
+ *     one behind); the flat state then moves to the new cut in pieces of
+ *     1M elements per state buffer, an integer sum of each piece where
+ *     exactly one member wrote each element (bits exact), so a
+ *     re-sharded state is the same numbers as the old one. Every member
+ *     returns the same error when a shard is lost (its owner and its
+ *     replica keeper both gone, or no replica): then free the optimizer,
+ *     make it again over the group and td_checkpoint_load the last
+ *     checkpoint. Memory: replicate holds the shard's state 3 times (own,
+ *     snapshot, replica: 3/N of the unsharded state) plus 2 shard-sized
+ *     parameter-dtype buffers; the re-shard briefly 8 MiB more.
  * Threads: one object is used by one thread at a time. */
 #ifndef TODIST_ZERO_H
 #define TODIST_ZERO_H
@@ -68,6 +101,9 @@ typedef struct {
     td_sgd_opts_t   sgd;       /* for TD_ZERO_SGD */
     td_adam_opts_t  adam;      /* for TD_ZERO_ADAM / TD_ZERO_ADAMW */
     td_group_t     *group;     /* NULL: the world */
+    int             replicate; /* 1: keep the ring neighbour's shard too
+                                  (R1-R3), so td_zero_set_group survives
+                                  one death (or several not adjacent) */
 } td_zero_opts_t;
 
 /* Shard PARAMS[N] (leaves requiring grad, one floating dtype, CPU,
@@ -102,6 +138,17 @@ td_optim_t *td_zero_optim(const td_zero_t *zero);
 /* Bytes of optimizer state this rank holds (shard length x state slots x
  * 8: the optimizers keep state in double). */
 size_t      td_zero_state_bytes(const td_zero_t *zero);
+/* R4: re-cut the shards for GROUP (the elastic epoch's group after
+ * td_elastic_recover or a growth in td_elastic_admit; the same handle for
+ * a subgroup re-formed in place), moving the optimizer state: collective
+ * over GROUP, joiners calling td_zero_join. Call it after the parameters
+ * were healed (td_checkpoint_broadcast, which skips ZeRO items).
+ * TD_ERR_STATE when a shard's state is lost (see R4). */
+td_status_t td_zero_set_group(td_zero_t *zero, td_group_t *group);
+/* In a replacement (td_elastic_join): ZERO made over the new epoch's
+ * group and never stepped receives its shard (and replica) in the
+ * members' td_zero_set_group. */
+td_status_t td_zero_join(td_zero_t *zero);
 void        td_zero_free(td_zero_t *zero);         /* NULL is a no-op */
 
 #ifdef __cplusplus

@@ -1137,6 +1137,47 @@ rs_tp_up_post(coll_op_t *op, const shape_t *s, rset_t *up, int j, size_t c,
     return st;
 }
 
+/* The leader's last step on unit (J, C) of a block of its own host, whose
+ * host sum is at A (LEN elements from element OFF of the block): add the
+ * other hosts' parts of it in host order (H5), each once its receive on
+ * R completes (posted in the order host, member, chunk, K chunks a
+ * block, into XR by host then member, BYTES a block), then divide for
+ * AVG (H6). The transport's and the segment's reduce_scatter share it,
+ * so both do the same operations in the same order. */
+static td_status_t
+rs_block_finish(coll_op_t *op, const shape_t *s, const rset_t *r,
+                const char *xr, size_t bytes, int j, size_t c, size_t K,
+                char *a, size_t off, size_t len)
+{
+    size_t es = op->esize;
+    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
+    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
+    td_status_t st = TD_OK;
+
+    for (int h = 0, i = 0; h < s->H && st == TD_OK; h++) {
+        coll_req_t *w;
+
+        if (h == s->my_h) {
+            continue;
+        }
+        while (s->who[i] != j) {
+            i++;
+        }
+        w = r->p[((size_t)(h - (h > s->my_h)) * (size_t)s->L + (size_t)i) *
+                 K + c];
+        st = coll_step_wait(op, &w, 1);
+        if (st == TD_OK) {
+            coll_reduce_into(a, xr + ((size_t)h * (size_t)s->L +
+                                      (size_t)i) * bytes + off * es,
+                             len, dt, rop);
+        }
+    }
+    if (st == TD_OK && rop == TD_REDUCE_AVG) {
+        coll_divide(a, len, dt, op->g->n);                /* H6 */
+    }
+    return st;
+}
+
 /* In units (block j, chunk c), tagged j x K + c, in rs_order (H11): the
  * members send every unit of their input up at once; the leader reduces
  * unit u from their scratch slots (the receives of unit u + 1 are posted
@@ -1255,28 +1296,8 @@ rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
                            len * es);
             continue;
         }
-        /* this host's block: the other hosts' parts, in host order (H5) */
-        for (int h = 0, i = 0; h < H && st == TD_OK; h++) {
-            coll_req_t *w;
-
-            if (h == s->my_h) {
-                continue;
-            }
-            while (s->who[i] != j) {
-                i++;
-            }
-            w = r.p[((size_t)(h - (h > s->my_h)) * (size_t)L + (size_t)i) *
-                    K + c];
-            st = coll_step_wait(op, &w, 1);
-            if (st == TD_OK) {
-                coll_reduce_into(a, xr + ((size_t)h * (size_t)L +
-                                          (size_t)i) * bytes + off * es,
-                                 len, dt, rop);
-            }
-        }
-        if (st == TD_OK && rop == TD_REDUCE_AVG) {
-            coll_divide(a, len, dt, n);                   /* H6 */
-        }
+        /* this host's block: the other hosts' parts (H5, H6) */
+        st = rs_block_finish(op, s, &r, xr, bytes, j, c, K, a, off, len);
         if (st == TD_OK && j == s->me) {
             memcpy((char *)out + off * es, a, len * es);
         } else {
@@ -1899,29 +1920,8 @@ rs_seg(coll_op_t *op, shape_t *s, void *out, const void *in, size_t count)
                            len * es);
             continue;
         }
-        /* this host's block: the other hosts' parts, in host order */
-        for (int h = 0, i = 0; h < H && st == TD_OK; h++) {
-            coll_req_t *w;
-
-            if (h == s->my_h) {
-                continue;
-            }
-            while (s->who[i] != j) {
-                i++;
-            }
-            /* its receive, posted in the order host, member, chunk */
-            w = r.p[((size_t)(h - (h > s->my_h)) * (size_t)L + (size_t)i) *
-                    K + c];
-            st = coll_step_wait(op, &w, 1);
-            if (st == TD_OK) {
-                coll_reduce_into(a, xr + ((size_t)h * (size_t)L +
-                                          (size_t)i) * bytes + off * es,
-                                 len, dt, rop);
-            }
-        }
-        if (st == TD_OK && rop == TD_REDUCE_AVG) {
-            coll_divide(a, len, dt, n);                   /* H6 */
-        }
+        /* this host's block: the other hosts' parts (H5, H6) */
+        st = rs_block_finish(op, s, &r, xr, bytes, j, c, K, a, off, len);
         if (st == TD_OK && j == s->me) {
             if (len > 0) {
                 memcpy((char *)out + off * es, a, len * es);

@@ -29,5 +29,13 @@ td_group_t *td__zero_group(const td_zero_t *zero);
 /* Copy this rank's shard of the parameters into the copy the shard's
  * optimizer steps (zero.c Z4): after the parameters were loaded. */
 void        td__zero_sync_shard(td_zero_t *zero);
+/* The replica this rank keeps (zero.h R1): its first element, its length
+ * (0: none) and its optimizer (borrowed; NULL: none), for checkpoints. */
+void        td__zero_replica(const td_zero_t *zero, int64_t *offset_p,
+                             int64_t *len_p, td_optim_t **opt_p);
+/* A checkpoint load wrote the state of step STEP into the shard's and the
+ * replica's optimizers: every step count is STEP, nothing is pending, and
+ * the shard of the parameters is re-taken (Z4). */
+void        td__zero_loaded(td_zero_t *zero, int64_t step);
 
 #endif /* TD_RUNTIME_DDP_INTERNAL_H */

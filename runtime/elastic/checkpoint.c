@@ -37,7 +37,9 @@
  *        checks every shard it needs into scratch with the other entries
  *        (CK2), and copies them in after the tensors (the shard's copy of
  *        the parameters is re-taken from the loaded ones, zero.h Z4). A
- *        broadcast refuses them: a shard exists on its owner only. */
+ *        broadcast skips them: a shard exists on its owner (and its
+ *        replica keeper) only; td_zero_set_group re-shards them over the
+ *        new group (zero.h R4). */
 #include "config.h"
 
 #include <inttypes.h>
@@ -848,15 +850,6 @@ td_checkpoint_broadcast(td_checkpoint_t *ck, td_group_t *group, int root)
                         group == NULL ? "the group is NULL" :
                         "this rank is not in the group");
     }
-    for (int i = 0; i < ck->n; i++) {
-        if (ck->items[i].kind == IT_ZERO) {                   /* CK6 */
-            return td_error(TD_ERR_INVALID, "checkpoint: broadcast: '%s' is "
-                            "a ZeRO optimizer, whose shards live on their "
-                            "owners only: rebuild it over the new group and "
-                            "td_checkpoint_load the last checkpoint instead",
-                            ck->items[i].name);
-        }
-    }
     if (root < 0 || root >= td_group_size(group)) {
         return td_error(TD_ERR_RANGE, "checkpoint: broadcast: root %d is "
                         "not a rank of the group of %d", root,
@@ -866,7 +859,8 @@ td_checkpoint_broadcast(td_checkpoint_t *ck, td_group_t *group, int root)
     status = scratch_make_(ck, me == root, 1, &ts, &names);
     /* CK5: the small entries first, checked before a tensor is written */
     for (int i = 0; status == TD_OK && i < ck->n; i++) {
-        if (ck->items[i].kind != IT_TENSOR) {
+        if (ck->items[i].kind != IT_TENSOR &&
+            ck->items[i].kind != IT_ZERO) {                   /* CK6 */
             status = td_broadcast(group, ts[i], root);
         }
     }
@@ -919,7 +913,8 @@ td_checkpoint_broadcast(td_checkpoint_t *ck, td_group_t *group, int root)
     for (int pass = 0; me != root && pass < 2; pass++) {
         for (int i = 0; status == TD_OK && i < ck->n; i++) {
             if ((ck->items[i].kind == IT_DDP) == pass &&
-                ck->items[i].kind != IT_TENSOR) {
+                ck->items[i].kind != IT_TENSOR &&
+                ck->items[i].kind != IT_ZERO) {
                 status = item_set(&ck->items[i], ts[i]);
             }
         }

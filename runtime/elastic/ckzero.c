@@ -354,8 +354,8 @@ td_status_t
 ckzero_read(const char *path, uint64_t id, int old_w, const ckzero_item_t *it,
             ckzero_state_t *out)
 {
-    td_optim_t *opt = td_zero_optim(it->zero);
-    int64_t off, len, total;
+    td_optim_t *opt = td_zero_optim(it->zero), *ropt;
+    int64_t off, len, total, roff, rlen;
     char file[4096], name[300];
     ckzero_state_t s;
     td_status_t st = TD_OK;
@@ -364,20 +364,27 @@ ckzero_read(const char *path, uint64_t id, int old_w, const ckzero_item_t *it,
     s.step = -1;
     s.slots = opt != NULL ? td_optim_num_buffers(opt) : 0;
     td_zero_shard(it->zero, &off, &len, &total);
+    td__zero_replica(it->zero, &roff, &rlen, &ropt);
     if (s.slots > ZC_MAX_SLOTS) {
         return td_error(TD_ERR_STATE, "checkpoint: '%s' has %d state "
                         "buffers", it->prefix, s.slots);
     }
     for (int b = 0; b < s.slots && st == TD_OK; b++) {
         st = td_tensor_empty(&len, 1, TD_FLOAT64, TD_CPU, &s.buf[b]);
+        if (st == TD_OK && rlen > 0) {
+            st = td_tensor_empty(&rlen, 1, TD_FLOAT64, TD_CPU, &s.rbuf[b]);
+        }
     }
-    /* ZC3: every old shard overlapping [off, off + len) */
+    /* ZC3: every old shard overlapping [off, off + len) or the replica's
+     * [roff, roff + rlen) */
     for (int r = 0; st == TD_OK && r < old_w; r++) {
         int64_t o = z1_start(total, old_w, r), e = z1_start(total, old_w, r + 1);
         int64_t lo = o > off ? o : off, hi = e < off + len ? e : off + len;
+        int64_t rlo = o > roff ? o : roff;
+        int64_t rhi = e < roff + rlen ? e : roff + rlen;
         td_tensor_t *t = NULL;
 
-        if (lo >= hi) {
+        if (lo >= hi && rlo >= rhi) {
             continue;
         }
         shard_file(file, sizeof(file), path, r, old_w, id);
@@ -406,9 +413,16 @@ ckzero_read(const char *path, uint64_t id, int old_w, const ckzero_item_t *it,
         for (int b = 0; st == TD_OK && b < s.slots; b++) {
             snprintf(name, sizeof(name), "%s.buf.%d", it->prefix, b);
             if ((st = shard_get(file, name, TD_FLOAT64, e - o, &t)) == TD_OK) {
-                memcpy((double *)td_tensor_data(s.buf[b]) + (lo - off),
-                       (const double *)td_tensor_data(t) + (lo - o),
-                       (size_t)(hi - lo) * sizeof(double));
+                if (lo < hi) {
+                    memcpy((double *)td_tensor_data(s.buf[b]) + (lo - off),
+                           (const double *)td_tensor_data(t) + (lo - o),
+                           (size_t)(hi - lo) * sizeof(double));
+                }
+                if (rlo < rhi) {
+                    memcpy((double *)td_tensor_data(s.rbuf[b]) + (rlo - roff),
+                           (const double *)td_tensor_data(t) + (rlo - o),
+                           (size_t)(rhi - rlo) * sizeof(double));
+                }
                 td_tensor_release(t);
             }
         }
@@ -424,9 +438,11 @@ ckzero_read(const char *path, uint64_t id, int old_w, const ckzero_item_t *it,
 td_status_t
 ckzero_apply(const ckzero_item_t *it, const ckzero_state_t *s)
 {
-    td_optim_t *opt = td_zero_optim(it->zero);
+    td_optim_t *opt = td_zero_optim(it->zero), *ropt;
+    int64_t roff, rlen;
     td_status_t st = TD_OK;
 
+    td__zero_replica(it->zero, &roff, &rlen, &ropt);
     for (int b = 0; opt != NULL && b < s->slots && st == TD_OK; b++) {
         td_tensor_t *buf;
 
@@ -435,12 +451,25 @@ ckzero_apply(const ckzero_item_t *it, const ckzero_state_t *s)
                    td_tensor_nbytes(buf));
         }
     }
+    for (int b = 0; ropt != NULL && b < s->slots && st == TD_OK; b++) {
+        td_tensor_t *buf;
+
+        if ((st = td_optim_buffer(ropt, 0, b, &buf)) == TD_OK) {
+            memcpy(td_tensor_data(buf), td_tensor_data(s->rbuf[b]),
+                   td_tensor_nbytes(buf));
+        }
+    }
     if (opt != NULL && st == TD_OK) {
         st = td_optim_set_param_step(opt, 0, s->step);
         td_optim_set_lr(opt, s->lr);
     }
+    if (ropt != NULL && st == TD_OK) {
+        st = td_optim_set_param_step(ropt, 0, s->step);
+        td_optim_set_lr(ropt, s->lr);
+    }
     if (st == TD_OK) {
-        td__zero_sync_shard(it->zero);                       /* Z4 */
+        /* an empty shard read no file: its step is not known here */
+        td__zero_loaded(it->zero, s->step >= 0 ? s->step : 0); /* Z4, R3 */
     }
     return st;
 }
@@ -451,5 +480,7 @@ ckzero_state_free(ckzero_state_t *s)
     for (int b = 0; b < ZC_MAX_SLOTS; b++) {
         td_tensor_release(s->buf[b]);
         s->buf[b] = NULL;
+        td_tensor_release(s->rbuf[b]);
+        s->rbuf[b] = NULL;
     }
 }

@@ -45,6 +45,8 @@ typedef struct {
 /* What a load read for one item, applied by ckzero_apply. */
 typedef struct {
     td_tensor_t *buf[4];        /* float64 [len]: the new shard's state */
+    td_tensor_t *rbuf[4];       /* float64 [rlen]: the replica's (zero.h
+                                   R1), when the optimizer keeps one */
     int          slots;
     int64_t      step;
     double       lr;
@@ -61,12 +63,12 @@ td_status_t ckzero_agree(td_group_t *g, td_status_t st, const char *what);
 /* Remove PATH's shard files of saves other than ID, complete or .tmp, and
  * PATH's own .tmp files (ZC1; best effort; group rank 0, after PATH). */
 void        ckzero_clean(const char *path, uint64_t id);
-/* Read this rank's new shard of IT (ZC2, ZC3) from the shard files of
+/* Read this rank's new shard of IT and its replica's (ZC2, ZC3) from the shard files of
  * save ID at world size OLD_W into *OUT (changes nothing else). */
 td_status_t ckzero_read(const char *path, uint64_t id, int old_w,
                         const ckzero_item_t *it, ckzero_state_t *out);
-/* Copy a read state into the item's optimizer, re-take its shard of the
- * parameters (zero.h Z4). */
+/* Copy a read state into the item's optimizer and replica, re-take its
+ * shard of the parameters (zero.h Z4). */
 td_status_t ckzero_apply(const ckzero_item_t *it, const ckzero_state_t *s);
 void        ckzero_state_free(ckzero_state_t *s);
 

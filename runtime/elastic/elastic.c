@@ -40,12 +40,16 @@
  *      (quorum.h Q8) and costs nothing while the world is whole (no rank
  *      can ask to join); after a loss, a store read per boundary (the
  *      admitter, Q10: one more per rank out of the world).
- *  EL9 ZeRO (todist/zero.h) is not healed in place: a shard lives on its
- *      owner only (checkpoint.c CK6), so a lost rank's share of the
- *      optimizer state is gone. The survivors make the ZeRO optimizer
- *      again over the new group and td_checkpoint_load the last
- *      checkpoint, whose shards are re-cut for the new size (ckzero.h
- *      ZC3); one whose group changed size refuses to step (zero.h Z5).
+ *  EL9 ZeRO (todist/zero.h) re-shards itself over the new epoch's group
+ *      (td_zero_set_group, joiners td_zero_join; zero.h R1-R4): a lost
+ *      rank's shard comes from the replica its ring neighbour keeps
+ *      (opts.replicate), a step whose all-gather completed nowhere is
+ *      rolled back; td_checkpoint_broadcast skips ZeRO items
+ *      (checkpoint.c CK6). Without a replica, or with a shard and its
+ *      replica both lost, the re-shard fails on every member and the
+ *      program falls back to the last checkpoint (ckzero.h ZC3): make
+ *      the optimizer again over the group and td_checkpoint_load. Until
+ *      re-sharded, one whose group changed size refuses to step (Z5).
  * EL10 Every epoch re-forms the groups td_group_new made (coll group.c
  *      G2, G3) from the plan's ranks, right after the runtime's members:
  *      each keeps its creation list's members of the new epoch, in order,

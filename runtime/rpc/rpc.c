@@ -56,6 +56,14 @@
  *     rx_handler like any other, in its place among the sender's
  *     messages (X3), so R7, R8 and R11 hold across both paths; timeouts
  *     and peer failure act on the pending table, whatever the path.
+ * R13 A call's deadline holds whoever sees it first: the timer (every
+ *     RPC_TIMER_TICK_S), or the reply itself, which fails the call with
+ *     the timer's error when it arrives past the deadline (read on the
+ *     coarse clock: a few ms late may pass, as the timer's tick lets
+ *     them). At a load of 15-18 on 2 cores the timer thread went 0.4 s
+ *     without the CPU and a 0.2 s call returned its 0.6 s handler's
+ *     result (test_rpc timeout_per_call). TODIST_TEST_RPC_TIMER_S (tests
+ *     only) lengthens the tick to play that starved timer.
  */
 #include "config.h"
 
@@ -89,6 +97,8 @@
 #define RPC_FN_TABLE         256    /* registry slots (power of two) */
 #define RPC_PENDING_BUCKETS  1024
 #define RPC_TIMER_TICK_S     0.01
+/* The timer's tick: RPC_TIMER_TICK_S, or TODIST_TEST_RPC_TIMER_S (R13). */
+static double timer_tick_s = RPC_TIMER_TICK_S;
 #define RPC_INPLACE_MIN      (64u * 1024u)   /* R10: bodies offered from here */
 
 /* Error kinds in an ERROR reply (its INT item). */
@@ -624,6 +634,27 @@ pending_fail(pending_t *pc, td_status_t status, const char *msg,
 
 /* ---- timer --------------------------------------------------------------- */
 
+/* The error of a call PC past its deadline (R13), into MSG. */
+static void
+timeout_text(const pending_t *pc, char *msg, size_t len)
+{
+    char name[TD_WORKER_NAME_MAX];
+
+    snprintf(msg, len, "rpc: call '%s' to rank %d (%s) timed out", pc->name,
+             pc->dst, worker_name(pc->dst, name, sizeof(name)));
+}
+
+/* Seconds on the coarse monotonic clock: a few ns to read, up to a tick
+ * (a few ms) behind td_now_s (R13 reads it on every reply). */
+static double
+now_coarse_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void *
 timer_main(void *arg)
 {
@@ -633,7 +664,7 @@ timer_main(void *arg)
     while (!rpc.timer_stop) {
         struct timespec ts;
 
-        td_deadline_after(RPC_TIMER_TICK_S, &ts);
+        td_deadline_after(timer_tick_s, &ts);
         pthread_cond_timedwait(&rpc.tcond, &rpc.tlock, &ts);
         if (rpc.timer_stop) {
             break;
@@ -646,11 +677,9 @@ timer_main(void *arg)
 
             while (pc != NULL) {
                 pending_t *next = pc->next;
-                char msg[512], name[TD_WORKER_NAME_MAX];
+                char msg[512];
 
-                snprintf(msg, sizeof(msg), "rpc: call '%s' to rank %d (%s) "
-                         "timed out", pc->name, pc->dst,
-                         worker_name(pc->dst, name, sizeof(name)));
+                timeout_text(pc, msg, sizeof(msg));
                 pending_fail(pc, TD_ERR_TIMEOUT, msg, 1);
                 pc = next;
             }
@@ -1452,6 +1481,14 @@ finish_reply(rx_t *r, int from_progress)
         rx_free(r);
         return;
     }
+    if (pc->deadline > 0 && now_coarse_s() > pc->deadline) {
+        char msg[512];                           /* R13: too late, dropped */
+
+        timeout_text(pc, msg, sizeof(msg));
+        pending_fail(pc, TD_ERR_TIMEOUT, msg, from_progress);
+        rx_free(r);
+        return;
+    }
     status = rx_decode(r, &list);
     if (status != TD_OK) {
         char msg[1024];
@@ -1689,6 +1726,8 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     }
     s = getenv("TODIST_RPC_SPIN_US");
     rpc_spin_us = (s != NULL && *s != '\0') ? atof(s) : 0;
+    s = getenv("TODIST_TEST_RPC_TIMER_S");              /* R13, tests only */
+    timer_tick_s = s != NULL && atof(s) > 0 ? atof(s) : RPC_TIMER_TICK_S;
     env_timeout = env_timeout_read();
     rpc.tp = tp;
     rpc.rank = w->rank;

@@ -34,3 +34,11 @@ check_PROGRAMS += tests/elastic/subgroup_worker
 tests_elastic_subgroup_worker_LDADD = $(TD_LDADD)
 TESTS += tests/elastic/test_subgroups.sh
 EXTRA_DIST += tests/elastic/test_subgroups.sh
+# ZeRO in an in-place recovery (todist/zero.h R1-R4): a rank killed
+# before or inside a step, the shards re-cut with the lost one's state
+# from its replica, a joiner healed with its shard, against a reference
+# Adam in every worker.
+check_PROGRAMS += tests/elastic/zero_el_worker
+tests_elastic_zero_el_worker_LDADD = $(TD_LDADD)
+TESTS += tests/elastic/test_zero_elastic.sh
+EXTRA_DIST += tests/elastic/test_zero_elastic.sh

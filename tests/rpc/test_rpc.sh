@@ -39,7 +39,7 @@ plan $(( 2 * $(count "$basic") + 1 + $(count "$futures") + $(count "$rref") + \
          $(count "$kill") + $(count "$early_kill") + 1 + $(count "$mapreduce") + $(count "$barrier") + \
          $(count "$barrier_wide") + 1 + \
          $(count "$hooks") + 2 * $(count "$inline") + 25 + \
-         $(count "$basic") + $(count "$futures") + $(count "$kill") + 4 ))
+         $(count "$basic") + $(count "$futures") + $(count "$kill") + 4 + 4 ))
 
 out=$(run 120 todist-run -n 2 "$PEER" basic 2>&1); rc=$?
 expect "$out" $basic
@@ -57,6 +57,16 @@ is "$rc" 0 "basic, TODIST_RPC_CMA=0: every rank exits 0"
 out=$(TODIST_RPC_MBOX=0 run 120 todist-run -n 2 "$PEER" basic 2>&1); rc=$?
 expect "$out" $basic
 is "$rc" 0 "basic, TODIST_RPC_MBOX=0: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
+
+# A call's deadline holds even when the timer thread is starved (rpc.c
+# R13: seen at a load of 15-18, where a 0.2 s call returned its 0.6 s
+# handler's result): TODIST_TEST_RPC_TIMER_S=600 keeps the timer from
+# ticking, so only the late reply itself can fail the calls.
+out=$(TODIST_TEST_RPC_TIMER_S=600 TODIST_RPC_MBOX=0 \
+      run 120 todist-run -n 2 "$PEER" basic 2>&1); rc=$?
+expect "$out" timeout_per_call timeout_not_early timeout_default
+is "$rc" 0 "basic, the timer starved: every rank exits 0"
 [ "$rc" = 0 ] || diag "$out"
 
 for mb in 1 0; do
