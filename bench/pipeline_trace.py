@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/pipeline_trace.py PREFIX [PREFIX ...]: where a pipeline's idle
+"""bench/pipeline_trace.py [--summary] PREFIX [PREFIX ...]: where a pipeline's idle
 time went, from the traces examples/pipeline_mlp --trace PREFIX wrote
 (PREFIX.RANK: "step stage replica kind micro t0_us t1_us", td_pipe_trace).
 
@@ -17,6 +17,25 @@ Per stage (replica 0), over the traced steps:
            slicing, the executor's bookkeeping)
   latency  of the messages a stage waited on after they were sent
            (flight > 0): median, p90, max (us)
+Each stage's op times: the median F, B, W and BW of one micro-batch (ms)
+over the traced steps with their 10th and 90th percentiles (the ops'
+jitter), and their sum per step.
+The bubble as the schedule's theory defines it ("pipeline bubble"): the
+theory's step is the pipeline's, from the first forward on any stage to
+the last backward on any stage (on the shared clock), so a stage's own
+wait before that (for its neighbour's optimizer step and the step's
+start) is not in it; a stage's bubble is then 1 - its busy time / that
+span, and the pipeline's is the costliest stage's (its least idle),
+which is (S-1)/(M+S-1) for equal stages, F + B per micro-batch and free
+messages (the zero-bubble paper's bubble rate: the step less M times the
+stage's F + B + W, over the step). Each other stage's bubble is that plus
+its imbalance: (busy of the costliest - its busy) / span.
+--summary prints one line per PREFIX instead:
+  PREFIX pipeline=X replay=X stage0=X stage1=X ... imbalance0=X ...
+  raw0=X ... F0_ms=X B0_ms=X ...
+(replay: the pipeline's bubble with every step replayed at its ops' own
+times and messages free; raw: (span of the stage's own first to last
+event - busy) / that span; the op times are medians per micro-batch).
 then every step replayed with each op taking its own measured time and
 messages none (the schedule, the stages' imbalance and each op's jitter:
 what the measured bubble has beyond it is what messages and the executor
@@ -84,6 +103,97 @@ def replay_ops(ops):
     return max(t), busy
 
 
+def theory_bubble(ev, steps, stages):
+    """The bubble as the theory defines it (see the top): per stage
+    1 - busy / the pipeline's span (first compute op on any stage to the
+    last), summed over the steps every stage traced; the pipeline's is
+    the costliest stage's. Returns (pipeline, {stage: bubble},
+    {stage: imbalance}, {stage: raw})."""
+    span_sum = 0.0
+    busy = defaultdict(float)
+    raw_span = defaultdict(float)
+    imb = defaultdict(float)
+    pipe = 0.0
+    for step in steps:
+        if any((step, s) not in ev for s in stages):
+            continue
+        ops = {s: [e for e in ev[(step, s)] if e[0] in COMPUTE]
+               for s in stages}
+        if any(not ops[s] for s in stages):
+            continue
+        t0 = min(ops[s][0][2] for s in stages)
+        t1 = max(ops[s][-1][3] for s in stages)
+        span = t1 - t0
+        b = {s: sum(e[3] - e[2] for e in ops[s]) for s in stages}
+        top = max(b.values())
+        span_sum += span
+        pipe += span - top
+        for s in stages:
+            busy[s] += b[s]
+            imb[s] += top - b[s]
+            es = ev[(step, s)]
+            raw_span[s] += es[-1][3] - es[0][2]
+    if span_sum <= 0:
+        return None
+    return (pipe / span_sum,
+            {s: 1 - busy[s] / span_sum for s in stages},
+            {s: imb[s] / span_sum for s in stages},
+            {s: 1 - busy[s] / raw_span[s] for s in stages})
+
+
+def op_times(ev, steps, s):
+    """Median time of one F, B, W, BW on stage S (ms), and the mean sum of
+    each kind per step (ms)."""
+    d = defaultdict(list)
+    tot = defaultdict(float)
+    n = 0
+    for step in steps:
+        es = ev.get((step, s))
+        if not es:
+            continue
+        n += 1
+        for kind, m, t0, t1 in es:
+            if kind in COMPUTE:
+                d[kind].append(t1 - t0)
+                tot[kind] += t1 - t0
+    return ({k: pct(v, 0.5) / 1e3 for k, v in d.items()},
+            {k: v / n / 1e3 for k, v in tot.items()} if n else {},
+            {k: (pct(v, 0.1) / 1e3, pct(v, 0.9) / 1e3) for k, v in d.items()})
+
+
+def summary(prefix):
+    ev = load(prefix)
+    steps = sorted({k[0] for k in ev})
+    stages = sorted({k[1] for k in ev})
+    tb = theory_bubble(ev, steps, stages) if ev else None
+    if tb is None:
+        print("%s no-trace" % prefix)
+        return
+    pipe, per, imb, raw = tb
+    # the same steps replayed at each op's own time, messages free: the
+    # replay's pipeline bubble (its costliest stage's idle share)
+    rs = sp = 0.0
+    for step in steps:
+        if any((step, s) not in ev for s in stages):
+            continue
+        ops = [[(k, m, t1 - t0) for k, m, t0, t1 in ev[(step, s)]
+                if k in COMPUTE] for s in stages]
+        span, busy = replay_ops(ops)
+        sp += span
+        rs += span - max(busy)
+    f = ["%s pipeline=%.3f replay=%.3f" % (prefix, pipe,
+                                           rs / sp if sp > 0 else 0)]
+    f += ["stage%d=%.3f" % (s, per[s]) for s in stages]
+    f += ["imbalance%d=%.3f" % (s, imb[s]) for s in stages]
+    f += ["raw%d=%.3f" % (s, raw[s]) for s in stages]
+    for s in stages:
+        med, _, _ = op_times(ev, steps, s)
+        for k in ("F", "B", "W", "BW"):
+            if k in med:
+                f.append("%s%d_ms=%.3f" % (k, s, med[k]))
+    print(" ".join(f))
+
+
 def analyse(prefix):
     ev = load(prefix)
     if not ev:
@@ -136,6 +246,22 @@ def analyse(prefix):
                   tot["peer"] / sp, tot["flight"] / sp, other / sp,
                   pct(lat, 0.5), pct(lat, 0.9), max(lat) if lat else 0,
                   len(lat)))
+    for s in stages:
+        med, tot, spread = op_times(ev, steps, s)
+        print("  stage %d ops, ms: one micro-batch, median (p10-p90) %s; "
+              "per step %s"
+              % (s, " ".join("%s %.3f (%.3f-%.3f)" % (k, med[k], spread[k][0],
+                                                      spread[k][1])
+                             for k in ("F", "B", "W", "BW") if k in med),
+                 " ".join("%s %.2f" % (k, tot[k])
+                          for k in ("F", "B", "W", "BW") if k in tot)))
+    tb = theory_bubble(ev, steps, stages)
+    if tb is not None:
+        pipe, per, imb, raw = tb
+        print("  bubble as the theory defines it (span: first op to last op "
+              "on any stage): pipeline %.3f; %s" % (pipe, " ".join(
+                  "stage %d %.3f (imbalance %.3f)" % (s, per[s], imb[s])
+                  for s in stages)))
     # every step replayed at its own ops' measured times, messages free:
     # what the schedule, the stages' imbalance and each op's jitter give;
     # the measured bubble beyond it is what the messages and the executor
@@ -187,6 +313,10 @@ def main(argv):
     if len(argv) < 2:
         sys.stderr.write(__doc__)
         return 2
+    if argv[1] == "--summary":
+        for prefix in argv[2:]:
+            summary(prefix)
+        return 0
     for prefix in argv[1:]:
         analyse(prefix)
     return 0

@@ -5,7 +5,7 @@
  *       --schedule gpipe|1f1b|zb [--replicas R] [--check]
  *       [--layers 8] [--hidden 256] [--batch-size 64] [--lr 0.05]
  *       [--epochs 1] [--max-steps N] [--warmup 2] [--threads 1]
- *       [--seed 1] [--data DIR] [--balance even|auto|N,N,...]
+ *       [--seed 1] [--data DIR] [--balance flops|auto|even|N,N,...]
  *       [--trace FILE]
  * Training prints, from the last stage of replica 0, one line per epoch:
  *   epoch=1 train_loss=0.61 test_accuracy=0.83 seconds=12.3 steps=937
@@ -19,13 +19,21 @@
  * gradients in this process by single-process accumulation over the same
  * micro-batches (every replica's, averaged), compares this stage's, and
  * rank 0 prints "check=ok max_abs_diff=X" (or "check=FAIL ...", exit 1).
- * --balance: which layers each stage gets. even (the default): stage s
- * gets layers s*n/S .. (s+1)*n/S - 1 of the n linear layers; auto: rank 0
- * times every layer's forward and backward on one micro-batch (layer 0
- * without an input gradient, the last with the loss), broadcasts the
- * costs, and td_pipe_partition splits them; N,N,...: S layer counts.
- * Rank 0 prints "balance=auto layers=4,5 stage_ms=.. cost_ms=.." (the
- * measured costs, per stage and per layer) or "balance=even layers=..".
+ * --balance: which layers each stage gets. flops (the default): each
+ * layer's multiply-adds per row, forward and backward (a linear layer's
+ * forward, its input gradient unless it is layer 0, whose input needs
+ * none, and its weight gradient: one in x out product each), split by
+ * td_pipe_partition so that the costliest stage costs least (the same on
+ * every rank, nothing measured); auto: rank 0 times every layer's forward
+ * and backward on one micro-batch (layer 0 without an input gradient, the
+ * last with the loss), broadcasts the costs, and td_pipe_partition splits
+ * them; even: stage s gets layers s*n/S .. (s+1)*n/S - 1 of the n linear
+ * layers (by count); N,N,...: S layer counts. Rank 0 prints
+ * "balance=flops layers=4,5 stage_mflop=F,B,W/F,B,W cost_mflop=..." (per
+ * stage its forward, input-gradient and weight-gradient multiply-adds per
+ * micro-batch, in millions), "balance=auto layers=4,5 stage_ms=..
+ * cost_ms=.." (the measured costs, per stage and per layer) or
+ * "balance=even layers=..".
  * --trace FILE: every rank writes the trace of each step after --warmup
  * (td_pipe_trace) to FILE.RANK, one event a line:
  *   step stage replica kind micro t0_us t1_us
@@ -374,6 +382,22 @@ layer_time(model_t *m, int l, int64_t rows, double *ms)
     return st;
 }
 
+/* Layer L's multiply-adds for ROWS rows, in millions: forward (F),
+ * input gradient (B: none for layer 0, whose input is the data) and
+ * weight gradient (W), one ROWS x in x out product each; the relu, bias
+ * and loss are O(ROWS x out) and left out. */
+static void
+layer_mflop(const model_t *m, int l, int64_t hidden, int64_t rows,
+            double fbw[3])
+{
+    int64_t in = l == 0 ? 784 : hidden, out = l == m->n - 1 ? 10 : hidden;
+    double p = 1e-6 * (double)rows * (double)in * (double)out;
+
+    fbw[0] = p;
+    fbw[1] = l == 0 ? 0 : p;
+    fbw[2] = p;
+}
+
 /* FIRST[0..S] for --balance SPEC (see the top); rank 0 prints the split.
  * Collective over the world for "auto". */
 static int
@@ -382,12 +406,24 @@ balance(const char *spec, int S, int layers, int64_t hidden, int64_t rows,
 {
     int n = layers + 1;
     double cost[LMAX] = {0};
-    int measured = 0;
+    int measured = 0;          /* costs: 1 timed (auto), 2 counted (flops) */
 
     if (strcmp(spec, "even") == 0) {
         for (int s = 0; s <= S; s++) {
             first[s] = s * n / S;
         }
+    } else if (strcmp(spec, "flops") == 0) {
+        model_t shape = {.n = n};   /* layer_mflop reads only n */
+
+        for (int l = 0; l < n; l++) {
+            double fbw[3];
+            layer_mflop(&shape, l, hidden, rows, fbw);
+            cost[l] = fbw[0] + fbw[1] + fbw[2];
+        }
+        if (td_pipe_partition(cost, n, S, first) != TD_OK) {
+            return die("balance");
+        }
+        measured = 2;
     } else if (strcmp(spec, "auto") == 0) {
         int64_t len = n;
         td_tensor_t *t;
@@ -432,8 +468,8 @@ balance(const char *spec, int S, int layers, int64_t hidden, int64_t rows,
             long k = strtol(c, &end, 10);
             if (end == c || k < 1 || first[s] + k > n ||
                 (*end != (s < S - 1 ? ',' : '\0'))) {
-                fprintf(stderr, "pipeline_mlp: --balance '%s' is not even, "
-                        "auto or %d layer counts >= 1 adding up to %d\n",
+                fprintf(stderr, "pipeline_mlp: --balance '%s' is not flops, "
+                        "auto, even or %d layer counts >= 1 adding up to %d\n",
                         spec, S, n);
                 return 2;
             }
@@ -447,11 +483,31 @@ balance(const char *spec, int S, int layers, int64_t hidden, int64_t rows,
         }
     }
     if (rank == 0) {
-        printf("balance=%s layers=", measured ? "auto" : spec);
+        printf("balance=%s layers=", measured == 1 ? "auto" : spec);
         for (int s = 0; s < S; s++) {
             printf(s ? ",%d" : "%d", first[s + 1] - first[s]);
         }
-        if (measured) {
+        if (measured == 2) {
+            model_t shape = {.n = n};
+
+            printf(" stage_mflop=");
+            for (int s = 0; s < S; s++) {
+                double sum[3] = {0};
+                for (int l = first[s]; l < first[s + 1]; l++) {
+                    double fbw[3];
+                    layer_mflop(&shape, l, hidden, rows, fbw);
+                    for (int k = 0; k < 3; k++) {
+                        sum[k] += fbw[k];
+                    }
+                }
+                printf("%s%.3f,%.3f,%.3f", s ? "/" : "", sum[0], sum[1],
+                       sum[2]);
+            }
+            printf(" cost_mflop=");
+            for (int l = 0; l < n; l++) {
+                printf(l ? ",%.3f" : "%.3f", cost[l]);
+            }
+        } else if (measured) {
             printf(" stage_ms=");
             for (int s = 0; s < S; s++) {
                 double c = 0;
@@ -480,7 +536,7 @@ main(int argc, char **argv)
     double lr = 0.05;
     uint64_t seed = 1;
     const char *data = TD_FASHION_MNIST_DIR, *sched_name = "1f1b";
-    const char *balance_spec = "even", *trace_path = NULL;
+    const char *balance_spec = "flops", *trace_path = NULL;
     FILE *trace = NULL;
     int first[LMAX + 1];
     td_pipe_schedule_t sched;
@@ -526,8 +582,17 @@ main(int argc, char **argv)
                    "gpipe|1f1b|zb [--replicas R] [--check] [--layers N] "
                    "[--hidden N] [--batch-size N] [--lr X] [--epochs N] "
                    "[--max-steps N] [--warmup N] [--threads N] [--seed N] "
-                   "[--data DIR] [--balance even|auto|N,N,...] "
-                   "[--trace FILE]\n");
+                   "[--data DIR] [--balance flops|auto|even|N,N,...] "
+                   "[--trace FILE]\n"
+                   "  --balance  layers per stage: flops (default) splits "
+                   "by each layer's multiply-adds\n"
+                   "             (forward, input and weight gradient; "
+                   "layer 0 has no input gradient),\n"
+                   "             auto by its forward + backward timed on "
+                   "rank 0, even by count,\n"
+                   "             N,N,... gives S layer counts\n"
+                   "  --trace    write each measured step's ops to "
+                   "FILE.RANK (bench/pipeline_trace.py)\n");
             return 0;
         default:
             return 2;

@@ -35,6 +35,7 @@
 #include <inttypes.h>
 #include <stdbool.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,10 @@ static struct {
     bool                agent_store;   /* TODIST_AGENT_STORE=1: the
                                         * launcher serves the store */
     bool                pmix;          /* addresses through PMIx (pmix.h) */
+    int                 cores;         /* CPUs this process could run on
+                                        * before placement bound it (what
+                                        * this host's ranks share; 0:
+                                        * unknown) */
     int                 finalizing;    /* in td_finalize: a peer that goes
                                         * now is most likely leaving too; a
                                         * real loss fails the join, which
@@ -180,6 +185,12 @@ int
 td__runtime_local_world_size(void)
 {
     return rt.initialized ? rt.world.local_world_size : 0;
+}
+
+int
+td__runtime_host_cores(void)
+{
+    return rt.initialized ? rt.cores : 0;
 }
 
 const td_world_t *
@@ -759,6 +770,10 @@ td_init(const td_init_params_t *params)
      * memory binding should precede the big allocations. */
     {
         td_place_report_t report;
+        cpu_set_t set;
+
+        rt.cores = sched_getaffinity(0, sizeof(set), &set) == 0
+                   ? CPU_COUNT(&set) : 0;
         status = td_placement_apply_env(&rt.world, &report);
         if (status != TD_OK) {
             return status;

@@ -70,6 +70,11 @@ td_store_t     *td__runtime_store(void);
  * outside td_init). */
 int td__runtime_local_world_size(void);
 
+/* CPUs this process could run on when td_init began, before placement
+ * (TODIST_BIND=closest) bound it to its share: the cores this host's
+ * ranks share (0 outside td_init or when unknown). */
+int td__runtime_host_cores(void);
+
 /* Rank RANK's worker address from the store (cached), malloc'ed copy. */
 td_status_t td__runtime_peer_address(int rank, void **addr_p, size_t *len_p);
 

@@ -86,7 +86,9 @@
  *   P8 A stage waiting for a message drives the transport itself for up
  *      to 50 ms before it sleeps (TODIST_PIPE_SPIN_MS sets it; 0: the
  *      runtime's own 2 ms), but only where every rank of this host has a
- *      core of its own (ranks <= the cores this process may run on):
+ *      core of its own (ranks <= the cores this process could run on
+ *      when td_init began, so ranks that TODIST_BIND=closest bound to a
+ *      core each still spin):
  *      there the waiting stage has nothing else to run, and a sleeper's
  *      wake-up cost 0.1-2 ms per message; with fewer cores, spinning would
  *      take the core from the very rank it waits for.

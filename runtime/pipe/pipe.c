@@ -6,17 +6,17 @@
 
 #include <malloc.h>
 #include <math.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "runtime/coll/tx.h"      /* coll_group_fail */
 #include "runtime/coll/work.h"    /* coll_work_set_spin */
 #include "runtime/pipe/pipe_internal.h"
-#include "runtime/runtime.h"      /* td__runtime_local_world_size */
+#include "runtime/runtime.h"      /* td__runtime_local_world_size, _host_cores */
 #include <todist/coll.h>
 #include <todist/ops.h>
 
@@ -883,17 +883,15 @@ pipe_spin_choose(const char *env, int local_ranks, int cores)
     return local_ranks > 0 && local_ranks <= cores ? PIPE_SPIN_S : 0;
 }
 
+/* The cores are those this process could use before placement bound it:
+ * bound to one core each (TODIST_BIND=closest, fewer ranks than cores),
+ * every rank still has a core of its own. */
 static double
 pipe_spin_s(void)
 {
-    cpu_set_t set;
-    int cores = 0;
-
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-        cores = CPU_COUNT(&set);
-    }
     return pipe_spin_choose(getenv("TODIST_PIPE_SPIN_MS"),
-                            td__runtime_local_world_size(), cores);
+                            td__runtime_local_world_size(),
+                            td__runtime_host_cores());
 }
 
 /* NAME set to anything but "" or "0". */
@@ -969,6 +967,11 @@ td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
     p->sched = o->schedule;
     p->theory = pipe_schedule_theory(p->sched, S, p->M);
     p->spin_s = pipe_spin_s();
+    td_log_debug("pipe: stage %d (rank %d): a waiting stage drives the "
+                 "transport for %g ms (P8; %d ranks on this host, %d cores "
+                 "before placement)", p->stage, rank,
+                 p->spin_s > 0 ? 1e3 * p->spin_s : 2.0,
+                 td__runtime_local_world_size(), td__runtime_host_cores());
     p->forward = o->forward;
     p->arg = o->arg;
     p->n_params = o->n_params;

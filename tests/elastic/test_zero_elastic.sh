@@ -91,3 +91,4 @@ is "$(printf '%s\n' "$out" | grep -c ' loss ')" 8 "4: no step after the deaths"
 out=$(timeout -k 5 120 todist-run -n 4 --no-kill "$w" avg 1 -1 4 before 7 norep 2>&1)
 is "$(printf '%s\n' "$out" | grep -c '^rank [023] reshard refused: .*shard 1 of 4 (11 elements) at step 3 is lost: its owner (old rank 1) left and the optimizer keeps no replica')" 3 \
    "5: without replicate every survivor refuses, naming shard 1"
+done_testing

@@ -36,12 +36,18 @@
  *                at most twice with TODIST_PIPE_SPIN_MS=60000 (it drives
  *                the transport, P8), and more often with 0 (it sleeps
  *                after the runtime's 2 ms). Voluntary switches, not time.
+ *   spinbound    under TODIST_BIND=closest with a core per rank: each rank
+ *                is bound to one core and makes a pipe with
+ *                TODIST_PIPE_SPIN_MS unset; under TODIST_LOG=debug it logs
+ *                P8's choice, which the script reads (50 ms: the cores
+ *                counted are those before placement).
  *   badargs      M = 0, more stages than ranks, a batch M does not divide,
  *                an output whose shape changes between micro-batches (and
  *                between mini-batches): clear errors on every rank. */
 #include "config.h"
 
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -693,6 +699,34 @@ spin_switches(const char *spin)
     return nv;
 }
 
+/* Run under TODIST_BIND=closest with a core per rank and TODIST_LOG=debug:
+ * each rank is bound to its own core, and the pipe it makes logs P8's
+ * choice (the script reads it: the default still drives, the cores
+ * counted being those before placement). No timing. */
+static int
+mode_spinbound(void)
+{
+    cpu_set_t set;
+    int mine = sched_getaffinity(0, sizeof(set), &set) == 0
+               ? CPU_COUNT(&set) : -1;
+    model_t m;
+    stage_arg_t a;
+    td_pipe_t *p = NULL;
+
+    unsetenv("TODIST_PIPE_SPIN_MS");
+    model_init(&m, TD_FLOAT64);
+    stage_of(size, rank, &a, &m);
+    fail_detail("rank %d: bound to %d cpus", rank, mine);
+    agree(mine == 1, "spinbound_each_rank_bound_to_one_core");
+    if (make_pipe(size, 1, 1, TD_PIPE_GPIPE, &a, &p) != TD_OK) {
+        fail_detail("create: %s", td_last_error());
+    }
+    agree(p != NULL, "spinbound_pipe_made");
+    td_pipe_destroy(p);
+    model_free(&m);
+    return 0;
+}
+
 static int
 mode_spin(void)
 {
@@ -808,6 +842,8 @@ main(int argc, char **argv)
         rc = mode_hybrid(argc > 2 ? atoi(argv[2]) : 2);
     } else if (strcmp(mode, "spin") == 0) {
         rc = mode_spin();
+    } else if (strcmp(mode, "spinbound") == 0) {
+        rc = mode_spinbound();
     } else if (strcmp(mode, "trace") == 0) {
         rc = mode_trace();
     } else if (strcmp(mode, "error") == 0) {

@@ -22,7 +22,7 @@ for sc in gpipe 1f1b zb; do
     done
 done
 count() { set -- $1; echo $#; }
-plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 4 + 2 + 5 + 1 ))
+plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 4 + 2 + 5 + 1 + 4 ))
 
 for S in 1 2 3; do
     out=$(run 240 env TODIST_PIPE_POISON=1 todist-run -n $S "$PEER" grad 2>&1); rc=$?
@@ -57,6 +57,17 @@ out=$(run 60 todist-run -n 2 "$PEER" spin 2>&1); rc=$?
 expect "$out" spin_drives_instead_of_sleeping
 is "$rc" 0 "spin: every rank exits 0"
 printf '%s\n' "$out" | grep '^# stage 1 voluntary'
+# P8 with the ranks bound to a core each (TODIST_BIND=closest): they still
+# have a core of their own, so the default spins
+if [ "$(nproc)" -ge 2 ]; then
+    out=$(TODIST_BIND=closest TODIST_LOG=debug run 60 todist-run -n 2 "$PEER" spinbound 2>&1); rc=$?
+    expect "$out" spinbound_each_rank_bound_to_one_core spinbound_pipe_made
+    is "$(printf '%s\n' "$out" | grep -c 'waiting stage drives the transport for 50 ms (P8; 2 ranks on this host, [0-9]* cores before placement)')" 2 \
+        "spinbound: both bound stages keep P8's 50 ms"
+    is "$rc" 0 "spinbound: every rank exits 0"
+else
+    skip 4 "spinbound: fewer than 2 cores"
+fi
 
 out=$(run 60 todist-run -n 3 "$PEER" error 2>&1); rc=$?
 expect "$out" error_fails_every_stage_naming_it error_next_step_fails_at_once

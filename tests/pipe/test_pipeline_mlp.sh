@@ -5,9 +5,9 @@
 # schedule, and 2 stages x 2 replicas; a whole epoch of 2 x 2 whose full
 # batches do not split evenly over the replicas; a short training run over 2 stages
 # learns (test accuracy far above chance); a bad schedule is refused;
-# --balance: layer counts given, or measured and split by
-# td_pipe_partition (the gradients still equal the single process's), and
-# counts that do not add up refused.
+# --balance: by multiply-adds (the default), by count, layer counts given,
+# or measured and split by td_pipe_partition (the gradients still equal
+# the single process's), and counts that do not add up refused.
 # examples/pipeline_rpc (the RPC tutorial's form: master, two remote-module
 # shards, distributed autograd and optimizer) learns at 3 ranks.
 . "$top_srcdir/tests/lib.sh"
@@ -15,9 +15,9 @@ EX="$top_builddir/examples/pipeline_mlp"
 data=/usr/share/datasets/fashion-mnist
 run() { timeout -k 5 "$@"; }
 cmp_ok() { awk -v x="$1" "BEGIN { exit !(x $2) }"; echo $?; }
-plan 17
+plan 20
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 15 "dataset-fashion-mnist is not installed"
+    skip 18 "dataset-fashion-mnist is not installed"
     RPC="$top_builddir/examples/pipeline_rpc"
 out=$(run 240 todist-run -n 3 "$RPC" --steps 60 --layers 4 --hidden 64 2>&1)
 like "$out" '^rpc_pipeline steps=60 first_loss=' "pipeline_rpc: 60 steps through the remote shards"
@@ -53,6 +53,17 @@ out=$(run 120 todist-run -n 2 "$EX" --stages 2 --microbatches 4 --schedule 1f1b 
       --check --balance auto $small 2>&1)
 like "$out" '^balance=auto layers=[1-4],[1-4] stage_ms=[0-9.]+,[0-9.]+ cost_ms=([0-9.]+,){4}[0-9.]+$' \
     "--balance auto: measured costs, a split of the 5 layers"
+# the default splits by multiply-adds: layer 0 (784 x 64, forward and
+# weight gradient, 0.80 million each at 16 rows) outweighs the other four
+# (0.21 million each kind), so it is a stage alone; by count it would be 2,3
+out=$(run 120 todist-run -n 2 "$EX" --stages 2 --microbatches 4 --schedule 1f1b \
+      --check $small 2>&1)
+like "$out" '^balance=flops layers=1,4 stage_mflop=0\.803,0\.000,0\.803/0\.207,0\.207,0\.207 cost_mflop=1\.606,0\.197,0\.197,0\.197,0\.031$' \
+    "--balance flops (the default): split by multiply-adds, 1,4"
+like "$out" '^check=ok max_abs_diff=' "--check with the flops split"
+out=$(run 120 todist-run -n 2 "$EX" --stages 2 --microbatches 4 --schedule 1f1b \
+      --check --balance even $small 2>&1)
+like "$out" '^balance=even layers=2,3$' "--balance even: by count, 2,3"
 out=$(run 60 todist-run -n 2 "$EX" --stages 2 --balance 2,2 $small 2>&1)
 like "$out" "--balance '2,2' gives 4 layers, not 5" "--balance counts that do not add up are refused"
 out=$(run 30 "$EX" --schedule pipedream 2>&1); rc=$?
