@@ -159,6 +159,20 @@
  *     peer's offer (X2) may arrive while this rank is still in td_init,
  *     and the holder records it into tp->mb (ThreadSanitizer saw the
  *     progress thread read the peer table while it was being written).
+ * X10 A rank allowed one core only (its threads share it: bind=closest
+ *     with as many local ranks as cores, a taskset), a driver that has
+ *     waited LONG_WAIT_S sleeps on the event fd (at most 1 ms at a time)
+ *     in any progress mode, as one on scarce cores in busy mode does after
+ *     SLEEP_AFTER_S; with 2 cores or more a deliberate spin (P8, the
+ *     pipeline's stages) is left alone. A yield is no
+ *     sleep: the scheduler may run the yielder again at once, and across
+ *     scheduling groups it did, for seconds. Slurm starts each node's
+ *     tasks in a session of their own (an autogroup); with the test's
+ *     nodes on one machine and bind=closest, a rank of each node was bound
+ *     to each core, and a waiter that yielded on held its core while the
+ *     rank it waited for, runnable, did not run (test_spank_slurm 17 under
+ *     load: 2.5 s of 2.5 s to the waiter, none to the 5 runnable threads
+ *     of the other rank; the first broadcast timed out after 60 s).
  *
  * Endpoints (E1):
  *  E1 Once close_endpoints has begun (tp->closing, token holder), no
@@ -380,6 +394,7 @@ struct td_transport {
     int64_t               drive_left_ns;  /* when a driver last left (0: none
                                            * or it gave up) */
     int                   scarce;         /* fewer than 2 cores a local rank */
+    int                   one_core;       /* X10: this rank may use 1 core */
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
     pthread_cond_t        drv_cond;
     double                close_timeout;
@@ -2175,6 +2190,9 @@ leave_armed(td_transport_t *tp)
  * event fd instead (a short call's reply takes about 2 us). */
 #define YIELD_AFTER_S 5e-6
 #define SLEEP_AFTER_S 10e-6
+/* X10: a rank allowed one core, a driver that has waited this long sleeps
+ * on the event fd in any mode, instead of yielding on. */
+#define LONG_WAIT_S 1e-3
 /* ... and one standing in for the progress thread (td__transport_drive_
  * polling) yields after this long without a message: where two pollers
  * share a core each message waits for a yield (measured at load 30-50:
@@ -2721,6 +2739,7 @@ td__transport_create(const td_transport_params_t *params,
     }
     tp->scarce = 2 * (params->local_world_size > 0 ? params->local_world_size
                                                    : 1) > online_cpus();
+    tp->one_core = online_cpus() == 1;                          /* X10 */
     td_log_debug("transport: rank %d progress %s (%d local ranks, %d cores "
                  "allowed)", params->rank, tp->mode == TD_PROGRESS_BUSY
                  ? "busy" : "blocking", params->local_world_size,
@@ -3149,11 +3168,13 @@ drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
                 }
                 continue;
             }
-            if (tp->scarce && tp->mode == TD_PROGRESS_BUSY &&
-                waited > SLEEP_AFTER_S) {
+            if ((tp->scarce && tp->mode == TD_PROGRESS_BUSY &&
+                 waited > SLEEP_AFTER_S) ||
+                (tp->one_core && waited > LONG_WAIT_S)) {
                 /* Not a quick reply, and cores are scarce: the handler's
                  * thread (a pool thread of a local peer, say) may need
-                 * this one. Sleep until an event arrives. */
+                 * this one; on one core, a rank of another session
+                 * (X10). Sleep until an event arrives. */
                 driver_sleep(tp, done, arg);
             } else if (waited > YIELD_AFTER_S) {
                 sched_yield();

@@ -336,7 +336,9 @@ td_status_t td__transport_drive(td_transport_t *tp, int (*done)(void *arg),
 /* As td__transport_drive, for a thread standing in for the progress thread
  * while it waits for work (the RPC handler pool's leader): it never sleeps
  * on the event fd (td__transport_drive does after 10 us where cores are
- * scarce: the wake-up costs the next message several microseconds), and
+ * scarce in busy mode, and after 1 ms in a rank allowed one core,
+ * transport.c X10: the wake-up costs the next message several
+ * microseconds), and
  * yields its core after 2 us without a message (a caller sharing that
  * core runs only then). Bound it by MAX_S and DONE. */
 td_status_t td__transport_drive_polling(td_transport_t *tp,
