@@ -20,7 +20,11 @@
  *   todist-run -n 2 bench/collectives sendrecv SIZES...  the ping-pong only
  *   todist-run -n 2 bench/collectives kinds SIZES...  broadcast, allgather
  *                                     and reduce_scatter of SIZES only
- * Environment: ITERS_SCALE (multiplies the repetitions, default 1). */
+ *   todist-run -n 2 bench/collectives oneway SIZES...  the pipeline's
+ *                                     pattern: `oneway size=S busy_us=B
+ *                                     median_us=T` (see oneway below)
+ * Environment: ITERS_SCALE (multiplies the repetitions, default 1),
+ * BUSY_US (oneway: the sender's compute between sends, default 500). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +188,95 @@ sendrecv(size_t bytes)
     free(t);
 }
 
+/* The pipeline's pattern (issue 33): rank 0 computes for BUSY_US (a
+ * spin on the clock), then td_isend's SIZE bytes to rank 1 and computes
+ * again; rank 1 has the next td_irecv posted ahead and waits. One way,
+ * from just before td_isend to the end of the receiver's td_work_wait
+ * (CLOCK_MONOTONIC is one clock for the processes of a host; the send
+ * time travels in the message's first 8 bytes), and how long td_isend
+ * itself took. */
+static void
+oneway(size_t bytes, double busy_us)
+{
+    td_group_t *g = td_group_world();
+    int64_t count = (int64_t)(bytes / 4 < 2 ? 2 : bytes / 4);
+    int iters = (int)(2000 * scale), warm = 50;
+    td_tensor_t *a[2];
+    td_work_t *wk[2] = { NULL, NULL };
+    double *lat = calloc((size_t)iters, sizeof(double));
+    double *call = calloc((size_t)iters, sizeof(double));
+
+    for (int k = 0; k < 2; k++) {
+        CHECK(td_tensor_zeros(&count, 1, TD_FLOAT32, &a[k]));
+    }
+    CHECK(td_group_barrier(g));
+    if (rank == 1) {
+        CHECK(td_irecv(g, a[0], 0, 0, &wk[0]));
+    }
+    for (int i = -warm; rank <= 1 && i < iters; i++) {
+        int k = (i + warm) & 1;
+        double t0;
+
+        if (rank == 0) {
+            double until = now_s() + busy_us * 1e-6;
+
+            while (now_s() < until) {
+            }
+            if (wk[k] != NULL) {
+                CHECK(td_work_wait(wk[k], -1));
+                td_work_release(wk[k]);
+            }
+            t0 = now_s();
+            memcpy(td_tensor_data(a[k]), &t0, sizeof(t0));
+            CHECK(td_isend(g, a[k], 1, 0, &wk[k]));
+            if (i >= 0) {
+                call[i] = now_s() - t0;
+            }
+        } else {
+            if (i + 1 < iters) {
+                CHECK(td_irecv(g, a[!k], 0, 0, &wk[!k]));
+            }
+            CHECK(td_work_wait(wk[k], -1));
+            t0 = now_s();
+            td_work_release(wk[k]);
+            wk[k] = NULL;
+            if (i >= 0) {
+                double sent;
+
+                memcpy(&sent, td_tensor_data(a[k]), sizeof(sent));
+                lat[i] = t0 - sent;
+            }
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        if (wk[k] != NULL) {
+            CHECK(td_work_wait(wk[k], -1));
+            td_work_release(wk[k]);
+        }
+    }
+    if (rank == 1) {
+        qsort(lat, (size_t)iters, sizeof(double), cmp_d);
+        printf("oneway size=%zu busy_us=%.0f median_us=%.2f\n"
+               "# spread p10_us=%.2f p90_us=%.2f max_us=%.1f iters=%d\n",
+               bytes, busy_us, lat[iters / 2] * 1e6, lat[iters / 10] * 1e6,
+               lat[iters * 9 / 10] * 1e6, lat[iters - 1] * 1e6, iters);
+        fflush(stdout);
+    }
+    CHECK(td_group_barrier(g));     /* rank 0 prints after rank 1 */
+    if (rank == 0) {
+        qsort(call, (size_t)iters, sizeof(double), cmp_d);
+        printf("# oneway size=%zu td_isend call median_us=%.2f p90_us=%.2f\n",
+               bytes, call[iters / 2] * 1e6, call[iters * 9 / 10] * 1e6);
+        fflush(stdout);
+    }
+    CHECK(td_group_barrier(g));
+    for (int k = 0; k < 2; k++) {
+        td_tensor_release(a[k]);
+    }
+    free(lat);
+    free(call);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -196,10 +289,12 @@ main(int argc, char **argv)
     }
     int only_sr = argc > 1 && strcmp(argv[1], "sendrecv") == 0;
     int kinds = argc > 1 && strcmp(argv[1], "kinds") == 0;
+    int one = argc > 1 && strcmp(argv[1], "oneway") == 0;
+    const char *busy = getenv("BUSY_US");
 
     if (argc > 1) {
         n_sizes = 0;
-        for (int i = 1 + only_sr + kinds; i < argc && n_sizes < 8; i++) {
+        for (int i = 1 + only_sr + kinds + one; i < argc && n_sizes < 8; i++) {
             sizes[n_sizes++] = (size_t)atoll(argv[i]);
         }
     }
@@ -207,7 +302,9 @@ main(int argc, char **argv)
     rank = td_world()->rank;
     n = td_world()->world_size;
     for (int i = 0; i < n_sizes; i++) {
-        if (only_sr) {
+        if (one) {
+            oneway(sizes[i], busy != NULL ? atof(busy) : 500);
+        } else if (only_sr) {
             sendrecv(sizes[i]);
         } else if (kinds) {
             bench(BROADCAST, sizes[i]);

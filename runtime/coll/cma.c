@@ -156,6 +156,28 @@ coll_cma_read(coll_req_t *r)
 }
 
 void
+coll_cma_decline(coll_req_t *r)
+{
+    r->peer = r->from;
+    r->exact_seq = 1;
+    coll_post(r);
+    coll_cma_answer(r->from, r, 2);
+}
+
+void
+coll_cma_offered(coll_req_t *r)
+{
+    atomic_store(&r->cma_ready_a, 1);                  /* C12 */
+    if (atomic_load(&r->cma_waiters) > 0) {
+        coll_wake();
+        return;
+    }
+    if (atomic_exchange(&r->cma_ready_a, 0)) {
+        coll_cma_decline(r);
+    }
+}
+
+void
 coll_cma_answered(coll_req_t *r, int src, uint32_t answer)
 {
     td_status_t st;

@@ -22,6 +22,19 @@
  *     a td_send/td_isend timeout, keep the tensor unchanged until the
  *     group is destroyed, as the README says.
  *
+ * C12 C10's exception: an offer matching an irecv that a thread is
+ *     waiting for (cma_waiters > 0: td_work_wait on it, counted by
+ *     coll_wait_ex) is left for that thread to read in place, as a
+ *     td_recv's is; the sender, computing by then, need not progress to
+ *     resend it (a pipeline stage's activations of 64 KiB and more waited
+ *     for the sender's next op). The callback stores cma_ready_a, then
+ *     looks at cma_waiters; a waiter leaving without the body (its
+ *     timeout) lowers cma_waiters, then takes cma_ready_a back: both
+ *     sequentially consistent, and whoever takes cma_ready_a (an atomic
+ *     exchange) alone reads or declines it (coll_cma_decline: answer 2,
+ *     as C10). A thread waiting for the irecv never blocks elsewhere
+ *     while it waits, so no offer waits on a thread blocked elsewhere.
+ *
  * C11 Offers go only to ranks of this host, and a receiver reads in place
  *     only from a rank of this host (td__runtime_same_host: one kernel and
  *     PID namespace, runtime/hostmap.h), learnt once per rank: a pid from
@@ -45,6 +58,12 @@ td_status_t coll_post_send_offer(coll_req_t *r, int wdst);
 /* Copy R's offered body from its sender (C9), on the waiting thread, and
  * answer; R completes (or is posted again for the body). */
 void        coll_cma_read(coll_req_t *r);
+/* An offer matched irecv R (its fields in R, in a transport callback):
+ * left to R's waiter (C12), else declined (C10). */
+void        coll_cma_offered(coll_req_t *r);
+/* Have the body of R's offer sent instead (answer 2, R posted again for
+ * it only: C10); R's cma_ready_a taken by the caller. */
+void        coll_cma_decline(coll_req_t *r);
 /* Tell world rank DST what became of its offer R (0 read, 1 resend and
  * stop offering, 2 resend). */
 void        coll_cma_answer(int dst, const coll_req_t *r, uint32_t status);

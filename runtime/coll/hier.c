@@ -247,6 +247,10 @@ coll_hier_map(td_group_t *g)
     }
     for (int i = 0; i < g->n; i++) {
         ids[i] = td__runtime_host_id(g->ranks[i]);
+        if (ids[i] == 0) {
+            td_log_warn("coll: group %u: host of rank %d unknown: %s", g->id,
+                        g->ranks[i], td_last_error());
+        }
     }
     if (coll_hostmap_build(ids, g->n, &g->hosts) == TD_OK &&
         g->hosts->nhosts > 1) {

@@ -167,6 +167,8 @@ typedef struct coll_req {
      * buffer in place (cma_ready_a: the waiter reads it), a send waiting for
      * the reader's MSG_CMA (cma_send; hdr kept to resend with the body). */
     atomic_int         cma_ready_a;
+    atomic_int         cma_waiters; /* p2p irecv: threads in a wait for it
+                                    * (an offer is left for them, C12) */
     int                cma_send;
     int32_t            cma_pid;
     uint64_t           cma_addr, cma_token_addr, cma_token;

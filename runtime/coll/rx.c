@@ -154,12 +154,9 @@ matched_offer(int src, const coll_wire_t *m, coll_req_t *r)
     if (m->type == MSG_P2P) {
         r->seq = m->seq;                /* the answer names it */
         if (r->on_done != NULL) {
-            /* C10: an irecv posted earlier; nobody may be waiting for it:
-             * have the body sent. */
-            r->peer = src;
-            r->exact_seq = 1;
-            coll_post(r);
-            coll_cma_answer(src, r, 2);
+            /* C10: an irecv posted earlier: read by its waiter if it has
+             * one now (C12), else have the body sent. */
+            coll_cma_offered(r);
             return;
         }
     }

@@ -55,6 +55,35 @@ cma_pending(const wait_t *w)
     return 0;
 }
 
+/* C12: W's irecvs have a waiter: an offer for one is left to us. */
+static void
+cma_wait_begin(const wait_t *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        coll_req_t *r = w->reqs[i];
+
+        if (r != NULL && r->type == REQ_RECV_P2P && r->on_done != NULL) {
+            atomic_fetch_add(&r->cma_waiters, 1);
+        }
+    }
+}
+
+/* C12: leaving: an offer left to us and not read is declined. */
+static void
+cma_wait_end(const wait_t *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        coll_req_t *r = w->reqs[i];
+
+        if (r != NULL && r->type == REQ_RECV_P2P && r->on_done != NULL) {
+            atomic_fetch_sub(&r->cma_waiters, 1);
+            if (atomic_exchange(&r->cma_ready_a, 0)) {
+                coll_cma_decline(r);
+            }
+        }
+    }
+}
+
 static void
 cma_service(const wait_t *w)
 {
@@ -286,6 +315,7 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         return td_error(TD_ERR_STATE, "coll: a wait inside a transport "
                         "callback would deadlock");
     }
+    cma_wait_begin(&w);                                        /* C12 */
     if (!is_coll && coll_mbox_active()) {
         wait_mbox_spin(&w);
     }
@@ -313,6 +343,7 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         if (give_up > 0 && now > give_up && !coll_stopped() &&
             (g == NULL ||
              __atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) == TD_OK)) {
+            cma_wait_end(&w);
             return td_error(TD_ERR_TIMEOUT, "coll: wait timed out after %.3f "
                             "s (the operation goes on)", now - t0);
         }
@@ -342,6 +373,7 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         }
         wait_some(&w, until, t_spin);
     }
+    cma_wait_end(&w);
     for (int i = 0; i < n; i++) {
         if (reqs[i] != NULL && reqs[i]->status != TD_OK) {
             return td_error(reqs[i]->status, "%s", reqs[i]->err);

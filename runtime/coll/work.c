@@ -261,6 +261,12 @@ coll_work_p2p_done(coll_req_t *r)
     work_unref(w);
 }
 
+int
+coll_work_waiters(td_work_t *w)
+{
+    return w != NULL && w->p2p ? atomic_load(&w->req.cma_waiters) : 0;
+}
+
 void
 coll_work_set_spin(td_work_t *w, double spin_s)
 {

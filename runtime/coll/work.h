@@ -39,6 +39,9 @@ void        coll_work_p2p_done(coll_req_t *r);
  * default 2 ms (wait.c); not for a collective's handle (a no-op). Call
  * before waiting, from the thread that waits. */
 void        coll_work_set_spin(td_work_t *w, double spin_s);
+/* How many threads are in a wait for p2p receive W now (cma.h C12; for
+ * tests: a receiver known to wait before its sender sends). */
+int         coll_work_waiters(td_work_t *w);
 /* Stop G's operation thread (after its queue drained). */
 void        coll_group_stop_thread(td_group_t *g);
 

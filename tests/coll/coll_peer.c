@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "todist/todist.h"
+#include "runtime/coll/work.h"    /* coll_work_waiters */
 
 static int rank, size;
 static int n_fail;
@@ -972,6 +973,136 @@ mode_p2p(void)
 
 /* ---- subgroups concurrently with the world group and RPC ------------------- */
 
+/* An isend of COUNT floats whose sender stops (SIGSTOP, the whole
+ * process: its progress thread too) right after td_isend returned, to a
+ * receiver already waiting for it in td_work_wait (a thread of rank 0;
+ * rank 1 is told to send only once that thread is in the wait): the
+ * receive completes while the sender is stopped, so nothing of the
+ * message waits for the sender's progress (a pipeline stage sends and
+ * goes straight into a matrix product). 32 KiB go eager through UCX's
+ * shared memory; 64 KiB and more are offered in place and read by the
+ * waiting receiver (cma.h C12; before it, the offer was declined and the
+ * body resent by the sender when it next progressed). Rank 0 receives,
+ * rank 1 sends. A rank 0 whose wait got nothing in 10 s resumes rank 1
+ * anyway and fails. */
+typedef struct {
+    td_work_t  *wk;
+    td_status_t st;
+    char        err[256];
+} stopped_wait_t;
+
+static void *
+stopped_waiter(void *arg)
+{
+    stopped_wait_t *sw = arg;
+
+    sw->st = td_work_wait(sw->wk, 10);
+    snprintf(sw->err, sizeof(sw->err), "%s",
+             sw->st != TD_OK ? td_last_error() : "ok");
+    return NULL;
+}
+
+/* Wait until rank 1 (pid PID) is stopped: its state in /proc is T. */
+static int
+wait_stopped(long long pid)
+{
+    char path[64], buf[512];
+    double t0 = now_s();
+
+    snprintf(path, sizeof(path), "/proc/%lld/stat", pid);
+    while (now_s() - t0 < 30) {
+        FILE *f = fopen(path, "r");
+        char *e;
+        int stopped = 0;
+
+        if (f == NULL) {
+            return 0;
+        }
+        if (fgets(buf, sizeof(buf), f) != NULL &&
+            (e = strrchr(buf, ')')) != NULL && e[1] == ' ') {
+            stopped = e[2] == 'T';
+        }
+        fclose(f);
+        if (stopped) {
+            return 1;
+        }
+        usleep(1000);
+    }
+    return 0;
+}
+
+static int
+mode_p2p_stopped_sender(int64_t count)
+{
+    td_group_t *w = td_group_world();
+    td_tensor_t *pid = make(1, TD_INT64), *go = make(1, TD_INT32);
+    td_tensor_t *t = make(count, TD_FLOAT32);
+    td_work_t *wk = NULL;
+    td_status_t st;
+    int64_t bad;
+
+    if (rank == 1) {
+        set(pid, 0, (double)getpid());
+        st = td_send(w, pid, 0, 1);
+        if (st == TD_OK) {
+            st = td_recv(w, go, 0, 2, NULL);
+        }
+        for (int64_t i = 0; i < count; i++) {
+            set(t, i, (double)(i % 977));
+        }
+        if (st == TD_OK) {
+            st = td_isend(w, t, 0, 3, &wk);
+        }
+        if (st == TD_OK) {
+            raise(SIGSTOP);             /* rank 0 sends SIGCONT */
+            st = td_work_wait(wk, 30);
+        }
+        check(st == TD_OK, "p2p_stopped_sender_send", "%s",
+              st ? td_last_error() : "ok");
+    } else if (rank == 0) {
+        stopped_wait_t sw = { NULL, TD_ERR_STATE, "not waited" };
+        pthread_t th;
+        int started = 0, done = 0;
+
+        st = td_recv(w, pid, 1, 1, NULL);
+        if (st == TD_OK) {
+            st = td_irecv(w, t, 1, 3, &wk);
+        }
+        if (st == TD_OK) {
+            sw.wk = wk;
+            started = pthread_create(&th, NULL, stopped_waiter, &sw) == 0;
+        }
+        if (started) {
+            while (coll_work_waiters(wk) == 0 && !td_work_test(wk, &done) &&
+                   !done) {
+                usleep(100);
+            }
+            st = td_send(w, go, 1, 2);
+            check(wait_stopped((long long)get(pid, 0)),
+                  "p2p_stopped_sender_is_stopped", "rank 1 (pid %lld) did "
+                  "not stop", (long long)get(pid, 0));
+            pthread_join(th, NULL);
+            st = sw.st;
+            kill((pid_t)get(pid, 0), SIGCONT);
+            if (st != TD_OK) {
+                (void)td_work_wait(wk, 30);
+            }
+        }
+        FIRST_BAD(t, count, (double)(i % 977), &bad);
+        check(started && st == TD_OK && bad < 0, "p2p_stopped_sender_recv",
+              "%s; the receive of %" PRId64 " bytes did not complete while "
+              "its sender was stopped (first bad element %" PRId64 ")",
+              sw.err, count * 4, bad);
+    }
+    if (wk != NULL) {
+        td_work_release(wk);
+    }
+    td_tensor_release(pid);
+    td_tensor_release(go);
+    td_tensor_release(t);
+    return 0;
+}
+
 static td_status_t
 fn_twice(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
          td_rpc_list_t *result)
@@ -1849,6 +1980,8 @@ main(int argc, char **argv)
         rc = mode_allreduce_big(argc > 2 ? atoi(argv[2]) : 8);
     } else if (strcmp(mode, "p2p") == 0) {
         rc = mode_p2p();
+    } else if (strcmp(mode, "p2p_stopped_sender") == 0) {
+        rc = mode_p2p_stopped_sender(argc > 2 ? atoll(argv[2]) : 8192);
     } else if (strcmp(mode, "concurrent") == 0) {
         rc = mode_concurrent();
     } else if (strcmp(mode, "mismatch") == 0) {

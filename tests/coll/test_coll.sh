@@ -39,7 +39,7 @@ plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
          2 * $(count "$early") + 2 + 2 + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
-         1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 + 4 ))
+         1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 + 4 + 3 * 4 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -71,6 +71,18 @@ expect "$out" 2 $p2p01
 nofail "$out" "p2p: no failed check"
 is "$rc" 0 "p2p: every rank exits 0"
 [ "$rc" = 0 ] || diag "$out"
+
+# A receiver waiting for an isend whose sender stopped right after it
+# (SIGSTOP): 32 KiB (eager through UCX), 64 KiB and 256 KiB (offered in
+# place: the waiter reads it, cma.h C12) complete while it is stopped.
+for c in 8192 16384 65536; do
+    out=$(run 90 todist-run -n 2 "$PEER" p2p_stopped_sender $c 2>&1); rc=$?
+    like "$out" "PASS p2p_stopped_sender_is_stopped" "stopped sender, $((c * 4)) B: the sender stopped"
+    like "$out" "PASS p2p_stopped_sender_recv" "stopped sender, $((c * 4)) B: received while it was stopped"
+    nofail "$out" "stopped sender, $((c * 4)) B: no failed check"
+    is "$rc" 0 "stopped sender, $((c * 4)) B: every rank exits 0"
+    [ "$rc" = 0 ] || diag "$out"
+done
 
 # Point-to-point through the mailboxes (mbox.c): after one exchange,
 # small messages to a rank of this host go through its inbox; order across

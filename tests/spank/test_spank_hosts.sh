@@ -33,7 +33,7 @@ mkdir -p "$D/state" "$D/spool" "$D/tmpfs" "$D/out"
 die_setup() {
     echo "Bail out! cluster setup failed: $1"
     for f in "$D"/*.log "$HOSTS_DIR"/h*/init.log; do
-        [ -s "$f" ] && diag "== $f" "$(tail -15 "$f")"
+        [ -s "$f" ] && diag "== $f" "$(tail -n 15 "$f")"
     done
     exit 1
 }
@@ -90,6 +90,11 @@ run_srun() {
     ctl timeout -k 5 120 srun "$@" >"$D/out/$name" 2>"$D/out/$name.err"
     rc=$?
     sort "$D/out/$name" -o "$D/out/$name"
+    # A failed step shows why in the log (its folder goes with the test).
+    if [ "$rc" != 0 ] || grep -q FAIL "$D/out/$name"; then
+        diag "srun $name: exit $rc" "$(grep FAIL "$D/out/$name" | head -n 20)" \
+             "$(grep -v debug "$D/out/$name.err" | tail -n 40)"
+    fi
 }
 col() { # file key -> the values, space-separated, in the file's order
     sed -n "s/.* $2=\([^ ]*\).*/\1/p; s/^$2=\([^ ]*\).*/\1/p" "$1" |
@@ -130,7 +135,6 @@ mark
 run_srun ar -N2 -n2 -w n1,n2 --todist "$top_builddir/tests/coll/coll_peer" allreduce_big 8
 is "$rc|$(grep -c '^PASS allreduce_big' "$D/out/ar")|$(grep -c '^FAIL' "$D/out/ar")" "0|2|0" \
    "srun -N2 --todist: 8 all_reduces of 4 MiB pass on both ranks"
-[ "$rc" = 0 ] || diag "$(tail -20 "$D/out/ar" "$D/out/ar.err")"
 crossed 1 $payload "all_reduce 8 x 4 MiB"
 crossed 2 $payload "all_reduce 8 x 4 MiB"
 
@@ -140,7 +144,6 @@ crossed 2 $payload "all_reduce 8 x 4 MiB"
 run_srun big -N2 -n2 -w n1,n2 --todist env TODIST_LOG=debug \
     "$top_builddir/tests/coll/coll_peer" big
 is "$rc|$(grep -c '^FAIL' "$D/out/big")" "0|0" "1+1 large bodies: both ranks pass"
-[ "$rc" = 0 ] || diag "$(tail -20 "$D/out/big" "$D/out/big.err")"
 like "$(cat "$D/out/big.err")" "rank [01] offered its inbox \(another host: not used\)" \
      "1+1: the other host's mailbox is not used"
 unlike "$(cat "$D/out/big.err")" "read in place|cannot read" \
@@ -168,7 +171,6 @@ like "$(cat "$D/out/big1.err")" "p2p body of [0-9]+ bytes from rank [01] read in
 run_srun big22 -N2 --ntasks-per-node=2 -w n1,n2 --label --todist env TODIST_LOG=debug \
     sh -c 'echo "node=$SLURMD_NODENAME"; exec "$0" big' "$top_builddir/tests/coll/coll_peer"
 is "$rc|$(grep -c 'FAIL' "$D/out/big22")" "0|0" "2x2 large bodies: all four ranks pass"
-[ "$rc" = 0 ] || diag "$(tail -20 "$D/out/big22" "$D/out/big22.err")"
 nodes=$(sed -n 's/^ *\([0-9]*\): node=\(.*\)/\1 \2/p' "$D/out/big22")
 reads=$(sed -n 's/^ *\([0-9]*\): .*p2p body of [0-9]* bytes from rank \([0-9]*\) read in place.*/\1 \2/p' \
         "$D/out/big22.err")
@@ -189,7 +191,7 @@ if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
     is "$(cat "$D/out/ddp" | tr '\n' ' ')" \
        "rank=0 world=2 host=n1 ddp=ok rank=1 world=2 host=n2 ddp=ok " \
        "srun --todist: gloo DDP on n1 and n2 agrees with a one-process reference"
-    [ "$rc" = 0 ] || diag "$(tail -20 "$D/out/ddp.err")"
+    [ "$rc" = 0 ] || diag "$(tail -n 20 "$D/out/ddp.err")"
     # 4 steps of 512 x 513 float32 gradients, all-reduced
     crossed 1 $((4 * 512 * 513 * 4)) "gloo DDP"
     crossed 2 $((4 * 512 * 513 * 4)) "gloo DDP"
@@ -199,7 +201,7 @@ fi
 
 if [ "$_tap_failed" != 0 ]; then
     for f in "$D"/slurmd-n1.log "$D"/slurmd-n2.log "$D"/slurmctld.log; do
-        [ -s "$f" ] && diag "== $f" "$(tail -15 "$f")"
+        [ -s "$f" ] && diag "== $f" "$(tail -n 15 "$f")"
     done
 fi
 done_testing
