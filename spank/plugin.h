@@ -30,4 +30,9 @@ int todist_stepd_task_init(spank_t sp);
 /* slurmstepd side, after a task ended: a failure stops the step. */
 int todist_stepd_task_exit(spank_t sp);
 
+/* slurmstepd side, before the tasks (kill_on_fail=no): the step's first
+ * node serves the store; todist_stepd_exit stops it after the step. */
+int todist_stepd_user_init(spank_t sp);
+void todist_stepd_exit(void);
+
 #endif /* TODIST_SPANK_PLUGIN_H */

@@ -24,10 +24,14 @@ if HAVE_SLURM
 # nor libtodist.so: the mapping sources are compiled in and hidden by the
 # version script, which exports only what Slurm looks up.
 slurmplugin_LTLIBRARIES = spank/todist.la
+# With kill_on_fail=no, slurmstepd on the step's first node serves todist's
+# store (stepd.c): the store's server is compiled in too.
 spank_todist_la_SOURCES = spank/todist.c spank/srun.c spank/stepd.c \
-	spank/plugin.h $(td_world_sources) base/status.c base/log.c
-spank_todist_la_CPPFLAGS = $(AM_CPPFLAGS) $(SLURM_CPPFLAGS)
+	spank/plugin.h $(td_world_sources) base/status.c base/log.c \
+	runtime/store/server.c runtime/store/frame.c
+spank_todist_la_CPPFLAGS = $(AM_CPPFLAGS) $(SLURM_CPPFLAGS) $(CRYPTO_CFLAGS)
 spank_todist_la_CFLAGS = $(AM_CFLAGS)
+spank_todist_la_LIBADD = $(CRYPTO_LIBS) -lpthread
 spank_todist_la_LDFLAGS = -module -avoid-version -shared \
 	-Wl,--version-script=$(top_srcdir)/spank/todist.map
 EXTRA_spank_todist_la_DEPENDENCIES = spank/todist.map

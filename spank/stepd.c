@@ -8,7 +8,12 @@
  * to every task of the step on every node (slurm_signal_job_step, which
  * slurmstepd's own libslurm provides), as todist-run stops its group.
  * SIGTERM, not SIGKILL, so programs can clean up; Slurm then reports the
- * step cancelled and srun exits 143, its usual status for -K. */
+ * step cancelled and srun exits 143, its usual status for -K.
+ * With kill_on_fail=no the step's tasks outlive one another, rank 0
+ * included: slurmstepd on the step's first node serves todist's store
+ * (a thread started in user_init, before any task, and stopped in exit,
+ * after the last: the step owns it), and every task gets
+ * TODIST_AGENT_STORE=1, as under todist-run --no-kill. */
 #include "config.h"
 
 #include <signal.h>
@@ -20,7 +25,11 @@
 
 #include <slurm/slurm.h>
 
+#include "todist/store.h"
 #include "spank/plugin.h"
+
+/* kill_on_fail=no, the step's first node: its store (user_init .. exit). */
+static td_store_server_t *step_store;
 
 static const char *
 envp_lookup(const char *name, void *arg)
@@ -79,6 +88,10 @@ todist_stepd_task_init(spank_t sp)
                          &task) != TD_OK) {
         return task_fail(job, step, td_last_error());
     }
+    if (!todist_state.opts.kill_on_fail &&
+        spank_setenv(sp, "TODIST_AGENT_STORE", "1", 1) != ESPANK_SUCCESS) {
+        return task_fail(job, step, "cannot set TODIST_AGENT_STORE");
+    }
     if (todist_state.opts.verbose) {
         fprintf(stderr, "todist: job %u step %u: rank %d/%d local %d/%d "
                 "node %d/%d master %s:%u gpu %s%s omp %d\n", job, step,
@@ -130,4 +143,53 @@ todist_stepd_task_exit(spank_t sp)
                     "%d failed", job, step, (int)rank);
     }
     return 0;
+}
+
+int
+todist_stepd_user_init(spank_t sp)
+{
+    uint32_t job = 0, step = 0, node = 1;
+    char **envp = NULL;
+    const char *token = NULL;
+    td_world_t w;
+
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_NODEID, &node) != ESPANK_SUCCESS) {
+        return task_fail(job, step, "cannot read the job, step and node ids");
+    }
+    if (step == SLURM_BATCH_SCRIPT || step == SLURM_EXTERN_CONT ||
+        node != 0) {
+        return 0;
+    }
+    if (spank_get_item(sp, S_JOB_ENV, &envp) != ESPANK_SUCCESS ||
+        envp == NULL) {
+        return task_fail(job, step, "cannot read the step's environment");
+    }
+    if (td_slurm_store_of(envp_lookup, envp, &todist_state.opts, &w,
+                          &token) != TD_OK ||
+        td_store_server_start(w.master_addr, w.master_port, token,
+                              &step_store) != TD_OK) {
+        char what[512];
+
+        snprintf(what, sizeof(what), "kill_on_fail=no: cannot serve the "
+                 "step's store: %s", td_last_error());
+        return task_fail(job, step, what);
+    }
+    if (todist_state.opts.verbose) {
+        fprintf(stderr, "todist: job %u step %u: the store is served by "
+                "slurmstepd at %s:%u (kill_on_fail=no)\n", job, step,
+                w.master_addr, w.master_port);
+        fflush(stderr);
+    }
+    return 0;
+}
+
+void
+todist_stepd_exit(void)
+{
+    if (step_store != NULL) {
+        td_store_server_stop(step_store);
+        step_store = NULL;
+    }
 }

@@ -106,6 +106,18 @@ slurm_spank_local_user_init(spank_t sp, int ac, char **av)
 }
 
 int
+slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (!todist_state.opts.enabled || todist_state.opts.kill_on_fail ||
+        spank_context() != S_CTX_REMOTE) {
+        return 0;
+    }
+    return todist_stepd_user_init(sp);
+}
+
+int
 slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
     (void)ac;
@@ -134,6 +146,9 @@ slurm_spank_exit(spank_t sp, int ac, char **av)
     (void)sp;
     (void)ac;
     (void)av;
+    if (spank_context() == S_CTX_REMOTE) {
+        todist_stepd_exit();
+    }
     free(user_optarg);
     user_optarg = NULL;
     user_given = false;

@@ -86,6 +86,16 @@ td_status_t td_slurm_env_map(td_env_lookup_fn lookup, void *lookup_arg,
                              td_env_set_fn set, void *set_arg,
                              td_slurm_task_t *task_p);
 
+/* The step's store endpoint, as its task 0 maps it (td_slurm_env_map), for
+ * a process of the step that is no task (slurmstepd on the step's first
+ * node, which serves the store under kill_on_fail=no): the step's
+ * variables of LOOKUP, with SLURM_PROCID, SLURM_LOCALID and SLURM_NODEID
+ * taken as 0. Sets W (master_addr, master_port: the store's) and
+ * *TOKEN_P (TODIST_JOB_TOKEN, pointing into LOOKUP's storage). */
+td_status_t td_slurm_store_of(td_env_lookup_fn lookup, void *lookup_arg,
+                              const td_slurm_opts_t *opts, td_world_t *w,
+                              const char **token_p);
+
 #ifdef __cplusplus
 }
 #endif

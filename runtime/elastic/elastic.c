@@ -145,8 +145,8 @@ store_gone(const char *what, const char *detail)
     return td_error(TD_ERR_PEER, "elastic: rank %d cannot recover: rank 0's "
                     "process serves the store, and %s%s%s%s; in-place "
                     "recovery outlives rank 0 only where the launcher serves "
-                    "the store (todist-run --no-kill); under srun --todist "
-                    "rank 0 must survive", my_rank, what,
+                    "the store (todist-run --no-kill, srun "
+                    "--todist=kill_on_fail=no)", my_rank, what,
                     why[0] ? " (" : "", why, why[0] ? ")" : "");
 }
 

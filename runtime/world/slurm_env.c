@@ -386,6 +386,46 @@ apply_port_opts(const td_slurm_opts_t *opts, td_world_t *w)
     return TD_OK;
 }
 
+/* Task 0's view: the step's variables, this process standing in for the
+ * first task of the first node. */
+static const char *
+task0_lookup(const char *name, void *arg)
+{
+    slurm_view_t *v = arg;
+
+    if (!strcmp(name, "SLURM_PROCID") || !strcmp(name, "SLURM_LOCALID") ||
+        !strcmp(name, "SLURM_NODEID")) {
+        return "0";
+    }
+    return slurm_view_lookup(name, v);
+}
+
+td_status_t
+td_slurm_store_of(td_env_lookup_fn lookup, void *lookup_arg,
+                  const td_slurm_opts_t *opts, td_world_t *w,
+                  const char **token_p)
+{
+    slurm_view_t view = { lookup, lookup_arg, "" };
+    const char *token = lookup("TODIST_JOB_TOKEN", lookup_arg);
+    td_status_t status;
+
+    snprintf(view.range, sizeof(view.range), "%u-%u", opts->port_lo,
+             opts->port_hi);
+    if (token == NULL || !td_job_token_valid(token)) {
+        return td_error(TD_ERR_INVALID, "TODIST_JOB_TOKEN is not set or not "
+                        "%d hex digits: srun's side of the plugin did not run",
+                        TD_JOB_TOKEN_HEX);
+    }
+    status = td_world_resolve(task0_lookup, &view, w);
+    if (status == TD_OK) {
+        status = apply_port_opts(opts, w);
+    }
+    if (status == TD_OK) {
+        *token_p = token;
+    }
+    return status;
+}
+
 td_status_t
 td_slurm_env_map(td_env_lookup_fn lookup, void *lookup_arg,
                  const td_slurm_opts_t *opts, td_env_set_fn set,

@@ -92,7 +92,7 @@ main(void)
     char tok1[TD_JOB_TOKEN_HEX + 1], tok2[TD_JOB_TOKEN_HEX + 1];
     unsigned expect_port;
 
-    plan(130);
+    plan(134);
     td_slurm_opts_init(&def);
 
     /* ---- user options ---------------------------------------------- */
@@ -365,6 +365,39 @@ main(void)
        strstr(td_last_error(), "TODIST_LOCAL_RANK") != NULL,
        "a failing set is reported with the variable");
 
+
+    /* ---- td_slurm_store_of: the step's store, outside any task --------- */
+    /* (slurmstepd on the first node serves it under kill_on_fail=no) */
+    {
+        td_world_t w;
+        const char *tk = NULL;
+
+#define STEP_ONLY \
+    "SLURM_STEP_NUM_TASKS=7", "SLURM_STEP_NUM_NODES=3", \
+    "SLURM_STEP_TASKS_PER_NODE=3,2(x2)", "SLURM_STEP_NODELIST=gpu[1-3]", \
+    "SLURM_JOB_ID=4242", "SLURM_STEP_ID=3", \
+    "SLURM_STEP_RESV_PORTS=12000-12003"
+        o = def;
+        memset(&w, 0, sizeof(w));
+        ok(td_slurm_store_of(envp_lookup,
+                             (void *)ENV(STEP_ONLY, "TODIST_JOB_TOKEN=" TOKEN),
+                             &o, &w, &tk) == TD_OK &&
+           !strcmp(w.master_addr, "gpu1") && w.master_port == 12001 &&
+           tk != NULL && !strcmp(tk, TOKEN),
+           "the step's store without a task: gpu1:12001 and srun's token");
+        is_str(map(ENV(UNEVEN_TASK5, "SLURM_STEP_RESV_PORTS=12000-12003"), &o),
+               "", "a task of the same step maps");
+        ok(got("TODIST_MASTER_ADDR") && !strcmp(got("TODIST_MASTER_ADDR"),
+                                                w.master_addr) &&
+           got("TODIST_MASTER_PORT") && !strcmp(got("TODIST_MASTER_PORT"),
+                                                "12001"),
+           "... to the store td_slurm_store_of names");
+        ok(td_slurm_store_of(envp_lookup, (void *)ENV(STEP_ONLY), &o, &w,
+                             &tk) == TD_ERR_INVALID &&
+           strstr(td_last_error(), "TODIST_JOB_TOKEN") != NULL,
+           "without srun's token: refused, naming TODIST_JOB_TOKEN");
+#undef STEP_ONLY
+    }
 
     /* ---- td_rank_env_export directly (todist-run's path) -------------- */
     {

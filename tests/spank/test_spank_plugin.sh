@@ -2,7 +2,8 @@
 # todist.so as Slurm loads it: it exports only the SPANK symbols (the td_*
 # mapping code compiled in stays private), links neither libslurm nor
 # libtodist, and needs nothing from the host process beyond the spank_*
-# and slurm_* functions srun and slurmstepd provide.
+# and slurm_* functions srun and slurmstepd provide (and libcrypto: the
+# store's server, which slurmstepd runs under kill_on_fail=no).
 . "$top_srcdir/tests/lib.sh"
 so=$top_builddir/spank/.libs/todist.so
 [ -f "$so" ] || skip_all "SPANK plugin not built (no slurm/spank.h)"
@@ -11,7 +12,7 @@ command -v nm >/dev/null 2>&1 && command -v readelf >/dev/null 2>&1 ||
 plan 6
 
 exports=$(nm -D --defined-only "$so" | awk '{print $3}' | sort | tr '\n' ' ')
-is "$exports" "plugin_name plugin_type plugin_version slurm_spank_exit slurm_spank_init slurm_spank_init_post_opt slurm_spank_local_user_init slurm_spank_task_exit slurm_spank_task_init spank_plugin_version " \
+is "$exports" "plugin_name plugin_type plugin_version slurm_spank_exit slurm_spank_init slurm_spank_init_post_opt slurm_spank_local_user_init slurm_spank_task_exit slurm_spank_task_init slurm_spank_user_init spank_plugin_version " \
     "exports exactly the SPANK symbols"
 ok "$(nm -D --defined-only "$so" | grep ' td_' >/dev/null; [ $? = 1 ]; echo $?)" "no td_* symbol exported"
 needed=$(readelf -d "$so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')
