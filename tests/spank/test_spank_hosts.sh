@@ -91,7 +91,7 @@ run_srun() {
     rc=$?
     sort "$D/out/$name" -o "$D/out/$name"
     # A failed step shows why in the log (its folder goes with the test).
-    if [ "$rc" != 0 ] || grep -q FAIL "$D/out/$name"; then
+    if [ "$rc" != 0 ] || grep FAIL "$D/out/$name" >/dev/null; then
         diag "srun $name: exit $rc" "$(grep FAIL "$D/out/$name" | head -n 20)" \
              "$(grep -v debug "$D/out/$name.err" | tail -n 40)"
     fi
