@@ -103,6 +103,16 @@ def replay_ops(ops):
     return max(t), busy
 
 
+def replays(ev, steps, stages):
+    """(span, each stage's busy time) of every step traced on all stages,
+    replayed at each op's own measured time with messages free."""
+    for step in steps:
+        if any((step, s) not in ev for s in stages):
+            continue
+        yield replay_ops([[(k, m, t1 - t0) for k, m, t0, t1 in ev[(step, s)]
+                           if k in COMPUTE] for s in stages])
+
+
 def theory_bubble(ev, steps, stages):
     """The bubble as the theory defines it (see the top): per stage
     1 - busy / the pipeline's span (first compute op on any stage to the
@@ -173,12 +183,7 @@ def summary(prefix):
     # the same steps replayed at each op's own time, messages free: the
     # replay's pipeline bubble (its costliest stage's idle share)
     rs = sp = 0.0
-    for step in steps:
-        if any((step, s) not in ev for s in stages):
-            continue
-        ops = [[(k, m, t1 - t0) for k, m, t0, t1 in ev[(step, s)]
-                if k in COMPUTE] for s in stages]
-        span, busy = replay_ops(ops)
+    for span, busy in replays(ev, steps, stages):
         sp += span
         rs += span - max(busy)
     f = ["%s pipeline=%.3f replay=%.3f" % (prefix, pipe,
@@ -268,12 +273,7 @@ def analyse(prefix):
     # cost
     rs = defaultdict(float)
     span_sum = 0.0
-    for step in steps:
-        if any((step, s) not in ev for s in stages):
-            continue
-        ops = [[(k, m, t1 - t0) for k, m, t0, t1 in ev[(step, s)]
-                if k in COMPUTE] for s in stages]
-        span, busy = replay_ops(ops)
+    for span, busy in replays(ev, steps, stages):
         span_sum += span
         for i, s in enumerate(stages):
             rs[s] += span - busy[i]
