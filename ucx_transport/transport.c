@@ -276,6 +276,19 @@ static const struct { const char *name, *value; } ucx_defaults[] = {
     { "MM_ERROR_HANDLING",  "y" },
     /* Notice a dead peer within about a second (default 20 s). */
     { "KEEPALIVE_INTERVAL", "250ms" },
+    /* X11: an eager body of this host (< EAGER_MAX; larger ones are read
+     * in place) in one shared-memory segment up to about 59 KiB. With
+     * UCX's 8 KiB a 32 KiB pipeline activation went as 4 fragments, and a
+     * receiver that found it waiting took one fragment a
+     * ucp_worker_progress and copied each twice: 17-19 us from its wait to
+     * the data against 3.8-4.8 us in one segment (traced, bench/RESULTS.md,
+     * issue 33). Below 64 KiB: UCX 1.13's mm FIFO keeps a segment's length
+     * in 16 bits; 64k hung a 1.2 MB rendezvous (test_coll.sh big, CMA
+     * off). */
+    { "MM_SEG_SIZE",        "60k" },
+    /* ... and the receive pool grows by 64 such segments (3.75 MiB of
+     * shared memory, about UCX's 512 of 8 KiB), not 512 (30 MiB). */
+    { "MM_RX_BUFS_GROW",    "64" },
 };
 
 typedef struct send_op {
@@ -429,6 +442,7 @@ struct td_transport {
     send_op_t            *done_head;      /* completions to report */
     size_t                dropped;        /* token holder writes */
     size_t                rndv_received;  /* token holder writes */
+    uint64_t              ucx_events;     /* token holder writes (X11) */
     size_t                rejected;       /* wrong job tag; token holder */
     uint8_t              *tag_to;         /* world x TAG_LEN: ours to dst */
     uint8_t              *tag_from;       /* world x TAG_LEN: src's to us */
@@ -1912,6 +1926,10 @@ ucx_progress(td_transport_t *tp)
     tp->in_ucx++;
     n = ucp_worker_progress(tp->worker);
     tp->in_ucx--;
+    if (n > 0) {
+        __atomic_store_n(&tp->ucx_events, tp->ucx_events + n,
+                         __ATOMIC_RELAXED);
+    }
     return n;
 }
 
@@ -2545,8 +2563,16 @@ make_context(td_transport_t *tp)
     }
     for (size_t i = 0; i < sizeof(ucx_defaults) / sizeof(ucx_defaults[0]);
          i++) {
+        const char *mm = strncmp(ucx_defaults[i].name, "MM_", 3) == 0
+                         ? ucx_defaults[i].name + 3 : NULL;
+        char posix[64], sysv[64];
+
         snprintf(name, sizeof(name), "UCX_%s", ucx_defaults[i].name);
-        if (getenv(name) == NULL) {   /* the user's setting wins */
+        snprintf(posix, sizeof(posix), "UCX_POSIX_%s", mm ? mm : "");
+        snprintf(sysv, sizeof(sysv), "UCX_SYSV_%s", mm ? mm : "");
+        /* the user's setting wins, also one for a single mm transport */
+        if (getenv(name) == NULL &&
+            (mm == NULL || (getenv(posix) == NULL && getenv(sysv) == NULL))) {
             ucp_config_modify(config, ucx_defaults[i].name,
                               ucx_defaults[i].value);
         }
@@ -3310,6 +3336,12 @@ size_t
 td__transport_dropped(td_transport_t *tp)
 {
     return __atomic_load_n(&tp->dropped, __ATOMIC_RELAXED);
+}
+
+uint64_t
+td__transport_ucx_events(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->ucx_events, __ATOMIC_RELAXED);
 }
 
 size_t

@@ -258,6 +258,9 @@ size_t td__transport_dropped(td_transport_t *tp);
  * bodies up to 64 KiB in all are sent eager unless UCX_RNDV_THRESH is
  * set; a rendezvous needs the sender to make progress after posting). */
 size_t td__transport_rndv_received(td_transport_t *tp);
+/* Events UCX's progress reported (ucp_worker_progress's counts) by any
+ * thread: a message in shared memory is one per segment it took (X11). */
+uint64_t td__transport_ucx_events(td_transport_t *tp);
 
 /* Fault injection (tests only): TODIST_FAULT="RULE[,RULE...][,seed=N]",
  * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS, KIND =

@@ -21,8 +21,9 @@
 
 #include "todist/todist.h"
 #include "runtime/coll/work.h"    /* coll_work_waiters */
+#include "runtime/coll/conf.h"    /* coll_transport */
 #include "runtime/runtime.h"
-#include "ucx_transport/transport.h"  /* td__transport_taken_count */
+#include "ucx_transport/transport.h"  /* td__transport_ucx_events, _taken_count */
 
 static int rank, size;
 static int n_fail;
@@ -1092,6 +1093,54 @@ wait_stopped(long long pid)
     return 0;
 }
 
+/* X11: N messages of COUNT floats from rank 0 to rank 1, which counts the
+ * UCX events its transport saw while they came: one a message where each
+ * took one shared-memory segment (UCX's own 8 KiB segments: 4 for 32 KiB,
+ * 7 for 56 KiB). Besides them only a keepalive or two may come. */
+static int
+mode_p2p_segments(int64_t count)
+{
+    enum { N = 40 };
+    td_group_t *w = td_group_world();
+    td_tensor_t *go = make(1, TD_INT32), *t = make(count, TD_FLOAT32);
+    td_status_t st = TD_OK;
+    uint64_t before = 0, events;
+    int64_t bad = -1;
+
+    if (rank == 0) {
+        st = td_recv(w, go, 1, 1, NULL);
+        for (int k = 0; k < N && st == TD_OK; k++) {
+            for (int64_t j = 0; j < count; j++) {
+                set(t, j, (double)((k + j) % 977));
+            }
+            st = td_send(w, t, 1, 2);
+        }
+        check(st == TD_OK, "p2p_segments_send", "%s",
+              st ? td_last_error() : "ok");
+    } else if (rank == 1) {
+        before = td__transport_ucx_events(coll_transport());
+        st = td_send(w, go, 0, 1);
+        for (int k = 0; k < N && st == TD_OK; k++) {
+            st = td_recv(w, t, 0, 2, NULL);
+            if (st == TD_OK) {
+                FIRST_BAD(t, count, (double)((k + i) % 977), &bad);
+                st = bad < 0 ? TD_OK : TD_ERR_PROTOCOL;
+            }
+        }
+        events = td__transport_ucx_events(coll_transport()) - before;
+        check(st == TD_OK, "p2p_segments_recv", "%s (first bad element "
+              "%" PRId64 ")", st ? td_last_error() : "ok", bad);
+        check(events <= N + N / 2, "p2p_segments_one_each", "%d messages of "
+              "%" PRId64 " B took %" PRIu64 " UCX events (one segment each "
+              "would be %d)", N, count * 4, events, N);
+        printf("# p2p_segments: %d messages of %" PRId64 " B, %" PRIu64
+               " UCX events\n", N, count * 4, events);
+    }
+    td_tensor_release(go);
+    td_tensor_release(t);
+    return n_fail ? 1 : 0;
+}
+
 static int
 mode_p2p_stopped_sender(int64_t count)
 {
@@ -2044,6 +2093,8 @@ main(int argc, char **argv)
         rc = mode_allreduce_big(argc > 2 ? atoi(argv[2]) : 8);
     } else if (strcmp(mode, "p2p") == 0) {
         rc = mode_p2p();
+    } else if (strcmp(mode, "p2p_segments") == 0) {
+        rc = mode_p2p_segments(argc > 2 ? atoll(argv[2]) : 8192);
     } else if (strcmp(mode, "p2p_stopped_sender") == 0) {
         rc = mode_p2p_stopped_sender(argc > 2 ? atoll(argv[2]) : 8192);
     } else if (strcmp(mode, "concurrent") == 0) {

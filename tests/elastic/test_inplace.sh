@@ -54,9 +54,14 @@
 #  7. part 5 with rank 0 killed and replaced: the lowest survivor admits
 #     (Q10) at step 13, the replacement for rank 0 is healed and is group
 #     rank 0 again; the losses equal part 5's reference bit for bit.
-# Bounded by timeout; parts 4-7 skipped without the Fashion-MNIST data.
+#  8. part 6 where rank 0's process serves the store (EL11): each rank
+#     under a plain todist-run of its own (--nnodes 4 --node-rank R, no
+#     --no-kill, as ranks started without a launcher), rank 0 killed at
+#     step 12: ranks 1-3 refuse to recover, each naming rank 0 and why,
+#     exit 1, and none hangs.
+# Bounded by timeout; parts 4-8 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 56
+plan 58
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -178,7 +183,7 @@ is "$(printf '%s\n' "$out" | grep -c "^rank [0-3] epoch ${e:-x} step $(( ${g:-0}
 ex="$top_builddir/examples/fashion_mnist_ddp"
 data=/usr/share/datasets/fashion-mnist
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 23 "dataset-fashion-mnist is not installed"
+    skip 25 "dataset-fashion-mnist is not installed"
     done_testing
 fi
 args="--epochs 2 --max-batches 30 --batch-size 32 --hidden 64 --threads 1
@@ -252,4 +257,36 @@ like "$out" "in-place: epoch 2 at step 13: world 3 -> 4 \(joined 1 rank, first 0
 ok "$(cmp "$TD_TMP/gref.log" "$TD_TMP/r0g.log" >/dev/null; echo $?)" \
    "the losses equal part 5's reference bit for bit ($(wc -l < "$TD_TMP/r0g.log" | tr -d ' ') steps)"
 [ "$rc" = 0 ] || diag "$out"
+
+# --- 8: the example, rank 0 lost where its process serves the store ---
+# One plain launcher per rank: no TODIST_AGENT_STORE, so rank 0 serves the
+# store, and no launcher stops the others when it dies. Ports: a band of
+# our own (test_reach_init's is 38200-40199), free when we start.
+port=$((40400 + $$ % 1000 * 2))
+while ss -Htan 2>/dev/null | awk '{print $4}' | grep -E ":($port|$((port+1)))\$" >/dev/null; do
+    port=$((port + 2))
+done
+TODIST_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+export TODIST_JOB_TOKEN
+for r in 0 1 2 3; do
+    timeout -k 5 300 todist-run -n 1 --nnodes 4 --node-rank $r \
+        --master-addr 127.0.0.1 --master-port $port "$ex" $args --in-place \
+        --die-at 0:12 >"$TD_TMP/own$r" 2>&1 &
+    eval "p$r=\$!"
+done
+wait $p0; rc0=$?
+wait $p1; rc1=$?
+wait $p2; rc2=$?
+wait $p3; rc3=$?
+unset TODIST_JOB_TOKEN
+is "$rc0 $rc1 $rc2 $rc3" "137 1 1 1" \
+   "rank 0 serving the store killed: ranks 1-3 fail (status 1), none hangs"
+n=0
+for r in 1 2 3; do
+    grep "elastic: rank $r cannot recover: rank 0's process serves the store, and \(rank 0 was lost\|the store failed\).*in-place recovery outlives rank 0 only where the launcher serves the store (todist-run --no-kill, srun --todist=kill_on_fail=no)" \
+        "$TD_TMP/own$r" >/dev/null && n=$((n + 1))
+done
+is "$n" 3 "each of ranks 1-3 names why: rank 0's process served the store"
+[ "$rc0 $rc1 $rc2 $rc3" = "137 1 1 1" ] && [ $n = 3 ] ||
+    diag "$(tail -n 5 "$TD_TMP/own0" "$TD_TMP/own1" "$TD_TMP/own2" "$TD_TMP/own3")"
 done_testing
