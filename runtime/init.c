@@ -308,6 +308,20 @@ td__runtime_same_host(int rank)
     return id != 0 && id == hostmap_self();
 }
 
+/* TODIST_TEST_HOST_UNKNOWN=R:P, for tests only: on world rank R, the
+ * lookup of rank P's host fails as a store lookup that timed out would
+ * (tests/coll/test_hostmap_agree.sh: the group's members must still agree
+ * on one host map, runtime/coll/run.c). */
+static int
+test_host_unknown(int rank)
+{
+    const char *s = getenv("TODIST_TEST_HOST_UNKNOWN");
+    int r, p;
+
+    return s != NULL && sscanf(s, "%d:%d", &r, &p) == 2 &&
+           r == rt.world.rank && p == rank;
+}
+
 uint64_t
 td__runtime_host_id(int rank)
 {
@@ -319,6 +333,11 @@ td__runtime_host_id(int rank)
     }
     if (rank == rt.world.rank) {
         return hostmap_self();
+    }
+    if (test_host_unknown(rank)) {
+        td_error(TD_ERR_TIMEOUT, "runtime: rank %d never published its "
+                 "address (TODIST_TEST_HOST_UNKNOWN, a test knob)", rank);
+        return 0;
     }
     if (fetch_address(rank, NULL, &len) != TD_OK) {
         return 0;

@@ -52,12 +52,15 @@
  *     one member per host it is the flat algorithm with extra steps).
  *     It is tried before the shared segment: a group that spans hosts
  *     can have none (shm.c S1).
- *  H2 Every member computes the same host map from the same facts (the
- *     host id each rank published with its address, runtime/hostmap.h;
- *     an unknown id is a host of its own), so all agree on the algorithm
- *     (it travels in the call's description, C5) and on the leaders: the
- *     first member of each host in group-rank order, except that the
- *     root of a broadcast leads its own host.
+ *  H2 Every member uses one host map: group rank 0's, made from the
+ *     host id each member published with its address (runtime/hostmap.h;
+ *     an id rank 0 could not fetch is a host of its own) and broadcast to
+ *     the others at the group's first call that may need it (run.c A1),
+ *     so all agree on the algorithm (it travels in the call's
+ *     description, C5) and on the leaders: the first member of each host
+ *     in group-rank order, except that the root of a broadcast leads its
+ *     own host. (Each member building its own map let one failed lookup
+ *     make members pick different algorithms.)
  *  H3 Phases and chunks use disjoint step tags (TAG_UP, TAG_DOWN, TAG_X,
  *     TAG_RING, TAG_BAR with the chunk, block or round in the low bits),
  *     so no phase's receive matches another's message (C8).
@@ -127,7 +130,6 @@
 #include "runtime/coll/hier.h"
 #include "runtime/coll/reduce.h"
 #include "runtime/coll/shm.h"
-#include "runtime/runtime.h"
 #include "base/log.h"
 
 /* A chunk of all_reduce and broadcast through the transport (through
@@ -232,33 +234,9 @@ coll_hier_leader(const coll_hostmap_t *m, int h, int root)
 }
 
 const coll_hostmap_t *
-coll_hier_map(td_group_t *g)
+coll_hier_map(const td_group_t *g)
 {
-    uint64_t *ids;
-
-    if (g->hosts != NULL) {
-        return g->hosts;
-    }
-    ids = malloc(sizeof(uint64_t) * (size_t)g->n);
-    if (ids == NULL) {
-        td_error(TD_ERR_NO_MEMORY, "coll: out of memory for the host map of "
-                 "%d members", g->n);
-        return NULL;
-    }
-    for (int i = 0; i < g->n; i++) {
-        ids[i] = td__runtime_host_id(g->ranks[i]);
-        if (ids[i] == 0) {
-            td_log_warn("coll: group %u: host of rank %d unknown: %s", g->id,
-                        g->ranks[i], td_last_error());
-        }
-    }
-    if (coll_hostmap_build(ids, g->n, &g->hosts) == TD_OK &&
-        g->hosts->nhosts > 1) {
-        td_log_debug("coll: group %u (%d members) spans %d hosts", g->id,
-                     g->n, g->hosts->nhosts);
-    }
-    free(ids);
-    return g->hosts;
+    return g->hosts;                           /* H2: agreed by run.c */
 }
 
 /* ---- sets of steps (H7) ------------------------------------------------------ */
@@ -344,8 +322,9 @@ shape_of(coll_op_t *op, int root, shape_t *s)
 {
     const coll_hostmap_t *m = coll_hier_map(op->g);
 
-    if (m == NULL) {
-        return TD_ERR_NO_MEMORY;
+    if (m == NULL) {                   /* (run.c agrees it before: A1) */
+        return td_error(TD_ERR_STATE, "coll: group %u has no host map",
+                        op->g->id);
     }
     s->m = m;
     s->me = op->g->me;

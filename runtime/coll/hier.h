@@ -37,9 +37,9 @@ int         coll_hier_pick(const coll_hostmap_t *m, coll_kind_t k);
  * the root on its own host, else the host's first member (H2). Pure. */
 int         coll_hier_leader(const coll_hostmap_t *m, int h, int root);
 
-/* G's host map, built at its first use from the runtime's host ids and
- * kept with G (NULL when out of memory: the error is recorded). */
-const coll_hostmap_t *coll_hier_map(td_group_t *g);
+/* G's host map (H2), agreed by run.c at the group's first call that may
+ * need it and kept with G; NULL before. */
+const coll_hostmap_t *coll_hier_map(const td_group_t *g);
 
 td_status_t coll_all_reduce_hier(coll_op_t *op, void *buf, size_t count);
 td_status_t coll_broadcast_hier(coll_op_t *op, void *buf, size_t nbytes);

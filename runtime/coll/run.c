@@ -1,6 +1,24 @@
 /* run.c: one checked collective on this thread (run.h): its route, the
  * choice of algorithm (the table in todist/coll.h) and the call under its
- * sequence number and description (step.h, C5). */
+ * sequence number and description (step.h, C5).
+ *
+ *  A1 In a group of more than two members, the host map the choice reads
+ *     (hier.c H2) is group rank 0's: before the group's first call
+ *     begins, whatever its kind and whatever a member forces, the members
+ *     run one hidden call, a broadcast from group rank 0 of its members'
+ *     host ids (8 bytes each, binomial through the transport; call #0 of
+ *     the group, so the application's calls are #1 on), and all build the
+ *     map from those ids. It is kept until the group is re-formed
+ *     (group.c G2), whose next call agrees again. Why rank 0's map
+ *     rather than each member's own: one store lookup that failed (a
+ *     starved store thread) made a member count that peer as a host of
+ *     its own and pick another algorithm than its peers, and the call
+ *     failed as a mismatch. Why not a refusal instead: to fail the same
+ *     way on every member the members must tell each other anyway, and a
+ *     host counted apart is still correct (nothing is shared with it),
+ *     only slower; rank 0 warns naming the rank. A group of two builds
+ *     its map from its own lookups, without a message: auto never picks
+ *     "hier" there (H1), so only a forced "hier" reads it. */
 #include "config.h"
 
 #include <stdio.h>
@@ -15,6 +33,9 @@
 #include "runtime/coll/nccl.h"
 #include "runtime/coll/shm.h"
 #include "runtime/coll/tree.h"
+#include "runtime/runtime.h"
+#include "base/byteorder.h"
+#include "base/log.h"
 #include "ucx_transport/staging.h"
 
 #define SMALL_BYTES (64u * 1024u)
@@ -49,7 +70,7 @@ choose_transport(coll_kind_t k, size_t bytes, size_t count, int n)
 }
 
 /* The algorithm of a call: the same on every member given the same call
- * (the segment's state is agreed, shm.c S1; the host map, hier.c H2). */
+ * (the segment's state is agreed, shm.c S1; the host map, A1). */
 static coll_algo_t
 choose(td_group_t *g, coll_kind_t k, size_t bytes, size_t count)
 {
@@ -70,6 +91,91 @@ choose(td_group_t *g, coll_kind_t k, size_t bytes, size_t count)
         return ALGO_SHM;
     }
     return choose_transport(k, bytes, count, g->n);
+}
+
+/* ---- the host map (A1) ---------------------------------------------------- */
+
+/* Whether call K on G needs G's host map, not yet made: every call of a
+ * group of more than two members (auto may pick "hier", H1; whatever a
+ * member forces, so that all agree when to make it), a forced "hier" of
+ * two. */
+static int
+map_needed(const td_group_t *g, coll_kind_t k)
+{
+    return g->hosts == NULL &&
+           (g->n > 2 || (g->n == 2 && coll_algo_forced(k) == ALGO_HIER));
+}
+
+/* G's host map from this member's own lookups (two members, A1). */
+static td_status_t
+map_local(td_group_t *g)
+{
+    uint64_t ids[2];
+
+    for (int i = 0; i < g->n && i < 2; i++) {
+        ids[i] = td__runtime_host_id(g->ranks[i]);
+        if (ids[i] == 0) {
+            td_log_warn("coll: group %u: host of rank %d unknown, counted as "
+                        "a host of its own: %s", g->id, g->ranks[i],
+                        td_last_error());
+        }
+    }
+    return coll_hostmap_build(ids, g->n, &g->hosts);
+}
+
+/* Agree on G's host map (A1): group rank 0 looks its members' host ids
+ * up and broadcasts them; every member builds g->hosts from them. */
+static td_status_t
+map_agree(td_group_t *g)
+{
+    size_t len = 8 * (size_t)g->n;
+    uint8_t *buf = calloc(len, 1);
+    uint64_t *ids = calloc((size_t)g->n, sizeof(*ids));
+    coll_op_t op;
+    td_status_t st;
+
+    if (buf == NULL || ids == NULL) {
+        free(buf);
+        free(ids);
+        return td_error(TD_ERR_NO_MEMORY, "coll: out of memory for the host "
+                        "map of %d members", g->n);
+    }
+    for (int i = 0; g->me == 0 && i < g->n; i++) {
+        uint64_t id = td__runtime_host_id(g->ranks[i]);
+
+        if (id == 0) {
+            td_log_warn("coll: group %u: host of rank %d unknown, counted as "
+                        "a host of its own by every member: %s", g->id,
+                        g->ranks[i], td_last_error());
+        }
+        td_put_be64(buf + 8 * (size_t)i, id);
+    }
+    memset(&op, 0, sizeof(op));
+    op.g = g;
+    op.desc.kind = COLL_BROADCAST;
+    op.desc.dtype = TD_UINT8;
+    op.desc.algo = ALGO_BINOMIAL;
+    op.desc.root = 0;
+    op.desc.count = len;
+    st = coll_op_begin(&op, coll_shm_announce);
+    if (st == TD_OK) {
+        op.algo = ALGO_BINOMIAL;
+        st = coll_broadcast_run(&op, buf, len);
+        coll_op_end(&op);
+    }
+    for (int i = 0; st == TD_OK && i < g->n; i++) {
+        ids[i] = td_get_be64(buf + 8 * (size_t)i);
+    }
+    if (st == TD_OK) {
+        st = coll_hostmap_build(ids, g->n, &g->hosts);
+    }
+    if (st == TD_OK && g->hosts->nhosts > 1) {
+        td_log_debug("coll: group %u (%d members) spans %d hosts", g->id,
+                     g->n, g->hosts->nhosts);
+    }
+    free(ids);
+    free(buf);
+    return st;
 }
 
 /* ---- running one ---------------------------------------------------------------- */
@@ -317,6 +423,11 @@ coll_run(td_group_t *g, const coll_args_t *a)
     op.g = g;
     describe(&op, g, a, &count);
     bytes = count * td_dtype_size((td_dtype_t)op.desc.dtype);
+    if (map_needed(g, a->kind) &&
+        (st = g->n > 2 ? map_agree(g) : map_local(g)) != TD_OK) {
+        stage_free(&sg);
+        return st;
+    }
     op.desc.algo = (uint8_t)choose(g, a->kind, bytes, count);
     st = coll_op_begin(&op, coll_shm_announce);
     if (st != TD_OK) {

@@ -4,6 +4,9 @@ check_PROGRAMS += tests/coll/coll_peer
 tests_coll_coll_peer_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/coll/test_coll.sh
 EXTRA_DIST += tests/coll/test_coll.sh
+# one host map per group, a member's lookup failing (run.c A1)
+TESTS += tests/coll/test_coll_hostmap.sh
+EXTRA_DIST += tests/coll/test_coll_hostmap.sh
 # the wire decoder alone (wire.c W1-W3)
 check_PROGRAMS += tests/coll/test_coll_wire
 tests_coll_test_coll_wire_LDADD = $(TD_TEST_LDADD)
