@@ -9,6 +9,13 @@
  *       as the source, behind; td_checkpoint_broadcast heals ranks 1-2;
  *       2 more steps at world 3. Every survivor ends with "rank R epoch 1
  *       step 6 total 1018 world 3".
+ *   inplace_worker during  as heal, but rank 2 dies too, during the
+ *       recovery: right after its td_elastic_recover returned (epoch 1,
+ *       world 3), before the heal. Ranks 0-1's heal fails (or their next
+ *       step does), and they recover again: epoch 2 at step 4 from rank 0,
+ *       rank 1 still behind (EL6: it claimed no step since its heal was
+ *       cut short); healed, 2 more steps at world 2. Both end with "rank R
+ *       epoch 2 step 6 total 3 x 4 + 1000 + 2 x 2 = 1016 world 2".
  *   inplace_worker stale   rank 2 dies before step 2; rank 3 recovers
  *       only once epoch 1's plan is in the store, so ranks 0-1 (with
  *       TODIST_ELASTIC_TIMEOUT=1) form epoch 1 without it and go on; rank 3 is then refused ("stale")
@@ -371,18 +378,19 @@ main(int argc, char **argv)
     td_checkpoint_t *ck = NULL;
     td_elastic_t *el = NULL;
     td_tensor_t *t = NULL;
-    int heal, rank, die_rank, die_step, steps;
+    int heal, during, rank, die_rank, die_step, steps;
     td_status_t s;
 
     if (argc != 2 || (strcmp(argv[1], "heal") != 0 &&
                       strcmp(argv[1], "stale") != 0 &&
+                      strcmp(argv[1], "during") != 0 &&
                       strcmp(argv[1], "tell") != 0 &&
                       strcmp(argv[1], "reject") != 0 &&
                       strcmp(argv[1], "grow") != 0 &&
                       strcmp(argv[1], "grow2") != 0 &&
                       strcmp(argv[1], "regrow") != 0 &&
                       strcmp(argv[1], "chain") != 0)) {
-        fprintf(stderr, "usage: inplace_worker heal|stale|tell|reject|"
+        fprintf(stderr, "usage: inplace_worker heal|during|stale|tell|reject|"
                 "grow|grow2|regrow|chain\n");
         return 2;
     }
@@ -404,7 +412,8 @@ main(int argc, char **argv)
     if (strcmp(argv[1], "reject") == 0) {
         return reject();
     }
-    heal = strcmp(argv[1], "heal") == 0;
+    during = strcmp(argv[1], "during") == 0;
+    heal = during || strcmp(argv[1], "heal") == 0;
     die_rank = heal ? 3 : 2;
     die_step = heal ? 4 : 2;
     steps = heal ? 6 : 3;
@@ -435,7 +444,7 @@ main(int argc, char **argv)
             continue;
         }
         /* the step failed: rank 0 pretends its all_reduce completed */
-        if (heal && rank == 0) {
+        if (heal && rank == 0 && st[0] + 1 == die_step) {
             st[0]++;
             st[1] += 1000;
             td_elastic_commit(el, st[0]);
@@ -448,6 +457,7 @@ main(int argc, char **argv)
             }
         }
         td_elastic_change_t ch;
+    again:
         s = td_elastic_recover(el, &ch);
         if (s == TD_ERR_STATE) {
             printf("rank %d refused: %s\n", rank, td_last_error());
@@ -464,10 +474,18 @@ main(int argc, char **argv)
                ch.new_size, ch.n_lost > 0 ? ch.lost[0] : -1);
         printf("rank %d: self_behind %d committed %lld before the heal\n",
                rank, ch.self_behind, (long long)td_elastic_committed(el));
+        fflush(stdout);
+        if (during && rank == 2) {
+            raise(SIGKILL);             /* during the recovery */
+        }
         if (ch.behind &&
             td_checkpoint_broadcast(ck, td_elastic_group(el), ch.source) !=
                 TD_OK) {
-            return fail(rank, "heal");
+            if (!during) {
+                return fail(rank, "heal");
+            }
+            printf("rank %d: heal failed: %s\n", rank, td_last_error());
+            goto again;                 /* a death during the recovery */
         }
         if (ch.self_behind) {
             td_elastic_commit(el, ch.step);

@@ -6,6 +6,12 @@
 #     step 4 had completed, the others not: the recovery names step 4,
 #     source 0, behind, and td_checkpoint_broadcast heals ranks 1-2: all
 #     three end at step 6 with the total 3 x 4 + 1000 + 2 x 3 = 1018.
+#  1b. inplace_worker during: as 1, but rank 2 dies during the recovery
+#     (right after its td_elastic_recover returned, before the heal): the
+#     heal of epoch 1 fails (or rank 0's next step does), ranks 0-1 recover
+#     again to epoch 2 at step 4 from rank 0, rank 1 still behind (EL6:
+#     its cut heal made it claim no step), healed: both end at step 6
+#     with 3 x 4 + 1000 + 2 x 2 = 1016.
 #  2. inplace_worker stale: rank 2 dies before step 2, rank 3 stays out of
 #     the agreement until epoch 1 is formed without it (the others'
 #     TODIST_ELASTIC_TIMEOUT=1): it is refused as stale and exits 3; ranks
@@ -75,7 +81,7 @@
 #     then at 4 ranks to the end.
 # Bounded by timeout; parts 4-9 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 72
+plan 76
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -96,6 +102,18 @@ is "$(printf '%s\n' "$out" | grep -c 'elastic: epoch 1 at step 4: world 4 -> 3 (
    "the change is logged once on every survivor"
 is "$(printf '%s\n' "$out" | grep -c '^todist-run: rank [0-9]* (pid')" 1 \
    "no survivor fails (td_finalize counts the members only)"
+[ "$rc" = 137 ] || diag "$out"
+
+# --- 1b: a death during the recovery ---
+out=$(timeout -k 5 120 todist-run -n 4 --no-kill "$w" during 2>&1); rc=$?
+is "$(printf '%s\n' "$out" | grep -c 'elastic: epoch 2 at step 4: world 3 -> 2 (lost rank 2)')" 2 \
+   "a death during the recovery: epoch 2 without rank 2, logged once on each survivor"
+is "$(printf '%s\n' "$out" | grep -c '^rank 1: self_behind 1 committed -1 before the heal$')" 2 \
+   "rank 1, whose heal was cut short, still claims no step in epoch 2 (EL6)"
+is "$(printf '%s\n' "$out" | grep -c '^rank [01] epoch 2 step 6 total 1016 world 2$')" 2 \
+   "both are healed from rank 0 and end at step 6 with its total"
+is "$(printf '%s\n' "$out" | grep -c '^todist-run: rank [0-9]* (pid')" 2 \
+   "only ranks 3 and 2 failed"
 [ "$rc" = 137 ] || diag "$out"
 
 # --- 2: a late rank is refused ---
