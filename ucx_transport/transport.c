@@ -174,6 +174,18 @@
  *     load: 2.5 s of 2.5 s to the waiter, none to the 5 runnable threads
  *     of the other rank; the first broadcast timed out after 60 s).
  *
+ * Small bodies from another host, taken by the handler (S1):
+ *  S1 A message that came eagerly (no rendezvous, no offer) through UCX
+ *     from a peer known to be on another host (connected, and
+ *     params.same_host said no, or there is no host map) shows its
+ *     bodies' bytes to the handler (rx.eager). A handler that copies them
+ *     out itself sets rx.taken: the message is then done and counted as
+ *     received (the join), with no destination, no buffer allocated and
+ *     no done callback. The handler ran on the holder, in order, after
+ *     the checks (wire_parse, the job tag, X3), as for any message.
+ *     Peers of this host, mailboxes, offers and rendezvous go as before.
+ *     Counted (td__transport_taken_count).
+ *
  * Endpoints (E1):
  *  E1 Once close_endpoints has begun (tp->closing, token holder), no
  *     endpoint is made: a peer's ping answered, an offer refused or a
@@ -455,6 +467,7 @@ struct td_transport {
     uint8_t               mbox_on[TD_TRANSPORT_HANDLERS_MAX];
     td__mbox_t            mb;             /* set up by set_mbox */
     uint64_t              n_mbox_tx, n_mbox_rx;   /* token holder */
+    uint64_t              n_taken;        /* S1: bodies taken by handlers */
 };
 
 /* The transport whose token this thread holds (NULL: none). */
@@ -1401,9 +1414,12 @@ tag_ok(td_transport_t *tp, const uint8_t *h, const wire_hdr_t *w)
     return 0;
 }
 
-/* Step 2: the handler names the destinations of the bodies. */
-static inline void
-deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r)
+/* Step 2: the handler names the destinations of the bodies, or (EAGER:
+ * the bodies' bytes, when they came with the message from another host)
+ * takes them itself (S1): 1 then, and the message is done. */
+static inline int
+deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r,
+        const void *eager)
 {
     td_transport_rx_t rx;
 
@@ -1423,12 +1439,19 @@ deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r)
     rx.body_len = w->blen;
     rx.body_mem = w->bmem;
     rx.dest = r->dest;
+    rx.eager = eager;
     /* fn is published by a release store after arg (set_handler): an
      * acquire load of it makes arg visible */
     __atomic_load_n(&tp->handlers[w->id].fn, __ATOMIC_ACQUIRE)(
         tp->handlers[w->id].arg, &rx);
+    if (rx.taken && eager != NULL) {
+        BUMP(tp->n_received);           /* as recv_finish: the join */
+        BUMP(tp->n_taken);
+        return 1;
+    }
     r->done = rx.done;
     r->done_arg = rx.done_arg;
+    return 0;
 }
 
 /* Step 3: bodies without a destination get a host buffer (handed over);
@@ -1557,7 +1580,7 @@ offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w)
     }
     p->cma_pid = who.pid;
     r = recv_op_init(stack_op, w->nb, 0);
-    deliver(tp, h, w, r);
+    deliver(tp, h, w, r, NULL);
     if (r->done == NULL) {
         /* the handler dropped it: nothing to read */
         offer_answer(tp, src, seq, ANS_READ);
@@ -1663,7 +1686,10 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     } else {
         r = recv_op_init(stack_op, w.nb, 0);
     }
-    deliver(tp, header, &w, r);
+    if (deliver(tp, header, &w, r,
+                !rndv && tp->peers[w.src].host == 2 ? data : NULL)) {
+        return UCS_OK;                  /* S1: the handler took the bodies */
+    }
     if (fill_dest(tp, r, &w, rndv, data) != TD_OK) {
         return UCS_OK;
     }
@@ -1779,7 +1805,7 @@ mbox_deliver(td_transport_t *tp, int src, const uint8_t *buf, size_t hlen,
     }
     BUMP(tp->n_mbox_rx);
     r = recv_op_init(stack_op, w.nb, 0);
-    deliver(tp, buf, &w, r);
+    deliver(tp, buf, &w, r, NULL);      /* S1: peers of this host as before */
     if (fill_dest(tp, r, &w, 0, NULL) == TD_OK) {
         recv_eager(r, &w, buf + hlen);
     }
@@ -2906,6 +2932,12 @@ td__transport_inplace_counts(td_transport_t *tp, uint64_t *read_p,
 {
     *read_p = __atomic_load_n(&tp->n_inplace, __ATOMIC_RELAXED);
     *refused_p = __atomic_load_n(&tp->n_refused, __ATOMIC_RELAXED);
+}
+
+uint64_t
+td__transport_taken_count(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->n_taken, __ATOMIC_RELAXED);
 }
 
 td_status_t

@@ -113,6 +113,15 @@ struct td_transport_rx {
                                       * host buffer */
     td_transport_done_fn done;       /* NULL: bodies are dropped (freed) */
     void               *done_arg;
+    /* --- small bodies from another host (transport.c S1) --- */
+    const void         *eager;       /* the bodies' bytes back to back when
+                                      * the message came eagerly from a
+                                      * peer of another host, valid during
+                                      * the handler only; else NULL */
+    int                 taken;       /* set by the handler (eager != NULL
+                                      * only): it copied the bodies out
+                                      * itself; dest and done are then
+                                      * ignored and the message is done */
 };
 
 /* Receive handler for one handler id. Runs on the token holder; may copy
@@ -216,6 +225,10 @@ void td__transport_mbox_counts(td_transport_t *tp, uint64_t *sent_p,
  * (not of this host, a pid without the token, in-place reads off). */
 void td__transport_inplace_counts(td_transport_t *tp, uint64_t *read_p,
                                  uint64_t *refused_p);
+
+/* Messages whose bodies a receive handler took itself (rx.taken,
+ * transport.c S1). */
+uint64_t td__transport_taken_count(td_transport_t *tp);
 
 /* This worker's address blob (owned by the transport, valid until destroy). */
 td_status_t td__transport_address(td_transport_t *tp, const void **addr_p,

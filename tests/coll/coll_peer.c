@@ -22,7 +22,8 @@
 #include "todist/todist.h"
 #include "runtime/coll/work.h"    /* coll_work_waiters */
 #include "runtime/coll/conf.h"    /* coll_transport */
-#include "ucx_transport/transport.h"  /* td__transport_ucx_events */
+#include "runtime/runtime.h"
+#include "ucx_transport/transport.h"  /* td__transport_ucx_events, _taken_count */
 
 static int rank, size;
 static int n_fail;
@@ -695,6 +696,65 @@ mode_small(int iters)
     }
     check(bad_calls == 0, "small", "%d of %d calls failed", bad_calls, iters);
     td_tensor_release(t);
+    return 0;
+}
+
+/* ITERS all_reduces (sum) of N float32 on the world, each checked
+ * exactly; the number of wrong calls. */
+static int
+reduce_loop(int iters, int64_t n)
+{
+    td_tensor_t *t = make(n, TD_FLOAT32);
+    int bad_calls = 0;
+
+    for (int it = 0; it < iters; it++) {
+        td_status_t st;
+        int64_t bad = -1;
+
+        for (int64_t i = 0; i < n; i++) {
+            set(t, i, rank * 3 + (it + i) % 5);
+        }
+        st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+        for (int64_t i = 0; i < n && bad < 0; i++) {
+            if (get(t, i) != 3.0 * size * (size - 1) / 2 +
+                             size * ((it + i) % 5)) {
+                bad = i;
+            }
+        }
+        if ((st != TD_OK || bad >= 0) && bad_calls++ < 5) {
+            fprintf(stderr, "rank %d: taken %" PRId64 " floats #%d: %s [%"
+                    PRId64 "]\n", rank, n, it,
+                    st != TD_OK ? td_last_error() : "wrong", bad);
+        }
+    }
+    td_tensor_release(t);
+    return bad_calls;
+}
+
+/* Small bodies from another host taken by coll's receive handler
+ * (transport.c S1, match.h C13): ITERS all_reduces each of 8 B, 256 B
+ * (COLL_UX_SMALL: an early one kept in its entry) and 1,028 B (an early
+ * one above it takes the transport's buffer as before), exact; then
+ * EXPECT "some" (every message of the first two loops, one a call at 2
+ * ranks, was taken) or "none" (ranks of one host: nothing taken). */
+static int
+mode_taken(int iters, const char *expect)
+{
+    uint64_t before = td__transport_taken_count(td__runtime_transport());
+    uint64_t taken;
+    int bad = reduce_loop(iters, 2) + reduce_loop(iters, 64);
+
+    taken = td__transport_taken_count(td__runtime_transport()) - before;
+    bad += reduce_loop(iters, 257);
+    check(bad == 0, "taken_exact", "%d of %d calls wrong", bad, 3 * iters);
+    if (strcmp(expect, "none") == 0) {
+        check(taken == 0, "taken_none", "%" PRIu64 " bodies taken by the "
+              "handler between ranks of one host", taken);
+    } else {
+        check(taken >= (uint64_t)(2 * iters), "taken_some", "%" PRIu64
+              " bodies taken by the handler in %d calls across hosts", taken,
+              2 * iters);
+    }
     return 0;
 }
 
@@ -2022,6 +2082,9 @@ main(int argc, char **argv)
         rc = mode_hier();
     } else if (strcmp(mode, "auto_is") == 0) {
         rc = mode_auto_is(argc > 2 ? argv[2] : "hier");
+    } else if (strcmp(mode, "taken") == 0) {
+        rc = mode_taken(argc > 2 ? atoi(argv[2]) : 100,
+                        argc > 3 ? argv[3] : "some");
     } else if (strcmp(mode, "small") == 0) {
         rc = mode_small(argc > 2 ? atoi(argv[2]) : 2000);
     } else if (strcmp(mode, "chunks") == 0) {
