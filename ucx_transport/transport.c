@@ -732,16 +732,28 @@ peer_gone_check(td_transport_t *tp, int r)
 }
 
 /* Connecting to R failed: a peer of this host that is exiting (its
- * shared memory already gone) may need a few ms more to read as exited.
- * Rare (a failed connect): the token holder waits up to 0.1 s. */
+ * shared memory already gone) may need longer to read as exited: its
+ * last threads tear down its address space first, and a large one (an
+ * ASan build's) on a loaded machine took over 0.1 s (CI: the error was
+ * then "transport error", not the peer's death). Rare (a failed
+ * connect): the token holder waits up to 1 s for a peer of this host,
+ * and asks once about one elsewhere (its process cannot be watched). */
+#define PEER_GONE_WAIT_MS 1000
+
 static int
 peer_gone_wait(td_transport_t *tp, int r)
 {
-    for (int i = 0; i < 50; i++) {
+    int same = tp->params.same_host != NULL &&
+               tp->params.same_host(tp->params.resolve_arg, r);
+
+    for (int i = 0; i < PEER_GONE_WAIT_MS / 2; i++) {
         struct timespec ts = { 0, 2000000 };
 
         if (peer_gone_check(tp, r)) {
             return 1;
+        }
+        if (!same) {
+            return 0;
         }
         nanosleep(&ts, NULL);
     }
