@@ -174,6 +174,18 @@
  *     load: 2.5 s of 2.5 s to the waiter, none to the 5 runnable threads
  *     of the other rank; the first broadcast timed out after 60 s).
  *
+ * Small bodies from another host, taken by the handler (S1):
+ *  S1 A message that came eagerly (no rendezvous, no offer) through UCX
+ *     from a peer known to be on another host (connected, and
+ *     params.same_host said no, or there is no host map) shows its
+ *     bodies' bytes to the handler (rx.eager). A handler that copies them
+ *     out itself sets rx.taken: the message is then done and counted as
+ *     received (the join), with no destination, no buffer allocated and
+ *     no done callback. The handler ran on the holder, in order, after
+ *     the checks (wire_parse, the job tag, X3), as for any message.
+ *     Peers of this host, mailboxes, offers and rendezvous go as before.
+ *     Counted (td__transport_taken_count).
+ *
  * Endpoints (E1):
  *  E1 Once close_endpoints has begun (tp->closing, token holder), no
  *     endpoint is made: a peer's ping answered, an offer refused or a
@@ -264,6 +276,19 @@ static const struct { const char *name, *value; } ucx_defaults[] = {
     { "MM_ERROR_HANDLING",  "y" },
     /* Notice a dead peer within about a second (default 20 s). */
     { "KEEPALIVE_INTERVAL", "250ms" },
+    /* X11: an eager body of this host (< EAGER_MAX; larger ones are read
+     * in place) in one shared-memory segment up to about 59 KiB. With
+     * UCX's 8 KiB a 32 KiB pipeline activation went as 4 fragments, and a
+     * receiver that found it waiting took one fragment a
+     * ucp_worker_progress and copied each twice: 17-19 us from its wait to
+     * the data against 3.8-4.8 us in one segment (traced, bench/RESULTS.md,
+     * issue 33). Below 64 KiB: UCX 1.13's mm FIFO keeps a segment's length
+     * in 16 bits; 64k hung a 1.2 MB rendezvous (test_coll.sh big, CMA
+     * off). */
+    { "MM_SEG_SIZE",        "60k" },
+    /* ... and the receive pool grows by 64 such segments (3.75 MiB of
+     * shared memory, about UCX's 512 of 8 KiB), not 512 (30 MiB). */
+    { "MM_RX_BUFS_GROW",    "64" },
 };
 
 typedef struct send_op {
@@ -417,6 +442,7 @@ struct td_transport {
     send_op_t            *done_head;      /* completions to report */
     size_t                dropped;        /* token holder writes */
     size_t                rndv_received;  /* token holder writes */
+    uint64_t              ucx_events;     /* token holder writes (X11) */
     size_t                rejected;       /* wrong job tag; token holder */
     uint8_t              *tag_to;         /* world x TAG_LEN: ours to dst */
     uint8_t              *tag_from;       /* world x TAG_LEN: src's to us */
@@ -441,6 +467,7 @@ struct td_transport {
     uint8_t               mbox_on[TD_TRANSPORT_HANDLERS_MAX];
     td__mbox_t            mb;             /* set up by set_mbox */
     uint64_t              n_mbox_tx, n_mbox_rx;   /* token holder */
+    uint64_t              n_taken;        /* S1: bodies taken by handlers */
 };
 
 /* The transport whose token this thread holds (NULL: none). */
@@ -1387,9 +1414,12 @@ tag_ok(td_transport_t *tp, const uint8_t *h, const wire_hdr_t *w)
     return 0;
 }
 
-/* Step 2: the handler names the destinations of the bodies. */
-static inline void
-deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r)
+/* Step 2: the handler names the destinations of the bodies, or (EAGER:
+ * the bodies' bytes, when they came with the message from another host)
+ * takes them itself (S1): 1 then, and the message is done. */
+static inline int
+deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r,
+        const void *eager)
 {
     td_transport_rx_t rx;
 
@@ -1409,12 +1439,19 @@ deliver(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w, recv_op_t *r)
     rx.body_len = w->blen;
     rx.body_mem = w->bmem;
     rx.dest = r->dest;
+    rx.eager = eager;
     /* fn is published by a release store after arg (set_handler): an
      * acquire load of it makes arg visible */
     __atomic_load_n(&tp->handlers[w->id].fn, __ATOMIC_ACQUIRE)(
         tp->handlers[w->id].arg, &rx);
+    if (rx.taken && eager != NULL) {
+        BUMP(tp->n_received);           /* as recv_finish: the join */
+        BUMP(tp->n_taken);
+        return 1;
+    }
     r->done = rx.done;
     r->done_arg = rx.done_arg;
+    return 0;
 }
 
 /* Step 3: bodies without a destination get a host buffer (handed over);
@@ -1543,7 +1580,7 @@ offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w)
     }
     p->cma_pid = who.pid;
     r = recv_op_init(stack_op, w->nb, 0);
-    deliver(tp, h, w, r);
+    deliver(tp, h, w, r, NULL);
     if (r->done == NULL) {
         /* the handler dropped it: nothing to read */
         offer_answer(tp, src, seq, ANS_READ);
@@ -1649,7 +1686,10 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     } else {
         r = recv_op_init(stack_op, w.nb, 0);
     }
-    deliver(tp, header, &w, r);
+    if (deliver(tp, header, &w, r,
+                !rndv && tp->peers[w.src].host == 2 ? data : NULL)) {
+        return UCS_OK;                  /* S1: the handler took the bodies */
+    }
     if (fill_dest(tp, r, &w, rndv, data) != TD_OK) {
         return UCS_OK;
     }
@@ -1765,7 +1805,7 @@ mbox_deliver(td_transport_t *tp, int src, const uint8_t *buf, size_t hlen,
     }
     BUMP(tp->n_mbox_rx);
     r = recv_op_init(stack_op, w.nb, 0);
-    deliver(tp, buf, &w, r);
+    deliver(tp, buf, &w, r, NULL);      /* S1: peers of this host as before */
     if (fill_dest(tp, r, &w, 0, NULL) == TD_OK) {
         recv_eager(r, &w, buf + hlen);
     }
@@ -1886,6 +1926,10 @@ ucx_progress(td_transport_t *tp)
     tp->in_ucx++;
     n = ucp_worker_progress(tp->worker);
     tp->in_ucx--;
+    if (n > 0) {
+        __atomic_store_n(&tp->ucx_events, tp->ucx_events + n,
+                         __ATOMIC_RELAXED);
+    }
     return n;
 }
 
@@ -2540,8 +2584,16 @@ make_context(td_transport_t *tp)
     }
     for (size_t i = 0; i < sizeof(ucx_defaults) / sizeof(ucx_defaults[0]);
          i++) {
+        const char *mm = strncmp(ucx_defaults[i].name, "MM_", 3) == 0
+                         ? ucx_defaults[i].name + 3 : NULL;
+        char posix[64], sysv[64];
+
         snprintf(name, sizeof(name), "UCX_%s", ucx_defaults[i].name);
-        if (getenv(name) == NULL) {   /* the user's setting wins */
+        snprintf(posix, sizeof(posix), "UCX_POSIX_%s", mm ? mm : "");
+        snprintf(sysv, sizeof(sysv), "UCX_SYSV_%s", mm ? mm : "");
+        /* the user's setting wins, also one for a single mm transport */
+        if (getenv(name) == NULL &&
+            (mm == NULL || (getenv(posix) == NULL && getenv(sysv) == NULL))) {
             ucp_config_modify(config, ucx_defaults[i].name,
                               ucx_defaults[i].value);
         }
@@ -2901,6 +2953,12 @@ td__transport_inplace_counts(td_transport_t *tp, uint64_t *read_p,
 {
     *read_p = __atomic_load_n(&tp->n_inplace, __ATOMIC_RELAXED);
     *refused_p = __atomic_load_n(&tp->n_refused, __ATOMIC_RELAXED);
+}
+
+uint64_t
+td__transport_taken_count(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->n_taken, __ATOMIC_RELAXED);
 }
 
 td_status_t
@@ -3299,6 +3357,12 @@ size_t
 td__transport_dropped(td_transport_t *tp)
 {
     return __atomic_load_n(&tp->dropped, __ATOMIC_RELAXED);
+}
+
+uint64_t
+td__transport_ucx_events(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->ucx_events, __ATOMIC_RELAXED);
 }
 
 size_t

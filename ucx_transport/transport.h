@@ -113,6 +113,15 @@ struct td_transport_rx {
                                       * host buffer */
     td_transport_done_fn done;       /* NULL: bodies are dropped (freed) */
     void               *done_arg;
+    /* --- small bodies from another host (transport.c S1) --- */
+    const void         *eager;       /* the bodies' bytes back to back when
+                                      * the message came eagerly from a
+                                      * peer of another host, valid during
+                                      * the handler only; else NULL */
+    int                 taken;       /* set by the handler (eager != NULL
+                                      * only): it copied the bodies out
+                                      * itself; dest and done are then
+                                      * ignored and the message is done */
 };
 
 /* Receive handler for one handler id. Runs on the token holder; may copy
@@ -217,6 +226,10 @@ void td__transport_mbox_counts(td_transport_t *tp, uint64_t *sent_p,
 void td__transport_inplace_counts(td_transport_t *tp, uint64_t *read_p,
                                  uint64_t *refused_p);
 
+/* Messages whose bodies a receive handler took itself (rx.taken,
+ * transport.c S1). */
+uint64_t td__transport_taken_count(td_transport_t *tp);
+
 /* This worker's address blob (owned by the transport, valid until destroy). */
 td_status_t td__transport_address(td_transport_t *tp, const void **addr_p,
                                  size_t *len_p);
@@ -245,6 +258,9 @@ size_t td__transport_dropped(td_transport_t *tp);
  * bodies up to 64 KiB in all are sent eager unless UCX_RNDV_THRESH is
  * set; a rendezvous needs the sender to make progress after posting). */
 size_t td__transport_rndv_received(td_transport_t *tp);
+/* Events UCX's progress reported (ucp_worker_progress's counts) by any
+ * thread: a message in shared memory is one per segment it took (X11). */
+uint64_t td__transport_ucx_events(td_transport_t *tp);
 
 /* Fault injection (tests only): TODIST_FAULT="RULE[,RULE...][,seed=N]",
  * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS, KIND =

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ static struct {
                                         * COLL_REFORM_ID_BASE */
     uint32_t        reform_id_max;     /* highest at or above that */
     coll_match_hooks_t hooks;          /* mbox.c's (set before any use) */
+    _Atomic(coll_unexp_t *) ux_spare;  /* C13: one freed entry, kept */
     pthread_mutex_t wait_lock;         /* L6 */
     pthread_cond_t  wait_cond;
     atomic_int      waiters;
@@ -265,8 +267,16 @@ coll_posted_p2p_from_locked(const coll_req_t *r)
 coll_unexp_t *
 coll_ux_new_locked(void)
 {
+    coll_unexp_t *e;
+
     if (C.n_ux >= COLL_UNEXPECTED_MAX) {
         return NULL;
+    }
+    e = atomic_exchange_explicit(&C.ux_spare, NULL, memory_order_acquire);
+    if (e != NULL) {
+        /* C13: zeroed but for the small body's bytes */
+        memset(e, 0, offsetof(coll_unexp_t, small));
+        return e;
     }
     return calloc(1, sizeof(coll_unexp_t));
 }
@@ -322,9 +332,16 @@ coll_ux_free(coll_unexp_t *e)
         }
         e->body = NULL;
     }
-    free(e->body);
+    if (e->body != e->small) {
+        free(e->body);
+    }
     free(e->text);
-    free(e);
+    if (!atomic_compare_exchange_strong_explicit(&C.ux_spare,
+                                                 &(coll_unexp_t *){ NULL }, e,
+                                                 memory_order_release,
+                                                 memory_order_relaxed)) {
+        free(e);                        /* C13: one is kept already */
+    }
 }
 
 /* Does unexpected E match posted receive R? */
@@ -703,6 +720,7 @@ coll_match_reset(void)
     }
     C.ux_tail = NULL;
     C.n_ux = 0;
+    free(atomic_exchange(&C.ux_spare, NULL));   /* C13 */
     C.id_max = 0;                    /* ids start again at the next init */
     C.epoch_id_max = 0;
     C.reform_id_max = 0;

@@ -22,6 +22,16 @@
  *  C7 Unexpected messages are bounded (COLL_UNEXPECTED_MAX); p2p messages
  *     of one (sender, tag) match in arrival order, which is the order UCX
  *     delivers active messages of one endpoint.
+ * C13 A message from another host whose body came with it (the transport's
+ *     rx.eager, transport.c S1) is taken by the receive handler itself:
+ *     matched, its body is copied into the receive's buffer and the
+ *     receive completed there; unexpected and at most COLL_UX_SMALL bytes,
+ *     its body is copied into its entry (small), which then has arrived.
+ *     No buffer is allocated and no second pass through coll_lock made;
+ *     the checks before (wire, group, description, size) are the same.
+ *     One freed entry is kept for the next (coll_ux_free, exchanged
+ *     atomically: the taker owns it), so a steady stream of early
+ *     messages allocates nothing; C7's bound counts entries as before.
  * C11 Group ids grow in td_group_new's order; a message for an id at or
  *     below the highest registered here whose group is gone is dropped,
  *     and destroying a group frees what was queued for it, so messages
@@ -71,6 +81,7 @@
 #include "runtime/coll/wire.h"
 
 #define COLL_UNEXPECTED_MAX 65536     /* queued unmatched messages (C7) */
+#define COLL_UX_SMALL       256       /* C13: bodies kept in the entry */
 
 /* A group's shared-memory segment (shm.c) and whether it has one. */
 typedef struct coll_shm coll_shm_t;
@@ -215,6 +226,9 @@ typedef struct coll_unexp {
                                     * body in the slot (mbox.c M6) */
     int32_t       cma_pid;
     uint64_t      cma_addr, cma_token_addr, cma_token;
+    /* last: not zeroed by coll_ux_new_locked */
+    uint8_t       small[COLL_UX_SMALL];   /* C13: a small body from another
+                                           * host, copied here (body) */
 } coll_unexp_t;
 
 /* What the mailboxes need from the matching (registered by mbox.c). */

@@ -21,6 +21,9 @@
 
 #include "todist/todist.h"
 #include "runtime/coll/work.h"    /* coll_work_waiters */
+#include "runtime/coll/conf.h"    /* coll_transport */
+#include "runtime/runtime.h"
+#include "ucx_transport/transport.h"  /* td__transport_ucx_events, _taken_count */
 
 static int rank, size;
 static int n_fail;
@@ -696,6 +699,65 @@ mode_small(int iters)
     return 0;
 }
 
+/* ITERS all_reduces (sum) of N float32 on the world, each checked
+ * exactly; the number of wrong calls. */
+static int
+reduce_loop(int iters, int64_t n)
+{
+    td_tensor_t *t = make(n, TD_FLOAT32);
+    int bad_calls = 0;
+
+    for (int it = 0; it < iters; it++) {
+        td_status_t st;
+        int64_t bad = -1;
+
+        for (int64_t i = 0; i < n; i++) {
+            set(t, i, rank * 3 + (it + i) % 5);
+        }
+        st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+        for (int64_t i = 0; i < n && bad < 0; i++) {
+            if (get(t, i) != 3.0 * size * (size - 1) / 2 +
+                             size * ((it + i) % 5)) {
+                bad = i;
+            }
+        }
+        if ((st != TD_OK || bad >= 0) && bad_calls++ < 5) {
+            fprintf(stderr, "rank %d: taken %" PRId64 " floats #%d: %s [%"
+                    PRId64 "]\n", rank, n, it,
+                    st != TD_OK ? td_last_error() : "wrong", bad);
+        }
+    }
+    td_tensor_release(t);
+    return bad_calls;
+}
+
+/* Small bodies from another host taken by coll's receive handler
+ * (transport.c S1, match.h C13): ITERS all_reduces each of 8 B, 256 B
+ * (COLL_UX_SMALL: an early one kept in its entry) and 1,028 B (an early
+ * one above it takes the transport's buffer as before), exact; then
+ * EXPECT "some" (every message of the first two loops, one a call at 2
+ * ranks, was taken) or "none" (ranks of one host: nothing taken). */
+static int
+mode_taken(int iters, const char *expect)
+{
+    uint64_t before = td__transport_taken_count(td__runtime_transport());
+    uint64_t taken;
+    int bad = reduce_loop(iters, 2) + reduce_loop(iters, 64);
+
+    taken = td__transport_taken_count(td__runtime_transport()) - before;
+    bad += reduce_loop(iters, 257);
+    check(bad == 0, "taken_exact", "%d of %d calls wrong", bad, 3 * iters);
+    if (strcmp(expect, "none") == 0) {
+        check(taken == 0, "taken_none", "%" PRIu64 " bodies taken by the "
+              "handler between ranks of one host", taken);
+    } else {
+        check(taken >= (uint64_t)(2 * iters), "taken_some", "%" PRIu64
+              " bodies taken by the handler in %d calls across hosts", taken,
+              2 * iters);
+    }
+    return 0;
+}
+
 /* ITERS all_reduces (sum) of 1,048,579 float32 (4 MiB a rank) with the
  * algorithm TODIST_COLL_ALGO forces, each checked exactly: the test
  * compares the bytes each algorithm moves across hosts. */
@@ -1029,6 +1091,54 @@ wait_stopped(long long pid)
         usleep(1000);
     }
     return 0;
+}
+
+/* X11: N messages of COUNT floats from rank 0 to rank 1, which counts the
+ * UCX events its transport saw while they came: one a message where each
+ * took one shared-memory segment (UCX's own 8 KiB segments: 4 for 32 KiB,
+ * 7 for 56 KiB). Besides them only a keepalive or two may come. */
+static int
+mode_p2p_segments(int64_t count)
+{
+    enum { N = 40 };
+    td_group_t *w = td_group_world();
+    td_tensor_t *go = make(1, TD_INT32), *t = make(count, TD_FLOAT32);
+    td_status_t st = TD_OK;
+    uint64_t before = 0, events;
+    int64_t bad = -1;
+
+    if (rank == 0) {
+        st = td_recv(w, go, 1, 1, NULL);
+        for (int k = 0; k < N && st == TD_OK; k++) {
+            for (int64_t j = 0; j < count; j++) {
+                set(t, j, (double)((k + j) % 977));
+            }
+            st = td_send(w, t, 1, 2);
+        }
+        check(st == TD_OK, "p2p_segments_send", "%s",
+              st ? td_last_error() : "ok");
+    } else if (rank == 1) {
+        before = td__transport_ucx_events(coll_transport());
+        st = td_send(w, go, 0, 1);
+        for (int k = 0; k < N && st == TD_OK; k++) {
+            st = td_recv(w, t, 0, 2, NULL);
+            if (st == TD_OK) {
+                FIRST_BAD(t, count, (double)((k + i) % 977), &bad);
+                st = bad < 0 ? TD_OK : TD_ERR_PROTOCOL;
+            }
+        }
+        events = td__transport_ucx_events(coll_transport()) - before;
+        check(st == TD_OK, "p2p_segments_recv", "%s (first bad element "
+              "%" PRId64 ")", st ? td_last_error() : "ok", bad);
+        check(events <= N + N / 2, "p2p_segments_one_each", "%d messages of "
+              "%" PRId64 " B took %" PRIu64 " UCX events (one segment each "
+              "would be %d)", N, count * 4, events, N);
+        printf("# p2p_segments: %d messages of %" PRId64 " B, %" PRIu64
+               " UCX events\n", N, count * 4, events);
+    }
+    td_tensor_release(go);
+    td_tensor_release(t);
+    return n_fail ? 1 : 0;
 }
 
 static int
@@ -1972,6 +2082,9 @@ main(int argc, char **argv)
         rc = mode_hier();
     } else if (strcmp(mode, "auto_is") == 0) {
         rc = mode_auto_is(argc > 2 ? argv[2] : "hier");
+    } else if (strcmp(mode, "taken") == 0) {
+        rc = mode_taken(argc > 2 ? atoi(argv[2]) : 100,
+                        argc > 3 ? argv[3] : "some");
     } else if (strcmp(mode, "small") == 0) {
         rc = mode_small(argc > 2 ? atoi(argv[2]) : 2000);
     } else if (strcmp(mode, "chunks") == 0) {
@@ -1980,6 +2093,8 @@ main(int argc, char **argv)
         rc = mode_allreduce_big(argc > 2 ? atoi(argv[2]) : 8);
     } else if (strcmp(mode, "p2p") == 0) {
         rc = mode_p2p();
+    } else if (strcmp(mode, "p2p_segments") == 0) {
+        rc = mode_p2p_segments(argc > 2 ? atoll(argv[2]) : 8192);
     } else if (strcmp(mode, "p2p_stopped_sender") == 0) {
         rc = mode_p2p_stopped_sender(argc > 2 ? atoll(argv[2]) : 8192);
     } else if (strcmp(mode, "concurrent") == 0) {

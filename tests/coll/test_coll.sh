@@ -39,7 +39,8 @@ plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
          2 * $(count "$early") + 2 + 2 + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
-         1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 + 4 + 3 * 4 ))
+         1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 + 4 + 3 * 4 + \
+         2 * 4 + 3 + 3 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -81,6 +82,18 @@ for c in 8192 16384 65536; do
     like "$out" "PASS p2p_stopped_sender_recv" "stopped sender, $((c * 4)) B: received while it was stopped"
     nofail "$out" "stopped sender, $((c * 4)) B: no failed check"
     is "$rc" 0 "stopped sender, $((c * 4)) B: every rank exits 0"
+    [ "$rc" = 0 ] || diag "$out"
+done
+
+# An eager message of this host in one shared-memory segment (transport
+# X11: UCX_MM_SEG_SIZE 60k): 40 messages of 32 KiB and of 56 KiB, each one
+# UCX event at the receiver (UCX's own 8 KiB segments: 4 and 7 each).
+for c in 8192 14336; do
+    out=$(run 90 todist-run -n 2 "$PEER" p2p_segments $c 2>&1); rc=$?
+    like "$out" "PASS p2p_segments_recv" "segments, $((c * 4)) B: received intact"
+    like "$out" "PASS p2p_segments_one_each" "segments, $((c * 4)) B: one UCX event a message"
+    nofail "$out" "segments, $((c * 4)) B: no failed check"
+    is "$rc" 0 "segments, $((c * 4)) B: every rank exits 0"
     [ "$rc" = 0 ] || diag "$out"
 done
 
@@ -162,6 +175,24 @@ if host_p2p=$(other_host p2p); then
 else
     skip 6 "unshare --mount not permitted here"
 fi
+
+# Small bodies from another host are taken by coll's receive handler
+# (transport.c S1, match.h C13): across "hosts" every 8 B and 256 B
+# all_reduce's message was, and the values are exact at 8 B, 256 B and
+# 1,028 B (early messages above COLL_UX_SMALL go the transport's way); on
+# one host nothing is taken.
+if host_taken=$(other_host taken); then
+    out=$(run 120 todist-run -n 2 "$host_taken" 2>&1); rc=$?
+    expect "$out" 2 taken_exact taken_some
+    is "$rc" 0 "two hosts: taken: every rank exits 0"
+    [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
+else
+    skip 3 "unshare --mount not permitted here"
+fi
+out=$(run 120 todist-run -n 2 "$PEER" taken 100 none 2>&1); rc=$?
+expect "$out" 2 taken_exact taken_none
+is "$rc" 0 "one host: taken: every rank exits 0"
+[ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
 
 # Auto's choice, told by the mismatch check (coll_peer auto_is: rank 0
 # forces ALGO, the others leave it to auto): on one host the shared
