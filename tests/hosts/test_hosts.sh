@@ -235,15 +235,18 @@ like "$OUT" "p2p body of [0-9]+ bytes from rank [01] read in place" \
 
 # A rank that gets no CPU as the closes begin, after a join that
 # completed (TODIST_TEST_CLOSE_STALL=0:4, a test knob: rank 0 stops 4 s
-# before its flushes): rank 1's flush of its endpoint to rank 0 waits for
-# rank 0 and gives up after 2 s. Every message was delivered, so both
-# td_finalize succeed; rank 1 says so (once, under a loaded make check, a
-# rank's finalize failed this way: "rank 1 did not close its endpoint").
+# before its flushes): rank 1's flush of its endpoint to rank 0, when it
+# has to wait for rank 0 (3 of 3 plain runs, not in one ASan run), gives
+# up after 2 s. Every message was delivered, so both td_finalize succeed,
+# and rank 1 says it at info, never as td_finalize's error (once, under a
+# loaded make check, a rank's finalize failed this way: "rank 1 did not
+# close its endpoint within 2 s").
 TODIST_TEST_CLOSE_STALL=0:4 TODIST_LOG=info \
     job "1+1, rank 0 stalled in its close" 1,1 "$B/coll/coll_peer" small 20
-like "$(printf '%s\n' "$OUT" | grep "^todist\[rank 1\]")" \
-     "finalize: transport: rank 0 did not close its endpoint within 2 s .*; every message was delivered \(the join completed\), so this is not an error" \
-     "1+1, rank 0 stalled in its close: rank 1's finalize says why it waited, and succeeds"
+unlike "$OUT" "td_finalize: .*did not close" \
+       "1+1, rank 0 stalled in its close: no td_finalize fails for it"
+printf '%s\n' "$OUT" | grep "^todist\[rank 1\]: finalize: " >/dev/null ||
+    diag "rank 1's flush did not wait for rank 0 this time"
 
 # Bodies of up to 1 MiB go eager to a peer on another host (UCX's
 # rendezvous over TCP costs a round trip more), larger ones by rendezvous;
