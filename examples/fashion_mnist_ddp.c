@@ -40,11 +40,16 @@
  * the wall-clock time on stderr; in the first incarnation only, so a
  * restarted group goes past it), --pause-at R:S (a test aid: world rank
  * R stops itself with SIGSTOP at the same point, so a test can fail a host
- * while it is known to be mid-step, then continue it). After a recovery or a resume, rank 0
+ * while it is known to be mid-step, then continue it), --die-joined FILE
+ * (a test aid: the grown group's members take part in one all_reduce,
+ * then the first replacement to create FILE SIGKILLs itself, admitted
+ * and before its heal; the members' heal fails and they recover as
+ * after a failed step). After a recovery or a resume, rank 0
  * prints the wall-clock time its first step completed; a recovery adds a
  * {"membership": {...}} record to --metrics FILE. */
 #include "config.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,7 +124,7 @@ usage(FILE *f)
             "[--metrics FILE] [--metrics-every N] [--checkpoint FILE] "
             "[--resume] [--checkpoint-every N] [--max-steps N] "
             "[--loss-log FILE] [--elastic] [--in-place] [--die-at R:S]\n"
-            "[--pause-at R:S]\n"
+            "[--pause-at R:S] [--die-joined FILE]\n"
             "run under todist-run -n N or srun --todist\n");
 }
 
@@ -207,6 +212,7 @@ typedef struct {
     long        die_step;
     long        pause_rank;  /* --pause-at R:S; -1: none */
     long        pause_step;
+    const char *die_joined;  /* --die-joined FILE; NULL: none */
 } own_opts_t;
 
 /* parse RANK:STEP for OPT into *r and *s */
@@ -255,7 +261,8 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
                    strcmp(a, "--checkpoint") == 0 ||
                    strcmp(a, "--checkpoint-every") == 0 ||
                    strcmp(a, "--max-steps") == 0 ||
-                   strcmp(a, "--loss-log") == 0) {
+                   strcmp(a, "--loss-log") == 0 ||
+                   strcmp(a, "--die-joined") == 0) {
             if (v == NULL) {
                 fprintf(stderr, "fashion_mnist_ddp: %s needs a value\n", a);
                 return 2;
@@ -275,6 +282,8 @@ own_options(int *argc, char **argv, long *log_every, long *metrics_every,
                   a[3] == 'a' ? &oo->max_steps : metrics_every) = n;
             } else if (strcmp(a, "--loss-log") == 0) {
                 oo->loss_log = v;
+            } else if (strcmp(a, "--die-joined") == 0) {
+                oo->die_joined = v;
             } else if (strcmp(a, "--metrics") == 0) {
                 *metrics = v;
             } else {
@@ -404,6 +413,40 @@ recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
  * replacement gets the parameters, the optimizer state, the sampler and
  * the step; the others already hold them), re-shards the sampler at the
  * new size and moves DDP to the new group. */
+static const char *die_joined;      /* --die-joined FILE */
+
+/* --die-joined: every member of the grown group takes part in one
+ * all_reduce (the group's first collective: a joiner dead before it
+ * leaves the group's shm head waiting for a send to it, a coll bug), then
+ * the first replacement to create the file SIGKILLs itself, before its
+ * heal. TD_OK, or the all_reduce's failure (the joiner died as it
+ * ended). */
+static td_status_t
+die_joined_point(const td_elastic_change_t *ch)
+{
+    int64_t one = 1;
+    td_tensor_t *t;
+    td_status_t st = td_tensor_empty(&one, 1, TD_FLOAT32, TD_CPU, &t);
+    int fd;
+
+    if (st != TD_OK) {
+        return st;
+    }
+    st = td_all_reduce(grp, t, TD_REDUCE_SUM);
+    td_tensor_release(t);
+    if (st != TD_OK || !ch->self_behind ||
+        (fd = open(die_joined, O_WRONLY | O_CREAT | O_EXCL, 0600)) < 0) {
+        return st;
+    }
+    close(fd);                      /* the first replacement only */
+    fprintf(stderr, "fashion_mnist_ddp: rank %d: --die-joined: SIGKILL once "
+            "admitted (epoch %lld, step %lld)\n", td_world()->rank,
+            (long long)ch->epoch, (long long)ch->step);
+    fflush(stderr);
+    raise(SIGKILL);
+    return TD_OK;
+}
+
 static int
 grow_in_place(td_elastic_t *el, const td_elastic_change_t *ch,
               td_checkpoint_t *ck, td_ddp_t *ddp, td_distributed_sampler_t *s,
@@ -417,8 +460,16 @@ grow_in_place(td_elastic_t *el, const td_elastic_change_t *ch,
     world = ch->new_size;
     /* the replacement's sampler was made for the world at start */
     td_checkpoint_allow_reshard(ck, 1);
-    if (td_checkpoint_broadcast(ck, grp, ch->source) != TD_OK) {
-        return die("in-place growth: heal");
+    if ((die_joined != NULL && die_joined_point(ch) != TD_OK) ||
+        td_checkpoint_broadcast(ck, grp, ch->source) != TD_OK) {
+        if (ch->self_behind) {
+            return die("in-place growth: heal");
+        }
+        /* a joiner died before its heal: the members hold the step
+         * they committed; the caller recovers as after a failed step */
+        fprintf(stderr, "fashion_mnist_ddp: rank %d: heal of the joiners "
+                "failed (%s): recovering\n", rank, td_last_error());
+        return 2;
     }
     if (ch->self_behind) {
         td_elastic_commit(el, ch->step);         /* healed: it counts */
@@ -510,7 +561,7 @@ main(int argc, char **argv)
     int64_t *indices;
     td_status_t status;
 
-    own_opts_t oo = {-1, 0, NULL, 0, 0, -1, 0, -1, 0};
+    own_opts_t oo = {-1, 0, NULL, 0, 0, -1, 0, -1, 0, NULL};
     td_elastic_t *el = NULL;
     double t_fail = 0;               /* wall clock of the last failure */
     int t_resumed = 0;               /* resumed: time the first step */
@@ -558,6 +609,7 @@ main(int argc, char **argv)
     grp = td_group_world();
     /* a replacement (todist-run --replace) joins once its state is made */
     joining = oo.in_place && td_elastic_replacement();
+    die_joined = oo.die_joined;
     if (oo.in_place && !joining && td_elastic_create(NULL, &el) != TD_OK) {
         return die("elastic");
     }
@@ -800,8 +852,15 @@ main(int argc, char **argv)
                 }
                 if (grew) {
                     /* the epoch goes on at the new size */
-                    if (grow_in_place(el, &ch, ck, ddp, &sampler,
-                                      &position) != 0) {
+                    int g = grow_in_place(el, &ch, ck, ddp, &sampler,
+                                          &position);
+
+                    if (g == 2 && recover_in_place(el, ck, ddp, opt,
+                                                   &sampler, &position,
+                                                   &t_fail) != 0) {
+                        return 1;
+                    }
+                    if (g == 1) {
                         return 1;
                     }
                     free(indices);

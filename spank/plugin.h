@@ -21,10 +21,15 @@ typedef struct {
 
 extern plugin_state_t todist_state;
 
-/* srun side: make the job token every task of the step shares. */
+/* srun side: make the job token every task of the step shares, and with
+ * kill_on_fail=no record the step for --todist=join; or, with join, pass
+ * the tasks the running step's store, layout and token. */
 int todist_srun_user_init(spank_t sp);
+/* srun side, at exit: remove this step's join record. */
+void todist_srun_exit(void);
 
-/* slurmstepd side, in the task just before exec: export the mapping. */
+/* slurmstepd side, in the task just before exec: export the mapping (with
+ * join: take a rank the running step lost, and map the task as it). */
 int todist_stepd_task_init(spank_t sp);
 
 /* slurmstepd side, after a task ended: a failure stops the step. */

@@ -25,10 +25,12 @@ if HAVE_SLURM
 # version script, which exports only what Slurm looks up.
 slurmplugin_LTLIBRARIES = spank/todist.la
 # With kill_on_fail=no, slurmstepd on the step's first node serves todist's
-# store (stepd.c): the store's server is compiled in too.
+# store (stepd.c): the store's server is compiled in too; a join step's
+# task takes a vacancy through the store's client and the quorum's keys.
 spank_todist_la_SOURCES = spank/todist.c spank/srun.c spank/stepd.c \
 	spank/plugin.h $(td_world_sources) base/status.c base/log.c \
-	runtime/store/server.c runtime/store/frame.c
+	runtime/store/server.c runtime/store/frame.c runtime/store/client.c \
+	runtime/elastic/quorum.c
 spank_todist_la_CPPFLAGS = $(AM_CPPFLAGS) $(SLURM_CPPFLAGS) $(CRYPTO_CFLAGS)
 spank_todist_la_CFLAGS = $(AM_CFLAGS)
 spank_todist_la_LIBADD = $(CRYPTO_LIBS) -lpthread

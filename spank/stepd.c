@@ -13,19 +13,27 @@
  * included: slurmstepd on the step's first node serves todist's store
  * (a thread started in user_init, before any task, and stopped in exit,
  * after the last: the step owns it), and every task gets
- * TODIST_AGENT_STORE=1, as under todist-run --no-kill. */
+ * TODIST_AGENT_STORE=1, as under todist-run --no-kill.
+ * A join step's task (--todist=join, srun.c) connects to the running
+ * step's store with its token, takes a rank that step lost and no other
+ * replacement holds (elastic_vacant_claim, quorum.h Q12: the task of join
+ * step rank i tries the i-th vacancy first), and gets that rank's
+ * variables with TODIST_ELASTIC_JOIN=1 and TODIST_AGENT_STORE=1: the
+ * program joins as todist-run --replace's replacements do. */
 #include "config.h"
 
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
 #include <slurm/slurm.h>
 
 #include "todist/store.h"
+#include "runtime/elastic/quorum.h"
 #include "spank/plugin.h"
 
 /* kill_on_fail=no, the step's first node: its store (user_init .. exit). */
@@ -61,6 +69,60 @@ task_fail(uint32_t job, uint32_t step, const char *what)
     return -1;
 }
 
+/* How long a joiner waits for the running step's store to answer. */
+#define JOIN_CONNECT_S 10.0
+
+static int
+join_task_init(spank_t sp, uint32_t job, uint32_t step, char **envp)
+{
+    const char *spec = envp_lookup("TODIST_SPANK_JOIN", envp);
+    const char *token = envp_lookup("TODIST_JOB_TOKEN", envp);
+    const char *procid = envp_lookup("SLURM_PROCID", envp);
+    td_slurm_join_t j;
+    td_slurm_task_t task;
+    td_store_t *store = NULL;
+    int rank = -1, n_vacant = 0, first;
+    int64_t epoch = -1;
+    char what[512];
+
+    if (spec == NULL || token == NULL || procid == NULL) {
+        return task_fail(job, step, "join: TODIST_SPANK_JOIN is not set: "
+                         "srun's side of the plugin did not run");
+    }
+    first = atoi(procid);
+    if (td_slurm_join_decode(spec, &j) != TD_OK) {
+        return task_fail(job, step, td_last_error());
+    }
+    if (td_store_connect(j.master_addr, j.master_port, token, JOIN_CONNECT_S,
+                         &store) != TD_OK ||
+        elastic_vacant_claim(store, j.world_size, first, &rank, &epoch,
+                             &n_vacant) != TD_OK) {
+        snprintf(what, sizeof(what), "join: step %u.%u's store at %s:%u: %s",
+                 j.job, j.step, j.master_addr, j.master_port,
+                 td_last_error());
+        td_store_close(store);
+        td_slurm_join_free(&j);
+        return task_fail(job, step, what);
+    }
+    td_store_close(store);
+    /* every lookup (in ENVP) is done before the first spank_setenv() */
+    if (td_slurm_join_map(envp_lookup, envp, &todist_state.opts, &j, rank,
+                          spank_set, sp, &task) != TD_OK) {
+        td_slurm_join_free(&j);
+        return task_fail(job, step, td_last_error());
+    }
+    spank_unsetenv(sp, "TODIST_SPANK_JOIN");
+    if (todist_state.opts.verbose) {
+        fprintf(stderr, "todist: job %u step %u: task %d joins step %u.%u as "
+                "rank %d/%d (a vacancy of epoch %lld, of %d) store %s:%u\n",
+                job, step, first, j.job, j.step, rank, j.world_size,
+                (long long)epoch, n_vacant, j.master_addr, j.master_port);
+        fflush(stderr);
+    }
+    td_slurm_join_free(&j);
+    return 0;
+}
+
 int
 todist_stepd_task_init(spank_t sp)
 {
@@ -81,6 +143,9 @@ todist_stepd_task_init(spank_t sp)
     if (spank_get_item(sp, S_JOB_ENV, &envp) != ESPANK_SUCCESS ||
         envp == NULL) {
         return task_fail(job, step, "cannot read the task's environment");
+    }
+    if (todist_state.opts.join) {
+        return join_task_init(sp, job, step, envp);
     }
     /* Every lookup happens before the first spank_setenv(), which may
      * reallocate ENVP. */

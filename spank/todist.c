@@ -51,7 +51,8 @@ static struct spank_option todist_option = {
     "Wire every task up for todist and torchrun (rank, world size, master "
     "address, job token, one GPU per task). OPTIONS: a comma list of "
     "verbose, port=N, store_port=N, bind=closest|none, torchrun=yes|no, "
-    "kill_on_fail=yes|no.",
+    "kill_on_fail=yes|no, join[=STEP] (replace lost ranks of the job's "
+    "running kill_on_fail=no step).",
     2, 0, option_cb
 };
 
@@ -110,8 +111,9 @@ slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
     (void)ac;
     (void)av;
+    /* a join step's tasks use the running step's store */
     if (!todist_state.opts.enabled || todist_state.opts.kill_on_fail ||
-        spank_context() != S_CTX_REMOTE) {
+        todist_state.opts.join || spank_context() != S_CTX_REMOTE) {
         return 0;
     }
     return todist_stepd_user_init(sp);
@@ -148,6 +150,8 @@ slurm_spank_exit(spank_t sp, int ac, char **av)
     (void)av;
     if (spank_context() == S_CTX_REMOTE) {
         todist_stepd_exit();
+    } else if (spank_context() == S_CTX_LOCAL) {
+        todist_srun_exit();
     }
     free(user_optarg);
     user_optarg = NULL;

@@ -40,7 +40,13 @@ typedef struct {
     td_bind_t bind;
     bool      torchrun;    /* also export RANK, WORLD_SIZE, ... */
     bool      kill_on_fail;/* a failing task stops the step */
+    bool      join;        /* join=[STEP]: replace lost ranks of a running
+                            * kill_on_fail=no step of the job */
+    uint32_t  join_step;   /* its step id, or TD_SLURM_JOIN_LATEST */
 } td_slurm_opts_t;
+
+/* --todist=join without a step: the job's latest step that can be joined. */
+#define TD_SLURM_JOIN_LATEST UINT32_MAX
 
 /* Built-in defaults: disabled, quiet, reserved or derived ports in
  * TD_PORT_RANGE_LO..TD_PORT_RANGE_HI, bind=closest, torchrun=yes,
@@ -55,7 +61,8 @@ td_status_t td_slurm_opts_site(int argc, char *const *argv,
                                td_slurm_opts_t *opts);
 
 /* Apply the user's --todist[=OPTIONS] (a comma list of verbose, port=N,
- * store_port=N, bind=closest|none, torchrun=yes|no, kill_on_fail=yes|no;
+ * store_port=N, bind=closest|none, torchrun=yes|no, kill_on_fail=yes|no,
+ * join[=STEP];
  * NULL or "" means the defaults) and
  * set opts->enabled. On error OPTS is unchanged and the message names the
  * option. */
@@ -95,6 +102,66 @@ td_status_t td_slurm_env_map(td_env_lookup_fn lookup, void *lookup_arg,
 td_status_t td_slurm_store_of(td_env_lookup_fn lookup, void *lookup_arg,
                               const td_slurm_opts_t *opts, td_world_t *w,
                               const char **token_p);
+
+/* ---- joining a running step (--todist=join) ----------------------------
+ * A kill_on_fail=no step's srun records the step for the job's later steps
+ * (spank/srun.c: a file of the user's, 0600); a later `srun --todist=join`
+ * reads it, asks slurmctld for the step's layout, and tells its tasks
+ * where the step's store is and how its ranks were laid out
+ * (TODIST_SPANK_JOIN, td_slurm_join_t); each task then takes a rank the
+ * step lost (quorum.h Q12) and gets that rank's variables. */
+
+/* The record: what only the step's srun knows (the token, the user's port
+ * options). Text: "todist-step v1 JOB STEP PORT STORE_PORT TOKEN\n". */
+typedef struct {
+    uint32_t job, step;
+    uint16_t port, store_port;               /* the step's options, 0: unset */
+    char     token[TD_JOB_TOKEN_HEX + 1];
+} td_slurm_record_t;
+
+/* Into BUF (at least 128 bytes). */
+td_status_t td_slurm_record_encode(const td_slurm_record_t *r, char *buf,
+                                   size_t len);
+/* Rejects anything else, naming what. */
+td_status_t td_slurm_record_decode(const char *text, td_slurm_record_t *r);
+
+/* What a join step's tasks are told. Text (TODIST_SPANK_JOIN): "v1 JOB STEP
+ * WORLD NNODES ADDR PORT TORCH_PORT LAYOUT", LAYOUT the ranks of each node,
+ * e.g. "0,1;2,3" (every rank once). */
+typedef struct {
+    uint32_t job, step;
+    int      world_size, nnodes;
+    char     master_addr[TD_HOSTNAME_MAX];   /* the step's store */
+    uint16_t master_port, torch_port;
+    int     *node;        /* world_size entries: each rank's node */
+    int     *local;       /* and its local rank there */
+} td_slurm_join_t;
+
+/* From the running step's facts: LOOKUP gives its SLURM_STEP_NODELIST,
+ * SLURM_STEP_NUM_NODES, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NUM_TASKS,
+ * SLURM_JOB_ID, SLURM_STEP_ID, SLURM_STEP_RESV_PORTS (as slurmctld tells
+ * them) and TODIST_JOB_TOKEN (the record's); OPTS the plugin's, with the
+ * record's port options; LAYOUT as above. The store endpoint is the one
+ * td_slurm_store_of() gives the step itself. Free with td_slurm_join_free. */
+td_status_t td_slurm_join_make(td_env_lookup_fn lookup, void *lookup_arg,
+                               const td_slurm_opts_t *opts,
+                               const char *layout, td_slurm_join_t *j);
+td_status_t td_slurm_join_encode(const td_slurm_join_t *j, char **text_p);
+td_status_t td_slurm_join_decode(const char *text, td_slurm_join_t *j);
+void td_slurm_join_free(td_slurm_join_t *j);
+
+/* Map one task of a join step as world rank RANK of J (the rank it took):
+ * that rank's TODIST_* and torchrun variables as the running step's task
+ * had them (its node, local rank and local size from J's layout; the
+ * store's address; TORCHELASTIC_RUN_ID "JOB.STEP" of the running step),
+ * TODIST_ELASTIC_JOIN=1 and TODIST_AGENT_STORE=1; the GPU and
+ * OMP_NUM_THREADS from this task's own environment, as td_slurm_env_map.
+ * TODIST_JOB_TOKEN must be the running step's (srun set it). */
+td_status_t td_slurm_join_map(td_env_lookup_fn lookup, void *lookup_arg,
+                              const td_slurm_opts_t *opts,
+                              const td_slurm_join_t *j, int rank,
+                              td_env_set_fn set, void *set_arg,
+                              td_slurm_task_t *task_p);
 
 #ifdef __cplusplus
 }

@@ -753,3 +753,88 @@ elastic_join_wait(td_store_t *store, int me, int world, double timeout,
         }
     }
 }
+
+td_status_t
+elastic_vacant_claim(td_store_t *store, int world, int first, int *rank_p,
+                     int64_t *epoch_p, int *n_vacant_p)
+{
+    elastic_plan_t p = {0};
+    elastic_grow_t g = {0};
+    int64_t epoch = 0;
+    int found = 0, *members = NULL, n = 0, *vacant = NULL, nv = 0, lacks = 0;
+    char key[96];
+    td_status_t st;
+
+    if (store == NULL || world < 1 || world > ELASTIC_RANKS_MAX ||
+        first < 0) {
+        return td_error(TD_ERR_INVALID, "elastic: a vacancy of a world of %d "
+                        "(task %d)", world, first);
+    }
+    for (;;) {              /* the current epoch: the last plan written */
+        st = plan_read(store, epoch + 1, &found, &p);
+        if (st != TD_OK) {
+            return st;
+        }
+        if (!found) {
+            break;
+        }
+        elastic_plan_free(&p);
+        epoch++;
+    }
+    st = epoch_members(store, epoch, world, &members, &n);
+    if (st == TD_OK) {
+        st = grow_read(store, epoch, world, &found, &g);
+    }
+    if (st == TD_OK && (vacant = malloc((size_t)world * sizeof(int))) == NULL) {
+        st = td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+    for (int r = 0; st == TD_OK && r < world; r++) {
+        void *val = NULL;
+        size_t len;
+
+        if (sorted_has(members, n, r)) {
+            continue;
+        }
+        lacks++;
+        if (found && !g.closed && sorted_has(g.ranks, g.n, r)) {
+            continue;                       /* admitted, joining */
+        }
+        snprintf(key, sizeof(key), "td/el/%" PRId64 "/want/%d", epoch, r);
+        st = td_store_get(store, key, 0, &val, &len);
+        free(val);
+        if (st == TD_OK) {
+            continue;                       /* a replacement asked */
+        }
+        if (st != TD_ERR_NOT_FOUND) {
+            break;
+        }
+        td_error_clear();
+        st = TD_OK;
+        vacant[nv++] = r;
+    }
+    elastic_grow_free(&g);
+    free(members);
+    *n_vacant_p = nv;
+    for (int i = 0; st == TD_OK && i < nv; i++) {
+        int r = vacant[(first + i) % nv];
+        int64_t count = 0;
+
+        /* Q12: the first to count the key holds the rank */
+        snprintf(key, sizeof(key), "td/el/%" PRId64 "/claim/%d", epoch, r);
+        st = td_store_add(store, key, 1, &count);
+        if (st == TD_OK && count == 1) {
+            *rank_p = r;
+            *epoch_p = epoch;
+            free(vacant);
+            return TD_OK;
+        }
+    }
+    if (st == TD_OK) {
+        st = td_error(TD_ERR_NOT_FOUND, "elastic: epoch %" PRId64 " of a "
+                      "world of %d %s", epoch, world, lacks == 0 ?
+                      "lacks no rank: nothing to replace (yet)" :
+                      "lacks ranks, but a replacement holds each already");
+    }
+    free(vacant);
+    return st;
+}

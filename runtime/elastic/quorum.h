@@ -69,6 +69,10 @@
  *     role moves to the lowest survivor when rank 0 is lost (possible
  *     only when the launcher serves the store, runtime.h R3); a joiner
  *     may be any rank the epoch lacks, rank 0 included.
+ *  Q12 A vacancy (a rank the current epoch lacks) is claimed once per
+ *     epoch (the first to count td/el/<k>/claim/<r> up) by whoever starts a
+ *     replacement without a rank (the SPANK plugin's join); a rank with a
+ *     claim, a want/ or a place in the growth record is not vacant.
  *  Q11 With WAIT > 0 the admitter waits, up to WAIT, until every rank out
  *     of the epoch asked, then admits all that did in one record: several
  *     replacements started together join at one boundary. With WAIT 0 it
@@ -165,5 +169,20 @@ td_status_t elastic_join_wait(td_store_t *store, int me, int world,
  * record is written and lists ME. */
 td_status_t elastic_join_admitted(td_store_t *store, int64_t epoch, int me,
                                   int world, elastic_grow_t *g);
+
+/* A replacement started without a rank (srun --todist=join, spank/): the
+ * world ranks of a world of WORLD that the current epoch k (the last plan;
+ * 0: the world) lacks and that no replacement holds yet (neither listed in
+ * epoch k's growth record, nor asked for with want/, nor claimed), in
+ * increasing order; take the FIRST-th of them (cyclically, so the tasks of
+ * one step started together take different ones) by writing
+ * "td/el/<k>/claim/<r>" (the first to count it up holds it: Q12, one
+ * claimer per rank and epoch; the next vacancy when another got it first).
+ * *RANK_P the rank, *EPOCH_P k, *N_VACANT_P how many were vacant before
+ * the claim. TD_ERR_NOT_FOUND when none is (the message says whether the
+ * epoch lacks none or every lost rank is held). */
+td_status_t elastic_vacant_claim(td_store_t *store, int world, int first,
+                                 int *rank_p, int64_t *epoch_p,
+                                 int *n_vacant_p);
 
 #endif /* TD_RUNTIME_ELASTIC_QUORUM_H */

@@ -13,7 +13,7 @@
 #include "todist/slurm_env.h"
 
 #define USER_OPTS_HELP "verbose, port=N, store_port=N, bind=closest|none, " \
-                       "torchrun=yes|no, kill_on_fail=yes|no"
+                       "torchrun=yes|no, kill_on_fail=yes|no, join[=STEP]"
 #define SITE_ARGS_HELP "default=on|off, port_range=LO-HI, bind=closest|none, " \
                        "torchrun=yes|no, kill_on_fail=yes|no"
 
@@ -26,6 +26,27 @@ td_slurm_opts_init(td_slurm_opts_t *opts)
     opts->bind = TD_BIND_CLOSEST;
     opts->torchrun = true;
     opts->kill_on_fail = true;
+    opts->join_step = TD_SLURM_JOIN_LATEST;
+}
+
+/* A decimal step id of a job's ordinary steps (Slurm's special ids, the
+ * batch script's and the extern step's, are 0xfffffff0 and up). */
+static int
+parse_step(const char *v, uint32_t *out)
+{
+    char *end;
+    unsigned long long n;
+
+    if (v[0] < '0' || v[0] > '9') {
+        return -1;
+    }
+    errno = 0;
+    n = strtoull(v, &end, 10);
+    if (errno != 0 || *end != '\0' || n >= 0xfffffff0ULL) {
+        return -1;
+    }
+    *out = (uint32_t)n;
+    return 0;
 }
 
 /* "yes"/"no" (and on/off, true/false, 1/0, which admins type too). */
@@ -209,6 +230,15 @@ td_slurm_opts_user(const char *optarg, td_slurm_opts_t *opts)
             if (parse_port(value, &o.store_port) != 0) {
                 status = td_error(TD_ERR_INVALID, "--todist: '%s' is not "
                                   "store_port=N with 1 <= N <= 65535", shown);
+                break;
+            }
+        } else if (!strcmp(item, "join")) {
+            o.join = true;
+            o.join_step = TD_SLURM_JOIN_LATEST;
+            if (value != NULL && parse_step(value, &o.join_step) != 0) {
+                status = td_error(TD_ERR_INVALID, "--todist: '%s' is not "
+                                  "join or join=STEP with STEP a step id of "
+                                  "this job", shown);
                 break;
             }
         } else if (!strcmp(item, "kill_on_fail") && value != NULL &&
@@ -426,18 +456,68 @@ td_slurm_store_of(td_env_lookup_fn lookup, void *lookup_arg,
     return status;
 }
 
+/* Everything after the world: the token (srun's), the task's GPU and
+ * OMP_NUM_THREADS from its own environment, then the export of T's world
+ * under RUN_ID. */
+static td_status_t
+task_export(td_env_lookup_fn lookup, void *lookup_arg,
+            const td_slurm_opts_t *opts, const char *run_id,
+            td_slurm_task_t *t, td_env_set_fn set, void *set_arg)
+{
+    const char *token = lookup("TODIST_JOB_TOKEN", lookup_arg);
+    td_rank_env_t re;
+    td_status_t status;
+    int restarts = 0;
+
+    if (token == NULL || token[0] == '\0') {
+        return td_error(TD_ERR_INVALID, "TODIST_JOB_TOKEN is not set: srun's "
+                        "side of the plugin did not run (is todist.so in "
+                        "srun's plugstack.conf too?)");
+    }
+    if (!td_job_token_valid(token)) {
+        return td_error(TD_ERR_INVALID, "TODIST_JOB_TOKEN is not %d hex "
+                        "digits", TD_JOB_TOKEN_HEX);
+    }
+    status = choose_gpu(lookup("CUDA_VISIBLE_DEVICES", lookup_arg),
+                        t->world.local_rank, opts->bind, t);
+    if (status == TD_OK) {
+        status = omp_threads(lookup, lookup_arg, t->world.local_world_size,
+                             &t->omp_threads);
+    }
+    if (status != TD_OK) {
+        return status;
+    }
+    /* A requeued job counts its restarts; torchrun's RUN_ID names the
+     * rendezvous, here the step. */
+    if (env_int(lookup, lookup_arg, "SLURM_RESTART_COUNT", &restarts) <= 0) {
+        restarts = 0;
+    }
+    memset(&re, 0, sizeof(re));
+    re.world = &t->world;
+    re.torch_port = t->world.torch_port;
+    re.torchrun = opts->torchrun;
+    re.bind = opts->bind == TD_BIND_CLOSEST ? "closest" : "none";
+    re.omp_threads = t->omp_threads;
+    re.gpu = t->gpu[0] != '\0' ? t->gpu : NULL;
+    re.gpu_visible = t->gpu_chosen;
+    /* Slurm keeps GPU_DEVICE_ORDINAL equal to CUDA_VISIBLE_DEVICES. */
+    re.gpu_ordinal = t->gpu_chosen &&
+                     lookup("GPU_DEVICE_ORDINAL", lookup_arg) != NULL;
+    re.restart_count = restarts;
+    re.run_id = run_id;
+    return td_rank_env_export(&re, set, set_arg);
+}
+
 td_status_t
 td_slurm_env_map(td_env_lookup_fn lookup, void *lookup_arg,
                  const td_slurm_opts_t *opts, td_env_set_fn set,
                  void *set_arg, td_slurm_task_t *task_p)
 {
     slurm_view_t view = { lookup, lookup_arg, "" };
-    const char *token, *cvd, *job, *step;
+    const char *job, *step;
     td_slurm_task_t t;
-    td_rank_env_t re;
     char run_id[64];
     td_status_t status;
-    int restarts = 0;
 
     memset(&t, 0, sizeof(t));
     snprintf(view.range, sizeof(view.range), "%u-%u", opts->port_lo,
@@ -455,50 +535,11 @@ td_slurm_env_map(td_env_lookup_fn lookup, void *lookup_arg,
         return status;
     }
 
-    token = lookup("TODIST_JOB_TOKEN", lookup_arg);
-    if (token == NULL || token[0] == '\0') {
-        return td_error(TD_ERR_INVALID, "TODIST_JOB_TOKEN is not set: srun's "
-                        "side of the plugin did not run (is todist.so in "
-                        "srun's plugstack.conf too?)");
-    }
-    if (!td_job_token_valid(token)) {
-        return td_error(TD_ERR_INVALID, "TODIST_JOB_TOKEN is not %d hex "
-                        "digits", TD_JOB_TOKEN_HEX);
-    }
-
-    cvd = lookup("CUDA_VISIBLE_DEVICES", lookup_arg);
-    status = choose_gpu(cvd, t.world.local_rank, opts->bind, &t);
-    if (status == TD_OK) {
-        status = omp_threads(lookup, lookup_arg, t.world.local_world_size,
-                             &t.omp_threads);
-    }
-    if (status != TD_OK) {
-        return status;
-    }
-    /* A requeued job counts its restarts; torchrun's RUN_ID names the
-     * rendezvous, here the step. */
-    if (env_int(lookup, lookup_arg, "SLURM_RESTART_COUNT", &restarts) <= 0) {
-        restarts = 0;
-    }
     job = lookup("SLURM_JOB_ID", lookup_arg);
     step = lookup("SLURM_STEP_ID", lookup_arg);
     snprintf(run_id, sizeof(run_id), "%.24s.%.24s", job ? job : "0",
              step ? step : "0");
-
-    memset(&re, 0, sizeof(re));
-    re.world = &t.world;
-    re.torch_port = t.world.torch_port;
-    re.torchrun = opts->torchrun;
-    re.bind = opts->bind == TD_BIND_CLOSEST ? "closest" : "none";
-    re.omp_threads = t.omp_threads;
-    re.gpu = t.gpu[0] != '\0' ? t.gpu : NULL;
-    re.gpu_visible = t.gpu_chosen;
-    /* Slurm keeps GPU_DEVICE_ORDINAL equal to CUDA_VISIBLE_DEVICES. */
-    re.gpu_ordinal = t.gpu_chosen &&
-                     lookup("GPU_DEVICE_ORDINAL", lookup_arg) != NULL;
-    re.restart_count = restarts;
-    re.run_id = run_id;
-    status = td_rank_env_export(&re, set, set_arg);
+    status = task_export(lookup, lookup_arg, opts, run_id, &t, set, set_arg);
     if (status != TD_OK) {
         return status;
     }
@@ -506,4 +547,285 @@ td_slurm_env_map(td_env_lookup_fn lookup, void *lookup_arg,
         *task_p = t;
     }
     return TD_OK;
+}
+
+/* ---- joining a running step ------------------------------------------- */
+
+#define RECORD_MAGIC "todist-step v1 "
+
+td_status_t
+td_slurm_record_encode(const td_slurm_record_t *r, char *buf, size_t len)
+{
+    int n;
+
+    if (!td_job_token_valid(r->token)) {
+        return td_error(TD_ERR_INVALID, "join record: the token is not %d "
+                        "hex digits", TD_JOB_TOKEN_HEX);
+    }
+    n = snprintf(buf, len, RECORD_MAGIC "%u %u %u %u %s\n", r->job, r->step,
+                 r->port, r->store_port, r->token);
+    if (n < 0 || (size_t)n >= len) {
+        return td_error(TD_ERR_RANGE, "join record: a buffer of %zu bytes is "
+                        "too small", len);
+    }
+    return TD_OK;
+}
+
+/* One decimal field of at most MAX, then one space (LAST: the end). */
+static int
+next_u32(const char **p, uint32_t max, char sep, uint32_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    if (**p < '0' || **p > '9') {
+        return -1;
+    }
+    errno = 0;
+    v = strtoull(*p, &end, 10);
+    if (errno != 0 || v > max || *end != sep) {
+        return -1;
+    }
+    *out = (uint32_t)v;
+    *p = sep != '\0' ? end + 1 : end;
+    return 0;
+}
+
+td_status_t
+td_slurm_record_decode(const char *text, td_slurm_record_t *r)
+{
+    const char *p = text;
+    uint32_t job, step, port, sport;
+    size_t len;
+
+    if (strncmp(p, RECORD_MAGIC, strlen(RECORD_MAGIC)) != 0) {
+        return td_error(TD_ERR_PROTOCOL, "join record: not a todist step "
+                        "record (expected '%s...')", RECORD_MAGIC);
+    }
+    p += strlen(RECORD_MAGIC);
+    if (next_u32(&p, 0xffffffffU, ' ', &job) != 0 ||
+        next_u32(&p, 0xffffffefU, ' ', &step) != 0 ||
+        next_u32(&p, 65535, ' ', &port) != 0 ||
+        next_u32(&p, 65535, ' ', &sport) != 0) {
+        return td_error(TD_ERR_PROTOCOL, "join record: malformed job, step "
+                        "or port fields");
+    }
+    len = strlen(p);
+    if (len != TD_JOB_TOKEN_HEX + 1 || p[TD_JOB_TOKEN_HEX] != '\n') {
+        return td_error(TD_ERR_PROTOCOL, "join record: the token is not %d "
+                        "hex digits and a newline", TD_JOB_TOKEN_HEX);
+    }
+    memcpy(r->token, p, TD_JOB_TOKEN_HEX);
+    r->token[TD_JOB_TOKEN_HEX] = '\0';
+    if (!td_job_token_valid(r->token)) {
+        memset(r->token, 0, sizeof(r->token));
+        return td_error(TD_ERR_PROTOCOL, "join record: the token is not %d "
+                        "hex digits", TD_JOB_TOKEN_HEX);
+    }
+    r->job = job;
+    r->step = step;
+    r->port = (uint16_t)port;
+    r->store_port = (uint16_t)sport;
+    return TD_OK;
+}
+
+void
+td_slurm_join_free(td_slurm_join_t *j)
+{
+    free(j->node);
+    free(j->local);
+    j->node = j->local = NULL;
+}
+
+/* LAYOUT "0,1;2,3" into J's node[] and local[] (world_size, nnodes set):
+ * every rank once, every node at least one. */
+static td_status_t
+layout_parse(const char *layout, td_slurm_join_t *j)
+{
+    const char *p = layout;
+    int node = 0, local = 0, seen = 0;
+
+    j->node = malloc((size_t)j->world_size * sizeof(int));
+    j->local = malloc((size_t)j->world_size * sizeof(int));
+    if (j->node == NULL || j->local == NULL) {
+        td_slurm_join_free(j);
+        return td_error(TD_ERR_NO_MEMORY, "join: out of memory");
+    }
+    for (int r = 0; r < j->world_size; r++) {
+        j->node[r] = -1;
+    }
+    for (;;) {
+        uint32_t r;
+        char sep;
+        const char *q = p;
+
+        while (*q >= '0' && *q <= '9') {
+            q++;
+        }
+        sep = *q;
+        if ((sep != ',' && sep != ';' && sep != '\0') ||
+            next_u32(&p, (uint32_t)j->world_size - 1, sep, &r) != 0 ||
+            j->node[r] != -1 || node >= j->nnodes) {
+            goto bad;
+        }
+        j->node[r] = node;
+        j->local[r] = local++;
+        seen++;
+        if (sep == '\0') {
+            break;
+        }
+        if (sep == ';') {
+            node++;
+            local = 0;
+        }
+    }
+    if (seen != j->world_size || node != j->nnodes - 1) {
+        goto bad;
+    }
+    return TD_OK;
+bad:
+    td_slurm_join_free(j);
+    return td_error(TD_ERR_INVALID, "join: the step's layout '%.64s' does not "
+                    "list each of %d ranks once on %d nodes", layout,
+                    j->world_size, j->nnodes);
+}
+
+td_status_t
+td_slurm_join_make(td_env_lookup_fn lookup, void *lookup_arg,
+                   const td_slurm_opts_t *opts, const char *layout,
+                   td_slurm_join_t *j)
+{
+    td_world_t w;
+    const char *token, *job, *step;
+    uint32_t jv = 0, sv = 0;
+    td_status_t status;
+
+    memset(j, 0, sizeof(*j));
+    status = td_slurm_store_of(lookup, lookup_arg, opts, &w, &token);
+    if (status != TD_OK) {
+        return status;
+    }
+    job = lookup("SLURM_JOB_ID", lookup_arg);
+    step = lookup("SLURM_STEP_ID", lookup_arg);
+    if (job == NULL || step == NULL || next_u32(&job, 0xffffffffU, '\0', &jv) ||
+        next_u32(&step, 0xffffffefU, '\0', &sv)) {
+        return td_error(TD_ERR_INVALID, "join: the step's job and step ids "
+                        "are missing or malformed");
+    }
+    j->job = jv;
+    j->step = sv;
+    j->world_size = w.world_size;
+    j->nnodes = w.nnodes;
+    memcpy(j->master_addr, w.master_addr, sizeof(j->master_addr));
+    j->master_port = w.master_port;
+    j->torch_port = w.torch_port;
+    return layout_parse(layout, j);
+}
+
+td_status_t
+td_slurm_join_encode(const td_slurm_join_t *j, char **text_p)
+{
+    size_t cap = 128 + strlen(j->master_addr) + 12 * (size_t)j->world_size;
+    char *t = malloc(cap), *p;
+
+    if (t == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "join: out of memory");
+    }
+    p = t + snprintf(t, cap, "v1 %u %u %d %d %s %u %u ", j->job, j->step,
+                     j->world_size, j->nnodes, j->master_addr, j->master_port,
+                     j->torch_port);
+    for (int n = 0; n < j->nnodes; n++) {
+        int first = 1;
+
+        for (int r = 0; r < j->world_size; r++) {
+            if (j->node[r] == n) {
+                p += sprintf(p, "%s%d", first ? (n > 0 ? ";" : "") : ",", r);
+                first = 0;
+            }
+        }
+    }
+    *text_p = t;
+    return TD_OK;
+}
+
+td_status_t
+td_slurm_join_decode(const char *text, td_slurm_join_t *j)
+{
+    const char *p = text, *sp;
+    uint32_t world, nnodes, port, tport;
+    size_t alen;
+
+    memset(j, 0, sizeof(*j));
+    if (strncmp(p, "v1 ", 3) != 0) {
+        goto bad;
+    }
+    p += 3;
+    if (next_u32(&p, 0xffffffffU, ' ', &j->job) != 0 ||
+        next_u32(&p, 0xffffffefU, ' ', &j->step) != 0 ||
+        next_u32(&p, 1 << 24, ' ', &world) != 0 || world < 1 ||
+        next_u32(&p, world, ' ', &nnodes) != 0 || nnodes < 1) {
+        goto bad;
+    }
+    sp = strchr(p, ' ');
+    alen = sp != NULL ? (size_t)(sp - p) : 0;
+    if (alen == 0 || alen >= sizeof(j->master_addr)) {
+        goto bad;
+    }
+    memcpy(j->master_addr, p, alen);
+    p = sp + 1;
+    if (next_u32(&p, 65535, ' ', &port) != 0 || port == 0 ||
+        next_u32(&p, 65535, ' ', &tport) != 0) {
+        goto bad;
+    }
+    j->world_size = (int)world;
+    j->nnodes = (int)nnodes;
+    j->master_port = (uint16_t)port;
+    j->torch_port = (uint16_t)tport;
+    return layout_parse(p, j);
+bad:
+    return td_error(TD_ERR_INVALID, "TODIST_SPANK_JOIN is malformed (srun's "
+                    "side of the plugin writes it for --todist=join)");
+}
+
+td_status_t
+td_slurm_join_map(td_env_lookup_fn lookup, void *lookup_arg,
+                  const td_slurm_opts_t *opts, const td_slurm_join_t *j,
+                  int rank, td_env_set_fn set, void *set_arg,
+                  td_slurm_task_t *task_p)
+{
+    td_slurm_task_t t;
+    char run_id[64];
+    td_status_t status;
+    int lsize = 0;
+
+    if (rank < 0 || rank >= j->world_size) {
+        return td_error(TD_ERR_INVALID, "join: rank %d is not a rank of the "
+                        "step's world of %d", rank, j->world_size);
+    }
+    memset(&t, 0, sizeof(t));
+    for (int r = 0; r < j->world_size; r++) {
+        lsize += j->node[r] == j->node[rank];
+    }
+    /* the lost rank's own place in the running step, as todist-run
+     * --replace gives a replacement the dead rank's variables */
+    t.world.rank = rank;
+    t.world.world_size = j->world_size;
+    t.world.local_rank = j->local[rank];
+    t.world.local_world_size = lsize;
+    t.world.node_rank = j->node[rank];
+    t.world.nnodes = j->nnodes;
+    memcpy(t.world.master_addr, j->master_addr, sizeof(t.world.master_addr));
+    t.world.master_port = j->master_port;
+    t.world.torch_port = j->torch_port;
+    snprintf(run_id, sizeof(run_id), "%u.%u", j->job, j->step);
+    status = task_export(lookup, lookup_arg, opts, run_id, &t, set, set_arg);
+    if (status == TD_OK && (set("TODIST_ELASTIC_JOIN", "1", set_arg) != 0 ||
+                            set("TODIST_AGENT_STORE", "1", set_arg) != 0)) {
+        status = td_error(TD_ERR_INVALID, "join: cannot set "
+                          "TODIST_ELASTIC_JOIN and TODIST_AGENT_STORE");
+    }
+    if (status == TD_OK && task_p != NULL) {
+        *task_p = t;
+    }
+    return status;
 }

@@ -146,9 +146,21 @@ reject(void)
     return td_finalize() == TD_OK ? 0 : fail(rank, "td_finalize");
 }
 
-/* grow and grow2: the ranks DIE1 and DIE2 (-1: none) die before step 3 */
+/* The grown group's first collective, run while every joiner lives
+ * (regrow): a joiner that dies before it leaves the group's shm head
+ * waiting for a send to it (a coll bug, reported), not what regrow
+ * tests. */
+static td_status_t
+check_in(td_elastic_t *el, td_tensor_t *t)
+{
+    ((double *)td_tensor_data(t))[0] = 1;
+    return td_all_reduce(td_elastic_group(el), t, TD_REDUCE_SUM);
+}
+
+/* grow and grow2: the ranks DIE1 and DIE2 (-1: none) die before step 3;
+ * REGROW: the first replacement dies once admitted, before its heal */
 static int
-grow(int die1, int die2)
+grow(int die1, int die2, int regrow)
 {
     int64_t st[2] = {0, 0};          /* step, total */
     int64_t one = 1, grew_at = -1, until = -1;
@@ -181,6 +193,23 @@ grow(int die1, int die2)
                "self_behind %d world %d -> %d\n", rank, (long long)ch.epoch,
                (long long)ch.step, ch.source, ch.behind, ch.self_behind,
                ch.old_size, ch.new_size);
+        fflush(stdout);
+        if (regrow) {
+            int64_t nth = 0;
+
+            /* regrow: the first replacement dies here, admitted and a
+             * member of the new epoch, before its heal */
+            if (check_in(el, t) != TD_OK) {
+                return fail(rank, "the grown group's first all_reduce");
+            }
+            if (td_store_add(td__runtime_store(), "test/joiner", 1, &nth) !=
+                TD_OK) {
+                return fail(rank, "counting the replacements");
+            }
+            if (nth == 1) {
+                raise(SIGKILL);
+            }
+        }
         if (td_checkpoint_broadcast(ck, td_elastic_group(el), ch.source) !=
             TD_OK) {
             return fail(rank, "heal");
@@ -215,6 +244,9 @@ grow(int die1, int die2)
             if (ch.self_behind) {
                 td_elastic_commit(el, ch.step);
             }
+            if (ch.new_size < 4) {
+                until = grew_at = -1;   /* regrow: wait for the next one */
+            }
             continue;
         }
         st[0]++;
@@ -234,9 +266,19 @@ grow(int die1, int die2)
                    "world %d -> %d joined%s\n", rank, (long long)ch.epoch,
                    (long long)ch.step, ch.source, ch.behind, ch.old_size,
                    ch.new_size, joined);
-            if (td_checkpoint_broadcast(ck, td_elastic_group(el),
+            fflush(stdout);
+            /* regrow: the joiner may die as this all_reduce ends, and
+             * fail it here: the next step's fails too, and recovers */
+            if ((regrow && check_in(el, t) != TD_OK) ||
+                td_checkpoint_broadcast(ck, td_elastic_group(el),
                                         ch.source) != TD_OK) {
-                return fail(rank, "heal");
+                /* regrow: the joiner died before its heal; the step
+                 * boundary stands (the members hold step ch.step), the
+                 * next step's all_reduce fails and recovers */
+                if (!regrow) {
+                    return fail(rank, "heal");
+                }
+                printf("rank %d: heal failed: %s\n", rank, td_last_error());
             }
             grew_at = ch.step;
             until = grew_at + 3;
@@ -338,19 +380,23 @@ main(int argc, char **argv)
                       strcmp(argv[1], "reject") != 0 &&
                       strcmp(argv[1], "grow") != 0 &&
                       strcmp(argv[1], "grow2") != 0 &&
+                      strcmp(argv[1], "regrow") != 0 &&
                       strcmp(argv[1], "chain") != 0)) {
         fprintf(stderr, "usage: inplace_worker heal|stale|tell|reject|"
-                "grow|grow2|chain\n");
+                "grow|grow2|regrow|chain\n");
         return 2;
     }
     if (strcmp(argv[1], "chain") == 0) {
         return chain();
     }
     if (strcmp(argv[1], "grow") == 0) {
-        return grow(2, -1);
+        return grow(2, -1, 0);
     }
     if (strcmp(argv[1], "grow2") == 0) {
-        return grow(1, 2);
+        return grow(1, 2, 0);
+    }
+    if (strcmp(argv[1], "regrow") == 0) {
+        return grow(2, -1, 1);
     }
     if (strcmp(argv[1], "tell") == 0) {
         return tell();

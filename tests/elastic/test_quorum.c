@@ -340,6 +340,50 @@ growth(void)
     td_store_close(c);
 }
 
+/* 11 (Q12): vacancies for a replacement started without a rank (srun
+ * --todist=join): none in epoch 0; after epoch 1 = {0, 2} of 4, ranks 1
+ * and 3; two claimers of one step take different ones; a rank asked for
+ * (want/) or in the growth record is not vacant; none left is refused. */
+static void
+vacancies(void)
+{
+    const char *p1 = "v1 1 7 0 0 2 0 2";
+    td_store_t *c;
+    int r = -1, r2 = -1, nv = -1;
+    int64_t e = -1;
+
+    if (td_store_connect("127.0.0.1", port, TOKEN, 10, &c) != TD_OK) {
+        diag("store: %s", td_last_error());
+        return;
+    }
+    is_int(elastic_vacant_claim(c, 4, 0, &r, &e, &nv), TD_ERR_NOT_FOUND,
+           "epoch 0 (the whole world): no vacancy");
+    like(td_last_error(), "epoch 0 of a world of 4 lacks no rank: nothing "
+         "to replace", "the refusal says the epoch lacks none");
+    td_store_set(c, "td/el/1/plan", p1, strlen(p1));
+    ok(elastic_vacant_claim(c, 4, 0, &r, &e, &nv) == TD_OK && r == 1 &&
+       e == 1 && nv == 2, "epoch 1 = {0, 2}: task 0 takes rank 1 (of 2 "
+       "vacancies)");
+    ok(elastic_vacant_claim(c, 4, 0, &r2, &e, &nv) == TD_OK && r2 == 3,
+       "a second claimer starting at the same place takes rank 3 (Q12)");
+    is_int(elastic_vacant_claim(c, 4, 1, &r, &e, &nv), TD_ERR_NOT_FOUND,
+           "a third finds none left");
+    like(td_last_error(), "epoch 1 of a world of 4 lacks ranks, but a "
+         "replacement holds each already", "naming why");
+    {
+        /* epoch 2 = {0}: 1 asked (want/), 2 is in the growth record */
+        const char *p2 = "v1 2 9 0 0 1 0", *g2 = "v1 10 1 2";
+
+        td_store_set(c, "td/el/2/plan", p2, strlen(p2));
+        td_store_set(c, "td/el/2/want/1", "1", 1);
+        td_store_set(c, "td/el/2/grow", g2, strlen(g2));
+    }
+    ok(elastic_vacant_claim(c, 4, 0, &r, &e, &nv) == TD_OK && r == 3 &&
+       e == 2 && nv == 1, "epoch 2 = {0}, 1 asked, 2 admitted: only rank 3 "
+       "is vacant");
+    td_store_close(c);
+}
+
 int
 main(void)
 {
@@ -349,7 +393,7 @@ main(void)
     joiner_t j[MAXR];
     double t0;
 
-    plan(101);
+    plan(108);
     codec();
     grow_codec();
     if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {
@@ -436,6 +480,14 @@ main(void)
     }
     port = td_store_server_port(srv);
     growth();
+    td_store_server_stop(srv);
+
+    if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {
+        diag("store: %s", td_last_error());
+        return 1;
+    }
+    port = td_store_server_port(srv);
+    vacancies();
     td_store_server_stop(srv);
     return exit_status();
 }

@@ -4,14 +4,15 @@
 # (after step 4, mid-epoch 1, and after step 9, mid-epoch 2), each part a
 # fresh todist-run that --resume's from the --checkpoint, give the same
 # loss at every step, bit for bit (%a), and the same epoch lines. The
-# checkpoint is a safetensors file whose JSON header names every state.
+# checkpoint is a safetensors file whose JSON header names every state,
+# and a hand parser reads its layout and values as a user would.
 # Bounded by timeout; skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 8
+plan 9
 ex="$top_builddir/examples/fashion_mnist_ddp"
 data=/usr/share/datasets/fashion-mnist
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 8 "dataset-fashion-mnist is not installed"
+    skip 9 "dataset-fashion-mnist is not installed"
     done_testing
 fi
 args="--epochs 2 --max-batches 6 --batch-size 32 --hidden 32 --threads 1
@@ -54,4 +55,45 @@ PY
 )
 is "$hdr" "todist.checkpoint.v1 I64 fc1.weight optim.0.buf.0 optim.0.step optim.lr ddp.bucket_order sampler.state epoch_loss_sum" \
    "the checkpoint's JSON header names every state"
+# A user can read it without todist: the safetensors layout read by hand
+# (the format's rules: every entry's bytes are dtype size x elements, the
+# entries tile the byte buffer from 0 to its end without a gap or an
+# overlap), and the values: the step is 12, the weights finite and not 0.
+body=$(python3 - "$ck" <<'PY'
+import json, math, struct, sys
+size = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4,
+        "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1}
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+h = json.loads(data[8:8 + n])
+buf = data[8 + n:]
+h.pop("__metadata__", None)
+spans, bad = [], []
+for k, e in h.items():
+    b, end = e["data_offsets"]
+    want = size[e["dtype"]] * math.prod(e["shape"])
+    if end - b != want:
+        bad.append(k)
+    spans.append((b, end))
+spans.sort()
+at = 0
+for b, end in spans:
+    if b != at:
+        bad.append("gap or overlap at %d" % b)
+    at = end
+if at != len(buf):
+    bad.append("entries end at %d of %d bytes" % (at, len(buf)))
+def arr(k, fmt):
+    b, end = h[k]["data_offsets"]
+    return struct.unpack("<%d%s" % ((end - b) // struct.calcsize(fmt), fmt),
+                         buf[b:end])
+w = arr("fc1.weight", "f")
+print("bad: " + ", ".join(bad) if bad else "layout ok",
+      "step", arr("step", "q")[0],
+      "weights", "finite" if all(math.isfinite(x) for x in w) else "NOT finite",
+      "nonzero" if any(w) else "zero", len(w))
+PY
+)
+like "$body" "^layout ok step 12 weights finite nonzero [0-9]+$" \
+   "read by hand, as a user would: the layout follows the format, step 12, finite weights"
 done_testing

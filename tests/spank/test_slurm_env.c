@@ -92,7 +92,7 @@ main(void)
     char tok1[TD_JOB_TOKEN_HEX + 1], tok2[TD_JOB_TOKEN_HEX + 1];
     unsigned expect_port;
 
-    plan(134);
+    plan(147);
     td_slurm_opts_init(&def);
 
     /* ---- user options ---------------------------------------------- */
@@ -397,6 +397,109 @@ main(void)
            strstr(td_last_error(), "TODIST_JOB_TOKEN") != NULL,
            "without srun's token: refused, naming TODIST_JOB_TOKEN");
 #undef STEP_ONLY
+    }
+
+    /* ---- --todist=join: the record, the join spec, a joiner's map ----- */
+    {
+        td_slurm_record_t r = { .job = 42, .step = 3, .port = 0,
+                                .store_port = 12345 }, r2;
+        td_slurm_join_t j, j2;
+        char buf[160], *text = NULL;
+
+        o = def;
+        ok(td_slurm_opts_user("join", &o) == TD_OK && o.join &&
+           o.join_step == TD_SLURM_JOIN_LATEST,
+           "join: the job's latest joinable step");
+        o = def;
+        ok(td_slurm_opts_user("verbose,join=7", &o) == TD_OK && o.join &&
+           o.join_step == 7, "join=7: step 7");
+        o = def;
+        ok(td_slurm_opts_user("join=x", &o) == TD_ERR_INVALID &&
+           strstr(td_last_error(), "'join=x' is not join or join=STEP") &&
+           !o.join, "join=x refused, naming it");
+        ok(td_slurm_opts_user("join=4294967294", &o) == TD_ERR_INVALID,
+           "a special step id (the batch script's) refused");
+
+        memcpy(r.token, TOKEN, sizeof(r.token));
+        ok(td_slurm_record_encode(&r, buf, sizeof(buf)) == TD_OK &&
+           !strcmp(buf, "todist-step v1 42 3 0 12345 " TOKEN "\n"),
+           "a record encodes");
+        memset(&r2, 0, sizeof(r2));
+        ok(td_slurm_record_decode(buf, &r2) == TD_OK && r2.job == 42 &&
+           r2.step == 3 && r2.port == 0 && r2.store_port == 12345 &&
+           !strcmp(r2.token, TOKEN), "and decodes back");
+        ok(td_slurm_record_decode("todist-step v1 42 3 0 12345 00zz\n", &r2)
+           == TD_ERR_PROTOCOL && td_slurm_record_decode("todist-step v1 42 "
+           "3 0 99999 " TOKEN "\n", &r2) == TD_ERR_PROTOCOL &&
+           td_slurm_record_decode("other v1", &r2) == TD_ERR_PROTOCOL &&
+           td_slurm_record_decode(buf + 1, &r2) == TD_ERR_PROTOCOL,
+           "a short token, a port past 65535, a foreign or cut record: "
+           "refused");
+
+#define RUNNING_STEP \
+    "SLURM_STEP_NUM_TASKS=7", "SLURM_STEP_NUM_NODES=3", \
+    "SLURM_STEP_TASKS_PER_NODE=3,2(x2)", "SLURM_STEP_NODELIST=gpu[1-3]", \
+    "SLURM_JOB_ID=4242", "SLURM_STEP_ID=3", \
+    "SLURM_STEP_RESV_PORTS=12000-12003", "TODIST_JOB_TOKEN=" TOKEN
+        o = def;
+        ok(td_slurm_join_make(envp_lookup, (void *)ENV(RUNNING_STEP), &o,
+                              "0,1,2;3,4;5,6", &j) == TD_OK &&
+           j.job == 4242 && j.step == 3 && j.world_size == 7 &&
+           j.nnodes == 3 && !strcmp(j.master_addr, "gpu1") &&
+           j.master_port == 12001 && j.torch_port == 12000 &&
+           j.node[5] == 2 && j.local[5] == 0 && j.node[4] == 1 &&
+           j.local[4] == 1, "a running step's join spec: gpu1:12001, "
+           "rank 5 first on node 2");
+        ok(td_slurm_join_encode(&j, &text) == TD_OK &&
+           !strcmp(text, "v1 4242 3 7 3 gpu1 12001 12000 0,1,2;3,4;5,6"),
+           "it encodes as TODIST_SPANK_JOIN");
+        ok(td_slurm_join_decode(text, &j2) == TD_OK && j2.world_size == 7 &&
+           j2.nnodes == 3 && !strcmp(j2.master_addr, "gpu1") &&
+           j2.master_port == 12001 && j2.node[6] == 2 && j2.local[6] == 1,
+           "and decodes back");
+        free(text);
+        td_slurm_join_free(&j2);
+        ok(td_slurm_join_make(envp_lookup, (void *)ENV(RUNNING_STEP), &o,
+                              "0,1,2;3,4;5,5", &j2) == TD_ERR_INVALID &&
+           strstr(td_last_error(), "does not list each of 7 ranks once on 3 "
+                  "nodes") && td_slurm_join_decode("v1 1 2 7 3 h 1 0 0,1;2",
+                                                  &j2) == TD_ERR_INVALID &&
+           td_slurm_join_decode("v1 1 2 2 1 h 0 0 0,1", &j2) ==
+           TD_ERR_INVALID, "a layout with a rank twice or too few, a store "
+           "port 0: refused");
+        memset(&out, 0, sizeof(out));
+        ok(td_slurm_join_map(envp_lookup, (void *)ENV("SLURM_PROCID=0",
+                             "SLURM_LOCALID=0", "SLURM_NODEID=0",
+                             "SLURM_STEP_NUM_TASKS=1", "SLURM_JOB_ID=4242",
+                             "SLURM_STEP_ID=5", "SLURM_CPUS_PER_TASK=2",
+                             "TODIST_JOB_TOKEN=" TOKEN), &o, &j, 4,
+                             record_set, &out, &task) == TD_OK &&
+           got("TODIST_RANK") && !strcmp(got("TODIST_RANK"), "4") &&
+           !strcmp(got("TODIST_WORLD_SIZE"), "7") &&
+           !strcmp(got("TODIST_LOCAL_RANK"), "1") &&
+           !strcmp(got("TODIST_LOCAL_WORLD_SIZE"), "2") &&
+           !strcmp(got("TODIST_NODE_RANK"), "1") &&
+           !strcmp(got("TODIST_NNODES"), "3") &&
+           !strcmp(got("TODIST_MASTER_ADDR"), "gpu1") &&
+           !strcmp(got("TODIST_MASTER_PORT"), "12001") &&
+           !strcmp(got("MASTER_PORT"), "12000") &&
+           !strcmp(got("TORCHELASTIC_RUN_ID"), "4242.3") &&
+           !strcmp(got("OMP_NUM_THREADS"), "2") &&
+           got("TODIST_ELASTIC_JOIN") &&
+           !strcmp(got("TODIST_ELASTIC_JOIN"), "1") &&
+           got("TODIST_AGENT_STORE") &&
+           !strcmp(got("TODIST_AGENT_STORE"), "1"),
+           "a joiner taking rank 4: the running step's rank 4 (node 1, local "
+           "1 of 2, its store, run id 4242.3), its own threads, "
+           "TODIST_ELASTIC_JOIN=1 and TODIST_AGENT_STORE=1");
+        ok(td_slurm_join_map(envp_lookup, (void *)ENV("SLURM_PROCID=0"), &o,
+                             &j, 7, record_set, &out, &task) ==
+           TD_ERR_INVALID && strstr(td_last_error(), "rank 7 is not a rank "
+                                    "of the step's world of 7"),
+           "a rank past the world refused");
+        td_slurm_join_free(&j);
+        td_slurm_join_free(&j2);
+#undef RUNNING_STEP
     }
 
     /* ---- td_rank_env_export directly (todist-run's path) -------------- */

@@ -7,7 +7,12 @@
  * the one whose heartbeat stopped and names it, and has a fresh token
  * (E3, E6); a node that joins stops the round without using a restart,
  * a failure with no restart left ends the job with its code (E7); a round
- * whose agents are all done ends the job with 0. */
+ * whose agents are all done ends the job with 0. --nnodes MIN:MAX (E6):
+ * with MIN 2 the leader alone forms no round, and once --rdzv-timeout has
+ * passed without a second agent it ends the job naming the count; with
+ * MAX 2 and three agents, round 0 takes the leader and the lowest other
+ * agent only, and the one left out, waiting for round 1, does not stop a
+ * round that is full. */
 #include "config.h"
 
 #include <poll.h>
@@ -255,11 +260,86 @@ test_rounds(void)
     }
 }
 
+/* --nnodes 2:2 (E6): MIN waited for, up to the timeout; at most MAX. */
+static void
+test_min_max(void)
+{
+    rdzv_opts_t oa = opts("hA", 1, 0), ob, oc;
+    rdzv_t *a = NULL, *b = NULL, *c = NULL, *r[2];
+    static rdzv_plan_t p[3];
+    rdzv_event_t ev[3];
+    int code[3], waiting = 1;
+    char why[3][RDZV_REASON_MAX];
+
+    oa.min_nodes = oa.max_nodes = 2;
+    if (rdzv_open(&oa, &a) != TD_OK) {
+        diag("open: %s", td_last_error());
+        skip(7, "no loopback store");
+        return;
+    }
+    rdzv_join(a, 0);
+    for (int t = 0; t < 10 && waiting; t++) {   /* 0.2 s of 60 */
+        rdzv_wait_plan(a, 0, &p[0], &ev[0], &code[0], why[0],
+                       RDZV_REASON_MAX);
+        waiting = ev[0] == RDZV_WAITING;
+        poll(NULL, 0, 20);
+    }
+    ok(waiting, "MIN 2: the leader alone forms no round");
+    ob = opts("hB", 1, rdzv_port(a));
+    oc = opts("hC", 1, rdzv_port(a));
+    ob.min_nodes = ob.max_nodes = oc.min_nodes = oc.max_nodes = 2;
+    ok(rdzv_open(&ob, &b) == TD_OK && rdzv_open(&oc, &c) == TD_OK,
+       "two more agents arrive");
+    rdzv_join(b, 0);
+    rdzv_join(c, 0);
+    r[0] = a;
+    r[1] = b;
+    wait_all(r, 2, 0, p, ev, code, why);
+    ok(ev[0] == RDZV_PLAN && ev[1] == RDZV_PLAN && p[0].nnodes == 2 &&
+       p[0].world_size == 2 && p[0].node[0].agent == rdzv_agent(a) &&
+       p[0].node[1].agent == rdzv_agent(b),
+       "MAX 2: round 0 takes the leader and the first other agent (%d "
+       "nodes)", p[0].nnodes);
+    rdzv_wait_plan(c, 0, &p[2], &ev[2], &code[2], why[2], RDZV_REASON_MAX);
+    ok(ev[2] == RDZV_PLAN && rdzv_plan_find(&p[2], rdzv_agent(c)) == NULL,
+       "the third agent reads the plan, which leaves it out");
+    rdzv_join(c, 1);                /* it waits for the next round */
+    rdzv_watch(a, &p[0], &ev[0], &code[0], why[0], RDZV_REASON_MAX);
+    is_int(ev[0], RDZV_WAITING, "an agent waiting beyond MAX does not stop "
+           "the full round");
+    rdzv_close(c);
+    rdzv_close(b);
+    rdzv_close(a);
+
+    /* MIN never reached: the job ends after --rdzv-timeout */
+    oa = opts("hA", 1, 0);
+    oa.min_nodes = oa.max_nodes = 2;
+    oa.timeout = 0.2;
+    a = NULL;
+    if (rdzv_open(&oa, &a) != TD_OK) {
+        skip(2, "no store");
+        return;
+    }
+    rdzv_join(a, 0);
+    ev[0] = RDZV_WAITING;
+    for (int t = 0; t < 1500 && ev[0] == RDZV_WAITING; t++) {
+        rdzv_wait_plan(a, 0, &p[0], &ev[0], &code[0], why[0],
+                       RDZV_REASON_MAX);
+        poll(NULL, 0, 20);
+    }
+    ok(ev[0] == RDZV_END && code[0] == 1,
+       "MIN 2, one agent: the job ends after the timeout (code %d)", code[0]);
+    like(why[0], "only 1 of the 2 nodes needed joined round 0 within 0 s "
+         "\\(--rdzv-timeout\\)", "and names the count and the option");
+    rdzv_close(a);
+}
+
 int
 main(void)
 {
-    plan(36);
+    plan(43);
     test_codec();
     test_rounds();
+    test_min_max();
     return exit_status();
 }
