@@ -2005,6 +2005,26 @@ drain_sends(td_transport_t *tp)
     }
 }
 
+/* TODIST_TEST_CLOSE_STALL=R:S, for tests only: world rank R stops S
+ * seconds as its closes begin, before its flushes, with nothing
+ * progressing its worker meanwhile: a rank that gets no CPU then (its
+ * peers' flushes wait for it; tests/hosts/test_hosts.sh). */
+static void
+close_test_stall(const td_transport_t *tp)
+{
+    const char *s = getenv("TODIST_TEST_CLOSE_STALL");
+    int r;
+    double sec;
+
+    if (s != NULL && sscanf(s, "%d:%lf", &r, &sec) == 2 &&
+        r == tp->params.rank && sec > 0 && sec < 60) {
+        struct timespec ts = { (time_t)sec,
+                               (long)((sec - (double)(time_t)sec) * 1e9) };
+
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Close every endpoint. First flush them all, bounded by close_timeout; an
  * endpoint whose flush completes is closed in flush mode, one whose flush
  * does not (a stopped, hung or partitioned peer holds a transfer) is
@@ -2022,6 +2042,7 @@ close_endpoints(td_transport_t *tp)
     ucp_request_param_t prm = { .op_attr_mask = 0 };
 
     tp->closing = 1;                                              /* E1 */
+    close_test_stall(tp);
     if (reqs == NULL || st == NULL) {
         deadline = 0;   /* no memory to track requests: force every close */
     }
