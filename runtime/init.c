@@ -1226,9 +1226,16 @@ td_finalize(void)
     st2 = td__transport_destroy(rt.tp, 2.0);
     td__device_maps_reset();      /* after the progress thread (device_map.h) */
     if (st2 != TD_OK && status == TD_OK) {
-        status = st2;   /* a peer that did not close its endpoint */
-        snprintf(first_error, sizeof(first_error), "finalize: %s",
-                 td_last_error());
+        /* A peer that did not close its endpoint in time. After a join
+         * that completed, every message sent was received: the close only
+         * waited for that peer's UCX to answer (its flush needs the peer
+         * to progress), and a peer that got no CPU for the timeout (a
+         * loaded machine) or stopped after the join loses nothing. So it
+         * is said, not returned: td_finalize succeeded. (It failed the
+         * job's ranks that had done all their work: test_hosts under a
+         * loaded make check; TODIST_TEST_CLOSE_STALL plays it.) */
+        td_log_info("finalize: %s; every message was delivered (the join "
+                    "completed), so this is not an error", td_last_error());
     }
     rt.tp = NULL;
     rt.initialized = 0;

@@ -14,7 +14,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 129
+plan 132
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -232,6 +232,21 @@ unlike "$OUT" "read in place|cannot read" \
 TODIST_LOG=debug job "2+1 large bodies" 2,1 "$B/coll/coll_peer" big
 like "$OUT" "p2p body of [0-9]+ bytes from rank [01] read in place" \
      "2+1 large bodies: ranks 0 and 1, on host 1, read in place"
+
+# A rank that gets no CPU as the closes begin, after a join that
+# completed (TODIST_TEST_CLOSE_STALL=0:4, a test knob: rank 0 stops 4 s
+# before its flushes): rank 1's flush of its endpoint to rank 0, when it
+# has to wait for rank 0 (3 of 3 plain runs, not in one ASan run), gives
+# up after 2 s. Every message was delivered, so both td_finalize succeed,
+# and rank 1 says it at info, never as td_finalize's error (once, under a
+# loaded make check, a rank's finalize failed this way: "rank 1 did not
+# close its endpoint within 2 s").
+TODIST_TEST_CLOSE_STALL=0:4 TODIST_LOG=info \
+    job "1+1, rank 0 stalled in its close" 1,1 "$B/coll/coll_peer" small 20
+unlike "$OUT" "td_finalize: .*did not close" \
+       "1+1, rank 0 stalled in its close: no td_finalize fails for it"
+printf '%s\n' "$OUT" | grep "^todist\[rank 1\]: finalize: " >/dev/null ||
+    diag "rank 1's flush did not wait for rank 0 this time"
 
 # Bodies of up to 1 MiB go eager to a peer on another host (UCX's
 # rendezvous over TCP costs a round trip more), larger ones by rendezvous;

@@ -348,18 +348,25 @@ like "$(cat "$D/out/clash.err")" "store cannot listen on port $P \(TODIST_MASTER
 ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 30)}'; echo $?)" \
     "at once ($(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.1f", b-a}') s), not after a timeout"
 # A rank of job C on another node reaching A's store (token rejected)
+# Rank 1 fails only once rank 0 runs (as in 13): a stop that reaches n1
+# before rank 0's task was launched finds nothing to stop, and rank 0 then
+# slept its 30 s (once in a loaded make -j2 check: 30.5 s).
+mkdir "$D/up12"
+wrongtok='if [ $TODIST_RANK = 0 ]; then touch '"$D"'/up12/0; sleep 30; exit 0; fi
+i=0; while [ ! -e '"$D"'/up12/0 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done; exec "$0"'
 t0=$(td_now)
-run_srun wrongtok -N2 -n2 --todist=store_port=$P sh -c \
-    'if [ $TODIST_RANK = 0 ]; then sleep 30; exit 0; fi; exec "$0"' "$top_builddir/tests/runtime/init_bind"
+run_srun wrongtok -N2 -n2 --todist=store_port=$P sh -c "$wrongtok" \
+    "$top_builddir/tests/runtime/init_bind"
 t1=$(td_now)
 # Seen twice in full parallel runs (never alone): rank 1 exited 1 at once
 # without the message, its stderr interleaved with a todist-run warning
 # from elsewhere. Not understood: shown, and the step run once more.
 if ! grep "rank 1 reached a store on port $P that is not this job's" "$D/out/wrongtok.err" >/dev/null; then
     diag "first try, without the message (rc $rc): $(cat "$D/out/wrongtok" "$D/out/wrongtok.err")"
+    rm -f "$D/up12/0"
     t0=$(td_now)
-    run_srun wrongtok -N2 -n2 --todist=store_port=$P sh -c \
-        'if [ $TODIST_RANK = 0 ]; then sleep 30; exit 0; fi; exec "$0"' "$top_builddir/tests/runtime/init_bind"
+    run_srun wrongtok -N2 -n2 --todist=store_port=$P sh -c "$wrongtok" \
+        "$top_builddir/tests/runtime/init_bind"
     t1=$(td_now)
 fi
 like "$(cat "$D/out/wrongtok.err")" "rank 1 reached a store on port $P that is not this job's" \
