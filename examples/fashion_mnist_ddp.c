@@ -416,8 +416,8 @@ recover_in_place(td_elastic_t *el, td_checkpoint_t *ck, td_ddp_t *ddp,
 static const char *die_joined;      /* --die-joined FILE */
 
 /* --die-joined: every member of the grown group takes part in one
- * all_reduce (the group's first collective: a joiner dead before it
- * leaves the group's shm head waiting for a send to it, a coll bug), then
+ * all_reduce (the group's first collective: the joiner dies after it,
+ * inplace_worker regrow covers a death before it), then
  * the first replacement to create the file SIGKILLs itself, before its
  * heal. TD_OK, or the all_reduce's failure (the joiner died as it
  * ended). */

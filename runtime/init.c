@@ -67,7 +67,9 @@ typedef struct {
     const void *addr;    /* the worker address inside it */
     size_t   len;
     uint64_t host;       /* its host id (hostmap.h), 0 unknown */
-    td__proc_t proc;     /* its process (liveness.h), fetched when asked */
+    int32_t  pid;        /* its pid, read with the address (liveness.h V5),
+                          * 0 unknown */
+    td__proc_t proc;     /* its process (liveness.h), watched when asked */
     char     host_name[HOSTMAP_NAME_MAX];
     hostmap_ips_t ips;   /* its host's addresses (liveness.h V4) */
 } addr_t;
@@ -231,6 +233,9 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
         }
     }
     if (rt.addrs[rank].value == NULL && status == TD_OK) {
+        /* V5: the pid first, so it is never a later process's */
+        int32_t pid = rt.pmix ? 0 : td__liveness_pid(rt.resolver, rank);
+
         snprintf(key, sizeof(key), "td/addr/%d", rank);
         status = rt.pmix ? td__pmix_lookup(rank, &v, &len)
                          : td_store_get(rt.resolver, key,
@@ -242,6 +247,7 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
                                     &a->host, a->host_name, &a->ips);
             if (status == TD_OK) {
                 a->value = v;
+                a->pid = pid;
             } else {
                 free(v);
             }
@@ -406,8 +412,10 @@ peer_gone_cb(void *arg, int rank)
     }
     p = &rt.addrs[rank].proc;
     if (p->pid == 0) {
-        pthread_mutex_lock(&rt.addr_lock);      /* V3: the resolver's user */
-        td__liveness_fetch(rt.resolver, rank, p);
+        /* V5: the process whose address was fetched (same_host above
+         * fetched it), not whichever published the pid last */
+        pthread_mutex_lock(&rt.addr_lock);
+        td__liveness_watch(p, rt.addrs[rank].pid);
         pthread_mutex_unlock(&rt.addr_lock);
     }
     return td__liveness_gone(p);
@@ -1021,7 +1029,17 @@ td__runtime_readmit(int rank, double timeout)
     rt.addrs[rank].addr = NULL;
     rt.addrs[rank].len = 0;
     rt.addrs[rank].host = 0;
+    rt.addrs[rank].pid = 0;
     pthread_mutex_unlock(&rt.addr_lock);
+    /* V5: the new address and pid now, from the process admitted (it
+     * asked to join, so it published both); a lookup only at the first
+     * send could get a later replacement's (this one died meanwhile).
+     * Failing, the first send looks it up again. */
+    if (!rt.pmix) {
+        size_t len;
+
+        (void)fetch_address(rank, NULL, &len);
+    }
     dead = rank;
     __atomic_compare_exchange_n(&rt.dead_rank, &dead, -1, false,
                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);

@@ -27,34 +27,43 @@ td__liveness_publish(td_store_t *store, int rank)
     return td_store_set(store, key, val, (size_t)n);
 }
 
-void
-td__liveness_fetch(td_store_t *store, int rank, td__proc_t *p)
+int32_t
+td__liveness_pid(td_store_t *store, int rank)
 {
     char key[64], *end;
     void *v = NULL;
     size_t len = 0;
     long pid;
+    int32_t out = 0;
 
-    if (p->pid != 0) {
-        return;
-    }
-    p->pid = -1;                      /* unknown unless read below (V1) */
-    p->fd = -1;
     snprintf(key, sizeof(key), "td/pid/%d", rank);
     if (store == NULL || td_store_get(store, key, 0, &v, &len) != TD_OK) {
-        return;
+        return 0;
     }
     pid = strtol(v, &end, 10);
     if (*end == '\0' && pid > 0 && pid <= INT32_MAX) {
-        p->pid = (int32_t)pid;
+        out = (int32_t)pid;
+    }
+    free(v);
+    return out;
+}
+
+void
+td__liveness_watch(td__proc_t *p, int32_t pid)
+{
+    if (p->pid != 0) {
+        return;
+    }
+    p->pid = pid > 0 ? pid : -1;      /* 0: unknown (V1) */
+    p->fd = -1;
 #ifdef SYS_pidfd_open
+    if (pid > 0) {
         p->fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);   /* V2 */
         if (p->fd < 0 && errno == ESRCH) {
             p->fd = -2;               /* gone already */
         }
-#endif
     }
-    free(v);
+#endif
 }
 
 int

@@ -9,7 +9,7 @@
  * whose first send waits on the wire-up with a process that is gone never
  * errors, and a collective or a call waiting for it hung (issue 36).
  *
- * Invariants (V1..V3):
+ * Invariants (V1..V5):
  *  V1 A peer is reported gone only when it is known to be on this host
  *     (td__runtime_same_host: one kernel, one PID namespace) and its
  *     process has exited; anything unknown (another host, no pid
@@ -18,9 +18,17 @@
  *  V2 The process is watched through a pidfd opened at the first check,
  *     so a pid reused later is not taken for the peer; without pidfds
  *     (old kernels), kill(pid, 0).
- *  V3 The pid is fetched once per peer, from the store, by the token
- *     holder under the caller's lock (the store client is not
- *     thread-safe).
+ *  V3 The pid is read once per address of a peer, from the store, under
+ *     the caller's lock (the store client is not thread-safe).
+ *  V5 The pid is the process's whose address was fetched: it is read just
+ *     before that address (a process publishes its address, then its
+ *     pid), never later. A rank replaced overwrites both keys: a pid read
+ *     at the first liveness check, after the address, was once the
+ *     replacement's (alive) while the endpoint led to the dead process, and
+ *     a send to it waited forever (issue 32). Read first, a pid can only
+ *     be older than the address (a dead process's, whose address is then
+ *     a later one's): a live peer failed once, which the next readmit
+ *     repairs, never a dead one watched as alive.
  *  V4 A peer's host is heard (td__liveness_heard_ms) when one of this
  *     process's established TCP connections to one of the addresses that
  *     host published (hostmap.h) received an acknowledgement or data:
@@ -49,8 +57,11 @@ typedef struct {
 
 /* Publish this process's pid as RANK's (td_init). */
 td_status_t td__liveness_publish(td_store_t *store, int rank);
-/* P's pid from STORE if not fetched yet (V3: the caller serializes). */
-void        td__liveness_fetch(td_store_t *store, int rank, td__proc_t *p);
+/* RANK's pid as published in STORE now, 0 when none or unreadable (V3:
+ * the caller serializes; V5: read it with the address, not later). */
+int32_t     td__liveness_pid(td_store_t *store, int rank);
+/* Watch process PID (<= 0: unknown, alive here) as P if P watches none. */
+void        td__liveness_watch(td__proc_t *p, int32_t pid);
 /* Has P's process exited? 1 yes, 0 alive or unknown (V1, V2). */
 int         td__liveness_gone(td__proc_t *p);
 /* Close P's pidfd; P is unknown again. */

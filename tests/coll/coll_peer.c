@@ -1891,6 +1891,86 @@ mode_early_kill(void)
     return 0;
 }
 
+/* ---- a member lost, its rank's pid key then overwritten (issue 32) -------
+ * As when an admitted joiner dies and a replacement for its rank publishes
+ * its own pid (liveness.h V5): every survivor looks the last rank's
+ * address up while it lives, it dies, rank 0 overwrites "td/pid/<it>"
+ * with a live process's (the launcher's), and only then does the group's
+ * first all_reduce talk to it. The liveness check must watch the process
+ * whose address was fetched: TD_ERR_PEER naming it, soon (a check that
+ * asked the store then watched the launcher and waited for ever). */
+static int
+store_pid(const char *key)
+{
+    void *v = NULL;
+    size_t len = 0;
+    int pid = 0;
+
+    if (td_store_get(td__runtime_store(), key, 10, &v, &len) == TD_OK) {
+        pid = atoi(v);
+        free(v);
+    }
+    return pid;
+}
+
+static int
+mode_late_pid(void)
+{
+    td_store_t *store = td__runtime_store();
+    td_tensor_t *t = make(4, TD_FLOAT32);
+    int victim = size - 1, pid;
+    char key[64], want[32], val[32];
+    const char *keys[1];
+    td_status_t st;
+    double t0;
+
+    snprintf(key, sizeof(key), "test/late_pid/looked/%d", rank);
+    if (rank == victim) {
+        for (int r = 0; r < victim; r++) {
+            snprintf(key, sizeof(key), "test/late_pid/looked/%d", r);
+            keys[0] = key;
+            if (td_store_wait(store, keys, 1, 30) != TD_OK) {
+                return 1;
+            }
+        }
+        raise(SIGKILL);
+    }
+    check(td__runtime_host_id(victim) != 0, "late_pid_address_looked_up",
+          "rank %d's address: %s", victim, td_last_error());
+    check(td_store_set(store, key, "1", 1) == TD_OK, "late_pid_told",
+          "%s", td_last_error());
+    snprintf(key, sizeof(key), "td/pid/%d", victim);
+    pid = store_pid(key);
+    for (int i = 0; i < 10000 && pid > 0 && kill(pid, 0) == 0; i++) {
+        struct timespec ts = { 0, 1000000 };       /* reaped: ESRCH */
+
+        nanosleep(&ts, NULL);
+    }
+    check(pid > 0 && kill(pid, 0) != 0, "late_pid_victim_gone",
+          "rank %d (pid %d) still runs", victim, pid);
+    if (rank == 0) {
+        int n = snprintf(val, sizeof(val), "%ld", (long)getppid());
+
+        td_store_set(store, key, val, (size_t)n);
+        td_store_set(store, "test/late_pid/forged", "1", 1);
+    }
+    keys[0] = "test/late_pid/forged";
+    td_store_wait(store, keys, 1, 30);
+    td_coll_set_timeout(30);
+    t0 = now_s();
+    st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    snprintf(want, sizeof(want), "rank %d ", victim);
+    check(st == TD_ERR_PEER && strstr(td_last_error(), want) != NULL,
+          "late_pid_fails_naming_it", "%s: %s", td_status_name(st),
+          td_last_error());
+    check(now_s() - t0 <= 2.0, "late_pid_within_2s", "failed %.2f s after "
+          "the call began", now_s() - t0);
+    printf("# rank %d: %s after %.3f s: %s\n", rank, td_status_name(st),
+           now_s() - t0, td_last_error());
+    td_tensor_release(t);
+    return 0;
+}
+
 /* Point-to-point bodies above the single-copy threshold between ranks 0
  * and 1 (cma.h C9, C10): blocking send/recv both ways; both ranks irecv
  * then send (an offer matching an irecv posted earlier must not wait for
@@ -2065,7 +2145,7 @@ main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(mode, "kill") == 0 || strcmp(mode, "mbox_kill") == 0 ||
-        strcmp(mode, "early_kill") == 0) {
+        strcmp(mode, "early_kill") == 0 || strcmp(mode, "late_pid") == 0) {
         signal(SIGTERM, SIG_IGN);       /* finish the checks */
     }
     td_rpc_register("twice", fn_twice, NULL);
@@ -2180,8 +2260,10 @@ main(int argc, char **argv)
         check(st != TD_OK || get(t, 15) == size, "one_result", "%g",
               get(t, 15));
         td_tensor_release(t);
-    } else if (strcmp(mode, "kill") == 0 || strcmp(mode, "early_kill") == 0) {
-        rc = mode[0] == 'k' ? mode_kill() : mode_early_kill();
+    } else if (strcmp(mode, "kill") == 0 || strcmp(mode, "early_kill") == 0 ||
+               strcmp(mode, "late_pid") == 0) {
+        rc = mode[0] == 'k' ? mode_kill() : mode[0] == 'e' ?
+             mode_early_kill() : mode_late_pid();
         /* the survivors leave without the join (a member is dead), late
          * enough that no survivor sees another survivor leave first */
         fflush(stdout);

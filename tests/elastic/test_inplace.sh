@@ -66,9 +66,10 @@
 #     step 12: ranks 1-3 refuse to recover, each naming rank 0 and why,
 #     fail, and none hangs.
 #  3f. inplace_worker regrow under todist-run --no-kill --replace 2: as
-#     3c, but once the grown group's first all_reduce is done, the first
-#     replacement SIGKILLs itself (admitted, a member of epoch 2), before
-#     its heal: the members recover to epoch 3 (world 4 -> 3, lost 2) at
+#     3c, but the first replacement SIGKILLs itself once admitted (a
+#     member of epoch 2), before the new group's first collective, its
+#     heal (issue 32: the shm handshake's head sent to a dead process and
+#     waited for ever, liveness.h V5): the members recover to epoch 3 (world 4 -> 3, lost 2) at
 #     the growth's step G1 (their heal or next step fails), the second
 #     replacement waits until epoch 3 dropped rank 2, joins epoch 4 at
 #     step G2, and all four end with 2 x 4 + (G2 - 2) x 3 + 3 x 4.
