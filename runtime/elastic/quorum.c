@@ -179,6 +179,24 @@ plan_read(td_store_t *store, int64_t epoch, int *found, elastic_plan_t *p)
     return st;
 }
 
+/* Advance *EPOCH to the current epoch: the last plan written after it. */
+static td_status_t
+epoch_last(td_store_t *store, int64_t *epoch)
+{
+    elastic_plan_t p = {0};
+    int found = 1;
+    td_status_t st = TD_OK;
+
+    while (st == TD_OK && found) {
+        st = plan_read(store, *epoch + 1, &found, &p);
+        if (st == TD_OK && found) {
+            elastic_plan_free(&p);
+            (*epoch)++;
+        }
+    }
+    return st;
+}
+
 static int
 plan_has(const elastic_plan_t *p, int rank)
 {
@@ -668,7 +686,6 @@ elastic_join_wait(td_store_t *store, int me, int world, double timeout,
 {
     double t0 = td_now_s();
     int64_t epoch = 0, asked = -1;
-    elastic_plan_t p = {0};
     char key[96];
     td_status_t st;
 
@@ -680,17 +697,9 @@ elastic_join_wait(td_store_t *store, int me, int world, double timeout,
         int found = 0, *members = NULL, n = 0;
         elastic_grow_t g = {0};
 
-        /* the current epoch: the last plan written */
-        for (;;) {
-            st = plan_read(store, epoch + 1, &found, &p);
-            if (st != TD_OK) {
-                return st;
-            }
-            if (!found) {
-                break;
-            }
-            elastic_plan_free(&p);
-            epoch++;
+        st = epoch_last(store, &epoch);
+        if (st != TD_OK) {
+            return st;
         }
         st = epoch_members(store, epoch, world, &members, &n);
         if (st != TD_OK) {
@@ -758,7 +767,6 @@ td_status_t
 elastic_vacant_claim(td_store_t *store, int world, int first, int *rank_p,
                      int64_t *epoch_p, int *n_vacant_p)
 {
-    elastic_plan_t p = {0};
     elastic_grow_t g = {0};
     int64_t epoch = 0;
     int found = 0, *members = NULL, n = 0, *vacant = NULL, nv = 0, lacks = 0;
@@ -770,16 +778,9 @@ elastic_vacant_claim(td_store_t *store, int world, int first, int *rank_p,
         return td_error(TD_ERR_INVALID, "elastic: a vacancy of a world of %d "
                         "(task %d)", world, first);
     }
-    for (;;) {              /* the current epoch: the last plan written */
-        st = plan_read(store, epoch + 1, &found, &p);
-        if (st != TD_OK) {
-            return st;
-        }
-        if (!found) {
-            break;
-        }
-        elastic_plan_free(&p);
-        epoch++;
+    st = epoch_last(store, &epoch);
+    if (st != TD_OK) {
+        return st;
     }
     st = epoch_members(store, epoch, world, &members, &n);
     if (st == TD_OK) {
