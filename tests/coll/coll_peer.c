@@ -736,24 +736,38 @@ reduce_loop(int iters, int64_t n)
  * (COLL_UX_SMALL: an early one kept in its entry) and 1,028 B (an early
  * one above it takes the transport's buffer as before), exact; then
  * EXPECT "some" (every message of the first two loops, one a call at 2
- * ranks, was taken) or "none" (ranks of one host: nothing taken). */
+ * ranks, was taken) or "none" (ranks of one host: nothing taken).
+ * The same calls' sends on the lean path (transport.c S2): across hosts
+ * some of the first two loops' (a send that finds the progress thread
+ * holding the token goes the usual way, so not every one), none of the
+ * 1,028 B loop's (header and body above LEAN_MAX); on one host none. */
 static int
 mode_taken(int iters, const char *expect)
 {
-    uint64_t before = td__transport_taken_count(td__runtime_transport());
+    td_transport_t *tp = td__runtime_transport();
+    uint64_t before = td__transport_taken_count(tp);
+    uint64_t lean0 = td__transport_lean_count(tp), lean, lean_big;
     uint64_t taken;
     int bad = reduce_loop(iters, 2) + reduce_loop(iters, 64);
 
-    taken = td__transport_taken_count(td__runtime_transport()) - before;
+    taken = td__transport_taken_count(tp) - before;
+    lean = td__transport_lean_count(tp) - lean0;
     bad += reduce_loop(iters, 257);
+    lean_big = td__transport_lean_count(tp) - lean0 - lean;
     check(bad == 0, "taken_exact", "%d of %d calls wrong", bad, 3 * iters);
+    check(lean_big == 0, "lean_bounded", "%" PRIu64 " sends of 1,028 B "
+          "bodies took the lean path", lean_big);
     if (strcmp(expect, "none") == 0) {
         check(taken == 0, "taken_none", "%" PRIu64 " bodies taken by the "
               "handler between ranks of one host", taken);
+        check(lean == 0, "lean_none", "%" PRIu64 " sends took the lean "
+              "path between ranks of one host", lean);
     } else {
         check(taken >= (uint64_t)(2 * iters), "taken_some", "%" PRIu64
               " bodies taken by the handler in %d calls across hosts", taken,
               2 * iters);
+        check(lean > 0, "lean_some", "%" PRIu64 " of %d sends across hosts "
+              "took the lean path", lean, 2 * iters);
     }
     return 0;
 }
