@@ -32,7 +32,8 @@ void todist_srun_exit(void);
  * join: take a rank the running step lost, and map the task as it). */
 int todist_stepd_task_init(spank_t sp);
 
-/* slurmstepd side, after a task ended: a failure stops the step. */
+/* slurmstepd side, after a task ended: a failure stops the step, once
+ * the output this slurmstepd holds has left. */
 int todist_stepd_task_exit(spank_t sp);
 
 /* slurmstepd side, before the tasks (kill_on_fail=no): the step's first

@@ -22,13 +22,21 @@
  * program joins as todist-run --replace's replacements do. */
 #include "config.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/sockios.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include <slurm/slurm.h>
 
@@ -170,6 +178,84 @@ todist_stepd_task_init(spank_t sp)
     return 0;
 }
 
+/* How long a failed task's output may take to leave this slurmstepd
+ * before kill_on_fail stops the step anyway. */
+#define DRAIN_LIMIT_S 5.0
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* 1 while this slurmstepd holds output it has not passed on: bytes unread
+ * in a pipe it reads (a task's stdout or stderr; a task that exited left
+ * them for the I/O thread) or bytes a stream socket's peer has not
+ * acknowledged (srun's I/O connection); else 0. */
+static int
+output_pending(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int pending = 0;
+
+    if (d == NULL) {
+        return 0;
+    }
+    while (!pending && (e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name), fl, type = 0, q = 0;
+        socklen_t len = sizeof(type);
+        struct stat st;
+
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d) ||
+            fstat(fd, &st) != 0) {
+            continue;
+        }
+        if (S_ISFIFO(st.st_mode)) {
+            fl = fcntl(fd, F_GETFL);
+            pending = fl >= 0 && (fl & O_ACCMODE) == O_RDONLY &&
+                      ioctl(fd, FIONREAD, &q) == 0 && q > 0;
+        } else if (S_ISSOCK(st.st_mode) &&
+                   getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+                   type == SOCK_STREAM) {
+            pending = ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0;
+        }
+    }
+    closedir(d);
+    return pending;
+}
+
+/* kill_on_fail's stop must not lose the failed task's last words (why it
+ * failed): once every task has exited and one died of SIGTERM or SIGKILL,
+ * srun stops reading output (Slurm's step_launch.c aborts its I/O
+ * handler), and what a slurmstepd had not yet passed on was dropped: seen
+ * as test_spank_slurm 61's rank 1 "exiting 1 without a message". So wait,
+ * boundedly, until this slurmstepd's output has left: task_exit runs on its
+ * main thread before it reports the task's exit to srun, while its I/O
+ * thread goes on. The wait is usually one delayed TCP acknowledgement
+ * (~40 ms). Output srun's host has acknowledged but srun has not yet read
+ * can still be dropped (a reader of srun's output that falls behind). */
+static void
+output_drain(uint32_t job, uint32_t step)
+{
+    double t0 = now_s();
+
+    while (output_pending()) {
+        if (now_s() - t0 > DRAIN_LIMIT_S) {
+            slurm_info("todist: job %u step %u: output still pending after "
+                       "%.0f s; stopping the step anyway", job, step,
+                       DRAIN_LIMIT_S);
+            return;
+        }
+        nanosleep(&(struct timespec){ .tv_nsec = 2000000 }, NULL);
+    }
+    slurm_debug("todist: job %u step %u: output passed on in %.1f ms", job,
+                step, (now_s() - t0) * 1e3);
+}
+
 int
 todist_stepd_task_exit(spank_t sp)
 {
@@ -203,6 +289,7 @@ todist_stepd_task_exit(spank_t sp)
     slurm_error("todist: job %u step %u: rank %d %s; stopping the step "
                 "(--todist=kill_on_fail=no keeps it running)", job, step,
                 (int)rank, what);
+    output_drain(job, step);
     if (slurm_signal_job_step(job, step, SIGTERM) != 0) {
         slurm_error("todist: job %u step %u: cannot stop the step after rank "
                     "%d failed", job, step, (int)rank);

@@ -197,6 +197,24 @@
  *     Peers of this host, mailboxes, offers and rendezvous go as before.
  *     Counted (td__transport_taken_count).
  *
+ * Small sends to another host, lean (S2):
+ *  S2 A send of at most one host body, header and body within LEAN_MAX,
+ *     to a peer known to be on another host (connected, params.same_host
+ *     said no, not failed), by a thread that finds the token free, with
+ *     no TODIST_FAULT rules and nothing of this rank's queued before it
+ *     (the shared queue and the holder's own list both empty), is first
+ *     offered to UCX as an immediate short send (UCP_OP_ATTR_FLAG_FORCE_
+ *     IMM_CMPL): our header built once on the stack, no op, no UCX
+ *     request, no completion queue. Done inline, it is counted as any send
+ *     (posted_local, am_tx, n_sent, completed) and its callback runs
+ *     before td__transport_send returns, as a direct send's completion
+ *     did already. Anything else (UCX has no room, the peer failed, an
+ *     error) sent nothing, and the message goes the usual way with an op
+ *     (op_start), which tries that same short send first: order per
+ *     sender and failure naming are the usual path's. Peers of this host
+ *     (mailboxes, offers), the holder's own sends and queued ones never
+ *     take it. Counted (td__transport_lean_count).
+ *
  * Endpoints (E1):
  *  E1 Once close_endpoints has begun (tp->closing, token holder), no
  *     endpoint is made: a peer's ping answered, an offer refused or a
@@ -273,6 +291,10 @@
  * the rendezvous, so no receiver buffers more than this of one unexpected
  * message. Under a user's UCX_RNDV_THRESH, 0 (UCX chooses). */
 #define EAGER_REMOTE_MAX  (1024u * 1024u)
+/* S2: header and body of a lean send at most this many bytes (UCX's
+ * short sends over TCP take up to about 8 KiB; a larger one would only be
+ * refused and sent again the usual way). */
+#define LEAN_MAX          1024u
 #define LIVE_ID           (TD_TRANSPORT_HANDLERS_MAX - 1)   /* L3 */
 #define CMA_ID            (TD_TRANSPORT_HANDLERS_MAX - 2)   /* O3 */
 /* A reader's answer to an offer (O2-O5). */
@@ -481,14 +503,21 @@ struct td_transport {
     td__mbox_t            mb;             /* set up by set_mbox */
     uint64_t              n_mbox_tx, n_mbox_rx;   /* token holder */
     uint64_t              n_taken;        /* S1: bodies taken by handlers */
+    uint64_t              n_lean;         /* S2: lean sends (holder) */
 };
 
+/* Both read on every send: initial-exec, a plain %fs load instead of a
+ * call to __tls_get_addr (two a send, 22 instructions each; 8 bytes of
+ * the static TLS that glibc keeps for libraries opened later, as a
+ * Python binding opens this one). */
+#define TLS_IE __attribute__((tls_model("initial-exec")))
+
 /* The transport whose token this thread holds (NULL: none). */
-static __thread td_transport_t *tl_holder;
+static __thread td_transport_t *tl_holder TLS_IE;
 /* This thread drives progress right after its next sends (td_transport_
  * will_drive): a direct send need not arm the worker for the progress
  * thread. */
-static __thread int tl_will_drive;
+static __thread int tl_will_drive TLS_IE;
 
 /* The token is a futex word (as in Drepper's "Futexes Are Tricky"): 0
  * free, 1 held, 2 held and a thread may sleep on it. A thread that cannot
@@ -3021,6 +3050,12 @@ td__transport_taken_count(td_transport_t *tp)
     return __atomic_load_n(&tp->n_taken, __ATOMIC_RELAXED);
 }
 
+uint64_t
+td__transport_lean_count(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->n_lean, __ATOMIC_RELAXED);
+}
+
 td_status_t
 td__transport_address(td_transport_t *tp, const void **addr_p, size_t *len_p)
 {
@@ -3029,52 +3064,22 @@ td__transport_address(td_transport_t *tp, const void **addr_p, size_t *len_p)
     return TD_OK;
 }
 
-td_status_t
-td__transport_send(td_transport_t *tp, int dst, uint16_t id,
-                  const void *header, size_t header_len,
-                  const td_iov_t *bodies, size_t n_bodies,
-                  td_transport_send_fn cb, void *arg)
+/* The op of a send (any thread): our header and the user header copied
+ * into it, the bodies named. NULL: out of memory. */
+static send_op_t *
+op_build(td_transport_t *tp, int dst, uint16_t id, const void *header,
+         size_t header_len, const td_iov_t *bodies, size_t n_bodies,
+         td_transport_send_fn cb, void *arg)
 {
     send_op_t *op;
     uint8_t *w;
-    size_t wire_len;
+    size_t wire_len = WIRE_FIXED + n_bodies * WIRE_BODY + header_len;
 
-    if (dst < 0 || dst >= tp->params.world_size) {
-        return td_error(TD_ERR_INVALID, "transport: rank %d is not in the "
-                        "world of %d", dst, tp->params.world_size);
-    }
-    if (header_len > TD_TRANSPORT_HEADER_MAX ||
-        n_bodies > TD_TRANSPORT_BODIES_MAX ||
-        id >= TD_TRANSPORT_HANDLERS_MAX) {
-        return td_error(TD_ERR_INVALID, "transport: message to rank %d: "
-                        "header %zu bytes (max %d), %zu bodies (max %d), "
-                        "handler %u (max %d)", dst, header_len,
-                        TD_TRANSPORT_HEADER_MAX, n_bodies,
-                        TD_TRANSPORT_BODIES_MAX, id,
-                        TD_TRANSPORT_HANDLERS_MAX - 1);
-    }
-    for (size_t i = 0; i < n_bodies; i++) {
-        if (bodies[i].len > 0 && bodies[i].buf == NULL) {
-            return td_error(TD_ERR_INVALID, "transport: message to rank %d: "
-                            "body %zu has no buffer", dst, i);
-        }
-        if (bodies[i].mem != bodies[0].mem ||
-            !(tp->mem_types & (1u << bodies[i].mem))) {
-            /* Device bodies are staged by the CUDA path (not yet here). */
-            return td_error(TD_ERR_UNSUPPORTED, "transport: message to rank "
-                            "%d: body %zu in memory type %d is not supported",
-                            dst, i, (int)bodies[i].mem);
-        }
-    }
-    if (__atomic_load_n(&tp->peers[dst].failed, __ATOMIC_RELAXED)) {
-        return td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
-    }
-    wire_len = WIRE_FIXED + n_bodies * WIRE_BODY + header_len;
     /* room for an offer (O1) after the wire bytes */
     op = op_new(tp, sizeof(*op) + n_bodies * sizeof(ucp_dt_iov_t) +
                 wire_len + (n_bodies > 0 ? OFFER_LEN(n_bodies) : 0));
     if (op == NULL) {
-        return td_error(TD_ERR_NO_MEMORY, "transport: out of memory");
+        return NULL;
     }
     op->wire = (uint8_t *)(op->iov + n_bodies);
     op->next = NULL;
@@ -3112,7 +3117,150 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
     if (header_len > 0) {
         memcpy(w + WIRE_FIXED + n_bodies * WIRE_BODY, header, header_len);
     }
+    return op;
+}
 
+/* S2: send HEADER and one host BODY to DST at once if it qualifies (token
+ * holder, not inside UCX; the caller checked the sizes and TODIST_FAULT).
+ * 1: sent and complete, CB called; 0: nothing was sent. */
+static int
+lean_send(td_transport_t *tp, int dst, uint16_t id, const void *header,
+          size_t header_len, const td_iov_t *body, td_transport_send_fn cb,
+          void *arg)
+{
+    peer_t *p = &tp->peers[dst];
+    _Alignas(16) uint8_t w[WIRE_FIXED + WIRE_BODY + LEAN_MAX];
+    ucp_request_param_t prm;    /* only the fields in op_attr_mask are read */
+    void *req;
+
+    if (p->host != 2 || p->ep == NULL || p->failed ||
+        __atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) ||
+        tp->local_head != NULL) {
+        return 0;
+    }
+    w[0] = WIRE_VERSION;
+    w[1] = 0;
+    w[2] = id >> 8;
+    w[3] = id & 0xff;
+    td_put_be32(w + 4, (uint32_t)tp->params.rank);
+    td_put_be32(w + 8, (uint32_t)header_len);
+    td_put_be32(w + 12, 1);
+    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
+    td_put_be32(w + WIRE_FIXED, (uint32_t)((uint64_t)body->len >> 32));
+    td_put_be32(w + WIRE_FIXED + 4, (uint32_t)body->len);
+    memset(w + WIRE_FIXED + 8, 0, 8);     /* memory type HOST, 7 zero */
+    memcpy(w + WIRE_FIXED + WIRE_BODY, header, header_len);
+    prm.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    req = ucp_am_send_nbx(p->ep, TD_AM_ID, w, WIRE_FIXED + WIRE_BODY +
+                          header_len, body->buf, body->len, &prm);
+    if (UCS_PTR_IS_ERR(req)) {
+        return 0;           /* no room now, or the peer failed: op_start */
+    }
+    if (req != NULL) {
+        /* FORCE_IMM_CMPL promises none; should a UCX return one, its
+         * bytes are this stack's: finish it here (we hold the token). */
+        while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+            ucx_progress(tp);
+        }
+        ucp_request_free(req);
+    }
+    p->am_tx++;                                                 /* X3 */
+    BUMP(tp->posted_local);
+    BUMP(tp->n_lean);
+    BUMP(tp->n_sent);
+    if (cb != NULL) {
+        cb(arg, TD_OK);
+    }
+    BUMP(tp->completed);
+    return 1;
+}
+
+/* The end of a send by a thread that took the token: what completed is
+ * reported, what callbacks posted is started, the token goes back. */
+static void
+direct_finish(td_transport_t *tp)
+{
+    while (tp->done_head != NULL || tp->local_head != NULL) {
+        report_completions(tp);
+        drain_queue(tp);
+    }
+    if (tp->mode != TD_PROGRESS_BUSY && !tl_will_drive) {
+        /* The progress thread may sleep on the event fd: arm it. Not
+         * needed when this sender drives next (it arms as it leaves). */
+        leave_armed(tp);
+    }
+    token_drop(tp);
+}
+
+td_status_t
+td__transport_send(td_transport_t *tp, int dst, uint16_t id,
+                  const void *header, size_t header_len,
+                  const td_iov_t *bodies, size_t n_bodies,
+                  td_transport_send_fn cb, void *arg)
+{
+    send_op_t *op;
+
+    if (dst < 0 || dst >= tp->params.world_size) {
+        return td_error(TD_ERR_INVALID, "transport: rank %d is not in the "
+                        "world of %d", dst, tp->params.world_size);
+    }
+    if (header_len > TD_TRANSPORT_HEADER_MAX ||
+        n_bodies > TD_TRANSPORT_BODIES_MAX ||
+        id >= TD_TRANSPORT_HANDLERS_MAX) {
+        return td_error(TD_ERR_INVALID, "transport: message to rank %d: "
+                        "header %zu bytes (max %d), %zu bodies (max %d), "
+                        "handler %u (max %d)", dst, header_len,
+                        TD_TRANSPORT_HEADER_MAX, n_bodies,
+                        TD_TRANSPORT_BODIES_MAX, id,
+                        TD_TRANSPORT_HANDLERS_MAX - 1);
+    }
+    for (size_t i = 0; i < n_bodies; i++) {
+        if (bodies[i].len > 0 && bodies[i].buf == NULL) {
+            return td_error(TD_ERR_INVALID, "transport: message to rank %d: "
+                            "body %zu has no buffer", dst, i);
+        }
+        if (bodies[i].mem != bodies[0].mem ||
+            !(tp->mem_types & (1u << bodies[i].mem))) {
+            /* Device bodies are staged by the CUDA path (not yet here). */
+            return td_error(TD_ERR_UNSUPPORTED, "transport: message to rank "
+                            "%d: body %zu in memory type %d is not supported",
+                            dst, i, (int)bodies[i].mem);
+        }
+    }
+    if (__atomic_load_n(&tp->peers[dst].failed, __ATOMIC_RELAXED)) {
+        return td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
+    }
+
+    if (tl_holder != tp && token_take(tp)) {
+        /* Nobody in the worker: send from this thread, after whatever was
+         * queued before (order per sender is kept), and report what
+         * completed at once. */
+        if (STOPPED(tp)) {
+            token_drop(tp);
+            return td_error(TD_ERR_STATE, "transport: shutting down");
+        }
+        if (n_bodies == 1 && bodies[0].mem == TD_MEM_HOST &&
+            header_len + bodies[0].len <= LEAN_MAX && tp->faults.n == 0 &&
+            lean_send(tp, dst, id, header, header_len, bodies, cb, arg)) {
+            direct_finish(tp);                                  /* S2 */
+            return TD_OK;
+        }
+        op = op_build(tp, dst, id, header, header_len, bodies, n_bodies, cb,
+                      arg);
+        if (op == NULL) {
+            token_drop(tp);
+            return td_error(TD_ERR_NO_MEMORY, "transport: out of memory");
+        }
+        BUMP(tp->posted_local);
+        drain_queue(tp);
+        op_start(tp, op);
+        direct_finish(tp);
+        return TD_OK;
+    }
+    op = op_build(tp, dst, id, header, header_len, bodies, n_bodies, cb, arg);
+    if (op == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "transport: out of memory");
+    }
     if (STOPPED(tp)) {
         op_free(tp, op);
         return td_error(TD_ERR_STATE, "transport: shutting down");
@@ -3135,30 +3283,6 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
             tp->local_head = op;
         }
         tp->local_tail = op;
-        return TD_OK;
-    }
-    if (token_take(tp)) {
-        /* Nobody in the worker: send from this thread, after whatever was
-         * queued before (order per sender is kept), and report what
-         * completed at once. */
-        if (STOPPED(tp)) {
-            token_drop(tp);
-            op_free(tp, op);
-            return td_error(TD_ERR_STATE, "transport: shutting down");
-        }
-        BUMP(tp->posted_local);
-        drain_queue(tp);
-        op_start(tp, op);
-        while (tp->done_head != NULL || tp->local_head != NULL) {
-            report_completions(tp);
-            drain_queue(tp);
-        }
-        if (tp->mode != TD_PROGRESS_BUSY && !tl_will_drive) {
-            /* The progress thread may sleep on the event fd: arm it. Not
-             * needed when this sender drives next (it arms as it leaves). */
-            leave_armed(tp);
-        }
-        token_drop(tp);
         return TD_OK;
     }
     pthread_mutex_lock(&tp->lock);

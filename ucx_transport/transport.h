@@ -232,6 +232,10 @@ void td__transport_inplace_counts(td_transport_t *tp, uint64_t *read_p,
  * transport.c S1). */
 uint64_t td__transport_taken_count(td_transport_t *tp);
 
+/* Sends that took the lean path to a peer of another host (transport.c
+ * S2). */
+uint64_t td__transport_lean_count(td_transport_t *tp);
+
 /* This worker's address blob (owned by the transport, valid until destroy). */
 td_status_t td__transport_address(td_transport_t *tp, const void **addr_p,
                                  size_t *len_p);

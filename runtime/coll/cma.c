@@ -62,7 +62,8 @@ coll_post_send_offer(coll_req_t *r, int wdst)
     td_status_t st;
 
     r->cma_send = 0;
-    atomic_store(&r->cma_ready_a, 0);
+    /* relaxed: published with R by the send (coll_post_send) */
+    atomic_store_explicit(&r->cma_ready_a, 0, memory_order_relaxed);
     if (!cma_enabled || r->nbytes < COLL_CMA_MIN ||
         wdst == coll_world_rank() ||
         __atomic_load_n(&cma_off[wdst], __ATOMIC_RELAXED) ||

@@ -8,7 +8,11 @@
  *     only then); the reader copies it on the waiting thread, never in a
  *     callback, and answers exactly once: 0 (read), 1 (could not: the
  *     sender resends the body through UCX and stops offering to that
- *     rank) or 2 (p2p only: not now, send the body).
+ *     rank) or 2 (p2p only: not now, send the body). An offer dropped
+ *     unread (its group failed or is gone at the reader) is answered as
+ *     any message dropped there is (match.h C14): a p2p one by an error
+ *     ack, a collective's by an abort of its group, which completes the
+ *     offer with the group's failure (C6).
  * C10 A p2p offer is read in place only by a thread that is waiting for
  *     that receive (td_recv), or by td_irecv itself when the offer was
  *     there first; an offer matching an irecv posted earlier is answered

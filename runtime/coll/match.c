@@ -29,6 +29,10 @@ static struct {
                                         * COLL_REFORM_ID_BASE */
     uint32_t        reform_id_max;     /* highest at or above that */
     coll_match_hooks_t hooks;          /* mbox.c's (set before any use) */
+    coll_refuse_fn  refuse;            /* rx.c's (C14, set before use) */
+    uint32_t        gone_broken[COLL_GONE_BROKEN];  /* C14: ids destroyed
+                                        * broken, a ring (0: none) */
+    unsigned        gone_broken_at;
     _Atomic(coll_unexp_t *) ux_spare;  /* C13: one freed entry, kept */
     pthread_mutex_t wait_lock;         /* L6 */
     pthread_cond_t  wait_cond;
@@ -47,6 +51,12 @@ void
 coll_match_set_hooks(const coll_match_hooks_t *h)
 {
     C.hooks = *h;
+}
+
+void
+coll_match_set_refuse(coll_refuse_fn refuse)
+{
+    C.refuse = refuse;
 }
 
 /* ---- sleeping and waking ------------------------------------------------ */
@@ -381,10 +391,20 @@ coll_ux_mismatch_locked(uint32_t gid, uint32_t seq, const coll_desc_t *d)
     return NULL;
 }
 
+int
+coll_ux_needs_answer(const coll_unexp_t *e)
+{
+    /* (a mailbox message's slot is its answer: M6) */
+    return e->mbox_slot == 0 && (e->type == MSG_P2P || e->type == MSG_COLL);
+}
+
 /* Free the unclaimed unexpected messages of group GID (ABORTs too if
- * WITH_ABORT); one whose body is still landing is freed when it lands. */
+ * WITH_ABORT); one whose body is still landing is freed when it lands
+ * (recv.c answers it then). Those whose senders wait for an answer go
+ * onto *ANSWER instead (C14: answered and freed after the unlock, by
+ * ux_answer_list); ANSWER NULL: freed unanswered (td_finalize). */
 static size_t
-ux_drop_group_locked(uint32_t gid, int with_abort)
+ux_drop_group_locked(uint32_t gid, int with_abort, coll_unexp_t **answer)
 {
     size_t n = 0;
 
@@ -395,13 +415,45 @@ ux_drop_group_locked(uint32_t gid, int with_abort)
             n++;
             if (e->arrived) {
                 coll_ux_remove_locked(e);
-                coll_ux_free(e);
+                if (answer != NULL && coll_ux_needs_answer(e)) {
+                    e->next = *answer;
+                    *answer = e;
+                } else {
+                    coll_ux_free(e);
+                }
             } else {
                 e->orphan = 1;
             }
         }
     }
     return n;
+}
+
+/* C14: answer the senders of LIST's dropped messages (all of one group,
+ * whose failure here is FAIL, MSG; TD_OK: destroyed unbroken), then free
+ * them (no lock held: an answer is a transport send, L4). A collective's
+ * sender is answered once: one abort fails its group. */
+static void
+ux_answer_list(coll_unexp_t *list, td_status_t fail, const char *msg)
+{
+    int n = coll_world_size();
+    uint8_t *told = list != NULL && n > 0 ? calloc((size_t)n, 1) : NULL;
+
+    while (list != NULL) {
+        coll_unexp_t *next = list->next;
+        int once = list->type == MSG_COLL && list->src >= 0 &&
+                   list->src < n;
+
+        if (C.refuse != NULL && !(once && told != NULL && told[list->src])) {
+            C.refuse(list, fail, msg);
+            if (once && told != NULL) {
+                told[list->src] = 1;
+            }
+        }
+        coll_ux_free(list);
+        list = next;
+    }
+    free(told);
 }
 
 /* ---- groups: the table and failure ---------------------------------------- */
@@ -430,9 +482,11 @@ coll_group_gone_locked(uint32_t gid)
 }
 
 /* Fail G: returns the requests to complete after the unlock (linked
- * through next). */
+ * through next); *ANSWER gets the dropped messages to answer then
+ * (C14). */
 static coll_req_t *
-group_fail_locked(td_group_t *g, td_status_t code, const char *msg)
+group_fail_locked(td_group_t *g, td_status_t code, const char *msg,
+                  coll_unexp_t **answer)
 {
     coll_req_t *out = NULL, *p = NULL, *q, *next;
 
@@ -454,7 +508,7 @@ group_fail_locked(td_group_t *g, td_status_t code, const char *msg)
         }
     }
     /* Unclaimed messages of a broken group are never received (C6). */
-    ux_drop_group_locked(g->id, 0);
+    ux_drop_group_locked(g->id, 0, answer);
     return out;
 }
 
@@ -464,6 +518,7 @@ coll_group_fail_local(td_group_t *g, uint32_t gid, td_status_t code,
                       uint32_t *gid_p, uint32_t *digest_p)
 {
     coll_req_t *list;
+    coll_unexp_t *answer = NULL;
     int first;
 
     if (tell != NULL) {
@@ -479,7 +534,7 @@ coll_group_fail_local(td_group_t *g, uint32_t gid, td_status_t code,
         return 0;
     }
     first = g->broken == TD_OK;
-    list = group_fail_locked(g, code, msg);
+    list = group_fail_locked(g, code, msg, &answer);
     if (first && tell != NULL &&
         (*tell = malloc(sizeof(int) * (size_t)g->n)) != NULL) {
         for (int i = 0; i < g->n; i++) {
@@ -493,6 +548,7 @@ coll_group_fail_local(td_group_t *g, uint32_t gid, td_status_t code,
     gid = g->id;
     pthread_mutex_unlock(&C.lock);
     coll_req_complete_list(list, code, msg);
+    ux_answer_list(answer, code, msg);                          /* C14 */
     if (first) {
         td_log_debug("coll: group %u broken: %s", gid, msg);
     }
@@ -594,12 +650,32 @@ coll_group_register(td_group_t *g)
     return TD_OK;
 }
 
+int
+coll_group_gone_broken_locked(uint32_t gid)
+{
+    for (int i = 0; i < COLL_GONE_BROKEN; i++) {
+        if (C.gone_broken[i] == gid && gid != 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 void
 coll_group_unregister(td_group_t *g)
 {
+    coll_unexp_t *answer = NULL;
+    td_status_t fail;
+    char msg[COLL_ERR_MAX];
     size_t n;
 
     pthread_mutex_lock(&C.lock);
+    fail = g->broken;
+    if (fail != TD_OK) {
+        /* C14: what still comes for it needs no answer */
+        snprintf(msg, sizeof(msg), "%s", g->broken_msg);
+        C.gone_broken[C.gone_broken_at++ % COLL_GONE_BROKEN] = g->id;
+    }
     for (int i = 0; i < TD_GROUPS_MAX; i++) {
         if (C.groups[i] == g) {
             C.groups[i] = NULL;
@@ -607,8 +683,9 @@ coll_group_unregister(td_group_t *g)
     }
     g->registered = 0;
     /* C11: what is queued for it will never be received */
-    n = ux_drop_group_locked(g->id, 1);
+    n = ux_drop_group_locked(g->id, 1, &answer);
     pthread_mutex_unlock(&C.lock);
+    ux_answer_list(answer, fail, fail != TD_OK ? msg : NULL);  /* C14 */
     if (n > 0) {
         td_log_debug("coll: group %u destroyed with %zu unreceived "
                      "messages: freed", g->id, n);
@@ -722,6 +799,7 @@ coll_match_reset(void)
     C.n_ux = 0;
     free(atomic_exchange(&C.ux_spare, NULL));   /* C13 */
     C.id_max = 0;                    /* ids start again at the next init */
+    memset(C.gone_broken, 0, sizeof(C.gone_broken));
     C.epoch_id_max = 0;
     C.reform_id_max = 0;
     pthread_mutex_unlock(&C.lock);
@@ -770,6 +848,10 @@ coll_ack_complete(coll_req_t *r, int src, td_status_t st, uint8_t dtype,
         snprintf(msg, sizeof(msg), "coll: td_send to rank %d tag %u: rank "
                  "%d dropped the message unreceived (its group was "
                  "destroyed or failed there)", src, r->tag, src);
+    } else if (st == TD_ERR_NO_MEMORY) {
+        snprintf(msg, sizeof(msg), "coll: td_send to rank %d tag %u: rank "
+                 "%d dropped the message unreceived (its queue of "
+                 "unmatched messages was full)", src, r->tag, src);
     } else if (st == TD_ERR_PROTOCOL) {
         snprintf(msg, sizeof(msg), "coll: td_send to rank %d tag %u: rank "
                  "%d rejected the message as malformed", src, r->tag, src);

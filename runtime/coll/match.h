@@ -5,11 +5,12 @@
  * waiters. It sends nothing and knows no channel: the channels above
  * (mbox.c, tx.c, cma.c, recv.c, rx.c) put messages in and take requests
  * out; a mailbox's two needs from here (the end of a transport send, M2;
- * giving back the slot of a dropped message, M6) are hooks it registers.
+ * giving back the slot of a dropped message, M6) are hooks it registers,
+ * and so is rx.c's answer to a dropped message (C14).
  *
- * Invariants of the matching (comments cite them as C2, C3, C6, C7, C11;
- * the rest of the C-list is where it is kept: C1, C5 rx.c, C4 wait.c, C8
- * step.c, C9, C10 cma.c):
+ * Invariants of the matching (comments cite them as C2, C3, C6, C7, C11,
+ * C13, C14; the rest of the C-list is where it is kept: C1, C5 rx.c, C4
+ * wait.c, C8 step.c, C9, C10 cma.c):
  *  C2 A posted request is in exactly one place: the posted list, or
  *     matched (its body in flight, or an unexpected entry claiming it), or
  *     done. Whoever takes it off the posted list completes it.
@@ -36,6 +37,30 @@
  *     below the highest registered here whose group is gone is dropped,
  *     and destroying a group frees what was queued for it, so messages
  *     that arrive late for destroyed groups hold no memory.
+ * C14 A p2p or collective message dropped unreceived through the
+ *     transport is answered, so that no sender waits out its timeout on
+ *     a rank that is alive but will never take the message: dropped for
+ *     a group that failed (C6) or is gone (C11) here, on arrival (rx.c),
+ *     queued when that happened (ux_drop_group_locked: answered after
+ *     the unlock, L4, through the hook rx.c registers) or landing after
+ *     it (recv.c); for a full queue (C7); a resent body whose receive is
+ *     gone (cma.h C10). A p2p message (a body or an offer in place: its
+ *     sender waits for the ack, C3, C9) is acked TD_ERR_CANCELED
+ *     (TD_ERR_NO_MEMORY: the queue was full), as a dropped mailbox
+ *     message is (mbox.c M6): that td_send fails naming this rank. A
+ *     collective's message (a step, a segment handshake's, an offer in
+ *     place) gets an MSG_ABORT of its group to its sender alone: the
+ *     group's own failure here, relayed (so every member reports the
+ *     group's first failure, C6, not the drop), or, for a group destroyed
+ *     here unbroken, TD_ERR_CANCELED naming this rank; the group fails at
+ *     the sender, which completes its sends, offers included, and ends
+ *     its call. A message for a group destroyed here broken gets none:
+ *     that failure is told by whoever found it, or is a death every
+ *     member sees (the last COLL_GONE_BROKEN such ids are kept). One
+ *     abort per sender for what one failure or destruction drops. A p2p
+ *     receive that timed out drops nothing: what arrives later waits for
+ *     the next receive that matches it (the sender's wait has its own
+ *     timeout), as it would had it come first.
  *
  * The lock (comments cite them as L1..L7):
  *  L1 coll_lock is one mutex, owned by match.c. It guards the posted list,
@@ -241,6 +266,14 @@ typedef struct {
 } coll_match_hooks_t;
 
 void        coll_match_set_hooks(const coll_match_hooks_t *h);
+/* C14: REFUSE(E, FAIL, MSG) answers dropped entry E's sender: FAIL and
+ * MSG are its group's failure here (TD_OK, NULL: destroyed unbroken);
+ * called with no lock held (registered by rx.c before any message). */
+typedef void (*coll_refuse_fn)(const coll_unexp_t *e, td_status_t fail,
+                               const char *msg);
+void        coll_match_set_refuse(coll_refuse_fn refuse);
+/* Does E's sender wait for an answer (C14)? */
+int         coll_ux_needs_answer(const coll_unexp_t *e);
 
 /* ---- the lock (L1-L5) ---- */
 void        coll_lock(void);
@@ -305,6 +338,9 @@ void        coll_group_unregister(td_group_t *g);
 td_group_t *coll_group_find_locked(uint32_t id);
 /* Was group GID made here and destroyed since (C11)? */
 int         coll_group_gone_locked(uint32_t gid);
+/* ... and broken when it was (one of the last COLL_GONE_BROKEN: C14)? */
+#define COLL_GONE_BROKEN 64
+int         coll_group_gone_broken_locked(uint32_t gid);
 /* The status G is in (TD_OK unless broken; records the message). */
 td_status_t coll_group_check(td_group_t *g);
 /* Fail group G, or (G NULL) the registered group GID: the first failure

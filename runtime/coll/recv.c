@@ -10,6 +10,7 @@
 #include "runtime/coll/mbox.h"
 #include "runtime/coll/tx.h"
 #include "base/cpu.h"
+#include "base/log.h"
 
 void
 coll_recv_matched_done(void *arg, td_status_t status, int src,
@@ -67,6 +68,54 @@ deliver(coll_unexp_t *e, coll_req_t *r)
 }
 
 void
+coll_recv_refuse_msg(int src, uint8_t type, uint32_t gid, uint32_t digest,
+                     uint32_t seq, uint8_t dtype, int ndim,
+                     const int64_t *shape, int full, td_status_t fail,
+                     const char *msg)
+{
+    uint8_t h[COLL_WIRE_BYTES + 2 + COLL_ERR_MAX];
+    char text[COLL_ERR_MAX];
+    size_t len;
+
+    if (coll_stopped() || (type != MSG_P2P && type != MSG_COLL)) {
+        return;             /* shutting down: its sender sees us leave */
+    }
+    td_log_debug("coll: dropped a %s message from rank %d (group %u, #%u) "
+                 "unreceived: answered", type == MSG_P2P ?
+                 "point-to-point" : "collective", src, gid, seq);
+    if (type == MSG_P2P) {
+        /* its ack: the sender's td_send fails naming this rank (C3) */
+        coll_send_ack(src, gid, digest, seq,
+                      full ? TD_ERR_NO_MEMORY : TD_ERR_CANCELED, dtype, ndim,
+                      shape);
+        return;
+    }
+    /* the group fails at the sender: its call ends, its sends and offers
+     * complete (C6, cma.h C9) */
+    if (full || fail == TD_OK) {
+        snprintf(text, sizeof(text), "coll: rank %d dropped rank %d's "
+                 "message of call #%u in group %u unreceived: %s",
+                 coll_world_rank(), src, seq, gid, full ?
+                 "its queue of unmatched messages was full" :
+                 "the group was destroyed there (or never had it)");
+        fail = full ? TD_ERR_NO_MEMORY : TD_ERR_CANCELED;
+        msg = text;
+    }
+    len = coll_wire_abort(h, gid, digest, seq, fail, msg);
+    if (coll_tx_send_hdr(src, h, len) != TD_OK) {
+        td_log_debug("coll: abort to rank %d not sent: %s", src,
+                     td_last_error());
+    }
+}
+
+void
+coll_recv_refuse(const coll_unexp_t *e, td_status_t fail, const char *msg)
+{
+    coll_recv_refuse_msg(e->src, e->type, e->group_id, e->digest, e->seq,
+                         e->dtype, e->ndim, e->shape, 0, fail, msg);
+}
+
+void
 coll_recv_unexp_done(void *arg, td_status_t status, int src,
                      td_iov_t *bodies, size_t n_bodies)
 {
@@ -89,6 +138,13 @@ coll_recv_unexp_done(void *arg, td_status_t status, int src,
     if (r != NULL) {
         deliver(e, r);
     } else if (orphan) {
+        if (status == TD_OK && e->type == MSG_P2P &&
+            coll_ux_needs_answer(e)) {
+            /* C14: dropped as it landed (its group failed or is gone);
+             * a collective's step landing so is left to the failure's
+             * own news (its send completed already) */
+            coll_recv_refuse(e, TD_OK, NULL);
+        }
         coll_ux_free(e);
     }
 }

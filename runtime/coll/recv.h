@@ -27,5 +27,19 @@ void        coll_recv_matched_done(void *arg, td_status_t status, int src,
                                    td_iov_t *bodies, size_t n_bodies);
 void        coll_recv_unexp_done(void *arg, td_status_t status, int src,
                                  td_iov_t *bodies, size_t n_bodies);
+/* match.h C14: tell the sender of dropped entry E (a p2p or collective
+ * message: coll_ux_needs_answer) that it was dropped unreceived: its
+ * group failed here with FAIL, MSG (relayed to a collective's sender), or
+ * (TD_OK, NULL) was destroyed here unbroken. */
+void        coll_recv_refuse(const coll_unexp_t *e, td_status_t fail,
+                             const char *msg);
+/* The same for message (GID, DIGEST, SEQ) of TYPE from SRC dropped on
+ * arrival: a p2p one (its DTYPE, NDIM, SHAPE echoed in the ack) or a
+ * collective's; FULL: the queue was full (C7). Other types are not
+ * answered. */
+void        coll_recv_refuse_msg(int src, uint8_t type, uint32_t gid,
+                                 uint32_t digest, uint32_t seq, uint8_t dtype,
+                                 int ndim, const int64_t *shape, int full,
+                                 td_status_t fail, const char *msg);
 
 #endif /* TD_RUNTIME_COLL_RECV_H */

@@ -49,18 +49,44 @@ fail_apply(const fail_t *f)
     coll_group_fail_id(f->gid, f->code, f->tell, f->seq, f->msg);
 }
 
+/* Why a message was dropped on arrival, for its answer (match.h C14):
+ * written only when one is dropped. */
+typedef struct {
+    int         answer;            /* its sender is answered */
+    td_status_t fail;              /* its group's failure here (TD_OK:
+                                    * destroyed unbroken, not a member) */
+    char        msg[COLL_ERR_MAX];
+} drop_t;
+
+/* C14: M from SRC was dropped unreceived (FULL: the queue was full; else
+ * D says why): its sender, if it waits for an answer, is told (no lock
+ * held). */
+static void
+refuse(int src, const coll_wire_t *m, int full, const drop_t *d)
+{
+    coll_recv_refuse_msg(src, m->type, m->gid, m->digest, m->seq, m->dtype,
+                         m->ndim, m->shape, full,
+                         d != NULL ? d->fail : TD_OK,
+                         d != NULL && d->fail != TD_OK ? d->msg : NULL);
+}
+
 /* Is message M from SRC for a group that takes it (coll_lock held)? 1
  * yes (*G_P: its group, NULL when not made here yet); 0 dropped (C6,
- * C11) or a digest mismatch (*F set); coll_lock is dropped then. */
+ * C11; *D: whether and how to answer it, C14) or a digest mismatch (*F
+ * set); coll_lock is dropped then. */
 static int
-admit_locked(int src, const coll_wire_t *m, td_group_t **g_p, fail_t *f)
+admit_locked(int src, const coll_wire_t *m, td_group_t **g_p, fail_t *f,
+             drop_t *d)
 {
     td_group_t *g = coll_group_find_locked(m->gid);
 
     *g_p = g;
     if (g == NULL && coll_group_gone_locked(m->gid)) {
         /* C11: a group made here and destroyed since (ids grow in the
-         * order td_group_new is called, the same on every rank) */
+         * order td_group_new is called, the same on every rank); C14:
+         * answered unless it was broken then */
+        d->answer = !coll_group_gone_broken_locked(m->gid);
+        d->fail = TD_OK;
         coll_unlock();
         td_log_debug("coll: dropped a message from rank %d for group %u, "
                      "destroyed here", src, m->gid);
@@ -75,11 +101,19 @@ admit_locked(int src, const coll_wire_t *m, td_group_t **g_p, fail_t *f)
                  m->digest, g->digest);
         f->gid = m->gid;
         f->seq = m->seq;
+        d->answer = 1;
+        d->fail = f->code;
+        snprintf(d->msg, sizeof(d->msg), "%s", f->msg);
         coll_unlock();
         return 0;
     }
     if (g != NULL && (g->broken != TD_OK || g->of_world[src] < 0 ||
                       g->me < 0)) {
+        d->answer = 1;                  /* C14: the failure, relayed */
+        d->fail = g->broken;
+        if (d->fail != TD_OK) {
+            snprintf(d->msg, sizeof(d->msg), "%s", g->broken_msg);
+        }
         coll_unlock();
         return 0;                       /* C6: dropped */
     }
@@ -238,6 +272,17 @@ unexpected_locked(td_transport_rx_t *rx, const coll_wire_t *m)
         coll_unlock();
         td_log_error("coll: dropped a message from rank %d (group %u): %zu "
                      "unmatched messages queued already", rx->src, m->gid, n);
+        if (m->type == MSG_COLL) {
+            char msg[COLL_ERR_MAX];
+
+            /* the call here cannot complete either: told to all (C6) */
+            snprintf(msg, sizeof(msg), "coll: rank %d dropped rank %d's "
+                     "message of call #%u in group %u: %zu unmatched "
+                     "messages queued already", coll_world_rank(), rx->src,
+                     m->seq, m->gid, n);
+            coll_group_fail_id(m->gid, TD_ERR_NO_MEMORY, 1, m->seq, msg);
+        }
+        refuse(rx->src, m, 1, NULL);                            /* C14 */
         return;
     }
     e->type = m->type;
@@ -302,10 +347,12 @@ on_body_locked(td_transport_rx_t *rx, const coll_wire_t *m, td_group_t *g)
         return;
     }
     if (resend) {
-        /* C10: its receive was withdrawn (timeout, failure) meanwhile. */
+        /* C10: its receive was withdrawn (timeout, failure) meanwhile;
+         * its sender waits for the ack (C14) */
         coll_unlock();
         td_log_debug("coll: dropped a resent body from rank %d (group %u, "
                      "#%u): its receive is gone", rx->src, m->gid, m->seq);
+        refuse(rx->src, m, 0, NULL);
         return;
     }
     unexpected_locked(rx, m);
@@ -319,6 +366,7 @@ rx_handler(void *arg, td_transport_rx_t *rx)
     coll_wire_t m;
     td_group_t *g;
     fail_t f;
+    drop_t d;
 
     (void)arg;
     FAIL_NONE(f);
@@ -352,9 +400,13 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         }
         return;
     }
-    if (!admit_locked(rx->src, &m, &g, &f)) {
+    d.answer = 0;
+    if (!admit_locked(rx->src, &m, &g, &f, &d)) {
         if (f.code != TD_OK) {
             fail_apply(&f);
+        }
+        if (d.answer) {
+            refuse(rx->src, &m, 0, &d);     /* C14 */
         }
         return;
     }
@@ -380,9 +432,10 @@ rx_handler(void *arg, td_transport_rx_t *rx)
 td_status_t
 coll_rx_start(td_transport_t *tp)
 {
-    td_status_t st = td__transport_set_handler(tp, COLL_TRANSPORT_ID,
-                                              rx_handler, NULL);
+    td_status_t st;
 
+    coll_match_set_refuse(coll_recv_refuse);                 /* C14 */
+    st = td__transport_set_handler(tp, COLL_TRANSPORT_ID, rx_handler, NULL);
     if (st != TD_OK) {
         return st;
     }

@@ -1,6 +1,7 @@
 /* wait.c: waiting for requests (wait.h, C4). */
 #include "config.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "runtime/coll/wait.h"
@@ -15,6 +16,7 @@
 #define SPIN_S 0.002       /* drive this long before sleeping */
 
 static void (*group_check)(td_group_t *g);
+static atomic_ulong spin_sleeps;     /* coll_wait_spin_sleeps */
 
 void
 coll_wait_set_group_check(void (*check)(td_group_t *g))
@@ -27,6 +29,7 @@ typedef struct {
     int          n;
     td_group_t  *g;
     double       spin;       /* drive this long after the last completion */
+    int          p2p_recv;   /* a point-to-point receive among REQS */
 } wait_t;
 
 static int
@@ -141,6 +144,8 @@ wait_some(wait_t *w, double until, double t0)
         if (st == TD_OK || st == TD_ERR_TIMEOUT) {
             return;
         }
+    } else if (w->p2p_recv) {
+        atomic_fetch_add_explicit(&spin_sleeps, 1, memory_order_relaxed);
     }
     /* Another thread drives, or we waited long: sleep until a completion
      * wakes us (the progress thread delivers), then drive a little.
@@ -286,7 +291,7 @@ td_status_t
 coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
              int is_coll, double give_up)
 {
-    wait_t w = { reqs, n, g, SPIN_S };
+    wait_t w = { reqs, n, g, SPIN_S, 0 };
     double t0, t_spin, probe_at = 0, probe_gap = COLL_PROBE_S;
     unsigned long seen = coll_completions();
     char msg[COLL_ERR_MAX];
@@ -306,6 +311,7 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         if (reqs[i] != NULL && reqs[i]->spin_s > w.spin) {
             w.spin = reqs[i]->spin_s;
         }
+        w.p2p_recv |= reqs[i] != NULL && reqs[i]->type == REQ_RECV_P2P;
     }
 
     if (td__transport_on_progress_thread(coll_transport())) {
@@ -380,6 +386,12 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         }
     }
     return TD_OK;
+}
+
+unsigned long
+coll_wait_spin_sleeps(void)
+{
+    return atomic_load_explicit(&spin_sleeps, memory_order_relaxed);
 }
 
 td_status_t

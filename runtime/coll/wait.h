@@ -30,5 +30,10 @@ td_status_t coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n,
  * announced another call in the segment, S4), asked while a collective
  * of G with a segment waits; it fails G itself. */
 void        coll_wait_set_group_check(void (*check)(td_group_t *g));
+/* Waits for point-to-point receives in this process that went to sleep
+ * because their spin (SPIN_S, or a request's coll_work_set_spin, P8) was
+ * over, not because another thread held the transport: tests/pipe reads
+ * it, a count of decisions rather than of the scheduler's switches. */
+unsigned long coll_wait_spin_sleeps(void);
 
 #endif /* TD_RUNTIME_COLL_WAIT_H */

@@ -7,7 +7,8 @@
  *  W1 A header is accepted only when its length is exactly what its type,
  *     ndim and flags call for, and its body count and length match what
  *     it says: nothing is read past the header, and no field is trusted
- *     before its range is checked (type, dtype, ndim, flags).
+ *     before its range is checked (type, dtype, ndim, flags, and the
+ *     answers' words: TELL 0-1, CMA 0-COLL_CMA_ANSWER_MAX).
  *  W2 Flags are accepted only on the types that define them (CMA on P2P
  *     and COLL, RESEND on P2P and never with CMA, MBOX on ACK).
  *  W3 Pointers into the header (the inbox offer, the abort text) are
@@ -111,6 +112,9 @@ coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
         m->word = td_get_be32(h + COLL_WIRE_BYTES);
         if (m->type == MSG_TELL && m->word > 1) {
             return TD_ERR_PROTOCOL;     /* W1: an answer is 0 or 1 */
+        }
+        if (m->type == MSG_CMA && m->word > COLL_CMA_ANSWER_MAX) {
+            return TD_ERR_PROTOCOL;     /* W1: one of the three answers */
         }
     }
     if (m->type == MSG_ACK && (m->flags & COLL_F_MBOX)) {

@@ -31,6 +31,7 @@ enum {
                        * compare with yours (late.c K4); no answer */
 };
 #define MSG_TYPE_MAX MSG_PROBE
+#define COLL_CMA_ANSWER_MAX 2       /* MSG_CMA's answers: 0, 1, 2 */
 
 #define COLL_F_CMA    0x01            /* header flag: body offered in place */
 #define COLL_F_RESEND 0x02            /* P2P: the body of an offer answered
@@ -48,7 +49,7 @@ enum {
  *         u64 count); with flag COLL_F_CMA (byte 20) and no body, 32 more:
  *         u32 pid | u32 0 | u64 address | u64 token address | u64 token
  *   CMA:  u32 status (0 read, 1 send the body and stop offering, 2 send
- *         the body this time)
+ *         the body this time; more is malformed)
  *   P2P:  ndim x u64 dims; with COLL_F_CMA and no body, the same 32 bytes
  *         of offer as COLL
  *   ACK:  u32 status (two's complement) | ndim x u64 dims (the receiver's);

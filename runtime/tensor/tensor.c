@@ -98,29 +98,44 @@ td__shape_str(const int64_t *shape, int ndim, char *buf, size_t len)
 
 /* ---- storage ------------------------------------------------------------ */
 
-/* A small cache of large freed blocks: glibc returns blocks above its mmap
- * threshold to the kernel, so a training step that allocates the same
- * activations every iteration would otherwise page-fault them in anew
- * (measured: ~10% of the MLP step). Exact-size reuse, bounded in count and
- * bytes; small blocks go straight to malloc. */
-#define CACHE_SLOTS 32
-#define CACHE_MIN_BYTES (64 * 1024)
+/* A cache of freed blocks of a page and more, by exact size. glibc gives
+ * the top of its heap back to the kernel once 128 KiB of it are free, and
+ * blocks above its mmap threshold on every free, so a training step that
+ * makes and frees the same activations every iteration would page-fault
+ * them in anew each time: ~10% of the MLP step at 64 KiB+ blocks, and
+ * 90-620 faults a step of the pipeline's 32 KiB activations before blocks
+ * under 64 KiB were kept too (bench/RESULTS.md). Each size has a list
+ * threaded through its free blocks' first bytes; small blocks go straight
+ * to malloc (glibc's bins keep them).
+ * Invariants (T1, the cache):
+ *  1. cache.lock guards cls[] and bytes; it is held only to push or pop a
+ *     block, never across malloc or free.
+ *  2. A block on a list is owned by no tensor; its size is its class's
+ *     (alloc_size of the bytes it was made for), so a reuse has the
+ *     alignment and length the first allocation had.
+ *  3. At most CACHE_CLASSES sizes at once (a class whose list is empty
+ *     takes the next new size) and CACHE_MAX_BYTES in all; a block that
+ *     does not fit goes back to free(). */
+#define CACHE_CLASSES   64
+#define CACHE_MIN_BYTES ((size_t)4096)
 #define CACHE_MAX_BYTES ((size_t)256 << 20)
 #define HUGE_BYTES      ((size_t)2 << 20)   /* x86-64 / arm64 huge page */
 #define HUGE_MIN_BYTES  ((size_t)4 << 20)   /* storage this large: THP */
 
 static struct {
     pthread_mutex_t lock;
-    void           *ptr[CACHE_SLOTS];
-    size_t          size[CACHE_SLOTS];
-    size_t          bytes;
-} cache = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0};
+    struct {
+        size_t size;     /* 0: unused */
+        void  *head;     /* the next block's address is in its first bytes */
+    } cls[CACHE_CLASSES];
+    size_t bytes;
+} cache = {PTHREAD_MUTEX_INITIALIZER, {{0, NULL}}, 0};
 
 static size_t
 alloc_size(size_t nbytes)
 {
     /* 64-byte alignment for vector loads; at least one line so a 0-element
-     * tensor still has a distinct pointer; large sizes rounded to pages */
+     * tensor still has a distinct pointer; cached sizes rounded to pages */
     size_t n = ((nbytes + 63) / 64) * 64 + 64;
 
     return n >= CACHE_MIN_BYTES ? (n + 4095) & ~(size_t)4095 : n;
@@ -131,10 +146,11 @@ block_alloc(size_t size)
 {
     if (size >= CACHE_MIN_BYTES) {
         pthread_mutex_lock(&cache.lock);
-        for (int i = 0; i < CACHE_SLOTS; i++) {
-            if (cache.ptr[i] != NULL && cache.size[i] == size) {
-                void *p = cache.ptr[i];
-                cache.ptr[i] = NULL;
+        for (int i = 0; i < CACHE_CLASSES; i++) {
+            if (cache.cls[i].size == size && cache.cls[i].head != NULL) {
+                void *p = cache.cls[i].head;
+
+                memcpy(&cache.cls[i].head, p, sizeof(void *));
                 cache.bytes -= size;
                 pthread_mutex_unlock(&cache.lock);
                 return p;
@@ -166,17 +182,29 @@ static void
 block_free(void *p, size_t size)
 {
     if (size >= CACHE_MIN_BYTES) {
+        int slot = -1;
+
         pthread_mutex_lock(&cache.lock);
         if (cache.bytes + size <= CACHE_MAX_BYTES) {
-            for (int i = 0; i < CACHE_SLOTS; i++) {
-                if (cache.ptr[i] == NULL) {
-                    cache.ptr[i] = p;
-                    cache.size[i] = size;
-                    cache.bytes += size;
-                    pthread_mutex_unlock(&cache.lock);
-                    return;
+            for (int i = 0; i < CACHE_CLASSES; i++) {
+                if (cache.cls[i].size == size) {
+                    slot = i;
+                    break;
+                }
+                if (slot < 0 && cache.cls[i].head == NULL) {
+                    slot = i;     /* unused or empty: free for a new size */
                 }
             }
+        }
+        if (slot >= 0) {
+            if (cache.cls[slot].size != size) {
+                cache.cls[slot].size = size;      /* its list is empty */
+            }
+            memcpy(p, &cache.cls[slot].head, sizeof(void *));
+            cache.cls[slot].head = p;
+            cache.bytes += size;
+            pthread_mutex_unlock(&cache.lock);
+            return;
         }
         pthread_mutex_unlock(&cache.lock);
     }

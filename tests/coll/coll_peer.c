@@ -736,24 +736,38 @@ reduce_loop(int iters, int64_t n)
  * (COLL_UX_SMALL: an early one kept in its entry) and 1,028 B (an early
  * one above it takes the transport's buffer as before), exact; then
  * EXPECT "some" (every message of the first two loops, one a call at 2
- * ranks, was taken) or "none" (ranks of one host: nothing taken). */
+ * ranks, was taken) or "none" (ranks of one host: nothing taken).
+ * The same calls' sends on the lean path (transport.c S2): across hosts
+ * some of the first two loops' (a send that finds the progress thread
+ * holding the token goes the usual way, so not every one), none of the
+ * 1,028 B loop's (header and body above LEAN_MAX); on one host none. */
 static int
 mode_taken(int iters, const char *expect)
 {
-    uint64_t before = td__transport_taken_count(td__runtime_transport());
+    td_transport_t *tp = td__runtime_transport();
+    uint64_t before = td__transport_taken_count(tp);
+    uint64_t lean0 = td__transport_lean_count(tp), lean, lean_big;
     uint64_t taken;
     int bad = reduce_loop(iters, 2) + reduce_loop(iters, 64);
 
-    taken = td__transport_taken_count(td__runtime_transport()) - before;
+    taken = td__transport_taken_count(tp) - before;
+    lean = td__transport_lean_count(tp) - lean0;
     bad += reduce_loop(iters, 257);
+    lean_big = td__transport_lean_count(tp) - lean0 - lean;
     check(bad == 0, "taken_exact", "%d of %d calls wrong", bad, 3 * iters);
+    check(lean_big == 0, "lean_bounded", "%" PRIu64 " sends of 1,028 B "
+          "bodies took the lean path", lean_big);
     if (strcmp(expect, "none") == 0) {
         check(taken == 0, "taken_none", "%" PRIu64 " bodies taken by the "
               "handler between ranks of one host", taken);
+        check(lean == 0, "lean_none", "%" PRIu64 " sends took the lean "
+              "path between ranks of one host", lean);
     } else {
         check(taken >= (uint64_t)(2 * iters), "taken_some", "%" PRIu64
               " bodies taken by the handler in %d calls across hosts", taken,
               2 * iters);
+        check(lean > 0, "lean_some", "%" PRIu64 " of %d sends across hosts "
+              "took the lean path", lean, 2 * iters);
     }
     return 0;
 }
@@ -1435,7 +1449,9 @@ mismatch_case(const char *name, int odd_rank)
  * FIRST calls at once and the other waiting ranks 0.3 s later, so its
  * deadline passes first and its own report is the one every rank gets
  * (which rank that is only picks the path; the check is the same). Ends
- * with every rank in td_barrier, so cases do not overlap. */
+ * with every rank in td_barrier, so cases do not overlap, and only then
+ * destroys G: LATE is late, not gone (a member that destroyed G would
+ * answer the others' messages at once, naming itself: match.h C14). */
 static void
 late_case(const char *name, int late, int warm, int first)
 {
@@ -1478,9 +1494,9 @@ late_case(const char *name, int late, int warm, int first)
         printf("# rank %d %s: %s\n", rank, name, e);
     }
     td_coll_set_timeout(60);
+    td_barrier(60);
     td_group_destroy(g);
     td_tensor_release(t);
-    td_barrier(60);
 }
 
 /* late_case on the first call with the last rank late, each waiting
@@ -2062,9 +2078,10 @@ big_p2p(int64_t c)
 
 /* Messages for a destroyed group (match.h C11): rank 1 isends on G = {0,1}
  * twice; rank 0 never receives. The first is queued on rank 0 when it
- * destroys G (freed then); the second arrives after (dropped). rank 1's
- * sends time out (TODIST_COLL_TIMEOUT, set short by the test). The test
- * reads the debug log for both. */
+ * destroys G (freed then); the second arrives after (dropped). Both are
+ * answered (C14): rank 1's sends fail TD_ERR_CANCELED naming rank 0, well
+ * before their timeout (30 s: they waited it out before C14). The test
+ * reads the debug log for both drops. */
 static int
 mode_destroyed(void)
 {
@@ -2072,6 +2089,7 @@ mode_destroyed(void)
     td_tensor_t *t = make(1000, TD_FLOAT32);
     td_work_t *wk[2] = { NULL, NULL };
     td_status_t st;
+    double t0;
 
     st = td_group_new((int[]){0, 1}, 2, &g);
     check(st == TD_OK, "destroyed_group_new", "%s", td_last_error());
@@ -2091,15 +2109,114 @@ mode_destroyed(void)
     }
     td_group_barrier(w);        /* the second message was handled */
     if (rank == 1) {
+        t0 = now_s();
         for (int i = 0; i < 2; i++) {
             st = td_work_wait(wk[i], -1);
-            check(st == TD_ERR_TIMEOUT, "destroyed_send_times_out",
-                  "%s", td_status_name(st));
+            check(st == TD_ERR_CANCELED &&
+                  strstr(td_last_error(), "rank 0 dropped") != NULL,
+                  "destroyed_send_fails_naming_it", "%s: %s",
+                  td_status_name(st), td_last_error());
             td_work_release(wk[i]);
         }
+        check(now_s() - t0 <= 5.0, "destroyed_send_within_5s",
+              "%.2f s", now_s() - t0);
         td_group_destroy(g);
     }
     td_tensor_release(t);
+    td_group_barrier(w);
+    return 0;
+}
+
+/* A sender of 256 KiB (an offer in place; with TODIST_COLL_CMA=0 a UCX
+ * rendezvous) to a rank that will never take it: that rank answers
+ * (match.h C14), so the sender fails naming it at once instead of waiting
+ * out its timeout (20 s here; before C14 each case below waited it out).
+ * Groups {0,1}; rank 1 drops, rank 0 sends:
+ *  queued: rank 0 isends A (tag 1), then sends B (32 KiB, tag 2, after A
+ *    on the same endpoint); rank 1 receives B, so A waits in its queue,
+ *    and destroys the group: A's isend fails TD_ERR_CANCELED naming
+ *    rank 1 (the heal's case: a receive that will never be posted);
+ *  arrival: rank 1 destroyed the group first: rank 0's td_send fails so;
+ *  coll: the same for rank 0's td_broadcast from rank 0 (through the
+ *    group's segment handshake, or with TODIST_COLL_SHM=0 a transport
+ *    step's offer or rendezvous): it fails naming rank 1.
+ * Each within 5 s. */
+static int
+mode_dropped(void)
+{
+    td_group_t *w = td_group_world(), *g[3] = { NULL, NULL, NULL };
+    td_tensor_t *a = make(65536, TD_FLOAT32), *b = make(8192, TD_FLOAT32);
+    td_work_t *wk = NULL;
+    td_status_t st = TD_OK;
+    double t0;
+
+    td_coll_set_timeout(20);
+    for (int k = 0; k < 3 && st == TD_OK; k++) {
+        st = td_group_new((int[]){0, 1}, 2, &g[k]);
+    }
+    check(st == TD_OK, "dropped_groups", "%s", td_last_error());
+    if (st != TD_OK || size != 2) {
+        return 1;
+    }
+    /* queued */
+    if (rank == 0) {
+        st = td_isend(g[0], a, 1, 1, &wk);
+        if (st == TD_OK) {
+            st = td_send(g[0], b, 1, 2);
+        }
+        check(st == TD_OK, "dropped_queued_sent", "%s", td_last_error());
+        t0 = now_s();
+        st = wk != NULL ? td_work_wait(wk, -1) : st;
+        check(st == TD_ERR_CANCELED &&
+              strstr(td_last_error(), "rank 1 dropped") != NULL,
+              "dropped_queued_fails_naming_it", "%s: %s", td_status_name(st),
+              td_last_error());
+        check(now_s() - t0 <= 5.0, "dropped_queued_within_5s", "%.2f s",
+              now_s() - t0);
+        td_work_release(wk);
+    } else {
+        st = td_recv(g[0], b, 0, 2, NULL);
+        check(st == TD_OK, "dropped_queued_sent", "%s", td_last_error());
+    }
+    td_group_destroy(g[0]);
+    /* arrival */
+    if (rank == 1) {
+        td_group_destroy(g[1]);
+        g[1] = NULL;
+    }
+    td_group_barrier(w);
+    if (rank == 0) {
+        t0 = now_s();
+        st = td_send(g[1], a, 1, 1);
+        check(st == TD_ERR_CANCELED &&
+              strstr(td_last_error(), "rank 1 dropped") != NULL,
+              "dropped_arrival_fails_naming_it", "%s: %s", td_status_name(st),
+              td_last_error());
+        check(now_s() - t0 <= 5.0, "dropped_arrival_within_5s", "%.2f s",
+              now_s() - t0);
+        td_group_destroy(g[1]);
+    }
+    /* coll */
+    if (rank == 1) {
+        td_group_destroy(g[2]);
+        g[2] = NULL;
+    }
+    td_group_barrier(w);
+    if (rank == 0) {
+        t0 = now_s();
+        st = td_broadcast(g[2], a, 0);
+        check(st == TD_ERR_CANCELED &&
+              strstr(td_last_error(), "rank 1 dropped") != NULL,
+              "dropped_coll_fails_naming_it", "%s: %s", td_status_name(st),
+              td_last_error());
+        check(now_s() - t0 <= 5.0, "dropped_coll_within_5s", "%.2f s",
+              now_s() - t0);
+        printf("# dropped: rank 0's broadcast: %s after %.3f s: %s\n",
+               td_status_name(st), now_s() - t0, td_last_error());
+        td_group_destroy(g[2]);
+    }
+    td_tensor_release(a);
+    td_tensor_release(b);
     td_group_barrier(w);
     return 0;
 }
@@ -2183,6 +2300,8 @@ main(int argc, char **argv)
         rc = mode_mismatch();
     } else if (strcmp(mode, "late_names") == 0) {
         rc = mode_late_names();
+    } else if (strcmp(mode, "dropped") == 0) {
+        rc = mode_dropped();
     } else if (strcmp(mode, "destroyed") == 0) {
         rc = mode_destroyed();
     } else if (strcmp(mode, "mbox") == 0) {

@@ -31,6 +31,9 @@ mism="mismatch_collective mismatch_size mismatch_dtype mismatch_op
 mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
 early="early_kill_fails_naming_it early_kill_within_2s"
+dropped="dropped_queued_fails_naming_it dropped_queued_within_5s
+dropped_arrival_fails_naming_it dropped_arrival_within_5s
+dropped_coll_fails_naming_it dropped_coll_within_5s"
 latepid="late_pid_address_looked_up late_pid_told late_pid_victim_gone
 late_pid_fails_naming_it late_pid_within_2s"
 mbox2="mbox_warm_up mbox_order_across_paths mbox_size_mismatch
@@ -41,8 +44,9 @@ plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
          2 * $(count "$early") + 2 + 2 + 2 * $(count "$latepid") + 2 + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
+         1 + 3 * ($(count "$dropped") + 1) + \
          1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 + 4 + 3 * 4 + \
-         2 * 4 + 3 + 3 ))
+         2 * 4 + 3 + 3 + 4 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -182,17 +186,21 @@ fi
 # (transport.c S1, match.h C13): across "hosts" every 8 B and 256 B
 # all_reduce's message was, and the values are exact at 8 B, 256 B and
 # 1,028 B (early messages above COLL_UX_SMALL go the transport's way); on
-# one host nothing is taken.
+# one host nothing is taken. The same calls' sends: across "hosts" some take
+# the lean path (transport.c S2), on one host none, and no 1,028 B one
+# (LEAN_MAX). On one host without the segment (TODIST_COLL_SHM=0), so that
+# the transport carries the messages.
 if host_taken=$(other_host taken); then
     out=$(run 120 todist-run -n 2 "$host_taken" 2>&1); rc=$?
-    expect "$out" 2 taken_exact taken_some
+    expect "$out" 2 taken_exact lean_bounded taken_some lean_some
     is "$rc" 0 "two hosts: taken: every rank exits 0"
     [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
 else
-    skip 3 "unshare --mount not permitted here"
+    skip 5 "unshare --mount not permitted here"
 fi
-out=$(run 120 todist-run -n 2 "$PEER" taken 100 none 2>&1); rc=$?
-expect "$out" 2 taken_exact taken_none
+out=$(TODIST_COLL_SHM=0 run 120 todist-run -n 2 "$PEER" taken 100 none 2>&1)
+rc=$?
+expect "$out" 2 taken_exact lean_bounded taken_none lean_none
 is "$rc" 0 "one host: taken: every rank exits 0"
 [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
 
@@ -398,17 +406,30 @@ like "$out" "rank 0 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s o
 like "$out" "rank 1 one: TD_ERR_TIMEOUT coll: all_reduce timed out after 0.5 s on rank 0 waiting for rank\\(s\\) 1 \\(reported by rank 0\\)" \
      "and the late rank fails its call with that error too"
 # Messages for a group destroyed here (match.h C11): queued ones freed at
-# td_group_destroy, later ones dropped on arrival; nothing kept.
-out=$(TODIST_COLL_TIMEOUT=2 TODIST_LOG=debug run 60 todist-run -n 2 "$PEER" \
+# td_group_destroy, later ones dropped on arrival; nothing kept; both
+# answered (C14), so the sender's sends fail at once naming the rank.
+out=$(TODIST_COLL_TIMEOUT=30 TODIST_LOG=debug run 90 todist-run -n 2 "$PEER" \
       destroyed 2>&1); rc=$?
 is "$rc" 0 "destroyed group: every rank exits 0"
 like "$out" "group 1 destroyed with 1 unreceived messages: freed" \
      "destroying a group frees the messages queued for it"
 like "$out" "dropped a message from rank 1 for group 1, destroyed here" \
      "a message for a destroyed group is dropped on arrival"
-is "$(printf '%s\n' "$out" | grep -cx 'PASS destroyed_send_times_out')" 2 \
-   "and the sender's sends fail by their timeout"
+is "$(printf '%s\n' "$out" | grep -cx 'PASS destroyed_send_fails_naming_it')" 2 \
+   "and the sender's sends fail TD_ERR_CANCELED naming the rank (C14)"
+expect "$out" 1 destroyed_send_within_5s
 [ "$rc" = 0 ] || diag "$out"
+# A 256 KiB send (an offer in place; a UCX rendezvous with
+# TODIST_COLL_CMA=0) or broadcast (the segment's handshake; a transport
+# step with TODIST_COLL_SHM=0) to a rank that destroyed the group, before
+# or after it arrived: answered (C14), the sender fails naming it within
+# 5 s, not after its 20 s timeout.
+for env in TODIST_COLL_CMA=1 TODIST_COLL_CMA=0 TODIST_COLL_SHM=0; do
+    out=$(export "$env"; run 120 todist-run -n 2 "$PEER" dropped 2>&1); rc=$?
+    expect "$out" 1 $dropped
+    is "$rc" 0 "dropped ($env): every rank exits 0"
+    [ "$rc" = 0 ] || diag "$out"
+done
 # The single-copy path (process_vm_readv) for bodies of 64 KiB and more:
 # on by default; off with TODIST_COLL_CMA=0; and with rank 1 in its own
 # pid namespace, where the pids in offers name nobody (or the wrong

@@ -32,10 +32,11 @@
  *                stage 1 never ends a wait for activation m before stage 0
  *                began sending it (the ranks' clocks line up).
  *   spin         S = 2, M = 1: stage 0 starts its second step 0.4 s late; stage 1's
- *                thread, waiting for it, switches out voluntarily (sleeps)
- *                at most twice with TODIST_PIPE_SPIN_MS=60000 (it drives
- *                the transport, P8), and more often with 0 (it sleeps
- *                after the runtime's 2 ms). Voluntary switches, not time.
+ *                wait for it never goes to sleep because its spin is over
+ *                with TODIST_PIPE_SPIN_MS=60000 (it drives the transport,
+ *                P8), and does with 0 (it sleeps after the runtime's 2 ms):
+ *                coll_wait_spin_sleeps, the wait's own decisions, not time
+ *                nor context switches.
  *   spinbound    under TODIST_BIND=closest with a core per rank: each rank
  *                is bound to one core and makes a pipe with
  *                TODIST_PIPE_SPIN_MS unset; under TODIST_LOG=debug it logs
@@ -57,6 +58,7 @@
 
 #include <todist/todist.h>
 #include "tests/peer_agree.h"
+#include "runtime/coll/wait.h"    /* coll_wait_spin_sleeps */
 
 #define L      6
 #define ROWS   3          /* rows per micro-batch */
@@ -651,17 +653,21 @@ mode_trace(void)
     return 0;
 }
 
-/* Stage 1's voluntary context switches in one step while stage 0 starts
- * 0.4 s late, TODIST_PIPE_SPIN_MS=SPIN; -1 on failure. */
+/* Stage 1's waits that slept because their spin was over, in one step
+ * while stage 0 starts 0.4 s late, TODIST_PIPE_SPIN_MS=SPIN, and its
+ * voluntary context switches into *NV (shown, not judged: under load a
+ * driver also sleeps while another thread holds the transport); -1 on
+ * failure. */
 static long
-spin_switches(const char *spin)
+spin_sleeps(const char *spin, long *nv)
 {
     model_t m;
     stage_arg_t a;
     td_pipe_t *p = NULL;
     td_tensor_t *x, *t;
     struct rusage r0, r1;
-    long nv = -1;
+    long sleeps = -1;
+    unsigned long s0;
     double loss;
 
     setenv("TODIST_PIPE_SPIN_MS", spin, 1);
@@ -683,11 +689,14 @@ spin_switches(const char *spin)
         struct timespec d = {0, 400000000L};
         nanosleep(&d, NULL);
     }
+    *nv = -1;
     getrusage(RUSAGE_THREAD, &r0);
+    s0 = coll_wait_spin_sleeps();
     if (td_pipe_step(p, rank == 0 ? x : NULL, rank == 1 ? t : NULL,
                      &loss) == TD_OK) {
+        sleeps = (long)(coll_wait_spin_sleeps() - s0);
         getrusage(RUSAGE_THREAD, &r1);
-        nv = r1.ru_nvcsw - r0.ru_nvcsw;
+        *nv = r1.ru_nvcsw - r0.ru_nvcsw;
     } else {
         fail_detail("step: %s", td_last_error());
     }
@@ -696,7 +705,7 @@ spin_switches(const char *spin)
     td_pipe_destroy(p);
     model_free(&m);
     unsetenv("TODIST_PIPE_SPIN_MS");
-    return nv;
+    return sleeps;
 }
 
 /* Run under TODIST_BIND=closest with a core per rank and TODIST_LOG=debug:
@@ -730,15 +739,23 @@ mode_spinbound(void)
 static int
 mode_spin(void)
 {
-    long sleeps = spin_switches("0"), spins = spin_switches("60000");
+    long nv_sleep, nv_drive;
+    long sleeps = spin_sleeps("0", &nv_sleep);
+    long spins = spin_sleeps("60000", &nv_drive);
 
     if (rank == 1) {
-        printf("# stage 1 voluntary switches waiting 0.4 s: %ld sleeping "
-               "after 2 ms, %ld driving\n", sleeps, spins);
-        fail_detail("stage 1: %ld voluntary switches with 60000 ms of "
+        printf("# stage 1 waiting 0.4 s: %ld sleeps after its spin was over "
+               "(%ld voluntary switches) with the runtime's 2 ms, %ld (%ld) "
+               "driving for 60 s\n", sleeps, nv_sleep, spins, nv_drive);
+        fail_detail("stage 1: %ld sleeps after the spin with 60000 ms of "
                     "spin, %ld without", spins, sleeps);
     }
-    agree(rank != 1 || (spins >= 0 && spins <= 2 && sleeps > spins),
+    /* Decisions, not the scheduler's switches: a driver whose spin is not
+     * over never sleeps for that reason, however loaded the machine (a
+     * count of voluntary switches also took in its sleeps while the
+     * progress thread held the transport: 10 against 24 in a loaded
+     * check) */
+    agree(rank != 1 || (spins == 0 && sleeps >= 1),
           "spin_drives_instead_of_sleeping");
     return 0;
 }

@@ -52,11 +52,12 @@ expect "$out" trace_S2_M4_gpipe trace_S2_M4_1f1b trace_S2_M4_zb
 is "$rc" 0 "trace: every rank exits 0"
 
 # P8: a stage waiting for a late neighbour drives the transport instead
-# of sleeping (counted in voluntary context switches, not in time)
+# of sleeping (counted in the wait's own decisions to sleep, not in time
+# nor in context switches, which load adds)
 out=$(run 60 todist-run -n 2 "$PEER" spin 2>&1); rc=$?
 expect "$out" spin_drives_instead_of_sleeping
 is "$rc" 0 "spin: every rank exits 0"
-printf '%s\n' "$out" | grep '^# stage 1 voluntary'
+printf '%s\n' "$out" | grep '^# stage 1 waiting'
 # P8 with the ranks bound to a core each (TODIST_BIND=closest): they still
 # have a core of their own, so the default spins
 if [ "$(nproc)" -ge 2 ]; then

@@ -19,12 +19,12 @@ needed=$(readelf -d "$so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')
 ok "$(echo "$needed" | grep -E 'libslurm|libtodist' >/dev/null; [ $? = 1 ]; echo $?)" \
     "links no libslurm, no libtodist (NEEDED: $needed)"
 # Everything todist-specific is compiled in: no undefined td_* (libtodist),
-# UCX, hwloc or BLAS symbol; from the host only spank_*, slurm_error,
-# slurm_signal_job_step (kill_on_fail; slurmstepd's libslurm has it) and
+# UCX, hwloc or BLAS symbol; from the host only spank_*, spank.h's
+# slurm_error, slurm_info and slurm_debug, slurm_signal_job_step (kill_on_fail; slurmstepd's libslurm has it) and
 # the step queries of --todist=join (in srun, whose libslurm has them).
 undef=$(nm -D --undefined-only "$so" | awk '{print $2}' |
         grep -E '^(td_|uc[pts]_|hwloc_|cblas_|slurm_|spank_)' |
-        grep -Ev '^(spank_[a-z_]+|slurm_error|slurm_signal_job_step|slurm_get_job_steps|slurm_free_job_step_info_response_msg|slurm_job_step_layout_get|slurm_job_step_layout_free)$' | tr '\n' ' ')
+        grep -Ev '^(spank_[a-z_]+|slurm_error|slurm_info|slurm_debug|slurm_signal_job_step|slurm_get_job_steps|slurm_free_job_step_info_response_msg|slurm_job_step_layout_get|slurm_job_step_layout_free)$' | tr '\n' ' ')
 is "$undef" "" "no undefined todist, UCX, hwloc or Slurm-library symbol"
 is "$(nm -D "$so" | awk '$2 == "R" && $3 == "plugin_type"' | wc -l)" 1 "plugin_type is data"
 # Slurm's loader checks plugin_type == "spank"; read it from the file.
