@@ -12,7 +12,9 @@
 # (bench/pipeline_split). REPS repetitions (min-max). Per stage it also
 # prints where the step went (td_pipe_stats: F, B, W, waiting on a
 # receive, sends, posting receives, the rest; medians over the runs) and
-# the schedule replayed at every stage's own op times (bench/pipeline_replay).
+# the schedule replayed at every stage's own op times (bench/pipeline_replay),
+# and at the model's own multiply-adds per kind (the flops split's F, B, W:
+# what the split allows, messages free, no jitter).
 # The torch side (bench/pipeline_rpc_torch.py: the RPC tutorial's form on
 # torch 1.13, two remote shards, distributed autograd and optimizer) runs
 # in the same invocation where /usr/bin/python3 has torch.
@@ -67,7 +69,8 @@ run() {
     tr=; [ "${TRACE:-1}" = 0 ] || tr="--trace $tdir/$name-r$r"
     todist-run -n "$n" $BIND "$EX" $MODEL --max-steps "$STEPS" --warmup 3 $tr "$@" \
         2>&1 | awk -v n="$name" '/^epoch=/ { sub(/.*samples_per_s=/, ""); print n, "sps", $1 }
-                                 /^stats / { print n, $0 }' >> "$out"
+                                 /^stats / { print n, $0 }
+                                 /^balance=.* stage_mflop=/ { print n, $0 }' >> "$out"
 }
 for r in $(seq "$REPS"); do
     run one 1 --stages 1 --microbatches "$MI" --schedule gpipe
@@ -151,7 +154,20 @@ for sc in gpipe 1f1b zb hybrid-1f1b; do
                  for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "bubble") print kv[2] } }' "$out"; }
                  f2 | med | awk -v r="$(printf '%s\n' "$rp" | sed -n "s/.*stage $s \([0-9.]*\).*/\1/p")" '{ if (r > 0) printf "%.2f", $1 / r; else printf "-" }')"
         done
-        echo ;; esac
+        echo
+        # the same schedule at the model's own multiply-adds per kind
+        # (the example's flops split: F, B, W per stage), messages free,
+        # no jitter: what the split allows before any cost of this
+        # machine (layer 0 has no input gradient, so stages equal in all
+        # are unequal per kind, and GPipe pays each kind's imbalance)
+        fl=$(awk -v s="$sc" '$1 == s { for (i = 2; i <= NF; i++) if ($i ~ /^stage_mflop=/) { sub(/^stage_mflop=/, "", $i); print $i; exit } }' "$out")
+        if [ -n "$fl" ]; then
+            case "${sc#hybrid-}" in
+            zb) args=$(printf '%s\n' "$fl" | tr '/' ' ') ;;
+            *) args=$(printf '%s\n' "$fl" | tr '/' '\n' | awk -F, '{ printf "%s,%s,0 ", $1, $2 + $3 }') ;;
+            esac
+            echo "  at the model's multiply-adds per kind, messages free: $("$B/bench/pipeline_replay" "${sc#hybrid-}" "$MI" $args | sed 's/^replay //')"
+        fi ;; esac
 done
 # ZB-H1 against 1F1B, the pipeline's bubble as the theory defines it
 # (medians over the runs): the theory's ratio at F = B = W is
