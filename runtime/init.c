@@ -209,6 +209,32 @@ td_initialized(void)
 
 /* ---- addresses ------------------------------------------------------------ */
 
+/* TODIST_TEST_HOLD_ADDR=R:S, for tests only: world rank R's first look-up
+ * of a peer's address after td_init, on a thread that is not the
+ * transport's token holder, holds addr_lock S seconds longer, as a store
+ * slow to answer does (tests/hosts/test_hosts_answer.sh, transport.c L9).
+ * Called with addr_lock held. */
+static void
+fetch_test_hold(void)
+{
+    static int done;
+    const char *s = getenv("TODIST_TEST_HOLD_ADDR");
+    int r;
+    double secs;
+    struct timespec ts;
+
+    if (done || s == NULL || !rt.initialized ||
+        sscanf(s, "%d:%lf", &r, &secs) != 2 || r != rt.world.rank ||
+        !(secs > 0 && secs < 600) ||
+        (rt.tp != NULL && td__transport_on_progress_thread(rt.tp))) {
+        return;
+    }
+    done = 1;
+    ts.tv_sec = (time_t)secs;
+    ts.tv_nsec = (long)((secs - (double)ts.tv_sec) * 1e9);
+    nanosleep(&ts, NULL);
+}
+
 static td_status_t
 fetch_address(int rank, void **addr_p, size_t *len_p)
 {
@@ -218,6 +244,7 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
     td_status_t status = TD_OK;
 
     pthread_mutex_lock(&rt.addr_lock);
+    fetch_test_hold();
     if (rt.addrs[rank].value == NULL && !rt.pmix && rt.resolver == NULL) {
         /* The store was up at td_init: no long retries (this may be the
          * progress thread), and a refusal means rank 0 is gone. */

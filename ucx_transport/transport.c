@@ -82,6 +82,11 @@
  *     found only the connect's acknowledgement, seconds old, and a live
  *     rank was failed (issue 30: test_spank_hosts in CI, rank 2 failed a
  *     live rank 0 after 3.0 s; tests/hosts/test_hosts_dropped.sh).
+ *  L9 A ping is answered from the receive callback without making an
+ *     endpoint (the pinger's reply endpoint serves when we have none):
+ *     making one there calls the resolver, whose store round trips (and
+ *     a lock held across them by a thread fetching an address) stopped
+ *     all of a rank's progress for its peers' whole timeout under load.
  *
  * Bodies offered in place (O1..O5): between ranks of one host a large
  * body costs two copies through UCX's shared memory; offered, it costs
@@ -935,19 +940,17 @@ live_sent_cb(void *request, ucs_status_t status, void *user_data)
 }
 
 /* Send the LEN bytes of MSG to DST's transport-internal handler ID
- * (LIVE_ID, CMA_ID), outside the counted sends. Token holder. */
+ * (LIVE_ID, CMA_ID) on EP, outside the counted sends. Token holder. */
 static void
-internal_send(td_transport_t *tp, int dst, uint16_t id, const uint8_t *msg,
-              size_t len)
+internal_send_on(td_transport_t *tp, ucp_ep_h ep, int dst, uint16_t id,
+                 const uint8_t *msg, size_t len)
 {
     ucp_request_param_t prm;
-    ucp_ep_h ep;
     uint8_t *w;
     void *req;
 
-    if (peer_connect(tp, dst, &ep) != TD_OK ||
-        (w = calloc(1, WIRE_FIXED + len)) == NULL) {
-        return;              /* a dead or unknown peer: nothing to tell */
+    if ((w = calloc(1, WIRE_FIXED + len)) == NULL) {
+        return;
     }
     w[0] = WIRE_VERSION;
     w[2] = id >> 8;
@@ -971,11 +974,48 @@ internal_send(td_transport_t *tp, int dst, uint16_t id, const uint8_t *msg,
     }
 }
 
+/* As internal_send_on, to DST's endpoint (made if need be). */
+static void
+internal_send(td_transport_t *tp, int dst, uint16_t id, const uint8_t *msg,
+              size_t len)
+{
+    ucp_ep_h ep;
+
+    if (peer_connect(tp, dst, &ep) != TD_OK) {
+        return;              /* a dead or unknown peer: nothing to tell */
+    }
+    internal_send_on(tp, ep, dst, id, msg, len);
+}
+
 /* Send KIND ('P' ping, 'O' its answer) to DST (L3). Token holder. */
 static void
 live_send(td_transport_t *tp, int dst, uint8_t kind)
 {
     internal_send(tp, dst, LIVE_ID, &kind, 1);
+}
+
+/* L9: answer SRC's ping from the receive callback without making an
+ * endpoint: its own, else the reply endpoint UCX gives the callback
+ * (every message is sent with UCP_AM_SEND_FLAG_REPLY), else none (L7
+ * then finds the host answering: busy, not lost). Making one would call
+ * the resolver, which may wait seconds on the store (and on a lock a
+ * thread holds across store I/O) while no progress is made: every
+ * collective of this rank then timed out (issue 30, test_spank_hosts
+ * 17/18 under load). */
+static void
+live_answer(td_transport_t *tp, int src, const ucp_am_recv_param_t *param)
+{
+    peer_t *p = &tp->peers[src];
+    ucp_ep_h ep = p->ep;
+    uint8_t kind = 'O';
+
+    if (ep == NULL && !p->failed && !tp->closing &&
+        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+        ep = param->reply_ep;
+    }
+    if (ep != NULL) {
+        internal_send_on(tp, ep, src, LIVE_ID, &kind, 1);
+    }
 }
 
 /* One tick (L2-L4, L6-L8): note who was heard, ping the quiet, fail the
@@ -1723,7 +1763,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
     if (w.id == LIVE_ID) {                                      /* L3 */
         if (w.ulen == 1 && w.nb == 0 &&
             ((const uint8_t *)header)[WIRE_FIXED] == 'P') {
-            live_send(tp, (int)w.src, 'O');
+            live_answer(tp, (int)w.src, param);                 /* L9 */
         } else if (w.ulen == 1 + TD__MBOX_OFFER_BYTES && w.nb == 0 &&
                    ((const uint8_t *)header)[WIRE_FIXED] == 'M') {
             /* X2: recorded only; mapped at the first send to it */

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "todist/todist.h"
+#include "runtime/runtime.h"        /* td__runtime_host_id */
 
 static td_status_t
 hold(void *arg, const td_rpc_call_info_t *info, const td_rpc_list_t *args,
@@ -105,6 +106,31 @@ stall(const char *path, int rank, int size, td_tensor_t *t)
  * others gave it up or a while passed (tests/hosts/test_hosts_dropped.sh).
  * Every rank prints "op=dropped call=N rank=R rc=STATUS err=MESSAGE" for
  * that all_reduce (N 1) and for a barrier after it (N 2). */
+/* OP "answer" (1+1; transport.c L9): rank 1 sends rank 0 a message it
+ * takes only later (rank 1 has an endpoint to rank 0, rank 0 none to
+ * rank 1) and waits for rank 0's reply; rank 0 looks up rank 1's host
+ * first, which TODIST_TEST_HOLD_ADDR holds on the address lock longer
+ * than TODIST_LIVENESS, while rank 1 pings it. Each prints "op=answer
+ * rank=R rc=STATUS err=MESSAGE". */
+static int
+answer(int rank, td_tensor_t *t)
+{
+    td_status_t st;
+
+    if (rank == 1) {
+        st = td_send(td_group_world(), t, 0, 9);
+        st = st == TD_OK ? td_recv(td_group_world(), t, 0, 10, NULL) : st;
+    } else {
+        (void)td__runtime_host_id(1);       /* held here */
+        st = td_recv(td_group_world(), t, 1, 9, NULL);
+        st = st == TD_OK ? td_send(td_group_world(), t, 1, 10) : st;
+    }
+    printf("op=answer rank=%d rc=%d err=%s\n", rank, (int)st,
+           st == TD_OK ? "" : td_last_error());
+    fflush(stdout);
+    return st == TD_OK && td_finalize() == TD_OK ? 0 : 1;
+}
+
 static int
 dropped(const char *path, int lost, int rank, td_tensor_t *t)
 {
@@ -145,7 +171,7 @@ main(int argc, char **argv)
     char done[4096];
 
     if (argc != 4) {
-        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped LOST "
+        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped|answer LOST "
                 "READY\n");
         return 2;
     }
@@ -164,6 +190,9 @@ main(int argc, char **argv)
     }
     if (strcmp(op, "dropped") == 0) {
         return dropped(argv[3], lost, rank, t);
+    }
+    if (strcmp(op, "answer") == 0) {
+        return answer(rank, t);
     }
     /* Warm: every pair has talked (endpoints both ways). */
     st = TD_OK;
