@@ -21,6 +21,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,13 +66,95 @@ record_dir(char *dir, size_t len)
     return 0;
 }
 
+/* PID's start time (clock ticks after boot, /proc/PID/stat's field 22);
+ * -1 with errno ENOENT when no such process runs (a zombie counts as
+ * gone: it ran its last). */
+static int
+proc_start(pid_t pid, uint64_t *start)
+{
+    char path[64], text[1024], *p;
+    unsigned long long v;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    f = fopen(path, "re");
+    if (f == NULL) {
+        return -1;
+    }
+    n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    /* "PID (COMM) STATE ...": COMM may hold spaces and ')', so from the
+     * last ')': STATE is field 3, the start time field 22. */
+    p = strrchr(text, ')');
+    if (p == NULL || p[1] != ' ') {
+        errno = EINVAL;
+        return -1;
+    }
+    p += 2;
+    if (*p == 'Z' || *p == 'X') {
+        errno = ENOENT;
+        return -1;
+    }
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (p == NULL) {
+            errno = EINVAL;
+            return -1;
+        }
+        p++;
+    }
+    if (sscanf(p, "%llu", &v) != 1) {
+        errno = EINVAL;
+        return -1;
+    }
+    *start = v;
+    return 0;
+}
+
+/* This host's name as a record keeps it (at most 64 characters). */
+static int
+this_host(char *host, size_t len)
+{
+    char h[256];
+
+    if (gethostname(h, sizeof(h)) != 0) {
+        return -1;
+    }
+    h[sizeof(h) - 1] = '\0';
+    snprintf(host, len, "%.64s", h);
+    return host[0] != '\0' ? 0 : -1;
+}
+
+/* Whether the srun that wrote R still runs: 1 yes, 0 no (its pid is free,
+ * a zombie, or another process's: the start time differs), -1 cannot tell
+ * (a v1 record, or one written on another host: a TMPDIR shared between
+ * hosts). A SIGKILLed srun cannot remove its record: such a record is
+ * stale. */
+static int
+record_srun_alive(const td_slurm_record_t *r)
+{
+    char host[TD_SLURM_RECORD_HOST_MAX + 1];
+    uint64_t start;
+
+    if (r->pid == 0 || this_host(host, sizeof(host)) != 0 ||
+        strcmp(host, r->host) != 0) {
+        return -1;
+    }
+    if (proc_start((pid_t)r->pid, &start) != 0) {
+        return errno == ENOENT ? 0 : -1;
+    }
+    return start == r->start;
+}
+
 /* kill_on_fail=no: record the step for --todist=join. */
 static int
 record_write(spank_t sp, const char *token)
 {
     td_slurm_record_t r;
     uint32_t job = 0, step = 0;
-    char dir[448], tmp[540], text[160];
+    char dir[448], tmp[540], text[320];
     int fd, ok;
 
     if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
@@ -83,6 +167,13 @@ record_write(spank_t sp, const char *token)
     r.step = step;
     r.port = todist_state.opts.port;
     r.store_port = todist_state.opts.store_port;
+    r.pid = (uint32_t)getpid();
+    if (proc_start(getpid(), &r.start) != 0 ||
+        this_host(r.host, sizeof(r.host)) != 0) {
+        slurm_error("todist: cannot read this srun's start time or host "
+                    "name for the join record");
+        return -1;
+    }
     memcpy(r.token, token, sizeof(r.token));
     ok = td_slurm_record_encode(&r, text, sizeof(text)) == TD_OK;
     memset(&r, 0, sizeof(r));
@@ -112,50 +203,56 @@ record_write(spank_t sp, const char *token)
     return 0;
 }
 
-/* The record of step STEP of JOB, or of its latest step recorded
- * (TD_SLURM_JOIN_LATEST), into *R. */
+/* The steps of JOB with a record in DIR, latest first, into STEPS (at
+ * most MAX); how many. */
 static int
-record_read(uint32_t job, uint32_t step, td_slurm_record_t *r)
+record_steps(const char *dir, uint32_t job, uint32_t *steps, int max)
 {
-    char dir[448], path[540], text[192];
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char want[24];
+    size_t wl = (size_t)snprintf(want, sizeof(want), "%u.", job);
+    int n = 0;
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char *end;
+        unsigned long v;
+        int i;
+
+        if (strncmp(e->d_name, want, wl) != 0 ||
+            e->d_name[wl] < '0' || e->d_name[wl] > '9') {
+            continue;
+        }
+        v = strtoul(e->d_name + wl, &end, 10);
+        if (*end != '\0' || v >= 0xfffffff0UL) {
+            continue;            /* another file: a record being written */
+        }
+        for (i = n < max ? n : max - 1; i > 0 && steps[i - 1] < v; i--) {
+            steps[i] = steps[i - 1];
+        }
+        if (i < max && (n < max || v > steps[max - 1])) {
+            steps[i] = (uint32_t)v;
+            n += n < max;
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
+/* The record of step STEP of JOB in DIR into *R (its path into PATH):
+ * 0; -1 with the reason reported. */
+static int
+record_read(const char *dir, uint32_t job, uint32_t step,
+            td_slurm_record_t *r, char *path, size_t path_len)
+{
+    char text[320];
     FILE *f;
     size_t n;
     int ok;
 
-    if (record_dir(dir, sizeof(dir)) != 0) {
-        return -1;
-    }
-    if (step == TD_SLURM_JOIN_LATEST) {
-        DIR *d = opendir(dir);
-        struct dirent *e;
-        char want[24];
-        size_t wl = (size_t)snprintf(want, sizeof(want), "%u.", job);
-
-        while (d != NULL && (e = readdir(d)) != NULL) {
-            char *end;
-            unsigned long s;
-
-            if (strncmp(e->d_name, want, wl) != 0 ||
-                e->d_name[wl] < '0' || e->d_name[wl] > '9') {
-                continue;
-            }
-            s = strtoul(e->d_name + wl, &end, 10);
-            if (*end == '\0' && s < 0xfffffff0UL &&
-                (step == TD_SLURM_JOIN_LATEST || s > step)) {
-                step = (uint32_t)s;
-            }
-        }
-        if (d != NULL) {
-            closedir(d);
-        }
-        if (step == TD_SLURM_JOIN_LATEST) {
-            slurm_error("todist: join: job %u has no running step started "
-                        "with --todist=kill_on_fail=no by an srun on this "
-                        "host (no record in %s)", job, dir);
-            return -1;
-        }
-    }
-    snprintf(path, sizeof(path), "%s/%u.%u", dir, job, step);
+    snprintf(path, path_len, "%s/%u.%u", dir, job, step);
     f = fopen(path, "re");
     if (f == NULL) {
         slurm_error("todist: join: step %u.%u has no record (%s: %s): join "
@@ -177,6 +274,28 @@ record_read(uint32_t job, uint32_t step, td_slurm_record_t *r)
     return 0;
 }
 
+/* A record whose srun is gone: say so and remove it (no srun will). */
+static void
+record_stale(const td_slurm_record_t *r, const char *path, bool named)
+{
+    if (unlink(path) != 0 && errno != ENOENT) {
+        slurm_error("todist: join: cannot remove the stale record %s: %s",
+                    path, strerror(errno));
+    }
+    if (named) {
+        slurm_error("todist: join: step %u.%u's record is stale: the srun "
+                    "that started the step (pid %u on %s) is gone, killed "
+                    "before it could remove it, so the step cannot be "
+                    "joined; the record is removed", r->job, r->step, r->pid,
+                    r->host);
+    } else {
+        slurm_info("todist: join: skipping step %u.%u: its record is stale "
+                   "(the srun that started it, pid %u on %s, is gone, "
+                   "killed before it could remove it); removed it", r->job,
+                   r->step, r->pid, r->host);
+    }
+}
+
 static const char *
 vars_lookup(const char *name, void *arg)
 {
@@ -194,8 +313,8 @@ vars_lookup(const char *name, void *arg)
 /* The running step's facts from slurmctld, as the variables its tasks
  * had, into VARS (strings in BUF), and its layout "0,1;2,3" (malloc'ed). */
 static int
-step_facts(uint32_t job, uint32_t step, const char *token, char buf[8][512],
-           char **vars, char **layout_p)
+step_facts(uint32_t job, uint32_t step, const char *token, bool quiet,
+           char buf[8][512], char **vars, char **layout_p)
 {
     job_step_info_response_msg_t *resp = NULL;
     slurm_step_layout_t *lay = NULL;
@@ -207,16 +326,20 @@ step_facts(uint32_t job, uint32_t step, const char *token, char buf[8][512],
     int rc = -1;
 
     if (slurm_get_job_steps(0, job, step, &resp, SHOW_ALL) != 0 ||
-        resp == NULL || resp->job_step_count < 1) {
-        slurm_error("todist: join: step %u.%u is not running (slurmctld "
-                    "does not know it); a stale record?", job, step);
+        resp == NULL || resp->job_step_count < 1 ||
+        resp->job_steps[0].state != JOB_RUNNING) {
+        if (quiet) {
+            slurm_info("todist: join: skipping step %u.%u: slurmctld has it "
+                       "not running", job, step);
+        } else {
+            slurm_error("todist: join: step %u.%u is not running (slurmctld "
+                        "%s)", job, step, resp == NULL ||
+                        resp->job_step_count < 1 ? "does not know it"
+                                                 : "has it ended");
+        }
         goto out;
     }
     s = &resp->job_steps[0];
-    if (s->state != JOB_RUNNING) {
-        slurm_error("todist: join: step %u.%u is not running", job, step);
-        goto out;
-    }
     lay = slurm_job_step_layout_get(&id);
     if (lay == NULL || lay->node_cnt < 1 || lay->task_cnt < 1) {
         slurm_error("todist: join: slurmctld gives no layout for step %u.%u",
@@ -272,6 +395,53 @@ out:
     return rc;
 }
 
+/* The step to join: STEP's record, or the latest record (TD_SLURM_JOIN_LATEST)
+ * of a step that runs, into *R with its facts (step_facts). A stale record
+ * (its srun gone) is removed: named, the join fails saying so; otherwise
+ * it is skipped, as is a step slurmctld has not running. */
+#define JOIN_STEPS_MAX 64
+static int
+record_pick(uint32_t job, uint32_t step, td_slurm_record_t *r,
+            char buf[8][512], char **vars, char **layout_p)
+{
+    uint32_t steps[JOIN_STEPS_MAX];
+    char dir[448], path[540];
+    int n;
+
+    if (record_dir(dir, sizeof(dir)) != 0) {
+        return -1;
+    }
+    if (step != TD_SLURM_JOIN_LATEST) {
+        if (record_read(dir, job, step, r, path, sizeof(path)) != 0) {
+            return -1;
+        }
+        if (record_srun_alive(r) == 0) {
+            record_stale(r, path, true);
+            return -1;
+        }
+        return step_facts(job, step, r->token, false, buf, vars, layout_p);
+    }
+    n = record_steps(dir, job, steps, JOIN_STEPS_MAX);
+    for (int i = 0; i < n; i++) {
+        if (record_read(dir, job, steps[i], r, path, sizeof(path)) != 0) {
+            continue;
+        }
+        if (record_srun_alive(r) == 0) {
+            record_stale(r, path, false);
+            continue;
+        }
+        if (step_facts(job, steps[i], r->token, true, buf, vars,
+                       layout_p) == 0) {
+            return 0;
+        }
+    }
+    slurm_error("todist: join: job %u has no running step started with "
+                "--todist=kill_on_fail=no by an srun on this host (%s in "
+                "%s)", job, n == 0 ? "no record" : "records skipped", dir);
+    memset(r, 0, sizeof(*r));
+    return -1;
+}
+
 /* --todist=join[=STEP]: pass the tasks the running step's store, layout
  * and token (stepd.c picks each task's rank). */
 static int
@@ -288,10 +458,7 @@ join_init(spank_t sp)
         slurm_error("todist: cannot read the job id");
         return -1;
     }
-    if (record_read(job, o.join_step, &r) != 0) {
-        return -1;
-    }
-    if (step_facts(job, r.step, r.token, buf, vars, &layout) != 0) {
+    if (record_pick(job, o.join_step, &r, buf, vars, &layout) != 0) {
         goto out;
     }
     o.port = r.port;                /* the running step's port options */

@@ -112,14 +112,25 @@ td_status_t td_slurm_store_of(td_env_lookup_fn lookup, void *lookup_arg,
  * step lost (quorum.h Q12) and gets that rank's variables. */
 
 /* The record: what only the step's srun knows (the token, the user's port
- * options). Text: "todist-step v1 JOB STEP PORT STORE_PORT TOKEN\n". */
+ * options), and which srun wrote it (its pid, its start time in clock
+ * ticks after boot as /proc/PID/stat's field 22 gives it, its host), so
+ * that a later srun on that host can tell a record whose srun was killed
+ * before it could remove it (a stale one). Text: "todist-step v2 JOB STEP
+ * PORT STORE_PORT PID START HOST TOKEN\n". A v1 record ("todist-step v1
+ * JOB STEP PORT STORE_PORT TOKEN\n", before the srun was named) decodes
+ * with pid 0: its srun cannot be checked. */
+#define TD_SLURM_RECORD_HOST_MAX 64
 typedef struct {
     uint32_t job, step;
     uint16_t port, store_port;               /* the step's options, 0: unset */
+    uint32_t pid;                            /* the srun; 0: unknown (v1) */
+    uint64_t start;                          /* its start, clock ticks */
+    char     host[TD_SLURM_RECORD_HOST_MAX + 1];   /* its host ("" in v1) */
     char     token[TD_JOB_TOKEN_HEX + 1];
 } td_slurm_record_t;
 
-/* Into BUF (at least 128 bytes). */
+/* Into BUF (at least 256 bytes). The host must be 1 to 64 printable
+ * characters without spaces. */
 td_status_t td_slurm_record_encode(const td_slurm_record_t *r, char *buf,
                                    size_t len);
 /* Rejects anything else, naming what. */

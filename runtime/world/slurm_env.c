@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,7 +553,23 @@ td_slurm_env_map(td_env_lookup_fn lookup, void *lookup_arg,
 
 /* ---- joining a running step ------------------------------------------- */
 
-#define RECORD_MAGIC "todist-step v1 "
+#define RECORD_MAGIC_V1 "todist-step v1 "
+#define RECORD_MAGIC "todist-step v2 "
+
+/* A host name as the record keeps it: 1..64 printable, no space. */
+static bool
+record_host_valid(const char *h, size_t len)
+{
+    if (len < 1 || len > TD_SLURM_RECORD_HOST_MAX) {
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (h[i] <= ' ' || h[i] > '~') {
+            return false;
+        }
+    }
+    return true;
+}
 
 td_status_t
 td_slurm_record_encode(const td_slurm_record_t *r, char *buf, size_t len)
@@ -562,8 +580,15 @@ td_slurm_record_encode(const td_slurm_record_t *r, char *buf, size_t len)
         return td_error(TD_ERR_INVALID, "join record: the token is not %d "
                         "hex digits", TD_JOB_TOKEN_HEX);
     }
-    n = snprintf(buf, len, RECORD_MAGIC "%u %u %u %u %s\n", r->job, r->step,
-                 r->port, r->store_port, r->token);
+    if (r->pid == 0 || !record_host_valid(r->host, strlen(r->host))) {
+        return td_error(TD_ERR_INVALID, "join record: srun's pid (%u) or "
+                        "host name ('%.80s': 1 to %d printable characters, "
+                        "no space) is missing or malformed", r->pid, r->host,
+                        TD_SLURM_RECORD_HOST_MAX);
+    }
+    n = snprintf(buf, len, RECORD_MAGIC "%u %u %u %u %u %llu %s %s\n",
+                 r->job, r->step, r->port, r->store_port, r->pid,
+                 (unsigned long long)r->start, r->host, r->token);
     if (n < 0 || (size_t)n >= len) {
         return td_error(TD_ERR_RANGE, "join record: a buffer of %zu bytes is "
                         "too small", len);
@@ -571,9 +596,9 @@ td_slurm_record_encode(const td_slurm_record_t *r, char *buf, size_t len)
     return TD_OK;
 }
 
-/* One decimal field of at most MAX, then one space (LAST: the end). */
+/* One decimal field of at most MAX, then SEP ('\0': the end). */
 static int
-next_u32(const char **p, uint32_t max, char sep, uint32_t *out)
+next_u64(const char **p, uint64_t max, char sep, uint64_t *out)
 {
     char *end;
     unsigned long long v;
@@ -586,29 +611,58 @@ next_u32(const char **p, uint32_t max, char sep, uint32_t *out)
     if (errno != 0 || v > max || *end != sep) {
         return -1;
     }
-    *out = (uint32_t)v;
+    *out = v;
     *p = sep != '\0' ? end + 1 : end;
+    return 0;
+}
+
+static int
+next_u32(const char **p, uint32_t max, char sep, uint32_t *out)
+{
+    uint64_t v;
+
+    if (next_u64(p, max, sep, &v) != 0) {
+        return -1;
+    }
+    *out = (uint32_t)v;
     return 0;
 }
 
 td_status_t
 td_slurm_record_decode(const char *text, td_slurm_record_t *r)
 {
-    const char *p = text;
-    uint32_t job, step, port, sport;
-    size_t len;
+    const char *p = text, *sp;
+    uint64_t job, step, port, sport, pid = 0, start = 0;
+    bool v1 = strncmp(p, RECORD_MAGIC_V1, strlen(RECORD_MAGIC_V1)) == 0;
+    size_t len, hlen = 0;
+    const char *host = "";
 
-    if (strncmp(p, RECORD_MAGIC, strlen(RECORD_MAGIC)) != 0) {
+    if (!v1 && strncmp(p, RECORD_MAGIC, strlen(RECORD_MAGIC)) != 0) {
         return td_error(TD_ERR_PROTOCOL, "join record: not a todist step "
                         "record (expected '%s...')", RECORD_MAGIC);
     }
-    p += strlen(RECORD_MAGIC);
-    if (next_u32(&p, 0xffffffffU, ' ', &job) != 0 ||
-        next_u32(&p, 0xffffffefU, ' ', &step) != 0 ||
-        next_u32(&p, 65535, ' ', &port) != 0 ||
-        next_u32(&p, 65535, ' ', &sport) != 0) {
+    p += strlen(RECORD_MAGIC);          /* both magics are as long */
+    if (next_u64(&p, 0xffffffffU, ' ', &job) != 0 ||
+        next_u64(&p, 0xffffffefU, ' ', &step) != 0 ||
+        next_u64(&p, 65535, ' ', &port) != 0 ||
+        next_u64(&p, 65535, ' ', &sport) != 0) {
         return td_error(TD_ERR_PROTOCOL, "join record: malformed job, step "
                         "or port fields");
+    }
+    if (!v1) {
+        if (next_u64(&p, 0x7fffffffU, ' ', &pid) != 0 || pid == 0 ||
+            next_u64(&p, UINT64_MAX, ' ', &start) != 0) {
+            return td_error(TD_ERR_PROTOCOL, "join record: malformed srun "
+                            "pid or start time");
+        }
+        sp = strchr(p, ' ');
+        hlen = sp != NULL ? (size_t)(sp - p) : 0;
+        if (sp == NULL || !record_host_valid(p, hlen)) {
+            return td_error(TD_ERR_PROTOCOL, "join record: malformed srun "
+                            "host name");
+        }
+        host = p;
+        p = sp + 1;
     }
     len = strlen(p);
     if (len != TD_JOB_TOKEN_HEX + 1 || p[TD_JOB_TOKEN_HEX] != '\n') {
@@ -622,10 +676,14 @@ td_slurm_record_decode(const char *text, td_slurm_record_t *r)
         return td_error(TD_ERR_PROTOCOL, "join record: the token is not %d "
                         "hex digits", TD_JOB_TOKEN_HEX);
     }
-    r->job = job;
-    r->step = step;
+    r->job = (uint32_t)job;
+    r->step = (uint32_t)step;
     r->port = (uint16_t)port;
     r->store_port = (uint16_t)sport;
+    r->pid = (uint32_t)pid;
+    r->start = start;
+    memcpy(r->host, host, hlen);
+    r->host[hlen] = '\0';
     return TD_OK;
 }
 

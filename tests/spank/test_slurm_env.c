@@ -92,7 +92,7 @@ main(void)
     char tok1[TD_JOB_TOKEN_HEX + 1], tok2[TD_JOB_TOKEN_HEX + 1];
     unsigned expect_port;
 
-    plan(147);
+    plan(150);
     td_slurm_opts_init(&def);
 
     /* ---- user options ---------------------------------------------- */
@@ -404,7 +404,7 @@ main(void)
         td_slurm_record_t r = { .job = 42, .step = 3, .port = 0,
                                 .store_port = 12345 }, r2;
         td_slurm_join_t j, j2;
-        char buf[160], *text = NULL;
+        char buf[320], *text = NULL;
 
         o = def;
         ok(td_slurm_opts_user("join", &o) == TD_OK && o.join &&
@@ -421,19 +421,44 @@ main(void)
            "a special step id (the batch script's) refused");
 
         memcpy(r.token, TOKEN, sizeof(r.token));
+        ok(td_slurm_record_encode(&r, buf, sizeof(buf)) == TD_ERR_INVALID &&
+           strstr(td_last_error(), "srun's pid (0)"),
+           "a record without its srun's pid and host is refused");
+        r.pid = 4242;
+        r.start = 123456789012ULL;
+        strcpy(r.host, "login-1.example");
         ok(td_slurm_record_encode(&r, buf, sizeof(buf)) == TD_OK &&
-           !strcmp(buf, "todist-step v1 42 3 0 12345 " TOKEN "\n"),
-           "a record encodes");
+           !strcmp(buf, "todist-step v2 42 3 0 12345 4242 123456789012 "
+                   "login-1.example " TOKEN "\n"),
+           "a record encodes, naming its srun (pid, start, host)");
         memset(&r2, 0, sizeof(r2));
         ok(td_slurm_record_decode(buf, &r2) == TD_OK && r2.job == 42 &&
            r2.step == 3 && r2.port == 0 && r2.store_port == 12345 &&
+           r2.pid == 4242 && r2.start == 123456789012ULL &&
+           !strcmp(r2.host, "login-1.example") &&
            !strcmp(r2.token, TOKEN), "and decodes back");
-        ok(td_slurm_record_decode("todist-step v1 42 3 0 12345 00zz\n", &r2)
-           == TD_ERR_PROTOCOL && td_slurm_record_decode("todist-step v1 42 "
-           "3 0 99999 " TOKEN "\n", &r2) == TD_ERR_PROTOCOL &&
+        ok(td_slurm_record_decode("todist-step v1 42 3 0 12345 " TOKEN "\n",
+                                  &r2) == TD_OK && r2.pid == 0 &&
+           r2.host[0] == '\0' && r2.store_port == 12345,
+           "a v1 record (before the srun was named) decodes, its srun unknown");
+        ok(td_slurm_record_decode("todist-step v2 42 3 0 12345 00zz\n", &r2)
+           == TD_ERR_PROTOCOL && td_slurm_record_decode("todist-step v2 42 "
+           "3 0 99999 1 2 h " TOKEN "\n", &r2) == TD_ERR_PROTOCOL &&
            td_slurm_record_decode("other v1", &r2) == TD_ERR_PROTOCOL &&
            td_slurm_record_decode(buf + 1, &r2) == TD_ERR_PROTOCOL,
            "a short token, a port past 65535, a foreign or cut record: "
+           "refused");
+        ok(td_slurm_record_decode("todist-step v2 42 3 0 1 0 2 h " TOKEN
+                                  "\n", &r2) == TD_ERR_PROTOCOL &&
+           td_slurm_record_decode("todist-step v2 42 3 0 1 7 2 " TOKEN "\n",
+                                  &r2) == TD_ERR_PROTOCOL &&
+           td_slurm_record_decode("todist-step v2 42 3 0 1 7 x h " TOKEN
+                                  "\n", &r2) == TD_ERR_PROTOCOL &&
+           td_slurm_record_decode("todist-step v2 42 3 0 1 7 2 "
+                                  "hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh"
+                                  "hhhhhhhhhhhhhhhhhhhhhhhhh " TOKEN "\n",
+                                  &r2) == TD_ERR_PROTOCOL,
+           "pid 0, no host, a malformed start, a host past 64 characters: "
            "refused");
 
 #define RUNNING_STEP \

@@ -111,7 +111,7 @@ wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | 
 ndocs=$(awk -F '\t' '$2 == "slurm"' "$D/docs/index" | wc -l)
 
 # ---- the tests ----------------------------------------------------------
-plan $((110 + 1 + ndocs))
+plan $((114 + 1 + ndocs))
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -656,7 +656,21 @@ t=0
 until ls $D/jtmp2/todist-\$(id -u)/*.0 >/dev/null 2>&1; do
     t=\$((t + 1)); [ \$t -gt 600 ] && break; sleep 0.1
 done
+# Two steps whose srun is SIGKILLed: it cannot remove its record (stale).
+for s in 1 2; do
+    srun -N1 -n1 --overlap --todist=kill_on_fail=no sleep 300 &
+    q=\$!
+    t=0
+    until ls $D/jtmp2/todist-\$(id -u)/*.\$s >/dev/null 2>&1; do
+        t=\$((t + 1)); [ \$t -gt 600 ] && break; sleep 0.1
+    done
+    kill -KILL \$q; wait \$q 2>/dev/null
+    scancel \$SLURM_JOB_ID.\$s
+done
+ls $D/jtmp2/todist-\$(id -u) | sed 's/^[0-9]*//' | tr '\\n' ' ' > $D/out/jstale.rec
+srun -N1 -n1 --overlap --todist=join=2 true 2>$D/out/jstale.err; echo "stale named: \$?"
 srun -N1 -n1 --overlap --todist=join true 2>$D/out/jnoloss.err; echo "no loss: \$?"
+ls $D/jtmp2/todist-\$(id -u) | sed 's/^[0-9]*//' | tr '\\n' ' ' > $D/out/jstale.after
 touch $D/jstop
 wait \$p
 echo "step 0: \$?"
@@ -666,8 +680,18 @@ TMPDIR=$D/jtmp2 timeout 120 salloc -N2 -n2 -w n1,n2 sh "$D/join2.sh" \
     >"$D/out/join2" 2>"$D/out/join2.err"
 ok "$(grep '^no loss: [1-9]' "$D/out/join2" >/dev/null && grep '^step 0: 0' "$D/out/join2" >/dev/null; echo $?)" \
    "--todist=join beside a step that lost no rank: the joining step fails, the other runs on"
-like "$(cat "$D/out/jnoloss.err")" "todist: job [0-9]+ step 1: join: step [0-9]+\\.0's store at n1:[0-9]+: elastic: epoch 0 of a world of 2 lacks no rank: nothing to replace \\(yet\\)" \
+like "$(cat "$D/out/jnoloss.err")" "todist: job [0-9]+ step [0-9]+: join: step [0-9]+\\.0's store at n1:[0-9]+: elastic: epoch 0 of a world of 2 lacks no rank: nothing to replace \\(yet\\)" \
      "the task names the step, its store and why"
+# Stale records (their srun SIGKILLed; each records srun's pid, start time
+# and host): join=2 is refused naming why, plain join skips step 1's and
+# joins step 0 (above), and both are removed.
+is "$(cat "$D/out/jstale.rec")|$(grep '^stale named' "$D/out/join2")" ".0 .1 .2 |stale named: 1" \
+   "two sruns SIGKILLed leave their records; --todist=join=2 on one fails"
+like "$(cat "$D/out/jstale.err")" "todist: join: step [0-9]+\\.2's record is stale: the srun that started the step \\(pid [0-9]+ on [^ ]+\\) is gone, killed before it could remove it" \
+     "naming the stale record, its srun and why"
+like "$(cat "$D/out/jnoloss.err")" "todist: join: skipping step [0-9]+\\.1: its record is stale \\(the srun that started it, pid [0-9]+ on [^ ]+, is gone" \
+     "plain --todist=join skips a stale record with a higher step id, saying so"
+is "$(cat "$D/out/jstale.after")" ".0 " "the stale records are removed; the running step's stays"
 ok "$(grep '^no step: [1-9]' "$D/out/join2" >/dev/null; echo $?)" \
    "--todist=join once that step ended: srun fails"
 like "$(cat "$D/out/jnone.err")" "todist: join: job [0-9]+ has no running step started with --todist=kill_on_fail=no by an srun on this host" \
