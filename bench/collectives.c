@@ -3,7 +3,9 @@
  * gloo).
  *
  * Prints, on rank 0, one line per measurement (and a "# spread" line with
- * the minimum, maximum and repetitions after each):
+ * the minimum, maximum, mean and repetitions after each: where calls are
+ * bimodal, as through a shaper's burst, the mean of a long run is the
+ * fair figure, the median sees only the common mode):
  *   allreduce ranks=N size=BYTES median_us=T busbw_MBps=B
  * for float32 all_reduce (sum) of 8 B, 4 KiB, 1 MiB and 64 MiB; broadcast,
  * allgather and reduce_scatter at 1 MiB (size: the whole buffer, busbw as
@@ -82,7 +84,8 @@ bench(what_t what, size_t bytes)
     int64_t count = (int64_t)(bytes / 4), part = count / n;
     td_tensor_t *a = NULL, *b = NULL;
     int iters = iters_for(bytes), warm = iters / 10 + 2;
-    double *t = calloc((size_t)iters, sizeof(double)), med, factor = 1;
+    double *t = calloc((size_t)iters, sizeof(double)), med, mean = 0;
+    double factor = 1;
 
     switch (what) {
     case ALLREDUCE:
@@ -122,6 +125,9 @@ bench(what_t what, size_t bytes)
             t[i] = now_s() - t0;
         }
     }
+    for (int i = 0; i < iters; i++) {
+        mean += t[i] / iters;
+    }
     qsort(t, (size_t)iters, sizeof(double), cmp_d);
     med = t[iters / 2];
     switch (what) {
@@ -134,10 +140,12 @@ bench(what_t what, size_t bytes)
         size_t sz = (size_t)count * 4;
 
         printf("%s ranks=%d size=%zu median_us=%.*f busbw_MBps=%.0f\n"
-               "# spread min_us=%.1f max_us=%.1f iters=%d\n", names[what], n,
-               what == ALLREDUCE ? bytes : sz, med < 10e-6 ? 2 : 1, med * 1e6,
+               "# spread min_us=%.1f max_us=%.1f mean_us=%.*f iters=%d\n",
+               names[what], n, what == ALLREDUCE ? bytes : sz,
+               med < 10e-6 ? 2 : 1, med * 1e6,
                (double)(what == ALLREDUCE ? bytes : sz) / med * factor / 1e6,
-               t[0] * 1e6, t[iters - 1] * 1e6, iters);
+               t[0] * 1e6, t[iters - 1] * 1e6, mean < 10e-6 ? 2 : 1,
+               mean * 1e6, iters);
         fflush(stdout);
     }
     td_tensor_release(a);

@@ -125,6 +125,20 @@ ips_have(const hostmap_ips_t *ips, const struct sockaddr_storage *sa)
     return 0;
 }
 
+/* V6: the kernel probes FD once it was idle 1 s, then every second, so
+ * a live host acknowledges something each second. Best effort: a socket
+ * that refuses is only read. */
+static void
+keepalive_arm(int fd)
+{
+    int on = 1, sec = 1;
+
+    if (setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &sec, sizeof(sec)) == 0 &&
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &sec, sizeof(sec)) == 0) {
+        (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+    }
+}
+
 int
 td__liveness_heard_ms(const hostmap_ips_t *ips)
 {
@@ -155,6 +169,7 @@ td__liveness_heard_ms(const hostmap_ips_t *ips)
             ti.tcpi_state != TCP_ESTABLISHED) {
             continue;
         }
+        keepalive_arm((int)fd);                                 /* V6 */
         heard = ti.tcpi_last_ack_recv < ti.tcpi_last_data_recv
                 ? (long)ti.tcpi_last_ack_recv : (long)ti.tcpi_last_data_recv;
         if (best < 0 || heard < best) {

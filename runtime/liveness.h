@@ -9,7 +9,7 @@
  * whose first send waits on the wire-up with a process that is gone never
  * errors, and a collective or a call waiting for it hung (issue 36).
  *
- * Invariants (V1..V5):
+ * Invariants (V1..V6):
  *  V1 A peer is reported gone only when it is known to be on this host
  *     (td__runtime_same_host: one kernel, one PID namespace) and its
  *     process has exited; anything unknown (another host, no pid
@@ -35,8 +35,17 @@
  *     its kernel answers, whatever its processes do (a rank stopped or
  *     starved of the CPU still has its pings acknowledged; a host cut off
  *     has none). Only the kernel's own counters are read (TCP_INFO:
- *     last_ack_recv, last_data_recv); nothing is sent. No address, no
- *     such connection (UCX over a non-TCP transport): unknown (-1).
+ *     last_ack_recv, last_data_recv). No address, no such connection
+ *     (UCX over a non-TCP transport): unknown (-1).
+ *  V6 Asking also makes that host answer: the kernel's TCP keepalive is
+ *     turned on for each such connection (idle 1 s, then every 1 s), so
+ *     an idle connection to a live host has an acknowledgement at most
+ *     about a second old from then on. Only idle connections are probed
+ *     (a few bytes a second); one with data in flight gets its
+ *     acknowledgements anyway. UCX's wire-up of an endpoint to a stopped
+ *     peer sends nothing until the peer answers, so without the probes a
+ *     live host was heard last at the connect, seconds before, and taken
+ *     for cut off (transport.c L8).
  *
  * Thread safety: td__liveness_gone on one peer from one thread at a time
  * (the transport's token holder). */
@@ -67,8 +76,9 @@ int         td__liveness_gone(td__proc_t *p);
 /* Close P's pidfd; P is unknown again. */
 void        td__liveness_clear(td__proc_t *p);
 /* Milliseconds since a host at one of IPS was last heard on one of this
- * process's TCP connections (V4), -1 unknown. Reads /proc/self/fd: for
- * the rare question "is it cut off?", not a hot path. Thread-safe. */
+ * process's TCP connections (V4), -1 unknown; probes them from now on
+ * (V6). Reads /proc/self/fd: for the rare question "is it cut off?", not
+ * a hot path. Thread-safe. */
 int         td__liveness_heard_ms(const hostmap_ips_t *ips);
 
 #endif /* TD_RUNTIME_LIVENESS_H */

@@ -166,7 +166,9 @@ typedef struct {
     /* Milliseconds since RANK's host last answered at the network level
      * (an acknowledgement or data on a TCP connection to it), -1 unknown;
      * asked, with resolve_arg, about a peer on another host that answered
-     * no ping for TODIST_LIVENESS (transport.c L7). NULL: never. */
+     * no ping for TODIST_LIVENESS (transport.c L7), and at its first ping,
+     * when the answer is ignored: from then on its host must be made to
+     * answer (L8: the runtime turns on TCP keepalive). NULL: never. */
     int                   (*peer_heard)(void *arg, int rank);
     void                   *peer_failed_arg;
     td_transport_gone_fn    peer_gone;         /* may be NULL */

@@ -98,6 +98,42 @@ stall(const char *path, int rank, int size, td_tensor_t *t)
     return td_finalize() == TD_OK ? 0 : 1;
 }
 
+/* OP "dropped" (LOST: the rank that stops, 0): before any warm-up, rank
+ * LOST writes its pid to READY.LOST and each rank enters an all_reduce;
+ * rank LOST stops itself as it makes its endpoint
+ * (TODIST_TEST_STOP_CONNECT) and the test resumes it (SIGCONT) once the
+ * others gave it up or a while passed (tests/hosts/test_hosts_dropped.sh).
+ * Every rank prints "op=dropped call=N rank=R rc=STATUS err=MESSAGE" for
+ * that all_reduce (N 1) and for a barrier after it (N 2). */
+static int
+dropped(const char *path, int lost, int rank, td_tensor_t *t)
+{
+    char f[4096];
+    td_status_t st = TD_OK;
+    FILE *out;
+
+    if (rank == lost) {
+        snprintf(f, sizeof(f), "%s.%d", path, rank);
+        if ((out = fopen(f, "w")) == NULL) {
+            return 1;
+        }
+        fprintf(out, "%ld\n", (long)getpid());
+        fclose(out);
+    }
+    for (int call = 1; call <= 2 && st == TD_OK; call++) {
+        st = call == 1 ? td_all_reduce(td_group_world(), t, TD_REDUCE_SUM)
+                       : td_barrier(30);
+        printf("op=dropped call=%d rank=%d rc=%d err=%s\n", call, rank,
+               (int)st, st == TD_OK ? "" : td_last_error());
+        fflush(stdout);
+    }
+    if (st == TD_OK) {
+        return td_finalize() == TD_OK ? 0 : 1;
+    }
+    /* a job with a rank taken for lost cannot end cleanly */
+    _exit(0);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -109,7 +145,7 @@ main(int argc, char **argv)
     char done[4096];
 
     if (argc != 4) {
-        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall LOST "
+        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped LOST "
                 "READY\n");
         return 2;
     }
@@ -125,6 +161,9 @@ main(int argc, char **argv)
     size = td_world()->world_size;
     if (td_tensor_zeros(shape, 1, TD_FLOAT32, &t) != TD_OK) {
         return 1;
+    }
+    if (strcmp(op, "dropped") == 0) {
+        return dropped(argv[3], lost, rank, t);
     }
     /* Warm: every pair has talked (endpoints both ways). */
     st = TD_OK;
