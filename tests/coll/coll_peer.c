@@ -2221,6 +2221,74 @@ mode_dropped(void)
     return 0;
 }
 
+/* As mode_dropped, but the receiver's group fails instead of being
+ * destroyed (match.h C14 through coll_group_fail_local), quietly (it tells
+ * nobody): ranks 0 and 1 make G = {0, 1, 2}, rank 2 makes the same id
+ * with another order, {0, 2, 1} (another member digest). Rank 0 isends
+ * 256 KiB (an offer; a rendezvous with TODIST_COLL_CMA=0) to rank 1 and
+ * then 32 KiB that rank 1 receives, so the first waits in its queue; then
+ * rank 2 sends rank 1 a message on its G: the digests differ, rank 1
+ * fails its G, and both senders' messages are dropped: each is told
+ * (TD_ERR_CANCELED naming rank 1) within 5 s, timeout 20 s. */
+static int
+mode_dropped_broken(void)
+{
+    td_group_t *w = td_group_world(), *g = NULL;
+    td_tensor_t *a = make(65536, TD_FLOAT32), *b = make(8192, TD_FLOAT32);
+    td_tensor_t *c = make(4, TD_FLOAT32);
+    td_work_t *wk = NULL;
+    td_status_t st;
+    double t0;
+
+    if (size != 3) {
+        return 1;
+    }
+    td_coll_set_timeout(20);
+    st = rank == 2 ? td_group_new((int[]){0, 2, 1}, 3, &g)
+                   : td_group_new((int[]){0, 1, 2}, 3, &g);
+    check(st == TD_OK, "dropped_broken_group", "%s", td_last_error());
+    if (st != TD_OK) {
+        return 1;
+    }
+    if (rank == 0) {
+        st = td_isend(g, a, 1, 1, &wk);
+        if (st == TD_OK) {
+            st = td_send(g, b, 1, 2);
+        }
+        check(st == TD_OK, "dropped_broken_queued", "%s", td_last_error());
+    } else if (rank == 1) {
+        st = td_recv(g, b, 0, 2, NULL);
+        check(st == TD_OK, "dropped_broken_queued", "%s", td_last_error());
+    }
+    td_group_barrier(w);            /* the 256 KiB wait in rank 1's queue */
+    t0 = now_s();
+    if (rank == 2) {
+        /* group rank 2 of {0, 2, 1}: world rank 1 */
+        st = td_send(g, c, 2, 3);
+        check(st == TD_ERR_CANCELED &&
+              strstr(td_last_error(), "rank 1 dropped") != NULL,
+              "dropped_broken_mismatch_told", "%s: %s", td_status_name(st),
+              td_last_error());
+    } else if (rank == 0) {
+        st = td_work_wait(wk, -1);
+        check(st == TD_ERR_CANCELED &&
+              strstr(td_last_error(), "rank 1 dropped") != NULL,
+              "dropped_broken_queued_told", "%s: %s", td_status_name(st),
+              td_last_error());
+        td_work_release(wk);
+    }
+    if (rank != 1) {
+        check(now_s() - t0 <= 5.0, "dropped_broken_within_5s", "%.2f s",
+              now_s() - t0);
+    }
+    td_group_barrier(w);
+    td_group_destroy(g);
+    td_tensor_release(a);
+    td_tensor_release(b);
+    td_tensor_release(c);
+    return 0;
+}
+
 /* 40 live groups of the whole world, an all_reduce on each (the world
  * group has a segment too): past the 32 segments a process maps
  * (shm.c), groups run through the transport, and every result is right. */
@@ -2302,6 +2370,8 @@ main(int argc, char **argv)
         rc = mode_late_names();
     } else if (strcmp(mode, "dropped") == 0) {
         rc = mode_dropped();
+    } else if (strcmp(mode, "dropped_broken") == 0) {
+        rc = mode_dropped_broken();
     } else if (strcmp(mode, "destroyed") == 0) {
         rc = mode_destroyed();
     } else if (strcmp(mode, "mbox") == 0) {
