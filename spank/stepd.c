@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <slurm/slurm.h>
 
@@ -77,8 +78,22 @@ task_fail(uint32_t job, uint32_t step, const char *what)
     return -1;
 }
 
-/* How long a joiner waits for the running step's store to answer. */
+/* How long a joiner waits for the running step's store to answer; and its
+ * slurmstepd at its end, to release its claim (a store that does not
+ * answer then went with its step, and the claim with it). */
 #define JOIN_CONNECT_S 10.0
+#define RELEASE_CONNECT_S 2.0
+
+/* A join task's name in its claim (quorum.h Q12): "PID@HOST", the task's
+ * process, which its slurmstepd sees end (join_task_exit). */
+static void
+claimer_name(long pid, char *buf, size_t len)
+{
+    char host[256] = "";
+
+    gethostname(host, sizeof(host) - 1);
+    snprintf(buf, len, "%ld@%.200s", pid, host);
+}
 
 static int
 join_task_init(spank_t sp, uint32_t job, uint32_t step, char **envp)
@@ -91,7 +106,7 @@ join_task_init(spank_t sp, uint32_t job, uint32_t step, char **envp)
     td_store_t *store = NULL;
     int rank = -1, n_vacant = 0, first;
     int64_t epoch = -1;
-    char what[512];
+    char what[512], claimer[ELASTIC_CLAIMER_MAX + 1];
 
     if (spec == NULL || token == NULL || procid == NULL) {
         return task_fail(job, step, "join: TODIST_SPANK_JOIN is not set: "
@@ -101,10 +116,12 @@ join_task_init(spank_t sp, uint32_t job, uint32_t step, char **envp)
     if (td_slurm_join_decode(spec, &j) != TD_OK) {
         return task_fail(job, step, td_last_error());
     }
+    /* the task's own pid: the program after exec, and what task_exit sees */
+    claimer_name((long)getpid(), claimer, sizeof(claimer));
     if (td_store_connect(j.master_addr, j.master_port, token, JOIN_CONNECT_S,
                          &store) != TD_OK ||
-        elastic_vacant_claim(store, j.world_size, first, &rank, &epoch,
-                             &n_vacant) != TD_OK) {
+        elastic_vacant_claim(store, j.world_size, first, claimer, &rank,
+                             &epoch, &n_vacant) != TD_OK) {
         snprintf(what, sizeof(what), "join: step %u.%u's store at %s:%u: %s",
                  j.job, j.step, j.master_addr, j.master_port,
                  td_last_error());
@@ -256,6 +273,48 @@ output_drain(uint32_t job, uint32_t step)
                 step, (now_s() - t0) * 1e3);
 }
 
+/* A join task ended: release the rank it claimed (quorum.h Q12) unless it
+ * asked for it, so that a replacement that died before it asked (want/)
+ * does not hold the rank for the epoch. slurmstepd sees every task end,
+ * whatever killed it. */
+static void
+join_task_exit(spank_t sp, uint32_t job, uint32_t step)
+{
+    char **envp = NULL, claimer[ELASTIC_CLAIMER_MAX + 1];
+    const char *spec, *token;
+    td_slurm_join_t j;
+    td_store_t *store = NULL;
+    pid_t pid = 0;
+    int n = 0;
+
+    if (spank_get_item(sp, S_JOB_ENV, &envp) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_TASK_PID, &pid) != ESPANK_SUCCESS ||
+        (spec = envp_lookup("TODIST_SPANK_JOIN", envp)) == NULL ||
+        (token = envp_lookup("TODIST_JOB_TOKEN", envp)) == NULL ||
+        td_slurm_join_decode(spec, &j) != TD_OK) {
+        return;                  /* task_init failed first, and said why */
+    }
+    claimer_name((long)pid, claimer, sizeof(claimer));
+    if (td_store_connect(j.master_addr, j.master_port, token, RELEASE_CONNECT_S,
+                         &store) != TD_OK) {
+        /* the step and its store are gone: nothing is held any more */
+        slurm_debug("todist: job %u step %u: join: step %u.%u's store: %s",
+                    job, step, j.job, j.step, td_last_error());
+    } else if (elastic_vacant_release(store, j.world_size, claimer, &n) !=
+               TD_OK) {
+        slurm_error("todist: job %u step %u: join: cannot release the rank "
+                    "task %s claimed in step %u.%u's store (%s): it stays "
+                    "held for that epoch", job, step, claimer, j.job, j.step,
+                    td_last_error());
+    } else if (n > 0) {
+        slurm_info("todist: job %u step %u: join: task %s ended; its claim "
+                   "of a rank of step %u.%u is released", job, step,
+                   claimer, j.job, j.step);
+    }
+    td_store_close(store);
+    td_slurm_join_free(&j);
+}
+
 int
 todist_stepd_task_exit(spank_t sp)
 {
@@ -265,13 +324,18 @@ todist_stepd_task_exit(spank_t sp)
     int status = 0;
     char what[64];
 
-    if (stopping ||
-        spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS) {
         return 0;
     }
-    if (step == SLURM_BATCH_SCRIPT || step == SLURM_EXTERN_CONT ||
+    if (step == SLURM_BATCH_SCRIPT || step == SLURM_EXTERN_CONT) {
+        return 0;
+    }
+    if (todist_state.opts.join) {
+        join_task_exit(sp, job, step);
+    }
+    if (stopping || !todist_state.opts.kill_on_fail ||
         (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
         return 0;
     }

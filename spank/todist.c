@@ -135,8 +135,8 @@ slurm_spank_task_exit(spank_t sp, int ac, char **av)
 {
     (void)ac;
     (void)av;
-    if (!todist_state.opts.enabled || !todist_state.opts.kill_on_fail ||
-        spank_context() != S_CTX_REMOTE) {
+    if (!todist_state.opts.enabled || spank_context() != S_CTX_REMOTE ||
+        (!todist_state.opts.kill_on_fail && !todist_state.opts.join)) {
         return 0;
     }
     return todist_stepd_task_exit(sp);

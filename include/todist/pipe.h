@@ -167,7 +167,9 @@ typedef struct {
                               S*S*M > 1e5) */
     int    peak_in_flight; /* micro-batches holding activations (P3) */
     size_t peak_act_bytes; /* heap growth at the peak over the step's start
-                              (glibc mallinfo2: the process, every thread) */
+                              (glibc mallinfo2: the process, every thread;
+                              freed tensor storage kept for reuse is not
+                              counted as in use) */
     double allreduce_s;    /* waiting for the replicas' all_reduce (R > 1) */
     /* Where the step went (busy_s = fwd_s + bwd_s + wgt_s): */
     double fwd_s;          /* forwards */

@@ -763,9 +763,81 @@ elastic_join_wait(td_store_t *store, int me, int world, double timeout,
     }
 }
 
+/* A released claim's value (Q12): the rank is vacant again. */
+#define CLAIM_RELEASED "-"
+
+/* Set KEY from FROM ("": absent) to TO in one step; *GOT whether it now
+ * holds TO. */
+static td_status_t
+claim_swap(td_store_t *store, const char *key, const char *from,
+           const char *to, int *got)
+{
+    void *val = NULL;
+    size_t len = 0;
+    td_status_t st;
+
+    st = td_store_compare_set(store, key, from, strlen(from), to, strlen(to),
+                              &val, &len);
+    *got = st == TD_OK && len == strlen(to) && memcmp(val, to, len) == 0;
+    free(val);
+    if (st == TD_ERR_NOT_FOUND) {       /* absent, FROM not "": unchanged */
+        td_error_clear();
+        st = TD_OK;
+    }
+    return st;
+}
+
+static td_status_t
+claimer_check(const char *claimer)
+{
+    size_t len = claimer != NULL ? strlen(claimer) : 0;
+
+    if (len == 0 || len > ELASTIC_CLAIMER_MAX ||
+        strcmp(claimer, CLAIM_RELEASED) == 0) {
+        return td_error(TD_ERR_INVALID, "elastic: a claimer is named by 1 "
+                        "to %d characters, not '%s'", ELASTIC_CLAIMER_MAX,
+                        claimer != NULL ? claimer : "(null)");
+    }
+    return TD_OK;
+}
+
 td_status_t
-elastic_vacant_claim(td_store_t *store, int world, int first, int *rank_p,
-                     int64_t *epoch_p, int *n_vacant_p)
+elastic_vacant_release(td_store_t *store, int world, const char *claimer,
+                       int *n_released_p)
+{
+    int64_t epoch = 0;
+    int n = 0;
+    char key[96];
+    td_status_t st;
+
+    *n_released_p = 0;
+    if (store == NULL || world < 1 || world > ELASTIC_RANKS_MAX) {
+        return td_error(TD_ERR_INVALID, "elastic: releasing the claims of a "
+                        "world of %d", world);
+    }
+    if ((st = claimer_check(claimer)) != TD_OK ||
+        (st = epoch_last(store, &epoch)) != TD_OK) {
+        return st;
+    }
+    for (int r = 0; r < world; r++) {
+        int got = 0;
+
+        snprintf(key, sizeof(key), "td/el/%" PRId64 "/claim/%d", epoch, r);
+        /* only a claim that names CLAIMER changes (absent stays absent) */
+        st = claim_swap(store, key, claimer, CLAIM_RELEASED, &got);
+        if (st != TD_OK) {
+            return st;
+        }
+        n += got;
+    }
+    *n_released_p = n;
+    return TD_OK;
+}
+
+td_status_t
+elastic_vacant_claim(td_store_t *store, int world, int first,
+                     const char *claimer, int *rank_p, int64_t *epoch_p,
+                     int *n_vacant_p)
 {
     elastic_grow_t g = {0};
     int64_t epoch = 0;
@@ -777,6 +849,9 @@ elastic_vacant_claim(td_store_t *store, int world, int first, int *rank_p,
         first < 0) {
         return td_error(TD_ERR_INVALID, "elastic: a vacancy of a world of %d "
                         "(task %d)", world, first);
+    }
+    if ((st = claimer_check(claimer)) != TD_OK) {
+        return st;
     }
     st = epoch_last(store, &epoch);
     if (st != TD_OK) {
@@ -818,12 +893,16 @@ elastic_vacant_claim(td_store_t *store, int world, int first, int *rank_p,
     *n_vacant_p = nv;
     for (int i = 0; st == TD_OK && i < nv; i++) {
         int r = vacant[(first + i) % nv];
-        int64_t count = 0;
+        int got = 0;
 
-        /* Q12: the first to count the key holds the rank */
+        /* Q12: the first to set the absent key, or to replace a released
+         * one, holds the rank */
         snprintf(key, sizeof(key), "td/el/%" PRId64 "/claim/%d", epoch, r);
-        st = td_store_add(store, key, 1, &count);
-        if (st == TD_OK && count == 1) {
+        st = claim_swap(store, key, "", claimer, &got);
+        if (st == TD_OK && !got) {
+            st = claim_swap(store, key, CLAIM_RELEASED, claimer, &got);
+        }
+        if (st == TD_OK && got) {
             *rank_p = r;
             *epoch_p = epoch;
             free(vacant);

@@ -69,10 +69,16 @@
  *     role moves to the lowest survivor when rank 0 is lost (possible
  *     only when the launcher serves the store, runtime.h R3); a joiner
  *     may be any rank the epoch lacks, rank 0 included.
- *  Q12 A vacancy (a rank the current epoch lacks) is claimed once per
- *     epoch (the first to count td/el/<k>/claim/<r> up) by whoever starts a
- *     replacement without a rank (the SPANK plugin's join); a rank with a
- *     claim, a want/ or a place in the growth record is not vacant.
+ *  Q12 A vacancy (a rank the current epoch lacks) is claimed by one
+ *     claimer at a time per epoch (td/el/<k>/claim/<r> set from absent, or
+ *     from released "-", to the claimer's name, compare-and-set) by
+ *     whoever starts a replacement without a rank (the SPANK plugin's
+ *     join); a rank with a held claim, a want/ or a place in the growth
+ *     record is not vacant. A claim is released ("-", compare-and-set from
+ *     the claimer's name) only once its claimer ended (the plugin's
+ *     slurmstepd, at the task's exit): a replacement that died before it
+ *     asked (want/) no longer holds its rank for the epoch; one that
+ *     asked holds it by want/ whatever its claim.
  *  Q11 With WAIT > 0 the admitter waits, up to WAIT, until every rank out
  *     of the epoch asked, then admits all that did in one record: several
  *     replacements started together join at one boundary. With WAIT 0 it
@@ -173,16 +179,23 @@ td_status_t elastic_join_admitted(td_store_t *store, int64_t epoch, int me,
 /* A replacement started without a rank (srun --todist=join, spank/): the
  * world ranks of a world of WORLD that the current epoch k (the last plan;
  * 0: the world) lacks and that no replacement holds yet (neither listed in
- * epoch k's growth record, nor asked for with want/, nor claimed), in
- * increasing order; take the FIRST-th of them (cyclically, so the tasks of
- * one step started together take different ones) by writing
- * "td/el/<k>/claim/<r>" (the first to count it up holds it: Q12, one
- * claimer per rank and epoch; the next vacancy when another got it first).
- * *RANK_P the rank, *EPOCH_P k, *N_VACANT_P how many were vacant before
- * the claim. TD_ERR_NOT_FOUND when none is (the message says whether the
- * epoch lacks none or every lost rank is held). */
+ * epoch k's growth record, nor asked for with want/), in increasing order;
+ * take the FIRST-th of them (cyclically, so the tasks of one step started
+ * together take different ones) by setting "td/el/<k>/claim/<r>" to
+ * CLAIMER (1 to ELASTIC_CLAIMER_MAX characters naming the process, e.g.
+ * "PID@HOST") when absent or released (Q12: one claimer at a time per rank
+ * and epoch; the next vacancy when another holds it). *RANK_P the rank,
+ * *EPOCH_P k, *N_VACANT_P how many were vacant before the claim.
+ * TD_ERR_NOT_FOUND when none is (the message says whether the epoch lacks
+ * none or every lost rank is held). */
+#define ELASTIC_CLAIMER_MAX 300
 td_status_t elastic_vacant_claim(td_store_t *store, int world, int first,
-                                 int *rank_p, int64_t *epoch_p,
-                                 int *n_vacant_p);
+                                 const char *claimer, int *rank_p,
+                                 int64_t *epoch_p, int *n_vacant_p);
+/* CLAIMER ended: release its claims of the current epoch (Q12), so each
+ * rank it claimed and did not ask for (want/) is vacant again.
+ * *N_RELEASED_P how many. */
+td_status_t elastic_vacant_release(td_store_t *store, int world,
+                                   const char *claimer, int *n_released_p);
 
 #endif /* TD_RUNTIME_ELASTIC_QUORUM_H */

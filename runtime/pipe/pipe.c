@@ -17,6 +17,7 @@
 #include "runtime/coll/work.h"    /* coll_work_set_spin */
 #include "runtime/pipe/pipe_internal.h"
 #include "runtime/runtime.h"      /* td__runtime_local_world_size, _host_cores */
+#include "runtime/tensor/tensor_internal.h"   /* td__tensor_cache_bytes */
 #include <todist/coll.h>
 #include <todist/ops.h>
 
@@ -131,12 +132,18 @@ td_pipe_schedule_parse(const char *name, td_pipe_schedule_t *s)
                     "or zb", name ? name : "(null)");
 }
 
+/* The heap that holds live data: malloc's in-use bytes less the freed
+ * tensor storage the tensor cache keeps for reuse (T1), which malloc
+ * still counts in use (without the subtraction a step's activations,
+ * made again in the blocks the last step freed, would read as no growth). */
 static size_t
 heap_in_use(void)
 {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
     struct mallinfo2 mi = mallinfo2();
-    return mi.uordblks + mi.hblkhd;
+    size_t used = mi.uordblks + mi.hblkhd, kept = td__tensor_cache_bytes();
+
+    return used > kept ? used - kept : 0;
 #else
     return 0;
 #endif

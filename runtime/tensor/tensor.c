@@ -119,6 +119,7 @@ td__shape_str(const int64_t *shape, int ndim, char *buf, size_t len)
 #define CACHE_CLASSES   64
 #define CACHE_MIN_BYTES ((size_t)4096)
 #define CACHE_MAX_BYTES ((size_t)256 << 20)
+#define PAGE_ROUND_BYTES ((size_t)64 << 10)
 #define HUGE_BYTES      ((size_t)2 << 20)   /* x86-64 / arm64 huge page */
 #define HUGE_MIN_BYTES  ((size_t)4 << 20)   /* storage this large: THP */
 
@@ -135,10 +136,11 @@ static size_t
 alloc_size(size_t nbytes)
 {
     /* 64-byte alignment for vector loads; at least one line so a 0-element
-     * tensor still has a distinct pointer; cached sizes rounded to pages */
+     * tensor still has a distinct pointer; 64 KiB and more rounded to
+     * pages (below, a page more would cost up to 12% of a block) */
     size_t n = ((nbytes + 63) / 64) * 64 + 64;
 
-    return n >= CACHE_MIN_BYTES ? (n + 4095) & ~(size_t)4095 : n;
+    return n >= PAGE_ROUND_BYTES ? (n + 4095) & ~(size_t)4095 : n;
 }
 
 static void *
@@ -209,6 +211,17 @@ block_free(void *p, size_t size)
         pthread_mutex_unlock(&cache.lock);
     }
     free(p);
+}
+
+size_t
+td__tensor_cache_bytes(void)
+{
+    size_t n;
+
+    pthread_mutex_lock(&cache.lock);
+    n = cache.bytes;
+    pthread_mutex_unlock(&cache.lock);
+    return n;
 }
 
 /* Device memory comes from the device's caching allocator

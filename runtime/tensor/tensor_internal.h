@@ -73,6 +73,10 @@ struct td_node {
     struct td_node      *pending;   /* deferred-destruction list link */
 };
 
+/* tensor.c: bytes of freed CPU storage kept for reuse (T1): malloc counts
+ * them in use; runtime/pipe subtracts them from the heap it reports. */
+size_t td__tensor_cache_bytes(void);
+
 /* internal helpers shared by tensor.c, ops_*.c, autograd.c */
 /* node.c: called by td_tensor_release just before a leaf is freed (drops
  * its accumulate node, I4). */

@@ -356,31 +356,58 @@ vacancies(void)
         diag("store: %s", td_last_error());
         return;
     }
-    is_int(elastic_vacant_claim(c, 4, 0, &r, &e, &nv), TD_ERR_NOT_FOUND,
-           "epoch 0 (the whole world): no vacancy");
+    is_int(elastic_vacant_claim(c, 4, 0, "100@a", &r, &e, &nv),
+           TD_ERR_NOT_FOUND, "epoch 0 (the whole world): no vacancy");
     like(td_last_error(), "epoch 0 of a world of 4 lacks no rank: nothing "
          "to replace", "the refusal says the epoch lacks none");
     td_store_set(c, "td/el/1/plan", p1, strlen(p1));
-    ok(elastic_vacant_claim(c, 4, 0, &r, &e, &nv) == TD_OK && r == 1 &&
-       e == 1 && nv == 2, "epoch 1 = {0, 2}: task 0 takes rank 1 (of 2 "
-       "vacancies)");
-    ok(elastic_vacant_claim(c, 4, 0, &r2, &e, &nv) == TD_OK && r2 == 3,
-       "a second claimer starting at the same place takes rank 3 (Q12)");
-    is_int(elastic_vacant_claim(c, 4, 1, &r, &e, &nv), TD_ERR_NOT_FOUND,
-           "a third finds none left");
+    ok(elastic_vacant_claim(c, 4, 0, "100@a", &r, &e, &nv) == TD_OK &&
+       r == 1 && e == 1 && nv == 2, "epoch 1 = {0, 2}: task 0 takes rank 1 "
+       "(of 2 vacancies)");
+    ok(elastic_vacant_claim(c, 4, 0, "101@b", &r2, &e, &nv) == TD_OK &&
+       r2 == 3, "a second claimer starting at the same place takes rank 3 "
+       "(Q12)");
+    is_int(elastic_vacant_claim(c, 4, 1, "102@a", &r, &e, &nv),
+           TD_ERR_NOT_FOUND, "a third finds none left");
     like(td_last_error(), "epoch 1 of a world of 4 lacks ranks, but a "
          "replacement holds each already", "naming why");
     {
+        /* The claim names its claimer; once the claimer ended, its claims
+         * are released and the ranks are vacant again (Q12). */
+        void *v = NULL;
+        size_t len = 0;
+        int n = -1;
+
+        ok(td_store_get(c, "td/el/1/claim/1", 0, &v, &len) == TD_OK &&
+           len == 5 && memcmp(v, "100@a", 5) == 0,
+           "a claim names its claimer");
+        free(v);
+        ok(elastic_vacant_release(c, 4, "999@a", &n) == TD_OK && n == 0 &&
+           elastic_vacant_claim(c, 4, 0, "102@a", &r, &e, &nv) ==
+           TD_ERR_NOT_FOUND, "another claimer's release frees nothing");
+        ok(elastic_vacant_release(c, 4, "100@a", &n) == TD_OK && n == 1,
+           "the claimer ended (died before it asked): its claim is released");
+        ok(elastic_vacant_claim(c, 4, 1, "102@a", &r, &e, &nv) == TD_OK &&
+           r == 1 && e == 1 && nv == 2,
+           "and a new claimer takes that rank (rank 3 still held)");
+        is_int(elastic_vacant_claim(c, 4, 0, "", &r, &e, &nv),
+               TD_ERR_INVALID, "a claimer without a name is refused");
+    }
+    {
         /* epoch 2 = {0}: 1 asked (want/), 2 is in the growth record */
         const char *p2 = "v1 2 9 0 0 1 0", *g2 = "v1 10 1 2";
+        int n = -1;
 
         td_store_set(c, "td/el/2/plan", p2, strlen(p2));
+        td_store_set(c, "td/el/2/claim/1", "103@a", 5);
         td_store_set(c, "td/el/2/want/1", "1", 1);
         td_store_set(c, "td/el/2/grow", g2, strlen(g2));
+        ok(elastic_vacant_release(c, 4, "103@a", &n) == TD_OK && n == 1,
+           "epoch 2: rank 1's claimer asked (want/), then ended: released");
     }
-    ok(elastic_vacant_claim(c, 4, 0, &r, &e, &nv) == TD_OK && r == 3 &&
-       e == 2 && nv == 1, "epoch 2 = {0}, 1 asked, 2 admitted: only rank 3 "
-       "is vacant");
+    ok(elastic_vacant_claim(c, 4, 0, "104@a", &r, &e, &nv) == TD_OK &&
+       r == 3 && e == 2 && nv == 1, "epoch 2 = {0}, 1 asked (its claim "
+       "released), 2 admitted: only rank 3 is vacant");
     td_store_close(c);
 }
 
@@ -393,7 +420,7 @@ main(void)
     joiner_t j[MAXR];
     double t0;
 
-    plan(108);
+    plan(114);
     codec();
     grow_codec();
     if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {

@@ -49,7 +49,8 @@ hosts_up 2 || { diag "hosts_up failed"; exit 1; }
 # neither "busy" nor "unreachable"): tried again, at most 3 times.
 for _try in 1 2 3; do
     stop 6 2
-    printf '%s\n' "$OUT" | grep -q "busy, not lost\|unreachable" && break
+    printf '%s\n' "$OUT" | grep "busy, not lost\|unreachable" >/dev/null &&
+        break
     diag "try $_try: rank 1 did not watch rank 0; again"
 done
 for _r in 0 1; do
@@ -73,8 +74,10 @@ for _r in 0 1; do
     like "$OUT" "op=dropped call=2 rank=$_r rc=0 " \
          "stopped 1 s as it connects: rank $_r's barrier after it too"
 done
-unlike "$OUT" "unreachable|lost rank|busy, not lost" \
-       "stopped 1 s (TODIST_LIVENESS=3): nothing said of rank 0"
+# (rank 1 may still find rank 0 busy: on a loaded machine the stop and
+# the wait for the CPU after it can outlast the period)
+unlike "$OUT" "unreachable|lost rank" \
+       "stopped 1 s (TODIST_LIVENESS=3): rank 0 is not taken for lost"
 unlike "$OUT" "Assertion|ucs_assert|backtrace" "no abort"
 [ "$_tap_failed" = "$_f" ] || diag "$OUT"
 done_testing

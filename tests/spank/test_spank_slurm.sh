@@ -111,7 +111,7 @@ wait_for 60 nodes_idle || die_setup "nodes not idle: $(sinfo -h -N -o '%N %t' | 
 ndocs=$(awk -F '\t' '$2 == "slurm"' "$D/docs/index" | wc -l)
 
 # ---- the tests ----------------------------------------------------------
-plan $((114 + 1 + ndocs))
+plan $((115 + 1 + ndocs))
 
 # One line per task: todist-info's view plus the raw variables.
 probe='echo "$(todist-info) token=${TODIST_JOB_TOKEN-} RANK=${RANK-} LOCAL_RANK=${LOCAL_RANK-} WORLD_SIZE=${WORLD_SIZE-} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE-} GROUP_RANK=${GROUP_RANK-} MASTER_ADDR=${MASTER_ADDR-} MASTER_PORT=${MASTER_PORT-} cvd=${CUDA_VISIBLE_DEVICES-} tgpu=${TODIST_GPU-} omp=${OMP_NUM_THREADS-} bind=${TODIST_BIND-} node=$SLURMD_NODENAME"'
@@ -607,6 +607,11 @@ until grep "in-place: epoch 1 at step 11" $D/out/join0 >/dev/null 2>&1; do
     t=\$((t + 1)); [ \$t -gt 1500 ] && break; sleep 0.2
 done
 ls $D/jtmp/todist-\$(id -u) > $D/out/join.rec 2>&1
+# A replacement that claims the lost rank and dies before it asks: its
+# slurmstepd releases the claim, so the next one gets the rank.
+srun -N1 -n1 --overlap --todist=join,verbose sh -c 'exit 5' \
+    >$D/out/joindead 2>$D/out/joindead.err
+echo "dead joiner: \$?"
 srun -N1 -n1 --overlap --todist=join,verbose \\
     sh -c '"\$0" "\$@"; s=\$?; echo "joiner rank=\$TODIST_RANK status=\$s"; exit \$s' \\
     $ex $ipflat >$D/out/join1 2>$D/out/join1.err
@@ -622,8 +627,11 @@ JOIN
        "srun --todist=join: the joining step ends well, step 0 with rank 2's status"
     like "$(cat "$D/out/join.rec")" "^[0-9]+\\.0\$" \
          "while step 0 runs, its srun's join record is there (TMPDIR/todist-UID/JOB.0)"
-    like "$(cat "$D/out/join1.err")" "todist: job [0-9]+ step 1: task 0 joins step [0-9]+\.0 as rank 2/4 \(a vacancy of epoch 1, of 1\)" \
-         "the joining task takes the lost rank 2 from step 0's store"
+    ok "$(grep '^dead joiner: [1-9]' "$D/out/join" >/dev/null &&
+          grep -E "todist: job [0-9]+ step 1: task 0 joins step [0-9]+\.0 as rank 2/4 \(a vacancy of epoch 1, of 1\)" "$D/out/joindead.err" >/dev/null; echo $?)" \
+       "a replacement that claims rank 2 and dies before it asks fails its step"
+    like "$(cat "$D/out/join1.err")" "todist: job [0-9]+ step 2: task 0 joins step [0-9]+\.0 as rank 2/4 \(a vacancy of epoch 1, of 1\)" \
+         "the next takes the lost rank 2 from step 0's store: the dead one's claim was released"
     is "$(sed -n 's/^\(task\|joiner\) rank=\([0-9]\) status=\([0-9]*\)$/\1 \2:\3/p' "$D/out/join0" "$D/out/join1" | sort | tr '\n' ' ')" \
        "joiner 2:0 task 0:0 task 1:0 task 2:137 task 3:0 " \
        "rank 2 was killed (137); the joiner, rank 2 again, and the three others end well"
@@ -639,7 +647,7 @@ JOIN
     grep '^join step: 0' "$D/out/join" >/dev/null ||
         diag "$(tail -n 20 "$D/out/join" "$D/out/join.err" "$D/out/join0" "$D/out/join0.err" "$D/out/join1" "$D/out/join1.err")"
 else
-    skip 20 "dataset-fashion-mnist is not installed"
+    skip 21 "dataset-fashion-mnist is not installed"
 fi
 
 # 18. --todist=join refused, naming why: beside a kill_on_fail=no step

@@ -78,9 +78,15 @@ ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 30)}'; echo $?)" "at once, not a
 # never comes; job B then tries the same port.
 # (a band of its own: test_spank_slurm's daemons take 30000-34999 and its
 # reservations 22000-29999, test_reach_init 38200-40203; make check runs
-# them side by side)
-P=$(( 36000 + ($$ % 1000) * 2 ))
-while ss -Htln 2>/dev/null | awk '{print $4}' | grep -E ":($P|$((P+1)))\$" >/dev/null; do P=$((P + 2)); done
+# them side by side). Above the kernel's ephemeral ports (32768-60999 by
+# default): in 36000-37999, used before, a busy machine had dozens of
+# connections whose local port the kernel had picked there, invisible to
+# a check of listening sockets, and job A's store could not bind (6
+# checks failed under load). Every socket on the port counts, any state.
+lo=$(awk '{print $2 + 1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+[ "${lo:-0}" -ge 61000 ] 2>/dev/null && [ "$lo" -le 63000 ] || lo=61000
+P=$(( lo + 1 + ($$ % 1000) * 2 ))
+while ss -Htan 2>/dev/null | awk '{print $4}' | grep -E ":($((P-1))|$P|$((P+1)))\$" >/dev/null; do P=$((P + 2)); done
 TODIST_INIT_TIMEOUT=120 todist-run -n 2 --master-port $((P - 1)) --store-port $P \
     sh -c 'if [ $TODIST_RANK = 0 ]; then exec "$0"; fi; sleep 120' "$B" \
     >/dev/null 2>&1 &
