@@ -996,7 +996,8 @@ live_send(td_transport_t *tp, int dst, uint8_t kind)
 
 /* L9: answer SRC's ping from the receive callback without making an
  * endpoint: its own, else the reply endpoint UCX gives the callback
- * (every message is sent with UCP_AM_SEND_FLAG_REPLY), else none (L7
+ * (pings go by internal_send_on, with UCP_AM_SEND_FLAG_REPLY; only S2's
+ * lean data sends omit it), else none (L7
  * then finds the host answering: busy, not lost). Making one would call
  * the resolver, which may wait seconds on the store (and on a lock a
  * thread holds across store I/O) while no progress is made: every
