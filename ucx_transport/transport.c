@@ -27,7 +27,7 @@
  * free sends directly. While a driver is active the progress thread naps,
  * so the two never compete for a core. Callbacks run on the holder.
  *
- * Liveness between hosts (L1..L8). UCX notices a peer whose process died
+ * Liveness between hosts (L1..L10). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
  * retransmitting for minutes. So:
  *  L1 A peer on another host (params.same_host says so when it is
@@ -87,6 +87,12 @@
  *     making one there calls the resolver, whose store round trips (and
  *     a lock held across them by a thread fetching an address) stopped
  *     all of a rank's progress for its peers' whole timeout under load.
+ *  L10 A send completed with a plain transport error to a peer not yet
+ *     failed is asked about as a failed connect is (L5's check, waiting
+ *     up to PEER_GONE_WAIT_MS for a peer of this host) before it is
+ *     reported: UCX may see a dying peer's endpoint break before its
+ *     process reads as exited, and the caller must learn TD_ERR_PEER
+ *     naming the rank (CI: test_coll early_kill_fails_naming_it).
  *
  * Bodies offered in place (O1..O5): between ranks of one host a large
  * body costs two copies through UCX's shared memory; offered, it costs
@@ -342,7 +348,8 @@ typedef struct send_op {
     size_t               wire_len;
     td_mem_type_t        mem;
     char                *why;        /* malloc'ed: why connecting failed */
-    int                  faulted;    /* dropped by TODIST_FAULT: not counted */
+    int                  faulted;    /* TODIST_FAULT: 1 dropped (not
+                                      * counted), 2 to break (op_start) */
     uint16_t             id;         /* handler id */
     uint8_t              no_offer;   /* O2: refused once, bodies via UCX */
     uint8_t              offering;   /* O3: on tp->offers or answered */
@@ -1321,8 +1328,14 @@ fault_hook(td_transport_t *tp, send_op_t *op)
     size_t hoff = WIRE_FIXED + op->n_bodies * WIRE_BODY;
     uint16_t id = (uint16_t)(op->wire[2] << 8 | op->wire[3]);
 
-    if (!td__fault_send(&tp->faults, id, op->wire + hoff,
-                        td_get_be32(op->wire + 8))) {
+    int a = td__fault_send(&tp->faults, id, op->dst, op->wire + hoff,
+                           td_get_be32(op->wire + 8));
+
+    if (a == TD__FAULT_BREAK) {
+        op->faulted = 2;             /* op_start fails it once connected */
+        return 0;
+    }
+    if (a != TD__FAULT_DROP) {
         return 0;
     }
     op->faulted = 1;
@@ -1352,14 +1365,6 @@ td__transport_fault_roll(td_transport_t *tp, const char *kind)
     return td__fault_roll(&tp->faults, kind);
 }
 
-void
-td__transport_fault_counts(td_transport_t *tp, uint64_t counts[3])
-{
-    for (int i = 0; i < TD__FAULT_ACTIONS; i++) {
-        counts[i] = __atomic_load_n(&tp->faults.count[i], __ATOMIC_RELAXED);
-    }
-}
-
 /* Start one queued send (token holder, outside UCX callbacks). */
 static void
 op_start(td_transport_t *tp, send_op_t *op)
@@ -1376,6 +1381,11 @@ op_start(td_transport_t *tp, send_op_t *op)
     status = peer_connect(tp, op->dst, &ep);
     if (status == TD_ERR_TRANSPORT && peer_gone_wait(tp, op->dst)) {
         status = TD_ERR_PEER;           /* L5: it could not be reached */
+    }
+    if (status == TD_OK && op->faulted == 2) {
+        td_error(TD_ERR_TRANSPORT, "transport: TODIST_FAULT broke the "
+                 "endpoint to rank %d", op->dst);
+        status = TD_ERR_TRANSPORT;
     }
     if (status != TD_OK) {
         op->why = strdup(td_last_error());   /* e.g. the store is gone */
@@ -1998,12 +2008,20 @@ mbox_poll(td_transport_t *tp)
 
 /* ---- the progress thread ------------------------------------------------ */
 
+/* Token holder, outside UCX callbacks: a failed send's peer may be
+ * asked about here (L10). */
 static void
 report_completions(td_transport_t *tp)
 {
     while (tp->done_head != NULL) {
         send_op_t *op = tp->done_head;
         tp->done_head = op->next;
+        if (op->status == TD_ERR_TRANSPORT &&
+            (tp->peers[op->dst].failed || peer_gone_wait(tp, op->dst))) {
+            op->status = TD_ERR_PEER;                        /* L10 */
+            free(op->why);
+            op->why = NULL;
+        }
         op_finish(tp, op, op->status);
     }
 }
