@@ -946,6 +946,34 @@ live_sent_cb(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
+/* Our header's fixed part (WIRE_FIXED bytes: version, flags 0, handler
+ * ID, our rank, HEADER_LEN, N_BODIES, DST's job tag) at W. Every byte is
+ * written: no zeroing first. The one encoding of it for op_build,
+ * lean_send and internal_send_on. */
+static inline void
+wire_fill(const td_transport_t *tp, uint8_t *w, int dst, uint16_t id,
+          size_t header_len, size_t n_bodies)
+{
+    w[0] = WIRE_VERSION;
+    w[1] = 0;
+    w[2] = id >> 8;
+    w[3] = id & 0xff;
+    td_put_be32(w + 4, (uint32_t)tp->params.rank);
+    td_put_be32(w + 8, (uint32_t)header_len);
+    td_put_be32(w + 12, (uint32_t)n_bodies);
+    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
+}
+
+/* One body's entry (WIRE_BODY bytes) at B: length, memory type, 7 zero
+ * bytes. */
+static inline void
+wire_body(uint8_t *b, size_t len, td_mem_type_t mem)
+{
+    td_put_be64(b, (uint64_t)len);
+    memset(b + 8, 0, WIRE_BODY - 8);    /* one store, then the type */
+    b[8] = (uint8_t)mem;
+}
+
 /* Send the LEN bytes of MSG to DST's transport-internal handler ID
  * (LIVE_ID, CMA_ID) on EP, outside the counted sends. Token holder. */
 static void
@@ -956,15 +984,10 @@ internal_send_on(td_transport_t *tp, ucp_ep_h ep, int dst, uint16_t id,
     uint8_t *w;
     void *req;
 
-    if ((w = calloc(1, WIRE_FIXED + len)) == NULL) {
+    if ((w = malloc(WIRE_FIXED + len)) == NULL) {
         return;
     }
-    w[0] = WIRE_VERSION;
-    w[2] = id >> 8;
-    w[3] = id & 0xff;
-    td_put_be32(w + 4, (uint32_t)tp->params.rank);
-    td_put_be32(w + 8, (uint32_t)len);
-    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
+    wire_fill(tp, w, dst, id, len, 0);
     memcpy(w + WIRE_FIXED, msg, len);
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -1070,12 +1093,16 @@ live_tick(td_transport_t *tp)
             char why[200], heard[48] = "";
             /* L7: half the period, but at least 1.5 s (L8's probes come
              * a second apart), never more than the period */
-            int64_t heard_max = tp->live_ns / 2 > LIVE_HEARD_MIN_NS
-                                ? tp->live_ns / 2
-                                : tp->live_ns < LIVE_HEARD_MIN_NS
-                                ? tp->live_ns : LIVE_HEARD_MIN_NS;
+            int64_t heard_max = tp->live_ns / 2;
             int ms = tp->params.peer_heard != NULL
                      ? tp->params.peer_heard(tp->params.resolve_arg, r) : -1;
+
+            if (heard_max < LIVE_HEARD_MIN_NS) {
+                heard_max = LIVE_HEARD_MIN_NS;
+            }
+            if (heard_max > tp->live_ns) {
+                heard_max = tp->live_ns;
+            }
 
             if (ms >= 0 && (int64_t)ms * 1000000 < heard_max) {
                 /* L7: its host acknowledged our pings: it is alive, only
@@ -3156,19 +3183,10 @@ op_build(td_transport_t *tp, int dst, uint16_t id, const void *header,
     op->offering = 0;
     op->total = 0;
     w = op->wire;
-    memset(w, 0, WIRE_FIXED + n_bodies * WIRE_BODY);
-    w[0] = WIRE_VERSION;
-    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
-    w[2] = id >> 8;
-    w[3] = id & 0xff;
-    td_put_be32(w + 4, (uint32_t)tp->params.rank);
-    td_put_be32(w + 8, (uint32_t)header_len);
-    td_put_be32(w + 12, (uint32_t)n_bodies);
+    wire_fill(tp, w, dst, id, header_len, n_bodies);
     for (size_t i = 0; i < n_bodies; i++) {
-        uint8_t *b = w + WIRE_FIXED + i * WIRE_BODY;
-        td_put_be32(b, (uint32_t)((uint64_t)bodies[i].len >> 32));
-        td_put_be32(b + 4, (uint32_t)bodies[i].len);
-        b[8] = (uint8_t)bodies[i].mem;
+        wire_body(w + WIRE_FIXED + i * WIRE_BODY, bodies[i].len,
+                  bodies[i].mem);
         op->iov[i].buffer = bodies[i].buf;
         op->iov[i].length = bodies[i].len;
         op->total += bodies[i].len;
@@ -3197,17 +3215,8 @@ lean_send(td_transport_t *tp, int dst, uint16_t id, const void *header,
         tp->local_head != NULL) {
         return 0;
     }
-    w[0] = WIRE_VERSION;
-    w[1] = 0;
-    w[2] = id >> 8;
-    w[3] = id & 0xff;
-    td_put_be32(w + 4, (uint32_t)tp->params.rank);
-    td_put_be32(w + 8, (uint32_t)header_len);
-    td_put_be32(w + 12, 1);
-    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
-    td_put_be32(w + WIRE_FIXED, (uint32_t)((uint64_t)body->len >> 32));
-    td_put_be32(w + WIRE_FIXED + 4, (uint32_t)body->len);
-    memset(w + WIRE_FIXED + 8, 0, 8);     /* memory type HOST, 7 zero */
+    wire_fill(tp, w, dst, id, header_len, 1);
+    wire_body(w + WIRE_FIXED, body->len, TD_MEM_HOST);
     memcpy(w + WIRE_FIXED + WIRE_BODY, header, header_len);
     prm.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
     req = ucp_am_send_nbx(p->ep, TD_AM_ID, w, WIRE_FIXED + WIRE_BODY +
