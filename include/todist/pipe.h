@@ -92,6 +92,15 @@
  *      there the waiting stage has nothing else to run, and a sleeper's
  *      wake-up cost 0.1-2 ms per message; with fewer cores, spinning would
  *      take the core from the very rank it waits for.
+ *   P9 Stage 0 computes no gradient of its INPUT (the data needs none):
+ *      it cuts the micro-batches from INPUT without autograd, so no op of
+ *      its forward keeps an edge to them and no backward (BW, or B and W)
+ *      computes an input-gradient product (a linear layer's g W), in
+ *      every schedule, even when INPUT requires grad. Only with
+ *      opts.input_grad set does stage 0 keep the edge, and then in every
+ *      schedule (ZB_H1: in B, as stage s > 0 does): INPUT must be a leaf
+ *      that requires grad, and its .grad gets the gradient of the
+ *      mini-batch's mean loss, summed over the micro-batches in order.
  * Idle time: td_pipe_stats reports per stage the step's wall time, the
  * time spent computing (F, B, W, BW) and the rest (waiting: the bubble).
  *
@@ -138,6 +147,13 @@ typedef struct {
      * retained by the pipe. */
     td_tensor_t *const *params;
     int                 n_params;
+    /* Stage 0 only (P9): 0, the default, computes no gradient of INPUT
+     * (the data needs none; even an INPUT that requires grad gets none);
+     * 1 adds the gradient of the mean loss into INPUT's .grad in every
+     * schedule (a pipeline fed by another model: pass a detached leaf,
+     * then carry its .grad on with td_backward). INPUT must then be a
+     * leaf that requires grad, or the step fails with TD_ERR_INVALID. */
+    int                 input_grad;
 } td_pipe_opts_t;
 
 /* Collective over the world (every rank, same S, R, M and schedule; each

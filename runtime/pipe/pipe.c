@@ -1,7 +1,7 @@
 /* runtime/pipe/pipe.c: a pipeline stage: its groups, one step's executor
  * (forwards, backwards, the deferred weight passes of ZB_H1), its messages
  * to the neighbouring stages and their kept receive buffers, and the
- * agreed failure of a step (P1-P6 in todist/pipe.h). */
+ * agreed failure of a step (P1-P9 in todist/pipe.h). */
 #include "config.h"
 
 #include <malloc.h>
@@ -71,6 +71,7 @@ struct td_pipe {
     int                in_agreed, out_agreed;
     shape_t            in, out;     /* what comes from s-1, goes to s+1 */
     int                broken;
+    int                input_grad;  /* P9: stage 0 computes dINPUT */
     micro_t           *mb;
     pipe_op_t         *ops;         /* the step's ops, in order (schedule.c) */
     int                n_ops;
@@ -511,8 +512,13 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
             return pipe_fail(p, st, "could not post a receive");
         }
     } else {
+        /* P9: the data's slice is cut without autograd unless the caller
+         * asked for the input's gradient, so no op of the forward keeps
+         * an edge to it and no backward computes its gradient */
         int64_t b = td_tensor_size(input, 0) / p->M;
+        int was = td_grad_set_enabled(p->input_grad && td_grad_enabled());
         st = td_tensor_narrow(input, 0, m * b, b, &mb->x);
+        td_grad_set_enabled(was);
         if (st != TD_OK) {
             return pipe_fail(p, st, "could not slice the input");
         }
@@ -637,8 +643,14 @@ do_backward(td_pipe_t *p, int m, int split)
     t0 = td_now_s();
     if (split) {
         st = pipe_split_input(&mb->split, mb->y, mb->dy,
-                              p->stage > 0 ? mb->x : NULL, p->params,
-                              p->n_params, &dx);
+                              p->stage > 0 || p->input_grad ? mb->x : NULL,
+                              p->params, p->n_params, &dx);
+        if (st == TD_OK && p->stage == 0 && dx != NULL) {
+            /* P9: on into INPUT (a leaf: its .grad), as BW does */
+            st = td_backward(&mb->x, &dx, 1, 0, 0);
+            td_tensor_release(dx);
+            dx = NULL;
+        }
     } else {
         st = td_backward(&mb->y, &mb->dy, 1, 0, 0);
         if (st == TD_OK && p->stage > 0) {
@@ -799,6 +811,16 @@ td_pipe_step(td_pipe_t *p, td_tensor_t *input, td_tensor_t *target,
     p->heap0 = p->heap0 > kept ? p->heap0 - kept : 0;
     if (p->stage == 0) {
         st = check_batch(p, input, "input");
+        if (st == TD_OK && p->input_grad &&
+            (!td_tensor_is_leaf(input) || !td_tensor_requires_grad(input))) {
+            /* P9: the gradient goes to INPUT's .grad, once per
+             * micro-batch: a non-leaf's graph would be run M times */
+            st = td_error(TD_ERR_INVALID, "pipe: input_grad is set but the "
+                          "input is %s", td_tensor_requires_grad(input)
+                          ? "not a leaf (pass a detached leaf and carry its "
+                            ".grad on after the step)"
+                          : "a tensor that does not require grad");
+        }
     }
     if (st == TD_OK && p->stage == p->S - 1) {
         st = check_batch(p, target, "target");
@@ -972,6 +994,7 @@ td_pipe_create(const td_pipe_opts_t *o, td_pipe_t **pipe_p)
     p->stage = rank % S;
     p->replica = rank / S;
     p->sched = o->schedule;
+    p->input_grad = o->input_grad != 0;
     p->theory = pipe_schedule_theory(p->sched, S, p->M);
     p->spin_s = pipe_spin_s();
     td_log_debug("pipe: stage %d (rank %d): a waiting stage drives the "

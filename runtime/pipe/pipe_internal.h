@@ -1,6 +1,6 @@
 /* runtime/pipe/pipe_internal.h: what the files of runtime/pipe share: the
  * schedules' op lists (schedule.c) and the split backward of zero-bubble
- * schedules (split.c). Invariants P1-P6 are in todist/pipe.h. */
+ * schedules (split.c). Invariants P1-P9 are in todist/pipe.h. */
 #ifndef TD_RUNTIME_PIPE_INTERNAL_H
 #define TD_RUNTIME_PIPE_INTERNAL_H
 

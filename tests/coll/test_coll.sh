@@ -42,7 +42,7 @@ mbox_body_max_plus_one mbox_group_new"
 count() { set -- $1; echo $#; }
 plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$conc") + $(count "$mism") + $(count "$kill") + 68 + \
-         2 * $(count "$early") + 2 + 2 + 2 * $(count "$latepid") + 2 + \
+         3 * $(count "$early") + 3 + 2 + 2 * $(count "$latepid") + 2 + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
          1 + 3 * ($(count "$dropped") + 1) + 2 * 4 + \
          1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 + 4 + 3 * 4 + \
@@ -317,6 +317,17 @@ for shm in 1 0; do
     is "$rc" 137 "early_kill (TODIST_COLL_SHM=$shm): the killed rank's status is reported"
     [ "$rc" = 137 ] || diag "$out"
 done
+# The same, every send to rank 2 failing as UCX fails one to an endpoint
+# it found broken, with a plain transport error, before anything says
+# rank 2 died (CI, twice): still TD_ERR_PEER naming it (transport.c L10).
+# Shared memory only: its endpoint to the dead rank is made without
+# error, so the broken send, not the connect, is what fails first.
+out=$(UCX_TLS=sm,self TODIST_COLL_SHM=0 TODIST_FAULT=break:coll:1:2 \
+      run 60 todist-run -n 3 \
+      --grace-period 20 "$PEER" early_kill 2>&1); rc=$?
+expect "$out" 2 $early
+is "$rc" 137 "early_kill, sends to rank 2 broken: the killed rank's status is reported"
+[ "$rc" = 137 ] || diag "$out"
 
 # Rank 2 dies after both others looked its address up, and rank 0 then
 # writes a live process's pid (the launcher's) as rank 2's, as a

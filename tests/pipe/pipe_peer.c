@@ -42,6 +42,17 @@
  *                TODIST_PIPE_SPIN_MS unset; under TODIST_LOG=debug it logs
  *                P8's choice, which the script reads (50 ms: the cores
  *                counted are those before placement).
+ *   ingrad       S = size, M = 4, float64, every schedule: stage 0's first
+ *                op is the test's own node (x * v, v a parameter) whose
+ *                backward computes each product only where the pass needs
+ *                it, as the library's ops do, counting the input
+ *                gradient's: with an INPUT that requires grad, by default
+ *                never (P9: stage 0 leaves the data's gradient out, and
+ *                INPUT's .grad stays unset), with opts.input_grad M times
+ *                a step, INPUT's .grad equal to single-process
+ *                accumulation (1e-12); .grad of every parameter equal to
+ *                it in both. input_grad with an INPUT that does not
+ *                require grad fails every stage's step naming it.
  *   badargs      M = 0, more stages than ranks, a batch M does not divide,
  *                an output whose shape changes between micro-batches (and
  *                between mini-batches): clear errors on every rank. */
@@ -59,6 +70,7 @@
 #include <todist/todist.h>
 #include "tests/peer_agree.h"
 #include "runtime/coll/wait.h"    /* coll_wait_spin_sleeps */
+#include "runtime/tensor/tensor_internal.h"   /* td__autograd_output_needed */
 
 #define L      6
 #define ROWS   3          /* rows per micro-batch */
@@ -83,7 +95,11 @@ typedef struct {
     int      kill_micro;   /* kill mode */
     int      kill_step, step;
     int      shape_bug;    /* badargs: micro-batch 1 narrower */
+    td_tensor_t *v;        /* ingrad: stage 0's x * v first */
 } stage_arg_t;
+
+static td_status_t counted_mul(td_tensor_t *x, td_tensor_t *v,
+                               td_tensor_t **out);
 
 static double
 now_s(void)
@@ -171,7 +187,16 @@ stage_forward(void *arg, td_tensor_t *x, td_tensor_t *target, int micro,
         fflush(stdout);
         raise(SIGKILL);
     }
-    st = run_layers(a->m, a->lo, a->hi, x, target, out);
+    if (a->v != NULL) {
+        td_tensor_t *h;
+        st = counted_mul(x, a->v, &h);
+        if (st == TD_OK) {
+            st = run_layers(a->m, a->lo, a->hi, h, target, out);
+            td_tensor_release(h);
+        }
+    } else {
+        st = run_layers(a->m, a->lo, a->hi, x, target, out);
+    }
     if (st == TD_OK && a->shape_bug && micro == 1) {
         td_tensor_t *n;
         st = td_tensor_narrow(*out, 0, 0, ROWS - 1, &n);
@@ -436,6 +461,265 @@ mode_hybrid(int R)
         agree(one_config(size / R, R, 4, (td_pipe_schedule_t)sc, TD_FLOAT64,
                          1e-12), name);
     }
+    return 0;
+}
+
+/* ---- ingrad (P9) ---- */
+
+/* Input-gradient products computed by counted_mul's backward. */
+static int ingrad_calls;
+
+typedef struct {
+    td_saved_t x, v;
+} cmul_state_t;
+
+/* gx = g v, gv = g x, each only where the pass needs it (as the
+ * library's ops decide, td__autograd_output_needed): gx counted. */
+static td_status_t
+cmul_backward(td_node_t *node, td_tensor_t *const *gin, td_tensor_t **gout)
+{
+    cmul_state_t *cs = td_node_state(node);
+    td_tensor_t *x = NULL, *v = NULL;
+    td_status_t st = td_saved_unpack(&cs->x, node, &x);
+
+    if (st == TD_OK) {
+        st = td_saved_unpack(&cs->v, node, &v);
+    }
+    if (st == TD_OK && gin[0] != NULL && td__autograd_output_needed(node, 0)) {
+        ingrad_calls++;
+        st = td_mul(gin[0], v, &gout[0]);
+    }
+    if (st == TD_OK && gin[0] != NULL && td__autograd_output_needed(node, 1)) {
+        st = td_mul(gin[0], x, &gout[1]);
+    }
+    return st;
+}
+
+static void
+cmul_release(td_node_t *node)
+{
+    cmul_state_t *cs = td_node_state(node);
+
+    td_saved_release(&cs->x);
+    td_saved_release(&cs->v);
+}
+
+static void
+cmul_destroy(void *state)
+{
+    cmul_state_t *cs = state;
+
+    td_saved_release(&cs->x);
+    td_saved_release(&cs->v);
+    free(cs);
+}
+
+static const td_node_ops_t cmul_ops = {"CountedMulBackward", cmul_backward,
+                                       cmul_release, cmul_destroy};
+
+/* X * V (same shape) through the node above. */
+static td_status_t
+counted_mul(td_tensor_t *x, td_tensor_t *v, td_tensor_t **out)
+{
+    td_edge_t next[2] = {td_tensor_gradient_edge(x),
+                         td_tensor_gradient_edge(v)};
+    int was = td_grad_set_enabled(0);
+    td_status_t st = td_mul(x, v, out);
+    cmul_state_t *cs;
+    td_node_t *node;
+
+    td_grad_set_enabled(was);
+    if (st != TD_OK || !was || (next[0].node == NULL && next[1].node == NULL)) {
+        return st;
+    }
+    cs = calloc(1, sizeof(*cs));
+    if (cs == NULL) {
+        return td_error(TD_ERR_NO_MEMORY, "counted_mul: out of memory");
+    }
+    td_saved_init(&cs->x, x);
+    td_saved_init(&cs->v, v);
+    st = td_node_create(&cmul_ops, cs, 1, next, 2, &node);
+    if (st != TD_OK) {
+        cmul_destroy(cs);
+        return st;
+    }
+    st = td_tensor_set_grad_fn(*out, node, 0);
+    td_node_release(node);
+    return st;
+}
+
+/* One step of SCHED with stage 0's input requiring grad, input_grad
+ * ASKED: the input-gradient products counted, every .grad (the input's
+ * too) against single-process accumulation. 1 when all held. */
+static int
+ingrad_config(td_pipe_schedule_t sched, int asked)
+{
+    const int M = 4;
+    int64_t vs[2] = {ROWS, NIN};
+    model_t m, ref;
+    stage_arg_t a;
+    td_tensor_t *params[2 * L + 1], *x, *t, *rx, *rt, *vref;
+    td_pipe_opts_t o = {0};
+    td_pipe_t *p = NULL;
+    int n = 0, good = 1, calls;
+    double loss, d = 0;
+    td_status_t st;
+
+    model_init(&m, TD_FLOAT64);
+    model_init(&ref, TD_FLOAT64);
+    stage_of(size, rank, &a, &m);
+    td_tensor_empty(vs, 2, TD_FLOAT64, TD_CPU, &vref);
+    td_tensor_uniform_(vref, 0.5, 1.5, 77);
+    td_tensor_clone(vref, &a.v);
+    td_tensor_set_requires_grad(vref, 1);
+    if (rank == 0) {
+        td_tensor_set_requires_grad(a.v, 1);
+        params[n++] = a.v;
+    } else {
+        td_tensor_release(a.v);
+        a.v = NULL;
+    }
+    for (int l = a.lo; l < a.hi; l++) {
+        params[n++] = m.w[l];
+        params[n++] = m.b[l];
+    }
+    o.n_stages = size;
+    o.n_micro = M;
+    o.schedule = sched;
+    o.forward = stage_forward;
+    o.arg = &a;
+    o.params = params;
+    o.n_params = n;
+    o.input_grad = asked;
+    make_batch(M, TD_FLOAT64, 3, &x, &t);
+    td_tensor_set_requires_grad(x, 1);
+    ingrad_calls = 0;
+    st = td_pipe_create(&o, &p);
+    if (st == TD_OK) {
+        st = td_pipe_step(p, rank == 0 ? x : NULL,
+                          rank == size - 1 ? t : NULL, &loss);
+    }
+    calls = ingrad_calls;
+    if (st != TD_OK) {
+        fail_detail("rank %d: %s", rank, td_last_error());
+        good = 0;
+    }
+    if (good && rank == 0 && calls != (asked ? M : 0)) {
+        fail_detail("stage 0 computed its input's gradient %d times, not %d",
+                    calls, asked ? M : 0);
+        good = 0;
+    }
+    /* the reference: the whole model, x * v first, over the same
+     * micro-batches, the input's gradient accumulated too */
+    make_batch(M, TD_FLOAT64, 3, &rx, &rt);
+    td_tensor_set_requires_grad(rx, 1);
+    for (int k = 0; k < M && good; k++) {
+        td_tensor_t *xs, *ts, *h, *ls, *g;
+        td_tensor_narrow(rx, 0, k * ROWS, ROWS, &xs);
+        td_tensor_narrow(rt, 0, k * ROWS, ROWS, &ts);
+        counted_mul(xs, vref, &h);
+        run_layers(&ref, 0, L, h, ts, &ls);
+        td_tensor_full(td_tensor_shape(ls), td_tensor_ndim(ls),
+                       td_tensor_dtype(ls), 1.0 / M, &g);
+        st = td_backward(&ls, &g, 1, 0, 0);
+        td_tensor_release(g);
+        td_tensor_release(ls);
+        td_tensor_release(h);
+        td_tensor_release(xs);
+        td_tensor_release(ts);
+        if (st != TD_OK) {
+            fail_detail("reference: %s", td_last_error());
+            good = 0;
+        }
+    }
+    for (int l = a.lo; l < a.hi && good; l++) {
+        double e = max_diff(td_tensor_grad(m.w[l]), td_tensor_grad(ref.w[l]));
+        d = e > d ? e : d;
+        e = max_diff(td_tensor_grad(m.b[l]), td_tensor_grad(ref.b[l]));
+        d = e > d ? e : d;
+    }
+    if (good && rank == 0) {
+        double e = max_diff(td_tensor_grad(a.v), td_tensor_grad(vref));
+        d = e > d ? e : d;
+        if (!asked && td_tensor_grad(x) != NULL) {
+            fail_detail("stage 0's input got a .grad it did not ask for");
+            good = 0;
+        }
+        e = asked ? max_diff(td_tensor_grad(x), td_tensor_grad(rx)) : 0;
+        d = e > d ? e : d;
+    }
+    if (good && !(d <= 1e-12)) {
+        fail_detail("stage %d: max |grad - reference| = %g", rank, d);
+        good = 0;
+    }
+    if (good && rank == 0) {
+        printf("# S=%d %s input_grad=%d: %d input-gradient products, max "
+               "diff %g\n", size, td_pipe_schedule_name(sched), asked, calls,
+               d);
+    }
+    td_pipe_destroy(p);
+    td_tensor_release(x);
+    td_tensor_release(t);
+    td_tensor_release(rx);
+    td_tensor_release(rt);
+    td_tensor_release(vref);
+    td_tensor_release(a.v);
+    model_free(&m);
+    model_free(&ref);
+    return good;
+}
+
+static int
+mode_ingrad(void)
+{
+    char name[96];
+    model_t m;
+    stage_arg_t a;
+    td_pipe_opts_t o = {0};
+    td_tensor_t *params[2 * L], *x, *t;
+    td_pipe_t *p = NULL;
+    td_status_t st;
+    double loss;
+    int n = 0;
+
+    for (int sc = 0; sc < 3; sc++) {
+        for (int asked = 0; asked < 2; asked++) {
+            snprintf(name, sizeof(name), "ingrad_S%d_%s_%s", size,
+                     td_pipe_schedule_name((td_pipe_schedule_t)sc),
+                     asked ? "asked" : "not_asked");
+            agree(ingrad_config((td_pipe_schedule_t)sc, asked), name);
+        }
+    }
+    /* asked for, but the input does not require grad: every stage fails */
+    model_init(&m, TD_FLOAT64);
+    stage_of(size, rank, &a, &m);
+    for (int l = a.lo; l < a.hi; l++) {
+        params[n++] = m.w[l];
+        params[n++] = m.b[l];
+    }
+    o.n_stages = size;
+    o.n_micro = 4;
+    o.schedule = TD_PIPE_1F1B;
+    o.forward = stage_forward;
+    o.arg = &a;
+    o.params = params;
+    o.n_params = n;
+    o.input_grad = 1;
+    make_batch(4, TD_FLOAT64, 0, &x, &t);
+    st = td_pipe_create(&o, &p);
+    if (st == TD_OK) {
+        st = td_pipe_step(p, rank == 0 ? x : NULL,
+                          rank == size - 1 ? t : NULL, &loss);
+    }
+    fail_detail("rank %d: status %d: %s", rank, st, td_last_error());
+    agree(st != TD_OK && strstr(td_last_error(), "stage 0 (rank 0)") != NULL &&
+          strstr(td_last_error(), "input_grad is set but the input is a "
+                 "tensor that does not require grad") != NULL,
+          "ingrad_needs_an_input_that_requires_grad");
+    td_pipe_destroy(p);
+    td_tensor_release(x);
+    td_tensor_release(t);
+    model_free(&m);
     return 0;
 }
 
@@ -867,6 +1151,8 @@ main(int argc, char **argv)
         rc = mode_error();
     } else if (strcmp(mode, "kill") == 0) {
         rc = mode_kill();
+    } else if (strcmp(mode, "ingrad") == 0) {
+        rc = mode_ingrad();
     } else if (strcmp(mode, "badargs") == 0) {
         rc = mode_badargs();
     } else {

@@ -8,7 +8,8 @@
 # 2 stages x 2 replicas average over the replicas; a stage whose forward
 # fails fails every stage's step naming it; a stage killed mid-step fails
 # every other stage within 2 s naming it; a stage waiting for a late
-# neighbour drives the transport rather than sleeping (P8); each stage's
+# neighbour drives the transport rather than sleeping (P8); stage 0
+# computes its input's gradient only when asked (P9); each stage's
 # trace holds its ops in order (P7); bad arguments are refused with
 # clear errors. Bounded by timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
@@ -22,7 +23,7 @@ for sc in gpipe 1f1b zb; do
     done
 done
 count() { set -- $1; echo $#; }
-plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 4 + 2 + 5 + 1 + 4 ))
+plan $(( 3 * ($(count "$grads") + 1) + 3 + 3 + 3 + 3 + 4 + 2 + 5 + 1 + 4 + 2 * 8 ))
 
 for S in 1 2 3; do
     out=$(run 240 env TODIST_PIPE_POISON=1 todist-run -n $S "$PEER" grad 2>&1); rc=$?
@@ -82,6 +83,17 @@ is "$(printf '%s\n' "$out" | grep '^KILL' | grep -c 'stage 1 (rank 1, replica 0)
 is "$(printf '%s\n' "$out" | sed -n 's/^KILL .* after=\([0-9.]*\) .*/\1/p' |
       awk '$1 <= 2.0' | wc -l)" 2 "kill: each failed within 2 s"
 [ "$(printf '%s\n' "$out" | grep -c '^KILL')" = 2 ] || diag "$out"
+
+# P9: stage 0 computes no gradient of its input unless asked
+# (opts.input_grad), in every schedule: the input-gradient products of
+# its first op counted, not timed
+for S in 1 2; do
+    out=$(run 120 env TODIST_PIPE_POISON=1 todist-run -n $S "$PEER" ingrad 2>&1); rc=$?
+    expect "$out" $(for sc in gpipe 1f1b zb; do
+                        echo "ingrad_S${S}_${sc}_not_asked ingrad_S${S}_${sc}_asked"
+                    done) ingrad_needs_an_input_that_requires_grad
+    is "$rc" 0 "ingrad S=$S: every rank exits 0"
+done
 
 out=$(run 60 todist-run -n 2 "$PEER" badargs 2>&1); rc=$?
 expect "$out" bad_zero_microbatches bad_more_stages_than_ranks \
