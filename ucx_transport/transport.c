@@ -27,7 +27,7 @@
  * free sends directly. While a driver is active the progress thread naps,
  * so the two never compete for a core. Callbacks run on the holder.
  *
- * Liveness between hosts (L1..L8). UCX notices a peer whose process died
+ * Liveness between hosts (L1..L10). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
  * retransmitting for minutes. So:
  *  L1 A peer on another host (params.same_host says so when it is
@@ -87,6 +87,12 @@
  *     making one there calls the resolver, whose store round trips (and
  *     a lock held across them by a thread fetching an address) stopped
  *     all of a rank's progress for its peers' whole timeout under load.
+ *  L10 A send completed with a plain transport error to a peer not yet
+ *     failed is asked about as a failed connect is (L5's check, waiting
+ *     up to PEER_GONE_WAIT_MS for a peer of this host) before it is
+ *     reported: UCX may see a dying peer's endpoint break before its
+ *     process reads as exited, and the caller must learn TD_ERR_PEER
+ *     naming the rank (CI: test_coll early_kill_fails_naming_it).
  *
  * Bodies offered in place (O1..O5): between ranks of one host a large
  * body costs two copies through UCX's shared memory; offered, it costs
@@ -342,7 +348,8 @@ typedef struct send_op {
     size_t               wire_len;
     td_mem_type_t        mem;
     char                *why;        /* malloc'ed: why connecting failed */
-    int                  faulted;    /* dropped by TODIST_FAULT: not counted */
+    int                  faulted;    /* TODIST_FAULT: 1 dropped (not
+                                      * counted), 2 to break (op_start) */
     uint16_t             id;         /* handler id */
     uint8_t              no_offer;   /* O2: refused once, bodies via UCX */
     uint8_t              offering;   /* O3: on tp->offers or answered */
@@ -939,6 +946,34 @@ live_sent_cb(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
+/* Our header's fixed part (WIRE_FIXED bytes: version, flags 0, handler
+ * ID, our rank, HEADER_LEN, N_BODIES, DST's job tag) at W. Every byte is
+ * written: no zeroing first. The one encoding of it for op_build,
+ * lean_send and internal_send_on. */
+static inline void
+wire_fill(const td_transport_t *tp, uint8_t *w, int dst, uint16_t id,
+          size_t header_len, size_t n_bodies)
+{
+    w[0] = WIRE_VERSION;
+    w[1] = 0;
+    w[2] = id >> 8;
+    w[3] = id & 0xff;
+    td_put_be32(w + 4, (uint32_t)tp->params.rank);
+    td_put_be32(w + 8, (uint32_t)header_len);
+    td_put_be32(w + 12, (uint32_t)n_bodies);
+    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
+}
+
+/* One body's entry (WIRE_BODY bytes) at B: length, memory type, 7 zero
+ * bytes. */
+static inline void
+wire_body(uint8_t *b, size_t len, td_mem_type_t mem)
+{
+    td_put_be64(b, (uint64_t)len);
+    memset(b + 8, 0, WIRE_BODY - 8);    /* one store, then the type */
+    b[8] = (uint8_t)mem;
+}
+
 /* Send the LEN bytes of MSG to DST's transport-internal handler ID
  * (LIVE_ID, CMA_ID) on EP, outside the counted sends. Token holder. */
 static void
@@ -949,15 +984,10 @@ internal_send_on(td_transport_t *tp, ucp_ep_h ep, int dst, uint16_t id,
     uint8_t *w;
     void *req;
 
-    if ((w = calloc(1, WIRE_FIXED + len)) == NULL) {
+    if ((w = malloc(WIRE_FIXED + len)) == NULL) {
         return;
     }
-    w[0] = WIRE_VERSION;
-    w[2] = id >> 8;
-    w[3] = id & 0xff;
-    td_put_be32(w + 4, (uint32_t)tp->params.rank);
-    td_put_be32(w + 8, (uint32_t)len);
-    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
+    wire_fill(tp, w, dst, id, len, 0);
     memcpy(w + WIRE_FIXED, msg, len);
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -1063,12 +1093,16 @@ live_tick(td_transport_t *tp)
             char why[200], heard[48] = "";
             /* L7: half the period, but at least 1.5 s (L8's probes come
              * a second apart), never more than the period */
-            int64_t heard_max = tp->live_ns / 2 > LIVE_HEARD_MIN_NS
-                                ? tp->live_ns / 2
-                                : tp->live_ns < LIVE_HEARD_MIN_NS
-                                ? tp->live_ns : LIVE_HEARD_MIN_NS;
+            int64_t heard_max = tp->live_ns / 2;
             int ms = tp->params.peer_heard != NULL
                      ? tp->params.peer_heard(tp->params.resolve_arg, r) : -1;
+
+            if (heard_max < LIVE_HEARD_MIN_NS) {
+                heard_max = LIVE_HEARD_MIN_NS;
+            }
+            if (heard_max > tp->live_ns) {
+                heard_max = tp->live_ns;
+            }
 
             if (ms >= 0 && (int64_t)ms * 1000000 < heard_max) {
                 /* L7: its host acknowledged our pings: it is alive, only
@@ -1321,8 +1355,14 @@ fault_hook(td_transport_t *tp, send_op_t *op)
     size_t hoff = WIRE_FIXED + op->n_bodies * WIRE_BODY;
     uint16_t id = (uint16_t)(op->wire[2] << 8 | op->wire[3]);
 
-    if (!td__fault_send(&tp->faults, id, op->wire + hoff,
-                        td_get_be32(op->wire + 8))) {
+    int a = td__fault_send(&tp->faults, id, op->dst, op->wire + hoff,
+                           td_get_be32(op->wire + 8));
+
+    if (a == TD__FAULT_BREAK) {
+        op->faulted = 2;             /* op_start fails it once connected */
+        return 0;
+    }
+    if (a != TD__FAULT_DROP) {
         return 0;
     }
     op->faulted = 1;
@@ -1352,14 +1392,6 @@ td__transport_fault_roll(td_transport_t *tp, const char *kind)
     return td__fault_roll(&tp->faults, kind);
 }
 
-void
-td__transport_fault_counts(td_transport_t *tp, uint64_t counts[3])
-{
-    for (int i = 0; i < TD__FAULT_ACTIONS; i++) {
-        counts[i] = __atomic_load_n(&tp->faults.count[i], __ATOMIC_RELAXED);
-    }
-}
-
 /* Start one queued send (token holder, outside UCX callbacks). */
 static void
 op_start(td_transport_t *tp, send_op_t *op)
@@ -1376,6 +1408,11 @@ op_start(td_transport_t *tp, send_op_t *op)
     status = peer_connect(tp, op->dst, &ep);
     if (status == TD_ERR_TRANSPORT && peer_gone_wait(tp, op->dst)) {
         status = TD_ERR_PEER;           /* L5: it could not be reached */
+    }
+    if (status == TD_OK && op->faulted == 2) {
+        td_error(TD_ERR_TRANSPORT, "transport: TODIST_FAULT broke the "
+                 "endpoint to rank %d", op->dst);
+        status = TD_ERR_TRANSPORT;
     }
     if (status != TD_OK) {
         op->why = strdup(td_last_error());   /* e.g. the store is gone */
@@ -1998,12 +2035,20 @@ mbox_poll(td_transport_t *tp)
 
 /* ---- the progress thread ------------------------------------------------ */
 
+/* Token holder, outside UCX callbacks: a failed send's peer may be
+ * asked about here (L10). */
 static void
 report_completions(td_transport_t *tp)
 {
     while (tp->done_head != NULL) {
         send_op_t *op = tp->done_head;
         tp->done_head = op->next;
+        if (op->status == TD_ERR_TRANSPORT &&
+            (tp->peers[op->dst].failed || peer_gone_wait(tp, op->dst))) {
+            op->status = TD_ERR_PEER;                        /* L10 */
+            free(op->why);
+            op->why = NULL;
+        }
         op_finish(tp, op, op->status);
     }
 }
@@ -3138,19 +3183,10 @@ op_build(td_transport_t *tp, int dst, uint16_t id, const void *header,
     op->offering = 0;
     op->total = 0;
     w = op->wire;
-    memset(w, 0, WIRE_FIXED + n_bodies * WIRE_BODY);
-    w[0] = WIRE_VERSION;
-    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
-    w[2] = id >> 8;
-    w[3] = id & 0xff;
-    td_put_be32(w + 4, (uint32_t)tp->params.rank);
-    td_put_be32(w + 8, (uint32_t)header_len);
-    td_put_be32(w + 12, (uint32_t)n_bodies);
+    wire_fill(tp, w, dst, id, header_len, n_bodies);
     for (size_t i = 0; i < n_bodies; i++) {
-        uint8_t *b = w + WIRE_FIXED + i * WIRE_BODY;
-        td_put_be32(b, (uint32_t)((uint64_t)bodies[i].len >> 32));
-        td_put_be32(b + 4, (uint32_t)bodies[i].len);
-        b[8] = (uint8_t)bodies[i].mem;
+        wire_body(w + WIRE_FIXED + i * WIRE_BODY, bodies[i].len,
+                  bodies[i].mem);
         op->iov[i].buffer = bodies[i].buf;
         op->iov[i].length = bodies[i].len;
         op->total += bodies[i].len;
@@ -3179,17 +3215,8 @@ lean_send(td_transport_t *tp, int dst, uint16_t id, const void *header,
         tp->local_head != NULL) {
         return 0;
     }
-    w[0] = WIRE_VERSION;
-    w[1] = 0;
-    w[2] = id >> 8;
-    w[3] = id & 0xff;
-    td_put_be32(w + 4, (uint32_t)tp->params.rank);
-    td_put_be32(w + 8, (uint32_t)header_len);
-    td_put_be32(w + 12, 1);
-    memcpy(w + TAG_OFF, tp->tag_to + (size_t)dst * TAG_LEN, TAG_LEN);
-    td_put_be32(w + WIRE_FIXED, (uint32_t)((uint64_t)body->len >> 32));
-    td_put_be32(w + WIRE_FIXED + 4, (uint32_t)body->len);
-    memset(w + WIRE_FIXED + 8, 0, 8);     /* memory type HOST, 7 zero */
+    wire_fill(tp, w, dst, id, header_len, 1);
+    wire_body(w + WIRE_FIXED, body->len, TD_MEM_HOST);
     memcpy(w + WIRE_FIXED + WIRE_BODY, header, header_len);
     prm.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
     req = ucp_am_send_nbx(p->ep, TD_AM_ID, w, WIRE_FIXED + WIRE_BODY +
