@@ -147,7 +147,8 @@ static td_status_t last_send_status = TD_OK;
 static char last_send_error[512];
 static double send_failed_at;
 static int peer_failed_rank = -1;
-static uint64_t last_tag[8];        /* slowstore: the last tag per sender */
+static int check_order;             /* slowstore: eager bodies, in order */
+static uint64_t last_tag[8];        /* the last tag per sender */
 static int out_of_order;
 
 typedef struct {
@@ -204,7 +205,7 @@ body_done(void *arg, td_status_t status, int src, td_iov_t *bodies, size_t n)
         }
     }
     pthread_mutex_lock(&lock);
-    if (h->kind == 0 && src >= 0 && src < 8) {
+    if (check_order && h->kind == 0 && src >= 0 && src < 8) {
         if (h->tag < last_tag[src]) {
             out_of_order++;
         }
@@ -911,6 +912,20 @@ scenario_forged(void)
 
     if (rank == 1) {
         double d = now_s() + 30;
+        size_t wsz = 8;
+        uint8_t wb[8], *wbp[] = { wb };
+
+        /* rank 1 knows rank 0's address before the offers come: one from
+         * a peer whose address is still being fetched is answered
+         * "later" (transport.c L10), neither read nor refused */
+        fill(wb, sizeof(wb), 3);
+        CHECK(request(0, 3, &wsz, 1, wbp) == TD_OK, "warm-up: %s",
+              td_last_error());
+        CHECK(WAIT_FOR(replies == 1, 30), "no echo of the warm-up");
+        pthread_mutex_lock(&lock);
+        received = 0;
+        pthread_mutex_unlock(&lock);
+        td_barrier(60);
 
         while (now_s() < d) {
             td__transport_inplace_counts(tp, &rd, &refused);
@@ -937,6 +952,7 @@ scenario_forged(void)
         td_barrier(60);                   /* rank 0 may end the child */
         return;
     }
+    td_barrier(60);                       /* rank 1 connected to us */
     /* the real one first: the path is on in this run */
     size_t sz = 1u << 20;
     uint8_t *b = malloc(sz);
@@ -1061,6 +1077,7 @@ scenario_slowstore(void)
     size_t base;
     FILE *f;
 
+    check_order = 1;
     CHECK(world == 3 && file != NULL, "3 ranks and TD_SLOW_FILE");
     if (rank != 0 || file == NULL) {
         return;                         /* ranks 1, 2 echo until the join */
