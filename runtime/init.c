@@ -238,7 +238,7 @@ td_initialized(void)
  * of a peer's address from the store after td_init, on a thread that is
  * not the progress thread, takes S seconds longer, as a store slow to
  * answer does; the rank is then in flight (A1), the lock is not held
- * (tests/hosts/test_hosts_answer.sh, transport.c L9, L10). */
+ * (tests/hosts/test_hosts_answer.sh, transport.c L9, L11). */
 static void
 fetch_test_hold(void)
 {
@@ -264,7 +264,7 @@ fetch_test_hold(void)
  * of rank P's address from the store, on whatever thread makes it,
  * waits until PATH exists (at most 60 s, then says so), as a store that
  * takes that long to answer (tests/transport/test_transport.sh
- * slowstore: the token holder must go on, transport.c L10). */
+ * slowstore: the token holder must go on, transport.c L11). */
 static void
 fetch_test_slow(int rank)
 {

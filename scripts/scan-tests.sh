@@ -10,7 +10,9 @@
 #    source tests/lib.sh (which sets pipefail), or has a plan and never
 #    calls done_testing (its exit status is then its last command's);
 #    `| grep -q` (it exits at the first match: its writer dies of SIGPIPE,
-#    and under pipefail that is the pipeline's status).
+#    and under pipefail that is the pipeline's status); a shell function
+#    of the file started through `env` or `timeout` (they exec a program:
+#    the function never runs, and a check of its output compares nothing).
 for f in "$@"; do
     case "$f" in
     *.c|*.h)
@@ -56,6 +58,22 @@ for f in "$@"; do
           # next line starts by reading $?
           if (prev_piped && cur ~ /^[ \t]*((rc|[a-z_]+)=\$\?|(is|ok) +"?\$\?|\[ +"?\$\?)/)
               printf "%s:%d: $? read right after a pipeline (line %d)\n", F, NR, NR - 1
+          # a function of this file run by env/timeout, which exec
+          if (match(cur, /^[ \t]*[a-z_][a-z_0-9]*[ \t]*\(\)/)) {
+              fn = substr(cur, RSTART, RLENGTH); gsub(/[ \t()]/, "", fn)
+              func_[fn] = 1 }
+          nw = split(b, w, /[ \t;&|()`$]+/)
+          for (i = 1; i < nw; i++) {
+              if (w[i] != "env" && w[i] != "timeout") continue
+              j = i + 1
+              if (w[i] == "env") {
+                  while (j <= nw && (w[j] ~ /^-/ || w[j] ~ /=/ || w[j - 1] == "-u")) j++
+              } else {
+                  while (j <= nw && (w[j] ~ /^-/ || w[j - 1] ~ /^-[ks]$/)) j++
+                  j++                     # the duration
+              }
+              if (j <= nw && (w[j] in func_))
+                  printf "%s:%d: %s starts shell function %s: it runs nothing (use a subshell)\n", F, NR, w[i], w[j] }
           prev_piped = piped(cur) && cur !~ /\\$/ && cur !~ /\|[ \t]*$/
           if (cur ~ /\. +"?\$top_srcdir\/tests\/lib\.sh"?/) lib = 1
           if (cur ~ /^[ \t]*plan /) planned = 1

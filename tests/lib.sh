@@ -40,25 +40,54 @@ td_sanitized() {
 TD_SANITIZED_WHY="sanitizer build: python3 and user programs cannot load this libtodist without the sanitizer runtime preloaded (the plain build runs this test)"
 diag() { printf '%s\n' "$@" | sed 's/^/# /'; }
 
-_tap_result() { # pass desc
+# td_why TEXT: TEXT's first non-empty line, squeezed to one short line
+# without '#' (a TAP directive), for a failed check's own result line.
+td_why() {
+    printf '%s\n' "$1" | sed -n '/[^[:space:]]/{s/#//g;s/[[:space:]][[:space:]]*/ /g;p;q;}' |
+        cut -c1-200
+}
+
+# td_rc_why RC: what an exit status from `timeout CMD` or a shell means.
+td_rc_why() {
+    case $1 in
+    124) echo "124: timed out (timeout killed it)" ;;
+    137) echo "137: SIGKILL (timeout -k, or killed)" ;;
+    134) echo "134: SIGABRT (abort, assert, sanitizer)" ;;
+    139) echo "139: SIGSEGV" ;;
+    *) echo "$1" ;;
+    esac
+}
+
+# A failed check's result line carries its cause (pass desc [why]):
+# "not ok 158 - name -- why". make check prints each result line, so the
+# cause reaches CI's output and its list of failed checks, not only the
+# test's .log (where the diag lines after it say more).
+_tap_result() { # pass desc [why]
     _tap_n=$((_tap_n + 1))
     if [ "$1" = 1 ]; then
         echo "ok $_tap_n - $2"
     else
         _tap_failed=$((_tap_failed + 1))
-        echo "not ok $_tap_n - $2"
+        _w=$(td_why "${3:-}")
+        echo "not ok $_tap_n - $2${_w:+ -- $_w}"
     fi
 }
 
-ok() { # cond-status desc: ok "$(cmd; echo $?)" ... or ok_cmd
-    if [ "$1" = 0 ]; then _tap_result 1 "$2"; else _tap_result 0 "$2"; fi
+ok() { # cond-status desc [why]: ok "$(cmd; echo $?)" ... or ok_cmd
+    if [ "$1" = 0 ]; then
+        _tap_result 1 "$2"
+    else
+        _tap_result 0 "$2" "${3:-status $(td_rc_why "$1")}"
+    fi
 }
 
 is() { # got want desc
     if [ "$1" = "$2" ]; then
         _tap_result 1 "$3"
     else
-        _tap_result 0 "$3"
+        _g=$(td_why "$1")
+        [ "$2" = 0 ] && _g=$(td_rc_why "$_g")
+        _tap_result 0 "$3" "got '$_g', expected '$2'"
         diag "     got: '$1'" "expected: '$2'"
     fi
 }
@@ -67,7 +96,7 @@ like() { # got regex desc
     if printf '%s' "$1" | grep -E -- "$2" >/dev/null; then
         _tap_result 1 "$3"
     else
-        _tap_result 0 "$3"
+        _tap_result 0 "$3" "got '$(td_why "$1")'"
         diag "     got: '$1'" "expected to match: '$2'"
     fi
 }
@@ -88,6 +117,22 @@ skip() { # n reason
     done
 }
 
+# td_out_why OUTPUT: the line of a multi-process run's output that best
+# says why it failed: a sanitizer's report, else the first FAIL line, else
+# the first todist error of any rank, else the launcher's word on a rank
+# (killed by a signal, exit code), else the last line.
+td_out_why() {
+    for _p in 'ERROR: (Address|Leak|Thread)Sanitizer|runtime error:' '^FAIL ' \
+              'todist\[rank [0-9]+\]: error:' '^todist-run: rank '; do
+        _l=$(printf '%s\n' "$1" | grep -m1 -E -- "$_p")
+        if [ -n "$_l" ]; then
+            printf '%s\n' "$_l"
+            return
+        fi
+    done
+    printf '%s\n' "$1" | sed -n '/[^[:space:]]/h;${x;p;}'
+}
+
 # expect OUTPUT NAME...: one test per NAME, passing when OUTPUT has the line
 # "PASS NAME" (a missing line fails too); a failure shows its "FAIL NAME"
 # lines. For peers that print PASS/FAIL per check.
@@ -97,8 +142,9 @@ expect() { # output names...
         if printf '%s\n' "$_out" | grep -x "PASS $_c" >/dev/null; then
             ok 0 "$_c"
         else
-            ok 1 "$_c"
-            printf '%s\n' "$_out" | grep "FAIL $_c" | sed 's/^/# /'
+            _f=$(printf '%s\n' "$_out" | grep -F "FAIL $_c")
+            ok 1 "$_c" "${_f:-no PASS line: $(td_out_why "$_out")}"
+            [ -z "$_f" ] || printf '%s\n' "$_f" | sed 's/^/# /'
         fi
     done
 }

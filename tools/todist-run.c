@@ -825,6 +825,29 @@ pump_output(group_t *g, int sfd)
     return pr;
 }
 
+/* "todist-run: got signal S (NAME); ranks still running: R...": a run
+ * stopped from outside (a test's or a job's time limit) names the ranks
+ * that had not ended, the ones that hung, before it stops them. */
+static void
+say_stopped(const group_t *g, int sig)
+{
+    char buf[512];
+    int n, k = 0;
+
+    n = snprintf(buf, sizeof(buf), "todist-run: got signal %d (%s); ranks "
+                 "still running:", sig, strsignal(sig));
+    for (int i = 0; i < g->n && n > 0 && (size_t)n < sizeof(buf) - 16; i++) {
+        if (g->c[i].pid > 0) {
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, " %d",
+                          g->a->first_rank + i);
+            k++;
+        }
+    }
+    if (k > 0) {
+        fprintf(stderr, "%s\n", buf);
+    }
+}
+
 /* Forward INT/TERM/HUP to the ranks (a second one kills); stop restarting. */
 static void
 handle_signals(group_t *g, int sfd)
@@ -837,6 +860,7 @@ handle_signals(group_t *g, int sfd)
         }
         if (!g->got_signal) {
             g->got_signal = (int)si.ssi_signo;
+            say_stopped(g, g->got_signal);
             stop_group(g, (int)si.ssi_signo);
         } else {
             signal_group(g, SIGKILL);

@@ -33,8 +33,12 @@ fault_rand(td__faults_t *f)
 }
 
 static bool
-fault_matches(const td__fault_rule_t *r, const td_transport_kind_t *k)
+fault_matches(const td__fault_rule_t *r, const td_transport_kind_t *k,
+              int dst)
 {
+    if (r->action == TD__FAULT_BREAK && r->to >= 0 && r->to != dst) {
+        return false;
+    }
     if (strcmp(r->kind, "any") == 0) {
         return true;
     }
@@ -63,10 +67,12 @@ fault_kind_known(const char *kind)
     return false;
 }
 
-/* The first rule for a message of kind K that fires (counted): its
- * action, or -1; its delay into *DELAY_S. Any thread. */
+/* The first rule for a message of kind K to DST (-1: not through UCX,
+ * never broken) that fires (counted): its action, or -1; its delay into
+ * *DELAY_S. Any thread. */
 static int
-fault_pick(td__faults_t *f, const td_transport_kind_t *k, double *delay_s)
+fault_pick(td__faults_t *f, const td_transport_kind_t *k, int dst,
+           double *delay_s)
 {
     int action = -1;
 
@@ -74,7 +80,8 @@ fault_pick(td__faults_t *f, const td_transport_kind_t *k, double *delay_s)
     for (int i = 0; i < f->n && action < 0; i++) {
         const td__fault_rule_t *r = &f->rules[i];
 
-        if (fault_matches(r, k) && fault_rand(f) < r->rate) {
+        if ((dst >= 0 || r->action != TD__FAULT_BREAK) &&
+            fault_matches(r, k, dst) && fault_rand(f) < r->rate) {
             f->count[r->action]++;
             action = r->action;
             *delay_s = r->delay_s;
@@ -93,7 +100,8 @@ fault_sleep(double s)
 }
 
 int
-td__fault_send(td__faults_t *f, uint16_t id, uint8_t *hdr, size_t len)
+td__fault_send(td__faults_t *f, uint16_t id, int dst, uint8_t *hdr,
+               size_t len)
 {
     td_transport_kind_t k = { "other", NULL };
     double delay_s = 0;
@@ -104,16 +112,16 @@ td__fault_send(td__faults_t *f, uint16_t id, uint8_t *hdr, size_t len)
     } else if (f->classify != NULL) {
         k = f->classify(f->classify_arg, id, hdr, len);
     }
-    action = fault_pick(f, &k, &delay_s);
-    if (action == TD__FAULT_DROP) {
-        return 1;
+    action = fault_pick(f, &k, dst, &delay_s);
+    if (action == TD__FAULT_DROP || action == TD__FAULT_BREAK) {
+        return action;
     }
     if (action == TD__FAULT_CORRUPT && len > 0) {
         hdr[0] ^= 0xff;
     } else if (action == TD__FAULT_DELAY) {
         fault_sleep(delay_s);
     }
-    return 0;
+    return -1;
 }
 
 int
@@ -126,7 +134,7 @@ td__fault_roll(td__faults_t *f, const char *kind)
     if (f->n == 0) {
         return TD_TRANSPORT_FAULT_NONE;
     }
-    action = fault_pick(f, &k, &delay_s);
+    action = fault_pick(f, &k, -1, &delay_s);
     if (action == TD__FAULT_DELAY) {
         fault_sleep(delay_s);
     }
@@ -139,7 +147,7 @@ td_status_t
 td__fault_parse(td__faults_t *f, const char *spec, int rank)
 {
     static const char *names[TD__FAULT_ACTIONS] = { "drop", "corrupt",
-                                                    "delay" };
+                                                    "delay", "break" };
     char buf[512], *save = NULL, *item;
     uint64_t seed = 1;
 
@@ -169,12 +177,13 @@ td__fault_parse(td__faults_t *f, const char *spec, int rank)
             }
         }
         if (nf < 3 || a == TD__FAULT_ACTIONS ||
-            (a == TD__FAULT_DELAY) != (nf == 4) ||
+            (a == TD__FAULT_DELAY || a == TD__FAULT_BREAK) != (nf == 4) ||
             f->n == TD__FAULT_RULES_MAX || !fault_kind_known(fields[1])) {
             goto bad;
         }
         td__fault_rule_t *r = &f->rules[f->n];
         r->action = a;
+        r->to = -1;
         strcpy(r->kind, fields[1]);
         r->rate = strtod(fields[2], &end);
         if (*end != '\0' || !(r->rate >= 0 && r->rate <= 1)) {
@@ -185,6 +194,14 @@ td__fault_parse(td__faults_t *f, const char *spec, int rank)
             if (*end != '\0' || !(r->delay_s >= 0 && r->delay_s <= 10)) {
                 goto bad;
             }
+        } else if (a == TD__FAULT_BREAK) {
+            long to = strtol(fields[3], &end, 10);
+
+            if (*end != '\0' || fields[3][0] == '\0' || to < -1 ||
+                to > INT32_MAX) {
+                goto bad;
+            }
+            r->to = (int)to;
         }
         f->n++;
     }
@@ -195,9 +212,10 @@ td__fault_parse(td__faults_t *f, const char *spec, int rank)
 
 bad:
     return td_error(TD_ERR_INVALID, "transport: TODIST_FAULT='%s' is not a "
-                    "list of drop|corrupt:KIND:RATE, delay:KIND:RATE:MS "
-                    "(at most %d, KIND any|call|reply|rref|coll|mbox|other|"
-                    "fn=PREFIX, RATE in [0, 1], MS <= 10000) and seed=N",
+                    "list of drop|corrupt:KIND:RATE, delay:KIND:RATE:MS, "
+                    "break:KIND:RATE:RANK (at most %d, KIND any|call|reply|"
+                    "rref|coll|mbox|other|fn=PREFIX, RATE in [0, 1], MS <= "
+                    "10000, RANK -1 for any) and seed=N",
                     spec, TD__FAULT_RULES_MAX);
 }
 
@@ -206,8 +224,9 @@ td__fault_report(const td__faults_t *f)
 {
     if (f->n > 0) {
         td_log_warn("transport: TODIST_FAULT dropped %" PRIu64 ", corrupted "
-                    "%" PRIu64 " and delayed %" PRIu64 " message(s)",
+                    "%" PRIu64 ", delayed %" PRIu64 " and broke %" PRIu64
+                    " message(s)",
                     f->count[TD__FAULT_DROP], f->count[TD__FAULT_CORRUPT],
-                    f->count[TD__FAULT_DELAY]);
+                    f->count[TD__FAULT_DELAY], f->count[TD__FAULT_BREAK]);
     }
 }

@@ -24,7 +24,7 @@
 
 #include "ucx_transport/transport.h"
 
-enum { TD__FAULT_DROP, TD__FAULT_CORRUPT, TD__FAULT_DELAY,
+enum { TD__FAULT_DROP, TD__FAULT_CORRUPT, TD__FAULT_DELAY, TD__FAULT_BREAK,
        TD__FAULT_ACTIONS };
 #define TD__FAULT_RULES_MAX 8
 
@@ -34,6 +34,7 @@ typedef struct {
                            * fn=PREFIX */
     double rate;
     double delay_s;
+    int    to;            /* break: the world rank it applies to, -1 any */
 } td__fault_rule_t;
 
 typedef struct {
@@ -52,12 +53,13 @@ void        td__fault_init(td__faults_t *f);
 void        td__fault_destroy(td__faults_t *f);
 /* Parse SPEC (TODIST_FAULT) for RANK into F (F2, F3); an error names it. */
 td_status_t td__fault_parse(td__faults_t *f, const char *spec, int rank);
-/* The hook: a message to handler ID with user header HDR (LEN bytes) is
- * about to leave. 1: drop it (counted; the caller completes it as sent);
- * 0: send it (HDR's first byte flipped if corrupted, after a delay if
- * delayed). */
-int         td__fault_send(td__faults_t *f, uint16_t id, uint8_t *hdr,
-                           size_t len);
+/* The hook: a message to handler ID for world rank DST with user header
+ * HDR (LEN bytes) is about to leave. TD__FAULT_DROP: drop it (counted;
+ * the caller completes it as sent); TD__FAULT_BREAK: the caller fails it
+ * as a broken endpoint would (TD_ERR_TRANSPORT); -1: send it (HDR's first
+ * byte flipped if corrupted, after a delay if delayed). */
+int         td__fault_send(td__faults_t *f, uint16_t id, int dst,
+                           uint8_t *hdr, size_t len);
 /* A message of KIND outside UCX: TD_TRANSPORT_FAULT_*. */
 int         td__fault_roll(td__faults_t *f, const char *kind);
 /* Log what was injected (at close; nothing without rules). */

@@ -27,7 +27,7 @@
  * free sends directly. While a driver is active the progress thread naps,
  * so the two never compete for a core. Callbacks run on the holder.
  *
- * Liveness between hosts (L1..L8). UCX notices a peer whose process died
+ * Liveness between hosts (L1..L11). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
  * retransmitting for minutes. So:
  *  L1 A peer on another host (params.same_host says so when it is
@@ -87,7 +87,13 @@
  *     making one there calls the resolver, whose store round trips (and
  *     a lock held across them by a thread fetching an address) stopped
  *     all of a rank's progress for its peers' whole timeout under load.
- * L10 The token holder never waits for the store: it never calls the
+ *  L10 A send completed with a plain transport error to a peer not yet
+ *     failed is asked about as a failed connect is (L5's check, waiting
+ *     up to PEER_GONE_WAIT_MS for a peer of this host) before it is
+ *     reported: UCX may see a dying peer's endpoint break before its
+ *     process reads as exited, and the caller must learn TD_ERR_PEER
+ *     naming the rank (CI: test_coll early_kill_fails_naming_it).
+ *  L11 The token holder never waits for the store: it never calls the
  *     resolver (params.resolve). A peer's address is fetched by the
  *     resolver thread (resolver_main, started at the first need), one at
  *     a time, with no lock of ours held across the fetch (res_lock guards
@@ -327,7 +333,7 @@
 #define CMA_ID            (TD_TRANSPORT_HANDLERS_MAX - 2)   /* O3 */
 /* A reader's answer to an offer (O2-O5). */
 enum { ANS_READ = 0, ANS_REFUSED = 1, ANS_FAILED = 2, ANS_PEER = 3,
-       ANS_LATER = 4 };     /* L10: refused this once, offer again later */
+       ANS_LATER = 4 };     /* L11: refused this once, offer again later */
 #define LIVE_TICK_NS      100000000LL
 #define MBOX_RECHECK_NS   50000L      /* X4: a sleeper's first nap */
 #define LIVE_DEFAULT_S    3.0
@@ -366,7 +372,8 @@ typedef struct send_op {
     size_t               wire_len;
     td_mem_type_t        mem;
     char                *why;        /* malloc'ed: why connecting failed */
-    int                  faulted;    /* dropped by TODIST_FAULT: not counted */
+    int                  faulted;    /* TODIST_FAULT: 1 dropped (not
+                                      * counted), 2 to break (op_start) */
     uint16_t             id;         /* handler id */
     uint8_t              no_offer;   /* O2: refused once, bodies via UCX */
     uint8_t              offering;   /* O3: on tp->offers or answered */
@@ -406,7 +413,7 @@ typedef struct {
     int64_t  heard_w;    /* when rx_count last moved (or it was connected) */
     int64_t  ping_w;     /* when it was last pinged, -1 not since heard */
     uint8_t  busy_told;  /* L7 logged for this silence */
-    /* its address (L10): these six under tp->res_lock */
+    /* its address (L11): these six under tp->res_lock */
     uint8_t  addr_state; /* ADDR_* */
     unsigned addr_gen;   /* bumped by a revive: an older fetch is dropped */
     td_status_t addr_status;     /* ADDR_FAILED: why */
@@ -414,11 +421,11 @@ typedef struct {
     void    *addr;       /* ADDR_READY: the resolver's answer */
     size_t   addr_len;
     /* token holder only */
-    int      parked;     /* its sends on tp->parked_head (L10) */
+    int      parked;     /* its sends on tp->parked_head (L11) */
     uint8_t  watch_later;    /* watched while its address was fetched */
 } peer_t;
 
-/* L10: a peer's address, fetched by the resolver thread. */
+/* L11: a peer's address, fetched by the resolver thread. */
 enum { ADDR_NONE, ADDR_WANTED, ADDR_FETCHING, ADDR_READY, ADDR_FAILED };
 
 /* An incoming message whose bodies are still arriving (sized by the
@@ -546,7 +553,7 @@ struct td_transport {
     uint64_t              n_mbox_tx, n_mbox_rx;   /* token holder */
     uint64_t              n_taken;        /* S1: bodies taken by handlers */
     uint64_t              n_lean;         /* S2: lean sends (holder) */
-    /* addresses fetched off the token holder (L10) */
+    /* addresses fetched off the token holder (L11) */
     pthread_mutex_t       res_lock;       /* never held across a fetch */
     pthread_cond_t        res_cond;       /* a peer is wanted, or stop */
     pthread_t             res_thread;
@@ -903,7 +910,7 @@ connect_test_stop(const td_transport_t *tp)
     }
 }
 
-/* L10: the resolver thread fetches the addresses the token holder
+/* L11: the resolver thread fetches the addresses the token holder
  * asked for (peer_ready), one at a time, with no lock of ours held, and
  * wakes the holder as each fetch ends. */
 static void *
@@ -966,7 +973,7 @@ resolver_main(void *arg)
     return NULL;
 }
 
-/* L10, the slow part of peer_ready: is DST's address fetched (or its
+/* L11, the slow part of peer_ready: is DST's address fetched (or its
  * fetch failed)? If not, it is asked for. */
 static int
 peer_ready_slow(td_transport_t *tp, int dst)
@@ -997,7 +1004,7 @@ peer_ready_slow(td_transport_t *tp, int dst)
     return ready;
 }
 
-/* L10: may the token holder call peer_connect on DST now without
+/* L11: may the token holder call peer_connect on DST now without
  * waiting for the store? Yes when it has an endpoint, has failed, no
  * endpoint will be made (E1), or its address was fetched; otherwise the
  * address is asked for and the caller parks (or drops) what needed it.
@@ -1082,7 +1089,7 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
         return td_error(TD_ERR_STATE, "transport: no address resolver for "
                         "rank %d", dst);
     }
-    status = peer_address(tp, dst, &addr, &len);              /* L10 */
+    status = peer_address(tp, dst, &addr, &len);              /* L11 */
     if (status != TD_OK) {
         return status;
     }
@@ -1199,7 +1206,7 @@ internal_send_on(td_transport_t *tp, ucp_ep_h ep, int dst, uint16_t id,
 
 /* As internal_send_on, to DST's endpoint (made if need be), else to
  * REPLY (the reply endpoint of the message answered, or NULL) while
- * DST's address is being fetched (L10). */
+ * DST's address is being fetched (L11). */
 static void
 internal_send(td_transport_t *tp, int dst, uint16_t id, const uint8_t *msg,
               size_t len, ucp_ep_h reply)
@@ -1566,8 +1573,14 @@ fault_hook(td_transport_t *tp, send_op_t *op)
     size_t hoff = WIRE_FIXED + op->n_bodies * WIRE_BODY;
     uint16_t id = (uint16_t)(op->wire[2] << 8 | op->wire[3]);
 
-    if (!td__fault_send(&tp->faults, id, op->wire + hoff,
-                        td_get_be32(op->wire + 8))) {
+    int a = td__fault_send(&tp->faults, id, op->dst, op->wire + hoff,
+                           td_get_be32(op->wire + 8));
+
+    if (a == TD__FAULT_BREAK) {
+        op->faulted = 2;             /* op_start fails it once connected */
+        return 0;
+    }
+    if (a != TD__FAULT_DROP) {
         return 0;
     }
     op->faulted = 1;
@@ -1597,15 +1610,7 @@ td__transport_fault_roll(td_transport_t *tp, const char *kind)
     return td__fault_roll(&tp->faults, kind);
 }
 
-void
-td__transport_fault_counts(td_transport_t *tp, uint64_t counts[3])
-{
-    for (int i = 0; i < TD__FAULT_ACTIONS; i++) {
-        counts[i] = __atomic_load_n(&tp->faults.count[i], __ATOMIC_RELAXED);
-    }
-}
-
-/* L10: OP waits for its peer's address, after that peer's other parked
+/* L11: OP waits for its peer's address, after that peer's other parked
  * sends (token holder). */
 static void
 op_park(td_transport_t *tp, send_op_t *op)
@@ -1622,7 +1627,7 @@ op_park(td_transport_t *tp, send_op_t *op)
 
 static void op_start(td_transport_t *tp, send_op_t *op);
 
-/* L10: a fetch ended: the parked sends are started again in the order
+/* L11: a fetch ended: the parked sends are started again in the order
  * parked (those whose address is still missing park again, in order),
  * then the peers watched meanwhile are connected. Token holder, outside
  * UCX callbacks. */
@@ -1679,7 +1684,7 @@ op_start(td_transport_t *tp, send_op_t *op)
     td_status_t status;
 
     if (tp->peers[op->dst].ep == NULL && !peer_ready(tp, op->dst)) {
-        op_park(tp, op);                                        /* L10 */
+        op_park(tp, op);                                        /* L11 */
         return;
     }
     if (tp->faults.n > 0 && fault_hook(tp, op)) {
@@ -1688,6 +1693,11 @@ op_start(td_transport_t *tp, send_op_t *op)
     status = peer_connect(tp, op->dst, &ep);
     if (status == TD_ERR_TRANSPORT && peer_gone_wait(tp, op->dst)) {
         status = TD_ERR_PEER;           /* L5: it could not be reached */
+    }
+    if (status == TD_OK && op->faulted == 2) {
+        td_error(TD_ERR_TRANSPORT, "transport: TODIST_FAULT broke the "
+                 "endpoint to rank %d", op->dst);
+        status = TD_ERR_TRANSPORT;
     }
     if (status != TD_OK) {
         op->why = strdup(td_last_error());   /* e.g. the store is gone */
@@ -2007,7 +2017,7 @@ offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w,
     ucp_ep_h ep;
     td_status_t st = TD_OK;
 
-    /* L10: not in a receive callback: its address is asked for, and
+    /* L11: not in a receive callback: its address is asked for, and
      * this offer refused through the reply endpoint (the sender sends
      * it again through UCX and offers again later) */
     if (!peer_ready(tp, src)) {
@@ -2319,12 +2329,20 @@ mbox_poll(td_transport_t *tp)
 
 /* ---- the progress thread ------------------------------------------------ */
 
+/* Token holder, outside UCX callbacks: a failed send's peer may be
+ * asked about here (L10). */
 static void
 report_completions(td_transport_t *tp)
 {
     while (tp->done_head != NULL) {
         send_op_t *op = tp->done_head;
         tp->done_head = op->next;
+        if (op->status == TD_ERR_TRANSPORT &&
+            (tp->peers[op->dst].failed || peer_gone_wait(tp, op->dst))) {
+            op->status = TD_ERR_PEER;                        /* L10 */
+            free(op->why);
+            op->why = NULL;
+        }
         op_finish(tp, op, op->status);
     }
 }
@@ -2557,7 +2575,7 @@ connect_watched(td_transport_t *tp)
             tp->peers[r].ep != NULL || tp->peers[r].failed) {
             continue;
         }
-        if (!peer_ready(tp, r)) {                               /* L10 */
+        if (!peer_ready(tp, r)) {                               /* L11 */
             tp->peers[r].watch_later = 1;   /* addr_arrived */
             continue;
         }
@@ -2596,7 +2614,7 @@ revive_peers(td_transport_t *tp)
                 ucp_request_free(req);
             }
         }
-        pthread_mutex_lock(&tp->res_lock);          /* L10: a new address */
+        pthread_mutex_lock(&tp->res_lock);          /* L11: a new address */
         p->addr_gen++;
         if (p->addr_state == ADDR_WANTED) {
             tp->res_wanted--;
@@ -2649,7 +2667,7 @@ progress_once(td_transport_t *tp)
     tp->ucx_idle = n > 0 ? 0 : tp->ucx_idle + 1;
 
     if (__atomic_load_n(&tp->addr_news, __ATOMIC_RELAXED)) {
-        addr_arrived(tp);                                       /* L10 */
+        addr_arrived(tp);                                       /* L11 */
     }
     if (__atomic_load_n(&tp->watch_pending, __ATOMIC_RELAXED)) {
         connect_watched(tp);
@@ -2953,7 +2971,7 @@ progress_main(void *arg)
         list = tp->local_head;
         tp->local_head = tp->local_tail = NULL;
     }
-    if (tp->parked_tail != NULL) {                              /* L10 */
+    if (tp->parked_tail != NULL) {                              /* L11 */
         tp->parked_tail->next = list;
         list = tp->parked_head;
         tp->parked_head = tp->parked_tail = NULL;
@@ -3346,7 +3364,7 @@ td__transport_destroy(td_transport_t *tp, double timeout)
         pthread_mutex_unlock(&tp->drv_lock);
         pthread_join(tp->thread, NULL);
     }
-    /* L10: after the progress thread (its holders ask for addresses);
+    /* L11: after the progress thread (its holders ask for addresses);
      * a fetch under way ends within the resolver's own timeout */
     pthread_mutex_lock(&tp->res_lock);
     tp->res_stop = 1;

@@ -135,7 +135,7 @@ typedef void (*td_transport_send_fn)(void *arg, td_status_t status);
 
 /* Fetches rank RANK's worker address (the blob td__transport_address() gave
  * on that rank) into a malloc'ed buffer. Called on the transport's own
- * resolver thread, never on the token holder (transport.c L10), when an
+ * resolver thread, never on the token holder (transport.c L11), when an
  * endpoint to RANK is first needed; may block (store round trips). */
 typedef td_status_t (*td_transport_resolve_fn)(void *arg, int rank,
                                                void **addr_p, size_t *len_p);
@@ -270,7 +270,8 @@ size_t td__transport_rndv_received(td_transport_t *tp);
 uint64_t td__transport_ucx_events(td_transport_t *tp);
 
 /* Fault injection (tests only): TODIST_FAULT="RULE[,RULE...][,seed=N]",
- * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS, KIND =
+ * RULE = drop:KIND:RATE | corrupt:KIND:RATE | delay:KIND:RATE:MS |
+ * break:KIND:RATE:RANK, KIND =
  * any | call | reply | rref | coll | mbox | other | fn=PREFIX (calls to
  * functions whose name starts with PREFIX), RATE in [0, 1]; an unknown
  * KIND is refused ("mbox": messages that do not go through UCX, rolled
@@ -281,7 +282,10 @@ uint64_t td__transport_ucx_events(td_transport_t *tp);
  * (as on a lossy link) but is not counted by the join; a corrupted one has
  * the first byte of its user header flipped (the upper layer's version or
  * magic: its decoder must reject it); a delayed one holds the sender for
- * MS ms. The upper layer names a message's kind with a classifier, or
+ * MS ms; a broken one (break:KIND:RATE:RANK, to world rank RANK or any
+ * with -1; only messages through UCX) is not sent and completes with
+ * TD_ERR_TRANSPORT once its endpoint is made, as on an endpoint UCX
+ * reports broken. The upper layer names a message's kind with a classifier, or
  * one kind for every message of a handler id (td__transport_set_kind). */
 typedef struct {
     const char *kind;   /* "call", "reply", "rref" or "other" */
@@ -306,9 +310,6 @@ void td__transport_set_kind(td_transport_t *tp, uint16_t id, const char *kind);
 enum { TD_TRANSPORT_FAULT_NONE = 0, TD_TRANSPORT_FAULT_DROP,
        TD_TRANSPORT_FAULT_CORRUPT };
 int td__transport_fault_roll(td_transport_t *tp, const char *kind);
-
-/* Messages dropped, corrupted and delayed by TODIST_FAULT so far. */
-void td__transport_fault_counts(td_transport_t *tp, uint64_t counts[3]);
 
 /* Well-formed messages dropped because their job tag was wrong (not sent
  * by a rank of this job); the first and then every 2^k-th is logged. */

@@ -23,19 +23,6 @@ tnames="pending_call_times_out pending_fetch_times_out"
 set -- $names $tnames parked_bound_refuses
 plan $(( $# + 4 ))
 
-expect() { # output names...
-    o=$1
-    shift
-    for c in "$@"; do
-        if printf '%s\n' "$o" | grep -x "PASS $c" >/dev/null; then
-            ok 0 "$c"
-        else
-            ok 1 "$c"
-            printf '%s\n' "$o" | grep "FAIL $c" | sed 's/^/# /'
-        fi
-    done
-}
-
 out=$(TODIST_RPC_THREADS=1 TODIST_RPC_TIMEOUT=60 \
       timeout -k 5 300 todist-run -n 3 "$PEER" all 1000 400 2>&1)
 rc=$?

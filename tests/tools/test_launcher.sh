@@ -2,7 +2,7 @@
 # todist-run: environment per rank, labels, exit codes and signals,
 # teardown within the bound, restarts, multi-node mode, bad arguments.
 . "$top_srcdir/tests/lib.sh"
-plan 31
+plan 32
 T=$TD_TMP
 run() { timeout -k 5 30 todist-run "$@"; }
 
@@ -55,7 +55,7 @@ is "$rc" 3 "a rank ignoring SIGTERM does not change the status"
 ok "$(awk -v a=$t0 -v b=$t1 'BEGIN{exit !(b-a < 20)}'; echo $?)" "SIGKILL after the grace period (else the 30 s timeout)"
 
 # --- signals are forwarded
-todist-run -n 2 sh -c 'trap "echo got > '"$T"'/sig.$TODIST_RANK; exit 0" TERM; echo up > '"$T"'/up.$TODIST_RANK; while :; do sleep 0.1; done' &
+todist-run -n 2 sh -c 'trap "echo got > '"$T"'/sig.$TODIST_RANK; exit 0" TERM; echo up > '"$T"'/up.$TODIST_RANK; while :; do sleep 0.1; done' 2>$T/sigerr &
 lp=$!
 td_track_pid $lp
 i=0; while [ $i -lt 100 ] && ! { [ -f $T/up.0 ] && [ -f $T/up.1 ]; }; do sleep 0.1; i=$((i+1)); done
@@ -63,6 +63,8 @@ kill -TERM $lp
 wait $lp
 is "$?" 143 "launcher exits 128+SIGTERM"
 is "$(cat $T/sig.0 $T/sig.1 2>/dev/null | tr '\n' ' ')" "got got " "SIGTERM reached every rank"
+like "$(cat $T/sigerr)" "todist-run: got signal 15 \(.*\); ranks still running: 0 1\$" \
+     "and the launcher named the ranks it stopped (a test's timeout: the hung ones)"
 
 # --- restarts
 run -n 2 --max-restarts 2 sh -c 'echo $TODIST_RESTART_COUNT >> '"$T"'/rs.$TODIST_RANK; [ $TODIST_RESTART_COUNT -ge 2 ] || exit 3' 2>$T/err

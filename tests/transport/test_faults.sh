@@ -8,7 +8,7 @@
 # its timeout on every rank. A malformed TODIST_FAULT, or one naming an
 # unknown kind, is refused. Bounded by timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
-plan 40
+plan 41
 B=$top_builddir/tests
 run() { timeout -k 5 "$@"; }
 
@@ -24,6 +24,9 @@ like "$out" "TODIST_FAULT='drop:call' is not a list" \
 out=$(TODIST_FAULT=drop:colll:0.1 run 30 "$B/transport/transport_peer" barrier 2>&1)
 like "$out" "TODIST_FAULT='drop:colll:0.1' is not a list.*KIND any\|call" \
      "an unknown message kind is refused (a rule that could never fire)"
+out=$(TODIST_FAULT=break:coll:1 run 30 "$B/transport/transport_peer" barrier 2>&1)
+like "$out" "TODIST_FAULT='break:coll:1' is not a list.*break:KIND:RATE:RANK" \
+     "a break rule without its rank is refused"
 
 F="drop:call:0.03,drop:reply:0.03,corrupt:any:0.03,delay:any:0.02:20,seed=7"
 out=$(TODIST_RPC_TIMEOUT=5 TODIST_FINALIZE_TIMEOUT=60 TODIST_FAULT=$F \

@@ -107,10 +107,10 @@ out=$(run 120 todist-run -n 3 --grace-period 30 "$PEER" store_gone 2>&1)
 like "$out" "rank 1: ok send failed with '[^']*rank 0, which holds the store, is gone: cannot reach rank 2" \
      "rank 0 gone: the error says the store is gone and names the rank"
 
-# transport.c L10: rank 0's fetch of rank 2's address waits for a file
+# transport.c L11: rank 0's fetch of rank 2's address waits for a file
 # (as a slow store would answer); its exchanges with rank 1 go on
 # meanwhile, and its sends to rank 2 wait, in order, for the address.
-# Before L10 the token holder fetched it: no progress at all until the
+# Before L11 the token holder fetched it: no progress at all until the
 # test hook gave up (60 s). Not a timing test: the file is made only
 # after the exchanges.
 out=$(TODIST_TEST_SLOW_STORE=0:2:$T/slow TD_SLOW_FILE=$T/slow \

@@ -39,7 +39,7 @@
  *                     a store slow to answer): rank 0 asks to watch rank
  *                     2 and sends it three messages, then exchanges 20
  *                     with rank 1, which must complete while the fetch
- *                     waits (transport.c L10: the token holder never
+ *                     waits (transport.c L11: the token holder never
  *                     waits for the store); then it makes the file, and
  *                     the three parked messages reach rank 2 in order
  *
@@ -917,7 +917,7 @@ scenario_forged(void)
 
         /* rank 1 knows rank 0's address before the offers come: one from
          * a peer whose address is still being fetched is answered
-         * "later" (transport.c L10), neither read nor refused */
+         * "later" (transport.c L11), neither read nor refused */
         fill(wb, sizeof(wb), 3);
         CHECK(request(0, 3, &wsz, 1, wbp) == TD_OK, "warm-up: %s",
               td_last_error());

@@ -2,13 +2,14 @@
 # folder: includes and calls only down, no call circle), no tracked build
 # output, make install and a program built against the installed files,
 # install-deps.sh and configure's summary, and a scan of the tests for
-# checks that cannot fail (scripts/scan-tests.sh).
+# checks that cannot fail (scripts/scan-tests.sh), and CI's list of what
+# failed (scripts/test-failures.sh).
 TESTS += tests/tree/test_exports.sh tests/tree/test_tree.sh \
 	tests/tree/test_install.sh tests/tree/test_install_deps.sh \
 	tests/tree/test_configure_summary.sh tests/tree/test_scan.sh \
-	tests/tree/test_layers.sh
+	tests/tree/test_layers.sh tests/tree/test_failures.sh
 EXTRA_DIST += tests/tree/test_exports.sh tests/tree/test_tree.sh \
 	tests/tree/test_install.sh tests/tree/test_install_deps.sh \
 	tests/tree/test_configure_summary.sh tests/tree/test_scan.sh \
-	tests/tree/test_layers.sh scripts/scan-tests.sh
+	tests/tree/test_layers.sh tests/tree/test_failures.sh scripts/scan-tests.sh
 EXTRA_DIST += scripts/mutate.sh scripts/tsan.supp
