@@ -104,7 +104,10 @@
  *     endpoint, so S2 never passes them); a watch (td__transport_watch)
  *     waits likewise; an offer (O2) is answered "later" (ANS_LATER,
  *     through the offer's reply endpoint: sent again through UCX,
- *     offered again next time); another internal message to it is not
+ *     offered again next time; as after a refusal (O2), that message may
+ *     then arrive after the sender's later ones: a cost of a first large
+ *     message from a peer of this host this rank never sent to); another
+ *     internal message to it is not
  *     sent (pings and wake-ups go only to peers with an endpoint). Each
  *     fetch's end, its address or its error, sets tp->addr_news and
  *     signals the worker; the next round restarts the parked sends in
