@@ -30,8 +30,12 @@ plan_skip_all(const char *why)
     exit(0);
 }
 
+/* A failed check's result line carries its cause, "not ok N - desc --
+ * got X, expected Y" (as tests/lib.sh's do): make check prints result
+ * lines, so the cause reaches CI's output, not only the test's .log. WHY
+ * (NULL: none) is cut to one short line without '#' (a TAP directive). */
 static inline int
-tap_report(int pass, const char *fmt, va_list ap)
+tap_report_why(int pass, const char *why, const char *fmt, va_list ap)
 {
     tap_run++;
     if (!pass) {
@@ -39,9 +43,23 @@ tap_report(int pass, const char *fmt, va_list ap)
     }
     printf("%sok %d - ", pass ? "" : "not ", tap_run);
     vprintf(fmt, ap);
+    if (!pass && why != NULL && why[0] != '\0') {
+        printf(" -- ");
+        for (int i = 0; why[i] != '\0' && i < 200; i++) {
+            char c = why[i];
+
+            putchar(c == '#' ? ' ' : c == '\n' || c == '\r' ? '|' : c);
+        }
+    }
     printf("\n");
     fflush(stdout);
     return pass;
+}
+
+static inline int
+tap_report(int pass, const char *fmt, va_list ap)
+{
+    return tap_report_why(pass, NULL, fmt, ap);
 }
 
 static inline void
@@ -73,10 +91,14 @@ static inline int __attribute__((format(printf, 3, 4)))
 is_int_(long long got, long long want, const char *fmt, ...)
 {
     va_list ap;
-    int r;
+    char why[96] = "";
+    int r = got == want;
 
+    if (!r) {       /* built only for a failure: some tests check millions */
+        snprintf(why, sizeof(why), "got %lld, expected %lld", got, want);
+    }
     va_start(ap, fmt);
-    r = tap_report(got == want, fmt, ap);
+    r = tap_report_why(r, why, fmt, ap);
     va_end(ap);
     if (!r) {
         diag("     got: %lld", got);
@@ -90,11 +112,15 @@ static inline int __attribute__((format(printf, 4, 5)))
 is_double(double got, double want, double tol, const char *fmt, ...)
 {
     va_list ap;
-    int r;
+    char why[128] = "";
+    int r = fabs(got - want) <= tol || (isnan(got) && isnan(want));
 
+    if (!r) {
+        snprintf(why, sizeof(why), "got %.10g, expected %.10g (tolerance "
+                 "%g)", got, want, tol);
+    }
     va_start(ap, fmt);
-    r = tap_report(fabs(got - want) <= tol || (isnan(got) && isnan(want)),
-                   fmt, ap);
+    r = tap_report_why(r, why, fmt, ap);
     va_end(ap);
     if (!r) {
         diag("     got: %.10g", got);
@@ -107,11 +133,15 @@ static inline int __attribute__((format(printf, 3, 4)))
 is_str(const char *got, const char *want, const char *fmt, ...)
 {
     va_list ap;
-    int r;
+    char why[256] = "";
+    int r = got != NULL && want != NULL && strcmp(got, want) == 0;
 
+    if (!r) {
+        snprintf(why, sizeof(why), "got '%.100s', expected '%.100s'",
+                 got ? got : "(null)", want ? want : "(null)");
+    }
     va_start(ap, fmt);
-    r = tap_report(got != NULL && want != NULL && strcmp(got, want) == 0,
-                   fmt, ap);
+    r = tap_report_why(r, why, fmt, ap);
     va_end(ap);
     if (!r) {
         diag("     got: '%s'", got ? got : "(null)");
@@ -126,14 +156,18 @@ like(const char *got, const char *pattern, const char *fmt, ...)
 {
     va_list ap;
     regex_t re;
+    char why[160] = "";
     int r = 0;
 
     if (got != NULL && regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) == 0) {
         r = regexec(&re, got, 0, NULL, 0) == 0;
         regfree(&re);
     }
+    if (!r) {
+        snprintf(why, sizeof(why), "got '%.140s'", got ? got : "(null)");
+    }
     va_start(ap, fmt);
-    r = tap_report(r, fmt, ap);
+    r = tap_report_why(r, why, fmt, ap);
     va_end(ap);
     if (!r) {
         diag("     got: '%s'", got ? got : "(null)");

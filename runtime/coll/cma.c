@@ -4,8 +4,11 @@
  * namespace); the read itself is td__cma_read's. */
 #include "config.h"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/coll/cma.h"
@@ -14,9 +17,11 @@
 #include "runtime/coll/wire.h"
 #include "runtime/runtime.h"
 #include "ucx_transport/cma.h"
+#include "base/clock.h"
 #include "base/log.h"
 
 static int      cma_enabled;
+static int      cma_stall;         /* TODIST_TEST_CMA_STALL is set */
 static uint8_t *cma_off;           /* per world rank: it cannot read ours */
 static int32_t *cma_verified;      /* per world rank: pid checked, or 0 */
 static uint8_t *cma_host;          /* per world rank: 0 not asked, 1 this
@@ -41,6 +46,7 @@ coll_cma_setup(int size)
     const char *s = getenv("TODIST_COLL_CMA");
 
     cma_enabled = !(s != NULL && strcmp(s, "0") == 0);
+    cma_stall = getenv("TODIST_TEST_CMA_STALL") != NULL;
     free(cma_off);
     free(cma_verified);
     free(cma_host);
@@ -93,15 +99,69 @@ coll_post_send_offer(coll_req_t *r, int wdst)
 }
 
 void
-coll_cma_answer(int dst, const coll_req_t *r, uint32_t status)
+coll_cma_answer_ids(int dst, uint32_t gid, uint32_t digest, uint32_t seq,
+                    uint32_t tag, uint32_t status)
 {
     uint8_t h[COLL_WIRE_BYTES + 4];
-    size_t len = coll_wire_cma(h, r->group_id, r->g->digest, r->seq, r->tag,
-                               status);
+    size_t len = coll_wire_cma(h, gid, digest, seq, tag, status);
 
     if (coll_tx_send_hdr(dst, h, len) != TD_OK) {
         td_log_debug("coll: answer to rank %d not sent: %s", dst,
                      td_last_error());
+    }
+}
+
+void
+coll_cma_answer(int dst, const coll_req_t *r, uint32_t status)
+{
+    coll_cma_answer_ids(dst, r->group_id, r->g->digest, r->seq, r->tag,
+                        status);
+}
+
+/* TODIST_TEST_CMA_STALL=R:PREFIX (tests only): world rank R, at its first
+ * read in place, makes PREFIX.reading, then waits until the request's
+ * group failed and PREFIX.go exists, for at most 5 s after the failure
+ * (60 s in all), before it reads: a reader still copying when a third
+ * member's death fails the group (C15). */
+static void
+test_stall(coll_req_t *r)
+{
+    static int done;
+    const char *s = getenv("TODIST_TEST_CMA_STALL");
+    char path[512];
+    const char *colon;
+    double t0 = td_now_s(), broke = 0;
+    int fd;
+
+    if (s == NULL || done || (colon = strchr(s, ':')) == NULL ||
+        atoi(s) != coll_world_rank()) {
+        return;
+    }
+    done = 1;
+    snprintf(path, sizeof(path), "%s.reading", colon + 1);
+    fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        close(fd);
+    }
+    snprintf(path, sizeof(path), "%s.go", colon + 1);
+    td_log_info("coll: TODIST_TEST_CMA_STALL: reading %zu bytes from rank %d "
+                "once group %u failed and %s exists", r->nbytes, r->from,
+                r->group_id, path);
+    for (;;) {
+        double now = td_now_s();
+
+        if (broke == 0 &&
+            __atomic_load_n(&r->g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
+            broke = now;
+        }
+        if ((broke > 0 && (access(path, F_OK) == 0 || now - broke > 5)) ||
+            now - t0 > 60) {
+            td_log_info("coll: TODIST_TEST_CMA_STALL: reading now (%s; the "
+                        "group failed %.3f s ago)", access(path, F_OK) == 0 ?
+                        "go" : "no go", broke > 0 ? now - broke : -1.0);
+            break;
+        }
+        nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
     }
 }
 
@@ -123,6 +183,10 @@ coll_cma_read(coll_req_t *r)
         }
     }
     char *dst = r->cma_dst != NULL ? r->cma_dst : r->buf;
+
+    if (cma_stall) {
+        test_stall(r);
+    }
 
     ok = ok && td__cma_read((uint32_t)r->cma_pid, r->cma_addr, dst,
                             r->nbytes) == TD_OK;
@@ -182,9 +246,19 @@ void
 coll_cma_answered(coll_req_t *r, int src, uint32_t answer)
 {
     td_status_t st;
+    char why[COLL_ERR_MAX];
 
-    if (answer == 0) {
+    /* C15: its group failed while the reader could still read: now it
+     * cannot, and the send ends with that failure (kept in R) */
+    if (answer == 0 || r->status != TD_OK) {
         coll_req_complete(r, TD_OK, NULL);
+        return;
+    }
+    if (answer == COLL_CMA_DROPPED) {
+        snprintf(why, sizeof(why), "coll: rank %d dropped our offer of call "
+                 "#%u in group %u unread: the group failed or is gone "
+                 "there", src, r->seq, r->group_id);
+        coll_req_complete(r, TD_ERR_CANCELED, why);
         return;
     }
     /* C9: it cannot read us (1: and stop offering) or does not want to

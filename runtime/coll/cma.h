@@ -2,7 +2,7 @@
  * offered (pid, address) instead of sent, and its receiver copies it with
  * process_vm_readv. A channel above the transport's sending side (tx.h).
  *
- * Invariants (comments cite them as C9, C10):
+ * Invariants (comments cite them as C9..C12, C15):
  *  C9 A body offered in place (COLL_F_CMA) stays untouched until its
  *     reader's MSG_CMA (or, p2p, an error ack) arrives (the send completes
  *     only then); the reader copies it on the waiting thread, never in a
@@ -44,6 +44,21 @@
  *     PID namespace, runtime/hostmap.h), learnt once per rank: a pid from
  *     another host names some other process here, or none.
  *
+ * C15 A failed group does not give an offered buffer back while its
+ *     reader may still copy it: a failure (C6) leaves the group's posted
+ *     offers posted with the failure as their status, and each completes
+ *     only when its reader answers (MSG_CMA: read, or 3, dropped unread)
+ *     or is known dead (coll_match_peer_dead), the send then ending with
+ *     the group's failure; a waiter whose call failed withdraws its other
+ *     requests at once and its offers only at the call's deadline (a
+ *     reader that neither answers nor dies: logged as a warning). So a
+ *     reader copying when a third member's death fails the group never
+ *     sees the sender's next use of the buffer. The reader answers every
+ *     collective offer it drops (its group failed or is gone, a full
+ *     queue) with 3 as well as C14's abort; a p2p offer dropped is acked
+ *     (C14), which ends it as before. [test_inplace 3g, through
+ *     TODIST_TEST_CMA_STALL]
+ *
  * Thread safety: all functions are thread-safe; none may be called with
  * coll_lock held. */
 #ifndef TD_RUNTIME_COLL_CMA_H
@@ -69,8 +84,11 @@ void        coll_cma_offered(coll_req_t *r);
  * it only: C10); R's cma_ready_a taken by the caller. */
 void        coll_cma_decline(coll_req_t *r);
 /* Tell world rank DST what became of its offer R (0 read, 1 resend and
- * stop offering, 2 resend). */
+ * stop offering, 2 resend, 3 dropped unread: C15). */
 void        coll_cma_answer(int dst, const coll_req_t *r, uint32_t status);
+/* The same for the offer of call SEQ, TAG in group GID (DIGEST). */
+void        coll_cma_answer_ids(int dst, uint32_t gid, uint32_t digest,
+                                uint32_t seq, uint32_t tag, uint32_t status);
 /* Our offer R to SRC was answered ANSWER (MSG_CMA, R taken off the posted
  * list): completed, or its body resent. */
 void        coll_cma_answered(coll_req_t *r, int src, uint32_t answer);

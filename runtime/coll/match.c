@@ -444,7 +444,9 @@ ux_answer_list(coll_unexp_t *list, td_status_t fail, const char *msg)
         int once = list->type == MSG_COLL && list->src >= 0 &&
                    list->src < n;
 
-        if (C.refuse != NULL && !(once && told != NULL && told[list->src])) {
+        /* an offer in place is answered each (cma.h C15), the rest once */
+        if (C.refuse != NULL &&
+            (list->cma || !(once && told != NULL && told[list->src]))) {
             C.refuse(list, fail, msg);
             if (once && told != NULL) {
                 told[list->src] = 1;
@@ -499,7 +501,16 @@ group_fail_locked(td_group_t *g, td_status_t code, const char *msg,
     __atomic_store_n(&g->broken, code, __ATOMIC_RELEASE);
     for (q = C.posted_head; q != NULL; q = next) {
         next = q->next;
-        if (q->group_id == g->id) {
+        if (q->group_id == g->id && q->cma_send &&
+            (q->type == REQ_SEND_COLL || q->type == REQ_SEND_P2P)) {
+            /* cma.h C15: its reader may be copying the buffer now: it
+             * stays posted, failed, until the reader answers or dies */
+            if (q->status == TD_OK) {
+                q->status = code;
+                snprintf(q->err, sizeof(q->err), "%s", msg);
+            }
+            p = q;
+        } else if (q->group_id == g->id) {
             posted_unlink(p, q);
             q->next = out;
             out = q;

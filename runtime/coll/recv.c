@@ -111,6 +111,11 @@ coll_recv_refuse_msg(int src, uint8_t type, uint32_t gid, uint32_t digest,
 void
 coll_recv_refuse(const coll_unexp_t *e, td_status_t fail, const char *msg)
 {
+    if (e->type == MSG_COLL && e->cma) {
+        /* cma.h C15: its sender keeps the buffer until told */
+        coll_cma_answer_ids(e->src, e->group_id, e->digest, e->seq, e->tag,
+                            COLL_CMA_DROPPED);
+    }
     coll_recv_refuse_msg(e->src, e->type, e->group_id, e->digest, e->seq,
                          e->dtype, e->ndim, e->shape, 0, fail, msg);
 }

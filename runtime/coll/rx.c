@@ -64,10 +64,17 @@ typedef struct {
 static void
 refuse(int src, const coll_wire_t *m, int full, const drop_t *d)
 {
-    coll_recv_refuse_msg(src, m->type, m->gid, m->digest, m->seq, m->dtype,
-                         m->ndim, m->shape, full,
-                         d != NULL ? d->fail : TD_OK,
-                         d != NULL && d->fail != TD_OK ? d->msg : NULL);
+    if (m->type == MSG_COLL && m->cma) {
+        /* cma.h C15: its sender keeps the buffer until told */
+        coll_cma_answer_ids(src, m->gid, m->digest, m->seq, m->tag,
+                            COLL_CMA_DROPPED);
+    }
+    if (full || d == NULL || d->answer) {
+        coll_recv_refuse_msg(src, m->type, m->gid, m->digest, m->seq,
+                             m->dtype, m->ndim, m->shape, full,
+                             d != NULL ? d->fail : TD_OK,
+                             d != NULL && d->fail != TD_OK ? d->msg : NULL);
+    }
 }
 
 /* Is message M from SRC for a group that takes it (coll_lock held)? 1
@@ -405,8 +412,8 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         if (f.code != TD_OK) {
             fail_apply(&f);
         }
-        if (d.answer) {
-            refuse(rx->src, &m, 0, &d);     /* C14 */
+        if (d.answer || (m.type == MSG_COLL && m.cma)) {
+            refuse(rx->src, &m, 0, &d);     /* C14, cma.h C15 */
         }
         return;
     }

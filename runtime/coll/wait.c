@@ -11,6 +11,7 @@
 #include "runtime/coll/mbox.h"
 #include "runtime/coll/tx.h"
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/cpu.h"
 
 #define SPIN_S 0.002       /* drive this long before sleeping */
@@ -163,17 +164,28 @@ wait_some(wait_t *w, double until, double t0)
 }
 
 /* Take the not-yet-matched requests of W off the posted list and
- * complete them with CODE/MSG (C4). */
-static void
-withdraw(wait_t *w, td_status_t code, const char *msg)
+ * complete them with CODE/MSG (C4); offers in place (cma.h C15) only
+ * with OFFERS: their readers may still be copying them. How many offers
+ * were left. */
+static int
+withdraw(wait_t *w, td_status_t code, const char *msg, int offers)
 {
+    int left = 0;
+
     for (int i = 0; i < w->n; i++) {
         coll_req_t *r = w->reqs[i];
 
-        if (r != NULL && !atomic_load(&r->done) && coll_unpost(r)) {
+        if (r == NULL || atomic_load(&r->done)) {
+            continue;
+        }
+        if (!offers && r->cma_send &&
+            (r->type == REQ_SEND_COLL || r->type == REQ_SEND_P2P)) {
+            left++;
+        } else if (coll_unpost(r)) {
             coll_req_complete(r, code, msg);
         }
     }
+    return left;
 }
 
 /* "1, 3" for the ranks W's unfinished receives wait for. */
@@ -296,6 +308,7 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
     unsigned long seen = coll_completions();
     char msg[COLL_ERR_MAX];
     size_t bytes = 0;
+    td_status_t verdict = TD_OK;
 
     /* Large bodies move only while some thread drives the worker (the
      * progress thread sleeps between events): keep driving for as long as
@@ -316,7 +329,7 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
 
     if (td__transport_on_progress_thread(coll_transport())) {
         withdraw(&w, TD_ERR_STATE, "coll: waited for inside a transport "
-                 "callback");
+                 "callback", 1);
         /* Cannot drive from here: leave what is in flight to finish. */
         return td_error(TD_ERR_STATE, "coll: a wait inside a transport "
                         "callback would deadlock");
@@ -355,11 +368,24 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         }
         st = wait_verdict(&w, g, is_coll, now, deadline, msg, sizeof(msg));
         if (st != TD_OK) {
-            withdraw(&w, st, msg);
+            /* cma.h C15: offers wait for their readers' answers or
+             * deaths, until the call's deadline at most */
+            double hard = deadline > 0 ? deadline : now + coll_timeout();
+            int offers = withdraw(&w, st, msg,
+                                  coll_stopped() || now > hard);
+
             while (!all_done(&w)) {       /* C4: bodies in flight land */
                 cma_service(&w);
+                if (offers > 0 && td_now_s() > hard) {
+                    td_log_warn("coll: %d offer(s) in place still "
+                                "unanswered at the deadline: their readers "
+                                "may still read the buffer (cma.h C15)",
+                                offers);
+                    offers = withdraw(&w, st, msg, 1);
+                }
                 wait_some(&w, td_now_s() + 0.01, 0);
             }
+            verdict = st;
             break;
         }
         if (is_coll && g != NULL && now >= probe_at) {
@@ -384,6 +410,11 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
         if (reqs[i] != NULL && reqs[i]->status != TD_OK) {
             return td_error(reqs[i]->status, "%s", reqs[i]->err);
         }
+    }
+    if (verdict != TD_OK) {
+        /* every request ended well (an offer read), but the call may not
+         * go on: the reason the wait stopped */
+        return td_error(verdict, "%s", msg);
     }
     return TD_OK;
 }

@@ -114,7 +114,7 @@ coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
             return TD_ERR_PROTOCOL;     /* W1: an answer is 0 or 1 */
         }
         if (m->type == MSG_CMA && m->word > COLL_CMA_ANSWER_MAX) {
-            return TD_ERR_PROTOCOL;     /* W1: one of the three answers */
+            return TD_ERR_PROTOCOL;     /* W1: one of the four answers */
         }
     }
     if (m->type == MSG_ACK && (m->flags & COLL_F_MBOX)) {

@@ -31,7 +31,8 @@ enum {
                        * compare with yours (late.c K4); no answer */
 };
 #define MSG_TYPE_MAX MSG_PROBE
-#define COLL_CMA_ANSWER_MAX 2       /* MSG_CMA's answers: 0, 1, 2 */
+#define COLL_CMA_DROPPED 3          /* MSG_CMA: dropped unread (cma.h C15) */
+#define COLL_CMA_ANSWER_MAX 3       /* MSG_CMA's answers: 0, 1, 2, 3 */
 
 #define COLL_F_CMA    0x01            /* header flag: body offered in place */
 #define COLL_F_RESEND 0x02            /* P2P: the body of an offer answered

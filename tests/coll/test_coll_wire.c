@@ -43,7 +43,7 @@ main(void)
     coll_wire_t m;
     const size_t W = COLL_WIRE_BYTES;
 
-    plan(33 + 24);
+    plan(34 + 24);
 
     /* accepted, with what each type carries */
     fixed(MSG_P2P, TD_FLOAT32, 2, 0, 24);
@@ -105,8 +105,11 @@ main(void)
     is_int(parse(W + 4, 0, 0, &m), TD_OK, "a read-in-place answer");
     is_int((int)m.word, 2, "its answer");
     td_put_be32(h + W, 3);
+    is_int(parse(W + 4, 0, 0, &m), TD_OK,
+           "a read-in-place answer 3: dropped unread (cma.h C15)");
+    td_put_be32(h + W, 4);
     is_int(parse(W + 4, 0, 0, &m), TD_ERR_PROTOCOL,
-           "a read-in-place answer other than 0, 1, 2 (W1)");
+           "a read-in-place answer other than 0, 1, 2, 3 (W1)");
 
     fixed(MSG_POKE, 0, 0, 0, 0);
     is_int(parse(W, 0, 0, &m), TD_OK, "a poke");

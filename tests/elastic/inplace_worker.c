@@ -52,7 +52,16 @@
  *       20 MiB float32 tensor (three pieces: 8, 8 and 4 MiB), a 3-element
  *       int64 one and a 64 x 48 float64 one (one piece each);
  *       every rank checks every element against rank 1's pattern and
- *       prints "rank R chain ok" or the first wrong element. */
+ *       prints "rank R chain ok" or the first wrong element.
+ *   inplace_worker offer   (3 ranks, TODIST_TEST_CMA_STALL=1:PREFIX) rank
+ *       0 td_sends 1 MiB of 7s to rank 1, offered in place; rank 1 takes
+ *       the offer and stalls (the hook) until the world's group failed;
+ *       rank 2 SIGKILLs itself once rank 1 stalls (PREFIX.reading). Rank
+ *       0's send may end only once rank 1 answered (cma.h C15): it
+ *       then overwrites its buffer with -1s and makes PREFIX.go, which
+ *       ends rank 1's stall at once. Rank 1 must have read 7s only:
+ *       "rank 1 recv STATUS wrong 0"; rank 0 prints "rank 0 send
+ *       STATUS". */
 #include "config.h"
 
 #include <signal.h>
@@ -355,6 +364,83 @@ chain(void)
     return td_finalize() == TD_OK ? 0 : fail(rank, "td_finalize");
 }
 
+/* "offer": see the top. */
+static int
+offer(void)
+{
+    const char *spec = getenv("TODIST_TEST_CMA_STALL");
+    const char *prefix = spec != NULL ? strchr(spec, ':') : NULL;
+    int64_t n = 256 * 1024;
+    td_tensor_t *t = NULL;
+    char path[512];
+    struct timespec ts;
+    td_status_t s;
+    int rank;
+
+    if (prefix == NULL) {
+        fprintf(stderr, "inplace_worker offer: TODIST_TEST_CMA_STALL=1:PREFIX "
+                "is not set\n");
+        return 2;
+    }
+    prefix++;
+    if (td_init(NULL) != TD_OK) {
+        return fail(-1, "td_init");
+    }
+    rank = td_world()->rank;
+    if (td_world()->world_size != 3 ||
+        td_tensor_zeros(&n, 1, TD_FLOAT32, &t) != TD_OK) {
+        fprintf(stderr, "inplace_worker offer: needs 3 ranks\n");
+        return 2;
+    }
+    /* every pair talks once: each rank holds an endpoint to rank 2, so
+     * its death is seen (docs/reliability.md) */
+    if (td_barrier(60) != TD_OK || td_all_reduce(td_group_world(), t,
+                                               TD_REDUCE_SUM) != TD_OK) {
+        return fail(rank, "barrier");
+    }
+    if (rank == 2) {
+        snprintf(path, sizeof(path), "%s.reading", prefix);
+        for (int i = 0; i < 6000 && access(path, F_OK) != 0; i++) {
+            nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
+        }
+        raise(SIGKILL);
+    }
+    if (rank == 0) {
+        float *f = td_tensor_data(t);
+
+        for (int64_t i = 0; i < n; i++) {
+            f[i] = 7;
+        }
+        s = td_send(td_group_world(), t, 1, 5);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        printf("rank 0 send %s (at %ld.%03ld)\n", td_status_name(s),
+               (long)ts.tv_sec, ts.tv_nsec / 1000000);
+        fflush(stdout);
+        /* the buffer is ours again: reuse it at once */
+        for (int64_t i = 0; i < n; i++) {
+            f[i] = -1;
+        }
+        snprintf(path, sizeof(path), "%s.go", prefix);
+        fclose(fopen(path, "w"));
+    } else {
+        const float *f = td_tensor_data(t);
+        int64_t wrong = 0;
+
+        s = td_recv(td_group_world(), t, 0, 5, NULL);
+        for (int64_t i = 0; i < n; i++) {
+            wrong += f[i] != 7;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        printf("rank 1 recv %s wrong %lld (at %ld.%03ld)\n",
+               td_status_name(s), (long long)wrong, (long)ts.tv_sec,
+               ts.tv_nsec / 1000000);
+        fflush(stdout);
+    }
+    td_tensor_release(t);
+    td_finalize();            /* fails: rank 2 is gone (not checked) */
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -374,13 +460,17 @@ main(int argc, char **argv)
                       strcmp(argv[1], "grow") != 0 &&
                       strcmp(argv[1], "grow2") != 0 &&
                       strcmp(argv[1], "regrow") != 0 &&
-                      strcmp(argv[1], "chain") != 0)) {
+                      strcmp(argv[1], "chain") != 0 &&
+                      strcmp(argv[1], "offer") != 0)) {
         fprintf(stderr, "usage: inplace_worker heal|during|stale|tell|reject|"
-                "grow|grow2|regrow|chain\n");
+                "grow|grow2|regrow|chain|offer\n");
         return 2;
     }
     if (strcmp(argv[1], "chain") == 0) {
         return chain();
+    }
+    if (strcmp(argv[1], "offer") == 0) {
+        return offer();
     }
     if (strcmp(argv[1], "grow") == 0) {
         return grow(2, -1, 0);

@@ -26,6 +26,10 @@
 #  3d. inplace_worker chain: td_checkpoint_broadcast from rank 1 along the
 #     chain 1 -> 2 -> 3 -> 0 of a 20 MiB tensor (3 pieces), a small one and
 #     a 2-D one: every rank holds rank 1's values.
+#  3g. inplace_worker offer on 3 ranks: rank 2 dies while rank 1 reads
+#     rank 0's td_send offered in place (held by TODIST_TEST_CMA_STALL
+#     until the group failed): rank 0 reuses its buffer once td_send
+#     returns, and rank 1 must have read the values sent (cma.h C15).
 #  3c. inplace_worker grow under todist-run --no-kill --replace 1: rank 2
 #     dies before step 3, the survivors go on at world 3, the launcher's
 #     replacement joins (td_elastic_join) at the step G that rank 0's
@@ -82,7 +86,7 @@
 #     then at 4 ranks to the end.
 # Bounded by timeout; parts 4-9 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 76
+plan 79
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -177,6 +181,21 @@ is "$rc" 0 "the chain's broadcast ends on every rank"
 is "$(printf '%s\n' "$out" | grep -c '^rank [0-3] chain ok$')" 4 \
    "every rank holds rank 1's big (in pieces), small and 2-D tensors"
 [ "$rc" = 0 ] || diag "$out"
+
+# --- 3g: an offer in place outlives its group's failure until read ---
+# Rank 1 stalls in its read of rank 0's 1 MiB offer (TODIST_TEST_CMA_STALL)
+# until rank 2's death failed the world's group; rank 0 overwrites the
+# buffer as soon as its td_send returns: rank 1 must have read 7s only
+# (cma.h C15). Rank 0's send fails by rank 2's death, or succeeds where
+# rank 1 saw the death and answered first.
+out=$(TODIST_TEST_CMA_STALL="1:$TD_TMP/offer" timeout -k 5 120 \
+      todist-run -n 3 --no-kill "$w" offer 2>&1); rc=$?
+is "$rc" 137 "offer: the launcher exits with rank 2's status"
+like "$out" "rank 1 recv TD_OK wrong 0 " \
+   "the reader copied the offered buffer as it was sent (C15)"
+like "$out" "rank 0 send TD_(OK|ERR_PEER)" \
+   "the sender's td_send ended once the reader answered"
+[ "$rc" = 137 ] || diag "$out"
 
 # --- 3c: a replacement joins, the world grows again ---
 out=$(timeout -k 5 120 todist-run -n 4 --no-kill --replace 1 "$w" grow 2>&1); rc=$?
