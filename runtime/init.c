@@ -72,6 +72,8 @@ typedef struct {
     td__proc_t proc;     /* its process (liveness.h), watched when asked */
     char     host_name[HOSTMAP_NAME_MAX];
     hostmap_ips_t ips;   /* its host's addresses (liveness.h V4) */
+    int      fetching;   /* A1: a thread is fetching it (addr_lock) */
+    unsigned gen;        /* A2: bumped by td__runtime_readmit */
 } addr_t;
 
 static struct {
@@ -88,7 +90,10 @@ static struct {
     uint16_t            store_port;
     char               *token;         /* TODIST_JOB_TOKEN's copy or NULL */
     td_transport_t     *tp;
-    pthread_mutex_t     addr_lock;
+    pthread_mutex_t     addr_lock;     /* rt.addrs; never held across
+                                        * store I/O (A1) */
+    pthread_cond_t      addr_cond;     /* a fetch ended (A1) */
+    pthread_mutex_t     resolver_lock; /* connecting rt.resolver (A1) */
     addr_t             *addrs;
     unsigned            barrier_gen;
     int                 dead_rank;     /* first member the transport lost,
@@ -114,7 +119,9 @@ static struct {
                                         * real loss fails the join, which
                                         * names it (atomic; the progress
                                         * thread reads) */
-} rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER };
+} rt = { .addr_lock = PTHREAD_MUTEX_INITIALIZER,
+        .addr_cond = PTHREAD_COND_INITIALIZER,
+        .resolver_lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* Who serves the store, for messages. */
 static const char *
@@ -209,11 +216,29 @@ td_initialized(void)
 
 /* ---- addresses ------------------------------------------------------------ */
 
-/* TODIST_TEST_HOLD_ADDR=R:S, for tests only: world rank R's first look-up
- * of a peer's address after td_init, on a thread that is not the
- * transport's token holder, holds addr_lock S seconds longer, as a store
- * slow to answer does (tests/hosts/test_hosts_answer.sh, transport.c L9).
- * Called with addr_lock held. */
+/* Peers' addresses (A1, A2):
+ *  A1 addr_lock guards rt.addrs and is never held across a store or PMIx
+ *     round trip. A thread that must fetch rank R's address marks R in
+ *     flight (fetching), drops the lock for its round trips and takes it
+ *     again to store what came; another thread that wants R meanwhile
+ *     waits on addr_cond for the marker to clear (bounded: the fetcher's
+ *     round trips are, by init_timeout and RESOLVER_CONNECT_S), and one
+ *     that wants another rank's address, or only reads what is known
+ *     (same_host_cb, peer_heard_cb, host texts: the transport's token
+ *     holder asks these), never waits for the store. Before, one lock
+ *     was held across the round trips: a thread fetching one address
+ *     stopped every other thread that needed any, the token holder
+ *     included (issue 30: test_spank_hosts 17/18 hung under load while
+ *     rank 0's store took tens of seconds to answer).
+ *  A2 td__runtime_readmit bumps the rank's generation: a fetch begun
+ *     before it stores nothing (it may have read the old process's
+ *     address); its caller fetches again. */
+
+/* TODIST_TEST_HOLD_ADDR=R:S, for tests only: world rank R's first fetch
+ * of a peer's address from the store after td_init, on a thread that is
+ * not the progress thread, takes S seconds longer, as a store slow to
+ * answer does; the rank is then in flight (A1), the lock is not held
+ * (tests/hosts/test_hosts_answer.sh, transport.c L9, L11). */
 static void
 fetch_test_hold(void)
 {
@@ -235,19 +260,71 @@ fetch_test_hold(void)
     nanosleep(&ts, NULL);
 }
 
+/* TODIST_TEST_SLOW_STORE=R:P:PATH, for tests only: world rank R's fetch
+ * of rank P's address from the store, on whatever thread makes it,
+ * waits until PATH exists (at most 60 s, then says so), as a store that
+ * takes that long to answer (tests/transport/test_transport.sh
+ * slowstore: the token holder must go on, transport.c L11). */
+static void
+fetch_test_slow(int rank)
+{
+    const char *s = getenv("TODIST_TEST_SLOW_STORE");
+    char path[512];
+    int r, p;
+    struct timespec ts = { 0, 10000000 };
+
+    if (s == NULL || sscanf(s, "%d:%d:%511s", &r, &p, path) != 3 ||
+        r != rt.world.rank || p != rank) {
+        return;
+    }
+    for (int i = 0; i < 6000; i++) {
+        if (access(path, F_OK) == 0) {
+            return;
+        }
+        nanosleep(&ts, NULL);
+    }
+    td_log_warn("runtime: TODIST_TEST_SLOW_STORE: gave up waiting for %s",
+                path);
+}
+
+/* The store's error on a fetch of RANK's address, said as what it means. */
 static td_status_t
-fetch_address(int rank, void **addr_p, size_t *len_p)
+fetch_error(int rank, td_status_t status)
+{
+    char why[512];
+
+    if (status == TD_ERR_TIMEOUT) {
+        return td_error(TD_ERR_TIMEOUT, "runtime: rank %d never published "
+                        "its address (%.3g s)", rank,
+                        rt.params.init_timeout);
+    }
+    if (status == TD_ERR_IO || status == TD_ERR_PROTOCOL) {
+        /* The store lives in rank 0: say so, not just "I/O error". */
+        snprintf(why, sizeof(why), "%s", td_last_error());
+        return td_error(TD_ERR_PEER, "runtime: %s, which holds the store, "
+                        "is gone: cannot reach rank %d, whose address this "
+                        "rank never fetched (%s)", store_holder(), rank, why);
+    }
+    return status;
+}
+
+/* RANK's published value and its pid from the store or PMIx, no lock of
+ * ours held (A1). */
+static td_status_t
+fetch_remote(int rank, void **v_p, size_t *len_p, int32_t *pid_p)
 {
     char key[64];
-    void *v = NULL, *copy;
-    size_t len = 0;
     td_status_t status = TD_OK;
+    td_store_t *resolver;
 
-    pthread_mutex_lock(&rt.addr_lock);
-    fetch_test_hold();
-    if (rt.addrs[rank].value == NULL && !rt.pmix && rt.resolver == NULL) {
-        /* The store was up at td_init: no long retries (this may be the
-         * progress thread), and a refusal means rank 0 is gone. */
+    *pid_p = 0;
+    if (rt.pmix) {
+        return td__pmix_lookup(rank, v_p, len_p);
+    }
+    pthread_mutex_lock(&rt.resolver_lock);
+    if (rt.resolver == NULL) {
+        /* The store was up at td_init: no long retries, and a refusal
+         * means rank 0 is gone. */
         status = td_store_connect(rt.store_host, rt.store_port, rt.token,
                                   RESOLVER_CONNECT_S, &rt.resolver);
         if (status != TD_OK) {
@@ -259,17 +336,48 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
                               store_holder(), rank, why);
         }
     }
-    if (rt.addrs[rank].value == NULL && status == TD_OK) {
-        /* V5: the pid first, so it is never a later process's */
-        int32_t pid = rt.pmix ? 0 : td__liveness_pid(rt.resolver, rank);
+    resolver = rt.resolver;
+    pthread_mutex_unlock(&rt.resolver_lock);
+    if (status != TD_OK) {
+        return status;
+    }
+    fetch_test_hold();
+    fetch_test_slow(rank);
+    /* V5: the pid first, so it is never a later process's (the client
+     * serialises its calls itself) */
+    *pid_p = td__liveness_pid(resolver, rank);
+    snprintf(key, sizeof(key), "td/addr/%d", rank);
+    status = td_store_get(resolver, key, rt.params.init_timeout, v_p, len_p);
+    return status == TD_OK ? TD_OK : fetch_error(rank, status);
+}
 
-        snprintf(key, sizeof(key), "td/addr/%d", rank);
-        status = rt.pmix ? td__pmix_lookup(rank, &v, &len)
-                         : td_store_get(rt.resolver, key,
-                                        rt.params.init_timeout, &v, &len);
-        if (status == TD_OK) {
-            addr_t *a = &rt.addrs[rank];
+static td_status_t
+fetch_address(int rank, void **addr_p, size_t *len_p)
+{
+    void *v = NULL, *copy;
+    size_t len = 0;
+    td_status_t status = TD_OK;
+    addr_t *a = &rt.addrs[rank];
 
+    pthread_mutex_lock(&rt.addr_lock);
+    while (a->value == NULL && status == TD_OK) {
+        unsigned gen = a->gen;
+        int32_t pid;
+
+        if (a->fetching) {
+            pthread_cond_wait(&rt.addr_cond, &rt.addr_lock);  /* A1 */
+            continue;
+        }
+        a->fetching = 1;
+        pthread_mutex_unlock(&rt.addr_lock);
+        status = fetch_remote(rank, &v, &len, &pid);
+        pthread_mutex_lock(&rt.addr_lock);
+        a->fetching = 0;
+        pthread_cond_broadcast(&rt.addr_cond);
+        if (status == TD_OK && a->gen != gen) {
+            free(v);                    /* A2: the old process's: again */
+            v = NULL;
+        } else if (status == TD_OK) {
             status = hostmap_unpack(rank, v, len, &a->addr, &a->len,
                                     &a->host, a->host_name, &a->ips);
             if (status == TD_OK) {
@@ -278,29 +386,17 @@ fetch_address(int rank, void **addr_p, size_t *len_p)
             } else {
                 free(v);
             }
-        } else if (status == TD_ERR_TIMEOUT) {
-            status = td_error(TD_ERR_TIMEOUT, "runtime: rank %d never "
-                              "published its address (%.3g s)", rank,
-                              rt.params.init_timeout);
-        } else if (status == TD_ERR_IO || status == TD_ERR_PROTOCOL) {
-            /* The store lives in rank 0: say so, not just "I/O error". */
-            char why[512];
-            snprintf(why, sizeof(why), "%s", td_last_error());
-            status = td_error(TD_ERR_PEER, "runtime: %s, which holds the "
-                              "store, is gone: cannot reach rank %d, whose "
-                              "address this rank never fetched (%s)",
-                              store_holder(), rank, why);
         }
     }
     if (status == TD_OK && addr_p == NULL) {
         *len_p = 0;
     } else if (status == TD_OK) {
-        len = rt.addrs[rank].len;
+        len = a->len;
         copy = malloc(len ? len : 1);
         if (copy == NULL) {
             status = td_error(TD_ERR_NO_MEMORY, "runtime: out of memory");
         } else {
-            memcpy(copy, rt.addrs[rank].addr, len);
+            memcpy(copy, a->addr, len);
             *addr_p = copy;
             *len_p = len;
         }
@@ -1051,6 +1147,7 @@ td__runtime_readmit(int rank, double timeout)
      * forgotten by the transport's reset (peer_reset_cb), on the token
      * holder, which alone asks about it */
     pthread_mutex_lock(&rt.addr_lock);
+    rt.addrs[rank].gen++;                                      /* A2 */
     free(rt.addrs[rank].value);
     rt.addrs[rank].value = NULL;
     rt.addrs[rank].addr = NULL;

@@ -18,8 +18,9 @@
  *  V2 The process is watched through a pidfd opened at the first check,
  *     so a pid reused later is not taken for the peer; without pidfds
  *     (old kernels), kill(pid, 0).
- *  V3 The pid is read once per address of a peer, from the store, under
- *     the caller's lock (the store client is not thread-safe).
+ *  V3 The pid is read once per address of a peer, from the store, by
+ *     the thread fetching that address (runtime/init.c A1: no lock of
+ *     the runtime's held; the store client serialises its calls).
  *  V5 The pid is the process's whose address was fetched: it is read just
  *     before that address (a process publishes its address, then its
  *     pid), never later. A rank replaced overwrites both keys: a pid read

@@ -133,11 +133,22 @@ td_out_why() {
     printf '%s\n' "$1" | sed -n '/[^[:space:]]/h;${x;p;}'
 }
 
+# td_diag_logs OUTPUT: the run's own log lines (every rank's todist
+# lines, the launcher's, a sanitizer's first), at most 30, as diag lines:
+# what the ranks said around a failed check, in the test's .log.
+td_diag_logs() {
+    printf '%s\n' "$1" |
+        grep -E '^todist(\[rank [0-9]+\])?: |^todist-run: |ERROR: (Address|Leak|Thread)Sanitizer|runtime error:' |
+        head -30 | sed 's/^/#   /'
+    return 0                            # none is no failure
+}
+
 # expect OUTPUT NAME...: one test per NAME, passing when OUTPUT has the line
 # "PASS NAME" (a missing line fails too); a failure shows its "FAIL NAME"
 # lines. For peers that print PASS/FAIL per check.
 expect() { # output names...
     _out=$1; shift
+    _bad=0
     for _c in "$@"; do
         if printf '%s\n' "$_out" | grep -x "PASS $_c" >/dev/null; then
             ok 0 "$_c"
@@ -145,8 +156,10 @@ expect() { # output names...
             _f=$(printf '%s\n' "$_out" | grep -F "FAIL $_c")
             ok 1 "$_c" "${_f:-no PASS line: $(td_out_why "$_out")}"
             [ -z "$_f" ] || printf '%s\n' "$_f" | sed 's/^/# /'
+            _bad=1
         fi
     done
+    [ "$_bad" = 0 ] || td_diag_logs "$_out"
 }
 
 done_testing() {

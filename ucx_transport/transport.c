@@ -27,7 +27,7 @@
  * free sends directly. While a driver is active the progress thread naps,
  * so the two never compete for a core. Callbacks run on the holder.
  *
- * Liveness between hosts (L1..L10). UCX notices a peer whose process died
+ * Liveness between hosts (L1..L11). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
  * retransmitting for minutes. So:
  *  L1 A peer on another host (params.same_host says so when it is
@@ -93,6 +93,32 @@
  *     reported: UCX may see a dying peer's endpoint break before its
  *     process reads as exited, and the caller must learn TD_ERR_PEER
  *     naming the rank (CI: test_coll early_kill_fails_naming_it).
+ *  L11 The token holder never waits for the store: it never calls the
+ *     resolver (params.resolve). A peer's address is fetched by the
+ *     resolver thread (resolver_main, started at the first need), one at
+ *     a time, with no lock of ours held across the fetch (res_lock guards
+ *     the answer only). Where the holder needs an endpoint it has not
+ *     got (peer_ready): a send parks on tp->parked_head, after that
+ *     peer's earlier parked sends, and every later send to that peer
+ *     parks behind them (order per sender; a parked peer has no
+ *     endpoint, so S2 never passes them); a watch (td__transport_watch)
+ *     waits likewise; an offer (O2) is answered "later" (ANS_LATER,
+ *     through the offer's reply endpoint: sent again through UCX,
+ *     offered again next time; as after a refusal (O2), that message may
+ *     then arrive after the sender's later ones: a cost of a first large
+ *     message from a peer of this host this rank never sent to); another
+ *     internal message to it is not
+ *     sent (pings and wake-ups go only to peers with an endpoint). Each
+ *     fetch's end, its address or its error, sets tp->addr_news and
+ *     signals the worker; the next round restarts the parked sends in
+ *     order (addr_arrived), which connect or fail with the resolver's
+ *     error as before. Before, a send posted by a callback, an RPC's
+ *     reply, a watch or an offer's answer fetched on the holder: one slow
+ *     store answer (rank 0's store answered after tens of seconds under
+ *     load) stopped all of a rank's progress, and its peers' collectives
+ *     timed out (issue 30, test_spank_hosts 17/18 under load).
+ *     Shutdown cancels what is parked; a revive forgets the address
+ *     (a fetch begun before it is dropped, addr_gen).
  *
  * Bodies offered in place (O1..O5): between ranks of one host a large
  * body costs two copies through UCX's shared memory; offered, it costs
@@ -309,7 +335,8 @@
 #define LIVE_ID           (TD_TRANSPORT_HANDLERS_MAX - 1)   /* L3 */
 #define CMA_ID            (TD_TRANSPORT_HANDLERS_MAX - 2)   /* O3 */
 /* A reader's answer to an offer (O2-O5). */
-enum { ANS_READ = 0, ANS_REFUSED = 1, ANS_FAILED = 2, ANS_PEER = 3 };
+enum { ANS_READ = 0, ANS_REFUSED = 1, ANS_FAILED = 2, ANS_PEER = 3,
+       ANS_LATER = 4 };     /* L11: refused this once, offer again later */
 #define LIVE_TICK_NS      100000000LL
 #define MBOX_RECHECK_NS   50000L      /* X4: a sleeper's first nap */
 #define LIVE_DEFAULT_S    3.0
@@ -389,7 +416,20 @@ typedef struct {
     int64_t  heard_w;    /* when rx_count last moved (or it was connected) */
     int64_t  ping_w;     /* when it was last pinged, -1 not since heard */
     uint8_t  busy_told;  /* L7 logged for this silence */
+    /* its address (L11): these six under tp->res_lock */
+    uint8_t  addr_state; /* ADDR_* */
+    unsigned addr_gen;   /* bumped by a revive: an older fetch is dropped */
+    td_status_t addr_status;     /* ADDR_FAILED: why */
+    char    *addr_why;
+    void    *addr;       /* ADDR_READY: the resolver's answer */
+    size_t   addr_len;
+    /* token holder only */
+    int      parked;     /* its sends on tp->parked_head (L11) */
+    uint8_t  watch_later;    /* watched while its address was fetched */
 } peer_t;
+
+/* L11: a peer's address, fetched by the resolver thread. */
+enum { ADDR_NONE, ADDR_WANTED, ADDR_FETCHING, ADDR_READY, ADDR_FAILED };
 
 /* An incoming message whose bodies are still arriving (sized by the
  * number of bodies: small messages cost a small allocation). */
@@ -516,6 +556,16 @@ struct td_transport {
     uint64_t              n_mbox_tx, n_mbox_rx;   /* token holder */
     uint64_t              n_taken;        /* S1: bodies taken by handlers */
     uint64_t              n_lean;         /* S2: lean sends (holder) */
+    /* addresses fetched off the token holder (L11) */
+    pthread_mutex_t       res_lock;       /* never held across a fetch */
+    pthread_cond_t        res_cond;       /* a peer is wanted, or stop */
+    pthread_t             res_thread;
+    int                   res_started;    /* 1 running, -1 could not start
+                                           * (res_lock) */
+    int                   res_stop;       /* res_lock */
+    int                   res_wanted;     /* peers ADDR_WANTED (res_lock) */
+    int                   addr_news;      /* a fetch ended (atomic) */
+    send_op_t            *parked_head, *parked_tail;   /* holder */
 };
 
 /* Both read on every send: initial-exec, a plain %fs load instead of a
@@ -863,6 +913,159 @@ connect_test_stop(const td_transport_t *tp)
     }
 }
 
+/* L11: the resolver thread fetches the addresses the token holder
+ * asked for (peer_ready), one at a time, with no lock of ours held, and
+ * wakes the holder as each fetch ends. */
+static void *
+resolver_main(void *arg)
+{
+    td_transport_t *tp = arg;
+
+    pthread_mutex_lock(&tp->res_lock);
+    for (;;) {
+        peer_t *p = NULL;
+        void *addr = NULL;
+        size_t len = 0;
+        char *why = NULL;
+        unsigned gen;
+        td_status_t st;
+        int r;
+
+        while (!tp->res_stop && tp->res_wanted == 0) {
+            pthread_cond_wait(&tp->res_cond, &tp->res_lock);
+        }
+        if (tp->res_stop) {
+            break;
+        }
+        for (r = 0; r < tp->params.world_size; r++) {
+            if (tp->peers[r].addr_state == ADDR_WANTED) {
+                p = &tp->peers[r];
+                break;
+            }
+        }
+        if (p == NULL) {
+            tp->res_wanted = 0;         /* a revive took them back */
+            continue;
+        }
+        tp->res_wanted--;
+        p->addr_state = ADDR_FETCHING;
+        gen = p->addr_gen;
+        pthread_mutex_unlock(&tp->res_lock);
+        st = tp->params.resolve(tp->params.resolve_arg, r, &addr, &len);
+        if (st != TD_OK) {
+            why = strdup(td_last_error());
+        }
+        pthread_mutex_lock(&tp->res_lock);
+        if (p->addr_gen != gen || p->addr_state != ADDR_FETCHING) {
+            free(addr);                 /* a revive: the old process's */
+            free(why);
+        } else if (st == TD_OK) {
+            p->addr = addr;
+            p->addr_len = len;
+            p->addr_state = ADDR_READY;
+        } else {
+            p->addr_status = st;
+            p->addr_why = why;
+            p->addr_state = ADDR_FAILED;
+        }
+        /* the holder looks at its parked sends again, whatever came */
+        __atomic_store_n(&tp->addr_news, 1, __ATOMIC_SEQ_CST);
+        ucp_worker_signal(tp->worker);
+    }
+    pthread_mutex_unlock(&tp->res_lock);
+    return NULL;
+}
+
+/* L11, the slow part of peer_ready: is DST's address fetched (or its
+ * fetch failed)? If not, it is asked for. */
+static int
+peer_ready_slow(td_transport_t *tp, int dst)
+{
+    peer_t *p = &tp->peers[dst];
+    int ready;
+
+    if (p->parked > 0) {
+        return 0;       /* they go first, once the address came (unpark) */
+    }
+    pthread_mutex_lock(&tp->res_lock);
+    if (p->addr_state == ADDR_NONE && tp->res_started == 0) {
+        tp->res_started = pthread_create(&tp->res_thread, NULL,
+                                         resolver_main, tp) == 0 ? 1 : -1;
+        if (tp->res_started < 0) {
+            td_log_warn("transport: rank %d: no resolver thread: addresses "
+                        "are fetched by the token holder", tp->params.rank);
+        }
+    }
+    if (p->addr_state == ADDR_NONE && tp->res_started > 0) {
+        p->addr_state = ADDR_WANTED;
+        tp->res_wanted++;
+        pthread_cond_signal(&tp->res_cond);
+    }
+    ready = p->addr_state == ADDR_READY || p->addr_state == ADDR_FAILED ||
+            (p->addr_state == ADDR_NONE && tp->res_started < 0);
+    pthread_mutex_unlock(&tp->res_lock);
+    return ready;
+}
+
+/* L11: may the token holder call peer_connect on DST now without
+ * waiting for the store? Yes when it has an endpoint, has failed, no
+ * endpoint will be made (E1), or its address was fetched; otherwise the
+ * address is asked for and the caller parks (or drops) what needed it.
+ * Token holder. */
+static inline int
+peer_ready(td_transport_t *tp, int dst)
+{
+    const peer_t *p = &tp->peers[dst];
+
+    if (p->ep != NULL || p->failed || tp->closing ||
+        tp->params.resolve == NULL) {
+        return 1;
+    }
+    return peer_ready_slow(tp, dst);
+}
+
+/* The address peer_ready saw fetched (or the resolver's answer now, where
+ * there is no resolver thread); the caller frees it. */
+static td_status_t
+peer_address(td_transport_t *tp, int dst, void **addr_p, size_t *len_p)
+{
+    peer_t *p = &tp->peers[dst];
+    td_status_t st = TD_OK;
+    int own = 0;
+
+    pthread_mutex_lock(&tp->res_lock);
+    switch (p->addr_state) {
+    case ADDR_READY:
+        *addr_p = p->addr;
+        *len_p = p->addr_len;
+        p->addr = NULL;
+        p->addr_state = ADDR_NONE;      /* asked again if connecting fails */
+        break;
+    case ADDR_FAILED:
+        /* every send parked for it fails alike; addr_arrived asks
+         * again for the next ones */
+        st = td_error(p->addr_status, "%s", p->addr_why != NULL ?
+                      p->addr_why : "transport: no address");
+        break;
+    case ADDR_NONE:
+        own = tp->res_started < 0;
+        if (!own) {
+            st = td_error(TD_ERR_STATE, "transport: rank %d's address was "
+                          "not asked for", dst);
+        }
+        break;
+    default:
+        st = td_error(TD_ERR_STATE, "transport: rank %d's address is still "
+                      "being fetched", dst);
+        break;
+    }
+    pthread_mutex_unlock(&tp->res_lock);
+    if (own) {
+        st = tp->params.resolve(tp->params.resolve_arg, dst, addr_p, len_p);
+    }
+    return st;
+}
+
 static td_status_t
 peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
 {
@@ -889,7 +1092,7 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
         return td_error(TD_ERR_STATE, "transport: no address resolver for "
                         "rank %d", dst);
     }
-    status = tp->params.resolve(tp->params.resolve_arg, dst, &addr, &len);
+    status = peer_address(tp, dst, &addr, &len);              /* L11 */
     if (status != TD_OK) {
         return status;
     }
@@ -1004,24 +1207,40 @@ internal_send_on(td_transport_t *tp, ucp_ep_h ep, int dst, uint16_t id,
     }
 }
 
-/* As internal_send_on, to DST's endpoint (made if need be). */
+/* As internal_send_on, to DST's endpoint (made if need be), else to
+ * REPLY (the reply endpoint of the message answered, or NULL) while
+ * DST's address is being fetched (L11). */
 static void
 internal_send(td_transport_t *tp, int dst, uint16_t id, const uint8_t *msg,
-              size_t len)
+              size_t len, ucp_ep_h reply)
 {
     ucp_ep_h ep;
 
+    if (!peer_ready(tp, dst)) {
+        if (reply != NULL) {
+            internal_send_on(tp, reply, dst, id, msg, len);
+        }
+        return;
+    }
     if (peer_connect(tp, dst, &ep) != TD_OK) {
         return;              /* a dead or unknown peer: nothing to tell */
     }
     internal_send_on(tp, ep, dst, id, msg, len);
 }
 
+/* The reply endpoint UCX gives a receive callback, or NULL. */
+static ucp_ep_h
+reply_ep_of(const ucp_am_recv_param_t *param)
+{
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ?
+           param->reply_ep : NULL;
+}
+
 /* Send KIND ('P' ping, 'O' its answer) to DST (L3). Token holder. */
 static void
 live_send(td_transport_t *tp, int dst, uint8_t kind)
 {
-    internal_send(tp, dst, LIVE_ID, &kind, 1);
+    internal_send(tp, dst, LIVE_ID, &kind, 1, NULL);
 }
 
 /* L9: answer SRC's ping from the receive callback without making an
@@ -1161,13 +1380,14 @@ cma_token_for(const td_transport_t *tp, uint32_t pid)
 
 /* Tell DST what became of its offer SEQ (O3). Token holder. */
 static void
-offer_answer(td_transport_t *tp, int dst, uint64_t seq, uint8_t ans)
+offer_answer(td_transport_t *tp, int dst, uint64_t seq, uint8_t ans,
+             ucp_ep_h reply)
 {
     uint8_t m[9];
 
     td_put_be64(m, seq);
     m[8] = ans;
-    internal_send(tp, dst, CMA_ID, m, sizeof(m));
+    internal_send(tp, dst, CMA_ID, m, sizeof(m), reply);
 }
 
 /* O1: may OP's bodies be offered instead of sent? */
@@ -1208,6 +1428,7 @@ offer_settle(td_transport_t *tp, send_op_t *op)
         op_defer(tp, op, TD_OK);
         break;
     case ANS_REFUSED:
+    case ANS_LATER:
         /* started again after this progress call (drain_queue), as a
          * callback's send is */
         op->no_offer = 1;
@@ -1311,7 +1532,7 @@ offer_answered(td_transport_t *tp, int src, const uint8_t *m, size_t len)
         if (op->seq == seq && op->dst == src) {
             *pp = op->next;
             op->answered = 1;
-            op->answer = m[8] <= ANS_PEER ? m[8] : ANS_FAILED;
+            op->answer = m[8] <= ANS_LATER ? m[8] : ANS_FAILED;
             if (op->answer == ANS_REFUSED) {
                 tp->peers[src].refused = 1;
             }
@@ -1392,6 +1613,69 @@ td__transport_fault_roll(td_transport_t *tp, const char *kind)
     return td__fault_roll(&tp->faults, kind);
 }
 
+/* L11: OP waits for its peer's address, after that peer's other parked
+ * sends (token holder). */
+static void
+op_park(td_transport_t *tp, send_op_t *op)
+{
+    op->next = NULL;
+    if (tp->parked_tail != NULL) {
+        tp->parked_tail->next = op;
+    } else {
+        tp->parked_head = op;
+    }
+    tp->parked_tail = op;
+    tp->peers[op->dst].parked++;
+}
+
+static void op_start(td_transport_t *tp, send_op_t *op);
+
+/* L11: a fetch ended: the parked sends are started again in the order
+ * parked (those whose address is still missing park again, in order),
+ * then the peers watched meanwhile are connected. Token holder, outside
+ * UCX callbacks. */
+static void
+addr_arrived(td_transport_t *tp)
+{
+    send_op_t *list = tp->parked_head;
+
+    __atomic_store_n(&tp->addr_news, 0, __ATOMIC_SEQ_CST);
+    tp->parked_head = tp->parked_tail = NULL;
+    for (send_op_t *op = list; op != NULL; op = op->next) {
+        tp->peers[op->dst].parked = 0;
+    }
+    while (list != NULL) {
+        send_op_t *op = list;
+
+        list = op->next;
+        op->next = NULL;
+        op_start(tp, op);
+    }
+    pthread_mutex_lock(&tp->res_lock);
+    for (int r = 0; r < tp->params.world_size; r++) {
+        peer_t *p = &tp->peers[r];
+
+        if (p->watch_later && (p->ep != NULL || p->failed)) {
+            p->watch_later = 0;             /* connected meanwhile */
+        } else if (p->watch_later && p->addr_state == ADDR_READY) {
+            p->watch_later = 0;             /* connect_watched, next */
+            __atomic_store_n(&p->watch, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&tp->watch_pending, 1, __ATOMIC_SEQ_CST);
+        } else if (p->watch_later && p->addr_state == ADDR_FAILED) {
+            p->watch_later = 0;
+            td_log_warn("transport: rank %d: cannot watch rank %d: %s",
+                        tp->params.rank, r, p->addr_why != NULL ?
+                        p->addr_why : "no address");
+        }
+        if (p->addr_state == ADDR_FAILED) {
+            free(p->addr_why);          /* told; a later send asks again */
+            p->addr_why = NULL;
+            p->addr_state = ADDR_NONE;
+        }
+    }
+    pthread_mutex_unlock(&tp->res_lock);
+}
+
 /* Start one queued send (token holder, outside UCX callbacks). */
 static void
 op_start(td_transport_t *tp, send_op_t *op)
@@ -1402,6 +1686,10 @@ op_start(td_transport_t *tp, send_op_t *op)
     size_t count = 0;
     td_status_t status;
 
+    if (tp->peers[op->dst].ep == NULL && !peer_ready(tp, op->dst)) {
+        op_park(tp, op);                                        /* L11 */
+        return;
+    }
     if (tp->faults.n > 0 && fault_hook(tp, op)) {
         return;
     }
@@ -1718,7 +2006,8 @@ recv_rndv(td_transport_t *tp, recv_op_t *r, const wire_hdr_t *w, void *data)
 /* Step 4c: an offer (O2, O5): checked, delivered, its bodies read in
  * place from the sender, answered. */
 static void
-offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w)
+offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w,
+           ucp_ep_h reply)
 {
     const uint8_t *o = h + WIRE_FIXED + (size_t)w->nb * WIRE_BODY + w->ulen;
     td__cma_src_t who = { td_get_be32(o), td_get_be64(o + 8),
@@ -1731,6 +2020,13 @@ offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w)
     ucp_ep_h ep;
     td_status_t st = TD_OK;
 
+    /* L11: not in a receive callback: its address is asked for, and
+     * this offer refused through the reply endpoint (the sender sends
+     * it again through UCX and offers again later) */
+    if (!peer_ready(tp, src)) {
+        offer_answer(tp, src, seq, ANS_LATER, reply);
+        return;
+    }
     /* connected first: the answer goes there, and then its host is known
      * (a peer that cannot be reached is not read either) */
     if (peer_connect(tp, src, &ep) != TD_OK ||
@@ -1742,7 +2038,7 @@ offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w)
         BUMP(tp->n_refused);
         td_log_debug("transport: refused an offer of rank %d (pid %u)",
                      src, who.pid);
-        offer_answer(tp, src, seq, ANS_REFUSED);
+        offer_answer(tp, src, seq, ANS_REFUSED, reply);
         return;
     }
     p->cma_pid = who.pid;
@@ -1750,12 +2046,12 @@ offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w)
     deliver(tp, h, w, r, NULL);
     if (r->done == NULL) {
         /* the handler dropped it: nothing to read */
-        offer_answer(tp, src, seq, ANS_READ);
+        offer_answer(tp, src, seq, ANS_READ, NULL);
         recv_finish(r, TD_OK);
         return;
     }
     if (fill_dest(tp, r, w, 0, NULL) != TD_OK) {
-        offer_answer(tp, src, seq, ANS_FAILED);     /* finished already */
+        offer_answer(tp, src, seq, ANS_FAILED, NULL);   /* finished already */
         return;
     }
     for (uint32_t i = 0; st == TD_OK && i < w->nb; i++) {
@@ -1765,7 +2061,7 @@ offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w)
                               r->dest[i].buf, w->blen[i]);
         }
     }
-    offer_answer(tp, src, seq, st == TD_OK ? ANS_READ : ANS_FAILED);
+    offer_answer(tp, src, seq, st == TD_OK ? ANS_READ : ANS_FAILED, NULL);
     if (st == TD_OK) {
         BUMP(tp->n_inplace);
     }
@@ -1829,7 +2125,8 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         BUMP(tp->n_received);
         if (w.offer) {                  /* its send completes (O3) */
             offer_answer(tp, (int)w.src, td_get_be64((const uint8_t *)header
-                         + header_length - OFFER_LEN(w.nb) + 24), ANS_READ);
+                         + header_length - OFFER_LEN(w.nb) + 24), ANS_READ,
+                         reply_ep_of(param));
         }
         goto drop;
     }
@@ -1837,7 +2134,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         if (rndv) {
             ucp_am_data_release(tp->worker, data);
         }
-        offer_recv(tp, header, &w);
+        offer_recv(tp, header, &w, reply_ep_of(param));
         return UCS_OK;
     }
     /* An eager message completes inside this call: keep its state on the
@@ -1889,7 +2186,7 @@ mbox_offer(td_transport_t *tp, int dst)
     tp->peers[dst].mbox_offered = 1;
     m[0] = 'M';
     if (td__mbox_offer(&tp->mb, dst, m + 1) == TD__MBOX_OFFER_BYTES) {
-        internal_send(tp, dst, LIVE_ID, m, sizeof(m));
+        internal_send(tp, dst, LIVE_ID, m, sizeof(m), NULL);
     }
 }
 
@@ -1938,7 +2235,7 @@ mbox_send(td_transport_t *tp, send_op_t *op)
     if (td__mbox_receiver_sleeps(o)) {
         uint8_t wake = 'W';
 
-        internal_send(tp, op->dst, LIVE_ID, &wake, 1);      /* X4 */
+        internal_send(tp, op->dst, LIVE_ID, &wake, 1, NULL); /* X4 */
     }
     op_defer(tp, op, TD_OK);        /* copied: the bodies may be reused */
     return 1;
@@ -2277,9 +2574,15 @@ connect_watched(td_transport_t *tp)
     for (int r = 0; r < tp->params.world_size; r++) {
         ucp_ep_h ep;
 
-        if (__atomic_exchange_n(&tp->peers[r].watch, 0, __ATOMIC_ACQ_REL) &&
-            tp->peers[r].ep == NULL && !tp->peers[r].failed &&
-            peer_connect(tp, r, &ep) != TD_OK) {
+        if (!__atomic_exchange_n(&tp->peers[r].watch, 0, __ATOMIC_ACQ_REL) ||
+            tp->peers[r].ep != NULL || tp->peers[r].failed) {
+            continue;
+        }
+        if (!peer_ready(tp, r)) {                               /* L11 */
+            tp->peers[r].watch_later = 1;   /* addr_arrived */
+            continue;
+        }
+        if (peer_connect(tp, r, &ep) != TD_OK) {
             td_log_warn("transport: rank %d: cannot watch rank "
                     "%d: %s", tp->params.rank, r, td_last_error());
         }
@@ -2314,9 +2617,21 @@ revive_peers(td_transport_t *tp)
                 ucp_request_free(req);
             }
         }
+        pthread_mutex_lock(&tp->res_lock);          /* L11: a new address */
+        p->addr_gen++;
+        if (p->addr_state == ADDR_WANTED) {
+            tp->res_wanted--;
+        }
+        free(p->addr);
+        free(p->addr_why);
+        p->addr = NULL;
+        p->addr_why = NULL;
+        p->addr_state = ADDR_NONE;
+        pthread_mutex_unlock(&tp->res_lock);
         p->mbox_dead = 1;                   /* X5: not a revived one either */
         td__mbox_peer_dead(&tp->mb, r);
         p->watch = 0;
+        p->watch_later = 0;
         p->tried = 0;
         p->host = 0;
         p->refused = 0;
@@ -2354,6 +2669,9 @@ progress_once(td_transport_t *tp)
     }
     tp->ucx_idle = n > 0 ? 0 : tp->ucx_idle + 1;
 
+    if (__atomic_load_n(&tp->addr_news, __ATOMIC_RELAXED)) {
+        addr_arrived(tp);                                       /* L11 */
+    }
     if (__atomic_load_n(&tp->watch_pending, __ATOMIC_RELAXED)) {
         connect_watched(tp);
     }
@@ -2656,6 +2974,11 @@ progress_main(void *arg)
         list = tp->local_head;
         tp->local_head = tp->local_tail = NULL;
     }
+    if (tp->parked_tail != NULL) {                              /* L11 */
+        tp->parked_tail->next = list;
+        list = tp->parked_head;
+        tp->parked_head = tp->parked_tail = NULL;
+    }
     while (list != NULL) {
         send_op_t *op = list;
         list = op->next;
@@ -2860,6 +3183,12 @@ teardown(td_transport_t *tp)
         ucp_cleanup(tp->ctx);
     }
     pthread_mutex_destroy(&tp->lock);
+    for (int r = 0; tp->peers != NULL && r < tp->params.world_size; r++) {
+        free(tp->peers[r].addr);
+        free(tp->peers[r].addr_why);
+    }
+    pthread_cond_destroy(&tp->res_cond);
+    pthread_mutex_destroy(&tp->res_lock);
     td__mbox_release(&tp->mb);          /* the progress thread is gone */
     td__fault_destroy(&tp->faults);
     pthread_cond_destroy(&tp->drv_cond);
@@ -2945,6 +3274,8 @@ td__transport_create(const td_transport_params_t *params,
     tp->efd = -1;
     tp->close_timeout = 2.0;
     pthread_mutex_init(&tp->lock, NULL);
+    pthread_mutex_init(&tp->res_lock, NULL);
+    pthread_cond_init(&tp->res_cond, NULL);
     td__fault_init(&tp->faults);
     pthread_mutex_init(&tp->drv_lock, NULL);
     {
@@ -3035,6 +3366,15 @@ td__transport_destroy(td_transport_t *tp, double timeout)
         pthread_cond_signal(&tp->drv_cond);
         pthread_mutex_unlock(&tp->drv_lock);
         pthread_join(tp->thread, NULL);
+    }
+    /* L11: after the progress thread (its holders ask for addresses);
+     * a fetch under way ends within the resolver's own timeout */
+    pthread_mutex_lock(&tp->res_lock);
+    tp->res_stop = 1;
+    pthread_cond_broadcast(&tp->res_cond);
+    pthread_mutex_unlock(&tp->res_lock);
+    if (tp->res_started > 0) {
+        pthread_join(tp->res_thread, NULL);
     }
     td__fault_report(&tp->faults);
     if (tp->unclosed > 0) {

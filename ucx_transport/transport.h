@@ -134,8 +134,9 @@ typedef void (*td_transport_recv_fn)(void *arg, td_transport_rx_t *rx);
 typedef void (*td_transport_send_fn)(void *arg, td_status_t status);
 
 /* Fetches rank RANK's worker address (the blob td__transport_address() gave
- * on that rank) into a malloc'ed buffer. Called on the token holder at
- * the first send to RANK; may block briefly (one store lookup). */
+ * on that rank) into a malloc'ed buffer. Called on the transport's own
+ * resolver thread, never on the token holder (transport.c L11), when an
+ * endpoint to RANK is first needed; may block (store round trips). */
 typedef td_status_t (*td_transport_resolve_fn)(void *arg, int rank,
                                                void **addr_p, size_t *len_p);
 

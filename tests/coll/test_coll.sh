@@ -51,6 +51,7 @@ plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
     _out=$1; _n=$2; shift 2
+    _bad=0
     for _c in "$@"; do
         _got=$(printf '%s\n' "$_out" | grep -cx "PASS $_c")
         if [ "$_got" = "$_n" ]; then
@@ -62,8 +63,10 @@ expect() {
             ok 1 "$_c" "$_got of $_n PASS lines; ${_f:-$(td_out_why "$_out")}"
             diag "PASS lines: $_got, want $_n"
             [ -z "$_f" ] || printf '%s\n' "$_f" | sed 's/^/# /'
+            _bad=1
         fi
     done
+    [ "$_bad" = 0 ] || td_diag_logs "$_out"    # what the ranks logged
 }
 nofail() { # output desc
     _f=$(printf '%s\n' "$1" | grep '^FAIL')

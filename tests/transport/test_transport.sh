@@ -6,10 +6,11 @@
 # 1000 messages in flight, malformed active messages, a peer killed
 # mid-transfer, bodies offered in place (and forged offers refused), the
 # graceful join
-# with 1, 2, 4 and 16 ranks, ranks that never arrive, and a valgrind-clean
+# with 1, 2, 4 and 16 ranks, a slow store's answer that must not stop
+# progress, ranks that never arrive, and a valgrind-clean
 # run. Every run is bounded by timeout; lib.sh kills what is left.
 . "$top_srcdir/tests/lib.sh"
-plan 46
+plan 50
 T=$TD_TMP
 PEER="$top_builddir/tests/transport/transport_peer"
 run() { timeout -k 5 "$@"; }
@@ -105,6 +106,22 @@ like "$out" 'rank 0: ok the store listens on 127.0.0.1:[0-9]+ only' \
 out=$(run 120 todist-run -n 3 --grace-period 30 "$PEER" store_gone 2>&1)
 like "$out" "rank 1: ok send failed with '[^']*rank 0, which holds the store, is gone: cannot reach rank 2" \
      "rank 0 gone: the error says the store is gone and names the rank"
+
+# transport.c L11: rank 0's fetch of rank 2's address waits for a file
+# (as a slow store would answer); its exchanges with rank 1 go on
+# meanwhile, and its sends to rank 2 wait, in order, for the address.
+# Before L11 the token holder fetched it: no progress at all until the
+# test hook gave up (60 s). Not a timing test: the file is made only
+# after the exchanges.
+out=$(TODIST_TEST_SLOW_STORE=0:2:$T/slow TD_SLOW_FILE=$T/slow \
+      run 150 todist-run -n 3 "$PEER" slowstore 2>&1)
+is "$?" 0 "a slow store: every rank passes"
+like "$out" "rank 0: ok 20 exchanges with rank 1 while the fetch" \
+     "rank 0 exchanged 20 messages with rank 1 while rank 2's address was fetched"
+unlike "$out" "FAIL|gave up waiting" "no check failed, the fetch waited for the file"
+like "$out" "rank 0: ok the 3 parked messages to rank 2 were answered" \
+     "rank 0's 3 parked messages reached rank 2 (in order: its checks pass)"
+[ "$_tap_failed" = 0 ] || diag "$out"
 
 for n in 1 2 4 16; do
     out=$(run 240 todist-run -n $n "$PEER" join 2>&1)

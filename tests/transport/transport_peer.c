@@ -34,6 +34,14 @@
  *                     making, then the same offer with a wrong tag: rank
  *                     1 refuses the first, rejects the second, reads and
  *                     delivers neither
+ *   slowstore         3 ranks; rank 0's fetch of rank 2's address waits for
+ *                     a file (TODIST_TEST_SLOW_STORE=0:2:TD_SLOW_FILE, as
+ *                     a store slow to answer): rank 0 asks to watch rank
+ *                     2 and sends it three messages, then exchanges 20
+ *                     with rank 1, which must complete while the fetch
+ *                     waits (transport.c L11: the token holder never
+ *                     waits for the store); then it makes the file, and
+ *                     the three parked messages reach rank 2 in order
  *
  * With TD_INPLACE=1 every scenario's host bodies of 64 KiB or more are
  * offered in place between the ranks (pingpong, bodies). */
@@ -139,6 +147,9 @@ static td_status_t last_send_status = TD_OK;
 static char last_send_error[512];
 static double send_failed_at;
 static int peer_failed_rank = -1;
+static int check_order;             /* slowstore: eager bodies, in order */
+static uint64_t last_tag[8];        /* the last tag per sender */
+static int out_of_order;
 
 typedef struct {
     msg_hdr_t hdr;
@@ -194,6 +205,12 @@ body_done(void *arg, td_status_t status, int src, td_iov_t *bodies, size_t n)
         }
     }
     pthread_mutex_lock(&lock);
+    if (check_order && h->kind == 0 && src >= 0 && src < 8) {
+        if (h->tag < last_tag[src]) {
+            out_of_order++;
+        }
+        last_tag[src] = h->tag;
+    }
     if (h->kind == 1) {
         outstanding--;
         replies++;
@@ -895,6 +912,20 @@ scenario_forged(void)
 
     if (rank == 1) {
         double d = now_s() + 30;
+        size_t wsz = 8;
+        uint8_t wb[8], *wbp[] = { wb };
+
+        /* rank 1 knows rank 0's address before the offers come: one from
+         * a peer whose address is still being fetched is answered
+         * "later" (transport.c L11), neither read nor refused */
+        fill(wb, sizeof(wb), 3);
+        CHECK(request(0, 3, &wsz, 1, wbp) == TD_OK, "warm-up: %s",
+              td_last_error());
+        CHECK(WAIT_FOR(replies == 1, 30), "no echo of the warm-up");
+        pthread_mutex_lock(&lock);
+        received = 0;
+        pthread_mutex_unlock(&lock);
+        td_barrier(60);
 
         while (now_s() < d) {
             td__transport_inplace_counts(tp, &rd, &refused);
@@ -921,6 +952,7 @@ scenario_forged(void)
         td_barrier(60);                   /* rank 0 may end the child */
         return;
     }
+    td_barrier(60);                       /* rank 1 connected to us */
     /* the real one first: the path is on in this run */
     size_t sz = 1u << 20;
     uint8_t *b = malloc(sz);
@@ -1034,6 +1066,69 @@ static uint8_t **join_bufs;     /* freed after td_finalize */
 static size_t n_join_bufs;
 
 static void
+scenario_slowstore(void)
+{
+    const char *file = getenv("TD_SLOW_FILE");
+    size_t sizes[] = { 100 };
+    /* a body is the caller's until its send completed: one per message
+     * in flight (the parked three, one to rank 1 at a time) */
+    static uint8_t parked[3][100];
+    uint8_t buf[100], *bufs[] = { buf };
+    size_t base;
+    FILE *f;
+
+    check_order = 1;
+    CHECK(world == 3 && file != NULL, "3 ranks and TD_SLOW_FILE");
+    if (rank != 0 || file == NULL) {
+        return;                         /* ranks 1, 2 echo until the join */
+    }
+    fill(buf, sizeof(buf), 1);
+    CHECK(request(1, 1, sizes, 1, bufs) == TD_OK, "first send to 1: %s",
+          td_last_error());
+    CHECK(WAIT_FOR(replies == 1, 60), "rank 1 answered the first message");
+    /* rank 2's address is asked for (watch, sends) and its fetch waits */
+    td__transport_watch(tp, 2);
+    for (uint64_t i = 0; i < 3; i++) {
+        uint8_t *pb[] = { parked[i] };
+
+        fill(parked[i], sizeof(parked[i]), 100 + i);
+        CHECK(request(2, 100 + i, sizes, 1, pb) == TD_OK,
+              "send %d to 2 (parked): %s", (int)i, td_last_error());
+    }
+    base = replies;
+    for (uint64_t i = 0; i < 20; i++) {
+        fill(buf, sizeof(buf), 1000 + i);
+        CHECK(request(1, 1000 + i, sizes, 1, bufs) == TD_OK,
+              "send %d to 1: %s", (int)i, td_last_error());
+        if (!WAIT_FOR(replies > base + i, 30)) {
+            CHECK(0, "exchange %d with rank 1 while rank 2's address was "
+                  "being fetched: no reply in 30 s (the token holder "
+                  "waits for the store)", (int)i);
+            break;
+        }
+    }
+    if (replies == base + 20) {
+        printf("rank 0: ok 20 exchanges with rank 1 while the fetch of rank "
+               "2's address waited\n");
+    } else {
+        CHECK(0, "20 exchanges with rank 1 completed while the fetch of "
+              "rank 2's address waited (%zu)", replies - base);
+    }
+    f = fopen(file, "w");
+    if (f != NULL) {
+        fclose(f);
+    }
+    if (WAIT_FOR(replies == base + 23, 60)) {
+        printf("rank 0: ok the 3 parked messages to rank 2 were answered "
+               "once its address came\n");
+    } else {
+        CHECK(0, "the 3 parked messages to rank 2 were sent and answered "
+              "once its address came (%zu)", replies - base);
+    }
+    CHECK(last_send_status == TD_OK, "no send failed: %s", last_send_error);
+}
+
+static void
 scenario_join(void)
 {
     const int per_rank = 50;
@@ -1118,6 +1213,8 @@ main(int argc, char **argv)
         scenario_malformed();
     } else if (strcmp(scenario, "forged") == 0) {
         scenario_forged();
+    } else if (strcmp(scenario, "slowstore") == 0) {
+        scenario_slowstore();
     } else if (strcmp(scenario, "nofinalize") == 0) {
         if (rank == 1) {
             sleep(5);
@@ -1149,6 +1246,8 @@ main(int argc, char **argv)
         free(join_bufs);
     }
     CHECK(bad_content == 0, "content errors: %d", bad_content);
+    CHECK(out_of_order == 0, "%d message(s) arrived out of order",
+          out_of_order);
     printf("rank %d: %s\n", rank, failures ? "failed" : "passed");
     return failures ? 1 : 0;
 }

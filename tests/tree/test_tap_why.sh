@@ -4,7 +4,7 @@
 # output's end, where scripts/test-failures.sh lists the "not ok" lines.
 # A made-up test fails each kind of check once; its lines must say why.
 . "$top_srcdir/tests/lib.sh"
-plan 10
+plan 11
 cat > "$TD_TMP/t.sh" <<'SH'
 . "$top_srcdir/tests/lib.sh"
 plan 7
@@ -27,6 +27,8 @@ like "$out" "^ok 5 - b$" "a passed check unchanged"
 like "$out" "^not ok 6 - c -- no PASS line: todist\[rank 2\]: error: coll: send failed$" \
     "expect without a FAIL line: a rank's first error"
 like "$out" "^not ok 7 - plain -- status 3$" "ok: the status"
+like "$out" "^#   todist-run: rank 2 \(pid 9\) was killed by signal 9" \
+    "a failed expect shows the run's log lines after it"
 if [ -z "${TD_CC:-}" ]; then
     skip 2 "TD_CC unset (make check sets it)"
 else
