@@ -715,6 +715,20 @@ op_defer(td_transport_t *tp, send_op_t *op, td_status_t status)
     tp->done_head = op;
 }
 
+/* OP at the end of the list HEAD..TAIL (the local, parked and shared
+ * queues). */
+static inline void
+op_append(send_op_t **head, send_op_t **tail, send_op_t *op)
+{
+    op->next = NULL;
+    if (*tail != NULL) {
+        (*tail)->next = op;
+    } else {
+        *head = op;
+    }
+    *tail = op;
+}
+
 static void offer_sent(td_transport_t *tp, send_op_t *op, td_status_t st);
 static void offers_fail(td_transport_t *tp, int rank);
 static void mbox_offer(td_transport_t *tp, int dst);
@@ -1433,13 +1447,7 @@ offer_settle(td_transport_t *tp, send_op_t *op)
          * callback's send is */
         op->no_offer = 1;
         op->wire[1] &= (uint8_t)~WIRE_F_OFFER;
-        op->next = NULL;
-        if (tp->local_tail != NULL) {
-            tp->local_tail->next = op;
-        } else {
-            tp->local_head = op;
-        }
-        tp->local_tail = op;
+        op_append(&tp->local_head, &tp->local_tail, op);
         break;
     case ANS_PEER:
         op_defer(tp, op, TD_ERR_PEER);
@@ -1618,13 +1626,7 @@ td__transport_fault_roll(td_transport_t *tp, const char *kind)
 static void
 op_park(td_transport_t *tp, send_op_t *op)
 {
-    op->next = NULL;
-    if (tp->parked_tail != NULL) {
-        tp->parked_tail->next = op;
-    } else {
-        tp->parked_head = op;
-    }
-    tp->parked_tail = op;
+    op_append(&tp->parked_head, &tp->parked_tail, op);
     tp->peers[op->dst].parked++;
 }
 
@@ -3685,12 +3687,7 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
         /* From a callback or a handler run by the holder: started right
          * after the current progress call (never inside a UCX callback: a
          * new endpoint may need a store lookup), without a lock. */
-        if (tp->local_tail != NULL) {
-            tp->local_tail->next = op;
-        } else {
-            tp->local_head = op;
-        }
-        tp->local_tail = op;
+        op_append(&tp->local_head, &tp->local_tail, op);
         return TD_OK;
     }
     pthread_mutex_lock(&tp->lock);
@@ -3700,12 +3697,7 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
         return td_error(TD_ERR_STATE, "transport: shutting down");
     }
     BUMP(tp->posted_remote);
-    if (tp->q_tail != NULL) {
-        tp->q_tail->next = op;
-    } else {
-        tp->q_head = op;
-    }
-    tp->q_tail = op;
+    op_append(&tp->q_head, &tp->q_tail, op);
     __atomic_store_n(&tp->q_nonempty, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&tp->lock);
     /* A busy-polling thread notices the queue by itself; only a sleeping
