@@ -1178,6 +1178,12 @@ mode_p2p_stopped_sender(int64_t count)
             st = td_isend(w, t, 0, 3, &wk);
         }
         if (st == TD_OK) {
+            /* td_isend only queues the offer while another thread holds
+             * the progress token: stopped before it left, no receiver
+             * could read it. Wait until the transport has sent it. */
+            st = td__transport_flush(coll_transport(), 10);
+        }
+        if (st == TD_OK) {
             raise(SIGSTOP);             /* rank 0 sends SIGCONT */
             st = td_work_wait(wk, 30);
         }
@@ -1185,6 +1191,8 @@ mode_p2p_stopped_sender(int64_t count)
               st ? td_last_error() : "ok");
     } else if (rank == 0) {
         stopped_wait_t sw = { NULL, TD_ERR_STATE, "not waited" };
+        td_status_t st2;
+        char err2[256] = "not waited";
         pthread_t th;
         int started = 0, done = 0;
 
@@ -1209,19 +1217,78 @@ mode_p2p_stopped_sender(int64_t count)
             st = sw.st;
             kill((pid_t)get(pid, 0), SIGCONT);
             if (st != TD_OK) {
-                (void)td_work_wait(wk, 30);
+                /* not a pass, but say whether it came after the SIGCONT */
+                st2 = td_work_wait(wk, 30);
+                snprintf(err2, sizeof(err2), "%s",
+                         st2 != TD_OK ? td_last_error() : "ok");
             }
         }
         FIRST_BAD(t, count, (double)(i % 977), &bad);
         check(started && st == TD_OK && bad < 0, "p2p_stopped_sender_recv",
               "%s; the receive of %" PRId64 " bytes did not complete while "
-              "its sender was stopped (first bad element %" PRId64 ")",
-              sw.err, count * 4, bad);
+              "its sender was stopped (after SIGCONT: %s; first bad element "
+              "%" PRId64 ")", sw.err, count * 4, err2, bad);
     }
     if (wk != NULL) {
         td_work_release(wk);
     }
     td_tensor_release(pid);
+    td_tensor_release(go);
+    td_tensor_release(t);
+    return 0;
+}
+
+/* The offer arrives after the receiver's first wait gave up (its
+ * timeout): GAP_MS between telling the sender and waiting again (0: the
+ * second wait is already there, C12; > 0: nobody waits, the offer is
+ * declined and its body sent, C10). Either way the receive completes. */
+static int
+mode_p2p_late_offer(int64_t count, int gap_ms)
+{
+    td_group_t *w = td_group_world();
+    td_tensor_t *go = make(1, TD_INT32);
+    td_tensor_t *t = make(count, TD_FLOAT32);
+    td_work_t *wk = NULL;
+    td_status_t st, st1 = TD_ERR_STATE;
+    char err1[256] = "not waited";
+    int64_t bad;
+
+    if (rank == 1) {
+        for (int64_t i = 0; i < count; i++) {
+            set(t, i, (double)(i % 977));
+        }
+        st = td_recv(w, go, 0, 2, NULL);
+        if (st == TD_OK) {
+            st = td_isend(w, t, 0, 3, &wk);
+        }
+        if (st == TD_OK) {
+            st = td_work_wait(wk, 30);
+        }
+        check(st == TD_OK, "p2p_late_offer_send", "%s",
+              st ? td_last_error() : "ok");
+    } else if (rank == 0) {
+        st = td_irecv(w, t, 1, 3, &wk);
+        if (st == TD_OK) {
+            st1 = td_work_wait(wk, 0.2);        /* nothing sent yet */
+            snprintf(err1, sizeof(err1), "%s",
+                     st1 != TD_OK ? td_last_error() : "ok");
+            st = td_send(w, go, 1, 2);
+        }
+        if (st == TD_OK && gap_ms > 0) {
+            usleep((useconds_t)gap_ms * 1000);
+        }
+        if (st == TD_OK) {
+            st = td_work_wait(wk, 30);
+        }
+        FIRST_BAD(t, count, (double)(i % 977), &bad);
+        check(st1 == TD_ERR_TIMEOUT, "p2p_late_offer_first_wait",
+              "the first wait returned %s, not a timeout", err1);
+        check(st == TD_OK && bad < 0, "p2p_late_offer_recv", "%s (first bad "
+              "element %" PRId64 ")", st ? td_last_error() : "ok", bad);
+    }
+    if (wk != NULL) {
+        td_work_release(wk);
+    }
     td_tensor_release(go);
     td_tensor_release(t);
     return 0;
@@ -2362,6 +2429,9 @@ main(int argc, char **argv)
         rc = mode_p2p_segments(argc > 2 ? atoll(argv[2]) : 8192);
     } else if (strcmp(mode, "p2p_stopped_sender") == 0) {
         rc = mode_p2p_stopped_sender(argc > 2 ? atoll(argv[2]) : 8192);
+    } else if (strcmp(mode, "p2p_late_offer") == 0) {
+        rc = mode_p2p_late_offer(argc > 2 ? atoll(argv[2]) : 65536,
+                                 argc > 3 ? atoi(argv[3]) : 0);
     } else if (strcmp(mode, "concurrent") == 0) {
         rc = mode_concurrent();
     } else if (strcmp(mode, "mismatch") == 0) {
