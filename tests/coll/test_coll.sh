@@ -29,13 +29,13 @@ conc="concurrent_subgroup concurrent_world concurrent_rpc
 concurrent_async_queue async_every_collective"
 mism="mismatch_collective mismatch_size mismatch_dtype mismatch_op
 mismatch_root mismatch_world_still_works"
-kill="kill_fails_naming_it kill_within_2s kill_later_ops_fail"
-early="early_kill_fails_naming_it early_kill_within_2s"
-dropped="dropped_queued_fails_naming_it dropped_queued_within_5s
-dropped_arrival_fails_naming_it dropped_arrival_within_5s
-dropped_coll_fails_naming_it dropped_coll_within_5s"
+kill="kill_fails_naming_it kill_by_detection kill_later_ops_fail"
+early="early_kill_fails_naming_it early_kill_by_detection"
+dropped="dropped_queued_fails_naming_it dropped_queued_by_detection
+dropped_arrival_fails_naming_it dropped_arrival_by_detection
+dropped_coll_fails_naming_it dropped_coll_by_detection"
 latepid="late_pid_address_looked_up late_pid_told late_pid_victim_gone
-late_pid_fails_naming_it late_pid_within_2s"
+late_pid_fails_naming_it late_pid_by_detection"
 mbox2="mbox_warm_up mbox_order_across_paths mbox_size_mismatch
 mbox_unexpected_first mbox_sleeping_receiver mbox_sleeping_sender mbox_body_max
 mbox_body_max_plus_one mbox_group_new"
@@ -279,7 +279,7 @@ else
 fi
 
 out=$(run 60 todist-run -n 2 "$PEER" mbox_kill 2>&1)
-expect "$out" 1 mbox_kill_send_fails_naming_it mbox_kill_within_2s
+expect "$out" 1 mbox_kill_send_fails_naming_it mbox_kill_by_detection
 printf '%s\n' "$out" | grep '^# rank 0: the send' || true
 
 out=$(run 120 todist-run -n 4 "$PEER" concurrent 2>&1); rc=$?
@@ -450,7 +450,7 @@ like "$out" "dropped a message from rank 1 for group 1, destroyed here" \
      "a message for a destroyed group is dropped on arrival"
 is "$(printf '%s\n' "$out" | grep -cx 'PASS destroyed_send_fails_naming_it')" 2 \
    "and the sender's sends fail TD_ERR_CANCELED naming the rank (C14)"
-expect "$out" 1 destroyed_send_within_5s
+expect "$out" 1 destroyed_send_by_detection
 [ "$rc" = 0 ] || diag "$out"
 # A 256 KiB send (an offer in place; a UCX rendezvous with
 # TODIST_COLL_CMA=0) or broadcast (the segment's handshake; a transport
@@ -469,7 +469,7 @@ done
 for env in TODIST_COLL_CMA=1 TODIST_COLL_CMA=0; do
     out=$(export "$env"; run 120 todist-run -n 3 "$PEER" dropped_broken 2>&1); rc=$?
     expect "$out" 1 dropped_broken_queued_told dropped_broken_mismatch_told
-    expect "$out" 2 dropped_broken_within_5s
+    expect "$out" 2 dropped_broken_by_detection
     is "$rc" 0 "dropped_broken ($env): every rank exits 0"
     [ "$rc" = 0 ] || diag "$out"
 done
