@@ -73,8 +73,8 @@ like "$out" 'ok 1000 messages in flight' "all echoed intact"
 out=$(TD_DEATH_FILE=$T/death run 60 todist-run -n 2 --grace-period 20 \
       "$PEER" kill 2>&1)
 is "$?" 137 "the killed rank's status is reported"
-like "$out" "rank 0: ok send failed with '[^']*rank 1[^']*' [01]\.[0-9]+ s after rank 1 died" \
-     "the pending send fails naming rank 1 within 2 s"
+like "$out" "rank 0: ok send failed with '[^']*rank 1[^']*' [0-9]\.[0-9]+ s after rank 1 died" \
+     "the pending send fails naming rank 1 by detection (under 10 s; its timeout is far above)"
 like "$out" 'rank 0: passed' "peer_failed called, new sends refused"
 
 # issue 18, finding 1: rank 1 stops (SIGSTOP) with a rendezvous to it in
