@@ -11,7 +11,10 @@
  * (TODIST_RESTART_COUNT 0), once step HOLD is saved and every rank is past
  * it, the last rank writes its pid to MARKER and waits to be killed (alone
  * or with its host, by the test); the others go on into step HOLD + 1 and fail there when
- * it dies. Rank 0 ends with "done step S total T world W restart R". */
+ * it dies. Rank 0 ends with "done step S total T world W restart R".
+ * Every rank first checks that torchrun's TORCHELASTIC_RESTART_COUNT is
+ * set and equals TODIST_RESTART_COUNT (issue 32: every rank of every
+ * node sees it), and exits 2 naming both otherwise. */
 #include "config.h"
 
 #include <stdio.h>
@@ -47,6 +50,14 @@ main(int argc, char **argv)
     }
     steps = atol(argv[2]);
     hold = atol(argv[3]);
+    const char *te = getenv("TORCHELASTIC_RESTART_COUNT");
+
+    if (rc_env == NULL || te == NULL || strcmp(rc_env, te) != 0) {
+        fprintf(stderr, "elastic_worker: TODIST_RESTART_COUNT %s and "
+                "TORCHELASTIC_RESTART_COUNT %s differ\n",
+                rc_env ? rc_env : "unset", te ? te : "unset");
+        return 2;
+    }
     if (td_init(NULL) != TD_OK) {
         return fail(-1, "td_init");
     }
