@@ -42,12 +42,12 @@
  *                     waits (transport.c L11: the token holder never
  *                     waits for the store); then it makes the file, and
  *                     the three parked messages reach rank 2 in order
- *   exit              every rank calls exit(0) after a barrier, without
- *                     td_finalize: an atexit handler registered before
- *                     td_init (so it runs after the transport's, and
- *                     before the libraries' destructors) finds no
- *                     td-progress thread left (transport.c Z1), or
- *                     exits 1
+ *   exit              every rank calls exit(0) after a barrier (its
+ *                     outcome ignored), without td_finalize: an atexit
+ *                     handler registered before td_init (so it runs after
+ *                     the transport's, and before the libraries'
+ *                     destructors) finds no td-progress thread left
+ *                     (transport.c Z1), or exits 1
  *
  * With TD_INPLACE=1 every scenario's host bodies of 64 KiB or more are
  * offered in place between the ranks (pingpong, bodies). */
@@ -1159,11 +1159,10 @@ scenario_join(void)
     }
 }
 
-/* exit: the threads of this process by name, at exit. Z1 stopped the
- * progress thread before this handler (registered earlier) runs; one
- * left would be in UCX while libucs's destructor frees its tables. */
-static void
-exit_check(void)
+/* exit: the td-progress threads of this process, by name (0 when none;
+ * -1 when no thread could be read). */
+static int
+progress_threads(void)
 {
     DIR *d = opendir("/proc/self/task");
     struct dirent *e;
@@ -1188,14 +1187,34 @@ exit_check(void)
     if (d != NULL) {
         closedir(d);
     }
-    if (seen == 0 || left > 0) {
+    return seen == 0 ? -1 : left;
+}
+
+/* exit: Z1 joined the progress thread before this handler (registered
+ * earlier) runs; one still running would be in UCX while libucs's
+ * destructor frees its tables. A joined thread may still be listed for a
+ * moment (the kernel wakes the joiner before the thread is gone), so one
+ * seen is looked for again, for up to 10 s: a thread that was never
+ * stopped stays. */
+static td_status_t exit_barrier = TD_OK;
+
+static void
+exit_check(void)
+{
+    int left = progress_threads();
+
+    for (int i = 0; left > 0 && i < 1000; i++) {
+        usleep(10000);
+        left = progress_threads();
+    }
+    if (left != 0) {
         printf("rank %d: FAIL exit: %d td-progress thread(s) still running "
-               "at exit (%d threads seen)\n", rank, left, seen);
+               "at exit\n", rank, left);
         fflush(stdout);
         _exit(1);
     }
-    printf("rank %d: ok exit: no td-progress thread at exit (%d threads "
-           "seen)\n", rank, seen);
+    printf("rank %d: ok exit: no td-progress thread at exit (barrier: "
+           "%s)\n", rank, td_strerror(exit_barrier));
     fflush(stdout);
 }
 
@@ -1276,9 +1295,12 @@ main(int argc, char **argv)
     } else if (strcmp(scenario, "listen") == 0) {
         scenario_listen();
     } else if (strcmp(scenario, "exit") == 0) {
-        CHECK(td_barrier(-1) == TD_OK, "barrier: %s", td_last_error());
+        /* traffic on every endpoint first; its outcome is not this
+         * scenario's subject (a rank that exits first, its last message
+         * dropped with its transport, may fail the other's barrier) */
+        exit_barrier = td_barrier(-1);
         fflush(stdout);
-        exit(failures ? 1 : 0);     /* no td_finalize: Z1 */
+        exit(0);                    /* no td_finalize: Z1 */
     } else if (strcmp(scenario, "barrier") == 0) {
         for (int i = 0; i < 3; i++) {
             CHECK(td_barrier(-1) == TD_OK, "barrier %d: %s", i,
