@@ -45,7 +45,35 @@
 # see pipeline_mlp --help), PIN (1: todist-run --bind closest, each rank
 # bound to a core of its own; 0 by default), e.g.
 # RPC=0 TORCH=0 to fit a before/after pair into one quiet invocation.
+# Two cases in one invocation (CASES=both, the default; textbook or inner
+# runs one): the TEXTBOOK model above (784-512x8-10, batch 128, layer 0
+# without an input gradient, so the stages are equal in total work but
+# not per kind; the replay at its multiply-adds per kind explains its gap
+# to the theory), then the INNER PIPELINE case the theory describes: the
+# issue's model 784-1024x8-10 at batch 512 (64 rows a micro-batch at M =
+# 8, so an op is 4-6 ms of compute and the fixed cost per message and op,
+# 10-40 us, is under 1% of it), with --input-grad (stage 0 computes its
+# input's gradient, as a pipeline inside a larger model must for its
+# upstream), so every stage's F, B and W cost the same multiply-adds per
+# kind (F = B = W; the split 4 + 5 is 0.94 : 1 in total, what whole layers
+# allow). INNER_HIDDEN (1024), INNER_BATCH (512), INNER_STEPS (40) change
+# it; the inner case runs the schedules and one rank only (the hybrid, the
+# RPC form, torch and ACC are the textbook case's).
 # Figures go to bench/RESULTS.md.
+if [ -z "${PIPE_CASE:-}" ]; then
+    rc=0
+    case "${CASES:-both}" in textbook|both)
+        echo "=== case 1, textbook: model as the issue's example trains it (stage 0 computes no input gradient)"
+        PIPE_CASE=textbook sh "$0" "$@" || rc=1 ;;
+    esac
+    case "${CASES:-both}" in inner|both)
+        echo "=== case 2, inner pipeline: equal stages per kind (--input-grad, F = B = W), the theory's case"
+        PIPE_CASE=inner HIDDEN=${INNER_HIDDEN:-1024} BATCH=${INNER_BATCH:-512} \
+            STEPS=${INNER_STEPS:-40} INPUT_GRAD=1 HYBRID=0 RPC=0 TORCH=0 ACC=0 \
+            sh "$0" "$@" || rc=1 ;;
+    esac
+    exit $rc
+fi
 B=${1:-build}
 B=$(cd "$B" && pwd)
 S=$(cd "$(dirname "$0")" && pwd)
@@ -53,6 +81,7 @@ PATH="$B/tools:$PATH"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 ST=${STAGES:-2} MI=${MICRO:-8} STEPS=${STEPS:-60} REPS=${REPS:-3}
 MODEL="--layers ${LAYERS:-8} --hidden ${HIDDEN:-512} --batch-size ${BATCH:-128} --balance ${BALANCE:-flops}"
+[ "${INPUT_GRAD:-0}" = 1 ] && MODEL="$MODEL --input-grad"
 BIND=; [ "${PIN:-0}" = 1 ] && BIND="--bind closest"
 EX="$B/examples/pipeline_mlp"
 # TRACE_DIR: keep the traces there (one PREFIX per schedule) instead
@@ -77,7 +106,7 @@ for r in $(seq "$REPS"); do
     for sc in gpipe 1f1b zb; do
         run "$sc" "$ST" --stages "$ST" --microbatches "$MI" --schedule "$sc"
     done
-    run hybrid-1f1b $((2 * ST)) --stages "$ST" --replicas 2 --microbatches "$MI" --schedule 1f1b
+    [ "${HYBRID:-1}" = 0 ] || run hybrid-1f1b $((2 * ST)) --stages "$ST" --replicas 2 --microbatches "$MI" --schedule 1f1b
     # todist's RPC form: master + two remote-module shards (3 ranks)
     [ "${RPC:-1}" = 0 ] || todist-run -n 3 "$B/examples/pipeline_rpc" --layers "${LAYERS:-8}" \
         --hidden "${HIDDEN:-512}" --batch-size "${BATCH:-128}" \
@@ -88,12 +117,16 @@ minmax() { awk '{ v = $1 + 0; if (NR == 1 || v < lo) lo = v; if (NR == 1 || v > 
                 END { printf "%s-%s", lo, hi }'; }
 med() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 one=$(awk '$1 == "one" && $2 == "sps" { print $3 }' "$out" | med)
-echo "pipeline: model 784-${HIDDEN:-512}x${LAYERS:-8}-10, batch ${BATCH:-128}, $STEPS steps, S=$ST M=$MI, $REPS runs (min-max; ratio of medians), balance ${BALANCE:-flops}${BIND:+, ranks bound (--bind closest)}"
+echo "pipeline ($PIPE_CASE): model 784-${HIDDEN:-512}x${LAYERS:-8}-10, batch ${BATCH:-128} ($((${BATCH:-128} / MI)) rows a micro-batch), $STEPS steps, S=$ST M=$MI, $REPS runs (min-max; ratio of medians), balance ${BALANCE:-flops}${BIND:+, ranks bound (--bind closest)}, stage 0 input gradient $([ "${INPUT_GRAD:-0}" = 1 ] && echo computed '(--input-grad)' || echo none)"
+bal=$(awk '$1 == "one" { next } / balance=/ { sub(/^[^ ]* /, ""); print; exit }' "$out")
+[ -z "$bal" ] || echo "split: $bal"
 echo "one rank: samples_per_s $(awk '$1 == "one" && $2 == "sps" { print $3 }' "$out" | minmax)"
+onel=$(awk '$1 == "one" && $2 == "sps" { print $3 }' "$out" | tr '\n' ' ')
 for sc in gpipe 1f1b zb hybrid-1f1b; do
     sps=$(awk -v s="$sc" '$1 == s && $2 == "sps" { print $3 }' "$out")
+    [ -n "$sps" ] || continue
     m=$(printf '%s\n' "$sps" | med)
-    echo "$sc: samples_per_s $(printf '%s\n' "$sps" | minmax) vs one rank x$(awk -v a="$m" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
+    echo "$sc: samples_per_s $(printf '%s\n' "$sps" | minmax) vs one rank x$(awk -v a="$m" -v b="$one" 'BEGIN { printf "%.2f", a / b }'), run by run (run r against one rank's run r) $(awk -v a="$(printf '%s\n' "$sps" | tr '\n' ' ')" -v b="$onel" 'BEGIN { n = split(a, x, " "); split(b, y, " "); for (i = 1; i <= n; i++) printf "%sx%.2f", (i > 1 ? " " : ""), x[i] / y[i] }')"
     trip=
     for s in $(seq 0 $((ST - 1))); do
         f() { awk -v s="$sc" -v st="stage=$s" -v k="$1" '$1 == s && $3 == st && $4 == "replica=0" {
@@ -115,6 +148,15 @@ for sc in gpipe 1f1b zb hybrid-1f1b; do
         g() { awk -v k="$1" '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) print kv[2] } }' "$out.sum"; }
         rat() { awk -v t="$th" '{ printf "%.2f\n", $1 / t }' | minmax; }
         pb=$(g pipeline | med) pl=$(g pipeline | tr '\n' ' ')
+        # run by run: the pipeline's bubble over the theory, and each
+        # stage's peak activation memory (td_pipe_stats, MiB)
+        printf '  run by run: pipeline bubble'
+        g pipeline | awk -v t="$th" '{ printf " %.3f (%.2fx)", $1, $1 / t }'
+        for s in $(seq 0 $((ST - 1))); do
+            printf '; stage %s peak_act_mib' "$s"
+            f peak_act_mib | tr '\n' ' ' | sed 's/ $//; s/^/ /'
+        done
+        echo
         printf '  bubble as the theory defines it: pipeline %s (theory %s, ratio %s)' "$(g pipeline | minmax)" "$th" "$(g pipeline | rat)"
         for s in $(seq 0 $((ST - 1))); do
             printf '; stage %s %s (imbalance %s)' "$s" "$(g stage$s | minmax)" "$(g imbalance$s | minmax)"

@@ -6,7 +6,7 @@
  *       [--layers 8] [--hidden 256] [--batch-size 64] [--lr 0.05]
  *       [--epochs 1] [--max-steps N] [--warmup 2] [--threads 1]
  *       [--seed 1] [--data DIR] [--balance flops|auto|even|N,N,...]
- *       [--trace FILE]
+ *       [--trace FILE] [--input-grad]
  * Training prints, from the last stage of replica 0, one line per epoch:
  *   epoch=1 train_loss=0.61 test_accuracy=0.83 seconds=12.3 steps=937
  *   samples_per_s=4870
@@ -34,6 +34,16 @@
  * micro-batch, in millions), "balance=auto layers=4,5 stage_ms=..
  * cost_ms=.." (the measured costs, per stage and per layer) or
  * "balance=even layers=..".
+ * --input-grad: the "inner pipeline" case, a pipeline inside a larger
+ * model: stage 0's input stands for an upstream part's activation, whose
+ * gradient that upstream needs, so stage 0 computes it (td_pipe_opts_t
+ * input_grad, P9): each mini-batch is a leaf that requires grad, and after
+ * the step its .grad is handed back as a caller would take it (read;
+ * there is no upstream here). Layer 0 then has an input gradient too, so
+ * every stage's forward, input-gradient and weight-gradient passes cost
+ * the same multiply-adds (F = B = W, the schedules' theory), which
+ * --balance flops and auto count; --check compares stage 0's input
+ * gradient with the single process's as well.
  * --trace FILE: every rank writes the trace of each step after --warmup
  * (td_pipe_trace) to FILE.RANK, one event a line:
  *   step stage replica kind micro t0_us t1_us
@@ -67,6 +77,7 @@ typedef struct {
 } stage_t;
 
 static int rank, size;
+static int input_grad;   /* --input-grad: stage 0 computes dINPUT */
 
 static double
 now(void)
@@ -290,6 +301,9 @@ check(stage_t *st, int S, int R, int M, td_pipe_t *p, td_batcher_t *b,
     }
     x = xs[rep];
     y = ys[rep];
+    if (input_grad && stage == 0) {
+        td_tensor_set_requires_grad(x, 1);
+    }
     if (td_pipe_step(p, stage == 0 ? x : NULL, stage == S - 1 ? y : NULL,
                      &loss) != TD_OK) {
         return die("pipeline step");
@@ -298,9 +312,16 @@ check(stage_t *st, int S, int R, int M, td_pipe_t *p, td_batcher_t *b,
         return die("reference model");
     }
     for (int r = 0; r < R; r++) {
+        /* the reference's own leaf over the same data: its .grad is the
+         * single process's gradient of replica r's input */
+        td_tensor_t *rx;
+        if (td_tensor_detach(xs[r], &rx) != TD_OK) {
+            return die("reference input");
+        }
+        td_tensor_set_requires_grad(rx, input_grad);
         for (int k = 0; k < M; k++) {
             td_tensor_t *mx, *my, *l, *g;
-            td_tensor_narrow(xs[r], 0, k * mb, mb, &mx);
+            td_tensor_narrow(rx, 0, k * mb, mb, &mx);
             td_tensor_narrow(ys[r], 0, k * mb, mb, &my);
             if (layers_forward(&ref, 0, ref.n, mx, my, &l) != TD_OK) {
                 return die("reference forward");
@@ -315,6 +336,24 @@ check(stage_t *st, int S, int R, int M, td_pipe_t *p, td_batcher_t *b,
             td_tensor_release(mx);
             td_tensor_release(my);
         }
+        if (input_grad && stage == 0 && r == rep) {
+            /* the pipe's is replica REP's mean loss's gradient, the
+             * reference's 1/R of it (every replica's, averaged) */
+            td_tensor_t *gp = td_tensor_grad(x), *gr = td_tensor_grad(rx);
+            if (gp == NULL || gr == NULL) {
+                fprintf(stderr, "pipeline_mlp: --check: no input gradient "
+                        "(pipeline %s, reference %s)\n",
+                        gp ? "has one" : "none", gr ? "has one" : "none");
+                d = INFINITY;
+            } else {
+                const float *a = td_tensor_data(gp), *c = td_tensor_data(gr);
+                for (int64_t i = 0; i < td_tensor_numel(gp); i++) {
+                    double e = fabs((double)a[i] - (double)R * (double)c[i]);
+                    d = e > d || isnan(e) ? e : d;
+                }
+            }
+        }
+        td_tensor_release(rx);
     }
     for (int l = st->lo; l < st->hi; l++) {
         td_tensor_t *pairs[2][2] = {
@@ -360,7 +399,7 @@ layer_time(model_t *m, int l, int64_t rows, double *ms)
     st = td_tensor_empty(xs, 2, TD_FLOAT32, TD_CPU, &x);
     if (st == TD_OK) {
         td_tensor_uniform_(x, -1, 1, 7);
-        td_tensor_set_requires_grad(x, l > 0);
+        td_tensor_set_requires_grad(x, l > 0 || input_grad);
         st = td_tensor_zeros(&n, 1, TD_INT64, &y);
     }
     t0 = now();
@@ -394,7 +433,7 @@ layer_mflop(const model_t *m, int l, int64_t hidden, int64_t rows,
     double p = 1e-6 * (double)rows * (double)in * (double)out;
 
     fbw[0] = p;
-    fbw[1] = l == 0 ? 0 : p;
+    fbw[1] = l == 0 && !input_grad ? 0 : p;
     fbw[2] = p;
 }
 
@@ -547,7 +586,8 @@ main(int argc, char **argv)
         {"batch-size", 1, 0, 'b'}, {"lr", 1, 0, 'l'}, {"epochs", 1, 0, 'e'},
         {"max-steps", 1, 0, 'x'}, {"warmup", 1, 0, 'w'},
         {"threads", 1, 0, 't'}, {"seed", 1, 0, 'd'}, {"data", 1, 0, 'D'},
-        {"balance", 1, 0, 'B'}, {"trace", 1, 0, 'T'}, {"help", 0, 0, 'h'},
+        {"balance", 1, 0, 'B'}, {"trace", 1, 0, 'T'},
+        {"input-grad", 0, 0, 'g'}, {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     td_tensor_t *tr_x, *tr_y, *te_x, *te_y, *params[2 * LMAX];
     td_batcher_t *batcher;
@@ -577,13 +617,14 @@ main(int argc, char **argv)
         case 'D': data = optarg; break;
         case 'B': balance_spec = optarg; break;
         case 'T': trace_path = optarg; break;
+        case 'g': input_grad = 1; break;
         case 'h':
             printf("usage: pipeline_mlp --stages S --microbatches M --schedule "
                    "gpipe|1f1b|zb [--replicas R] [--check] [--layers N] "
                    "[--hidden N] [--batch-size N] [--lr X] [--epochs N] "
                    "[--max-steps N] [--warmup N] [--threads N] [--seed N] "
                    "[--data DIR] [--balance flops|auto|even|N,N,...] "
-                   "[--trace FILE]\n"
+                   "[--trace FILE] [--input-grad]\n"
                    "  --balance  layers per stage: flops (default) splits "
                    "by each layer's multiply-adds\n"
                    "             (forward, input and weight gradient; "
@@ -592,7 +633,11 @@ main(int argc, char **argv)
                    "rank 0, even by count,\n"
                    "             N,N,... gives S layer counts\n"
                    "  --trace    write each measured step's ops to "
-                   "FILE.RANK (bench/pipeline_trace.py)\n");
+                   "FILE.RANK (bench/pipeline_trace.py)\n"
+                   "  --input-grad  stage 0 computes its input's gradient "
+                   "(a pipeline inside a larger\n"
+                   "             model; layer 0 then has one too: F = B = W "
+                   "on every stage)\n");
             return 0;
         default:
             return 2;
@@ -656,6 +701,7 @@ main(int argc, char **argv)
     po.arg = &st;
     po.params = params;
     po.n_params = n_params;
+    po.input_grad = input_grad;
     if (td_pipe_create(&po, &p) != TD_OK) {
         return die("pipeline");
     }
@@ -688,9 +734,18 @@ main(int argc, char **argv)
                 t_meas = now();
             }
             td_optim_zero_grad(opt);
+            if (input_grad && stage == 0) {
+                td_tensor_set_requires_grad(x, 1);   /* an upstream's output */
+            }
             if (td_pipe_step(p, stage == 0 ? x : NULL,
                              stage == S - 1 ? y : NULL, &loss) != TD_OK) {
                 return die("pipeline step");
+            }
+            if (input_grad && stage == 0 && td_tensor_grad(x) == NULL) {
+                /* where a caller takes it for the upstream's backward */
+                fprintf(stderr, "pipeline_mlp: stage 0 got no input "
+                        "gradient\n");
+                return 1;
             }
             if (td_optim_step(opt) != TD_OK) {
                 return die("optimizer step");

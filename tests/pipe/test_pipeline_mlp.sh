@@ -8,6 +8,9 @@
 # --balance: by multiply-adds (the default), by count, layer counts given,
 # or measured and split by td_pipe_partition (the gradients still equal
 # the single process's), and counts that do not add up refused.
+# --input-grad (the inner-pipeline case: stage 0 computes its input's
+# gradient, P9): the input gradient equals the single process's too, in
+# every schedule, and the flops split counts layer 0's input gradient.
 # examples/pipeline_rpc (the RPC tutorial's form: master, two remote-module
 # shards, distributed autograd and optimizer) learns at 3 ranks.
 . "$top_srcdir/tests/lib.sh"
@@ -15,9 +18,9 @@ EX="$top_builddir/examples/pipeline_mlp"
 data=/usr/share/datasets/fashion-mnist
 run() { timeout -k 5 "$@"; }
 cmp_ok() { awk -v x="$1" "BEGIN { exit !(x $2) }"; echo $?; }
-plan 22
+plan 26
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 20 "dataset-fashion-mnist is not installed"
+    skip 24 "dataset-fashion-mnist is not installed"
     RPC="$top_builddir/examples/pipeline_rpc"
 out=$(run 240 todist-run -n 3 "$RPC" --steps 60 --layers 4 --hidden 64 2>&1)
 like "$out" '^rpc_pipeline steps=60 first_loss=' "pipeline_rpc: 60 steps through the remote shards"
@@ -81,6 +84,16 @@ out=$(run 120 todist-run -n 2 "$EX" --stages 2 --microbatches 4 --schedule 1f1b 
 like "$out" '^balance=flops layers=1,4 stage_mflop=0\.803,0\.000,0\.803/0\.207,0\.207,0\.207 cost_mflop=1\.606,0\.197,0\.197,0\.197,0\.031$' \
     "--balance flops (the default): split by multiply-adds, 1,4"
 like "$out" '^check=ok max_abs_diff=' "--check with the flops split"
+# --input-grad: stage 0's input gradient is compared as well (a pipe
+# that computed none fails the check: "no input gradient"); layer 0's
+# input gradient is now counted (0.803 million, as its forward)
+for sc in gpipe 1f1b zb; do
+    out=$(run 120 todist-run -n 2 "$EX" --stages 2 --microbatches 4 --schedule $sc \
+          --check --input-grad $small 2>&1)
+    like "$out" '^check=ok max_abs_diff=' "--check --input-grad, $sc: the input's gradient too"
+done
+like "$out" '^balance=flops layers=1,4 stage_mflop=0\.803,0\.803,0\.803/0\.207,0\.207,0\.207 ' \
+    "--input-grad: the flops split counts layer 0's input gradient"
 out=$(run 120 todist-run -n 2 "$EX" --stages 2 --microbatches 4 --schedule 1f1b \
       --check --balance even $small 2>&1)
 like "$out" '^balance=even layers=2,3$' "--balance even: by count, 2,3"
