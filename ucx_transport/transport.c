@@ -263,7 +263,26 @@
  *     queued when ucp_worker_destroy purged it: an assertion abort ("got
  *     REQ/REP message", ucp_request.c:684), seen at 2x2 hosts in 1 of 63
  *     runs under load. What closing refuses is best effort anyway (the
- *     peer is exiting or about to be told so). */
+ *     peer is exiting or about to be told so).
+ *
+ * Process exit (Z1):
+ *  Z1 A process that exits with its transport alive (a program that
+ *     returns from main or calls exit() without td_finalize, as a rank
+ *     that cannot recover does) has its progress thread stopped and
+ *     joined, and the token taken and kept, by an atexit handler
+ *     (exit_halt) before any library's destructor runs: glibc runs the
+ *     atexit handlers, ours registered at the first td__transport_create,
+ *     before _dl_fini's destructors. Before, the progress thread went on
+ *     in ucp_worker_progress while libucs's destructor (ucs_async_global_
+ *     cleanup) freed the async handler table, and UCX 1.13.1 aborted in
+ *     ucp_worker_iface_check_events_do ("ucp_worker.c:634 Fatal: failed
+ *     to modify N event handler to UCS_EVENT_SET_EVREAD: No such
+ *     element": the interface's event fd is no longer in the freed
+ *     table). The halted transport is left as it is (no endpoint closed,
+ *     nothing freed: the process is ending); a later td__transport_destroy
+ *     (another atexit handler's td_finalize) returns at once. Not in a
+ *     forked child (its pid differs), nor when the progress thread itself
+ *     exits. */
 #include "config.h"
 
 #include <errno.h>
@@ -490,6 +509,7 @@ struct td_transport {
     int                   thread_started;
     int                   stop;           /* set once by destroy: read
                                            * with acquire (STOPPED) */
+    int                   halted;         /* Z1: set by exit_halt */
     int                   token;          /* 1: a thread is in the worker */
     int                   n_drivers;      /* threads in td__transport_drive */
     const int            *yield_ctr;      /* > 0: busy loop yields the core */
@@ -629,6 +649,51 @@ token_drop(td_transport_t *tp)
     tl_holder = NULL;
     if (__atomic_exchange_n(&tp->token, 0, __ATOMIC_RELEASE) == 2) {
         syscall(SYS_futex, &tp->token, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
+}
+
+/* Z1: the process's live transport (one a process), for exit_halt. */
+static pthread_mutex_t exit_lock = PTHREAD_MUTEX_INITIALIZER;
+static td_transport_t *exit_tp;
+static pid_t exit_pid;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+/* Z1: at exit, before the libraries' destructors: no thread of ours is in
+ * UCX from here on. */
+static void
+exit_halt(void)
+{
+    td_transport_t *tp;
+
+    pthread_mutex_lock(&exit_lock);
+    tp = exit_tp;
+    if (tp != NULL && exit_pid == getpid() && tp->thread_started &&
+        !pthread_equal(pthread_self(), tp->thread)) {
+        __atomic_store_n(&tp->halted, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&tp->stop, 1, __ATOMIC_RELEASE);
+        ucp_worker_signal(tp->worker);
+        pthread_mutex_lock(&tp->drv_lock);
+        pthread_cond_signal(&tp->drv_cond);
+        pthread_mutex_unlock(&tp->drv_lock);
+        pthread_join(tp->thread, NULL);
+        tp->thread_started = 0;
+        /* Drivers see stop and leave, direct senders are brief: the token
+         * is then ours for good. A holder that never lets go (stuck in a
+         * callback) is given up on after a second rather than hang the
+         * exit. */
+        for (int i = 0; tl_holder != tp && i < 1000 && !token_wait(tp, 1000);
+             i++) {
+        }
+    }
+    pthread_mutex_unlock(&exit_lock);
+}
+
+static void
+exit_register(void)
+{
+    if (atexit(exit_halt) != 0) {
+        td_log_warn("transport: cannot register the exit handler: a rank "
+                    "that exits without td_finalize may abort in UCX");
     }
 }
 
@@ -2963,6 +3028,9 @@ progress_main(void *arg)
         __atomic_store_n(&tp->gone_ctr, 255, __ATOMIC_RELAXED);
     }
 
+    if (__atomic_load_n(&tp->halted, __ATOMIC_ACQUIRE)) {
+        return NULL;        /* Z1: the process exits; UCX left as it is */
+    }
     /* Drivers see stop and leave; direct senders are brief. */
     while (!token_take(tp) && !token_wait(tp, 1000)) {
     }
@@ -3342,6 +3410,11 @@ td__transport_create(const td_transport_params_t *params,
         goto err;
     }
     tp->thread_started = 1;
+    pthread_once(&exit_once, exit_register);                    /* Z1 */
+    pthread_mutex_lock(&exit_lock);
+    exit_tp = tp;
+    exit_pid = getpid();
+    pthread_mutex_unlock(&exit_lock);
     *tp_p = tp;
     return TD_OK;
 
@@ -3357,6 +3430,16 @@ td__transport_destroy(td_transport_t *tp, double timeout)
 
     if (tp == NULL) {
         return TD_OK;
+    }
+    pthread_mutex_lock(&exit_lock);
+    int halted = tp->halted;
+
+    if (exit_tp == tp && !halted) {
+        exit_tp = NULL;
+    }
+    pthread_mutex_unlock(&exit_lock);
+    if (halted) {
+        return TD_OK;       /* Z1: the process is exiting */
     }
     if (tp->thread_started) {
         if (timeout > 0) {

@@ -19,7 +19,9 @@
  *     is stored last; the waiter may free it only after `done`.
  *  C6 A group is broken by its first failure (mismatch, dead member,
  *     timeout, abort) and stays so: later operations fail at once with
- *     that error; messages for it are dropped.
+ *     that error; messages for it are dropped. The call it broke reports
+ *     that error too, not a later failure of one of its requests (a send
+ *     to a member that died after the one that broke it).
  *  C7 Unexpected messages are bounded (COLL_UNEXPECTED_MAX); p2p messages
  *     of one (sender, tag) match in arrival order, which is the order UCX
  *     delivers active messages of one endpoint.

@@ -408,6 +408,17 @@ coll_wait_ex(td_group_t *g, coll_req_t **reqs, int n, double deadline,
     cma_wait_end(&w);
     for (int i = 0; i < n; i++) {
         if (reqs[i] != NULL && reqs[i]->status != TD_OK) {
+            if (is_coll && g != NULL &&
+                __atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
+                /* C6: a collective reports its group's first failure, not
+                 * a later one of this call's requests (a send to a member
+                 * that died after the one that broke the group) */
+                coll_lock();
+                verdict = g->broken;
+                snprintf(msg, sizeof(msg), "%s", g->broken_msg);
+                coll_unlock();
+                return td_error(verdict, "%s", msg);
+            }
             return td_error(reqs[i]->status, "%s", reqs[i]->err);
         }
     }

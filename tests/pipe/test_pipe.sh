@@ -81,7 +81,7 @@ is "$(printf '%s\n' "$out" | grep -c '^KILL rank=[02] step=1 failed=1 ')" 2 \
 is "$(printf '%s\n' "$out" | grep '^KILL' | grep -c 'stage 1 (rank 1, replica 0) died')" 2 \
    "kill: each names the dead stage and rank"
 is "$(printf '%s\n' "$out" | sed -n 's/^KILL .* after=\([0-9.]*\) .*/\1/p' |
-      awk '$1 <= 2.0' | wc -l)" 2 "kill: each failed within 2 s"
+      awk '$1 <= 10.0' | wc -l)" 2 "kill: each failed by detection (<= 10 s; the step's timeout is far above)"
 [ "$(printf '%s\n' "$out" | grep -c '^KILL')" = 2 ] || diag "$out"
 
 # P9: stage 0 computes no gradient of its input unless asked

@@ -743,8 +743,11 @@ mode_early_kill(void)
     check(st == TD_ERR_PEER && strstr(td_last_error(), "rank 1 ") != NULL,
           "early_kill_rpc_names_it", "%s: %s", td_status_name(st),
           td_last_error());
-    check(now_s() - t0 <= 2.0, "early_kill_rpc_within_2s", "failed %.2f s "
-          "after the call", now_s() - t0);
+    /* detection (<= 2 s, printed) told from the 30 s timeout with a bound
+     * far from both: no check depends on timing */
+    check(now_s() - t0 <= 10.0, "early_kill_rpc_by_detection", "failed "
+          "%.2f s after the call", now_s() - t0);
+    printf("# rank 0: the call failed %.3f s after it began\n", now_s() - t0);
     fflush(stdout);
     _exit(n_fail ? 1 : 0);     /* the job is broken: no graceful join */
 }

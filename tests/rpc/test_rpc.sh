@@ -22,7 +22,7 @@ then_runs then_when_done user_future user_future_fail"
 rref="remote to_here method_on_owner method_result_null fork_to_third fork_keeps_alive
 owner_frees remote_error remote_self"
 kill="peer_killed peer_killed_all_pending call_to_dead_peer"
-early_kill="early_kill_rpc_names_it early_kill_rpc_within_2s"
+early_kill="early_kill_rpc_names_it early_kill_rpc_by_detection"
 mapreduce="mr_batch_mean mr_async_direct mr_async_null_args mr_parallelize_sum mr_exclusive_round_robin
 mr_fixed_worker mr_no_tensors_self mr_batch_mismatch mr_remote_error"
 hooks="hooks_no_context hooks_call_recorded hooks_reply_recorded_and_swapped
