@@ -2046,9 +2046,22 @@ mode_late_pid(void)
           "rank %d's address: %s", victim, td_last_error());
     check(td_store_set(store, key, "1", 1) == TD_OK, "late_pid_told",
           "%s", td_last_error());
+    /* The victim dies once every other rank got here: wait for them too
+     * before the clock of its death starts (a rank starved for 10 s
+     * before it set its key made another's 10 s run out first, under a
+     * load of 8) */
+    for (int r = 0; r < victim; r++) {
+        char k[64];
+
+        snprintf(k, sizeof(k), "test/late_pid/looked/%d", r);
+        keys[0] = k;
+        if (td_store_wait(store, keys, 1, 30) != TD_OK) {
+            break;                      /* the check below says it */
+        }
+    }
     snprintf(key, sizeof(key), "td/pid/%d", victim);
     pid = store_pid(key);
-    for (int i = 0; i < 10000 && pid > 0 && kill(pid, 0) == 0; i++) {
+    for (int i = 0; i < 30000 && pid > 0 && kill(pid, 0) == 0; i++) {
         struct timespec ts = { 0, 1000000 };       /* reaped: ESRCH */
 
         nanosleep(&ts, NULL);
