@@ -97,10 +97,16 @@
  *      its forward keeps an edge to them and no backward (BW, or B and W)
  *      computes an input-gradient product (a linear layer's g W), in
  *      every schedule, even when INPUT requires grad. Only with
- *      opts.input_grad set does stage 0 keep the edge, and then in every
- *      schedule (ZB_H1: in B, as stage s > 0 does): INPUT must be a leaf
- *      that requires grad, and its .grad gets the gradient of the
- *      mini-batch's mean loss, summed over the micro-batches in order.
+ *      opts.input_grad set is it computed, and then in every schedule
+ *      (ZB_H1: in B, as stage s > 0 does): INPUT must be a leaf that
+ *      requires grad, each micro-batch is then a leaf of its own (a view
+ *      of its rows that requires grad, still no edge into INPUT), and
+ *      after its backward (BW, or B) its gradient is added into its rows
+ *      of INPUT's .grad (made as zeros in the step's first if unset), so
+ *      .grad gets the gradient of the mini-batch's mean loss, summed over
+ *      the micro-batches in order, at B/M rows a micro-batch (an edge
+ *      through the slice would build and add a gradient of INPUT's whole
+ *      size every micro-batch, M times the work).
  * Idle time: td_pipe_stats reports per stage the step's wall time, the
  * time spent computing (F, B, W, BW) and the rest (waiting: the bubble).
  *

@@ -15,6 +15,7 @@
  * Both are run by the thread running the group's operation (work.c). */
 #include "config.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +95,53 @@ coll_all_reduce_rd(coll_op_t *op, void *buf, size_t count)
             return st;
         }
     }
+    return TD_OK;
+}
+
+static atomic_ulong pair_calls;        /* coll_all_reduce_pair_count */
+
+unsigned long
+coll_all_reduce_pair_count(void)
+{
+    return atomic_load_explicit(&pair_calls, memory_order_relaxed);
+}
+
+td_status_t
+coll_all_reduce_pair(coll_op_t *op, void *buf, size_t count,
+                     void (*announce)(td_group_t *g, uint32_t seq,
+                                      const coll_desc_t *d))
+{
+    td_group_t *g = op->g;
+    int peer = 1 - g->me;
+    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
+    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
+    _Alignas(16) unsigned char tmp[COLL_PAIR_MAX];
+    coll_req_t rr, sr;
+    coll_req_t *reqs[2] = { &rr, &sr };
+    size_t bytes = count * td_dtype_size(dt);
+    td_status_t st;
+
+    /* rd's one exchange at n = 2 (step 0, tag 0: the same messages) */
+    st = coll_op_begin_irecv(op, announce, &rr, peer, 0, tmp, bytes);
+    if (st != TD_OK) {
+        return st;
+    }
+    st = coll_isend(op, &sr, peer, 0, buf, bytes);
+    if (st != TD_OK) {
+        coll_step_wait(op, reqs, 1);
+        return st;
+    }
+    st = coll_step_wait(op, reqs, 2);
+    if (st != TD_OK) {
+        return st;
+    }
+    coll_reduce_into(buf, tmp, count, dt, rop);
+    if (rop == TD_REDUCE_AVG) {
+        coll_divide(buf, count, dt, 2);
+    }
+    /* (one thread a group: a lost increment is only a test's count) */
+    atomic_store_explicit(&pair_calls, atomic_load_explicit(&pair_calls,
+                          memory_order_relaxed) + 1, memory_order_relaxed);
     return TD_OK;
 }
 

@@ -317,15 +317,16 @@ on_device(const td_tensor_t *t)
 coll_route_t
 coll_device_route(td_group_t *g, const coll_args_t *a)
 {
-    const td_nccl_ops_t *nccl = nccl_ops();
+    const td_nccl_ops_t *nccl;
     td_tensor_t *t = a->t != NULL ? a->t : a->in;
     td_nccl_kind_t kind;
     int reduces = a->kind == COLL_ALL_REDUCE || a->kind == COLL_REDUCE ||
                   a->kind == COLL_REDUCE_SCATTER;
 
     if (!on_device(a->t) && !on_device(a->in)) {
-        return COLL_ROUTE_HOST;
+        return COLL_ROUTE_HOST;        /* (before the module's lookup) */
     }
+    nccl = nccl_ops();
     if (nccl == NULL || td__device_test_backend() || a->outs != NULL ||
         !nccl_kind(a->kind, &kind) || !on_device(t) ||
         (a->in != NULL && !on_device(a->in)) ||

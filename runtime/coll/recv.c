@@ -205,13 +205,9 @@ take_offer_locked(coll_unexp_t *e, coll_req_t *r)
     atomic_store(&r->cma_ready_a, 1);     /* C9: the waiter reads it */
 }
 
-td_status_t
-coll_post_recv(coll_req_t *r)
+void
+coll_post_recv_prep(coll_req_t *r)
 {
-    coll_unexp_t *e;
-    char msg[COLL_ERR_MAX];
-    td_status_t st = TD_OK;
-
     /* relaxed: published to other threads by coll_lock */
     atomic_store_explicit(&r->done, 0, memory_order_relaxed);
     atomic_store_explicit(&r->cma_ready_a, 0, memory_order_relaxed);
@@ -220,7 +216,23 @@ coll_post_recv(coll_req_t *r)
     atomic_store_explicit(&r->pending, 1, memory_order_relaxed);
     r->from = -1;
     r->exact_seq = 0;
+}
+
+td_status_t
+coll_post_recv(coll_req_t *r)
+{
+    coll_post_recv_prep(r);
     coll_lock();
+    return coll_post_recv_locked(r);
+}
+
+td_status_t
+coll_post_recv_locked(coll_req_t *r)
+{
+    coll_unexp_t *e;
+    char msg[COLL_ERR_MAX];
+    td_status_t st = TD_OK;
+
     if (r->g->broken != TD_OK) {
         snprintf(msg, sizeof(msg), "%s", r->g->broken_msg);
         st = r->g->broken;

@@ -5,8 +5,8 @@
  * reads); below rx.c, which completes receives through the callbacks
  * here.
  *
- * Thread safety: all functions are thread-safe; none may be called with
- * coll_lock held. */
+ * Thread safety: all functions are thread-safe; none but
+ * coll_post_recv_locked may be called with coll_lock held. */
 #ifndef TD_RUNTIME_COLL_RECV_H
 #define TD_RUNTIME_COLL_RECV_H
 
@@ -16,6 +16,11 @@
 /* Post a receive (its fields filled by the caller; done/status set here):
  * matched at once against unexpected messages, else when one arrives. */
 td_status_t coll_post_recv(coll_req_t *r);
+/* coll_post_recv in two parts, for a caller that posts R within a hold of
+ * coll_lock of its own (step.c C16): R's fields reset (no lock), then
+ * the post, entered with coll_lock held, which it releases. */
+void        coll_post_recv_prep(coll_req_t *r);
+td_status_t coll_post_recv_locked(coll_req_t *r);
 /* td_recv's fast path (mbox.c M10): R, a p2p receive from one rank of
  * this host, taken straight from its sender's mailbox while this thread
  * polls it: 1 done (R's status and err set), 0 not (use coll_post_recv). */

@@ -255,6 +255,16 @@ stage_free(stage_t *s)
     memset(s, 0, sizeof(*s));
 }
 
+/* stage_free where ROUTE staged anything (the host route leaves S's
+ * copies unset). */
+static void
+unstage(stage_t *s, coll_route_t route)
+{
+    if (route == COLL_ROUTE_STAGED) {
+        stage_free(s);
+    }
+}
+
 static td_status_t
 stage_in(const coll_args_t *a, stage_t *s)
 {
@@ -414,10 +424,15 @@ coll_run(td_group_t *g, const coll_args_t *a)
         }
         return st;
     }
-    /* device tensors not for NCCL: through host copies (nccl.h N1) */
-    memset(&sg, 0, sizeof(sg));
-    if (route == COLL_ROUTE_STAGED && (st = stage_in(a, &sg)) != TD_OK) {
-        return st;
+    /* device tensors not for NCCL: through host copies (nccl.h N1); host
+     * tensors: none (stage_ptr reads sg.t and sg.in only) */
+    if (route == COLL_ROUTE_STAGED) {
+        memset(&sg, 0, sizeof(sg));
+        if ((st = stage_in(a, &sg)) != TD_OK) {
+            return st;
+        }
+    } else {
+        sg.t = sg.in = NULL;
     }
     memset(&op, 0, sizeof(op));
     op.g = g;
@@ -425,13 +440,25 @@ coll_run(td_group_t *g, const coll_args_t *a)
     bytes = count * td_dtype_size((td_dtype_t)op.desc.dtype);
     if (map_needed(g, a->kind) &&
         (st = g->n > 2 ? map_agree(g) : map_local(g)) != TD_OK) {
-        stage_free(&sg);
+        unstage(&sg, route);
         return st;
     }
     op.desc.algo = (uint8_t)choose(g, a->kind, bytes, count);
+    if (op.desc.algo == ALGO_RD && a->kind == COLL_ALL_REDUCE &&
+        g->n == 2 && route == COLL_ROUTE_HOST && bytes <= COLL_PAIR_MAX) {
+        /* two members, a small body: begun with its receive posted (step.h
+         * C16), the same messages as rd */
+        op.algo = ALGO_RD;
+        st = coll_all_reduce_pair(&op, data(a->t), count, coll_shm_announce);
+        coll_op_end(&op);              /* (a begin that failed left it so) */
+        if (st == TD_OK) {
+            td_tensor_bump_version(a->t);
+        }
+        return st;
+    }
     st = coll_op_begin(&op, coll_shm_announce);
     if (st != TD_OK) {
-        stage_free(&sg);
+        unstage(&sg, route);
         return st;
     }
     algo = (coll_algo_t)op.desc.algo;
@@ -444,7 +471,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
         st = g->n > 1 && !usable ? coll_shm_attach(&op, &usable) : TD_OK;
         if (st != TD_OK) {
             coll_op_end(&op);
-            stage_free(&sg);
+            unstage(&sg, route);
             return st;
         }
         if (!usable) {
@@ -457,7 +484,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
     if (st == TD_OK) {
         st = stage_out(&sg);        /* N1: only after success */
     }
-    stage_free(&sg);
+    unstage(&sg, route);
     if (st == TD_OK && a->t != NULL) {
         td_tensor_bump_version(a->t);
     }

@@ -19,6 +19,7 @@ coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag, void *buf,
 {
     r->type = REQ_RECV_COLL;
     r->on_done = NULL;
+    r->spin_s = 0;              /* (read by the wait) */
     r->cma_dst = NULL;          /* set by the caller after posting, if */
     r->cma_landed = 0;
     r->g = op->g;
@@ -40,6 +41,7 @@ coll_isend(coll_op_t *op, coll_req_t *r, int dst, uint32_t tag,
 
     r->type = REQ_SEND_COLL;
     r->on_done = NULL;
+    r->spin_s = 0;              /* (read by the wait) */
     r->g = op->g;
     r->group_id = op->g->id;
     r->tag = tag;
@@ -118,15 +120,11 @@ coll_scratch(td_group_t *g, size_t len)
     return g->scratch;
 }
 
-td_status_t
-coll_op_begin(coll_op_t *op,
-              void (*announce)(td_group_t *g, uint32_t seq,
-                               const coll_desc_t *d))
+/* coll_op_begin up to its lock: the sequence number, deadline, size. */
+static void
+begin_prep(coll_op_t *op)
 {
     td_group_t *g = op->g;
-    coll_unexp_t *e;
-    char msg[COLL_ERR_MAX];
-    int mismatch = 0;
 
     if (!g->watched) {
         /* Endpoints to every member, so a death is noticed (keepalive)
@@ -145,7 +143,17 @@ coll_op_begin(coll_op_t *op,
     op->deadline = op->desc.algo == ALGO_SHM && g->shm_state == SHM_ON
                    ? 0 : td_now_s() + coll_timeout();
     op->esize = td_dtype_size((td_dtype_t)op->desc.dtype);
-    coll_lock();
+}
+
+/* coll_op_begin's part under coll_lock (held; kept held on TD_OK, else
+ * released): the call made current and checked against what arrived
+ * for it already (C5). On a mismatch *MISMATCH is set and MSG says it. */
+static td_status_t
+begin_locked(coll_op_t *op, int *mismatch, char *msg, size_t len)
+{
+    td_group_t *g = op->g;
+    coll_unexp_t *e;
+
     if (g->broken != TD_OK) {
         coll_unlock();
         return coll_group_check(g);
@@ -157,11 +165,22 @@ coll_op_begin(coll_op_t *op,
     /* C5: what arrived for this call before we made it. */
     e = coll_ux_mismatch_locked(g->id, op->seq, &op->desc);
     if (e != NULL) {
-        mismatch = 1;
-        coll_mismatch_text(msg, sizeof(msg), g->id, op->seq, e->src,
+        *mismatch = 1;
+        coll_mismatch_text(msg, len, g->id, op->seq, e->src,
                            coll_world_rank(), &e->desc, &op->desc);
     }
-    coll_unlock();
+    return TD_OK;
+}
+
+/* After the lock: announce, and fail the group on a mismatch. */
+static td_status_t
+begin_finish(coll_op_t *op,
+             void (*announce)(td_group_t *g, uint32_t seq,
+                              const coll_desc_t *d),
+             int mismatch, const char *msg)
+{
+    td_group_t *g = op->g;
+
     if (announce != NULL) {
         announce(g, op->seq, &op->desc);            /* shm.c S4 */
     }
@@ -171,6 +190,65 @@ coll_op_begin(coll_op_t *op,
         return td_error(TD_ERR_INVALID, "%s", msg);
     }
     return TD_OK;
+}
+
+td_status_t
+coll_op_begin(coll_op_t *op,
+              void (*announce)(td_group_t *g, uint32_t seq,
+                               const coll_desc_t *d))
+{
+    char msg[COLL_ERR_MAX];
+    int mismatch = 0;
+    td_status_t st;
+
+    begin_prep(op);
+    coll_lock();
+    st = begin_locked(op, &mismatch, msg, sizeof(msg));
+    if (st != TD_OK) {
+        return st;
+    }
+    coll_unlock();
+    return begin_finish(op, announce, mismatch, msg);
+}
+
+td_status_t
+coll_op_begin_irecv(coll_op_t *op,
+                    void (*announce)(td_group_t *g, uint32_t seq,
+                                     const coll_desc_t *d),
+                    coll_req_t *r, int src, uint32_t tag, void *buf,
+                    size_t nbytes)
+{
+    char msg[COLL_ERR_MAX];
+    int mismatch = 0;
+    td_status_t st;
+
+    begin_prep(op);
+    r->type = REQ_RECV_COLL;
+    r->on_done = NULL;
+    r->spin_s = 0;
+    r->cma_dst = NULL;
+    r->cma_landed = 0;
+    r->g = op->g;
+    r->group_id = op->g->id;
+    r->peer = op->g->ranks[src];
+    r->tag = tag;
+    r->seq = op->seq;
+    r->buf = buf;
+    r->nbytes = nbytes;
+    r->desc = &op->desc;
+    coll_post_recv_prep(r);
+    coll_lock();
+    st = begin_locked(op, &mismatch, msg, sizeof(msg));
+    if (st != TD_OK) {
+        return st;                     /* (released; R not posted) */
+    }
+    if (mismatch) {
+        coll_unlock();
+        return begin_finish(op, announce, mismatch, msg); /* R not posted */
+    }
+    st = coll_post_recv_locked(r);     /* C16: releases coll_lock */
+    (void)begin_finish(op, announce, 0, NULL);
+    return st;
 }
 
 void

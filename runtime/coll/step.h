@@ -8,6 +8,14 @@
  * C8 Receives of a collective are posted under exact keys (group, seq,
  *    step tag, source), so steps and operations never steal each other's
  *    messages, whatever order they arrive in.
+ * C16 A call may begin and post its first receive in one hold of
+ *    coll_lock (coll_op_begin_irecv): what coll_op_begin then coll_irecv
+ *    do, in that order, with the receive posted only once the begin
+ *    succeeded (no broken group, no mismatch with what arrived, C5), so
+ *    a message arriving meanwhile is matched or compared exactly as
+ *    between the two calls. The announcement (shm.c S4) follows the
+ *    post; it is read only by members waiting in a segment, never by
+ *    the receive path. One locked section a call less (issue 30).
  *
  * Thread safety: an operation is driven by the one thread running it
  * (work.c). */
@@ -36,6 +44,13 @@ td_status_t coll_op_begin(coll_op_t *op,
                           void (*announce)(td_group_t *g, uint32_t seq,
                                            const coll_desc_t *d));
 void        coll_op_end(coll_op_t *op);
+/* coll_op_begin, then coll_irecv(op, R, SRC, TAG, BUF, NBYTES), in one
+ * hold of coll_lock (C16). On failure R is not posted. */
+td_status_t coll_op_begin_irecv(coll_op_t *op,
+                                void (*announce)(td_group_t *g, uint32_t seq,
+                                                 const coll_desc_t *d),
+                                coll_req_t *r, int src, uint32_t tag,
+                                void *buf, size_t nbytes);
 
 /* Post a receive of step TAG from group rank SRC into BUF. */
 td_status_t coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag,

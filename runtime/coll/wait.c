@@ -94,7 +94,11 @@ cma_service(const wait_t *w)
     for (int i = 0; i < w->n; i++) {
         coll_req_t *r = w->reqs[i];
 
-        if (r != NULL && atomic_exchange(&r->cma_ready_a, 0)) {
+        /* a load first: the exchange, a locked instruction, only for
+         * an offer that came (every round of every wait looks) */
+        if (r != NULL &&
+            atomic_load_explicit(&r->cma_ready_a, memory_order_relaxed) &&
+            atomic_exchange(&r->cma_ready_a, 0)) {
             coll_cma_read(r);
         }
     }

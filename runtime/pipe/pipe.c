@@ -72,6 +72,7 @@ struct td_pipe {
     shape_t            in, out;     /* what comes from s-1, goes to s+1 */
     int                broken;
     int                input_grad;  /* P9: stage 0 computes dINPUT */
+    td_tensor_t       *input;       /* the step's INPUT (borrowed), stage 0 */
     micro_t           *mb;
     pipe_op_t         *ops;         /* the step's ops, in order (schedule.c) */
     int                n_ops;
@@ -512,13 +513,19 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
             return pipe_fail(p, st, "could not post a receive");
         }
     } else {
-        /* P9: the data's slice is cut without autograd unless the caller
-         * asked for the input's gradient, so no op of the forward keeps
-         * an edge to it and no backward computes its gradient */
+        /* P9: the data's slice is cut without autograd, so no op of the
+         * forward keeps an edge to INPUT; when the caller asked for the
+         * input's gradient the slice is a leaf of its own, whose gradient
+         * input_grad_add puts into its rows of INPUT's .grad (an edge
+         * through the narrow would build a zero tensor of INPUT's whole
+         * size and add it into .grad, every micro-batch) */
         int64_t b = td_tensor_size(input, 0) / p->M;
-        int was = td_grad_set_enabled(p->input_grad && td_grad_enabled());
+        int was = td_grad_set_enabled(0);
         st = td_tensor_narrow(input, 0, m * b, b, &mb->x);
         td_grad_set_enabled(was);
+        if (st == TD_OK && p->input_grad && was) {
+            st = td_tensor_set_requires_grad(mb->x, 1);
+        }
         if (st != TD_OK) {
             return pipe_fail(p, st, "could not slice the input");
         }
@@ -612,6 +619,47 @@ do_forward(td_pipe_t *p, int m, td_tensor_t *input, td_tensor_t *target,
     return TD_OK;
 }
 
+/* P9: micro-batch M's input gradient DX (NULL: the input did not reach
+ * the output, so zero) into its rows of INPUT's .grad, made as zeros in
+ * the step's first (the rows of different micro-batches do not overlap,
+ * so each element gets exactly the one term the single process adds);
+ * then INPUT's post-accumulate hooks, as an accumulation runs them. */
+static td_status_t
+input_grad_add(td_pipe_t *p, int m, td_tensor_t *dx)
+{
+    td_tensor_t *in = p->input, *g = td_tensor_grad(in), *rows = NULL;
+    td_tensor_t *sum = NULL;
+    int64_t b = td_tensor_size(in, 0) / p->M;
+    int was = td_grad_set_enabled(0);
+    td_status_t st = TD_OK;
+
+    if (g == NULL) {
+        st = td_tensor_zeros(td_tensor_shape(in), td_tensor_ndim(in),
+                             td_tensor_dtype(in), &g);
+        if (st == TD_OK) {
+            st = td_tensor_set_grad(in, g);
+            td_tensor_release(g);
+            g = td_tensor_grad(in);
+        }
+    }
+    if (st == TD_OK && dx != NULL) {
+        st = td_tensor_narrow(g, 0, m * b, b, &rows);
+        if (st == TD_OK) {
+            st = td_add(rows, dx, &sum);
+        }
+        if (st == TD_OK) {
+            st = td_tensor_copy_(rows, sum);
+        }
+        td_tensor_release(sum);
+        td_tensor_release(rows);
+    }
+    td_grad_set_enabled(was);
+    if (st == TD_OK) {
+        st = td_tensor_run_post_accumulate_hooks(in);
+    }
+    return st;
+}
+
 static td_status_t
 do_backward(td_pipe_t *p, int m, int split)
 {
@@ -645,18 +693,18 @@ do_backward(td_pipe_t *p, int m, int split)
         st = pipe_split_input(&mb->split, mb->y, mb->dy,
                               p->stage > 0 || p->input_grad ? mb->x : NULL,
                               p->params, p->n_params, &dx);
-        if (st == TD_OK && p->stage == 0 && dx != NULL) {
-            /* P9: on into INPUT (a leaf: its .grad), as BW does */
-            st = td_backward(&mb->x, &dx, 1, 0, 0);
-            td_tensor_release(dx);
-            dx = NULL;
-        }
     } else {
         st = td_backward(&mb->y, &mb->dy, 1, 0, 0);
-        if (st == TD_OK && p->stage > 0) {
+        if (st == TD_OK && (p->stage > 0 || p->input_grad)) {
             dx = td_tensor_grad(mb->x);
             td_tensor_retain(dx);
         }
+    }
+    if (st == TD_OK && p->stage == 0 && p->input_grad) {
+        /* P9: into INPUT's .grad, part of the backward's work */
+        st = input_grad_add(p, m, dx);
+        td_tensor_release(dx);
+        dx = NULL;
     }
     t1 = td_now_s();
     p->stats.bwd_s += t1 - t0;
@@ -808,6 +856,7 @@ td_pipe_step(td_pipe_t *p, td_tensor_t *input, td_tensor_t *target,
     /* the kept receive buffers count as the step's, as if allocated now */
     kept = pool_bytes(&p->act_pool) + pool_bytes(&p->grad_pool);
     p->heap0 = heap_in_use();
+    p->input = input;
     p->heap0 = p->heap0 > kept ? p->heap0 - kept : 0;
     if (p->stage == 0) {
         st = check_batch(p, input, "input");
@@ -870,6 +919,7 @@ td_pipe_step(td_pipe_t *p, td_tensor_t *input, td_tensor_t *target,
     p->stats.send_s += td_now_s() - t_send;
 out:
     step_cleanup(p);
+    p->input = NULL;
     p->stats.step_s = td_now_s() - t0;
     p->stats.busy_s = p->stats.fwd_s + p->stats.bwd_s + p->stats.wgt_s;
     p->stats.bubble = p->stats.step_s > 0

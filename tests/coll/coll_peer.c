@@ -21,6 +21,7 @@
 
 #include "todist/todist.h"
 #include "runtime/coll/work.h"    /* coll_work_waiters */
+#include "runtime/coll/allreduce.h"  /* coll_all_reduce_pair_count */
 #include "runtime/coll/conf.h"    /* coll_transport */
 #include "runtime/runtime.h"
 #include "ucx_transport/transport.h"  /* td__transport_ucx_events, _taken_count */
@@ -747,7 +748,11 @@ reduce_loop(int iters, int64_t n)
  * The same calls' sends on the lean path (transport.c S2): across hosts
  * some of the first two loops' (a send that finds the progress thread
  * holding the token goes the usual way, so not every one), none of the
- * 1,028 B loop's (header and body above LEAN_MAX); on one host none. */
+ * 1,028 B loop's (header and body above LEAN_MAX); on one host none.
+ * At two ranks every call of the first two loops (but the first, which
+ * may try the segment) is run as one step begun with its receive posted
+ * (allreduce.c, step.h C16), none of the third's (above COLL_PAIR_MAX):
+ * "pair_all", "pair_bounded". */
 static int
 mode_taken(int iters, const char *expect)
 {
@@ -755,15 +760,27 @@ mode_taken(int iters, const char *expect)
     uint64_t before = td__transport_taken_count(tp);
     uint64_t lean0 = td__transport_lean_count(tp), lean, lean_big;
     uint64_t taken;
+    unsigned long pair0 = coll_all_reduce_pair_count(), pair, pair_big;
     int bad = reduce_loop(iters, 2) + reduce_loop(iters, 64);
 
     taken = td__transport_taken_count(tp) - before;
     lean = td__transport_lean_count(tp) - lean0;
+    pair = coll_all_reduce_pair_count() - pair0;
     bad += reduce_loop(iters, 257);
     lean_big = td__transport_lean_count(tp) - lean0 - lean;
+    pair_big = coll_all_reduce_pair_count() - pair0 - pair;
     check(bad == 0, "taken_exact", "%d of %d calls wrong", bad, 3 * iters);
     check(lean_big == 0, "lean_bounded", "%" PRIu64 " sends of 1,028 B "
           "bodies took the lean path", lean_big);
+    if (size == 2) {
+        /* all but the first call across hosts: it tries the segment
+         * first (the peer's host unknown until then, shm.c S1) */
+        check(pair + 1 >= (unsigned long)(2 * iters), "pair_all", "%lu of "
+              "%d calls of 8 B and 256 B ran as one begun step", pair,
+              2 * iters);
+        check(pair_big == 0, "pair_bounded", "%lu calls of 1,028 B ran as "
+              "one begun step", pair_big);
+    }
     if (strcmp(expect, "none") == 0) {
         check(taken == 0, "taken_none", "%" PRIu64 " bodies taken by the "
               "handler between ranks of one host", taken);
@@ -2029,9 +2046,22 @@ mode_late_pid(void)
           "rank %d's address: %s", victim, td_last_error());
     check(td_store_set(store, key, "1", 1) == TD_OK, "late_pid_told",
           "%s", td_last_error());
+    /* The victim dies once every other rank got here: wait for them too
+     * before the clock of its death starts (a rank starved for 10 s
+     * before it set its key made another's 10 s run out first, under a
+     * load of 8) */
+    for (int r = 0; r < victim; r++) {
+        char k[64];
+
+        snprintf(k, sizeof(k), "test/late_pid/looked/%d", r);
+        keys[0] = k;
+        if (td_store_wait(store, keys, 1, 30) != TD_OK) {
+            break;                      /* the check below says it */
+        }
+    }
     snprintf(key, sizeof(key), "td/pid/%d", victim);
     pid = store_pid(key);
-    for (int i = 0; i < 10000 && pid > 0 && kill(pid, 0) == 0; i++) {
+    for (int i = 0; i < 30000 && pid > 0 && kill(pid, 0) == 0; i++) {
         struct timespec ts = { 0, 1000000 };       /* reaped: ESRCH */
 
         nanosleep(&ts, NULL);

@@ -49,7 +49,9 @@
  *                gradient's: with an INPUT that requires grad, by default
  *                never (P9: stage 0 leaves the data's gradient out, and
  *                INPUT's .grad stays unset), with opts.input_grad M times
- *                a step, INPUT's .grad equal to single-process
+ *                a step, each micro-batch given to stage 0's forward a
+ *                leaf (no edge into INPUT), INPUT's .grad (set before the
+ *                step: it is added to) equal to single-process
  *                accumulation (1e-12); .grad of every parameter equal to
  *                it in both. input_grad with an INPUT that does not
  *                require grad fails every stage's step naming it.
@@ -172,6 +174,11 @@ run_layers(model_t *m, int lo, int hi, td_tensor_t *x, td_tensor_t *t,
     return st;
 }
 
+/* stage 0's forwards (ingrad) given a micro-batch that is not a leaf: an
+ * autograd edge into INPUT, whose backward (a narrow's) builds a zero
+ * tensor of INPUT's whole size each micro-batch (P9 gives a leaf) */
+static int ingrad_nonleaf;
+
 static td_status_t
 stage_forward(void *arg, td_tensor_t *x, td_tensor_t *target, int micro,
               td_tensor_t **out)
@@ -189,6 +196,7 @@ stage_forward(void *arg, td_tensor_t *x, td_tensor_t *target, int micro,
     }
     if (a->v != NULL) {
         td_tensor_t *h;
+        ingrad_nonleaf += !td_tensor_is_leaf(x);
         st = counted_mul(x, a->v, &h);
         if (st == TD_OK) {
             st = run_layers(a->m, a->lo, a->hi, h, target, out);
@@ -593,7 +601,16 @@ ingrad_config(td_pipe_schedule_t sched, int asked)
     o.input_grad = asked;
     make_batch(M, TD_FLOAT64, 3, &x, &t);
     td_tensor_set_requires_grad(x, 1);
+    if (asked) {
+        /* .grad is added to (the reference's starts the same) */
+        td_tensor_t *g0;
+        td_tensor_full(td_tensor_shape(x), td_tensor_ndim(x), TD_FLOAT64,
+                       0.25, &g0);
+        td_tensor_set_grad(x, g0);
+        td_tensor_release(g0);
+    }
     ingrad_calls = 0;
+    ingrad_nonleaf = 0;
     st = td_pipe_create(&o, &p);
     if (st == TD_OK) {
         st = td_pipe_step(p, rank == 0 ? x : NULL,
@@ -609,10 +626,23 @@ ingrad_config(td_pipe_schedule_t sched, int asked)
                     calls, asked ? M : 0);
         good = 0;
     }
+    if (good && rank == 0 && ingrad_nonleaf != 0) {
+        fail_detail("stage 0's forward got %d of %d micro-batches with an "
+                    "autograd edge into the input (not leaves)",
+                    ingrad_nonleaf, M);
+        good = 0;
+    }
     /* the reference: the whole model, x * v first, over the same
      * micro-batches, the input's gradient accumulated too */
     make_batch(M, TD_FLOAT64, 3, &rx, &rt);
     td_tensor_set_requires_grad(rx, 1);
+    if (asked) {
+        td_tensor_t *g0;
+        td_tensor_full(td_tensor_shape(rx), td_tensor_ndim(rx), TD_FLOAT64,
+                       0.25, &g0);
+        td_tensor_set_grad(rx, g0);
+        td_tensor_release(g0);
+    }
     for (int k = 0; k < M && good; k++) {
         td_tensor_t *xs, *ts, *h, *ls, *g;
         td_tensor_narrow(rx, 0, k * ROWS, ROWS, &xs);
