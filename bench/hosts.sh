@@ -75,6 +75,11 @@ p=\$(cat "$HOSTS_DIR/h\${h##*.}/init.pid")
 exec nsenter -t "\$p" --net --uts --ipc --mount --pid -- sh -c "\$*"
 EOF
     chmod +x "$tmp/agent"
+elif [ "${MPI:-1}" != 0 ]; then
+    # the baseline is the point of the comparison: say it is missing
+    echo "# Open MPI not available (mpicc/mpirun, or mpicc failed: $tmp/cc.log):" \
+         "its columns and ratios are skipped; TODIST_WITH_BASELINES=1 sh" \
+         "scripts/install-deps.sh installs it"
 fi
 
 # coll_prog DIR: bench/collectives of build DIR with DIR's own library
