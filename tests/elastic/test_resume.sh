@@ -5,14 +5,16 @@
 # fresh todist-run that --resume's from the --checkpoint, give the same
 # loss at every step, bit for bit (%a), and the same epoch lines. The
 # checkpoint is a safetensors file whose JSON header names every state,
-# and a hand parser reads its layout and values as a user would.
+# and a hand parser reads its layout and values as a user would, and so
+# does the format's own reader (the safetensors package from PyPI, which
+# scripts/install-deps.sh installs where PyPI is reachable).
 # Bounded by timeout; skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 9
+plan 10
 ex="$top_builddir/examples/fashion_mnist_ddp"
 data=/usr/share/datasets/fashion-mnist
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-    skip 9 "dataset-fashion-mnist is not installed"
+    skip 10 "dataset-fashion-mnist is not installed"
     done_testing
 fi
 args="--epochs 2 --max-batches 6 --batch-size 32 --hidden 32 --threads 1
@@ -96,4 +98,30 @@ PY
 )
 like "$body" "^layout ok step 12 weights finite nonzero [0-9]+$" \
    "read by hand, as a user would: the layout follows the format, step 12, finite weights"
+# The format's own reader (strict: it refuses bad offsets, sizes, dtypes
+# or metadata) loads every entry the header names, with the same values.
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+if "$py" -c 'import safetensors.numpy' 2>/dev/null; then
+    ref=$("$py" - "$ck" <<'PY' 2>&1
+import json, struct, sys
+import numpy as np
+from safetensors.numpy import load_file
+t = load_file(sys.argv[1])
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+h.pop("__metadata__", None)
+w = t["fc1.weight"]
+print("loaded", len(t), "of", len(h), "step", int(t["step"].reshape(-1)[0]),
+      w.dtype, "finite" if np.isfinite(w).all() else "NOT finite",
+      "nonzero" if w.any() else "zero")
+PY
+)
+    n_hdr=$(printf '%s\n' "$ref" | sed -n 's/^loaded [0-9]* of \([0-9]*\) .*/\1/p')
+    like "$ref" "^loaded ${n_hdr:-X} of ${n_hdr:-Y} step 12 float32 finite nonzero$" \
+         "read by the safetensors package: every entry, step 12, finite float32 weights"
+else
+    skip 1 "the safetensors package (PyPI) is not installed for $py"
+fi
 done_testing
