@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +230,28 @@ coll_cma_decline(coll_req_t *r)
     coll_cma_answer(r->from, r, 2);
 }
 
+static atomic_ulong holder_reads;       /* coll_cma_holder_reads */
+
+unsigned long
+coll_cma_holder_reads(void)
+{
+    return atomic_load_explicit(&holder_reads, memory_order_relaxed);
+}
+
+/* C17: may the token holder read R's offer now? Only what costs no wait:
+ * a body of at most COLL_CMA_HOLDER_MAX from a sender already known to be
+ * of this host and whose pid was checked (no store look-up, L11). */
+static int
+holder_may_read(const coll_req_t *r)
+{
+    int src = r->from;
+
+    return r->nbytes <= COLL_CMA_HOLDER_MAX && !cma_stall &&
+           __atomic_load_n(&cma_host[src], __ATOMIC_RELAXED) == 1 &&
+           __atomic_load_n(&cma_verified[src], __ATOMIC_RELAXED) ==
+               r->cma_pid;
+}
+
 void
 coll_cma_offered(coll_req_t *r)
 {
@@ -238,6 +261,14 @@ coll_cma_offered(coll_req_t *r)
         return;
     }
     if (atomic_exchange(&r->cma_ready_a, 0)) {
+        if (holder_may_read(r)) {
+            /* C17: read here; declined, the body would move only when
+             * the sender (computing, say) next drives its transport */
+            atomic_fetch_add_explicit(&holder_reads, 1,
+                                      memory_order_relaxed);
+            coll_cma_read(r);
+            return;
+        }
         coll_cma_decline(r);
     }
 }

@@ -2,11 +2,11 @@
  * offered (pid, address) instead of sent, and its receiver copies it with
  * process_vm_readv. A channel above the transport's sending side (tx.h).
  *
- * Invariants (comments cite them as C9..C12, C15):
+ * Invariants (comments cite them as C9..C12, C15, C17):
  *  C9 A body offered in place (COLL_F_CMA) stays untouched until its
  *     reader's MSG_CMA (or, p2p, an error ack) arrives (the send completes
  *     only then); the reader copies it on the waiting thread, never in a
- *     callback, and answers exactly once: 0 (read), 1 (could not: the
+ *     callback (C17's small p2p bodies excepted), and answers exactly once: 0 (read), 1 (could not: the
  *     sender resends the body through UCX and stops offering to that
  *     rank) or 2 (p2p only: not now, send the body). An offer dropped
  *     unread (its group failed or is gone at the reader) is answered as
@@ -16,8 +16,9 @@
  * C10 A p2p offer is read in place only by a thread that is waiting for
  *     that receive (td_recv), or by td_irecv itself when the offer was
  *     there first; an offer matching an irecv posted earlier is answered
- *     2 from the callback. So no offer waits on a thread that may be
- *     blocked elsewhere (two ranks that irecv then send cannot deadlock).
+ *     2 from the callback (unless C12 or C17). So no offer waits on a
+ *     thread that may be blocked elsewhere (two ranks that irecv then
+ *     send cannot deadlock).
  *     The resent body (COLL_F_RESEND) matches only the receive that
  *     answered, by sender and sequence number, so C7's order holds.
  *     Limit: a p2p send that times out with its offer unanswered returns
@@ -38,6 +39,19 @@
  *     exchange) alone reads or declines it (coll_cma_decline: answer 2,
  *     as C10). A thread waiting for the irecv never blocks elsewhere
  *     while it waits, so no offer waits on a thread blocked elsewhere.
+ *
+ * C17 C10's second exception: an offer matching an irecv that nobody
+ *     waits for is read at once by the thread that received it (the
+ *     token holder, in the transport's callback) when that costs no
+ *     wait: a body of at most COLL_CMA_HOLDER_MAX bytes from a sender
+ *     already known to be of this host whose pid was already checked (no
+ *     store look-up, transport.c L11). A copy of at most that size is
+ *     what an eager receive costs its callback anyway, and the holder
+ *     never blocks elsewhere, so C10's deadlock cannot arise. Declined
+ *     instead, the body would move only when the sender next drives its
+ *     transport: a pipeline stage computing when its neighbour's
+ *     activation came waited for the sender's next op (issue 33). Other
+ *     offers go as C10 says. [test_coll "held offer"]
  *
  * C11 Offers go only to ranks of this host, and a receiver reads in place
  *     only from a rank of this host (td__runtime_same_host: one kernel and
@@ -67,6 +81,7 @@
 #include "runtime/coll/match.h"
 
 #define COLL_CMA_MIN  (64u * 1024u)   /* bodies read in place from here on */
+#define COLL_CMA_HOLDER_MAX (1024u * 1024u)   /* C17: read by the holder */
 
 /* td_init: TODIST_COLL_CMA, a new token, per-rank state for SIZE ranks. */
 td_status_t coll_cma_setup(int size);
@@ -80,6 +95,8 @@ void        coll_cma_read(coll_req_t *r);
 /* An offer matched irecv R (its fields in R, in a transport callback):
  * left to R's waiter (C12), else declined (C10). */
 void        coll_cma_offered(coll_req_t *r);
+/* How many offers the token holder read itself (C17; tests). */
+unsigned long coll_cma_holder_reads(void);
 /* Have the body of R's offer sent instead (answer 2, R posted again for
  * it only: C10); R's cma_ready_a taken by the caller. */
 void        coll_cma_decline(coll_req_t *r);

@@ -23,6 +23,7 @@
 #include "runtime/coll/work.h"    /* coll_work_waiters */
 #include "runtime/coll/allreduce.h"  /* coll_all_reduce_pair_count */
 #include "runtime/coll/conf.h"    /* coll_transport */
+#include "runtime/coll/cma.h"     /* coll_cma_holder_reads */
 #include "runtime/runtime.h"
 #include "ucx_transport/transport.h"  /* td__transport_ucx_events, _taken_count */
 
@@ -1262,6 +1263,86 @@ mode_p2p_stopped_sender(int64_t count)
     return 0;
 }
 
+/* Offers of 256 KiB to irecvs nobody waits for yet (cma.h C17): after
+ * one read by a waiter (which checks the sender's pid), each is read at
+ * once by the receiver's token holder, not declined; the bodies are
+ * intact and every send completes while the receiver has not waited. */
+static int
+mode_p2p_held_offer(void)
+{
+    enum { N = 4 };
+    const int64_t count = 65536;
+    td_group_t *w = td_group_world();
+    td_tensor_t *go = make(1, TD_INT32), *t[N + 1];
+    td_work_t *wk[N] = { NULL };
+    td_status_t st;
+    unsigned long before = 0, after = 0;
+    int done = 0;
+    int64_t bad = -1;
+
+    for (int i = 0; i <= N; i++) {
+        t[i] = make(count, TD_FLOAT32);
+        if (rank == 1) {
+            for (int64_t k = 0; k < count; k++) {
+                set(t[i], k, (double)((k + i) % 977));
+            }
+        }
+    }
+    if (rank == 1) {
+        st = td_send(w, t[0], 0, 10);                   /* a waiter reads */
+        if (st == TD_OK) {
+            st = td_recv(w, go, 0, 11, NULL);
+        }
+        for (int i = 1; i <= N && st == TD_OK; i++) {
+            st = td_isend(w, t[i], 0, 11 + i, &wk[i - 1]);
+            if (st == TD_OK) {
+                st = td_work_wait(wk[i - 1], 30);
+            }
+        }
+        check(st == TD_OK, "held_offer_sends", "%s",
+              st ? td_last_error() : "ok");
+        st = td_send(w, go, 0, 20);                     /* all sent */
+    } else if (rank == 0) {
+        st = td_recv(w, t[0], 1, 10, NULL);
+        for (int i = 1; i <= N && st == TD_OK; i++) {
+            st = td_irecv(w, t[i], 1, 11 + i, &wk[i - 1]);
+        }
+        before = coll_cma_holder_reads();
+        if (st == TD_OK) {
+            st = td_send(w, go, 1, 11);
+        }
+        if (st == TD_OK) {
+            /* not one wait on the irecvs: rank 1's sends completed, so
+             * someone here read each offer or took its body */
+            st = td_recv(w, go, 1, 20, NULL);
+        }
+        after = coll_cma_holder_reads();
+        for (int i = 0; i < N && st == TD_OK; i++) {
+            st = td_work_test(wk[i], &done);
+            if (st == TD_OK && !done) {
+                st = TD_ERR_STATE;
+            }
+        }
+        for (int j = 1; j <= N && st == TD_OK && bad < 0; j++) {
+            FIRST_BAD(t[j], count, (double)((i + j) % 977), &bad);
+        }
+        check(st == TD_OK && bad < 0, "held_offer_recv", "%s (first bad "
+              "element %" PRId64 ")", st ? "not all done" : "ok", bad);
+        check(after - before == N, "held_offer_read_by_holder", "%lu of %d "
+              "offers read by the token holder", after - before, N);
+    }
+    for (int i = 0; i < N; i++) {
+        if (wk[i] != NULL) {
+            td_work_release(wk[i]);
+        }
+    }
+    for (int i = 0; i <= N; i++) {
+        td_tensor_release(t[i]);
+    }
+    td_tensor_release(go);
+    return 0;
+}
+
 /* The offer arrives after the receiver's first wait gave up (its
  * timeout): GAP_MS between telling the sender and waiting again (0: the
  * second wait is already there, C12; > 0: nobody waits, the offer is
@@ -2466,6 +2547,8 @@ main(int argc, char **argv)
         rc = mode_p2p_segments(argc > 2 ? atoll(argv[2]) : 8192);
     } else if (strcmp(mode, "p2p_stopped_sender") == 0) {
         rc = mode_p2p_stopped_sender(argc > 2 ? atoll(argv[2]) : 8192);
+    } else if (strcmp(mode, "p2p_held_offer") == 0) {
+        rc = mode_p2p_held_offer();
     } else if (strcmp(mode, "p2p_late_offer") == 0) {
         rc = mode_p2p_late_offer(argc > 2 ? atoll(argv[2]) : 65536,
                                  argc > 3 ? atoi(argv[3]) : 0);
