@@ -652,6 +652,19 @@ token_drop(td_transport_t *tp)
     }
 }
 
+/* Tell the progress thread to stop (asleep on the event fd or napping)
+ * and join it. */
+static void
+thread_stop(td_transport_t *tp)
+{
+    __atomic_store_n(&tp->stop, 1, __ATOMIC_RELEASE);
+    ucp_worker_signal(tp->worker);
+    pthread_mutex_lock(&tp->drv_lock);
+    pthread_cond_signal(&tp->drv_cond);
+    pthread_mutex_unlock(&tp->drv_lock);
+    pthread_join(tp->thread, NULL);
+}
+
 /* Z1: the process's live transport (one a process), for exit_halt. */
 static pthread_mutex_t exit_lock = PTHREAD_MUTEX_INITIALIZER;
 static td_transport_t *exit_tp;
@@ -670,12 +683,7 @@ exit_halt(void)
     if (tp != NULL && exit_pid == getpid() && tp->thread_started &&
         !pthread_equal(pthread_self(), tp->thread)) {
         __atomic_store_n(&tp->halted, 1, __ATOMIC_RELEASE);
-        __atomic_store_n(&tp->stop, 1, __ATOMIC_RELEASE);
-        ucp_worker_signal(tp->worker);
-        pthread_mutex_lock(&tp->drv_lock);
-        pthread_cond_signal(&tp->drv_cond);
-        pthread_mutex_unlock(&tp->drv_lock);
-        pthread_join(tp->thread, NULL);
+        thread_stop(tp);
         tp->thread_started = 0;
         /* Drivers see stop and leave, direct senders are brief: the token
          * is then ours for good. A holder that never lets go (stuck in a
@@ -3445,12 +3453,7 @@ td__transport_destroy(td_transport_t *tp, double timeout)
         if (timeout > 0) {
             tp->close_timeout = timeout;
         }
-        __atomic_store_n(&tp->stop, 1, __ATOMIC_RELEASE);
-        ucp_worker_signal(tp->worker);
-        pthread_mutex_lock(&tp->drv_lock);
-        pthread_cond_signal(&tp->drv_cond);
-        pthread_mutex_unlock(&tp->drv_lock);
-        pthread_join(tp->thread, NULL);
+        thread_stop(tp);
     }
     /* L11: after the progress thread (its holders ask for addresses);
      * a fetch under way ends within the resolver's own timeout */

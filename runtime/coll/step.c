@@ -13,9 +13,10 @@
 #include "runtime/coll/wire.h"
 #include "base/clock.h"
 
-td_status_t
-coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag, void *buf,
-           size_t nbytes)
+/* R as a receive of step TAG of OP from group rank SRC into BUF. */
+static void
+recv_fill(coll_op_t *op, coll_req_t *r, int src, uint32_t tag, void *buf,
+          size_t nbytes)
 {
     r->type = REQ_RECV_COLL;
     r->on_done = NULL;
@@ -30,6 +31,13 @@ coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag, void *buf,
     r->buf = buf;
     r->nbytes = nbytes;
     r->desc = &op->desc;
+}
+
+td_status_t
+coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag, void *buf,
+           size_t nbytes)
+{
+    recv_fill(op, r, src, tag, buf, nbytes);
     return coll_post_recv(r);
 }
 
@@ -223,19 +231,7 @@ coll_op_begin_irecv(coll_op_t *op,
     td_status_t st;
 
     begin_prep(op);
-    r->type = REQ_RECV_COLL;
-    r->on_done = NULL;
-    r->spin_s = 0;
-    r->cma_dst = NULL;
-    r->cma_landed = 0;
-    r->g = op->g;
-    r->group_id = op->g->id;
-    r->peer = op->g->ranks[src];
-    r->tag = tag;
-    r->seq = op->seq;
-    r->buf = buf;
-    r->nbytes = nbytes;
-    r->desc = &op->desc;
+    recv_fill(op, r, src, tag, buf, nbytes);     /* (op->seq is set) */
     coll_post_recv_prep(r);
     coll_lock();
     st = begin_locked(op, &mismatch, msg, sizeof(msg));
