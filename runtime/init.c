@@ -504,6 +504,18 @@ host_text_locked(int rank, char *buf, size_t len)
 }
 
 void
+td__runtime_peer_fate(int rank, char *buf, size_t len)
+{
+    if (len == 0) {
+        return;
+    }
+    if (!rt.initialized || rt.tp == NULL ||
+        !td__transport_peer_fate(rt.tp, rank, buf, len)) {
+        snprintf(buf, len, "died");
+    }
+}
+
+void
 td__runtime_host_text(int rank, char *buf, size_t len)
 {
     if (len == 0) {
@@ -589,13 +601,18 @@ same_host_cb(void *arg, int rank)
 static void
 log_lost_host(int rank)
 {
-    char where[256];
+    char where[256], fate[160];
 
     pthread_mutex_lock(&rt.addr_lock);
     host_text_locked(rank, where, sizeof(where));
     pthread_mutex_unlock(&rt.addr_lock);
     if (where[0] != '\0') {
-        td_log_error("runtime: lost rank %d (%s)", rank, where);
+        if (td__transport_peer_fate(rt.tp, rank, fate, sizeof(fate))) {
+            /* transport.c L12: it is alive, this rank was cut off */
+            td_log_error("runtime: rank %d (%s) %s", rank, where, fate);
+        } else {
+            td_log_error("runtime: lost rank %d (%s)", rank, where);
+        }
     }
 }
 
@@ -689,7 +706,16 @@ watched_barrier(const char *name, double timeout, const char *what)
             if (td_store_wait(rt.store, keys, 1, 0) == TD_OK) {
                 return TD_OK;
             }
+            char fate[160];
+
             td__runtime_host_text(dead, where, sizeof(where));
+            if (td__transport_peer_fate(rt.tp, dead, fate, sizeof(fate))) {
+                /* transport.c L12 */
+                return td_error(TD_ERR_PEER, "%s: rank %d%s%s%s %s, so it "
+                                "cannot arrive", what, dead,
+                                where[0] ? " (" : "", where,
+                                where[0] ? ")" : "", fate);
+            }
             return td_error(TD_ERR_PEER, "%s: rank %d%s%s%s failed (the "
                             "transport lost it), so it cannot arrive", what,
                             dead, where[0] ? " (" : "", where,

@@ -96,6 +96,12 @@ uint64_t td__runtime_host_id(int rank);
  * host that holds it may be the one lost). */
 void td__runtime_host_text(int rank, char *buf, size_t len);
 
+/* Into BUF (LEN bytes) what became of RANK, failed, for an error text
+ * after its name: "dropped this rank: it heard nothing from it for 3.0 s
+ * (TODIST_LIVENESS=3)" when its liveness check dropped this rank and it
+ * said so (ucx_transport/transport.c L12), else "died". Never blocks. */
+void td__runtime_peer_fate(int rank, char *buf, size_t len);
+
 /* After an in-place shrink or growth (runtime/elastic), the world's
  * members are RANKS[0..N-1] (world ranks; this rank among them, and rank
  * 0 unless the launcher serves the store, R3), generation GEN (the elastic epoch: it

@@ -27,7 +27,7 @@
  * free sends directly. While a driver is active the progress thread naps,
  * so the two never compete for a core. Callbacks run on the holder.
  *
- * Liveness between hosts (L1..L11). UCX notices a peer whose process died
+ * Liveness between hosts (L1..L12). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
  * retransmitting for minutes. So:
  *  L1 A peer on another host (params.same_host says so when it is
@@ -119,6 +119,34 @@
  *     timed out (issue 30, test_spank_hosts 17/18 under load).
  *     Shutdown cancels what is parked; a revive forgets the address
  *     (a fetch begun before it is dropped, addr_gen).
+ *  L12 A peer this rank dropped (L3: silent, its host too) is told so.
+ *     Its endpoint is not closed but kept (linger_ep), unused: no send,
+ *     wire-up or reconnect of ours goes to that peer until a revive (R1),
+ *     as for any failed peer. Every message from it is refused
+ *     (not delivered, counted as dropped) and answered "you were dropped"
+ *     (LIVE_ID 'D' | be32 ms silent | be32 TODIST_LIVENESS ms), at most
+ *     TELL_MAX times, through that endpoint (else the message's reply
+ *     endpoint, as L9), never in answer to a 'D'. After a partition that
+ *     heals, our pings sent into it arrive, the peer answers them, and
+ *     the answer brings the 'D'. A rank told so fails that peer at once,
+ *     the reason kept (fate, td__transport_peer_fate): its pending and
+ *     later calls involving it fail with TD_ERR_PEER saying "rank 0
+ *     dropped this rank: it heard nothing from it for 3.0 s
+ *     (TODIST_LIVENESS=3)", not that it died; a 'D' from a peer already
+ *     failed (each dropped the other, or it died) is ignored, as is a
+ *     malformed one. The kept endpoint is closed by force once UCX
+ *     reports it failed (the told peer closed its side, or died), by a
+ *     revive and at shutdown. Only an endpoint with nothing of ours in
+ *     UCX (inflight 0) is kept: a send still in it must fail now (a
+ *     collective waits for its sends' completions, C4), so such an
+ *     endpoint is closed by force as before and its peer, if it comes
+ *     back, sees the connection close (TD_ERR_PEER, "died"). Keeping the
+ *     endpoint also spares the dropped rank UCX 1.13's abort: a wire-up
+ *     request of its still reaching us finds the endpoint it was meant
+ *     for; after a close, our UCX made a new endpoint for it and replied
+ *     from that one, whose id the dropped rank's endpoint did not expect
+ *     (ucp_ep_update_remote_id: "remote_id == remote_ep_id" assertion,
+ *     wireup.c ucp_wireup_process_reply).
  *
  * Bodies offered in place (O1..O5): between ranks of one host a large
  * body costs two copies through UCX's shared memory; offered, it costs
@@ -429,6 +457,7 @@ typedef struct {
     uint8_t  mbox_dead;  /* failed or revived: no mailbox again (X5) */
     /* liveness (L1-L3), token holder only */
     int      remote;     /* on another host: watched */
+    uint8_t  dropped;    /* this rank's liveness check dropped it (L12) */
     uint32_t rx_count;   /* messages received from it */
     uint32_t rx_seen;    /* rx_count at the last tick */
     /* times on the watched clock (tp->live_watched_ns, L6) */
@@ -445,6 +474,14 @@ typedef struct {
     /* token holder only */
     int      parked;     /* its sends on tp->parked_head (L11) */
     uint8_t  watch_later;    /* watched while its address was fetched */
+    /* dropped (L12), token holder only */
+    uint8_t  told;       /* 'D' answers sent it since (at most TELL_MAX) */
+    uint32_t drop_quiet_ms;  /* how long it was silent when dropped */
+    ucp_ep_h linger_ep;  /* its endpoint, kept open (unused) to tell it */
+    /* it dropped this rank (L12): fate, written by the token holder before
+     * fated is set (release); read by any thread once fated is seen */
+    int      fated;
+    char     fate[128];
 } peer_t;
 
 /* L11: a peer's address, fetched by the resolver thread. */
@@ -758,12 +795,18 @@ op_free(td_transport_t *tp, send_op_t *op)
     }
 }
 
+static inline const char *peer_fate(const td_transport_t *tp, int rank);
+
 static void
 op_finish(td_transport_t *tp, send_op_t *op, td_status_t status)
 {
     if (status != TD_OK) {
+        const char *fate = status == TD_ERR_PEER ? peer_fate(tp, op->dst)
+                                                 : NULL;    /* L12 */
+
         td_error(status, "transport: send to rank %d failed: %s", op->dst,
                  op->why != NULL ? op->why
+                 : fate != NULL ? fate
                  : status == TD_ERR_PEER ? "the peer died or is unreachable"
                                          : td_strerror(status));
         free(op->why);
@@ -849,14 +892,38 @@ send_cb(void *request, ucs_status_t status, void *user_data)
 
 /* ---- endpoints --------------------------------------------------------- */
 
-/* Fail peer RANK (token holder): close its endpoint by force, say WHY. */
+/* Close EP, once RANK's, by force (token holder): force mode completes at
+ * once or soon, without talking to the peer; an error UCX reports for it
+ * later is ignored (R2). */
 static void
-ep_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
+ep_close_force(td_transport_t *tp, int rank, ucp_ep_h ep)
 {
-    peer_t *p = &tp->peers[rank];
     ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                 .flags = UCP_EP_CLOSE_FLAG_FORCE };
     void *req;
+
+    tp->peers[rank].dead_ep = ep;                 /* R2 */
+    req = ucp_ep_close_nbx(ep, &prm);
+    if (UCS_PTR_IS_PTR(req)) {
+        ucp_request_free(req);
+    }
+}
+
+/* How a peer is failed (peer_fail). */
+enum {
+    FAIL_LOST,      /* UCX reported it, its process exited */
+    FAIL_DROP,      /* this rank's liveness check dropped it (L3, L12) */
+    FAIL_TOLD       /* it dropped this rank and said so (L12) */
+};
+
+/* Fail peer RANK (token holder), say WHY: its endpoint EP is closed by
+ * force, except one this rank drops with nothing of ours in it, which is
+ * kept to tell that peer (L12). */
+static void
+peer_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why,
+          int how)
+{
+    peer_t *p = &tp->peers[rank];
 
     if (p->failed) {
         return;
@@ -865,21 +932,60 @@ ep_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
     offers_fail(tp, rank);                        /* O3 */
     p->mbox_dead = 1;                             /* X5 */
     td__mbox_peer_dead(&tp->mb, rank);
-    if (p->ep == NULL) {
-        return;   /* already being closed at shutdown: do not close twice */
+    /* without an endpoint: being closed at shutdown (do not close twice),
+     * unless told through UCX's own endpoint, with none of ours (L12) */
+    if (p->ep == NULL && (how != FAIL_TOLD || tp->closing)) {
+        return;
     }
-    p->ep = NULL;
-    p->dead_ep = ep;                              /* R2 */
-    /* A failed endpoint must be closed; force mode completes at once or
-     * soon, without talking to the dead peer. */
-    req = ucp_ep_close_nbx(ep, &prm);
-    if (UCS_PTR_IS_PTR(req)) {
-        ucp_request_free(req);
+    if (p->ep != NULL) {
+        p->ep = NULL;
+        if (how == FAIL_DROP && p->inflight == 0 && p->linger_ep == NULL) {
+            p->linger_ep = ep;                    /* L12: kept, unused */
+            td_log_debug("transport: rank %d: its endpoint kept, to tell "
+                         "it (L12)", rank);
+        } else {
+            ep_close_force(tp, rank, ep);
+        }
     }
-    td_error(TD_ERR_PEER, "transport: rank %d failed: %s", rank, why);
+    if (how == FAIL_DROP) {
+        p->dropped = 1;                           /* L12 */
+        p->told = 0;
+    }
+    td_error(TD_ERR_PEER, how == FAIL_TOLD ? "transport: rank %d %s"
+             : "transport: rank %d failed: %s", rank, why);
     if (tp->params.peer_failed != NULL) {
         tp->params.peer_failed(tp->params.peer_failed_arg, rank, TD_ERR_PEER);
     }
+}
+
+/* Fail peer RANK as UCX reported it (token holder). */
+static void
+ep_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why)
+{
+    peer_fail(tp, rank, ep, why, FAIL_LOST);
+}
+
+/* L12: RANK's endpoint kept since this rank dropped it is closed by
+ * force (UCX reported it failed: that peer closed its side, or died; a
+ * revive; shutdown). Token holder. */
+static void
+linger_close(td_transport_t *tp, int rank)
+{
+    ucp_ep_h ep = tp->peers[rank].linger_ep;
+
+    if (ep != NULL) {
+        tp->peers[rank].linger_ep = NULL;
+        ep_close_force(tp, rank, ep);
+    }
+}
+
+/* L12: RANK dropped this rank and said so (its fate, if so): why, for an
+ * error text. NULL when not. Any thread. */
+static inline const char *
+peer_fate(const td_transport_t *tp, int rank)
+{
+    return __atomic_load_n(&tp->peers[rank].fated, __ATOMIC_ACQUIRE)
+           ? tp->peers[rank].fate : NULL;
 }
 
 static void
@@ -888,6 +994,12 @@ ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     td_transport_t *tp = ((void **)arg)[0];
     int rank = (int)(intptr_t)((void **)arg)[1];
 
+    if (ep == tp->peers[rank].linger_ep) {
+        td_log_debug("transport: the endpoint kept for rank %d failed: %s",
+                     rank, ucs_status_string(status));
+        linger_close(tp, rank);                 /* L12: its use is over */
+        return;
+    }
     if ((tp->peers[rank].ep != NULL && tp->peers[rank].ep != ep) ||
         ep == tp->peers[rank].dead_ep) {
         return;     /* R2: the endpoint of a process this rank had before */
@@ -1168,7 +1280,11 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
         return TD_OK;
     }
     if (p->failed) {
-        return td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
+        const char *fate = peer_fate(tp, dst);             /* L12 */
+
+        return fate != NULL
+               ? td_error(TD_ERR_PEER, "transport: rank %d %s", dst, fate)
+               : td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
     }
     if (tp->closing) {                                            /* E1 */
         return td_error(TD_ERR_CANCELED, "transport: rank %d: no new "
@@ -1433,7 +1549,8 @@ live_tick(td_transport_t *tp)
                      (double)quiet * 1e-9, heard,
                      (double)tp->live_ns * 1e-9);
             td_log_error("transport: rank %d %s", r, why);
-            ep_fail(tp, r, p->ep, why);
+            p->drop_quiet_ms = (uint32_t)(quiet / 1000000);
+            peer_fail(tp, r, p->ep, why, FAIL_DROP);     /* L12 */
         } else if (quiet >= tp->live_ns / 3 &&
                    (p->ping_w < 0 || w - p->ping_w >= tp->live_ns / 3)) {
             if (p->ping_w < 0 && tp->params.peer_heard != NULL) {
@@ -2143,6 +2260,62 @@ offer_recv(td_transport_t *tp, const uint8_t *h, wire_hdr_t *w,
     recv_finish(r, st);
 }
 
+/* L12: a message from SRC, which this rank dropped, is not delivered; it
+ * is answered "you were dropped" ('D' | be32 ms it was silent | be32
+ * TODIST_LIVENESS in ms), at most TELL_MAX times, through the endpoint
+ * kept for it, else the message's reply endpoint (as L9), unless it is
+ * such an answer itself (both ranks dropped each other). */
+#define TELL_MAX          4
+#define TELL_LEN          9
+#define TELL_MS_MAX       (2u * 86400u * 1000u)
+
+static void
+dropped_recv(td_transport_t *tp, int src, const wire_hdr_t *w,
+             const uint8_t *header, const ucp_am_recv_param_t *param)
+{
+    peer_t *p = &tp->peers[src];
+    uint8_t m[TELL_LEN];
+    ucp_ep_h ep;
+
+    BUMP(tp->dropped);
+    if ((w->id == LIVE_ID && w->ulen >= 1 && header[WIRE_FIXED] == 'D') ||
+        p->told >= TELL_MAX || tp->closing) {
+        return;
+    }
+    ep = p->linger_ep != NULL ? p->linger_ep : reply_ep_of(param);
+    if (ep == NULL) {
+        return;
+    }
+    m[0] = 'D';
+    td_put_be32(m + 1, p->drop_quiet_ms);
+    td_put_be32(m + 5, (uint32_t)(tp->live_ns / 1000000));
+    p->told++;
+    td_log_debug("transport: rank %d, dropped, sent a message (handler %u):"
+                 " told it was dropped", src, (unsigned)w->id);
+    internal_send_on(tp, ep, src, LIVE_ID, m, sizeof(m));
+}
+
+/* L12: SRC says it dropped this rank (M: the TELL_LEN - 1 bytes after
+ * 'D'): failed, with that as its fate, unless it failed already (each
+ * dropped the other, or it died) or the answer is malformed. */
+static void
+told_dropped(td_transport_t *tp, int src, const uint8_t *m)
+{
+    peer_t *p = &tp->peers[src];
+    uint32_t quiet = td_get_be32(m), live = td_get_be32(m + 4);
+
+    if (p->failed || tp->closing || quiet > TELL_MS_MAX || live == 0 ||
+        live > TELL_MS_MAX) {
+        return;
+    }
+    snprintf(p->fate, sizeof(p->fate), "dropped this rank: it heard "
+             "nothing from it for %.1f s (TODIST_LIVENESS=%g)",
+             quiet * 1e-3, live * 1e-3);
+    __atomic_store_n(&p->fated, 1, __ATOMIC_RELEASE);
+    td_log_error("transport: rank %d %s", src, p->fate);
+    peer_fail(tp, src, p->ep, p->fate, FAIL_TOLD);
+}
+
 /* UCX's active message callback (progress thread): parse, deliver to the
  * handler, place the bodies, then receive them eagerly, by rendezvous or
  * in place. */
@@ -2165,6 +2338,13 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         }
         return UCS_OK;
     }
+    if (tp->peers[w.src].dropped) {                             /* L12 */
+        dropped_recv(tp, (int)w.src, &w, header, param);
+        if (rndv) {
+            ucp_am_data_release(tp->worker, data);
+        }
+        return UCS_OK;
+    }
     if (td__mbox_active(&tp->mb)) {
         mbox_drain(tp, (int)w.src);     /* X3: what was written before it */
     }
@@ -2173,6 +2353,10 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
         if (w.ulen == 1 && w.nb == 0 &&
             ((const uint8_t *)header)[WIRE_FIXED] == 'P') {
             live_answer(tp, (int)w.src, param);                 /* L9 */
+        } else if (w.ulen == TELL_LEN && w.nb == 0 &&
+                   ((const uint8_t *)header)[WIRE_FIXED] == 'D') {
+            told_dropped(tp, (int)w.src,                        /* L12 */
+                         (const uint8_t *)header + WIRE_FIXED + 1);
         } else if (w.ulen == 1 + TD__MBOX_OFFER_BYTES && w.nb == 0 &&
                    ((const uint8_t *)header)[WIRE_FIXED] == 'M') {
             /* X2: recorded only; mapped at the first send to it */
@@ -2577,6 +2761,9 @@ close_endpoints(td_transport_t *tp)
     ucp_request_param_t prm = { .op_attr_mask = 0 };
 
     tp->closing = 1;                                              /* E1 */
+    for (int i = 0; i < n; i++) {
+        linger_close(tp, i);                                      /* L12 */
+    }
     close_test_stall(tp);
     if (reqs == NULL || st == NULL) {
         deadline = 0;   /* no memory to track requests: force every close */
@@ -2692,6 +2879,10 @@ revive_peers(td_transport_t *tp)
                 ucp_request_free(req);
             }
         }
+        linger_close(tp, r);                /* L12: the old process's */
+        p->dropped = 0;
+        p->told = 0;
+        __atomic_store_n(&p->fated, 0, __ATOMIC_RELEASE);
         pthread_mutex_lock(&tp->res_lock);          /* L11: a new address */
         p->addr_gen++;
         if (p->addr_state == ADDR_WANTED) {
@@ -3724,7 +3915,11 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
         }
     }
     if (__atomic_load_n(&tp->peers[dst].failed, __ATOMIC_RELAXED)) {
-        return td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
+        const char *fate = peer_fate(tp, dst);             /* L12 */
+
+        return fate != NULL
+               ? td_error(TD_ERR_PEER, "transport: rank %d %s", dst, fate)
+               : td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
     }
 
     if (tl_holder != tp && token_take(tp)) {
@@ -4105,6 +4300,19 @@ td__transport_peer_alive(td_transport_t *tp, int dst)
 {
     return dst >= 0 && dst < tp->params.world_size &&
            !__atomic_load_n(&tp->peers[dst].failed, __ATOMIC_RELAXED);
+}
+
+bool
+td__transport_peer_fate(td_transport_t *tp, int rank, char *buf, size_t len)
+{
+    const char *fate;
+
+    if (tp == NULL || rank < 0 || rank >= tp->params.world_size || len == 0 ||
+        (fate = peer_fate(tp, rank)) == NULL) {
+        return false;
+    }
+    snprintf(buf, len, "%s", fate);
+    return true;
 }
 
 td_progress_mode_t

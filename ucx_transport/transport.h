@@ -318,6 +318,14 @@ size_t td__transport_rejected(td_transport_t *tp);
 /* false once DST was reported dead. */
 bool td__transport_peer_alive(td_transport_t *tp, int dst);
 
+/* RANK dropped this rank (its liveness check found this rank silent) and
+ * said so (transport.c L12): true, with into BUF (LEN bytes) "dropped
+ * this rank: it heard nothing from it for 3.0 s (TODIST_LIVENESS=3)",
+ * for an error text naming RANK. false when it did not (alive, died,
+ * unreachable), BUF untouched. Thread-safe. */
+bool td__transport_peer_fate(td_transport_t *tp, int rank, char *buf,
+                             size_t len);
+
 /* RANK left the job's members (runtime/elastic's in-place shrink): dead,
  * or cut off, though this rank's transport may never have seen it fail.
  * At teardown its endpoint is closed by force, not flushed (a flush to a

@@ -709,6 +709,7 @@ coll_match_peer_dead(int rank)
     struct { uint32_t id; int grank, n; } hit[TD_GROUPS_MAX];
     int n_hit = 0;
     char where[256];      /* the host and its ranks, when another host */
+    char fate[160];       /* "died", or it dropped this rank (L12) */
     coll_req_t *out = NULL, *p = NULL, *next;
 
     /* Ids, not pointers: a group may be destroyed once the lock is
@@ -726,12 +727,13 @@ coll_match_peer_dead(int rank)
     }
     pthread_mutex_unlock(&C.lock);
     td__runtime_host_text(rank, where, sizeof(where));
+    td__runtime_peer_fate(rank, fate, sizeof(fate));
     for (int i = 0; i < n_hit; i++) {
         char msg[COLL_ERR_MAX];
 
         snprintf(msg, sizeof(msg), "coll: rank %d (group rank %d of group "
-                 "%u, %d members%s%s) died", rank, hit[i].grank, hit[i].id,
-                 hit[i].n, where[0] ? "; " : "", where);
+                 "%u, %d members%s%s) %s", rank, hit[i].grank, hit[i].id,
+                 hit[i].n, where[0] ? "; " : "", where, fate);
         coll_group_fail_quiet(NULL, hit[i].id, TD_ERR_PEER, msg);
     }
     /* Sends waiting for an ack from it in any group, too. */
@@ -751,9 +753,9 @@ coll_match_peer_dead(int rank)
         char msg[COLL_ERR_MAX];
 
         next = out->next;
-        snprintf(msg, sizeof(msg), "coll: rank %d%s%s%s died with a "
+        snprintf(msg, sizeof(msg), "coll: rank %d%s%s%s %s with a "
                  "point-to-point message pending", rank, where[0] ? " (" : "",
-                 where, where[0] ? ")" : "");
+                 where, where[0] ? ")" : "", fate);
         coll_req_complete(out, TD_ERR_PEER, msg);
         out = next;
     }

@@ -18,13 +18,16 @@ send_done(void *arg, td_status_t status)
     char msg[COLL_ERR_MAX];
 
     if (status != TD_OK) {
-        char where[256];
+        char where[256], fate[160] = "died";
 
         td__runtime_host_text(r->peer, where, sizeof(where));
-        snprintf(msg, sizeof(msg), "coll: send to rank %d%s%s%s failed: %s",
+        if (status == TD_ERR_PEER) {
+            td__runtime_peer_fate(r->peer, fate, sizeof(fate));  /* L12 */
+        }
+        snprintf(msg, sizeof(msg), "coll: send to rank %d%s%s%s failed: %s%s",
                  r->peer, where[0] ? " (" : "", where, where[0] ? ")" : "",
-                 status == TD_ERR_PEER ? "the rank died" :
-                 td_strerror(status));
+                 status == TD_ERR_PEER ? "the rank " : "",
+                 status == TD_ERR_PEER ? fate : td_strerror(status));
     }
     coll_req_complete(r, status, status != TD_OK ? msg : NULL);
 }

@@ -1799,18 +1799,20 @@ module_peer_failed(void *arg, int rank, td_status_t why)
     pending_t *pc = pending_take_matching(rank, 0);
     char name[TD_WORKER_NAME_MAX];
     char where[256];      /* the host and its ranks, when another host */
+    char fate[160];       /* "died", or it dropped this rank (L12) */
 
     (void)arg;
     (void)why;
     td__rpc_device_peer_failed(rank);
     td__runtime_host_text(rank, where, sizeof(where));
+    td__runtime_peer_fate(rank, fate, sizeof(fate));
     while (pc != NULL) {
         pending_t *next = pc->next;
         char msg[768];
 
-        snprintf(msg, sizeof(msg), "rpc: rank %d (%s%s%s) died with call "
+        snprintf(msg, sizeof(msg), "rpc: rank %d (%s%s%s) %s with call "
                  "'%s' pending", rank, worker_name(rank, name, sizeof(name)),
-                 where[0] ? "; " : "", where, pc->name);
+                 where[0] ? "; " : "", where, fate, pc->name);
         pending_fail(pc, TD_ERR_PEER, msg, 1);
         pc = next;
     }

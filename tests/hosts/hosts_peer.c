@@ -131,6 +131,58 @@ answer(int rank, td_tensor_t *t)
     return st == TD_OK && td_finalize() == TD_OK ? 0 : 1;
 }
 
+/* OP "heal" (1+1, warm; transport.c L12): rank 0 creates READY, the
+ * test cuts host 2 off and creates READY.cut, restores it after longer
+ * than TODIST_LIVENESS of one rank or both and creates READY.go. Each
+ * rank prints "op=heal call=N rank=R rc=STATUS t=BOOTTIME err=MESSAGE"
+ * for an all_reduce begun after READY.cut (N 1) and, after READY.go, a
+ * send to the other rank (N 2) and a receive from it (N 3, skipped when
+ * the send failed); then it waits for READY.done, which the test creates
+ * once both reported (a rank that left at once would close its
+ * connections: the other would see that, not what it is told). */
+static int
+heal(const char *path, int rank, td_tensor_t *t)
+{
+    char f[4096];
+    td_status_t st;
+
+    if (rank == 0) {
+        FILE *out = fopen(path, "w");
+
+        if (out != NULL) {
+            fclose(out);
+        }
+    }
+    snprintf(f, sizeof(f), "%s.cut", path);
+    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+        usleep(50000);
+    }
+    st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    printf("op=heal call=1 rank=%d rc=%d t=%.3f err=%s\n", rank, (int)st,
+           boottime(), st == TD_OK ? "" : td_last_error());
+    fflush(stdout);
+    snprintf(f, sizeof(f), "%s.go", path);
+    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+        usleep(50000);
+    }
+    st = td_send(td_group_world(), t, 1 - rank, 7);
+    printf("op=heal call=2 rank=%d rc=%d t=%.3f err=%s\n", rank, (int)st,
+           boottime(), st == TD_OK ? "" : td_last_error());
+    fflush(stdout);
+    if (st == TD_OK) {
+        st = td_recv(td_group_world(), t, 1 - rank, 7, NULL);
+        printf("op=heal call=3 rank=%d rc=%d t=%.3f err=%s\n", rank,
+               (int)st, boottime(), st == TD_OK ? "" : td_last_error());
+        fflush(stdout);
+    }
+    snprintf(f, sizeof(f), "%s.done", path);
+    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+        usleep(50000);
+    }
+    /* a job with a rank dropped cannot end cleanly */
+    _exit(0);
+}
+
 static int
 dropped(const char *path, int lost, int rank, td_tensor_t *t)
 {
@@ -171,7 +223,7 @@ main(int argc, char **argv)
     char done[4096];
 
     if (argc != 4) {
-        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped|answer LOST "
+        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped|answer|heal LOST "
                 "READY\n");
         return 2;
     }
@@ -211,6 +263,9 @@ main(int argc, char **argv)
     }
     if (strcmp(op, "stall") == 0) {
         return stall(argv[3], rank, size, t);
+    }
+    if (strcmp(op, "heal") == 0) {
+        return heal(argv[3], rank, t);
     }
     if (rank >= lost) {
         sleep(120);              /* cut off or killed before this ends */
