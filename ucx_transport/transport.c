@@ -128,10 +128,12 @@
  *     TELL_MAX times, through that endpoint (else the message's reply
  *     endpoint, as L9), never in answer to a 'D'. After a partition that
  *     heals, our pings sent into it arrive, the peer answers them, and
- *     the answer brings the 'D'. A rank told so fails that peer at once,
- *     the reason kept (fate, td__transport_peer_fate): its pending and
- *     later calls involving it fail with TD_ERR_PEER saying "rank 0
- *     dropped this rank: it heard nothing from it for 3.0 s
+ *     the answer brings the 'D'. A rank told so fails that peer right
+ *     after that round's UCX progress (told_fail: not inside the receive
+ *     callback, whose message may have come through the endpoint it
+ *     closes), the reason kept (fate, td__transport_peer_fate): its
+ *     pending and later calls involving it fail with TD_ERR_PEER saying
+ *     "rank 0 dropped this rank: it heard nothing from it for 3.0 s
  *     (TODIST_LIVENESS=3)", not that it died; a 'D' from a peer already
  *     failed (each dropped the other, or it died) is ignored, as is a
  *     malformed one. The kept endpoint is closed by force once UCX
@@ -140,7 +142,9 @@
  *     UCX (inflight 0) is kept: a send still in it must fail now (a
  *     collective waits for its sends' completions, C4), so such an
  *     endpoint is closed by force as before and its peer, if it comes
- *     back, sees the connection close (TD_ERR_PEER, "died"). Keeping the
+ *     back, is told only if its messages reach us again through UCX (a
+ *     new endpoint UCX makes for them: the reply endpoint), else it sees
+ *     the connection close (TD_ERR_PEER, "died"). Keeping the
  *     endpoint also spares the dropped rank UCX 1.13's abort: a wire-up
  *     request of its still reaching us finds the endpoint it was meant
  *     for; after a close, our UCX made a new endpoint for it and replied
@@ -476,6 +480,7 @@ typedef struct {
     uint8_t  watch_later;    /* watched while its address was fetched */
     /* dropped (L12), token holder only */
     uint8_t  told;       /* 'D' answers sent it since (at most TELL_MAX) */
+    uint8_t  told_due;   /* it said it dropped this rank: fail it */
     uint32_t drop_quiet_ms;  /* how long it was silent when dropped */
     ucp_ep_h linger_ep;  /* its endpoint, kept open (unused) to tell it */
     /* it dropped this rank (L12): fate, written by the token holder before
@@ -555,6 +560,7 @@ struct td_transport {
     int                   watch_pending;  /* some peer.watch is set */
     int                   revive_pending; /* some peer.revive is set */
     int                   closing;        /* E1: endpoints are closing */
+    int                   told_pending;   /* L12: told_fail (holder) */
     int                   in_poll;        /* progress thread asleep on efd */
     /* X7, X8, token holder only */
     unsigned              ucx_idle;       /* rounds since UCX had an event */
@@ -2296,16 +2302,18 @@ dropped_recv(td_transport_t *tp, int src, const wire_hdr_t *w,
 }
 
 /* L12: SRC says it dropped this rank (M: the TELL_LEN - 1 bytes after
- * 'D'): failed, with that as its fate, unless it failed already (each
- * dropped the other, or it died) or the answer is malformed. */
+ * 'D'): its fate is kept and it is failed after this round's UCX
+ * progress (told_fail: not from inside the receive callback of a message
+ * that came through the endpoint it closes), unless it failed already
+ * (each dropped the other, or it died) or the answer is malformed. */
 static void
 told_dropped(td_transport_t *tp, int src, const uint8_t *m)
 {
     peer_t *p = &tp->peers[src];
     uint32_t quiet = td_get_be32(m), live = td_get_be32(m + 4);
 
-    if (p->failed || tp->closing || quiet > TELL_MS_MAX || live == 0 ||
-        live > TELL_MS_MAX) {
+    if (p->failed || p->told_due || tp->closing || quiet > TELL_MS_MAX ||
+        live == 0 || live > TELL_MS_MAX) {
         return;
     }
     snprintf(p->fate, sizeof(p->fate), "dropped this rank: it heard "
@@ -2313,7 +2321,26 @@ told_dropped(td_transport_t *tp, int src, const uint8_t *m)
              quiet * 1e-3, live * 1e-3);
     __atomic_store_n(&p->fated, 1, __ATOMIC_RELEASE);
     td_log_error("transport: rank %d %s", src, p->fate);
-    peer_fail(tp, src, p->ep, p->fate, FAIL_TOLD);
+    p->told_due = 1;
+    tp->told_pending = 1;
+}
+
+/* L12: the peers told_dropped heard from are failed (token holder,
+ * outside UCX's callbacks). */
+static void
+told_fail(td_transport_t *tp)
+{
+    tp->told_pending = 0;
+    for (int r = 0; r < tp->params.world_size; r++) {
+        peer_t *p = &tp->peers[r];
+
+        if (p->told_due) {
+            p->told_due = 0;
+            if (!tp->closing) {     /* close_endpoints has its endpoint */
+                peer_fail(tp, r, p->ep, p->fate, FAIL_TOLD);
+            }
+        }
+    }
 }
 
 /* UCX's active message callback (progress thread): parse, deliver to the
@@ -2882,6 +2909,7 @@ revive_peers(td_transport_t *tp)
         linger_close(tp, r);                /* L12: the old process's */
         p->dropped = 0;
         p->told = 0;
+        p->told_due = 0;
         __atomic_store_n(&p->fated, 0, __ATOMIC_RELEASE);
         pthread_mutex_lock(&tp->res_lock);          /* L11: a new address */
         p->addr_gen++;
@@ -2943,6 +2971,9 @@ progress_once(td_transport_t *tp)
     }
     if (__atomic_load_n(&tp->revive_pending, __ATOMIC_RELAXED)) {
         revive_peers(tp);
+    }
+    if (tp->told_pending) {
+        told_fail(tp);                                          /* L12 */
     }
     {
         /* the clock every 256th round (relaxed: the progress thread sets
