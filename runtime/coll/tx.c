@@ -60,6 +60,17 @@ coll_post_send(coll_req_t *r, int dst, const uint8_t *hdr, size_t hdr_len)
         }
         atomic_store(&r->done, 1);
         r->status = st;
+        if (st == TD_ERR_PEER) {
+            /* the peer failed before this send: say so as send_done
+             * would, naming its host and what became of it (L12) */
+            char where[256], fate[160];
+
+            td__runtime_host_text(dst, where, sizeof(where));
+            td__runtime_peer_fate(dst, fate, sizeof(fate));
+            td_error(st, "coll: send to rank %d%s%s%s failed: the rank %s",
+                     dst, where[0] ? " (" : "", where, where[0] ? ")" : "",
+                     fate);
+        }
         snprintf(r->err, sizeof(r->err), "%s", td_last_error());
         return st;
     }

@@ -79,7 +79,9 @@ for _d in 0 1; do
     # the cut still arrives)
     like "$OUT" "op=heal call=1 rank=$_o rc=(0 |-[0-9]+ .*err=coll: rank $_d \\(group rank $_d of group 0, 2 members; on host h$_h, ranks there: $_d\\) dropped this rank: it heard nothing from it for [0-9.]+ s \\(TODIST_LIVENESS=2\\))" \
          "rank $_d drops rank $_o: rank $_o's all_reduce completes or fails, told it was dropped"
-    like "$OUT" "op=heal call=2 rank=$_o rc=-[0-9]+ .*err=coll: rank $_d .*on host h$_h, ranks there: $_d.* dropped this rank: it heard nothing from it for [0-9.]+ s \\(TODIST_LIVENESS=2\\)" \
+    # (told during the all_reduce: the group's failure; told after it
+    # completed: the send's own, coll_post_send)
+    like "$OUT" "op=heal call=2 rank=$_o rc=-[0-9]+ .*err=coll: (send to )?rank $_d .*on host h$_h, ranks there: $_d.* dropped this rank: it heard nothing from it for [0-9.]+ s \\(TODIST_LIVENESS=2\\)" \
          "rank $_d drops rank $_o: rank $_o's send after the cut fails, told it was dropped"
     unlike "$(printf '%s\n' "$OUT" | grep "^op=heal call=[12] rank=$_o ")" \
            "died" "rank $_d drops rank $_o: rank $_o is not told rank $_d died"
