@@ -994,6 +994,17 @@ peer_fate(const td_transport_t *tp, int rank)
            ? tp->peers[rank].fate : NULL;
 }
 
+/* The error of a call to RANK, failed: what became of it (L12). */
+static td_status_t
+failed_error(const td_transport_t *tp, int rank)
+{
+    const char *fate = peer_fate(tp, rank);
+
+    return fate != NULL
+           ? td_error(TD_ERR_PEER, "transport: rank %d %s", rank, fate)
+           : td_error(TD_ERR_PEER, "transport: rank %d has failed", rank);
+}
+
 static void
 ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
@@ -1286,11 +1297,7 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
         return TD_OK;
     }
     if (p->failed) {
-        const char *fate = peer_fate(tp, dst);             /* L12 */
-
-        return fate != NULL
-               ? td_error(TD_ERR_PEER, "transport: rank %d %s", dst, fate)
-               : td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
+        return failed_error(tp, dst);
     }
     if (tp->closing) {                                            /* E1 */
         return td_error(TD_ERR_CANCELED, "transport: rank %d: no new "
@@ -3946,11 +3953,7 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
         }
     }
     if (__atomic_load_n(&tp->peers[dst].failed, __ATOMIC_RELAXED)) {
-        const char *fate = peer_fate(tp, dst);             /* L12 */
-
-        return fate != NULL
-               ? td_error(TD_ERR_PEER, "transport: rank %d %s", dst, fate)
-               : td_error(TD_ERR_PEER, "transport: rank %d has failed", dst);
+        return failed_error(tp, dst);
     }
 
     if (tl_holder != tp && token_take(tp)) {

@@ -704,6 +704,22 @@ coll_group_unregister(td_group_t *g)
 }
 
 void
+coll_peer_fail_text(char *msg, size_t len, const char *what, int rank,
+                    td_status_t status)
+{
+    char where[256], fate[160];
+
+    td__runtime_host_text(rank, where, sizeof(where));
+    if (status == TD_ERR_PEER) {
+        td__runtime_peer_fate(rank, fate, sizeof(fate));          /* L12 */
+    }
+    snprintf(msg, len, "coll: %s rank %d%s%s%s failed: %s%s", what, rank,
+             where[0] ? " (" : "", where, where[0] ? ")" : "",
+             status == TD_ERR_PEER ? "the rank " : "",
+             status == TD_ERR_PEER ? fate : td_strerror(status));
+}
+
+void
 coll_match_peer_dead(int rank)
 {
     struct { uint32_t id; int grank, n; } hit[TD_GROUPS_MAX];

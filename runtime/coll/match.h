@@ -286,6 +286,12 @@ void        coll_unlock(void);
  * error is kept. Wakes the waiters. */
 void        coll_req_complete(coll_req_t *r, td_status_t status,
                               const char *msg);
+/* Into MSG (LEN bytes) why a message WHAT ("send to", "receiving from")
+ * rank RANK failed with STATUS: "coll: send to rank 1 (on host h2, ranks
+ * there: 1) failed: the rank died", or "the rank dropped this rank: ..."
+ * (transport.c L12), or STATUS's text. */
+void        coll_peer_fail_text(char *msg, size_t len, const char *what,
+                                int rank, td_status_t status);
 /* Complete every request of LIST (linked through next). */
 void        coll_req_complete_list(coll_req_t *list, td_status_t code,
                                    const char *msg);

@@ -23,16 +23,7 @@ coll_recv_matched_done(void *arg, td_status_t status, int src,
     (void)n_bodies;
     r->from = src;
     if (status != TD_OK) {
-        char where[256], fate[160] = "died";
-
-        td__runtime_host_text(src, where, sizeof(where));
-        if (status == TD_ERR_PEER) {
-            td__runtime_peer_fate(src, fate, sizeof(fate));       /* L12 */
-        }
-        snprintf(msg, sizeof(msg), "coll: receiving from rank %d%s%s%s "
-                 "failed: %s%s", src, where[0] ? " (" : "", where,
-                 where[0] ? ")" : "", status == TD_ERR_PEER ? "the rank " : "",
-                 status == TD_ERR_PEER ? fate : td_strerror(status));
+        coll_peer_fail_text(msg, sizeof(msg), "receiving from", src, status);
     } else if (r->type == REQ_RECV_P2P) {
         coll_send_ack(src, r->group_id, r->g->digest, r->seq, TD_OK,
                       r->dtype, r->ndim, r->shape);

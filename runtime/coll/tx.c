@@ -18,16 +18,7 @@ send_done(void *arg, td_status_t status)
     char msg[COLL_ERR_MAX];
 
     if (status != TD_OK) {
-        char where[256], fate[160] = "died";
-
-        td__runtime_host_text(r->peer, where, sizeof(where));
-        if (status == TD_ERR_PEER) {
-            td__runtime_peer_fate(r->peer, fate, sizeof(fate));  /* L12 */
-        }
-        snprintf(msg, sizeof(msg), "coll: send to rank %d%s%s%s failed: %s%s",
-                 r->peer, where[0] ? " (" : "", where, where[0] ? ")" : "",
-                 status == TD_ERR_PEER ? "the rank " : "",
-                 status == TD_ERR_PEER ? fate : td_strerror(status));
+        coll_peer_fail_text(msg, sizeof(msg), "send to", r->peer, status);
     }
     coll_req_complete(r, status, status != TD_OK ? msg : NULL);
 }
@@ -61,17 +52,13 @@ coll_post_send(coll_req_t *r, int dst, const uint8_t *hdr, size_t hdr_len)
         atomic_store(&r->done, 1);
         r->status = st;
         if (st == TD_ERR_PEER) {
-            /* the peer failed before this send: say so as send_done
-             * would, naming its host and what became of it (L12) */
-            char where[256], fate[160];
-
-            td__runtime_host_text(dst, where, sizeof(where));
-            td__runtime_peer_fate(dst, fate, sizeof(fate));
-            td_error(st, "coll: send to rank %d%s%s%s failed: the rank %s",
-                     dst, where[0] ? " (" : "", where, where[0] ? ")" : "",
-                     fate);
+            /* the peer failed before this send: said as send_done says
+             * it, naming its host and what became of it (L12) */
+            coll_peer_fail_text(r->err, sizeof(r->err), "send to", dst, st);
+            td_error(st, "%s", r->err);
+        } else {
+            snprintf(r->err, sizeof(r->err), "%s", td_last_error());
         }
-        snprintf(r->err, sizeof(r->err), "%s", td_last_error());
         return st;
     }
     return TD_OK;
