@@ -46,8 +46,9 @@ hosts_up 2 || { diag "hosts_up failed"; exit 1; }
 
 # rank 0 stopped 3x TODIST_LIVENESS as its endpoint was being made. Once
 # in a few runs the stop misses (rank 1 never watched rank 0: it said
-# neither "busy" nor "unreachable"): tried again, at most 3 times.
-for _try in 1 2 3; do
+# neither "busy" nor "unreachable"): tried again, at most 6 times (3
+# misses in a row seen once, in a CI's loaded make check).
+for _try in 1 2 3 4 5 6; do
     stop 6 2
     printf '%s\n' "$OUT" | grep "busy, not lost\|unreachable" >/dev/null &&
         break
