@@ -183,6 +183,89 @@ heal(const char *path, int rank, td_tensor_t *t)
     _exit(0);
 }
 
+/* OP "elheal" (in-place recovery across a partition that heals; elastic.c
+ * EL12): every rank warms up, makes its elastic handle (epoch 0), rank 0
+ * creates READY, each waits for READY.cut (the test cut a host off), then
+ * up to 2 steps, each an all_reduce of (world rank + 1) over the current
+ * epoch's group; a failed one is followed by td_elastic_recover and the
+ * step again in the new epoch. Each prints
+ *   "op=elheal step=S rank=R epoch=E world=N rc=STATUS sum=SUM err=M"
+ *   "op=elheal recover rank=R rc=STATUS epoch=E world=A->B lost=L err=M"
+ * (a failed recovery ends the steps) and then waits for READY.done, which
+ * the test creates once every rank reported (a rank that left at once
+ * would close its connections: the others would see that instead). It
+ * leaves with 3 when its recovery failed (this rank is out), else 0.
+ * Rank SLOW (LOST; -1 none) waits for READY.go before it recovers: a
+ * dropper that reaches the agreement after the rank it dropped. */
+static int
+elheal(const char *path, int slow, int rank, td_tensor_t *t)
+{
+    char f[4096];
+    td_elastic_t *el = NULL;
+    td_status_t st;
+    int out = 0;
+
+    st = td_elastic_create(NULL, &el);
+    if (st != TD_OK) {
+        printf("FAIL elastic on rank %d: %s\n", rank, td_last_error());
+        fflush(stdout);
+        _exit(1);
+    }
+    if (rank == 0) {
+        FILE *o = fopen(path, "w");
+
+        if (o != NULL) {
+            fclose(o);
+        }
+    }
+    snprintf(f, sizeof(f), "%s.cut", path);
+    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+        usleep(50000);
+    }
+    for (int step = 1, tries = 0; step <= 2 && tries < 6; tries++) {
+        td_group_t *g = td_elastic_group(el);
+        td_elastic_change_t ch;
+
+        st = td_tensor_fill_(t, rank + 1);
+        if (st == TD_OK) {
+            st = td_all_reduce(g, t, TD_REDUCE_SUM);
+        }
+        printf("op=elheal step=%d rank=%d epoch=%lld world=%d rc=%d sum=%g "
+               "err=%s\n", step, rank, (long long)td_elastic_epoch(el),
+               td_group_size(g), (int)st,
+               st == TD_OK ? ((float *)td_tensor_data(t))[0] : -1.0,
+               st == TD_OK ? "" : td_last_error());
+        fflush(stdout);
+        if (st == TD_OK) {
+            step++;
+            continue;
+        }
+        if (rank == slow) {
+            snprintf(f, sizeof(f), "%s.go", path);
+            for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+                usleep(50000);
+            }
+        }
+        memset(&ch, 0, sizeof(ch));
+        st = td_elastic_recover(el, &ch);
+        printf("op=elheal recover rank=%d rc=%d epoch=%lld world=%d->%d "
+               "lost=%d err=%s\n", rank, (int)st, (long long)ch.epoch,
+               ch.old_size, ch.new_size, ch.n_lost > 0 ? ch.lost[0] : -1,
+               st == TD_OK ? "" : td_last_error());
+        fflush(stdout);
+        if (st != TD_OK) {
+            out = 3;
+            break;
+        }
+    }
+    snprintf(f, sizeof(f), "%s.done", path);
+    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+        usleep(50000);
+    }
+    /* a job with a rank dropped cannot end cleanly */
+    _exit(out);
+}
+
 static int
 dropped(const char *path, int lost, int rank, td_tensor_t *t)
 {
@@ -223,8 +306,8 @@ main(int argc, char **argv)
     char done[4096];
 
     if (argc != 4) {
-        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped|answer|heal LOST "
-                "READY\n");
+        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped|answer|heal|"
+                "elheal LOST READY\n");
         return 2;
     }
     op = argv[1];
@@ -266,6 +349,9 @@ main(int argc, char **argv)
     }
     if (strcmp(op, "heal") == 0) {
         return heal(argv[3], rank, t);
+    }
+    if (strcmp(op, "elheal") == 0) {
+        return elheal(argv[3], lost, rank, t);
     }
     if (rank >= lost) {
         sleep(120);              /* cut off or killed before this ends */
