@@ -145,6 +145,18 @@ mpi() {
         "$@" $pin "$tmp/mpi_allreduce" $SIZES 2>"$tmp/mpi.err"
 }
 
+# mpi_figures LABEL LAYOUT TAG ARGS...: mpi's lines tagged LABEL; where it
+# gives none (mpirun failed across the hosts), say so with its last words
+# rather than leave the column silently empty.
+mpi_figures() {
+    _lab=$1; _ml=$2; _mt=$3; shift 3
+    mpi "$_ml" "$@" > "$tmp/mpi.out"; _rc=$?
+    sed "s/^allreduce/$_lab $_mt allreduce/" "$tmp/mpi.out" | tee -a "$out"
+    if ! grep -q '^allreduce' "$tmp/mpi.out"; then
+        echo "# $_lab gave no figure (mpirun exit $_rc): $(tail -n 4 "$tmp/mpi.err" | tr '\n' ' ')"
+    fi
+}
+
 for shape in $SHAPES; do
     if [ "$shape" = none ]; then
         hosts_rate 1 ""; hosts_rate 2 ""
@@ -168,13 +180,11 @@ for shape in $SHAPES; do
         fi
         if [ $have_mpi = 1 ]; then
             echo "# Open MPI, btl tcp ($tag)"
-            mpi "$l" --mca pml ob1 --mca btl tcp,self,vader \
-                --mca btl_tcp_if_include eth0 |
-                sed "s/^allreduce/mpitcp $tag allreduce/" | tee -a "$out"
+            mpi_figures mpitcp "$l" "$tag" --mca pml ob1 \
+                --mca btl tcp,self,vader --mca btl_tcp_if_include eth0
             echo "# Open MPI, pml ucx ($tag)"
-            mpi "$l" --mca pml ucx --mca pml_ucx_tls any \
-                --mca pml_ucx_devices any --mca btl ^tcp,openib,uct |
-                sed "s/^allreduce/mpiucx $tag allreduce/" | tee -a "$out"
+            mpi_figures mpiucx "$l" "$tag" --mca pml ucx --mca pml_ucx_tls any \
+                --mca pml_ucx_devices any --mca btl ^tcp,openib,uct
         fi
     done
     if command -v ucx_perftest >/dev/null; then
