@@ -62,27 +62,28 @@
  *       store (srun --todist, todist-run without --no-kill), a recovery
  *       that finds rank 0 lost, or the store gone, fails at once naming
  *       that (TD_ERR_PEER), instead of an I/O error or a wait.
- *  EL12 A rank told by a member that this member dropped it (the
- *       transport's liveness check across hosts, transport.c L12:
- *       peer_failed with WHY TD_ERR_STATE) is the one out, not that
- *       member: told[] records it and lost[] does not (so this rank never
- *       declares the dropper dead, Q2, and EL11 does not take a told rank
- *       0 for lost). Its td_elastic_recover aborts the old group (EL5: a
- *       member that still hears it joins the agreement) and then fails
- *       with TD_ERR_STATE, "rank R was dropped by rank D (its host): it
- *       heard nothing from it for ... s; this rank leaves the job",
- *       without joining the agreement: the dropper declared it dead
- *       (Q2), so the members that still hear each other agree on the
- *       next epoch without it. One refused as stale (Q4) after a member
- *       declared it dead (td/el/<E>/dead/<R> names the declarer) fails
- *       the same way, naming the declarer, told or not yet told: an
- *       abort of a non-dropper can bring it into the agreement before
- *       the dropper's answer does. Before, it took the dropper for lost
- *       and declared it dead, and a plan formed after both declarations
- *       left out both (at world 2, nobody: no plan). The process leaves;
- *       it never rejoins (Q4): a replacement its launcher starts with
- *       TODIST_ELASTIC_JOIN=1 joins through EL7 (the members' revive
- *       forgets that they dropped the old process, transport.c R1). */
+ *  EL12 A rank told by a member that this member dropped it (the transport's
+ *       liveness check across hosts, transport.c L12: peer_failed with WHY
+ *       TD_ERR_STATE; the transport's fate of that member, read too, is there
+ *       before any call fails for it) is the one out, not that member: told[]
+ *       records it and lost[] does not (so this rank never declares the
+ *       dropper dead, Q2, and EL11 does not take a told rank 0 for lost). Its
+ *       td_elastic_recover aborts the old group (EL5: a member that still
+ *       hears it joins the agreement) and then fails with TD_ERR_STATE, "rank
+ *       R was dropped by rank D (its host): it heard nothing from it for ...
+ *       s; this rank leaves the job", without joining the agreement: the
+ *       dropper declared it dead (Q2), so the members that still hear each
+ *       other agree on the next epoch without it. One refused as stale (Q4)
+ *       after a member declared it dead (td/el/<E>/dead/<R> names the
+ *       declarer) fails the same way, naming the declarer, told or not yet
+ *       told: an abort of a non-dropper can bring it into the agreement before
+ *       the dropper's answer does. Before, it took the dropper for lost and
+ *       declared it dead: the plan could leave out both (at world 2: no plan),
+ *       or, with the dropper slower to the agreement, hold the dropped rank
+ *       alone while the dropper was refused as stale. The process leaves; it
+ *       never rejoins (Q4): a replacement its launcher starts with
+ *       TODIST_ELASTIC_JOIN=1 joins through EL7 (the members' revive forgets
+ *       that they dropped the old process, transport.c R1). */
 #include "config.h"
 
 #include <inttypes.h>
@@ -456,14 +457,23 @@ form_epoch(td_elastic_t *el, const int *cands, int n, int64_t committed,
 }
 
 /* EL12: the first member of EL's epoch that dropped this rank and said
- * so; -1 when none did. */
+ * so; -1 when none did. The transport's fate of it too: it is kept before
+ * any call fails for it, while this module's peer_failed runs after the
+ * collectives' (modules.c's order), so a recovery begun on the failure
+ * may come first (seen: 1 run in 4, the told rank joined the agreement). */
 static int
 told_by(const td_elastic_t *el)
 {
+    td_transport_t *tp = td__runtime_transport();
+    char fate[8];
+
     for (int i = 0; i < el->n; i++) {
-        if (el->members[i] != my_rank &&
-            __atomic_load_n(&told[el->members[i]], __ATOMIC_ACQUIRE)) {
-            return el->members[i];
+        int r = el->members[i];
+
+        if (r != my_rank &&
+            (__atomic_load_n(&told[r], __ATOMIC_ACQUIRE) ||
+             td__transport_peer_fate(tp, r, fate, sizeof(fate)))) {
+            return r;
         }
     }
     return -1;
