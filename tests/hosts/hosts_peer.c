@@ -100,7 +100,8 @@ stall(const char *path, int rank, int size, td_tensor_t *t)
 }
 
 /* OP "dropped" (LOST: the rank that stops, 0): before any warm-up, rank
- * LOST writes its pid to READY.LOST and each rank enters an all_reduce;
+ * LOST writes its pid to READY.LOST, the others fetch LOST's address,
+ * all pass a store barrier (no endpoint yet) and enter an all_reduce;
  * rank LOST stops itself as it makes its endpoint
  * (TODIST_TEST_STOP_CONNECT) and the test resumes it (SIGCONT) once the
  * others gave it up or a while passed (tests/hosts/test_hosts_dropped.sh).
@@ -280,6 +281,22 @@ dropped(const char *path, int lost, int rank, td_tensor_t *t)
         }
         fprintf(out, "%ld\n", (long)getpid());
         fclose(out);
+    }
+    /* Every other rank holds LOST's address before LOST can stop: the
+     * store is served by rank 0's process, and a rank that had to fetch
+     * the address from it while it was stopped could make no endpoint
+     * to it, so it never watched it (the stop "missed": CI, 3 times in a
+     * row). A store barrier, so no endpoint is made before the
+     * all_reduce. */
+    if (rank != lost && td__runtime_host_id(lost) == 0) {
+        fprintf(stderr, "hosts_peer: rank %d: rank %d's address: %s\n",
+                rank, lost, td_last_error());
+        return 1;
+    }
+    if ((st = td_barrier(30)) != TD_OK) {
+        fprintf(stderr, "hosts_peer: rank %d: barrier: %s\n", rank,
+                td_last_error());
+        return 1;
     }
     for (int call = 1; call <= 2 && st == TD_OK; call++) {
         st = call == 1 ? td_all_reduce(td_group_world(), t, TD_REDUCE_SUM)
