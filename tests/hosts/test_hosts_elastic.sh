@@ -23,6 +23,11 @@
 # the told rank 0 declared rank 1 dead and formed epoch 1 alone, and
 # rank 1 was refused as stale: the dropped rank went on, its dropper
 # left (with both declarations in first: nobody, no plan).
+# Part 3: part 2 under todist-run --no-kill --replace 1 on host 1 (op
+# elgrow: each step committed, then td_elastic_admit; the admitter waits
+# for the replacement, TODIST_ELASTIC_ADMIT_WAIT): the dropped rank 0
+# leaves, its launcher's replacement joins epoch 2 (world 1 -> 2), and
+# both all_reduce there (sum 1 + 2).
 # Not a timing test: the cut lasts until a dropper reported.
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
@@ -31,7 +36,7 @@ B="$top_builddir/tests"
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 15
+plan 21
 
 # wait_for FILES PATTERN N: until N lines of FILES match PATTERN (60 s at
 # most; 0 when they did)
@@ -135,6 +140,52 @@ check 2 0 1 2 2 2 "$out" "$rc0"
 is "$rc1" 0 "part 2: the dropper's launcher exits 0"
 if [ "$_tap_failed" = "$f" ]; then
     diag "$(printf '%s\n' "$out" | grep -E '^op=elheal|elastic: epoch')"
+else
+    diag "$out"
+fi
+# --- 3: part 2 with a replacement for the dropped rank ---
+hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+R="$TD_TMP/el3"
+tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+for k in 0 1; do
+    if [ $k = 0 ]; then live=30; rep="--replace 1"; else live=2; rep=""; fi
+    hosts_run $((k + 1)) env TODIST_JOB_TOKEN=$tok TODIST_LOG=info \
+        TODIST_LIVENESS=$live TODIST_ELASTIC_ADMIT_WAIT=60 \
+        timeout -k 5 90 todist-run -n 1 --nnodes 2 \
+        --node-rank $k --master-addr "$(hosts_addr 1)" \
+        --master-port $HOSTS_PORT --no-kill $rep \
+        "$B/hosts/hosts_peer" elgrow 1 "$R" > "$HOSTS_DIR/node$k.out" 2>&1 &
+    eval "l$k=\$!"
+done
+_t=0
+while [ ! -e "$R" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
+hosts_cut 1
+: > "$R.cut"
+wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
+hosts_restore 1
+wait_for "$HOSTS_DIR/node0.out" "^op=elheal recover " 1
+: > "$R.go"
+wait_for "$HOSTS_DIR/node0.out $HOSTS_DIR/node1.out" \
+    "^op=elheal (step=3 |(recover|grew|joined) rank=[01] rc=-)" 2
+: > "$R.done"
+wait $l0
+rc0=$?
+wait $l1
+rc1=$?
+out=$(cat "$HOSTS_DIR/node0.out" "$HOSTS_DIR/node1.out")
+f=$_tap_failed
+unlike "$out" "Assertion|ucs_assert|backtrace|Abort|FAIL " "part 3: no abort"
+like "$out" "op=elheal recover rank=0 rc=-[0-9]+ .*err=elastic: rank 0 was dropped by rank 1 \(on host h2, ranks there: 1\)" \
+     "part 3: the dropped rank 0 leaves, told it was dropped by rank 1"
+like "$out" "op=elheal grew rank=1 rc=0 epoch=2 world=1->2 " \
+     "part 3: rank 1 admits rank 0's replacement: epoch 2, world 1 -> 2"
+like "$out" "op=elheal joined rank=0 rc=0 epoch=2 world=1->2 " \
+     "part 3: the replacement joins epoch 2"
+is "$(printf '%s\n' "$out" | grep -c -E '^op=elheal step=3 rank=[01] epoch=2 world=2 rc=0 sum=3 ')" 2 \
+   "part 3: both all_reduce in epoch 2 (sum 3)"
+is "$rc0 $rc1" "0 0" "part 3: both launchers exit 0 (the dropped rank was replaced)"
+if [ "$_tap_failed" = "$f" ]; then
+    diag "$(printf '%s\n' "$out" | grep -E '^op=elheal|elastic: epoch|todist-run')"
 else
     diag "$out"
 fi
