@@ -14,7 +14,10 @@
  *   - outstanding() is asked by td_finalize's graceful join: return how many
  *     operations this layer still has in flight (0 = idle); the join only
  *     completes when every module on every rank says 0;
- *   - peer_failed() hears of a dead peer (progress thread);
+ *   - peer_failed() hears of a dead peer (progress thread), WHY
+ *     TD_ERR_PEER; or of a peer that dropped this rank and said so, WHY
+ *     TD_ERR_STATE (ucx_transport/transport.c L12: it lives on without
+ *     this rank; its calls fail all the same);
  *   - shutdown() runs after the join, before the transport is destroyed
  *     (fail what is left, free the layer's state), in reverse registration
  *     order.

@@ -134,9 +134,11 @@
  *     closes), the reason kept (fate, td__transport_peer_fate): its
  *     pending and later calls involving it fail with TD_ERR_PEER saying
  *     "rank 0 dropped this rank: it heard nothing from it for 3.0 s
- *     (TODIST_LIVENESS=3)", not that it died; a 'D' from a peer already
- *     failed (each dropped the other, or it died) is ignored, as is a
- *     malformed one. The kept endpoint is closed by force once UCX
+ *     (TODIST_LIVENESS=3)", not that it died, and peer_failed hears it
+ *     with WHY TD_ERR_STATE, not TD_ERR_PEER (that peer lives on: this
+ *     rank is the one cut off; runtime/elastic EL12); a 'D' from a peer
+ *     already failed (each dropped the other, or it died) is ignored, as
+ *     is a malformed one. The kept endpoint is closed by force once UCX
  *     reports it failed (the told peer closed its side, or died), by a
  *     revive and at shutdown. Only an endpoint with nothing of ours in
  *     UCX (inflight 0) is kept: a send still in it must fail now (a
@@ -960,7 +962,9 @@ peer_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why,
     td_error(TD_ERR_PEER, how == FAIL_TOLD ? "transport: rank %d %s"
              : "transport: rank %d failed: %s", rank, why);
     if (tp->params.peer_failed != NULL) {
-        tp->params.peer_failed(tp->params.peer_failed_arg, rank, TD_ERR_PEER);
+        /* L12: a peer that dropped this rank lives on (TD_ERR_STATE) */
+        tp->params.peer_failed(tp->params.peer_failed_arg, rank,
+                               how == FAIL_TOLD ? TD_ERR_STATE : TD_ERR_PEER);
     }
 }
 

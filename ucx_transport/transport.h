@@ -140,7 +140,9 @@ typedef void (*td_transport_send_fn)(void *arg, td_status_t status);
 typedef td_status_t (*td_transport_resolve_fn)(void *arg, int rank,
                                                void **addr_p, size_t *len_p);
 
-/* A peer died or became unreachable. Progress thread. */
+/* A peer died or became unreachable: WHY is TD_ERR_PEER; or it dropped
+ * this rank and said so (transport.c L12: it lives on, and goes on
+ * without this rank): WHY is TD_ERR_STATE. Progress thread. */
 typedef void (*td_transport_peer_fn)(void *arg, int rank, td_status_t why);
 
 /* Is RANK's process known to have exited? 1 yes, 0 alive or unknown.

@@ -2,7 +2,7 @@
  * epochs' groups over the quorum (quorum.h), the runtime's members, and
  * the dead ranks the transport reports (a runtime module).
  *
- * Invariants (EL1..EL11):
+ * Invariants (EL1..EL12):
  *  EL1 Epoch E's group has the id COLL_EPOCH_ID_BASE + E (coll/match.h)
  *      and the plan's ranks in increasing world rank; epoch 0 is the
  *      world's group. Every member builds it from the same plan (Q1),
@@ -61,7 +61,29 @@
  *       and a replacement for it joins. When rank 0's process serves the
  *       store (srun --todist, todist-run without --no-kill), a recovery
  *       that finds rank 0 lost, or the store gone, fails at once naming
- *       that (TD_ERR_PEER), instead of an I/O error or a wait. */
+ *       that (TD_ERR_PEER), instead of an I/O error or a wait.
+ *  EL12 A rank told by a member that this member dropped it (the transport's
+ *       liveness check across hosts, transport.c L12: peer_failed with WHY
+ *       TD_ERR_STATE; the transport's fate of that member, read too, is there
+ *       before any call fails for it) is the one out, not that member: told[]
+ *       records it and lost[] does not (so this rank never declares the
+ *       dropper dead, Q2, and EL11 does not take a told rank 0 for lost). Its
+ *       td_elastic_recover aborts the old group (EL5: a member that still
+ *       hears it joins the agreement) and then fails with TD_ERR_STATE, "rank
+ *       R was dropped by rank D (its host): it heard nothing from it for ...
+ *       s; this rank leaves the job", without joining the agreement: the
+ *       dropper declared it dead (Q2), so the members that still hear each
+ *       other agree on the next epoch without it. One refused as stale (Q4)
+ *       after a member declared it dead (td/el/<E>/dead/<R> names the
+ *       declarer) fails the same way, naming the declarer, told or not yet
+ *       told: an abort of a non-dropper can bring it into the agreement before
+ *       the dropper's answer does. Before, it took the dropper for lost and
+ *       declared it dead: the plan could leave out both (at world 2: no plan),
+ *       or, with the dropper slower to the agreement, hold the dropped rank
+ *       alone while the dropper was refused as stale. The process leaves; it
+ *       never rejoins (Q4): a replacement its launcher starts with
+ *       TODIST_ELASTIC_JOIN=1 joins through EL7 (the members' revive forgets
+ *       that they dropped the old process, transport.c R1). */
 #include "config.h"
 
 #include <inttypes.h>
@@ -92,6 +114,7 @@ struct td_elastic {
 };
 
 static unsigned char *lost;       /* EL3: world-indexed */
+static unsigned char *told;       /* EL12: it dropped this rank (as EL3) */
 static int            lost_n;     /* the world's size, from setup */
 static int            my_rank;    /* this rank in the world, from setup */
 
@@ -101,20 +124,29 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     (void)arg;
     (void)tp;
     free(lost);
+    free(told);
     lost = calloc((size_t)w->world_size, 1);
-    lost_n = lost != NULL ? w->world_size : 0;
+    told = calloc((size_t)w->world_size, 1);
+    if (lost == NULL || told == NULL) {
+        free(lost);
+        free(told);
+        lost = told = NULL;
+        lost_n = 0;
+        return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    }
+    lost_n = w->world_size;
     my_rank = w->rank;
-    return lost != NULL ? TD_OK
-                        : td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+    return TD_OK;
 }
 
 static void
 module_peer_failed(void *arg, int rank, td_status_t why)
 {
     (void)arg;
-    (void)why;
     if (lost != NULL && rank >= 0 && rank < lost_n) {
-        __atomic_store_n(&lost[rank], 1, __ATOMIC_RELEASE);
+        /* EL12: TD_ERR_STATE, it dropped this rank and lives on */
+        __atomic_store_n(why == TD_ERR_STATE ? &told[rank] : &lost[rank], 1,
+                         __ATOMIC_RELEASE);
     }
 }
 
@@ -123,7 +155,9 @@ module_shutdown(void *arg)
 {
     (void)arg;
     free(lost);
+    free(told);
     lost = NULL;
+    told = NULL;
     lost_n = 0;
 }
 
@@ -282,6 +316,7 @@ readmit_joiners(td_elastic_t *el, const elastic_grow_t *g)
              * epoch it was admitted to) */
             if (st == TD_OK) {
                 __atomic_store_n(&lost[g->ranks[i]], 0, __ATOMIC_RELEASE);
+                __atomic_store_n(&told[g->ranks[i]], 0, __ATOMIC_RELEASE);
             }
         }
     }
@@ -421,6 +456,79 @@ form_epoch(td_elastic_t *el, const int *cands, int n, int64_t committed,
     return TD_OK;
 }
 
+/* EL12: the first member of EL's epoch that dropped this rank and said
+ * so; -1 when none did. The transport's fate of it too: it is kept before
+ * any call fails for it, while this module's peer_failed runs after the
+ * collectives' (modules.c's order), so a recovery begun on the failure
+ * may come first (seen: 1 run in 4, the told rank joined the agreement). */
+static int
+told_by(const td_elastic_t *el)
+{
+    td_transport_t *tp = td__runtime_transport();
+    char fate[8];
+
+    for (int i = 0; i < el->n; i++) {
+        int r = el->members[i];
+
+        if (r != my_rank &&
+            (__atomic_load_n(&told[r], __ATOMIC_ACQUIRE) ||
+             td__transport_peer_fate(tp, r, fate, sizeof(fate)))) {
+            return r;
+        }
+    }
+    return -1;
+}
+
+/* EL12: this rank was dropped by member BY, which said so (DECLARED 0)
+ * or declared it dead in the agreement of epoch EPOCH: this rank leaves. */
+static td_status_t
+dropped_error(int by, int64_t epoch, int declared)
+{
+    char where[256], fate[160];
+    const char *f = fate;
+    const char *pre = "dropped this rank: ";
+
+    td__runtime_host_text(by, where, sizeof(where));
+    if (!declared) {
+        td__runtime_peer_fate(by, fate, sizeof(fate));
+        if (strncmp(fate, pre, strlen(pre)) == 0) {
+            f += strlen(pre);
+        }
+    } else {
+        snprintf(fate, sizeof(fate), "it declared this rank lost, and "
+                 "epoch %" PRId64 " was formed without it", epoch);
+    }
+    return td_error(TD_ERR_STATE, "elastic: rank %d was dropped by rank %d"
+                    "%s%s%s: %s; this rank leaves the job (the others go on "
+                    "without it)", my_rank, by, where[0] ? " (" : "", where,
+                    where[0] ? ")" : "", f);
+}
+
+/* EL12: this rank was refused as stale (ST, Q4) from epoch EPOCH: if a
+ * member declared it dead there (td/el/EPOCH/dead/<me> holds the
+ * declarer), it was dropped by that member; else ST, its text kept. */
+static td_status_t
+declared_or(td_store_t *store, int64_t epoch, td_status_t st)
+{
+    char key[96], text[512], buf[16];
+    void *val = NULL;
+    size_t len;
+    int by = -1;
+
+    snprintf(text, sizeof(text), "%s", td_last_error());
+    snprintf(key, sizeof(key), "td/el/%" PRId64 "/dead/%d", epoch, my_rank);
+    if (td_store_get(store, key, 0, &val, &len) == TD_OK) {
+        snprintf(buf, sizeof(buf), "%.*s", (int)(len < 15 ? len : 15),
+                 (const char *)val);
+        by = atoi(buf);
+    }
+    free(val);
+    if (by < 0 || by >= lost_n || by == my_rank) {
+        return td_error(st, "%s", text);
+    }
+    return dropped_error(by, epoch, 1);
+}
+
 td_status_t
 td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
 {
@@ -431,10 +539,18 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
     double t0 = td_now_s();
     char why[128];
     td_status_t st;
+    int by;
 
     if (el == NULL || lost == NULL || store == NULL) {
         return td_error(TD_ERR_STATE, "elastic: td_elastic_recover %s",
                         el == NULL ? "on NULL" : "after td_finalize");
+    }
+    /* EL5: no member stays blocked in the old group until its timeout */
+    snprintf(why, sizeof(why), "elastic: rank %d left epoch %" PRId64
+             " to recover", my_rank, el->epoch);
+    if ((by = told_by(el)) >= 0) {
+        coll_group_abort_all(el->group, TD_ERR_PEER, why);
+        return dropped_error(by, el->epoch + 1, 0);          /* EL12 */
     }
     if (!td__runtime_agent_store() &&
         __atomic_load_n(&lost[0], __ATOMIC_ACQUIRE)) {
@@ -443,9 +559,6 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
     memset(&ch, 0, sizeof(ch));
     ch.old_size = el->n;
     ch.old_rank = td_group_rank(el->group);
-    /* EL5: no member stays blocked in the old group until its timeout */
-    snprintf(why, sizeof(why), "elastic: rank %d left epoch %" PRId64
-             " to recover", my_rank, el->epoch);
     coll_group_abort_all(el->group, TD_ERR_PEER, why);
     /* Q7: no growth decided from now on; joiners already admitted are
      * candidates (EL7) */
@@ -461,6 +574,14 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
         st = form_epoch(el, cands, n_cands, el->committed, t0, &ch);
     }
     free(cands);
+    if (st == TD_ERR_STATE) {
+        /* EL12: stale (Q4) after a member dropped this rank: told by
+         * now, or declared dead by it */
+        if ((by = told_by(el)) >= 0) {
+            return dropped_error(by, el->epoch + 1, 0);
+        }
+        return declared_or(store, el->epoch + 1, st);
+    }
     if ((st == TD_ERR_IO || st == TD_ERR_PROTOCOL) &&
         !td__runtime_agent_store()) {
         return store_gone("the store failed", td_last_error());  /* EL11 */

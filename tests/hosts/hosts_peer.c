@@ -184,6 +184,147 @@ heal(const char *path, int rank, td_tensor_t *t)
     _exit(0);
 }
 
+/* OP "elheal" (in-place recovery across a partition that heals; elastic.c
+ * EL12): every rank warms up, makes its elastic handle (epoch 0), rank 0
+ * creates READY, each waits for READY.cut (the test cut a host off), then
+ * up to 2 steps, each an all_reduce of (world rank + 1) over the current
+ * epoch's group; a failed one is followed by td_elastic_recover and the
+ * step again in the new epoch. Each prints
+ *   "op=elheal step=S rank=R epoch=E world=N rc=STATUS sum=SUM err=M"
+ *   "op=elheal recover rank=R rc=STATUS epoch=E world=A->B lost=L err=M"
+ * (a failed recovery ends the steps) and then waits for READY.done, which
+ * the test creates once every rank reported (a rank that left at once
+ * would close its connections: the others would see that instead). It
+ * leaves with 3 when its recovery failed (this rank is out), else 0.
+ * Rank SLOW (LOST; -1 none) waits for READY.go before it recovers: a
+ * dropper that reaches the agreement after the rank it dropped.
+ *
+ * OP "elgrow": as elheal, with 3 steps, each committed and followed by
+ * td_elastic_admit (the world grows back: "op=elheal grew rank=R
+ * epoch=E world=A->B"); a rank whose recovery failed leaves at once (its
+ * launcher, todist-run --no-kill --replace, starts a replacement), and a
+ * replacement (TODIST_ELASTIC_JOIN=1) joins (elgrow_join). */
+static int
+elgrow_join(const char *path, int rank, td_tensor_t *t)
+{
+    char f[4096];
+    td_elastic_t *el = NULL;
+    td_elastic_change_t ch;
+    td_status_t st;
+
+    memset(&ch, 0, sizeof(ch));
+    st = td_elastic_join(NULL, &el, &ch);
+    printf("op=elheal joined rank=%d rc=%d epoch=%lld world=%d->%d step=%lld "
+           "err=%s\n", rank, (int)st, (long long)ch.epoch, ch.old_size,
+           ch.new_size, (long long)ch.step, st == TD_OK ? "" : td_last_error());
+    fflush(stdout);
+    for (int64_t step = ch.step + 1; st == TD_OK && step <= 3; step++) {
+        td_group_t *g = td_elastic_group(el);
+
+        td_elastic_commit(el, step - 1);     /* nothing to heal here */
+        st = td_tensor_fill_(t, rank + 1);
+        if (st == TD_OK) {
+            st = td_all_reduce(g, t, TD_REDUCE_SUM);
+        }
+        printf("op=elheal step=%lld rank=%d epoch=%lld world=%d rc=%d sum=%g "
+               "err=%s\n", (long long)step, rank,
+               (long long)td_elastic_epoch(el), td_group_size(g), (int)st,
+               st == TD_OK ? ((float *)td_tensor_data(t))[0] : -1.0,
+               st == TD_OK ? "" : td_last_error());
+        fflush(stdout);
+    }
+    snprintf(f, sizeof(f), "%s.done", path);
+    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+        usleep(50000);
+    }
+    _exit(st == TD_OK ? 0 : 1);
+}
+
+static int
+elheal(const char *path, int slow, int rank, td_tensor_t *t, int grow)
+{
+    char f[4096];
+    td_elastic_t *el = NULL;
+    td_status_t st;
+    int out = 0;
+
+    st = td_elastic_create(NULL, &el);
+    if (st != TD_OK) {
+        printf("FAIL elastic on rank %d: %s\n", rank, td_last_error());
+        fflush(stdout);
+        _exit(1);
+    }
+    if (rank == 0) {
+        FILE *o = fopen(path, "w");
+
+        if (o != NULL) {
+            fclose(o);
+        }
+    }
+    snprintf(f, sizeof(f), "%s.cut", path);
+    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+        usleep(50000);
+    }
+    for (int step = 1, tries = 0; step <= 2 + grow && tries < 6; tries++) {
+        td_group_t *g = td_elastic_group(el);
+        td_elastic_change_t ch;
+        int grew = 0;
+
+        st = td_tensor_fill_(t, rank + 1);
+        if (st == TD_OK) {
+            st = td_all_reduce(g, t, TD_REDUCE_SUM);
+        }
+        printf("op=elheal step=%d rank=%d epoch=%lld world=%d rc=%d sum=%g "
+               "err=%s\n", step, rank, (long long)td_elastic_epoch(el),
+               td_group_size(g), (int)st,
+               st == TD_OK ? ((float *)td_tensor_data(t))[0] : -1.0,
+               st == TD_OK ? "" : td_last_error());
+        fflush(stdout);
+        if (st == TD_OK && grow) {
+            td_elastic_commit(el, step);
+            memset(&ch, 0, sizeof(ch));
+            st = td_elastic_admit(el, &ch, &grew);
+            if (st != TD_OK || grew) {
+                printf("op=elheal grew rank=%d rc=%d epoch=%lld world=%d->%d "
+                       "err=%s\n", rank, (int)st, (long long)ch.epoch,
+                       ch.old_size, ch.new_size,
+                       st == TD_OK ? "" : td_last_error());
+                fflush(stdout);
+            }
+        }
+        if (st == TD_OK) {
+            step++;
+            continue;
+        }
+        if (rank == slow) {
+            snprintf(f, sizeof(f), "%s.go", path);
+            for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+                usleep(50000);
+            }
+        }
+        memset(&ch, 0, sizeof(ch));
+        st = td_elastic_recover(el, &ch);
+        printf("op=elheal recover rank=%d rc=%d epoch=%lld world=%d->%d "
+               "lost=%d err=%s\n", rank, (int)st, (long long)ch.epoch,
+               ch.old_size, ch.new_size, ch.n_lost > 0 ? ch.lost[0] : -1,
+               st == TD_OK ? "" : td_last_error());
+        fflush(stdout);
+        if (st != TD_OK) {
+            out = 3;
+            if (grow) {
+                _exit(out);         /* to be replaced */
+            }
+            break;
+        }
+    }
+    snprintf(f, sizeof(f), "%s.done", path);
+    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+        usleep(50000);
+    }
+    /* a job with a rank dropped cannot end cleanly */
+    _exit(out);
+}
+
 static int
 dropped(const char *path, int lost, int rank, td_tensor_t *t)
 {
@@ -240,8 +381,8 @@ main(int argc, char **argv)
     char done[4096];
 
     if (argc != 4) {
-        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped|answer|heal LOST "
-                "READY\n");
+        fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped|answer|heal|"
+                "elheal|elgrow LOST READY\n");
         return 2;
     }
     op = argv[1];
@@ -263,6 +404,9 @@ main(int argc, char **argv)
     if (strcmp(op, "answer") == 0) {
         return answer(rank, t);
     }
+    if (strcmp(op, "elgrow") == 0 && td_elastic_replacement()) {
+        return elgrow_join(argv[3], rank, t);
+    }
     /* Warm: every pair has talked (endpoints both ways). */
     st = TD_OK;
     for (int r = 0; r < size && st == TD_OK; r++) {
@@ -283,6 +427,9 @@ main(int argc, char **argv)
     }
     if (strcmp(op, "heal") == 0) {
         return heal(argv[3], rank, t);
+    }
+    if (strcmp(op, "elheal") == 0 || strcmp(op, "elgrow") == 0) {
+        return elheal(argv[3], lost, rank, t, strcmp(op, "elgrow") == 0);
     }
     if (rank >= lost) {
         sleep(120);              /* cut off or killed before this ends */

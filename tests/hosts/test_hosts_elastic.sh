@@ -1,0 +1,192 @@
+#!/bin/sh
+# In-place recovery across a partition that heals (tests/hosts.sh;
+# runtime/elastic/elastic.c EL12, transport.c L12). A host is cut off
+# while every rank is in an all_reduce of an elastic job (hosts_peer
+# elheal: each rank adds world rank + 1); only the other host's ranks
+# watch with a short TODIST_LIVENESS (2 s), the cut-off host's with 30 s,
+# so only they drop it; the link is restored once they did. Checked:
+#  - no rank aborts or hangs: every rank reports, the job ends;
+#  - the droppers recover to epoch 1 without the cut-off host's rank, and
+#    their all_reduce in it gives the sum of their own contributions;
+#  - the dropped rank's recovery fails saying it was dropped and by whom
+#    ("elastic: rank R was dropped by rank D (on host ...)"), and it
+#    leaves (its program exits 3): before EL12 it took the rank that told
+#    it so for lost, declared it dead in the agreement (the plan could
+#    leave out both), or said that rank 0 was lost.
+# Part 1: 2+1, rank 0's process serves the store (hosts_launch), host 2's
+# rank 2 dropped by ranks 0 and 1: epoch 1 is world 3 -> 2, sum 1 + 2.
+# Part 2: 1+1 under one todist-run --no-kill per host (host 1's launcher
+# serves the store, TODIST_AGENT_STORE=1), host 1's rank 0 dropped by
+# rank 1, which enters its recovery only once rank 0's ended (as when
+# its store requests wait across the cut while the dropped rank's store
+# is at hand): epoch 1 is world 2 -> 1 with rank 1, sum 2. Before EL12
+# the told rank 0 declared rank 1 dead and formed epoch 1 alone, and
+# rank 1 was refused as stale: the dropped rank went on, its dropper
+# left (with both declarations in first: nobody, no plan).
+# Part 3: part 2 under todist-run --no-kill --replace 1 on host 1 (op
+# elgrow: each step committed, then td_elastic_admit; the admitter waits
+# for the replacement, TODIST_ELASTIC_ADMIT_WAIT): the dropped rank 0
+# leaves, its launcher's replacement joins epoch 2 (world 1 -> 2), and
+# both all_reduce there (sum 1 + 2).
+# Not a timing test: the cut lasts until a dropper reported.
+. "$top_srcdir/tests/lib.sh"
+. "$top_srcdir/tests/hosts.sh"
+B="$top_builddir/tests"
+
+if ! hosts_supported; then
+    skip_all "$HOSTS_WHY"
+fi
+plan 21
+
+# wait_for FILES PATTERN N: until N lines of FILES match PATTERN (60 s at
+# most; 0 when they did)
+wait_for() {
+    _t=0
+    while [ "$(cat $1 2>/dev/null | grep -c -E "$2")" -lt "$3" ]; do
+        [ $_t -lt 600 ] || return 1
+        sleep 0.1; _t=$((_t + 1))
+    done
+    return 0
+}
+
+# check PART DROPPED "DROPPERS" WORLD SUM HOST OUT RC: RC is the job's
+# status (the dropped rank's 3)
+check() {
+    ck_p=$1; ck_x=$2; ck_ds=$3; ck_w=$4; ck_sum=$5; ck_h=$6; ck_out=$7; ck_rc=$8
+    ck_nd=$(echo $ck_ds | wc -w)
+    unlike "$ck_out" "Assertion|ucs_assert|backtrace|Abort|FAIL " \
+           "part $ck_p: no abort"
+    is "$ck_rc" 3 "part $ck_p: the job ends, no hang (the dropped rank exits 3)"
+    ck_n=0
+    for ck_d in $ck_ds; do
+        if printf '%s\n' "$ck_out" | grep -E "^op=elheal recover rank=$ck_d rc=0 epoch=1 world=$ck_w->$ck_nd lost=$ck_x " > /dev/null &&
+           printf '%s\n' "$ck_out" | grep -E "^op=elheal step=2 rank=$ck_d epoch=1 world=$ck_nd rc=0 sum=$ck_sum " > /dev/null; then
+            ck_n=$((ck_n + 1))
+        fi
+    done
+    is "$ck_n" "$ck_nd" "part $ck_p: rank(s) $ck_ds recover to epoch 1 without rank $ck_x (world $ck_w -> $ck_nd) and all_reduce there ($ck_sum)"
+    like "$ck_out" "op=elheal recover rank=$ck_x rc=-[0-9]+ .*err=elastic: rank $ck_x was dropped by rank [$(echo $ck_ds | tr -d ' ')] \\(on host h$ck_h, ranks there: $(echo $ck_ds)\\).*this rank leaves the job" \
+         "part $ck_p: rank $ck_x's recovery fails: it was dropped, and by whom"
+    unlike "$(printf '%s\n' "$ck_out" | grep "^op=elheal .*rank=$ck_x ")" \
+           "recover rank=$ck_x rc=0 |step=[0-9] rank=$ck_x epoch=[1-9]" \
+           "part $ck_p: rank $ck_x is in no epoch after 0"
+    unlike "$(printf '%s\n' "$ck_out" | grep "^op=elheal recover rank=$ck_x ")" \
+           "rank 0 was lost|is stale|no plan" \
+           "part $ck_p: rank $ck_x is not told rank 0 was lost, nor stale"
+    like "$ck_out" "rank $ck_x\\]: error: runtime: rank [$(echo $ck_ds | tr -d ' ')] \\(on host h$ck_h, ranks there: $(echo $ck_ds)\\) dropped this rank" \
+         "part $ck_p: rank $ck_x's log says it was dropped"
+}
+
+# --- 1: 2+1, rank 0 serves the store; host 2 (rank 2) dropped ---
+hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+R="$TD_TMP/el1"
+(TODIST_LOG=info HOSTS_TIMEOUT=90 hosts_launch 2,1 sh -c \
+    'if [ "$TODIST_RANK" = 2 ]; then TODIST_LIVENESS=30; else
+     TODIST_LIVENESS=2; fi; export TODIST_LIVENESS; exec "$@"' x \
+    "$B/hosts/hosts_peer" elheal -1 "$R") > "$TD_TMP/el1.out" 2>&1 &
+l=$!
+_t=0
+while [ ! -e "$R" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
+hosts_cut 2
+: > "$R.cut"
+# the droppers recovered and stepped in epoch 1 (the store is theirs)
+wait_for "$HOSTS_DIR/rank0.out $HOSTS_DIR/rank1.out" "^op=elheal step=2 " 2
+hosts_restore 2
+wait_for "$HOSTS_DIR/rank2.out" "^op=elheal recover " 1
+: > "$R.done"
+wait $l
+rc=$?
+out=$(cat "$TD_TMP/el1.out")
+f=$_tap_failed
+check 1 2 "0 1" 3 3 1 "$out" "$rc"
+if [ "$_tap_failed" = "$f" ]; then
+    diag "$(printf '%s\n' "$out" | grep -E '^op=elheal|elastic: epoch')"
+else
+    diag "$out"
+fi
+
+# --- 2: 1+1 under todist-run --no-kill (host 1's launcher serves the
+# store); host 1 (rank 0) dropped ---
+hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+R="$TD_TMP/el2"
+tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+for k in 0 1; do
+    if [ $k = 0 ]; then live=30; else live=2; fi
+    hosts_run $((k + 1)) env TODIST_JOB_TOKEN=$tok TODIST_LOG=info \
+        TODIST_LIVENESS=$live timeout -k 5 90 todist-run -n 1 --nnodes 2 \
+        --node-rank $k --master-addr "$(hosts_addr 1)" \
+        --master-port $HOSTS_PORT --no-kill \
+        "$B/hosts/hosts_peer" elheal 1 "$R" > "$HOSTS_DIR/node$k.out" 2>&1 &
+    eval "l$k=\$!"
+done
+_t=0
+while [ ! -e "$R" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
+hosts_cut 1
+: > "$R.cut"
+# the dropper's all_reduce failed; it recovers after rank 0 did (R.go)
+wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
+hosts_restore 1
+wait_for "$HOSTS_DIR/node0.out" "^op=elheal recover " 1
+: > "$R.go"
+wait_for "$HOSTS_DIR/node1.out" "^op=elheal (step=2|recover rank=1 rc=-)" 1
+: > "$R.done"
+wait $l0
+rc0=$?
+wait $l1
+rc1=$?
+out=$(cat "$HOSTS_DIR/node0.out" "$HOSTS_DIR/node1.out")
+f=$_tap_failed
+check 2 0 1 2 2 2 "$out" "$rc0"
+is "$rc1" 0 "part 2: the dropper's launcher exits 0"
+if [ "$_tap_failed" = "$f" ]; then
+    diag "$(printf '%s\n' "$out" | grep -E '^op=elheal|elastic: epoch')"
+else
+    diag "$out"
+fi
+# --- 3: part 2 with a replacement for the dropped rank ---
+hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+R="$TD_TMP/el3"
+tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+for k in 0 1; do
+    if [ $k = 0 ]; then live=30; rep="--replace 1"; else live=2; rep=""; fi
+    hosts_run $((k + 1)) env TODIST_JOB_TOKEN=$tok TODIST_LOG=info \
+        TODIST_LIVENESS=$live TODIST_ELASTIC_ADMIT_WAIT=60 \
+        timeout -k 5 90 todist-run -n 1 --nnodes 2 \
+        --node-rank $k --master-addr "$(hosts_addr 1)" \
+        --master-port $HOSTS_PORT --no-kill $rep \
+        "$B/hosts/hosts_peer" elgrow 1 "$R" > "$HOSTS_DIR/node$k.out" 2>&1 &
+    eval "l$k=\$!"
+done
+_t=0
+while [ ! -e "$R" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
+hosts_cut 1
+: > "$R.cut"
+wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
+hosts_restore 1
+wait_for "$HOSTS_DIR/node0.out" "^op=elheal recover " 1
+: > "$R.go"
+wait_for "$HOSTS_DIR/node0.out $HOSTS_DIR/node1.out" \
+    "^op=elheal (step=3 |(recover|grew|joined) rank=[01] rc=-)" 2
+: > "$R.done"
+wait $l0
+rc0=$?
+wait $l1
+rc1=$?
+out=$(cat "$HOSTS_DIR/node0.out" "$HOSTS_DIR/node1.out")
+f=$_tap_failed
+unlike "$out" "Assertion|ucs_assert|backtrace|Abort|FAIL " "part 3: no abort"
+like "$out" "op=elheal recover rank=0 rc=-[0-9]+ .*err=elastic: rank 0 was dropped by rank 1 \(on host h2, ranks there: 1\)" \
+     "part 3: the dropped rank 0 leaves, told it was dropped by rank 1"
+like "$out" "op=elheal grew rank=1 rc=0 epoch=2 world=1->2 " \
+     "part 3: rank 1 admits rank 0's replacement: epoch 2, world 1 -> 2"
+like "$out" "op=elheal joined rank=0 rc=0 epoch=2 world=1->2 " \
+     "part 3: the replacement joins epoch 2"
+is "$(printf '%s\n' "$out" | grep -c -E '^op=elheal step=3 rank=[01] epoch=2 world=2 rc=0 sum=3 ')" 2 \
+   "part 3: both all_reduce in epoch 2 (sum 3)"
+is "$rc0 $rc1" "0 0" "part 3: both launchers exit 0 (the dropped rank was replaced)"
+if [ "$_tap_failed" = "$f" ]; then
+    diag "$(printf '%s\n' "$out" | grep -E '^op=elheal|elastic: epoch|todist-run')"
+else
+    diag "$out"
+fi
+done_testing
