@@ -3377,6 +3377,42 @@ choose_mode(const td_transport_params_t *params, td_progress_mode_t *mode_p)
     return TD_OK;
 }
 
+/* Does UCX_TLS (TLS, NULL: unset) leave UCX a shared-memory (mm)
+ * transport? Not when it excludes "mm" or "shm" (or posix and sysv) with
+ * '^', or lists transports without any of them: then todist's MM_
+ * defaults would only make UCX warn "invalid configurations" in every
+ * rank (the docs advise UCX_TLS=^mm for in-place recovery, elastic.md). */
+static int
+ucx_tls_has_mm(const char *tls)
+{
+    static const char *const mm[] = { "all", "mm", "shm", "posix", "sysv",
+                                      "xpmem" };
+    int neg, seen[6] = { 0 };
+    char buf[256], *save = NULL;
+
+    if (tls == NULL || tls[0] == '\0') {
+        return 1;
+    }
+    neg = tls[0] == '^';
+    snprintf(buf, sizeof(buf), "%s", tls + neg);
+    for (char *t = strtok_r(buf, ",", &save); t != NULL;
+         t = strtok_r(NULL, ",", &save)) {
+        t += strspn(t, " \\");        /* '\\name': UCX's exact name */
+        for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++) {
+            seen[i] |= strcmp(t, mm[i]) == 0;
+        }
+    }
+    if (neg) {
+        return !(seen[1] || seen[2] || (seen[3] && seen[4]));
+    }
+    for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++) {
+        if (seen[i]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static td_status_t
 make_context(td_transport_t *tp)
 {
@@ -3385,6 +3421,7 @@ make_context(td_transport_t *tp)
     ucp_context_attr_t attr;
     ucs_status_t s;
     char name[64];
+    int has_mm = ucx_tls_has_mm(getenv("UCX_TLS"));
 
     s = ucp_config_read(NULL, NULL, &config);
     if (s != UCS_OK) {
@@ -3400,8 +3437,9 @@ make_context(td_transport_t *tp)
         snprintf(name, sizeof(name), "UCX_%s", ucx_defaults[i].name);
         snprintf(posix, sizeof(posix), "UCX_POSIX_%s", mm ? mm : "");
         snprintf(sysv, sizeof(sysv), "UCX_SYSV_%s", mm ? mm : "");
-        /* the user's setting wins, also one for a single mm transport */
-        if (getenv(name) == NULL &&
+        /* the user's setting wins, also one for a single mm transport;
+         * none for mm transports UCX_TLS leaves out */
+        if (getenv(name) == NULL && (mm == NULL || has_mm) &&
             (mm == NULL || (getenv(posix) == NULL && getenv(sysv) == NULL))) {
             ucp_config_modify(config, ucx_defaults[i].name,
                               ucx_defaults[i].value);

@@ -10,7 +10,7 @@
 # progress, ranks that never arrive, and a valgrind-clean
 # run. Every run is bounded by timeout; lib.sh kills what is left.
 . "$top_srcdir/tests/lib.sh"
-plan 53
+plan 56
 T=$TD_TMP
 PEER="$top_builddir/tests/transport/transport_peer"
 run() { timeout -k 5 "$@"; }
@@ -38,6 +38,12 @@ like "$out" 'ok protocol: 32768 B by rendezvous 1,' \
      "UCX_RNDV_THRESH=4096: UCX's threshold wins, 32 KiB by rendezvous"
 out=$(UCX_TLS=tcp,self run 120 todist-run -n 2 "$PEER" pingpong 4 2>&1)
 is "$?" 0 "echo over TCP only (UCX_TLS=tcp,self)"
+# todist's MM_ defaults are not set for mm transports UCX_TLS leaves out:
+# UCX would warn of them in every rank (docs/elastic.md advises ^mm)
+unlike "$out" "invalid configurations" "UCX_TLS=tcp,self: no UCX warning of todist's MM_ defaults"
+out=$(UCX_TLS=^mm run 120 todist-run -n 2 "$PEER" pingpong 1 2>&1)
+is "$?" 0 "echo without UCX's shared memory (UCX_TLS=^mm)"
+unlike "$out" "invalid configurations" "UCX_TLS=^mm: no UCX warning of todist's MM_ defaults"
 
 out=$(run 120 todist-run -n 2 "$PEER" bodies 2>&1)
 is "$?" 0 "64 bodies per message"
