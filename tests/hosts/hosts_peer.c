@@ -54,6 +54,31 @@ boottime(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Wait (bounded: 60 s) for the test to create PATH.WHAT; 0 once it is
+ * there. */
+static int
+await(const char *path, const char *what)
+{
+    char f[4096];
+
+    snprintf(f, sizeof(f), "%s.%s", path, what);
+    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
+        usleep(50000);
+    }
+    return access(f, F_OK);
+}
+
+/* Create PATH, empty: this rank is ready. */
+static void
+touch(const char *path)
+{
+    FILE *out = fopen(path, "w");
+
+    if (out != NULL) {
+        fclose(out);
+    }
+}
+
 /* Write our pid to PATH.RANK SUFFIX, then wait (bounded) for PATH.GO. */
 static int
 meet(const char *path, int rank, const char *suffix, const char *go)
@@ -67,11 +92,7 @@ meet(const char *path, int rank, const char *suffix, const char *go)
     }
     fprintf(out, "%ld\n", (long)getpid());
     fclose(out);
-    snprintf(f, sizeof(f), "%s.%s", path, go);
-    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
-        usleep(50000);
-    }
-    return access(f, F_OK);
+    return await(path, go);
 }
 
 static int
@@ -144,28 +165,17 @@ answer(int rank, td_tensor_t *t)
 static int
 heal(const char *path, int rank, td_tensor_t *t)
 {
-    char f[4096];
     td_status_t st;
 
     if (rank == 0) {
-        FILE *out = fopen(path, "w");
-
-        if (out != NULL) {
-            fclose(out);
-        }
+        touch(path);
     }
-    snprintf(f, sizeof(f), "%s.cut", path);
-    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
-        usleep(50000);
-    }
+    (void)await(path, "cut");
     st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
     printf("op=heal call=1 rank=%d rc=%d t=%.3f err=%s\n", rank, (int)st,
            boottime(), st == TD_OK ? "" : td_last_error());
     fflush(stdout);
-    snprintf(f, sizeof(f), "%s.go", path);
-    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
-        usleep(50000);
-    }
+    (void)await(path, "go");
     st = td_send(td_group_world(), t, 1 - rank, 7);
     printf("op=heal call=2 rank=%d rc=%d t=%.3f err=%s\n", rank, (int)st,
            boottime(), st == TD_OK ? "" : td_last_error());
@@ -176,10 +186,7 @@ heal(const char *path, int rank, td_tensor_t *t)
                (int)st, boottime(), st == TD_OK ? "" : td_last_error());
         fflush(stdout);
     }
-    snprintf(f, sizeof(f), "%s.done", path);
-    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
-        usleep(50000);
-    }
+    (void)await(path, "done");
     /* a job with a rank dropped cannot end cleanly */
     _exit(0);
 }
@@ -207,7 +214,6 @@ heal(const char *path, int rank, td_tensor_t *t)
 static int
 elgrow_join(const char *path, int rank, td_tensor_t *t)
 {
-    char f[4096];
     td_elastic_t *el = NULL;
     td_elastic_change_t ch;
     td_status_t st;
@@ -233,17 +239,13 @@ elgrow_join(const char *path, int rank, td_tensor_t *t)
                st == TD_OK ? "" : td_last_error());
         fflush(stdout);
     }
-    snprintf(f, sizeof(f), "%s.done", path);
-    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
-        usleep(50000);
-    }
+    (void)await(path, "done");
     _exit(st == TD_OK ? 0 : 1);
 }
 
 static int
 elheal(const char *path, int slow, int rank, td_tensor_t *t, int grow)
 {
-    char f[4096];
     td_elastic_t *el = NULL;
     td_status_t st;
     int out = 0;
@@ -255,16 +257,9 @@ elheal(const char *path, int slow, int rank, td_tensor_t *t, int grow)
         _exit(1);
     }
     if (rank == 0) {
-        FILE *o = fopen(path, "w");
-
-        if (o != NULL) {
-            fclose(o);
-        }
+        touch(path);
     }
-    snprintf(f, sizeof(f), "%s.cut", path);
-    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
-        usleep(50000);
-    }
+    (void)await(path, "cut");
     for (int step = 1, tries = 0; step <= 2 + grow && tries < 6; tries++) {
         td_group_t *g = td_elastic_group(el);
         td_elastic_change_t ch;
@@ -297,10 +292,7 @@ elheal(const char *path, int slow, int rank, td_tensor_t *t, int grow)
             continue;
         }
         if (rank == slow) {
-            snprintf(f, sizeof(f), "%s.go", path);
-            for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
-                usleep(50000);
-            }
+            (void)await(path, "go");
         }
         memset(&ch, 0, sizeof(ch));
         st = td_elastic_recover(el, &ch);
@@ -317,10 +309,7 @@ elheal(const char *path, int slow, int rank, td_tensor_t *t, int grow)
             break;
         }
     }
-    snprintf(f, sizeof(f), "%s.done", path);
-    for (int i = 0; i < 1200 && access(f, F_OK) != 0; i++) {
-        usleep(50000);
-    }
+    (void)await(path, "done");
     /* a job with a rank dropped cannot end cleanly */
     _exit(out);
 }
@@ -436,10 +425,7 @@ main(int argc, char **argv)
         return 0;
     }
     if (rank == 0) {
-        FILE *f = fopen(argv[3], "w");
-        if (f != NULL) {
-            fclose(f);
-        }
+        touch(argv[3]);
     }
     if (strcmp(op, "coll") == 0) {
         st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);

@@ -49,6 +49,44 @@ wait_for() {
     return 0
 }
 
+# report OUT PATTERN: OUT's lines PATTERN picks when no check failed since
+# f was set, else all of OUT
+report() {
+    if [ "$_tap_failed" = "$f" ]; then
+        diag "$(printf '%s\n' "$1" | grep -E "$2")"
+    else
+        diag "$1"
+    fi
+}
+
+# pair OP R ENV REPLACE: 1+1 under one todist-run --no-kill per host (host
+# 1's launcher serves the store), hosts_peer OP ready at R; host 1 (rank 0,
+# TODIST_LIVENESS=30, its launcher given REPLACE) is cut off until rank 1
+# (TODIST_LIVENESS=2) dropped it, then restored; rank 1 recovers once rank
+# 0 did (R.go). ENV: more VAR=VALUE for both; l0, l1: the launchers.
+pair() {
+    _op=$1; _r=$2; _env=$3; _rep=$4
+    _tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+    for k in 0 1; do
+        if [ $k = 0 ]; then live=30; rep=$_rep; else live=2; rep=""; fi
+        hosts_run $((k + 1)) env TODIST_JOB_TOKEN=$_tok TODIST_LOG=info \
+            TODIST_LIVENESS=$live $_env timeout -k 5 90 todist-run -n 1 \
+            --nnodes 2 --node-rank $k --master-addr "$(hosts_addr 1)" \
+            --master-port $HOSTS_PORT --no-kill $rep \
+            "$B/hosts/hosts_peer" $_op 1 "$_r" > "$HOSTS_DIR/node$k.out" 2>&1 &
+        eval "l$k=\$!"
+    done
+    _t=0
+    while [ ! -e "$_r" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
+    hosts_cut 1
+    : > "$_r.cut"
+    # the dropper's all_reduce failed; it recovers after rank 0 did (R.go)
+    wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
+    hosts_restore 1
+    wait_for "$HOSTS_DIR/node0.out" "^op=elheal recover " 1
+    : > "$_r.go"
+}
+
 # check PART DROPPED "DROPPERS" WORLD SUM HOST OUT RC: RC is the job's
 # status (the dropped rank's 3)
 check() {
@@ -99,35 +137,13 @@ rc=$?
 out=$(cat "$TD_TMP/el1.out")
 f=$_tap_failed
 check 1 2 "0 1" 3 3 1 "$out" "$rc"
-if [ "$_tap_failed" = "$f" ]; then
-    diag "$(printf '%s\n' "$out" | grep -E '^op=elheal|elastic: epoch')"
-else
-    diag "$out"
-fi
+report "$out" '^op=elheal|elastic: epoch'
 
 # --- 2: 1+1 under todist-run --no-kill (host 1's launcher serves the
 # store); host 1 (rank 0) dropped ---
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
 R="$TD_TMP/el2"
-tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
-for k in 0 1; do
-    if [ $k = 0 ]; then live=30; else live=2; fi
-    hosts_run $((k + 1)) env TODIST_JOB_TOKEN=$tok TODIST_LOG=info \
-        TODIST_LIVENESS=$live timeout -k 5 90 todist-run -n 1 --nnodes 2 \
-        --node-rank $k --master-addr "$(hosts_addr 1)" \
-        --master-port $HOSTS_PORT --no-kill \
-        "$B/hosts/hosts_peer" elheal 1 "$R" > "$HOSTS_DIR/node$k.out" 2>&1 &
-    eval "l$k=\$!"
-done
-_t=0
-while [ ! -e "$R" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
-hosts_cut 1
-: > "$R.cut"
-# the dropper's all_reduce failed; it recovers after rank 0 did (R.go)
-wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
-hosts_restore 1
-wait_for "$HOSTS_DIR/node0.out" "^op=elheal recover " 1
-: > "$R.go"
+pair elheal "$R" "" ""
 wait_for "$HOSTS_DIR/node1.out" "^op=elheal (step=2|recover rank=1 rc=-)" 1
 : > "$R.done"
 wait $l0
@@ -138,33 +154,11 @@ out=$(cat "$HOSTS_DIR/node0.out" "$HOSTS_DIR/node1.out")
 f=$_tap_failed
 check 2 0 1 2 2 2 "$out" "$rc0"
 is "$rc1" 0 "part 2: the dropper's launcher exits 0"
-if [ "$_tap_failed" = "$f" ]; then
-    diag "$(printf '%s\n' "$out" | grep -E '^op=elheal|elastic: epoch')"
-else
-    diag "$out"
-fi
+report "$out" '^op=elheal|elastic: epoch'
 # --- 3: part 2 with a replacement for the dropped rank ---
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
 R="$TD_TMP/el3"
-tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
-for k in 0 1; do
-    if [ $k = 0 ]; then live=30; rep="--replace 1"; else live=2; rep=""; fi
-    hosts_run $((k + 1)) env TODIST_JOB_TOKEN=$tok TODIST_LOG=info \
-        TODIST_LIVENESS=$live TODIST_ELASTIC_ADMIT_WAIT=60 \
-        timeout -k 5 90 todist-run -n 1 --nnodes 2 \
-        --node-rank $k --master-addr "$(hosts_addr 1)" \
-        --master-port $HOSTS_PORT --no-kill $rep \
-        "$B/hosts/hosts_peer" elgrow 1 "$R" > "$HOSTS_DIR/node$k.out" 2>&1 &
-    eval "l$k=\$!"
-done
-_t=0
-while [ ! -e "$R" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
-hosts_cut 1
-: > "$R.cut"
-wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
-hosts_restore 1
-wait_for "$HOSTS_DIR/node0.out" "^op=elheal recover " 1
-: > "$R.go"
+pair elgrow "$R" TODIST_ELASTIC_ADMIT_WAIT=60 "--replace 1"
 wait_for "$HOSTS_DIR/node0.out $HOSTS_DIR/node1.out" \
     "^op=elheal (step=3 |(recover|grew|joined) rank=[01] rc=-)" 2
 : > "$R.done"
@@ -184,9 +178,5 @@ like "$out" "op=elheal joined rank=0 rc=0 epoch=2 world=1->2 " \
 is "$(printf '%s\n' "$out" | grep -c -E '^op=elheal step=3 rank=[01] epoch=2 world=2 rc=0 sum=3 ')" 2 \
    "part 3: both all_reduce in epoch 2 (sum 3)"
 is "$rc0 $rc1" "0 0" "part 3: both launchers exit 0 (the dropped rank was replaced)"
-if [ "$_tap_failed" = "$f" ]; then
-    diag "$(printf '%s\n' "$out" | grep -E '^op=elheal|elastic: epoch|todist-run')"
-else
-    diag "$out"
-fi
+report "$out" '^op=elheal|elastic: epoch|todist-run'
 done_testing
