@@ -12,15 +12,46 @@
  * later ones are still moving; the all-gather receives straight into the
  * caller's tensor. Each rank sends and receives 2(n-1)/n of the data.
  *
- * Both are run by the thread running the group's operation (work.c). */
+ * Both are run by the thread running the group's operation (work.c).
+ *
+ * Two members on two hosts, a small body (T1..T4): rd's one exchange as
+ * one UCX tagged message each way (transport.c P1..P5), the way Open MPI
+ * sends it: no handler, no header, no matching of ours; the receive lands
+ * in place. 0.4-0.6 us of an 8-9 us call across two emulated hosts.
+ *  T1 Chosen from what both members know alike: the group has two
+ *     members on two hosts (their host ids, asked once), the call is an
+ *     all_reduce of at most COLL_PAIR_MAX bytes chosen as rd, staged or
+ *     not. A tagged message is seen only by a tagged receive, so both run
+ *     it or neither (the tag: group id, call number).
+ *  T2 Each message carries its sender's call after the body (C5): a
+ *     different call, count or length fails the group as a mismatch, on
+ *     both members; a different collective (its messages are not tagged)
+ *     is caught by the receiving member's match (begun as any call).
+ *  T3 The wait ends on both completions, the group's failure (a member
+ *     lost, a mismatch, a timeout told), the runtime's stop or the call's
+ *     deadline. Any but the first cancels the receive and still waits for
+ *     both completions (P3, P4) before it returns: UCX holds the buffers.
+ *  T4 It drives like any wait (wait.c): the transport for 2 ms, then it
+ *     sleeps until a completion wakes it (the progress thread delivers),
+ *     driving briefly after each wake-up. */
 #include "config.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/coll/allreduce.h"
+#include "runtime/coll/conf.h"
+#include "runtime/coll/desc.h"
+#include "runtime/coll/late.h"
+#include "runtime/coll/mbox.h"
 #include "runtime/coll/reduce.h"
+#include "runtime/coll/tx.h"
+#include "base/byteorder.h"
+#include "base/clock.h"
+#include "runtime/runtime.h"
+#include "ucx_transport/transport.h"
 
 /* One offer / read / answer per segment: 1 MiB (this VM's L2, still read
  * hot by the reduction) took 64 MiB on 2 ranks from 20 ms to 11-13 ms and
@@ -143,6 +174,241 @@ coll_all_reduce_pair(coll_op_t *op, void *buf, size_t count,
     atomic_store_explicit(&pair_calls, atomic_load_explicit(&pair_calls,
                           memory_order_relaxed) + 1, memory_order_relaxed);
     return TD_OK;
+}
+
+/* ---- two members on two hosts: tagged (T1..T4) --------------------------- */
+
+#define PAIR_TRAILER 16            /* the sender's call (T2) */
+#define PAIR_SPIN_S  0.002         /* T4, as wait.c */
+#define PAIR_AFTER_S 50e-6
+
+static atomic_ulong pair_tag_calls;   /* coll_all_reduce_pair_tag_count */
+
+unsigned long
+coll_all_reduce_pair_tag_count(void)
+{
+    return atomic_load_explicit(&pair_tag_calls, memory_order_relaxed);
+}
+
+int
+coll_pair_tagged(td_group_t *g)
+{
+    if (g->pair_tag == 0) {
+        uint64_t a = td__runtime_host_id(g->ranks[0]);
+        uint64_t b = td__runtime_host_id(g->ranks[1]);
+
+        /* (an unknown host: its address could not be fetched, and no
+         * exchange with it can work either way) */
+        g->pair_tag = g->n == 2 && a != 0 && b != 0 && a != b ? 1 : -1;
+    }
+    return g->pair_tag > 0;
+}
+
+static void
+trailer_put(uint8_t *t, const coll_desc_t *d)
+{
+    t[0] = d->kind;
+    t[1] = d->dtype;
+    t[2] = d->op;
+    t[3] = d->algo;
+    td_put_be32(t + 4, (uint32_t)d->root);
+    td_put_be64(t + 8, d->count);
+}
+
+static void
+trailer_get(const uint8_t *t, coll_desc_t *d)
+{
+    d->kind = t[0];
+    d->dtype = t[1];
+    d->op = t[2];
+    d->algo = t[3];
+    d->root = (int32_t)td_get_be32(t + 4);
+    d->count = td_get_be64(t + 8);
+}
+
+typedef struct {
+    td_transport_pair_t x;
+    td_group_t         *g;
+} pair_wait_t;
+
+static int
+pair_done(const pair_wait_t *w)
+{
+    return __atomic_load_n(&w->x.done, __ATOMIC_ACQUIRE) ==
+           (TD_PAIR_RECV | TD_PAIR_SEND);
+}
+
+/* T3: over, or something to act on */
+static int
+pair_check(const void *arg)
+{
+    const pair_wait_t *w = arg;
+
+    return pair_done(w) ||
+           __atomic_load_n(&w->g->broken, __ATOMIC_RELAXED) != TD_OK ||
+           coll_stopped();
+}
+
+static int
+pair_pred(void *arg)
+{
+    return pair_check(arg);
+}
+
+static int
+pair_landed(void *arg)
+{
+    return pair_done(arg);
+}
+
+/* Drive or sleep until CHECK holds or DEADLINE (td_now_s; 0: none)
+ * passes (T4). */
+static void
+pair_drive(pair_wait_t *w, int (*check)(void *), double deadline)
+{
+    td_transport_t *tp = coll_transport();
+    td_status_t st = td__transport_drive(tp, check, w, PAIR_SPIN_S);
+
+    while (st != TD_OK && !check(w) &&
+           (deadline <= 0 || td_now_s() <= deadline)) {
+        coll_sleep(pair_check, w, 0, coll_mbox_poll);
+        st = td__transport_drive(tp, check, w, PAIR_AFTER_S);
+    }
+}
+
+/* Why the call stops (T3), into MSG; TD_OK: it does not. */
+static td_status_t
+pair_verdict(coll_op_t *op, int peer, char *msg, size_t len)
+{
+    td_group_t *g = op->g;
+    td_status_t st = TD_OK;
+    char who[128];
+
+    if (coll_stopped()) {
+        snprintf(msg, len, "coll: the runtime shut down with this "
+                 "operation pending");
+        return TD_ERR_CANCELED;
+    }
+    if (__atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) == TD_OK &&
+        td_now_s() > op->deadline) {
+        if (coll_late_ranks(g, op->seq, who, sizeof(who)) == 0) {
+            snprintf(who, sizeof(who), "%d", peer);
+        }
+        snprintf(msg, len, "coll: all_reduce timed out after %.1f s on rank "
+                 "%d waiting for rank(s) %s", coll_timeout(),
+                 coll_world_rank(), who);
+        coll_group_fail(g, TD_ERR_TIMEOUT, 1, op->seq, msg);     /* C6 */
+    }
+    if (__atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
+        coll_lock();
+        st = g->broken;                     /* the group's first failure */
+        snprintf(msg, len, "%s", g->broken_msg);
+        coll_unlock();
+    }
+    return st;
+}
+
+td_status_t
+coll_all_reduce_pair_tag_run(coll_op_t *op, void *buf, size_t count)
+{
+    td_group_t *g = op->g;
+    int peer = g->ranks[1 - g->me];
+    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
+    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
+    size_t bytes = count * td_dtype_size(dt);
+    _Alignas(16) uint8_t out[COLL_PAIR_MAX + PAIR_TRAILER];
+    _Alignas(16) uint8_t in[COLL_PAIR_MAX + PAIR_TRAILER];
+    uint64_t tag = (uint64_t)g->id << 32 | op->seq;             /* T1 */
+    pair_wait_t w;
+    coll_desc_t theirs;
+    char msg[COLL_ERR_MAX];
+    td_status_t st;
+
+    memcpy(out, buf, bytes);
+    trailer_put(out + bytes, &op->desc);
+    w.g = g;
+    w.x.notify = coll_wake;
+    w.x.done = 0;
+    for (;;) {
+        st = td__transport_pair_post(coll_transport(), peer, tag, out,
+                                     bytes + PAIR_TRAILER, in, sizeof(in),
+                                     &w.x);
+        if (st != TD_ERR_NOT_FOUND) {
+            break;
+        }
+        /* no endpoint yet (P2): one is being made */
+        if ((st = pair_verdict(op, peer, msg, sizeof(msg))) != TD_OK) {
+            return td_error(st, "%s", msg);
+        }
+        pair_drive(&w, pair_pred, op->deadline);
+    }
+    if (st != TD_OK) {
+        /* the peer failed before: the group's failure if it has one */
+        td_status_t gs = pair_verdict(op, peer, msg, sizeof(msg));
+
+        return gs != TD_OK ? td_error(gs, "%s", msg) : st;
+    }
+    while (!pair_done(&w)) {
+        pair_drive(&w, pair_pred, op->deadline);
+        if (!pair_done(&w) &&
+            (st = pair_verdict(op, peer, msg, sizeof(msg))) != TD_OK) {
+            td__transport_pair_cancel(coll_transport(), &w.x);  /* T3 */
+            while (!pair_done(&w)) {
+                pair_drive(&w, pair_landed, 0);
+            }
+            return td_error(st, "%s", msg);
+        }
+    }
+    if (w.x.rstatus != TD_OK || w.x.sstatus != TD_OK) {
+        td_status_t xs = w.x.rstatus != TD_OK ? w.x.rstatus : w.x.sstatus;
+
+        if ((st = pair_verdict(op, peer, msg, sizeof(msg))) != TD_OK) {
+            return td_error(st, "%s", msg);
+        }
+        snprintf(msg, sizeof(msg), "coll: all_reduce: the exchange with rank "
+                 "%d failed: %s", peer, xs == TD_ERR_PROTOCOL
+                 ? "its message was longer than any all_reduce's of this size"
+                 : td_strerror(xs));
+        coll_group_fail(g, xs, 1, op->seq, msg);
+        return td_error(xs, "%s", msg);
+    }
+    if (w.x.rlen < PAIR_TRAILER) {
+        snprintf(msg, sizeof(msg), "coll: a malformed all_reduce message "
+                 "from rank %d (%zu bytes)", peer, w.x.rlen);
+        coll_group_fail(g, TD_ERR_PROTOCOL, 1, op->seq, msg);
+        return td_error(TD_ERR_PROTOCOL, "%s", msg);
+    }
+    trailer_get(in + w.x.rlen - PAIR_TRAILER, &theirs);             /* T2 */
+    if (w.x.rlen != bytes + PAIR_TRAILER ||
+        !coll_desc_equal(&theirs, &op->desc)) {
+        coll_mismatch_text(msg, sizeof(msg), g->id, op->seq, peer,
+                           coll_world_rank(), &theirs, &op->desc);
+        coll_group_fail(g, TD_ERR_INVALID, 1, op->seq, msg);
+        return td_error(TD_ERR_INVALID, "%s", msg);
+    }
+    coll_reduce_into(buf, in, count, dt, rop);
+    if (rop == TD_REDUCE_AVG) {
+        coll_divide(buf, count, dt, 2);
+    }
+    atomic_store_explicit(&pair_tag_calls, atomic_load_explicit(
+                          &pair_tag_calls, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    return TD_OK;
+}
+
+td_status_t
+coll_all_reduce_pair_tag(coll_op_t *op, void *buf, size_t count,
+                         void (*announce)(td_group_t *g, uint32_t seq,
+                                          const coll_desc_t *d))
+{
+    td_status_t st = coll_op_begin(op, announce);
+
+    if (st != TD_OK) {
+        return st;
+    }
+    st = coll_all_reduce_pair_tag_run(op, buf, count);
+    coll_op_end(op);
+    return st;
 }
 
 /* Chunk C of COUNT elements cut in N: [*start, *start + *len). */

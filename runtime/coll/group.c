@@ -434,6 +434,7 @@ group_reform_locked(td_group_t *g, uint32_t id, const int *ranks, int n)
     g->digest = digest_of(ranks, n);
     g->seq = 0;
     g->watched = 0;
+    g->pair_tag = 0;                   /* allreduce.c T1: asked again */
     coll_lock();
     g->in_op = 0;
     g->cur_seq = 0;

@@ -130,6 +130,8 @@ struct td_group {
     void           *scratch;
     size_t          scratch_len;
     int             watched;       /* endpoints to every member requested */
+    int             pair_tag;      /* allreduce.c T1: 1 its two members are
+                                    * on two hosts, -1 not, 0 not asked */
     coll_shm_t     *shm;           /* shm.c: the segment, when SHM_ON */
     int             shm_state;
     struct coll_hostmap *hosts;    /* hier.c: each member's host, made at

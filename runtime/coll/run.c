@@ -378,6 +378,9 @@ dispatch(coll_op_t *op, const coll_args_t *a, const stage_t *sg,
         }
         return shm ? coll_all_reduce_shm(op, t, count)
                : op->algo == ALGO_RING ? coll_all_reduce_ring(op, t, count)
+               : op->g->n == 2 && bytes <= COLL_PAIR_MAX &&
+                 coll_pair_tagged(op->g)              /* allreduce.c T1 */
+               ? coll_all_reduce_pair_tag_run(op, t, count)
                : coll_all_reduce_rd(op, t, count);
     case COLL_BROADCAST:
         return shm ? coll_broadcast_shm(op, t, bytes)
@@ -449,7 +452,11 @@ coll_run(td_group_t *g, const coll_args_t *a)
         /* two members, a small body: begun with its receive posted (step.h
          * C16), the same messages as rd */
         op.algo = ALGO_RD;
-        st = coll_all_reduce_pair(&op, data(a->t), count, coll_shm_announce);
+        st = coll_pair_tagged(g)                      /* allreduce.c T1 */
+             ? coll_all_reduce_pair_tag(&op, data(a->t), count,
+                                        coll_shm_announce)
+             : coll_all_reduce_pair(&op, data(a->t), count,
+                                    coll_shm_announce);
         coll_op_end(&op);              /* (a begin that failed left it so) */
         if (st == TD_OK) {
             td_tensor_bump_version(a->t);

@@ -1,0 +1,225 @@
+/* pair_peer: the all_reduce of two ranks on two hosts, as one tagged
+ * message each way (runtime/coll/allreduce.c T1..T4; tests/hosts/
+ * test_hosts_pair.sh, layout 1+1). Usage: pair_peer MODE
+ *   values     sums, averages, minima and maxima of every dtype, 4 B to
+ *              COLL_PAIR_MAX (tagged) and just above it (not), 2,000 calls
+ *              of 8 B with values of each call's own; prints
+ *              "rank=R values ok tagged=N" (N: calls taken tagged here)
+ *   dtype      rank 0 float32 x 2, rank 1 float64 x 1: the same 8 bytes
+ *   count      rank 0 float32 x 2, rank 1 float32 x 3
+ *   kind       rank 0 all_reduce, rank 1 broadcast of the same tensor
+ *   timeout    rank 1 enters 4 s late (run with TODIST_COLL_TIMEOUT=1)
+ *   dead       rank 1 dies (SIGKILL) once warm, while rank 0 waits
+ * The failure modes print "rank=R rc=STATUS err=MESSAGE" for the call. */
+#include "config.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "todist/todist.h"
+#include "runtime/coll/allreduce.h"  /* coll_all_reduce_pair_tag_count */
+
+static int rank;
+
+static int
+fail(const char *what)
+{
+    printf("rank=%d FAIL %s: %s\n", rank, what, td_last_error());
+    return 1;
+}
+
+/* X[i] of rank R in call C: exact in every dtype used here. */
+static double
+val(int r, int c, int64_t i)
+{
+    return (double)((r + 1) * 3 + (c % 7) + i % 5);
+}
+
+static void
+fill(td_tensor_t *t, int r, int c)
+{
+    int64_t n = td_tensor_numel(t);
+    void *d = td_tensor_data(t);
+
+    for (int64_t i = 0; i < n; i++) {
+        switch (td_tensor_dtype(t)) {
+        case TD_FLOAT32: ((float *)d)[i] = (float)val(r, c, i); break;
+        case TD_FLOAT64: ((double *)d)[i] = val(r, c, i); break;
+        case TD_INT64: ((int64_t *)d)[i] = (int64_t)val(r, c, i); break;
+        case TD_INT32: ((int32_t *)d)[i] = (int32_t)val(r, c, i); break;
+        default: break;
+        }
+    }
+}
+
+static double
+get(const td_tensor_t *t, int64_t i)
+{
+    const void *d = td_tensor_data(t);
+
+    switch (td_tensor_dtype(t)) {
+    case TD_FLOAT32: return ((const float *)d)[i];
+    case TD_FLOAT64: return ((const double *)d)[i];
+    case TD_INT64: return (double)((const int64_t *)d)[i];
+    case TD_INT32: return ((const int32_t *)d)[i];
+    default: return -1;
+    }
+}
+
+static double
+expect(td_reduce_op_t op, td_dtype_t dt, int c, int64_t i)
+{
+    double a = val(0, c, i), b = val(1, c, i);
+
+    switch (op) {
+    case TD_REDUCE_SUM: return a + b;
+    case TD_REDUCE_MIN: return a < b ? a : b;
+    case TD_REDUCE_MAX: return a > b ? a : b;
+    case TD_REDUCE_AVG:
+        return dt == TD_INT32 || dt == TD_INT64 ? (double)(int64_t)((a + b) / 2)
+                                                : (a + b) / 2;
+    default: return -1;
+    }
+}
+
+/* One all_reduce of N elements of DT with OP, call C, checked. */
+static int
+one(td_dtype_t dt, int64_t n, td_reduce_op_t op, int c)
+{
+    td_tensor_t *t;
+    td_status_t st;
+
+    if (td_tensor_zeros(&n, 1, dt, &t) != TD_OK) {
+        return fail("tensor");
+    }
+    fill(t, rank, c);
+    st = td_all_reduce(td_group_world(), t, op);
+    if (st != TD_OK) {
+        td_tensor_release(t);
+        return fail("all_reduce");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (get(t, i) != expect(op, dt, c, i)) {
+            printf("rank=%d FAIL %s x %lld op %d call %d: [%lld] = %g, "
+                   "expected %g\n", rank, td_dtype_name(dt), (long long)n,
+                   (int)op, c, (long long)i, get(t, i),
+                   expect(op, dt, c, i));
+            td_tensor_release(t);
+            return 1;
+        }
+    }
+    td_tensor_release(t);
+    return 0;
+}
+
+static int
+values(void)
+{
+    static const td_dtype_t dts[] = { TD_FLOAT32, TD_FLOAT64, TD_INT64,
+                                      TD_INT32 };
+    static const td_reduce_op_t ops[] = { TD_REDUCE_SUM, TD_REDUCE_MIN,
+                                          TD_REDUCE_MAX, TD_REDUCE_AVG };
+    unsigned long tag0 = coll_all_reduce_pair_tag_count();
+    int c = 0;
+
+    for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+        int64_t es = (int64_t)td_dtype_size(dts[d]);
+        /* 1 element, 8 B, the largest tagged body, and one element more */
+        int64_t ns[] = { 1, 8 / es, COLL_PAIR_MAX / es,
+                         COLL_PAIR_MAX / es + 1 };
+
+        for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
+            for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+                if (one(dts[d], ns[k], ops[o], c++) != 0) {
+                    return 1;
+                }
+            }
+        }
+    }
+    for (int i = 0; i < 2000; i++) {
+        if (one(TD_FLOAT32, 2, TD_REDUCE_SUM, c++) != 0) {
+            return 1;
+        }
+    }
+    printf("rank=%d values ok tagged=%lu\n", rank,
+           coll_all_reduce_pair_tag_count() - tag0);
+    return 0;
+}
+
+/* A call that must fail: print how. */
+static int
+report(td_status_t st)
+{
+    printf("rank=%d rc=%d err=%s\n", rank, (int)st,
+           st == TD_OK ? "" : td_last_error());
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *mode = argc == 2 ? argv[1] : "";
+    int64_t two = 2, three = 3, one_el = 1;
+    td_tensor_t *t;
+    td_status_t st;
+    int rc;
+
+    if (td_init(NULL) != TD_OK) {
+        fprintf(stderr, "pair_peer: init: %s\n", td_last_error());
+        return 1;
+    }
+    rank = td_world()->rank;
+    if (td_world()->world_size != 2) {
+        fprintf(stderr, "pair_peer: needs 2 ranks\n");
+        return 2;
+    }
+    /* warm: endpoints both ways, the group's hosts known */
+    if (one(TD_FLOAT32, 2, TD_REDUCE_SUM, 0) != 0) {
+        return 1;
+    }
+    if (strcmp(mode, "values") == 0) {
+        rc = values();
+    } else if (strcmp(mode, "dtype") == 0 || strcmp(mode, "count") == 0) {
+        int f64 = strcmp(mode, "dtype") == 0 && rank == 1;
+
+        st = td_tensor_zeros(f64 ? &one_el : rank == 1 ? &three : &two, 1,
+                             f64 ? TD_FLOAT64 : TD_FLOAT32, &t);
+        rc = st != TD_OK ? fail("tensor")
+                         : report(td_all_reduce(td_group_world(), t,
+                                                TD_REDUCE_SUM));
+    } else if (strcmp(mode, "kind") == 0) {
+        st = td_tensor_zeros(&two, 1, TD_FLOAT32, &t);
+        rc = st != TD_OK ? fail("tensor")
+             : report(rank == 0 ? td_all_reduce(td_group_world(), t,
+                                                TD_REDUCE_SUM)
+                                : td_broadcast(td_group_world(), t, 0));
+    } else if (strcmp(mode, "timeout") == 0) {
+        if (rank == 1) {
+            sleep(4);
+        }
+        st = td_tensor_zeros(&two, 1, TD_FLOAT32, &t);
+        rc = st != TD_OK ? fail("tensor")
+             : report(td_all_reduce(td_group_world(), t, TD_REDUCE_SUM));
+    } else if (strcmp(mode, "dead") == 0) {
+        if (rank == 1) {
+            raise(SIGKILL);        /* across hosts: no shared FIFO to wedge */
+        }
+        st = td_tensor_zeros(&two, 1, TD_FLOAT32, &t);
+        rc = st != TD_OK ? fail("tensor")
+             : report(td_all_reduce(td_group_world(), t, TD_REDUCE_SUM));
+    } else {
+        fprintf(stderr, "usage: pair_peer values|dtype|count|kind|timeout|"
+                "dead\n");
+        return 2;
+    }
+    if (strcmp(mode, "values") != 0) {
+        /* the group is broken; the runtime still stops cleanly */
+        (void)td_finalize();
+        return rc;
+    }
+    st = td_finalize();
+    return rc != 0 ? rc : st != TD_OK ? fail("finalize") : 0;
+}

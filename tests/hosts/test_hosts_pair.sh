@@ -1,0 +1,56 @@
+#!/bin/sh
+# The all_reduce of two ranks on two hosts as one tagged UCX message each
+# way (runtime/coll/allreduce.c T1..T4, ucx_transport/transport.c P1..P5),
+# on the bed at 1+1: the values of every dtype and op from 4 B to the
+# largest tagged body and past it; a different call on each rank (dtype,
+# count, collective) fails both as a mismatch (T2); a late rank, a timeout
+# on the other and the same failure told to it (T3); a dead rank named
+# (T3). Not a timing test: the late rank is 3 s past a 1 s timeout.
+. "$top_srcdir/tests/lib.sh"
+. "$top_srcdir/tests/hosts.sh"
+B="$top_builddir/tests"
+
+if ! hosts_supported; then
+    skip_all "$HOSTS_WHY"
+fi
+plan 15
+
+hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+run() { # MODE [ENV...]
+    _m=$1; shift
+    OUT=$(for _kv in "$@"; do export "$_kv"; done
+          HOSTS_TIMEOUT=90 hosts_launch 1,1 "$B/hosts/pair_peer" "$_m" 2>&1)
+}
+
+run values
+for _r in 0 1; do
+    # 4 dtypes x 3 tagged sizes x 4 ops + 2,000 calls of 8 B
+    like "$OUT" "rank=$_r values ok tagged=2048\$" \
+         "rank $_r: every value right, 2,048 calls tagged, the 16 past 256 B not"
+done
+unlike "$OUT" "FAIL" "no wrong value, no failed call"
+[ "$_tap_failed" = 0 ] || diag "$OUT"
+
+for _m in dtype count kind; do
+    run "$_m"
+    for _r in 0 1; do
+        like "$OUT" "rank=$_r rc=-[0-9][0-9]* err=.*mismatched collectives in group [0-9]* at call #[0-9]*: rank [01] called" \
+             "$_m: rank $_r fails as a mismatch, naming both calls"
+    done
+done
+like "$OUT" "rank=0 rc=.*called all_reduce.*rank 1 called broadcast|rank=0 rc=.*rank 1 called broadcast.*all_reduce" \
+     "kind: rank 0's error names rank 1's broadcast"
+
+run timeout TODIST_COLL_TIMEOUT=1
+like "$OUT" "rank=0 rc=-[0-9][0-9]* err=coll: all_reduce timed out after 1.0 s on rank 0 waiting for rank\(s\) 1" \
+     "timeout: rank 0 times out, naming rank 1"
+like "$OUT" "rank=1 rc=-[0-9][0-9]* err=.*timed out after 1.0 s on rank 0" \
+     "timeout: rank 1, late, gets rank 0's timeout (told, C6)"
+unlike "$OUT" "was not matched" \
+       "timeout: rank 1's message, its receive cancelled, is taken out at the end (P5)"
+
+run dead
+like "$OUT" "rank=0 rc=-[0-9][0-9]* err=.*rank 1" "dead: rank 0's call fails naming rank 1"
+unlike "$OUT" "Assertion|ucs_assert|Segmentation" "dead: no abort"
+[ "$_tap_failed" = 0 ] || diag "$OUT"
+done_testing
