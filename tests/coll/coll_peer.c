@@ -740,19 +740,53 @@ reduce_loop(int iters, int64_t n)
     return bad_calls;
 }
 
+/* ITERS broadcasts of N float32 on the world, the root alternating
+ * (every rank both sends and receives), each checked exactly; the number
+ * of wrong calls. */
+static int
+bcast_loop(int iters, int64_t n)
+{
+    td_tensor_t *t = make(n, TD_FLOAT32);
+    int bad_calls = 0;
+
+    for (int it = 0; it < iters; it++) {
+        int root = it % size;
+        td_status_t st;
+        int64_t bad = -1;
+
+        for (int64_t i = 0; i < n; i++) {
+            set(t, i, rank == root ? root * 7 + (it + i) % 5 : -1);
+        }
+        st = td_broadcast(td_group_world(), t, root);
+        for (int64_t i = 0; i < n && bad < 0; i++) {
+            if (get(t, i) != root * 7 + (it + i) % 5) {
+                bad = i;
+            }
+        }
+        if ((st != TD_OK || bad >= 0) && bad_calls++ < 5) {
+            fprintf(stderr, "rank %d: broadcast %" PRId64 " floats #%d: %s [%"
+                    PRId64 "]\n", rank, n, it,
+                    st != TD_OK ? td_last_error() : "wrong", bad);
+        }
+    }
+    td_tensor_release(t);
+    return bad_calls;
+}
+
 /* Small bodies from another host taken by coll's receive handler
- * (transport.c S1, match.h C13): ITERS all_reduces each of 8 B, 256 B
- * (COLL_UX_SMALL: an early one kept in its entry) and 1,028 B (an early
- * one above it takes the transport's buffer as before), exact; then
- * EXPECT "some" (every message of the first two loops, one a call at 2
- * ranks, was taken) or "none" (ranks of one host: nothing taken).
- * The same calls' sends on the lean path (transport.c S2): across hosts
- * some of the first two loops' (a send that finds the progress thread
- * holding the token goes the usual way, so not every one), none of the
- * 1,028 B loop's (header and body above LEAN_MAX); on one host none.
- * At two ranks every call of the first two loops (but the first, which
- * may try the segment) is run as one step begun with its receive posted
- * (allreduce.c, step.h C16), none of the third's (above COLL_PAIR_MAX):
+ * (transport.c S1, match.h C13): ITERS broadcasts each of 8 B and 256 B
+ * (COLL_UX_SMALL: an early one kept in its entry), the root alternating,
+ * and ITERS all_reduces each of 8 B, 256 B and 1,028 B (an early one
+ * above it takes the transport's buffer as before), exact; then EXPECT
+ * "some" (every broadcast this rank received was taken) or "none" (ranks
+ * of one host: nothing taken). The broadcasts' sends on the lean path
+ * (transport.c S2): across hosts some (a send that finds the progress
+ * thread holding the token goes the usual way, so not every one), none of
+ * the 1,028 B loop's (header and body above LEAN_MAX); on one host none.
+ * At two ranks every all_reduce of the first two sizes (but the first,
+ * which may try the segment) is run as one step: across hosts one tagged
+ * message each way (allreduce.c T1), on one host begun with its receive
+ * posted (step.h C16); none of the third's (above COLL_PAIR_MAX):
  * "pair_all", "pair_bounded". */
 static int
 mode_taken(int iters, const char *expect)
@@ -762,37 +796,48 @@ mode_taken(int iters, const char *expect)
     uint64_t lean0 = td__transport_lean_count(tp), lean, lean_big;
     uint64_t taken;
     unsigned long pair0 = coll_all_reduce_pair_count(), pair, pair_big;
-    int bad = reduce_loop(iters, 2) + reduce_loop(iters, 64);
+    unsigned long tag0 = coll_all_reduce_pair_tag_count(), tagged;
+    int across = strcmp(expect, "none") != 0;
+    int bad = bcast_loop(iters, 2) + bcast_loop(iters, 64);
 
     taken = td__transport_taken_count(tp) - before;
     lean = td__transport_lean_count(tp) - lean0;
+    bad += reduce_loop(iters, 2) + reduce_loop(iters, 64);
     pair = coll_all_reduce_pair_count() - pair0;
+    tagged = coll_all_reduce_pair_tag_count() - tag0;
+    lean0 = td__transport_lean_count(tp);
     bad += reduce_loop(iters, 257);
-    lean_big = td__transport_lean_count(tp) - lean0 - lean;
-    pair_big = coll_all_reduce_pair_count() - pair0 - pair;
-    check(bad == 0, "taken_exact", "%d of %d calls wrong", bad, 3 * iters);
+    lean_big = td__transport_lean_count(tp) - lean0;
+    pair_big = coll_all_reduce_pair_count() - pair0 - pair +
+               coll_all_reduce_pair_tag_count() - tag0 - tagged;
+    check(bad == 0, "taken_exact", "%d of %d calls wrong", bad, 5 * iters);
     check(lean_big == 0, "lean_bounded", "%" PRIu64 " sends of 1,028 B "
           "bodies took the lean path", lean_big);
     if (size == 2) {
         /* all but the first call across hosts: it tries the segment
          * first (the peer's host unknown until then, shm.c S1) */
-        check(pair + 1 >= (unsigned long)(2 * iters), "pair_all", "%lu of "
-              "%d calls of 8 B and 256 B ran as one begun step", pair,
-              2 * iters);
+        unsigned long one = across ? tagged : pair;
+
+        check(one + 1 >= (unsigned long)(2 * iters) &&
+              (across ? pair : tagged) == 0, "pair_all", "%lu of %d calls "
+              "of 8 B and 256 B ran as one %s (%lu the other way)", one,
+              2 * iters, across ? "tagged exchange" : "begun step",
+              across ? pair : tagged);
         check(pair_big == 0, "pair_bounded", "%lu calls of 1,028 B ran as "
-              "one begun step", pair_big);
+              "one step", pair_big);
     }
-    if (strcmp(expect, "none") == 0) {
+    if (!across) {
         check(taken == 0, "taken_none", "%" PRIu64 " bodies taken by the "
               "handler between ranks of one host", taken);
         check(lean == 0, "lean_none", "%" PRIu64 " sends took the lean "
               "path between ranks of one host", lean);
     } else {
-        check(taken >= (uint64_t)(2 * iters), "taken_some", "%" PRIu64
-              " bodies taken by the handler in %d calls across hosts", taken,
-              2 * iters);
+        /* a broadcast of two: each rank received every other one */
+        check(taken >= (uint64_t)iters, "taken_some", "%" PRIu64
+              " bodies taken by the handler in %d broadcasts received "
+              "across hosts", taken, iters);
         check(lean > 0, "lean_some", "%" PRIu64 " of %d sends across hosts "
-              "took the lean path", lean, 2 * iters);
+              "took the lean path", lean, iters);
     }
     return 0;
 }

@@ -163,7 +163,7 @@ main(int argc, char **argv)
 {
     const char *mode = argc == 2 ? argv[1] : "";
     int64_t two = 2, three = 3, one_el = 1;
-    td_tensor_t *t;
+    td_tensor_t *t = NULL;
     td_status_t st;
     int rc;
 
@@ -215,6 +215,7 @@ main(int argc, char **argv)
                 "dead\n");
         return 2;
     }
+    td_tensor_release(t);
     if (strcmp(mode, "values") != 0) {
         /* the group is broken; the runtime still stops cleanly */
         (void)td_finalize();
