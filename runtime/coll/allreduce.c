@@ -33,7 +33,9 @@
  *     both completions (P3, P4) before it returns: UCX holds the buffers.
  *  T4 It drives like any wait (wait.c): the transport for 2 ms, then it
  *     sleeps until a completion wakes it (the progress thread delivers),
- *     driving briefly after each wake-up. */
+ *     driving briefly after each wake-up. It sends no probe (late.h K4):
+ *     a peer in another call of the group waits in wait.c, which probes,
+ *     or in this exchange, whose message shows its call (T2). */
 #include "config.h"
 
 #include <stdatomic.h>
