@@ -3044,6 +3044,12 @@ revive_peers(td_transport_t *tp)
             }
         }
         linger_close(tp, r);                /* L12: the old process's */
+        if (p->parked > 0 && p->wiring) {
+            /* L13: parked on the old endpoint's wire-up: they go to the
+             * new process (its address first) */
+            __atomic_store_n(&tp->addr_news, 1, __ATOMIC_SEQ_CST);
+        }
+        p->wiring = 0;
         p->dropped = 0;
         p->told = 0;
         p->told_due = 0;
