@@ -1490,16 +1490,17 @@ static void
 probe_sent_cb(void *request, ucs_status_t status, void *user_data)
 {
     probe_t *pr = user_data;
-    peer_t *p = &pr->tp->peers[pr->rank];
 
     /* Done: UCX had the peer's endpoint id (a reply-flagged message
      * carries it), so its wire-up is through. Failed: the endpoint
      * failed, and the peer with it (its parked sends fail then). */
-    if (status == UCS_OK && p->ep_gen == pr->gen && p->wiring == 1) {
-        if (p->parked > 0) {
+    if (status == UCS_OK) {
+        peer_t *p = &pr->tp->peers[pr->rank];
+
+        if (p->ep_gen == pr->gen && p->wiring == 1 && p->parked > 0) {
             p->wiring = 2;              /* addr_arrived starts them */
             __atomic_store_n(&pr->tp->addr_news, 1, __ATOMIC_SEQ_CST);
-        } else {
+        } else if (p->ep_gen == pr->gen && p->wiring == 1) {
             p->wiring = 0;
         }
     }
