@@ -80,39 +80,7 @@
 
 #include <todist/todist.h>
 #include "runtime/runtime.h"
-
-/* Every death here: SIGKILL raised while this thread holds the
- * transport's progress token (td__transport_drive calls DONE holding it
- * once it got it), so no thread of this process is inside a UCX call as
- * it dies. A rank killed inside a UCX send to a rank of its host can
- * leave that peer's UCX shared-memory receive FIFO (one ring every
- * sender of the host writes: an element is reserved by a compare-and-
- * swap of the head, then written, then published) with an element
- * reserved and never published: the peer then takes nothing more from
- * it, from anyone, its wire-ups never complete, and the survivors' next
- * collective waits for its timeout (test_inplace 19 hung once in CI:
- * rank 3 was killed as it answered ranks 0 and 2's wire-up; reproduced
- * by reserving an element of rank 0's FIFO by hand). That is UCX's
- * limit, not what these tests check; docs/elastic.md says so. */
-static int
-die_now(void *tp)
-{
-    if (td__transport_on_progress_thread(tp)) {
-        raise(SIGKILL);
-    }
-    return 0;
-}
-
-static void
-die(void)
-{
-    td_transport_t *tp = td__runtime_transport();
-
-    if (tp != NULL) {
-        (void)td__transport_drive(tp, die_now, tp, -1);
-    }
-    raise(SIGKILL);     /* no transport, or it stopped */
-}
+#include "tests/peer_die.h"     /* every death here: peer_die() */
 
 static int
 fail(int rank, const char *what)
@@ -137,7 +105,7 @@ tell(void)
     }
     rank = td_world()->rank;
     if (rank == 3) {
-        die();
+        peer_die();
     }
     if (td_elastic_create(NULL, &el) != TD_OK ||
         td_tensor_empty(&one, 1, TD_FLOAT64, TD_CPU, &t) != TD_OK) {
@@ -294,7 +262,7 @@ grow(int die1, int die2, int regrow)
                 return fail(rank, "counting the replacements");
             }
             if (nth == 1) {
-                die();
+                peer_die();
             }
         }
         if (td_checkpoint_broadcast(ck, td_elastic_group(el), ch.source) !=
@@ -312,7 +280,7 @@ grow(int die1, int die2, int regrow)
 
         if ((rank == die1 || rank == die2) && !td_elastic_replacement() &&
             st[0] + 1 == 3) {
-            die();
+            peer_die();
         }
         ((double *)td_tensor_data(t))[0] = 1;
         s = td_all_reduce(td_elastic_group(el), t, TD_REDUCE_SUM);
@@ -486,7 +454,7 @@ offer(void)
         for (int i = 0; i < 6000 && access(path, F_OK) != 0; i++) {
             nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
         }
-        die();
+        peer_die();
     }
     if (rank == 0) {
         float *f = td_tensor_data(t);
@@ -595,7 +563,7 @@ main(int argc, char **argv)
     }
     while (st[0] < steps) {
         if (rank == die_rank && st[0] + 1 == die_step) {
-            die();
+            peer_die();
         }
         ((double *)td_tensor_data(t))[0] = 1;
         s = td_all_reduce(td_elastic_group(el), t, TD_REDUCE_SUM);
@@ -638,7 +606,7 @@ main(int argc, char **argv)
                rank, ch.self_behind, (long long)td_elastic_committed(el));
         fflush(stdout);
         if (during && rank == 2) {
-            die();                      /* during the recovery */
+            peer_die();                      /* during the recovery */
         }
         if (ch.behind &&
             td_checkpoint_broadcast(ck, td_elastic_group(el), ch.source) !=
