@@ -160,7 +160,7 @@ lost0(void)
         if (td_recv(td_group_world(), t, 1, 9, NULL) != TD_OK) {
             return fail(rank, "recv");
         }
-        die();
+        peer_die();
     }
     if (td_send(td_group_world(), t, 0, 9) != TD_OK) {
         return fail(rank, "send");
