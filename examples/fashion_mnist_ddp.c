@@ -136,6 +136,36 @@ die(const char *what)
     return 1;
 }
 
+/* --die-at and --die-joined kill this rank with SIGKILL from an inline
+ * RPC handler it calls on itself: an inline handler runs on the holder of
+ * the transport's progress token (todist/rpc.h TD_RPC_INLINE), so no UCX
+ * send of this process is half done as it dies. One killed half done,
+ * even a keepalive UCX sends to a rank of this host, can wedge that rank's
+ * UCX shared-memory receive ring for good, and the survivors of an
+ * in-place recovery would wait for their collectives' timeout
+ * (docs/elastic.md, "A rank killed inside a UCX send"). */
+#define KILL_SELF "fashion_mnist_ddp.kill_self"
+
+static td_status_t
+kill_self_inline(void *arg, const td_rpc_call_info_t *info,
+                 const td_rpc_list_t *args, td_rpc_list_t *result)
+{
+    (void)arg; (void)info; (void)args; (void)result;
+    raise(SIGKILL);
+    return TD_OK;
+}
+
+static void
+kill_self(void)
+{
+    td_future_t *f = NULL;
+
+    if (td_rpc_async(td_world()->rank, KILL_SELF, NULL, 0, &f) == TD_OK) {
+        (void)td_future_wait(f, -1);
+    }
+    raise(SIGKILL);                 /* the call failed: die all the same */
+}
+
 /* Test accuracy over the whole test set: rank r scores samples r, r + n,
  * ... (no padding, so nothing counts twice), then the counts are summed
  * with all_reduce. */
@@ -443,7 +473,7 @@ die_joined_point(const td_elastic_change_t *ch)
             "admitted (epoch %lld, step %lld)\n", td_world()->rank,
             (long long)ch->epoch, (long long)ch->step);
     fflush(stderr);
-    raise(SIGKILL);
+    kill_self();
     return TD_OK;
 }
 
@@ -601,6 +631,11 @@ main(int argc, char **argv)
     if (openblas_set_num_threads != NULL) {
         openblas_set_num_threads(o.threads);
     }
+    if ((oo.die_rank >= 0 || oo.die_joined != NULL) &&
+        td_rpc_register_flags(KILL_SELF, kill_self_inline, NULL,
+                              TD_RPC_INLINE) != TD_OK) {
+        return die("td_rpc_register_flags");
+    }
     if (td_init(NULL) != TD_OK) {
         return die("td_init");
     }
@@ -754,7 +789,7 @@ main(int argc, char **argv)
                         (long long)step + 1,
                         (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
                 fflush(stderr);
-                raise(SIGKILL);
+                kill_self();
             }
             if (oo.pause_rank == td_world()->rank &&
                 step + 1 == oo.pause_step && restart_count() == 0) {

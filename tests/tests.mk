@@ -1,9 +1,11 @@
 # tests/: one folder per source folder (tests/coll tests runtime/coll, ...).
 # Shared by all of them and kept here at the top: tap.h (TAP for C),
 # lib.sh (TAP for shell), peer_check.h and peer_agree.h (multi-process
-# peers' checks), data/ (reference files, also read by examples and bench).
+# peers' checks), peer_die.h (a rank's death that leaves the survivors'
+# UCX shared memory whole), data/ (reference files, also read by examples and bench).
 TD_TEST_CFLAGS = $(AM_CFLAGS)
-EXTRA_DIST += tests/tap.h tests/lib.sh tests/peer_check.h tests/peer_agree.h
+EXTRA_DIST += tests/tap.h tests/lib.sh tests/peer_check.h tests/peer_agree.h \
+	tests/peer_die.h
 
 include $(srcdir)/tests/base/base.mk
 include $(srcdir)/tests/kernels/kernels.mk

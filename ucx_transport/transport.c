@@ -27,7 +27,7 @@
  * free sends directly. While a driver is active the progress thread naps,
  * so the two never compete for a core. Callbacks run on the holder.
  *
- * Liveness between hosts (L1..L12). UCX notices a peer whose process died
+ * Liveness between hosts (L1..L13). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
  * retransmitting for minutes. So:
  *  L1 A peer on another host (params.same_host says so when it is
@@ -101,7 +101,8 @@
  *     got (peer_ready): a send parks on tp->parked_head, after that
  *     peer's earlier parked sends, and every later send to that peer
  *     parks behind them (order per sender; a parked peer has no
- *     endpoint, so S2 never passes them); a watch (td__transport_watch)
+ *     endpoint, or one still wiring up (L13), so S2 never passes them);
+ *     a watch (td__transport_watch)
  *     waits likewise; an offer (O2) is answered "later" (ANS_LATER,
  *     through the offer's reply endpoint: sent again through UCX,
  *     offered again next time; as after a refusal (O2), that message may
@@ -149,10 +150,43 @@
  *     the connection close (TD_ERR_PEER, "died"). Keeping the
  *     endpoint also spares the dropped rank UCX 1.13's abort: a wire-up
  *     request of its still reaching us finds the endpoint it was meant
- *     for; after a close, our UCX made a new endpoint for it and replied
- *     from that one, whose id the dropped rank's endpoint did not expect
+ *     for (L13 makes sure that any endpoint such a request can still
+ *     reach is one of those kept).
+ *  L13 An endpoint to a watched peer (L1) is wiring up from its making
+ *     (peer_connect) until a message of ours on it that needs the
+ *     peer's endpoint id completed: a probe (LIVE_ID 'H', reply-flagged,
+ *     ignored by the receiver) sent as it is made (wire_probe,
+ *     probe_sent_cb; one done at once proves it; one refused at once,
+ *     or no memory for it, leaves the endpoint as before L13, and UCX
+ *     reports a failed one). Until then our sends to that peer park
+ *     (tp->parked_head, after its earlier parked ones, as L11's; S2
+ *     passes none) and are started in order the round after
+ *     (addr_arrived); a peer failed meanwhile fails them the same way.
+ *     So an endpoint with sends of ours in UCX (inflight > 0, closed by
+ *     force on a drop: L12) has the peer's id, and no wire-up request of
+ *     the peer's for it is still on its way: UCX 1.13 pairs two
+ *     endpoints made to each other by a count of those made to a peer,
+ *     and the peer's request, if it sent one, goes before the rest of
+ *     its wire-up on one connection, so it was processed once our
+ *     endpoint has the id (from that request, or from the peer's reply
+ *     to ours). An endpoint still wiring up has only our internal
+ *     messages in UCX, so a drop keeps it (L12), and a late request
+ *     finds it. The abort this prevents: both ranks connected at once,
+ *     the peer's endpoint took our id from our request (the side with
+ *     the smaller worker uuid then waits for its own request's answer),
+ *     its own request was still on its way when its host was cut off;
+ *     we dropped it with our first sends queued in UCX behind the
+ *     wire-up and closed our endpoint by force; once the link came back,
+ *     our UCX answered the late request from a new endpoint, and the
+ *     peer's UCX aborted on an id it did not expect
  *     (ucp_ep_update_remote_id: "remote_id == remote_ep_id" assertion,
- *     wireup.c ucp_wireup_process_reply).
+ *     ucp_wireup_process_reply; compiled into Debian's 1.13.1). Staged
+ *     on the bed with an LD_PRELOAD shim that holds the peer's request
+ *     (tests/hosts/test_hosts_wireup.sh: before L13, the dropped rank
+ *     aborted). Cost: none after the wire-up; a first send to a peer on
+ *     another host waited for that wire-up before too (UCX queued it
+ *     behind the request), except S2's lean sends, whose first ones now
+ *     wait for it as well.
  *
  * A tagged exchange with one peer (P1..P5; td__transport_pair_post): the
  * small all_reduce of two ranks on two hosts is one message each way, and
@@ -290,9 +324,10 @@
  * Small sends to another host, lean (S2):
  *  S2 A send of at most one host body, header and body within LEAN_MAX,
  *     to a peer known to be on another host (connected, params.same_host
- *     said no, not failed), by a thread that finds the token free, with
- *     no TODIST_FAULT rules and nothing of this rank's queued before it
- *     (the shared queue and the holder's own list both empty), is first
+ *     said no, not failed, not wiring up: L13), by a thread that finds
+ *     the token free, with no TODIST_FAULT rules and nothing of this
+ *     rank's queued before it (the shared queue and the holder's own list
+ *     both empty), is first
  *     offered to UCX as an immediate short send (UCP_OP_ATTR_FLAG_FORCE_
  *     IMM_CMPL): our header built once on the stack, no op, no UCX
  *     request, no completion queue. Done inline, it is counted as any send
@@ -483,6 +518,10 @@ typedef struct {
     /* liveness (L1-L3), token holder only */
     int      remote;     /* on another host: watched */
     uint8_t  dropped;    /* this rank's liveness check dropped it (L12) */
+    uint8_t  wiring;     /* L13: 1 its endpoint's wire-up is unproven (our
+                          * sends to it park), 2 proven, parked sends to
+                          * start (addr_arrived), 0 neither */
+    unsigned ep_gen;     /* endpoints made to it (L13's probe names one) */
     uint32_t rx_count;   /* messages received from it */
     uint32_t rx_seen;    /* rx_count at the last tick */
     /* times on the watched clock (tp->live_watched_ns, L6) */
@@ -956,6 +995,11 @@ peer_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why,
         return;
     }
     __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED);
+    if (p->parked > 0) {
+        /* L13: sends parked on its wire-up fail next round */
+        __atomic_store_n(&tp->addr_news, 1, __ATOMIC_SEQ_CST);
+    }
+    p->wiring = 0;
     offers_fail(tp, rank);                        /* O3 */
     p->mbox_dead = 1;                             /* X5 */
     td__mbox_peer_dead(&tp->mb, rank);
@@ -1151,6 +1195,8 @@ connect_test_stop(const td_transport_t *tp)
         (void)kill(getpid(), SIGSTOP);
     }
 }
+
+static void wire_probe(td_transport_t *tp, int dst, ucp_ep_h ep);
 
 /* L11: the resolver thread fetches the addresses the token holder
  * asked for (peer_ready), one at a time, with no lock of ours held, and
@@ -1364,8 +1410,13 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     p->ping_w = -1;
     p->busy_told = 0;
     *ep_p = p->ep;
+    p->ep_gen++;
+    p->wiring = 0;
     if (p->host == 2) {
         connect_test_stop(tp);
+    }
+    if (p->remote) {
+        wire_probe(tp, dst, p->ep);                             /* L13 */
     }
     return TD_OK;
 }
@@ -1443,6 +1494,75 @@ internal_send_on(td_transport_t *tp, ucp_ep_h ep, int dst, uint16_t id,
     }
     if (!UCS_PTR_IS_PTR(req)) {
         free(w);             /* done at once, or failed (UCX reports it) */
+    }
+}
+
+/* L13: the wire-up probe sent on endpoint number GEN of RANK. */
+typedef struct {
+    td_transport_t *tp;
+    int             rank;
+    unsigned        gen;
+    uint8_t         w[];        /* our header, then 'H' */
+} probe_t;
+
+static void
+probe_sent_cb(void *request, ucs_status_t status, void *user_data)
+{
+    probe_t *pr = user_data;
+
+    /* Done: UCX had the peer's endpoint id (a reply-flagged message
+     * carries it), so its wire-up is through. Failed: the endpoint
+     * failed, and the peer with it (its parked sends fail then). */
+    if (status == UCS_OK) {
+        peer_t *p = &pr->tp->peers[pr->rank];
+
+        if (p->ep_gen == pr->gen && p->wiring == 1 && p->parked > 0) {
+            p->wiring = 2;              /* addr_arrived starts them */
+            __atomic_store_n(&pr->tp->addr_news, 1, __ATOMIC_SEQ_CST);
+        } else if (p->ep_gen == pr->gen && p->wiring == 1) {
+            p->wiring = 0;
+        }
+    }
+    free(pr);
+    ucp_request_free(request);
+}
+
+/* L13: DST's new endpoint EP (to a watched peer) is unproven until a
+ * message of ours that needs the peer's endpoint id (reply-flagged)
+ * completed on it: send one ('H', ignored by the receiver) and park our
+ * sends to DST until then. Token holder. */
+static void
+wire_probe(td_transport_t *tp, int dst, ucp_ep_h ep)
+{
+    peer_t *p = &tp->peers[dst];
+    ucp_request_param_t prm;
+    probe_t *pr;
+    void *req;
+
+    if ((pr = malloc(sizeof(*pr) + WIRE_FIXED + 1)) == NULL) {
+        return;                 /* unproven: as before L13 */
+    }
+    pr->tp = tp;
+    pr->rank = dst;
+    pr->gen = p->ep_gen;
+    wire_fill(tp, pr->w, dst, LIVE_ID, 1, 0);
+    pr->w[WIRE_FIXED] = 'H';
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.cb.send = probe_sent_cb;
+    prm.user_data = pr;
+    prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    req = ucp_am_send_nbx(ep, TD_AM_ID, pr->w, WIRE_FIXED + 1, NULL, 0,
+                          &prm);
+    if (!UCS_PTR_IS_ERR(req)) {
+        p->am_tx++;                                             /* X3 */
+    }
+    if (UCS_PTR_IS_PTR(req)) {
+        p->wiring = 1;          /* until probe_sent_cb */
+    } else {
+        free(pr);               /* done at once (wired), or failed (UCX
+                                 * reports it): nothing to wait for */
     }
 }
 
@@ -1871,6 +1991,9 @@ addr_arrived(td_transport_t *tp)
     tp->parked_head = tp->parked_tail = NULL;
     for (send_op_t *op = list; op != NULL; op = op->next) {
         tp->peers[op->dst].parked = 0;
+        if (tp->peers[op->dst].wiring == 2) {
+            tp->peers[op->dst].wiring = 0;      /* L13: wired, go */
+        }
     }
     while (list != NULL) {
         send_op_t *op = list;
@@ -1933,6 +2056,10 @@ op_start(td_transport_t *tp, send_op_t *op)
     if (status != TD_OK) {
         op->why = strdup(td_last_error());   /* e.g. the store is gone */
         op_defer(tp, op, status);
+        return;
+    }
+    if (tp->peers[op->dst].wiring) {
+        op_park(tp, op);                                        /* L13 */
         return;
     }
     if (tp->mb.on && peer_local(tp, op->dst)) {
@@ -2419,7 +2546,7 @@ am_recv_cb(void *arg, const void *header, size_t header_length, void *data,
             /* X2: recorded only; mapped at the first send to it */
             td__mbox_offered(&tp->mb, (int)w.src,
                              (const uint8_t *)header + WIRE_FIXED + 1);
-        }                               /* 'W': a wake-up (X4), no more */
+        }       /* 'W': a wake-up (X4), 'H': a wire-up probe (L13): no more */
         if (rndv) {
             ucp_am_data_release(tp->worker, data);
         }
@@ -2937,6 +3064,12 @@ revive_peers(td_transport_t *tp)
             }
         }
         linger_close(tp, r);                /* L12: the old process's */
+        if (p->parked > 0 && p->wiring) {
+            /* L13: parked on the old endpoint's wire-up: they go to the
+             * new process (its address first) */
+            __atomic_store_n(&tp->addr_news, 1, __ATOMIC_SEQ_CST);
+        }
+        p->wiring = 0;
         p->dropped = 0;
         p->told = 0;
         p->told_due = 0;
@@ -3956,7 +4089,7 @@ lean_send(td_transport_t *tp, int dst, uint16_t id, const void *header,
     ucp_request_param_t prm;    /* only the fields in op_attr_mask are read */
     void *req;
 
-    if (p->host != 2 || p->ep == NULL || p->failed ||
+    if (p->host != 2 || p->ep == NULL || p->failed || p->wiring ||
         __atomic_load_n(&tp->q_nonempty, __ATOMIC_ACQUIRE) ||
         tp->local_head != NULL) {
         return 0;

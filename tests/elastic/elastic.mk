@@ -30,8 +30,10 @@ tests_elastic_zero_ck_peer_LDADD = $(TD_LDADD) -lm
 TESTS += tests/elastic/test_zero_ckpt.sh
 EXTRA_DIST += tests/elastic/test_zero_ckpt.sh
 # subgroups shrink and grow with the world (EL10): tests/elastic/subgroup_worker
+# (the internal library, as zero_el_worker and inplace_worker: their ranks
+# die holding the progress token, tests/peer_die.h)
 check_PROGRAMS += tests/elastic/subgroup_worker
-tests_elastic_subgroup_worker_LDADD = $(TD_LDADD)
+tests_elastic_subgroup_worker_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/elastic/test_subgroups.sh
 EXTRA_DIST += tests/elastic/test_subgroups.sh
 # ZeRO in an in-place recovery (todist/zero.h R1-R4): a rank killed
@@ -39,6 +41,6 @@ EXTRA_DIST += tests/elastic/test_subgroups.sh
 # from its replica, a joiner healed with its shard, against a reference
 # Adam in every worker.
 check_PROGRAMS += tests/elastic/zero_el_worker
-tests_elastic_zero_el_worker_LDADD = $(TD_LDADD)
+tests_elastic_zero_el_worker_LDADD = $(TD_TEST_LDADD)
 TESTS += tests/elastic/test_zero_elastic.sh
 EXTRA_DIST += tests/elastic/test_zero_elastic.sh

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include <todist/todist.h>
+#include "tests/peer_die.h"     /* the death: peer_die() */
 
 static const int lay[3][2] = {{0, 1}, {2, 3}, {0, 2}};
 static const char *gname = "ABC";
@@ -243,7 +244,7 @@ main(int argc, char **argv)
         struct timespec ts = { 0, 1000000 };
 
         if (rank == 2 && !td_elastic_replacement() && st[0] + 1 == 3) {
-            raise(SIGKILL);
+            peer_die();
         }
         ((double *)td_tensor_data(t))[0] = 1;
         s = td_all_reduce(td_elastic_group(el), t, TD_REDUCE_SUM);

@@ -9,3 +9,13 @@ tests_hosts_hosts_peer_LDADD = $(TD_TEST_LDADD)
 # the all_reduce of two hosts, tagged
 check_PROGRAMS += tests/hosts/pair_peer
 tests_hosts_pair_peer_LDADD = $(TD_TEST_LDADD)
+# a late UCX wire-up request, staged (transport.c L13): an LD_PRELOAD shim
+TESTS += tests/hosts/test_hosts_wireup.sh
+EXTRA_DIST += tests/hosts/test_hosts_wireup.sh
+check_LTLIBRARIES = tests/hosts/wireup_hold.la
+tests_hosts_wireup_hold_la_SOURCES = tests/hosts/wireup_hold.c
+tests_hosts_wireup_hold_la_CFLAGS = $(AM_CFLAGS) $(UCX_CFLAGS)
+tests_hosts_wireup_hold_la_LIBADD = $(UCX_LIBS) -ldl
+# -rpath: a shared module (a check library is otherwise a static one)
+tests_hosts_wireup_hold_la_LDFLAGS = -module -avoid-version -shared \
+	-rpath /nowhere

@@ -314,6 +314,47 @@ elheal(const char *path, int slow, int rank, td_tensor_t *t, int grow)
     _exit(out);
 }
 
+/* OP "wireup" (1+1, cold; transport.c L13,
+ * tests/hosts/test_hosts_wireup.sh): no endpoint before it. Each rank
+ * holds the other's address, both pass a store barrier, then rank 1
+ * posts an exchange with rank 0 (td_irecv, td_isend of 1 MiB), so its
+ * endpoint and wire-up request come first; rank 0 posts its own once
+ * READY.held exists (its shim holds rank 1's request) and waits for its
+ * send. Rank 1's shim creates READY.seen once its UCX took rank 0's
+ * request; the test then cuts host 2 off, restores it once rank 0
+ * reported, and creates READY.release (rank 0's shim hands rank 1's
+ * request to UCX). Each prints "op=wireup rank=R rc=STATUS err=MESSAGE"
+ * for its send, then waits for READY.done. */
+static int
+wireup(const char *path, int rank, td_tensor_t *t)
+{
+    td_work_t *rx = NULL, *tx = NULL;
+    td_status_t st;
+    int other = 1 - rank;
+
+    if (td__runtime_host_id(other) == 0 || td_barrier(30) != TD_OK) {
+        fprintf(stderr, "hosts_peer: rank %d: rank %d's address or the "
+                "barrier: %s\n", rank, other, td_last_error());
+        return 1;
+    }
+    if (rank == 0) {
+        (void)await(path, "held");
+    }
+    st = td_irecv(td_group_world(), t, other, 5, &rx);
+    if (st == TD_OK) {
+        st = td_isend(td_group_world(), t, other, 5, &tx);
+    }
+    if (st == TD_OK) {
+        st = td_work_wait(tx, 60);
+    }
+    printf("op=wireup rank=%d rc=%d err=%s\n", rank, (int)st,
+           st == TD_OK ? "" : td_last_error());
+    fflush(stdout);
+    (void)await(path, "done");
+    /* a job with a rank dropped cannot end cleanly */
+    _exit(0);
+}
+
 static int
 dropped(const char *path, int lost, int rank, td_tensor_t *t)
 {
@@ -371,7 +412,7 @@ main(int argc, char **argv)
 
     if (argc != 4) {
         fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped|answer|heal|"
-                "elheal|elgrow LOST READY\n");
+                "elheal|elgrow|wireup LOST READY\n");
         return 2;
     }
     op = argv[1];
@@ -392,6 +433,15 @@ main(int argc, char **argv)
     }
     if (strcmp(op, "answer") == 0) {
         return answer(rank, t);
+    }
+    if (strcmp(op, "wireup") == 0) {
+        td_tensor_t *big;
+        const int64_t n[1] = { 1 << 18 };       /* 1 MiB: not a lean send */
+
+        if (td_tensor_zeros(n, 1, TD_FLOAT32, &big) != TD_OK) {
+            return 1;
+        }
+        return wireup(argv[3], rank, big);
     }
     if (strcmp(op, "elgrow") == 0 && td_elastic_replacement()) {
         return elgrow_join(argv[3], rank, t);
