@@ -197,13 +197,17 @@
  *     chose on both sides alike (a posted receive waits for a tagged
  *     message only): the caller decides from facts both sides share.
  *  P2 Posted under the token, never waiting for the store (L11): with no
- *     endpoint yet it asks for one (watch) and returns TD_ERR_NOT_FOUND.
+ *     endpoint yet, or one still wiring up (L13: our sends to it park),
+ *     it asks for one (watch) and returns TD_ERR_NOT_FOUND; the caller
+ *     drives and posts again.
  *  P3 The caller's record lives until both completions came: UCX writes
  *     RBUF and reads SBUF until then, and calls back into the record.
  *  P4 A receive is cancelled under the token, and only while its DONE bit
  *     is clear (its request is then still UCX's); the cancel completes it
- *     with TD_ERR_CANCELED. A send needs none: a failed peer's endpoint
- *     fails it (E1), and a live one's completes.
+ *     with TD_ERR_CANCELED. A send needs none: one left in UCX counts in
+ *     the peer's inflight as any send, so a drop closes its endpoint by
+ *     force (L12) and a failed peer's endpoint fails it (E1); a live
+ *     one's completes.
  *  P5 A message whose receive was cancelled stays in UCX's unexpected
  *     queue: one per failed call at most (its sender sends once).
  *
@@ -4184,8 +4188,11 @@ static void
 pair_send_cb(void *req, ucs_status_t s, void *arg)
 {
     td_transport_pair_t *x = arg;
+    peer_t *p = &x->tp->peers[x->dst];
 
-    x->sstatus = pair_status(s);
+    p->inflight--;
+    /* cut by a forced close (L12, E1): the peer failed, not a cancel */
+    x->sstatus = s != UCS_OK && p->failed ? TD_ERR_PEER : pair_status(s);
     ucp_request_free(req);
     __atomic_fetch_or(&x->done, TD_PAIR_SEND, __ATOMIC_RELEASE);
     x->notify();
@@ -4212,11 +4219,13 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
         token_drop(tp);
         return failed_error(tp, dst);
     }
-    if (p->ep == NULL) {
+    if (p->ep == NULL || p->wiring == 1) {
         token_drop(tp);
         td__transport_watch(tp, dst);                           /* P2 */
         return TD_ERR_NOT_FOUND;
     }
+    x->tp = tp;
+    x->dst = dst;
     x->done = 0;
     x->rstatus = x->sstatus = TD_OK;
     x->rlen = 0;
@@ -4245,6 +4254,8 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
         __atomic_fetch_or(&x->done, TD_PAIR_SEND, __ATOMIC_RELEASE);
     } else if (req == NULL) {
         __atomic_fetch_or(&x->done, TD_PAIR_SEND, __ATOMIC_RELEASE);
+    } else {
+        p->inflight++;                                          /* P4 */
     }
     token_drop(tp);          /* (the caller drives next: it arms as it
                               * leaves, drive) */

@@ -423,6 +423,8 @@ typedef struct {
     void         *rreq;       /* the receive while in flight (P4) */
     void        (*notify)(void);  /* after each completion (a waiter may
                                * sleep); set by the caller */
+    td_transport_t *tp;       /* set by td__transport_pair_post */
+    int           dst;
 } td_transport_pair_t;
 
 /* Post X: a receive of up to RCAP bytes into RBUF and a send of SLEN bytes
