@@ -2,7 +2,7 @@
  * epochs' groups over the quorum (quorum.h), the runtime's members, and
  * the dead ranks the transport reports (a runtime module).
  *
- * Invariants (EL1..EL12):
+ * Invariants (EL1..EL13):
  *  EL1 Epoch E's group has the id COLL_EPOCH_ID_BASE + E (coll/match.h)
  *      and the plan's ranks in increasing world rank; epoch 0 is the
  *      world's group. Every member builds it from the same plan (Q1),
@@ -83,13 +83,27 @@
  *       alone while the dropper was refused as stale. The process leaves; it
  *       never rejoins (Q4): a replacement its launcher starts with
  *       TODIST_ELASTIC_JOIN=1 joins through EL7 (the members' revive forgets
- *       that they dropped the old process, transport.c R1). */
+ *       that they dropped the old process, transport.c R1).
+ *  EL13 A recovery sees every peer the transport failed as lost, even
+ *       before this module's peer_failed ran: it runs after the
+ *       collectives' (modules.c's order), and the failure it reports
+ *       can end the program's collective first, so a recovery could
+ *       begin with lost[] unset. td_elastic_recover first marks lost
+ *       each peer the transport records as failed (set before any hook
+ *       runs) and that did not drop this rank (its fate, EL12), so EL11
+ *       refuses at once naming rank 0 (it said "the store failed", or
+ *       "rank 0 was lost", by the race), and this rank declares the dead
+ *       in the agreement (Q2) instead of leaving them to its timeout
+ *       (Q3). TODIST_TEST_ELASTIC_LATE=R:S (tests only) makes world rank
+ *       R's peer_failed record a lost peer S seconds late, holding that
+ *       window open. */
 #include "config.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "todist/elastic.h"
 #include "base/clock.h"
@@ -117,6 +131,22 @@ static unsigned char *lost;       /* EL3: world-indexed */
 static unsigned char *told;       /* EL12: it dropped this rank (as EL3) */
 static int            lost_n;     /* the world's size, from setup */
 static int            my_rank;    /* this rank in the world, from setup */
+static unsigned       late_s;     /* EL13: TODIST_TEST_ELASTIC_LATE's S */
+
+/* TODIST_TEST_ELASTIC_LATE=R:S, tests only (EL13): on world rank R, the
+ * seconds peer_failed waits before it records a lost peer. */
+static unsigned
+late_parse(int rank)
+{
+    const char *s = getenv("TODIST_TEST_ELASTIC_LATE");
+    int r, sec;
+
+    if (s == NULL || sscanf(s, "%d:%d", &r, &sec) != 2 || r != rank ||
+        sec < 0 || sec > 60) {
+        return 0;
+    }
+    return (unsigned)sec;
+}
 
 static td_status_t
 module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
@@ -136,6 +166,7 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     }
     lost_n = w->world_size;
     my_rank = w->rank;
+    late_s = late_parse(w->rank);
     return TD_OK;
 }
 
@@ -143,6 +174,11 @@ static void
 module_peer_failed(void *arg, int rank, td_status_t why)
 {
     (void)arg;
+    if (late_s > 0 && why != TD_ERR_STATE) {
+        td_log_info("elastic: TODIST_TEST_ELASTIC_LATE: rank %d's loss "
+                    "recorded in %u s", rank, late_s);
+        sleep(late_s);                      /* EL13, tests only */
+    }
     if (lost != NULL && rank >= 0 && rank < lost_n) {
         /* EL12: TD_ERR_STATE, it dropped this rank and lives on */
         __atomic_store_n(why == TD_ERR_STATE ? &told[rank] : &lost[rank], 1,
@@ -479,6 +515,28 @@ told_by(const td_elastic_t *el)
     return -1;
 }
 
+/* EL13: lost[] gets every peer the transport failed that did not drop
+ * this rank (EL12): the transport records a failure before any module
+ * hears of it, and this module hears last. */
+static void
+lost_sync(void)
+{
+    td_transport_t *tp = td__runtime_transport();
+    char fate[8];
+
+    for (int r = 0; tp != NULL && r < lost_n; r++) {
+        if (r == my_rank || __atomic_load_n(&lost[r], __ATOMIC_ACQUIRE) ||
+            td__transport_peer_alive(tp, r)) {
+            continue;
+        }
+        /* the fate is written before the failure (transport.c L12) */
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (!td__transport_peer_fate(tp, r, fate, sizeof(fate))) {
+            __atomic_store_n(&lost[r], 1, __ATOMIC_RELEASE);
+        }
+    }
+}
+
 /* EL12: this rank was dropped by member BY, which said so (DECLARED 0)
  * or declared it dead in the agreement of epoch EPOCH: this rank leaves. */
 static td_status_t
@@ -552,6 +610,7 @@ td_elastic_recover(td_elastic_t *el, td_elastic_change_t *change)
         coll_group_abort_all(el->group, TD_ERR_PEER, why);
         return dropped_error(by, el->epoch + 1, 0);          /* EL12 */
     }
+    lost_sync();                                             /* EL13 */
     if (!td__runtime_agent_store() &&
         __atomic_load_n(&lost[0], __ATOMIC_ACQUIRE)) {
         return store_gone("rank 0 was lost", NULL);             /* EL11 */

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "runtime/elastic/quorum.h"
 
 /* The plan's wait slice: short, since every survivor that enters polls
@@ -208,22 +209,41 @@ plan_has(const elastic_plan_t *p, int rank)
     return 0;
 }
 
+/* What plan_try_close found (Q3, Q13). */
+enum {
+    CLOSE_WAIT,     /* members undecided, before the timeout */
+    CLOSE_WROTE,    /* this call wrote the plan */
+    CLOSE_OTHER,    /* not ours to write: declared dead (Q3) */
+    CLOSE_MINORITY  /* the timeout passed, but too many are silent (Q13) */
+};
+
+typedef struct {
+    int  how;           /* CLOSE_* */
+    int  n_in;          /* joined, not declared dead */
+    int  n_alive;       /* not declared dead */
+    char silent[160];   /* CLOSE_MINORITY: the silent ranks */
+} plan_close_t;
+
 /* Q3: if every member is decided (or FORCE), write the plan (Q1: only if
- * absent). *WROTE says whether this call decided. */
+ * absent); Q13: on silence only with a majority of the members nobody
+ * declared dead. *C says what it found. */
 static td_status_t
 plan_try_close(td_store_t *store, int64_t epoch, int me, const int *members,
-               int n, int force, int *wrote)
+               int n, int force, plan_close_t *c)
 {
     elastic_plan_t p = { .epoch = epoch, .step = -1, .source = -1 };
     int64_t *step = calloc((size_t)n, sizeof(*step));
-    char *in = calloc((size_t)n, 1), key[96], *text = NULL;
-    int decided = 0, me_in = 0;
+    char *in = calloc((size_t)n, 1), *quiet = calloc((size_t)n, 1), key[96],
+         *text = NULL;
+    int decided = 0, me_in = 0, n_dead = 0;
     void *after = NULL;
-    size_t after_len;
+    size_t after_len, off = 0;
     td_status_t st = TD_OK;
 
-    *wrote = 0;
-    if (step == NULL || in == NULL) {
+    c->how = CLOSE_WAIT;
+    c->n_in = c->n_alive = 0;
+    c->silent[0] = '\0';
+    if (step == NULL || in == NULL || quiet == NULL) {
         st = td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
         goto out;
     }
@@ -244,12 +264,33 @@ plan_try_close(td_store_t *store, int64_t epoch, int me, const int *members,
         }
         decided += joined || dead;
         in[i] = joined && !dead;
+        quiet[i] = !joined && !dead;
+        c->n_in += in[i];
+        n_dead += dead;
         if (in[i] && members[i] == me) {
             me_in = 1;
         }
     }
-    if (st != TD_OK || (!force && decided < n) || !me_in) {
-        goto out;       /* not yet, or not ours to write (Q3) */
+    if (st != TD_OK || (!force && decided < n)) {
+        goto out;       /* not yet (Q3) */
+    }
+    c->n_alive = n - n_dead;
+    if (!me_in) {
+        c->how = CLOSE_OTHER;
+        goto out;
+    }
+    if (decided < n && 2 * c->n_in <= c->n_alive) {
+        /* Q13: the silent may be members that hear each other but not
+         * the store, and this side the one they cut off */
+        c->how = CLOSE_MINORITY;
+        for (int i = 0; i < n && off < sizeof(c->silent); i++) {
+            if (quiet[i]) {
+                off += (size_t)snprintf(c->silent + off,
+                                        sizeof(c->silent) - off, "%s%d",
+                                        off ? " " : "", members[i]);
+            }
+        }
+        goto out;
     }
     p.ranks = malloc((size_t)n * sizeof(int));
     if (p.ranks == NULL) {
@@ -275,13 +316,14 @@ plan_try_close(td_store_t *store, int64_t epoch, int me, const int *members,
         st = td_store_compare_set(store, key, "", 0, text, strlen(text),
                                   &after, &after_len);
         free(after);
-        *wrote = st == TD_OK;
+        c->how = st == TD_OK ? CLOSE_WROTE : CLOSE_WAIT;
     }
 out:
     free(text);
     elastic_plan_free(&p);
     free(step);
     free(in);
+    free(quiet);
     return st;
 }
 
@@ -297,6 +339,28 @@ members_sorted(const int *m, int n)
     return 1;
 }
 
+/* Q2, Q13: declare dead the members of MEMBERS[N] that DEAD (this rank's
+ * transport) lost and MINE does not mark yet, marking them. */
+static td_status_t
+declare_dead(td_store_t *store, int64_t epoch, int me, const int *members,
+             int n, const unsigned char *dead, unsigned char *mine)
+{
+    char key[96], val[32];
+    td_status_t st = TD_OK;
+
+    for (int i = 0; st == TD_OK && dead != NULL && i < n; i++) {
+        if (!mine[i] && members[i] != me &&
+            __atomic_load_n(&dead[members[i]], __ATOMIC_ACQUIRE)) {
+            snprintf(key, sizeof(key), "td/el/%" PRId64 "/dead/%d", epoch,
+                     members[i]);
+            snprintf(val, sizeof(val), "%d", me);
+            st = td_store_set(store, key, val, strlen(val));
+            mine[i] = st == TD_OK;
+        }
+    }
+    return st;
+}
+
 td_status_t
 elastic_quorum_join(td_store_t *store, int64_t epoch, int me,
                     const int *members, int n, const unsigned char *dead,
@@ -304,7 +368,9 @@ elastic_quorum_join(td_store_t *store, int64_t epoch, int me,
 {
     char key[96], val[32];
     double t0 = td_now_s();
-    int found = 0, wrote, is_member = 0;
+    int found = 0, is_member = 0, told_q13 = 0;
+    unsigned char *mine = NULL;
+    plan_close_t c = { .how = CLOSE_WAIT };
     elastic_plan_t p = {0};
     td_status_t st;
 
@@ -328,54 +394,74 @@ elastic_quorum_join(td_store_t *store, int64_t epoch, int me,
         return st;
     }
     if (!found) {
+        mine = calloc((size_t)n, 1);
+        if (mine == NULL) {
+            return td_error(TD_ERR_NO_MEMORY, "elastic: out of memory");
+        }
         /* Q2, Q6: what our transport saw die, then our step (Q3: whoever
          * sees us joined sees our declarations) */
-        st = TD_OK;
-        for (int i = 0; st == TD_OK && dead != NULL && i < n; i++) {
-            if (__atomic_load_n(&dead[members[i]], __ATOMIC_ACQUIRE) &&
-                members[i] != me) {
-                snprintf(key, sizeof(key), "td/el/%" PRId64 "/dead/%d",
-                         epoch, members[i]);
-                snprintf(val, sizeof(val), "%d", me);
-                st = td_store_set(store, key, val, strlen(val));
-            }
-        }
+        st = declare_dead(store, epoch, me, members, n, dead, mine);
         if (st == TD_OK) {
             snprintf(key, sizeof(key), "td/el/%" PRId64 "/in/%d", epoch, me);
             snprintf(val, sizeof(val), "%" PRId64, committed);
             st = td_store_set(store, key, val, strlen(val));
         }
-        if (st != TD_OK) {
-            return st;
-        }
     }
-    while (!found) {
+    while (st == TD_OK && !found) {
         char pk[64];
         const char *keys[1] = { pk };
         int force = td_now_s() - t0 >= timeout;
 
-        st = plan_try_close(store, epoch, me, members, n, force, &wrote);
+        /* Q13: what our transport judged since (lost: declared now) */
+        st = declare_dead(store, epoch, me, members, n, dead, mine);
+        if (st == TD_OK) {
+            st = plan_try_close(store, epoch, me, members, n, force, &c);
+        }
         if (st == TD_OK) {
             st = plan_read(store, epoch, &found, &p);
         }
-        if (st != TD_OK) {
-            return st;
-        }
-        if (found) {
+        if (st != TD_OK || found) {
             break;
         }
+        if (c.how == CLOSE_MINORITY && !told_q13) {
+            told_q13 = 1;
+            td_log_warn("elastic: rank %d forms no epoch %" PRId64 " on "
+                        "silence: rank(s) %s neither joined nor were "
+                        "declared dead within %.3g s, and %d of the %d "
+                        "members not declared dead is no majority (Q13); "
+                        "waiting for them, or for this rank's transport to "
+                        "judge them", me, epoch, c.silent, timeout, c.n_in,
+                        c.n_alive);
+        }
         if (force && td_now_s() - t0 >= 2 * timeout + 1) {
-            /* Q3: we could not write it (declared dead) and nobody did */
-            return td_error(TD_ERR_TIMEOUT, "elastic: no plan for epoch %"
-                            PRId64 " within %.3g s", epoch, 2 * timeout + 1);
+            if (c.how == CLOSE_MINORITY) {
+                /* Q13: the others may have gone on without us */
+                st = td_error(TD_ERR_TIMEOUT, "elastic: rank %d formed no "
+                              "epoch %" PRId64 ": rank(s) %s neither joined "
+                              "nor were declared dead within %.3g s, and %d "
+                              "of the %d members not declared dead is no "
+                              "majority (quorum.h Q13): this side may be "
+                              "the one cut off; this rank leaves the job",
+                              me, epoch, c.silent, 2 * timeout + 1, c.n_in,
+                              c.n_alive);
+            } else {
+                /* Q3: we could not write it (declared dead), nobody did */
+                st = td_error(TD_ERR_TIMEOUT, "elastic: no plan for epoch %"
+                              PRId64 " within %.3g s", epoch,
+                              2 * timeout + 1);
+            }
+            break;
         }
         snprintf(pk, sizeof(pk), "td/el/%" PRId64 "/plan", epoch);
         st = td_store_wait(store, keys, 1, SLICE_S);
         if (st == TD_ERR_TIMEOUT) {
             td_error_clear();
-        } else if (st != TD_OK) {
-            return st;
+            st = TD_OK;
         }
+    }
+    free(mine);
+    if (st != TD_OK) {
+        return st;
     }
     if (!plan_has(&p, me)) {
         elastic_plan_free(&p);

@@ -9,7 +9,7 @@
  * "td/el/<k+1>/plan", or writes it once every member of epoch k is
  * decided (joined or declared dead).
  *
- * Invariants (Q1..Q6; growth Q7..Q11 below):
+ * Invariants (Q1..Q6; growth Q7..Q12 below; silence Q13 after them):
  *  Q1 An epoch's plan is written once (compare-and-set on an absent key)
  *     and never changed; every rank adopts the plan in the store, never
  *     its own view, so all members of epoch k + 1 hold the same list.
@@ -17,10 +17,14 @@
  *     dead only members of epoch k its own transport lost, before it
  *     writes its own in/ key: whoever sees it joined sees what it
  *     declared (else a rank declared dead could see every member decided
- *     without the declaration, and write itself into the plan).
+ *     without the declaration, and write itself into the plan). One its
+ *     transport loses while it waits it declares then (Q13); a plan
+ *     written before that stands (Q1), and the next collective with the
+ *     lost rank fails into another recovery.
  *  Q3 The plan is written when every member of epoch k joined or was
  *     declared dead, or once the agreement timeout has passed since the
- *     writer joined (the silent count as dead); its members are those
+ *     writer joined (the silent count as dead, within Q13's bound); its
+ *     members are those
  *     that joined and that nobody declared dead, in increasing world
  *     rank; its writer is one of them.
  *  Q4 A rank missing from the plan of the epoch it joins is refused
@@ -83,6 +87,24 @@
  *     of the epoch asked, then admits all that did in one record: several
  *     replacements started together join at one boundary. With WAIT 0 it
  *     admits whoever asked by then (the others at a later boundary).
+ *  Q13 A plan leaves silent members out (Q3's timeout) only when its
+ *     members are a strict majority of epoch k's members that nobody
+ *     declared dead; short of that the writer writes nothing and waits
+ *     on, declaring whom its transport loses meanwhile (Q2), until a
+ *     plan is there (its own, once decided, or another's: then Q4) or
+ *     2 x timeout + 1 s since it joined, when it fails (TD_ERR_TIMEOUT,
+ *     naming the silent ranks and Q13). Silence in the store is not
+ *     death: the silent may be members that still hear each other but
+ *     not the store, which dropped the writer (transport.c L12) and will
+ *     declare it dead once they reach the store. Before, a rank cut off
+ *     from them but beside the store formed the epoch alone on silence,
+ *     and they, the ones alive together, were all refused as stale. A
+ *     partition's two sides cannot both be such majorities, and the side
+ *     without the store writes nothing, so at most one side forms epoch
+ *     k + 1 on silence, and never a side that is a minority of the
+ *     undeclared. (At world 2, silence alone never removes the other
+ *     rank: its death must be declared, by this rank's transport, within
+ *     the bound: keep TODIST_ELASTIC_TIMEOUT above 1.5 x TODIST_LIVENESS.)
  *
  * Thread safety: one call at a time per store client (the client is not
  * thread-safe); different clients may join concurrently. */
@@ -107,10 +129,12 @@ typedef struct {
 
 /* Join epoch EPOCH (>= 1) as world rank ME, from epoch EPOCH - 1 whose
  * members are MEMBERS[N]; DEAD[r] != 0 (world-indexed; NULL: none) for
- * the ranks this rank's transport lost; COMMITTED this rank's last
- * committed step. Waits at most TIMEOUT seconds for the others (Q3), then
- * fills *PLAN (free with elastic_plan_free). TD_ERR_STATE when this rank
- * is not in the plan (Q4). */
+ * the ranks this rank's transport lost (read again while it waits: Q13);
+ * COMMITTED this rank's last committed step. Waits at most TIMEOUT
+ * seconds for the others (Q3), or up to 2 x TIMEOUT + 1 s while too many
+ * are silent (Q13: then TD_ERR_TIMEOUT), then fills *PLAN (free with
+ * elastic_plan_free). TD_ERR_STATE when this rank is not in the plan
+ * (Q4). */
 td_status_t elastic_quorum_join(td_store_t *store, int64_t epoch, int me,
                                 const int *members, int n,
                                 const unsigned char *dead, int64_t committed,

@@ -61,7 +61,14 @@
  *       then overwrites its buffer with -1s and makes PREFIX.go, which
  *       ends rank 1's stall at once. Rank 1 must have read 7s only:
  *       "rank 1 recv STATUS wrong 0"; rank 0 prints "rank 0 send
- *       STATUS". */
+ *       STATUS".
+ *   inplace_worker lost0   (2 ranks, each under a plain todist-run of its
+ *       own: rank 0's process serves the store) an all_reduce, rank 1
+ *       sends rank 0 a tensor once its own completed, and rank 0 dies
+ *       once it has it; rank 1's next all_reduce fails and it recovers:
+ *       "rank 1 recover STATUS: MESSAGE" (EL11 refuses, naming rank 0
+ *       lost, also with TODIST_TEST_ELASTIC_LATE=1:S: EL13); rank 1 exits
+ *       1 without td_finalize. */
 #include "config.h"
 
 #include <signal.h>
@@ -124,6 +131,49 @@ tell(void)
         return fail(rank, "td_finalize");
     }
     return 0;
+}
+
+static int
+lost0(void)
+{
+    td_elastic_t *el;
+    td_tensor_t *t;
+    td_elastic_change_t ch;
+    int64_t one = 1;
+    int rank;
+    td_status_t s;
+
+    if (td_init(NULL) != TD_OK) {
+        return fail(-1, "td_init");
+    }
+    rank = td_world()->rank;
+    if (td_elastic_create(NULL, &el) != TD_OK ||
+        td_tensor_empty(&one, 1, TD_FLOAT64, TD_CPU, &t) != TD_OK) {
+        return fail(rank, "setup");
+    }
+    ((double *)td_tensor_data(t))[0] = 1;
+    if (td_all_reduce(td_group_world(), t, TD_REDUCE_SUM) != TD_OK) {
+        return fail(rank, "all_reduce");
+    }
+    /* rank 0 dies only once rank 1's all_reduce completed */
+    if (rank == 0) {
+        if (td_recv(td_group_world(), t, 1, 9, NULL) != TD_OK) {
+            return fail(rank, "recv");
+        }
+        peer_die();
+    }
+    if (td_send(td_group_world(), t, 0, 9) != TD_OK) {
+        return fail(rank, "send");
+    }
+    s = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    printf("rank %d: all_reduce: %s\n", rank,
+           s != TD_OK ? td_last_error() : "no error");
+    memset(&ch, 0, sizeof(ch));
+    s = td_elastic_recover(el, &ch);
+    printf("rank %d recover %d: %s\n", rank, (int)s,
+           s != TD_OK ? td_last_error() : "an epoch was formed");
+    fflush(stdout);
+    return 1;           /* the runtime up: no td_finalize (rank 0 is gone) */
 }
 
 static int
@@ -462,10 +512,14 @@ main(int argc, char **argv)
                       strcmp(argv[1], "grow2") != 0 &&
                       strcmp(argv[1], "regrow") != 0 &&
                       strcmp(argv[1], "chain") != 0 &&
-                      strcmp(argv[1], "offer") != 0)) {
+                      strcmp(argv[1], "offer") != 0 &&
+                      strcmp(argv[1], "lost0") != 0)) {
         fprintf(stderr, "usage: inplace_worker heal|during|stale|tell|reject|"
-                "grow|grow2|regrow|chain|offer\n");
+                "grow|grow2|regrow|chain|offer|lost0\n");
         return 2;
+    }
+    if (strcmp(argv[1], "lost0") == 0) {
+        return lost0();
     }
     if (strcmp(argv[1], "chain") == 0) {
         return chain();

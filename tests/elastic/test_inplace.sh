@@ -43,6 +43,12 @@
 #     replacements asked (quorum.h Q11): both join in one growth record
 #     at step G (world 2 -> 4, "joined 1 2"), healed from rank 0; every
 #     rank's total is 2 x 4 + (G - 2) x 2 + 3 x 4.
+#  3h. inplace_worker lost0 on 2 ranks, each under a plain todist-run of
+#     its own (rank 0's process serves the store): rank 0 dies; rank 1's
+#     elastic module hears it 3 s late (TODIST_TEST_ELASTIC_LATE=1:3), after
+#     its recovery began: it refuses at once, naming rank 0 lost (EL11,
+#     through EL13's read of the transport's record), not "the store
+#     failed".
 #  4. examples/fashion_mnist_ddp --in-place --die-at 2:12: the step 12 that
 #     failed is dropped; the survivors' losses equal, bit for bit, a run of
 #     11 steps at 4 ranks checkpointed and resumed at 3 ranks (the sampler
@@ -86,7 +92,7 @@
 #     then at 4 ranks to the end.
 # Bounded by timeout; parts 4-9 skipped without the Fashion-MNIST data.
 . "$top_srcdir/tests/lib.sh"
-plan 79
+plan 82
 w="$top_builddir/tests/elastic/inplace_worker"
 
 # --- 1: heal a survivor behind ---
@@ -248,6 +254,37 @@ is "$(printf '%s\n' "$out" | grep -c "^rank [0-3] epoch 4 step $(( ${g2:-0} + 3 
 is "$(printf '%s\n' "$out" | grep -c '^todist-run: rank 2 (pid')" 2 \
    "rank 2 failed twice, nobody else"
 [ "$rc" = 0 ] || diag "$out"
+
+# --- 3h: rank 0, serving the store, lost; elastic hears it late ---
+# Two ranks, each under a plain todist-run of its own (rank 0's process
+# serves the store): rank 0 dies; rank 1's elastic module hears of it 3 s
+# after the collectives did (TODIST_TEST_ELASTIC_LATE=1:3), so rank 1's
+# recovery begins first. It must still refuse at once naming rank 0 lost
+# (EL11 through EL13), not go to the dead store and say "the store
+# failed" (before EL13; seen with the race alone too).
+port=$((40400 + $$ % 1000 * 2))
+while ss -Htan 2>/dev/null | awk '{print $4}' | grep -E ":($port|$((port+1)))\$" >/dev/null; do
+    port=$((port + 2))
+done
+tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+nolk="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+for r in 0 1; do
+    TODIST_JOB_TOKEN=$tok ASAN_OPTIONS=$nolk TODIST_LOG=info \
+        TODIST_TEST_ELASTIC_LATE=1:3 timeout -k 5 60 todist-run -n 1 \
+        --nnodes 2 --node-rank $r --master-addr 127.0.0.1 \
+        --master-port $port "$w" lost0 >"$TD_TMP/lost0.$r" 2>&1 &
+    eval "p$r=\$!"
+done
+wait $p0; rc0=$?
+wait $p1; rc1=$?
+out=$(cat "$TD_TMP/lost0.1")
+f=$_tap_failed
+is "$rc0 $rc1" "137 1" "3h: rank 0 (serving the store) killed: rank 1 exits 1, no hang"
+like "$out" "TODIST_TEST_ELASTIC_LATE: rank 0's loss recorded in 3 s" \
+   "3h: rank 1's elastic module hears of rank 0's loss late (the knob)"
+like "$out" "^rank 1 recover -[0-9]+: elastic: rank 1 cannot recover: rank 0's process serves the store, and rank 0 was lost; in-place recovery outlives rank 0" \
+   "3h: rank 1's recovery refuses at once, naming rank 0 lost (EL13)"
+[ "$_tap_failed" = "$f" ] || diag "$out" "$(tail -n 5 "$TD_TMP/lost0.0")"
 
 # --- 4: the example ---
 ex="$top_builddir/examples/fashion_mnist_ddp"

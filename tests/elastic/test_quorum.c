@@ -20,13 +20,21 @@
  *   8. a recovery closes the record first: rank 0's check then admits
  *      nobody, and the joiner is refused for the next epoch;
  *   9. a request from a stale epoch (asked after epoch 3, read at epoch
- *      4) is not carried over: no record, and the joiner is refused. */
+ *      4) is not carried over: no record, and the joiner is refused;
+ *  10. Q13 at world 2: rank 1 silent (cut off from the store, not dead):
+ *      rank 0 forms no epoch alone; it fails after 2 x timeout + 1 s,
+ *      naming rank 1 and Q13, and leaves no plan; rank 1, back, declares
+ *      it dead and forms the epoch alone;
+ *  11. Q13's late declaration: rank 0 waits on a silent rank 1 that its
+ *      transport loses after it joined: it declares it then, and the plan
+ *      is {0}. */
 #include "config.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "runtime/elastic/quorum.h"
@@ -411,6 +419,67 @@ vacancies(void)
     td_store_close(c);
 }
 
+/* 10, 11: quorum.h Q13, a silent member at world 2 */
+static void
+silence(void)
+{
+    static const int m2[2] = {0, 1};
+    joiner_t j[2];
+    pthread_t t;
+    td_store_t *c;
+    void *v = NULL;
+    size_t len = 0;
+    int found = 0;
+
+    /* 10: rank 1 never comes while rank 0 waits */
+    j[0] = joiner(11, 0, m2, 2, 3, 0.3);
+    run(j, 1);
+    is_int(j[0].st, TD_ERR_TIMEOUT, "Q13: rank 0 alone forms no epoch on "
+           "silence (%s)", j[0].err);
+    like(j[0].err, "rank 0 formed no epoch 11: rank\\(s\\) 1 neither joined "
+         "nor were declared dead within 1.6 s, and 1 of the 2 members not "
+         "declared dead is no majority \\(quorum.h Q13\\)",
+         "Q13: the error names the silent rank and the rule");
+    if (td_store_connect("127.0.0.1", port, TOKEN, 10, &c) != TD_OK) {
+        ok(0, "store: %s", td_last_error());
+        return;
+    }
+    ok(td_store_get(c, "td/el/11/plan", 0, &v, &len) == TD_ERR_NOT_FOUND,
+       "Q13: no plan was written");
+    free(v);
+    td_error_clear();
+    /* rank 1 comes back: it lost rank 0, declares it, forms {1} */
+    j[1] = joiner(11, 1, m2, 2, 3, 0.3);
+    j[1].dead[0] = 1;
+    run(&j[1], 1);
+    check_plan(&j[1], "1", 3, 1, 0, "Q13: the dropper back");
+    elastic_plan_free(&j[1].plan);
+
+    /* 11: rank 0's transport loses rank 1 once rank 0 joined (a long
+     * timeout: the declaration, not the clock, closes the plan) */
+    j[0] = joiner(13, 0, m2, 2, 3, 30);
+    pthread_create(&t, NULL, join_thread, &j[0]);
+    for (int i = 0; i < 30000 && !found; i++) {
+        v = NULL;
+        found = td_store_get(c, "td/el/13/in/0", 0, &v, &len) == TD_OK;
+        free(v);
+        if (!found) {
+            td_error_clear();
+            usleep(1000);
+        }
+    }
+    ok(found, "Q13: rank 0 joined epoch 13");
+    __atomic_store_n(&j[0].dead[1], 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    check_plan(&j[0], "0", 3, 0, 0, "Q13: a loss while waiting");
+    elastic_plan_free(&j[0].plan);
+    v = NULL;
+    ok(td_store_get(c, "td/el/13/dead/1", 0, &v, &len) == TD_OK && len == 1 &&
+       memcmp(v, "0", 1) == 0, "Q13: rank 0 declared rank 1 dead late");
+    free(v);
+    td_store_close(c);
+}
+
 int
 main(void)
 {
@@ -420,7 +489,7 @@ main(void)
     joiner_t j[MAXR];
     double t0;
 
-    plan(114);
+    plan(125);
     codec();
     grow_codec();
     if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {
@@ -498,6 +567,7 @@ main(void)
     is_int(j[2].st, TD_ERR_STATE, "a rank declared dead is refused");
     like(j[2].err, "declared dead by a peer", "the reason lists it");
 
+    silence();
     td_store_server_stop(srv);
 
     /* 7-9 on a store of their own (the replacement walks the plans) */

@@ -28,6 +28,26 @@
 # for the replacement, TODIST_ELASTIC_ADMIT_WAIT): the dropped rank 0
 # leaves, its launcher's replacement joins epoch 2 (world 1 -> 2), and
 # both all_reduce there (sum 1 + 2).
+# Part 4: 1+1 as in part 2, both hosts with TODIST_LIVENESS=2, host 2
+# (rank 1) cut off: each drops the other; rank 0 declares rank 1 dead and
+# forms epoch 1 alone (world 2 -> 1, sum 1); rank 1 recovers once the link
+# is back, is never told (a 'D' from a peer it failed is ignored), is
+# refused as stale, and reads its declarer from the store: "elastic: rank
+# 1 was dropped by rank 0 (on host h1, ranks there: 0): it declared this
+# rank lost, and epoch 1 was formed without it; ..." (EL12's store read:
+# without it, "rank 1 is stale").
+# Part 5: part 2 where the dropped rank 0 (beside the store) enters the
+# agreement before it is told: its all_reduce times out
+# (TODIST_COLL_TIMEOUT=2) and its TODIST_ELASTIC_TIMEOUT=4 passes while
+# rank 1, its dropper, cut off from the store, stays away. quorum.h Q13:
+# rank 0 forms no epoch alone on silence (1 of 2 is no majority) and
+# waits; once the link is back, rank 1 declares it dead and forms epoch 1
+# (world 2 -> 1, sum 2), and rank 0 leaves, "dropped by rank 1". Before
+# Q13, rank 0 formed epoch 1 alone and rank 1, alive and the one that
+# dropped it, was refused as stale. (Margins, not checks: the link is
+# back about 6 s after the cut, before rank 1's store connection's
+# keepalive gives up, about 10 s, and rank 0's wait ends 2 x 4 + 1 s
+# after it joined, about 5 s after the link is back.)
 # Not a timing test: the cut lasts until a dropper reported.
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
@@ -36,7 +56,7 @@ B="$top_builddir/tests"
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 21
+plan 35
 
 # wait_for FILES PATTERN N: until N lines of FILES match PATTERN (60 s at
 # most; 0 when they did)
@@ -59,18 +79,21 @@ report() {
     fi
 }
 
-# pair OP R ENV REPLACE: 1+1 under one todist-run --no-kill per host (host
-# 1's launcher serves the store), hosts_peer OP ready at R; host 1 (rank 0,
-# TODIST_LIVENESS=30, its launcher given REPLACE) is cut off until rank 1
-# (TODIST_LIVENESS=2) dropped it, then restored; rank 1 recovers once rank
-# 0 did (R.go). ENV: more VAR=VALUE for both; l0, l1: the launchers.
-pair() {
-    _op=$1; _r=$2; _env=$3; _rep=$4
+# launch OP R ENV REPLACE LIVE0 [ENV0]: 1+1 under one todist-run
+# --no-kill per host (host 1's launcher serves the store), hosts_peer OP,
+# ready at R, rank 1 the slow one (it recovers once R.go is there); rank 0
+# on host 1 (TODIST_LIVENESS=LIVE0, its launcher given REPLACE, ENV0 more
+# VAR=VALUE for it), rank 1 on host 2 (TODIST_LIVENESS=2). ENV: more
+# VAR=VALUE for both; l0, l1: the launchers. Returns once R is there
+# (every rank warm).
+launch() {
+    _op=$1; _r=$2; _env=$3; _rep=$4; _live0=$5; _env0=${6:-}
     _tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
     for k in 0 1; do
-        if [ $k = 0 ]; then live=30; rep=$_rep; else live=2; rep=""; fi
+        if [ $k = 0 ]; then live=$_live0; rep=$_rep; e0=$_env0
+        else live=2; rep=""; e0=""; fi
         hosts_run $((k + 1)) env TODIST_JOB_TOKEN=$_tok TODIST_LOG=info \
-            TODIST_LIVENESS=$live $_env timeout -k 5 90 todist-run -n 1 \
+            TODIST_LIVENESS=$live $_env $e0 timeout -k 5 90 todist-run -n 1 \
             --nnodes 2 --node-rank $k --master-addr "$(hosts_addr 1)" \
             --master-port $HOSTS_PORT --no-kill $rep \
             "$B/hosts/hosts_peer" $_op 1 "$_r" > "$HOSTS_DIR/node$k.out" 2>&1 &
@@ -78,6 +101,14 @@ pair() {
     done
     _t=0
     while [ ! -e "$_r" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
+}
+
+# pair OP R ENV REPLACE: launch with rank 0's TODIST_LIVENESS=30; host 1
+# (rank 0) is cut off until rank 1 dropped it, then restored; rank 1
+# recovers once rank 0 did (R.go).
+pair() {
+    launch "$1" "$2" "$3" "$4" 30
+    _r=$2
     hosts_cut 1
     : > "$_r.cut"
     # the dropper's all_reduce failed; it recovers after rank 0 did (R.go)
@@ -179,4 +210,77 @@ is "$(printf '%s\n' "$out" | grep -c -E '^op=elheal step=3 rank=[01] epoch=2 wor
    "part 3: both all_reduce in epoch 2 (sum 3)"
 is "$rc0 $rc1" "0 0" "part 3: both launchers exit 0 (the dropped rank was replaced)"
 report "$out" '^op=elheal|elastic: epoch|todist-run'
+# --- 4: each host drops the other (TODIST_LIVENESS=2 on both); host 2
+# (rank 1) cut off: rank 0, beside the store, declares rank 1 dead and
+# forms epoch 1 alone; rank 1 recovers only once the link is back (R.go):
+# never told (it failed rank 0 itself, so a 'D' is ignored, transport.c
+# L12), it is refused as stale, and EL12's store read names the declarer ---
+hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+R="$TD_TMP/el4"
+launch elheal "$R" "" "" 2
+hosts_cut 2
+: > "$R.cut"
+wait_for "$HOSTS_DIR/node0.out" "^op=elheal step=2 rank=0 " 1
+wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
+hosts_restore 2
+: > "$R.go"
+wait_for "$HOSTS_DIR/node1.out" "^op=elheal recover rank=1 " 1
+: > "$R.done"
+wait $l0
+rc0=$?
+wait $l1
+rc1=$?
+out=$(cat "$HOSTS_DIR/node0.out" "$HOSTS_DIR/node1.out")
+f=$_tap_failed
+unlike "$out" "Assertion|ucs_assert|backtrace|Abort|FAIL " "part 4: no abort"
+is "$rc0 $rc1" "0 3" "part 4: the job ends, no hang (rank 0's launcher exits 0, the dropped rank 3)"
+like "$out" "op=elheal recover rank=0 rc=0 epoch=1 world=2->1 lost=1 " \
+     "part 4: rank 0 recovers to epoch 1 without rank 1 (world 2 -> 1)"
+like "$out" "op=elheal step=2 rank=0 epoch=1 world=1 rc=0 sum=1 " \
+     "part 4: rank 0 all_reduces alone in epoch 1 (sum 1)"
+unlike "$(grep -h 'rank 1\]' "$HOSTS_DIR/node1.out")" "dropped this rank" \
+       "part 4: rank 1 was never told (it had dropped rank 0 first)"
+like "$out" "op=elheal recover rank=1 rc=-[0-9]+ epoch=0 world=0->0 lost=-1 err=elastic: rank 1 was dropped by rank 0 \(on host h1, ranks there: 0\): it declared this rank lost, and epoch 1 was formed without it; this rank leaves the job \(the others go on without it\)\$" \
+     "part 4: rank 1, stale, names its declarer from the store (EL12)"
+unlike "$(printf '%s\n' "$out" | grep '^op=elheal .*rank=1 ')" \
+       "recover rank=1 rc=0 |step=[0-9] rank=1 epoch=[1-9]" \
+       "part 4: rank 1 is in no epoch after 0"
+report "$out" '^op=elheal|elastic: epoch|todist-run|rank 1\]'
+# --- 5: part 2 where the dropped rank 0, beside the store, enters the
+# agreement before it is told (its all_reduce times out: TODIST_COLL_TIMEOUT
+# =2) and its agreement timeout (TODIST_ELASTIC_TIMEOUT=4) passes while its
+# dropper, cut off from the store, stays away (R.go): quorum.h Q13 ---
+hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+R="$TD_TMP/el5"
+launch elheal "$R" "" "" 30 "TODIST_COLL_TIMEOUT=2 TODIST_ELASTIC_TIMEOUT=4"
+hosts_cut 1
+: > "$R.cut"
+wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
+# rank 0 passed its timeout: it formed epoch 1 alone (before Q13), or
+# says it forms none on silence
+wait_for "$HOSTS_DIR/node0.out" "^op=elheal recover rank=0 |forms no epoch 1 on silence" 1
+hosts_restore 1
+: > "$R.go"
+wait_for "$HOSTS_DIR/node0.out $HOSTS_DIR/node1.out" "^op=elheal recover " 2
+: > "$R.done"
+wait $l0
+rc0=$?
+wait $l1
+rc1=$?
+out=$(cat "$HOSTS_DIR/node0.out" "$HOSTS_DIR/node1.out")
+f=$_tap_failed
+unlike "$out" "Assertion|ucs_assert|backtrace|Abort|FAIL " "part 5: no abort"
+like "$out" "rank 0\]: elastic: rank 0 forms no epoch 1 on silence: rank\(s\) 1 neither joined nor were declared dead within 4 s, and 1 of the 2 members not declared dead is no majority \(Q13\)" \
+     "part 5: rank 0, in the agreement before it was told, forms no epoch alone on silence (Q13)"
+is "$rc0 $rc1" "3 0" "part 5: the job ends, no hang (the dropped rank exits 3, rank 1's launcher 0)"
+like "$out" "op=elheal recover rank=1 rc=0 epoch=1 world=2->1 lost=0 " \
+     "part 5: the dropper, back at the store, forms epoch 1 without rank 0 (world 2 -> 1)"
+like "$out" "op=elheal step=2 rank=1 epoch=1 world=1 rc=0 sum=2 " \
+     "part 5: rank 1 all_reduces in epoch 1 (sum 2)"
+like "$out" "op=elheal recover rank=0 rc=-[0-9]+ .*err=elastic: rank 0 was dropped by rank 1 \(on host h2, ranks there: 1\): .*this rank leaves the job" \
+     "part 5: rank 0's recovery fails: it was dropped, and by whom"
+unlike "$(printf '%s\n' "$out" | grep '^op=elheal .*rank=0 ')" \
+       "recover rank=0 rc=0 |step=[0-9] rank=0 epoch=[1-9]" \
+       "part 5: rank 0 is in no epoch after 0"
+report "$out" '^op=elheal|elastic: |todist-run'
 done_testing
