@@ -2170,6 +2170,12 @@ mode_late_pid(void)
     }
     check(td__runtime_host_id(victim) != 0, "late_pid_address_looked_up",
           "rank %d's address: %s", victim, td_last_error());
+    /* Its pid before this rank says it looked: rank 0 overwrites the key
+     * below only once every rank said so. Read after, it was the
+     * launcher's, which lives on (loaded make check: "rank 2 (pid N)
+     * still runs", N the launcher's pid). */
+    snprintf(want, sizeof(want), "td/pid/%d", victim);
+    pid = store_pid(want);
     check(td_store_set(store, key, "1", 1) == TD_OK, "late_pid_told",
           "%s", td_last_error());
     /* The victim dies once every other rank got here: wait for them too
@@ -2186,7 +2192,6 @@ mode_late_pid(void)
         }
     }
     snprintf(key, sizeof(key), "td/pid/%d", victim);
-    pid = store_pid(key);
     for (int i = 0; i < 30000 && pid > 0 && kill(pid, 0) == 0; i++) {
         struct timespec ts = { 0, 1000000 };       /* reaped: ESRCH */
 
