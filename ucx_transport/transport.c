@@ -188,28 +188,32 @@
  *     behind the request), except S2's lean sends, whose first ones now
  *     wait for it as well.
  *
- * A tagged exchange with one peer (P1..P5; td__transport_pair_post): the
+ * A tagged exchange with one peer (U1..U6; td__transport_pair_post): the
  * small all_reduce of two ranks on two hosts is one message each way, and
  * UCX's active messages cost it a handler, a header and todist's own
  * matching; UCX's tag matching lands the body in place (0.2 us of an 8 us
  * exchange here, and Open MPI's path).
- *  P1 Only between ranks of different hosts, and only what the caller
+ *  U1 Only between ranks of different hosts, and only what the caller
  *     chose on both sides alike (a posted receive waits for a tagged
  *     message only): the caller decides from facts both sides share.
- *  P2 Posted under the token, never waiting for the store (L11): with no
+ *  U2 Posted under the token, never waiting for the store (L11): with no
  *     endpoint yet, or one still wiring up (L13: our sends to it park),
  *     it asks for one (watch) and returns TD_ERR_NOT_FOUND; the caller
  *     drives and posts again.
- *  P3 The caller's record lives until both completions came: UCX writes
+ *  U3 The caller's record lives until both completions came: UCX writes
  *     RBUF and reads SBUF until then, and calls back into the record.
- *  P4 A receive is cancelled under the token, and only while its DONE bit
+ *  U4 A receive is cancelled under the token, and only while its DONE bit
  *     is clear (its request is then still UCX's); the cancel completes it
  *     with TD_ERR_CANCELED. A send needs none: one left in UCX counts in
  *     the peer's inflight as any send, so a drop closes its endpoint by
  *     force (L12) and a failed peer's endpoint fails it (E1); a live
  *     one's completes.
- *  P5 A message whose receive was cancelled stays in UCX's unexpected
+ *  U5 A message whose receive was cancelled stays in UCX's unexpected
  *     queue: one per failed call at most (its sender sends once).
+ *  U6 The UCX tag is the caller's (group id, call) XOR the first 8 bytes
+ *     of the pair's job tag, sender to receiver: a process that does not
+ *     know TODIST_JOB_TOKEN cannot make a message a posted receive takes
+ *     (the job tag's protection, no more: no integrity, no replay).
  *
  * Bodies offered in place (O1..O5): between ranks of one host a large
  * body costs two copies through UCX's shared memory; offered, it costs
@@ -3675,7 +3679,7 @@ make_worker(td_transport_t *tp)
     return TD_OK;
 }
 
-/* P5: the messages whose receives were cancelled, taken out, so that
+/* U5: the messages whose receives were cancelled, taken out, so that
  * ucp_worker_destroy does not warn of them (bounded: one a failed call). */
 static void
 pair_drain(td_transport_t *tp)
@@ -4143,9 +4147,9 @@ direct_finish(td_transport_t *tp)
     token_drop(tp);
 }
 
-/* ---- a tagged exchange with one peer (P1..P5) ----------------------------- */
+/* ---- a tagged exchange with one peer (U1..U6) ----------------------------- */
 
-/* The token, waited for (P2); 0 when the transport stops. */
+/* The token, waited for (U2); 0 when the transport stops. */
 static int
 token_get(td_transport_t *tp)
 {
@@ -4221,7 +4225,7 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
     }
     if (p->ep == NULL || p->wiring == 1) {
         token_drop(tp);
-        td__transport_watch(tp, dst);                           /* P2 */
+        td__transport_watch(tp, dst);                           /* U2 */
         return TD_ERR_NOT_FOUND;
     }
     x->tp = tp;
@@ -4237,25 +4241,30 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
     prm.cb.recv = pair_recv_cb;
     prm.user_data = x;
     x->rreq = NULL;
-    req = ucp_tag_recv_nbx(tp->worker, rbuf, rcap, tag, ~(ucp_tag_t)0, &prm);
+    req = ucp_tag_recv_nbx(tp->worker, rbuf, rcap,                /* U6 */
+                           tag ^ td_get_be64(tp->tag_from +
+                                             (size_t)dst * TAG_LEN),
+                           ~(ucp_tag_t)0, &prm);
     if (UCS_PTR_IS_ERR(req)) {
         x->rstatus = pair_status(UCS_PTR_STATUS(req));
         __atomic_fetch_or(&x->done, TD_PAIR_RECV, __ATOMIC_RELEASE);
     } else if (!(__atomic_load_n(&x->done, __ATOMIC_RELAXED) &
                  TD_PAIR_RECV)) {
-        x->rreq = req;                        /* P4: still UCX's */
+        x->rreq = req;                        /* U4: still UCX's */
     }
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                        UCP_OP_ATTR_FIELD_USER_DATA;
     prm.cb.send = pair_send_cb;
-    req = ucp_tag_send_nbx(p->ep, sbuf, slen, tag, &prm);
+    req = ucp_tag_send_nbx(p->ep, sbuf, slen,
+                           tag ^ td_get_be64(tp->tag_to +
+                                             (size_t)dst * TAG_LEN), &prm);
     if (UCS_PTR_IS_ERR(req)) {
         x->sstatus = pair_status(UCS_PTR_STATUS(req));
         __atomic_fetch_or(&x->done, TD_PAIR_SEND, __ATOMIC_RELEASE);
     } else if (req == NULL) {
         __atomic_fetch_or(&x->done, TD_PAIR_SEND, __ATOMIC_RELEASE);
     } else {
-        p->inflight++;                                          /* P4 */
+        p->inflight++;                                          /* U4 */
     }
     token_drop(tp);          /* (the caller drives next: it arms as it
                               * leaves, drive) */
@@ -4273,7 +4282,7 @@ td__transport_pair_cancel(td_transport_t *tp, td_transport_pair_t *x)
     }
     if (!(__atomic_load_n(&x->done, __ATOMIC_ACQUIRE) & TD_PAIR_RECV) &&
         x->rreq != NULL) {
-        ucp_request_cancel(tp->worker, x->rreq);                /* P4 */
+        ucp_request_cancel(tp->worker, x->rreq);                /* U4 */
     }
     token_drop(tp);
 }

@@ -407,20 +407,20 @@ void td__transport_yield_when(td_transport_t *tp, const int *counter);
  * cores are scarce it sleeps instead of yielding). Cheap when it does not. */
 void td__transport_yield_done(td_transport_t *tp);
 
-/* ---- a tagged exchange with one peer of another host (transport.c P1-P5) */
+/* ---- a tagged exchange with one peer of another host (transport.c U1-U6) */
 
 #define TD_PAIR_RECV 1
 #define TD_PAIR_SEND 2
 
 /* One send and one receive of the same tag with one peer, through UCX's
  * own tag matching: no handler, no header, the receive lands in place.
- * Lives with its caller, who waits for both bits of DONE (P3). */
+ * Lives with its caller, who waits for both bits of DONE (U3). */
 typedef struct {
     int           done;       /* TD_PAIR_* bits, atomic; set on the token
                                * holder by UCX's completions */
     td_status_t   rstatus, sstatus;
     size_t        rlen;       /* bytes received */
-    void         *rreq;       /* the receive while in flight (P4) */
+    void         *rreq;       /* the receive while in flight (U4) */
     void        (*notify)(void);  /* after each completion (a waiter may
                                * sleep); set by the caller */
     td_transport_t *tp;       /* set by td__transport_pair_post */
@@ -436,7 +436,7 @@ td_status_t td__transport_pair_post(td_transport_t *tp, int dst,
                                     size_t slen, void *rbuf, size_t rcap,
                                     td_transport_pair_t *x);
 /* Cancel X's receive if it is still in flight: its completion then comes
- * with TD_ERR_CANCELED at the next round of progress (P4). */
+ * with TD_ERR_CANCELED at the next round of progress (U4). */
 void td__transport_pair_cancel(td_transport_t *tp, td_transport_pair_t *x);
 
 /* Memory types UCX can move directly (bit (1 << td_mem_type_t)). */

@@ -15,7 +15,7 @@
  * Both are run by the thread running the group's operation (work.c).
  *
  * Two members on two hosts, a small body (T1..T4): rd's one exchange as
- * one UCX tagged message each way (transport.c P1..P5), the way Open MPI
+ * one UCX tagged message each way (transport.c U1..U6), the way Open MPI
  * sends it: no handler, no header, no matching of ours; the receive lands
  * in place. 0.4-0.6 us of an 8-9 us call across two emulated hosts.
  *  T1 Chosen from what both members know alike: the group has two
@@ -30,7 +30,7 @@
  *  T3 The wait ends on both completions, the group's failure (a member
  *     lost, a mismatch, a timeout told), the runtime's stop or the call's
  *     deadline. Any but the first cancels the receive and still waits for
- *     both completions (P3, P4) before it returns: UCX holds the buffers.
+ *     both completions (U3, U4) before it returns: UCX holds the buffers.
  *  T4 It drives like any wait (wait.c): the transport for 2 ms, then it
  *     sleeps until a completion wakes it (the progress thread delivers),
  *     driving briefly after each wake-up. It sends no probe (late.h K4):
@@ -338,7 +338,7 @@ coll_all_reduce_pair_tag_run(coll_op_t *op, void *buf, size_t count)
         if (st != TD_ERR_NOT_FOUND) {
             break;
         }
-        /* no endpoint yet (P2): one is being made */
+        /* no endpoint yet (U2): one is being made */
         if ((st = pair_verdict(op, peer, msg, sizeof(msg))) != TD_OK) {
             return td_error(st, "%s", msg);
         }

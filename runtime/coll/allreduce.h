@@ -18,7 +18,7 @@ td_status_t coll_all_reduce_pair(coll_op_t *op, void *buf, size_t count,
                                  void (*announce)(td_group_t *g, uint32_t seq,
                                                   const coll_desc_t *d));
 /* Two members on two hosts (T1..T4): the exchange as one message each way
- * through UCX's tag matching (transport.c P1..P5), the body and our call
+ * through UCX's tag matching (transport.c U1..U6), the body and our call
  * (C5) in it. Whether G's members are on two hosts (asked once, T1). */
 int coll_pair_tagged(td_group_t *g);
 /* The call begun, the exchange, the call ended: coll_all_reduce_pair's

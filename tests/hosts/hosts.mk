@@ -8,7 +8,8 @@ check_PROGRAMS += tests/hosts/hosts_peer
 tests_hosts_hosts_peer_LDADD = $(TD_TEST_LDADD)
 # the all_reduce of two hosts, tagged
 check_PROGRAMS += tests/hosts/pair_peer
-tests_hosts_pair_peer_LDADD = $(TD_TEST_LDADD)
+tests_hosts_pair_peer_LDADD = $(TD_TEST_LDADD) $(UCX_LIBS)
+tests_hosts_pair_peer_CFLAGS = $(AM_CFLAGS) $(UCX_CFLAGS)
 # a late UCX wire-up request, staged (transport.c L13): an LD_PRELOAD shim
 TESTS += tests/hosts/test_hosts_wireup.sh
 EXTRA_DIST += tests/hosts/test_hosts_wireup.sh

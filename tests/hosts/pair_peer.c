@@ -10,6 +10,11 @@
  *   kind       rank 0 all_reduce, rank 1 broadcast of the same tensor
  *   timeout    rank 1 enters 4 s late (run with TODIST_COLL_TIMEOUT=1)
  *   dead       rank 1 dies (SIGKILL) once warm, while rank 0 waits
+ *   forged     rank 1 waits in an all_reduce; rank 0 first sends it, from
+ *              a UCX worker of its own, a message with that call's bare
+ *              tag (group id, call) and 1000s in it, then calls (transport.c
+ *              U6: the tag is keyed by the job's token, so the forged one
+ *              is never taken); prints "rank=R forged sum=S rc=STATUS"
  * The failure modes print "rank=R rc=STATUS err=MESSAGE" for the call. */
 #include "config.h"
 
@@ -19,8 +24,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <ucp/api/ucp.h>
+
 #include "todist/todist.h"
 #include "runtime/coll/allreduce.h"  /* coll_all_reduce_pair_tag_count */
+#include "runtime/coll/match.h"      /* the world group's id and seq */
+#include "runtime/runtime.h"         /* td__runtime_peer_address */
 
 static int rank;
 
@@ -149,6 +158,63 @@ values(void)
     return 0;
 }
 
+/* Rank 0's forger (mode forged): a message tagged as call SEQ of group
+ * GID's exchange would be, bare (no job key), sent to rank 1 from a
+ * worker of its own and flushed. 0 when sent. */
+static int
+forge(uint32_t gid, uint32_t seq)
+{
+    float body[2 + 4] = { 1000, 1000 };     /* then a 16 B trailer of 0s */
+    ucp_params_t up = { .field_mask = UCP_PARAM_FIELD_FEATURES,
+                        .features = UCP_FEATURE_TAG };
+    ucp_worker_params_t wp = { 0 };
+    ucp_request_param_t prm = { .op_attr_mask = 0 };
+    ucp_ep_params_t ep_params;
+    ucp_config_t *cfg;
+    ucp_context_h ctx;
+    ucp_worker_h w;
+    ucp_ep_h ep;
+    void *addr, *req;
+    size_t alen;
+    int ok;
+
+    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK) {
+        return 1;
+    }
+    ok = ucp_init(&up, cfg, &ctx) == UCS_OK;
+    ucp_config_release(cfg);
+    if (!ok || ucp_worker_create(ctx, &wp, &w) != UCS_OK ||
+        td__runtime_peer_address(1, &addr, &alen) != TD_OK) {
+        return 1;
+    }
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep_params.address = addr;
+    if (ucp_ep_create(w, &ep_params, &ep) != UCS_OK) {
+        return 1;
+    }
+    free(addr);
+    req = ucp_tag_send_nbx(ep, body, sizeof(body),
+                           (uint64_t)gid << 32 | seq, &prm);
+    while (UCS_PTR_IS_PTR(req) &&
+           ucp_request_check_status(req) == UCS_INPROGRESS) {
+        ucp_worker_progress(w);
+    }
+    if (UCS_PTR_IS_PTR(req)) {
+        ucp_request_free(req);
+    }
+    req = ucp_ep_close_nbx(ep, &prm);              /* flushed: it is sent */
+    while (UCS_PTR_IS_PTR(req) &&
+           ucp_request_check_status(req) == UCS_INPROGRESS) {
+        ucp_worker_progress(w);
+    }
+    if (UCS_PTR_IS_PTR(req)) {
+        ucp_request_free(req);
+    }
+    ucp_worker_destroy(w);
+    ucp_cleanup(ctx);
+    return 0;
+}
+
 /* A call that must fail: print how. */
 static int
 report(td_status_t st)
@@ -203,6 +269,23 @@ main(int argc, char **argv)
         st = td_tensor_zeros(&two, 1, TD_FLOAT32, &t);
         rc = st != TD_OK ? fail("tensor")
              : report(td_all_reduce(td_group_world(), t, TD_REDUCE_SUM));
+    } else if (strcmp(mode, "forged") == 0) {
+        td_group_t *g = td_group_world();
+        float *d;
+
+        st = td_tensor_zeros(&two, 1, TD_FLOAT32, &t);
+        if (st != TD_OK || td_group_barrier(g) != TD_OK) {
+            return fail("barrier");
+        }
+        d = td_tensor_data(t);
+        d[0] = d[1] = (float)(rank + 1);
+        if (rank == 0 && forge(g->id, g->seq) != 0) {
+            return fail("forge");
+        }
+        st = td_all_reduce(g, t, TD_REDUCE_SUM);
+        printf("rank=%d forged sum=%g,%g rc=%d %s\n", rank, d[0], d[1],
+               (int)st, st == TD_OK ? "" : td_last_error());
+        rc = 0;
     } else if (strcmp(mode, "dead") == 0) {
         if (rank == 1) {
             raise(SIGKILL);        /* across hosts: no shared FIFO to wedge */
@@ -212,11 +295,11 @@ main(int argc, char **argv)
              : report(td_all_reduce(td_group_world(), t, TD_REDUCE_SUM));
     } else {
         fprintf(stderr, "usage: pair_peer values|dtype|count|kind|timeout|"
-                "dead\n");
+                "dead|forged\n");
         return 2;
     }
     td_tensor_release(t);
-    if (strcmp(mode, "values") != 0) {
+    if (strcmp(mode, "values") != 0 && strcmp(mode, "forged") != 0) {
         /* the group is broken; the runtime still stops cleanly */
         (void)td_finalize();
         return rc;

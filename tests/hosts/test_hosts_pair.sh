@@ -1,6 +1,6 @@
 #!/bin/sh
 # The all_reduce of two ranks on two hosts as one tagged UCX message each
-# way (runtime/coll/allreduce.c T1..T4, ucx_transport/transport.c P1..P5),
+# way (runtime/coll/allreduce.c T1..T4, ucx_transport/transport.c U1..U6),
 # on the bed at 1+1: the values of every dtype and op from 4 B to the
 # largest tagged body and past it; a different call on each rank (dtype,
 # count, collective) fails both as a mismatch (T2); a late rank, a timeout
@@ -13,7 +13,7 @@ B="$top_builddir/tests"
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 15
+plan 18
 
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
 run() { # MODE [ENV...]
@@ -47,7 +47,18 @@ like "$OUT" "rank=0 rc=-[0-9][0-9]* err=coll: all_reduce timed out after 1.0 s o
 like "$OUT" "rank=1 rc=-[0-9][0-9]* err=.*timed out after 1.0 s on rank 0" \
      "timeout: rank 1, late, gets rank 0's timeout (told, C6)"
 unlike "$OUT" "was not matched" \
-       "timeout: rank 1's message, its receive cancelled, is taken out at the end (P5)"
+       "timeout: rank 1's message, its receive cancelled, is taken out at the end (U5)"
+
+# U6: rank 0 sends rank 1, waiting in its all_reduce, a message with the
+# call's bare tag from a UCX worker of its own, then calls: keyed by the
+# job's token, the real tag is not the bare one, and rank 1 never takes it
+run forged
+for _r in 0 1; do
+    like "$OUT" "rank=$_r forged sum=3,3 rc=0" \
+         "forged: rank $_r's sum is the two ranks' (the forged message not taken)"
+done
+unlike "$OUT" "was not matched|FAIL" "forged: the forged message is taken out at the end, nothing failed"
+[ "$_tap_failed" = 0 ] || diag "$OUT"
 
 run dead
 like "$OUT" "rank=0 rc=-[0-9][0-9]* err=.*rank 1" "dead: rank 0's call fails naming rank 1"
