@@ -201,7 +201,9 @@
  *     it asks for one (watch) and returns TD_ERR_NOT_FOUND; the caller
  *     drives and posts again.
  *  U3 The caller's record lives until both completions came: UCX writes
- *     RBUF and reads SBUF until then, and calls back into the record.
+ *     RBUF and reads SBUF until then, and calls back into the record. A
+ *     completion's DONE bit is its last touch of the record: the owner,
+ *     on another thread, may return the moment it sees it.
  *  U4 A receive is cancelled under the token, and only while its DONE bit
  *     is clear (its request is then still UCX's); the cancel completes it
  *     with TD_ERR_CANCELED. A send needs none: one left in UCX counts in
@@ -4179,13 +4181,15 @@ pair_recv_cb(void *req, ucs_status_t s, const ucp_tag_recv_info_t *info,
              void *arg)
 {
     td_transport_pair_t *x = arg;
+    void (*notify)(void) = x->notify;
 
     x->rstatus = pair_status(s);
     x->rlen = s == UCS_OK ? info->length : 0;
     x->rreq = NULL;
     ucp_request_free(req);
+    /* the last touch of X (U3): its owner may return once it sees this */
     __atomic_fetch_or(&x->done, TD_PAIR_RECV, __ATOMIC_RELEASE);
-    x->notify();
+    notify();
 }
 
 static void
@@ -4193,13 +4197,14 @@ pair_send_cb(void *req, ucs_status_t s, void *arg)
 {
     td_transport_pair_t *x = arg;
     peer_t *p = &x->tp->peers[x->dst];
+    void (*notify)(void) = x->notify;
 
     p->inflight--;
     /* cut by a forced close (L12, E1): the peer failed, not a cancel */
     x->sstatus = s != UCS_OK && p->failed ? TD_ERR_PEER : pair_status(s);
     ucp_request_free(req);
-    __atomic_fetch_or(&x->done, TD_PAIR_SEND, __ATOMIC_RELEASE);
-    x->notify();
+    __atomic_fetch_or(&x->done, TD_PAIR_SEND, __ATOMIC_RELEASE);  /* U3 */
+    notify();
 }
 
 td_status_t
