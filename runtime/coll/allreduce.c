@@ -50,7 +50,7 @@
 #include "runtime/coll/mbox.h"
 #include "runtime/coll/reduce.h"
 #include "runtime/coll/tx.h"
-#include "base/byteorder.h"
+#include "runtime/coll/wire.h"
 #include "base/clock.h"
 #include "runtime/runtime.h"
 #include "ucx_transport/transport.h"
@@ -180,7 +180,7 @@ coll_all_reduce_pair(coll_op_t *op, void *buf, size_t count,
 
 /* ---- two members on two hosts: tagged (T1..T4) --------------------------- */
 
-#define PAIR_TRAILER 16            /* the sender's call (T2) */
+#define PAIR_TRAILER COLL_WIRE_DESC   /* the sender's call (T2) */
 #define PAIR_SPIN_S  0.002         /* T4, as wait.c */
 #define PAIR_AFTER_S 50e-6
 
@@ -204,28 +204,6 @@ coll_pair_tagged(td_group_t *g)
         g->pair_tag = g->n == 2 && a != 0 && b != 0 && a != b ? 1 : -1;
     }
     return g->pair_tag > 0;
-}
-
-static void
-trailer_put(uint8_t *t, const coll_desc_t *d)
-{
-    t[0] = d->kind;
-    t[1] = d->dtype;
-    t[2] = d->op;
-    t[3] = d->algo;
-    td_put_be32(t + 4, (uint32_t)d->root);
-    td_put_be64(t + 8, d->count);
-}
-
-static void
-trailer_get(const uint8_t *t, coll_desc_t *d)
-{
-    d->kind = t[0];
-    d->dtype = t[1];
-    d->op = t[2];
-    d->algo = t[3];
-    d->root = (int32_t)td_get_be32(t + 4);
-    d->count = td_get_be64(t + 8);
 }
 
 typedef struct {
@@ -327,7 +305,7 @@ coll_all_reduce_pair_tag_run(coll_op_t *op, void *buf, size_t count)
     td_status_t st;
 
     memcpy(out, buf, bytes);
-    trailer_put(out + bytes, &op->desc);
+    coll_wire_desc_put(out + bytes, &op->desc);
     w.g = g;
     w.x.notify = coll_wake;
     w.x.done = 0;
@@ -380,7 +358,7 @@ coll_all_reduce_pair_tag_run(coll_op_t *op, void *buf, size_t count)
         coll_group_fail(g, TD_ERR_PROTOCOL, 1, op->seq, msg);
         return td_error(TD_ERR_PROTOCOL, "%s", msg);
     }
-    trailer_get(in + w.x.rlen - PAIR_TRAILER, &theirs);             /* T2 */
+    coll_wire_desc_get(in + w.x.rlen - PAIR_TRAILER, &theirs);      /* T2 */
     if (w.x.rlen != bytes + PAIR_TRAILER ||
         !coll_desc_equal(&theirs, &op->desc)) {
         coll_mismatch_text(msg, sizeof(msg), g->id, op->seq, peer,

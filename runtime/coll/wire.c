@@ -132,14 +132,7 @@ coll_wire_parse(const uint8_t *h, size_t len, unsigned n_bodies,
         m->cma_token = td_get_be64(c + 24);
     }
     if (m->type == MSG_COLL || m->type == MSG_PROBE) {
-        const uint8_t *d = h + COLL_WIRE_BYTES;
-
-        m->desc.kind = d[0];
-        m->desc.dtype = d[1];
-        m->desc.op = d[2];
-        m->desc.algo = d[3];
-        m->desc.root = (int32_t)td_get_be32(d + 4);
-        m->desc.count = td_get_be64(d + 8);
+        coll_wire_desc_get(h + COLL_WIRE_BYTES, &m->desc);
     }
     if (m->type == MSG_ABORT) {
         m->text = (const char *)h + COLL_WIRE_BYTES + 2;
@@ -166,17 +159,34 @@ coll_wire_fixed(uint8_t *h, uint8_t type, uint8_t dtype, uint8_t ndim,
     td_put_be64(h + 24, nbytes);
 }
 
-/* The 16 bytes of description D after the fixed header H; the length. */
+void
+coll_wire_desc_put(uint8_t *t, const coll_desc_t *d)
+{
+    t[0] = d->kind;
+    t[1] = d->dtype;
+    t[2] = d->op;
+    t[3] = d->algo;
+    td_put_be32(t + 4, (uint32_t)d->root);
+    td_put_be64(t + 8, d->count);
+}
+
+void
+coll_wire_desc_get(const uint8_t *t, coll_desc_t *d)
+{
+    d->kind = t[0];
+    d->dtype = t[1];
+    d->op = t[2];
+    d->algo = t[3];
+    d->root = (int32_t)td_get_be32(t + 4);
+    d->count = td_get_be64(t + 8);
+}
+
+/* The description D after the fixed header H; the length. */
 static size_t
 put_desc(uint8_t *h, const coll_desc_t *d)
 {
-    h[32] = d->kind;
-    h[33] = d->dtype;
-    h[34] = d->op;
-    h[35] = d->algo;
-    td_put_be32(h + 36, (uint32_t)d->root);
-    td_put_be64(h + 40, d->count);
-    return COLL_WIRE_BYTES + 16;
+    coll_wire_desc_put(h + COLL_WIRE_BYTES, d);
+    return COLL_WIRE_BYTES + COLL_WIRE_DESC;
 }
 
 size_t

@@ -92,6 +92,10 @@ void   coll_wire_fixed(uint8_t *h, uint8_t type, uint8_t dtype, uint8_t ndim,
                        uint32_t gid, uint32_t digest, uint32_t seq,
                        uint32_t tag, uint64_t nbytes);
 /* A collective step's header (MSG_COLL with D); its length. */
+/* A call's description (C5) as 16 bytes at T, and back. */
+#define COLL_WIRE_DESC 16
+void coll_wire_desc_put(uint8_t *t, const coll_desc_t *d);
+void coll_wire_desc_get(const uint8_t *t, coll_desc_t *d);
 size_t coll_wire_coll(uint8_t *h, uint32_t gid, uint32_t digest, uint32_t seq,
                       uint32_t tag, uint64_t nbytes, const coll_desc_t *d);
 /* An ack of p2p message SEQ with STATUS and the receiver's shape; its

@@ -158,6 +158,19 @@ values(void)
     return 0;
 }
 
+/* Progress W until REQ (an nbx call's result) is done, and free it. */
+static void
+finish(ucp_worker_h w, void *req)
+{
+    while (UCS_PTR_IS_PTR(req) &&
+           ucp_request_check_status(req) == UCS_INPROGRESS) {
+        ucp_worker_progress(w);
+    }
+    if (UCS_PTR_IS_PTR(req)) {
+        ucp_request_free(req);
+    }
+}
+
 /* Rank 0's forger (mode forged): a message tagged as call SEQ of group
  * GID's exchange would be, bare (no job key), sent to rank 1 from a
  * worker of its own and flushed. 0 when sent. */
@@ -174,7 +187,7 @@ forge(uint32_t gid, uint32_t seq)
     ucp_context_h ctx;
     ucp_worker_h w;
     ucp_ep_h ep;
-    void *addr, *req;
+    void *addr;
     size_t alen;
     int ok;
 
@@ -193,23 +206,9 @@ forge(uint32_t gid, uint32_t seq)
         return 1;
     }
     free(addr);
-    req = ucp_tag_send_nbx(ep, body, sizeof(body),
-                           (uint64_t)gid << 32 | seq, &prm);
-    while (UCS_PTR_IS_PTR(req) &&
-           ucp_request_check_status(req) == UCS_INPROGRESS) {
-        ucp_worker_progress(w);
-    }
-    if (UCS_PTR_IS_PTR(req)) {
-        ucp_request_free(req);
-    }
-    req = ucp_ep_close_nbx(ep, &prm);              /* flushed: it is sent */
-    while (UCS_PTR_IS_PTR(req) &&
-           ucp_request_check_status(req) == UCS_INPROGRESS) {
-        ucp_worker_progress(w);
-    }
-    if (UCS_PTR_IS_PTR(req)) {
-        ucp_request_free(req);
-    }
+    finish(w, ucp_tag_send_nbx(ep, body, sizeof(body),
+                               (uint64_t)gid << 32 | seq, &prm));
+    finish(w, ucp_ep_close_nbx(ep, &prm));          /* flushed: it is sent */
     ucp_worker_destroy(w);
     ucp_cleanup(ctx);
     return 0;
