@@ -26,6 +26,16 @@
  * two thread hand-offs of a round trip; a sending thread that finds it
  * free sends directly. While a driver is active the progress thread naps,
  * so the two never compete for a core. Callbacks run on the holder.
+ *  N1 The nap (NAP_US) doubles, up to NAP_MAX_US, when more than one
+ *     drive began during it (short calls following each other: a loop of
+ *     small collectives or RPCs), and is NAP_US again otherwise (one long
+ *     wait, a driver that computes between waits: a pipeline stage, whose
+ *     in-place offers the progress thread reads meanwhile, C17). Each
+ *     wake-up takes the core of a rank's polling thread where there is no
+ *     spare one: 5-10% of 8 B all_reduces across two emulated hosts took
+ *     30-50 us (bench/RESULTS.md). A driver that gives up its wait
+ *     signals the nap, so only drivers that left with their replies leave
+ *     the progress thread napping on, for at most NAP_MAX_US.
  *
  * Liveness between hosts (L1..L13). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
@@ -624,6 +634,9 @@ struct td_transport {
     int                   halted;         /* Z1: set by exit_halt */
     int                   token;          /* 1: a thread is in the worker */
     int                   n_drivers;      /* threads in td__transport_drive */
+    unsigned              drive_gen;      /* drives begun (N1: a hint) */
+    unsigned              nap_us;         /* the next nap (N1): written by
+                                           * the progress thread only */
     const int            *yield_ctr;      /* > 0: busy loop yields the core */
     int                   ctr_sleeping;   /* the thread sleeps on yield_ctr */
     int                   sleeping;       /* a driver sleeps on the efd */
@@ -3206,8 +3219,10 @@ leave_armed(td_transport_t *tp)
 
 /* While threads drive progress themselves, the progress thread sleeps in
  * short naps: a driver leaving with its reply wakes nobody (the next call
- * usually follows at once); one giving up on a long wait signals. */
-#define NAP_US 100
+ * usually follows at once); one giving up on a long wait signals. N1:
+ * the nap grows while short drives follow each other. */
+#define NAP_US     100
+#define NAP_MAX_US 1000
 
 /* While jobs run elsewhere in the process and cores are scarce, the busy
  * progress thread sleeps at most this long between rounds. */
@@ -3229,13 +3244,16 @@ leave_armed(td_transport_t *tp)
  * busy caller comes within a microsecond and it never yields. */
 #define POLL_YIELD_AFTER_S 2e-6
 
-static void
-nap(td_transport_t *tp)
+/* Nap for US microseconds, or until signalled; returns the next nap's
+ * length (N1: longer when more than one drive began meanwhile). */
+static unsigned
+nap(td_transport_t *tp, unsigned us)
 {
+    unsigned gen = __atomic_load_n(&tp->drive_gen, __ATOMIC_RELAXED);
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += NAP_US * 1000L;
+    ts.tv_nsec += us * 1000L;
     if (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
@@ -3245,6 +3263,24 @@ nap(td_transport_t *tp)
         pthread_cond_timedwait(&tp->drv_cond, &tp->drv_lock, &ts);
     }
     pthread_mutex_unlock(&tp->drv_lock);
+    if (__atomic_load_n(&tp->drive_gen, __ATOMIC_RELAXED) - gen < 2) {
+        return NAP_US;
+    }
+    return us < NAP_MAX_US / 2 ? 2 * us : NAP_MAX_US;
+}
+
+static void
+nap_set(td_transport_t *tp, unsigned us)
+{
+    if (tp->nap_us != us) {
+        __atomic_store_n(&tp->nap_us, us, __ATOMIC_RELAXED);
+    }
+}
+
+unsigned
+td__transport_nap_us(td_transport_t *tp)
+{
+    return __atomic_load_n(&tp->nap_us, __ATOMIC_RELAXED);
 }
 
 /* A driver that left less than this ago is likely to be back at once (a
@@ -3313,7 +3349,7 @@ progress_main(void *arg)
         unsigned n;
 
         if (__atomic_load_n(&tp->n_drivers, __ATOMIC_RELAXED) > 0) {
-            nap(tp);
+            nap_set(tp, nap(tp, tp->nap_us));
             idle_since = td_now_s();
             idle = 0;
             continue;
@@ -3322,7 +3358,7 @@ progress_main(void *arg)
         if (left != 0 && left != left_seen) {
             /* the clock is read only after a driver left */
             if (now_ns() - left < RECENT_NS) {
-                nap(tp);
+                nap_set(tp, nap(tp, tp->nap_us));
                 idle_since = td_now_s();
                 idle = 0;
                 continue;
@@ -3340,6 +3376,7 @@ progress_main(void *arg)
             }
             continue;
         }
+        nap_set(tp, NAP_US);                /* N1: no driver, a round */
         /* The hot loop of busy polling: only cheap checks besides UCX. */
         n = progress_once(tp);
         if (tp->mode == TD_PROGRESS_BUSY) {
@@ -3872,6 +3909,7 @@ td__transport_create(const td_transport_params_t *params,
     if (status != TD_OK) {
         goto err;
     }
+    tp->nap_us = NAP_US;                                        /* N1 */
     rc = pthread_create(&tp->thread, NULL, progress_main, tp);
     if (rc != 0) {
         status = td_error(TD_ERR_IO, "transport: cannot start the progress "
@@ -4476,6 +4514,9 @@ drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
         return TD_ERR_STATE;
     }
     __atomic_fetch_add(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+    /* N1: a hint (a lost increment still changes it) */
+    __atomic_store_n(&tp->drive_gen, __atomic_load_n(&tp->drive_gen,
+                     __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
     /* The progress thread gives the token up after its current round;
      * another driver keeps it for its whole wait: then do not queue up. */
     for (unsigned i = 0; !(got = token_take(tp)); i++) {

@@ -708,6 +708,46 @@ mode_small(int iters)
     return 0;
 }
 
+/* transport.c N1, two ranks: a loop of short calls lengthens the
+ * progress thread's nap to its longest, 1,000 us ("nap_grows"); one long
+ * wait (rank 1 sleeps 300 ms before its call) brings it back to 100 us
+ * ("nap_back"). The loop runs until both ranks have seen the longest
+ * nap (the calls' sum tells) or for MAX_CALLS. */
+static int
+mode_nap(int max_calls)
+{
+    td_transport_t *tp = td__runtime_transport();
+    td_tensor_t *t = make(1, TD_FLOAT32);
+    unsigned seen = 0, now;
+    int calls = 0, bad = 0, done = 0;
+
+    while (!done && calls < max_calls) {
+        unsigned us = td__transport_nap_us(tp);
+
+        seen = us > seen ? us : seen;
+        set(t, 0, seen >= 1000 ? 1 : 0);
+        if (td_all_reduce(td_group_world(), t, TD_REDUCE_SUM) != TD_OK) {
+            bad++;
+            break;
+        }
+        done = get(t, 0) == 2;
+        calls++;
+    }
+    check(bad == 0 && seen == 1000, "nap_grows", "the longest nap seen: "
+          "%u us after %d calls (%d failed)", seen, calls, bad);
+    if (rank == 1) {
+        usleep(300000);
+    }
+    set(t, 0, rank);
+    bad = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM) != TD_OK ||
+          get(t, 0) != 1;
+    now = td__transport_nap_us(tp);
+    check(!bad && now == 100, "nap_back", "the nap after one long wait: "
+          "%u us (call %s)", now, bad ? "failed" : "ok");
+    td_tensor_release(t);
+    return 0;
+}
+
 /* ITERS all_reduces (sum) of N float32 on the world, each checked
  * exactly; the number of wrong calls. */
 static int
@@ -2585,6 +2625,8 @@ main(int argc, char **argv)
     } else if (strcmp(mode, "taken") == 0) {
         rc = mode_taken(argc > 2 ? atoi(argv[2]) : 100,
                         argc > 3 ? argv[3] : "some");
+    } else if (strcmp(mode, "nap") == 0) {
+        rc = mode_nap(argc > 2 ? atoi(argv[2]) : 200000);
     } else if (strcmp(mode, "small") == 0) {
         rc = mode_small(argc > 2 ? atoi(argv[2]) : 2000);
     } else if (strcmp(mode, "chunks") == 0) {

@@ -46,7 +46,7 @@ plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
          1 + 3 * ($(count "$dropped") + 1) + 2 * 4 + \
          1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 + 4 + 3 * 4 + \
-         2 * 4 + 3 + 3 + 4 + 2 * 2 ))
+         2 * 4 + 3 + 3 + 4 + 2 * 2 + 3 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -237,6 +237,15 @@ rc=$?
 expect "$out" 2 taken_exact lean_bounded taken_none lean_none pair_all \
     pair_bounded
 is "$rc" 0 "one host: taken: every rank exits 0"
+[ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
+
+# The progress thread's nap (transport.c N1), on one host without the
+# segment so that each call's wait drives the transport: a loop of short
+# all_reduces lengthens it to its longest (1,000 us), one long wait brings
+# it back to 100 us.
+out=$(TODIST_COLL_SHM=0 run 120 todist-run -n 2 "$PEER" nap 2>&1); rc=$?
+expect "$out" 2 nap_grows nap_back
+is "$rc" 0 "nap: every rank exits 0"
 [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
 
 # Auto's choice, told by the mismatch check (coll_peer auto_is: rank 0
