@@ -198,7 +198,7 @@
  *     behind the request), except S2's lean sends, whose first ones now
  *     wait for it as well.
  *
- * A tagged exchange with one peer (U1..U6; td__transport_pair_post): the
+ * A tagged exchange with one peer (U1..U7; td__transport_pair_post): the
  * small all_reduce of two ranks on two hosts is one message each way, and
  * UCX's active messages cost it a handler, a header and todist's own
  * matching; UCX's tag matching lands the body in place (0.2 us of an 8 us
@@ -226,6 +226,15 @@
  *     of the pair's job tag, sender to receiver: a process that does not
  *     know TODIST_JOB_TOKEN cannot make a message a posted receive takes
  *     (the job tag's protection, no more: no integrity, no replay).
+ *  U7 A caller that passes DONE posts and then drives in one hold of the
+ *     token, counted as a driver from before it takes the token (the
+ *     progress thread naps, N1), for up to SPIN_S, its clock first read
+ *     after 32 rounds: the post and a wait of its own less one token
+ *     hand-off, one driver count and one clock read (a 2-host 8 B
+ *     all_reduce is about 9 us, and each of these about 20-40 ns here).
+ *     It leaves as any drive does (armed, drive_left_ns, the nap
+ *     signalled if it gave up). Not from a callback (the holder's own
+ *     round would recurse): there it only posts.
  *
  * Bodies offered in place (O1..O5): between ranks of one host a large
  * body costs two copies through UCX's shared memory; offered, it costs
@@ -4187,7 +4196,11 @@ direct_finish(td_transport_t *tp)
     token_drop(tp);
 }
 
-/* ---- a tagged exchange with one peer (U1..U6) ----------------------------- */
+/* ---- a tagged exchange with one peer (U1..U7) ----------------------------- */
+
+static void drive_count(td_transport_t *tp);
+static td_status_t drive_held(td_transport_t *tp, int (*done)(void *arg),
+                              void *arg, double max_s, int polls, double t0);
 
 /* The token, waited for (U2); 0 when the transport stops. */
 static int
@@ -4248,26 +4261,41 @@ pair_send_cb(void *req, ucs_status_t s, void *arg)
 td_status_t
 td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
                         const void *sbuf, size_t slen, void *rbuf,
-                        size_t rcap, td_transport_pair_t *x)
+                        size_t rcap, td_transport_pair_t *x,
+                        int (*done)(void *arg), void *arg, double spin_s)
 {
     peer_t *p = &tp->peers[dst];
     ucp_request_param_t prm;
     void *req;
+    int spin;
 
     if (dst < 0 || dst >= tp->params.world_size || dst == tp->params.rank) {
         return td_error(TD_ERR_INVALID, "transport: a tagged exchange with "
                         "rank %d (world of %d, this rank %d)", dst,
                         tp->params.world_size, tp->params.rank);
     }
+    /* U7: a driver from before the post (not from a callback: drive) */
+    spin = done != NULL && spin_s > 0 && tl_holder != tp &&
+           tp->thread_started;
+    if (spin) {
+        drive_count(tp);
+    }
     if (!token_get(tp)) {
+        if (spin) {
+            __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+        }
         return td_error(TD_ERR_CANCELED, "transport: shut down");
     }
-    if (p->failed) {
+    if (p->failed || p->ep == NULL || p->wiring == 1) {
+        int failed = p->failed;
+
+        if (spin) {
+            __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+        }
         token_drop(tp);
-        return failed_error(tp, dst);
-    }
-    if (p->ep == NULL || p->wiring == 1) {
-        token_drop(tp);
+        if (failed) {
+            return failed_error(tp, dst);
+        }
         td__transport_watch(tp, dst);                           /* U2 */
         return TD_ERR_NOT_FOUND;
     }
@@ -4309,8 +4337,12 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
     } else {
         p->inflight++;                                          /* U4 */
     }
-    token_drop(tp);          /* (the caller drives next: it arms as it
+    if (spin) {
+        (void)drive_held(tp, done, arg, spin_s, 0, 0);          /* U7 */
+    } else {
+        token_drop(tp);      /* (the caller drives next: it arms as it
                               * leaves, drive) */
+    }
     return TD_OK;
 }
 
@@ -4499,54 +4531,29 @@ td__transport_drive_polling(td_transport_t *tp, int (*done)(void *arg),
     return drive(tp, done, arg, max_s, 1);
 }
 
-/* POLLS: the driver stands in for the progress thread: it never sleeps on
- * the event fd, and yields after POLL_YIELD_AFTER_S without a message. */
+/* A drive's rounds, the driver counted (drive_count) and the token held:
+ * until DONE(ARG), MAX_S seconds after T0 (td_now_s; 0: from the first
+ * look at the clock, after 32 rounds, U7) or the stop; then it leaves
+ * (arms, says when, is uncounted) and drops the token. */
 static td_status_t
-drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
-      int polls)
+drive_held(td_transport_t *tp, int (*done)(void *arg), void *arg,
+           double max_s, int polls, double t0)
 {
-    double t0 = td_now_s();
     unsigned rounds = 0;
-    int got = 0, ok;
+    int ok;
 
-    if (tl_holder == tp ||     /* from a callback: would recurse */
-        !tp->thread_started || __atomic_load_n(&tp->stop, __ATOMIC_ACQUIRE)) {
-        return TD_ERR_STATE;
-    }
-    __atomic_fetch_add(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
-    /* N1: a hint (a lost increment still changes it) */
-    __atomic_store_n(&tp->drive_gen, __atomic_load_n(&tp->drive_gen,
-                     __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-    /* The progress thread gives the token up after its current round;
-     * another driver keeps it for its whole wait: then do not queue up. */
-    for (unsigned i = 0; !(got = token_take(tp)); i++) {
-        if (done(arg) || STOPPED(tp) ||
-            (max_s >= 0 && td_now_s() - t0 > max_s)) {
-            break;
-        }
-        if (i < 64) {
-            td_cpu_relax();
-        } else if (token_wait(tp, 20)) {
-            /* Slept until the holder (maybe preempted on this core) let
-             * go; re-check DONE every 20 us meanwhile. */
-            got = 1;
-            break;
-        }
-    }
-    if (!got) {
-        __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
-        if (done(arg)) {
-            return TD_OK;
-        }
-        return TD_ERR_STATE;        /* another thread drives progress */
-    }
     while (!(ok = done(arg))) {
         progress_once(tp);
         if (__atomic_load_n(&tp->stop, __ATOMIC_RELAXED)) {
             break;
         }
         if ((++rounds & 31) == 0) {
-            double waited = td_now_s() - t0;
+            double now = td_now_s(), waited;
+
+            if (t0 == 0) {
+                t0 = now;
+            }
+            waited = now - t0;
 
             if (max_s >= 0 && waited > max_s) {
                 break;
@@ -4594,6 +4601,56 @@ drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
     return ok ? TD_OK : TD_ERR_TIMEOUT;
 }
 
+
+/* A driver counted (the progress thread naps, N1). */
+static void
+drive_count(td_transport_t *tp)
+{
+    __atomic_fetch_add(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+    /* N1: a hint (a lost increment still changes it) */
+    __atomic_store_n(&tp->drive_gen, __atomic_load_n(&tp->drive_gen,
+                     __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
+/* POLLS: the driver stands in for the progress thread: it never sleeps on
+ * the event fd, and yields after POLL_YIELD_AFTER_S without a message. */
+static td_status_t
+drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
+      int polls)
+{
+    double t0 = td_now_s();
+    int got = 0;
+
+    if (tl_holder == tp ||     /* from a callback: would recurse */
+        !tp->thread_started || __atomic_load_n(&tp->stop, __ATOMIC_ACQUIRE)) {
+        return TD_ERR_STATE;
+    }
+    drive_count(tp);
+    /* The progress thread gives the token up after its current round;
+     * another driver keeps it for its whole wait: then do not queue up. */
+    for (unsigned i = 0; !(got = token_take(tp)); i++) {
+        if (done(arg) || STOPPED(tp) ||
+            (max_s >= 0 && td_now_s() - t0 > max_s)) {
+            break;
+        }
+        if (i < 64) {
+            td_cpu_relax();
+        } else if (token_wait(tp, 20)) {
+            /* Slept until the holder (maybe preempted on this core) let
+             * go; re-check DONE every 20 us meanwhile. */
+            got = 1;
+            break;
+        }
+    }
+    if (!got) {
+        __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+        if (done(arg)) {
+            return TD_OK;
+        }
+        return TD_ERR_STATE;        /* another thread drives progress */
+    }
+    return drive_held(tp, done, arg, max_s, polls, t0);
+}
 bool
 td__transport_drive_wanted(td_transport_t *tp)
 {

@@ -431,13 +431,18 @@ typedef struct {
 } td_transport_pair_t;
 
 /* Post X: a receive of up to RCAP bytes into RBUF and a send of SLEN bytes
- * of SBUF to DST, both tagged TAG. TD_ERR_NOT_FOUND: no endpoint to DST yet
- * (asked for; drive and post again); TD_ERR_PEER: DST failed. Never
- * blocks on the store (L11); waits for the token. */
+ * of SBUF to DST, both tagged TAG; then, when DONE is given, drive as
+ * td__transport_drive does until DONE(ARG) or SPIN_S passes, in the same
+ * hold of the token (transport.c U7). TD_OK: posted (X's done bits say
+ * what completed). TD_ERR_NOT_FOUND: no endpoint to DST yet (asked for;
+ * drive and post again); TD_ERR_PEER: DST failed. Never blocks on the
+ * store (L11); waits for the token. */
 td_status_t td__transport_pair_post(td_transport_t *tp, int dst,
                                     uint64_t tag, const void *sbuf,
                                     size_t slen, void *rbuf, size_t rcap,
-                                    td_transport_pair_t *x);
+                                    td_transport_pair_t *x,
+                                    int (*done)(void *arg), void *arg,
+                                    double spin_s);
 /* Cancel X's receive if it is still in flight: its completion then comes
  * with TD_ERR_CANCELED at the next round of progress (U4). */
 void td__transport_pair_cancel(td_transport_t *tp, td_transport_pair_t *x);

@@ -14,7 +14,7 @@
  *
  * Both are run by the thread running the group's operation (work.c).
  *
- * Two members on two hosts, a small body (T1..T4): rd's one exchange as
+ * Two members on two hosts, a small body (T1..T5): rd's one exchange as
  * one UCX tagged message each way (transport.c U1..U6), the way Open MPI
  * sends it: no handler, no header, no matching of ours; the receive lands
  * in place. 0.4-0.6 us of an 8-9 us call across two emulated hosts.
@@ -35,7 +35,13 @@
  *     sleeps until a completion wakes it (the progress thread delivers),
  *     driving briefly after each wake-up. It sends no probe (late.h K4):
  *     a peer in another call of the group waits in wait.c, which probes,
- *     or in this exchange, whose message shows its call (T2). */
+ *     or in this exchange, whose message shows its call (T2).
+ *  T5 The post and the wait's first 2 ms are one hold of the token
+ *     (transport.c U7), and the call reads no clock before it: its
+ *     deadline (C6) is set at the first look at the clock after the post,
+ *     when the exchange did not complete within that first wait or it
+ *     fails (coll_op_begin_unclocked). A call's timeout then runs from
+ *     up to 2 ms after it began. */
 #include "config.h"
 
 #include <stdatomic.h>
@@ -178,7 +184,7 @@ coll_all_reduce_pair(coll_op_t *op, void *buf, size_t count,
     return TD_OK;
 }
 
-/* ---- two members on two hosts: tagged (T1..T4) --------------------------- */
+/* ---- two members on two hosts: tagged (T1..T5) --------------------------- */
 
 #define PAIR_TRAILER COLL_WIRE_DESC   /* the sender's call (T2) */
 #define PAIR_SPIN_S  0.002         /* T4, as wait.c */
@@ -256,6 +262,15 @@ pair_drive(pair_wait_t *w, int (*check)(void *), double deadline)
     }
 }
 
+/* T5: the deadline from the first look at the clock after the post */
+static void
+pair_deadline(coll_op_t *op)
+{
+    if (op->deadline == 0) {
+        op->deadline = td_now_s() + coll_timeout();
+    }
+}
+
 /* Why the call stops (T3), into MSG; TD_OK: it does not. */
 static td_status_t
 pair_verdict(coll_op_t *op, int peer, char *msg, size_t len)
@@ -269,6 +284,7 @@ pair_verdict(coll_op_t *op, int peer, char *msg, size_t len)
                  "operation pending");
         return TD_ERR_CANCELED;
     }
+    pair_deadline(op);
     if (__atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) == TD_OK &&
         td_now_s() > op->deadline) {
         if (coll_late_ranks(g, op->seq, who, sizeof(who)) == 0) {
@@ -310,9 +326,10 @@ coll_all_reduce_pair_tag_run(coll_op_t *op, void *buf, size_t count)
     w.x.notify = coll_wake;
     w.x.done = 0;
     for (;;) {
+        /* posted, then a first wait in the same hold of the token (U7) */
         st = td__transport_pair_post(coll_transport(), peer, tag, out,
                                      bytes + PAIR_TRAILER, in, sizeof(in),
-                                     &w.x);
+                                     &w.x, pair_pred, &w, PAIR_SPIN_S);
         if (st != TD_ERR_NOT_FOUND) {
             break;
         }
@@ -327,6 +344,9 @@ coll_all_reduce_pair_tag_run(coll_op_t *op, void *buf, size_t count)
         td_status_t gs = pair_verdict(op, peer, msg, sizeof(msg));
 
         return gs != TD_OK ? td_error(gs, "%s", msg) : st;
+    }
+    if (!pair_done(&w)) {
+        pair_deadline(op);                                      /* T5 */
     }
     while (!pair_done(&w)) {
         pair_drive(&w, pair_pred, op->deadline);
@@ -381,7 +401,7 @@ coll_all_reduce_pair_tag(coll_op_t *op, void *buf, size_t count,
                          void (*announce)(td_group_t *g, uint32_t seq,
                                           const coll_desc_t *d))
 {
-    td_status_t st = coll_op_begin(op, announce);
+    td_status_t st = coll_op_begin_unclocked(op, announce);    /* T5 */
 
     if (st != TD_OK) {
         return st;

@@ -128,9 +128,10 @@ coll_scratch(td_group_t *g, size_t len)
     return g->scratch;
 }
 
-/* coll_op_begin up to its lock: the sequence number, deadline, size. */
+/* coll_op_begin up to its lock: the sequence number, deadline (CLOCKED:
+ * else 0, for the wait to set), size. */
 static void
-begin_prep(coll_op_t *op)
+begin_prep(coll_op_t *op, int clocked)
 {
     td_group_t *g = op->g;
 
@@ -148,7 +149,8 @@ begin_prep(coll_op_t *op)
     /* Through a segment already mapped the deadline is set by the wait's
      * first look at the clock (shm.c): a call that waits less reads no
      * clock at all (25 ns of a 190 ns all_reduce here). */
-    op->deadline = op->desc.algo == ALGO_SHM && g->shm_state == SHM_ON
+    op->deadline = !clocked ||
+                   (op->desc.algo == ALGO_SHM && g->shm_state == SHM_ON)
                    ? 0 : td_now_s() + coll_timeout();
     op->esize = td_dtype_size((td_dtype_t)op->desc.dtype);
 }
@@ -200,16 +202,16 @@ begin_finish(coll_op_t *op,
     return TD_OK;
 }
 
-td_status_t
-coll_op_begin(coll_op_t *op,
-              void (*announce)(td_group_t *g, uint32_t seq,
-                               const coll_desc_t *d))
+static td_status_t
+op_begin(coll_op_t *op,
+         void (*announce)(td_group_t *g, uint32_t seq, const coll_desc_t *d),
+         int clocked)
 {
     char msg[COLL_ERR_MAX];
     int mismatch = 0;
     td_status_t st;
 
-    begin_prep(op);
+    begin_prep(op, clocked);
     coll_lock();
     st = begin_locked(op, &mismatch, msg, sizeof(msg));
     if (st != TD_OK) {
@@ -217,6 +219,22 @@ coll_op_begin(coll_op_t *op,
     }
     coll_unlock();
     return begin_finish(op, announce, mismatch, msg);
+}
+
+td_status_t
+coll_op_begin(coll_op_t *op,
+              void (*announce)(td_group_t *g, uint32_t seq,
+                               const coll_desc_t *d))
+{
+    return op_begin(op, announce, 1);
+}
+
+td_status_t
+coll_op_begin_unclocked(coll_op_t *op,
+                        void (*announce)(td_group_t *g, uint32_t seq,
+                                         const coll_desc_t *d))
+{
+    return op_begin(op, announce, 0);
 }
 
 td_status_t
@@ -230,7 +248,7 @@ coll_op_begin_irecv(coll_op_t *op,
     int mismatch = 0;
     td_status_t st;
 
-    begin_prep(op);
+    begin_prep(op, 1);
     recv_fill(op, r, src, tag, buf, nbytes);     /* (op->seq is set) */
     coll_post_recv_prep(r);
     coll_lock();

@@ -43,6 +43,13 @@ typedef struct {
 td_status_t coll_op_begin(coll_op_t *op,
                           void (*announce)(td_group_t *g, uint32_t seq,
                                            const coll_desc_t *d));
+/* coll_op_begin with op->deadline left 0, for the wait to set at its
+ * first look at the clock (allreduce.c T5; as through a mapped segment,
+ * shm.c). */
+td_status_t coll_op_begin_unclocked(coll_op_t *op,
+                                    void (*announce)(td_group_t *g,
+                                                     uint32_t seq,
+                                                     const coll_desc_t *d));
 void        coll_op_end(coll_op_t *op);
 /* coll_op_begin, then coll_irecv(op, R, SRC, TAG, BUF, NBYTES), in one
  * hold of coll_lock (C16). On failure R is not posted. */
