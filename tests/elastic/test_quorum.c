@@ -69,7 +69,7 @@ join_thread(void *arg)
     if (j->st == TD_OK) {
         j->st = elastic_quorum_join(c, j->epoch, j->me, j->members, j->n,
                                     j->dead, j->committed, j->timeout,
-                                    &j->plan);
+                                    NULL, &j->plan);
         td_store_close(c);
     }
     snprintf(j->err, sizeof(j->err), "%s", j->st != TD_OK ? td_last_error()
