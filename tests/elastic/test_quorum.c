@@ -27,7 +27,11 @@
  *      it dead and forms the epoch alone;
  *  11. Q13's late declaration: rank 0 waits on a silent rank 1 that its
  *      transport loses after it joined: it declares it then, and the plan
- *      is {0}. */
+ *      is {0};
+ *  12. Q13's test hold (TODIST_TEST_ELASTIC_HOLD): rank 0, its hold file
+ *      absent, waits past its bound (2 x 0.05 + 1 s; the test waits that
+ *      out) and then takes the plan rank 1, back, writes (refused: it is
+ *      not in it); with the file there, it fails at the bound as in 10. */
 #include "config.h"
 
 #include <pthread.h>
@@ -54,6 +58,7 @@ typedef struct {
     unsigned char  dead[MAXR];
     int64_t        committed;
     double         timeout;
+    const char    *hold;      /* Q13's test hold, NULL: none */
     td_status_t    st;
     char           err[512];
     elastic_plan_t plan;
@@ -69,7 +74,7 @@ join_thread(void *arg)
     if (j->st == TD_OK) {
         j->st = elastic_quorum_join(c, j->epoch, j->me, j->members, j->n,
                                     j->dead, j->committed, j->timeout,
-                                    &j->plan);
+                                    j->hold, &j->plan);
         td_store_close(c);
     }
     snprintf(j->err, sizeof(j->err), "%s", j->st != TD_OK ? td_last_error()
@@ -477,6 +482,38 @@ silence(void)
     ok(td_store_get(c, "td/el/13/dead/1", 0, &v, &len) == TD_OK && len == 1 &&
        memcmp(v, "0", 1) == 0, "Q13: rank 0 declared rank 1 dead late");
     free(v);
+
+    /* 12: the hold; rank 1 comes only once rank 0's bound (1.1 s) passed
+     * (a rank 0 slower to get there only waits less: no false failure) */
+    j[0] = joiner(15, 0, m2, 2, 3, 0.05);
+    j[0].hold = "/nonexistent/todist-test-hold";
+    pthread_create(&t, NULL, join_thread, &j[0]);
+    found = 0;
+    for (int i = 0; i < 30000 && !found; i++) {
+        v = NULL;
+        found = td_store_get(c, "td/el/15/in/0", 0, &v, &len) == TD_OK;
+        free(v);
+        if (!found) {
+            td_error_clear();
+            usleep(1000);
+        }
+    }
+    ok(found, "hold: rank 0 joined epoch 15");
+    usleep(1600000);
+    j[1] = joiner(15, 1, m2, 2, 3, 0.05);
+    j[1].dead[0] = 1;
+    run(&j[1], 1);
+    check_plan(&j[1], "1", 3, 1, 0, "hold: the dropper back after the bound");
+    elastic_plan_free(&j[1].plan);
+    pthread_join(t, NULL);
+    is_int(j[0].st, TD_ERR_STATE, "hold: rank 0, held past its bound, takes "
+           "the dropper's plan and is refused (%s)", j[0].err);
+    elastic_plan_free(&j[0].plan);
+    j[0] = joiner(17, 0, m2, 2, 3, 0.05);
+    j[0].hold = "/";
+    run(j, 1);
+    is_int(j[0].st, TD_ERR_TIMEOUT, "hold: with its file there, rank 0 "
+           "fails at the bound (%s)", j[0].err);
     td_store_close(c);
 }
 
@@ -489,7 +526,7 @@ main(void)
     joiner_t j[MAXR];
     double t0;
 
-    plan(125);
+    plan(131);
     codec();
     grow_codec();
     if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {
