@@ -196,12 +196,13 @@
  *     waited forever (tests/hosts/test_hosts_queued.sh: rank 1 dropped
  *     rank 0 in the middle of an 8 MiB message across a cut; its
  *     td_recv hung until the job's timeout). The forced close fails it
- *     (TD_ERR_PEER) at once. Seen on one link and on two alike: not a
+ *     at once (TD_ERR_CANCELED, as UCX reports it). Seen on one link and on two alike: not a
  *     matter of lanes; on two, L13's argument holds as on one
- *     (tests/hosts/test_hosts_wireup.sh, HOSTS_RAILS=2). Open: after
- *     such a forced close, UCX 1.13.1's TCP transport may crash the
- *     process when the peer's traffic reaches it again once the
- *     partition heals (docs/hosts.md, "Two links per host").
+ *     (TD_TEST_WIREUP_RAILS=2 tests/hosts/test_hosts_wireup.sh: no abort
+ *     in 2 runs). Open: after such a forced close, UCX 1.13.1's TCP
+ *     transport may crash the process when the peer's traffic reaches
+ *     it again once the partition heals (docs/hosts.md, "Two links per
+ *     host").
  *
  * A tagged exchange with one peer (U1..U6; td__transport_pair_post): the
  * small all_reduce of two ranks on two hosts is one message each way, and
