@@ -17,7 +17,8 @@
  *     dead only members of epoch k its own transport lost, before it
  *     writes its own in/ key: whoever sees it joined sees what it
  *     declared (else a rank declared dead could see every member decided
- *     without the declaration, and write itself into the plan). One its
+ *     without the declaration, and write itself into the plan), since a
+ *     reader reads every member's in/ key before any dead/ key. One its
  *     transport loses while it waits it declares then (Q13); a plan
  *     written before that stands (Q1), and the next collective with the
  *     lost rank fails into another recovery.

@@ -31,7 +31,14 @@
  *  12. Q13's test hold (TODIST_TEST_ELASTIC_HOLD): rank 0, its hold file
  *      absent, waits past its bound (2 x 0.05 + 1 s; the test waits that
  *      out) and then takes the plan rank 1, back, writes (refused: it is
- *      not in it); with the file there, it fails at the bound as in 10. */
+ *      not in it); with the file there, it fails at the bound as in 10;
+ *  13. Q2's read order: rank 1 declares rank 0 dead and joins just as
+ *      rank 0, which waits for it, has read rank 0's dead/ key (the
+ *      test's td_store_get, linked with --wrap, writes rank 1's keys
+ *      then): rank 0 must not see rank 1 joined without its declaration
+ *      and write itself into the plan: it writes no plan (it fails at its
+ *      bound, "no plan"). Before, reading each member's in/ and dead/
+ *      keys in turn, it wrote {0, 1}. */
 #include "config.h"
 
 #include <pthread.h>
@@ -49,6 +56,32 @@
 #define MAXR 8
 
 static uint16_t port;
+
+/* Check 13: td_store_get, wrapped (elastic.mk: -Wl,--wrap), runs
+ * race_cb once, after the read of race_key (a non-blocking get) */
+static const char *volatile race_key;
+static void (*volatile race_cb)(void);
+
+td_status_t __real_td_store_get(td_store_t *store, const char *key,
+                                double timeout, void **value_p,
+                                size_t *len_p);
+td_status_t __wrap_td_store_get(td_store_t *store, const char *key,
+                                double timeout, void **value_p,
+                                size_t *len_p);
+
+td_status_t
+__wrap_td_store_get(td_store_t *store, const char *key, double timeout,
+                    void **value_p, size_t *len_p)
+{
+    td_status_t st = __real_td_store_get(store, key, timeout, value_p, len_p);
+    const char *k = race_key;
+
+    if (k != NULL && strcmp(key, k) == 0 &&
+        __atomic_exchange_n(&race_key, NULL, __ATOMIC_ACQ_REL) != NULL) {
+        race_cb();
+    }
+    return st;
+}
 
 typedef struct {
     int64_t        epoch;
@@ -517,6 +550,48 @@ silence(void)
     td_store_close(c);
 }
 
+/* 13: rank 1's keys, as its join writes them: its declaration, then its
+ * in/ (Q2) */
+static td_store_t *race_store;
+static int race_done;
+
+static void
+race_rank1(void)
+{
+    race_done = td_store_set(race_store, "td/el/19/dead/0", "1", 1) == TD_OK &&
+                td_store_set(race_store, "td/el/19/in/1", "3", 1) == TD_OK;
+}
+
+static void
+read_order(void)
+{
+    static const int m2[2] = {0, 1};
+    joiner_t j;
+    void *v = NULL;
+    size_t len = 0;
+
+    if (td_store_connect("127.0.0.1", port, TOKEN, 10, &race_store) !=
+        TD_OK) {
+        ok(0, "store: %s", td_last_error());
+        return;
+    }
+    race_cb = race_rank1;
+    race_key = "td/el/19/dead/0";
+    j = joiner(19, 0, m2, 2, 3, 0.05);
+    run(&j, 1);
+    ok(race_done, "Q2 order: rank 1 declared rank 0 dead and joined while "
+       "rank 0 read the keys");
+    is_int(j.st, TD_ERR_TIMEOUT, "Q2 order: rank 0 writes no plan with "
+           "itself, declared dead, in it (%s)", j.err);
+    elastic_plan_free(&j.plan);
+    ok(td_store_get(race_store, "td/el/19/plan", 0, &v, &len) ==
+       TD_ERR_NOT_FOUND, "Q2 order: no plan was written");
+    free(v);
+    td_error_clear();
+    race_key = NULL;
+    td_store_close(race_store);
+}
+
 int
 main(void)
 {
@@ -526,7 +601,7 @@ main(void)
     joiner_t j[MAXR];
     double t0;
 
-    plan(131);
+    plan(134);
     codec();
     grow_codec();
     if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {
@@ -605,6 +680,7 @@ main(void)
     like(j[2].err, "declared dead by a peer", "the reason lists it");
 
     silence();
+    read_order();
     td_store_server_stop(srv);
 
     /* 7-9 on a store of their own (the replacement walks the plans) */

