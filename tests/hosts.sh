@@ -160,9 +160,9 @@ hosts_up() { # N
     fi
     _sw="${HOSTS_ID}sw"
     ip netns add "$_sw" || return 1
-    for _r in $(_hosts_rails_of); do
-        ip -n "$_sw" link add "$(_hosts_br $_r)" type bridge || return 1
-        ip -n "$_sw" link set "$(_hosts_br $_r)" up || return 1
+    for _hosts_r in $(_hosts_rails_of); do
+        ip -n "$_sw" link add "$(_hosts_br $_hosts_r)" type bridge || return 1
+        ip -n "$_sw" link set "$(_hosts_br $_hosts_r)" up || return 1
     done
     cp /etc/hosts "$HOSTS_DIR/etc_hosts"
     _i=1
@@ -178,13 +178,13 @@ hosts_up() { # N
         chmod 1777 "$_h/tmp"
         cat /proc/sys/kernel/random/uuid > "$_h/boot_id"
         ip netns add "$_ns" || return 1
-        for _r in $(_hosts_rails_of); do
-            _if=$(_hosts_if $_r)
-            ip -n "$_sw" link add "$(_hosts_swif $_i $_r)" type veth \
+        for _hosts_r in $(_hosts_rails_of); do
+            _if=$(_hosts_if $_hosts_r)
+            ip -n "$_sw" link add "$(_hosts_swif $_i $_hosts_r)" type veth \
                 peer name "$_if" netns "$_ns" || return 1
-            ip -n "$_sw" link set "$(_hosts_swif $_i $_r)" \
-                master "$(_hosts_br $_r)" up || return 1
-            ip -n "$_ns" addr add "$(hosts_addr $_i $_r)/24" dev "$_if" ||
+            ip -n "$_sw" link set "$(_hosts_swif $_i $_hosts_r)" \
+                master "$(_hosts_br $_hosts_r)" up || return 1
+            ip -n "$_ns" addr add "$(hosts_addr $_i $_hosts_r)/24" dev "$_if" ||
                 return 1
             ip -n "$_ns" link set "$_if" up || return 1
         done
@@ -222,12 +222,12 @@ hosts_up() { # N
     # at once then had one TCP lane of two, on the rail that was ready).
     _i=1
     while [ $_i -le "$1" ]; do
-        for _r in $(_hosts_rails_of); do
+        for _hosts_r in $(_hosts_rails_of); do
             _t=0
             until ip -n "$(_hosts_ns $_i)" -o link show dev \
-                    "$(_hosts_if $_r)" | grep "state UP" > /dev/null; do
+                    "$(_hosts_if $_hosts_r)" | grep "state UP" > /dev/null; do
                 if [ $_t -ge 100 ]; then
-                    echo "hosts: host $_i's $(_hosts_if $_r) is not up" >&2
+                    echo "hosts: host $_i's $(_hosts_if $_hosts_r) is not up" >&2
                     return 1
                 fi
                 sleep 0.1; _t=$((_t + 1))
@@ -247,8 +247,8 @@ hosts_run() { # I CMD...
 
 hosts_rate() { # I RATE [R]
     _ns=$(_hosts_ns "$1")
-    for _r in $(_hosts_rails_of "${3:-}"); do
-        _if=$(_hosts_if $_r); _sif=$(_hosts_swif "$1" $_r)
+    for _hosts_r in $(_hosts_rails_of "${3:-}"); do
+        _if=$(_hosts_if $_hosts_r); _sif=$(_hosts_swif "$1" $_hosts_r)
         if [ -z "$2" ]; then
             ip netns exec "$_ns" tc qdisc del dev "$_if" root 2>/dev/null
             ip netns exec "${HOSTS_ID}sw" tc qdisc del dev "$_sif" root \
@@ -271,20 +271,22 @@ hosts_bytes() { # I [R]
             d=/sys/class/net/$i/statistics
             tx=$((tx + $(cat $d/tx_bytes))); rx=$((rx + $(cat $d/rx_bytes)))
         done
-        echo $tx $rx' sh $(for _r in $(_hosts_rails_of "${2:-}"); do
-                               _hosts_if $_r; done)
+        echo $tx $rx' sh $(for _hosts_r in $(_hosts_rails_of "${2:-}"); do
+                               _hosts_if $_hosts_r; done)
 }
 
+# The rail loops' variable is _hosts_r: sh has no locals, and a caller's
+# _r (test_hosts_elastic's ready file) was overwritten by hosts_cut.
 hosts_cut() { # I [R]
-    for _r in $(_hosts_rails_of "${2:-}"); do
-        ip -n "${HOSTS_ID}sw" link set "$(_hosts_swif "$1" $_r)" nomaster ||
+    for _hosts_r in $(_hosts_rails_of "${2:-}"); do
+        ip -n "${HOSTS_ID}sw" link set "$(_hosts_swif "$1" $_hosts_r)" nomaster ||
             return 1
     done
 }
 hosts_restore() { # I [R]
-    for _r in $(_hosts_rails_of "${2:-}"); do
-        ip -n "${HOSTS_ID}sw" link set "$(_hosts_swif "$1" $_r)" \
-            master "$(_hosts_br $_r)" || return 1
+    for _hosts_r in $(_hosts_rails_of "${2:-}"); do
+        ip -n "${HOSTS_ID}sw" link set "$(_hosts_swif "$1" $_hosts_r)" \
+            master "$(_hosts_br $_hosts_r)" || return 1
     done
 }
 

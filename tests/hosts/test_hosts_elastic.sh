@@ -115,7 +115,7 @@ report() {
 # VAR=VALUE for both; l0, l1: the launchers. Returns once R is there
 # (every rank warm).
 launch() {
-    _op=$1; _r=$2; _env=$3; _rep=$4; _live0=$5; _env0=${6:-}
+    _op=$1; _rdy=$2; _env=$3; _rep=$4; _live0=$5; _env0=${6:-}
     _tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
     for k in 0 1; do
         if [ $k = 0 ]; then live=$_live0; rep=$_rep; e0=$_env0
@@ -124,11 +124,11 @@ launch() {
             TODIST_LIVENESS=$live $_env $e0 timeout -k 5 90 todist-run -n 1 \
             --nnodes 2 --node-rank $k --master-addr "$(hosts_addr 1)" \
             --master-port $HOSTS_PORT --no-kill $rep \
-            "$B/hosts/hosts_peer" $_op 1 "$_r" > "$HOSTS_DIR/node$k.out" 2>&1 &
+            "$B/hosts/hosts_peer" $_op 1 "$_rdy" > "$HOSTS_DIR/node$k.out" 2>&1 &
         eval "l$k=\$!"
     done
     _t=0
-    while [ ! -e "$_r" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
+    while [ ! -e "$_rdy" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
 }
 
 # pair OP R ENV REPLACE: launch with rank 0's TODIST_LIVENESS 30 and
@@ -137,14 +137,14 @@ launch() {
 # 1 recovers once rank 0 did (R.go).
 pair() {
     launch "$1" "$2" "$3" "$4" 30 TODIST_COLL_TIMEOUT=300
-    _r=$2
+    _rdy=$2
     hosts_cut 1
-    : > "$_r.cut"
+    : > "$_rdy.cut"
     # the dropper's all_reduce failed; it recovers after rank 0 did (R.go)
     wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
     hosts_restore 1
     wait_for "$HOSTS_DIR/node0.out" "^op=elheal recover " 1
-    : > "$_r.go"
+    : > "$_rdy.go"
 }
 
 # check PART DROPPED "DROPPERS" WORLD SUM HOST OUT RC: RC is the job's
