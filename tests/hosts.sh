@@ -13,8 +13,11 @@
 # Source it after tests/lib.sh (its TD_TMP is then shared with every host,
 # at the same path) or alone (bench/). POSIX sh. Functions:
 #   hosts_supported        0, or 1 with the reason in HOSTS_WHY
-#   hosts_up N             N hosts, h1..hN at 10.91.0.1..N (HOSTS_N, HOSTS_DIR)
-#   hosts_name I / hosts_addr I
+#   hosts_up N             N hosts, h1..hN at 10.91.0.1..N (HOSTS_N, HOSTS_DIR);
+#                          HOSTS_RAILS=R (1..4, default 1): R links per host,
+#                          rail r (1..R) is interface eth<r-1> on a bridge
+#                          of its own, at 10.91.<r-1>.I
+#   hosts_name I / hosts_addr I [R]
 #   hosts_rename I NAME    host I's hostname becomes NAME, which every
 #                          host's /etc/hosts then resolves to its address
 #   hosts_run I CMD...     run CMD on host I (cwd kept; status returned)
@@ -24,12 +27,15 @@
 #                          variables, runs under HOSTS_TIMEOUT seconds (120);
 #                          prints every rank's output in rank order, returns
 #                          the first failing rank's status
-#   hosts_rate I RATE      limit host I's link both ways (tc tbf), "" lifts it
-#   hosts_bytes I          "TX RX": bytes host I's interface sent, received
-#   hosts_cut I / hosts_restore I
-#                          take host I off the bridge and put it back (its
-#                          interface stays up: packets are lost, as in a
-#                          partition, rather than refused)
+#   hosts_rate I RATE [R]  limit host I's links (rail R's only) both ways
+#                          (tc tbf), "" lifts it
+#   hosts_bytes I [R]      "TX RX": bytes host I's interfaces (rail R's)
+#                          sent, received
+#   hosts_cut I [R] / hosts_restore I [R]
+#                          take host I's links (rail R's) off their bridges
+#                          and put them back (its interfaces stay up:
+#                          packets are lost, as in a partition, rather than
+#                          refused)
 #   hosts_kill I           kill every process of host I (its init)
 #   hosts_down             tear everything down; also runs on exit
 # Names are unique per invocation (td<pid>x<k>h<i>): helpers run
@@ -39,6 +45,7 @@ HOSTS_ID=""
 HOSTS_DIR=""
 HOSTS_WHY=""
 HOSTS_NET=10.91.0
+_hosts_rails=1
 HOSTS_PORT=29400
 _hosts_k=0
 
@@ -55,6 +62,14 @@ hosts_supported() {
     if ! ip netns add "$_ns" 2>/dev/null; then
         HOSTS_WHY="network namespaces are not permitted here"; return 1
     fi
+    # a second rail: a bridge and a veth pair of its own (as hosts_up)
+    if [ "${HOSTS_RAILS:-1}" != 1 ] &&
+       ! { ip -n "$_ns" link add br1 type bridge &&
+           ip -n "$_ns" link add r1 type veth peer name r1b; } 2>/dev/null; then
+        ip netns del "$_ns"
+        HOSTS_WHY="no second bridge and veth pair here (HOSTS_RAILS)"
+        return 1
+    fi
     ip netns del "$_ns"
     if ! unshare --mount --uts --ipc --pid --fork --mount-proc \
             sh -c 'mount -t tmpfs tmpfs /dev/shm' 2>/dev/null; then
@@ -64,8 +79,21 @@ hosts_supported() {
 }
 
 hosts_name() { echo "h$1"; }
-hosts_addr() { echo "$HOSTS_NET.$1"; }
+# Rail R's subnet is the one after rail R-1's: 10.91.0, 10.91.1, ...
+hosts_addr() { # I [R]
+    echo "${HOSTS_NET%.*}.$((${HOSTS_NET##*.} + ${2:-1} - 1)).$1"
+}
 _hosts_ns() { echo "${HOSTS_ID}h$1"; }
+# Rail R of host I: its interface there, its end on the switch, its bridge.
+_hosts_if() { echo "eth$(($1 - 1))"; }
+_hosts_swif() { if [ "$2" = 1 ]; then echo "h$1"; else echo "h${1}r$2"; fi; }
+_hosts_br() { echo "br$(($1 - 1))"; }
+# The rails of host I's call: R alone, else all of them.
+_hosts_rails_of() { # [R]
+    if [ -n "${1:-}" ]; then echo "$1"; return 0; fi
+    _hr=1
+    while [ $_hr -le "$_hosts_rails" ]; do echo $_hr; _hr=$((_hr + 1)); done
+}
 
 # Appended in place: every host's /etc/hosts is a bind mount of this file.
 hosts_rename() { # I NAME
@@ -82,6 +110,16 @@ echo h$1 > /proc/sys/kernel/hostname
 mount --bind "$_h/boot_id" /proc/sys/kernel/random/boot_id
 mount --bind "$HOSTS_DIR/etc_hosts" /etc/hosts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+# The network devices under /sys are those of the namespace that mounted
+# it: the machine's, unless this host mounts a sysfs of its own (UCX lists
+# its TCP devices from /sys/class/net: a host saw the machine's eth0 and
+# lo, never an eth1). Only the net views are replaced (cgroups and the
+# rest of /sys stay the machine's); where that is refused the host keeps
+# the machine's view.
+if mkdir -p "$_h/sys" && mount -t sysfs sysfs "$_h/sys"; then
+    mount --bind "$_h/sys/class/net" /sys/class/net
+    mount --bind "$_h/sys/devices/virtual/net" /sys/devices/virtual/net
+fi
 EOF
     # /tmp is private; what the commands need keeps its path inside it:
     # the shared folder, the build and source trees (a checkout under /tmp
@@ -106,6 +144,10 @@ EOF
 
 hosts_up() { # N
     hosts_down
+    case ${HOSTS_RAILS:-1} in
+    1|2|3|4) _hosts_rails=${HOSTS_RAILS:-1} ;;
+    *) echo "hosts: HOSTS_RAILS=$HOSTS_RAILS: 1 to 4" >&2; return 1 ;;
+    esac
     _hosts_k=$((_hosts_k + 1))
     HOSTS_ID="td$$x$_hosts_k"
     HOSTS_N=$1
@@ -118,8 +160,10 @@ hosts_up() { # N
     fi
     _sw="${HOSTS_ID}sw"
     ip netns add "$_sw" || return 1
-    ip -n "$_sw" link add br0 type bridge || return 1
-    ip -n "$_sw" link set br0 up || return 1
+    for _hosts_r in $(_hosts_rails_of); do
+        ip -n "$_sw" link add "$(_hosts_br $_hosts_r)" type bridge || return 1
+        ip -n "$_sw" link set "$(_hosts_br $_hosts_r)" up || return 1
+    done
     cp /etc/hosts "$HOSTS_DIR/etc_hosts"
     _i=1
     while [ $_i -le "$1" ]; do
@@ -134,11 +178,16 @@ hosts_up() { # N
         chmod 1777 "$_h/tmp"
         cat /proc/sys/kernel/random/uuid > "$_h/boot_id"
         ip netns add "$_ns" || return 1
-        ip -n "$_sw" link add "h$_i" type veth peer name eth0 netns "$_ns" ||
-            return 1
-        ip -n "$_sw" link set "h$_i" master br0 up || return 1
-        ip -n "$_ns" addr add "$(hosts_addr $_i)/24" dev eth0 || return 1
-        ip -n "$_ns" link set eth0 up || return 1
+        for _hosts_r in $(_hosts_rails_of); do
+            _if=$(_hosts_if $_hosts_r)
+            ip -n "$_sw" link add "$(_hosts_swif $_i $_hosts_r)" type veth \
+                peer name "$_if" netns "$_ns" || return 1
+            ip -n "$_sw" link set "$(_hosts_swif $_i $_hosts_r)" \
+                master "$(_hosts_br $_hosts_r)" up || return 1
+            ip -n "$_ns" addr add "$(hosts_addr $_i $_hosts_r)/24" dev "$_if" ||
+                return 1
+            ip -n "$_ns" link set "$_if" up || return 1
+        done
         ip -n "$_ns" link set lo up || return 1
         _hosts_init $_i
         # Detached (not a child of the caller: a bare wait must not wait
@@ -167,6 +216,25 @@ hosts_up() { # N
         echo "$_p" > "$_h/init.pid"
         _i=$((_i + 1))
     done
+    # ...and (bounded) for every link to be up: the kernel marks a new
+    # one running (IFF_RUNNING) a moment after it is set up, and UCX
+    # leaves out an interface not running when it starts (a rank started
+    # at once then had one TCP lane of two, on the rail that was ready).
+    _i=1
+    while [ $_i -le "$1" ]; do
+        for _hosts_r in $(_hosts_rails_of); do
+            _t=0
+            until ip -n "$(_hosts_ns $_i)" -o link show dev \
+                    "$(_hosts_if $_hosts_r)" | grep "state UP" > /dev/null; do
+                if [ $_t -ge 100 ]; then
+                    echo "hosts: host $_i's $(_hosts_if $_hosts_r) is not up" >&2
+                    return 1
+                fi
+                sleep 0.1; _t=$((_t + 1))
+            done
+        done
+        _i=$((_i + 1))
+    done
 }
 
 _hosts_init_pid() { cat "$HOSTS_DIR/h$1/init.pid" 2>/dev/null; }
@@ -177,26 +245,50 @@ hosts_run() { # I CMD...
     nsenter -t "$_p" --net --uts --ipc --mount --pid --wd="$PWD" -- "$@"
 }
 
-hosts_rate() { # I RATE
+hosts_rate() { # I RATE [R]
     _ns=$(_hosts_ns "$1")
-    if [ -z "$2" ]; then
-        ip netns exec "$_ns" tc qdisc del dev eth0 root 2>/dev/null
-        ip netns exec "${HOSTS_ID}sw" tc qdisc del dev "h$1" root 2>/dev/null
-        return 0
-    fi
-    ip netns exec "$_ns" tc qdisc replace dev eth0 root tbf rate "$2" \
-        burst 8mb latency 50ms &&
-    ip netns exec "${HOSTS_ID}sw" tc qdisc replace dev "h$1" root tbf \
-        rate "$2" burst 8mb latency 50ms
+    for _hosts_r in $(_hosts_rails_of "${3:-}"); do
+        _if=$(_hosts_if $_hosts_r); _sif=$(_hosts_swif "$1" $_hosts_r)
+        if [ -z "$2" ]; then
+            ip netns exec "$_ns" tc qdisc del dev "$_if" root 2>/dev/null
+            ip netns exec "${HOSTS_ID}sw" tc qdisc del dev "$_sif" root \
+                2>/dev/null
+            continue
+        fi
+        ip netns exec "$_ns" tc qdisc replace dev "$_if" root tbf \
+            rate "$2" burst 8mb latency 50ms &&
+        ip netns exec "${HOSTS_ID}sw" tc qdisc replace dev "$_sif" root tbf \
+            rate "$2" burst 8mb latency 50ms || return 1
+    done
+    return 0
 }
 
-hosts_bytes() { # I
-    ip netns exec "$(_hosts_ns "$1")" sh -c \
-        'echo $(cat /sys/class/net/eth0/statistics/tx_bytes) $(cat /sys/class/net/eth0/statistics/rx_bytes)'
+# Summed over the rails asked for (one read of each counter).
+hosts_bytes() { # I [R]
+    ip netns exec "$(_hosts_ns "$1")" sh -c '
+        tx=0; rx=0
+        for i in "$@"; do
+            d=/sys/class/net/$i/statistics
+            tx=$((tx + $(cat $d/tx_bytes))); rx=$((rx + $(cat $d/rx_bytes)))
+        done
+        echo $tx $rx' sh $(for _hosts_r in $(_hosts_rails_of "${2:-}"); do
+                               _hosts_if $_hosts_r; done)
 }
 
-hosts_cut() { ip -n "${HOSTS_ID}sw" link set "h$1" nomaster; }
-hosts_restore() { ip -n "${HOSTS_ID}sw" link set "h$1" master br0; }
+# The rail loops' variable is _hosts_r: sh has no locals, and a caller's
+# _r (test_hosts_elastic's ready file) was overwritten by hosts_cut.
+hosts_cut() { # I [R]
+    for _hosts_r in $(_hosts_rails_of "${2:-}"); do
+        ip -n "${HOSTS_ID}sw" link set "$(_hosts_swif "$1" $_hosts_r)" nomaster ||
+            return 1
+    done
+}
+hosts_restore() { # I [R]
+    for _hosts_r in $(_hosts_rails_of "${2:-}"); do
+        ip -n "${HOSTS_ID}sw" link set "$(_hosts_swif "$1" $_hosts_r)" \
+            master "$(_hosts_br $_hosts_r)" || return 1
+    done
+}
 
 hosts_kill() { # I
     _p=$(_hosts_init_pid "$1")

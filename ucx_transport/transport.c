@@ -152,7 +152,8 @@
  *     is a malformed one. The kept endpoint is closed by force once UCX
  *     reports it failed (the told peer closed its side, or died), by a
  *     revive and at shutdown. Only an endpoint with nothing of ours in
- *     UCX (inflight 0) is kept: a send still in it must fail now (a
+ *     UCX (inflight 0), and none of its bodies (L14), is kept: a send
+ *     still in it must fail now (a
  *     collective waits for its sends' completions, C4), so such an
  *     endpoint is closed by force as before and its peer, if it comes
  *     back, is told only if its messages reach us again through UCX (a
@@ -197,6 +198,21 @@
  *     another host waited for that wire-up before too (UCX queued it
  *     behind the request), except S2's lean sends, whose first ones now
  *     wait for it as well.
+ *  L14 A rendezvous receive from a peer is counted (rx_inflight, from
+ *     ucp_am_recv_data_nbx to its callback), and a peer dropped with one
+ *     under way is closed by force like one with our sends in UCX (L12),
+ *     not kept: UCX ends such a receive only when its endpoint fails or
+ *     closes, and a kept endpoint does neither, so the caller's receive
+ *     waited forever (tests/hosts/test_hosts_queued.sh: rank 1 dropped
+ *     rank 0 in the middle of an 8 MiB message across a cut; its
+ *     td_recv hung until the job's timeout). The forced close fails it
+ *     at once (TD_ERR_CANCELED, as UCX reports it). Seen on one link and on two alike: not a
+ *     matter of lanes; on two, L13's argument holds as on one
+ *     (TD_TEST_WIREUP_RAILS=2 tests/hosts/test_hosts_wireup.sh: no abort
+ *     in 2 runs). Open: after such a forced close, UCX 1.13.1's TCP
+ *     transport may crash the process when the peer's traffic reaches
+ *     it again once the partition heals (docs/hosts.md, "Two links per
+ *     host").
  *
  * A tagged exchange with one peer (U1..U7; td__transport_pair_post): the
  * small all_reduce of two ranks on two hosts is one message each way, and
@@ -535,6 +551,8 @@ typedef struct {
                           * next round (td__transport_peer_revive, R1) */
     ucp_ep_h dead_ep;    /* the last endpoint closed by force (R2) */
     int      inflight;   /* sends in UCX, not yet completed (token holder) */
+    int      rx_inflight;    /* L14: its rendezvous bodies UCX is receiving
+                              * (token holder) */
     int      tried;      /* an endpoint was made or tried (L5) */
     /* bodies in place (O1-O2), token holder only */
     uint8_t  host;       /* 0 not asked, 1 this host, 2 another */
@@ -1042,11 +1060,18 @@ peer_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why,
     }
     if (p->ep != NULL) {
         p->ep = NULL;
-        if (how == FAIL_DROP && p->inflight == 0 && p->linger_ep == NULL) {
+        if (how == FAIL_DROP && p->inflight == 0 && p->rx_inflight == 0 &&
+            p->linger_ep == NULL) {               /* L14 */
             p->linger_ep = ep;                    /* L12: kept, unused */
             td_log_debug("transport: rank %d: its endpoint kept, to tell "
                          "it (L12)", rank);
         } else {
+            if (how == FAIL_DROP) {
+                td_log_debug("transport: rank %d: its endpoint closed by "
+                             "force: %d sends of ours, %d of its bodies "
+                             "in UCX (L12, L14)", rank, p->inflight,
+                             p->rx_inflight);
+            }
             ep_close_force(tp, rank, ep);
         }
     }
@@ -2182,7 +2207,10 @@ static void
 recv_data_cb(void *request, ucs_status_t status, size_t length,
              void *user_data)
 {
-    recv_finish(user_data, status_from_ucs(status));
+    recv_op_t *r = user_data;
+
+    r->tp->peers[r->src].rx_inflight--;                         /* L14 */
+    recv_finish(r, status_from_ucs(status));
     ucp_request_free(request);
 }
 
@@ -2387,6 +2415,8 @@ recv_rndv(td_transport_t *tp, recv_op_t *r, const wire_hdr_t *w, void *data)
         recv_finish(r, TD_OK);
     } else if (UCS_PTR_IS_ERR(req)) {
         recv_finish(r, status_from_ucs(UCS_PTR_STATUS(req)));
+    } else {
+        tp->peers[r->src].rx_inflight++;                        /* L14 */
     }
 }
 

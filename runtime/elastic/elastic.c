@@ -132,6 +132,7 @@ static unsigned char *told;       /* EL12: it dropped this rank (as EL3) */
 static int            lost_n;     /* the world's size, from setup */
 static int            my_rank;    /* this rank in the world, from setup */
 static unsigned       late_s;     /* EL13: TODIST_TEST_ELASTIC_LATE's S */
+static char          *hold;       /* TODIST_TEST_ELASTIC_HOLD's PATH (Q13) */
 
 /* TODIST_TEST_ELASTIC_LATE=R:S, tests only (EL13): on world rank R, the
  * seconds peer_failed waits before it records a lost peer. */
@@ -146,6 +147,26 @@ late_parse(int rank)
         return 0;
     }
     return (unsigned)sec;
+}
+
+/* TODIST_TEST_ELASTIC_HOLD=R:PATH, tests only (quorum.h Q13): on world
+ * rank R, the agreement's bound holds until PATH exists; a copy, NULL
+ * when unset, for another rank or without memory. */
+static char *
+hold_parse(int rank)
+{
+    const char *s = getenv("TODIST_TEST_ELASTIC_HOLD");
+    char *end;
+    long r;
+
+    if (s == NULL) {
+        return NULL;
+    }
+    r = strtol(s, &end, 10);
+    if (end == s || *end != ':' || end[1] == '\0' || r != rank) {
+        return NULL;
+    }
+    return strdup(end + 1);
 }
 
 static td_status_t
@@ -167,6 +188,8 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
     lost_n = w->world_size;
     my_rank = w->rank;
     late_s = late_parse(w->rank);
+    free(hold);
+    hold = hold_parse(w->rank);
     return TD_OK;
 }
 
@@ -192,8 +215,10 @@ module_shutdown(void *arg)
     (void)arg;
     free(lost);
     free(told);
+    free(hold);
     lost = NULL;
     told = NULL;
+    hold = NULL;
     lost_n = 0;
 }
 
@@ -375,7 +400,7 @@ form_epoch(td_elastic_t *el, const int *cands, int n, int64_t committed,
     td_status_t st;
 
     st = elastic_quorum_join(store, el->epoch + 1, my_rank, cands, n, lost,
-                             committed, el->opts.timeout_s, &plan);
+                             committed, el->opts.timeout_s, hold, &plan);
     if (st != TD_OK) {
         return st;
     }

@@ -17,7 +17,8 @@
  *     dead only members of epoch k its own transport lost, before it
  *     writes its own in/ key: whoever sees it joined sees what it
  *     declared (else a rank declared dead could see every member decided
- *     without the declaration, and write itself into the plan). One its
+ *     without the declaration, and write itself into the plan), since a
+ *     reader reads every member's in/ key before any dead/ key. One its
  *     transport loses while it waits it declares then (Q13); a plan
  *     written before that stands (Q1), and the next collective with the
  *     lost rank fails into another recovery.
@@ -105,6 +106,11 @@
  *     undeclared. (At world 2, silence alone never removes the other
  *     rank: its death must be declared, by this rank's transport, within
  *     the bound: keep TODIST_ELASTIC_TIMEOUT above 1.5 x TODIST_LIVENESS.)
+ *     Tests only: TODIST_TEST_ELASTIC_HOLD=R:PATH (elastic.c passes it
+ *     as HOLD) keeps world rank R from failing at that bound until the
+ *     file PATH exists (60 s more at most), so a test can bring the
+ *     silent back while the writer still waits, whatever the machine's
+ *     load; only the failure waits, the plan is taken as before.
  *
  * Thread safety: one call at a time per store client (the client is not
  * thread-safe); different clients may join concurrently. */
@@ -133,12 +139,14 @@ typedef struct {
  * COMMITTED this rank's last committed step. Waits at most TIMEOUT
  * seconds for the others (Q3), or up to 2 x TIMEOUT + 1 s while too many
  * are silent (Q13: then TD_ERR_TIMEOUT), then fills *PLAN (free with
- * elastic_plan_free). TD_ERR_STATE when this rank is not in the plan
- * (Q4). */
+ * elastic_plan_free). HOLD (tests only; NULL: none) is a file whose
+ * absence holds that bound (Q13). TD_ERR_STATE when this rank is not in
+ * the plan (Q4). */
 td_status_t elastic_quorum_join(td_store_t *store, int64_t epoch, int me,
                                 const int *members, int n,
                                 const unsigned char *dead, int64_t committed,
-                                double timeout, elastic_plan_t *plan);
+                                double timeout, const char *hold,
+                                elastic_plan_t *plan);
 
 /* The plan's text ("v1 EPOCH STEP SOURCE BEHIND N R0 R1 ...") and its
  * decoder, which rejects anything else (a bad count, a rank out of

@@ -27,7 +27,18 @@
  *      it dead and forms the epoch alone;
  *  11. Q13's late declaration: rank 0 waits on a silent rank 1 that its
  *      transport loses after it joined: it declares it then, and the plan
- *      is {0}. */
+ *      is {0};
+ *  12. Q13's test hold (TODIST_TEST_ELASTIC_HOLD): rank 0, its hold file
+ *      absent, waits past its bound (2 x 0.05 + 1 s; the test waits that
+ *      out) and then takes the plan rank 1, back, writes (refused: it is
+ *      not in it); with the file there, it fails at the bound as in 10;
+ *  13. Q2's read order: rank 1 declares rank 0 dead and joins just as
+ *      rank 0, which waits for it, has read rank 0's dead/ key (the
+ *      test's td_store_get, linked with --wrap, writes rank 1's keys
+ *      then): rank 0 must not see rank 1 joined without its declaration
+ *      and write itself into the plan: it writes no plan (it fails at its
+ *      bound, "no plan"). Before, reading each member's in/ and dead/
+ *      keys in turn, it wrote {0, 1}. */
 #include "config.h"
 
 #include <pthread.h>
@@ -46,6 +57,32 @@
 
 static uint16_t port;
 
+/* Check 13: td_store_get, wrapped (elastic.mk: -Wl,--wrap), runs
+ * race_cb once, after the read of race_key (a non-blocking get) */
+static const char *volatile race_key;
+static void (*volatile race_cb)(void);
+
+td_status_t __real_td_store_get(td_store_t *store, const char *key,
+                                double timeout, void **value_p,
+                                size_t *len_p);
+td_status_t __wrap_td_store_get(td_store_t *store, const char *key,
+                                double timeout, void **value_p,
+                                size_t *len_p);
+
+td_status_t
+__wrap_td_store_get(td_store_t *store, const char *key, double timeout,
+                    void **value_p, size_t *len_p)
+{
+    td_status_t st = __real_td_store_get(store, key, timeout, value_p, len_p);
+    const char *k = race_key;
+
+    if (k != NULL && strcmp(key, k) == 0 &&
+        __atomic_exchange_n(&race_key, NULL, __ATOMIC_ACQ_REL) != NULL) {
+        race_cb();
+    }
+    return st;
+}
+
 typedef struct {
     int64_t        epoch;
     int            me;
@@ -54,6 +91,7 @@ typedef struct {
     unsigned char  dead[MAXR];
     int64_t        committed;
     double         timeout;
+    const char    *hold;      /* Q13's test hold, NULL: none */
     td_status_t    st;
     char           err[512];
     elastic_plan_t plan;
@@ -69,7 +107,7 @@ join_thread(void *arg)
     if (j->st == TD_OK) {
         j->st = elastic_quorum_join(c, j->epoch, j->me, j->members, j->n,
                                     j->dead, j->committed, j->timeout,
-                                    &j->plan);
+                                    j->hold, &j->plan);
         td_store_close(c);
     }
     snprintf(j->err, sizeof(j->err), "%s", j->st != TD_OK ? td_last_error()
@@ -477,7 +515,81 @@ silence(void)
     ok(td_store_get(c, "td/el/13/dead/1", 0, &v, &len) == TD_OK && len == 1 &&
        memcmp(v, "0", 1) == 0, "Q13: rank 0 declared rank 1 dead late");
     free(v);
+
+    /* 12: the hold; rank 1 comes only once rank 0's bound (1.1 s) passed
+     * (a rank 0 slower to get there only waits less: no false failure) */
+    j[0] = joiner(15, 0, m2, 2, 3, 0.05);
+    j[0].hold = "/nonexistent/todist-test-hold";
+    pthread_create(&t, NULL, join_thread, &j[0]);
+    found = 0;
+    for (int i = 0; i < 30000 && !found; i++) {
+        v = NULL;
+        found = td_store_get(c, "td/el/15/in/0", 0, &v, &len) == TD_OK;
+        free(v);
+        if (!found) {
+            td_error_clear();
+            usleep(1000);
+        }
+    }
+    ok(found, "hold: rank 0 joined epoch 15");
+    usleep(1600000);
+    j[1] = joiner(15, 1, m2, 2, 3, 0.05);
+    j[1].dead[0] = 1;
+    run(&j[1], 1);
+    check_plan(&j[1], "1", 3, 1, 0, "hold: the dropper back after the bound");
+    elastic_plan_free(&j[1].plan);
+    pthread_join(t, NULL);
+    is_int(j[0].st, TD_ERR_STATE, "hold: rank 0, held past its bound, takes "
+           "the dropper's plan and is refused (%s)", j[0].err);
+    elastic_plan_free(&j[0].plan);
+    j[0] = joiner(17, 0, m2, 2, 3, 0.05);
+    j[0].hold = "/";
+    run(j, 1);
+    is_int(j[0].st, TD_ERR_TIMEOUT, "hold: with its file there, rank 0 "
+           "fails at the bound (%s)", j[0].err);
     td_store_close(c);
+}
+
+/* 13: rank 1's keys, as its join writes them: its declaration, then its
+ * in/ (Q2) */
+static td_store_t *race_store;
+static int race_done;
+
+static void
+race_rank1(void)
+{
+    race_done = td_store_set(race_store, "td/el/19/dead/0", "1", 1) == TD_OK &&
+                td_store_set(race_store, "td/el/19/in/1", "3", 1) == TD_OK;
+}
+
+static void
+read_order(void)
+{
+    static const int m2[2] = {0, 1};
+    joiner_t j;
+    void *v = NULL;
+    size_t len = 0;
+
+    if (td_store_connect("127.0.0.1", port, TOKEN, 10, &race_store) !=
+        TD_OK) {
+        ok(0, "store: %s", td_last_error());
+        return;
+    }
+    race_cb = race_rank1;
+    race_key = "td/el/19/dead/0";
+    j = joiner(19, 0, m2, 2, 3, 0.05);
+    run(&j, 1);
+    ok(race_done, "Q2 order: rank 1 declared rank 0 dead and joined while "
+       "rank 0 read the keys");
+    is_int(j.st, TD_ERR_TIMEOUT, "Q2 order: rank 0 writes no plan with "
+           "itself, declared dead, in it (%s)", j.err);
+    elastic_plan_free(&j.plan);
+    ok(td_store_get(race_store, "td/el/19/plan", 0, &v, &len) ==
+       TD_ERR_NOT_FOUND, "Q2 order: no plan was written");
+    free(v);
+    td_error_clear();
+    race_key = NULL;
+    td_store_close(race_store);
 }
 
 int
@@ -489,7 +601,7 @@ main(void)
     joiner_t j[MAXR];
     double t0;
 
-    plan(125);
+    plan(134);
     codec();
     grow_codec();
     if (td_store_server_start("127.0.0.1", 0, TOKEN, &srv) != TD_OK) {
@@ -568,6 +680,7 @@ main(void)
     like(j[2].err, "declared dead by a peer", "the reason lists it");
 
     silence();
+    read_order();
     td_store_server_stop(srv);
 
     /* 7-9 on a store of their own (the replacement walks the plans) */

@@ -20,3 +20,7 @@ tests_hosts_wireup_hold_la_LIBADD = $(UCX_LIBS) -ldl
 # -rpath: a shared module (a check library is otherwise a static one)
 tests_hosts_wireup_hold_la_LDFLAGS = -module -avoid-version -shared \
 	-rpath /nowhere
+# two links per host, UCX over both: the bed's rails and UCX's lanes; a
+# drop with sends in UCX on one rail and two (transport.c L12, L13)
+TESTS += tests/hosts/test_hosts_rails.sh tests/hosts/test_hosts_queued.sh
+EXTRA_DIST += tests/hosts/test_hosts_rails.sh tests/hosts/test_hosts_queued.sh

@@ -355,6 +355,75 @@ wireup(const char *path, int rank, td_tensor_t *t)
     _exit(0);
 }
 
+/* OP "queued" (1+1, warm; transport.c L12, L13: a drop with sends of
+ * ours in UCX, on an endpoint whose wire-up is done,
+ * tests/hosts/test_hosts_rails.sh): rank 0 streams messages of T's size
+ * (rendezvous across hosts) to rank 1, message K filled with K, always
+ * two posted (on two buffers), until a send fails; once the link is cut
+ * none completes, so rank 0 drops rank 1 with sends in UCX. Rank 1
+ * receives them in order and checks each. Rank 0 creates READY once its
+ * first send completed, rank 1 READY.got once it received two. Each
+ * prints "op=queued rank=R n=N bad=B rc=STATUS err=MESSAGE" (N: messages
+ * sent or received whole, B: received with a wrong value, the lost
+ * message of an order broken), then waits for READY.done. */
+static int
+queued(const char *path, int rank, td_tensor_t *t)
+{
+    char f[4096];
+    td_tensor_t *b[2] = { t, NULL };
+    td_work_t *w[2] = { NULL, NULL };
+    td_status_t st = TD_OK;
+    int64_t n = td_tensor_numel(t);
+    int whole = 0, bad = 0;
+
+    if (td_tensor_zeros(&n, 1, TD_FLOAT32, &b[1]) != TD_OK) {
+        return 1;
+    }
+    snprintf(f, sizeof(f), "%s.got", path);
+    for (int k = 0; st == TD_OK && k < 100000; k++) {
+        td_tensor_t *x = b[k % 2];
+
+        if (rank == 0) {
+            /* send K-2 (this buffer's) is done before K reuses it */
+            if (w[k % 2] != NULL) {
+                st = td_work_wait(w[k % 2], -1);
+                td_work_release(w[k % 2]);
+                w[k % 2] = NULL;
+                if (st != TD_OK) {
+                    break;
+                }
+                if (++whole == 1) {
+                    touch(path);
+                }
+            }
+            if ((st = td_tensor_fill_(x, k)) == TD_OK) {
+                st = td_isend(td_group_world(), x, 1, 9, &w[k % 2]);
+            }
+            continue;
+        }
+        if ((st = td_recv(td_group_world(), x, 0, 9, NULL)) != TD_OK) {
+            break;
+        }
+        const float *v = td_tensor_data(x);
+
+        for (int64_t i = 0; i < n; i++) {
+            if (v[i] != (float)k) {
+                bad++;
+                break;
+            }
+        }
+        if (++whole == 2) {
+            touch(f);
+        }
+    }
+    printf("op=queued rank=%d n=%d bad=%d rc=%d err=%s\n", rank, whole, bad,
+           (int)st, st == TD_OK ? "" : td_last_error());
+    fflush(stdout);
+    (void)await(path, "done");
+    /* a job with a rank dropped cannot end cleanly */
+    _exit(0);
+}
+
 static int
 dropped(const char *path, int lost, int rank, td_tensor_t *t)
 {
@@ -412,7 +481,7 @@ main(int argc, char **argv)
 
     if (argc != 4) {
         fprintf(stderr, "usage: hosts_peer coll|rpc|barrier|stall|dropped|answer|heal|"
-                "elheal|elgrow|wireup LOST READY\n");
+                "elheal|elgrow|wireup|queued LOST READY\n");
         return 2;
     }
     op = argv[1];
@@ -466,6 +535,15 @@ main(int argc, char **argv)
     }
     if (strcmp(op, "heal") == 0) {
         return heal(argv[3], rank, t);
+    }
+    if (strcmp(op, "queued") == 0) {
+        td_tensor_t *big;
+        const int64_t n[1] = { 1 << 21 };   /* 8 MiB: a rendezvous */
+
+        if (td_tensor_zeros(n, 1, TD_FLOAT32, &big) != TD_OK) {
+            return 1;
+        }
+        return queued(argv[3], rank, big);
     }
     if (strcmp(op, "elheal") == 0 || strcmp(op, "elgrow") == 0) {
         return elheal(argv[3], lost, rank, t, strcmp(op, "elgrow") == 0);

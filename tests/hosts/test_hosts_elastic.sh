@@ -4,7 +4,12 @@
 # while every rank is in an all_reduce of an elastic job (hosts_peer
 # elheal: each rank adds world rank + 1); only the other host's ranks
 # watch with a short TODIST_LIVENESS (2 s), the cut-off host's with 30 s,
-# so only they drop it; the link is restored once they did. Checked:
+# so only they drop it; the link is restored once they did, and the
+# cut-off rank is told (its TODIST_COLL_TIMEOUT 300 s, except in part 5).
+# Its own liveness pings, 10 s into its silence, are one way it is told:
+# with 300 s (no ping) the told rank of parts 2 and 3 heard nothing and
+# waited until the job's timeout in 1 run of 6 (not traced further; L12's
+# closed endpoint, a send of the dropper's still queued, fits). Checked:
 #  - no rank aborts or hangs: every rank reports, the job ends;
 #  - the droppers recover to epoch 1 without the cut-off host's rank, and
 #    their all_reduce in it gives the sum of their own contributions;
@@ -44,11 +49,22 @@
 # waits; once the link is back, rank 1 declares it dead and forms epoch 1
 # (world 2 -> 1, sum 2), and rank 0 leaves, "dropped by rank 1". Before
 # Q13, rank 0 formed epoch 1 alone and rank 1, alive and the one that
-# dropped it, was refused as stale. (Margins, not checks: the link is
-# back about 6 s after the cut, before rank 1's store connection's
-# keepalive gives up, about 10 s, and rank 0's wait ends 2 x 4 + 1 s
-# after it joined, about 5 s after the link is back.)
-# Not a timing test: the cut lasts until a dropper reported.
+# dropped it, was refused as stale. The link comes back once rank 0 said
+# it waits (its Q13 line); rank 0's wait, which fails 2 x 4 + 1 s after
+# it joined, is held (TODIST_TEST_ELASTIC_HOLD) until rank 1 reported
+# its recovery, however long a loaded machine makes that.
+# Not a timing test: each step waits for the ranks' report of the one
+# before (a cut lasts until a dropper reported, about 2 s), and no timeout
+# that must not fire can within a part (each job ends within 90 s): the
+# cut-off rank's TODIST_COLL_TIMEOUT is 300 s (not part 5's, which must
+# fire); its TODIST_LIVENESS of 30 s drops a peer only after 30 s of its
+# host's silence (part 5's rank 0: 300 s, it learns from the store); part
+# 3's TODIST_ELASTIC_ADMIT_WAIT is 300 s (it ends once the replacement
+# asked); part 5's wait is held; and the kernels give up no connection of
+# the job (up: the TCP keepalive that a rank turns on for its connections
+# to a quiet peer's host, idle 1 s, then every second, liveness.h V6, and
+# UCX's on its own, gave one up after 9 unanswered probes by default,
+# about 10 s into a cut, e.g. rank 1's store connection in parts 4 and 5).
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
 B="$top_builddir/tests"
@@ -57,6 +73,18 @@ if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
 plan 35
+
+# up: a bed of 2 hosts whose kernels give up an idle connection only
+# after 120 unanswered keepalive probes (past any part's 90 s), so that
+# no connection dies however long a cut lasts (see above)
+up() {
+    hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+    for k in 1 2; do
+        hosts_run $k sh -c \
+            'echo 120 > /proc/sys/net/ipv4/tcp_keepalive_probes' ||
+            { diag "host $k: cannot set tcp_keepalive_probes"; exit 1; }
+    done
+}
 
 # wait_for FILES PATTERN N: until N lines of FILES match PATTERN (60 s at
 # most; 0 when they did)
@@ -87,7 +115,7 @@ report() {
 # VAR=VALUE for both; l0, l1: the launchers. Returns once R is there
 # (every rank warm).
 launch() {
-    _op=$1; _r=$2; _env=$3; _rep=$4; _live0=$5; _env0=${6:-}
+    _op=$1; _rdy=$2; _env=$3; _rep=$4; _live0=$5; _env0=${6:-}
     _tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
     for k in 0 1; do
         if [ $k = 0 ]; then live=$_live0; rep=$_rep; e0=$_env0
@@ -96,26 +124,27 @@ launch() {
             TODIST_LIVENESS=$live $_env $e0 timeout -k 5 90 todist-run -n 1 \
             --nnodes 2 --node-rank $k --master-addr "$(hosts_addr 1)" \
             --master-port $HOSTS_PORT --no-kill $rep \
-            "$B/hosts/hosts_peer" $_op 1 "$_r" > "$HOSTS_DIR/node$k.out" 2>&1 &
+            "$B/hosts/hosts_peer" $_op 1 "$_rdy" > "$HOSTS_DIR/node$k.out" 2>&1 &
         eval "l$k=\$!"
     done
     _t=0
-    while [ ! -e "$_r" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
+    while [ ! -e "$_rdy" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
 }
 
-# pair OP R ENV REPLACE: launch with rank 0's TODIST_LIVENESS=30; host 1
-# (rank 0) is cut off until rank 1 dropped it, then restored; rank 1
-# recovers once rank 0 did (R.go).
+# pair OP R ENV REPLACE: launch with rank 0's TODIST_LIVENESS 30 and
+# TODIST_COLL_TIMEOUT 300 (it is told, its all_reduce does not time out);
+# host 1 (rank 0) is cut off until rank 1 dropped it, then restored; rank
+# 1 recovers once rank 0 did (R.go).
 pair() {
-    launch "$1" "$2" "$3" "$4" 30
-    _r=$2
+    launch "$1" "$2" "$3" "$4" 30 TODIST_COLL_TIMEOUT=300
+    _rdy=$2
     hosts_cut 1
-    : > "$_r.cut"
+    : > "$_rdy.cut"
     # the dropper's all_reduce failed; it recovers after rank 0 did (R.go)
     wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
     hosts_restore 1
     wait_for "$HOSTS_DIR/node0.out" "^op=elheal recover " 1
-    : > "$_r.go"
+    : > "$_rdy.go"
 }
 
 # check PART DROPPED "DROPPERS" WORLD SUM HOST OUT RC: RC is the job's
@@ -147,10 +176,11 @@ check() {
 }
 
 # --- 1: 2+1, rank 0 serves the store; host 2 (rank 2) dropped ---
-hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+up
 R="$TD_TMP/el1"
 (TODIST_LOG=info HOSTS_TIMEOUT=90 hosts_launch 2,1 sh -c \
-    'if [ "$TODIST_RANK" = 2 ]; then TODIST_LIVENESS=30; else
+    'if [ "$TODIST_RANK" = 2 ]; then TODIST_LIVENESS=30
+     TODIST_COLL_TIMEOUT=300; export TODIST_COLL_TIMEOUT; else
      TODIST_LIVENESS=2; fi; export TODIST_LIVENESS; exec "$@"' x \
     "$B/hosts/hosts_peer" elheal -1 "$R") > "$TD_TMP/el1.out" 2>&1 &
 l=$!
@@ -172,7 +202,7 @@ report "$out" '^op=elheal|elastic: epoch'
 
 # --- 2: 1+1 under todist-run --no-kill (host 1's launcher serves the
 # store); host 1 (rank 0) dropped ---
-hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+up
 R="$TD_TMP/el2"
 pair elheal "$R" "" ""
 wait_for "$HOSTS_DIR/node1.out" "^op=elheal (step=2|recover rank=1 rc=-)" 1
@@ -187,9 +217,9 @@ check 2 0 1 2 2 2 "$out" "$rc0"
 is "$rc1" 0 "part 2: the dropper's launcher exits 0"
 report "$out" '^op=elheal|elastic: epoch'
 # --- 3: part 2 with a replacement for the dropped rank ---
-hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+up
 R="$TD_TMP/el3"
-pair elgrow "$R" TODIST_ELASTIC_ADMIT_WAIT=60 "--replace 1"
+pair elgrow "$R" TODIST_ELASTIC_ADMIT_WAIT=300 "--replace 1"
 wait_for "$HOSTS_DIR/node0.out $HOSTS_DIR/node1.out" \
     "^op=elheal (step=3 |(recover|grew|joined) rank=[01] rc=-)" 2
 : > "$R.done"
@@ -215,7 +245,7 @@ report "$out" '^op=elheal|elastic: epoch|todist-run'
 # forms epoch 1 alone; rank 1 recovers only once the link is back (R.go):
 # never told (it failed rank 0 itself, so a 'D' is ignored, transport.c
 # L12), it is refused as stale, and EL12's store read names the declarer ---
-hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+up
 R="$TD_TMP/el4"
 launch elheal "$R" "" "" 2
 hosts_cut 2
@@ -249,10 +279,12 @@ report "$out" '^op=elheal|elastic: epoch|todist-run|rank 1\]'
 # --- 5: part 2 where the dropped rank 0, beside the store, enters the
 # agreement before it is told (its all_reduce times out: TODIST_COLL_TIMEOUT
 # =2) and its agreement timeout (TODIST_ELASTIC_TIMEOUT=4) passes while its
-# dropper, cut off from the store, stays away (R.go): quorum.h Q13 ---
-hosts_up 2 || { diag "hosts_up failed"; exit 1; }
+# dropper, cut off from the store, stays away (R.go): quorum.h Q13; rank
+# 0's wait does not fail before R.hold (TODIST_TEST_ELASTIC_HOLD) ---
+up
 R="$TD_TMP/el5"
-launch elheal "$R" "" "" 30 "TODIST_COLL_TIMEOUT=2 TODIST_ELASTIC_TIMEOUT=4"
+launch elheal "$R" "" "" 300 \
+    "TODIST_COLL_TIMEOUT=2 TODIST_ELASTIC_TIMEOUT=4 TODIST_TEST_ELASTIC_HOLD=0:$R.hold"
 hosts_cut 1
 : > "$R.cut"
 wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
@@ -261,6 +293,9 @@ wait_for "$HOSTS_DIR/node1.out" "^op=elheal step=1 rank=1 .* rc=-" 1
 wait_for "$HOSTS_DIR/node0.out" "^op=elheal recover rank=0 |forms no epoch 1 on silence" 1
 hosts_restore 1
 : > "$R.go"
+# rank 1 formed epoch 1 (or failed); rank 0 may now give up
+wait_for "$HOSTS_DIR/node1.out" "^op=elheal recover rank=1 " 1
+: > "$R.hold"
 wait_for "$HOSTS_DIR/node0.out $HOSTS_DIR/node1.out" "^op=elheal recover " 2
 : > "$R.done"
 wait $l0
