@@ -36,6 +36,17 @@
  *     30-50 us (bench/RESULTS.md). A driver that gives up its wait
  *     signals the nap, so only drivers that left with their replies leave
  *     the progress thread napping on, for at most NAP_MAX_US.
+ *  N2 Where no thread ever sleeps on the worker's event fd (busy
+ *     progress, cores not scarce, more than one core: tp->wakeup 0), the
+ *     context is made without UCP_FEATURE_WAKEUP and the worker has no
+ *     event fd (efd -1); nothing arms it or signals it (worker_signal).
+ *     With the feature every interface's event fd sits in the worker's
+ *     epoll set, and each arriving packet runs that chain inside its
+ *     sender's system call: 8 B across two emulated hosts, Open MPI given
+ *     the feature lost 1-2% (bench/RESULTS.md). Decided once, before the
+ *     context, from the mode (choose_mode) and the cores: driver_sleep
+ *     (scarce or one core) and the blocking progress thread are the only
+ *     sleepers on the fd.
  *
  * Liveness between hosts (L1..L13). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
@@ -648,7 +659,8 @@ struct td_transport {
     ucp_worker_h          worker;
     ucp_address_t        *addr;
     size_t                addr_len;
-    int                   efd;
+    int                   efd;            /* -1 without wakeup (N2) */
+    int                   wakeup;         /* N2: a thread may sleep on efd */
     unsigned              mem_types;
     size_t                eager_max;   /* EAGER_MAX, 0 under UCX_RNDV_THRESH */
     size_t                eager_far;   /* EAGER_REMOTE_MAX, or 0 likewise */
@@ -805,13 +817,23 @@ token_drop(td_transport_t *tp)
     }
 }
 
+/* Wake a thread asleep on the worker's event fd; without the wakeup
+ * feature none ever is (N2), and UCX would refuse the call. */
+static void
+worker_signal(td_transport_t *tp)
+{
+    if (tp->wakeup) {
+        ucp_worker_signal(tp->worker);
+    }
+}
+
 /* Tell the progress thread to stop (asleep on the event fd or napping)
  * and join it. */
 static void
 thread_stop(td_transport_t *tp)
 {
     __atomic_store_n(&tp->stop, 1, __ATOMIC_RELEASE);
-    ucp_worker_signal(tp->worker);
+    worker_signal(tp);
     pthread_mutex_lock(&tp->drv_lock);
     pthread_cond_signal(&tp->drv_cond);
     pthread_mutex_unlock(&tp->drv_lock);
@@ -1312,7 +1334,7 @@ resolver_main(void *arg)
         }
         /* the holder looks at its parked sends again, whatever came */
         __atomic_store_n(&tp->addr_news, 1, __ATOMIC_SEQ_CST);
-        ucp_worker_signal(tp->worker);
+        worker_signal(tp);
     }
     pthread_mutex_unlock(&tp->res_lock);
     return NULL;
@@ -3253,7 +3275,7 @@ leave_armed(td_transport_t *tp)
         tp->ucx_due = 1;            /* X7: the events arm saw, now */
         progress_once(tp);
     }
-    ucp_worker_signal(tp->worker);
+    worker_signal(tp);
 }
 
 /* While threads drive progress themselves, the progress thread sleeps in
@@ -3686,7 +3708,8 @@ make_context(td_transport_t *tp)
     memset(&params, 0, sizeof(params));
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
                         UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    params.features = UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_TAG |
+                      (tp->wakeup ? UCP_FEATURE_WAKEUP : 0);      /* N2 */
     params.name = "todist";
     params.mt_workers_shared = 0;
     s = ucp_init(&params, config, &tp->ctx);
@@ -3735,7 +3758,8 @@ make_worker(td_transport_t *tp)
         return td_error(TD_ERR_TRANSPORT, "transport: no worker address: %s",
                         ucs_status_string(s));
     }
-    s = ucp_worker_get_efd(tp->worker, &tp->efd);
+    tp->efd = -1;
+    s = tp->wakeup ? ucp_worker_get_efd(tp->worker, &tp->efd) : UCS_OK;
     if (s != UCS_OK) {
         return td_error(TD_ERR_TRANSPORT, "transport: no worker event fd: %s",
                         ucs_status_string(s));
@@ -3934,6 +3958,8 @@ td__transport_create(const td_transport_params_t *params,
     tp->scarce = 2 * (params->local_world_size > 0 ? params->local_world_size
                                                    : 1) > online_cpus();
     tp->one_core = online_cpus() == 1;                          /* X10 */
+    tp->wakeup = tp->mode != TD_PROGRESS_BUSY || tp->scarce ||
+                 tp->one_core;                                  /* N2 */
     td_log_debug("transport: rank %d progress %s (%d local ranks, %d cores "
                  "allowed)", params->rank, tp->mode == TD_PROGRESS_BUSY
                  ? "busy" : "blocking", params->local_world_size,
@@ -4376,6 +4402,19 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
     return TD_OK;
 }
 
+int
+td__transport_has_efd(td_transport_t *tp)
+{
+    int fd = -1, has;
+
+    if (!token_get(tp)) {
+        return -1;
+    }
+    has = ucp_worker_get_efd(tp->worker, &fd) == UCS_OK && fd >= 0;
+    token_drop(tp);
+    return has;
+}
+
 void
 td__transport_pair_cancel(td_transport_t *tp, td_transport_pair_t *x)
 {
@@ -4494,7 +4533,7 @@ td__transport_send(td_transport_t *tp, int dst, uint16_t id,
      * one (or a driver asleep on the event fd) needs the wake-up. */
     if (tp->mode != TD_PROGRESS_BUSY ||
         __atomic_load_n(&tp->sleeping, __ATOMIC_SEQ_CST)) {
-        ucp_worker_signal(tp->worker);
+        worker_signal(tp);
     }
     return TD_OK;
 }
@@ -4508,6 +4547,10 @@ driver_sleep(td_transport_t *tp, int (*done)(void *arg), void *arg)
 {
     int cookie;
 
+    if (!tp->wakeup) {
+        sched_yield();                  /* N2: no fd to sleep on */
+        return;
+    }
     if (ucp_worker_arm(tp->worker) != UCS_OK) {
         tp->ucx_due = 1;                /* X7 */
         return;                         /* events pending: go on polling */
@@ -4705,7 +4748,7 @@ td__transport_watch(td_transport_t *tp, int rank)
     __atomic_store_n(&tp->watch_pending, 1, __ATOMIC_SEQ_CST);
     if (tp->mode != TD_PROGRESS_BUSY ||
         __atomic_load_n(&tp->sleeping, __ATOMIC_SEQ_CST)) {
-        ucp_worker_signal(tp->worker);
+        worker_signal(tp);
     }
 }
 
@@ -4713,7 +4756,7 @@ void
 td__transport_wake(td_transport_t *tp)
 {
     if (__atomic_load_n(&tp->sleeping, __ATOMIC_SEQ_CST)) {
-        ucp_worker_signal(tp->worker);
+        worker_signal(tp);
     }
 }
 

@@ -242,6 +242,10 @@ uint64_t td__transport_lean_count(td_transport_t *tp);
 /* The progress thread's next nap in microseconds (transport.c N1). */
 unsigned td__transport_nap_us(td_transport_t *tp);
 
+/* Whether UCX gives this worker an event fd (transport.c N2: only where
+ * some thread may sleep on it), asked of UCX itself. */
+int td__transport_has_efd(td_transport_t *tp);
+
 /* This worker's address blob (owned by the transport, valid until destroy). */
 td_status_t td__transport_address(td_transport_t *tp, const void **addr_p,
                                  size_t *len_p);

@@ -748,6 +748,34 @@ mode_nap(int max_calls)
     return 0;
 }
 
+/* transport.c N2: UCX gives the worker an event fd exactly when WANT
+ * (1: some thread may sleep on it; 0: busy progress with cores to spare)
+ * ("wakeup_fd"), and 200 all_reduces of 8 B are exact in that
+ * configuration ("wakeup_calls"). */
+static int
+mode_wakeup(int want)
+{
+    td_transport_t *tp = td__runtime_transport();
+    td_tensor_t *t = make(2, TD_FLOAT32);
+    int has = td__transport_has_efd(tp), bad = 0;
+
+    check(has == want, "wakeup_fd", "the worker %s an event fd, expected "
+          "%s", has ? "has" : "has no", want ? "one" : "none");
+    for (int it = 0; it < 200; it++) {
+        set(t, 0, rank + it);
+        set(t, 1, 1);
+        if (td_all_reduce(td_group_world(), t, TD_REDUCE_SUM) != TD_OK ||
+            get(t, 0) != size * it + size * (size - 1) / 2 ||
+            get(t, 1) != size) {
+            bad++;
+        }
+    }
+    check(bad == 0, "wakeup_calls", "%d of 200 calls wrong (%s)", bad,
+          td_last_error());
+    td_tensor_release(t);
+    return 0;
+}
+
 /* ITERS all_reduces (sum) of N float32 on the world, each checked
  * exactly; the number of wrong calls. */
 static int
@@ -2625,6 +2653,8 @@ main(int argc, char **argv)
     } else if (strcmp(mode, "taken") == 0) {
         rc = mode_taken(argc > 2 ? atoi(argv[2]) : 100,
                         argc > 3 ? argv[3] : "some");
+    } else if (strcmp(mode, "wakeup") == 0) {
+        rc = mode_wakeup(argc > 2 ? atoi(argv[2]) : 1);
     } else if (strcmp(mode, "nap") == 0) {
         rc = mode_nap(argc > 2 ? atoi(argv[2]) : 200000);
     } else if (strcmp(mode, "small") == 0) {

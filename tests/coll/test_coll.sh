@@ -46,7 +46,7 @@ plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
          1 + 3 * ($(count "$dropped") + 1) + 2 * 4 + \
          1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 + 4 + 3 * 4 + \
-         2 * 4 + 3 + 3 + 4 + 2 * 2 + 3 ))
+         2 * 4 + 3 + 3 + 4 + 2 * 2 + 3 + 4 * 3 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -247,6 +247,30 @@ out=$(TODIST_COLL_SHM=0 run 120 todist-run -n 2 "$PEER" nap 2>&1); rc=$?
 expect "$out" 2 nap_grows nap_back
 is "$rc" 0 "nap: every rank exits 0"
 [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
+
+# Whether UCX gives the worker an event fd (transport.c N2): only where a
+# thread may sleep on it (blocking progress, scarce cores, one core), and
+# the calls are exact either way. Busy progress with a rank alone has none
+# where it has two cores; two ranks have none only with four.
+cores=$(nproc)
+for c in "blocking 2 1" "busy 1 $([ "$cores" -ge 2 ] && echo 0 || echo 1)" \
+         "busy 2 $([ "$cores" -ge 4 ] && echo 0 || echo 1)"; do
+    set -- $c
+    out=$(TODIST_PROGRESS=$1 run 120 todist-run -n "$2" "$PEER" wakeup "$3" 2>&1)
+    rc=$?
+    expect "$out" "$2" wakeup_fd wakeup_calls
+    is "$rc" 0 "wakeup: $1 progress, $2 rank(s): every rank exits 0"
+    [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
+done
+if taskset -c 0 true 2>/dev/null; then
+    out=$(TODIST_PROGRESS=busy run 120 taskset -c 0 todist-run -n 2 "$PEER" wakeup 1 2>&1)
+    rc=$?
+    expect "$out" 2 wakeup_fd wakeup_calls
+    is "$rc" 0 "wakeup: busy progress on one core: every rank exits 0"
+    [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
+else
+    skip 3 "taskset not available"
+fi
 
 # Auto's choice, told by the mismatch check (coll_peer auto_is: rank 0
 # forces ALGO, the others leave it to auto): on one host the shared
