@@ -179,3 +179,55 @@ td__liveness_heard_ms(const hostmap_ips_t *ips)
     closedir(d);
     return best > INT32_MAX ? INT32_MAX : (int)best;
 }
+
+/* V7: shut FD down when it is an established TCP connection to IPS (1),
+ * else, at DEPTH > 0, the same for each descriptor FD (an epoll
+ * instance) waits on; how many were shut down. */
+static int
+cut_walk(int fd, int depth, const hostmap_ips_t *ips)
+{
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof(sa);
+    struct tcp_info ti;
+    socklen_t tl = sizeof(ti);
+    int type = 0, n = 0, tfd;
+    socklen_t yl = sizeof(type);
+    char path[64], line[256];
+    FILE *f;
+
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &yl) == 0) {
+        if (type == SOCK_STREAM &&
+            getpeername(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+            ips_have(ips, &sa) &&
+            getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+            ti.tcpi_state == TCP_ESTABLISHED &&
+            shutdown(fd, SHUT_RDWR) == 0) {
+            return 1;
+        }
+        return 0;       /* a socket: waits on nothing */
+    }
+    if (depth <= 0) {
+        return 0;
+    }
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+    if ((f = fopen(path, "re")) == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "tfd: %d", &tfd) == 1 && tfd >= 0) {
+            n += cut_walk(tfd, depth - 1, ips);
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+int
+td__liveness_cut(const hostmap_ips_t *ips, int efd)
+{
+    if (ips == NULL || ips->n == 0 || efd < 0) {
+        return 0;
+    }
+    /* the worker's instance, each transport's in it, their sockets */
+    return cut_walk(efd, 2, ips);
+}

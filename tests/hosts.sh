@@ -40,6 +40,11 @@
 #   hosts_down             tear everything down; also runs on exit
 # Names are unique per invocation (td<pid>x<k>h<i>): helpers run
 # side by side.
+# Every variable this file sets is named HOSTS_*, hosts_* or _hosts_*, the
+# functions' own included: they share the caller's variables (POSIX sh
+# has no local ones), and a test's own _r was once overwritten by
+# hosts_cut's. tests/tree/test_scan.sh checks it
+# (scripts/scan-sh-globals.sh).
 HOSTS_N=0
 HOSTS_ID=""
 HOSTS_DIR=""
@@ -53,24 +58,25 @@ hosts_supported() {
     if [ "$(id -u)" != 0 ]; then
         HOSTS_WHY="hosts need root (network namespaces)"; return 1
     fi
-    for _c in ip tc nsenter unshare timeout; do
-        if ! command -v "$_c" >/dev/null 2>&1; then
-            HOSTS_WHY="hosts need $_c"; return 1
+    for _hosts_c in ip tc nsenter unshare timeout; do
+        if ! command -v "$_hosts_c" >/dev/null 2>&1; then
+            HOSTS_WHY="hosts need $_hosts_c"; return 1
         fi
     done
-    _ns="td$$probe"
-    if ! ip netns add "$_ns" 2>/dev/null; then
+    _hosts_pns="td$$probe"
+    if ! ip netns add "$_hosts_pns" 2>/dev/null; then
         HOSTS_WHY="network namespaces are not permitted here"; return 1
     fi
     # a second rail: a bridge and a veth pair of its own (as hosts_up)
     if [ "${HOSTS_RAILS:-1}" != 1 ] &&
-       ! { ip -n "$_ns" link add br1 type bridge &&
-           ip -n "$_ns" link add r1 type veth peer name r1b; } 2>/dev/null; then
-        ip netns del "$_ns"
+       ! { ip -n "$_hosts_pns" link add br1 type bridge &&
+           ip -n "$_hosts_pns" link add r1 type veth peer name r1b
+         } 2>/dev/null; then
+        ip netns del "$_hosts_pns"
         HOSTS_WHY="no second bridge and veth pair here (HOSTS_RAILS)"
         return 1
     fi
-    ip netns del "$_ns"
+    ip netns del "$_hosts_pns"
     if ! unshare --mount --uts --ipc --pid --fork --mount-proc \
             sh -c 'mount -t tmpfs tmpfs /dev/shm' 2>/dev/null; then
         HOSTS_WHY="mount/PID namespaces are not permitted here"; return 1
@@ -91,8 +97,10 @@ _hosts_br() { echo "br$(($1 - 1))"; }
 # The rails of host I's call: R alone, else all of them.
 _hosts_rails_of() { # [R]
     if [ -n "${1:-}" ]; then echo "$1"; return 0; fi
-    _hr=1
-    while [ $_hr -le "$_hosts_rails" ]; do echo $_hr; _hr=$((_hr + 1)); done
+    _hosts_hr=1
+    while [ $_hosts_hr -le "$_hosts_rails" ]; do
+        echo $_hosts_hr; _hosts_hr=$((_hosts_hr + 1))
+    done
 }
 
 # Appended in place: every host's /etc/hosts is a bind mount of this file.
@@ -103,11 +111,11 @@ hosts_rename() { # I NAME
 
 # The init of host I: its mounts and name, then it holds the namespaces.
 _hosts_init() { # I
-    _h="$HOSTS_DIR/h$1"
-    cat > "$_h/init.sh" <<EOF
+    _hosts_ih="$HOSTS_DIR/h$1"
+    cat > "$_hosts_ih/init.sh" <<EOF
 set -e
 echo h$1 > /proc/sys/kernel/hostname
-mount --bind "$_h/boot_id" /proc/sys/kernel/random/boot_id
+mount --bind "$_hosts_ih/boot_id" /proc/sys/kernel/random/boot_id
 mount --bind "$HOSTS_DIR/etc_hosts" /etc/hosts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 # The network devices under /sys are those of the namespace that mounted
@@ -116,28 +124,29 @@ mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 # lo, never an eth1). Only the net views are replaced (cgroups and the
 # rest of /sys stay the machine's); where that is refused the host keeps
 # the machine's view.
-if mkdir -p "$_h/sys" && mount -t sysfs sysfs "$_h/sys"; then
-    mount --bind "$_h/sys/class/net" /sys/class/net
-    mount --bind "$_h/sys/devices/virtual/net" /sys/devices/virtual/net
+if mkdir -p "$_hosts_ih/sys" && mount -t sysfs sysfs "$_hosts_ih/sys"; then
+    mount --bind "$_hosts_ih/sys/class/net" /sys/class/net
+    mount --bind "$_hosts_ih/sys/devices/virtual/net" /sys/devices/virtual/net
 fi
 EOF
     # /tmp is private; what the commands need keeps its path inside it:
     # the shared folder, the build and source trees (a checkout under /tmp
     # would otherwise vanish inside the hosts) and HOSTS_SHARE's paths.
-    for _p in "$_hosts_share" ${top_builddir:+"$top_builddir"} \
+    for _hosts_ip in "$_hosts_share" ${top_builddir:+"$top_builddir"} \
               ${top_srcdir:+"$top_srcdir"} ${HOSTS_SHARE:-}; do
-        _p=$(cd "$_p" 2>/dev/null && pwd -P) || continue
-        case $_p in
+        _hosts_ip=$(cd "$_hosts_ip" 2>/dev/null && pwd -P) || continue
+        case $_hosts_ip in
         /tmp/?*)
-            _rel=${_p#/tmp/}
-            mkdir -p "$_h/tmp/$_rel"
-            echo "mount --bind '$_p' '$_h/tmp/$_rel'" >> "$_h/init.sh"
+            _hosts_rel=${_hosts_ip#/tmp/}
+            mkdir -p "$_hosts_ih/tmp/$_hosts_rel"
+            echo "mount --bind '$_hosts_ip' '$_hosts_ih/tmp/$_hosts_rel'" \
+                >> "$_hosts_ih/init.sh"
             ;;
         esac
     done
-    cat >> "$_h/init.sh" <<EOF
-mount --rbind "$_h/tmp" /tmp
-: > "$_h/ready"
+    cat >> "$_hosts_ih/init.sh" <<EOF
+mount --rbind "$_hosts_ih/tmp" /tmp
+: > "$_hosts_ih/ready"
 exec sleep 2147483647
 EOF
 }
@@ -158,107 +167,116 @@ hosts_up() { # N
         HOSTS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/todist-hosts.XXXXXX")
         _hosts_share=$HOSTS_DIR
     fi
-    _sw="${HOSTS_ID}sw"
-    ip netns add "$_sw" || return 1
+    _hosts_sw="${HOSTS_ID}sw"
+    ip netns add "$_hosts_sw" || return 1
     for _hosts_r in $(_hosts_rails_of); do
-        ip -n "$_sw" link add "$(_hosts_br $_hosts_r)" type bridge || return 1
-        ip -n "$_sw" link set "$(_hosts_br $_hosts_r)" up || return 1
+        ip -n "$_hosts_sw" link add "$(_hosts_br $_hosts_r)" type bridge ||
+            return 1
+        ip -n "$_hosts_sw" link set "$(_hosts_br $_hosts_r)" up || return 1
     done
     cp /etc/hosts "$HOSTS_DIR/etc_hosts"
-    _i=1
-    while [ $_i -le "$1" ]; do
-        echo "$(hosts_addr $_i) $(hosts_name $_i)" >> "$HOSTS_DIR/etc_hosts"
-        _i=$((_i + 1))
+    _hosts_i=1
+    while [ $_hosts_i -le "$1" ]; do
+        echo "$(hosts_addr $_hosts_i) $(hosts_name $_hosts_i)" \
+            >> "$HOSTS_DIR/etc_hosts"
+        _hosts_i=$((_hosts_i + 1))
     done
-    _i=1
-    while [ $_i -le "$1" ]; do
-        _ns=$(_hosts_ns $_i)
-        _h="$HOSTS_DIR/h$_i"
-        mkdir -p "$_h/tmp"
-        chmod 1777 "$_h/tmp"
-        cat /proc/sys/kernel/random/uuid > "$_h/boot_id"
-        ip netns add "$_ns" || return 1
+    _hosts_i=1
+    while [ $_hosts_i -le "$1" ]; do
+        _hosts_netns=$(_hosts_ns $_hosts_i)
+        _hosts_h="$HOSTS_DIR/h$_hosts_i"
+        mkdir -p "$_hosts_h/tmp"
+        chmod 1777 "$_hosts_h/tmp"
+        cat /proc/sys/kernel/random/uuid > "$_hosts_h/boot_id"
+        ip netns add "$_hosts_netns" || return 1
         for _hosts_r in $(_hosts_rails_of); do
-            _if=$(_hosts_if $_hosts_r)
-            ip -n "$_sw" link add "$(_hosts_swif $_i $_hosts_r)" type veth \
-                peer name "$_if" netns "$_ns" || return 1
-            ip -n "$_sw" link set "$(_hosts_swif $_i $_hosts_r)" \
-                master "$(_hosts_br $_hosts_r)" up || return 1
-            ip -n "$_ns" addr add "$(hosts_addr $_i $_hosts_r)/24" dev "$_if" ||
+            _hosts_dev=$(_hosts_if $_hosts_r)
+            ip -n "$_hosts_sw" link add "$(_hosts_swif $_hosts_i $_hosts_r)" \
+                type veth peer name "$_hosts_dev" netns "$_hosts_netns" ||
                 return 1
-            ip -n "$_ns" link set "$_if" up || return 1
+            ip -n "$_hosts_sw" link set "$(_hosts_swif $_hosts_i $_hosts_r)" \
+                master "$(_hosts_br $_hosts_r)" up || return 1
+            ip -n "$_hosts_netns" addr add \
+                "$(hosts_addr $_hosts_i $_hosts_r)/24" dev "$_hosts_dev" ||
+                return 1
+            ip -n "$_hosts_netns" link set "$_hosts_dev" up || return 1
         done
-        ip -n "$_ns" link set lo up || return 1
-        _hosts_init $_i
+        ip -n "$_hosts_netns" link set lo up || return 1
+        _hosts_init $_hosts_i
         # Detached (not a child of the caller: a bare wait must not wait
         # for it).
-        (nsenter --net="/run/netns/$_ns" unshare --mount --uts --ipc --pid \
-            --fork --mount-proc --propagation private sh "$_h/init.sh" \
-            > "$_h/init.log" 2>&1 < /dev/null &
-         echo $! > "$_h/unshare.pid")
-        _i=$((_i + 1))
+        (nsenter --net="/run/netns/$_hosts_netns" unshare --mount --uts \
+            --ipc --pid --fork --mount-proc --propagation private \
+            sh "$_hosts_h/init.sh" \
+            > "$_hosts_h/init.log" 2>&1 < /dev/null &
+         echo $! > "$_hosts_h/unshare.pid")
+        _hosts_i=$((_hosts_i + 1))
     done
     # Wait (bounded) for every init to be ready, then note its pid.
-    _i=1
-    while [ $_i -le "$1" ]; do
-        _h="$HOSTS_DIR/h$_i"
-        _t=0
-        while [ ! -e "$_h/ready" ]; do
-            _u=$(cat "$_h/unshare.pid")
-            if [ $_t -ge 100 ] || ! kill -0 "$_u" 2>/dev/null; then
-                echo "hosts: host $_i did not start: $(cat "$_h/init.log")" >&2
+    _hosts_i=1
+    while [ $_hosts_i -le "$1" ]; do
+        _hosts_h="$HOSTS_DIR/h$_hosts_i"
+        _hosts_t=0
+        while [ ! -e "$_hosts_h/ready" ]; do
+            _hosts_u=$(cat "$_hosts_h/unshare.pid")
+            if [ $_hosts_t -ge 100 ] || ! kill -0 "$_hosts_u" 2>/dev/null; then
+                echo "hosts: host $_hosts_i did not start:" \
+                     "$(cat "$_hosts_h/init.log")" >&2
                 return 1
             fi
-            sleep 0.1; _t=$((_t + 1))
+            sleep 0.1; _hosts_t=$((_hosts_t + 1))
         done
-        _u=$(cat "$_h/unshare.pid")
-        read -r _p _rest < "/proc/$_u/task/$_u/children"
-        echo "$_p" > "$_h/init.pid"
-        _i=$((_i + 1))
+        _hosts_u=$(cat "$_hosts_h/unshare.pid")
+        read -r _hosts_p _hosts_rest < "/proc/$_hosts_u/task/$_hosts_u/children"
+        echo "$_hosts_p" > "$_hosts_h/init.pid"
+        _hosts_i=$((_hosts_i + 1))
     done
     # ...and (bounded) for every link to be up: the kernel marks a new
     # one running (IFF_RUNNING) a moment after it is set up, and UCX
     # leaves out an interface not running when it starts (a rank started
     # at once then had one TCP lane of two, on the rail that was ready).
-    _i=1
-    while [ $_i -le "$1" ]; do
+    _hosts_i=1
+    while [ $_hosts_i -le "$1" ]; do
         for _hosts_r in $(_hosts_rails_of); do
-            _t=0
-            until ip -n "$(_hosts_ns $_i)" -o link show dev \
+            _hosts_t=0
+            until ip -n "$(_hosts_ns $_hosts_i)" -o link show dev \
                     "$(_hosts_if $_hosts_r)" | grep "state UP" > /dev/null; do
-                if [ $_t -ge 100 ]; then
-                    echo "hosts: host $_i's $(_hosts_if $_hosts_r) is not up" >&2
+                if [ $_hosts_t -ge 100 ]; then
+                    echo "hosts: host $_hosts_i's $(_hosts_if $_hosts_r)" \
+                         "is not up" >&2
                     return 1
                 fi
-                sleep 0.1; _t=$((_t + 1))
+                sleep 0.1; _hosts_t=$((_hosts_t + 1))
             done
         done
-        _i=$((_i + 1))
+        _hosts_i=$((_hosts_i + 1))
     done
 }
 
 _hosts_init_pid() { cat "$HOSTS_DIR/h$1/init.pid" 2>/dev/null; }
 
 hosts_run() { # I CMD...
-    _p=$(_hosts_init_pid "$1") || return 1
+    _hosts_rp=$(_hosts_init_pid "$1") || return 1
     shift
-    nsenter -t "$_p" --net --uts --ipc --mount --pid --wd="$PWD" -- "$@"
+    nsenter -t "$_hosts_rp" --net --uts --ipc --mount --pid --wd="$PWD" -- "$@"
 }
 
 hosts_rate() { # I RATE [R]
-    _ns=$(_hosts_ns "$1")
+    _hosts_rns=$(_hosts_ns "$1")
     for _hosts_r in $(_hosts_rails_of "${3:-}"); do
-        _if=$(_hosts_if $_hosts_r); _sif=$(_hosts_swif "$1" $_hosts_r)
+        _hosts_rdev=$(_hosts_if $_hosts_r)
+        _hosts_rsdev=$(_hosts_swif "$1" $_hosts_r)
         if [ -z "$2" ]; then
-            ip netns exec "$_ns" tc qdisc del dev "$_if" root 2>/dev/null
-            ip netns exec "${HOSTS_ID}sw" tc qdisc del dev "$_sif" root \
-                2>/dev/null
+            ip netns exec "$_hosts_rns" tc qdisc del dev "$_hosts_rdev" \
+                root 2>/dev/null
+            ip netns exec "${HOSTS_ID}sw" tc qdisc del dev "$_hosts_rsdev" \
+                root 2>/dev/null
             continue
         fi
-        ip netns exec "$_ns" tc qdisc replace dev "$_if" root tbf \
-            rate "$2" burst 8mb latency 50ms &&
-        ip netns exec "${HOSTS_ID}sw" tc qdisc replace dev "$_sif" root tbf \
-            rate "$2" burst 8mb latency 50ms || return 1
+        ip netns exec "$_hosts_rns" tc qdisc replace dev "$_hosts_rdev" \
+            root tbf rate "$2" burst 8mb latency 50ms &&
+        ip netns exec "${HOSTS_ID}sw" tc qdisc replace dev "$_hosts_rsdev" \
+            root tbf rate "$2" burst 8mb latency 50ms || return 1
     done
     return 0
 }
@@ -275,12 +293,10 @@ hosts_bytes() { # I [R]
                                _hosts_if $_hosts_r; done)
 }
 
-# The rail loops' variable is _hosts_r: sh has no locals, and a caller's
-# _r (test_hosts_elastic's ready file) was overwritten by hosts_cut.
 hosts_cut() { # I [R]
     for _hosts_r in $(_hosts_rails_of "${2:-}"); do
-        ip -n "${HOSTS_ID}sw" link set "$(_hosts_swif "$1" $_hosts_r)" nomaster ||
-            return 1
+        ip -n "${HOSTS_ID}sw" link set "$(_hosts_swif "$1" $_hosts_r)" \
+            nomaster || return 1
     done
 }
 hosts_restore() { # I [R]
@@ -291,12 +307,13 @@ hosts_restore() { # I [R]
 }
 
 hosts_kill() { # I
-    _p=$(_hosts_init_pid "$1")
-    [ -n "$_p" ] && kill -9 "$_p" 2>/dev/null
-    _u=$(cat "$HOSTS_DIR/h$1/unshare.pid" 2>/dev/null)
-    _t=0
-    while [ -n "$_u" ] && kill -0 "$_u" 2>/dev/null && [ $_t -lt 100 ]; do
-        sleep 0.05; _t=$((_t + 1))
+    _hosts_kp=$(_hosts_init_pid "$1")
+    [ -n "$_hosts_kp" ] && kill -9 "$_hosts_kp" 2>/dev/null
+    _hosts_ku=$(cat "$HOSTS_DIR/h$1/unshare.pid" 2>/dev/null)
+    _hosts_kt=0
+    while [ -n "$_hosts_ku" ] && kill -0 "$_hosts_ku" 2>/dev/null &&
+          [ $_hosts_kt -lt 100 ]; do
+        sleep 0.05; _hosts_kt=$((_hosts_kt + 1))
     done
     rm -f "$HOSTS_DIR/h$1/init.pid"
     return 0
@@ -304,11 +321,11 @@ hosts_kill() { # I
 
 hosts_down() {
     [ -n "$HOSTS_ID" ] || return 0
-    _i=1
-    while [ $_i -le "$HOSTS_N" ]; do
-        hosts_kill $_i
-        ip netns del "$(_hosts_ns $_i)" 2>/dev/null
-        _i=$((_i + 1))
+    _hosts_di=1
+    while [ $_hosts_di -le "$HOSTS_N" ]; do
+        hosts_kill $_hosts_di
+        ip netns del "$(_hosts_ns $_hosts_di)" 2>/dev/null
+        _hosts_di=$((_hosts_di + 1))
     done
     ip netns del "${HOSTS_ID}sw" 2>/dev/null
     case $HOSTS_DIR in
@@ -319,42 +336,44 @@ hosts_down() {
 }
 
 hosts_launch() { # LAYOUT PROG ARGS...
-    _layout=$1; shift
-    _ws=0; _nn=0
-    for _c in $(echo "$_layout" | tr , ' '); do
-        _ws=$((_ws + _c)); _nn=$((_nn + 1))
+    _hosts_layout=$1; shift
+    _hosts_ws=0; _hosts_nn=0
+    for _hosts_c in $(echo "$_hosts_layout" | tr , ' '); do
+        _hosts_ws=$((_hosts_ws + _hosts_c)); _hosts_nn=$((_hosts_nn + 1))
     done
-    _tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
-    _r=0; _node=0; _pids=""
-    for _c in $(echo "$_layout" | tr , ' '); do
-        _l=0
-        while [ $_l -lt "$_c" ]; do
-            hosts_run $((_node + 1)) env TODIST_RANK=$_r \
-                TODIST_WORLD_SIZE=$_ws TODIST_LOCAL_RANK=$_l \
-                TODIST_LOCAL_WORLD_SIZE=$_c TODIST_NODE_RANK=$_node \
-                TODIST_NNODES=$_nn TODIST_MASTER_ADDR="$(hosts_addr 1)" \
-                TODIST_MASTER_PORT=$HOSTS_PORT TODIST_JOB_TOKEN=$_tok \
-                RANK=$_r WORLD_SIZE=$_ws LOCAL_RANK=$_l \
-                LOCAL_WORLD_SIZE=$_c GROUP_RANK=$_node GROUP_WORLD_SIZE=$_nn \
+    _hosts_tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+    _hosts_rank=0; _hosts_node=0; _hosts_pids=""
+    for _hosts_c in $(echo "$_hosts_layout" | tr , ' '); do
+        _hosts_lrank=0
+        while [ $_hosts_lrank -lt "$_hosts_c" ]; do
+            hosts_run $((_hosts_node + 1)) env TODIST_RANK=$_hosts_rank \
+                TODIST_WORLD_SIZE=$_hosts_ws TODIST_LOCAL_RANK=$_hosts_lrank \
+                TODIST_LOCAL_WORLD_SIZE=$_hosts_c \
+                TODIST_NODE_RANK=$_hosts_node TODIST_NNODES=$_hosts_nn \
+                TODIST_MASTER_ADDR="$(hosts_addr 1)" \
+                TODIST_MASTER_PORT=$HOSTS_PORT TODIST_JOB_TOKEN=$_hosts_tok \
+                RANK=$_hosts_rank WORLD_SIZE=$_hosts_ws \
+                LOCAL_RANK=$_hosts_lrank LOCAL_WORLD_SIZE=$_hosts_c \
+                GROUP_RANK=$_hosts_node GROUP_WORLD_SIZE=$_hosts_nn \
                 MASTER_ADDR="$(hosts_addr 1)" MASTER_PORT=$((HOSTS_PORT + 1)) \
                 timeout -k 5 "${HOSTS_TIMEOUT:-120}" \
-                "$@" > "$HOSTS_DIR/rank$_r.out" 2>&1 &
-            _pids="$_pids $!"
-            _l=$((_l + 1)); _r=$((_r + 1))
+                "$@" > "$HOSTS_DIR/rank$_hosts_rank.out" 2>&1 &
+            _hosts_pids="$_hosts_pids $!"
+            _hosts_lrank=$((_hosts_lrank + 1)); _hosts_rank=$((_hosts_rank + 1))
         done
-        _node=$((_node + 1))
+        _hosts_node=$((_hosts_node + 1))
     done
-    _rc=0; _r=0
-    for _p in $_pids; do
-        wait "$_p"; _s=$?
-        [ $_rc = 0 ] && [ $_s != 0 ] && _rc=$_s
-        _r=$((_r + 1))
+    _hosts_rc=0; _hosts_rank=0
+    for _hosts_lp in $_hosts_pids; do
+        wait "$_hosts_lp"; _hosts_s=$?
+        [ $_hosts_rc = 0 ] && [ $_hosts_s != 0 ] && _hosts_rc=$_hosts_s
+        _hosts_rank=$((_hosts_rank + 1))
     done
-    _r=0
-    while [ $_r -lt $_ws ]; do
-        cat "$HOSTS_DIR/rank$_r.out"; _r=$((_r + 1))
+    _hosts_rank=0
+    while [ $_hosts_rank -lt $_hosts_ws ]; do
+        cat "$HOSTS_DIR/rank$_hosts_rank.out"; _hosts_rank=$((_hosts_rank + 1))
     done
-    return $_rc
+    return $_hosts_rc
 }
 
 # A signal during the teardown must not cut it short (namespaces and

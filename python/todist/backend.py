@@ -9,7 +9,7 @@ matching td_* collective or point-to-point function.
 How an operation completes:
   B1. Called by a torch.distributed function that waits at once (async_op
       False, send, recv), it runs blocking on the calling thread (no hand-off)
-      and returns a finished work.
+      and returns a finished work (B3).
   B2. Otherwise it is issued with the td_*_async form and returns torch's
       work over a future (_create_work_from_future: torch's C++ side, DDP's
       reducer say, waits on works without calling into Python); the one
@@ -19,6 +19,23 @@ How an operation completes:
       Python one whose wait() raises the operation's error (torch 1.13's
       work over a future would swallow it). (An irecv from any source
       cannot tell its source; recv can.)
+  B3. Every work's future holds the call's tensors (the output list; a
+      barrier's is empty), never an empty stand-in: DDP's reducer takes the
+      first tensor of its bucket's future value without a check, and torch
+      1.13 then reads address 0 in Reducer::finalize_backward. A finished
+      work of B1 is a C++ work over a completed future, not a Python one:
+      a Python work held only by C++ loses its Python methods when its
+      last Python reference goes (its wait() never returns, get_future()
+      raises), so a C++ caller taken for a Python one still gets a work it
+      can wait on and a value it can read. Only a receive from any source,
+      whose sender torch.distributed's recv asks the work for, returns a
+      Python work (_Done), to that Python caller.
+  B4. The caller is read from the frame that called the ProcessGroup method.
+      A torch.distributed function passes the options object it made (its
+      local "opts") or none; a C++ caller (DDP's reducer) always passes its
+      own. So a torch.distributed frame whose "opts" is not the options we
+      got did not make this call (C++ came between: that frame is only the
+      last Python one on the thread), and the call is taken as C++'s.
 Errors (mismatched calls across ranks, a dead rank, a timeout) come back
 as RuntimeError carrying todist's message, which names the ranks and both
 calls.
@@ -216,7 +233,8 @@ def _caller_waits(opts=None):
     None (C++, DDP's reducer say: its frame is some unrelated one). Frame
     0 is this function, 1 the ProcessGroup method, 2 the method's caller.
     torch >= 2.x says it in the options (asyncOp, True by default, so C++
-    callers stay asynchronous)."""
+    callers stay asynchronous). A frame holding options other than OPTS
+    did not make the call (B4)."""
     if getattr(opts, "asyncOp", None) is False:
         return SYNC
     try:
@@ -230,6 +248,8 @@ def _caller_waits(opts=None):
         return SYNC
     if name in _ASYNC_OP:
         loc = f.f_locals
+        if opts is not None and loc.get("opts", opts) is not opts:
+            return None
         _caller.op = loc.get("op")
         if loc.get("async_op", True) is False:
             return SYNC
@@ -243,8 +263,22 @@ _caller = threading.local()
 
 # ---- works -----------------------------------------------------------------
 
+# torch.futures.Future's own class: its Python subclass's __init__ costs
+# 0.3 us more a call (torch 1.13), and B1's future is only completed.
+_Future = torch._C.Future
+
+
+def _finished(result):
+    """A finished operation's work, its future holding RESULT (B1, B3):
+    about 1 us a call more than one shared work (torch 1.13)."""
+    fut = _Future([])
+    fut.set_result(result)
+    return _c10d._create_work_from_future(fut)
+
+
 class _Done(_c10d.Work):
-    """A finished operation (B1)."""
+    """A finished receive that knows its sender (B1, B3): for
+    torch.distributed's recv, which asks the work for it."""
 
     def __init__(self, result, source=-1):
         super().__init__()
@@ -276,8 +310,6 @@ class _Done(_c10d.Work):
         fut.set_result(self._result)
         return fut
 
-
-_DONE = _Done([])
 
 
 class _FutureWork(_c10d.Work):
@@ -376,7 +408,11 @@ class _Completer:
           collectives finish in order, so that is the one to wait for) in
           slices of SLICE_S, and tests the others between slices, so a
           point-to-point operation finished out of order waits at most one
-          slice. The wait releases the GIL (ctypes)."""
+          slice. The wait releases the GIL (ctypes).
+      C3. An operation is finished with its own status, never with the
+          slice's TD_ERR_TIMEOUT: one that ends between the slice running
+          out and the test is asked again (a successful operation could
+          otherwise fail as timed out)."""
     SLICE_S = 0.005
 
     def __init__(self):
@@ -403,6 +439,8 @@ class _Completer:
                 batch = list(self._pending)
             finished = set()
             st = _lib.td_work_wait(batch[0].handle, self.SLICE_S)
+            if st == _lib.TD_ERR_TIMEOUT and self._done(batch[0], done):
+                st = _lib.td_work_wait(batch[0].handle, 0.0)     # C3
             if st != _lib.TD_ERR_TIMEOUT or self._done(batch[0], done):
                 batch[0].finish(st)
                 finished.add(id(batch[0]))
@@ -463,7 +501,7 @@ class ProcessGroupTodist(dist.ProcessGroup):
             for p in posts:
                 p()
             if src is None:
-                return _DONE    # B1's callers only wait on it
+                return _finished(result)
             return _Done(result, src.value)
         w = ctypes.c_void_p()
         _lib.check(issue(*args, ctypes.byref(w)), what)
