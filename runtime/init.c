@@ -573,10 +573,9 @@ peer_heard_cb(void *arg, int rank)
 
 /* The transport dropped RANK, on another host, and closed its endpoint by
  * force (token holder, transport.h, transport.c L15): UCX's connections to
- * that host are shut down, FDS UCX's epoll instances (liveness.h V7); how
- * many. */
+ * that host are shut down, EFD the worker's (liveness.h V7); how many. */
 static int
-peer_cut_cb(void *arg, int rank, const int *fds, int n, int depth)
+peer_cut_cb(void *arg, int rank, int efd)
 {
     hostmap_ips_t ips;
 
@@ -584,7 +583,7 @@ peer_cut_cb(void *arg, int rank, const int *fds, int n, int depth)
     pthread_mutex_lock(&rt.addr_lock);
     ips = rt.addrs[rank].ips;           /* fetched with its address */
     pthread_mutex_unlock(&rt.addr_lock);
-    return td__liveness_cut(&ips, fds, n, depth);
+    return td__liveness_cut(&ips, efd);
 }
 
 /* The transport reset RANK for a new process (td__runtime_readmit; token

@@ -223,19 +223,11 @@ cut_walk(int fd, int depth, const hostmap_ips_t *ips)
 }
 
 int
-td__liveness_cut(const hostmap_ips_t *ips, const int *fds, int n, int depth)
+td__liveness_cut(const hostmap_ips_t *ips, int efd)
 {
-    int cut = 0;
-
-    if (ips == NULL || ips->n == 0 || fds == NULL) {
+    if (ips == NULL || ips->n == 0 || efd < 0) {
         return 0;
     }
-    /* the worker's instance, each transport's in it, their sockets (or
-     * the transports' instances, their sockets) */
-    for (int i = 0; i < n; i++) {
-        if (fds[i] >= 0) {
-            cut += cut_walk(fds[i], depth, ips);
-        }
-    }
-    return cut;
+    /* the worker's instance, each transport's in it, their sockets */
+    return cut_walk(efd, 2, ips);
 }

@@ -52,8 +52,7 @@
  *     published, among the descriptors UCX's worker waits on (the epoll
  *     instance EFD, ucp_worker_get_efd, and the instances registered in
  *     it: each transport's, one level down, as /proc/self/fdinfo lists
- *     them; without the worker's, transport.c N2, those transports' own),
- *     is shut down both ways. Only UCX's own sockets: the store's
+ *     them), is shut down both ways. Only UCX's own sockets: the store's
  *     connection and any other of the process are not in that set. UCX
  *     sees each as closed by the peer, on its next progress, and ends it
  *     through its error path, as if the host had closed it (transport.c
@@ -93,11 +92,9 @@ void        td__liveness_clear(td__proc_t *p);
  * a hot path. Thread-safe. */
 int         td__liveness_heard_ms(const hostmap_ips_t *ips);
 /* V7: shut down both ways each of UCX's established TCP connections (the
- * sockets the N epoll instances FDS wait on, DEPTH levels down: 2 from the
- * worker's, 1 from each transport's) to a host at one of IPS; how many.
- * Reads /proc/self/fdinfo: for a peer dropped (transport.c L15), not a
- * hot path. Thread-safe. */
-int         td__liveness_cut(const hostmap_ips_t *ips, const int *fds, int n,
-                             int depth);
+ * sockets the epoll instance EFD waits on, or the instances in it) to a
+ * host at one of IPS; how many. Reads /proc/self/fdinfo: for a peer
+ * dropped (transport.c L15), not a hot path. Thread-safe. */
+int         td__liveness_cut(const hostmap_ips_t *ips, int efd);
 
 #endif /* TD_RUNTIME_LIVENESS_H */

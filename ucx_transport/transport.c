@@ -46,9 +46,7 @@
  *     the feature lost 1-2% (bench/RESULTS.md). Decided once, before the
  *     context, from the mode (choose_mode) and the cores: driver_sleep
  *     (scarce or one core) and the blocking progress thread are the only
- *     sleepers on the fd. L15 then finds UCX's sockets from the epoll
- *     instances that appeared while the worker was made (each transport's,
- *     ucx_epolls) instead of from the worker's own.
+ *     sleepers on the fd.
  *
  * Liveness between hosts (L1..L15). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
@@ -470,7 +468,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <dirent.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 
@@ -691,9 +688,6 @@ struct td_transport {
     size_t                addr_len;
     int                   efd;            /* -1 without wakeup (N2) */
     int                   wakeup;         /* N2: a thread may sleep on efd */
-    int                   ucx_epfd[8];    /* N2: without efd, the epoll
-                                           * instances UCX's worker made */
-    int                   n_ucx_epfd;
     unsigned              mem_types;
     size_t                eager_max;   /* EAGER_MAX, 0 under UCX_RNDV_THRESH */
     size_t                eager_far;   /* EAGER_REMOTE_MAX, or 0 likewise */
@@ -1129,11 +1123,8 @@ peer_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why,
             }
             ep_close_force(tp, rank, ep);
             if (how == FAIL_DROP && tp->params.peer_cut != NULL) {
-                int n = tp->efd >= 0                    /* L15, N2 */
-                    ? tp->params.peer_cut(tp->params.resolve_arg, rank,
-                                          &tp->efd, 1, 2)
-                    : tp->params.peer_cut(tp->params.resolve_arg, rank,
-                                          tp->ucx_epfd, tp->n_ucx_epfd, 1);
+                int n = tp->params.peer_cut(tp->params.resolve_arg, rank,
+                                            tp->efd);           /* L15 */
 
                 td_log_debug("transport: rank %d: %d connections of UCX "
                              "to its host shut down (L15)", rank, n);
@@ -3782,42 +3773,9 @@ make_context(td_transport_t *tp)
     return TD_OK;
 }
 
-/* The process's epoll instances (/proc/self/fd), at most MAX in FDS; how
- * many. */
-static int
-ucx_epolls(int *fds, int max)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    if (d == NULL) {
-        return 0;
-    }
-    while (n < max && (e = readdir(d)) != NULL) {
-        char path[64], link[64];
-        ssize_t len;
-
-        if (e->d_name[0] == '.') {
-            continue;
-        }
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-        len = readlink(path, link, sizeof(link) - 1);
-        if (len > 0) {
-            link[len] = '\0';
-            if (strcmp(link, "anon_inode:[eventpoll]") == 0) {
-                fds[n++] = atoi(e->d_name);
-            }
-        }
-    }
-    closedir(d);
-    return n;
-}
-
 static td_status_t
 make_worker(td_transport_t *tp)
 {
-    int before[64], n_before = 0;
     ucp_worker_params_t wp;
     ucp_worker_attr_t wa;
     ucp_am_handler_param_t hp;
@@ -3828,9 +3786,6 @@ make_worker(td_transport_t *tp)
     /* Only the token holder calls into the worker; ucp_worker_signal is
      * safe from any thread in every mode. */
     wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-    if (!tp->wakeup) {
-        n_before = ucx_epolls(before, 64);                      /* N2 */
-    }
     s = ucp_worker_create(tp->ctx, &wp, &tp->worker);
     if (s != UCS_OK) {
         return td_error(TD_ERR_TRANSPORT, "transport: cannot create the UCX "
@@ -3849,23 +3804,6 @@ make_worker(td_transport_t *tp)
                         ucs_status_string(s));
     }
     tp->efd = -1;
-    if (!tp->wakeup) {
-        /* N2: the instances that appeared meanwhile are UCX's (L15) */
-        int after[64], n_after = ucx_epolls(after, 64);
-
-        for (int i = 0; i < n_after && tp->n_ucx_epfd < 8; i++) {
-            int old = 0;
-
-            for (int j = 0; j < n_before && !old; j++) {
-                old = before[j] == after[i];
-            }
-            if (!old) {
-                tp->ucx_epfd[tp->n_ucx_epfd++] = after[i];
-            }
-        }
-        td_log_debug("transport: no wakeup feature (N2): %d epoll "
-                     "instance(s) of UCX's worker", tp->n_ucx_epfd);
-    }
     s = tp->wakeup ? ucp_worker_get_efd(tp->worker, &tp->efd) : UCS_OK;
     if (s != UCS_OK) {
         return td_error(TD_ERR_TRANSPORT, "transport: no worker event fd: %s",

@@ -175,13 +175,10 @@ typedef struct {
     int                   (*peer_heard)(void *arg, int rank);
     /* This rank dropped RANK (another host, transport.c L3) and closed its
      * endpoint by force: shut down UCX's TCP connections to RANK's host
-     * among those the N epoll instances FDS wait on, DEPTH levels down
-     * (the worker's, ucp_worker_get_efd, 2; without it, UCX's transports'
-     * own, 1: transport.c N2), so UCX ends them before the partition can
-     * heal (transport.c L15); asked with resolve_arg; returns how many.
-     * NULL: never. */
-    int                   (*peer_cut)(void *arg, int rank, const int *fds,
-                                      int n, int depth);
+     * among those EFD (the worker's, ucp_worker_get_efd) waits on, so UCX
+     * ends them before the partition can heal (transport.c L15); asked
+     * with resolve_arg; returns how many. NULL: never. */
+    int                   (*peer_cut)(void *arg, int rank, int efd);
     void                   *peer_failed_arg;
     td_transport_gone_fn    peer_gone;         /* may be NULL */
     void                   *peer_gone_arg;
