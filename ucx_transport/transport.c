@@ -231,10 +231,9 @@
  *     when the link came back that endpoint (a) took the peer's
  *     CONN_FIN, freed itself inside the event handler
  *     (uct_tcp_cm_handle_conn_fin) and was then called for the same
- *     event's EVWRITE (uct_tcp_iface_handle_events): a SIGSEGV (once
- *     an assertion) in uct_tcp_iface_progress (tests/hosts/
- *     test_hosts_queued.sh, the link healed: rank 0, 2 of 3 runs on two
- *     rails, 1 of 4 on one).
+ *     event's EVWRITE (uct_tcp_iface_handle_events): a SIGSEGV in
+ *     uct_tcp_iface_progress (tests/hosts/test_hosts_queued.sh,
+ *     TD_TEST_QUEUED_HEAL=1: rank 0, 2 of 2 runs, one rail and two).
  *     Its EVWRITE stays armed because the close purged a zero-copy send
  *     without emptying the send context, so the CONN_FIN never leaves
  *     and the peer's, once sent, meets it. (b) An endpoint cut inside a
