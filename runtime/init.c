@@ -224,7 +224,7 @@ td_initialized(void)
  *     waits on addr_cond for the marker to clear (bounded: the fetcher's
  *     round trips are, by init_timeout and RESOLVER_CONNECT_S), and one
  *     that wants another rank's address, or only reads what is known
- *     (same_host_cb, peer_heard_cb, peer_cut_cb, host texts: the transport's token
+ *     (same_host_cb, peer_heard_cb, host texts: the transport's token
  *     holder asks these), never waits for the store. Before, one lock
  *     was held across the round trips: a thread fetching one address
  *     stopped every other thread that needed any, the token holder
@@ -569,21 +569,6 @@ peer_heard_cb(void *arg, int rank)
     ips = rt.addrs[rank].ips;           /* fetched with its address */
     pthread_mutex_unlock(&rt.addr_lock);
     return td__liveness_heard_ms(&ips);
-}
-
-/* The transport dropped RANK, on another host, and closed its endpoint by
- * force (token holder, transport.h, transport.c L15): UCX's connections to
- * that host are shut down, EFD the worker's (liveness.h V7); how many. */
-static int
-peer_cut_cb(void *arg, int rank, int efd)
-{
-    hostmap_ips_t ips;
-
-    (void)arg;
-    pthread_mutex_lock(&rt.addr_lock);
-    ips = rt.addrs[rank].ips;           /* fetched with its address */
-    pthread_mutex_unlock(&rt.addr_lock);
-    return td__liveness_cut(&ips, efd);
 }
 
 /* The transport reset RANK for a new process (td__runtime_readmit; token
@@ -1051,7 +1036,6 @@ td_init(const td_init_params_t *params)
     tpp.peer_reset = peer_reset_cb;
     tpp.same_host = same_host_cb;
     tpp.peer_heard = peer_heard_cb;
-    tpp.peer_cut = peer_cut_cb;
     tpp.token = token;   /* keys the per-message job tags */
     status = td__transport_create(&tpp, &rt.tp);
     if (status != TD_OK) {

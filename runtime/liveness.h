@@ -9,7 +9,7 @@
  * whose first send waits on the wire-up with a process that is gone never
  * errors, and a collective or a call waiting for it hung (issue 36).
  *
- * Invariants (V1..V7):
+ * Invariants (V1..V6):
  *  V1 A peer is reported gone only when it is known to be on this host
  *     (td__runtime_same_host: one kernel, one PID namespace) and its
  *     process has exited; anything unknown (another host, no pid
@@ -47,16 +47,6 @@
  *     peer sends nothing until the peer answers, so without the probes a
  *     live host was heard last at the connect, seconds before, and taken
  *     for cut off (transport.c L8).
- *  V7 A host can be cut off from this process's UCX (td__liveness_cut):
- *     each established TCP connection to one of the addresses that host
- *     published, among the descriptors UCX's worker waits on (the epoll
- *     instance EFD, ucp_worker_get_efd, and the instances registered in
- *     it: each transport's, one level down, as /proc/self/fdinfo lists
- *     them), is shut down both ways. Only UCX's own sockets: the store's
- *     connection and any other of the process are not in that set. UCX
- *     sees each as closed by the peer, on its next progress, and ends it
- *     through its error path, as if the host had closed it (transport.c
- *     L15 says why).
  *
  * Thread safety: td__liveness_gone on one peer from one thread at a time
  * (the transport's token holder). */
@@ -91,10 +81,5 @@ void        td__liveness_clear(td__proc_t *p);
  * (V6). Reads /proc/self/fd: for the rare question "is it cut off?", not
  * a hot path. Thread-safe. */
 int         td__liveness_heard_ms(const hostmap_ips_t *ips);
-/* V7: shut down both ways each of UCX's established TCP connections (the
- * sockets the epoll instance EFD waits on, or the instances in it) to a
- * host at one of IPS; how many. Reads /proc/self/fdinfo: for a peer
- * dropped (transport.c L15), not a hot path. Thread-safe. */
-int         td__liveness_cut(const hostmap_ips_t *ips, int efd);
 
 #endif /* TD_RUNTIME_LIVENESS_H */

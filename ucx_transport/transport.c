@@ -48,7 +48,7 @@
  *     (scarce or one core) and the blocking progress thread are the only
  *     sleepers on the fd.
  *
- * Liveness between hosts (L1..L15). UCX notices a peer whose process died
+ * Liveness between hosts (L1..L13). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
  * retransmitting for minutes. So:
  *  L1 A peer on another host (params.same_host says so when it is
@@ -217,39 +217,13 @@
  *     waited forever (tests/hosts/test_hosts_queued.sh: rank 1 dropped
  *     rank 0 in the middle of an 8 MiB message across a cut; its
  *     td_recv hung until the job's timeout). The forced close fails it
- *     at once, with TD_ERR_PEER naming the rank as a send cut so
- *     (recv_data_cb, send_cb: UCX says UCS_ERR_CANCELED). Seen on one link and on two alike: not a
+ *     at once (TD_ERR_CANCELED, as UCX reports it). Seen on one link and on two alike: not a
  *     matter of lanes; on two, L13's argument holds as on one
  *     (TD_TEST_WIREUP_RAILS=2 tests/hosts/test_hosts_wireup.sh: no abort
- *     in 2 runs).
- *  L15 A peer dropped (L3) whose endpoint is closed by force (L12, L14)
- *     has UCX's TCP connections to its host shut down at once
- *     (params.peer_cut, runtime/liveness.h V7), before the partition can
- *     heal: UCX sees each closed and ends it. UCX 1.13.1's forced close
- *     does not: uct_tcp_ep_destroy keeps a connected endpoint open for
- *     receiving (it only drops its sends and queues a CONN_FIN), and
- *     when the link came back that endpoint (a) took the peer's
- *     CONN_FIN, freed itself inside the event handler
- *     (uct_tcp_cm_handle_conn_fin) and was then called for the same
- *     event's EVWRITE (uct_tcp_iface_handle_events): a SIGSEGV in
- *     uct_tcp_iface_progress (tests/hosts/test_hosts_queued.sh,
- *     TD_TEST_QUEUED_HEAL=1: rank 0, 2 of 2 runs, one rail and two).
- *     Its EVWRITE stays armed because the close purged a zero-copy send
- *     without emptying the send context, so the CONN_FIN never leaves
- *     and the peer's, once sent, meets it. (b) An endpoint cut inside a
- *     rendezvous body (L14) would write the rest of it, arriving after
- *     the heal, into the buffer of a receive already failed and given
- *     back to its caller (uct_tcp_ep_progress_put_rx). Keeping such
- *     endpoints instead (as L12 keeps idle ones) does not help: UCX
- *     would go on reading a failed send's buffer and writing a failed
- *     receive's after the heal, both the caller's again. The drop needs
- *     the host silent (L7), so every connection to it is already dead
- *     to us; UCX's other endpoints to that host's ranks fail with it
- *     (TD_ERR_PEER, as UCX reports them) instead of at their own drop,
- *     and one kept to tell a rank there (L12) tells nothing: that rank
- *     sees the connection close, as a peer whose endpoint was closed by
- *     force always did. A forced close after a 'D' (FAIL_TOLD, a live
- *     link) cuts nothing.
+ *     in 2 runs). Open: after such a forced close, UCX 1.13.1's TCP
+ *     transport may crash the process when the peer's traffic reaches
+ *     it again once the partition heals (docs/hosts.md, "Two links per
+ *     host").
  *
  * A tagged exchange with one peer (U1..U7; td__transport_pair_post): the
  * small all_reduce of two ranks on two hosts is one message each way, and
@@ -1121,13 +1095,6 @@ peer_fail(td_transport_t *tp, int rank, ucp_ep_h ep, const char *why,
                              p->rx_inflight);
             }
             ep_close_force(tp, rank, ep);
-            if (how == FAIL_DROP && tp->params.peer_cut != NULL) {
-                int n = tp->params.peer_cut(tp->params.resolve_arg, rank,
-                                            tp->efd);           /* L15 */
-
-                td_log_debug("transport: rank %d: %d connections of UCX "
-                             "to its host shut down (L15)", rank, n);
-            }
         }
     }
     if (how == FAIL_DROP) {
@@ -2240,13 +2207,9 @@ recv_finish(recv_op_t *r, td_status_t status)
 {
     BUMP(r->tp->n_received);
     if (status != TD_OK) {
-        if (status == TD_ERR_PEER && r->tp->peers[r->src].failed) {
-            failed_error(r->tp, r->src);    /* names it, and its fate */
-        } else {
-            td_error(status, "transport: message from rank %d failed: %s",
-                     r->src, status == TD_ERR_PEER ? "the sender died"
-                                                   : td_strerror(status));
-        }
+        td_error(status, "transport: message from rank %d failed: %s",
+                 r->src, status == TD_ERR_PEER ? "the sender died"
+                                               : td_strerror(status));
     }
     if (r->done != NULL) {
         r->done(r->done_arg, status, r->src, r->dest, r->n_bodies);
@@ -2267,16 +2230,9 @@ recv_data_cb(void *request, ucs_status_t status, size_t length,
              void *user_data)
 {
     recv_op_t *r = user_data;
-    peer_t *p = &r->tp->peers[r->src];
-    td_status_t st = status_from_ucs(status);
 
-    p->rx_inflight--;                                           /* L14 */
-    /* cut by a forced close (L12, L14): the peer failed, not a cancel,
-     * as send_cb says */
-    if (st != TD_OK && p->failed) {
-        st = TD_ERR_PEER;
-    }
-    recv_finish(r, st);
+    r->tp->peers[r->src].rx_inflight--;                         /* L14 */
+    recv_finish(r, status_from_ucs(status));
     ucp_request_free(request);
 }
 

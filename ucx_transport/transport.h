@@ -173,12 +173,6 @@ typedef struct {
      * when the answer is ignored: from then on its host must be made to
      * answer (L8: the runtime turns on TCP keepalive). NULL: never. */
     int                   (*peer_heard)(void *arg, int rank);
-    /* This rank dropped RANK (another host, transport.c L3) and closed its
-     * endpoint by force: shut down UCX's TCP connections to RANK's host
-     * among those EFD (the worker's, ucp_worker_get_efd) waits on, so UCX
-     * ends them before the partition can heal (transport.c L15); asked
-     * with resolve_arg; returns how many. NULL: never. */
-    int                   (*peer_cut)(void *arg, int rank, int efd);
     void                   *peer_failed_arg;
     td_transport_gone_fn    peer_gone;         /* may be NULL */
     void                   *peer_gone_arg;
