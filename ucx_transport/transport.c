@@ -217,13 +217,21 @@
  *     waited forever (tests/hosts/test_hosts_queued.sh: rank 1 dropped
  *     rank 0 in the middle of an 8 MiB message across a cut; its
  *     td_recv hung until the job's timeout). The forced close fails it
- *     at once (TD_ERR_CANCELED, as UCX reports it). Seen on one link and on two alike: not a
+ *     at once, with TD_ERR_PEER naming the rank as a send cut so
+ *     (recv_data_cb, send_cb: UCX says UCS_ERR_CANCELED). Seen on one link and on two alike: not a
  *     matter of lanes; on two, L13's argument holds as on one
  *     (TD_TEST_WIREUP_RAILS=2 tests/hosts/test_hosts_wireup.sh: no abort
  *     in 2 runs). Open: after such a forced close, UCX 1.13.1's TCP
  *     transport may crash the process when the peer's traffic reaches
  *     it again once the partition heals (docs/hosts.md, "Two links per
- *     host").
+ *     host"): uct_tcp_ep_destroy keeps a connected endpoint receiving,
+ *     the peer's CONN_FIN frees it inside uct_tcp_iface_handle_events,
+ *     and the same event's EVWRITE then calls it. Shutting down our
+ *     connections to the host at the drop (tried as L15) only moved the
+ *     crash to the dropped rank, whose endpoint met our close with its
+ *     own sends pending: tests/hosts/test_hosts_wireup.sh, rank 1,
+ *     SIGSEGV under uct_tcp_iface_progress in 2 of 12 runs. A fix
+ *     belongs in UCX's handle_events.
  *
  * A tagged exchange with one peer (U1..U7; td__transport_pair_post): the
  * small all_reduce of two ranks on two hosts is one message each way, and
@@ -2207,9 +2215,13 @@ recv_finish(recv_op_t *r, td_status_t status)
 {
     BUMP(r->tp->n_received);
     if (status != TD_OK) {
-        td_error(status, "transport: message from rank %d failed: %s",
-                 r->src, status == TD_ERR_PEER ? "the sender died"
-                                               : td_strerror(status));
+        if (status == TD_ERR_PEER && r->tp->peers[r->src].failed) {
+            failed_error(r->tp, r->src);    /* names it, and its fate */
+        } else {
+            td_error(status, "transport: message from rank %d failed: %s",
+                     r->src, status == TD_ERR_PEER ? "the sender died"
+                                                   : td_strerror(status));
+        }
     }
     if (r->done != NULL) {
         r->done(r->done_arg, status, r->src, r->dest, r->n_bodies);
@@ -2230,9 +2242,16 @@ recv_data_cb(void *request, ucs_status_t status, size_t length,
              void *user_data)
 {
     recv_op_t *r = user_data;
+    peer_t *p = &r->tp->peers[r->src];
+    td_status_t st = status_from_ucs(status);
 
-    r->tp->peers[r->src].rx_inflight--;                         /* L14 */
-    recv_finish(r, status_from_ucs(status));
+    p->rx_inflight--;                                           /* L14 */
+    /* cut by a forced close (L12, L14): the peer failed, not a cancel,
+     * as send_cb says */
+    if (st != TD_OK && p->failed) {
+        st = TD_ERR_PEER;
+    }
+    recv_finish(r, st);
     ucp_request_free(request);
 }
 

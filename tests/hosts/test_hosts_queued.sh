@@ -11,7 +11,8 @@
 #  - no rank aborts or hangs: the job ends, both report;
 #  - rank 0's send fails, and it dropped rank 1 (its log) with sends in
 #    UCX: its endpoint is not kept (L12's "kept" debug line is absent);
-#  - rank 1's receive fails naming rank 0 (L14: before, a rendezvous
+#  - rank 1's receive fails naming rank 0, with TD_ERR_PEER as a send
+#    does, not UCX's cancel (L14: before, a rendezvous
 #    receive under way at the cut hung until the job's timeout: rank 1
 #    kept its endpoint to rank 0, and UCX never ended the receive), and
 #    rank 1 lost no message: each one it received is whole and in order.
@@ -92,8 +93,10 @@ queued() {
          "$_d: rank 0 dropped rank 1 (its log)"
     unlike "$OUT" "rank 1: its endpoint kept" \
            "$_d: ...with sends in UCX: its endpoint closed, not kept"
-    like "$OUT" "op=queued rank=1 n=[0-9]+ bad=[0-9]+ rc=-[0-9]+ .*rank 0" \
-         "$_d: rank 1's receive fails naming rank 0"
+    # TD_ERR_PEER (-6), as rank 0's send: before, a receive cut by the
+    # forced close failed with UCX's cancel, TD_ERR_CANCELED (-15)
+    like "$OUT" "op=queued rank=1 n=[0-9]+ bad=[0-9]+ rc=-6 .*rank 0" \
+         "$_d: rank 1's receive fails with TD_ERR_PEER naming rank 0"
     like "$OUT" "op=queued rank=1 n=[0-9]+ bad=0 " \
          "$_d: rank 1 lost no message (each whole, in order)"
     diag "$_d: $(printf '%s\n' "$OUT" |
