@@ -825,6 +825,23 @@ token_drop(td_transport_t *tp)
     }
 }
 
+/* A driver counted (the progress thread naps, N1). */
+static void
+drive_count(td_transport_t *tp)
+{
+    __atomic_fetch_add(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+    /* N1: a hint (a lost increment still changes it) */
+    __atomic_store_n(&tp->drive_gen, __atomic_load_n(&tp->drive_gen,
+                     __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
+/* ... and no longer. */
+static void
+drive_uncount(td_transport_t *tp)
+{
+    __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+}
+
 /* Wake a thread asleep on the worker's event fd; without the wakeup
  * feature none ever is (N2), and UCX would refuse the call. */
 static void
@@ -3777,7 +3794,6 @@ make_worker(td_transport_t *tp)
         return td_error(TD_ERR_TRANSPORT, "transport: no worker address: %s",
                         ucs_status_string(s));
     }
-    tp->efd = -1;
     s = tp->wakeup ? ucp_worker_get_efd(tp->worker, &tp->efd) : UCS_OK;
     if (s != UCS_OK) {
         return td_error(TD_ERR_TRANSPORT, "transport: no worker event fd: %s",
@@ -4273,7 +4289,6 @@ direct_finish(td_transport_t *tp)
 
 /* ---- a tagged exchange with one peer (U1..U7) ----------------------------- */
 
-static void drive_count(td_transport_t *tp);
 static td_status_t drive_held(td_transport_t *tp, int (*done)(void *arg),
                               void *arg, double max_s, int polls, double t0);
 
@@ -4357,7 +4372,7 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
     }
     if (!token_get(tp)) {
         if (spin) {
-            __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+            drive_uncount(tp);
         }
         return td_error(TD_ERR_CANCELED, "transport: shut down");
     }
@@ -4365,7 +4380,7 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
         int failed = p->failed;
 
         if (spin) {
-            __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+            drive_uncount(tp);
         }
         token_drop(tp);
         if (failed) {
@@ -4419,19 +4434,6 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
                               * leaves, drive) */
     }
     return TD_OK;
-}
-
-int
-td__transport_has_efd(td_transport_t *tp)
-{
-    int fd = -1, has;
-
-    if (!token_get(tp)) {
-        return -1;
-    }
-    has = ucp_worker_get_efd(tp->worker, &fd) == UCS_OK && fd >= 0;
-    token_drop(tp);
-    return has;
 }
 
 void
@@ -4683,7 +4685,7 @@ drive_held(td_transport_t *tp, int (*done)(void *arg), void *arg,
      * going to sleep, the progress thread takes over now. */
     __atomic_store_n(&tp->drive_left_ns, ok ? now_ns() : 0,
                      __ATOMIC_RELAXED);
-    __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+    drive_uncount(tp);
     if (!ok) {
         pthread_mutex_lock(&tp->drv_lock);
         pthread_cond_signal(&tp->drv_cond);
@@ -4691,17 +4693,6 @@ drive_held(td_transport_t *tp, int (*done)(void *arg), void *arg,
     }
     token_drop(tp);
     return ok ? TD_OK : TD_ERR_TIMEOUT;
-}
-
-
-/* A driver counted (the progress thread naps, N1). */
-static void
-drive_count(td_transport_t *tp)
-{
-    __atomic_fetch_add(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
-    /* N1: a hint (a lost increment still changes it) */
-    __atomic_store_n(&tp->drive_gen, __atomic_load_n(&tp->drive_gen,
-                     __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
 
 /* POLLS: the driver stands in for the progress thread: it never sleeps on
@@ -4735,7 +4726,7 @@ drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
         }
     }
     if (!got) {
-        __atomic_fetch_sub(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
+        drive_uncount(tp);
         if (done(arg)) {
             return TD_OK;
         }
@@ -4743,6 +4734,7 @@ drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
     }
     return drive_held(tp, done, arg, max_s, polls, t0);
 }
+
 bool
 td__transport_drive_wanted(td_transport_t *tp)
 {
@@ -4918,6 +4910,19 @@ td_progress_mode_t
 td__transport_progress_mode(td_transport_t *tp)
 {
     return tp->mode;
+}
+
+int
+td__transport_has_efd(td_transport_t *tp)
+{
+    int fd = -1, has;
+
+    if (!token_get(tp)) {
+        return -1;
+    }
+    has = ucp_worker_get_efd(tp->worker, &fd) == UCS_OK && fd >= 0;
+    token_drop(tp);
+    return has;
 }
 
 bool

@@ -311,7 +311,6 @@ class _Done(_c10d.Work):
         return fut
 
 
-
 class _FutureWork(_c10d.Work):
     """The work of B2 handed to Python code: wait() raises the operation's
     error (torch 1.13's work over a future swallows it; its C++ callers read
