@@ -7,14 +7,7 @@
 # within 2 s naming both ranks and both calls; a killed rank fails the
 # pending all_reduce within 2 s naming it. Skipped without torch.
 . "$top_srcdir/tests/lib.sh"
-td_sanitized && skip_all "$TD_SANITIZED_WHY"
-PY=${TD_PYTHON:-/usr/bin/python3}
-[ -x /usr/bin/python3 ] && ! "$PY" -c 'import torch' 2>/dev/null && PY=/usr/bin/python3
-"$PY" -c 'import torch.distributed as d; assert d.is_available()' 2>/dev/null ||
-    skip_all "torch.distributed not importable by $PY"
-export PYTHONPATH="$top_srcdir/python${PYTHONPATH:+:$PYTHONPATH}"
-export TODIST_LIBRARY="$top_builddir/.libs/libtodist.so.0"
-export OMP_NUM_THREADS=1 TODIST_COLL_TIMEOUT=30
+. "$top_srcdir/tests/torch/torch_env.sh"
 PEER=$top_srcdir/tests/torch/backend_peer.py
 
 coll="all_reduce_int64_sum all_reduce_int64_product all_reduce_int64_min

@@ -8,6 +8,7 @@ TESTS += tests/torch/test_torch_ddp_example.sh
 EXTRA_DIST += tests/torch/test_torch_ddp_example.sh examples/torch_ddp.py \
 	bench/torch_backend.sh bench/torch_backend.py
 TESTS += tests/torch/test_torch_works.sh
-EXTRA_DIST += tests/torch/test_torch_works.sh tests/torch/works_peer.py
+EXTRA_DIST += tests/torch/test_torch_works.sh tests/torch/works_peer.py \
+	tests/torch/torch_env.sh
 TESTS += tests/torch/test_python_install.sh
 EXTRA_DIST += tests/torch/test_python_install.sh
