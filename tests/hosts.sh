@@ -13,7 +13,9 @@
 # Source it after tests/lib.sh (its TD_TMP is then shared with every host,
 # at the same path) or alone (bench/). POSIX sh. Functions:
 #   hosts_supported        0, or 1 with the reason in HOSTS_WHY
-#   hosts_up N             N hosts, h1..hN at 10.91.0.1..N (HOSTS_N, HOSTS_DIR);
+#   hosts_up N             N hosts, h1..hN at 10.91.0.1..N (HOSTS_N, HOSTS_DIR),
+#                          whose kernels keep a TCP connection through 120
+#                          unanswered keepalive probes (a cut of 2 min);
 #                          HOSTS_RAILS=R (1..4, default 1): R links per host,
 #                          rail r (1..R) is interface eth<r-1> on a bridge
 #                          of its own, at 10.91.<r-1>.I
@@ -202,6 +204,16 @@ hosts_up() { # N
             ip -n "$_hosts_netns" link set "$_hosts_dev" up || return 1
         done
         ip -n "$_hosts_netns" link set lo up || return 1
+        # An idle TCP connection is given up by its kernel after
+        # tcp_keepalive_probes unanswered probes: 9 by default, ~10 s into
+        # a cut with the probes a rank turns on (idle 1 s, then every 1 s:
+        # runtime/liveness.h V6). A test cuts a link to see todist's own
+        # verdict (a drop after TODIST_LIVENESS, a peer told it was
+        # dropped); a loaded machine made a cut outlast those 10 s, and UCX
+        # reported a loss instead. 120: no connection dies within 2 min.
+        ip netns exec "$_hosts_netns" sh -c \
+            'echo 120 > /proc/sys/net/ipv4/tcp_keepalive_probes' ||
+            return 1
         _hosts_init $_hosts_i
         # Detached (not a child of the caller: a bare wait must not wait
         # for it).
