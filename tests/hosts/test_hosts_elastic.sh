@@ -61,10 +61,11 @@
 # host's silence (part 5's rank 0: 300 s, it learns from the store); part
 # 3's TODIST_ELASTIC_ADMIT_WAIT is 300 s (it ends once the replacement
 # asked); part 5's wait is held; and the kernels give up no connection of
-# the job (up: the TCP keepalive that a rank turns on for its connections
-# to a quiet peer's host, idle 1 s, then every second, liveness.h V6, and
-# UCX's on its own, gave one up after 9 unanswered probes by default,
-# about 10 s into a cut, e.g. rank 1's store connection in parts 4 and 5).
+# the job (hosts_up gives every host's kernel 120 keepalive probes: with
+# the 9 of the default, the TCP keepalive that a rank turns on for its
+# connections to a quiet peer's host, idle 1 s, then every second,
+# liveness.h V6, and UCX's on its own, gave one up about 10 s into a cut,
+# e.g. rank 1's store connection in parts 4 and 5).
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
 B="$top_builddir/tests"
@@ -74,16 +75,11 @@ if ! hosts_supported; then
 fi
 plan 35
 
-# up: a bed of 2 hosts whose kernels give up an idle connection only
-# after 120 unanswered keepalive probes (past any part's 90 s), so that
-# no connection dies however long a cut lasts (see above)
+# up: a bed of 2 hosts (whose kernels give up an idle connection only
+# after 120 unanswered keepalive probes, 2 min, past any part's 90 s:
+# hosts_up, see above)
 up() {
     hosts_up 2 || { diag "hosts_up failed"; exit 1; }
-    for k in 1 2; do
-        hosts_run $k sh -c \
-            'echo 120 > /proc/sys/net/ipv4/tcp_keepalive_probes' ||
-            { diag "host $k: cannot set tcp_keepalive_probes"; exit 1; }
-    done
 }
 
 # wait_for FILES PATTERN N: until N lines of FILES match PATTERN (60 s at
