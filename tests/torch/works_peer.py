@@ -10,8 +10,10 @@ works_peer.py MODE, MODE one of
            frame check misread its calls: torch 1.13 read address 0 in
            Reducer::finalize_backward when their value was empty."""
 import ctypes
+import gc
 import sys
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -175,6 +177,76 @@ def works():
                w.is_completed() and w.wait() and
                value_of(w) in ([], [None]), "calls %d" % spy.calls)
     guarded("sync_barrier_finished", sync_barrier)
+
+    # B5: a blocking call on a tensor object used before may get that
+    # call's work back; every work's value still holds its own call's
+    # tensor object, never another one over the same memory (a view: same
+    # address, elements and dtype), a newer tensor or an older one.
+    def ar(x):
+        return C10D["all_reduce"](PG, x, _c10d.AllreduceOptions())
+
+    def bc(x):
+        opts = _c10d.BroadcastOptions()
+        opts.rootRank = 0
+        return C10D["broadcast"](PG, x, opts)
+
+    def reuse():
+        t = torch.ones(2)
+        u = t.view(2)
+        v = torch.ones(2)
+        calls = [(ar, t), (ar, t), (ar, u), (bc, t), (ar, v), (bc, u),
+                 (ar, t), (ar, v), (ar, v)]
+        got, bad = [], []
+        for i, (f, x) in enumerate(calls):
+            w = f(x)
+            got.append(w)
+            val = value_of(w)
+            if not (w.is_completed() and w.wait() and len(val) == 1 and
+                    val[0] is x):
+                bad.append("call %d: value %s, not its tensor" % (i, val))
+        for i, ((f, x), w) in enumerate(zip(calls, got)):
+            if value_of(w)[0] is not x:
+                bad.append("call %d's work now holds %s" % (
+                    i, value_of(w)))
+        report("sync_reuse_value_is_this_calls_tensor", not bad,
+               "; ".join(bad))
+        # kept from a tensor's second call on (the first only seen)
+        report("sync_reuse_same_tensor_same_work",
+               got[3] is got[1] and got[6] is got[1] and got[8] is got[7],
+               "works %s" % [id(w) for w in got])
+    guarded("sync_reuse_value_is_this_calls_tensor", reuse)
+
+    # B5: only tensors called on twice, small and not requiring grad, are
+    # kept (a small view keeps its large base's storage), at most
+    # _REUSE_MAX of them.
+    def kept():
+        big = torch.ones(32 << 10)          # 128 KiB
+        base = torch.ones(32 << 10)
+        grad = torch.ones(2, requires_grad=True)
+        small = torch.ones(2)
+        once = torch.ones(2)
+        refs = [(n, weakref.ref(x)) for n, x in (
+            ("big", big), ("base", base), ("grad", grad), ("small", small),
+            ("once", once))]
+        for x in (big, base[:2], grad, small):
+            ar(x).wait()
+            ar(x).wait()
+        ar(once).wait()
+        del big, base, grad, small, once, x
+        gc.collect()
+        alive = [n for n, r in refs if r() is not None]
+        for _ in range(3 * backend._REUSE_MAX):
+            y = torch.ones(2)
+            ar(y).wait()
+            ar(y).wait()
+        n, s = len(backend._reuse), len(backend._seen)
+        report("sync_reuse_keeps_only_small_tensors",
+               alive == ["small"] and 0 < n <= backend._REUSE_MAX and
+               s <= backend._SEEN_MAX,
+               "alive after del: %s (want only small), kept %d (max %d), "
+               "seen %d (max %d)" % (alive, n, backend._REUSE_MAX, s,
+                                     backend._SEEN_MAX))
+    guarded("sync_reuse_keeps_only_small_tensors", kept)
 
     # B4: the frame is torch's all_reduce(async_op=False), but the options
     # are not its own: a C++ caller below it. Asynchronous, and the value
