@@ -47,6 +47,13 @@
  *     context, from the mode (choose_mode) and the cores: driver_sleep
  *     (scarce or one core) and the blocking progress thread are the only
  *     sleepers on the fd.
+ *  N3 A driver that leaves with its reply bumps drive_left (the token
+ *     holder's plain store, no clock); the progress thread reads the
+ *     clock when it first sees the change, and naps on while that is
+ *     less than RECENT_NS ago (a caller between two calls is back at
+ *     once). One that gave up marks the count (bit 0): no nap for it.
+ *     The driver read the clock at every leave before: about 25 ns of a
+ *     9 us call across two emulated hosts.
  *
  * Liveness between hosts (L1..L13). UCX notices a peer whose process died
  * (its connection closes) but not one cut off by the network: TCP keeps
@@ -248,7 +255,10 @@
  *  U3 The caller's record lives until both completions came: UCX writes
  *     RBUF and reads SBUF until then, and calls back into the record. A
  *     completion's DONE bit is its last touch of the record: the owner,
- *     on another thread, may return the moment it sees it.
+ *     on another thread, may return the moment it sees it. Every writer
+ *     of DONE holds the token (the post, both callbacks), so a bit is
+ *     set by a load and a release store, not a locked or (pair_mark: two
+ *     fewer locked instructions a call, ~5 ns each here).
  *  U4 A receive is cancelled under the token, and only while its DONE bit
  *     is clear (its request is then still UCX's); the cancel completes it
  *     with TD_ERR_CANCELED. A send needs none: one left in UCX counts in
@@ -262,14 +272,25 @@
  *     know TODIST_JOB_TOKEN cannot make a message a posted receive takes
  *     (the job tag's protection, no more: no integrity, no replay).
  *  U7 A caller that passes DONE posts and then drives in one hold of the
- *     token, counted as a driver from before it takes the token (the
- *     progress thread naps, N1), for up to SPIN_S, its clock first read
+ *     token, known as a driver from before it takes the token (the
+ *     progress thread naps, N1, U8), for up to SPIN_S, its clock first read
  *     after 32 rounds: the post and a wait of its own less one token
  *     hand-off, one driver count and one clock read (a 2-host 8 B
  *     all_reduce is about 9 us, and each of these about 20-40 ns here).
- *     It leaves as any drive does (armed, drive_left_ns, the nap
+ *     It leaves as any drive does (armed, drive_left, the nap
  *     signalled if it gave up). Not from a callback (the holder's own
  *     round would recurse): there it only posts.
+ *  U8 That driver is counted (drive_count, two locked instructions of
+ *     ~5 ns each) only when it has to wait for the token (a holder
+ *     driving its own wait, an RPC pool leader, sees it in
+ *     td__transport_drive_wanted and leaves) or at its first look at the
+ *     clock; before that, drive_gen's plain bump tells the progress
+ *     thread, which naps at the next change it sees as at a count.
+ *  U9 The send is posted before the receive: the message leaves one
+ *     ucp_tag_recv_nbx earlier, and the receive is posted while it is out
+ *     (a reply takes microseconds; one that came first waits in UCX's
+ *     unexpected queue, where the receive finds it). 8 B at 1+1: 20 ns
+ *     less from a receive's completion to the next send.
  *
  * Bodies offered in place (O1..O5): between ranks of one host a large
  * body costs two copies through UCX's shared memory; offered, it costs
@@ -696,8 +717,9 @@ struct td_transport {
     unsigned              ucx_idle;       /* rounds since UCX had an event */
     int                   ucx_due;        /* poll UCX next round */
     int                   in_ucx;         /* inside ucp_worker_progress */
-    int64_t               drive_left_ns;  /* when a driver last left (0: none
-                                           * or it gave up) */
+    unsigned              drive_left;     /* drives left (N3): + 2 each,
+                                           * bit 0 set when it gave up;
+                                           * written by the token holder */
     int                   scarce;         /* fewer than 2 cores a local rank */
     int                   one_core;       /* X10: this rank may use 1 core */
     pthread_mutex_t       drv_lock;       /* the progress thread's nap */
@@ -825,14 +847,20 @@ token_drop(td_transport_t *tp)
     }
 }
 
+/* A drive begun (N1, U8: a hint; a lost increment still changes it). */
+static void
+drive_begun(td_transport_t *tp)
+{
+    __atomic_store_n(&tp->drive_gen, __atomic_load_n(&tp->drive_gen,
+                     __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
 /* A driver counted (the progress thread naps, N1). */
 static void
 drive_count(td_transport_t *tp)
 {
     __atomic_fetch_add(&tp->n_drivers, 1, __ATOMIC_ACQ_REL);
-    /* N1: a hint (a lost increment still changes it) */
-    __atomic_store_n(&tp->drive_gen, __atomic_load_n(&tp->drive_gen,
-                     __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    drive_begun(tp);
 }
 
 /* ... and no longer. */
@@ -3439,28 +3467,39 @@ progress_main(void *arg)
     td_transport_t *tp = arg;
     double idle_since = td_now_s(), idle = 0;
     unsigned busy_spins = 0, idle_rounds = 0;
-    int64_t left_seen = 0;
+    unsigned left_seen = 0, gen_seen = 0;
+    int64_t left_at = 0;        /* when a new leave was seen (0: none) */
 
     pthread_setname_np(pthread_self(), "td-progress");
     while (!STOPPED(tp)) {
         unsigned n;
 
-        if (__atomic_load_n(&tp->n_drivers, __ATOMIC_RELAXED) > 0) {
+        unsigned gen = __atomic_load_n(&tp->drive_gen, __ATOMIC_RELAXED);
+
+        if (__atomic_load_n(&tp->n_drivers, __ATOMIC_RELAXED) > 0 ||
+            gen != gen_seen) {
+            /* a driver, or one begun since the last look (U8) */
+            gen_seen = gen;
             nap_set(tp, nap(tp, tp->nap_us));
             idle_since = td_now_s();
             idle = 0;
             continue;
         }
-        int64_t left = __atomic_load_n(&tp->drive_left_ns, __ATOMIC_RELAXED);
-        if (left != 0 && left != left_seen) {
+        unsigned left = __atomic_load_n(&tp->drive_left, __ATOMIC_RELAXED);
+        if (left != left_seen) {
+            /* N3: a driver left since the last look; timed from here */
+            left_seen = left;
+            left_at = left & 1u ? 0 : now_ns();
+        }
+        if (left_at != 0) {
             /* the clock is read only after a driver left */
-            if (now_ns() - left < RECENT_NS) {
+            if (now_ns() - left_at < RECENT_NS) {
                 nap_set(tp, nap(tp, tp->nap_us));
                 idle_since = td_now_s();
                 idle = 0;
                 continue;
             }
-            left_seen = left;
+            left_at = 0;
         }
         if (!token_take(tp)) {
             /* A direct sender has it for a few hundred ns (a driver would
@@ -4290,7 +4329,16 @@ direct_finish(td_transport_t *tp)
 /* ---- a tagged exchange with one peer (U1..U7) ----------------------------- */
 
 static td_status_t drive_held(td_transport_t *tp, int (*done)(void *arg),
-                              void *arg, double max_s, int polls, double t0);
+                              void *arg, double max_s, int polls, double t0,
+                              int counted);
+
+/* Set BIT in X's DONE (U3: the token holder is its only writer). */
+static void
+pair_mark(td_transport_pair_t *x, int bit)
+{
+    __atomic_store_n(&x->done, __atomic_load_n(&x->done, __ATOMIC_RELAXED) |
+                     bit, __ATOMIC_RELEASE);
+}
 
 /* The token, waited for (U2); 0 when the transport stops. */
 static int
@@ -4329,7 +4377,7 @@ pair_recv_cb(void *req, ucs_status_t s, const ucp_tag_recv_info_t *info,
     x->rreq = NULL;
     ucp_request_free(req);
     /* the last touch of X (U3): its owner may return once it sees this */
-    __atomic_fetch_or(&x->done, TD_PAIR_RECV, __ATOMIC_RELEASE);
+    pair_mark(x, TD_PAIR_RECV);
     notify();
 }
 
@@ -4344,7 +4392,7 @@ pair_send_cb(void *req, ucs_status_t s, void *arg)
     /* cut by a forced close (L12, E1): the peer failed, not a cancel */
     x->sstatus = s != UCS_OK && p->failed ? TD_ERR_PEER : pair_status(s);
     ucp_request_free(req);
-    __atomic_fetch_or(&x->done, TD_PAIR_SEND, __ATOMIC_RELEASE);  /* U3 */
+    pair_mark(x, TD_PAIR_SEND);                                 /* U3 */
     notify();
 }
 
@@ -4357,7 +4405,7 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
     peer_t *p = &tp->peers[dst];
     ucp_request_param_t prm;
     void *req;
-    int spin;
+    int spin, counted = 0;
 
     if (dst < 0 || dst >= tp->params.world_size || dst == tp->params.rank) {
         return td_error(TD_ERR_INVALID, "transport: a tagged exchange with "
@@ -4368,18 +4416,24 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
     spin = done != NULL && spin_s > 0 && tl_holder != tp &&
            tp->thread_started;
     if (spin) {
-        drive_count(tp);
+        drive_begun(tp);                                        /* U8 */
     }
-    if (!token_get(tp)) {
+    if (!token_take(tp)) {
         if (spin) {
-            drive_uncount(tp);
+            drive_count(tp);       /* U8: counted while the token is taken */
+            counted = 1;
         }
-        return td_error(TD_ERR_CANCELED, "transport: shut down");
+        if (!token_get(tp)) {
+            if (counted) {
+                drive_uncount(tp);
+            }
+            return td_error(TD_ERR_CANCELED, "transport: shut down");
+        }
     }
     if (p->failed || p->ep == NULL || p->wiring == 1) {
         int failed = p->failed;
 
-        if (spin) {
+        if (counted) {
             drive_uncount(tp);
         }
         token_drop(tp);
@@ -4394,6 +4448,22 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
     x->done = 0;
     x->rstatus = x->sstatus = TD_OK;
     x->rlen = 0;
+    /* U9: the send first, the receive while the message is out */
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.send = pair_send_cb;
+    prm.user_data = x;
+    req = ucp_tag_send_nbx(p->ep, sbuf, slen,
+                           tag ^ td_get_be64(tp->tag_to +
+                                             (size_t)dst * TAG_LEN), &prm);
+    if (UCS_PTR_IS_ERR(req)) {
+        x->sstatus = pair_status(UCS_PTR_STATUS(req));
+        pair_mark(x, TD_PAIR_SEND);
+    } else if (req == NULL) {
+        pair_mark(x, TD_PAIR_SEND);
+    } else {
+        p->inflight++;                                          /* U4 */
+    }
     /* Always through the callback (NO_IMM_CMPL: UCX 1.13 reports no
      * length for a receive done at once); it may run inside the call. */
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -4408,27 +4478,13 @@ td__transport_pair_post(td_transport_t *tp, int dst, uint64_t tag,
                            ~(ucp_tag_t)0, &prm);
     if (UCS_PTR_IS_ERR(req)) {
         x->rstatus = pair_status(UCS_PTR_STATUS(req));
-        __atomic_fetch_or(&x->done, TD_PAIR_RECV, __ATOMIC_RELEASE);
+        pair_mark(x, TD_PAIR_RECV);
     } else if (!(__atomic_load_n(&x->done, __ATOMIC_RELAXED) &
                  TD_PAIR_RECV)) {
         x->rreq = req;                        /* U4: still UCX's */
     }
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                       UCP_OP_ATTR_FIELD_USER_DATA;
-    prm.cb.send = pair_send_cb;
-    req = ucp_tag_send_nbx(p->ep, sbuf, slen,
-                           tag ^ td_get_be64(tp->tag_to +
-                                             (size_t)dst * TAG_LEN), &prm);
-    if (UCS_PTR_IS_ERR(req)) {
-        x->sstatus = pair_status(UCS_PTR_STATUS(req));
-        __atomic_fetch_or(&x->done, TD_PAIR_SEND, __ATOMIC_RELEASE);
-    } else if (req == NULL) {
-        __atomic_fetch_or(&x->done, TD_PAIR_SEND, __ATOMIC_RELEASE);
-    } else {
-        p->inflight++;                                          /* U4 */
-    }
     if (spin) {
-        (void)drive_held(tp, done, arg, spin_s, 0, 0);          /* U7 */
+        (void)drive_held(tp, done, arg, spin_s, 0, 0, counted);  /* U7 */
     } else {
         token_drop(tp);      /* (the caller drives next: it arms as it
                               * leaves, drive) */
@@ -4625,13 +4681,14 @@ td__transport_drive_polling(td_transport_t *tp, int (*done)(void *arg),
     return drive(tp, done, arg, max_s, 1);
 }
 
-/* A drive's rounds, the driver counted (drive_count) and the token held:
- * until DONE(ARG), MAX_S seconds after T0 (td_now_s; 0: from the first
- * look at the clock, after 32 rounds, U7) or the stop; then it leaves
- * (arms, says when, is uncounted) and drops the token. */
+/* A drive's rounds, the token held: until DONE(ARG), MAX_S seconds after
+ * T0 (td_now_s; 0: from the first look at the clock, after 32 rounds, U7)
+ * or the stop; then it leaves (arms, says so, is uncounted) and drops the
+ * token. COUNTED: the driver is counted (drive_count) already; else it
+ * is at that first look (U8). */
 static td_status_t
 drive_held(td_transport_t *tp, int (*done)(void *arg), void *arg,
-           double max_s, int polls, double t0)
+           double max_s, int polls, double t0, int counted)
 {
     unsigned rounds = 0;
     int ok;
@@ -4644,6 +4701,10 @@ drive_held(td_transport_t *tp, int (*done)(void *arg), void *arg,
         if ((++rounds & 31) == 0) {
             double now = td_now_s(), waited;
 
+            if (!counted) {
+                drive_count(tp);                                /* U8 */
+                counted = 1;
+            }
             if (t0 == 0) {
                 t0 = now;
             }
@@ -4683,9 +4744,16 @@ drive_held(td_transport_t *tp, int (*done)(void *arg), void *arg,
      * transport may be torn down (shutdown takes the token last). */
     /* Done: probably back soon, the progress thread naps on. Giving up:
      * going to sleep, the progress thread takes over now. */
-    __atomic_store_n(&tp->drive_left_ns, ok ? now_ns() : 0,
-                     __ATOMIC_RELAXED);
-    drive_uncount(tp);
+    {
+        /* N3: counted, not timed (a clock read is ~25 ns of every call) */
+        unsigned left = __atomic_load_n(&tp->drive_left, __ATOMIC_RELAXED) + 2;
+
+        __atomic_store_n(&tp->drive_left, ok ? left & ~1u : left | 1u,
+                         __ATOMIC_RELAXED);
+    }
+    if (counted) {
+        drive_uncount(tp);
+    }
     if (!ok) {
         pthread_mutex_lock(&tp->drv_lock);
         pthread_cond_signal(&tp->drv_cond);
@@ -4732,7 +4800,7 @@ drive(td_transport_t *tp, int (*done)(void *arg), void *arg, double max_s,
         }
         return TD_ERR_STATE;        /* another thread drives progress */
     }
-    return drive_held(tp, done, arg, max_s, polls, t0);
+    return drive_held(tp, done, arg, max_s, polls, t0, 1);
 }
 
 bool
