@@ -63,7 +63,7 @@ module_setup(void *arg, td_transport_t *tp, const td_world_t *w)
 static size_t
 module_outstanding(void *arg)
 {
-    long n = coll_active_add(0);
+    long n = coll_active();
 
     (void)arg;
     return n > 0 ? (size_t)n : 0;

@@ -182,12 +182,12 @@ td_send(td_group_t *g, td_tensor_t *t, int dst, int tag)
     if (fast == 1) {
         return fast_status(&r);
     }
-    coll_active_add(1);
+    coll_active_mine(1);
     st = fast == 2 ? TD_OK : send_post(g, dst, &r);
     if (st == TD_OK) {
         st = coll_wait_ex(g, &rp, 1, -1, 0, 0);   /* timeout: from now */
     }
-    coll_active_add(-1);
+    coll_active_mine(-1);
     return st;
 }
 
@@ -205,12 +205,12 @@ td_recv(td_group_t *g, td_tensor_t *t, int src, int tag, int *src_p)
     if (coll_p2p_recv_fast(&r)) {                /* mbox.c M10 */
         st = fast_status(&r);
     } else {
-        coll_active_add(1);
+        coll_active_mine(1);
         st = coll_post_recv(&r);
         if (st == TD_OK) {
             st = coll_wait_ex(g, &rp, 1, -1, 0, 0);   /* timeout: from now */
         }
-        coll_active_add(-1);
+        coll_active_mine(-1);
     }
     if (st == TD_OK) {
         td_tensor_bump_version(t);

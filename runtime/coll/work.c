@@ -179,9 +179,9 @@ coll_submit(td_group_t *g, const coll_args_t *a, td_work_t **work_p)
     if (work_p == NULL &&
         __atomic_load_n(&g->q_head, __ATOMIC_SEQ_CST) == NULL &&
         atomic_compare_exchange_strong(&g->running, &(int){ 0 }, 1)) {
-        coll_active_add(1);
+        coll_active_mine(1);
         st = coll_run(g, a);
-        coll_active_add(-1);
+        coll_active_mine(-1);
         atomic_store(&g->running, 0);
         if (__atomic_load_n(&g->q_head, __ATOMIC_SEQ_CST) != NULL) {
             pthread_mutex_lock(&g->qlock);
