@@ -333,11 +333,13 @@ coll_all_reduce_pair_tag_run(coll_op_t *op, void *buf, size_t count)
         if (st != TD_ERR_NOT_FOUND) {
             break;
         }
-        /* no endpoint yet (U2): one is being made */
+        /* no endpoint yet (U2): one is being made; posted again after
+         * PAIR_SPIN_S (nothing wakes this wait when it is made: to the
+         * call's deadline, it would wait out the whole timeout) */
         if ((st = pair_verdict(op, peer, msg, sizeof(msg))) != TD_OK) {
             return td_error(st, "%s", msg);
         }
-        pair_drive(&w, pair_pred, op->deadline);
+        pair_drive(&w, pair_pred, td_now_s() + PAIR_SPIN_S);
     }
     if (st != TD_OK) {
         /* the peer failed before: the group's failure if it has one */
@@ -347,6 +349,8 @@ coll_all_reduce_pair_tag_run(coll_op_t *op, void *buf, size_t count)
     }
     if (!pair_done(&w)) {
         pair_deadline(op);                                      /* T5 */
+        (void)coll_op_check_queued(op);  /* step.h C18: a mismatch fails
+                                          * the group, seen below */
     }
     while (!pair_done(&w)) {
         pair_drive(&w, pair_pred, op->deadline);
@@ -401,7 +405,7 @@ coll_all_reduce_pair_tag(coll_op_t *op, void *buf, size_t count,
                          void (*announce)(td_group_t *g, uint32_t seq,
                                           const coll_desc_t *d))
 {
-    td_status_t st = coll_op_begin_unclocked(op, announce);    /* T5 */
+    td_status_t st = coll_op_begin_lean(op, announce);  /* T5; step.h C18 */
 
     if (st != TD_OK) {
         return st;

@@ -106,7 +106,8 @@ coll_late_on_ask_locked(int src, const coll_wire_t *m)
 
     if (g != NULL && g->digest == m->digest && g->me >= 0 &&
         g->of_world[src] >= 0) {
-        begun = (int32_t)(g->begun - (m->seq + 1)) >= 0;     /* K1 */
+        begun = (int32_t)(__atomic_load_n(&g->begun, __ATOMIC_RELAXED) -
+                          (m->seq + 1)) >= 0;                   /* K1, L8 */
     }
     coll_unlock();
     hlen = coll_wire_tell(h, m->gid, m->digest, m->seq, begun);
@@ -148,11 +149,7 @@ coll_late_probe(td_group_t *g)
     if (g->me < 0) {
         return;
     }
-    coll_lock();
-    in_op = __atomic_load_n(&g->in_op, __ATOMIC_RELAXED);
-    seq = g->cur_seq;
-    d = g->cur_desc;
-    coll_unlock();
+    in_op = coll_cur_get(g, &seq, &d);                           /* L8 */
     if (!in_op) {
         return;
     }
@@ -170,15 +167,17 @@ void
 coll_late_on_probe_locked(int src, const coll_wire_t *m, td_group_t *g)
 {
     char msg[COLL_ERR_MAX];
+    coll_desc_t cur;
+    uint32_t seq;
 
     if (g == NULL || g->me < 0 || g->of_world[src] < 0 ||
-        !__atomic_load_n(&g->in_op, __ATOMIC_RELAXED) ||
-        g->cur_seq != m->seq || coll_desc_equal(&m->desc, &g->cur_desc)) {
+        !coll_cur_get(g, &seq, &cur) ||                         /* L8 */
+        seq != m->seq || coll_desc_equal(&m->desc, &cur)) {
         coll_unlock();                  /* K4: not this call, or the same */
         return;
     }
     coll_mismatch_text(msg, sizeof(msg), g->id, m->seq, src,
-                       coll_world_rank(), &m->desc, &g->cur_desc);
+                       coll_world_rank(), &m->desc, &cur);
     coll_unlock();
     coll_group_fail_id(m->gid, TD_ERR_INVALID, 1, m->seq, msg);   /* C5 */
 }

@@ -9,8 +9,9 @@
  * have not. Above the matching and tx.c; rx.c hands it both messages.
  *
  * Invariants (K1..K3):
- *  K1 A group's `begun` is the last call begun here, its seq + 1, set by
- *     coll_op_begin under coll_lock: a call SEQ is begun here iff
+ *  K1 A group's `begun` is the last call begun here, its seq + 1, set
+ *     when the call begins (atomically, match.h L8): a call SEQ is begun
+ *     here iff
  *     (int32_t)(begun - (SEQ + 1)) >= 0. A group not made here, destroyed
  *     here, or of which the asker is no member answers 0 (not begun).
  *  K2 One ask per group at a time (the thread running the group's call
@@ -32,7 +33,7 @@
  *     the group as a mismatch naming both calls, and tells every member
  *     (C5, C6); a member not (or no longer) in it ignores the probe. The
  *     probe is sent by the thread running the call (L7), its seq and
- *     description read under coll_lock (L1).
+ *     description read as match.h L8 says.
  *
  * Thread safety: coll_late_ranks from the thread running G's call;
  * the *_locked handlers from the transport's token holder (C1). */

@@ -301,7 +301,7 @@ coll_ux_append_locked(coll_unexp_t *e)
         C.ux_head = e;
     }
     C.ux_tail = e;
-    C.n_ux++;
+    __atomic_store_n(&C.n_ux, C.n_ux + 1, __ATOMIC_SEQ_CST);    /* L8 */
 }
 
 void
@@ -319,8 +319,44 @@ coll_ux_remove_locked(coll_unexp_t *e)
             if (C.ux_tail == q) {
                 C.ux_tail = p;
             }
-            C.n_ux--;
+            __atomic_store_n(&C.n_ux, C.n_ux - 1, __ATOMIC_RELAXED);
             return;
+        }
+    }
+}
+
+int
+coll_ux_any(void)
+{
+    return __atomic_load_n(&C.n_ux, __ATOMIC_SEQ_CST) != 0;
+}
+
+void
+coll_cur_publish(td_group_t *g, uint32_t seq, const coll_desc_t *d)
+{
+    unsigned v = g->cur_gen;           /* (its one writer, L8) */
+
+    __atomic_store_n(&g->cur_gen, v + 1, __ATOMIC_RELAXED);
+    atomic_thread_fence(memory_order_release);
+    g->cur_seq = seq;
+    g->cur_desc = *d;
+    __atomic_store_n(&g->begun, seq + 1, __ATOMIC_RELAXED);  /* late.c K1 */
+    atomic_thread_fence(memory_order_release);
+    __atomic_store_n(&g->cur_gen, v + 2, __ATOMIC_RELAXED);
+}
+
+int
+coll_cur_get(const td_group_t *g, uint32_t *seq, coll_desc_t *d)
+{
+    for (;;) {
+        unsigned v = __atomic_load_n(&g->cur_gen, __ATOMIC_ACQUIRE);
+        int in_op = __atomic_load_n(&g->in_op, __ATOMIC_SEQ_CST); /* L8 */
+
+        *seq = g->cur_seq;
+        *d = g->cur_desc;
+        atomic_thread_fence(memory_order_acquire);
+        if (!(v & 1) && __atomic_load_n(&g->cur_gen, __ATOMIC_RELAXED) == v) {
+            return in_op;
         }
     }
 }
@@ -825,7 +861,7 @@ coll_match_reset(void)
         }
     }
     C.ux_tail = NULL;
-    C.n_ux = 0;
+    __atomic_store_n(&C.n_ux, 0, __ATOMIC_RELAXED);
     free(atomic_exchange(&C.ux_spare, NULL));   /* C13 */
     C.id_max = 0;                    /* ids start again at the next init */
     memset(C.gone_broken, 0, sizeof(C.gone_broken));

@@ -90,6 +90,19 @@
  *  L6 mbox.c's attach mutex (out_t.lock: syscalls) and the waiters' lock
  *     (wait_lock, here: the sleepers' condition variable) are never taken
  *     with coll_lock held, and neither is held while taking another.
+ *  L8 A group's current call (in_op, cur_seq, cur_desc, begun) is also
+ *     written without the lock by a lean begin (step.c C18): its writer
+ *     (the thread running the group's call, L7) brackets cur_seq,
+ *     cur_desc and begun with cur_gen (a seqlock: odd while written,
+ *     coll_cur_publish), then stores in_op; readers on other threads take
+ *     the three with in_op through coll_cur_get, which retries a read
+ *     that met a write. begun is read alone, atomically. The count of
+ *     unexpected entries (n_ux) is stored seq_cst under the lock and read
+ *     without it (coll_ux_any) by that call's later look at the queue,
+ *     after a seq_cst fence (coll_op_check_queued): rx.c compares a
+ *     collective message it queued with the current call once more after
+ *     queueing it (C5), so of such a message and that look, one sees the
+ *     other.
  *  L7 A group's seq, send_seq and scratch are not under coll_lock: they
  *     belong to the one thread running its current operation (work.c
  *     serializes them).
@@ -141,8 +154,9 @@ struct td_group {
     uint64_t        hier_seg_bytes;    /* hier.c: written into hshm */
     uint64_t        hier_tp_bytes;     /* hier.c: sent to a member of
                                         * this host by the transport */
-    /* guarded by coll_lock (L1) */
+    /* guarded by coll_lock (L1), and cur_gen's seqlock (L8) */
     int             in_op;         /* a collective with seq cur_seq runs */
+    unsigned        cur_gen;       /* L8: odd while the next is written */
     uint32_t        cur_seq;
     coll_desc_t     cur_desc;
     td_status_t     broken;        /* TD_OK, or the first failure */
@@ -320,6 +334,17 @@ coll_unexp_t *coll_ux_new_locked(void);
 void        coll_ux_append_locked(coll_unexp_t *e);
 void        coll_ux_remove_locked(coll_unexp_t *e);
 size_t      coll_ux_count_locked(void);
+/* Are entries queued (L8: without the lock, after a seq_cst store)? */
+int         coll_ux_any(void);
+
+/* ---- a group's current call (L8) ---- */
+/* Make SEQ, D the current call of G (by the thread running its call; the
+ * caller stores in_op after). */
+void        coll_cur_publish(td_group_t *g, uint32_t seq,
+                             const coll_desc_t *d);
+/* G's current call into *SEQ, *D, consistent with each other; returns
+ * in_op. Any thread, with or without coll_lock. */
+int         coll_cur_get(const td_group_t *g, uint32_t *seq, coll_desc_t *d);
 /* Free E (off the list); a mailbox message's slot is given back (M6). */
 void        coll_ux_free(coll_unexp_t *e);
 /* The first entry receive R matches, or NULL. */

@@ -266,12 +266,39 @@ matched_locked(td_transport_rx_t *rx, const coll_wire_t *m, coll_req_t *r)
     rx->done_arg = r;
 }
 
+/* C5: collective message M, for G, against G's current call (read as
+ * match.h L8 says); a mismatch: 1, and the failure into *F. */
+static int
+mismatch(const td_transport_rx_t *rx, const coll_wire_t *m,
+         const td_group_t *g, fail_t *f)
+{
+    coll_desc_t cur;
+    uint32_t seq;
+
+    if (m->type != MSG_COLL || g == NULL || !coll_cur_get(g, &seq, &cur) ||
+        seq != m->seq || coll_desc_equal(&m->desc, &cur)) {
+        return 0;
+    }
+    f->code = TD_ERR_INVALID;
+    f->gid = m->gid;
+    f->seq = m->seq;
+    f->tell = 1;
+    coll_mismatch_text(f->msg, sizeof(f->msg), g->id, m->seq, rx->src,
+                       coll_world_rank(), &m->desc, &cur);
+    return 1;
+}
+
 /* A P2P or COLL message no receive is posted for: kept (C7) until one
- * is (recv.c). */
+ * is (recv.c). Once queued, a collective message is compared with G's
+ * current call again (L8: a call begun meanwhile without the lock, step.c
+ * C18, may not have seen it). */
 static void
-unexpected_locked(td_transport_rx_t *rx, const coll_wire_t *m)
+unexpected_locked(td_transport_rx_t *rx, const coll_wire_t *m,
+                  const td_group_t *g)
 {
     coll_unexp_t *e = coll_ux_new_locked();
+    fail_t f;
+    int mis;
 
     if (e == NULL) {
         size_t n = coll_ux_count_locked();
@@ -320,11 +347,15 @@ unexpected_locked(td_transport_rx_t *rx, const coll_wire_t *m)
         e->arrived = 1;
         rx->taken = 1;
     }
-    coll_ux_append_locked(e);
+    coll_ux_append_locked(e);                   /* (n_ux seq_cst, L8) */
+    mis = mismatch(rx, m, g, &f);
     coll_unlock();
     if (!m->cma && !rx->taken) {
         rx->done = coll_recv_unexp_done;
         rx->done_arg = e;
+    }
+    if (mis) {
+        fail_apply(&f);                 /* C5 */
     }
 }
 
@@ -334,15 +365,9 @@ on_body_locked(td_transport_rx_t *rx, const coll_wire_t *m, td_group_t *g)
 {
     int resend = m->type == MSG_P2P && (m->flags & COLL_F_RESEND);
     coll_req_t *r;
+    fail_t f;
 
-    if (m->type == MSG_COLL && g != NULL &&
-        __atomic_load_n(&g->in_op, __ATOMIC_RELAXED) && g->cur_seq == m->seq &&
-        !coll_desc_equal(&m->desc, &g->cur_desc)) {
-        fail_t f = { .code = TD_ERR_INVALID, .gid = m->gid, .seq = m->seq,
-                     .tell = 1 };
-
-        coll_mismatch_text(f.msg, sizeof(f.msg), g->id, m->seq, rx->src,
-                           coll_world_rank(), &m->desc, &g->cur_desc);
+    if (mismatch(rx, m, g, &f)) {
         coll_unlock();
         fail_apply(&f);                 /* C5 */
         return;
@@ -362,7 +387,7 @@ on_body_locked(td_transport_rx_t *rx, const coll_wire_t *m, td_group_t *g)
         refuse(rx->src, m, 0, NULL);
         return;
     }
-    unexpected_locked(rx, m);
+    unexpected_locked(rx, m, g);
 }
 
 /* The transport's receive handler (token holder, C1). Every field is

@@ -6,7 +6,10 @@
  * C5 A collective's messages carry (group id, member digest, sequence
  *    number, description); a member that sees a description different
  *    from its own at the same sequence number fails the group and tells
- *    every member (MSG_ABORT), naming both ranks and both calls.
+ *    every member (MSG_ABORT), naming both ranks and both calls. The
+ *    check is made on arrival, and once more after a message is queued
+ *    as unexpected: a call begun meanwhile without coll_lock (step.h
+ *    C18, match.h L8) may not have seen it in the queue.
  *
  * Thread safety: the handler runs on the transport's token holder (C1). */
 #ifndef TD_RUNTIME_COLL_RX_H

@@ -168,10 +168,8 @@ begin_locked(coll_op_t *op, int *mismatch, char *msg, size_t len)
         coll_unlock();
         return coll_group_check(g);
     }
+    coll_cur_publish(g, op->seq, &op->desc);    /* (and begun, K1; L8) */
     __atomic_store_n(&g->in_op, 1, __ATOMIC_RELAXED);
-    g->cur_seq = op->seq;
-    g->begun = op->seq + 1;            /* late.c K1 */
-    g->cur_desc = op->desc;
     /* C5: what arrived for this call before we made it. */
     e = coll_ux_mismatch_locked(g->id, op->seq, &op->desc);
     if (e != NULL) {
@@ -235,6 +233,46 @@ coll_op_begin_unclocked(coll_op_t *op,
                                          const coll_desc_t *d))
 {
     return op_begin(op, announce, 0);
+}
+
+td_status_t
+coll_op_begin_lean(coll_op_t *op,
+                   void (*announce)(td_group_t *g, uint32_t seq,
+                                    const coll_desc_t *d))
+{
+    td_group_t *g = op->g;
+
+    if (__atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
+        return op_begin(op, announce, 0);       /* (its failure, C6) */
+    }
+    begin_prep(op, 0);
+    coll_cur_publish(g, op->seq, &op->desc);
+    __atomic_store_n(&g->in_op, 1, __ATOMIC_RELEASE);           /* L8 */
+    return begin_finish(op, announce, 0, NULL);
+}
+
+td_status_t
+coll_op_check_queued(coll_op_t *op)
+{
+    char msg[COLL_ERR_MAX];
+    coll_unexp_t *e;
+
+    atomic_thread_fence(memory_order_seq_cst);      /* in_op, then n_ux */
+    if (!coll_ux_any()) {
+        return TD_OK;
+    }
+    coll_lock();
+    e = coll_ux_mismatch_locked(op->g->id, op->seq, &op->desc);
+    if (e != NULL) {
+        coll_mismatch_text(msg, sizeof(msg), op->g->id, op->seq, e->src,
+                           coll_world_rank(), &e->desc, &op->desc);
+    }
+    coll_unlock();
+    if (e == NULL) {
+        return TD_OK;
+    }
+    coll_group_fail(op->g, TD_ERR_INVALID, 1, op->seq, msg);
+    return td_error(TD_ERR_INVALID, "%s", msg);
 }
 
 td_status_t

@@ -8,6 +8,19 @@
  * C8 Receives of a collective are posted under exact keys (group, seq,
  *    step tag, source), so steps and operations never steal each other's
  *    messages, whatever order they arrive in.
+ * C18 A call of an unbroken group may begin without coll_lock
+ *    (coll_op_begin_lean, match.h L8): it publishes itself (a seqlock)
+ *    and in_op, and leaves C5's look at what arrived before it to
+ *    coll_op_check_queued, which its caller makes before it waits for
+ *    anything a member in another call would never send. A call whose
+ *    exchange completed needs none: the tagged pair (allreduce.c T2)
+ *    completes only with the peer's message of the same call. A
+ *    collective message queued after the look is compared with the
+ *    current call by rx.c once it is queued (C5; a seq_cst fence and
+ *    store on either side: one of the two sees the other). The mutex's
+ *    two locked instructions, its calls and the store's fence were
+ *    20-30 ns of the 2-host 8 B all_reduce's ~400 ns user-space path
+ *    (issue 30).
  * C16 A call may begin and post its first receive in one hold of
  *    coll_lock (coll_op_begin_irecv): what coll_op_begin then coll_irecv
  *    do, in that order, with the receive posted only once the begin
@@ -50,6 +63,13 @@ td_status_t coll_op_begin_unclocked(coll_op_t *op,
                                     void (*announce)(td_group_t *g,
                                                      uint32_t seq,
                                                      const coll_desc_t *d));
+/* coll_op_begin_unclocked without coll_lock and without C5's look at
+ * what arrived (C18): the caller makes it with coll_op_check_queued (a
+ * mismatch fails the group and is returned). */
+td_status_t coll_op_begin_lean(coll_op_t *op,
+                               void (*announce)(td_group_t *g, uint32_t seq,
+                                                const coll_desc_t *d));
+td_status_t coll_op_check_queued(coll_op_t *op);
 void        coll_op_end(coll_op_t *op);
 /* coll_op_begin, then coll_irecv(op, R, SRC, TAG, BUF, NBYTES), in one
  * hold of coll_lock (C16). On failure R is not posted. */

@@ -8,6 +8,11 @@
  *   dtype      rank 0 float32 x 2, rank 1 float64 x 1: the same 8 bytes
  *   count      rank 0 float32 x 2, rank 1 float32 x 3
  *   kind       rank 0 all_reduce, rank 1 broadcast of the same tensor
+ *   kindfirst  rank 1 broadcasts from itself (it sends, it waits for
+ *              nothing, it probes nobody) while rank 0 sleeps 1 s, then
+ *              rank 0 calls all_reduce: the broadcast's message was
+ *              queued before the call began (step.h C18: found by
+ *              coll_op_check_queued; run with TODIST_COLL_TIMEOUT=3)
  *   timeout    rank 1 enters 4 s late (run with TODIST_COLL_TIMEOUT=1)
  *   dead       rank 1 dies (SIGKILL) once warm, while rank 0 waits
  *   forged     rank 1 waits in an all_reduce; rank 0 first sends it, from
@@ -261,6 +266,18 @@ main(int argc, char **argv)
              : report(rank == 0 ? td_all_reduce(td_group_world(), t,
                                                 TD_REDUCE_SUM)
                                 : td_broadcast(td_group_world(), t, 0));
+    } else if (strcmp(mode, "kindfirst") == 0) {
+        st = td_tensor_zeros(&two, 1, TD_FLOAT32, &t);
+        if (st != TD_OK) {
+            return fail("tensor");
+        }
+        if (rank == 0) {
+            sleep(1);
+            rc = report(td_all_reduce(td_group_world(), t, TD_REDUCE_SUM));
+        } else {
+            rc = report(td_broadcast(td_group_world(), t, 1));
+            sleep(2);
+        }
     } else if (strcmp(mode, "timeout") == 0) {
         if (rank == 1) {
             sleep(4);
@@ -293,8 +310,8 @@ main(int argc, char **argv)
         rc = st != TD_OK ? fail("tensor")
              : report(td_all_reduce(td_group_world(), t, TD_REDUCE_SUM));
     } else {
-        fprintf(stderr, "usage: pair_peer values|dtype|count|kind|timeout|"
-                "dead|forged\n");
+        fprintf(stderr, "usage: pair_peer values|dtype|count|kind|kindfirst|"
+                "timeout|dead|forged\n");
         return 2;
     }
     td_tensor_release(t);

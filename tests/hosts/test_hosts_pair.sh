@@ -3,9 +3,12 @@
 # way (runtime/coll/allreduce.c T1..T4, ucx_transport/transport.c U1..U6),
 # on the bed at 1+1: the values of every dtype and op from 4 B to the
 # largest tagged body and past it; a different call on each rank (dtype,
-# count, collective) fails both as a mismatch (T2); a late rank, a timeout
-# on the other and the same failure told to it (T3); a dead rank named
-# (T3). Not a timing test: the late rank is 3 s past a 1 s timeout.
+# count, collective) fails both as a mismatch (T2), also a collective whose
+# message was queued before the all_reduce began (step.h C18); a late
+# rank, a timeout on the other and the same failure told to it (T3); a
+# dead rank named (T3). Not a timing test: the late rank is 3 s past a
+# 1 s timeout; kindfirst's rank 0 sleeps 1 s so that the broadcast comes
+# first (if it came after the call began, rx.c would find it: C5).
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
 B="$top_builddir/tests"
@@ -13,7 +16,7 @@ B="$top_builddir/tests"
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 18
+plan 19
 
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
 run() { # MODE [ENV...]
@@ -40,6 +43,11 @@ for _m in dtype count kind; do
 done
 like "$OUT" "rank=0 rc=.*called all_reduce.*rank 1 called broadcast|rank=0 rc=.*rank 1 called broadcast.*all_reduce" \
      "kind: rank 0's error names rank 1's broadcast"
+
+run kindfirst TODIST_COLL_TIMEOUT=3
+like "$OUT" "rank=0 rc=-[0-9][0-9]* err=.*mismatched collectives in group [0-9]* at call #[0-9]*: .*broadcast" \
+     "kindfirst: rank 0 finds rank 1's broadcast queued before its all_reduce (C18), not a timeout"
+[ "$_tap_failed" = 0 ] || diag "$OUT"
 
 run timeout TODIST_COLL_TIMEOUT=1
 like "$OUT" "rank=0 rc=-[0-9][0-9]* err=coll: all_reduce timed out after 1.0 s on rank 0 waiting for rank\(s\) 1" \
