@@ -40,7 +40,7 @@
  *     (transport.c U7), and the call reads no clock before it: its
  *     deadline (C6) is set at the first look at the clock after the post,
  *     when the exchange did not complete within that first wait or it
- *     fails (coll_op_begin_unclocked). A call's timeout then runs from
+ *     fails (coll_op_begin_lean). A call's timeout then runs from
  *     up to 2 ms after it began. */
 #include "config.h"
 

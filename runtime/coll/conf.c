@@ -32,10 +32,10 @@ coll_stopped(void)
     return atomic_load_explicit(&K.stopped, memory_order_relaxed);
 }
 
-long
+void
 coll_active_add(long d)
 {
-    return atomic_fetch_add(&K.active, d) + d;
+    atomic_fetch_add(&K.active, d);
 }
 
 /* A blocking call run on its caller's thread counts in that thread's slot

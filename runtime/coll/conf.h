@@ -30,10 +30,10 @@ coll_algo_t     coll_algo_forced(coll_kind_t kind);
 /* Has the runtime shut down (pending operations fail)? */
 int             coll_stopped(void);
 /* Operations in flight (td_finalize's join waits for coll_active() to be
- * 0): a queued one, from any thread (add D, the new count; a locked add);
+ * 0): a queued one, from any thread (add D: a locked add);
  * a blocking call counted by the thread that runs it, in that thread's
  * slot (a plain store); and their sum. */
-long            coll_active_add(long d);
+void            coll_active_add(long d);
 void            coll_active_mine(long d);
 long            coll_active(void);
 

@@ -155,6 +155,20 @@ begin_prep(coll_op_t *op, int clocked)
     op->esize = td_dtype_size((td_dtype_t)op->desc.dtype);
 }
 
+/* C5: what arrived for OP's call before it was made; a mismatch: 1, and
+ * MSG says it. */
+static int
+queued_mismatch_locked(const coll_op_t *op, char *msg, size_t len)
+{
+    coll_unexp_t *e = coll_ux_mismatch_locked(op->g->id, op->seq, &op->desc);
+
+    if (e != NULL) {
+        coll_mismatch_text(msg, len, op->g->id, op->seq, e->src,
+                           coll_world_rank(), &e->desc, &op->desc);
+    }
+    return e != NULL;
+}
+
 /* coll_op_begin's part under coll_lock (held; kept held on TD_OK, else
  * released): the call made current and checked against what arrived
  * for it already (C5). On a mismatch *MISMATCH is set and MSG says it. */
@@ -162,7 +176,6 @@ static td_status_t
 begin_locked(coll_op_t *op, int *mismatch, char *msg, size_t len)
 {
     td_group_t *g = op->g;
-    coll_unexp_t *e;
 
     if (g->broken != TD_OK) {
         coll_unlock();
@@ -170,13 +183,7 @@ begin_locked(coll_op_t *op, int *mismatch, char *msg, size_t len)
     }
     coll_cur_publish(g, op->seq, &op->desc);    /* (and begun, K1; L8) */
     __atomic_store_n(&g->in_op, 1, __ATOMIC_RELAXED);
-    /* C5: what arrived for this call before we made it. */
-    e = coll_ux_mismatch_locked(g->id, op->seq, &op->desc);
-    if (e != NULL) {
-        *mismatch = 1;
-        coll_mismatch_text(msg, len, g->id, op->seq, e->src,
-                           coll_world_rank(), &e->desc, &op->desc);
-    }
+    *mismatch = queued_mismatch_locked(op, msg, len);
     return TD_OK;
 }
 
@@ -228,14 +235,6 @@ coll_op_begin(coll_op_t *op,
 }
 
 td_status_t
-coll_op_begin_unclocked(coll_op_t *op,
-                        void (*announce)(td_group_t *g, uint32_t seq,
-                                         const coll_desc_t *d))
-{
-    return op_begin(op, announce, 0);
-}
-
-td_status_t
 coll_op_begin_lean(coll_op_t *op,
                    void (*announce)(td_group_t *g, uint32_t seq,
                                     const coll_desc_t *d))
@@ -255,20 +254,16 @@ td_status_t
 coll_op_check_queued(coll_op_t *op)
 {
     char msg[COLL_ERR_MAX];
-    coll_unexp_t *e;
+    int mismatch;
 
     atomic_thread_fence(memory_order_seq_cst);      /* in_op, then n_ux */
     if (!coll_ux_any()) {
         return TD_OK;
     }
     coll_lock();
-    e = coll_ux_mismatch_locked(op->g->id, op->seq, &op->desc);
-    if (e != NULL) {
-        coll_mismatch_text(msg, sizeof(msg), op->g->id, op->seq, e->src,
-                           coll_world_rank(), &e->desc, &op->desc);
-    }
+    mismatch = queued_mismatch_locked(op, msg, sizeof(msg));
     coll_unlock();
-    if (e == NULL) {
+    if (!mismatch) {
         return TD_OK;
     }
     coll_group_fail(op->g, TD_ERR_INVALID, 1, op->seq, msg);

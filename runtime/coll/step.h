@@ -57,15 +57,9 @@ td_status_t coll_op_begin(coll_op_t *op,
                           void (*announce)(td_group_t *g, uint32_t seq,
                                            const coll_desc_t *d));
 /* coll_op_begin with op->deadline left 0, for the wait to set at its
- * first look at the clock (allreduce.c T5; as through a mapped segment,
- * shm.c). */
-td_status_t coll_op_begin_unclocked(coll_op_t *op,
-                                    void (*announce)(td_group_t *g,
-                                                     uint32_t seq,
-                                                     const coll_desc_t *d));
-/* coll_op_begin_unclocked without coll_lock and without C5's look at
- * what arrived (C18): the caller makes it with coll_op_check_queued (a
- * mismatch fails the group and is returned). */
+ * first look at the clock (allreduce.c T5), without coll_lock and without
+ * C5's look at what arrived (C18): the caller makes it with
+ * coll_op_check_queued (a mismatch fails the group and is returned). */
 td_status_t coll_op_begin_lean(coll_op_t *op,
                                void (*announce)(td_group_t *g, uint32_t seq,
                                                 const coll_desc_t *d));
