@@ -41,7 +41,18 @@
  *     deadline (C6) is set at the first look at the clock after the post,
  *     when the exchange did not complete within that first wait or it
  *     fails (coll_op_begin_lean). A call's timeout then runs from
- *     up to 2 ms after it began. */
+ *     up to 2 ms after it began.
+ *  T6 A post refused for want of an endpoint (transport.c U2: none yet,
+ *     or one still wiring up, L13) is posted again after driving for
+ *     PAIR_SPIN_S, until it is taken or the call fails (T3): nothing
+ *     wakes a wait when the endpoint is ready, so a wait to the call's
+ *     deadline, as before, waited out the whole timeout and failed the
+ *     call. It happens to a group's first call with a peer not talked to
+ *     before where TODIST_COLL_SHM=0 (else that call first tries the
+ *     segment, through the transport, and fails over to rd: its messages
+ *     make the endpoint). Counted (coll_all_reduce_pair_unwired_count;
+ *     tests/hosts/test_hosts_pair.sh cold: the peer stopped before it
+ *     could answer the wire-up). */
 #include "config.h"
 
 #include <stdatomic.h>
@@ -191,11 +202,18 @@ coll_all_reduce_pair(coll_op_t *op, void *buf, size_t count,
 #define PAIR_AFTER_S 50e-6
 
 static atomic_ulong pair_tag_calls;   /* coll_all_reduce_pair_tag_count */
+static atomic_ulong pair_unwired;     /* T6: posts refused, no endpoint */
 
 unsigned long
 coll_all_reduce_pair_tag_count(void)
 {
     return atomic_load_explicit(&pair_tag_calls, memory_order_relaxed);
+}
+
+unsigned long
+coll_all_reduce_pair_unwired_count(void)
+{
+    return atomic_load_explicit(&pair_unwired, memory_order_relaxed);
 }
 
 int
@@ -333,9 +351,8 @@ coll_all_reduce_pair_tag_run(coll_op_t *op, void *buf, size_t count)
         if (st != TD_ERR_NOT_FOUND) {
             break;
         }
-        /* no endpoint yet (U2): one is being made; posted again after
-         * PAIR_SPIN_S (nothing wakes this wait when it is made: to the
-         * call's deadline, it would wait out the whole timeout) */
+        /* no endpoint yet (U2): T6 */
+        atomic_fetch_add_explicit(&pair_unwired, 1, memory_order_relaxed);
         if ((st = pair_verdict(op, peer, msg, sizeof(msg))) != TD_OK) {
             return td_error(st, "%s", msg);
         }

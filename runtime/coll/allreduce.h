@@ -32,6 +32,9 @@ td_status_t coll_all_reduce_pair_tag_run(coll_op_t *op, void *buf,
                                          size_t count);
 /* Calls coll_all_reduce_pair_tag(_run) completed, this process (tests). */
 unsigned long coll_all_reduce_pair_tag_count(void);
+/* Posts of those refused for want of an endpoint (transport.c U2), each
+ * posted again (T6), this process (tests). */
+unsigned long coll_all_reduce_pair_unwired_count(void);
 /* Calls coll_all_reduce_pair completed, this process (for the tests). */
 unsigned long coll_all_reduce_pair_count(void);
 

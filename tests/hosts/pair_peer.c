@@ -15,6 +15,17 @@
  *              coll_op_check_queued; run with TODIST_COLL_TIMEOUT=3)
  *   timeout    rank 1 enters 4 s late (run with TODIST_COLL_TIMEOUT=1)
  *   dead       rank 1 dies (SIGKILL) once warm, while rank 0 waits
+ *   cold PATH  no warm-up (allreduce.c T6, transport.c U2): after a store
+ *              barrier (no endpoint made), rank 1 writes its pid to
+ *              PATH.pid1 and stops itself (SIGSTOP); rank 0 waits for
+ *              PATH.go (the test saw rank 1 stopped) and calls all_reduce:
+ *              its endpoint to rank 1 cannot finish wiring up (L13) while
+ *              rank 1 is stopped, so the post is refused; a thread of
+ *              rank 0 creates PATH.refused once it was (the test then
+ *              resumes rank 1). Each prints "rank=R cold rc=STATUS sum=S
+ *              unwired=N err=M" (N: posts refused, this process); run
+ *              with TODIST_COLL_SHM=0 (else the first call makes the
+ *              endpoint through the segment's first try)
  *   forged     rank 1 waits in an all_reduce; rank 0 first sends it, from
  *              a UCX worker of its own, a message with that call's bare
  *              tag (group id, call) and 1000s in it, then calls (transport.c
@@ -23,6 +34,7 @@
  * The failure modes print "rank=R rc=STATUS err=MESSAGE" for the call. */
 #include "config.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,6 +231,89 @@ forge(uint32_t gid, uint32_t seq)
     return 0;
 }
 
+/* PREFIX.SUFFIX exists (0 once WAIT_S passed without it) */
+static int
+await_file(const char *prefix, const char *suffix, double wait_s)
+{
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s.%s", prefix, suffix);
+    for (int i = 0; i < wait_s * 1000; i++) {
+        if (access(path, F_OK) == 0) {
+            return 1;
+        }
+        usleep(1000);
+    }
+    return 0;
+}
+
+static void
+touch_file(const char *prefix, const char *suffix)
+{
+    char path[4096];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s.%s", prefix, suffix);
+    if ((f = fopen(path, "w")) != NULL) {
+        fprintf(f, "%d\n", (int)getpid());
+        fclose(f);
+    }
+}
+
+/* Mode cold, rank 0's thread: PREFIX.refused once a post was refused
+ * (60 s at most). */
+static void *
+refused_watch(void *prefix)
+{
+    for (int i = 0; i < 60000; i++) {
+        if (coll_all_reduce_pair_unwired_count() > 0) {
+            touch_file(prefix, "refused");
+            break;
+        }
+        usleep(1000);
+    }
+    return NULL;
+}
+
+static int
+cold(const char *prefix)
+{
+    const int64_t two = 2;
+    pthread_t th;
+    td_tensor_t *t;
+    td_status_t st;
+    float *d;
+    int th_ok = 0;
+
+    if (td_barrier(30) != TD_OK) {                  /* the store's */
+        return fail("barrier");
+    }
+    if (td_tensor_zeros(&two, 1, TD_FLOAT32, &t) != TD_OK) {
+        return fail("tensor");
+    }
+    d = td_tensor_data(t);
+    d[0] = d[1] = (float)(rank + 1);
+    if (rank == 1) {
+        touch_file(prefix, "pid1");
+        raise(SIGSTOP);
+    } else {
+        if (!await_file(prefix, "go", 60)) {
+            printf("rank=0 FAIL cold: no %s.go\n", prefix);
+        }
+        th_ok = pthread_create(&th, NULL, refused_watch,
+                               (void *)prefix) == 0;
+    }
+    st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    if (th_ok) {
+        pthread_join(th, NULL);
+    }
+    printf("rank=%d cold rc=%d sum=%g,%g unwired=%lu err=%s\n", rank, (int)st,
+           d[0], d[1], coll_all_reduce_pair_unwired_count(),
+           st == TD_OK ? "" : td_last_error());
+    td_tensor_release(t);
+    return 0;
+}
+
 /* A call that must fail: print how. */
 static int
 report(td_status_t st)
@@ -231,7 +326,7 @@ report(td_status_t st)
 int
 main(int argc, char **argv)
 {
-    const char *mode = argc == 2 ? argv[1] : "";
+    const char *mode = argc >= 2 ? argv[1] : "";
     int64_t two = 2, three = 3, one_el = 1;
     td_tensor_t *t = NULL;
     td_status_t st;
@@ -245,6 +340,11 @@ main(int argc, char **argv)
     if (td_world()->world_size != 2) {
         fprintf(stderr, "pair_peer: needs 2 ranks\n");
         return 2;
+    }
+    if (strcmp(mode, "cold") == 0 && argc == 3) {
+        rc = cold(argv[2]);
+        st = td_finalize();
+        return rc != 0 ? rc : st != TD_OK ? fail("finalize") : 0;
     }
     /* warm: endpoints both ways, the group's hosts known */
     if (one(TD_FLOAT32, 2, TD_REDUCE_SUM, 0) != 0) {
@@ -311,7 +411,7 @@ main(int argc, char **argv)
              : report(td_all_reduce(td_group_world(), t, TD_REDUCE_SUM));
     } else {
         fprintf(stderr, "usage: pair_peer values|dtype|count|kind|kindfirst|"
-                "timeout|dead|forged\n");
+                "timeout|dead|forged|cold PATH\n");
         return 2;
     }
     td_tensor_release(t);

@@ -1,14 +1,16 @@
 #!/bin/sh
 # The all_reduce of two ranks on two hosts as one tagged UCX message each
-# way (runtime/coll/allreduce.c T1..T4, ucx_transport/transport.c U1..U6),
+# way (runtime/coll/allreduce.c T1..T6, ucx_transport/transport.c U1..U6),
 # on the bed at 1+1: the values of every dtype and op from 4 B to the
 # largest tagged body and past it; a different call on each rank (dtype,
 # count, collective) fails both as a mismatch (T2), also a collective whose
 # message was queued before the all_reduce began (step.h C18); a late
 # rank, a timeout on the other and the same failure told to it (T3); a
+# first call made before the endpoint is wired up, posted again (T6); a
 # dead rank named (T3). Not a timing test: the late rank is 3 s past a
 # 1 s timeout; kindfirst's rank 0 sleeps 1 s so that the broadcast comes
-# first (if it came after the call began, rx.c would find it: C5).
+# first (if it came after the call began, rx.c would find it: C5); cold
+# orders its steps by files and the stopped rank's state.
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/hosts.sh"
 B="$top_builddir/tests"
@@ -16,7 +18,7 @@ B="$top_builddir/tests"
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 19
+plan 22
 
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
 run() { # MODE [ENV...]
@@ -66,6 +68,44 @@ for _r in 0 1; do
          "forged: rank $_r's sum is the two ranks' (the forged message not taken)"
 done
 unlike "$OUT" "was not matched|FAIL" "forged: the forged message is taken out at the end, nothing failed"
+[ "$_tap_failed" = 0 ] || diag "$OUT"
+
+# T6, U2: the first call, made while the endpoint to the peer cannot
+# finish wiring up (rank 1 stopped itself after a store barrier: nothing
+# answers the wire-up), is refused, posted again, and completes once rank
+# 1 resumes; rank 1 is resumed only after a refusal (before T6 the call
+# waited to its deadline and timed out: TODIST_COLL_TIMEOUT=20, far more
+# than a resumed rank needs, is no bound on speed). TODIST_COLL_SHM=0:
+# else the group's first call tries the segment first, through the
+# transport, which makes the endpoint (no test reached U2 so).
+R="$TD_TMP/cold"
+(export TODIST_COLL_TIMEOUT=20 TODIST_LIVENESS=30 TODIST_COLL_SHM=0
+ HOSTS_TIMEOUT=90 hosts_launch 1,1 "$B/hosts/pair_peer" cold "$R") \
+    > "$TD_TMP/cold.out" 2>&1 &
+_l=$!
+_t=0
+while [ ! -s "$R.pid1" ] && [ $_t -lt 600 ]; do sleep 0.1; _t=$((_t + 1)); done
+_p1=$(cat "$R.pid1" 2>/dev/null)
+_st=
+_t=0
+while [ -n "$_p1" ] && [ $_t -lt 600 ] && kill -0 "$_l" 2>/dev/null; do
+    _st=$(hosts_run 2 cat "/proc/$_p1/stat" 2>/dev/null |
+          sed -n 's/.*) \([A-Za-z]\) .*/\1/p')
+    [ "$_st" = T ] && break
+    sleep 0.1; _t=$((_t + 1))
+done
+: > "$R.go"
+_t=0
+while [ ! -e "$R.refused" ] && [ $_t -lt 600 ] && kill -0 "$_l" 2>/dev/null; do
+    sleep 0.1; _t=$((_t + 1))
+done
+[ -n "$_p1" ] && hosts_run 2 kill -CONT "$_p1"
+wait $_l
+OUT=$(cat "$TD_TMP/cold.out")
+is "$_st" T "cold: rank 1 stopped before rank 0's first call"
+like "$OUT" "rank=0 cold rc=0 sum=3,3 unwired=[1-9][0-9]* " \
+     "cold: rank 0's first call, refused for want of a wired-up endpoint, is posted again and completes (T6)"
+like "$OUT" "rank=1 cold rc=0 sum=3,3 " "cold: rank 1's too"
 [ "$_tap_failed" = 0 ] || diag "$OUT"
 
 run dead
