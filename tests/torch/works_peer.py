@@ -248,6 +248,46 @@ def works():
                                      backend._SEEN_MAX))
     guarded("sync_reuse_keeps_only_small_tensors", kept)
 
+    # B5: a kept tensor that grew past _REUSE_BYTES (resize_: new storage)
+    # or joined an autograd graph (an in-place op with a tensor requiring
+    # grad) after it was kept is let go at its next call, and one that
+    # grew and is called no more at the next keep: once the program drops
+    # it, its storage and graph are freed (before: held until the next
+    # clear, which a program with few tensors never reaches).
+    def changed():
+        backend._reuse.clear()
+        backend._seen.clear()
+        grown, graphed, left = torch.ones(2), torch.ones(2), torch.ones(2)
+        leaf = torch.ones(2, requires_grad=True)
+        for x in (grown, graphed, left):
+            ar(x).wait()
+            ar(x).wait()
+        grown.resize_(32 << 10).fill_(1)            # 128 KiB
+        graphed.add_(leaf)                          # grad_fn: AddBackward
+        left.resize_(32 << 10)
+        bad = []
+        for n, x in (("grown", grown), ("graphed", graphed)):
+            want = x.detach() * N                   # every rank's alike
+            w = ar(x)
+            w.wait()
+            val = value_of(w)
+            if not (len(val) == 1 and val[0] is x and
+                    torch.equal(x.detach(), want)):
+                bad.append("%s: value %s, tensor %s" % (n, val, x))
+        refs = [(n, weakref.ref(x)) for n, x in (
+            ("grown", grown), ("graphed", graphed), ("leaf", leaf),
+            ("left", left))]
+        del grown, graphed, leaf, left, x, w, val, want
+        y = torch.ones(2)
+        ar(y).wait()
+        ar(y).wait()                                # a keep
+        gc.collect()
+        alive = [n for n, r in refs if r() is not None]
+        report("sync_reuse_lets_go_of_changed_tensors", not bad and not alive,
+               "%s; alive after del: %s (want none; kept %d)" % (
+                   bad, alive, len(backend._reuse)))
+    guarded("sync_reuse_lets_go_of_changed_tensors", changed)
+
     # B4: the frame is torch's all_reduce(async_op=False), but the options
     # are not its own: a C++ caller below it. Asynchronous, and the value
     # holds the call's tensor (old code: blocking, and an empty value).
