@@ -11,6 +11,18 @@
  * in the unexpected list), then reduces each segment as it arrives while
  * later ones are still moving; the all-gather receives straight into the
  * caller's tensor. Each rank sends and receives 2(n-1)/n of the data.
+ *  R1 Where the right neighbour is on another host, a step's sends are
+ *     paced by its arrivals: RING_WIN_FAR segments go at once, then one
+ *     more after each segment received (and reduced). A send over TCP
+ *     pushes its bytes through the kernel from the posting thread, about
+ *     at the link's rate, so posting a whole chunk (32 x 1 MiB at 64 MiB,
+ *     2 ranks) took the thread away from receiving for up to 23 ms: the
+ *     peer's sends stalled on a full socket and the two directions took
+ *     turns (64 MiB over 10 Gbit/s: 60-77 ms, 56-57 ms paced, Open MPI
+ *     60-62, bench/RESULTS.md). A rank's sends are its left neighbour's
+ *     receives, so each step's arrivals keep coming: every rank posts
+ *     RING_WIN_FAR sends before its first wait. Inside a host sends are
+ *     offers (cma.h) and go at once.
  *
  * Both are run by the thread running the group's operation (work.c).
  *
@@ -77,6 +89,10 @@
  * on 4 ranks from 61-69 ms to 35-40 ms against 256 KiB (interleaved). */
 #define SEG_BYTES   (1024u * 1024u)
 #define SMALL_STACK 256
+/* R1: segments a ring rank sends ahead of what it received, where its
+ * right neighbour is on another host (1, 2 and 4 did alike on the shaped
+ * bed; 4 leaves room for a longer round trip) */
+#define RING_WIN_FAR 4
 
 /* Group rank of the rd partner NEWDST (in folded numbering). */
 static int
@@ -443,6 +459,32 @@ chunk(size_t count, int n, int c, size_t *start, size_t *len)
     *len = b - a;
 }
 
+/* R1: post the sends of segments *POSTED.. of a chunk of LEN elements at
+ * BASE, up to UPTO of them (0: all NS). */
+static td_status_t
+ring_post(coll_op_t *op, coll_req_t *sr, size_t *posted, size_t ns,
+          size_t upto, int right, uint32_t tag0, char *base, size_t len,
+          size_t seg)
+{
+    size_t es = op->esize;
+
+    if (upto == 0 || upto > ns) {
+        upto = ns;
+    }
+    while (*posted < upto) {
+        size_t i = *posted, off = i * seg, l = len - off < seg ? len - off
+                                                                : seg;
+        td_status_t st = coll_isend(op, &sr[i], right, tag0 | (uint32_t)i,
+                                    base + off * es, l * es);
+
+        if (st != TD_OK) {
+            return st;
+        }
+        (*posted)++;
+    }
+    return TD_OK;
+}
+
 td_status_t
 coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
 {
@@ -454,10 +496,14 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
     char *b = buf, *tmp;
     coll_req_t *rr = NULL, *sr = NULL, **ptr = NULL;
     td_status_t st = TD_OK;
+    size_t win;
 
     if (n == 1) {
         return TD_OK;
     }
+    /* R1: paced where the right neighbour is on another host */
+    win = td__runtime_host_id(g->ranks[right]) !=
+          td__runtime_host_id(g->ranks[me]) ? RING_WIN_FAR : 0;
     for (int c = 0; c < n; c++) {
         size_t s0, l;
 
@@ -493,8 +539,9 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
                                 : (me + 1 - s + 2 * n) % n;
             int rc = phase == 0 ? (me - s - 1 + 2 * n) % n
                                 : (me - s + 2 * n) % n;
-            size_t s0, sl, r0, rl, ns, nr;
+            size_t s0, sl, r0, rl, ns, nr, posted = 0, got = 0;
             uint32_t tag0 = (uint32_t)(phase << 30 | s << 16);
+            td_status_t s2 = TD_OK;
 
             chunk(count, n, sc, &s0, &sl);
             chunk(count, n, rc, &r0, &rl);
@@ -507,63 +554,57 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
 
                 st = coll_irecv(op, &rr[i], left, tag0 | (uint32_t)i, dst,
                                 len * es);
+                if (st != TD_OK) {
+                    nr = i;
+                }
                 if (phase == 0 && tmp != NULL) {
                     /* read only by this thread's wait below (C9), one
                      * segment at a time, each reduced before the next */
                     rr[i].cma_dst = tmp + ((max_chunk * es + 63) & ~(size_t)63);
                 }
             }
-            for (size_t i = 0; i < ns && st == TD_OK; i++) {
-                size_t off = i * seg, len = sl - off < seg ? sl - off : seg;
+            if (st == TD_OK) {
+                st = ring_post(op, sr, &posted, ns, win, right, tag0,
+                               b + s0 * es, sl, seg);
+            }
+            /* R1: each arrival lets one more segment go (win ahead) */
+            for (; got < nr; got++) {
+                coll_req_t *one = &rr[got];
 
-                st = coll_isend(op, &sr[i], right, tag0 | (uint32_t)i,
-                                b + (s0 + off) * es, len * es);
+                if ((s2 = coll_step_wait(op, &one, 1)) != TD_OK) {
+                    st = st == TD_OK ? s2 : st;
+                    continue;       /* still waited for: each is ours */
+                }
                 if (st != TD_OK) {
-                    ns = i;
-                }
-            }
-            if (st != TD_OK) {
-                for (size_t i = 0; i < nr; i++) {
-                    ptr[i] = &rr[i];
-                }
-                coll_step_wait(op, ptr, (int)nr);
-                for (size_t i = 0; i < ns; i++) {
-                    ptr[i] = &sr[i];
-                }
-                coll_step_wait(op, ptr, (int)ns);
-                break;
-            }
-            for (size_t i = 0; i < nr; i++) {
-                coll_req_t *one = &rr[i];
-                td_status_t s2 = coll_step_wait(op, &one, 1);
-
-                if (s2 != TD_OK) {
-                    st = s2;
-                    for (size_t j = i + 1; j < nr; j++) {
-                        one = &rr[j];
-                        coll_step_wait(op, &one, 1);
-                    }
-                    break;
+                    continue;
                 }
                 if (phase == 0) {
-                    size_t off = i * seg, len = rl - off < seg ? rl - off
-                                                               : seg;
+                    size_t off = got * seg, len = rl - off < seg ? rl - off
+                                                                 : seg;
 
                     coll_reduce_into(b + (r0 + off) * es,
-                                     rr[i].cma_landed ? rr[i].cma_dst
-                                                      : tmp + off * es,
+                                     rr[got].cma_landed ? rr[got].cma_dst
+                                                        : tmp + off * es,
                                      len, dt, rop);
                 }
+                if (win != 0 && posted < ns) {
+                    size_t before = posted;
+
+                    st = ring_post(op, sr, &posted, ns, got + 1 + win, right,
+                                   tag0, b + s0 * es, sl, seg);
+                    g->ring_paced += posted - before;
+                }
             }
-            for (size_t i = 0; i < ns; i++) {
+            if (st == TD_OK) {
+                st = ring_post(op, sr, &posted, ns, 0, right, tag0,
+                               b + s0 * es, sl, seg);
+            }
+            for (size_t i = 0; i < posted; i++) {
                 ptr[i] = &sr[i];
             }
-            {
-                td_status_t s3 = coll_step_wait(op, ptr, (int)ns);
-
-                if (st == TD_OK) {
-                    st = s3;
-                }
+            s2 = coll_step_wait(op, ptr, (int)posted);
+            if (st == TD_OK) {
+                st = s2;
             }
             if (st != TD_OK) {
                 break;

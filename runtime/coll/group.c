@@ -82,6 +82,11 @@ group_free(td_group_t *g)
     if (g == NULL) {
         return;
     }
+    if (g->ring_paced > 0) {
+        td_log_debug("coll: group %u: %llu ring sends waited for an arrival "
+                     "(allreduce.c R1)", g->id,
+                     (unsigned long long)g->ring_paced);
+    }
     coll_hier_detach(g);
     coll_shm_detach(g);
     pthread_mutex_destroy(&g->qlock);

@@ -154,6 +154,8 @@ struct td_group {
     uint64_t        hier_seg_bytes;    /* hier.c: written into hshm */
     uint64_t        hier_tp_bytes;     /* hier.c: sent to a member of
                                         * this host by the transport */
+    uint64_t        ring_paced;    /* allreduce.c R1: ring sends held
+                                    * back until an arrival */
     /* guarded by coll_lock (L1), and cur_gen's seqlock (L8) */
     int             in_op;         /* a collective with seq cur_seq runs */
     unsigned        cur_gen;       /* L8: odd while the next is written */

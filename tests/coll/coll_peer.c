@@ -914,20 +914,20 @@ mode_taken(int iters, const char *expect)
  * algorithm TODIST_COLL_ALGO forces, each checked exactly: the test
  * compares the bytes each algorithm moves across hosts. */
 static int
-mode_allreduce_big(int iters)
+mode_allreduce_big(int iters, int64_t count)
 {
-    td_tensor_t *t = make(BIG, TD_FLOAT32);
+    td_tensor_t *t = make(count, TD_FLOAT32);
     int bad_calls = 0;
 
     for (int it = 0; it < iters; it++) {
         int64_t bad;
         td_status_t st;
 
-        for (int64_t i = 0; i < BIG; i++) {
+        for (int64_t i = 0; i < count; i++) {
             set(t, i, (double)val(rank, i, TD_REDUCE_SUM));
         }
         st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
-        FIRST_BAD(t, BIG, expect_reduce(size, i, TD_REDUCE_SUM, TD_FLOAT32),
+        FIRST_BAD(t, count, expect_reduce(size, i, TD_REDUCE_SUM, TD_FLOAT32),
                   &bad);
         if (st != TD_OK || bad >= 0) {
             bad_calls++;
@@ -2662,7 +2662,8 @@ main(int argc, char **argv)
     } else if (strcmp(mode, "chunks") == 0) {
         rc = mode_chunks();
     } else if (strcmp(mode, "allreduce_big") == 0) {
-        rc = mode_allreduce_big(argc > 2 ? atoi(argv[2]) : 8);
+        rc = mode_allreduce_big(argc > 2 ? atoi(argv[2]) : 8,
+                                argc > 3 ? atoll(argv[3]) : BIG);
     } else if (strcmp(mode, "p2p") == 0) {
         rc = mode_p2p();
     } else if (strcmp(mode, "p2p_segments") == 0) {

@@ -14,7 +14,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 132
+plan 142
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -197,6 +197,32 @@ ok "$([ $((hier * 100)) -lt $((flat * 85)) ]; echo $?)" \
    "hier moves less across the link than the flat ring ($hier < 0.85 x $flat)"
 ok "$([ $((auto * 100)) -lt $((flat * 85)) ]; echo $?)" \
    "auto moves as little ($auto < 0.85 x $flat)"
+
+# The flat ring's sends paced by its arrivals where the next rank is on
+# another host (allreduce.c R1), on chunks of 12 and 13 segments of 1 MiB
+# (6,291,457 floats at 1+1) and of 6 and 7 (2+1+1): exact values, and
+# each rank logs, as its world group goes, how many of its sends waited
+# for an arrival: ranks whose right neighbour is on another host did,
+# rank 0 of 2+1+1 (rank 1, its right, is on its host) did not.
+paced() {
+    printf '%s\n' "$OUT" |
+        sed -n "s/^todist\[rank $1\]: .*group 0: \([0-9]*\) ring sends waited for an arrival.*/\1/p"
+}
+PASS_MIN=2 TODIST_LOG=debug job "1+1 ring all_reduce of 24 MiB" 1,1 \
+    env TODIST_COLL_ALGO=all_reduce:ring "$B/coll/coll_peer" allreduce_big 2 6291457
+for _r in 0 1; do
+    _p=$(paced $_r)
+    ok "$([ "${_p:-0}" -gt 0 ]; echo $?)" \
+       "1+1 ring: rank $_r's sends were paced by its arrivals (${_p:-none})"
+done
+PASS_MIN=4 TODIST_LOG=debug job "2+1+1 ring all_reduce of 24 MiB" 2,1,1 \
+    env TODIST_COLL_ALGO=all_reduce:ring "$B/coll/coll_peer" allreduce_big 2 6291457
+is "$(paced 0)" "" "2+1+1 ring: rank 0, whose right neighbour is on its host, sent at once"
+for _r in 1 2 3; do
+    _p=$(paced $_r)
+    ok "$([ "${_p:-0}" -gt 0 ]; echo $?)" \
+       "2+1+1 ring: rank $_r's sends were paced by its arrivals (${_p:-none})"
+done
 
 # Algorithms chosen differently across hosts fail fast (late.h K4): at
 # 1+1, rank 0 (not the root) forces the hierarchical broadcast and waits
