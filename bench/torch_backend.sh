@@ -15,12 +15,12 @@ S=$(cd "$(dirname "$0")" && pwd)
 PATH="$B/tools:$PATH"
 PY=${PYTHON:-/usr/bin/python3}
 export PYTHONPATH="$S/../python" TODIST_LIBRARY="$B/.libs/libtodist.so.0"
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1   # (nproc then says 1)
 "$PY" -c 'import torch.distributed' 2>/dev/null ||
     { echo "# torch not importable by $PY: nothing to compare"; exit 0; }
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 echo "# $("$PY" -c 'import torch; print("torch", torch.__version__)') ($PY)," \
-     "2 ranks, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+     "2 ranks, $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 todist-run -n 2 "$PY" "$S/torch_backend.py" "${ROUNDS:-5}" | tee -a "$out"
 i=0
 while [ "$i" -lt "${REPS:-3}" ]; do
