@@ -547,7 +547,7 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
             chunk(count, n, rc, &r0, &rl);
             ns = (sl + seg - 1) / seg;
             nr = (rl + seg - 1) / seg;
-            for (size_t i = 0; i < nr && st == TD_OK; i++) {
+            for (size_t i = 0; i < nr; i++) {
                 size_t off = i * seg, len = rl - off < seg ? rl - off : seg;
                 void *dst = phase == 0 ? tmp + off * es
                                        : b + (r0 + off) * es;
@@ -555,7 +555,8 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
                 st = coll_irecv(op, &rr[i], left, tag0 | (uint32_t)i, dst,
                                 len * es);
                 if (st != TD_OK) {
-                    nr = i;
+                    nr = i;         /* not posted: not waited for */
+                    break;
                 }
                 if (phase == 0 && tmp != NULL) {
                     /* read only by this thread's wait below (C9), one
