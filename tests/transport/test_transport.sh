@@ -10,7 +10,7 @@
 # progress, ranks that never arrive, and a valgrind-clean
 # run. Every run is bounded by timeout; lib.sh kills what is left.
 . "$top_srcdir/tests/lib.sh"
-plan 56
+plan 60
 T=$TD_TMP
 PEER="$top_builddir/tests/transport/transport_peer"
 run() { timeout -k 5 "$@"; }
@@ -40,10 +40,20 @@ out=$(UCX_TLS=tcp,self run 120 todist-run -n 2 "$PEER" pingpong 4 2>&1)
 is "$?" 0 "echo over TCP only (UCX_TLS=tcp,self)"
 # todist's MM_ defaults are not set for mm transports UCX_TLS leaves out:
 # UCX would warn of them in every rank (docs/elastic.md advises ^mm)
-unlike "$out" "invalid configurations" "UCX_TLS=tcp,self: no UCX warning of todist's MM_ defaults"
+unlike "$out" "invalid configuration" "UCX_TLS=tcp,self: no UCX warning of todist's MM_ defaults"
 out=$(UCX_TLS=^mm run 120 todist-run -n 2 "$PEER" pingpong 1 2>&1)
 is "$?" 0 "echo without UCX's shared memory (UCX_TLS=^mm)"
-unlike "$out" "invalid configurations" "UCX_TLS=^mm: no UCX warning of todist's MM_ defaults"
+unlike "$out" "invalid configuration" "UCX_TLS=^mm: no UCX warning of todist's MM_ defaults"
+# todist's TCP default (UCX_TCP_RX_SEG_SIZE=1m) is given as UCX's key of
+# the TCP transport: UCX warns "invalid configuration" of a key no
+# transport took (as it did of "TCP_RX_SEG_SIZE"), and of it where UCX_TLS
+# leaves out tcp
+out=$(run 120 todist-run -n 2 "$PEER" pingpong 1 2>&1)
+is "$?" 0 "echo with todist's UCX defaults"
+unlike "$out" "invalid configuration" "no UCX warning of todist's defaults (its TCP key taken)"
+out=$(UCX_TLS=^tcp run 120 todist-run -n 2 "$PEER" pingpong 1 2>&1)
+is "$?" 0 "echo without UCX's TCP (UCX_TLS=^tcp)"
+unlike "$out" "invalid configuration" "UCX_TLS=^tcp: no UCX warning of todist's TCP default"
 
 out=$(run 120 todist-run -n 2 "$PEER" bodies 2>&1)
 is "$?" 0 "64 bodies per message"
