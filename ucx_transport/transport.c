@@ -3723,16 +3723,19 @@ choose_mode(const td_transport_params_t *params, td_progress_mode_t *mode_p)
 }
 
 /* Does UCX_TLS (TLS, NULL: unset) leave UCX a shared-memory (mm)
- * transport? Not when it excludes "mm" or "shm" (or posix and sysv) with
- * '^', or lists transports without any of them: then todist's MM_
+ * transport? Not when it excludes "mm", "sm" or "shm" (UCX's aliases;
+ * or posix and sysv) with '^', or lists transports without any of them
+ * (UCX_TLS=sm,self left todist's MM_ERROR_HANDLING unset, so UCX found
+ * no transport with peer-failure handling and no rank could reach
+ * another: every first collective timed out): then todist's MM_
  * defaults would only make UCX warn "invalid configurations" in every
  * rank (the docs advise UCX_TLS=^mm for in-place recovery, elastic.md). */
 static int
 ucx_tls_has_mm(const char *tls)
 {
     static const char *const mm[] = { "all", "mm", "shm", "posix", "sysv",
-                                      "xpmem" };
-    int neg, seen[6] = { 0 };
+                                      "xpmem", "sm" };
+    int neg, seen[7] = { 0 };
     char buf[256], *save = NULL;
 
     if (tls == NULL || tls[0] == '\0') {
@@ -3748,7 +3751,7 @@ ucx_tls_has_mm(const char *tls)
         }
     }
     if (neg) {
-        return !(seen[1] || seen[2] || (seen[3] && seen[4]));
+        return !(seen[1] || seen[2] || seen[6] || (seen[3] && seen[4]));
     }
     for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++) {
         if (seen[i]) {

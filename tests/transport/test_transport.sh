@@ -10,7 +10,7 @@
 # progress, ranks that never arrive, and a valgrind-clean
 # run. Every run is bounded by timeout; lib.sh kills what is left.
 . "$top_srcdir/tests/lib.sh"
-plan 60
+plan 64
 T=$TD_TMP
 PEER="$top_builddir/tests/transport/transport_peer"
 run() { timeout -k 5 "$@"; }
@@ -44,6 +44,14 @@ unlike "$out" "invalid configuration" "UCX_TLS=tcp,self: no UCX warning of todis
 out=$(UCX_TLS=^mm run 120 todist-run -n 2 "$PEER" pingpong 1 2>&1)
 is "$?" 0 "echo without UCX's shared memory (UCX_TLS=^mm)"
 unlike "$out" "invalid configuration" "UCX_TLS=^mm: no UCX warning of todist's MM_ defaults"
+# "sm" is UCX's alias for its shared-memory transports, as "shm": todist's
+# MM_ defaults are set (without MM_ERROR_HANDLING no rank reached another)
+out=$(UCX_TLS=sm,self TODIST_COLL_TIMEOUT=20 run 120 todist-run -n 2 "$PEER" pingpong 1 2>&1)
+is "$?" 0 "echo over shared memory only (UCX_TLS=sm,self)"
+unlike "$out" "no active messages transport" "UCX_TLS=sm,self: UCX found a transport"
+out=$(UCX_TLS=^sm run 120 todist-run -n 2 "$PEER" pingpong 1 2>&1)
+is "$?" 0 "echo without UCX's shared memory (UCX_TLS=^sm)"
+unlike "$out" "invalid configuration" "UCX_TLS=^sm: no UCX warning of todist's MM_ defaults"
 # todist's TCP default (UCX_TCP_RX_SEG_SIZE=1m) is given as UCX's key of
 # the TCP transport: UCX warns "invalid configuration" of a key no
 # transport took (as it did of "TCP_RX_SEG_SIZE"), and of it where UCX_TLS
