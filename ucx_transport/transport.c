@@ -534,15 +534,13 @@ enum { ANS_READ = 0, ANS_REFUSED = 1, ANS_FAILED = 2, ANS_PEER = 3,
 #define LIVE_DEFAULT_S    3.0
 #define LIVE_HEARD_MIN_NS 1500000000L /* L7, L8 */
 
-/* UCX defaults the runtime sets unless the user set UCX_<name> (TCP's:
- * UCX_TCP_<name>; UCX matches a key given here against the transport's
- * own fields, without its TCP_ prefix). */
-static const struct { const char *name, *value; int tcp; } ucx_defaults[] = {
+/* UCX defaults the runtime sets unless the user set UCX_<name>. */
+static const struct { const char *name, *value; } ucx_defaults[] = {
     /* PEER error handling otherwise disables shared memory in UCX 1.13:
      * 8 B round trip 13 us over TCP instead of 0.35 us over shm. */
-    { "MM_ERROR_HANDLING",  "y", 0 },
+    { "MM_ERROR_HANDLING",  "y" },
     /* Notice a dead peer within about a second (default 20 s). */
-    { "KEEPALIVE_INTERVAL", "250ms", 0 },
+    { "KEEPALIVE_INTERVAL", "250ms" },
     /* X11: an eager body of this host (< EAGER_MAX; larger ones are read
      * in place) in one shared-memory segment up to about 59 KiB. With
      * UCX's 8 KiB a 32 KiB pipeline activation went as 4 fragments, and a
@@ -552,18 +550,10 @@ static const struct { const char *name, *value; int tcp; } ucx_defaults[] = {
      * issue 33). Below 64 KiB: UCX 1.13's mm FIFO keeps a segment's length
      * in 16 bits; 64k hung a 1.2 MB rendezvous (test_coll.sh big, CMA
      * off). */
-    { "MM_SEG_SIZE",        "60k", 0 },
+    { "MM_SEG_SIZE",        "60k" },
     /* ... and the receive pool grows by 64 such segments (3.75 MiB of
      * shared memory, about UCX's 512 of 8 KiB), not 512 (30 MiB). */
-    { "MM_RX_BUFS_GROW",    "64", 0 },
-    /* A TCP connection (another host) read up to 1 MiB a recv, not
-     * 64 KiB: a 512 KiB body came in 8 reads, each a round of
-     * ucp_worker_progress and a return to the driver's loop. The 1 MiB
-     * all_reduce of two ranks on two emulated hosts 674 -> 561 us (8
-     * interleaved rounds, Open MPI 528 in the same; bench/RESULTS.md,
-     * issue 30). The pool's buffers are touched only as far as data
-     * lands in them: the ranks' RSS was unchanged. */
-    { "RX_SEG_SIZE",        "1m", 1 },
+    { "MM_RX_BUFS_GROW",    "64" },
 };
 
 typedef struct send_op {
@@ -3761,28 +3751,6 @@ ucx_tls_has_mm(const char *tls)
     return 0;
 }
 
-/* Does UCX_TLS (TLS, NULL: unset) leave UCX its TCP transport? (Else the
- * TCP defaults would make UCX warn "invalid configuration", as above.) */
-static int
-ucx_tls_has_tcp(const char *tls)
-{
-    int neg, seen = 0, all = 0;
-    char buf[256], *save = NULL;
-
-    if (tls == NULL || tls[0] == '\0') {
-        return 1;
-    }
-    neg = tls[0] == '^';
-    snprintf(buf, sizeof(buf), "%s", tls + neg);
-    for (char *t = strtok_r(buf, ",", &save); t != NULL;
-         t = strtok_r(NULL, ",", &save)) {
-        t += strspn(t, " \\");
-        seen |= strcmp(t, "tcp") == 0;
-        all |= strcmp(t, "all") == 0;
-    }
-    return neg ? !seen : seen || all;
-}
-
 static td_status_t
 make_context(td_transport_t *tp)
 {
@@ -3792,7 +3760,6 @@ make_context(td_transport_t *tp)
     ucs_status_t s;
     char name[64];
     int has_mm = ucx_tls_has_mm(getenv("UCX_TLS"));
-    int has_tcp = ucx_tls_has_tcp(getenv("UCX_TLS"));
 
     s = ucp_config_read(NULL, NULL, &config);
     if (s != UCS_OK) {
@@ -3805,14 +3772,12 @@ make_context(td_transport_t *tp)
                          ? ucx_defaults[i].name + 3 : NULL;
         char posix[64], sysv[64];
 
-        snprintf(name, sizeof(name), "UCX_%s%s",
-                 ucx_defaults[i].tcp ? "TCP_" : "", ucx_defaults[i].name);
+        snprintf(name, sizeof(name), "UCX_%s", ucx_defaults[i].name);
         snprintf(posix, sizeof(posix), "UCX_POSIX_%s", mm ? mm : "");
         snprintf(sysv, sizeof(sysv), "UCX_SYSV_%s", mm ? mm : "");
         /* the user's setting wins, also one for a single mm transport;
          * none for mm transports UCX_TLS leaves out */
         if (getenv(name) == NULL && (mm == NULL || has_mm) &&
-            (!ucx_defaults[i].tcp || has_tcp) &&
             (mm == NULL || (getenv(posix) == NULL && getenv(sysv) == NULL))) {
             ucp_config_modify(config, ucx_defaults[i].name,
                               ucx_defaults[i].value);
