@@ -239,6 +239,18 @@
  *     own sends pending: tests/hosts/test_hosts_wireup.sh, rank 1,
  *     SIGSEGV under uct_tcp_iface_progress in 2 of 12 runs. A fix
  *     belongs in UCX's handle_events.
+ *  L16 A peer UCX cannot reach at all is failed like a lost one: when
+ *     ucp_ep_create says UCS_ERR_UNREACHABLE (no transport of ours matches
+ *     the peer's address: UCX_TLS=self, or =sm,self across hosts; fixed
+ *     for the pair of processes), and the peer is not found gone (L5's
+ *     check, as L10), peer_unreachable keeps the reason as its fate
+ *     ("is unreachable: UCX has no transport to it ...") and fails it
+ *     with TD_ERR_PEER: peer_failed runs, so every pending and later
+ *     collective, send, RPC and barrier involving it fails at once naming
+ *     the rank and the reason, where before each waited out its own
+ *     timeout (TODIST_COLL_TIMEOUT: "timed out waiting for rank 1") while
+ *     the transport retried the connect every send. A revive (R1)
+ *     clears it, as for any failed peer.
  *
  * A tagged exchange with one peer (U1..U7; td__transport_pair_post): the
  * small all_reduce of two ranks on two hosts is one message each way, and
@@ -634,6 +646,7 @@ typedef struct {
      * fated is set (release); read by any thread once fated is seen */
     int      fated;
     char     fate[128];
+    int      unreach;    /* L16: the last connect found no transport */
 } peer_t;
 
 /* L11: a peer's address, fetched by the resolver thread. */
@@ -1483,6 +1496,34 @@ peer_address(td_transport_t *tp, int dst, void **addr_p, size_t *len_p)
     return st;
 }
 
+/* L16: UCX has no transport to DST: failed as lost, the reason kept as
+ * its fate. Token holder, outside UCX callbacks, no endpoint to DST. */
+static void
+peer_unreachable(td_transport_t *tp, int dst)
+{
+    peer_t *p = &tp->peers[dst];
+    const char *tls = getenv("UCX_TLS");
+
+    if (p->failed) {
+        return;
+    }
+    snprintf(p->fate, sizeof(p->fate), "is unreachable: UCX has no "
+             "transport to it (%s; UCX_TLS=%s)",
+             ucs_status_string(UCS_ERR_UNREACHABLE),
+             tls != NULL ? tls : "unset");
+    __atomic_store_n(&p->fated, 1, __ATOMIC_RELEASE);
+    /* (the runtime's peer_failed says it as an error, with the host) */
+    td_log_info("transport: rank %d: rank %d %s", tp->params.rank, dst,
+                p->fate);
+    /* no endpoint: peer_fail does the bookkeeping (parked sends, offers,
+     * mailbox) and returns before telling; told here, as L5 does */
+    peer_fail(tp, dst, NULL, p->fate, FAIL_LOST);
+    td_error(TD_ERR_PEER, "transport: rank %d %s", dst, p->fate);
+    if (tp->params.peer_failed != NULL) {
+        tp->params.peer_failed(tp->params.peer_failed_arg, dst, TD_ERR_PEER);
+    }
+}
+
 static td_status_t
 peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
 {
@@ -1529,6 +1570,7 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
     }
     if (s != UCS_OK) {
         p->ep = NULL;
+        p->unreach = s == UCS_ERR_UNREACHABLE;                  /* L16 */
         return td_error(TD_ERR_TRANSPORT, "transport: cannot connect to rank "
                         "%d: %s", dst, ucs_status_string(s));
     }
@@ -1551,6 +1593,26 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
         wire_probe(tp, dst, p->ep);                             /* L13 */
     }
     return TD_OK;
+}
+
+/* After peer_connect to DST failed with STATUS (token holder, outside
+ * UCX callbacks): a peer found gone is failed (L5, TD_ERR_PEER), one UCX
+ * cannot reach is failed as such (L16, TD_ERR_PEER naming why); else
+ * STATUS, and the next send tries again. */
+static td_status_t
+connect_failed(td_transport_t *tp, int dst, td_status_t status)
+{
+    if (status != TD_ERR_TRANSPORT) {
+        return status;
+    }
+    if (peer_gone_wait(tp, dst)) {
+        return TD_ERR_PEER;             /* L5: it could not be reached */
+    }
+    if (tp->peers[dst].unreach) {
+        peer_unreachable(tp, dst);                              /* L16 */
+        return failed_error(tp, dst);
+    }
+    return status;
 }
 
 /* ---- liveness between hosts (L1-L4) ------------------------------------ */
@@ -2177,8 +2239,8 @@ op_start(td_transport_t *tp, send_op_t *op)
         return;
     }
     status = peer_connect(tp, op->dst, &ep);
-    if (status == TD_ERR_TRANSPORT && peer_gone_wait(tp, op->dst)) {
-        status = TD_ERR_PEER;           /* L5: it could not be reached */
+    if (status != TD_OK) {
+        status = connect_failed(tp, op->dst, status);      /* L5, L16 */
     }
     if (status == TD_OK && op->faulted == 2) {
         td_error(TD_ERR_TRANSPORT, "transport: TODIST_FAULT broke the "
@@ -3166,6 +3228,7 @@ connect_watched(td_transport_t *tp)
 {
     __atomic_store_n(&tp->watch_pending, 0, __ATOMIC_SEQ_CST);
     for (int r = 0; r < tp->params.world_size; r++) {
+        td_status_t st;
         ucp_ep_h ep;
 
         if (!__atomic_exchange_n(&tp->peers[r].watch, 0, __ATOMIC_ACQ_REL) ||
@@ -3176,7 +3239,8 @@ connect_watched(td_transport_t *tp)
             tp->peers[r].watch_later = 1;   /* addr_arrived */
             continue;
         }
-        if (peer_connect(tp, r, &ep) != TD_OK) {
+        st = peer_connect(tp, r, &ep);
+        if (st != TD_OK && connect_failed(tp, r, st) == TD_ERR_TRANSPORT) {
             td_log_warn("transport: rank %d: cannot watch rank "
                     "%d: %s", tp->params.rank, r, td_last_error());
         }
@@ -4962,6 +5026,20 @@ td__transport_peer_alive(td_transport_t *tp, int dst)
 {
     return dst >= 0 && dst < tp->params.world_size &&
            !__atomic_load_n(&tp->peers[dst].failed, __ATOMIC_RELAXED);
+}
+
+double
+td__transport_fail_grace_s(td_transport_t *tp, int rank)
+{
+    /* (host: written by the token holder at connect; a stale read only
+     * picks the longer grace) */
+    if (tp == NULL || rank < 0 || rank >= tp->params.world_size ||
+        __atomic_load_n(&tp->peers[rank].host, __ATOMIC_RELAXED) == 1) {
+        /* L10 waited up to 1 s; an exiting ASan rank's teardown on a
+         * loaded machine can take longer still */
+        return 2.0;
+    }
+    return 1.5e-9 * (double)tp->live_ns + 0.5;
 }
 
 bool

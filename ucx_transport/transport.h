@@ -327,6 +327,16 @@ size_t td__transport_rejected(td_transport_t *tp);
 /* false once DST was reported dead. */
 bool td__transport_peer_alive(td_transport_t *tp, int dst);
 
+/* Seconds after a send to RANK failed with a plain error (not
+ * TD_ERR_PEER) within which the transport may still report RANK dead: 2
+ * for a peer of this host (L5 looks every TD_TRANSPORT_LIVENESS_S, after
+ * L10's wait), L3's bound (TODIST_LIVENESS and its half) and 0.5 for one
+ * elsewhere or not yet connected. A caller that would end its
+ * wait on such a failure waits this long first, so that a peer's death,
+ * named with its host, is what it reports (coll wait.h C19).
+ * Thread-safe. */
+double td__transport_fail_grace_s(td_transport_t *tp, int rank);
+
 /* RANK dropped this rank (its liveness check found this rank silent) and
  * said so (transport.c L12): true, with into BUF (LEN bytes) "dropped
  * this rank: it heard nothing from it for 3.0 s (TODIST_LIVENESS=3)",

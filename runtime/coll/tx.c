@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/coll/tx.h"
 #include "runtime/coll/conf.h"
@@ -19,6 +20,16 @@ send_done(void *arg, td_status_t status)
 
     if (status != TD_OK) {
         coll_peer_fail_text(msg, sizeof(msg), "send to", r->peer, status);
+        if (status != TD_ERR_PEER) {
+            /* the transport's reason, said just before this callback
+             * (transport.c op_finish), e.g. it could not connect */
+            size_t n = strlen(msg);
+
+            snprintf(msg + n, sizeof(msg) - n, " (%s)", td_last_error());
+        }
+    }
+    if (status != TD_OK && r->type == REQ_SEND_COLL) {
+        coll_group_tx_failed(r->g, r->peer, status, msg);      /* C19 */
     }
     coll_req_complete(r, status, status != TD_OK ? msg : NULL);
 }
@@ -58,6 +69,9 @@ coll_post_send(coll_req_t *r, int dst, const uint8_t *hdr, size_t hdr_len)
             td_error(st, "%s", r->err);
         } else {
             snprintf(r->err, sizeof(r->err), "%s", td_last_error());
+        }
+        if (r->type == REQ_SEND_COLL) {
+            coll_group_tx_failed(r->g, dst, st, r->err);       /* C19 */
         }
         return st;
     }

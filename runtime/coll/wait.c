@@ -255,8 +255,29 @@ wait_mbox_spin(wait_t *w)
     }
 }
 
+/* Has a send of G's collectives failed long enough ago to end the call
+ * (C19)? Then its error into MSG. */
+static td_status_t
+tx_failure(td_group_t *g, double now, char *msg, size_t len)
+{
+    td_status_t st = TD_OK;
+
+    if (g == NULL ||
+        !atomic_load_explicit(&g->tx_fail, memory_order_acquire) ||
+        now < g->tx_failed_at + td__transport_fail_grace_s(coll_transport(),
+                                                           g->tx_failed_to)) {
+        return TD_OK;
+    }
+    coll_lock();
+    st = g->tx_failed;
+    snprintf(msg, len, "%s", g->tx_failed_msg);
+    coll_unlock();
+    return st;
+}
+
 /* Why W (of group G) must stop now, into MSG: TD_OK (go on), or the
- * failure. A collective's timeout breaks G and tells every member. */
+ * failure. A collective's timeout breaks G and tells every member; so
+ * does a failed send of its collectives, after a grace (C19). */
 static td_status_t
 wait_verdict(wait_t *w, td_group_t *g, int is_coll, double now,
              double deadline, char *msg, size_t len)
@@ -271,6 +292,12 @@ wait_verdict(wait_t *w, td_group_t *g, int is_coll, double now,
                __atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
         coll_lock();
         st = g->broken;
+        snprintf(msg, len, "%s", g->broken_msg);
+        coll_unlock();
+    } else if (is_coll && (st = tx_failure(g, now, msg, len)) != TD_OK) {
+        coll_group_fail(g, st, 1, g->cur_seq, msg);
+        coll_lock();
+        st = g->broken != TD_OK ? g->broken : st;        /* C6 */
         snprintf(msg, len, "%s", g->broken_msg);
         coll_unlock();
     } else if (deadline > 0 && now > deadline) {

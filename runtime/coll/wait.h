@@ -6,6 +6,15 @@
  * C4 coll_wait returns only when every request it was given is done: on
  *    failure it withdraws what is still posted and waits for bodies in
  *    flight, so no callback writes a stack request or buffer later.
+ * C19 A collective's request that failed ends its call: the call cannot
+ *    succeed (a member waits for what we could not send), so it does not
+ *    wait out its deadline (e.g. UCX has no transport to that rank: every
+ *    connect fails at once). It ends once td__transport_fail_grace_s has
+ *    passed since the failure was seen with the group still unbroken: a
+ *    peer's death, which the transport may report in that time (a dead
+ *    member breaks the group itself), is the error every member sees
+ *    (C6). The call then breaks its group with the request's error and
+ *    tells every member, as a timeout does.
  *
  * Thread safety: any thread but the transport's progress thread, with no
  * lock held. */

@@ -2192,6 +2192,86 @@ mode_early_kill(void)
     return 0;
 }
 
+/* ---- a peer UCX cannot reach (transport.c L16) ---------------------------
+ * Run under UCX_TLS=self, two ranks: no UCX transport connects the two
+ * processes. Each rank's first all_reduce fails naming the other as
+ * unreachable, and why, long before the collective timeout (before L16
+ * it waited all of it: "timed out waiting for rank 1"); the next fails
+ * at once with the group's first failure, and so does an RPC to it. */
+static int
+mode_unreachable(void)
+{
+    td_tensor_t *t = make(1024, TD_FLOAT32);
+    td_rpc_list_t *a = NULL, *res = NULL;
+    int peer = (rank + 1) % size;
+    char want[32];
+    td_status_t st;
+    double t0;
+
+    td_coll_set_timeout(60);
+    snprintf(want, sizeof(want), "rank %d ", peer);
+    t0 = now_s();
+    st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    check(st == TD_ERR_PEER && strstr(td_last_error(), want) != NULL &&
+          strstr(td_last_error(), "is unreachable: UCX has no transport to "
+                 "it") != NULL, "unreachable_coll_names_it", "%s: %s",
+          td_status_name(st), td_last_error());
+    check(now_s() - t0 <= DETECT_MAX_S, "unreachable_coll_by_detection",
+          "failed %.2f s after the call began (timeout 60 s)", now_s() - t0);
+    st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    check(st == TD_ERR_PEER && strstr(td_last_error(), "is unreachable")
+          != NULL, "unreachable_coll_again", "%s: %s", td_status_name(st),
+          td_last_error());
+    td_rpc_list_create(&a);
+    td_rpc_list_add_int(a, 1);
+    st = td_rpc_sync(peer, "twice", a, 30, &res);
+    check(st == TD_ERR_PEER && strstr(td_last_error(), "is unreachable")
+          != NULL, "unreachable_rpc", "%s: %s", td_status_name(st),
+          td_last_error());
+    td_rpc_list_free(a);
+    td_rpc_list_free(res);
+    td_tensor_release(t);
+    return 0;
+}
+
+/* ---- sends between live members fail (wait.h C19) ------------------------
+ * Under TODIST_FAULT=break:coll:1:-1, every collective message fails
+ * with a plain transport error, as UCX fails a send on an endpoint it
+ * found broken, while both ranks live on: no message arrives, none dies.
+ * Each rank's all_reduce reports its own failed send (its group broken
+ * by it) once the transport's grace for naming a dead peer has passed,
+ * not after its 60 s timeout. */
+static int
+mode_send_broken(void)
+{
+    td_tensor_t *t = make(1024, TD_FLOAT32);
+    char want[32];
+    td_status_t st;
+    double t0;
+
+    td_coll_set_timeout(60);
+    snprintf(want, sizeof(want), "send to rank %d ", (rank + 1) % size);
+    t0 = now_s();
+    st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    check(st == TD_ERR_TRANSPORT && strstr(td_last_error(), want) != NULL &&
+          strstr(td_last_error(), "TODIST_FAULT") != NULL,
+          "send_broken_reported", "%s: %s", td_status_name(st),
+          td_last_error());
+    /* (half the timeout: the grace, and L10's wait of up to a second on
+     * each failed send, under ASan on a loaded machine) */
+    check(now_s() - t0 <= 30, "send_broken_by_detection",
+          "failed %.2f s after the call began (timeout 60 s)", now_s() - t0);
+    printf("# rank %d: failed after %.3f s\n", rank, now_s() - t0);
+    st = td_all_reduce(td_group_world(), t, TD_REDUCE_SUM);
+    check(st == TD_ERR_TRANSPORT && strstr(td_last_error(), want) != NULL,
+          "send_broken_again", "%s: %s", td_status_name(st),
+          td_last_error());
+    printf("# rank %d: %s after %.3f s: %s\n", rank, td_status_name(st),
+           now_s() - t0, td_last_error());
+    td_tensor_release(t);
+    return 0;
+}
+
 /* ---- a member lost, its rank's pid key then overwritten (issue 32) -------
  * As when an admitted joiner dies and a replacement for its rank publishes
  * its own pid (liveness.h V5): every survivor looks the last rank's
@@ -2762,6 +2842,12 @@ main(int argc, char **argv)
         check(st != TD_OK || get(t, 15) == size, "one_result", "%g",
               get(t, 15));
         td_tensor_release(t);
+    } else if (strcmp(mode, "unreachable") == 0 ||
+               strcmp(mode, "send_broken") == 0) {
+        rc = mode[0] == 'u' ? mode_unreachable() : mode_send_broken();
+        /* no join: the ranks cannot (or may not) reach each other */
+        fflush(stdout);
+        _exit(n_fail ? 1 : 0);
     } else if (strcmp(mode, "kill") == 0 || strcmp(mode, "early_kill") == 0 ||
                strcmp(mode, "late_pid") == 0) {
         rc = mode[0] == 'k' ? mode_kill() : mode[0] == 'e' ?

@@ -10,7 +10,8 @@
 # point-to-point through the mailboxes (order, mismatch, sleepers,
 # drops, a dead receiver) and with them off; every kind of mismatched
 # collective; a rank that never arrives
-# (timeout naming exactly it, 3 and 4 ranks, segment on and off); a member SIGKILLed mid all_reduce. Each check must
+# (timeout naming exactly it, 3 and 4 ranks, segment on and off); a member SIGKILLed mid all_reduce;
+# a rank UCX cannot reach, and sends to a live rank failing. Each check must
 # PASS on every rank that makes it; any FAIL line fails. Runs are bounded by
 # timeout; lib.sh cleans up.
 . "$top_srcdir/tests/lib.sh"
@@ -31,6 +32,9 @@ mism="mismatch_collective mismatch_size mismatch_dtype mismatch_op
 mismatch_root mismatch_world_still_works"
 kill="kill_fails_naming_it kill_by_detection kill_later_ops_fail"
 early="early_kill_fails_naming_it early_kill_by_detection"
+unreach="unreachable_coll_names_it unreachable_coll_by_detection
+unreachable_coll_again unreachable_rpc"
+sendbroken="send_broken_reported send_broken_by_detection send_broken_again"
 dropped="dropped_queued_fails_naming_it dropped_queued_by_detection
 dropped_arrival_fails_naming_it dropped_arrival_by_detection
 dropped_coll_fails_naming_it dropped_coll_by_detection"
@@ -46,7 +50,8 @@ plan $(( $(count "$matrix") + $(count "$p2p0") + $(count "$p2p01") + \
          $(count "$mbox2") + 2 + 5 + 3 + 2 + 2 + 1 + 6 + \
          1 + 3 * ($(count "$dropped") + 1) + 2 * 4 + \
          1 + $(count "$matrix") + 3 + 2 * 6 + 2 * 7 + 2 * 5 + 3 + 4 + 3 * 4 + \
-         2 * 4 + 3 + 3 + 4 + 2 * 2 + 3 + 4 * 3 ))
+         2 * 4 + 3 + 3 + 4 + 2 * 2 + 3 + 4 * 3 + \
+         $(count "$unreach") + 1 + $(count "$sendbroken") + 1 ))
 
 # expect OUTPUT N names...: "PASS name" printed exactly N times.
 expect() {
@@ -392,6 +397,24 @@ out=$(UCX_TLS=sm,self TODIST_COLL_SHM=0 TODIST_FAULT=break:coll:1:2 \
 expect "$out" 2 $early
 is "$rc" 137 "early_kill, sends to rank 2 broken: the killed rank's status is reported"
 [ "$rc" = 137 ] || diag "$out"
+
+# No UCX transport connects the ranks (UCX_TLS=self): each rank's first
+# all_reduce fails within seconds naming the other as unreachable, and
+# why, not after its 60 s timeout; the next call and an RPC fail at once
+# (transport.c L16). A run that waited out the timeout is killed at 50 s.
+out=$(UCX_TLS=self run 50 todist-run -n 2 "$PEER" unreachable 2>&1); rc=$?
+expect "$out" 2 $unreach
+is "$rc" 0 "unreachable: every rank exits 0"
+
+# Every collective message fails with a plain transport error, both
+# ranks alive (TODIST_FAULT break): each rank's all_reduce reports its
+# failed send after the transport's grace, not its 60 s timeout (coll
+# wait.h C19); the next call fails with it at once.
+out=$(TODIST_COLL_SHM=0 TODIST_FAULT=break:coll:1:-1 run 50 todist-run -n 2 \
+      "$PEER" send_broken 2>&1); rc=$?
+expect "$out" 2 $sendbroken
+is "$rc" 0 "send_broken: every rank exits 0"
+[ "$rc" = 0 ] || diag "$out"
 
 # Rank 2 dies after both others looked its address up, and rank 0 then
 # writes a live process's pid (the launcher's) as rank 2's, as a

@@ -4,7 +4,8 @@
 # counters, a cut link, a rate limit, a killed host, nothing left behind),
 # then todist across its hosts at 2 hosts x 2 ranks, 3 hosts with 2+1+1
 # ranks and 1+1: the collectives' matrix and point-to-point, RPC, remote
-# references, distributed autograd (the my_add example), DDP, with the
+# references, distributed autograd (the my_add example), DDP, a peer UCX
+# cannot reach (UCX_TLS=sm,self), with the
 # store on host 1 and large bodies checked to have crossed the link.
 # Runs are bounded by timeout; hosts.sh tears the bed down on exit.
 . "$top_srcdir/tests/lib.sh"
@@ -14,7 +15,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 142
+plan 145
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -246,6 +247,20 @@ done
 like "$OUT" "rank 0 called broadcast\(float32 x 16, root 1, hier\)" \
      "1+1 broadcast, hier forced on rank 0 only: rank 0's hier is named"
 is "$rc" 0 "1+1 broadcast, hier on rank 0 only: both ranks exit 0, before the timeout"
+[ "$rc" = 0 ] || diag "$OUT"
+
+# No UCX transport crosses the hosts (UCX_TLS=sm,self: shared memory and
+# self only): each rank's first all_reduce, the next, and an RPC fail
+# within seconds naming the other as unreachable (transport.c L16), not
+# after the collective's 60 s timeout (each rank is killed at 45 s); the
+# log names the other's host.
+OUT=$(export UCX_TLS=sm,self HOSTS_TIMEOUT=45
+      hosts_launch 1,1 "$B/coll/coll_peer" unreachable 2>&1); rc=$?
+is "$rc" 0 "1+1 under UCX_TLS=sm,self: both ranks exit 0, before the timeout"
+is "$(printf '%s\n' "$OUT" | grep -c '^PASS unreachable_')" 8 \
+   "1+1 under UCX_TLS=sm,self: each rank's call and RPC fail naming the other unreachable (4 checks each)"
+like "$OUT" "rank 1 \(on host h2, ranks there: 1\) is unreachable: UCX has no transport to it" \
+     "1+1 under UCX_TLS=sm,self: rank 0's log names rank 1's host"
 [ "$rc" = 0 ] || diag "$OUT"
 
 # Large bodies (1.2 MB, above the single-copy threshold) between ranks on
