@@ -2192,6 +2192,28 @@ mode_early_kill(void)
     return 0;
 }
 
+/* Every rank sets PREFIX/<rank> in the store and waits for the others'
+ * (the store's own TCP, not UCX): no rank exits while another still
+ * checks, so none is taken for dead. */
+static void
+store_meet(const char *prefix)
+{
+    td_store_t *store = td__runtime_store();
+    char key[96];
+
+    snprintf(key, sizeof(key), "%s/%d", prefix, rank);
+    td_store_set(store, key, "1", 1);
+    for (int r = 0; r < size; r++) {
+        const char *keys[1] = { key };
+
+        snprintf(key, sizeof(key), "%s/%d", prefix, r);
+        if (td_store_wait(store, keys, 1, 30) != TD_OK) {
+            fprintf(stderr, "rank %d: %s: rank %d never came: %s\n", rank,
+                    prefix, r, td_last_error());
+        }
+    }
+}
+
 /* ---- a peer UCX cannot reach (transport.c L16) ---------------------------
  * Run under UCX_TLS=self, two ranks: no UCX transport connects the two
  * processes. Each rank's first all_reduce fails naming the other as
@@ -2231,6 +2253,7 @@ mode_unreachable(void)
     td_rpc_list_free(a);
     td_rpc_list_free(res);
     td_tensor_release(t);
+    store_meet("test/unreachable/done");
     return 0;
 }
 
@@ -2269,6 +2292,7 @@ mode_send_broken(void)
     printf("# rank %d: %s after %.3f s: %s\n", rank, td_status_name(st),
            now_s() - t0, td_last_error());
     td_tensor_release(t);
+    store_meet("test/send_broken/done");
     return 0;
 }
 
