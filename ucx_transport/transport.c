@@ -1538,6 +1538,7 @@ peer_connect(td_transport_t *tp, int dst, ucp_ep_h *ep_p)
         *ep_p = p->ep;
         return TD_OK;
     }
+    p->unreach = 0;             /* L16: said by this try's ucp_ep_create */
     if (p->failed) {
         return failed_error(tp, dst);
     }

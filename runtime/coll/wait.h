@@ -6,10 +6,12 @@
  * C4 coll_wait returns only when every request it was given is done: on
  *    failure it withdraws what is still posted and waits for bodies in
  *    flight, so no callback writes a stack request or buffer later.
- * C19 A collective's request that failed ends its call: the call cannot
+ * C19 A collective's send that failed ends its call: the call cannot
  *    succeed (a member waits for what we could not send), so it does not
- *    wait out its deadline (e.g. UCX has no transport to that rank: every
- *    connect fails at once). It ends once td__transport_fail_grace_s has
+ *    wait out its deadline. The failure is recorded on the group
+ *    (coll_group_tx_failed), not only on the request: the wait it must
+ *    end may be for others (the ring waits for its receives, then for
+ *    its sends). It ends the call once td__transport_fail_grace_s has
  *    passed since the failure was seen with the group still unbroken: a
  *    peer's death, which the transport may report in that time (a dead
  *    member breaks the group itself), is the error every member sees
