@@ -436,6 +436,22 @@
  *     sender and failure naming are the usual path's. Peers of this host
  *     (mailboxes, offers), the holder's own sends and queued ones never
  *     take it. Counted (td__transport_lean_count).
+ *  S3 A body larger than one UCX TCP segment (UCX_TCP_SEG_SIZE, 64 KiB by
+ *     default) sent eagerly to a peer on another host arrives in
+ *     fragments that UCX copies into a buffer of its own before our
+ *     callback sees it, and we copy it again into the receive's buffer: a
+ *     copy that Open MPI's tagged receive, landing in place, does not
+ *     make (12% of a rank's CPU in memmove against 1.6%). So a layer that
+ *     cuts a large transfer to such a peer into messages cuts it at
+ *     TD_TRANSPORT_FAR_SEG_BYTES (UCX's default segment less 1 KiB for
+ *     the headers: UCX's, ours, the layer's): each comes in one segment
+ *     and is delivered from it. 2-rank all_reduce of 1 MiB across
+ *     emulated hosts: 631 us in 1 MiB pieces, 695 us in 64 KiB ones (just
+ *     over: fragments), 440-496 us in 63 KiB ones (bench/RESULTS.md,
+ *     issue 30). A constant, not UCX_TCP_SEG_SIZE read here: the
+ *     receiver posts what the sender cuts, so both must cut alike
+ *     whatever their environments (a larger setting keeps the pieces
+ *     whole; a smaller one has UCX cut them again, as before).
  *
  * Endpoints (E1):
  *  E1 Once close_endpoints has begun (tp->closing, token holder), no

@@ -324,6 +324,13 @@ int td__transport_fault_roll(td_transport_t *tp, const char *kind);
  * by a rank of this job); the first and then every 2^k-th is logged. */
 size_t td__transport_rejected(td_transport_t *tp);
 
+/* The most body bytes a message to a peer on another host carries in one
+ * UCX TCP segment of UCX's default size (64 KiB, less 1 KiB for the
+ * headers; transport.c S3), for a layer that cuts a large transfer into
+ * messages: each is then delivered without UCX's reassembly copy. A
+ * constant, so that sender and receiver cut alike. */
+#define TD_TRANSPORT_FAR_SEG_BYTES (63u * 1024u)
+
 /* false once DST was reported dead. */
 bool td__transport_peer_alive(td_transport_t *tp, int dst);
 

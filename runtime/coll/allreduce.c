@@ -12,8 +12,9 @@
  * later ones are still moving; the all-gather receives straight into the
  * caller's tensor. Each rank sends and receives 2(n-1)/n of the data.
  *  R1 Where the right neighbour is on another host, a step's sends are
- *     paced by its arrivals: RING_WIN_FAR segments go at once, then one
- *     more after each segment received (and reduced). A send over TCP
+ *     paced by its arrivals: RING_AHEAD_FAR bytes of segments (at least
+ *     RING_WIN_MIN) go at once, then one more after each segment received
+ *     (and reduced). A send over TCP
  *     pushes its bytes through the kernel from the posting thread, about
  *     at the link's rate, so posting a whole chunk (32 x 1 MiB at 64 MiB,
  *     2 ranks) took the thread away from receiving for up to 23 ms: the
@@ -21,8 +22,18 @@
  *     turns (64 MiB over 10 Gbit/s: 60-77 ms, 56-57 ms paced, Open MPI
  *     60-62, bench/RESULTS.md). A rank's sends are its left neighbour's
  *     receives, so each step's arrivals keep coming: every rank posts
- *     RING_WIN_FAR sends before its first wait. Inside a host sends are
+ *     its window of sends before its first wait. Inside a host sends are
  *     offers (cma.h) and go at once.
+ *  R2 Between ranks of two hosts, segments are TD_TRANSPORT_FAR_SEG_BYTES
+ *     (63 KiB), not SEG_BYTES: each arrives in one UCX TCP segment and is
+ *     copied once, not reassembled by UCX first (transport.c S3). 2-rank
+ *     all_reduce of 1 MiB across emulated hosts: 631 us in 1 MiB
+ *     segments, 440 us in 63 KiB ones, Open MPI 411 (bench/RESULTS.md).
+ *     A rank cuts its sends for the link to its right neighbour and posts
+ *     its receives as its left neighbour cuts for the link to it (ring_seg:
+ *     from both ranks' hosts, which both ends know alike): in a ring of
+ *     hosts 1,1,2 rank 0 sends 1 MiB segments to rank 1 and receives 63
+ *     KiB ones from rank 2.
  *
  * Both are run by the thread running the group's operation (work.c).
  *
@@ -89,10 +100,12 @@
  * on 4 ranks from 61-69 ms to 35-40 ms against 256 KiB (interleaved). */
 #define SEG_BYTES   (1024u * 1024u)
 #define SMALL_STACK 256
-/* R1: segments a ring rank sends ahead of what it received, where its
- * right neighbour is on another host (1, 2 and 4 did alike on the shaped
- * bed; 4 leaves room for a longer round trip) */
-#define RING_WIN_FAR 4
+/* R1: bytes a ring rank sends ahead of what it received, where its
+ * right neighbour is on another host: RING_AHEAD_FAR / segment segments
+ * (at least 4: 1, 2 and 4 MiB segments did alike on the shaped bed). R2:
+ * 16 x 63 KiB took 440 us at 1 MiB, 4 and 8 of them 496-575 us. */
+#define RING_AHEAD_FAR (1024u * 1024u)
+#define RING_WIN_MIN   4
 
 /* Group rank of the rd partner NEWDST (in folded numbering). */
 static int
@@ -485,50 +498,80 @@ ring_post(coll_op_t *op, coll_req_t *sr, size_t *posted, size_t ns,
     return TD_OK;
 }
 
+/* R2: the segment, in elements, of a ring link between group ranks FROM
+ * and TO (FROM sends, TO receives): decided by both alike from their
+ * hosts, so the sender cuts what the receiver posts. */
+static size_t
+ring_seg(const td_group_t *g, int from, int to, size_t es)
+{
+    if (td__runtime_host_id(g->ranks[from]) !=
+        td__runtime_host_id(g->ranks[to])) {
+        return TD_TRANSPORT_FAR_SEG_BYTES / es;
+    }
+    return SEG_BYTES / es;
+}
+
+/* Segments of SEG elements in a chunk of MAX_CHUNK: at most 0xffff (the
+ * tags hold 16 bits of segment), SEG grown if need be (alike on both
+ * ends: both know MAX_CHUNK). */
+static size_t
+ring_segs(size_t max_chunk, size_t *seg)
+{
+    size_t segs = (max_chunk + *seg - 1) / *seg;
+
+    if (segs > 0xffff) {
+        *seg = (max_chunk + 0xfffe) / 0xffff;
+        segs = (max_chunk + *seg - 1) / *seg;
+    }
+    return segs > 0 ? segs : 1;
+}
+
 td_status_t
 coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
 {
     td_group_t *g = op->g;
     int n = g->n, me = g->me, right = (me + 1) % n, left = (me - 1 + n) % n;
-    size_t es = op->esize, seg = SEG_BYTES / es, max_chunk = 0, max_segs;
+    size_t es = op->esize, max_chunk = 0, max_sr, max_rr, seg, rseg;
     td_dtype_t dt = (td_dtype_t)op->desc.dtype;
     td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
     char *b = buf, *tmp;
     coll_req_t *rr = NULL, *sr = NULL, **ptr = NULL;
     td_status_t st = TD_OK;
-    size_t win;
+    size_t win = 0;
 
     if (n == 1) {
         return TD_OK;
     }
-    /* R1: paced where the right neighbour is on another host */
-    win = td__runtime_host_id(g->ranks[right]) !=
-          td__runtime_host_id(g->ranks[me]) ? RING_WIN_FAR : 0;
     for (int c = 0; c < n; c++) {
         size_t s0, l;
 
         chunk(count, n, c, &s0, &l);
         max_chunk = l > max_chunk ? l : max_chunk;
     }
-    max_segs = (max_chunk + seg - 1) / seg;
-    if (max_segs == 0) {
-        max_segs = 1;
-    }
-    if (max_segs > 0xffff) {               /* tags hold 16 bits of segment */
-        seg = (max_chunk + 0xfffe) / 0xffff;
-        max_segs = (max_chunk + seg - 1) / seg;
+    /* R2: what we send is cut for our right neighbour's link, what we
+     * receive as our left neighbour cuts it for ours */
+    seg = ring_seg(g, me, right, es);
+    rseg = ring_seg(g, left, me, es);
+    max_sr = ring_segs(max_chunk, &seg);
+    max_rr = ring_segs(max_chunk, &rseg);
+    /* R1: paced where the right neighbour is on another host */
+    if (td__runtime_host_id(g->ranks[right]) !=
+        td__runtime_host_id(g->ranks[me])) {
+        win = RING_AHEAD_FAR / (seg * es);
+        win = win < RING_WIN_MIN ? RING_WIN_MIN : win;
+        g->ring_seg_far = seg * es;     /* (said when the group goes) */
     }
     /* the chunk's landing area, then one segment of hot buffer: a body
      * read in place (cma.h C9) lands there and is reduced at once, from
      * cache, instead of through the chunk-sized area */
-    tmp = coll_scratch(g, max_chunk * es + 64 + seg * es);
-    rr = calloc(max_segs, sizeof(*rr));
-    sr = calloc(max_segs, sizeof(*sr));
-    ptr = calloc(max_segs, sizeof(*ptr));
+    tmp = coll_scratch(g, max_chunk * es + 64 + rseg * es);
+    rr = calloc(max_rr, sizeof(*rr));
+    sr = calloc(max_sr, sizeof(*sr));
+    ptr = calloc(max_sr, sizeof(*ptr));
     if ((tmp == NULL && max_chunk > 0) || rr == NULL || sr == NULL ||
         ptr == NULL) {
         st = td_error(TD_ERR_NO_MEMORY, "coll: all_reduce: out of memory for "
-                      "%zu segments", max_segs);
+                      "%zu + %zu segments", max_sr, max_rr);
         goto out;
     }
     for (int phase = 0; phase < 2 && st == TD_OK; phase++) {
@@ -546,9 +589,10 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
             chunk(count, n, sc, &s0, &sl);
             chunk(count, n, rc, &r0, &rl);
             ns = (sl + seg - 1) / seg;
-            nr = (rl + seg - 1) / seg;
+            nr = (rl + rseg - 1) / rseg;
             for (size_t i = 0; i < nr; i++) {
-                size_t off = i * seg, len = rl - off < seg ? rl - off : seg;
+                size_t off = i * rseg, len = rl - off < rseg ? rl - off
+                                                             : rseg;
                 void *dst = phase == 0 ? tmp + off * es
                                        : b + (r0 + off) * es;
 
@@ -580,8 +624,8 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
                     continue;
                 }
                 if (phase == 0) {
-                    size_t off = got * seg, len = rl - off < seg ? rl - off
-                                                                 : seg;
+                    size_t off = got * rseg, len = rl - off < rseg
+                                                   ? rl - off : rseg;
 
                     coll_reduce_into(b + (r0 + off) * es,
                                      rr[got].cma_landed ? rr[got].cma_dst

@@ -157,6 +157,8 @@ struct td_group {
                                         * this host by the transport */
     uint64_t        ring_paced;    /* allreduce.c R1: ring sends held
                                     * back until an arrival */
+    size_t          ring_seg_far;  /* allreduce.c R2: the last such
+                                    * ring's segment, bytes */
     /* guarded by coll_lock (L1), and cur_gen's seqlock (L8) */
     int             in_op;         /* a collective with seq cur_seq runs */
     unsigned        cur_gen;       /* L8: odd while the next is written */

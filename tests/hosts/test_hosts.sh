@@ -15,7 +15,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 145
+plan 150
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -200,14 +200,21 @@ ok "$([ $((auto * 100)) -lt $((flat * 85)) ]; echo $?)" \
    "auto moves as little ($auto < 0.85 x $flat)"
 
 # The flat ring's sends paced by its arrivals where the next rank is on
-# another host (allreduce.c R1), on chunks of 12 and 13 segments of 1 MiB
-# (6,291,457 floats at 1+1) and of 6 and 7 (2+1+1): exact values, and
+# another host (allreduce.c R1), on chunks of 6,291,457 floats at 1+1 and
+# half that at 2+1+1, in segments of 63 KiB across hosts (R2: 64512 B,
+# the last one short) and 1 MiB inside one (2+1+1: rank 0 sends 1 MiB
+# ones to rank 1 and receives 63 KiB ones from rank 3): exact values, and
 # each rank logs, as its world group goes, how many of its sends waited
-# for an arrival: ranks whose right neighbour is on another host did,
-# rank 0 of 2+1+1 (rank 1, its right, is on its host) did not.
+# for an arrival and their segment: ranks whose right neighbour is on
+# another host did, rank 0 of 2+1+1 (rank 1, its right, is on its host)
+# did not.
 paced() {
     printf '%s\n' "$OUT" |
         sed -n "s/^todist\[rank $1\]: .*group 0: \([0-9]*\) ring sends waited for an arrival.*/\1/p"
+}
+segbytes() {
+    printf '%s\n' "$OUT" |
+        sed -n "s/^todist\[rank $1\]: .*group 0: .* ring sends waited for an arrival.* in segments of \([0-9]*\) B.*/\1/p"
 }
 PASS_MIN=2 TODIST_LOG=debug job "1+1 ring all_reduce of 24 MiB" 1,1 \
     env TODIST_COLL_ALGO=all_reduce:ring "$B/coll/coll_peer" allreduce_big 2 6291457
@@ -215,6 +222,7 @@ for _r in 0 1; do
     _p=$(paced $_r)
     ok "$([ "${_p:-0}" -gt 0 ]; echo $?)" \
        "1+1 ring: rank $_r's sends were paced by its arrivals (${_p:-none})"
+    is "$(segbytes $_r)" 64512 "1+1 ring: rank $_r's segments fit one UCX TCP segment (R2)"
 done
 PASS_MIN=4 TODIST_LOG=debug job "2+1+1 ring all_reduce of 24 MiB" 2,1,1 \
     env TODIST_COLL_ALGO=all_reduce:ring "$B/coll/coll_peer" allreduce_big 2 6291457
@@ -223,6 +231,7 @@ for _r in 1 2 3; do
     _p=$(paced $_r)
     ok "$([ "${_p:-0}" -gt 0 ]; echo $?)" \
        "2+1+1 ring: rank $_r's sends were paced by its arrivals (${_p:-none})"
+    is "$(segbytes $_r)" 64512 "2+1+1 ring: rank $_r's segments to another host are 63 KiB (R2)"
 done
 
 # Algorithms chosen differently across hosts fail fast (late.h K4): at
