@@ -30,10 +30,12 @@
  *     all_reduce of 1 MiB across emulated hosts: 631 us in 1 MiB
  *     segments, 440 us in 63 KiB ones, Open MPI 411 (bench/RESULTS.md).
  *     A rank cuts its sends for the link to its right neighbour and posts
- *     its receives as its left neighbour cuts for the link to it (ring_seg:
- *     from both ranks' hosts, which both ends know alike): in a ring of
- *     hosts 1,1,2 rank 0 sends 1 MiB segments to rank 1 and receives 63
- *     KiB ones from rank 2.
+ *     its receives as its left neighbour cuts for the link to it: in a
+ *     ring of hosts 1,1,2 rank 0 sends 1 MiB segments to rank 1 and
+ *     receives 63 KiB ones from rank 2. Which links cross hosts comes
+ *     from the group's agreed host map (run.c A1, op->ring_far), not from
+ *     each rank's own lookups: one that failed (a starved store) would
+ *     have a sender and its receiver cut differently.
  *
  * Both are run by the thread running the group's operation (work.c).
  *
@@ -498,17 +500,13 @@ ring_post(coll_op_t *op, coll_req_t *sr, size_t *posted, size_t ns,
     return TD_OK;
 }
 
-/* R2: the segment, in elements, of a ring link between group ranks FROM
- * and TO (FROM sends, TO receives): decided by both alike from their
- * hosts, so the sender cuts what the receiver posts. */
+/* R2: the segment, in elements, of a ring link, FAR if it crosses
+ * hosts: both its ends decide alike (op->ring_far), so the sender cuts
+ * what the receiver posts. */
 static size_t
-ring_seg(const td_group_t *g, int from, int to, size_t es)
+ring_seg(int far, size_t es)
 {
-    if (td__runtime_host_id(g->ranks[from]) !=
-        td__runtime_host_id(g->ranks[to])) {
-        return TD_TRANSPORT_FAR_SEG_BYTES / es;
-    }
-    return SEG_BYTES / es;
+    return (far ? TD_TRANSPORT_FAR_SEG_BYTES : SEG_BYTES) / es;
 }
 
 /* Segments of SEG elements in a chunk of MAX_CHUNK: at most 0xffff (the
@@ -550,13 +548,12 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
     }
     /* R2: what we send is cut for our right neighbour's link, what we
      * receive as our left neighbour cuts it for ours */
-    seg = ring_seg(g, me, right, es);
-    rseg = ring_seg(g, left, me, es);
+    seg = ring_seg(op->ring_far & COLL_RING_FAR_TX, es);
+    rseg = ring_seg(op->ring_far & COLL_RING_FAR_RX, es);
     max_sr = ring_segs(max_chunk, &seg);
     max_rr = ring_segs(max_chunk, &rseg);
     /* R1: paced where the right neighbour is on another host */
-    if (td__runtime_host_id(g->ranks[right]) !=
-        td__runtime_host_id(g->ranks[me])) {
+    if (op->ring_far & COLL_RING_FAR_TX) {
         win = RING_AHEAD_FAR / (seg * es);
         win = win < RING_WIN_MIN ? RING_WIN_MIN : win;
         g->ring_seg_far = seg * es;     /* (said when the group goes) */

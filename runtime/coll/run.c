@@ -106,6 +106,27 @@ map_needed(const td_group_t *g, coll_kind_t k)
            (g->n > 2 || (g->n == 2 && coll_algo_forced(k) == ALGO_HIER));
 }
 
+/* Which of this member's ring links cross hosts (step.h ring_far): from
+ * G's map where it has one, agreed (A1: more than two members), else from
+ * this member's own lookups, as A1 has it for two. */
+static int
+ring_far(const td_group_t *g)
+{
+    int right = (g->me + 1) % g->n, left = (g->me - 1 + g->n) % g->n;
+    uint64_t me;
+
+    if (g->hosts != NULL) {
+        const int *h = g->hosts->host_of;
+
+        return (h[right] != h[g->me] ? COLL_RING_FAR_TX : 0) |
+               (h[left] != h[g->me] ? COLL_RING_FAR_RX : 0);
+    }
+    me = td__runtime_host_id(g->ranks[g->me]);
+    return (td__runtime_host_id(g->ranks[right]) != me ? COLL_RING_FAR_TX
+                                                       : 0) |
+           (td__runtime_host_id(g->ranks[left]) != me ? COLL_RING_FAR_RX : 0);
+}
+
 /* G's host map from this member's own lookups (two members, A1). */
 static td_status_t
 map_local(td_group_t *g)
@@ -377,7 +398,9 @@ dispatch(coll_op_t *op, const coll_args_t *a, const stage_t *sg,
             return TD_OK;          /* AVG of one is itself */
         }
         return shm ? coll_all_reduce_shm(op, t, count)
-               : op->algo == ALGO_RING ? coll_all_reduce_ring(op, t, count)
+               : op->algo == ALGO_RING
+               ? (op->ring_far = ring_far(op->g),
+                  coll_all_reduce_ring(op, t, count))
                : op->g->n == 2 && bytes <= COLL_PAIR_MAX &&
                  coll_pair_tagged(op->g)              /* allreduce.c T1 */
                ? coll_all_reduce_pair_tag_run(op, t, count)

@@ -47,7 +47,16 @@ typedef struct {
     double        deadline;        /* td_now_s; 0 through a mapped segment
                                     * until its wait first reads the clock */
     size_t        esize;           /* bytes per element */
+    int           ring_far;        /* an all_reduce ring's links that
+                                    * cross hosts: COLL_RING_FAR_TX (to
+                                    * the right neighbour), _RX (from the
+                                    * left); run.c, from the group's host
+                                    * map (A1), so that both ends of a
+                                    * link agree (allreduce.c R2) */
 } coll_op_t;
+
+#define COLL_RING_FAR_TX 1
+#define COLL_RING_FAR_RX 2
 
 /* A collective starts on G (op->g, op->desc set): its sequence number and
  * deadline, the description the receive path compares against, checked
