@@ -83,10 +83,12 @@ elif [ "${MPI:-1}" != 0 ]; then
 fi
 
 # coll_prog DIR: bench/collectives of build DIR with DIR's own library
-# (libtool's wrapper would start it with the library it was linked in).
+# (libtool's wrapper would start it with the library it was linked in),
+# found before the folders already in LD_LIBRARY_PATH (the GPU kit's
+# UCX, hwloc and OpenBLAS: docs/gpus.md).
 coll_prog() {
     if [ -x "$1/bench/.libs/collectives" ]; then
-        echo "env LD_LIBRARY_PATH=$1/.libs $1/bench/.libs/collectives"
+        echo "env LD_LIBRARY_PATH=$1/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $1/bench/.libs/collectives"
     else
         echo "$1/bench/collectives"
     fi
@@ -97,6 +99,10 @@ coll_prog() {
 # todist$SUFFIX, busy$SUFFIX, flat$SUFFIX, tpin$SUFFIX.
 todist_runs() {
     _sfx=$1; _prog=$(coll_prog "$2"); _l=$3; _tag=$4
+    if [ ! -x "$2/bench/collectives" ]; then
+        echo "# todist$_sfx: no $2/bench/collectives (make check builds it): skipped"
+        return 0
+    fi
     echo "# todist$_sfx, default progress ($_tag; $2)"
     set -- $(hosts_bytes 2); _tx0=$1
     ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$_l" $pin \

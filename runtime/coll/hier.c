@@ -62,8 +62,8 @@
  *     own host. (Each member building its own map let one failed lookup
  *     make members pick different algorithms.)
  *  H3 Phases and chunks use disjoint step tags (TAG_UP, TAG_DOWN, TAG_X,
- *     TAG_RING, TAG_BAR with the chunk, block or round in the low bits),
- *     so no phase's receive matches another's message (C8).
+ *     TAG_RING, TAG_BAR, TAG_XP with the chunk, block or round in the low
+ *     bits), so no phase's receive matches another's message (C8).
  *  H4 A leader changes a chunk of the caller's buffer only after every
  *     send that reads it has completed (the exchange of chunk c is waited
  *     for before its result is reduced in; sends to members are of final
@@ -121,6 +121,19 @@
  *     what the unchunked path gives, which a vector of one chunk still
  *     takes (whole blocks: fewer messages, latency first).
  *
+ * H12 all_reduce's direct exchange between leaders goes in pieces of
+ *     TD_TRANSPORT_FAR_SEG_BYTES (ar_x_cut: at most 0xffff a chunk, larger
+ *     if need be), tagged TAG_XP | (chunk mod 256) << 16 | piece: each
+ *     arrives in one UCX TCP segment and is delivered from it, not
+ *     reassembled by UCX first (transport.c S3, as allreduce.c R2 cuts
+ *     the ring's far links). Every leader cuts alike (the same chunk,
+ *     the same constant) and posts a chunk's receives before its sends
+ *     (H10), so pieces land in place. The chunk's low 8 bits suffice: a
+ *     leader sends chunk c only after it has finished the exchange of
+ *     c - 2 (its parity's slots), so no two chunks of one call 256 apart
+ *     are ever in flight between two leaders. 2 hosts x 2 ranks, 64 MiB
+ *     over 10 Gbit/s links: bench/RESULTS.md.
+ *
  * Run by the thread running the group's operation (work.c). */
 #include "config.h"
 
@@ -130,6 +143,7 @@
 #include "runtime/coll/hier.h"
 #include "runtime/coll/reduce.h"
 #include "runtime/coll/shm.h"
+#include "ucx_transport/transport.h"
 #include "base/log.h"
 
 /* A chunk of all_reduce and broadcast through the transport (through
@@ -146,6 +160,8 @@
 #define TAG_RING 0x83000000u          /* leaders' ring: phase, step, chunk */
 #define TAG_BAR  0x84000000u          /* leaders' dissemination rounds */
 #define TAG_SEG  0x85000000u          /* heads: every host has a segment? */
+#define TAG_XP   0x86000000u          /* all_reduce's direct exchange: chunk
+                                       * (low 8 bits) << 16 | piece (H12) */
 #define TAG_IDX  0x00ffffffu
 
 /* ---- the host map ------------------------------------------------------- */
@@ -385,6 +401,8 @@ typedef struct {
     rset_t      xs[2];             /* the exchange of chunks c, c + 1 */
     rset_t      down;              /* results to the members */
     int         direct;
+    size_t      xp, xn;            /* the direct exchange's pieces: their
+                                    * elements, and per chunk (H12) */
 } ar_t;
 
 static void
@@ -419,23 +437,66 @@ ar_up(ar_t *a, size_t c, rset_t *one)
     return st;
 }
 
+/* H12: the direct exchange's pieces, alike on every leader (they know
+ * the same chunk): TD_TRANSPORT_FAR_SEG_BYTES each, at most 0xffff a
+ * chunk (the tag's 16 bits; larger pieces if need be), and the rsets
+ * that hold a parity's steps: H - 1 peers x pieces x both ways. */
+static td_status_t
+ar_x_cut(ar_t *a)
+{
+    size_t p = TD_TRANSPORT_FAR_SEG_BYTES / a->es, n;
+    td_status_t st;
+
+    p = p > 0 ? p : 1;
+    n = (a->per + p - 1) / p;
+    if (n > 0xffff) {
+        p = (a->per + 0xfffe) / 0xffff;
+        n = (a->per + p - 1) / p;
+    }
+    a->xp = p;
+    a->xn = n > 0 ? n : 1;
+    st = rset_init(&a->xs[0], 2 * (size_t)a->s.H * a->xn);
+    return st == TD_OK ? rset_init(&a->xs[1], 2 * (size_t)a->s.H * a->xn)
+                       : st;
+}
+
+/* Post chunk C's pieces to (SEND) or from leader PEER, BUF its bytes. */
+static td_status_t
+ar_x_post_pieces(ar_t *a, size_t c, int send, int peer, char *buf,
+                 size_t len)
+{
+    rset_t *xs = &a->xs[c & 1];
+    td_status_t st = TD_OK;
+
+    for (size_t i = 0, o = 0; o < len || i == 0; i++, o += a->xp) {
+        size_t l = len - o < a->xp ? len - o : a->xp;
+
+        st = rset_post(a->op, xs, st, send, peer, TAG_XP |
+                       ((uint32_t)c & 0xff) << 16 | (uint32_t)i,
+                       buf + o * a->es, l * a->es);
+        if (st == TD_OK && send) {
+            a->op->g->hier_xp_sent++;     /* (said when the group goes) */
+            a->op->g->hier_xp_bytes = a->xp * a->es;
+        }
+    }
+    return st;
+}
+
 /* Post the receives of chunk C's direct exchange (its parity's slots:
  * free once chunk C - 2's exchange is finished). */
 static td_status_t
 ar_x_post_recv(ar_t *a, size_t c)
 {
     const coll_hostmap_t *m = a->s.m;
-    rset_t *xs = &a->xs[c & 1];
     char *x = a->x + (c & 1) * (size_t)a->s.H * a->slot;
     size_t off, len;
     td_status_t st = TD_OK;
 
     ar_range(a, c, &off, &len);
-    for (int h = 0; h < a->s.H; h++) {
+    for (int h = 0; h < a->s.H && st == TD_OK; h++) {
         if (h != a->s.my_h) {
-            st = rset_post(a->op, xs, st, 0, coll_hier_leader(m, h, -1),
-                           TAG_X | (uint32_t)c, x + (size_t)h * a->slot,
-                           len * a->es);
+            st = ar_x_post_pieces(a, c, 0, coll_hier_leader(m, h, -1),
+                                  x + (size_t)h * a->slot, len);
         }
     }
     return st;
@@ -446,16 +507,15 @@ static td_status_t
 ar_x_post_send(ar_t *a, size_t c)
 {
     const coll_hostmap_t *m = a->s.m;
-    rset_t *xs = &a->xs[c & 1];
     size_t off, len;
     td_status_t st = TD_OK;
 
     ar_range(a, c, &off, &len);
-    for (int k = 1; k < a->s.H; k++) {
+    for (int k = 1; k < a->s.H && st == TD_OK; k++) {
         int h = (a->s.my_h + k) % a->s.H;     /* not all at host 0 first */
 
-        st = rset_post(a->op, xs, st, 1, coll_hier_leader(m, h, -1),
-                       TAG_X | (uint32_t)c, a->b + off * a->es, len * a->es);
+        st = ar_x_post_pieces(a, c, 1, coll_hier_leader(m, h, -1),
+                              a->b + off * a->es, len);
     }
     return st;
 }
@@ -588,8 +648,7 @@ ar_leader(ar_t *a)
     memset(&a->down, 0, sizeof(a->down));
     /* a parity holds H - 1 receives and H - 1 sends */
     st = rset_init(&one, 1);
-    st = st == TD_OK ? rset_init(&a->xs[0], 2 * (size_t)a->s.H) : st;
-    st = st == TD_OK ? rset_init(&a->xs[1], 2 * (size_t)a->s.H) : st;
+    st = st == TD_OK ? ar_x_cut(a) : st;
     st = st == TD_OK ? rset_init(&a->down, a->K * (size_t)L) : st;
     for (size_t c = 0; c < a->K && st == TD_OK; c++) {
         st = ar_up(a, c, &one);
@@ -1523,11 +1582,10 @@ ar_seg(ar_t *a)
             return TD_ERR_NO_MEMORY;
         }
         a->x = a->tmp + a->slot;
-        st = rset_init(&a->xs[0], 2 * (size_t)a->s.H);
-        st = st == TD_OK ? rset_init(&a->xs[1], 2 * (size_t)a->s.H) : st;
+        st = ar_x_cut(a);
         /* H10: a faster leader's chunk lands in place, not in the
-         * transport's buffer for an unexpected message (bodies up to
-         * 1 MiB go eager across hosts: a copy more per chunk) */
+         * transport's buffer for an unexpected message (pieces go
+         * eager across hosts, H12: a copy more per piece) */
         if (st == TD_OK && a->direct && a->s.H > 1) {
             st = ar_x_post_recv(a, 0);
             st = st == TD_OK && a->K > 1 ? ar_x_post_recv(a, 1) : st;
@@ -2012,6 +2070,11 @@ coll_hier_detach(td_group_t *g)
                      "of this host through the transport", g->id,
                      (unsigned long long)g->hier_seg_bytes,
                      (unsigned long long)g->hier_tp_bytes);
+    }
+    if (g->hier_xp_sent > 0) {
+        td_log_debug("coll: group %u: all_reduce's leader exchange sent %llu "
+                     "pieces of %zu B to other hosts (H12)", g->id,
+                     (unsigned long long)g->hier_xp_sent, g->hier_xp_bytes);
     }
     coll_hostmap_free(g->hosts);
     g->hosts = NULL;

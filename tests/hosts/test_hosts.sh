@@ -15,7 +15,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 150
+plan 164
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -232,6 +232,27 @@ for _r in 1 2 3; do
     ok "$([ "${_p:-0}" -gt 0 ]; echo $?)" \
        "2+1+1 ring: rank $_r's sends were paced by its arrivals (${_p:-none})"
     is "$(segbytes $_r)" 64512 "2+1+1 ring: rank $_r's segments to another host are 63 KiB (R2)"
+done
+
+# all_reduce's leader exchange in 63 KiB pieces (hier.c H12), through
+# the segments and through the transport inside hosts: at 2x2 the leaders
+# (ranks 0 and 2) each sent pieces of 64512 B, at least 2 x 66 of them
+# in 2 calls of 4,194,316 B (in whole chunks there would be 2 x 5 or
+# fewer); the members (ranks 1 and 3) sent none.
+xp() {
+    printf '%s\n' "$OUT" |
+        sed -n "s/^todist\[rank $1\]: .*group 0: all_reduce's leader exchange sent \([0-9]*\) pieces of \([0-9]*\) B.*/\1 \2/p"
+}
+for _v in "segments:" "transport inside:TODIST_COLL_SHM=0"; do
+    PASS_MIN=4 TODIST_LOG=debug job "2x2 hier all_reduce of 4 MiB (${_v%%:*})" 2,2 \
+        env ${_v#*:} TODIST_COLL_ALGO=all_reduce:hier "$B/coll/coll_peer" allreduce_big 2
+    for _r in 0 2; do
+        set -- $(xp $_r)
+        ok "$([ "${1:-0}" -ge 132 ]; echo $?)" \
+           "2x2 hier (${_v%%:*}): leader $_r sent its exchange in ${1:-no} pieces (>= 132, H12)"
+        is "${2:-none}" 64512 "2x2 hier (${_v%%:*}): leader $_r's pieces fit one UCX TCP segment (H12)"
+    done
+    is "$(xp 1)$(xp 3)" "" "2x2 hier (${_v%%:*}): the members sent no exchange pieces"
 done
 
 # Algorithms chosen differently across hosts fail fast (late.h K4): at
