@@ -440,21 +440,24 @@ ar_up(ar_t *a, size_t c, rset_t *one)
 /* H12: the direct exchange's pieces, alike on every leader (they know
  * the same chunk): TD_TRANSPORT_FAR_SEG_BYTES each, at most 0xffff a
  * chunk (the tag's 16 bits; larger pieces if need be), and the rsets
- * that hold a parity's steps: H - 1 peers x pieces x both ways. */
+ * that hold a parity's steps: H - 1 peers x this call's pieces of a
+ * chunk x both ways (a step is 1 KiB: sized by the chunk alone, a small
+ * call would zero 17 times what it uses). */
 static td_status_t
 ar_x_cut(ar_t *a)
 {
-    size_t p = TD_TRANSPORT_FAR_SEG_BYTES / a->es, n;
+    size_t p = TD_TRANSPORT_FAR_SEG_BYTES / a->es, n, used;
+    size_t big = a->per < a->count ? a->per : a->count;
     td_status_t st;
 
     p = p > 0 ? p : 1;
     n = (a->per + p - 1) / p;
     if (n > 0xffff) {
         p = (a->per + 0xfffe) / 0xffff;
-        n = (a->per + p - 1) / p;
     }
+    used = (big + p - 1) / p;
     a->xp = p;
-    a->xn = n > 0 ? n : 1;
+    a->xn = used > 0 ? used : 1;
     st = rset_init(&a->xs[0], 2 * (size_t)a->s.H * a->xn);
     return st == TD_OK ? rset_init(&a->xs[1], 2 * (size_t)a->s.H * a->xn)
                        : st;
