@@ -133,6 +133,15 @@
  *     c - 2 (its parity's slots), so no two chunks of one call 256 apart
  *     are ever in flight between two leaders. 2 hosts x 2 ranks, 64 MiB
  *     over 10 Gbit/s links: bench/RESULTS.md.
+ * H13 Through the segments between 2 hosts, an all_reduce of fewer than
+ *     HIER_PIPE slots goes in HIER_PIPE chunks of at least HIER_PIPE_MIN
+ *     bytes (ar_seg_per; one chunk up to HIER_PIPE_MIN, latency first):
+ *     in one chunk the members' copy up, the exchange and the copy down
+ *     run one after another, in several the exchange of one overlaps the
+ *     host's work on the next (H9). Every member computes it alike (the
+ *     count, the element size and the map are the call's). Among more
+ *     hosts a vector of one slot keeps its one direct round (the chunks
+ *     would each go around the leaders' ring: 2(H - 1) steps each).
  *
  * Run by the thread running the group's operation (work.c). */
 #include "config.h"
@@ -152,6 +161,8 @@
  * the scratch small (the leader holds (1 + 2 x leaders) chunks). */
 #define HIER_CHUNK      (1024u * 1024u)
 #define HIER_CHUNKS_MAX 256           /* larger vectors: larger chunks */
+#define HIER_PIPE       4             /* H13: chunks of a mid-sized vector */
+#define HIER_PIPE_MIN   (64u * 1024u) /* H13: ... each at least this */
 
 /* Step tags (H3): the phase in the high byte, the index in the rest. */
 #define TAG_UP   0x80000000u          /* member -> its leader */
@@ -1558,6 +1569,22 @@ pieces(size_t total, size_t per)
     return k > 0 ? k : 1;
 }
 
+/* H13: all_reduce's chunk through the segments, in elements. */
+static size_t
+ar_seg_per(const ar_t *a)
+{
+    size_t per = seg_chunk(a->s.m) / a->es, least = HIER_PIPE_MIN / a->es;
+
+    per = per > 0 ? per : 1;
+    if (a->s.H == 2 && a->count < HIER_PIPE * per) {
+        size_t q = (a->count + HIER_PIPE - 1) / HIER_PIPE;
+
+        q = q > least ? q : least;
+        per = q < per ? q : per;
+    }
+    return per;
+}
+
 /* all_reduce: round k brings the members' chunk k to the leader, which
  * reduces it, starts its exchange and finishes the exchange of chunk
  * k - 1 (two in flight: the link is not idle while the host works),
@@ -1571,8 +1598,7 @@ ar_seg(ar_t *a)
     int L = a->s.L, lag;
     td_status_t st = TD_OK;
 
-    a->per = seg_chunk(a->s.m) / a->es;
-    a->per = a->per > 0 ? a->per : 1;
+    a->per = ar_seg_per(a);
     a->K = pieces(a->count, a->per);
     lag = a->K == 1 ? 1 : 2;
     memset(a->xs, 0, sizeof(a->xs));

@@ -15,7 +15,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 164
+plan 168
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -253,6 +253,15 @@ for _v in "segments:" "transport inside:TODIST_COLL_SHM=0"; do
         is "${2:-none}" 64512 "2x2 hier (${_v%%:*}): leader $_r's pieces fit one UCX TCP segment (H12)"
     done
     is "$(xp 1)$(xp 3)" "" "2x2 hier (${_v%%:*}): the members sent no exchange pieces"
+done
+# A vector of fewer than 4 slots goes in 4 chunks (hier.c H13): 262,144
+# floats (1 MiB) in 4 chunks of 256 KiB, 5 pieces each, 20 pieces a call
+# from each leader (in one chunk: 17).
+PASS_MIN=4 TODIST_LOG=debug job "2x2 hier all_reduce of 1 MiB" 2,2 \
+    env TODIST_COLL_ALGO=all_reduce:hier "$B/coll/coll_peer" allreduce_big 2 262144
+for _r in 0 2; do
+    set -- $(xp $_r)
+    is "${1:-none}" 40 "2x2 hier, 1 MiB: leader $_r sent 4 chunks of 5 pieces a call (H13)"
 done
 
 # Algorithms chosen differently across hosts fail fast (late.h K4): at
