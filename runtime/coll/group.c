@@ -446,8 +446,7 @@ group_reform_locked(td_group_t *g, uint32_t id, const int *ranks, int n)
     g->begun = 0;
     g->ask_seq = 0;
     g->broken_msg[0] = '\0';
-    g->tx_failed = TD_OK;              /* wait.h C19 */
-    atomic_store(&g->tx_fail, 0);
+    __atomic_store_n(&g->tx_failed, TD_OK, __ATOMIC_RELAXED); /* C19 */
     __atomic_store_n(&g->broken, TD_OK, __ATOMIC_RELEASE);
     coll_unlock();
     atomic_store(&g->ask_left, 0);

@@ -660,7 +660,7 @@ ar_leader(ar_t *a)
     memset(&one, 0, sizeof(one));
     memset(a->xs, 0, sizeof(a->xs));
     memset(&a->down, 0, sizeof(a->down));
-    /* a parity holds H - 1 receives and H - 1 sends */
+    /* a parity holds (H - 1) x pieces receives and as many sends (H12) */
     st = rset_init(&one, 1);
     st = st == TD_OK ? ar_x_cut(a) : st;
     st = st == TD_OK ? rset_init(&a->down, a->K * (size_t)L) : st;

@@ -610,11 +610,10 @@ coll_group_tx_failed(td_group_t *g, int to, td_status_t code,
 
     pthread_mutex_lock(&C.lock);
     if (g->tx_failed == TD_OK) {
-        g->tx_failed = code;
         snprintf(g->tx_failed_msg, sizeof(g->tx_failed_msg), "%s", msg);
         g->tx_failed_at = td_now_s();
         g->tx_failed_to = to;
-        atomic_store_explicit(&g->tx_fail, 1, memory_order_release);
+        __atomic_store_n(&g->tx_failed, code, __ATOMIC_RELEASE);
         first = 1;
     }
     pthread_mutex_unlock(&C.lock);

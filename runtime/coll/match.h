@@ -68,7 +68,8 @@
  *  L1 coll_lock is one mutex, owned by match.c. It guards the posted list,
  *     the unexpected list and its count, the group table (slots, highest
  *     id), each group's in_op/cur_seq/cur_desc/begun/broken/broken_msg/
- *     tx_failed/_msg/_at/_to (written; read without it after tx_fail)/
+ *     tx_failed/_msg/_at/_to (written; tx_failed stored last, release,
+ *     and read without the lock, acquire, before the other three)/
  *     registered/ask/ask_seq (late.c), a request's status and err once it
  *     is posted, and a mailbox's receive position (mbox.c in_t.rd).
  *  L2 A function named *_locked requires coll_lock held by its caller and
@@ -170,12 +171,11 @@ struct td_group {
     td_status_t     broken;        /* TD_OK, or the first failure */
     char            broken_msg[COLL_ERR_MAX];
     td_status_t     tx_failed;     /* wait.h C19: a call's first send
-                                    * that failed, TD_OK none */
+                                    * that failed, TD_OK none (stored
+                                    * after the three below) */
     char            tx_failed_msg[COLL_ERR_MAX];
     double          tx_failed_at;  /* td_now_s when it was recorded */
     int             tx_failed_to;  /* the world rank it was sent to */
-    atomic_int      tx_fail;       /* 1 once the three above are set
-                                    * (release; read without the lock) */
     int             registered;    /* in the table of live groups */
     uint32_t        begun;         /* the last call begun here: its seq
                                     * + 1 (0: none yet; late.c) */

@@ -27,9 +27,9 @@ send_done(void *arg, td_status_t status)
 
             snprintf(msg + n, sizeof(msg) - n, " (%s)", td_last_error());
         }
-    }
-    if (status != TD_OK && r->type == REQ_SEND_COLL) {
-        coll_group_tx_failed(r->g, r->peer, status, msg);      /* C19 */
+        if (r->type == REQ_SEND_COLL) {
+            coll_group_tx_failed(r->g, r->peer, status, msg);  /* C19 */
+        }
     }
     coll_req_complete(r, status, status != TD_OK ? msg : NULL);
 }

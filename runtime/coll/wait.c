@@ -263,7 +263,7 @@ tx_failure(td_group_t *g, double now, char *msg, size_t len)
     td_status_t st = TD_OK;
 
     if (g == NULL ||
-        !atomic_load_explicit(&g->tx_fail, memory_order_acquire) ||
+        __atomic_load_n(&g->tx_failed, __ATOMIC_ACQUIRE) == TD_OK ||
         now < g->tx_failed_at + td__transport_fail_grace_s(coll_transport(),
                                                            g->tx_failed_to)) {
         return TD_OK;
@@ -271,6 +271,20 @@ tx_failure(td_group_t *g, double now, char *msg, size_t len)
     coll_lock();
     st = g->tx_failed;
     snprintf(msg, len, "%s", g->tx_failed_msg);
+    coll_unlock();
+    return st;
+}
+
+/* G's first failure (C6) and its message into MSG; ST (MSG untouched)
+ * while G is unbroken. */
+static td_status_t
+group_failure(td_group_t *g, td_status_t st, char *msg, size_t len)
+{
+    coll_lock();
+    if (g->broken != TD_OK) {
+        st = g->broken;
+        snprintf(msg, len, "%s", g->broken_msg);
+    }
     coll_unlock();
     return st;
 }
@@ -290,16 +304,10 @@ wait_verdict(wait_t *w, td_group_t *g, int is_coll, double now,
                  "pending");
     } else if (g != NULL &&
                __atomic_load_n(&g->broken, __ATOMIC_ACQUIRE) != TD_OK) {
-        coll_lock();
-        st = g->broken;
-        snprintf(msg, len, "%s", g->broken_msg);
-        coll_unlock();
+        st = group_failure(g, TD_OK, msg, len);
     } else if (is_coll && (st = tx_failure(g, now, msg, len)) != TD_OK) {
         coll_group_fail(g, st, 1, g->cur_seq, msg);
-        coll_lock();
-        st = g->broken != TD_OK ? g->broken : st;        /* C6 */
-        snprintf(msg, len, "%s", g->broken_msg);
-        coll_unlock();
+        st = group_failure(g, st, msg, len);                   /* C6 */
     } else if (deadline > 0 && now > deadline) {
         char who[128];
 
@@ -321,10 +329,7 @@ wait_verdict(wait_t *w, td_group_t *g, int is_coll, double now,
             coll_group_fail(g, st, 1, g->cur_seq, msg);
             /* a member's failure may have come first while we asked:
              * the group's first failure is the one reported (C6) */
-            coll_lock();
-            st = g->broken != TD_OK ? g->broken : st;
-            snprintf(msg, len, "%s", g->broken_msg);
-            coll_unlock();
+            st = group_failure(g, st, msg, len);
         }
     }
     return st;

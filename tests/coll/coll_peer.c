@@ -2192,25 +2192,13 @@ mode_early_kill(void)
     return 0;
 }
 
-/* Every rank sets PREFIX/<rank> in the store and waits for the others'
- * (the store's own TCP, not UCX): no rank exits while another still
- * checks, so none is taken for dead. */
+/* A barrier through the store (its own TCP, not UCX): no rank exits
+ * while another still checks, so none is taken for dead. */
 static void
-store_meet(const char *prefix)
+store_meet(const char *name)
 {
-    td_store_t *store = td__runtime_store();
-    char key[96];
-
-    snprintf(key, sizeof(key), "%s/%d", prefix, rank);
-    td_store_set(store, key, "1", 1);
-    for (int r = 0; r < size; r++) {
-        const char *keys[1] = { key };
-
-        snprintf(key, sizeof(key), "%s/%d", prefix, r);
-        if (td_store_wait(store, keys, 1, 30) != TD_OK) {
-            fprintf(stderr, "rank %d: %s: rank %d never came: %s\n", rank,
-                    prefix, r, td_last_error());
-        }
+    if (td_store_barrier(td__runtime_store(), name, size, 30) != TD_OK) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, name, td_last_error());
     }
 }
 
