@@ -509,21 +509,6 @@ ring_seg(int far, size_t es)
     return (far ? TD_TRANSPORT_FAR_SEG_BYTES : SEG_BYTES) / es;
 }
 
-/* Segments of SEG elements in a chunk of MAX_CHUNK: at most 0xffff (the
- * tags hold 16 bits of segment), SEG grown if need be (alike on both
- * ends: both know MAX_CHUNK). */
-static size_t
-ring_segs(size_t max_chunk, size_t *seg)
-{
-    size_t segs = (max_chunk + *seg - 1) / *seg;
-
-    if (segs > 0xffff) {
-        *seg = (max_chunk + 0xfffe) / 0xffff;
-        segs = (max_chunk + *seg - 1) / *seg;
-    }
-    return segs > 0 ? segs : 1;
-}
-
 td_status_t
 coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
 {
@@ -550,8 +535,8 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
      * receive as our left neighbour cuts it for ours */
     seg = ring_seg(op->ring_far & COLL_RING_FAR_TX, es);
     rseg = ring_seg(op->ring_far & COLL_RING_FAR_RX, es);
-    max_sr = ring_segs(max_chunk, &seg);
-    max_rr = ring_segs(max_chunk, &rseg);
+    max_sr = coll_segs(max_chunk, &seg);
+    max_rr = coll_segs(max_chunk, &rseg);
     /* R1: paced where the right neighbour is on another host */
     if (op->ring_far & COLL_RING_FAR_TX) {
         win = RING_AHEAD_FAR / (seg * es);

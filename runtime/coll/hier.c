@@ -457,18 +457,16 @@ ar_up(ar_t *a, size_t c, rset_t *one)
 static td_status_t
 ar_x_cut(ar_t *a)
 {
-    size_t p = TD_TRANSPORT_FAR_SEG_BYTES / a->es, n, used;
+    size_t p = TD_TRANSPORT_FAR_SEG_BYTES / a->es, used;
     size_t big = a->per < a->count ? a->per : a->count;
     td_status_t st;
 
     p = p > 0 ? p : 1;
-    n = (a->per + p - 1) / p;
-    if (n > 0xffff) {
-        p = (a->per + 0xfffe) / 0xffff;
-    }
+    (void)coll_segs(a->per, &p);
     used = (big + p - 1) / p;
     a->xp = p;
     a->xn = used > 0 ? used : 1;
+    a->op->g->hier_xp_bytes = p * a->es;   /* (said when the group goes) */
     st = rset_init(&a->xs[0], 2 * (size_t)a->s.H * a->xn);
     return st == TD_OK ? rset_init(&a->xs[1], 2 * (size_t)a->s.H * a->xn)
                        : st;
@@ -490,7 +488,6 @@ ar_x_post_pieces(ar_t *a, size_t c, int send, int peer, char *buf,
                        buf + o * a->es, l * a->es);
         if (st == TD_OK && send) {
             a->op->g->hier_xp_sent++;     /* (said when the group goes) */
-            a->op->g->hier_xp_bytes = a->xp * a->es;
         }
     }
     return st;

@@ -58,6 +58,21 @@ typedef struct {
 #define COLL_RING_FAR_TX 1
 #define COLL_RING_FAR_RX 2
 
+/* Segments of *SEG elements in MAX elements: at most 0xffff (step tags
+ * hold 16 bits of segment), *SEG grown if need be, alike on both ends of
+ * a link since both know MAX (allreduce.c R2, hier.c H12). */
+static inline size_t
+coll_segs(size_t max, size_t *seg)
+{
+    size_t segs = (max + *seg - 1) / *seg;
+
+    if (segs > 0xffff) {
+        *seg = (max + 0xfffe) / 0xffff;
+        segs = (max + *seg - 1) / *seg;
+    }
+    return segs > 0 ? segs : 1;
+}
+
 /* A collective starts on G (op->g, op->desc set): its sequence number and
  * deadline, the description the receive path compares against, checked
  * against what arrived already (C5), then ANNOUNCE(g, seq, desc) when
