@@ -1904,11 +1904,16 @@ mode_mbox(void)
     /* an unexpected message first (M10): A (tag 8) is drained into the
      * unexpected list by the wait for C (tag 9); B (tag 8) is sent after
      * C and waits in the mailbox. A blocking receive of tag 8 must match
-     * A, though B is the one in the mailbox where its fast path looks. */
+     * A, though B is the one in the mailbox where its fast path looks.
+     * td_isend writes B into the mailbox before it returns, and nothing
+     * drains a mailbox but a wait of its receiver: rank 1 receives once
+     * rank 0 said (through the store) that B is written, not after a
+     * sleep that a loaded machine can outlast. */
     {
         td_tensor_t *a = make(1, TD_INT32), *b = make(1, TD_INT32),
                     *c = make(1, TD_INT32);
         td_work_t *wa = NULL, *wb = NULL;
+        const char *keys[1] = { "test/mbox_unexpected_first/b_sent" };
         int good = 1;
 
         if (rank == 0) {
@@ -1917,13 +1922,16 @@ mode_mbox(void)
             good &= td_isend(w, a, 1, 8, &wa) == TD_OK;
             good &= td_send(w, c, 1, 9) == TD_OK;
             good &= td_isend(w, b, 1, 8, &wb) == TD_OK;
+            good &= td_store_set(td__runtime_store(), keys[0], "1", 1) ==
+                    TD_OK;
             good &= wa != NULL && td_work_wait(wa, 30) == TD_OK;
             good &= wb != NULL && td_work_wait(wb, 30) == TD_OK;
             td_work_release(wa);
             td_work_release(wb);
         } else {
             good &= td_recv(w, c, 0, 9, NULL) == TD_OK;
-            usleep(20000);              /* B is in the mailbox by now */
+            good &= td_store_wait(td__runtime_store(), keys, 1, 30) ==
+                    TD_OK;              /* B is in the mailbox */
             good &= td_recv(w, a, 0, 8, NULL) == TD_OK && get(a, 0) == 1;
             good &= td_recv(w, b, 0, 8, NULL) == TD_OK && get(b, 0) == 2;
         }

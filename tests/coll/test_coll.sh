@@ -162,7 +162,8 @@ done
 # themselves (mbox.c M9, M10). Not a matter of timing: a blocking send to
 # an attached mailbox with no transport send unacked is written on the
 # fast path (counted whether its ack comes within the spin or not), and
-# mbox_unexpected_first's last receive finds its message already there.
+# mbox_unexpected_first's last receive finds its message already there
+# (rank 0 says so through the store once td_isend has written it).
 fast0=$(printf '%s\n' "$out" | sed -n "s/^todist\[rank 0\]: coll: \([0-9]*\) sends and [0-9]* receives done on the fast path.*/\1/p")
 fast1=$(printf '%s\n' "$out" | sed -n "s/^todist\[rank 1\]: coll: [0-9]* sends and \([0-9]*\) receives done on the fast path.*/\1/p")
 ok "$([ "${fast0:-0}" -ge 1 ]; echo $?)" \

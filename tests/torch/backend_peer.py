@@ -327,8 +327,11 @@ def within(name, fn, must, limit=2.0):
         return
     except RuntimeError as e:
         secs, msg = time.monotonic() - t0, str(e)
-    print("# %s: rank %d raised after %.3f s: %s" % (name, R, secs, msg),
-          flush=True)
+    # one write per line: print() writes the newline apart, and the other
+    # rank's line can land between the two on the shared pipe
+    sys.stdout.write("# %s: rank %d raised after %.3f s: %s\n"
+                     % (name, R, secs, msg.replace("\n", " ")))
+    sys.stdout.flush()
     missing = [m for m in must if not re.search(m, msg)]
     report(name, not missing and secs < limit,
            "%.3f s, missing %s in %r" % (secs, missing, msg))

@@ -61,13 +61,14 @@ is "$rc" 137 "the killed rank's status is reported by todist-run"
 
 # A mismatch in a plain script (gloo, torch 1.13: SIGABRT in pair.cc)
 out=$(timeout -k 5 60 todist-run -n 2 "$PY" -c '
-import torch, torch.distributed as dist, todist
+import sys, torch, torch.distributed as dist, todist
 dist.init_process_group("todist")
 r = dist.get_rank()
 try:
     dist.all_reduce(torch.ones(4 if r == 0 else 8))
 except RuntimeError as e:
-    print("raised", r, str(e).split(":")[0])
+    sys.stdout.write("raised %d %s\n" % (r, str(e).split(":")[0]))  # one write
+    sys.stdout.flush()
 ' 2>&1); rc=$?
 is "$rc" 0 "a mismatch in a plain script: every rank raises and can go on"
 is "$(printf '%s\n' "$out" | grep -c '^raised [01] todist')" 2 \
