@@ -6,36 +6,11 @@
  * ones sit out and get the result at the end), MPICH's way.
  *
  * ring (bandwidth-optimal): reduce-scatter then all-gather around the ring,
- * each of the n chunks cut in segments of SEG_BYTES (1 MiB). A step posts
- * every segment's receive before sending (so bodies land where they belong, not
- * in the unexpected list), then reduces each segment as it arrives while
- * later ones are still moving; the all-gather receives straight into the
- * caller's tensor. Each rank sends and receives 2(n-1)/n of the data.
- *  R1 Where the right neighbour is on another host, a step's sends are
- *     paced by its arrivals: RING_AHEAD_FAR bytes of segments (at least
- *     RING_WIN_MIN) go at once, then one more after each segment received
- *     (and reduced). A send over TCP
- *     pushes its bytes through the kernel from the posting thread, about
- *     at the link's rate, so posting a whole chunk (32 x 1 MiB at 64 MiB,
- *     2 ranks) took the thread away from receiving for up to 23 ms: the
- *     peer's sends stalled on a full socket and the two directions took
- *     turns (64 MiB over 10 Gbit/s: 60-77 ms, 56-57 ms paced, Open MPI
- *     60-62, bench/RESULTS.md). A rank's sends are its left neighbour's
- *     receives, so each step's arrivals keep coming: every rank posts
- *     its window of sends before its first wait. Inside a host sends are
- *     offers (cma.h) and go at once.
- *  R2 Between ranks of two hosts, segments are TD_TRANSPORT_FAR_SEG_BYTES
- *     (63 KiB), not SEG_BYTES: each arrives in one UCX TCP segment and is
- *     copied once, not reassembled by UCX first (transport.c S3). 2-rank
- *     all_reduce of 1 MiB across emulated hosts: 631 us in 1 MiB
- *     segments, 440 us in 63 KiB ones, Open MPI 411 (bench/RESULTS.md).
- *     A rank cuts its sends for the link to its right neighbour and posts
- *     its receives as its left neighbour cuts for the link to it: in a
- *     ring of hosts 1,1,2 rank 0 sends 1 MiB segments to rank 1 and
- *     receives 63 KiB ones from rank 2. Which links cross hosts comes
- *     from the group's agreed host map (run.c A1, op->ring_far), not from
- *     each rank's own lookups: one that failed (a starved store) would
- *     have a sender and its receiver cut differently.
+ * n - 1 steps each (ring.c: every chunk in segments, receives posted
+ * first, sends paced where the link crosses hosts, R1 and R2): the
+ * reduce-scatter reduces each segment as it arrives while later ones are
+ * still moving, the all-gather receives straight into the caller's
+ * tensor. Each rank sends and receives 2(n-1)/n of the data.
  *
  * Both are run by the thread running the group's operation (work.c).
  *
@@ -91,23 +66,14 @@
 #include "runtime/coll/late.h"
 #include "runtime/coll/mbox.h"
 #include "runtime/coll/reduce.h"
+#include "runtime/coll/ring.h"
 #include "runtime/coll/tx.h"
 #include "runtime/coll/wire.h"
 #include "base/clock.h"
 #include "runtime/runtime.h"
 #include "ucx_transport/transport.h"
 
-/* One offer / read / answer per segment: 1 MiB (this VM's L2, still read
- * hot by the reduction) took 64 MiB on 2 ranks from 20 ms to 11-13 ms and
- * on 4 ranks from 61-69 ms to 35-40 ms against 256 KiB (interleaved). */
-#define SEG_BYTES   (1024u * 1024u)
 #define SMALL_STACK 256
-/* R1: bytes a ring rank sends ahead of what it received, where its
- * right neighbour is on another host: RING_AHEAD_FAR / segment segments
- * (at least 4: 1, 2 and 4 MiB segments did alike on the shaped bed). R2:
- * 16 x 63 KiB took 440 us at 1 MiB, 4 and 8 of them 496-575 us. */
-#define RING_AHEAD_FAR (1024u * 1024u)
-#define RING_WIN_MIN   4
 
 /* Group rank of the rd partner NEWDST (in folded numbering). */
 static int
@@ -474,53 +440,15 @@ chunk(size_t count, int n, int c, size_t *start, size_t *len)
     *len = b - a;
 }
 
-/* R1: post the sends of segments *POSTED.. of a chunk of LEN elements at
- * BASE, up to UPTO of them (0: all NS). */
-static td_status_t
-ring_post(coll_op_t *op, coll_req_t *sr, size_t *posted, size_t ns,
-          size_t upto, int right, uint32_t tag0, char *base, size_t len,
-          size_t seg)
-{
-    size_t es = op->esize;
-
-    if (upto == 0 || upto > ns) {
-        upto = ns;
-    }
-    while (*posted < upto) {
-        size_t i = *posted, off = i * seg, l = len - off < seg ? len - off
-                                                                : seg;
-        td_status_t st = coll_isend(op, &sr[i], right, tag0 | (uint32_t)i,
-                                    base + off * es, l * es);
-
-        if (st != TD_OK) {
-            return st;
-        }
-        (*posted)++;
-    }
-    return TD_OK;
-}
-
-/* R2: the segment, in elements, of a ring link, FAR if it crosses
- * hosts: both its ends decide alike (op->ring_far), so the sender cuts
- * what the receiver posts. */
-static size_t
-ring_seg(int far, size_t es)
-{
-    return (far ? TD_TRANSPORT_FAR_SEG_BYTES : SEG_BYTES) / es;
-}
-
 td_status_t
 coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
 {
-    td_group_t *g = op->g;
-    int n = g->n, me = g->me, right = (me + 1) % n, left = (me - 1 + n) % n;
-    size_t es = op->esize, max_chunk = 0, max_sr, max_rr, seg, rseg;
+    int n = op->g->n, me = op->g->me;
+    size_t es = op->esize, max_chunk = 0;
     td_dtype_t dt = (td_dtype_t)op->desc.dtype;
-    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
-    char *b = buf, *tmp;
-    coll_req_t *rr = NULL, *sr = NULL, **ptr = NULL;
-    td_status_t st = TD_OK;
-    size_t win = 0;
+    char *b = buf;
+    coll_ring_t r;
+    td_status_t st;
 
     if (n == 1) {
         return TD_OK;
@@ -531,122 +459,31 @@ coll_all_reduce_ring(coll_op_t *op, void *buf, size_t count)
         chunk(count, n, c, &s0, &l);
         max_chunk = l > max_chunk ? l : max_chunk;
     }
-    /* R2: what we send is cut for our right neighbour's link, what we
-     * receive as our left neighbour cuts it for ours */
-    seg = ring_seg(op->ring_far & COLL_RING_FAR_TX, es);
-    rseg = ring_seg(op->ring_far & COLL_RING_FAR_RX, es);
-    max_sr = coll_segs(max_chunk, &seg);
-    max_rr = coll_segs(max_chunk, &rseg);
-    /* R1: paced where the right neighbour is on another host */
-    if (op->ring_far & COLL_RING_FAR_TX) {
-        win = RING_AHEAD_FAR / (seg * es);
-        win = win < RING_WIN_MIN ? RING_WIN_MIN : win;
-        g->ring_seg_far = seg * es;     /* (said when the group goes) */
-    }
-    /* the chunk's landing area, then one segment of hot buffer: a body
-     * read in place (cma.h C9) lands there and is reduced at once, from
-     * cache, instead of through the chunk-sized area */
-    tmp = coll_scratch(g, max_chunk * es + 64 + rseg * es);
-    rr = calloc(max_rr, sizeof(*rr));
-    sr = calloc(max_sr, sizeof(*sr));
-    ptr = calloc(max_sr, sizeof(*ptr));
-    if ((tmp == NULL && max_chunk > 0) || rr == NULL || sr == NULL ||
-        ptr == NULL) {
-        st = td_error(TD_ERR_NO_MEMORY, "coll: all_reduce: out of memory for "
-                      "%zu + %zu segments", max_sr, max_rr);
-        goto out;
-    }
+    st = coll_ring_init(&r, op, max_chunk, max_chunk);
     for (int phase = 0; phase < 2 && st == TD_OK; phase++) {
-        for (int s = 0; s < n - 1; s++) {
+        for (int s = 0; s < n - 1 && st == TD_OK; s++) {
             /* reduce-scatter: send chunk me-s, get me-s-1 and reduce it;
              * all-gather: send me+1-s (complete), get me-s in place. */
             int sc = phase == 0 ? (me - s + 2 * n) % n
                                 : (me + 1 - s + 2 * n) % n;
             int rc = phase == 0 ? (me - s - 1 + 2 * n) % n
                                 : (me - s + 2 * n) % n;
-            size_t s0, sl, r0, rl, ns, nr, posted = 0, got = 0;
-            uint32_t tag0 = (uint32_t)(phase << 30 | s << 16);
-            td_status_t s2 = TD_OK;
+            size_t s0, sl, r0, rl;
 
             chunk(count, n, sc, &s0, &sl);
             chunk(count, n, rc, &r0, &rl);
-            ns = (sl + seg - 1) / seg;
-            nr = (rl + rseg - 1) / rseg;
-            for (size_t i = 0; i < nr; i++) {
-                size_t off = i * rseg, len = rl - off < rseg ? rl - off
-                                                             : rseg;
-                void *dst = phase == 0 ? tmp + off * es
-                                       : b + (r0 + off) * es;
-
-                st = coll_irecv(op, &rr[i], left, tag0 | (uint32_t)i, dst,
-                                len * es);
-                if (st != TD_OK) {
-                    nr = i;         /* not posted: not waited for */
-                    break;
-                }
-                if (phase == 0 && tmp != NULL) {
-                    /* read only by this thread's wait below (C9), one
-                     * segment at a time, each reduced before the next */
-                    rr[i].cma_dst = tmp + ((max_chunk * es + 63) & ~(size_t)63);
-                }
-            }
-            if (st == TD_OK) {
-                st = ring_post(op, sr, &posted, ns, win, right, tag0,
-                               b + s0 * es, sl, seg);
-            }
-            /* R1: each arrival lets one more segment go (win ahead) */
-            for (; got < nr; got++) {
-                coll_req_t *one = &rr[got];
-
-                if ((s2 = coll_step_wait(op, &one, 1)) != TD_OK) {
-                    st = st == TD_OK ? s2 : st;
-                    continue;       /* still waited for: each is ours */
-                }
-                if (st != TD_OK) {
-                    continue;
-                }
-                if (phase == 0) {
-                    size_t off = got * rseg, len = rl - off < rseg
-                                                   ? rl - off : rseg;
-
-                    coll_reduce_into(b + (r0 + off) * es,
-                                     rr[got].cma_landed ? rr[got].cma_dst
-                                                        : tmp + off * es,
-                                     len, dt, rop);
-                }
-                if (win != 0 && posted < ns) {
-                    size_t before = posted;
-
-                    st = ring_post(op, sr, &posted, ns, got + 1 + win, right,
-                                   tag0, b + s0 * es, sl, seg);
-                    g->ring_paced += posted - before;
-                }
-            }
-            if (st == TD_OK) {
-                st = ring_post(op, sr, &posted, ns, 0, right, tag0,
-                               b + s0 * es, sl, seg);
-            }
-            for (size_t i = 0; i < posted; i++) {
-                ptr[i] = &sr[i];
-            }
-            s2 = coll_step_wait(op, ptr, (int)posted);
-            if (st == TD_OK) {
-                st = s2;
-            }
-            if (st != TD_OK) {
-                break;
-            }
+            st = coll_ring_step(&r, (uint32_t)(phase << 30 | s << 16),
+                                b + s0 * es, sl, b + r0 * es, rl, phase == 0,
+                                NULL);
         }
-        if (phase == 0 && st == TD_OK && rop == TD_REDUCE_AVG) {
+        if (phase == 0 && st == TD_OK &&
+            (td_reduce_op_t)op->desc.op == TD_REDUCE_AVG) {
             size_t s0, l;
 
             chunk(count, n, (me + 1) % n, &s0, &l);
             coll_divide(b + s0 * es, l, dt, n);
         }
     }
-out:
-    free(rr);
-    free(sr);
-    free(ptr);
+    coll_ring_free(&r);                 /* (also after a failed init) */
     return st;
 }

@@ -18,6 +18,7 @@ libtodist_core_la_SOURCES += \
 	runtime/coll/rx.c runtime/coll/rx.h \
 	runtime/coll/wait.c runtime/coll/wait.h \
 	runtime/coll/step.c runtime/coll/step.h \
+	runtime/coll/ring.c runtime/coll/ring.h \
 	runtime/coll/allreduce.c runtime/coll/allreduce.h \
 	runtime/coll/tree.c runtime/coll/tree.h \
 	runtime/coll/gather.c runtime/coll/gather.h \

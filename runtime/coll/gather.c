@@ -1,8 +1,10 @@
 /* gather.c: the all-to-all family: all_gather (direct: every member sends
  * its block to every other at once, or ring: n-1 steps, each block
  * received straight into place), reduce_scatter (direct, or ring with
- * the reduction done where each block lands), all_to_all (pairwise: every
- * receive posted, then every send) and the dissemination barrier.
+ * the reduction done where each block lands, segment by segment), both
+ * rings on ring.c's step (segments, paced across hosts: R1, R2),
+ * all_to_all (pairwise: every receive posted, then every send) and the
+ * dissemination barrier.
  *
  * Run by the thread running the group's operation (work.c). */
 #include "config.h"
@@ -12,6 +14,7 @@
 
 #include "runtime/coll/gather.h"
 #include "runtime/coll/reduce.h"
+#include "runtime/coll/ring.h"
 
 /* Post receives of block i from every i != me into RBASE + i * RLEN and
  * sends of SBASE + i * SLEN (or SBASE when SLEN is 0 and SAME) to every
@@ -59,6 +62,7 @@ coll_all_gather_run(coll_op_t *op, void *out, const void *in, size_t nbytes)
 {
     td_group_t *g = op->g;
     int n = g->n, me = g->me;
+    size_t es = op->esize;
     char *o = out;
 
     if (nbytes > 0) {
@@ -67,20 +71,22 @@ coll_all_gather_run(coll_op_t *op, void *out, const void *in, size_t nbytes)
     if (n == 1) {
         return TD_OK;
     }
-    if (op->algo == ALGO_RING) {
-        int right = (me + 1) % n, left = (me - 1 + n) % n;
+    if (op->algo == ALGO_RING && es > 0 && nbytes % es == 0) {
+        /* step s: block me - s to the right, me - s - 1 from the left,
+         * straight into place (ring.c: segments, R1, R2) */
+        size_t count = nbytes / es;
+        coll_ring_t r;
+        td_status_t st = coll_ring_init(&r, op, count, 0);
 
-        for (int s = 0; s < n - 1; s++) {
+        for (int s = 0; s < n - 1 && st == TD_OK; s++) {
             int sb = (me - s + n) % n, rb = (me - s - 1 + n) % n;
-            td_status_t st = coll_sendrecv(op, right, o + (size_t)sb * nbytes,
-                                           nbytes, left,
-                                           o + (size_t)rb * nbytes, nbytes,
-                                           (uint32_t)s);
-            if (st != TD_OK) {
-                return st;
-            }
+
+            st = coll_ring_step(&r, (uint32_t)s << 16,
+                                o + (size_t)sb * nbytes, count,
+                                o + (size_t)rb * nbytes, count, 0, NULL);
         }
-        return TD_OK;
+        coll_ring_free(&r);
+        return st;
     }
     return exchange_all(op, o, nbytes, o + (size_t)me * nbytes, 0, nbytes);
 }
@@ -108,28 +114,37 @@ coll_reduce_scatter_run(coll_op_t *op, void *out, const void *in,
         return TD_OK;
     }
     if (op->algo == ALGO_RING) {
-        int right = (me + 1) % n, left = (me - 1 + n) % n;
-        char *acc, *tmp;
+        /* step s: block me - s - 1 to the right (at step 0 this rank's
+         * input, after it the partial sum it received), block me - s - 2
+         * from the left, received in place and this rank's input reduced
+         * into it segment by segment (ring.c). The last step's block is
+         * this rank's: it lands in OUT, unless OUT overlaps IN (the last
+         * block is then copied out at the end). */
+        int alias = bytes > 0 && (char *)out < src + (size_t)n * bytes &&
+                    src < (char *)out + bytes;
+        coll_ring_t r;
 
-        scratch = coll_scratch(g, ((size_t)n + 1) * bytes + 1);
-        if (scratch == NULL) {
-            return TD_ERR_NO_MEMORY;
-        }
-        acc = scratch;
-        tmp = scratch + (size_t)n * bytes;
-        memcpy(acc, in, (size_t)n * bytes);
-        for (int s = 0; s < n - 1 && st == TD_OK; s++) {
-            int sb = (me - s - 1 + 2 * n) % n, rb = (me - s - 2 + 2 * n) % n;
-
-            st = coll_sendrecv(op, right, acc + (size_t)sb * bytes, bytes,
-                               left, tmp, bytes, (uint32_t)s);
-            if (st == TD_OK) {
-                coll_reduce_into(acc + (size_t)rb * bytes, tmp, count, dt,
-                                 rop);
+        scratch = NULL;
+        if (n > 2 || alias) {
+            scratch = coll_scratch(g, (size_t)n * bytes + 1);
+            if (scratch == NULL) {
+                return TD_ERR_NO_MEMORY;
             }
         }
-        if (st == TD_OK && bytes > 0) {
-            memcpy(out, acc + (size_t)me * bytes, bytes);
+        st = coll_ring_init(&r, op, count, 0);
+        for (int s = 0; s < n - 1 && st == TD_OK; s++) {
+            int sb = (me - s - 1 + 2 * n) % n, rb = (me - s - 2 + 2 * n) % n;
+            const char *sbuf = s == 0 ? src + (size_t)sb * bytes
+                                      : scratch + (size_t)sb * bytes;
+            char *rbuf = s == n - 2 && !alias ? (char *)out
+                                              : scratch + (size_t)rb * bytes;
+
+            st = coll_ring_step(&r, (uint32_t)s << 16, sbuf, count, rbuf,
+                                count, 1, src + (size_t)rb * bytes);
+        }
+        coll_ring_free(&r);
+        if (st == TD_OK && alias) {
+            memmove(out, scratch + (size_t)me * bytes, bytes);
         }
     } else {
         /* direct: block j of every member goes to member j. */

@@ -84,7 +84,7 @@ group_free(td_group_t *g)
     }
     if (g->ring_paced > 0) {
         td_log_debug("coll: group %u: %llu ring sends waited for an arrival "
-                     "(allreduce.c R1), in segments of %zu B (R2)", g->id,
+                     "(ring.c R1), in segments of %zu B (R2)", g->id,
                      (unsigned long long)g->ring_paced, g->ring_seg_far);
     }
     coll_hier_detach(g);

@@ -125,7 +125,7 @@
  *     TD_TRANSPORT_FAR_SEG_BYTES (ar_x_cut: at most 0xffff a chunk, larger
  *     if need be), tagged TAG_XP | (chunk mod 256) << 16 | piece: each
  *     arrives in one UCX TCP segment and is delivered from it, not
- *     reassembled by UCX first (transport.c S3, as allreduce.c R2 cuts
+ *     reassembled by UCX first (transport.c S3, as ring.c R2 cuts
  *     the ring's far links). Every leader cuts alike (the same chunk,
  *     the same constant) and posts a chunk's receives before its sends
  *     (H10), so pieces land in place. The chunk's low 8 bits suffice: a

@@ -156,9 +156,9 @@ struct td_group {
     uint64_t        hier_seg_bytes;    /* hier.c: written into hshm */
     uint64_t        hier_tp_bytes;     /* hier.c: sent to a member of
                                         * this host by the transport */
-    uint64_t        ring_paced;    /* allreduce.c R1: ring sends held
+    uint64_t        ring_paced;    /* ring.c R1: ring sends held
                                     * back until an arrival */
-    size_t          ring_seg_far;  /* allreduce.c R2: the last such
+    size_t          ring_seg_far;  /* ring.c R2: the last such
                                     * ring's segment, bytes */
     uint64_t        hier_xp_sent;  /* hier.c H12: all_reduce exchange
                                     * pieces sent to other leaders */

@@ -14,6 +14,7 @@
  *   rx.c                            transport: the receive handler
  *   wait.c                          waiting for requests
  *   step.c                          an operation and its steps
+ *   ring.c                          a ring's step: segments, pacing
  *   allreduce.c tree.c gather.c shm.c   algorithms (nccl.c beside them)
  *   hier.c                          hierarchical algorithms (groups that
  *                                   span hosts; on the step interface)

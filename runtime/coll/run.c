@@ -376,6 +376,10 @@ dispatch(coll_op_t *op, const coll_args_t *a, const stage_t *sg,
     int shm = op->algo == ALGO_SHM;
     void *t = stage_ptr(sg, a->t), *in = stage_ptr(sg, a->in);
 
+    if (op->algo == ALGO_RING) {
+        op->ring_far = ring_far(op->g);     /* ring.c R2: how links cut */
+    }
+
     if (op->algo == ALGO_HIER && a->outs == NULL) {     /* (list: below) */
         switch (a->kind) {
         case COLL_ALL_REDUCE:
@@ -398,9 +402,7 @@ dispatch(coll_op_t *op, const coll_args_t *a, const stage_t *sg,
             return TD_OK;          /* AVG of one is itself */
         }
         return shm ? coll_all_reduce_shm(op, t, count)
-               : op->algo == ALGO_RING
-               ? (op->ring_far = ring_far(op->g),
-                  coll_all_reduce_ring(op, t, count))
+               : op->algo == ALGO_RING ? coll_all_reduce_ring(op, t, count)
                : op->g->n == 2 && bytes <= COLL_PAIR_MAX &&
                  coll_pair_tagged(op->g)              /* allreduce.c T1 */
                ? coll_all_reduce_pair_tag_run(op, t, count)

@@ -47,12 +47,12 @@ typedef struct {
     double        deadline;        /* td_now_s; 0 through a mapped segment
                                     * until its wait first reads the clock */
     size_t        esize;           /* bytes per element */
-    int           ring_far;        /* an all_reduce ring's links that
-                                    * cross hosts: COLL_RING_FAR_TX (to
-                                    * the right neighbour), _RX (from the
-                                    * left); run.c, from the group's host
-                                    * map (A1), so that both ends of a
-                                    * link agree (allreduce.c R2) */
+    int           ring_far;        /* a ring's links that cross hosts:
+                                    * COLL_RING_FAR_TX (to the right
+                                    * neighbour), _RX (from the left);
+                                    * run.c, from the group's host map
+                                    * (A1), so that both ends of a link
+                                    * agree (ring.c R2) */
 } coll_op_t;
 
 #define COLL_RING_FAR_TX 1
@@ -60,7 +60,7 @@ typedef struct {
 
 /* Segments of *SEG elements in MAX elements: at most 0xffff (step tags
  * hold 16 bits of segment), *SEG grown if need be, alike on both ends of
- * a link since both know MAX (allreduce.c R2, hier.c H12). */
+ * a link since both know MAX (ring.c R2, hier.c H12). */
 static inline size_t
 coll_segs(size_t max, size_t *seg)
 {

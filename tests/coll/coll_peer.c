@@ -586,6 +586,51 @@ ck_reduce(td_dtype_t dt, int op, int n, int64_t e)
     return acc;
 }
 
+/* reduce_scatter whose OUT overlaps its IN (a tensor over IN's memory,
+ * as a caller reducing in place wraps it): OUT over IN's block `rank`,
+ * then over block rank + 1. Rank r's block j holds (r + 1) * 1000 + j,
+ * so block j's sum is 1000 n (n + 1) / 2 + n j, in every element. COUNT
+ * elements a block: ring.c's segments, several of them. */
+static int
+mode_rs_alias(int64_t count)
+{
+    td_group_t *w = td_group_world();
+    td_tensor_t *in = make(count * size, TD_INT32);
+    int32_t *d = td_tensor_data(in);
+    int64_t shape[1] = { count };
+
+    for (int at = 0; at < 2; at++) {
+        int blk = (rank + at) % size;
+        td_tensor_t *out = NULL;
+        int64_t bad = -1;
+        td_status_t st;
+
+        for (int64_t i = 0; i < count * size; i++) {
+            d[i] = (rank + 1) * 1000 + (int32_t)(i / count);
+        }
+        st = td_tensor_from_blob(d + (size_t)blk * (size_t)count, shape, 1,
+                                 TD_INT32, TD_CPU, NULL, NULL, &out);
+        if (st == TD_OK) {
+            st = td_reduce_scatter(w, out, in, TD_REDUCE_SUM);
+        }
+        for (int64_t i = 0; st == TD_OK && bad < 0 && i < count; i++) {
+            if (d[(size_t)blk * (size_t)count + (size_t)i] !=
+                1000 * size * (size + 1) / 2 + size * rank) {
+                bad = i;
+            }
+        }
+        check(st == TD_OK && bad < 0,
+              at == 0 ? "rs_alias_own_block" : "rs_alias_next_block",
+              "%s; element %" PRId64 " of %" PRId64 " is %d, want %d",
+              st == TD_OK ? "ok" : td_last_error(), bad, count,
+              bad >= 0 ? d[(size_t)blk * (size_t)count + (size_t)bad] : 0,
+              1000 * size * (size + 1) / 2 + size * rank);
+        td_tensor_release(out);
+    }
+    td_tensor_release(in);
+    return 0;
+}
+
 static int
 mode_chunks(void)
 {
@@ -2761,6 +2806,8 @@ main(int argc, char **argv)
         rc = mode_small(argc > 2 ? atoi(argv[2]) : 2000);
     } else if (strcmp(mode, "chunks") == 0) {
         rc = mode_chunks();
+    } else if (strcmp(mode, "rs_alias") == 0) {
+        rc = mode_rs_alias(argc > 2 ? atoll(argv[2]) : 300001);
     } else if (strcmp(mode, "allreduce_big") == 0) {
         rc = mode_allreduce_big(argc > 2 ? atoi(argv[2]) : 8,
                                 argc > 3 ? atoll(argv[3]) : BIG);

@@ -200,7 +200,7 @@ ok "$([ $((auto * 100)) -lt $((flat * 85)) ]; echo $?)" \
    "auto moves as little ($auto < 0.85 x $flat)"
 
 # The flat ring's sends paced by its arrivals where the next rank is on
-# another host (allreduce.c R1), on chunks of 6,291,457 floats at 1+1 and
+# another host (ring.c R1), on chunks of 6,291,457 floats at 1+1 and
 # half that at 2+1+1, in segments of 63 KiB across hosts (R2: 64512 B,
 # the last one short) and 1 MiB inside one (2+1+1: rank 0 sends 1 MiB
 # ones to rank 1 and receives 63 KiB ones from rank 3): exact values, and
