@@ -63,30 +63,43 @@ coll_all_gather_run(coll_op_t *op, void *out, const void *in, size_t nbytes)
     td_group_t *g = op->g;
     int n = g->n, me = g->me;
     size_t es = op->esize;
-    char *o = out;
+    char *o = out, *mine = o + (size_t)me * nbytes;
+    /* IN apart from OUT: the ring sends it as it is and copies it in
+     * between arrivals (ring.c R3) */
+    int apart = (const char *)in >= o + (size_t)n * nbytes ||
+                (const char *)in + nbytes <= o;
 
-    if (nbytes > 0) {
-        memmove(o + (size_t)me * nbytes, in, nbytes);
-    }
-    if (n == 1) {
-        return TD_OK;
-    }
-    if (op->algo == ALGO_RING && es > 0 && nbytes % es == 0) {
+    if (n > 1 && op->algo == ALGO_RING && es > 0 && nbytes % es == 0) {
         /* step s: block me - s to the right, me - s - 1 from the left,
          * straight into place (ring.c: segments, R1, R2) */
         size_t count = nbytes / es;
         coll_ring_t r;
-        td_status_t st = coll_ring_init(&r, op, count, 0);
+        td_status_t st;
 
+        if (!apart && nbytes > 0) {
+            memmove(mine, in, nbytes);
+        }
+        st = coll_ring_init(&r, op, count, 0);
+        if (apart && st == TD_OK) {
+            coll_ring_side_copy(&r, mine, in, nbytes);
+        }
         for (int s = 0; s < n - 1 && st == TD_OK; s++) {
             int sb = (me - s + n) % n, rb = (me - s - 1 + n) % n;
 
             st = coll_ring_step(&r, (uint32_t)s << 16,
-                                o + (size_t)sb * nbytes, count,
-                                o + (size_t)rb * nbytes, count, 0, NULL);
+                                s == 0 && apart ? (const char *)in
+                                                : o + (size_t)sb * nbytes,
+                                count, o + (size_t)rb * nbytes, count, 0,
+                                NULL);
         }
         coll_ring_free(&r);
         return st;
+    }
+    if (nbytes > 0) {
+        memmove(mine, in, nbytes);
+    }
+    if (n == 1) {
+        return TD_OK;
     }
     return exchange_all(op, o, nbytes, o + (size_t)me * nbytes, 0, nbytes);
 }

@@ -160,6 +160,9 @@ struct td_group {
                                     * back until an arrival */
     size_t          ring_seg_far;  /* ring.c R2: the last such
                                     * ring's segment, bytes */
+    uint64_t        tree_pieces;   /* tree.c T1: broadcast pieces sent
+                                    * to another host */
+    size_t          tree_piece_bytes;  /* T1: the last one's size */
     uint64_t        hier_xp_sent;  /* hier.c H12: all_reduce exchange
                                     * pieces sent to other leaders */
     size_t          hier_xp_bytes; /* hier.c H12: their size, bytes */

@@ -26,6 +26,9 @@ typedef struct {
                                     * a body read in place (cma.h C9)
                                     * lands there, reduced from cache */
     coll_req_t  *rr, *sr, **ptr;
+    char        *side_dst;         /* R3: a copy of this rank's own, */
+    const char  *side_src;         /* made between arrivals */
+    size_t       side_len, side_done;   /* bytes */
 } coll_ring_t;
 
 /* A ring of OP's group for steps of at most MAX elements each way; LAND
@@ -47,7 +50,13 @@ void        coll_ring_free(coll_ring_t *r);
  *   REDUCE 1, WITH set  received into RBUF, then RBUF op= WITH (the
  *                       operations commute: the same as WITH op it).
  * Every segment both ways is waited for, also after a failure (C4); the
- * first error is returned. */
+ * first error is returned. A side copy (R3) is finished before it
+ * returns, also after a failure. */
+/* R3: copy LEN bytes from SRC to DST (not overlapping) a slice after
+ * each arrival of the following steps, the rest at the end of a step. */
+void        coll_ring_side_copy(coll_ring_t *r, char *dst, const char *src,
+                                size_t len);
+
 td_status_t coll_ring_step(coll_ring_t *r, uint32_t tag0, const char *sbuf,
                            size_t sl, char *rbuf, size_t rl, int reduce,
                            const char *with);

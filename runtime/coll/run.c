@@ -106,25 +106,46 @@ map_needed(const td_group_t *g, coll_kind_t k)
            (g->n > 2 || (g->n == 2 && coll_algo_forced(k) == ALGO_HIER));
 }
 
-/* Which of this member's ring links cross hosts (step.h ring_far): from
+/* Whether group rank OTHER runs on another host than this member: from
  * G's map where it has one, agreed (A1: more than two members), else from
  * this member's own lookups, as A1 has it for two. */
+static int
+crosses(const td_group_t *g, int other)
+{
+    if (g->hosts != NULL) {
+        return g->hosts->host_of[other] != g->hosts->host_of[g->me];
+    }
+    return td__runtime_host_id(g->ranks[other]) !=
+           td__runtime_host_id(g->ranks[g->me]);
+}
+
+/* Which of this member's ring links cross hosts (step.h ring_far). */
 static int
 ring_far(const td_group_t *g)
 {
     int right = (g->me + 1) % g->n, left = (g->me - 1 + g->n) % g->n;
-    uint64_t me;
 
-    if (g->hosts != NULL) {
-        const int *h = g->hosts->host_of;
+    return (crosses(g, right) ? COLL_RING_FAR_TX : 0) |
+           (crosses(g, left) ? COLL_RING_FAR_RX : 0);
+}
 
-        return (h[right] != h[g->me] ? COLL_RING_FAR_TX : 0) |
-               (h[left] != h[g->me] ? COLL_RING_FAR_RX : 0);
+/* The same for a binomial tree rooted at ROOT: bit b for this member's
+ * link to virtual rank vr ^ 2^b (its parent where that bit is vr's
+ * lowest, else a child where that rank exists; tree.c T1). */
+static uint64_t
+tree_far(const td_group_t *g, int root)
+{
+    int n = g->n, vr = (g->me - root + n) % n;
+    uint64_t far = 0;
+
+    for (int b = 0; b < 31 && (1 << b) < n; b++) {
+        int peer = vr ^ (1 << b);
+
+        if (peer < n && crosses(g, (peer + root) % n)) {
+            far |= (uint64_t)1 << b;
+        }
     }
-    me = td__runtime_host_id(g->ranks[g->me]);
-    return (td__runtime_host_id(g->ranks[right]) != me ? COLL_RING_FAR_TX
-                                                       : 0) |
-           (td__runtime_host_id(g->ranks[left]) != me ? COLL_RING_FAR_RX : 0);
+    return far;
 }
 
 /* G's host map from this member's own lookups (two members, A1). */
@@ -378,6 +399,8 @@ dispatch(coll_op_t *op, const coll_args_t *a, const stage_t *sg,
 
     if (op->algo == ALGO_RING) {
         op->ring_far = ring_far(op->g);     /* ring.c R2: how links cut */
+    } else if (op->algo == ALGO_BINOMIAL && a->kind == COLL_BROADCAST) {
+        op->tree_far = tree_far(op->g, op->desc.root);      /* tree.c T1 */
     }
 
     if (op->algo == ALGO_HIER && a->outs == NULL) {     /* (list: below) */

@@ -53,6 +53,10 @@ typedef struct {
                                     * run.c, from the group's host map
                                     * (A1), so that both ends of a link
                                     * agree (ring.c R2) */
+    uint64_t      tree_far;        /* a binomial broadcast's links that
+                                    * cross hosts: bit b for the peer at
+                                    * virtual rank vr ^ 2^b (run.c, as
+                                    * ring_far; tree.c T1) */
 } coll_op_t;
 
 #define COLL_RING_FAR_TX 1

@@ -555,42 +555,12 @@ mode_auto_is(const char *algo)
     return 0;
 }
 
-/* Chunk boundaries of the hierarchical collectives (runtime/coll/hier.c
- * H9, H11): all_gather, reduce_scatter, all_reduce and broadcast forced
- * to "hier" at counts a rank just below, at and above a chunk (1 MiB),
- * at several chunks and a bit, and below a chunk with the whole vector
- * above (blocks are the units); every element of a vector distinct, so
- * a chunk at a wrong offset, lost or sent twice shows. Meant for ranks
- * on several hosts, with the transport inside hosts (TODIST_COLL_SHM=0
- * on one host) or the segments. */
-static double
-ck_val(td_dtype_t dt, int r, int64_t e)
-{
-    return dt == TD_UINT8 ? (double)((e * 3 + r) % 251) : (double)(e + r);
-}
-
-static double
-ck_reduce(td_dtype_t dt, int op, int n, int64_t e)
-{
-    double acc = op == TD_REDUCE_MAX ? ck_val(dt, n - 1, e) : 0;
-
-    for (int r = 0; op != TD_REDUCE_MAX && r < n; r++) {
-        acc += ck_val(dt, r, e);
-    }
-    if (dt == TD_UINT8) {
-        return (double)((int64_t)acc & 0xff);
-    }
-    if (op == TD_REDUCE_AVG) {
-        return dt == TD_FLOAT32 ? (double)((float)acc / (float)n) : acc / n;
-    }
-    return acc;
-}
-
 /* reduce_scatter whose OUT overlaps its IN (a tensor over IN's memory,
  * as a caller reducing in place wraps it): OUT over IN's block `rank`,
  * then over block rank + 1. Rank r's block j holds (r + 1) * 1000 + j,
- * so block j's sum is 1000 n (n + 1) / 2 + n j, in every element. COUNT
- * elements a block: ring.c's segments, several of them. */
+ * so block j's sum is 1000 n (n + 1) / 2 + n j, in every element. Then
+ * all_gather whose IN is OUT's block `rank`. COUNT elements a block:
+ * ring.c's segments, several of them. */
 static int
 mode_rs_alias(int64_t count)
 {
@@ -627,12 +597,72 @@ mode_rs_alias(int64_t count)
               1000 * size * (size + 1) / 2 + size * rank);
         td_tensor_release(out);
     }
+    /* all_gather whose IN is OUT's block `rank` (in place) */
+    {
+        td_tensor_t *mine = NULL;
+        int64_t bad = -1;
+        td_status_t st;
+
+        for (int64_t i = 0; i < count * size; i++) {
+            d[i] = i / count == rank
+                   ? (rank + 1) * 1000 + (int32_t)(i % count % 7) : -1;
+        }
+        st = td_tensor_from_blob(d + (size_t)rank * (size_t)count, shape, 1,
+                                 TD_INT32, TD_CPU, NULL, NULL, &mine);
+        if (st == TD_OK) {
+            st = td_all_gather(w, in, mine);
+        }
+        for (int64_t i = 0; st == TD_OK && bad < 0 && i < count * size; i++) {
+            if (d[i] != (int32_t)(i / count + 1) * 1000 +
+                        (int32_t)(i % count % 7)) {
+                bad = i;
+            }
+        }
+        check(st == TD_OK && bad < 0, "ag_alias_own_block",
+              "%s; element %" PRId64 " of %" PRId64 " is %d",
+              st == TD_OK ? "ok" : td_last_error(), bad, count * size,
+              bad >= 0 ? d[bad] : 0);
+        td_tensor_release(mine);
+    }
     td_tensor_release(in);
     return 0;
 }
 
+/* Chunk boundaries of the hierarchical collectives (runtime/coll/hier.c
+ * H9, H11): all_gather, reduce_scatter, all_reduce and broadcast forced
+ * to "hier" (or to the algorithms ALGOS names: the flat ones across
+ * hosts cut pieces too, ring.c R2, tree.c T1) at counts a rank just
+ * below, at and above a chunk (1 MiB),
+ * at several chunks and a bit, and below a chunk with the whole vector
+ * above (blocks are the units); every element of a vector distinct, so
+ * a chunk at a wrong offset, lost or sent twice shows. Meant for ranks
+ * on several hosts, with the transport inside hosts (TODIST_COLL_SHM=0
+ * on one host) or the segments. */
+static double
+ck_val(td_dtype_t dt, int r, int64_t e)
+{
+    return dt == TD_UINT8 ? (double)((e * 3 + r) % 251) : (double)(e + r);
+}
+
+static double
+ck_reduce(td_dtype_t dt, int op, int n, int64_t e)
+{
+    double acc = op == TD_REDUCE_MAX ? ck_val(dt, n - 1, e) : 0;
+
+    for (int r = 0; op != TD_REDUCE_MAX && r < n; r++) {
+        acc += ck_val(dt, r, e);
+    }
+    if (dt == TD_UINT8) {
+        return (double)((int64_t)acc & 0xff);
+    }
+    if (op == TD_REDUCE_AVG) {
+        return dt == TD_FLOAT32 ? (double)((float)acc / (float)n) : acc / n;
+    }
+    return acc;
+}
+
 static int
-mode_chunks(void)
+mode_chunks(const char *algos)
 {
     static const struct { td_dtype_t dt; int64_t count; } cases[] = {
         { TD_FLOAT32, 262143 }, { TD_FLOAT32, 262144 },
@@ -644,8 +674,7 @@ mode_chunks(void)
     td_group_t *g = td_group_world();
     int n = size, bad_calls = 0, calls = 0;
 
-    if (td_coll_set_algo("all_reduce:hier,broadcast:hier,all_gather:hier,"
-                         "reduce_scatter:hier") != TD_OK) {
+    if (td_coll_set_algo(algos) != TD_OK) {
         check(0, "chunks_set_algo", "%s", td_last_error());
         return 1;
     }
@@ -2805,7 +2834,9 @@ main(int argc, char **argv)
     } else if (strcmp(mode, "small") == 0) {
         rc = mode_small(argc > 2 ? atoi(argv[2]) : 2000);
     } else if (strcmp(mode, "chunks") == 0) {
-        rc = mode_chunks();
+        rc = mode_chunks(argc > 2 ? argv[2]
+                                  : "all_reduce:hier,broadcast:hier,"
+                                    "all_gather:hier,reduce_scatter:hier");
     } else if (strcmp(mode, "rs_alias") == 0) {
         rc = mode_rs_alias(argc > 2 ? atoll(argv[2]) : 300001);
     } else if (strcmp(mode, "allreduce_big") == 0) {

@@ -15,7 +15,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 168
+plan 179
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -233,6 +233,36 @@ for _r in 1 2 3; do
        "2+1+1 ring: rank $_r's sends were paced by its arrivals (${_p:-none})"
     is "$(segbytes $_r)" 64512 "2+1+1 ring: rank $_r's segments to another host are 63 KiB (R2)"
 done
+
+# all_gather's and reduce_scatter's rings on ring.c's step at 1+1 (the
+# chunk boundaries' exact values, up to 4 MiB a call): paced, in 63 KiB
+# segments across the hosts, like all_reduce's; all_reduce is rd and
+# broadcast linear there, so the rings counted are theirs.
+PASS_MIN=2 TODIST_LOG=debug job "1+1 ring all_gather and reduce_scatter" 1,1 \
+    "$B/coll/coll_peer" chunks \
+    "all_reduce:rd,broadcast:linear,all_gather:ring,reduce_scatter:ring"
+for _r in 0 1; do
+    _p=$(paced $_r)
+    ok "$([ "${_p:-0}" -gt 0 ]; echo $?)" \
+       "1+1 all_gather/reduce_scatter rings: rank $_r's sends were paced (${_p:-none})"
+    is "$(segbytes $_r)" 64512 "1+1 all_gather/reduce_scatter rings: rank $_r's segments are 63 KiB (R2)"
+done
+# The binomial broadcast across hosts in 63 KiB pieces (tree.c T1): at
+# 1+1 the root (rank 1) sends its 7 broadcasts (2-6 MiB each) in pieces
+# of 64512 B, more than 66 in all (whole, there would be 7); rank 0, a
+# leaf, sends none.
+tp() {
+    printf '%s\n' "$OUT" |
+        sed -n "s/^todist\[rank $1\]: .*group 0: broadcast sent \([0-9]*\) pieces of \([0-9]*\) B.*/\1 \2/p"
+}
+PASS_MIN=2 TODIST_LOG=debug job "1+1 binomial broadcast" 1,1 \
+    "$B/coll/coll_peer" chunks \
+    "all_reduce:rd,broadcast:binomial,all_gather:direct,reduce_scatter:direct"
+set -- $(tp 1)
+ok "$([ "${1:-0}" -ge 66 ]; echo $?)" \
+   "1+1 binomial broadcast: the root sent ${1:-no} pieces (>= 66, T1)"
+is "${2:-none}" 64512 "1+1 binomial broadcast: its pieces fit one UCX TCP segment (T1)"
+is "$(tp 0)" "" "1+1 binomial broadcast: the leaf sent no pieces"
 
 # all_reduce's leader exchange in 63 KiB pieces (hier.c H12), through
 # the segments and through the transport inside hosts: at 2x2 the leaders
