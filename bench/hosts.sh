@@ -17,10 +17,7 @@
 # "tpin"). Needs root (namespaces).
 # Environment: LAYOUTS (default "1,1 2,2"), SHAPES (default "none
 # 10gbit"), SIZES, ITERS_SCALE, MPI (default 1; 0 skips Open MPI), PIN
-# (default 0), KINDS (default 0; 1: todist's broadcast, all_gather and
-# reduce_scatter too, lines tagged kinds[@NAME], each 64 MiB one against
-# raw UCX's bandwidth in the ratios: Open MPI's program times all_reduce
-# only). The emulated hosts share this machine's cores, where real
+# (default 0). The emulated hosts share this machine's cores, where real
 # hosts have their own: two ranks that poll on one core cost every small
 # round ~40 us, whatever the progress mode, and the kernel puts them there
 # now and then when another process holds the other core (a loaded
@@ -113,13 +110,6 @@ todist_runs() {
         sed "s/^allreduce/todist$_sfx $_tag allreduce/" | tee -a "$out"
     set -- $(hosts_bytes 2)
     echo "# host 2 sent $(( ($1 - _tx0) / 1048576 )) MiB over its link"
-    if [ "${KINDS:-0}" != 0 ]; then
-        echo "# todist$_sfx, broadcast, all_gather, reduce_scatter ($_tag)"
-        ITERS_SCALE=${ITERS_SCALE:-1} hosts_launch "$_l" $pin \
-            $_prog kinds $SIZES 2>&1 |
-            grep -E '^(broadcast|allgather|reduce_scatter)' |
-            sed "s/^/kinds$_sfx $_tag /" | tee -a "$out"
-    fi
     echo "# todist$_sfx, TODIST_PROGRESS=busy ($_tag)"
     TODIST_PROGRESS=busy; export TODIST_PROGRESS
     hosts_launch "$_l" $pin $_prog 8 4096 2>&1 |
@@ -230,13 +220,6 @@ awk '
 function field(line, key,   n, a, i) { n = split(line, a, " ");
     for (i = 1; i <= n; i++) if (index(a[i], key "=") == 1) return substr(a[i], length(key) + 2);
     return "" }
-$1 ~ /^kinds(@.*)?$/ {
-    kl[++nkl] = sprintf("%s%s shape=%s hosts=%s size=%s todist_us=%s busbw_MBps=%s",
-        $4, index($1, "@") > 0 ? " build=" substr($1, index($1, "@") + 1) : "",
-        field($0, "shape"), field($0, "hosts"), field($0, "size"),
-        field($0, "median_us"), field($0, "busbw_MBps"));
-    ksh[nkl] = field($0, "shape"); kbw[nkl] = field($0, "busbw_MBps");
-    ksz[nkl] = field($0, "size"); next }
 $1 ~ /^(todist|busy|flat|tpin)(@.*)?$/ || $1 ~ /^(mpitcp|mpiucx)$/ {
     k = field($0, "shape") " " field($0, "hosts") " " field($0, "size");
     kind = $1; b = "";
@@ -274,12 +257,6 @@ END {
         if (("tpin", k) in v) line = line sprintf(" tpin_us=%s auto/tpin=%.2f", v["tpin", k], v["todist", k] / v["tpin", k]);
         if (("busy", k) in v) line = line sprintf(" busy_us=%s default/busy=%.2f", v["busy", k], v["todist", k] / v["busy", k]);
         if (p[3] == 67108864 && (p[1] in ubw)) line = line sprintf(" busbw_MBps=%s ucx_bw_MBps=%s of_ucx=%.0f%%", bw["todist", k], ubw[p[1]], 100 * bw["todist", k] / ubw[p[1]]);
-        print line
-    }
-    for (i = 1; i <= nkl; i++) {
-        line = kl[i];
-        if (ksz[i] == 67108864 && (ksh[i] in ubw))
-            line = line sprintf(" ucx_bw_MBps=%s of_ucx=%.0f%%", ubw[ksh[i]], 100 * kbw[i] / ubw[ksh[i]]);
         print line
     }
     for (s in rtt) printf "ucx shape=%s rtt_us=%s\n", s, rtt[s]
