@@ -216,23 +216,25 @@ segbytes() {
     printf '%s\n' "$OUT" |
         sed -n "s/^todist\[rank $1\]: .*group 0: .* ring sends waited for an arrival.* in segments of \([0-9]*\) B.*/\1/p"
 }
+# ring_cut LABEL RANKS...: each of RANKS logged paced sends (R1) in
+# 64512-B segments (R2)
+ring_cut() {
+    _l=$1; shift
+    for _r in "$@"; do
+        _p=$(paced $_r)
+        ok "$([ "${_p:-0}" -gt 0 ]; echo $?)" \
+           "$_l: rank $_r's sends were paced by its arrivals (${_p:-none})"
+        is "$(segbytes $_r)" 64512 \
+           "$_l: rank $_r's segments to another host fit one UCX TCP segment (R2)"
+    done
+}
 PASS_MIN=2 TODIST_LOG=debug job "1+1 ring all_reduce of 24 MiB" 1,1 \
     env TODIST_COLL_ALGO=all_reduce:ring "$B/coll/coll_peer" allreduce_big 2 6291457
-for _r in 0 1; do
-    _p=$(paced $_r)
-    ok "$([ "${_p:-0}" -gt 0 ]; echo $?)" \
-       "1+1 ring: rank $_r's sends were paced by its arrivals (${_p:-none})"
-    is "$(segbytes $_r)" 64512 "1+1 ring: rank $_r's segments fit one UCX TCP segment (R2)"
-done
+ring_cut "1+1 ring" 0 1
 PASS_MIN=4 TODIST_LOG=debug job "2+1+1 ring all_reduce of 24 MiB" 2,1,1 \
     env TODIST_COLL_ALGO=all_reduce:ring "$B/coll/coll_peer" allreduce_big 2 6291457
 is "$(paced 0)" "" "2+1+1 ring: rank 0, whose right neighbour is on its host, sent at once"
-for _r in 1 2 3; do
-    _p=$(paced $_r)
-    ok "$([ "${_p:-0}" -gt 0 ]; echo $?)" \
-       "2+1+1 ring: rank $_r's sends were paced by its arrivals (${_p:-none})"
-    is "$(segbytes $_r)" 64512 "2+1+1 ring: rank $_r's segments to another host are 63 KiB (R2)"
-done
+ring_cut "2+1+1 ring" 1 2 3
 
 # all_gather's and reduce_scatter's rings on ring.c's step at 1+1 (the
 # chunk boundaries' exact values, up to 4 MiB a call): paced, in 63 KiB
@@ -241,12 +243,7 @@ done
 PASS_MIN=2 TODIST_LOG=debug job "1+1 ring all_gather and reduce_scatter" 1,1 \
     "$B/coll/coll_peer" chunks \
     "all_reduce:rd,broadcast:linear,all_gather:ring,reduce_scatter:ring"
-for _r in 0 1; do
-    _p=$(paced $_r)
-    ok "$([ "${_p:-0}" -gt 0 ]; echo $?)" \
-       "1+1 all_gather/reduce_scatter rings: rank $_r's sends were paced (${_p:-none})"
-    is "$(segbytes $_r)" 64512 "1+1 all_gather/reduce_scatter rings: rank $_r's segments are 63 KiB (R2)"
-done
+ring_cut "1+1 all_gather/reduce_scatter rings" 0 1
 # The binomial broadcast across hosts in 63 KiB pieces (tree.c T1): at
 # 1+1 the root (rank 1) sends its 7 broadcasts (2-6 MiB each) in pieces
 # of 64512 B, more than 66 in all (whole, there would be 7); rank 0, a
