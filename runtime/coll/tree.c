@@ -155,24 +155,9 @@ bc_pipe(coll_op_t *op, char *buf, size_t nbytes, int pb, const int *kb,
     }
     /* everything posted is waited for, also after a failure (C4) */
     {
-        coll_req_t **p = calloc(k + 1, sizeof(*p));
-        td_status_t s2;
+        td_status_t s2 = wait_all(op, req + got, (int)(k - got));
 
-        if (p == NULL) {
-            for (size_t i = got; i < k; i++) {
-                coll_req_t *one = &req[i];
-
-                s2 = coll_step_wait(op, &one, 1);
-                st = st != TD_OK ? st : s2;
-            }
-        } else {
-            for (size_t i = got; i < k; i++) {
-                p[i - got] = &req[i];
-            }
-            s2 = coll_step_wait(op, p, (int)(k - got));
-            st = st != TD_OK ? st : s2;
-            free(p);
-        }
+        st = st != TD_OK ? st : s2;
     }
     free(req);
     return st;
