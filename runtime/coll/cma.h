@@ -61,8 +61,10 @@
  * C15 A failed group does not give an offered buffer back while its
  *     reader may still copy it: a failure (C6) leaves the group's posted
  *     offers posted with the failure as their status, and each completes
- *     only when its reader answers (MSG_CMA: read, or 3, dropped unread)
- *     or is known dead (coll_match_peer_dead), the send then ending with
+ *     only when its reader answers (MSG_CMA: read, or 3, dropped unread;
+ *     taken whatever the group's state, rx.c, even after the reader's
+ *     own abort that failed it) or is known dead
+ *     (coll_match_peer_dead), the send then ending with
  *     the group's failure; a waiter whose call failed withdraws its other
  *     requests at once and its offers only at the call's deadline (a
  *     reader that neither answers nor dies: logged as a warning). So a

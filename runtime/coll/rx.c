@@ -422,6 +422,15 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         }
     }
     coll_lock();
+    if (m.type == MSG_CMA) {
+        /* cma.h C15: a reader's answer to our offer is taken whatever
+         * our group's state: a failed group keeps its offers posted until
+         * they are answered (the abort that failed it may come first,
+         * from the same reader: dropped here, the answer left the offer
+         * to wait out the call's deadline) */
+        on_cma_locked(rx->src, &m);
+        return;
+    }
     if (m.type == MSG_ASK || m.type == MSG_TELL) {
         /* answered and taken for a broken group too: who is late is
          * asked once the call failed (late.c K1, K2) */
@@ -448,9 +457,6 @@ rx_handler(void *arg, td_transport_rx_t *rx)
         break;
     case MSG_PROBE:
         coll_late_on_probe_locked(rx->src, &m, g);
-        break;
-    case MSG_CMA:
-        on_cma_locked(rx->src, &m);
         break;
     case MSG_ACK:
         on_ack_locked(rx->src, &m);

@@ -2616,7 +2616,11 @@ mode_destroyed(void)
  *  arrival: rank 1 destroyed the group first: rank 0's td_send fails so;
  *  coll: the same for rank 0's td_broadcast from rank 0 (through the
  *    group's segment handshake, or with TODIST_COLL_SHM=0 a transport
- *    step's offer or rendezvous): it fails naming rank 1.
+ *    step's offer or rendezvous): it fails naming rank 1. The group's
+ *    host map goes first (run.c A1: a hidden call #0, 16 B), so rank 1
+ *    aborts the group for #0 and then answers #1's offer "dropped":
+ *    the answer, behind the abort, must still end the offer (cma.h C15;
+ *    dropped for the failed group, it waited out the 20 s).
  * Each within 5 s. */
 static int
 mode_dropped(void)
