@@ -16,9 +16,15 @@
  *     failed as a mismatch. Why not a refusal instead: to fail the same
  *     way on every member the members must tell each other anyway, and a
  *     host counted apart is still correct (nothing is shared with it),
- *     only slower; rank 0 warns naming the rank. A group of two builds
- *     its map from its own lookups, without a message: auto never picks
- *     "hier" there (H1), so only a forced "hier" reads it. */
+ *     only slower; rank 0 warns naming the rank. A group of two agrees
+ *     the same way, but only before its first call that may cut a link
+ *     by host (map_needed: a broadcast, tree.c T1; a ring's kind over
+ *     one far segment, ring.c R2; a forced "hier"), where the hidden call
+ *     takes that call's number: its members' own lookups, one of which
+ *     failed, once made the two ends of a link cut it differently, and
+ *     every large call failed ("rank 1 sent 64512 bytes ..., rank 0
+ *     expects 1048572"). Its small calls (8 B all_reduce: allreduce.c
+ *     T1) pay no message for it. */
 #include "config.h"
 
 #include <stdio.h>
@@ -95,20 +101,32 @@ choose(td_group_t *g, coll_kind_t k, size_t bytes, size_t count)
 
 /* ---- the host map (A1) ---------------------------------------------------- */
 
-/* Whether call K on G needs G's host map, not yet made: every call of a
- * group of more than two members (auto may pick "hier", H1; whatever a
- * member forces, so that all agree when to make it), a forced "hier" of
- * two. */
+/* Whether call K of BYTES a member on G needs G's host map, not yet
+ * made: every call of a group of more than two members (auto may pick
+ * "hier", H1; whatever a member forces, so that all agree when to make
+ * it); in a group of two, a forced "hier", a broadcast (tree.c T1 tags a
+ * link by whether it crosses hosts) and a call of the ring's kinds over
+ * one far segment (ring.c R2 cuts such a link finer): what a member
+ * forces or the segment decides is not known here, so the kind and the
+ * size decide, alike on both (A1). */
 static int
-map_needed(const td_group_t *g, coll_kind_t k)
+map_needed(const td_group_t *g, coll_kind_t k, size_t bytes)
 {
-    return g->hosts == NULL &&
-           (g->n > 2 || (g->n == 2 && coll_algo_forced(k) == ALGO_HIER));
+    if (g->hosts != NULL || g->n < 2) {
+        return 0;
+    }
+    if (g->n > 2 || coll_algo_forced(k) == ALGO_HIER ||
+        k == COLL_BROADCAST) {
+        return 1;
+    }
+    return (k == COLL_ALL_REDUCE || k == COLL_ALL_GATHER ||
+            k == COLL_REDUCE_SCATTER) && bytes > TD_TRANSPORT_FAR_SEG_BYTES;
 }
 
 /* Whether group rank OTHER runs on another host than this member: from
- * G's map where it has one, agreed (A1: more than two members), else from
- * this member's own lookups, as A1 has it for two. */
+ * G's map where it has one (agreed: A1), else from this member's own
+ * lookups, which only a call that cuts no link by host reads (a group of
+ * two, map_needed). */
 static int
 crosses(const td_group_t *g, int other)
 {
@@ -146,23 +164,6 @@ tree_far(const td_group_t *g, int root)
         }
     }
     return far;
-}
-
-/* G's host map from this member's own lookups (two members, A1). */
-static td_status_t
-map_local(td_group_t *g)
-{
-    uint64_t ids[2];
-
-    for (int i = 0; i < g->n && i < 2; i++) {
-        ids[i] = td__runtime_host_id(g->ranks[i]);
-        if (ids[i] == 0) {
-            td_log_warn("coll: group %u: host of rank %d unknown, counted as "
-                        "a host of its own: %s", g->id, g->ranks[i],
-                        td_last_error());
-        }
-    }
-    return coll_hostmap_build(ids, g->n, &g->hosts);
 }
 
 /* Agree on G's host map (A1): group rank 0 looks its members' host ids
@@ -489,8 +490,7 @@ coll_run(td_group_t *g, const coll_args_t *a)
     op.g = g;
     describe(&op, g, a, &count);
     bytes = count * td_dtype_size((td_dtype_t)op.desc.dtype);
-    if (map_needed(g, a->kind) &&
-        (st = g->n > 2 ? map_agree(g) : map_local(g)) != TD_OK) {
+    if (map_needed(g, a->kind, bytes) && (st = map_agree(g)) != TD_OK) {
         unstage(&sg, route);
         return st;
     }

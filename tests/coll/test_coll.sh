@@ -506,7 +506,7 @@ out=$(TODIST_COLL_SHM=1 TODIST_COLL_TIMEOUT=120 run 60 todist-run -n 2 \
       "$TD_TMP/bcast0.sh" 2>&1); rc=$?
 for r in 0 1; do
     like "$(printf '%s\n' "$out" | grep "^# rank $r broadcast: ")" \
-         "^# rank $r broadcast: TD_ERR_INVALID coll: mismatched collectives in group 0 at call #0: rank [01] called broadcast\(float32 x 16, root 1, (shm|binomial)\), rank [01] called broadcast\(float32 x 16, root 1, (shm|binomial)\) \(only the algorithm differs" \
+         "^# rank $r broadcast: TD_ERR_INVALID coll: mismatched collectives in group 0 at call #1: rank [01] called broadcast\(float32 x 16, root 1, (shm|binomial)\), rank [01] called broadcast\(float32 x 16, root 1, (shm|binomial)\) \(only the algorithm differs" \
          "forced binomial on a non-root against the root's segment: rank $r fails as a mismatch naming both algorithms"
 done
 is "$rc" 0 "forced binomial on a non-root: both ranks exit 0, before the timeout"

@@ -12,10 +12,15 @@
 #    ranks 1-3 pick the segment: a mismatch); rank 0 warns, naming rank 2.
 # coll_peer auto_is ALGO: rank 0 forces ALGO, the others leave it to auto,
 # so the calls pass only if auto picked ALGO on every other rank.
+# 2 ranks: a broadcast's binomial links and a ring's links are cut by
+# whether they cross hosts (tree.c T1, ring.c R2), so the two ends of a
+# link must agree on that too: with each member's own lookups, one that
+# failed made every large call fail ("rank 1 sent 64512 bytes for step 0
+# ..., rank 0 expects 1048572").
 . "$top_srcdir/tests/lib.sh"
 PEER="$top_builddir/tests/coll/coll_peer"
 run() { timeout -k 5 "$@"; }
-plan 13
+plan 19
 
 # case KNOB ALGO SPANS: SPANS is how many ranks log that the world spans
 # 2 hosts.
@@ -48,4 +53,20 @@ like "$(printf '%s\n' "$out" | grep "^todist\[rank 0\]")" \
      "lookup 0:2 fails: rank 0 warns, naming rank 2 and why"
 unlike "$(printf '%s\n' "$out" | grep -v "^todist\[rank 0\]")" "host of rank 2 unknown" \
        "lookup 0:2 fails: only rank 0 looks the hosts up"
+# two2 KNOB: 2 ranks, the rings and the binomial broadcast forced, the
+# chunks' sizes (64 KiB to 8 MiB) with exact values
+two2() {
+    out=$(TODIST_TEST_HOST_UNKNOWN=$1 TODIST_COLL_SHM=0 \
+          run 120 todist-run -n 2 "$PEER" chunks \
+          "all_reduce:ring,broadcast:binomial,all_gather:ring,reduce_scatter:ring" \
+          2>&1); rc=$?
+    is "$(printf '%s\n' "$out" | grep -cx "PASS chunks")" 2 \
+       "2 ranks, lookup $1 fails: the rings and the binomial broadcast pass on both"
+    unlike "$out" "sent [0-9]+ bytes for step" \
+           "2 ranks, lookup $1 fails: both ends of each link cut it alike"
+    is "$rc" 0 "2 ranks, lookup $1 fails: both exit 0"
+    [ "$rc" = 0 ] || diag "$(printf '%s\n' "$out" | tail -20)"
+}
+two2 1:0
+two2 0:1
 done_testing

@@ -307,7 +307,7 @@ OUT=$(export TODIST_COLL_TIMEOUT=100 HOSTS_TIMEOUT=60
       hosts_launch 1,1 "$TD_TMP/bcast_hier.sh" 2>&1); rc=$?
 for r in 0 1; do
     like "$(printf '%s\n' "$OUT" | grep "^# rank $r broadcast: ")" \
-         "TD_ERR_INVALID coll: mismatched collectives in group 0 at call #0: rank [01] called broadcast\(float32 x 16, root 1, [a-z]+\), rank [01] called broadcast\(float32 x 16, root 1, [a-z]+\) \(only the algorithm differs.*" \
+         "TD_ERR_INVALID coll: mismatched collectives in group 0 at call #1: rank [01] called broadcast\(float32 x 16, root 1, [a-z]+\), rank [01] called broadcast\(float32 x 16, root 1, [a-z]+\) \(only the algorithm differs.*" \
          "1+1 broadcast, hier forced on rank 0 only: rank $r fails as a mismatch"
 done
 like "$OUT" "rank 0 called broadcast\(float32 x 16, root 1, hier\)" \
