@@ -45,7 +45,7 @@
  *   barrier         a round of the host, dissemination among leaders, a
  *                   round of the host.
  *
- * Invariants (H1..H11):
+ * Invariants (H1..H14):
  *  H1 Auto picks "hier" for all_reduce, broadcast, all_gather,
  *     reduce_scatter and barrier exactly when the group's members run on
  *     at least two hosts and some host holds two or more of them (with
@@ -142,6 +142,17 @@
  *     count, the element size and the map are the call's). Among more
  *     hosts a vector of one slot keeps its one direct round (the chunks
  *     would each go around the leaders' ring: 2(H - 1) steps each).
+ * H14 all_gather's and reduce_scatter's units between leaders (block j,
+ *     chunk c: unit j x K + c, through the segments and the transport)
+ *     go in pieces of TD_TRANSPORT_FAR_SEG_BYTES (at most XQ_PIECES a
+ *     unit, larger if need be), tagged TAG_XQ | unit << 5 | piece, for
+ *     H12's reason: each arrives in one UCX TCP segment, in place. Every
+ *     leader cuts alike (xq_cut reads only the call: the largest unit,
+ *     the units, the hosts) and waits for a unit's pieces in order. A
+ *     call whose units fit one piece, or with XQ_UNITS units or more, or
+ *     more than XQ_STEPS pieces in all (a step is 1 KiB, and every
+ *     receive is posted first: H9, H11), sends one message a unit under
+ *     TAG_X | unit, as before.
  *
  * Run by the thread running the group's operation (work.c). */
 #include "config.h"
@@ -173,7 +184,14 @@
 #define TAG_SEG  0x85000000u          /* heads: every host has a segment? */
 #define TAG_XP   0x86000000u          /* all_reduce's direct exchange: chunk
                                        * (low 8 bits) << 16 | piece (H12) */
+#define TAG_XQ   0x87000000u          /* all_gather's, reduce_scatter's
+                                       * leader messages: unit << 5 |
+                                       * piece (H14) */
 #define TAG_IDX  0x00ffffffu
+#define XQ_PIECES   32u               /* H14: pieces of a unit at most */
+#define XQ_UNITS    (1u << 19)        /* H14: units of a call below this */
+#define XQ_STEPS    16384u            /* H14: a call's pieces at most (a
+                                       * step is 1 KiB) */
 
 /* ---- the host map ------------------------------------------------------- */
 
@@ -396,6 +414,95 @@ piece(size_t c, size_t per, size_t total, size_t *off, size_t *len)
 {
     *off = c * per;
     *len = *off >= total ? 0 : total - *off < per ? total - *off : per;
+}
+
+/* ---- the leaders' units in pieces (H14) --------------------------------------- */
+
+/* How a call's leader messages (NU units of at most PER bytes, among H
+ * hosts) are cut, alike on every leader (all of it is the call's): the
+ * bytes of a piece, or 0 for one message a unit under TAG_X (a unit of
+ * one piece anyway, or too many units or pieces for the tag or the
+ * steps). */
+static size_t
+xq_cut(size_t per, size_t nu, int H)
+{
+    size_t seg = TD_TRANSPORT_FAR_SEG_BYTES, np;
+
+    if (per <= seg || H < 2) {
+        return 0;
+    }
+    np = (per + seg - 1) / seg;
+    if (np > XQ_PIECES) {
+        seg = (per + XQ_PIECES - 1) / XQ_PIECES;
+        np = (per + seg - 1) / seg;
+    }
+    if (nu >= XQ_UNITS || nu * np * (size_t)H > XQ_STEPS) {
+        return 0;
+    }
+    return seg;
+}
+
+/* The steps of a unit of LEN bytes cut at SEG (xq_cut). */
+static size_t
+xq_n(size_t seg, size_t len)
+{
+    return seg == 0 || len <= seg ? 1 : (len + seg - 1) / seg;
+}
+
+/* Post unit U (LEN bytes at BUF) to (SEND) or from leader PEER: one step
+ * under TAG_X | U, or its pieces (H14), in order. */
+static td_status_t
+xq_post(coll_op_t *op, rset_t *s, td_status_t st, int send, int peer,
+        size_t seg, uint32_t u, char *buf, size_t len)
+{
+    if (seg == 0) {
+        return rset_post(op, s, st, send, peer, TAG_X | u, buf, len);
+    }
+    for (size_t i = 0, o = 0; o < len || i == 0; i++, o += seg) {
+        size_t l = len - o < seg ? len - o : seg;
+
+        st = rset_post(op, s, st, send, peer, TAG_XQ | u << 5 | (uint32_t)i,
+                       buf + o, l);
+        if (st == TD_OK && send) {
+            op->g->hier_xq_sent++;        /* (said when the group goes) */
+            op->g->hier_xq_bytes = seg;
+        }
+    }
+    return st;
+}
+
+/* Wait for the unit of LEN bytes whose first step is S's FIRST. */
+static td_status_t
+xq_wait(coll_op_t *op, const rset_t *s, int first, size_t seg, size_t len)
+{
+    td_status_t st = TD_OK;
+
+    for (size_t i = 0, n = xq_n(seg, len); i < n && st == TD_OK; i++) {
+        coll_req_t *w = s->p[(size_t)first + i];
+
+        st = coll_step_wait(op, &w, 1);
+    }
+    return st;
+}
+
+/* reduce_scatter's receives of the other leaders' parts, K units a block
+ * of at most PER elements of ES bytes, the last LAST: where a unit's
+ * first step is (rs_block_finish). */
+typedef struct {
+    size_t seg;                    /* xq_cut's */
+    size_t np;                     /* steps of a full unit */
+    size_t pb;                     /* steps of a block */
+} xq_t;
+
+static void
+xq_rs(xq_t *x, size_t per, size_t K, size_t count, size_t es, size_t nu,
+      int H)
+{
+    size_t last = count - (K - 1) * per;
+
+    x->seg = xq_cut((K > 1 ? per : last) * es, nu, H);
+    x->np = xq_n(x->seg, per * es);
+    x->pb = (K - 1) * x->np + xq_n(x->seg, last * es);
 }
 
 /* ---- all_reduce ---------------------------------------------------------------- */
@@ -943,7 +1050,8 @@ ag_tp_chunks(coll_op_t *op, shape_t *sp, char *o, size_t nbytes)
     const coll_hostmap_t *m = s->m;
     int n = op->g->n;
     size_t K, per = chunking(nbytes, 1, &K), off, len, cap;
-    coll_req_t **rx;
+    size_t seg = xq_cut(per < nbytes ? per : nbytes, (size_t)n * K, s->H);
+    int *rx;                        /* a unit's first step in R */
     rset_t r;
     td_status_t st;
 
@@ -951,7 +1059,8 @@ ag_tp_chunks(coll_op_t *op, shape_t *sp, char *o, size_t nbytes)
         return td_error(TD_ERR_INVALID, "coll: all_gather of %zu bytes a "
                         "rank in %d ranks: too many chunks", nbytes, n);
     }
-    cap = s->leader ? (size_t)n * K * (1 + (size_t)s->H + (size_t)s->L)
+    cap = s->leader ? (size_t)n * K * (1 + (size_t)s->L +
+                                      (size_t)s->H * xq_n(seg, per))
                     : (size_t)n * K + K;
     rx = calloc((size_t)n * K + 1, sizeof(*rx));
     if (rx == NULL) {
@@ -973,10 +1082,13 @@ ag_tp_chunks(coll_op_t *op, shape_t *sp, char *o, size_t nbytes)
             piece(c, per, nbytes, &off, &len);
             from = !s->leader ? s->lead : h == s->my_h ? j
                  : coll_hier_leader(m, h, -1);
-            tag = !s->leader ? TAG_DOWN : h == s->my_h ? TAG_UP : TAG_X;
-            st = rset_post(op, &r, st, 0, from, tag | u,
-                           o + (size_t)j * nbytes + off, len);
-            rx[u] = st == TD_OK ? r.p[r.n - 1] : NULL;
+            tag = !s->leader ? TAG_DOWN : TAG_UP;
+            rx[u] = r.n;
+            st = s->leader && h != s->my_h
+                 ? xq_post(op, &r, st, 0, from, seg, u,
+                           o + (size_t)j * nbytes + off, len)
+                 : rset_post(op, &r, st, 0, from, tag | u,
+                             o + (size_t)j * nbytes + off, len);
         }
     }
     if (!s->leader) {
@@ -997,27 +1109,24 @@ ag_tp_chunks(coll_op_t *op, shape_t *sp, char *o, size_t nbytes)
             piece(c, per, nbytes, &off, &len);
             b = o + (size_t)j * nbytes + off;
             if (j != s->me) {
-                coll_req_t *w = rx[u];
-
-                st = coll_step_wait(op, &w, 1);
+                st = xq_wait(op, &r, rx[u], 0, len);   /* (one step) */
             }
             for (int k = 1; k < s->H; k++) {
-                st = rset_post(op, &r, st, 1,
-                               coll_hier_leader(m, (s->my_h + k) % s->H, -1),
-                               TAG_X | u, b, len);
+                st = xq_post(op, &r, st, 1,
+                             coll_hier_leader(m, (s->my_h + k) % s->H, -1),
+                             seg, u, b, len);
             }
             st = ag_tp_down(op, s, &r, st, j, u, b, len);
         }
         /* the other hosts' units of chunk c - 1, as they arrive */
         for (int j = 0; c > 0 && j < n && st == TD_OK; j++) {
             uint32_t u = (uint32_t)((size_t)j * K + c - 1);
-            coll_req_t *w = rx[u];
 
             if (m->host_of[j] == s->my_h) {
                 continue;
             }
             piece(c - 1, per, nbytes, &off, &len);
-            st = coll_step_wait(op, &w, 1);
+            st = xq_wait(op, &r, rx[u], seg, len);
             st = ag_tp_down(op, s, &r, st, j, u, o + (size_t)j * nbytes + off,
                             len);
         }
@@ -1193,13 +1302,14 @@ rs_tp_up_post(coll_op_t *op, const shape_t *s, rset_t *up, int j, size_t c,
 /* The leader's last step on unit (J, C) of a block of its own host, whose
  * host sum is at A (LEN elements from element OFF of the block): add the
  * other hosts' parts of it in host order (H5), each once its receive on
- * R completes (posted in the order host, member, chunk, K chunks a
- * block, into XR by host then member, BYTES a block), then divide for
- * AVG (H6). The transport's and the segment's reduce_scatter share it,
- * so both do the same operations in the same order. */
+ * R completes (posted first, in the order host, member, chunk, X's steps
+ * a block and a chunk: H14, into XR by host then member, BYTES a block),
+ * then divide for AVG (H6). The transport's and the segment's
+ * reduce_scatter share it, so both do the same operations in the same
+ * order. */
 static td_status_t
 rs_block_finish(coll_op_t *op, const shape_t *s, const rset_t *r,
-                const char *xr, size_t bytes, int j, size_t c, size_t K,
+                const xq_t *x, const char *xr, size_t bytes, int j, size_t c,
                 char *a, size_t off, size_t len)
 {
     size_t es = op->esize;
@@ -1208,17 +1318,15 @@ rs_block_finish(coll_op_t *op, const shape_t *s, const rset_t *r,
     td_status_t st = TD_OK;
 
     for (int h = 0, i = 0; h < s->H && st == TD_OK; h++) {
-        coll_req_t *w;
-
         if (h == s->my_h) {
             continue;
         }
         while (s->who[i] != j) {
             i++;
         }
-        w = r->p[((size_t)(h - (h > s->my_h)) * (size_t)s->L + (size_t)i) *
-                 K + c];
-        st = coll_step_wait(op, &w, 1);
+        st = xq_wait(op, r, (int)(((size_t)(h - (h > s->my_h)) *
+                                   (size_t)s->L + (size_t)i) * x->pb +
+                                  c * x->np), x->seg, len * op->esize);
         if (st == TD_OK) {
             coll_reduce_into(a, xr + ((size_t)h * (size_t)s->L +
                                       (size_t)i) * bytes + off * es,
@@ -1255,9 +1363,11 @@ rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
     const char *src = in;
     char *acc, *xr, *tmp;
     int *order;
+    xq_t x;
     rset_t r, up[2];
     td_status_t st;
 
+    xq_rs(&x, per, K, count, es, nu, H);
     if (nu > TAG_IDX) {
         return td_error(TD_ERR_INVALID, "coll: reduce_scatter of %zu "
                         "elements a rank in %d ranks: too many chunks", count,
@@ -1299,7 +1409,7 @@ rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
     xr = acc + total;
     tmp = xr + (size_t)H * (size_t)L * bytes;
     tmp += (64 - (uintptr_t)tmp % 64) % 64;
-    st = rset_init(&r, nu * ((size_t)H + 1) + 1);
+    st = rset_init(&r, nu * ((size_t)H + 1) * x.np + 1);
     st = st == TD_OK ? rset_init(&up[0], (size_t)L) : st;
     st = st == TD_OK ? rset_init(&up[1], (size_t)L) : st;
     /* first the other leaders' parts, in the order host, member, chunk */
@@ -1307,10 +1417,10 @@ rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
         for (int i = 0; h != s->my_h && i < L; i++) {
             for (size_t c = 0; c < K; c++) {
                 piece(c, per, count, &off, &len);
-                st = rset_post(op, &r, st, 0, coll_hier_leader(m, h, -1),
-                               TAG_X | (uint32_t)((size_t)s->who[i] * K + c),
-                               xr + ((size_t)h * (size_t)L + (size_t)i) *
-                               bytes + off * es, len * es);
+                st = xq_post(op, &r, st, 0, coll_hier_leader(m, h, -1), x.seg,
+                             (uint32_t)((size_t)s->who[i] * K + c),
+                             xr + ((size_t)h * (size_t)L + (size_t)i) *
+                             bytes + off * es, len * es);
             }
         }
     }
@@ -1343,14 +1453,12 @@ rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
             }
         }
         if (m->host_of[j] != s->my_h) {
-            st = rset_post(op, &r, st, 1,
-                           coll_hier_leader(m, m->host_of[j], -1),
-                           TAG_X | (uint32_t)((size_t)j * K + c), a,
-                           len * es);
+            st = xq_post(op, &r, st, 1, coll_hier_leader(m, m->host_of[j], -1),
+                         x.seg, (uint32_t)((size_t)j * K + c), a, len * es);
             continue;
         }
         /* this host's block: the other hosts' parts (H5, H6) */
-        st = rs_block_finish(op, s, &r, xr, bytes, j, c, K, a, off, len);
+        st = rs_block_finish(op, s, &r, &x, xr, bytes, j, c, a, off, len);
         if (st == TD_OK && j == s->me) {
             memcpy((char *)out + off * es, a, len * es);
         } else {
@@ -1776,7 +1884,7 @@ bar_seg(coll_op_t *op, shape_t *s)
  * leader sends the host's chunks c to the other leaders at once. Then
  * the other hosts' chunks, each put in the leader's slot as it arrives
  * (all were posted first), one round each (H9). Chunk c of block j
- * travels between leaders under TAG_X | j x K + c. */
+ * travels between leaders as unit j x K + c (H14). */
 static td_status_t
 ag_seg(coll_op_t *op, shape_t *s, char *o, const void *in, size_t nbytes)
 {
@@ -1784,8 +1892,9 @@ ag_seg(coll_op_t *op, shape_t *s, char *o, const void *in, size_t nbytes)
     coll_shm_t *hs = op->g->hshm;
     int n = op->g->n;
     size_t per = seg_chunk(m), K = pieces(nbytes, per), off, len, nr = 0;
+    size_t seg = xq_cut(per < nbytes ? per : nbytes, (size_t)n * K, s->H);
     rset_t r;
-    coll_req_t **rx = NULL;
+    int *rx = NULL;                 /* a unit's first step in R */
     td_status_t st;
 
     if (nbytes > 0) {
@@ -1796,7 +1905,8 @@ ag_seg(coll_op_t *op, shape_t *s, char *o, const void *in, size_t nbytes)
                         "rank in %d ranks: too many chunks", nbytes, n);
     }
     memset(&r, 0, sizeof(r));
-    st = rset_init(&r, s->leader ? (size_t)n * K * (size_t)s->H : 1);
+    st = rset_init(&r, s->leader ? (size_t)n * K * (size_t)s->H *
+                                   xq_n(seg, per) : 1);
     if (st == TD_OK && s->leader) {
         rx = calloc((size_t)n * K + 1, sizeof(*rx));
         if (rx == NULL) {
@@ -1809,10 +1919,10 @@ ag_seg(coll_op_t *op, shape_t *s, char *o, const void *in, size_t nbytes)
 
             for (size_t c = 0; h != s->my_h && c < K; c++) {
                 piece(c, per, nbytes, &off, &len);
-                st = rset_post(op, &r, st, 0, coll_hier_leader(m, h, -1),
-                               TAG_X | (uint32_t)((size_t)j * K + c),
-                               o + (size_t)j * nbytes + off, len);
-                rx[nr++] = st == TD_OK ? r.p[r.n - 1] : NULL;
+                rx[nr++] = r.n;
+                st = xq_post(op, &r, st, 0, coll_hier_leader(m, h, -1), seg,
+                             (uint32_t)((size_t)j * K + c),
+                             o + (size_t)j * nbytes + off, len);
             }
         }
     }
@@ -1835,9 +1945,9 @@ ag_seg(coll_op_t *op, shape_t *s, char *o, const void *in, size_t nbytes)
             for (int i = 0; i < s->L; i++) {
                 int j = s->who[i];
 
-                st = rset_post(op, &r, st, 1, coll_hier_leader(m, h, -1),
-                               TAG_X | (uint32_t)((size_t)j * K + c),
-                               o + (size_t)j * nbytes + off, len);
+                st = xq_post(op, &r, st, 1, coll_hier_leader(m, h, -1), seg,
+                             (uint32_t)((size_t)j * K + c),
+                             o + (size_t)j * nbytes + off, len);
             }
         }
     }
@@ -1849,9 +1959,7 @@ ag_seg(coll_op_t *op, shape_t *s, char *o, const void *in, size_t nbytes)
         for (size_t c = 0; c < K && st == TD_OK; c++, q++) {
             piece(c, per, nbytes, &off, &len);
             if (s->leader) {
-                coll_req_t *w = rx[q];
-
-                st = coll_step_wait(op, &w, 1);
+                st = xq_wait(op, &r, rx[q], seg, len);
                 if (st == TD_OK && hs != NULL) {
                     seg_put(op, s->idx, o + (size_t)j * nbytes + off, len);
                 }
@@ -1893,11 +2001,13 @@ rs_seg(coll_op_t *op, shape_t *s, void *out, const void *in, size_t count)
     int *order, prev = -1;          /* the member whose result is in the
                                      * leader's slot this round */
     size_t prev_off = 0, prev_len = 0;
+    xq_t x;
     rset_t r;
     td_status_t st = TD_OK;
 
     per = per > 0 ? per : 1;
     K = pieces(count, per);
+    xq_rs(&x, per, K, count, es, (size_t)n * K, H);
     if ((size_t)n * K > TAG_IDX) {
         return td_error(TD_ERR_INVALID, "coll: reduce_scatter of %zu "
                         "elements a rank in %d ranks: too many chunks", count,
@@ -1925,17 +2035,17 @@ rs_seg(coll_op_t *op, shape_t *s, void *out, const void *in, size_t count)
             return TD_ERR_NO_MEMORY;
         }
         xr = acc + total;
-        st = rset_init(&r, (size_t)n * K * (size_t)H + 1);
+        st = rset_init(&r, (size_t)n * K * (size_t)H * x.np + 1);
         for (int h = 0; h < H && st == TD_OK; h++) {
             for (int i = 0; h != s->my_h && i < L; i++) {
                 int j = s->who[i];
 
                 for (size_t c = 0; c < K; c++) {
                     piece(c, per, count, &off, &len);
-                    st = rset_post(op, &r, st, 0, coll_hier_leader(m, h, -1),
-                                   TAG_X | (uint32_t)((size_t)j * K + c),
-                                   xr + ((size_t)h * (size_t)L + (size_t)i) *
-                                   bytes + off * es, len * es);
+                    st = xq_post(op, &r, st, 0, coll_hier_leader(m, h, -1),
+                                 x.seg, (uint32_t)((size_t)j * K + c),
+                                 xr + ((size_t)h * (size_t)L + (size_t)i) *
+                                 bytes + off * es, len * es);
                 }
             }
         }
@@ -1981,14 +2091,12 @@ rs_seg(coll_op_t *op, shape_t *s, void *out, const void *in, size_t count)
             }
         }
         if (m->host_of[j] != s->my_h) {
-            st = rset_post(op, &r, st, 1,
-                           coll_hier_leader(m, m->host_of[j], -1),
-                           TAG_X | (uint32_t)((size_t)j * K + c), a,
-                           len * es);
+            st = xq_post(op, &r, st, 1, coll_hier_leader(m, m->host_of[j], -1),
+                         x.seg, (uint32_t)((size_t)j * K + c), a, len * es);
             continue;
         }
         /* this host's block: the other hosts' parts (H5, H6) */
-        st = rs_block_finish(op, s, &r, xr, bytes, j, c, K, a, off, len);
+        st = rs_block_finish(op, s, &r, &x, xr, bytes, j, c, a, off, len);
         if (st == TD_OK && j == s->me) {
             if (len > 0) {
                 memcpy((char *)out + off * es, a, len * es);
@@ -2101,6 +2209,12 @@ coll_hier_detach(td_group_t *g)
         td_log_debug("coll: group %u: all_reduce's leader exchange sent %llu "
                      "pieces of %zu B to other hosts (H12)", g->id,
                      (unsigned long long)g->hier_xp_sent, g->hier_xp_bytes);
+    }
+    if (g->hier_xq_sent > 0) {
+        td_log_debug("coll: group %u: all_gather's and reduce_scatter's "
+                     "leader units sent %llu pieces of %zu B to other hosts "
+                     "(H14)", g->id, (unsigned long long)g->hier_xq_sent,
+                     g->hier_xq_bytes);
     }
     coll_hostmap_free(g->hosts);
     g->hosts = NULL;

@@ -166,6 +166,9 @@ struct td_group {
     uint64_t        hier_xp_sent;  /* hier.c H12: all_reduce exchange
                                     * pieces sent to other leaders */
     size_t          hier_xp_bytes; /* hier.c H12: their size, bytes */
+    uint64_t        hier_xq_sent;  /* hier.c H14: all_gather's and
+                                    * reduce_scatter's leader pieces */
+    size_t          hier_xq_bytes; /* hier.c H14: their size, bytes */
     /* guarded by coll_lock (L1), and cur_gen's seqlock (L8) */
     int             in_op;         /* a collective with seq cur_seq runs */
     unsigned        cur_gen;       /* L8: odd while the next is written */

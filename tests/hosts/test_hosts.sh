@@ -15,7 +15,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 179
+plan 193
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -289,6 +289,27 @@ PASS_MIN=4 TODIST_LOG=debug job "2x2 hier all_reduce of 1 MiB" 2,2 \
 for _r in 0 2; do
     set -- $(xp $_r)
     is "${1:-none}" 40 "2x2 hier, 1 MiB: leader $_r sent 4 chunks of 5 pieces a call (H13)"
+done
+# all_gather's and reduce_scatter's leader units in 63 KiB pieces (hier.c
+# H14), through the segments and the transport inside hosts: at 2x2 the
+# chunk boundaries' exact values (up to 4 MiB a rank), the leaders each
+# sent at least 66 pieces of 64512 B (a unit of up to 1 MiB is 17); the
+# members none.
+xq() {
+    printf '%s\n' "$OUT" |
+        sed -n "s/^todist\[rank $1\]: .*group 0: all_gather's and reduce_scatter's leader units sent \([0-9]*\) pieces of \([0-9]*\) B.*/\1 \2/p"
+}
+for _v in "segments:" "transport inside:TODIST_COLL_SHM=0"; do
+    PASS_MIN=4 TODIST_LOG=debug job "2x2 hier all_gather and reduce_scatter (${_v%%:*})" 2,2 \
+        env ${_v#*:} "$B/coll/coll_peer" chunks \
+        "all_reduce:rd,broadcast:linear,all_gather:hier,reduce_scatter:hier"
+    for _r in 0 2; do
+        set -- $(xq $_r)
+        ok "$([ "${1:-0}" -ge 66 ]; echo $?)" \
+           "2x2 hier all_gather/reduce_scatter (${_v%%:*}): leader $_r sent ${1:-no} pieces (>= 66, H14)"
+        is "${2:-none}" 64512 "2x2 hier all_gather/reduce_scatter (${_v%%:*}): leader $_r's pieces fit one UCX TCP segment (H14)"
+    done
+    is "$(xq 1)$(xq 3)" "" "2x2 hier all_gather/reduce_scatter (${_v%%:*}): the members sent no pieces"
 done
 
 # Algorithms chosen differently across hosts fail fast (late.h K4): at
