@@ -14,8 +14,8 @@
  *  1. A kernel never fails: its caller has checked shapes, dtypes and
  *     index ranges (index_check and bag_plan are the checks themselves).
  *  2. copy, fill and index_select take any dtype, batch_u8 and the
- *     index/offset arrays fixed ones, reduce_into and divide the five
- *     dtypes of the collectives; every other kernel takes TD_FLOAT32
+ *     index/offset arrays fixed ones, reduce_into, reduce_to and divide
+ *     the five dtypes of the collectives; every other kernel takes TD_FLOAT32
  *     or TD_FLOAT64 and computes in that dtype, accumulating
  *     sums as the CPU sum_mid does (double when inner == 1), so a fused
  *     kernel gives the same bits as the composed ops it replaces.
@@ -214,6 +214,10 @@ typedef struct {
     /* dst[i] = dst[i] OP src[i], i < COUNT; DST and SRC do not overlap */
     void (*reduce_into)(td_dtype_t dtype, td_accumulate_op_t op, void *dst,
                         const void *src, size_t count);
+    /* dst[i] = a[i] OP src[i]: the bits of copying A to DST, then
+     * reduce_into from SRC, in one pass; DST overlaps neither */
+    void (*reduce_to)(td_dtype_t dtype, td_accumulate_op_t op, void *dst,
+                      const void *a, const void *src, size_t count);
     /* dst[i] = dst[i] / n (integers: truncating) */
     void (*divide)(td_dtype_t dtype, void *dst, size_t count, int n);
 } td_kernels_t;

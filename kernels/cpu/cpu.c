@@ -30,5 +30,6 @@ const td_kernels_t td_cpu_kernels = {
     .bn_backward_reduce = td__cpu_bn_backward_reduce,
     .bn_backward_elemt = td__cpu_bn_backward_elemt,
     .reduce_into = td_cpu_reduce_into,
+    .reduce_to = td_cpu_reduce_to,
     .divide = td_cpu_divide,
 };

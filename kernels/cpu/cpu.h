@@ -91,6 +91,8 @@ void td__cpu_bn_backward_elemt(td_dtype_t dtype, void *gx, const void *g,
 /* cpu_coll.c */
 void td_cpu_reduce_into(td_dtype_t dtype, td_accumulate_op_t op, void *dst,
                         const void *src, size_t count);
+void td_cpu_reduce_to(td_dtype_t dtype, td_accumulate_op_t op, void *dst,
+                      const void *a, const void *src, size_t count);
 void td_cpu_divide(td_dtype_t dtype, void *dst, size_t count, int n);
 
 #endif /* TD_KERNELS_CPU_CPU_H */

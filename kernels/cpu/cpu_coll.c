@@ -1,5 +1,6 @@
 /* kernels/cpu/cpu_coll.c: the collectives' reductions on the CPU (dst op=
- * src, and the division that ends an average) for every dtype and op of
+ * src, dst = a op src, and the division that ends an average) for every
+ * dtype and op of
  * the table's reduce_into, written as plain loops the compiler vectorizes
  * (they run where a received segment lands, while the next one is still
  * in flight). Thread-safe (no state). */
@@ -31,46 +32,81 @@
 #define VECTOR_CLONES
 #endif
 
-#define LOOP(T, EXPR)                                                       \
+/* X is the first operand: DST's element (reduce_into) or A's
+ * (reduce_to); read once into x_, so both give the same bits. */
+#define LOOP_INTO(T, EXPR)                                                  \
     do {                                                                    \
         T *restrict d = dst;                                                \
         const T *restrict s = src;                                          \
         for (size_t i = 0; i < count; i++) {                                \
+            T x_ = d[i];                                                    \
             d[i] = (EXPR);                                                  \
         }                                                                   \
     } while (0)
 
-#define ARITH(T)                                                            \
+#define LOOP_TO(T, EXPR)                                                    \
+    do {                                                                    \
+        T *restrict d = dst;                                                \
+        const T *restrict a_ = a;                                           \
+        const T *restrict s = src;                                          \
+        for (size_t i = 0; i < count; i++) {                                \
+            T x_ = a_[i];                                                   \
+            d[i] = (EXPR);                                                  \
+        }                                                                   \
+    } while (0)
+
+#define ARITH(LOOP, T)                                                      \
     switch (op) {                                                           \
     case TD_ACC_SUM:                                                        \
-        LOOP(T, (T)(d[i] + s[i]));                                          \
+        LOOP(T, (T)(x_ + s[i]));                                            \
         break;                                                              \
     case TD_ACC_PROD:                                                       \
-        LOOP(T, (T)(d[i] * s[i]));                                          \
+        LOOP(T, (T)(x_ * s[i]));                                            \
         break;                                                              \
     case TD_ACC_MIN:                                                        \
-        LOOP(T, s[i] < d[i] ? s[i] : d[i]);                                 \
+        LOOP(T, s[i] < x_ ? s[i] : x_);                                     \
         break;                                                              \
     case TD_ACC_MAX:                                                        \
-        LOOP(T, s[i] > d[i] ? s[i] : d[i]);                                 \
+        LOOP(T, s[i] > x_ ? s[i] : x_);                                     \
         break;                                                              \
     default:                                                                \
         break;                                                              \
     }
 
-#define BITWISE(T)                                                          \
+#define BITWISE(LOOP, T)                                                    \
     switch (op) {                                                           \
     case TD_ACC_BAND:                                                       \
-        LOOP(T, d[i] & s[i]);                                               \
+        LOOP(T, x_ & s[i]);                                                 \
         break;                                                              \
     case TD_ACC_BOR:                                                        \
-        LOOP(T, d[i] | s[i]);                                               \
+        LOOP(T, x_ | s[i]);                                                 \
         break;                                                              \
     case TD_ACC_BXOR:                                                       \
-        LOOP(T, d[i] ^ s[i]);                                               \
+        LOOP(T, x_ ^ s[i]);                                                 \
         break;                                                              \
     default:                                                                \
-        ARITH(T);                                                           \
+        ARITH(LOOP, T);                                                     \
+    }
+
+#define BY_DTYPE(LOOP)                                                      \
+    switch (dtype) {                                                        \
+    case TD_FLOAT32:                                                        \
+        ARITH(LOOP, float);                                                 \
+        break;                                                              \
+    case TD_FLOAT64:                                                        \
+        ARITH(LOOP, double);                                                \
+        break;                                                              \
+    case TD_INT32:                                                          \
+        BITWISE(LOOP, int32_t);                                             \
+        break;                                                              \
+    case TD_INT64:                                                          \
+        BITWISE(LOOP, int64_t);                                             \
+        break;                                                              \
+    case TD_UINT8:                                                          \
+        BITWISE(LOOP, uint8_t);                                             \
+        break;                                                              \
+    default:                                                                \
+        break;                                                              \
     }
 
 /* uint8 sums wrap modulo 256, as in PyTorch. */
@@ -78,25 +114,16 @@ VECTOR_CLONES void
 td_cpu_reduce_into(td_dtype_t dtype, td_accumulate_op_t op, void *dst,
                    const void *src, size_t count)
 {
-    switch (dtype) {
-    case TD_FLOAT32:
-        ARITH(float);
-        break;
-    case TD_FLOAT64:
-        ARITH(double);
-        break;
-    case TD_INT32:
-        BITWISE(int32_t);
-        break;
-    case TD_INT64:
-        BITWISE(int64_t);
-        break;
-    case TD_UINT8:
-        BITWISE(uint8_t);
-        break;
-    default:
-        break;
-    }
+    BY_DTYPE(LOOP_INTO);
+}
+
+/* A reduce_into onto a copy of A, in one pass (a leader's host sum
+ * starts from its own input: runtime/coll/hier.c). */
+VECTOR_CLONES void
+td_cpu_reduce_to(td_dtype_t dtype, td_accumulate_op_t op, void *dst,
+                 const void *a, const void *src, size_t count)
+{
+    BY_DTYPE(LOOP_TO);
 }
 
 #define DIV(T)                                                              \

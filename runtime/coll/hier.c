@@ -1428,9 +1428,10 @@ rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
     st = st == TD_OK ? rs_tp_up_post(op, s, &up[0], order[0], 0, K, tmp,
                                      slot, len * es) : st;
     for (size_t u = 0; u < nu && st == TD_OK; u++) {
-        int j = order[u / K];
+        int j = order[u / K], first;
         size_t c = u % K;
         char *a = acc + (size_t)j * bytes, *t = tmp + (u & 1) * L * slot;
+        const char *mine;
 
         if (u + 1 < nu) {            /* the next unit's, in the other slots */
             piece((u + 1) % K, per, count, &off, &len);
@@ -1446,11 +1447,24 @@ rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
         /* the host's sum of unit (j, c): as one piece does it */
         piece(c, per, count, &off, &len);
         a += off * es;
-        memcpy(a, src + (size_t)j * bytes + off * es, len * es);
+        /* ... the copy of my input and the first member's part in one
+         * pass (the same bits: reduce.h) */
+        mine = src + (size_t)j * bytes + off * es;
+        first = 1;
         for (int i = 0; i < L; i++) {
             if (i != s->idx) {
-                coll_reduce_into(a, t + (size_t)i * slot, len, dt, rop);
+                const void *p = t + (size_t)i * slot;
+
+                if (first) {
+                    coll_reduce_to(a, mine, p, len, dt, rop);
+                } else {
+                    coll_reduce_into(a, p, len, dt, rop);
+                }
+                first = 0;
             }
+        }
+        if (first && len > 0) {
+            memcpy(a, mine, len * es);          /* a host of one */
         }
         if (m->host_of[j] != s->my_h) {
             st = xq_post(op, &r, st, 1, coll_hier_leader(m, m->host_of[j], -1),
@@ -2052,8 +2066,9 @@ rs_seg(coll_op_t *op, shape_t *s, void *out, const void *in, size_t count)
     }
     nu = (size_t)n * K;
     for (size_t u = 0; u <= nu && st == TD_OK; u++) {
-        int j = u < nu ? order[u / K] : -1;
+        int j = u < nu ? order[u / K] : -1, first;
         size_t c = u % K;
+        const char *mine;
         char *a;
 
         piece(c, per, count, &off, &len);
@@ -2082,13 +2097,24 @@ rs_seg(coll_op_t *op, shape_t *s, void *out, const void *in, size_t count)
         }
         /* the leader: the host's sum of unit (j, c) */
         a = acc + (size_t)j * bytes + off * es;
-        if (len > 0) {
-            memcpy(a, src + (size_t)j * bytes + off * es, len * es);
-        }
+        /* ... the copy of my input and the first member's part in one
+         * pass (the same bits: reduce.h) */
+        mine = src + (size_t)j * bytes + off * es;
+        first = 1;
         for (int i = 0; i < L; i++) {
             if (i != s->idx) {
-                coll_reduce_into(a, coll_shm_read(hs, i), len, dt, rop);
+                const void *p = coll_shm_read(hs, i);
+
+                if (first) {
+                    coll_reduce_to(a, mine, p, len, dt, rop);
+                } else {
+                    coll_reduce_into(a, p, len, dt, rop);
+                }
+                first = 0;
             }
+        }
+        if (first && len > 0) {
+            memcpy(a, mine, len * es);          /* a host of one */
         }
         if (m->host_of[j] != s->my_h) {
             st = xq_post(op, &r, st, 1, coll_hier_leader(m, m->host_of[j], -1),

@@ -1,5 +1,5 @@
-/* reduce.c: the collectives' reductions (dst op= src, an average's final
- * division) dispatched to the CPU row of the kernel table
+/* reduce.c: the collectives' reductions (dst op= src, dst = a op src,
+ * an average's final division) dispatched to the CPU row of the kernel table
  * (kernels/cpu/cpu_coll.c holds the vectorized loops): the collectives
  * reduce in host memory. The CPU row is named directly, not looked up
  * with td__kernels_get: this runs once per received segment, 8 B ones
@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 #include "runtime/coll/reduce.h"
@@ -29,6 +30,18 @@ coll_reduce_into(void *dst, const void *src, size_t count, td_dtype_t dtype,
 {
     if ((unsigned)op < TD_REDUCE_NUM_OPS) {
         td_cpu_kernels.reduce_into(dtype, accumulate_op[op], dst, src, count);
+    }
+}
+
+void
+coll_reduce_to(void *dst, const void *a, const void *src, size_t count,
+               td_dtype_t dtype, td_reduce_op_t op)
+{
+    if ((unsigned)op < TD_REDUCE_NUM_OPS) {
+        td_cpu_kernels.reduce_to(dtype, accumulate_op[op], dst, a, src,
+                                 count);
+    } else if (count > 0) {
+        memcpy(dst, a, count * td_dtype_size(dtype));
     }
 }
 

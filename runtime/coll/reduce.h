@@ -11,6 +11,11 @@
 /* DST[i] = DST[i] op SRC[i], i < COUNT (AVG sums). */
 void        coll_reduce_into(void *dst, const void *src, size_t count,
                              td_dtype_t dtype, td_reduce_op_t op);
+/* DST[i] = A[i] op SRC[i]: memcpy(DST, A) then coll_reduce_into(DST,
+ * SRC), bit for bit, in one pass; DST overlaps neither. */
+void        coll_reduce_to(void *dst, const void *a, const void *src,
+                           size_t count, td_dtype_t dtype,
+                           td_reduce_op_t op);
 /* DST[i] /= N (AVG's last step). */
 void        coll_divide(void *dst, size_t count, td_dtype_t dtype, int n);
 /* Is OP defined on DTYPE? (bitwise ones only on integers) */

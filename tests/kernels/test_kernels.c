@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <todist/todist.h>
@@ -569,17 +570,101 @@ test_ops_fused(void)
     }
 }
 
+/* ---- the collectives' reductions --------------------------------------- */
+
+/* reduce_to (dst = a op src, one pass) gives the bits of a copy of A then
+ * reduce_into from SRC, for every dtype and op of the collectives, at
+ * sizes around the vector widths (the clones' tails), A and SRC with
+ * NaNs and ties for MIN/MAX; neither operand is written. */
+static void
+test_reduce_to(void)
+{
+    static const td_dtype_t dts[] = { TD_FLOAT32, TD_FLOAT64, TD_INT32,
+                                      TD_INT64, TD_UINT8 };
+    static const size_t ns[] = { 0, 1, 7, 16, 63, 64, 65, 1023 };
+    int bad = 0, cases = 0;
+
+    for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+        size_t es = td_dtype_size(dts[d]);
+        int ints = dts[d] != TD_FLOAT32 && dts[d] != TD_FLOAT64;
+
+        for (int op = TD_ACC_SUM; op <= TD_ACC_BXOR; op++) {
+            if (!ints && op >= TD_ACC_BAND) {
+                continue;
+            }
+            for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
+                size_t n = ns[k], bytes = n * es + 1;
+                uint8_t *a = malloc(bytes), *b = malloc(bytes);
+                uint8_t *want = malloc(bytes), *got = malloc(bytes);
+                uint8_t *a0 = malloc(bytes), *b0 = malloc(bytes);
+
+                for (size_t i = 0; i < n; i++) {
+                    double x = rnd() * 100, y = i % 5 == 0 ? x : rnd() * 100;
+
+                    if (i % 11 == 3 && !ints) {
+                        x = NAN;
+                    }
+                    switch (dts[d]) {
+                    case TD_FLOAT32:
+                        ((float *)a)[i] = (float)x;
+                        ((float *)b)[i] = (float)y;
+                        break;
+                    case TD_FLOAT64:
+                        ((double *)a)[i] = x;
+                        ((double *)b)[i] = y;
+                        break;
+                    case TD_INT32:
+                        ((int32_t *)a)[i] = (int32_t)x;
+                        ((int32_t *)b)[i] = (int32_t)y;
+                        break;
+                    case TD_INT64:
+                        ((int64_t *)a)[i] = (int64_t)(x * 1e12);
+                        ((int64_t *)b)[i] = (int64_t)(y * 1e12);
+                        break;
+                    default:
+                        a[i] = (uint8_t)(int)(x + 200);
+                        b[i] = (uint8_t)(int)(y + 200);
+                        break;
+                    }
+                }
+                memcpy(a0, a, n * es);
+                memcpy(b0, b, n * es);
+                memcpy(want, a, n * es);
+                K->reduce_into(dts[d], (td_accumulate_op_t)op, want, b, n);
+                memset(got, 0xa5, bytes);
+                K->reduce_to(dts[d], (td_accumulate_op_t)op, got, a, b, n);
+                cases++;
+                if (memcmp(got, want, n * es) != 0 || got[n * es] != 0xa5 ||
+                    memcmp(a, a0, n * es) != 0 || memcmp(b, b0, n * es) != 0) {
+                    bad++;
+                    diag("reduce_to %s op %d n %zu differs",
+                         td_dtype_name(dts[d]), op, n);
+                }
+                free(a);
+                free(b);
+                free(want);
+                free(got);
+                free(a0);
+                free(b0);
+            }
+        }
+    }
+    ok(bad == 0, "reduce_to gives reduce_into's bits on a copy (%d cases, "
+       "%d differ), and writes only DST", cases, bad);
+}
+
 int
 main(void)
 {
-    plan(97);
+    plan(98);
     K = td__kernels_get(TD_CPU);
     ok(K == &td_cpu_kernels && K->softmax && K->softmax_backward &&
        K->max_dim && K->index_check && K->index_select && K->index_add &&
        K->gather && K->scatter_add && K->bag_plan && K->batch_u8 &&
        K->random &&
        K->dropout_mask && K->sgd_step && K->adam_step && K->bn_sums &&
-       K->bn_apply && K->bn_backward_reduce && K->bn_backward_elemt,
+       K->bn_apply && K->bn_backward_reduce && K->bn_backward_elemt &&
+       K->reduce_into && K->reduce_to && K->divide,
        "the CPU row fills every entry of the table");
     test_softmax();
     test_max_dim();
@@ -591,5 +676,6 @@ main(void)
     test_adam();
     test_elementwise_edges();
     test_ops_fused();
+    test_reduce_to();
     return exit_status();
 }
