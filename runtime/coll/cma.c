@@ -87,6 +87,9 @@ coll_post_send_offer(coll_req_t *r, int wdst)
     r->err[0] = '\0';
     r->peer = wdst;
     r->cma_send = 1;
+    if (r->type == REQ_SEND_COLL) {
+        return coll_tx_offer(r, wdst, h, len);     /* wait.h C19 too */
+    }
     atomic_store(&r->pending, 1);
     coll_post(r);
     st = coll_tx_send_hdr(wdst, h, len);

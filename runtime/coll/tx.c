@@ -12,6 +12,20 @@
 #include "runtime/coll/wire.h"
 #include "base/log.h"
 
+/* R's send to its peer failed with STATUS: why, into MSG. */
+static void
+fail_text(const coll_req_t *r, td_status_t status, char *msg, size_t len)
+{
+    coll_peer_fail_text(msg, len, "send to", r->peer, status);
+    if (status != TD_ERR_PEER) {
+        /* the transport's reason, said just before this callback
+         * (transport.c op_finish), e.g. it could not connect */
+        size_t n = strlen(msg);
+
+        snprintf(msg + n, len - n, " (%s)", td_last_error());
+    }
+}
+
 static void
 send_done(void *arg, td_status_t status)
 {
@@ -19,16 +33,30 @@ send_done(void *arg, td_status_t status)
     char msg[COLL_ERR_MAX];
 
     if (status != TD_OK) {
-        coll_peer_fail_text(msg, sizeof(msg), "send to", r->peer, status);
-        if (status != TD_ERR_PEER) {
-            /* the transport's reason, said just before this callback
-             * (transport.c op_finish), e.g. it could not connect */
-            size_t n = strlen(msg);
-
-            snprintf(msg + n, sizeof(msg) - n, " (%s)", td_last_error());
-        }
+        fail_text(r, status, msg, sizeof(msg));
         if (r->type == REQ_SEND_COLL) {
             coll_group_tx_failed(r->g, r->peer, status, msg);  /* C19 */
+        }
+    }
+    coll_req_complete(r, status, status != TD_OK ? msg : NULL);
+}
+
+/* A collective's offer left (the transport's share of R, coll_tx_offer)
+ * or failed: then its reader never saw it and will not answer, so the
+ * call ends with the failure (C19) and R is taken off the posted list
+ * and given the answer's share too, unless an answer, a death or a
+ * withdrawal took it first. */
+static void
+offer_done(void *arg, td_status_t status)
+{
+    coll_req_t *r = arg;
+    char msg[COLL_ERR_MAX];
+
+    if (status != TD_OK) {
+        fail_text(r, status, msg, sizeof(msg));
+        coll_group_tx_failed(r->g, r->peer, status, msg);      /* C19 */
+        if (coll_unpost(r)) {
+            coll_req_complete(r, status, msg);
         }
     }
     coll_req_complete(r, status, status != TD_OK ? msg : NULL);
@@ -85,6 +113,29 @@ coll_tx_send_body(coll_req_t *r, int dst)
 
     return td__transport_send(coll_transport(), dst, COLL_TRANSPORT_ID,
                              r->hdr, r->hdr_len, &iov, 1, send_done, r);
+}
+
+td_status_t
+coll_tx_offer(coll_req_t *r, int dst, const uint8_t *h, size_t len)
+{
+    td_status_t st;
+
+    atomic_store(&r->pending, 2);
+    coll_post(r);
+    st = td__transport_send(coll_transport(), dst, COLL_TRANSPORT_ID, h, len,
+                            NULL, 0, offer_done, r);
+    if (st != TD_OK) {
+        char msg[COLL_ERR_MAX];
+
+        snprintf(msg, sizeof(msg), "%s", td_last_error());
+        coll_group_tx_failed(r->g, dst, st, msg);              /* C19 */
+        if (coll_unpost(r)) {
+            coll_req_complete(r, st, msg);
+        }
+        coll_req_complete(r, st, msg);
+        td_error(st, "%s", msg);
+    }
+    return st;
 }
 
 td_status_t

@@ -24,6 +24,13 @@ td_status_t coll_post_send(coll_req_t *r, int dst, const uint8_t *hdr,
 /* Send R's header (r->hdr) and body to DST again, completing R by the
  * transport's completion (R's pending and posting are the caller's). */
 td_status_t coll_tx_send_body(coll_req_t *r, int dst);
+/* A collective's offer in place (cma.h C9): R posted for its reader's
+ * answer, and H (R's header and the offer) sent to DST. R completes by
+ * both, the transport's completion and the answer (pending 2, C3); a
+ * send that fails, then or later, ends R and its call (wait.h C19). On
+ * an error returned here R is done. */
+td_status_t coll_tx_offer(coll_req_t *r, int dst, const uint8_t *h,
+                          size_t len);
 /* A header with no body, nothing to complete. */
 td_status_t coll_tx_send_hdr(int dst, const uint8_t *h, size_t len);
 /* The ack of p2p message SEQ of group GID (DIGEST) to DST: STATUS and our

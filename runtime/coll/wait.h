@@ -16,7 +16,10 @@
  *    peer's death, which the transport may report in that time (a dead
  *    member breaks the group itself), is the error every member sees
  *    (C6). The call then breaks its group with the request's error and
- *    tells every member, as a timeout does.
+ *    tells every member, as a timeout does. An offer in place counts:
+ *    its header has a completion of its own (tx.h coll_tx_offer), and a
+ *    header that fails after it left ends the offer, whose reader never
+ *    saw it, and the call.
  *
  * Thread safety: any thread but the transport's progress thread, with no
  * lock held. */

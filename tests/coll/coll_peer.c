@@ -2366,6 +2366,54 @@ mode_send_broken(void)
     return 0;
 }
 
+/* ---- an offer in place whose header fails on its way (wait.h C19) --------
+ * 3 ranks, TODIST_FAULT=break:coll:1:2 (every collective message to rank
+ * 2 fails with a plain transport error once its endpoint is made, rank 2
+ * alive) and TODIST_COLL_SHM=0. Group {2, 1} (group rank 0 is rank 2, so
+ * the host map's hidden broadcast, run.c A1, goes 2 -> 1 and arrives),
+ * then a 4 MiB all_reduce: a ring whose steps are offers in place (same
+ * host). Rank 1's offers to rank 2 fail after they left the send call,
+ * no answer will come, and rank 1 must end its call with that failure
+ * once the grace passed, not wait out its 20 s timeout. Rank 2 (its
+ * answers and the abort to it broken too) only has to fail. */
+static int
+mode_offer_broken(void)
+{
+    int ranks[2] = { 2, 1 };
+    td_group_t *g = NULL;
+    td_tensor_t *t = make(1048576, TD_FLOAT32);
+    td_status_t st;
+    double t0;
+
+    td_coll_set_timeout(20);
+    if (size != 3 || td_group_new(ranks, 2, &g) != TD_OK) {
+        check(0, "offer_broken_group", "%d ranks (3 wanted): %s", size,
+              td_last_error());
+        return 1;
+    }
+    if (rank != 0) {
+        t0 = now_s();
+        st = td_all_reduce(g, t, TD_REDUCE_SUM);
+        printf("# rank %d: %s after %.3f s: %s\n", rank, td_status_name(st),
+               now_s() - t0, st != TD_OK ? td_last_error() : "");
+        if (rank == 1) {
+            check(st == TD_ERR_TRANSPORT &&
+                  strstr(td_last_error(), "send to rank 2 ") != NULL,
+                  "offer_broken_reported", "%s: %s", td_status_name(st),
+                  td_last_error());
+            check(now_s() - t0 <= 10, "offer_broken_by_detection",
+                  "failed %.2f s after the call began (timeout 20 s)",
+                  now_s() - t0);
+        } else {
+            check(st != TD_OK, "offer_broken_reported", "%s",
+                  td_status_name(st));
+        }
+    }
+    td_tensor_release(t);
+    store_meet("test/offer_broken/done");
+    return 0;
+}
+
 /* ---- a member lost, its rank's pid key then overwritten (issue 32) -------
  * As when an admitted joiner dies and a replacement for its rank publishes
  * its own pid (liveness.h V5): every survivor looks the last rank's
@@ -2945,8 +2993,10 @@ main(int argc, char **argv)
               get(t, 15));
         td_tensor_release(t);
     } else if (strcmp(mode, "unreachable") == 0 ||
-               strcmp(mode, "send_broken") == 0) {
-        rc = mode[0] == 'u' ? mode_unreachable() : mode_send_broken();
+               strcmp(mode, "send_broken") == 0 ||
+               strcmp(mode, "offer_broken") == 0) {
+        rc = mode[0] == 'u' ? mode_unreachable()
+             : mode[0] == 'o' ? mode_offer_broken() : mode_send_broken();
         /* no join: the ranks cannot (or may not) reach each other */
         fflush(stdout);
         _exit(n_fail ? 1 : 0);
