@@ -1299,6 +1299,37 @@ rs_tp_up_post(coll_op_t *op, const shape_t *s, rset_t *up, int j, size_t c,
     return st;
 }
 
+/* The host's sum of a unit of LEN elements into A, as one piece makes it
+ * (H5): the leader's own input MINE, then its members' parts in host
+ * order, member i's in the host segment's slot i (HS) or at PARTS + i x
+ * STRIDE; the copy of MINE goes in the first part's pass (reduce.h
+ * coll_reduce_to: the same bits, a pass less). */
+static void
+host_sum(const coll_op_t *op, const shape_t *s, char *a, const char *mine,
+         coll_shm_t *hs, const char *parts, size_t stride, size_t len)
+{
+    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
+    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
+    int first = 1;
+
+    for (int i = 0; i < s->L; i++) {
+        if (i != s->idx) {
+            const void *p = hs != NULL ? (const void *)coll_shm_read(hs, i)
+                                       : parts + (size_t)i * stride;
+
+            if (first) {
+                coll_reduce_to(a, mine, p, len, dt, rop);
+            } else {
+                coll_reduce_into(a, p, len, dt, rop);
+            }
+            first = 0;
+        }
+    }
+    if (first && len > 0) {
+        memcpy(a, mine, len * op->esize);      /* a host of one */
+    }
+}
+
 /* The leader's last step on unit (J, C) of a block of its own host, whose
  * host sum is at A (LEN elements from element OFF of the block): add the
  * other hosts' parts of it in host order (H5), each once its receive on
@@ -1358,8 +1389,6 @@ rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
     size_t es = op->esize, bytes = count * es, total = (size_t)n * bytes;
     size_t K, per = chunking(count, es, &K), off, len, nu = (size_t)n * K;
     size_t slot = (per * es + 63) & ~(size_t)63;
-    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
-    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
     const char *src = in;
     char *acc, *xr, *tmp;
     int *order;
@@ -1428,10 +1457,9 @@ rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
     st = st == TD_OK ? rs_tp_up_post(op, s, &up[0], order[0], 0, K, tmp,
                                      slot, len * es) : st;
     for (size_t u = 0; u < nu && st == TD_OK; u++) {
-        int j = order[u / K], first;
+        int j = order[u / K];
         size_t c = u % K;
         char *a = acc + (size_t)j * bytes, *t = tmp + (u & 1) * L * slot;
-        const char *mine;
 
         if (u + 1 < nu) {            /* the next unit's, in the other slots */
             piece((u + 1) % K, per, count, &off, &len);
@@ -1447,25 +1475,8 @@ rs_tp_chunks(coll_op_t *op, shape_t *sp, void *out, const void *in,
         /* the host's sum of unit (j, c): as one piece does it */
         piece(c, per, count, &off, &len);
         a += off * es;
-        /* ... the copy of my input and the first member's part in one
-         * pass (the same bits: reduce.h) */
-        mine = src + (size_t)j * bytes + off * es;
-        first = 1;
-        for (int i = 0; i < L; i++) {
-            if (i != s->idx) {
-                const void *p = t + (size_t)i * slot;
-
-                if (first) {
-                    coll_reduce_to(a, mine, p, len, dt, rop);
-                } else {
-                    coll_reduce_into(a, p, len, dt, rop);
-                }
-                first = 0;
-            }
-        }
-        if (first && len > 0) {
-            memcpy(a, mine, len * es);          /* a host of one */
-        }
+        host_sum(op, s, a, src + (size_t)j * bytes + off * es, NULL, t, slot,
+                 len);
         if (m->host_of[j] != s->my_h) {
             st = xq_post(op, &r, st, 1, coll_hier_leader(m, m->host_of[j], -1),
                          x.seg, (uint32_t)((size_t)j * K + c), a, len * es);
@@ -2008,8 +2019,6 @@ rs_seg(coll_op_t *op, shape_t *s, void *out, const void *in, size_t count)
     int n = op->g->n, L = s->L, H = s->H;
     size_t es = op->esize, bytes = count * es, total = (size_t)n * bytes;
     size_t per = seg_chunk(m) / es, K, off, len, nu;
-    td_dtype_t dt = (td_dtype_t)op->desc.dtype;
-    td_reduce_op_t rop = (td_reduce_op_t)op->desc.op;
     const char *src = in;
     char *acc = NULL, *xr = NULL;
     int *order, prev = -1;          /* the member whose result is in the
@@ -2066,9 +2075,8 @@ rs_seg(coll_op_t *op, shape_t *s, void *out, const void *in, size_t count)
     }
     nu = (size_t)n * K;
     for (size_t u = 0; u <= nu && st == TD_OK; u++) {
-        int j = u < nu ? order[u / K] : -1, first;
+        int j = u < nu ? order[u / K] : -1;
         size_t c = u % K;
-        const char *mine;
         char *a;
 
         piece(c, per, count, &off, &len);
@@ -2097,25 +2105,8 @@ rs_seg(coll_op_t *op, shape_t *s, void *out, const void *in, size_t count)
         }
         /* the leader: the host's sum of unit (j, c) */
         a = acc + (size_t)j * bytes + off * es;
-        /* ... the copy of my input and the first member's part in one
-         * pass (the same bits: reduce.h) */
-        mine = src + (size_t)j * bytes + off * es;
-        first = 1;
-        for (int i = 0; i < L; i++) {
-            if (i != s->idx) {
-                const void *p = coll_shm_read(hs, i);
-
-                if (first) {
-                    coll_reduce_to(a, mine, p, len, dt, rop);
-                } else {
-                    coll_reduce_into(a, p, len, dt, rop);
-                }
-                first = 0;
-            }
-        }
-        if (first && len > 0) {
-            memcpy(a, mine, len * es);          /* a host of one */
-        }
+        host_sum(op, s, a, src + (size_t)j * bytes + off * es, hs, NULL, 0,
+                 len);
         if (m->host_of[j] != s->my_h) {
             st = xq_post(op, &r, st, 1, coll_hier_leader(m, m->host_of[j], -1),
                          x.seg, (uint32_t)((size_t)j * K + c), a, len * es);

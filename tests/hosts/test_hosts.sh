@@ -270,16 +270,21 @@ xp() {
     printf '%s\n' "$OUT" |
         sed -n "s/^todist\[rank $1\]: .*group 0: all_reduce's leader exchange sent \([0-9]*\) pieces of \([0-9]*\) B.*/\1 \2/p"
 }
+# leaders_cut WHAT FN MIN INV: leaders 0 and 2 sent at least MIN pieces of
+# 64512 B (FN: xp or xq), the members 1 and 3 none.
+leaders_cut() {
+    for _r in 0 2; do
+        set -- "$1" "$2" "$3" "$4" $($2 $_r)
+        ok "$([ "${5:-0}" -ge "$3" ]; echo $?)" \
+           "$1: leader $_r sent ${5:-no} pieces (>= $3, $4)"
+        is "${6:-none}" 64512 "$1: leader $_r's pieces fit one UCX TCP segment ($4)"
+    done
+    is "$($2 1)$($2 3)" "" "$1: the members sent no pieces"
+}
 for _v in "segments:" "transport inside:TODIST_COLL_SHM=0"; do
     PASS_MIN=4 TODIST_LOG=debug job "2x2 hier all_reduce of 4 MiB (${_v%%:*})" 2,2 \
         env ${_v#*:} TODIST_COLL_ALGO=all_reduce:hier "$B/coll/coll_peer" allreduce_big 2
-    for _r in 0 2; do
-        set -- $(xp $_r)
-        ok "$([ "${1:-0}" -ge 132 ]; echo $?)" \
-           "2x2 hier (${_v%%:*}): leader $_r sent its exchange in ${1:-no} pieces (>= 132, H12)"
-        is "${2:-none}" 64512 "2x2 hier (${_v%%:*}): leader $_r's pieces fit one UCX TCP segment (H12)"
-    done
-    is "$(xp 1)$(xp 3)" "" "2x2 hier (${_v%%:*}): the members sent no exchange pieces"
+    leaders_cut "2x2 hier all_reduce (${_v%%:*})" xp 132 H12
 done
 # A vector of fewer than 4 slots goes in 4 chunks (hier.c H13): 262,144
 # floats (1 MiB) in 4 chunks of 256 KiB, 5 pieces each, 20 pieces a call
@@ -303,13 +308,7 @@ for _v in "segments:" "transport inside:TODIST_COLL_SHM=0"; do
     PASS_MIN=4 TODIST_LOG=debug job "2x2 hier all_gather and reduce_scatter (${_v%%:*})" 2,2 \
         env ${_v#*:} "$B/coll/coll_peer" chunks \
         "all_reduce:rd,broadcast:linear,all_gather:hier,reduce_scatter:hier"
-    for _r in 0 2; do
-        set -- $(xq $_r)
-        ok "$([ "${1:-0}" -ge 66 ]; echo $?)" \
-           "2x2 hier all_gather/reduce_scatter (${_v%%:*}): leader $_r sent ${1:-no} pieces (>= 66, H14)"
-        is "${2:-none}" 64512 "2x2 hier all_gather/reduce_scatter (${_v%%:*}): leader $_r's pieces fit one UCX TCP segment (H14)"
-    done
-    is "$(xq 1)$(xq 3)" "" "2x2 hier all_gather/reduce_scatter (${_v%%:*}): the members sent no pieces"
+    leaders_cut "2x2 hier all_gather/reduce_scatter (${_v%%:*})" xq 66 H14
 done
 
 # Algorithms chosen differently across hosts fail fast (late.h K4): at
