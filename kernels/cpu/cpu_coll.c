@@ -33,7 +33,10 @@
 #endif
 
 /* X is the first operand: DST's element (reduce_into) or A's
- * (reduce_to); read once into x_, so both give the same bits. */
+ * (reduce_to); read once into x_, so both give the same bits. Integer
+ * sums and products are made in U, T's unsigned counterpart, so that
+ * they wrap as documented: in T an overflow is undefined (UBSan caught
+ * int64 products that overflowed). */
 #define LOOP_INTO(T, EXPR)                                                  \
     do {                                                                    \
         T *restrict d = dst;                                                \
@@ -55,13 +58,13 @@
         }                                                                   \
     } while (0)
 
-#define ARITH(LOOP, T)                                                      \
+#define ARITH(LOOP, T, U)                                                   \
     switch (op) {                                                           \
     case TD_ACC_SUM:                                                        \
-        LOOP(T, (T)(x_ + s[i]));                                            \
+        LOOP(T, (T)((U)x_ + (U)s[i]));                                      \
         break;                                                              \
     case TD_ACC_PROD:                                                       \
-        LOOP(T, (T)(x_ * s[i]));                                            \
+        LOOP(T, (T)((U)x_ * (U)s[i]));                                      \
         break;                                                              \
     case TD_ACC_MIN:                                                        \
         LOOP(T, s[i] < x_ ? s[i] : x_);                                     \
@@ -73,7 +76,7 @@
         break;                                                              \
     }
 
-#define BITWISE(LOOP, T)                                                    \
+#define BITWISE(LOOP, T, U)                                                 \
     switch (op) {                                                           \
     case TD_ACC_BAND:                                                       \
         LOOP(T, x_ & s[i]);                                                 \
@@ -85,25 +88,25 @@
         LOOP(T, x_ ^ s[i]);                                                 \
         break;                                                              \
     default:                                                                \
-        ARITH(LOOP, T);                                                     \
+        ARITH(LOOP, T, U);                                                  \
     }
 
 #define BY_DTYPE(LOOP)                                                      \
     switch (dtype) {                                                        \
     case TD_FLOAT32:                                                        \
-        ARITH(LOOP, float);                                                 \
+        ARITH(LOOP, float, float);                                          \
         break;                                                              \
     case TD_FLOAT64:                                                        \
-        ARITH(LOOP, double);                                                \
+        ARITH(LOOP, double, double);                                        \
         break;                                                              \
     case TD_INT32:                                                          \
-        BITWISE(LOOP, int32_t);                                             \
+        BITWISE(LOOP, int32_t, uint32_t);                                   \
         break;                                                              \
     case TD_INT64:                                                          \
-        BITWISE(LOOP, int64_t);                                             \
+        BITWISE(LOOP, int64_t, uint64_t);                                   \
         break;                                                              \
     case TD_UINT8:                                                          \
-        BITWISE(LOOP, uint8_t);                                             \
+        BITWISE(LOOP, uint8_t, uint8_t);                                    \
         break;                                                              \
     default:                                                                \
         break;                                                              \
