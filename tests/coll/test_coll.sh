@@ -420,7 +420,7 @@ is "$rc" 0 "send_broken: every rank exits 0"
 # The same for an offer in place whose header fails after it left the
 # send call (TODIST_FAULT break of every collective message to rank 2):
 # rank 1's ring step to rank 2 is such an offer, and its call must end
-# with the failure after the grace, not wait out its 20 s timeout (wait.h
+# with the failure after the grace, not at rank 2's 20 s timeout (wait.h
 # C19; it did, when the offer's header went without a completion).
 out=$(TODIST_COLL_SHM=0 TODIST_FAULT=break:coll:1:2 run 60 todist-run -n 3 \
       "$PEER" offer_broken 2>&1); rc=$?
