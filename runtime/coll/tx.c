@@ -12,20 +12,6 @@
 #include "runtime/coll/wire.h"
 #include "base/log.h"
 
-/* R's send to its peer failed with STATUS: why, into MSG. */
-static void
-fail_text(const coll_req_t *r, td_status_t status, char *msg, size_t len)
-{
-    coll_peer_fail_text(msg, len, "send to", r->peer, status);
-    if (status != TD_ERR_PEER) {
-        /* the transport's reason, said just before this callback
-         * (transport.c op_finish), e.g. it could not connect */
-        size_t n = strlen(msg);
-
-        snprintf(msg + n, len - n, " (%s)", td_last_error());
-    }
-}
-
 static void
 send_done(void *arg, td_status_t status)
 {
@@ -33,7 +19,14 @@ send_done(void *arg, td_status_t status)
     char msg[COLL_ERR_MAX];
 
     if (status != TD_OK) {
-        fail_text(r, status, msg, sizeof(msg));
+        coll_peer_fail_text(msg, sizeof(msg), "send to", r->peer, status);
+        if (status != TD_ERR_PEER) {
+            /* the transport's reason, said just before this callback
+             * (transport.c op_finish), e.g. it could not connect */
+            size_t n = strlen(msg);
+
+            snprintf(msg + n, sizeof(msg) - n, " (%s)", td_last_error());
+        }
         if (r->type == REQ_SEND_COLL) {
             coll_group_tx_failed(r->g, r->peer, status, msg);  /* C19 */
         }
@@ -42,24 +35,17 @@ send_done(void *arg, td_status_t status)
 }
 
 /* A collective's offer left (the transport's share of R, coll_tx_offer)
- * or failed: then its reader never saw it and will not answer, so the
- * call ends with the failure (C19) and R is taken off the posted list
- * and given the answer's share too, unless an answer, a death or a
- * withdrawal took it first. */
+ * or failed: then its reader never saw it and will not answer, so R is
+ * taken off the posted list and given the answer's share too (unless an
+ * answer, a death or a withdrawal took it first), and its failure ends
+ * the call as any failed send's does (C19). */
 static void
 offer_done(void *arg, td_status_t status)
 {
-    coll_req_t *r = arg;
-    char msg[COLL_ERR_MAX];
-
-    if (status != TD_OK) {
-        fail_text(r, status, msg, sizeof(msg));
-        coll_group_tx_failed(r->g, r->peer, status, msg);      /* C19 */
-        if (coll_unpost(r)) {
-            coll_req_complete(r, status, msg);
-        }
+    if (status != TD_OK && coll_unpost(arg)) {
+        coll_req_complete(arg, TD_OK, NULL);
     }
-    coll_req_complete(r, status, status != TD_OK ? msg : NULL);
+    send_done(arg, status);
 }
 
 td_status_t
