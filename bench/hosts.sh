@@ -25,6 +25,13 @@
 # no more ranks than cores (rank r on core r; todist, Open MPI and
 # ucx_perftest alike): no such collisions, but each rank then sees one
 # core, so todist's auto mode blocks instead of polling.
+# ROUNDS=N (default 1) runs the whole invocation N times, Open MPI before
+# todist in every second round (the machine's state drifts within an
+# invocation), and closes with each cell's medians over the rounds and
+# the range of its per-round ratios: across emulated hosts on one
+# machine a single round's ratio of small cells spreads 0.75-1.2, so a
+# verdict needs the median of rounds. MPI_FIRST=1: Open MPI before
+# todist in a single round.
 # BUILDS="NAME=DIR ..." runs todist's figures once per build, in that
 # order, each with its own program and library (DIR/bench/.libs/collectives
 # with DIR/.libs/libtodist.so*, or DIR/bench/collectives), tagged
@@ -35,6 +42,43 @@
 B=${1:-build}
 B=$(cd "$B" && pwd)
 S=$(cd "$(dirname "$0")" && pwd)
+if [ "${ROUNDS:-1}" -gt 1 ] 2>/dev/null; then
+    # ROUNDS: the invocation again per round, its ratio lines kept, then
+    # each cell's medians over the rounds
+    _all=$(mktemp) && _one=$(mktemp) || exit 1
+    trap 'rm -f "$_all" "$_one"' EXIT
+    _r=1
+    while [ "$_r" -le "$ROUNDS" ]; do
+        echo "# round $_r of $ROUNDS$([ $((_r % 2)) = 0 ] && echo ', Open MPI first')"
+        ROUNDS=1 MPI_FIRST=$(( (_r + 1) % 2 )) sh "$S/hosts.sh" "$B" > "$_one"
+        cat "$_one"
+        grep '^allreduce' "$_one" | sed "s/^allreduce/allreduce round=$_r/" >> "$_all"
+        _r=$((_r + 1))
+    done
+    echo "# medians over $ROUNDS rounds (ratios: median [least-most] of the rounds' ratios)"
+    awk '
+    function field(line, key,   n, a, i) { n = split(line, a, " ");
+        for (i = 1; i <= n; i++) if (index(a[i], key "=") == 1) return substr(a[i], length(key) + 2);
+        return "" }
+    function med(list,   n, a, i, j, t) { n = split(list, a, " ");
+        for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    function lo(list,   n, a, i, m) { n = split(list, a, " "); m = a[1] + 0; for (i = 2; i <= n; i++) if (a[i] + 0 < m) m = a[i] + 0; return m }
+    function hi(list,   n, a, i, m) { n = split(list, a, " "); m = a[1] + 0; for (i = 2; i <= n; i++) if (a[i] + 0 > m) m = a[i] + 0; return m }
+    { k = field($0, "build") "|" field($0, "shape") "|" field($0, "hosts") "|" field($0, "size");
+      if (!(k in seen)) { seen[k] = 1; keys[++nk] = k }
+      n = split("todist_us tcp_us ucx_us flat_us busy_us bestmpi/todist bestmpi/todist(mean) auto/flat default/busy of_ucx", f, " ");
+      for (i = 1; i <= n; i++) { x = field($0, f[i]); sub(/%$/, "", x); if (x != "") l[k, f[i]] = l[k, f[i]] " " x } }
+    END { for (j = 1; j <= nk; j++) { k = keys[j]; split(k, p, "|");
+        line = sprintf("median%s shape=%s hosts=%s size=%s", p[1] != "" ? " build=" p[1] : "", p[2], p[3], p[4]);
+        for (i = 1; i <= n; i++) if ((k, f[i]) in l) {
+            x = l[k, f[i]];
+            if (f[i] ~ /_us$/) line = line sprintf(med(x) >= 100 ? " %s=%.0f" : " %s=%.3g", f[i], med(x));
+            else if (f[i] == "of_ucx") line = line sprintf(" %s=%.0f%%[%.0f-%.0f%%]", f[i], med(x), lo(x), hi(x));
+            else line = line sprintf(" %s=%.2f[%.2f-%.2f]", f[i], med(x), lo(x), hi(x)) }
+        print line } }' "$_all"
+    exit 0
+fi
 PATH="$B/tools:$PATH"
 LAYOUTS=${LAYOUTS:-"1,1 2,2"}
 SHAPES=${SHAPES:-"none 10gbit"}
@@ -139,13 +183,19 @@ todist_runs() {
 # agent and reach it); every rank runs inside its host.
 mpi() {
     _l=$1; shift
-    _hl=""; _i=1; _np=0
+    _i=1; _np=0
+    : > "$tmp/hostfile"
     for _c in $(echo "$_l" | tr , ' '); do
-        _hl="$_hl${_hl:+,}$(hosts_addr $_i):$_c"; _i=$((_i + 1)); _np=$((_np + _c))
+        echo "$(hosts_addr $_i) slots=$_c max_slots=$_c" >> "$tmp/hostfile"
+        _i=$((_i + 1)); _np=$((_np + _c))
     done
+    # a hostfile, not --host ADDR:N, which Open MPI 4.1.6 refused ("not
+    # enough slots") where 4.1.4 took it; max_slots: never more ranks on
+    # a host than its layout says (no --oversubscribe: ranks that all
+    # ran on host 1 once gave figures faster than the link)
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     timeout -k 5 600 nsenter --net="/run/netns/$(_hosts_ns 1)" \
-        mpirun -n $_np --host "$_hl" --bind-to none \
+        mpirun -n $_np --hostfile "$tmp/hostfile" --bind-to none \
         --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
         --mca oob_tcp_if_include eth0 \
         "$@" $pin "$tmp/mpi_allreduce" $SIZES 2>"$tmp/mpi.err"
@@ -163,6 +213,17 @@ mpi_figures() {
     fi
 }
 
+# mpi_runs LAYOUT TAG: Open MPI's two transports, where it is here.
+mpi_runs() {
+    [ $have_mpi = 1 ] || return 0
+    echo "# Open MPI, btl tcp ($2)"
+    mpi_figures mpitcp "$1" "$2" --mca pml ob1 \
+        --mca btl tcp,self,vader --mca btl_tcp_if_include eth0
+    echo "# Open MPI, pml ucx ($2)"
+    mpi_figures mpiucx "$1" "$2" --mca pml ucx --mca pml_ucx_tls any \
+        --mca pml_ucx_devices any --mca btl ^tcp,openib,uct
+}
+
 for shape in $SHAPES; do
     if [ "$shape" = none ]; then
         hosts_rate 1 ""; hosts_rate 2 ""
@@ -177,6 +238,7 @@ for shape in $SHAPES; do
             pin="$tmp/pin"
             echo "# $tag: each rank on its own core (rank r on core r)"
         fi
+        [ "${MPI_FIRST:-0}" = 1 ] && mpi_runs "$l" "$tag"
         if [ -n "${BUILDS:-}" ]; then
             for spec in $BUILDS; do
                 todist_runs "@${spec%%=*}" "$(cd "${spec#*=}" && pwd)" "$l" "$tag"
@@ -184,14 +246,7 @@ for shape in $SHAPES; do
         else
             todist_runs "" "$B" "$l" "$tag"
         fi
-        if [ $have_mpi = 1 ]; then
-            echo "# Open MPI, btl tcp ($tag)"
-            mpi_figures mpitcp "$l" "$tag" --mca pml ob1 \
-                --mca btl tcp,self,vader --mca btl_tcp_if_include eth0
-            echo "# Open MPI, pml ucx ($tag)"
-            mpi_figures mpiucx "$l" "$tag" --mca pml ucx --mca pml_ucx_tls any \
-                --mca pml_ucx_devices any --mca btl ^tcp,openib,uct
-        fi
+        [ "${MPI_FIRST:-0}" = 1 ] || mpi_runs "$l" "$tag"
     done
     if command -v ucx_perftest >/dev/null; then
         echo "# raw UCX over the link (ucx_perftest, host 1 -> host 2, shape=$shape)"
