@@ -87,6 +87,11 @@ group_free(td_group_t *g)
                      "(ring.c R1), in segments of %zu B (R2)", g->id,
                      (unsigned long long)g->ring_paced, g->ring_seg_far);
     }
+    if (g->ring_rx_reduced > 0) {
+        td_log_debug("coll: group %u: %llu ring segments reduced as they "
+                     "arrived (ring.c R4)", g->id,
+                     (unsigned long long)g->ring_rx_reduced);
+    }
     if (g->tree_pieces > 0) {
         td_log_debug("coll: group %u: broadcast sent %llu pieces of %zu B "
                      "to other hosts (tree.c T1)", g->id,

@@ -160,6 +160,8 @@ struct td_group {
                                     * back until an arrival */
     size_t          ring_seg_far;  /* ring.c R2: the last such
                                     * ring's segment, bytes */
+    uint64_t        ring_rx_reduced;   /* ring.c R4: segments reduced
+                                        * by the receive handler */
     uint64_t        tree_pieces;   /* tree.c T1: broadcast pieces sent
                                     * to another host */
     size_t          tree_piece_bytes;  /* T1: the last one's size */
@@ -251,6 +253,14 @@ typedef struct coll_req {
                                     * here instead of BUF (a hot buffer
                                     * the reduction reads at once) ... */
     int                cma_landed; /* ... and this says it was */
+    void              *red_dst;    /* coll recv: a body that comes with
+                                    * its message is reduced into here
+                                    * (red_dst op= body; with red_with:
+                                    * red_dst = body op red_with) instead
+                                    * of copied to BUF (ring.c R4) ... */
+    const void        *red_with;
+    int                red_done;   /* ... and this says it was (written
+                                    * before the request completes) */
     int                exact_seq;  /* p2p recv re-posted for the resent
                                     * body of offer SEQ from PEER only */
     atomic_int         tp_counted; /* p2p send through the transport,

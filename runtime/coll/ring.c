@@ -35,6 +35,17 @@
  *     one after each arrival, while the link is busy, not before the
  *     first send: across 2 hosts a 64 MiB all_gather spent 5 ms copying
  *     its 32 MiB before the link carried a byte.
+ *  R4 A segment a step reduces is reduced by the receive handler where
+ *     its body comes with its message (eager: across hosts, R2's 63 KiB
+ *     segments), from the transport's buffer, instead of copied into
+ *     the landing block (or RBUF) and reduced from there by the step:
+ *     one copy less of every byte reduced (rx.c, coll_irecv_reduce).
+ *     It is the same reduction in the same operand order (RBUF op= body;
+ *     with WITH, RBUF = body op WITH: coll_reduce_to, bit for bit a copy
+ *     then coll_reduce_into), so the bits are the same; the step's wait
+ *     sees red_done and goes on. The handler writes only that segment of
+ *     RBUF, which the step neither reads nor sends until the segment's
+ *     receive completed. WITH overlapping RBUF keeps the step's way.
  *
  * Run by the thread running the group's operation (work.c). */
 #include "config.h"
@@ -175,6 +186,13 @@ ring_post(coll_ring_t *r, size_t *posted, size_t ns, size_t upto,
     return TD_OK;
 }
 
+/* R4: whether LEN bytes at A and at B do not overlap. */
+static int
+apart(const char *a, const char *b, size_t len)
+{
+    return a + len <= b || b + len <= a;
+}
+
 td_status_t
 coll_ring_step(coll_ring_t *r, uint32_t tag0, const char *sbuf, size_t sl,
                char *rbuf, size_t rl, int reduce, const char *with)
@@ -192,8 +210,16 @@ coll_ring_step(coll_ring_t *r, uint32_t tag0, const char *sbuf, size_t sl,
         size_t off = i * rseg, len = rl - off < rseg ? rl - off : rseg;
         char *dst = land ? r->land + off * es : rbuf + off * es;
 
-        st = coll_irecv(op, &r->rr[i], r->left, tag0 | (uint32_t)i, dst,
-                        len * es);
+        /* R4: reduced by the receive handler where it can be */
+        if (land || (reduce && apart(rbuf, with, rl * es))) {
+            st = coll_irecv_reduce(op, &r->rr[i], r->left,
+                                   tag0 | (uint32_t)i, dst, len * es,
+                                   rbuf + off * es,
+                                   land ? NULL : with + off * es);
+        } else {
+            st = coll_irecv(op, &r->rr[i], r->left, tag0 | (uint32_t)i, dst,
+                            len * es);
+        }
         if (st != TD_OK) {
             nr = i;                 /* not posted: not waited for */
             break;
@@ -220,7 +246,9 @@ coll_ring_step(coll_ring_t *r, uint32_t tag0, const char *sbuf, size_t sl,
         if (st != TD_OK) {
             continue;
         }
-        if (land) {
+        if (reduce && one->red_done) {
+            op->g->ring_rx_reduced++;           /* R4: done on arrival */
+        } else if (land) {
             coll_reduce_into(rbuf + off * es,
                              one->cma_landed ? one->cma_dst
                                              : r->land + off * es,

@@ -21,6 +21,7 @@
 #include "runtime/coll/match.h"
 #include "runtime/coll/mbox.h"
 #include "runtime/coll/recv.h"
+#include "runtime/coll/reduce.h"
 #include "runtime/coll/tx.h"
 #include "runtime/coll/wire.h"
 #include "base/log.h"
@@ -250,8 +251,21 @@ matched_locked(td_transport_rx_t *rx, const coll_wire_t *m, coll_req_t *r)
     }
     r->seq = m->seq;                    /* the ack names the sender's seq */
     if (rx->eager != NULL) {
-        /* C13: the body came with the message: straight into R */
-        if (m->nbytes > 0) {
+        /* C13: the body came with the message: straight into R, or
+         * reduced into where R's waiter would reduce it (ring.c R4) */
+        if (r->red_dst != NULL && m->nbytes > 0) {
+            td_dtype_t dt = (td_dtype_t)r->desc->dtype;
+            td_reduce_op_t op = (td_reduce_op_t)r->desc->op;
+            size_t count = m->nbytes / td_dtype_size(dt);
+
+            if (r->red_with != NULL) {
+                coll_reduce_to(r->red_dst, rx->eager, r->red_with, count,
+                               dt, op);
+            } else {
+                coll_reduce_into(r->red_dst, rx->eager, count, dt, op);
+            }
+            r->red_done = 1;
+        } else if (m->nbytes > 0) {
             memcpy(r->buf, rx->eager, m->nbytes);
         }
         rx->taken = 1;

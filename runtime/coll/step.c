@@ -23,6 +23,9 @@ recv_fill(coll_op_t *op, coll_req_t *r, int src, uint32_t tag, void *buf,
     r->spin_s = 0;              /* (read by the wait) */
     r->cma_dst = NULL;          /* set by the caller after posting, if */
     r->cma_landed = 0;
+    r->red_dst = NULL;
+    r->red_with = NULL;
+    r->red_done = 0;
     r->g = op->g;
     r->group_id = op->g->id;
     r->peer = op->g->ranks[src];
@@ -38,6 +41,17 @@ coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag, void *buf,
            size_t nbytes)
 {
     recv_fill(op, r, src, tag, buf, nbytes);
+    return coll_post_recv(r);
+}
+
+td_status_t
+coll_irecv_reduce(coll_op_t *op, coll_req_t *r, int src, uint32_t tag,
+                  void *buf, size_t nbytes, void *dst, const void *with)
+{
+    recv_fill(op, r, src, tag, buf, nbytes);
+    r->red_dst = dst;                   /* before it is posted: the
+                                         * handler may run at once */
+    r->red_with = with;
     return coll_post_recv(r);
 }
 

@@ -104,6 +104,16 @@ td_status_t coll_op_begin_irecv(coll_op_t *op,
 /* Post a receive of step TAG from group rank SRC into BUF. */
 td_status_t coll_irecv(coll_op_t *op, coll_req_t *r, int src, uint32_t tag,
                        void *buf, size_t nbytes);
+/* coll_irecv, where a body that comes with its message (eager) is
+ * reduced on arrival instead of landing in BUF, with the call's dtype
+ * and operation: DST op= body, or with WITH, DST = body op WITH (DST
+ * overlapping neither); r->red_done then says so, and BUF is untouched
+ * unless it is DST. A body that lands otherwise (queued before the
+ * receive was posted, rendezvous, read in place) is in BUF as with
+ * coll_irecv (ring.c R4). */
+td_status_t coll_irecv_reduce(coll_op_t *op, coll_req_t *r, int src,
+                              uint32_t tag, void *buf, size_t nbytes,
+                              void *dst, const void *with);
 /* Send step TAG to group rank DST (offered in place when large). */
 td_status_t coll_isend(coll_op_t *op, coll_req_t *r, int dst, uint32_t tag,
                        const void *buf, size_t nbytes);

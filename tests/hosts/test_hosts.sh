@@ -15,7 +15,7 @@ B="$top_builddir/tests"   # peers in their folders
 if ! hosts_supported; then
     skip_all "$HOSTS_WHY"
 fi
-plan 193
+plan 201
 
 # ---- the bed -----------------------------------------------------------------
 hosts_up 2 || { diag "hosts_up failed"; exit 1; }
@@ -228,13 +228,36 @@ ring_cut() {
            "$_l: rank $_r's segments to another host fit one UCX TCP segment (R2)"
     done
 }
+# R4: ranks whose left neighbour is on another host get their segments
+# eager (63 KiB) and reduce each in the receive handler, from UCX's
+# buffer; a rank whose left neighbour is on its host reads 1 MiB
+# segments in place (cma.h) and reduces them itself, as before.
+reduced() {
+    printf '%s\n' "$OUT" |
+        sed -n "s/^todist\[rank $1\]: .*group 0: \([0-9]*\) ring segments reduced as they arrived.*/\1/p"
+}
+# rx_cut LABEL MIN RANKS...: each of RANKS reduced at least MIN segments
+# as they arrived (R4)
+rx_cut() {
+    _l=$1; _m=$2; shift 2
+    for _r in "$@"; do
+        _p=$(reduced $_r)
+        ok "$([ "${_p:-0}" -ge "$_m" ]; echo $?)" \
+           "$_l: rank $_r reduced segments from another host as they arrived (R4: ${_p:-none}, at least $_m)"
+    done
+}
 PASS_MIN=2 TODIST_LOG=debug job "1+1 ring all_reduce of 24 MiB" 1,1 \
     env TODIST_COLL_ALGO=all_reduce:ring "$B/coll/coll_peer" allreduce_big 2 6291457
 ring_cut "1+1 ring" 0 1
+# 2 calls x 195 segments of the reduce-scatter's 12 MiB: most arrive
+# after their receive was posted
+rx_cut "1+1 ring" 100 0 1
 PASS_MIN=4 TODIST_LOG=debug job "2+1+1 ring all_reduce of 24 MiB" 2,1,1 \
     env TODIST_COLL_ALGO=all_reduce:ring "$B/coll/coll_peer" allreduce_big 2 6291457
 is "$(paced 0)" "" "2+1+1 ring: rank 0, whose right neighbour is on its host, sent at once"
 ring_cut "2+1+1 ring" 1 2 3
+rx_cut "2+1+1 ring" 1 0 2 3
+is "$(reduced 1)" "" "2+1+1 ring: rank 1, whose left neighbour is on its host, reduced its segments itself"
 
 # all_gather's and reduce_scatter's rings on ring.c's step at 1+1 (the
 # chunk boundaries' exact values, up to 4 MiB a call): paced, in 63 KiB
@@ -244,6 +267,7 @@ PASS_MIN=2 TODIST_LOG=debug job "1+1 ring all_gather and reduce_scatter" 1,1 \
     "$B/coll/coll_peer" chunks \
     "all_reduce:rd,broadcast:linear,all_gather:ring,reduce_scatter:ring"
 ring_cut "1+1 all_gather/reduce_scatter rings" 0 1
+rx_cut "1+1 reduce_scatter ring" 1 0 1
 # The binomial broadcast across hosts in 63 KiB pieces (tree.c T1): at
 # 1+1 the root (rank 1) sends its 7 broadcasts (2-6 MiB each) in pieces
 # of 64512 B, more than 66 in all (whole, there would be 7); rank 0, a
