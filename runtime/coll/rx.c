@@ -253,7 +253,8 @@ matched_locked(td_transport_rx_t *rx, const coll_wire_t *m, coll_req_t *r)
     if (rx->eager != NULL) {
         /* C13: the body came with the message: straight into R, or
          * reduced into where R's waiter would reduce it (ring.c R4) */
-        if (r->red_dst != NULL && m->nbytes > 0) {
+        if (r->type == REQ_RECV_COLL && r->red_dst != NULL &&
+            m->nbytes > 0) {
             td_dtype_t dt = (td_dtype_t)r->desc->dtype;
             td_reduce_op_t op = (td_reduce_op_t)r->desc->op;
             size_t count = m->nbytes / td_dtype_size(dt);
