@@ -32,6 +32,18 @@
 #define VECTOR_CLONES
 #endif
 
+/* The operands read (SRC, and A of reduce_to) may be at any byte: a
+ * body reduced where the transport received it follows UCX's headers
+ * (runtime/coll/ring.c R4). They are read through a type of alignment 1,
+ * which GCC and Clang vectorize with unaligned loads (as fast as aligned
+ * ones on aligned data); elsewhere they must be aligned for T
+ * (TD_CPU_REDUCE_ANY_SRC says which, kernels/cpu/cpu.h). */
+#if defined(__GNUC__)
+#define SRC_TYPE(T) typedef T src_t __attribute__((aligned(1)))
+#else
+#define SRC_TYPE(T) typedef T src_t
+#endif
+
 /* X is the first operand: DST's element (reduce_into) or A's
  * (reduce_to); read once into x_, so both give the same bits. Integer
  * sums and products are made in U, T's unsigned counterpart, so that
@@ -39,8 +51,9 @@
  * int64 products that overflowed). */
 #define LOOP_INTO(T, EXPR)                                                  \
     do {                                                                    \
+        SRC_TYPE(T);                                                        \
         T *restrict d = dst;                                                \
-        const T *restrict s = src;                                          \
+        const src_t *restrict s = src;                                      \
         for (size_t i = 0; i < count; i++) {                                \
             T x_ = d[i];                                                    \
             d[i] = (EXPR);                                                  \
@@ -49,9 +62,10 @@
 
 #define LOOP_TO(T, EXPR)                                                    \
     do {                                                                    \
+        SRC_TYPE(T);                                                        \
         T *restrict d = dst;                                                \
-        const T *restrict a_ = a;                                           \
-        const T *restrict s = src;                                          \
+        const src_t *restrict a_ = a;                                       \
+        const src_t *restrict s = src;                                      \
         for (size_t i = 0; i < count; i++) {                                \
             T x_ = a_[i];                                                   \
             d[i] = (EXPR);                                                  \

@@ -7,6 +7,11 @@
 #include <stddef.h>
 
 #include "todist/coll.h"
+#include "kernels/cpu/cpu.h"
+
+/* Where COLL_REDUCE_ANY_SRC is 1, SRC (and A) may be at any byte; DST
+ * is aligned for its elements (kernels/cpu/cpu.h). */
+#define COLL_REDUCE_ANY_SRC TD_CPU_REDUCE_ANY_SRC
 
 /* DST[i] = DST[i] op SRC[i], i < COUNT (AVG sums). */
 void        coll_reduce_into(void *dst, const void *src, size_t count,

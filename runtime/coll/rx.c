@@ -252,12 +252,18 @@ matched_locked(td_transport_rx_t *rx, const coll_wire_t *m, coll_req_t *r)
     r->seq = m->seq;                    /* the ack names the sender's seq */
     if (rx->eager != NULL) {
         /* C13: the body came with the message: straight into R, or
-         * reduced into where R's waiter would reduce it (ring.c R4) */
-        if (r->type == REQ_RECV_COLL && r->red_dst != NULL &&
-            m->nbytes > 0) {
+         * reduced into where R's waiter would reduce it (ring.c R4);
+         * UCX's headers before it leave it at any byte, which the
+         * kernels read where COLL_REDUCE_ANY_SRC (else it must be
+         * aligned for its elements) */
+        size_t es = r->type == REQ_RECV_COLL && r->red_dst != NULL
+                    ? td_dtype_size((td_dtype_t)r->desc->dtype) : 0;
+
+        if (es > 0 && m->nbytes > 0 &&
+            (COLL_REDUCE_ANY_SRC || (uintptr_t)rx->eager % es == 0)) {
             td_dtype_t dt = (td_dtype_t)r->desc->dtype;
             td_reduce_op_t op = (td_reduce_op_t)r->desc->op;
-            size_t count = m->nbytes / td_dtype_size(dt);
+            size_t count = m->nbytes / es;
 
             if (r->red_with != NULL) {
                 coll_reduce_to(r->red_dst, rx->eager, r->red_with, count,
