@@ -210,7 +210,10 @@ typedef struct {
     /* ---- the collectives' reductions (contiguous; float32, float64,
      * int32, int64, uint8; integer sums and products wrap). CPU only for
      * now: the collectives reduce in host memory (device tensors are
-     * staged or go through NCCL), so the CUDA row leaves them NULL. ---- */
+     * staged or go through NCCL), so the CUDA row leaves them NULL. The
+     * CPU row reads SRC and A at any byte where TD_CPU_REDUCE_ANY_SRC
+     * (kernels/cpu/cpu.h: a body where the transport received it); DST
+     * is aligned for its elements. ---- */
     /* dst[i] = dst[i] OP src[i], i < COUNT; DST and SRC do not overlap */
     void (*reduce_into)(td_dtype_t dtype, td_accumulate_op_t op, void *dst,
                         const void *src, size_t count);
