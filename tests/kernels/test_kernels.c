@@ -13,6 +13,7 @@
 #include <todist/todist.h>
 
 #include "kernels/kernels.h"
+#include "kernels/cpu/cpu.h"           /* TD_CPU_REDUCE_ANY_SRC */
 #include "tests/tap.h"
 
 static const td_kernels_t *K;
@@ -582,7 +583,7 @@ test_reduce_to(void)
     static const td_dtype_t dts[] = { TD_FLOAT32, TD_FLOAT64, TD_INT32,
                                       TD_INT64, TD_UINT8 };
     static const size_t ns[] = { 0, 1, 7, 16, 63, 64, 65, 1023 };
-    int bad = 0, cases = 0;
+    int bad = 0, cases = 0, bad_u = 0;
 
     for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
         size_t es = td_dtype_size(dts[d]);
@@ -640,6 +641,25 @@ test_reduce_to(void)
                     diag("reduce_to %s op %d n %zu differs",
                          td_dtype_name(dts[d]), op, n);
                 }
+                /* sources at an odd byte, as a body where the transport
+                 * received it (runtime/coll/ring.c R4): the same bits
+                 * (UBSan: no misaligned load) */
+                if (TD_CPU_REDUCE_ANY_SRC) {
+                    uint8_t *ua = malloc(bytes + 3), *ub = malloc(bytes + 3);
+
+                    memcpy(ua + 3, a0, n * es);
+                    memcpy(ub + 3, b0, n * es);
+                    memcpy(got, a0, n * es);
+                    K->reduce_into(dts[d], (td_accumulate_op_t)op, got,
+                                   ub + 3, n);
+                    bad_u += memcmp(got, want, n * es) != 0;
+                    memset(got, 0xa5, bytes);
+                    K->reduce_to(dts[d], (td_accumulate_op_t)op, got, ua + 3,
+                                 ub + 3, n);
+                    bad_u += memcmp(got, want, n * es) != 0;
+                    free(ua);
+                    free(ub);
+                }
                 free(a);
                 free(b);
                 free(want);
@@ -651,12 +671,15 @@ test_reduce_to(void)
     }
     ok(bad == 0, "reduce_to gives reduce_into's bits on a copy (%d cases, "
        "%d differ), and writes only DST", cases, bad);
+    ok(bad_u == 0, "reduce_into and reduce_to read sources at an odd byte "
+       "(%d cases each, %d differ)%s", TD_CPU_REDUCE_ANY_SRC ? cases : 0,
+       bad_u, TD_CPU_REDUCE_ANY_SRC ? "" : ": not on this compiler");
 }
 
 int
 main(void)
 {
-    plan(98);
+    plan(99);
     K = td__kernels_get(TD_CPU);
     ok(K == &td_cpu_kernels && K->softmax && K->softmax_backward &&
        K->max_dim && K->index_check && K->index_select && K->index_add &&
