@@ -47,6 +47,17 @@ td__dtype_bytes(td_dtype_t dtype)
     }
 }
 
+/* 1 where the CPU row's reduce_into and reduce_to read SRC (and A) at
+ * any byte, not only at a multiple of the element's size: a body where
+ * the transport received it, after its headers. GCC and Clang read
+ * through a type of alignment 1 (kernels/cpu/cpu_coll.c); elsewhere the
+ * caller copies an unaligned body first (runtime/coll/rx.c). */
+#if defined(__GNUC__)
+#define TD_CPU_REDUCE_ANY_SRC 1
+#else
+#define TD_CPU_REDUCE_ANY_SRC 0
+#endif
+
 typedef enum {
     TD_BIN_ADD, TD_BIN_SUB, TD_BIN_MUL, TD_BIN_DIV,
     TD_BIN_RELU_MASK    /* a * (b > 0): relu's backward, fused */
@@ -212,8 +223,8 @@ typedef struct {
      * now: the collectives reduce in host memory (device tensors are
      * staged or go through NCCL), so the CUDA row leaves them NULL. The
      * CPU row reads SRC and A at any byte where TD_CPU_REDUCE_ANY_SRC
-     * (kernels/cpu/cpu.h: a body where the transport received it); DST
-     * is aligned for its elements. ---- */
+     * (below: a body where the transport received it); DST is aligned
+     * for its elements. ---- */
     /* dst[i] = dst[i] OP src[i], i < COUNT; DST and SRC do not overlap */
     void (*reduce_into)(td_dtype_t dtype, td_accumulate_op_t op, void *dst,
                         const void *src, size_t count);

@@ -88,14 +88,8 @@ void td__cpu_bn_backward_elemt(td_dtype_t dtype, void *gx, const void *g,
                               const void *weight, const double *sum_dy,
                               const double *sum_dy_xmu, double count);
 
-/* cpu_coll.c. Where TD_CPU_REDUCE_ANY_SRC is 1, SRC (and A) may be at
- * any byte, not only at a multiple of the element's size (a body where
- * the transport received it); DST must be aligned for its elements. */
-#if defined(__GNUC__)
-#define TD_CPU_REDUCE_ANY_SRC 1
-#else
-#define TD_CPU_REDUCE_ANY_SRC 0
-#endif
+/* cpu_coll.c (sources at any byte where TD_CPU_REDUCE_ANY_SRC,
+ * kernels/kernels.h) */
 void td_cpu_reduce_into(td_dtype_t dtype, td_accumulate_op_t op, void *dst,
                         const void *src, size_t count);
 void td_cpu_reduce_to(td_dtype_t dtype, td_accumulate_op_t op, void *dst,

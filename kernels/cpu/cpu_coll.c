@@ -37,7 +37,7 @@
  * (runtime/coll/ring.c R4). They are read through a type of alignment 1,
  * which GCC and Clang vectorize with unaligned loads (as fast as aligned
  * ones on aligned data); elsewhere they must be aligned for T
- * (TD_CPU_REDUCE_ANY_SRC says which, kernels/cpu/cpu.h). */
+ * (TD_CPU_REDUCE_ANY_SRC says which, kernels/kernels.h). */
 #if defined(__GNUC__)
 #define SRC_TYPE(T) typedef T src_t __attribute__((aligned(1)))
 #else

@@ -7,10 +7,10 @@
 #include <stddef.h>
 
 #include "todist/coll.h"
-#include "kernels/cpu/cpu.h"
+#include "kernels/kernels.h"          /* TD_CPU_REDUCE_ANY_SRC */
 
 /* Where COLL_REDUCE_ANY_SRC is 1, SRC (and A) may be at any byte; DST
- * is aligned for its elements (kernels/cpu/cpu.h). */
+ * is aligned for its elements (kernels/kernels.h). */
 #define COLL_REDUCE_ANY_SRC TD_CPU_REDUCE_ANY_SRC
 
 /* DST[i] = DST[i] op SRC[i], i < COUNT (AVG sums). */

@@ -12,8 +12,7 @@
 
 #include <todist/todist.h>
 
-#include "kernels/kernels.h"
-#include "kernels/cpu/cpu.h"           /* TD_CPU_REDUCE_ANY_SRC */
+#include "kernels/kernels.h"          /* TD_CPU_REDUCE_ANY_SRC */
 #include "tests/tap.h"
 
 static const td_kernels_t *K;
