@@ -27,11 +27,12 @@
 # core, so todist's auto mode blocks instead of polling.
 # ROUNDS=N (default 1) runs the whole invocation N times, Open MPI before
 # todist in every second round (the machine's state drifts within an
-# invocation), and closes with each cell's medians over the rounds and
-# the range of its per-round ratios: across emulated hosts on one
-# machine a single round's ratio of small cells spreads 0.75-1.2, so a
-# verdict needs the median of rounds. MPI_FIRST=1: Open MPI before
-# todist in a single round.
+# invocation), and closes with each cell's medians over the rounds, the
+# range of its per-round ratios and a 95% interval of their median
+# (bench/rounds.awk): across emulated hosts on one machine a single
+# round's ratio of small cells spreads 0.6-1.5, so a verdict needs the
+# median of rounds, and its interval says whether a median below 1 is.
+# MPI_FIRST=1: Open MPI before todist in a single round.
 # BUILDS="NAME=DIR ..." runs todist's figures once per build, in that
 # order, each with its own program and library (DIR/bench/.libs/collectives
 # with DIR/.libs/libtodist.so*, or DIR/bench/collectives), tagged
@@ -55,28 +56,8 @@ if [ "${ROUNDS:-1}" -gt 1 ] 2>/dev/null; then
         grep '^allreduce' "$_one" | sed "s/^allreduce/allreduce round=$_r/" >> "$_all"
         _r=$((_r + 1))
     done
-    echo "# medians over $ROUNDS rounds (ratios: median [least-most] of the rounds' ratios)"
-    awk '
-    function field(line, key,   n, a, i) { n = split(line, a, " ");
-        for (i = 1; i <= n; i++) if (index(a[i], key "=") == 1) return substr(a[i], length(key) + 2);
-        return "" }
-    function med(list,   n, a, i, j, t) { n = split(list, a, " ");
-        for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-    function lo(list,   n, a, i, m) { n = split(list, a, " "); m = a[1] + 0; for (i = 2; i <= n; i++) if (a[i] + 0 < m) m = a[i] + 0; return m }
-    function hi(list,   n, a, i, m) { n = split(list, a, " "); m = a[1] + 0; for (i = 2; i <= n; i++) if (a[i] + 0 > m) m = a[i] + 0; return m }
-    { k = field($0, "build") "|" field($0, "shape") "|" field($0, "hosts") "|" field($0, "size");
-      if (!(k in seen)) { seen[k] = 1; keys[++nk] = k }
-      n = split("todist_us tcp_us ucx_us flat_us busy_us bestmpi/todist bestmpi/todist(mean) auto/flat default/busy of_ucx", f, " ");
-      for (i = 1; i <= n; i++) { x = field($0, f[i]); sub(/%$/, "", x); if (x != "") l[k, f[i]] = l[k, f[i]] " " x } }
-    END { for (j = 1; j <= nk; j++) { k = keys[j]; split(k, p, "|");
-        line = sprintf("median%s shape=%s hosts=%s size=%s", p[1] != "" ? " build=" p[1] : "", p[2], p[3], p[4]);
-        for (i = 1; i <= n; i++) if ((k, f[i]) in l) {
-            x = l[k, f[i]];
-            if (f[i] ~ /_us$/) line = line sprintf(med(x) >= 100 ? " %s=%.0f" : " %s=%.3g", f[i], med(x));
-            else if (f[i] == "of_ucx") line = line sprintf(" %s=%.0f%%[%.0f-%.0f%%]", f[i], med(x), lo(x), hi(x));
-            else line = line sprintf(" %s=%.2f[%.2f-%.2f]", f[i], med(x), lo(x), hi(x)) }
-        print line } }' "$_all"
+    echo "# medians over $ROUNDS rounds (ratios: median [least-most,ci95:interval of that median]; todist=faster/tie/slower than the better Open MPI by that interval: bench/rounds.awk)"
+    awk -f "$S/rounds.awk" "$_all"
     exit 0
 fi
 PATH="$B/tools:$PATH"

@@ -1,6 +1,9 @@
 # Many hosts: the test bed (tests/hosts.sh, shared with bench/) and todist
 # across its hosts.
 TESTS += tests/hosts/test_hosts.sh tests/hosts/test_hosts_dropped.sh tests/hosts/test_hosts_answer.sh tests/hosts/test_hosts_heal.sh tests/hosts/test_hosts_elastic.sh tests/hosts/test_hosts_pair.sh
+# bench/hosts.sh's close of many rounds (bench/rounds.awk), on made-up rounds
+TESTS += tests/hosts/test_bench_rounds.sh
+EXTRA_DIST += tests/hosts/test_bench_rounds.sh bench/rounds.awk
 EXTRA_DIST += tests/hosts/test_hosts.sh tests/hosts/test_hosts_dropped.sh tests/hosts/test_hosts_answer.sh tests/hosts/test_hosts_heal.sh tests/hosts/test_hosts_elastic.sh tests/hosts/test_hosts_pair.sh tests/hosts.sh bench/hosts.sh \
 	bench/hosts_kinds.sh
 # a rank's view of a host cut off or killed
