@@ -51,3 +51,4 @@ printf 'allreduce round=1 shape=none hosts=1,1 size=8 todist_us=9\n' > $T/in2
 rounds "shape=none hosts=1,1 size=8" 6 0.95 0.02 | sed 's/round=/round=1/' >> $T/in2
 like "$(awk -f "$A" $T/in2)" "bestmpi/todist=1\\.00\\[0\\.95-1\\.05,ci95:0\\.95-1\\.05\\] todist=tie" \
      "a round without the ratio is not counted as one (6 of 7 rounds)"
+done_testing
