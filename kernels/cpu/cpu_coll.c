@@ -38,7 +38,7 @@
  * which GCC and Clang vectorize with unaligned loads (as fast as aligned
  * ones on aligned data); elsewhere they must be aligned for T
  * (TD_CPU_REDUCE_ANY_SRC says which, kernels/kernels.h). */
-#if defined(__GNUC__)
+#if TD_CPU_REDUCE_ANY_SRC
 #define SRC_TYPE(T) typedef T src_t __attribute__((aligned(1)))
 #else
 #define SRC_TYPE(T) typedef T src_t

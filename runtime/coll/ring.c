@@ -246,7 +246,7 @@ coll_ring_step(coll_ring_t *r, uint32_t tag0, const char *sbuf, size_t sl,
         if (st != TD_OK) {
             continue;
         }
-        if (reduce && one->red_done) {
+        if (one->red_done) {
             op->g->ring_rx_reduced++;           /* R4: done on arrival */
         } else if (land) {
             coll_reduce_into(rbuf + off * es,
